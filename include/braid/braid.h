@@ -1,0 +1,116 @@
+/*
+ * braid: collective communication for distributed training. Pure C99 API, shaped like
+ * NCCL's so that NCCL users feel at home.
+ *
+ * Every function returns a braidResult_t. On failure, braidGetLastError(comm) returns a
+ * message naming the argument, the rank and the operation. Collectives must be called in
+ * the same order on every rank of a communicator; braid detects a mismatch and fails
+ * instead of corrupting data. A peer that dies or stalls makes the pending call fail on
+ * every survivor (braidRemoteError / braidTimeout) instead of hanging.
+ */
+#ifndef BRAID_BRAID_H_
+#define BRAID_BRAID_H_
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define BRAID_MAJOR 0
+#define BRAID_MINOR 1
+#define BRAID_PATCH 0
+#define BRAID_VERSION_CODE (BRAID_MAJOR * 10000 + BRAID_MINOR * 100 + BRAID_PATCH)
+
+typedef enum {
+  braidSuccess = 0,
+  braidInvalidArgument = 1,
+  braidSystemError = 2,
+  braidRemoteError = 3,
+  braidTimeout = 4,
+  braidAborted = 5,
+  braidInternalError = 6,
+  braidInProgress = 7
+} braidResult_t;
+
+typedef enum {
+  braidInt8 = 0,
+  braidUint8 = 1,
+  braidInt32 = 2,
+  braidUint32 = 3,
+  braidInt64 = 4,
+  braidUint64 = 5,
+  braidFloat16 = 6,
+  braidBFloat16 = 7,
+  braidFloat32 = 8,
+  braidFloat64 = 9
+} braidDataType_t;
+
+typedef enum {
+  braidSum = 0,
+  braidProd = 1,
+  braidMax = 2,
+  braidMin = 3,
+  braidAvg = 4
+} braidRedOp_t;
+
+#define BRAID_UNIQUE_ID_BYTES 128
+/* Opaque: the store address and the job's session nonce. Share it out of band. */
+typedef struct {
+  char internal[BRAID_UNIQUE_ID_BYTES];
+} braidUniqueId;
+
+typedef struct braidComm* braidComm_t;
+/* Opaque stream handle: NULL for host memory (the only kind supported so far). */
+typedef void* braidStream_t;
+
+/* Writes BRAID_VERSION_CODE to *version. */
+braidResult_t braidGetVersion(int* version);
+
+/* Starts a rendezvous store in this process and describes it in *uniqueId. Call on one
+ * rank, then pass the id to every rank's braidCommInitRank. */
+braidResult_t braidGetUniqueId(braidUniqueId* uniqueId);
+
+/* Creates a communicator of `nranks` ranks; blocks until all ranks have joined or
+ * BRAID_TIMEOUT seconds pass. */
+braidResult_t braidCommInitRank(braidComm_t* comm, int nranks, braidUniqueId commId, int rank);
+
+/* Creates a communicator from the launcher's environment: BRAID_RANK/BRAID_WORLD_SIZE/
+ * BRAID_STORE_ADDR (braidrun), torchrun's RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT,
+ * OpenMPI's OMPI_COMM_WORLD_RANK/_SIZE or Slurm's SLURM_PROCID/SLURM_NTASKS (these two with
+ * BRAID_STORE_ADDR or MASTER_ADDR/MASTER_PORT). */
+braidResult_t braidCommInitFromEnv(braidComm_t* comm);
+
+/* Waits for pending operations, then frees the communicator. */
+braidResult_t braidCommDestroy(braidComm_t comm);
+
+/* Fails pending operations on this rank and tells the other ranks, then frees the
+ * communicator. Never blocks on peers. */
+braidResult_t braidCommAbort(braidComm_t comm);
+
+braidResult_t braidCommCount(const braidComm_t comm, int* count);
+braidResult_t braidCommUserRank(const braidComm_t comm, int* rank);
+
+/* Static description of a result code. */
+const char* braidGetErrorString(braidResult_t result);
+
+/* The last error's message on this thread for `comm` (or for calls without a valid
+ * communicator when comm is NULL). Empty string when there is none. */
+const char* braidGetLastError(braidComm_t comm);
+
+/* recvbuff[i] = op over all ranks of sendbuff[i]. In place when sendbuff == recvbuff. */
+braidResult_t braidAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                             braidDataType_t datatype, braidRedOp_t op, braidComm_t comm,
+                             braidStream_t stream);
+
+/* recvbuff = root's sendbuff on every rank. sendbuff is read on the root only. In place
+ * when sendbuff == recvbuff. */
+braidResult_t braidBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                             braidDataType_t datatype, int root, braidComm_t comm,
+                             braidStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* BRAID_BRAID_H_ */

@@ -1,0 +1,129 @@
+// braid: collective communication for distributed training — C++ API.
+//
+//   auto comm = braid::Communicator::fromEnv();
+//   comm.allreduce(grads.data(), grads.size(), braid::DataType::kFloat32, braid::ReduceOp::kSum);
+//   braid::Work w = comm.allreduceAsync(buf, buf, n, braid::DataType::kBFloat16, braid::ReduceOp::kAvg);
+//   w.wait();  // throws braid::RemoteError if a peer died
+//
+// Communicator is a movable value type (pimpl). Errors are exceptions derived from
+// braid::Error; RemoteError carries the rank that failed.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "braid/braid.h"
+#include "braid/types.hpp"
+
+namespace braid {
+
+// Base of every braid exception; code() is the matching C result.
+class Error : public std::runtime_error {
+ public:
+  Error(braidResult_t code, const std::string& what) : std::runtime_error(what), code_(code) {}
+  braidResult_t code() const { return code_; }
+
+ private:
+  braidResult_t code_;
+};
+
+class InvalidArgument : public Error {
+ public:
+  explicit InvalidArgument(const std::string& what) : Error(braidInvalidArgument, what) {}
+};
+
+// A peer died, closed its connection, or reported a failure. rank() is that peer, or -1.
+class RemoteError : public Error {
+ public:
+  RemoteError(const std::string& what, int rank) : Error(braidRemoteError, what), rank_(rank) {}
+  int rank() const { return rank_; }
+
+ private:
+  int rank_;
+};
+
+// No progress within BRAID_TIMEOUT. rank() is the rank that stalled, or -1.
+class TimeoutError : public Error {
+ public:
+  TimeoutError(const std::string& what, int rank) : Error(braidTimeout, what), rank_(rank) {}
+  int rank() const { return rank_; }
+
+ private:
+  int rank_;
+};
+
+// A key-value store ranks can rendezvous through, so that a framework's own store (for
+// example PyTorch's c10d::Store) can drive braid's setup. Values are opaque bytes.
+// Implementations must be thread-safe; get() and wait() throw TimeoutError on timeout.
+class Store {
+ public:
+  virtual ~Store() = default;
+  virtual void set(const std::string& key, const std::string& value) = 0;
+  virtual std::string get(const std::string& key, std::chrono::milliseconds timeout) = 0;
+  virtual int64_t add(const std::string& key, int64_t delta) = 0;
+  virtual void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) = 0;
+  virtual bool check(const std::vector<std::string>& keys) = 0;
+  virtual bool deleteKey(const std::string& key) = 0;
+};
+
+// An operation in flight. wait() blocks and throws the operation's error; test() polls.
+class Work {
+ public:
+  Work() = default;
+  void wait();
+  bool test();
+  bool valid() const { return impl_ != nullptr; }
+
+ public:
+  struct Impl;  // opaque
+
+ private:
+  friend class Communicator;
+  std::shared_ptr<Impl> impl_;
+};
+
+class Communicator {
+ public:
+  // From the launcher's environment (braidrun, torchrun, OpenMPI, Slurm), like
+  // braidCommInitFromEnv.
+  static Communicator fromEnv();
+  // Rendezvous through a caller-provided store (every rank passes an equivalent store).
+  // `keyPrefix` separates several communicators sharing one store.
+  static Communicator fromStore(std::shared_ptr<Store> store, int rank, int size,
+                                const std::string& keyPrefix = "braid");
+  // Rendezvous through a braidUniqueId from braidGetUniqueId, like braidCommInitRank.
+  static Communicator fromUniqueId(const braidUniqueId& id, int rank, int size);
+
+  Communicator(Communicator&&) noexcept;
+  Communicator& operator=(Communicator&&) noexcept;
+  ~Communicator();
+
+  int rank() const;
+  int size() const;
+
+  void allreduce(const void* sendbuf, void* recvbuf, size_t count, DataType dtype, ReduceOp op);
+  // In place.
+  void allreduce(void* buf, size_t count, DataType dtype, ReduceOp op) { allreduce(buf, buf, count, dtype, op); }
+  Work allreduceAsync(const void* sendbuf, void* recvbuf, size_t count, DataType dtype, ReduceOp op);
+
+  void broadcast(const void* sendbuf, void* recvbuf, size_t count, DataType dtype, int root);
+  void broadcast(void* buf, size_t count, DataType dtype, int root) { broadcast(buf, buf, count, dtype, root); }
+  Work broadcastAsync(const void* sendbuf, void* recvbuf, size_t count, DataType dtype, int root);
+
+  // Fails pending operations here and on every other rank; the communicator is unusable after.
+  void abort();
+
+ public:
+  struct Impl;  // opaque
+
+ private:
+  explicit Communicator(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace braid

@@ -1,0 +1,14 @@
+// braid: element types and reduction operators for the C++ API. Values equal the C API's
+// braidDataType_t / braidRedOp_t, so the two convert by cast.
+#pragma once
+
+namespace braid {
+
+enum class DataType : int {
+  kInt8 = 0, kUint8, kInt32, kUint32, kInt64, kUint64,
+  kFloat16, kBFloat16, kFloat32, kFloat64,
+};
+
+enum class ReduceOp : int { kSum = 0, kProd, kMax, kMin, kAvg };
+
+}  // namespace braid

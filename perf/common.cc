@@ -1,0 +1,987 @@
+#include "common.h"
+
+#include <getopt.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cerrno>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace braid::perf {
+
+// ---- data types --------------------------------------------------------------------------
+
+namespace {
+
+// -d all runs these, in nccl-tests' order.
+constexpr braidDataType_t kAllTypes[] = {braidInt8,  braidUint8,   braidInt32,   braidUint32,  braidInt64,
+                                         braidUint64, braidFloat16, braidFloat32, braidFloat64, braidBFloat16};
+constexpr braidRedOp_t kAllOps[] = {braidSum, braidProd, braidMax, braidMin, braidAvg};
+
+struct TypeAlias {
+  const char* name;
+  braidDataType_t dt;
+};
+// nccl-tests' names first, then the spellings PyTorch and NumPy users reach for.
+constexpr TypeAlias kTypeAliases[] = {
+    {"int8", braidInt8},         {"uint8", braidUint8},     {"int32", braidInt32},     {"uint32", braidUint32},
+    {"int64", braidInt64},       {"uint64", braidUint64},   {"half", braidFloat16},    {"float", braidFloat32},
+    {"double", braidFloat64},    {"bfloat16", braidBFloat16}, {"float16", braidFloat16}, {"fp16", braidFloat16},
+    {"bf16", braidBFloat16},     {"float32", braidFloat32}, {"fp32", braidFloat32},    {"float64", braidFloat64},
+    {"fp64", braidFloat64},      {"int", braidInt32},       {"char", braidInt8},
+};
+
+}  // namespace
+
+size_t dataTypeSize(braidDataType_t dt) {
+  switch (dt) {
+    case braidInt8:
+    case braidUint8: return 1;
+    case braidFloat16:
+    case braidBFloat16: return 2;
+    case braidInt32:
+    case braidUint32:
+    case braidFloat32: return 4;
+    case braidInt64:
+    case braidUint64:
+    case braidFloat64: return 8;
+  }
+  return 1;
+}
+
+const char* dataTypeName(braidDataType_t dt) {
+  switch (dt) {
+    case braidInt8: return "int8";
+    case braidUint8: return "uint8";
+    case braidInt32: return "int32";
+    case braidUint32: return "uint32";
+    case braidInt64: return "int64";
+    case braidUint64: return "uint64";
+    case braidFloat16: return "half";
+    case braidBFloat16: return "bfloat16";
+    case braidFloat32: return "float";
+    case braidFloat64: return "double";
+  }
+  return "?";
+}
+
+const char* redOpName(braidRedOp_t op) {
+  switch (op) {
+    case braidSum: return "sum";
+    case braidProd: return "prod";
+    case braidMax: return "max";
+    case braidMin: return "min";
+    case braidAvg: return "avg";
+  }
+  return "?";
+}
+
+bool isSignedType(braidDataType_t dt) {
+  return dt != braidUint8 && dt != braidUint32 && dt != braidUint64;
+}
+
+double valueLimit(braidDataType_t dt) {
+  switch (dt) {
+    case braidInt8: return 127;
+    case braidUint8: return 254;
+    case braidInt32: return 2147483647.0;
+    case braidUint32: return 4294967294.0;
+    // 64-bit integers: the reference computes in double, exact up to 2^53.
+    case braidInt64:
+    case braidUint64: return 9007199254740992.0;
+    case braidFloat16: return 2048;  // 11-bit significand
+    case braidBFloat16: return 256;  // 8-bit significand
+    case braidFloat32: return 16777216.0;
+    case braidFloat64: return 9007199254740992.0;
+  }
+  return 0;
+}
+
+void fillSentinel(braidDataType_t dt, void* buf, size_t count) {
+  switch (dt) {
+    case braidInt8: fillElements(dt, buf, count, [](size_t) { return -128.0; }); return;
+    case braidInt32: fillElements(dt, buf, count, [](size_t) { return -2147483648.0; }); return;
+    case braidInt64: fillElements(dt, buf, count, [](size_t) { return -9223372036854775808.0; }); return;
+    // All-ones bytes: the unsigned maximum, and a NaN for every float type.
+    default: std::memset(buf, 0xff, count * dataTypeSize(dt)); return;
+  }
+}
+
+float halfToFloat(uint16_t h) {
+  const uint32_t sign = (h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1f;
+  uint32_t mant = h & 0x3ffu;
+  uint32_t bits;
+  if (exp == 0x1f) {
+    bits = sign | 0x7f800000u | (mant << 13);  // inf or NaN, payload kept
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112) << 23) | (mant << 13);
+  } else if (mant == 0) {
+    bits = sign;
+  } else {
+    // Subnormal half: normalise into a float (which has the range to hold it exactly).
+    int e = -1;
+    do {
+      ++e;
+      mant <<= 1;
+    } while ((mant & 0x400u) == 0);
+    bits = sign | static_cast<uint32_t>(112 - e) << 23 | ((mant & 0x3ffu) << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t floatToHalf(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
+  const uint32_t absBits = bits & 0x7fffffffu;
+  if (absBits >= 0x7f800000u) {  // inf or NaN
+    return static_cast<uint16_t>(sign | 0x7c00u | (absBits > 0x7f800000u ? 0x200u | ((absBits >> 13) & 0x3ffu) : 0));
+  }
+  if (absBits >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds past 65504
+  const int exp = static_cast<int>(absBits >> 23) - 127;
+  if (exp >= -14) {
+    // Normal half: drop 13 bits, rounding to nearest even; a carry into the exponent is the
+    // correct result.
+    uint32_t m = absBits - (112u << 23);
+    uint32_t rounded = (m + 0x0fffu + ((m >> 13) & 1u)) >> 13;
+    return static_cast<uint16_t>(sign | rounded);
+  }
+  if (exp < -25) return sign;  // below half the smallest subnormal
+  // Subnormal half: shift the full significand into place, rounding to nearest even.
+  uint32_t m = (absBits & 0x7fffffu) | 0x800000u;
+  int shift = -exp - 1;  // 14..24
+  uint32_t half = m >> shift;
+  uint32_t rem = m & ((1u << shift) - 1);
+  uint32_t mid = 1u << (shift - 1);
+  if (rem > mid || (rem == mid && (half & 1u))) ++half;
+  return static_cast<uint16_t>(sign | half);
+}
+
+float bfloat16ToFloat(uint16_t b) {
+  uint32_t bits = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t floatToBfloat16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40u);  // quiet NaN
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+// ---- value schemes -----------------------------------------------------------------------
+
+namespace {
+
+// A well-mixed 64-bit hash of (rank, index): inputs look random to the library, so no
+// pattern in them can hide a misplaced chunk, yet every rank can recompute anyone's input.
+inline uint64_t mix(int rank, size_t index) {
+  uint64_t x = static_cast<uint64_t>(index) * 0x9e3779b97f4a7c15ull ^
+               (static_cast<uint64_t>(rank) + 1) * 0xc2b2ae3d27d4eb4full;
+  x ^= x >> 31;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 29;
+  return x;
+}
+
+}  // namespace
+
+ReduceValues::ReduceValues(braidDataType_t dt, braidRedOp_t op, int nranks)
+    : op_(op), nranks_(nranks < 1 ? 1 : nranks), signed_(isSignedType(dt)) {
+  const long long limit = static_cast<long long>(valueLimit(dt));
+  const long long n = nranks_;
+  switch (op_) {
+    case braidSum:
+      // nranks values of at most sumMax_ add up to at most limit; with more ranks than the
+      // limit allows even for 1s, fall back to one 1 per element (sumMax_ = -1).
+      sumMax_ = limit / n >= 1 ? limit / n : -1;
+      break;
+    case braidAvg:
+      // Each rank's value is at most sumMax_, and the last rank adds up to n - 1 to make the
+      // sum a multiple of n: n * sumMax_ + n - 1 <= limit. -1: too many ranks, use zeros.
+      sumMax_ = (limit - n + 1) / n >= 0 && limit >= n - 1 ? (limit - n + 1) / n : -1;
+      break;
+    case braidProd: {
+      // At most k 2s per element, with 2^k <= limit; a rank holds a 2 where
+      // (index + rank) % prodPeriod_ == 0, which happens for at most ceil(n / period) ranks.
+      long long k = 0;
+      while ((2LL << k) <= limit && k < 62) ++k;
+      prodPeriod_ = std::max<long long>(3, (n + k - 1) / k);
+      break;
+    }
+    case braidMax:
+    case braidMin:
+      sumMax_ = limit;
+      break;
+  }
+}
+
+double ReduceValues::input(int rank, size_t index) const {
+  const uint64_t h = mix(rank, index);
+  switch (op_) {
+    case braidSum:
+      if (sumMax_ < 0) return index % static_cast<size_t>(nranks_) == static_cast<size_t>(rank) ? 1.0 : 0.0;
+      return static_cast<double>(h % static_cast<uint64_t>(sumMax_ + 1));
+    case braidAvg: {
+      if (sumMax_ < 0) return 0.0;
+      const uint64_t m = static_cast<uint64_t>(sumMax_ + 1);
+      if (rank != nranks_ - 1) return static_cast<double>(h % m);
+      uint64_t sum = 0;
+      for (int r = 0; r < nranks_; ++r) sum += mix(r, index) % m;
+      const uint64_t n = static_cast<uint64_t>(nranks_);
+      return static_cast<double>(h % m + (n - sum % n) % n);
+    }
+    case braidProd:
+      return (index + static_cast<size_t>(rank)) % static_cast<size_t>(prodPeriod_) == 0 ? 2.0 : 1.0;
+    case braidMax:
+    case braidMin: {
+      const uint64_t r = static_cast<uint64_t>(sumMax_);
+      if (!signed_) return static_cast<double>(h % (r + 1));
+      return static_cast<double>(static_cast<long long>(h % (2 * r + 1)) - sumMax_);
+    }
+  }
+  return 0.0;
+}
+
+double ReduceValues::expected(size_t index) const {
+  double acc = input(0, index);
+  for (int r = 1; r < nranks_; ++r) {
+    const double v = input(r, index);
+    switch (op_) {
+      case braidSum:
+      case braidAvg: acc += v; break;
+      case braidProd: acc *= v; break;
+      case braidMax: acc = std::max(acc, v); break;
+      case braidMin: acc = std::min(acc, v); break;
+    }
+  }
+  // The sum is a multiple of nranks by construction, so this division is exact.
+  if (op_ == braidAvg) acc /= nranks_;
+  return acc;
+}
+
+double rankValue(braidDataType_t dt, int rank, size_t index) {
+  // 97 is prime and larger than any step between ranks we expect, so two ranks' values
+  // differ at every index unless their ranks differ by a multiple of 97.
+  const double v = static_cast<double>((index * 29 + static_cast<size_t>(rank) * 7 + 1) % 97);
+  return isSignedType(dt) ? v - 48 : v;
+}
+
+// ---- options -----------------------------------------------------------------------------
+
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitFailed = 1;
+constexpr int kExitUsage = 2;
+
+struct Options {
+  size_t minBytes = 32u << 20;  // nccl-tests' defaults
+  size_t maxBytes = 32u << 20;
+  size_t stepBytes = 1u << 20;
+  size_t stepFactor = 1;  // > 1 multiplies; otherwise stepBytes is added
+  int iters = 20;
+  int warmup = 5;
+  int check = 1;  // number of checked operations per size and placement
+  int average = 1;
+  bool allOps = false;
+  braidRedOp_t op = braidSum;
+  bool allTypes = false;
+  braidDataType_t dtype = braidFloat32;
+  int root = 0;  // -1: every root in turn
+  std::string jsonFile;
+};
+
+// Before the communicator exists every rank parses the same argv and would print the same
+// message; the launcher's rank variables (when present) let all but one stay quiet.
+bool quietRank() {
+  for (const char* var : {"BRAID_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"}) {
+    const char* v = std::getenv(var);
+    if (v && *v) return std::strcmp(v, "0") != 0;
+  }
+  return false;
+}
+
+void printUsage(const Tool& tool, FILE* out) {
+  std::fprintf(out,
+               "usage: braidrun -np N %s [options]\n"
+               "  -b, --minbytes <size>      smallest message, bytes; K/M/G suffixes (default 32M)\n"
+               "  -e, --maxbytes <size>      largest message (default 32M)\n"
+               "  -f, --stepfactor <n>       multiply the size by n each step (n > 1)\n"
+               "  -i, --stepbytes <size>     otherwise add this many bytes each step (default 1M)\n"
+               "  -n, --iters <n>            timed iterations per size (default 20)\n"
+               "  -w, --warmup_iters <n>     untimed iterations before each timing (default 5)\n"
+               "  -c, --check <n>            check the result of n extra operations per size, 0 = off (default 1)\n",
+               tool.name);
+  if (tool.hasRedOp) std::fprintf(out, "  -o, --op <op>              sum|prod|max|min|avg|all (default sum)\n");
+  std::fprintf(out,
+               "  -d, --datatype <type>      int8|uint8|int32|uint32|int64|uint64|half|float16|bfloat16|\n"
+               "                             float|float32|double|float64|all (default float)\n");
+  if (tool.hasRoot)
+    std::fprintf(out, "  -r, --root <rank|all>      root rank, or all (-1) to run every root in turn (default 0)\n");
+  std::fprintf(out,
+               "  -a, --average <0|1|2|3>    time reported: 0 = rank 0's, 1 = mean over ranks, 2 = min, 3 = max "
+               "(default 1)\n"
+               "  -J, --json <file>          also write the results as JSON (rank 0)\n"
+               "  -t, --nthreads 1, -g, --ngpus 1\n"
+               "                             accepted for nccl-tests command lines; braid runs one rank per process\n"
+               "  -h, --help                 this text\n"
+               "Ranks come from the launcher's environment (braidrun, torchrun, mpirun, srun).\n"
+               "Output: nccl-tests' table on rank 0; algbw = size / time, busbw = algbw * %s (GB = 1e9 B).\n",
+               tool.busFactorText);
+}
+
+bool parseInt(const char* s, long long lo, long long hi, long long* out) {
+  if (!s || !*s) return false;
+  char* end = nullptr;
+  errno = 0;
+  long long v = std::strtoll(s, &end, 10);
+  if (errno != 0 || *end != '\0' || v < lo || v > hi) return false;
+  *out = v;
+  return true;
+}
+
+// "8", "1.5K", "64M", "2G" (powers of 1024, as nccl-tests' parsesize).
+bool parseSize(const char* s, size_t* out) {
+  if (!s || !*s) return false;
+  char* end = nullptr;
+  errno = 0;
+  double v = std::strtod(s, &end);
+  if (errno != 0 || end == s || !(v >= 0)) return false;
+  double unit = 1;
+  switch (*end) {
+    case '\0': break;
+    case 'k': case 'K': unit = 1024.0; ++end; break;
+    case 'm': case 'M': unit = 1024.0 * 1024; ++end; break;
+    case 'g': case 'G': unit = 1024.0 * 1024 * 1024; ++end; break;
+    default: return false;
+  }
+  if (*end == 'B' || *end == 'b') ++end;  // tolerate "64MB"
+  if (*end != '\0') return false;
+  double bytes = v * unit;
+  if (bytes > 9.0e18) return false;
+  *out = static_cast<size_t>(bytes);
+  return true;
+}
+
+bool parseType(const char* s, Options* o) {
+  if (std::strcmp(s, "all") == 0) {
+    o->allTypes = true;
+    return true;
+  }
+  for (const TypeAlias& a : kTypeAliases) {
+    if (strcasecmp(s, a.name) == 0) {
+      o->allTypes = false;
+      o->dtype = a.dt;
+      return true;
+    }
+  }
+  return false;
+}
+
+bool parseOp(const char* s, Options* o) {
+  if (std::strcmp(s, "all") == 0) {
+    o->allOps = true;
+    return true;
+  }
+  for (braidRedOp_t op : kAllOps) {
+    if (strcasecmp(s, redOpName(op)) == 0) {
+      o->allOps = false;
+      o->op = op;
+      return true;
+    }
+  }
+  return false;
+}
+
+// "-b (--minbytes)": messages name both spellings, since the user may have typed either.
+std::string flagName(const option* longOpts, int c) {
+  std::string s = std::string("-") + static_cast<char>(c);
+  for (const option* lo = longOpts; lo->name; ++lo)
+    if (lo->val == c) return s + " (--" + lo->name + ")";
+  return s;
+}
+
+// Parses argv into *o. Returns -1 to go on, or the exit status (0 after -h, 2 on bad input).
+int parseArgs(const Tool& tool, int argc, char** argv, Options* o) {
+  static const option kLong[] = {
+      {"minbytes", required_argument, nullptr, 'b'},     {"maxbytes", required_argument, nullptr, 'e'},
+      {"stepbytes", required_argument, nullptr, 'i'},    {"stepfactor", required_argument, nullptr, 'f'},
+      {"iters", required_argument, nullptr, 'n'},        {"warmup_iters", required_argument, nullptr, 'w'},
+      {"check", required_argument, nullptr, 'c'},        {"op", required_argument, nullptr, 'o'},
+      {"datatype", required_argument, nullptr, 'd'},     {"root", required_argument, nullptr, 'r'},
+      {"average", required_argument, nullptr, 'a'},      {"json", required_argument, nullptr, 'J'},
+      {"nthreads", required_argument, nullptr, 't'},     {"ngpus", required_argument, nullptr, 'g'},
+      {"help", no_argument, nullptr, 'h'},               {nullptr, 0, nullptr, 0},
+  };
+  const bool quiet = quietRank();
+  auto bad = [&](const char* flag, const char* value, const char* want) {
+    if (!quiet) std::fprintf(stderr, "%s: invalid value '%s' for %s: expected %s\n", tool.name, value, flag, want);
+    return kExitUsage;
+  };
+  bool stepBytesGiven = false;
+  opterr = 0;  // we name the flag ourselves
+  optind = 1;
+  int c;
+  while ((c = getopt_long(argc, argv, ":b:e:i:f:n:w:c:o:d:r:a:J:t:g:h", kLong, nullptr)) != -1) {
+    long long v = 0;
+    const std::string flagText = flagName(kLong, c);
+    const char* f = flagText.c_str();
+    switch (c) {
+      case 'b':
+        if (!parseSize(optarg, &o->minBytes)) return bad(f, optarg, "a size in bytes such as 8, 64K, 16M or 1G");
+        break;
+      case 'e':
+        if (!parseSize(optarg, &o->maxBytes)) return bad(f, optarg, "a size in bytes such as 8, 64K, 16M or 1G");
+        break;
+      case 'i':
+        if (!parseSize(optarg, &o->stepBytes)) return bad(f, optarg, "a size in bytes such as 1M");
+        stepBytesGiven = true;
+        break;
+      case 'f':
+        if (!parseInt(optarg, 1, 1 << 20, &v)) return bad(f, optarg, "an integer factor >= 1");
+        o->stepFactor = static_cast<size_t>(v);
+        break;
+      case 'n':
+        if (!parseInt(optarg, 1, std::numeric_limits<int>::max(), &v)) return bad(f, optarg, "an integer >= 1");
+        o->iters = static_cast<int>(v);
+        break;
+      case 'w':
+        if (!parseInt(optarg, 0, std::numeric_limits<int>::max(), &v)) return bad(f, optarg, "an integer >= 0");
+        o->warmup = static_cast<int>(v);
+        break;
+      case 'c':
+        if (!parseInt(optarg, 0, 1000000, &v)) return bad(f, optarg, "0 (off) or the number of checks, e.g. 1");
+        o->check = static_cast<int>(v);
+        break;
+      case 'o':
+        if (!parseOp(optarg, o)) return bad(f, optarg, "sum, prod, max, min, avg or all");
+        break;
+      case 'd':
+        if (!parseType(optarg, o))
+          return bad(f, optarg,
+                     "int8, uint8, int32, uint32, int64, uint64, half, float16, bfloat16, float, float32, double, "
+                     "float64 or all");
+        break;
+      case 'r':
+        if (std::strcmp(optarg, "all") == 0) {
+          o->root = -1;
+        } else if (parseInt(optarg, -1, std::numeric_limits<int>::max(), &v)) {
+          o->root = static_cast<int>(v);
+        } else {
+          return bad(f, optarg, "a rank >= 0, or all (-1)");
+        }
+        break;
+      case 'a':
+        if (!parseInt(optarg, 0, 3, &v)) return bad(f, optarg, "0 (rank 0), 1 (mean), 2 (min) or 3 (max)");
+        o->average = static_cast<int>(v);
+        break;
+      case 'J':
+        if (!*optarg) return bad(f, optarg, "a file name");
+        o->jsonFile = optarg;
+        break;
+      case 't':
+      case 'g':
+        // One rank per process: more ranks come from the launcher, not from threads or GPUs.
+        if (!parseInt(optarg, 1, 1, &v))
+          return bad(f, optarg, "1 (braid runs one rank per process; use braidrun -np N for more ranks)");
+        break;
+      case 'h':
+        if (!quiet) printUsage(tool, stdout);
+        return kExitOk;
+      case ':':
+        if (!quiet) std::fprintf(stderr, "%s: option %s needs a value (see -h)\n", tool.name, argv[optind - 1]);
+        return kExitUsage;
+      default:  // '?'
+        if (!quiet) {
+          if (optopt)
+            std::fprintf(stderr, "%s: unknown option '-%c' (see -h)\n", tool.name, optopt);
+          else
+            std::fprintf(stderr, "%s: unknown option '%s' (see -h)\n", tool.name, argv[optind - 1]);
+        }
+        return kExitUsage;
+    }
+  }
+  if (optind < argc) {
+    if (!quiet) std::fprintf(stderr, "%s: unexpected argument '%s' (see -h)\n", tool.name, argv[optind]);
+    return kExitUsage;
+  }
+  if (o->minBytes > o->maxBytes) {
+    if (!quiet)
+      std::fprintf(stderr, "%s: -b (minbytes %zu) is larger than -e (maxbytes %zu)\n", tool.name, o->minBytes,
+                   o->maxBytes);
+    return kExitUsage;
+  }
+  if (o->stepFactor <= 1 && o->stepBytes == 0 && o->minBytes < o->maxBytes) {
+    if (!quiet)
+      std::fprintf(stderr, "%s: %s is 0 and -f is not > 1, so the size would never grow\n", tool.name,
+                   stepBytesGiven ? "-i" : "the step");
+    return kExitUsage;
+  }
+  return -1;
+}
+
+// ---- run state ---------------------------------------------------------------------------
+
+struct Placement {
+  double timeUs = 0;
+  double algBw = 0;
+  double busBw = 0;
+  long long wrong = -1;  // -1: not checked
+};
+
+struct Row {
+  size_t bytes;
+  size_t count;
+  braidDataType_t dtype;
+  const char* redop;
+  int root;
+  Placement outOfPlace, inPlace;
+};
+
+struct RankInfo {
+  int pid;
+  std::string host;
+};
+
+struct Run {
+  const Tool* tool = nullptr;
+  Options opts;
+  std::string commandLine;
+  std::string date;
+  braidComm_t comm = nullptr;
+  int rank = 0;
+  int nranks = 1;
+  int version = 0;
+  std::vector<RankInfo> ranks;
+  std::vector<Row> rows;
+  int failedChecks = 0;  // (row, placement) pairs with wrong elements: nccl-tests' "out of bounds"
+  double busBwSum = 0;
+  int busBwCount = 0;
+};
+
+std::string versionString(int code) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%d.%d.%d", code / 10000, code / 100 % 100, code % 100);
+  return buf;
+}
+
+std::string jsonEscape(const std::string& s) {
+  std::string out;
+  for (unsigned char ch : s) {
+    switch (ch) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (ch < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof(buf), "\\u%04x", ch);
+          out += buf;
+        } else {
+          out += static_cast<char>(ch);
+        }
+    }
+  }
+  return out;
+}
+
+// JSON has no inf or NaN; a zero-time row (count 0 on a fast path) would otherwise produce one.
+std::string jsonNumber(double v) {
+  if (!std::isfinite(v)) return "null";
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.6g", v);
+  return buf;
+}
+
+void appendPlacement(std::string* out, const char* key, const Placement& p) {
+  *out += std::string("\"") + key + "\": {\"time_us\": " + jsonNumber(p.timeUs) + ", \"algbw\": " +
+          jsonNumber(p.algBw) + ", \"busbw\": " + jsonNumber(p.busBw) +
+          ", \"wrong\": " + (p.wrong < 0 ? std::string("null") : std::to_string(p.wrong)) + "}";
+}
+
+// Rank 0 writes the whole file at the end (or when a call fails, with "error" set), so a
+// reader never sees a half-written row.
+void writeJson(const Run& run, const std::string& error) {
+  if (run.rank != 0 || run.opts.jsonFile.empty()) return;
+  const Options& o = run.opts;
+  std::string s = "{\n";
+  s += "  \"tool\": \"" + jsonEscape(run.tool->name) + "\",\n";
+  s += "  \"braid_version\": \"" + versionString(run.version) + "\",\n";
+  s += "  \"nranks\": " + std::to_string(run.nranks) + ",\n";
+  s += "  \"busbw_factor\": \"" + jsonEscape(run.tool->busFactorText) + "\",\n";
+  s += "  \"command\": \"" + jsonEscape(run.commandLine) + "\",\n";
+  s += "  \"date\": \"" + run.date + "\",\n";
+  s += "  \"ranks\": [";
+  for (size_t i = 0; i < run.ranks.size(); ++i)
+    s += (i ? ", " : "") + std::string("{\"rank\": ") + std::to_string(i) +
+         ", \"pid\": " + std::to_string(run.ranks[i].pid) + ", \"host\": \"" + jsonEscape(run.ranks[i].host) + "\"}";
+  s += "],\n";
+  s += "  \"params\": {\"minbytes\": " + std::to_string(o.minBytes) + ", \"maxbytes\": " + std::to_string(o.maxBytes) +
+       ", \"stepbytes\": " + std::to_string(o.stepBytes) + ", \"stepfactor\": " + std::to_string(o.stepFactor) +
+       ", \"iters\": " + std::to_string(o.iters) + ", \"warmup_iters\": " + std::to_string(o.warmup) +
+       ", \"check\": " + std::to_string(o.check) + ", \"average\": " + std::to_string(o.average) + "},\n";
+  s += "  \"results\": [";
+  for (size_t i = 0; i < run.rows.size(); ++i) {
+    const Row& r = run.rows[i];
+    s += i ? ",\n    {" : "\n    {";
+    s += "\"size\": " + std::to_string(r.bytes) + ", \"count\": " + std::to_string(r.count) + ", \"type\": \"" +
+         dataTypeName(r.dtype) + "\", \"redop\": \"" + r.redop + "\", \"root\": " + std::to_string(r.root) + ", ";
+    appendPlacement(&s, "out_of_place", r.outOfPlace);
+    s += ", ";
+    appendPlacement(&s, "in_place", r.inPlace);
+    s += "}";
+  }
+  s += run.rows.empty() ? "],\n" : "\n  ],\n";
+  s += "  \"out_of_bounds\": " + std::to_string(run.failedChecks) + ",\n";
+  s += "  \"avg_busbw\": " + jsonNumber(run.busBwCount ? run.busBwSum / run.busBwCount : 0.0) + ",\n";
+  s += "  \"error\": " + (error.empty() ? std::string("null") : "\"" + jsonEscape(error) + "\"") + "\n";
+  s += "}\n";
+  FILE* f = std::fopen(run.opts.jsonFile.c_str(), "w");
+  if (!f || std::fwrite(s.data(), 1, s.size(), f) != s.size() || std::fclose(f) != 0) {
+    std::fprintf(stderr, "%s: cannot write %s: %s\n", run.tool->name, run.opts.jsonFile.c_str(), std::strerror(errno));
+  }
+}
+
+// A failed braid call ends the run: the message names the rank and the call, the JSON keeps
+// what was measured, and aborting the communicator makes the other ranks fail fast instead
+// of waiting for this one.
+[[noreturn]] void fail(Run& run, const char* call, braidResult_t result) {
+  std::string msg = std::string(call) + " failed on rank " + std::to_string(run.rank) + ": " +
+                    braidGetErrorString(result);
+  const char* detail = braidGetLastError(run.comm);
+  if (detail && *detail) msg += std::string(": ") + detail;
+  std::fflush(stdout);
+  std::fprintf(stderr, "%s: %s\n", run.tool->name, msg.c_str());
+  writeJson(run, msg);
+  if (run.comm) (void)braidCommAbort(run.comm);
+  std::exit(kExitFailed);
+}
+
+void ok(Run& run, braidResult_t result, const char* call) {
+  if (result != braidSuccess) fail(run, call, result);
+}
+
+// Lines up the ranks before a timed loop, so that no rank's time includes waiting for a
+// late peer to arrive.
+void syncRanks(Run& run) {
+  int32_t token = 0;
+  ok(run, braidAllReduce(&token, &token, 1, braidInt32, braidSum, run.comm, nullptr), "braidAllReduce (sync)");
+}
+
+// Combines each rank's mean time as -a asks (nccl-tests' Allreduce(average)).
+double combineTime(Run& run, double seconds) {
+  if (run.opts.average == 0 || run.nranks == 1) return seconds;
+  braidRedOp_t op = run.opts.average == 2 ? braidMin : run.opts.average == 3 ? braidMax : braidSum;
+  ok(run, braidAllReduce(&seconds, &seconds, 1, braidFloat64, op, run.comm, nullptr), "braidAllReduce (time)");
+  return run.opts.average == 1 ? seconds / run.nranks : seconds;
+}
+
+// "pid host" of every rank, in rank order. The API has no allgather, so each rank writes its
+// own slot of a zeroed buffer and a uint8 sum assembles them: every byte has one non-zero
+// contributor, so the sum is exact.
+void gatherRankLines(Run& run) {
+  constexpr size_t kSlot = 128;
+  std::vector<uint8_t> slots(kSlot * static_cast<size_t>(run.nranks), 0);
+  char host[64] = {0};
+  gethostname(host, sizeof(host) - 1);
+  std::snprintf(reinterpret_cast<char*>(&slots[kSlot * static_cast<size_t>(run.rank)]), kSlot - 1, "%d %s",
+                static_cast<int>(getpid()), host);
+  ok(run, braidAllReduce(slots.data(), slots.data(), slots.size(), braidUint8, braidSum, run.comm, nullptr),
+     "braidAllReduce (rank info)");
+  for (int r = 0; r < run.nranks; ++r) {
+    char* slot = reinterpret_cast<char*>(&slots[kSlot * static_cast<size_t>(r)]);
+    slot[kSlot - 1] = 0;
+    RankInfo info{0, ""};
+    char* space = std::strchr(slot, ' ');
+    info.pid = std::atoi(slot);
+    if (space) info.host = space + 1;
+    run.ranks.push_back(info);
+  }
+}
+
+struct Buffers {
+  uint8_t* send = nullptr;
+  uint8_t* recv = nullptr;
+  size_t sendBytes = 0;
+  size_t recvBytes = 0;
+};
+
+// Page-aligned and touched once, so that page faults land here and not in the first timing.
+uint8_t* allocTouched(size_t bytes) {
+  size_t rounded = (std::max<size_t>(bytes, 1) + 4095) / 4096 * 4096;
+  auto* p = static_cast<uint8_t*>(std::aligned_alloc(4096, rounded));
+  if (p) std::memset(p, 0, rounded);
+  return p;
+}
+
+// Sets up one operation's arguments and pointers, and fills the buffers: sentinel in the
+// receive buffer (so an element the library never writes is caught), then the input.
+void prepare(const Run& run, const OpArgs& args, Buffers& buf, uint8_t** send, uint8_t** recv) {
+  const size_t elt = dataTypeSize(args.dtype);
+  const CollCounts& c = args.counts;
+  const size_t rank = static_cast<size_t>(args.rank);
+  if (args.inPlace) {
+    *send = buf.recv + c.sendInPlaceOffset * rank * elt;
+    *recv = buf.recv + c.recvInPlaceOffset * rank * elt;
+    size_t span = std::max(c.sendInPlaceOffset * rank + c.sendCount, c.recvInPlaceOffset * rank + c.recvCount);
+    fillSentinel(args.dtype, buf.recv, span);
+  } else {
+    *send = buf.send;
+    *recv = buf.recv;
+    fillSentinel(args.dtype, buf.recv, c.recvCount);
+  }
+  run.tool->initInput(args, *send);
+}
+
+using Clock = std::chrono::steady_clock;
+
+// Times one placement of one row, then checks it (-c) on freshly initialised buffers: in
+// place, the timed loop feeds each result back in as the next input, so the buffer no longer
+// holds anything a reference can predict (nccl-tests checks the same way).
+Placement measure(Run& run, const OpArgs& args, Buffers& buf, size_t rowBytes) {
+  const Tool& tool = *run.tool;
+  uint8_t* send = nullptr;
+  uint8_t* recv = nullptr;
+  prepare(run, args, buf, &send, &recv);
+  for (int i = 0; i < run.opts.warmup; ++i) ok(run, tool.run(args, send, recv, run.comm), tool.apiName);
+  syncRanks(run);
+  const auto t0 = Clock::now();
+  for (int i = 0; i < run.opts.iters; ++i) ok(run, tool.run(args, send, recv, run.comm), tool.apiName);
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count() / run.opts.iters;
+
+  Placement p;
+  const double t = combineTime(run, seconds);
+  p.timeUs = t * 1e6;
+  p.algBw = t > 0 ? static_cast<double>(rowBytes) / 1e9 / t : 0.0;
+  p.busBw = p.algBw * tool.busFactor(run.nranks);
+
+  if (run.opts.check > 0) {
+    p.wrong = 0;
+    for (int c = 0; c < run.opts.check && p.wrong == 0; ++c) {
+      prepare(run, args, buf, &send, &recv);
+      ok(run, tool.run(args, send, recv, run.comm), tool.apiName);
+      int64_t wrong = static_cast<int64_t>(tool.check(args, recv));
+      ok(run, braidAllReduce(&wrong, &wrong, 1, braidInt64, braidSum, run.comm, nullptr), "braidAllReduce (#wrong)");
+      p.wrong = wrong;
+    }
+    if (p.wrong > 0) ++run.failedChecks;
+  }
+  run.busBwSum += p.busBw;
+  ++run.busBwCount;
+  return p;
+}
+
+// nccl-tests' time column: as many decimals as fit in 7 characters.
+std::string formatTime(double us) {
+  char buf[32];
+  if (us >= 10000.0)
+    std::snprintf(buf, sizeof(buf), "%7.0f", us);
+  else if (us >= 100.0)
+    std::snprintf(buf, sizeof(buf), "%7.1f", us);
+  else
+    std::snprintf(buf, sizeof(buf), "%7.2f", us);
+  return buf;
+}
+
+void printPlacement(const Placement& p) {
+  char wrong[32];
+  if (p.wrong < 0)
+    std::snprintf(wrong, sizeof(wrong), "N/A");
+  else
+    std::snprintf(wrong, sizeof(wrong), "%lld", p.wrong);
+  std::printf("  %7s  %6.2f  %6.2f  %5s", formatTime(p.timeUs).c_str(), p.algBw, p.busBw, wrong);
+}
+
+void printHeader(const Run& run) {
+  const Options& o = run.opts;
+  std::printf("# braid version %s, %d rank%s\n", versionString(run.version).c_str(), run.nranks,
+              run.nranks == 1 ? "" : "s");
+  std::printf("# %s: minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %d validation: %d average: %d\n",
+              run.tool->name, o.minBytes, o.maxBytes, o.stepFactor > 1 ? o.stepFactor : o.stepBytes,
+              o.stepFactor > 1 ? "factor" : "bytes", o.warmup, o.iters, o.check, o.average);
+  std::printf("#\n");
+  for (size_t r = 0; r < run.ranks.size(); ++r)
+    std::printf("#  Rank %2zu Pid %6d on %10s\n", r, run.ranks[r].pid, run.ranks[r].host.c_str());
+  std::printf("#\n");
+  std::printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n", "", "",
+              "", "", "");
+  std::printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s\n", "size", "count", "type", "redop",
+              "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
+  std::printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s\n", "(B)", "(elements)", "", "", "",
+              "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
+  std::fflush(stdout);
+}
+
+// Sweeps the sizes for one (type, op, root), printing a row per size.
+void sweep(Run& run, Buffers& buf, braidDataType_t dt, braidRedOp_t op, int root) {
+  const Tool& tool = *run.tool;
+  const Options& o = run.opts;
+  const size_t elt = dataTypeSize(dt);
+  size_t lastParam = std::numeric_limits<size_t>::max();
+  for (size_t size = o.minBytes; size <= o.maxBytes;) {
+    OpArgs args{dt, op, root, run.rank, run.nranks, false, tool.counts(size / elt, run.nranks)};
+    const CollCounts& c = args.counts;
+    // Sizes round down to whole elements; skip the empty and repeated counts that leaves,
+    // except a count of 0 the user asked for with -b 0.
+    const bool run0 = size == 0 && c.paramCount == 0;
+    if ((c.paramCount > 0 || run0) && c.paramCount != lastParam) {
+      lastParam = c.paramCount;
+      Row row{std::max(c.sendCount, c.recvCount) * elt, c.paramCount, dt,
+              tool.hasRedOp ? redOpName(op) : "none", tool.hasRoot ? root : -1, {}, {}};
+      row.outOfPlace = measure(run, args, buf, row.bytes);
+      args.inPlace = true;
+      row.inPlace = measure(run, args, buf, row.bytes);
+      if (run.rank == 0) {
+        std::printf("%12zu  %12zu  %8s  %6s  %6d", row.bytes, row.count, dataTypeName(dt), row.redop, row.root);
+        printPlacement(row.outOfPlace);
+        printPlacement(row.inPlace);
+        std::printf("\n");
+        std::fflush(stdout);
+      }
+      run.rows.push_back(row);
+    }
+    size_t next;
+    if (o.stepFactor > 1) {
+      if (size > o.maxBytes / o.stepFactor) break;
+      next = size == 0 ? 1 : size * o.stepFactor;
+    } else {
+      if (o.stepBytes == 0 || size > o.maxBytes - o.stepBytes) break;
+      next = size + o.stepBytes;
+    }
+    size = next;
+  }
+}
+
+std::string joinCommandLine(int argc, char** argv) {
+  std::string s;
+  for (int i = 0; i < argc; ++i) {
+    std::string a = argv[i];
+    if (i) s += ' ';
+    if (a.find_first_of(" \t'\"\\$`") == std::string::npos && !a.empty()) {
+      s += a;
+    } else {
+      s += '\'';
+      for (char ch : a) s += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+      s += '\'';
+    }
+  }
+  return s;
+}
+
+std::string isoDateUtc() {
+  std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+}  // namespace
+
+int runTool(const Tool& tool, int argc, char** argv) {
+  Run run;
+  run.tool = &tool;
+  int status = parseArgs(tool, argc, argv, &run.opts);
+  if (status >= 0) return status;
+  const Options& o = run.opts;
+  run.commandLine = joinCommandLine(argc, argv);
+  run.date = isoDateUtc();
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+
+  if (braidGetVersion(&run.version) != braidSuccess) run.version = BRAID_VERSION_CODE;
+  braidResult_t r = braidCommInitFromEnv(&run.comm);
+  if (r != braidSuccess) {
+    std::fprintf(stderr, "%s: braidCommInitFromEnv failed: %s: %s\n", tool.name, braidGetErrorString(r),
+                 braidGetLastError(nullptr));
+    return kExitFailed;
+  }
+  ok(run, braidCommUserRank(run.comm, &run.rank), "braidCommUserRank");
+  ok(run, braidCommCount(run.comm, &run.nranks), "braidCommCount");
+
+  if (tool.hasRoot && o.root >= run.nranks) {
+    // Every rank sees the same root and rank count, so all exit here together.
+    if (run.rank == 0)
+      std::fprintf(stderr, "%s: invalid value %d for -r: the root must be below the rank count %d (or all)\n",
+                   tool.name, o.root, run.nranks);
+    (void)braidCommDestroy(run.comm);
+    return kExitUsage;
+  }
+
+  std::vector<braidDataType_t> types;
+  if (o.allTypes)
+    types.assign(std::begin(kAllTypes), std::end(kAllTypes));
+  else
+    types.push_back(o.dtype);
+  std::vector<braidRedOp_t> ops;
+  if (tool.hasRedOp && o.allOps)
+    ops.assign(std::begin(kAllOps), std::end(kAllOps));
+  else
+    ops.push_back(o.op);
+  std::vector<int> roots;
+  if (tool.hasRoot && o.root < 0) {
+    for (int i = 0; i < run.nranks; ++i) roots.push_back(i);
+  } else {
+    roots.push_back(tool.hasRoot ? o.root : -1);
+  }
+
+  // Buffers for the largest message of any type in the run, shared by all rows.
+  Buffers buf;
+  for (braidDataType_t dt : types) {
+    const size_t elt = dataTypeSize(dt);
+    CollCounts c = tool.counts(o.maxBytes / elt, run.nranks);
+    buf.sendBytes = std::max(buf.sendBytes, c.sendCount * elt);
+    buf.recvBytes = std::max({buf.recvBytes, c.recvCount * elt, c.sendCount * elt});
+  }
+  buf.send = allocTouched(buf.sendBytes);
+  buf.recv = allocTouched(buf.recvBytes);
+  if (!buf.send || !buf.recv) {
+    std::fprintf(stderr, "%s: rank %d: cannot allocate %zu + %zu bytes of buffers\n", tool.name, run.rank,
+                 buf.sendBytes, buf.recvBytes);
+    (void)braidCommAbort(run.comm);
+    return kExitFailed;
+  }
+
+  gatherRankLines(run);
+  if (run.rank == 0) printHeader(run);
+
+  for (braidDataType_t dt : types)
+    for (braidRedOp_t op : ops)
+      for (int root : roots) sweep(run, buf, dt, op, root);
+
+  if (run.rank == 0) {
+    std::printf("# Out of bounds values : %d %s\n", run.failedChecks, run.failedChecks ? "FAILED" : "OK");
+    std::printf("# Avg bus bandwidth    : %g\n", run.busBwCount ? run.busBwSum / run.busBwCount : 0.0);
+    std::printf("#\n");
+    std::fflush(stdout);
+  }
+  writeJson(run, "");
+  std::free(buf.send);
+  std::free(buf.recv);
+  r = braidCommDestroy(run.comm);
+  if (r != braidSuccess) {
+    std::fprintf(stderr, "%s: braidCommDestroy failed on rank %d: %s: %s\n", tool.name, run.rank,
+                 braidGetErrorString(r), braidGetLastError(nullptr));
+    return kExitFailed;
+  }
+  return run.failedChecks ? kExitFailed : kExitOk;
+}
+
+}  // namespace braid::perf

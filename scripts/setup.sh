@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs what braid needs from Debian's packages (when missing), then configures and
+# builds into $BUILD_DIR (default ./build). Sourced by run.sh and test.sh; safe to re-run.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
+
+# Required to build and test; the rest are detected and reported by the configure step, and
+# OpenMPI + Gloo are the peers the benchmarks compare against.
+PACKAGES=(cmake g++ make pkg-config libhwloc-dev hwloc catch2 iproute2
+          openmpi-bin libopenmpi-dev libgloo-dev libucx-dev libibverbs-dev graphviz)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "== installing: ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" = 0 ] || SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -q >/dev/null
+  $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+JOBS="${JOBS:-$(nproc)}"
+echo "== configuring $BUILD_DIR"
+cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-Release}" ${CMAKE_ARGS:-} | grep -E "^-- (  |braid)" || true
+echo "== building with $JOBS jobs"
+cmake --build "$BUILD_DIR" -j "$JOBS" 2>&1 | grep -E "error|warning: unused|^make.*Error" || true
+# The grep above only trims output; fail if the build itself failed.
+cmake --build "$BUILD_DIR" -j "$JOBS" >/dev/null

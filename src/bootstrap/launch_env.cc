@@ -1,0 +1,196 @@
+#include "bootstrap/launch_env.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+namespace braid::bootstrap {
+
+namespace {
+
+using Getenv = std::function<const char*(const char*)>;
+
+// An unset and an empty variable mean the same: launchers and shells often export empty
+// values rather than unsetting them.
+const char* lookup(const Getenv& getenv, const char* name) {
+  const char* v = getenv(name);
+  return v && *v ? v : nullptr;
+}
+
+Status badValue(const char* name, const char* value, const std::string& why) {
+  return invalidArgument(std::string(name) + "='" + value + "' " + why);
+}
+
+// A whole-string decimal integer in [lo, hi].
+Status parseInt(const char* name, const char* value, long lo, long hi, int* out) {
+  errno = 0;
+  char* end = nullptr;
+  long v = std::strtol(value, &end, 10);
+  if (end == value || *end != '\0' || errno == ERANGE || value[0] == ' ' || value[0] == '+')
+    return badValue(name, value, "is not an integer");
+  if (v < lo || v > hi) {
+    if (v < 0 && lo >= 0) return badValue(name, value, "must not be negative");
+    return badValue(name, value, "is out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  }
+  *out = static_cast<int>(v);
+  return Status::ok();
+}
+
+Status requireInt(const Getenv& getenv, const char* name, const std::string& launcher, long lo, long hi, int* out) {
+  const char* v = lookup(getenv, name);
+  if (!v) return invalidArgument(launcher + " launch: " + name + " is not set");
+  return parseInt(name, v, lo, hi, out);
+}
+
+Status optionalInt(const Getenv& getenv, const char* name, long lo, long hi, int* out) {
+  const char* v = lookup(getenv, name);
+  if (!v) return Status::ok();
+  return parseInt(name, v, lo, hi, out);
+}
+
+constexpr long kMaxRanks = 1 << 24;
+
+// "host:port"; the last colon splits, so a bracketed IPv6 literal would not be mistaken for
+// a port (IPv4 and host names are what the store supports).
+Status parseStoreAddr(const char* name, const char* value, std::string* host, int* port) {
+  const char* colon = std::strrchr(value, ':');
+  if (!colon) return badValue(name, value, "is not host:port");
+  *host = std::string(value, colon);
+  if (host->empty()) return badValue(name, value, "has no host (want host:port)");
+  Status ps = parseInt("port", colon + 1, 1, 65535, port);
+  if (!ps.isOk()) return badValue(name, value, "has a bad port: " + ps.message());
+  return Status::ok();
+}
+
+Status parseBool(const char* name, const char* value, bool* out) {
+  if (!std::strcmp(value, "1") || !strcasecmp(value, "true") || !strcasecmp(value, "yes")) {
+    *out = true;
+    return Status::ok();
+  }
+  if (!std::strcmp(value, "0") || !strcasecmp(value, "false") || !strcasecmp(value, "no")) {
+    *out = false;
+    return Status::ok();
+  }
+  return badValue(name, value, "is not a boolean (1/0, true/false)");
+}
+
+Status checkRanks(LaunchEnv& e, const char* rankVar, const char* sizeVar, const char* localRankVar,
+                  const char* localSizeVar) {
+  if (e.rank >= e.worldSize)
+    return invalidArgument(std::string(rankVar) + "=" + std::to_string(e.rank) + " must be less than " + sizeVar + "=" +
+                           std::to_string(e.worldSize));
+  if (e.localSize > e.worldSize)
+    return invalidArgument(std::string(localSizeVar) + "=" + std::to_string(e.localSize) + " exceeds " + sizeVar + "=" +
+                           std::to_string(e.worldSize));
+  if (e.localRank >= 0 && e.localSize > 0 && e.localRank >= e.localSize)
+    return invalidArgument(std::string(localRankVar) + "=" + std::to_string(e.localRank) + " must be less than " +
+                           localSizeVar + "=" + std::to_string(e.localSize));
+  return Status::ok();
+}
+
+// BRAID_STORE_ADDR (honouring BRAID_STORE_EXTERNAL), else MASTER_ADDR:MASTER_PORT.
+Status storeFromBraidOrMaster(const Getenv& getenv, const std::string& launcher, LaunchEnv* e) {
+  if (const char* addr = lookup(getenv, "BRAID_STORE_ADDR")) {
+    BRAID_RETURN_IF_ERROR(parseStoreAddr("BRAID_STORE_ADDR", addr, &e->storeHost, &e->storePort));
+    bool external = false;
+    if (const char* x = lookup(getenv, "BRAID_STORE_EXTERNAL")) BRAID_RETURN_IF_ERROR(parseBool("BRAID_STORE_EXTERNAL", x, &external));
+    e->serveStore = e->rank == 0 && !external;
+    return Status::ok();
+  }
+  const char* host = lookup(getenv, "MASTER_ADDR");
+  const char* port = lookup(getenv, "MASTER_PORT");
+  if (host && port) {
+    e->storeHost = host;
+    BRAID_RETURN_IF_ERROR(parseInt("MASTER_PORT", port, 1, 65535, &e->storePort));
+    e->serveStore = e->rank == 0;
+    return Status::ok();
+  }
+  if (host || port)
+    return invalidArgument(launcher + " launch: " + (host ? "MASTER_PORT" : "MASTER_ADDR") + " is not set (" +
+                           (host ? "MASTER_ADDR" : "MASTER_PORT") + " is)");
+  return invalidArgument(launcher + " launch needs the rendezvous store's address: set BRAID_STORE_ADDR=host:port, "
+                         "or MASTER_ADDR and MASTER_PORT");
+}
+
+StatusOr<LaunchEnv> fromBraid(const Getenv& getenv) {
+  LaunchEnv e;
+  e.source = "braid";
+  BRAID_RETURN_IF_ERROR(requireInt(getenv, "BRAID_WORLD_SIZE", "braid", 1, kMaxRanks, &e.worldSize));
+  BRAID_RETURN_IF_ERROR(requireInt(getenv, "BRAID_RANK", "braid", 0, kMaxRanks, &e.rank));
+  BRAID_RETURN_IF_ERROR(optionalInt(getenv, "BRAID_LOCAL_RANK", 0, kMaxRanks, &e.localRank));
+  BRAID_RETURN_IF_ERROR(optionalInt(getenv, "BRAID_LOCAL_SIZE", 1, kMaxRanks, &e.localSize));
+  BRAID_RETURN_IF_ERROR(checkRanks(e, "BRAID_RANK", "BRAID_WORLD_SIZE", "BRAID_LOCAL_RANK", "BRAID_LOCAL_SIZE"));
+  const char* addr = lookup(getenv, "BRAID_STORE_ADDR");
+  if (!addr) return invalidArgument("braid launch: BRAID_STORE_ADDR is not set (want host:port of the rendezvous store)");
+  BRAID_RETURN_IF_ERROR(storeFromBraidOrMaster(getenv, "braid", &e));
+  return e;
+}
+
+StatusOr<LaunchEnv> fromTorchrun(const Getenv& getenv) {
+  LaunchEnv e;
+  e.source = "torchrun";
+  BRAID_RETURN_IF_ERROR(requireInt(getenv, "WORLD_SIZE", "torchrun", 1, kMaxRanks, &e.worldSize));
+  BRAID_RETURN_IF_ERROR(requireInt(getenv, "RANK", "torchrun", 0, kMaxRanks, &e.rank));
+  BRAID_RETURN_IF_ERROR(optionalInt(getenv, "LOCAL_RANK", 0, kMaxRanks, &e.localRank));
+  BRAID_RETURN_IF_ERROR(optionalInt(getenv, "LOCAL_WORLD_SIZE", 1, kMaxRanks, &e.localSize));
+  BRAID_RETURN_IF_ERROR(checkRanks(e, "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"));
+  const char* host = lookup(getenv, "MASTER_ADDR");
+  if (!host) return invalidArgument("torchrun launch: MASTER_ADDR is not set");
+  const char* port = lookup(getenv, "MASTER_PORT");
+  if (!port) return invalidArgument("torchrun launch: MASTER_PORT is not set");
+  e.storeHost = host;
+  int masterPort = 0;
+  BRAID_RETURN_IF_ERROR(parseInt("MASTER_PORT", port, 1, 65535, &masterPort));
+  bool agentStore = false;
+  if (const char* a = lookup(getenv, "TORCHELASTIC_USE_AGENT_STORE"))
+    BRAID_RETURN_IF_ERROR(parseBool("TORCHELASTIC_USE_AGENT_STORE", a, &agentStore));
+  if (agentStore && masterPort == 65535)
+    return badValue("MASTER_PORT", port, "leaves no port for braid's store (it uses MASTER_PORT+1 beside torch's agent store)");
+  e.storePort = agentStore ? masterPort + 1 : masterPort;
+  e.serveStore = e.rank == 0;
+  return e;
+}
+
+StatusOr<LaunchEnv> fromOpenMpi(const Getenv& getenv) {
+  LaunchEnv e;
+  e.source = "openmpi";
+  BRAID_RETURN_IF_ERROR(requireInt(getenv, "OMPI_COMM_WORLD_SIZE", "OpenMPI", 1, kMaxRanks, &e.worldSize));
+  BRAID_RETURN_IF_ERROR(requireInt(getenv, "OMPI_COMM_WORLD_RANK", "OpenMPI", 0, kMaxRanks, &e.rank));
+  BRAID_RETURN_IF_ERROR(optionalInt(getenv, "OMPI_COMM_WORLD_LOCAL_RANK", 0, kMaxRanks, &e.localRank));
+  BRAID_RETURN_IF_ERROR(optionalInt(getenv, "OMPI_COMM_WORLD_LOCAL_SIZE", 1, kMaxRanks, &e.localSize));
+  BRAID_RETURN_IF_ERROR(checkRanks(e, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+                                   "OMPI_COMM_WORLD_LOCAL_SIZE"));
+  BRAID_RETURN_IF_ERROR(storeFromBraidOrMaster(getenv, "OpenMPI", &e));
+  return e;
+}
+
+StatusOr<LaunchEnv> fromSlurm(const Getenv& getenv) {
+  LaunchEnv e;
+  e.source = "slurm";
+  BRAID_RETURN_IF_ERROR(requireInt(getenv, "SLURM_NTASKS", "Slurm", 1, kMaxRanks, &e.worldSize));
+  BRAID_RETURN_IF_ERROR(requireInt(getenv, "SLURM_PROCID", "Slurm", 0, kMaxRanks, &e.rank));
+  BRAID_RETURN_IF_ERROR(optionalInt(getenv, "SLURM_LOCALID", 0, kMaxRanks, &e.localRank));
+  BRAID_RETURN_IF_ERROR(checkRanks(e, "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"));
+  BRAID_RETURN_IF_ERROR(storeFromBraidOrMaster(getenv, "Slurm", &e));
+  return e;
+}
+
+}  // namespace
+
+StatusOr<LaunchEnv> detectLaunchEnv(const Getenv& getenv) {
+  auto any = [&](std::initializer_list<const char*> names) {
+    for (const char* n : names)
+      if (lookup(getenv, n)) return true;
+    return false;
+  };
+  if (any({"BRAID_RANK", "BRAID_WORLD_SIZE"})) return fromBraid(getenv);
+  if (any({"RANK", "WORLD_SIZE"})) return fromTorchrun(getenv);
+  if (any({"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"})) return fromOpenMpi(getenv);
+  if (any({"SLURM_PROCID", "SLURM_NTASKS"})) return fromSlurm(getenv);
+  return invalidArgument(
+      "no launcher environment found: looked for BRAID_RANK/BRAID_WORLD_SIZE/BRAID_STORE_ADDR (braidrun), "
+      "RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT (torchrun), OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE (mpirun) and "
+      "SLURM_PROCID/SLURM_NTASKS (srun)");
+}
+
+}  // namespace braid::bootstrap

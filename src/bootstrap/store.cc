@@ -1,0 +1,80 @@
+#include "bootstrap/store.h"
+
+namespace braid::bootstrap {
+
+StatusOr<std::vector<std::string>> Store::multiGet(const std::vector<std::string>& keys, Deadline deadline) {
+  std::vector<std::string> values;
+  values.reserve(keys.size());
+  for (const auto& k : keys) {
+    BRAID_ASSIGN_OR_RETURN(std::string v, get(k, deadline));
+    values.push_back(std::move(v));
+  }
+  return values;
+}
+
+namespace {
+
+std::string rankKey(const std::string& prefix, int r) { return prefix + "/" + std::to_string(r); }
+
+// Turns a timed-out gather into a report that names who is missing: the store only knows
+// keys, but the caller (and the user reading the message) thinks in ranks.
+Status missingRanks(Store& store, const std::string& prefix, int nranks, const Status& timeout) {
+  std::vector<int> missing;
+  for (int r = 0; r < nranks; ++r) {
+    auto present = store.check({rankKey(prefix, r)});
+    if (!present.isOk()) return timeout;  // the store itself is gone; keep the first error
+    if (!present.value()) missing.push_back(r);
+  }
+  if (missing.empty()) return timeout;
+  std::string list;
+  for (size_t i = 0; i < missing.size() && i < 8; ++i) list += (i ? ", " : "") + std::to_string(missing[i]);
+  if (missing.size() > 8) list += ", ... (" + std::to_string(missing.size()) + " in all)";
+  return Status(Code::kTimeout,
+                "allGather '" + prefix + "' timed out waiting for rank(s) " + list + " of " + std::to_string(nranks),
+                missing[0]);
+}
+
+}  // namespace
+
+StatusOr<std::vector<std::string>> allGather(Store& store, const std::string& prefix, int rank, int nranks,
+                                             const std::string& value, Deadline deadline) {
+  if (nranks < 1 || rank < 0 || rank >= nranks)
+    return invalidArgument("allGather '" + prefix + "': rank " + std::to_string(rank) + " is outside [0, " +
+                           std::to_string(nranks) + ")");
+  BRAID_RETURN_IF_ERROR(store.set(rankKey(prefix, rank), value));
+  std::vector<std::string> keys;
+  keys.reserve(static_cast<size_t>(nranks));
+  for (int r = 0; r < nranks; ++r) keys.push_back(rankKey(prefix, r));
+  auto values = store.multiGet(keys, deadline);
+  if (!values.isOk()) {
+    if (values.status().code() == Code::kTimeout) return missingRanks(store, prefix, nranks, values.status());
+    return values.status().withContext("allGather '" + prefix + "'");
+  }
+  if (values.value().size() != keys.size())
+    return internalError("allGather '" + prefix + "': store returned " + std::to_string(values.value().size()) +
+                         " values for " + std::to_string(keys.size()) + " keys");
+  return values;
+}
+
+Status barrier(Store& store, const std::string& name, int nranks, Deadline deadline) {
+  if (nranks < 1) return invalidArgument("barrier '" + name + "': nranks " + std::to_string(nranks) + " < 1");
+  const std::string countKey = name + "/count";
+  const std::string doneKey = name + "/done";
+  BRAID_ASSIGN_OR_RETURN(int64_t arrived, store.add(countKey, 1));
+  // The last arrival opens the barrier with one key, so waiters need a single wake-up
+  // instead of polling a counter.
+  if (arrived == nranks) BRAID_RETURN_IF_ERROR(store.set(doneKey, "1"));
+  if (arrived > nranks)
+    return internalError("barrier '" + name + "': " + std::to_string(arrived) + " arrivals for " +
+                         std::to_string(nranks) + " ranks (was the name reused?)");
+  Status s = store.wait({doneKey}, deadline);
+  if (s.code() == Code::kTimeout) {
+    auto now = store.add(countKey, 0);
+    std::string seen = now.isOk() ? std::to_string(now.value()) : std::string("?");
+    return Status(Code::kTimeout, "barrier '" + name + "' timed out with " + seen + " of " + std::to_string(nranks) +
+                                      " ranks arrived");
+  }
+  return s.withContext("barrier '" + name + "'");
+}
+
+}  // namespace braid::bootstrap

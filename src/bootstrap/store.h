@@ -1,0 +1,49 @@
+#pragma once
+// The key-value store that ranks rendezvous through: braid's own TCP store, an in-memory
+// store for the in-process world, or an adapter to a foreign store (PyTorch's c10d::Store).
+// Values are opaque bytes. All methods are thread-safe and block at most until `timeout`.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/status.h"
+
+namespace braid::bootstrap {
+
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  // Sets `key` to `value`, waking every waiter on it.
+  virtual Status set(const std::string& key, const std::string& value) = 0;
+  // Waits until `key` exists, then returns its value; kTimeout naming the key otherwise.
+  virtual StatusOr<std::string> get(const std::string& key, Deadline deadline) = 0;
+  // Adds `delta` to the integer stored at `key` (absent = 0) and returns the new value.
+  virtual StatusOr<int64_t> add(const std::string& key, int64_t delta) = 0;
+  // Waits until every key exists.
+  virtual Status wait(const std::vector<std::string>& keys, Deadline deadline) = 0;
+  // Whether every key exists, without waiting.
+  virtual StatusOr<bool> check(const std::vector<std::string>& keys) = 0;
+  // Removes `key`; returns whether it existed.
+  virtual StatusOr<bool> deleteKey(const std::string& key) = 0;
+
+  // Waits until every key exists, then returns their values in `keys` order; kTimeout
+  // naming a missing key otherwise. The default calls get() per key; a networked store
+  // overrides it to fetch all values in one round trip (allGather at scale needs that).
+  virtual StatusOr<std::vector<std::string>> multiGet(const std::vector<std::string>& keys, Deadline deadline);
+};
+
+// Every rank's `value` for `prefix`, in rank order, once all `nranks` have published.
+// Blocks until then or `deadline`; on timeout the Status is kTimeout naming the first rank
+// that has not published (Status::rank()). Each rank sets "<prefix>/<rank>".
+StatusOr<std::vector<std::string>> allGather(Store& store, const std::string& prefix, int rank,
+                                             int nranks, const std::string& value,
+                                             Deadline deadline);
+// Returns once all `nranks` ranks have entered the barrier named `name`. A name is used
+// once: the keys under it stay behind, so a second barrier needs a distinct name (callers
+// append a sequence number or epoch). On timeout, the message says how many ranks arrived.
+Status barrier(Store& store, const std::string& name, int nranks, Deadline deadline);
+
+}  // namespace braid::bootstrap

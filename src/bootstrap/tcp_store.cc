@@ -1,0 +1,934 @@
+#include "bootstrap/tcp_store.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <deque>
+#include <set>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+
+#include "bootstrap/store_value.h"
+#include "common/log.h"
+
+namespace braid::bootstrap {
+
+namespace {
+
+constexpr uint64_t kListenId = 0;
+constexpr uint64_t kWakeId = 1;
+constexpr uint64_t kFirstConnId = 2;
+constexpr size_t kReadChunk = 64 * 1024;
+// A well-behaved client has one request in flight, so more than one frame's worth of
+// unprocessed input or unsent output means it is pipelining without reading: cut it off
+// before it costs the server unbounded memory.
+constexpr size_t kMaxBufferedIn = proto::kHeaderBytes + proto::kMaxPayloadBytes + kReadChunk;
+constexpr size_t kMaxBufferedOut = 2 * (proto::kHeaderBytes + size_t{proto::kMaxPayloadBytes});
+// Server-side waits are capped so deadline arithmetic cannot overflow (about 11 days).
+constexpr uint64_t kMaxWaitMs = 1000ull * 1000 * 1000;
+// How long a client waits for the server's own TIMEOUT reply beyond the deadline it sent.
+constexpr double kReplyGraceSec = 2.0;
+
+std::string errnoText(int err) { return std::strerror(err); }
+
+// Resolves an IPv4 address; "" and "0.0.0.0" mean any. Hostnames go through getaddrinfo.
+Status resolveIpv4(const std::string& host, int port, bool passive, sockaddr_in* out) {
+  std::memset(out, 0, sizeof(*out));
+  out->sin_family = AF_INET;
+  out->sin_port = htons(static_cast<uint16_t>(port));
+  if (host.empty() || host == "0.0.0.0") {
+    out->sin_addr.s_addr = htonl(INADDR_ANY);
+    return Status::ok();
+  }
+  if (inet_pton(AF_INET, host.c_str(), &out->sin_addr) == 1) return Status::ok();
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  if (passive) hints.ai_flags = AI_PASSIVE;
+  addrinfo* res = nullptr;
+  int rc = getaddrinfo(host.c_str(), nullptr, &hints, &res);
+  if (rc != 0 || !res) {
+    return Status(Code::kSystemError, "cannot resolve host '" + host + "': " +
+                                          (rc == EAI_SYSTEM ? errnoText(errno) : std::string(gai_strerror(rc))));
+  }
+  out->sin_addr = reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr;
+  freeaddrinfo(res);
+  return Status::ok();
+}
+
+std::string peerName(const sockaddr_in& sa) {
+  char buf[INET_ADDRSTRLEN] = "?";
+  inet_ntop(AF_INET, &sa.sin_addr, buf, sizeof(buf));
+  return std::string(buf) + ":" + std::to_string(ntohs(sa.sin_port));
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------
+// Server
+
+struct TcpStoreServer::Impl {
+  struct Conn {
+    uint64_t id = 0;
+    int fd = -1;
+    std::string peer;
+    std::string in;  // received bytes; in[inOff..] not yet decoded
+    size_t inOff = 0;
+    std::string out;  // encoded replies; out[outOff..] not yet sent
+    size_t outOff = 0;
+    uint32_t events = 0;  // interest registered with epoll
+    bool hello = false;
+    bool closeAfterFlush = false;  // refused in HELLO: send the reason, then hang up
+    bool dead = false;
+    // A parked GET/WAIT/MULTI_GET: the request, the key it waits on now, its deadline.
+    bool parked = false;
+    proto::Request pending;
+    std::string waitKey;
+    int64_t deadlineNs = 0;  // 0 = none
+  };
+
+  std::string name;
+  uint64_t expectedNonce = 0;
+  int listenFd = -1;
+  int epollFd = -1;
+  int wakeFd = -1;
+  std::thread thread;
+  std::atomic<bool> stopping{false};
+  std::atomic<uint64_t> accepted{0}, open{0}, rejected{0}, requests{0};
+
+  // Everything below belongs to the serving thread.
+  std::unordered_map<uint64_t, std::unique_ptr<Conn>> conns;
+  std::vector<uint64_t> graveyard;  // closed this iteration; freed at its end
+  uint64_t nextId = kFirstConnId;
+  std::unordered_map<std::string, std::string> data;
+  std::unordered_map<std::string, std::unordered_set<uint64_t>> waiters;  // key -> parked conns
+  std::set<std::pair<int64_t, uint64_t>> deadlines;                      // (deadline, conn)
+  std::deque<uint64_t> runnable;  // conns unparked: process their buffered input again
+  bool listening = true;
+  int64_t resumeListenNs = 0;
+
+  ~Impl() {
+    for (auto& [id, c] : conns)
+      if (c->fd >= 0) close(c->fd);
+    if (listenFd >= 0) close(listenFd);
+    if (epollFd >= 0) close(epollFd);
+    if (wakeFd >= 0) close(wakeFd);
+  }
+
+  Conn* find(uint64_t id) {
+    auto it = conns.find(id);
+    return it == conns.end() || it->second->dead ? nullptr : it->second.get();
+  }
+
+  void run() {
+    epoll_event evs[64];
+    while (!stopping.load(std::memory_order_relaxed)) {
+      int n = epoll_wait(epollFd, evs, 64, nextTimeoutMs());
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        BRAID_WARN("store %s: epoll_wait failed: %s; the store stops serving", name.c_str(), errnoText(errno).c_str());
+        break;
+      }
+      for (int i = 0; i < n; ++i) {
+        uint64_t id = evs[i].data.u64;
+        if (id == kWakeId) {
+          uint64_t v;
+          (void)!read(wakeFd, &v, sizeof(v));
+        } else if (id == kListenId) {
+          acceptAll();
+        } else if (Conn* c = find(id)) {
+          onEvent(*c, evs[i].events);
+        }
+      }
+      expireWaits();
+      drainRunnable();
+      maybeResumeListening();
+      for (uint64_t id : graveyard) conns.erase(id);
+      graveyard.clear();
+    }
+  }
+
+  int nextTimeoutMs() const {
+    int64_t next = INT64_MAX;
+    if (!deadlines.empty()) next = deadlines.begin()->first;
+    if (!listening) next = std::min(next, resumeListenNs);
+    if (next == INT64_MAX) return -1;
+    int64_t ms = (next - nowNanos() + 999999) / 1000000;  // round up: never wake early and spin
+    return static_cast<int>(std::clamp<int64_t>(ms, 0, 60000));
+  }
+
+  void acceptAll() {
+    for (;;) {
+      sockaddr_in sa{};
+      socklen_t len = sizeof(sa);
+      int fd = accept4(listenFd, reinterpret_cast<sockaddr*>(&sa), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) {
+        if (errno == EINTR || errno == ECONNABORTED) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+          // Level-triggered accept would spin while out of descriptors: pause listening.
+          BRAID_WARN("store %s: accept failed: %s; pausing new connections for 100 ms", name.c_str(),
+                     errnoText(errno).c_str());
+          epoll_ctl(epollFd, EPOLL_CTL_DEL, listenFd, nullptr);
+          listening = false;
+          resumeListenNs = nowNanos() + 100 * 1000000LL;
+          return;
+        }
+        BRAID_WARN("store %s: accept failed: %s", name.c_str(), errnoText(errno).c_str());
+        return;
+      }
+      int one = 1;
+      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+      auto c = std::make_unique<Conn>();
+      c->id = nextId++;
+      c->fd = fd;
+      c->peer = peerName(sa);
+      c->events = EPOLLIN | EPOLLRDHUP;
+      epoll_event ev{};
+      ev.events = c->events;
+      ev.data.u64 = c->id;
+      if (epoll_ctl(epollFd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+        BRAID_WARN("store %s: epoll_ctl(ADD) failed: %s", name.c_str(), errnoText(errno).c_str());
+        close(fd);
+        continue;
+      }
+      accepted.fetch_add(1, std::memory_order_relaxed);
+      open.fetch_add(1, std::memory_order_relaxed);
+      conns.emplace(c->id, std::move(c));
+    }
+  }
+
+  void maybeResumeListening() {
+    if (listening || nowNanos() < resumeListenNs) return;
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = kListenId;
+    if (epoll_ctl(epollFd, EPOLL_CTL_ADD, listenFd, &ev) == 0) listening = true;
+    else resumeListenNs = nowNanos() + 100 * 1000000LL;
+  }
+
+  void onEvent(Conn& c, uint32_t events) {
+    if (events & EPOLLERR) {
+      closeConn(c, "socket error", false);
+      return;
+    }
+    if (events & (EPOLLIN | EPOLLHUP | EPOLLRDHUP)) {
+      if (!readInput(c)) return;
+      process(c);
+      if (c.dead) return;
+    }
+    if (events & EPOLLOUT) flush(c);
+  }
+
+  // Reads whatever the socket has. False if the connection was closed.
+  bool readInput(Conn& c) {
+    for (;;) {
+      size_t old = c.in.size();
+      c.in.resize(old + kReadChunk);
+      ssize_t n = recv(c.fd, &c.in[old], kReadChunk, 0);
+      c.in.resize(old + (n > 0 ? static_cast<size_t>(n) : 0));
+      if (n > 0) {
+        if (c.in.size() - c.inOff > kMaxBufferedIn) {
+          violation(c, "more than one frame of unprocessed input (client pipelines without reading replies)");
+          return false;
+        }
+        continue;
+      }
+      if (n == 0) {
+        closeConn(c, "closed by the client", false);
+        return false;
+      }
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
+      closeConn(c, ("recv failed: " + errnoText(errno)).c_str(), false);
+      return false;
+    }
+  }
+
+  // Decodes and serves buffered requests until one parks or the input runs out.
+  void process(Conn& c) {
+    while (!c.dead && !c.parked && !c.closeAfterFlush) {
+      proto::Frame f;
+      proto::DecodeResult r =
+          proto::decodeFrame(c.in.data() + c.inOff, c.in.size() - c.inOff, proto::Direction::kRequest, &f);
+      if (r.kind == proto::DecodeResult::kNeedMore) break;
+      if (r.kind == proto::DecodeResult::kMalformed) {
+        violation(c, r.error);
+        return;
+      }
+      c.inOff += r.consumed;
+      auto req = proto::parseRequest(f);
+      if (!req.isOk()) {
+        violation(c, req.status().message());
+        return;
+      }
+      requests.fetch_add(1, std::memory_order_relaxed);
+      handle(c, std::move(req).value());
+      if (!c.dead && c.out.size() - c.outOff > kMaxBufferedOut) {
+        violation(c, "replies pile up unread (client pipelines without reading replies)");
+        return;
+      }
+    }
+    if (c.dead) return;
+    // Compact lazily so a stream of small frames does not memmove the buffer each time.
+    if (c.inOff == c.in.size()) {
+      c.in.clear();
+      c.inOff = 0;
+    } else if (c.inOff > (1u << 20) && c.inOff > c.in.size() / 2) {
+      c.in.erase(0, c.inOff);
+      c.inOff = 0;
+    }
+    flush(c);
+  }
+
+  void handle(Conn& c, proto::Request req) {
+    using proto::Op;
+    if (req.op == Op::kHello) {
+      if (c.hello) return violation(c, "second HELLO");
+      if (req.version != proto::kVersion)
+        return refuse(c, "client speaks store protocol " + std::to_string(req.version) + ", this store speaks " +
+                             std::to_string(proto::kVersion));
+      // The expected nonce is never echoed: it is what proves membership of the job.
+      if (expectedNonce != 0 && req.nonce != expectedNonce)
+        return refuse(c, "this store serves a different job (session nonce mismatch; is the unique id stale?)");
+      c.hello = true;
+      return reply(c, proto::Reply{});
+    }
+    if (!c.hello) return violation(c, std::string(proto::opName(req.op)) + " before HELLO");
+    proto::Reply rep;
+    switch (req.op) {
+      case Op::kSet:
+        data[req.keys[0]] = std::move(req.value);
+        notify(req.keys[0]);
+        return reply(c, rep);
+      case Op::kAdd: {
+        int64_t cur = 0;
+        auto it = data.find(req.keys[0]);
+        if (it != data.end() && !parseCounter(it->second, &cur)) {
+          rep.op = Op::kError;
+          rep.code = Code::kInvalidArgument;
+          rep.message = "key '" + req.keys[0] + "' holds a non-integer value; add() needs a counter";
+          return reply(c, rep);
+        }
+        int64_t now = static_cast<int64_t>(static_cast<uint64_t>(cur) + static_cast<uint64_t>(req.delta));
+        data[req.keys[0]] = std::to_string(now);
+        notify(req.keys[0]);
+        rep.op = Op::kInt;
+        rep.number = now;
+        return reply(c, rep);
+      }
+      case Op::kCheck:
+        rep.op = Op::kBool;
+        rep.flag = firstMissing(req.keys) == nullptr;
+        return reply(c, rep);
+      case Op::kDelete:
+        rep.op = Op::kBool;
+        rep.flag = data.erase(req.keys[0]) > 0;
+        return reply(c, rep);
+      case Op::kGet:
+      case Op::kWait:
+      case Op::kMultiGet: {
+        const std::string* missing = firstMissing(req.keys);
+        if (!missing) return complete(c, req);
+        if (req.timeoutMs == 0) {
+          rep.op = Op::kTimeout;
+          rep.value = *missing;
+          return reply(c, rep);
+        }
+        std::string key = *missing;
+        return park(c, std::move(req), key);
+      }
+      default:
+        return violation(c, "unexpected opcode");
+    }
+  }
+
+  const std::string* firstMissing(const std::vector<std::string>& keys) const {
+    for (const auto& k : keys)
+      if (data.find(k) == data.end()) return &k;
+    return nullptr;
+  }
+
+  // Replies to a GET/WAIT/MULTI_GET whose keys all exist.
+  void complete(Conn& c, const proto::Request& req) {
+    proto::Reply rep;
+    if (req.op == proto::Op::kGet) {
+      rep.op = proto::Op::kValue;
+      rep.value = data[req.keys[0]];
+    } else if (req.op == proto::Op::kMultiGet) {
+      std::vector<size_t> sizes;
+      sizes.reserve(req.keys.size());
+      for (const auto& k : req.keys) sizes.push_back(data[k].size());
+      if (proto::frameBytes(sizes) - proto::kHeaderBytes > proto::kMaxPayloadBytes) {
+        // Documented signal to the client: fetch the keys one at a time instead.
+        rep.op = proto::Op::kError;
+        rep.code = Code::kWouldBlock;
+        rep.message = "values exceed one frame";
+      } else {
+        rep.op = proto::Op::kValues;
+        for (const auto& k : req.keys) rep.values.push_back(data[k]);
+      }
+    }
+    reply(c, rep);
+  }
+
+  void park(Conn& c, proto::Request req, const std::string& key) {
+    c.parked = true;
+    c.waitKey = key;
+    c.deadlineNs = 0;
+    if (req.timeoutMs != proto::kNoTimeout) {
+      c.deadlineNs = nowNanos() + static_cast<int64_t>(std::min(req.timeoutMs, kMaxWaitMs)) * 1000000LL;
+      deadlines.insert({c.deadlineNs, c.id});
+    }
+    c.pending = std::move(req);
+    waiters[key].insert(c.id);
+  }
+
+  void unpark(Conn& c) {
+    if (!c.parked) return;
+    auto w = waiters.find(c.waitKey);
+    if (w != waiters.end()) {
+      w->second.erase(c.id);
+      if (w->second.empty()) waiters.erase(w);
+    }
+    if (c.deadlineNs) deadlines.erase({c.deadlineNs, c.id});
+    c.parked = false;
+    c.deadlineNs = 0;
+  }
+
+  // `key` was set: wake the connections parked on it.
+  void notify(const std::string& key) {
+    auto it = waiters.find(key);
+    if (it == waiters.end()) return;
+    std::unordered_set<uint64_t> ids = std::move(it->second);
+    waiters.erase(it);
+    for (uint64_t id : ids) {
+      Conn* c = find(id);
+      if (!c || !c->parked || c->waitKey != key) continue;
+      if (const std::string* missing = firstMissing(c->pending.keys)) {
+        // A multi-key wait moves on to its next missing key, keeping its deadline.
+        c->waitKey = *missing;
+        waiters[*missing].insert(id);
+        continue;
+      }
+      if (c->deadlineNs) deadlines.erase({c->deadlineNs, id});
+      c->parked = false;
+      c->deadlineNs = 0;
+      complete(*c, c->pending);
+      c->pending = proto::Request{};
+      // Its pipelined input (if any) is served from the main loop, not recursively here.
+      runnable.push_back(id);
+    }
+  }
+
+  void expireWaits() {
+    int64_t now = nowNanos();
+    while (!deadlines.empty() && deadlines.begin()->first <= now) {
+      uint64_t id = deadlines.begin()->second;
+      deadlines.erase(deadlines.begin());
+      Conn* c = find(id);
+      if (!c || !c->parked) continue;
+      c->deadlineNs = 0;  // already removed from `deadlines`
+      proto::Reply rep;
+      rep.op = proto::Op::kTimeout;
+      rep.value = c->waitKey;
+      unpark(*c);
+      c->pending = proto::Request{};
+      reply(*c, rep);
+      runnable.push_back(id);
+    }
+  }
+
+  void drainRunnable() {
+    while (!runnable.empty()) {
+      uint64_t id = runnable.front();
+      runnable.pop_front();
+      if (Conn* c = find(id)) process(*c);
+    }
+  }
+
+  void reply(Conn& c, const proto::Reply& rep) {
+    Status s = proto::encodeReply(rep, &c.out);
+    if (!s.isOk()) {
+      proto::Reply err;
+      err.op = proto::Op::kError;
+      err.code = Code::kInternal;
+      err.message = s.message();
+      (void)proto::encodeReply(err, &c.out);
+    }
+    // Sent by the flush at the end of process(), which batches a connection's replies.
+  }
+
+  // Refuses a client in HELLO: it gets the reason, then the connection closes.
+  void refuse(Conn& c, const std::string& why) {
+    BRAID_WARN("store %s: refusing client %s: %s", name.c_str(), c.peer.c_str(), why.c_str());
+    rejected.fetch_add(1, std::memory_order_relaxed);
+    proto::Reply rep;
+    rep.op = proto::Op::kError;
+    rep.code = Code::kInvalidArgument;
+    rep.message = why;
+    (void)proto::encodeReply(rep, &c.out);
+    c.closeAfterFlush = true;
+    flush(c);
+  }
+
+  void violation(Conn& c, const std::string& why) {
+    BRAID_WARN("store %s: closing connection from %s: %s", name.c_str(), c.peer.c_str(), why.c_str());
+    rejected.fetch_add(1, std::memory_order_relaxed);
+    closeConn(c, nullptr, true);
+  }
+
+  void flush(Conn& c) {
+    while (c.outOff < c.out.size()) {
+      ssize_t n = send(c.fd, c.out.data() + c.outOff, c.out.size() - c.outOff, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n > 0) {
+        c.outOff += static_cast<size_t>(n);
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+      closeConn(c, ("send failed: " + errnoText(errno)).c_str(), false);
+      return;
+    }
+    if (c.outOff == c.out.size()) {
+      c.out.clear();
+      c.outOff = 0;
+      if (c.closeAfterFlush) {
+        closeConn(c, "refused", false);
+        return;
+      }
+    }
+    uint32_t want = EPOLLIN | EPOLLRDHUP | (c.out.size() > c.outOff ? uint32_t{EPOLLOUT} : 0u);
+    if (want != c.events) {
+      epoll_event ev{};
+      ev.events = want;
+      ev.data.u64 = c.id;
+      if (epoll_ctl(epollFd, EPOLL_CTL_MOD, c.fd, &ev) == 0) c.events = want;
+    }
+  }
+
+  void closeConn(Conn& c, const char* why, bool logged) {
+    if (c.dead) return;
+    if (why && !logged) BRAID_TRACE("store %s: connection from %s ends: %s", name.c_str(), c.peer.c_str(), why);
+    unpark(c);
+    epoll_ctl(epollFd, EPOLL_CTL_DEL, c.fd, nullptr);
+    close(c.fd);
+    c.fd = -1;
+    c.dead = true;
+    open.fetch_sub(1, std::memory_order_relaxed);
+    graveyard.push_back(c.id);
+  }
+};
+
+StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::start(const std::string& host, int port,
+                                                                uint64_t expectedNonce) {
+  const std::string where = (host.empty() ? std::string("0.0.0.0") : host) + ":" + std::to_string(port);
+  if (port < 0 || port > 65535) return invalidArgument("store server: port " + std::to_string(port) + " is out of range");
+  sockaddr_in sa;
+  Status rs = resolveIpv4(host, port, true, &sa);
+  if (!rs.isOk()) return rs.withContext("store server cannot bind " + where);
+
+  std::unique_ptr<TcpStoreServer> server(new TcpStoreServer());
+  server->host_ = host;
+  server->impl_ = std::make_unique<Impl>();
+  Impl& im = *server->impl_;
+  im.expectedNonce = expectedNonce;
+
+  auto fail = [&](const char* call) {
+    return Status(Code::kSystemError, "store server cannot bind " + where + ": " + call + " failed: " + errnoText(errno));
+  };
+  im.listenFd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (im.listenFd < 0) return fail("socket");
+  int one = 1;
+  // A restarted job must be able to bind its well-known port while old connections linger
+  // in TIME_WAIT.
+  if (setsockopt(im.listenFd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0) return fail("setsockopt(SO_REUSEADDR)");
+  if (bind(im.listenFd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) return fail("bind");
+  if (listen(im.listenFd, SOMAXCONN) != 0) return fail("listen");
+  socklen_t len = sizeof(sa);
+  if (getsockname(im.listenFd, reinterpret_cast<sockaddr*>(&sa), &len) != 0) return fail("getsockname");
+  server->port_ = ntohs(sa.sin_port);
+  im.name = (host.empty() ? std::string("0.0.0.0") : host) + ":" + std::to_string(server->port_);
+
+  im.epollFd = epoll_create1(EPOLL_CLOEXEC);
+  if (im.epollFd < 0) return fail("epoll_create1");
+  im.wakeFd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (im.wakeFd < 0) return fail("eventfd");
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = kListenId;
+  if (epoll_ctl(im.epollFd, EPOLL_CTL_ADD, im.listenFd, &ev) != 0) return fail("epoll_ctl");
+  ev.data.u64 = kWakeId;
+  if (epoll_ctl(im.epollFd, EPOLL_CTL_ADD, im.wakeFd, &ev) != 0) return fail("epoll_ctl");
+
+  im.thread = std::thread([&im] { im.run(); });
+  BRAID_INFO("store serving on %s", im.name.c_str());
+  return server;
+}
+
+TcpStoreServer::~TcpStoreServer() {
+  if (!impl_) return;
+  impl_->stopping.store(true);
+  uint64_t one = 1;
+  (void)!write(impl_->wakeFd, &one, sizeof(one));
+  if (impl_->thread.joinable()) impl_->thread.join();
+}
+
+TcpStoreServer::Stats TcpStoreServer::stats() const {
+  Stats s;
+  s.accepted = impl_->accepted.load();
+  s.open = impl_->open.load();
+  s.rejected = impl_->rejected.load();
+  s.requests = impl_->requests.load();
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------
+// Client
+
+namespace {
+
+uint64_t timeoutMillis(Deadline d) {
+  return d.never() ? proto::kNoTimeout : static_cast<uint64_t>(d.remainingMillis(INT_MAX));
+}
+
+// The client waits a little longer than the deadline it sends, so that the server's own
+// TIMEOUT reply (naming the missing key) normally arrives first.
+Deadline withGrace(Deadline d) {
+  if (d.never()) return d;
+  return Deadline::after(d.remainingMillis(INT_MAX) / 1000.0 + kReplyGraceSec);
+}
+
+std::string keyList(const std::vector<std::string>& keys) {
+  std::string s;
+  for (size_t i = 0; i < keys.size() && i < 4; ++i) s += (i ? ", '" : "'") + keys[i] + "'";
+  if (keys.size() > 4) s += ", ...";
+  return s;
+}
+
+// One non-blocking connect attempt, waiting at most `ms`. Returns the fd or -1 with `err`.
+int connectOnce(const sockaddr_in& sa, int ms, std::string* err) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    *err = "socket failed: " + errnoText(errno);
+    return -1;
+  }
+  int rc;
+  do {
+    rc = ::connect(fd, reinterpret_cast<const sockaddr*>(&sa), sizeof(sa));
+  } while (rc != 0 && errno == EINTR);
+  if (rc != 0 && errno != EINPROGRESS) {
+    *err = errnoText(errno);
+    close(fd);
+    return -1;
+  }
+  if (rc != 0) {
+    pollfd p{fd, POLLOUT, 0};
+    int pr;
+    do {
+      pr = poll(&p, 1, ms);
+    } while (pr < 0 && errno == EINTR);
+    int soerr = 0;
+    socklen_t len = sizeof(soerr);
+    if (pr == 0) {
+      *err = "connect timed out";
+      close(fd);
+      return -1;
+    }
+    if (pr < 0 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len) != 0 || soerr != 0) {
+      *err = errnoText(pr < 0 ? errno : soerr);
+      close(fd);
+      return -1;
+    }
+  }
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  return fd;
+}
+
+}  // namespace
+
+TcpStoreClient::TcpStoreClient(std::string address, int fd, double opTimeoutSec)
+    : address_(std::move(address)), opTimeoutSec_(opTimeoutSec), fd_(fd) {}
+
+TcpStoreClient::~TcpStoreClient() {
+  if (fd_ >= 0) close(fd_);
+}
+
+StatusOr<std::unique_ptr<TcpStoreClient>> TcpStoreClient::connect(const std::string& host, int port, uint64_t nonce,
+                                                                  Deadline deadline, double opTimeoutSec) {
+  const std::string address = host + ":" + std::to_string(port);
+  if (host.empty()) return invalidArgument("store address '" + address + "' has no host");
+  if (port < 1 || port > 65535) return invalidArgument("store address '" + address + "': port out of range");
+  const int64_t t0 = nowNanos();
+  int backoffMs = 10;
+  std::string lastError;
+  int fd = -1;
+  for (;;) {
+    sockaddr_in sa;
+    // Resolution is retried too: in a starting cluster the store's name may not exist yet.
+    Status rs = resolveIpv4(host, port, false, &sa);
+    if (rs.isOk()) {
+      fd = connectOnce(sa, deadline.remainingMillis(2000), &lastError);
+      if (fd >= 0) break;
+    } else {
+      lastError = rs.message();
+    }
+    if (deadline.expired()) {
+      char secs[32];
+      snprintf(secs, sizeof(secs), "%.1f", (nowNanos() - t0) / 1e9);
+      return Status(Code::kTimeout, "store at " + address + " is unreachable: " + lastError + " (retried for " + secs + " s)");
+    }
+    usleep(static_cast<useconds_t>(std::max(1, std::min(backoffMs, deadline.remainingMillis(backoffMs)))) * 1000);
+    backoffMs = std::min(backoffMs * 2, 500);
+  }
+
+  std::unique_ptr<TcpStoreClient> client(new TcpStoreClient(address, fd, opTimeoutSec));
+  proto::Request hello;
+  hello.op = proto::Op::kHello;
+  hello.nonce = nonce;
+  proto::Reply rep;
+  Status s = client->roundTrip(hello, client->opDeadline(), &rep);
+  if (!s.isOk()) {
+    if (s.code() == Code::kRemoteError)
+      return Status(Code::kRemoteError, s.message() + " (during the HELLO handshake: is something else listening there?)");
+    return s;  // the store's own reason, e.g. a nonce mismatch, already names it
+  }
+  if (rep.op != proto::Op::kOk) return Status(Code::kRemoteError, "store at " + address + " answered HELLO with " + proto::opName(rep.op));
+  BRAID_TRACE("connected to store at %s", address.c_str());
+  return client;
+}
+
+Status TcpStoreClient::lose(const std::string& why) {
+  if (fd_ >= 0) {
+    close(fd_);
+    fd_ = -1;
+  }
+  broken_ = Status(Code::kRemoteError, "store at " + address_ + " is unreachable: " + why);
+  inbuf_.clear();
+  BRAID_WARN("%s", broken_.message().c_str());
+  return broken_;
+}
+
+Status TcpStoreClient::readReply(Deadline deadline, proto::Reply* reply, bool* timedOut) {
+  *timedOut = false;
+  for (;;) {
+    proto::Frame f;
+    proto::DecodeResult r = proto::decodeFrame(inbuf_.data(), inbuf_.size(), proto::Direction::kReply, &f);
+    if (r.kind == proto::DecodeResult::kMalformed) return lose("it sent a malformed reply: " + r.error);
+    if (r.kind == proto::DecodeResult::kFrame) {
+      inbuf_.erase(0, r.consumed);
+      auto parsed = proto::parseReply(f);
+      if (!parsed.isOk()) return lose("it sent a malformed reply: " + parsed.status().message());
+      *reply = std::move(parsed).value();
+      return Status::ok();
+    }
+    if (deadline.expired()) {
+      *timedOut = true;
+      return Status(Code::kTimeout, "no reply");
+    }
+    pollfd p{fd_, POLLIN, 0};
+    int pr = poll(&p, 1, deadline.remainingMillis(1000));
+    if (pr < 0 && errno != EINTR) return lose("poll failed: " + errnoText(errno));
+    if (pr <= 0) continue;
+    size_t old = inbuf_.size();
+    inbuf_.resize(old + kReadChunk);
+    ssize_t n = recv(fd_, &inbuf_[old], kReadChunk, 0);
+    inbuf_.resize(old + (n > 0 ? static_cast<size_t>(n) : 0));
+    if (n == 0) return lose("the connection was closed by the store");
+    if (n < 0 && errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK) return lose("recv failed: " + errnoText(errno));
+  }
+}
+
+Status TcpStoreClient::roundTrip(const proto::Request& req, Deadline replyDeadline, proto::Reply* reply) {
+  std::string frame;
+  BRAID_RETURN_IF_ERROR(proto::encodeRequest(req, &frame));
+  std::lock_guard<std::mutex> lock(mu_);
+  if (fd_ < 0) return broken_;
+  bool timedOut = false;
+  // Replies to requests whose callers gave up are still on their way: consume them first so
+  // that this request gets its own reply.
+  while (owedReplies_ > 0) {
+    proto::Reply stale;
+    Status s = readReply(replyDeadline, &stale, &timedOut);
+    if (timedOut)
+      return Status(Code::kTimeout, "store at " + address_ + " has not answered an earlier request; is it stalled?");
+    if (!s.isOk()) return s;
+    --owedReplies_;
+  }
+  size_t sent = 0;
+  while (sent < frame.size()) {
+    ssize_t n = send(fd_, frame.data() + sent, frame.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      sent += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return lose("send failed: " + errnoText(errno));
+    if (replyDeadline.expired()) {
+      // Half a frame on the wire cannot be taken back: the stream is unusable.
+      if (sent > 0) return lose("timed out in the middle of sending a request");
+      return Status(Code::kTimeout, "store at " + address_ + " did not accept a " + proto::opName(req.op) +
+                                        " request in time; is it stalled?");
+    }
+    pollfd p{fd_, POLLOUT, 0};
+    if (poll(&p, 1, replyDeadline.remainingMillis(1000)) < 0 && errno != EINTR)
+      return lose("poll failed: " + errnoText(errno));
+  }
+  Status s = readReply(replyDeadline, reply, &timedOut);
+  if (timedOut) {
+    ++owedReplies_;
+    return Status(Code::kTimeout, "store at " + address_ + " did not answer a " + proto::opName(req.op) +
+                                      " request in time; is it stalled?");
+  }
+  if (!s.isOk()) return s;
+  if (reply->op == proto::Op::kError) return Status(reply->code, "store at " + address_ + ": " + reply->message);
+  return Status::ok();
+}
+
+namespace {
+
+Status unexpected(const std::string& address, proto::Op req, proto::Op rep) {
+  return Status(Code::kRemoteError, "store at " + address + " answered " + proto::opName(req) + " with " + proto::opName(rep));
+}
+
+// Splits a key list into runs that each fit one frame with room to spare, so that a wait
+// on every rank's key works for any number of ranks.
+std::vector<std::pair<size_t, size_t>> keyBatches(const std::vector<std::string>& keys) {
+  constexpr size_t kMaxBatchKeys = 8192;
+  constexpr size_t kMaxBatchBytes = 16u << 20;
+  std::vector<std::pair<size_t, size_t>> out;
+  size_t begin = 0, bytes = 0;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (i > begin && (i - begin >= kMaxBatchKeys || bytes + keys[i].size() + 4 > kMaxBatchBytes)) {
+      out.emplace_back(begin, i);
+      begin = i;
+      bytes = 0;
+    }
+    bytes += keys[i].size() + 4;
+  }
+  if (begin < keys.size()) out.emplace_back(begin, keys.size());
+  return out;
+}
+
+Status waitTimeout(const std::string& what, const std::string& missingKey) {
+  return Status(Code::kTimeout, "timed out waiting for store key '" + missingKey + "' (" + what + ")");
+}
+
+}  // namespace
+
+Status TcpStoreClient::set(const std::string& key, const std::string& value) {
+  proto::Request req;
+  req.op = proto::Op::kSet;
+  req.keys = {key};
+  req.value = value;
+  proto::Reply rep;
+  BRAID_RETURN_IF_ERROR(roundTrip(req, opDeadline(), &rep));
+  if (rep.op != proto::Op::kOk) return unexpected(address_, req.op, rep.op);
+  return Status::ok();
+}
+
+StatusOr<std::string> TcpStoreClient::get(const std::string& key, Deadline deadline) {
+  proto::Request req;
+  req.op = proto::Op::kGet;
+  req.keys = {key};
+  req.timeoutMs = timeoutMillis(deadline);
+  proto::Reply rep;
+  BRAID_RETURN_IF_ERROR(roundTrip(req, withGrace(deadline), &rep));
+  if (rep.op == proto::Op::kTimeout) return waitTimeout("get", rep.value);
+  if (rep.op != proto::Op::kValue) return unexpected(address_, req.op, rep.op);
+  return std::move(rep.value);
+}
+
+StatusOr<int64_t> TcpStoreClient::add(const std::string& key, int64_t delta) {
+  proto::Request req;
+  req.op = proto::Op::kAdd;
+  req.keys = {key};
+  req.delta = delta;
+  proto::Reply rep;
+  BRAID_RETURN_IF_ERROR(roundTrip(req, opDeadline(), &rep));
+  if (rep.op != proto::Op::kInt) return unexpected(address_, req.op, rep.op);
+  return rep.number;
+}
+
+Status TcpStoreClient::wait(const std::vector<std::string>& keys, Deadline deadline) {
+  for (auto [begin, end] : keyBatches(keys)) {
+    proto::Request req;
+    req.op = proto::Op::kWait;
+    req.keys.assign(keys.begin() + begin, keys.begin() + end);
+    req.timeoutMs = timeoutMillis(deadline);
+    proto::Reply rep;
+    BRAID_RETURN_IF_ERROR(roundTrip(req, withGrace(deadline), &rep));
+    if (rep.op == proto::Op::kTimeout) return waitTimeout("wait for " + keyList(keys), rep.value);
+    if (rep.op != proto::Op::kOk) return unexpected(address_, req.op, rep.op);
+  }
+  return Status::ok();
+}
+
+StatusOr<bool> TcpStoreClient::check(const std::vector<std::string>& keys) {
+  for (auto [begin, end] : keyBatches(keys)) {
+    proto::Request req;
+    req.op = proto::Op::kCheck;
+    req.keys.assign(keys.begin() + begin, keys.begin() + end);
+    proto::Reply rep;
+    BRAID_RETURN_IF_ERROR(roundTrip(req, opDeadline(), &rep));
+    if (rep.op != proto::Op::kBool) return unexpected(address_, req.op, rep.op);
+    if (!rep.flag) return false;
+  }
+  return true;
+}
+
+StatusOr<bool> TcpStoreClient::deleteKey(const std::string& key) {
+  proto::Request req;
+  req.op = proto::Op::kDelete;
+  req.keys = {key};
+  proto::Reply rep;
+  BRAID_RETURN_IF_ERROR(roundTrip(req, opDeadline(), &rep));
+  if (rep.op != proto::Op::kBool) return unexpected(address_, req.op, rep.op);
+  return rep.flag;
+}
+
+StatusOr<std::vector<std::string>> TcpStoreClient::multiGet(const std::vector<std::string>& keys, Deadline deadline) {
+  std::vector<std::string> values;
+  values.reserve(keys.size());
+  for (auto [begin, end] : keyBatches(keys)) {
+    proto::Request req;
+    req.op = proto::Op::kMultiGet;
+    req.keys.assign(keys.begin() + begin, keys.begin() + end);
+    req.timeoutMs = timeoutMillis(deadline);
+    proto::Reply rep;
+    Status s = roundTrip(req, withGrace(deadline), &rep);
+    if (s.code() == Code::kWouldBlock) {
+      // The values exist but do not fit one reply frame: fetch them one at a time.
+      BRAID_ASSIGN_OR_RETURN(auto part, Store::multiGet(req.keys, deadline));
+      for (auto& v : part) values.push_back(std::move(v));
+      continue;
+    }
+    BRAID_RETURN_IF_ERROR(s);
+    if (rep.op == proto::Op::kTimeout) return waitTimeout("multiGet of " + keyList(keys), rep.value);
+    if (rep.op != proto::Op::kValues) return unexpected(address_, req.op, rep.op);
+    if (rep.values.size() != req.keys.size()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      return lose("it answered MULTI_GET of " + std::to_string(req.keys.size()) + " keys with " +
+                  std::to_string(rep.values.size()) + " values");
+    }
+    for (auto& v : rep.values) values.push_back(std::move(v));
+  }
+  return values;
+}
+
+}  // namespace braid::bootstrap

@@ -1,0 +1,116 @@
+#pragma once
+// braid's embedded TCP store: one server thread per job (in rank 0, in braidrun, or behind
+// braidGetUniqueId) and a client per process. The wire format is in store_protocol.h.
+//
+// The server is a single epoll thread: requests are cheap map operations, so one thread
+// keeps up with thousands of ranks, and a get/wait on a missing key is parked (not a
+// thread) until the key is set or the client's deadline passes. A client that sends
+// anything malformed loses its own connection and nothing else.
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "bootstrap/store.h"
+#include "bootstrap/store_protocol.h"
+
+namespace braid::bootstrap {
+
+class TcpStoreServer {
+ public:
+  // Counters for tests and diagnostics; read without locking, so only roughly consistent.
+  struct Stats {
+    uint64_t accepted = 0;        // connections accepted
+    uint64_t open = 0;            // connections open now
+    uint64_t rejected = 0;        // connections closed for a protocol violation or bad HELLO
+    uint64_t requests = 0;        // requests served
+  };
+
+  // Binds `host`:`port` (host "" or "0.0.0.0" = every interface; port 0 = an ephemeral
+  // port, see port()) and starts the serving thread. With `expectedNonce` != 0 a client
+  // whose HELLO presents another nonce is refused; 0 accepts any. Does not block beyond
+  // the bind. kSystemError naming host:port if the address cannot be bound.
+  static StatusOr<std::unique_ptr<TcpStoreServer>> start(const std::string& host, int port,
+                                                         uint64_t expectedNonce);
+
+  // Stops the serving thread and closes every connection; clients then see kRemoteError.
+  // Blocks until the thread has exited (at most one loop iteration).
+  ~TcpStoreServer();
+  TcpStoreServer(const TcpStoreServer&) = delete;
+  TcpStoreServer& operator=(const TcpStoreServer&) = delete;
+
+  // The bound port (the ephemeral one when started with port 0). Thread-safe.
+  int port() const { return port_; }
+  // The host it was asked to bind. Thread-safe.
+  const std::string& host() const { return host_; }
+  // A snapshot of the counters. Thread-safe.
+  Stats stats() const;
+
+ private:
+  struct Impl;  // the serving loop; defined in tcp_store.cc
+  TcpStoreServer() = default;
+
+  std::string host_;
+  int port_ = 0;
+  std::unique_ptr<Impl> impl_;
+};
+
+class TcpStoreClient : public Store {
+ public:
+  // Bounds set/add/check/deleteKey, which take no deadline: a stalled server must not hang
+  // the caller forever.
+  static constexpr double kDefaultOpTimeoutSec = 30;
+
+  // Connects to the store at `host`:`port` and performs the HELLO handshake presenting
+  // `nonce` (0 when the job has none). Clients usually start before the server, so refused
+  // or unreachable connections are retried with backoff until `deadline`; then kTimeout
+  // saying the store is unreachable. A server that refuses the HELLO (nonce or version
+  // mismatch) fails at once with its reason. Blocks; the caller owns the client.
+  static StatusOr<std::unique_ptr<TcpStoreClient>> connect(const std::string& host, int port, uint64_t nonce,
+                                                           Deadline deadline,
+                                                           double opTimeoutSec = kDefaultOpTimeoutSec);
+  ~TcpStoreClient() override;
+  TcpStoreClient(const TcpStoreClient&) = delete;
+  TcpStoreClient& operator=(const TcpStoreClient&) = delete;
+
+  // Store methods: thread-safe (one request in flight at a time, serialized by a mutex, so a
+  // long get() delays other threads' calls on the same client). get/wait/multiGet wait
+  // server-side until `deadline`; the others are bounded by the op timeout. Once the
+  // connection is lost every call fails fast with kRemoteError "store at host:port is
+  // unreachable"; the client does not reconnect, because a store that comes back has lost
+  // its keys and a request whose reply was lost cannot safely be repeated (add()).
+  Status set(const std::string& key, const std::string& value) override;
+  StatusOr<std::string> get(const std::string& key, Deadline deadline) override;
+  StatusOr<int64_t> add(const std::string& key, int64_t delta) override;
+  Status wait(const std::vector<std::string>& keys, Deadline deadline) override;
+  StatusOr<bool> check(const std::vector<std::string>& keys) override;
+  StatusOr<bool> deleteKey(const std::string& key) override;
+  StatusOr<std::vector<std::string>> multiGet(const std::vector<std::string>& keys, Deadline deadline) override;
+
+  // "host:port", for messages. Thread-safe.
+  const std::string& address() const { return address_; }
+
+ private:
+  TcpStoreClient(std::string address, int fd, double opTimeoutSec);
+
+  // Sends `req` and reads its reply; `replyDeadline` bounds the whole exchange. An ERROR
+  // reply becomes its Status; a TIMEOUT reply is returned for the caller to word. Takes mu_.
+  Status roundTrip(const proto::Request& req, Deadline replyDeadline, proto::Reply* reply);
+  // Reads one whole reply frame into `reply`. Caller holds mu_.
+  Status readReply(Deadline deadline, proto::Reply* reply, bool* timedOut);
+  // Closes the socket and records why; every later call returns it. Caller holds mu_.
+  Status lose(const std::string& why);
+  Deadline opDeadline() const { return Deadline::after(opTimeoutSec_); }
+
+  const std::string address_;
+  const double opTimeoutSec_;
+  std::mutex mu_;
+  int fd_ = -1;           // guarded by mu_; -1 once the connection is lost
+  Status broken_;         // guarded by mu_; why the connection was lost
+  int owedReplies_ = 0;   // guarded by mu_; replies to requests we stopped waiting for
+  std::string inbuf_;     // guarded by mu_; received bytes not yet decoded
+};
+
+}  // namespace braid::bootstrap

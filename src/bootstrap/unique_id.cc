@@ -1,0 +1,118 @@
+#include "bootstrap/unique_id.h"
+
+#include <sys/random.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <random>
+
+namespace braid::bootstrap {
+
+namespace {
+
+constexpr uint8_t kMagic[4] = {'B', 'R', 'I', 'D'};
+constexpr uint16_t kVersion = 1;
+constexpr size_t kHostLenAt = 16;
+constexpr size_t kHostAt = 17;
+constexpr size_t kChecksumAt = 124;
+constexpr uint8_t kHostTooLong = 0xff;  // marks an id whose host did not fit
+
+uint32_t fnv1a(const uint8_t* p, size_t n) {
+  uint32_t h = 2166136261u;
+  for (size_t i = 0; i < n; ++i) {
+    h ^= p[i];
+    h *= 16777619u;
+  }
+  return h;
+}
+
+void putLe(uint8_t* p, uint64_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+uint64_t getLe(const uint8_t* p, int bytes) {
+  uint64_t v = 0;
+  for (int i = bytes - 1; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+
+bool hostCharOk(uint8_t c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '-' ||
+         c == '_' || c == ':';
+}
+
+}  // namespace
+
+void encodeUniqueId(const UniqueId& id, char out[kUniqueIdBytes]) {
+  uint8_t* p = reinterpret_cast<uint8_t*>(out);
+  std::memset(p, 0, kUniqueIdBytes);
+  std::memcpy(p, kMagic, 4);
+  putLe(p + 4, kVersion, 2);
+  putLe(p + 6, static_cast<uint16_t>(id.port), 2);
+  putLe(p + 8, id.nonce, 8);
+  if (id.host.size() > kUniqueIdMaxHost) {
+    p[kHostLenAt] = kHostTooLong;
+  } else {
+    p[kHostLenAt] = static_cast<uint8_t>(id.host.size());
+    std::memcpy(p + kHostAt, id.host.data(), id.host.size());
+  }
+  putLe(p + kChecksumAt, fnv1a(p, kChecksumAt), 4);
+}
+
+StatusOr<UniqueId> decodeUniqueId(const char in[kUniqueIdBytes]) {
+  const uint8_t* p = reinterpret_cast<const uint8_t*>(in);
+  bool allZero = true;
+  for (size_t i = 0; i < kUniqueIdBytes && allZero; ++i) allZero = p[i] == 0;
+  if (allZero)
+    return invalidArgument("unique id is all zeros: it was not filled by braidGetUniqueId or not shared with this rank");
+  if (std::memcmp(p, kMagic, 4) != 0) return invalidArgument("unique id has a bad magic: not a braid unique id, or corrupted");
+  uint16_t version = static_cast<uint16_t>(getLe(p + 4, 2));
+  if (version != kVersion)
+    return invalidArgument("unique id has format version " + std::to_string(version) + "; this braid reads version " +
+                           std::to_string(kVersion) + " (mixed braid versions in one job?)");
+  uint32_t want = static_cast<uint32_t>(getLe(p + kChecksumAt, 4));
+  if (fnv1a(p, kChecksumAt) != want)
+    return invalidArgument("unique id checksum mismatch: the id was corrupted or truncated while being shared");
+  UniqueId id;
+  id.port = static_cast<int>(getLe(p + 6, 2));
+  id.nonce = getLe(p + 8, 8);
+  size_t hostLen = p[kHostLenAt];
+  if (hostLen == kHostTooLong)
+    return invalidArgument("unique id was created with a store host name longer than " +
+                           std::to_string(kUniqueIdMaxHost) + " bytes");
+  if (hostLen == 0 || hostLen > kUniqueIdMaxHost)
+    return invalidArgument("unique id has an invalid host length " + std::to_string(hostLen));
+  for (size_t i = 0; i < hostLen; ++i)
+    if (!hostCharOk(p[kHostAt + i])) return invalidArgument("unique id host contains an invalid byte");
+  for (size_t i = kHostAt + hostLen; i < kChecksumAt; ++i)
+    if (p[i] != 0) return invalidArgument("unique id has non-zero padding");
+  if (id.port == 0) return invalidArgument("unique id has store port 0");
+  if (id.nonce == 0) return invalidArgument("unique id has a zero session nonce");
+  id.host.assign(reinterpret_cast<const char*>(p + kHostAt), hostLen);
+  return id;
+}
+
+uint64_t randomNonce() {
+  uint64_t v = 0;
+  for (;;) {
+    size_t got = 0;
+    while (got < sizeof(v)) {
+      ssize_t n = getrandom(reinterpret_cast<char*>(&v) + got, sizeof(v) - got, 0);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        break;  // ENOSYS (very old kernel): fall back below
+      }
+      got += static_cast<size_t>(n);
+    }
+    if (got < sizeof(v)) {
+      // Not cryptographic, but still distinct per process and call: a nonce guards against
+      // mixing up jobs, and the auth key (not the nonce) is the secret.
+      std::random_device rd;
+      v = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^
+          static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+    }
+    if (v != 0) return v;
+  }
+}
+
+}  // namespace braid::bootstrap

@@ -1,0 +1,38 @@
+#pragma once
+// Monotonic time and deadlines.
+
+#include <chrono>
+#include <cstdint>
+
+namespace braid {
+
+using Clock = std::chrono::steady_clock;
+
+inline int64_t nowNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+}
+
+// A point in time after which a wait gives up. Default-constructed: never.
+class Deadline {
+ public:
+  Deadline() = default;
+  static Deadline after(double seconds) {
+    Deadline d;
+    if (seconds > 0) d.at_ = nowNanos() + static_cast<int64_t>(seconds * 1e9);
+    return d;
+  }
+  bool never() const { return at_ == 0; }
+  bool expired() const { return at_ != 0 && nowNanos() >= at_; }
+  // Milliseconds left, clamped to [0, cap]; cap when there is no deadline.
+  int remainingMillis(int cap) const {
+    if (at_ == 0) return cap;
+    int64_t left = (at_ - nowNanos()) / 1000000;
+    if (left < 0) return 0;
+    return left < cap ? static_cast<int>(left) : cap;
+  }
+
+ private:
+  int64_t at_ = 0;
+};
+
+}  // namespace braid

@@ -1,0 +1,66 @@
+#include "common/log.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+
+namespace braid {
+namespace {
+
+struct LogState {
+  LogLevel level = LogLevel::kNone;
+  FILE* out = stderr;
+  std::mutex mu;
+  int rank = -1;
+  char host[64] = {0};
+};
+
+LogState& state() {
+  static LogState* s = [] {
+    auto* st = new LogState();
+    gethostname(st->host, sizeof(st->host) - 1);
+    // Logging is read directly from the environment because it must work before (and
+    // without) a communicator's config table.
+    if (const char* v = std::getenv("BRAID_DEBUG")) {
+      if (!strcasecmp(v, "WARN")) st->level = LogLevel::kWarn;
+      else if (!strcasecmp(v, "INFO")) st->level = LogLevel::kInfo;
+      else if (!strcasecmp(v, "TRACE")) st->level = LogLevel::kTrace;
+    }
+    if (const char* f = std::getenv("BRAID_DEBUG_FILE")) {
+      std::string path;
+      for (const char* p = f; *p; ++p) {
+        if (p[0] == '%' && p[1] == 'h') { path += st->host; ++p; }
+        else if (p[0] == '%' && p[1] == 'p') { path += std::to_string(getpid()); ++p; }
+        else path += *p;
+      }
+      if (FILE* fp = std::fopen(path.c_str(), "a")) st->out = fp;
+    }
+    return st;
+  }();
+  return *s;
+}
+
+}  // namespace
+
+LogLevel logLevel() { return state().level; }
+
+void setLogRank(int rank) { state().rank = rank; }
+
+void logf(LogLevel level, const char* fmt, ...) {
+  LogState& s = state();
+  char msg[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  const char* tag = level == LogLevel::kWarn ? "WARN" : level == LogLevel::kInfo ? "INFO" : "TRACE";
+  std::lock_guard<std::mutex> lock(s.mu);
+  std::fprintf(s.out, "%s:%d:%d [braid] %s %s\n", s.host, static_cast<int>(getpid()), s.rank, tag, msg);
+  std::fflush(s.out);
+}
+
+}  // namespace braid

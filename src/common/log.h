@@ -1,0 +1,24 @@
+#pragma once
+// Logging controlled by BRAID_DEBUG=WARN|INFO|TRACE (default: errors and warnings off
+// unless set) and BRAID_DEBUG_FILE (%h = host, %p = pid). Log once, where an error is
+// first identified; callers up the stack add context to the Status instead.
+
+#include <cstdarg>
+
+namespace braid {
+
+enum class LogLevel : int { kNone = 0, kWarn = 1, kInfo = 2, kTrace = 3 };
+
+LogLevel logLevel();
+void logf(LogLevel level, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+// Sets the prefix every line carries, e.g. "host:pid:rank 3".
+void setLogRank(int rank);
+
+}  // namespace braid
+
+#define BRAID_WARN(...) \
+  do { if (::braid::logLevel() >= ::braid::LogLevel::kWarn) ::braid::logf(::braid::LogLevel::kWarn, __VA_ARGS__); } while (0)
+#define BRAID_INFO(...) \
+  do { if (::braid::logLevel() >= ::braid::LogLevel::kInfo) ::braid::logf(::braid::LogLevel::kInfo, __VA_ARGS__); } while (0)
+#define BRAID_TRACE(...) \
+  do { if (::braid::logLevel() >= ::braid::LogLevel::kTrace) ::braid::logf(::braid::LogLevel::kTrace, __VA_ARGS__); } while (0)

@@ -1,0 +1,31 @@
+#include "common/status.h"
+
+#include <cstring>
+
+namespace braid {
+
+const char* codeName(Code c) {
+  switch (c) {
+    case Code::kOk: return "ok";
+    case Code::kInvalidArgument: return "invalid argument";
+    case Code::kSystemError: return "system error";
+    case Code::kRemoteError: return "remote error";
+    case Code::kTimeout: return "timeout";
+    case Code::kAborted: return "aborted";
+    case Code::kInternal: return "internal error";
+    case Code::kWouldBlock: return "would block";
+    case Code::kInProgress: return "in progress";
+  }
+  return "unknown";
+}
+
+std::string Status::toString() const {
+  if (isOk()) return "ok";
+  return std::string(codeName(code_)) + ": " + msg_;
+}
+
+Status systemError(const char* call, int err) {
+  return Status(Code::kSystemError, std::string(call) + " failed: " + std::strerror(err));
+}
+
+}  // namespace braid

@@ -1,0 +1,523 @@
+#include "core/communicator.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstring>
+#include <set>
+#include <sstream>
+
+#include "bootstrap/host_id.h"
+#include "bootstrap/unique_id.h"
+#include "common/log.h"
+#include "plan/planner.h"
+#include "topology/placement.h"
+
+namespace braid::core {
+
+namespace {
+
+constexpr int64_t kStoreCheckPeriodNs = 100 * 1000 * 1000;
+
+int pidfdOpen(int64_t pid) {
+#ifdef SYS_pidfd_open
+  return static_cast<int>(syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0));
+#else
+  errno = ENOSYS;
+  return -1;
+#endif
+}
+
+std::string encodePeer(const transport::PeerInfo& p) {
+  return p.hostId + "\n" + std::to_string(p.pid) + "\n" + std::to_string(p.nonce);
+}
+
+Status decodePeer(const std::string& s, int rank, transport::PeerInfo* p) {
+  std::istringstream in(s);
+  std::string pid, nonce;
+  if (!std::getline(in, p->hostId) || !std::getline(in, pid) || !std::getline(in, nonce))
+    return Status(Code::kRemoteError, "malformed peer record from rank " + std::to_string(rank), rank);
+  p->rank = rank;
+  p->pid = std::strtoll(pid.c_str(), nullptr, 10);
+  p->nonce = std::strtoull(nonce.c_str(), nullptr, 10);
+  return Status::ok();
+}
+
+std::string encodeError(const Status& s, int reporter) {
+  return std::to_string(static_cast<int>(s.code())) + "\n" + std::to_string(s.rank()) + "\n" +
+         std::to_string(reporter) + "\n" + s.message();
+}
+
+Status decodeError(const std::string& v) {
+  std::istringstream in(v);
+  std::string code, rank, reporter, msg;
+  std::getline(in, code);
+  std::getline(in, rank);
+  std::getline(in, reporter);
+  std::getline(in, msg, '\0');
+  int c = std::atoi(code.c_str());
+  if (c <= 0 || c > static_cast<int>(Code::kInternal)) c = static_cast<int>(Code::kRemoteError);
+  int r = std::atoi(rank.c_str());
+  return Status(static_cast<Code>(c), "rank " + reporter + " reported: " + msg, r);
+}
+
+}  // namespace
+
+uint32_t shapeHash(const algorithms::Request& req) {
+  uint64_t v[5] = {static_cast<uint64_t>(req.coll), req.count, static_cast<uint64_t>(req.dtype),
+                   static_cast<uint64_t>(req.op), static_cast<uint64_t>(static_cast<uint32_t>(req.root))};
+  if (req.coll == algorithms::Collective::kBroadcast) v[3] = 0;
+  if (req.coll == algorithms::Collective::kAllReduce) v[4] = 0;
+  uint32_t h = 2166136261u;
+  for (uint64_t x : v)
+    for (int i = 0; i < 8; ++i) {
+      h ^= static_cast<uint8_t>(x >> (8 * i));
+      h *= 16777619u;
+    }
+  return h;
+}
+
+// ---------------------------------------------------------------- Op
+
+Status Op::wait() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return done_; });
+  return status_;
+}
+
+bool Op::test(Status* status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (done_ && status) *status = status_;
+  return done_;
+}
+
+void Op::complete(const Status& s) {
+  bool last = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!s.isOk() && status_.isOk()) status_ = s;
+    last = --remaining_ == 0;
+    if (last) done_ = true;
+  }
+  if (last) {
+    comm_->inflight_.fetch_sub(1);
+    cv_.notify_all();
+  }
+}
+
+// ---------------------------------------------------------------- setup
+
+Communicator::Communicator(std::shared_ptr<bootstrap::Store> store, int rank, int nranks, CommOptions opts)
+    : store_(std::move(store)), rank_(rank), nranks_(nranks), opts_(std::move(opts)) {}
+
+StatusOr<std::unique_ptr<Communicator>> Communicator::create(std::shared_ptr<bootstrap::Store> store,
+                                                             int rank, int nranks, CommOptions opts) {
+  if (nranks < 1) return invalidArgument("nranks=" + std::to_string(nranks) + " must be at least 1");
+  if (rank < 0 || rank >= nranks)
+    return invalidArgument("rank=" + std::to_string(rank) + " must be in [0, nranks=" + std::to_string(nranks) + ")");
+  if (!store) return invalidArgument("store is null");
+  std::unique_ptr<Communicator> c(new Communicator(std::move(store), rank, nranks, std::move(opts)));
+  Status s = c->init();
+  if (!s.isOk()) {
+    // Peers may be blocked in setup too: tell them, so they fail now rather than at timeout.
+    c->abort(s);
+    return s.withContext("rank " + std::to_string(rank) + " could not join the communicator");
+  }
+  return c;
+}
+
+Status Communicator::init() {
+  const Config& cfg = opts_.config;
+  Deadline deadline = Deadline::after(cfg.timeoutSec);
+  setLogRank(rank_);
+
+  nonce_ = opts_.nonce;
+  if (nonce_ == 0) {
+    if (rank_ == 0) {
+      nonce_ = bootstrap::randomNonce();
+      BRAID_RETURN_IF_ERROR(store_->set(key("nonce"), std::to_string(nonce_)));
+    } else {
+      BRAID_ASSIGN_OR_RETURN(std::string v, store_->get(key("nonce"), deadline));
+      nonce_ = std::strtoull(v.c_str(), nullptr, 10);
+    }
+  }
+  numaNode_ = cfg.bind ? topology::Placement::local().numaNodeOfCaller() : -1;
+  BRAID_RETURN_IF_ERROR(exchangePeers());
+
+  // Channels and waiting follow the cores each local rank can count on.
+  int cores = std::max(1, topology::Placement::local().numCores());
+  int online = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  cores = std::max(cores, online > 0 ? online : 1);
+  int perRank = std::max(1, cores / localSize_);
+  nchannels_ = cfg.nchannels > 0 ? cfg.nchannels : std::min(perRank, 4);
+  // Channel counts must agree: a rank computes it from host-local facts, so take the min.
+  {
+    BRAID_ASSIGN_OR_RETURN(auto all, bootstrap::allGather(*store_, key("nch"), rank_, nranks_,
+                                                          std::to_string(nchannels_), deadline));
+    for (const auto& v : all) nchannels_ = std::min(nchannels_, std::max(1, std::atoi(v.c_str())));
+  }
+  bool oversubscribed = localSize_ * nchannels_ > cores;
+  wait_.spinMicros = cfg.spinMicros >= 0 ? cfg.spinMicros : (oversubscribed ? 0 : 50);
+  wait_.yieldMicros = cfg.yieldMicros >= 0 ? cfg.yieldMicros : (oversubscribed ? 20 : 200);
+
+  plan::World world;
+  world.rank = rank_;
+  world.nranks = nranks_;
+  for (const auto& p : peers_) world.hostIds.push_back(p.hostId);
+  world.nchannels = nchannels_;
+  world.roundBytes = cfg.slotBytes * static_cast<size_t>(cfg.nslots / 2);
+  layout_ = plan::layoutFor(world);
+
+  BRAID_RETURN_IF_ERROR(connect());
+
+  workers_.resize(static_cast<size_t>(nchannels_));
+  for (int c = 0; c < nchannels_; ++c) {
+    workers_[c] = std::make_unique<Worker>();
+    workers_[c]->thread = std::thread([this, c] { workerLoop(c); });
+  }
+
+  if (rank_ == 0 && logLevel() >= LogLevel::kInfo) {
+    std::set<std::string> hosts;
+    for (const auto& p : peers_) hosts.insert(p.hostId);
+    std::string tp;
+    for (int r = 0; r < nranks_; ++r) tp += (r ? "," : "") + transportNames_[r];
+    BRAID_INFO("braid %d.%d.%d: %d ranks on %zu hosts, %d channels, slots %zu x %d, transports [%s], %s",
+               0, 1, 0, nranks_, hosts.size(), nchannels_, cfg.slotBytes, cfg.nslots, tp.c_str(),
+               topology::Placement::local().summary().c_str());
+  }
+  return Status::ok();
+}
+
+Status Communicator::exchangePeers() {
+  const Config& cfg = opts_.config;
+  Deadline deadline = Deadline::after(cfg.timeoutSec);
+  transport::PeerInfo me;
+  me.rank = rank_;
+  me.hostId = cfg.hostId.empty() ? bootstrap::hostId() : cfg.hostId;
+  if (me.hostId.find('\n') != std::string::npos) return invalidArgument("BRAID_HOST_ID must not contain a newline");
+  me.pid = getpid();
+  me.nonce = nonce_;
+  BRAID_ASSIGN_OR_RETURN(auto all, bootstrap::allGather(*store_, key("peer"), rank_, nranks_, encodePeer(me), deadline));
+  peers_.resize(static_cast<size_t>(nranks_));
+  for (int r = 0; r < nranks_; ++r) {
+    BRAID_RETURN_IF_ERROR(decodePeer(all[r], r, &peers_[r]));
+    if (peers_[r].nonce != nonce_)
+      return Status(Code::kRemoteError, "rank " + std::to_string(r) + " belongs to another session (nonce mismatch)", r);
+  }
+  localRank_ = 0;
+  localSize_ = 0;
+  peerPidFds_.assign(static_cast<size_t>(nranks_), -1);
+  for (int r = 0; r < nranks_; ++r) {
+    if (peers_[r].hostId != me.hostId) continue;
+    if (r < rank_) ++localRank_;
+    ++localSize_;
+    // Watch local peers in other processes; a pidfd reports exit even while a zombie.
+    if (peers_[r].pid != me.pid) peerPidFds_[r] = pidfdOpen(peers_[r].pid);
+  }
+  return Status::ok();
+}
+
+Status Communicator::connect() {
+  const Config& cfg = opts_.config;
+  Deadline deadline = Deadline::after(cfg.timeoutSec);
+  transport::TransportConfig tc;
+  tc.rank = rank_;
+  tc.nranks = nranks_;
+  tc.nonce = nonce_;
+  tc.slotBytes = cfg.slotBytes;
+  tc.nslots = cfg.nslots;
+  tc.numaNode = numaNode_;
+  tc.connectTimeoutSec = cfg.timeoutSec > 0 ? cfg.timeoutSec : 3600;
+  tc.socketsPerPeer = cfg.socketsPerPeer;
+  tc.netIf = cfg.netIf;
+
+  // Pick a transport per peer: the forced one, else the best score.
+  std::vector<int> choice(static_cast<size_t>(nranks_), -1);
+  transportNames_.assign(static_cast<size_t>(nranks_), "self");
+  const auto& reg = transport::registry();
+  for (const auto& f : reg) transports_.push_back(f.create(tc));
+  for (int r = 0; r < nranks_; ++r) {
+    if (r == rank_) continue;
+    int best = 0;
+    for (size_t t = 0; t < transports_.size(); ++t) {
+      if (!cfg.transport.empty() && cfg.transport != reg[t].name) continue;
+      int score = transports_[t]->canConnect(peers_[rank_], peers_[r]);
+      if (score > best) {
+        best = score;
+        choice[r] = static_cast<int>(t);
+      }
+    }
+    if (choice[r] < 0) {
+      return invalidArgument("no transport can reach rank " + std::to_string(r) +
+                             (cfg.transport.empty() ? "" : " with BRAID_TRANSPORT=" + cfg.transport));
+    }
+    transportNames_[r] = reg[choice[r]].name;
+  }
+
+  links_.assign(static_cast<size_t>(nchannels_), exec::ChannelLinks{});
+  for (auto& l : links_) {
+    l.sendTo.assign(static_cast<size_t>(nranks_), nullptr);
+    l.recvFrom.assign(static_cast<size_t>(nranks_), nullptr);
+  }
+  if (nranks_ == 1) return Status::ok();
+
+  // Phase 1: receive sides, published as "<transport>|<blob>" under conn/<from>/<to>/<ch>.
+  for (int c = 0; c < nchannels_; ++c) {
+    algorithms::RingPos pos = algorithms::ringPosition(layout_.rings[c], rank_);
+    int from = pos.prev;
+    if (links_[c].recvFrom[from]) continue;
+    std::string blob;
+    BRAID_ASSIGN_OR_RETURN(auto conn, transports_[choice[from]]->createRecv(from, c, &blob));
+    links_[c].recvFrom[from] = conn.get();
+    connections_.push_back(std::move(conn));
+    BRAID_RETURN_IF_ERROR(store_->set(
+        key("conn/" + std::to_string(from) + "/" + std::to_string(rank_) + "/" + std::to_string(c)),
+        transportNames_[from] + "|" + blob));
+  }
+  // Phase 2: send sides.
+  for (int c = 0; c < nchannels_; ++c) {
+    algorithms::RingPos pos = algorithms::ringPosition(layout_.rings[c], rank_);
+    int to = pos.next;
+    if (links_[c].sendTo[to]) continue;
+    BRAID_ASSIGN_OR_RETURN(std::string v, store_->get(key("conn/" + std::to_string(rank_) + "/" +
+                                                          std::to_string(to) + "/" + std::to_string(c)),
+                                                      deadline));
+    size_t bar = v.find('|');
+    std::string tname = bar == std::string::npos ? "" : v.substr(0, bar);
+    if (tname != transportNames_[to]) {
+      return invalidArgument("rank " + std::to_string(to) + " chose transport '" + tname + "' but rank " +
+                             std::to_string(rank_) + " chose '" + transportNames_[to] +
+                             "' (is BRAID_TRANSPORT set the same on every rank?)");
+    }
+    BRAID_ASSIGN_OR_RETURN(auto conn, transports_[choice[to]]->connectSend(to, c, v.substr(bar + 1)));
+    links_[c].sendTo[to] = conn.get();
+    connections_.push_back(std::move(conn));
+  }
+  // Phase 3: everyone attached; transports finish (accept, unlink).
+  BRAID_RETURN_IF_ERROR(bootstrap::barrier(*store_, key("connected"), nranks_, deadline));
+  for (auto& t : transports_) BRAID_RETURN_IF_ERROR(t->establish(deadline));
+  return Status::ok();
+}
+
+Communicator::~Communicator() {
+  for (auto& w : workers_) {
+    {
+      std::lock_guard<std::mutex> lock(w->mu);
+      w->stop = true;
+    }
+    w->cv.notify_all();
+  }
+  for (auto& w : workers_)
+    if (w->thread.joinable()) w->thread.join();
+  connections_.clear();
+  transports_.clear();
+  for (int fd : peerPidFds_)
+    if (fd >= 0) close(fd);
+}
+
+// ---------------------------------------------------------------- running
+
+StatusOr<std::shared_ptr<Op>> Communicator::prepare(const algorithms::Request& req, const void* input, void* output) {
+  BRAID_RETURN_IF_ERROR(brokenStatus());
+  auto op = std::make_shared<Op>();
+  BRAID_ASSIGN_OR_RETURN(op->schedule_, plan::planCollective(req, layout_));
+  op->buffers_.input = input;
+  op->buffers_.output = output;
+  op->tag_ = (static_cast<uint64_t>(seq_++) << 32) | shapeHash(req);
+  op->name_ = req.coll == algorithms::Collective::kAllReduce ? "allreduce" : "broadcast";
+  op->remaining_ = nchannels_;
+  op->comm_ = this;
+  inflight_.fetch_add(1);
+  return op;
+}
+
+Status Communicator::run(const algorithms::Request& req, const void* input, void* output) {
+  std::shared_ptr<Op> op;
+  bool inlineChannel0 = false;
+  {
+    std::lock_guard<std::mutex> lock(submitMu_);
+    inlineChannel0 = inflight_.load() == 0;
+    BRAID_ASSIGN_OR_RETURN(op, prepare(req, input, output));
+    for (int c = inlineChannel0 ? 1 : 0; c < nchannels_; ++c) {
+      Worker& w = *workers_[c];
+      {
+        std::lock_guard<std::mutex> wl(w.mu);
+        w.queue.push_back(op);
+      }
+      w.cv.notify_one();
+    }
+  }
+  // Nothing is queued ahead of us, so running channel 0 here keeps issue order and saves
+  // the wake-up of a progress thread, which dominates small-message latency.
+  if (inlineChannel0) runChannel(op, 0);
+  return op->wait().withContext(op->name_);
+}
+
+StatusOr<std::shared_ptr<Op>> Communicator::submit(const algorithms::Request& req, const void* input, void* output) {
+  std::lock_guard<std::mutex> lock(submitMu_);
+  BRAID_ASSIGN_OR_RETURN(auto op, prepare(req, input, output));
+  for (int c = 0; c < nchannels_; ++c) {
+    Worker& w = *workers_[c];
+    {
+      std::lock_guard<std::mutex> wl(w.mu);
+      w.queue.push_back(op);
+    }
+    w.cv.notify_one();
+  }
+  return op;
+}
+
+void Communicator::runChannel(const std::shared_ptr<Op>& op, int channel) {
+  Status s = brokenStatus();
+  if (s.isOk()) {
+    exec::RunContext ctx;
+    ctx.rank = rank_;
+    ctx.sliceBytes = opts_.config.slotBytes;
+    ctx.tag = op->tag_;
+    ctx.deadline = Deadline::after(opts_.config.timeoutSec);
+    ctx.wait = wait_;
+    ctx.abortFlag = &abortFlag_;
+    ctx.healthCheck = [this] { return healthCheck(); };
+    s = exec::runChannel(op->schedule_, channel, op->buffers_, links_[channel], ctx);
+    if (!s.isOk()) s = fail(s);
+  }
+  op->complete(s);
+}
+
+void Communicator::workerLoop(int channel) {
+  if (opts_.config.bind && numaNode_ >= 0) (void)topology::Placement::local().bindThreadToNuma(numaNode_);
+  Worker& w = *workers_[channel];
+  for (;;) {
+    std::shared_ptr<Op> op;
+    {
+      std::unique_lock<std::mutex> lock(w.mu);
+      w.cv.wait(lock, [&] { return w.stop || !w.queue.empty(); });
+      if (w.queue.empty()) return;  // stop requested and drained
+      op = w.queue.front();
+      w.queue.pop_front();
+    }
+    runChannel(op, channel);
+  }
+}
+
+// ---------------------------------------------------------------- failures
+
+Status Communicator::brokenStatus() const {
+  std::lock_guard<std::mutex> lock(errorMu_);
+  return broken_;
+}
+
+Status Communicator::healthCheck() {
+  // Local peers first: a pidfd becomes readable when its process exits.
+  for (int r = 0; r < nranks_; ++r) {
+    int fd = peerPidFds_[r];
+    if (fd < 0) continue;
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 0) > 0) {
+      // A peer that aborted on purpose left a record before exiting: prefer its reason.
+      auto rec = abortRecord();
+      if (!rec.isOk()) return rec;
+      return Status(Code::kRemoteError,
+                    "rank " + std::to_string(r) + " (pid " + std::to_string(peers_[r].pid) + " on host " +
+                        peers_[r].hostId + ") exited",
+                    r);
+    }
+  }
+  // Then the store, at most every 100 ms across all channel threads: a peer's abort record,
+  // or the loss of the store itself.
+  std::unique_lock<std::mutex> lock(healthMu_, std::try_to_lock);
+  if (!lock.owns_lock()) return Status::ok();
+  int64_t now = nowNanos();
+  if (now < nextStoreCheckNs_) return Status::ok();
+  nextStoreCheckNs_ = now + kStoreCheckPeriodNs;
+  return abortRecord();
+}
+
+Status Communicator::abortRecord() {
+  auto present = store_->check({key("abort")});
+  if (!present.isOk()) {
+    int owner = opts_.storeOwnerRank;
+    return Status(Code::kRemoteError,
+                  (owner >= 0 ? "lost the store served by rank " + std::to_string(owner) : std::string("lost the store")) +
+                      ": " + present.status().message(),
+                  owner);
+  }
+  if (present.value()) {
+    auto v = store_->get(key("abort"), Deadline::after(5));
+    if (v.isOk()) return decodeError(v.value());
+  }
+  return Status::ok();
+}
+
+Status Communicator::findStalledRank(const Status& timeout) {
+  // Every rank that times out records whom it waited for; following those records from the
+  // rank we waited for ends at the one rank that records nothing: the one that stalled.
+  const int waitedFor = timeout.rank();
+  if (waitedFor < 0) return timeout;
+  (void)store_->set(key("stall/" + std::to_string(rank_)), std::to_string(waitedFor));
+  double grace = std::min(3.0, std::max(0.5, opts_.config.timeoutSec / 2));
+  Deadline deadline = Deadline::after(grace);
+  std::set<int> visited{rank_};
+  int cur = waitedFor;
+  while (!visited.count(cur)) {
+    visited.insert(cur);
+    auto v = store_->get(key("stall/" + std::to_string(cur)), deadline);
+    if (!v.isOk()) {
+      return Status(Code::kTimeout,
+                    "rank " + std::to_string(cur) + " made no progress for " +
+                        std::to_string(static_cast<int>(opts_.config.timeoutSec)) + " s (BRAID_TIMEOUT); " +
+                        timeout.message(),
+                    cur);
+    }
+    cur = std::atoi(v.value().c_str());
+    if (cur < 0 || cur >= nranks_) break;
+  }
+  return timeout;  // a cycle: everyone waits on everyone; report what we saw
+}
+
+Status Communicator::fail(const Status& s) {
+  Status report = s;
+  {
+    std::lock_guard<std::mutex> lock(errorMu_);
+    if (!broken_.isOk()) return broken_;  // a sibling channel already failed
+  }
+  if (s.code() == Code::kTimeout) report = findStalledRank(s);
+  bool first = false;
+  {
+    std::lock_guard<std::mutex> lock(errorMu_);
+    if (broken_.isOk()) {
+      broken_ = report;
+      first = true;
+    } else {
+      report = broken_;
+    }
+  }
+  abortFlag_.store(1);
+  if (first) {
+    BRAID_WARN("%s", report.toString().c_str());
+    // Errors that came from another rank's record need not be re-published.
+    if (report.message().find(" reported: ") == std::string::npos)
+      (void)store_->set(key("abort"), encodeError(report, rank_));
+  }
+  return report;
+}
+
+void Communicator::abort(const Status& why) {
+  Status s = why.isOk() ? Status(Code::kAborted, "aborted by rank " + std::to_string(rank_), rank_) : why;
+  bool first = false;
+  {
+    std::lock_guard<std::mutex> lock(errorMu_);
+    if (broken_.isOk()) {
+      broken_ = s;
+      first = true;
+    }
+  }
+  abortFlag_.store(1);
+  if (first) (void)store_->set(key("abort"), encodeError(s, rank_));
+}
+
+}  // namespace braid::core

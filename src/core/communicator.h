@@ -1,0 +1,151 @@
+#pragma once
+// The communicator: rank, size, peers, connections, the op queue and its progress threads,
+// and everything about failure (deadlines, peer liveness, abort propagation).
+//
+// Threads: the user thread validates (in src/api) and calls run() or submit(). A blocking
+// call with nothing in flight runs channel 0 on the caller's own thread (no hand-off
+// latency); everything else goes to one progress thread per channel, which executes
+// operations in issue order. Collectives must be issued in the same order on every rank;
+// each slot carries the operation's sequence number and shape hash so a mismatch fails
+// cleanly.
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "algorithms/algorithm.h"
+#include "bootstrap/store.h"
+#include "common/status.h"
+#include "core/config.h"
+#include "exec/executor.h"
+#include "transports/transport.h"
+
+namespace braid::core {
+
+class Communicator;
+
+// One collective in flight. Completed exactly once; wait() may be called from any thread.
+class Op {
+ public:
+  // Blocks until every channel finished; returns the first error.
+  Status wait();
+  // Non-blocking: true (and *status set) once finished.
+  bool test(Status* status);
+
+ private:
+  friend class Communicator;
+  void complete(const Status& s);
+
+  exec::Schedule schedule_;
+  exec::Buffers buffers_;
+  uint64_t tag_ = 0;
+  std::string name_;
+  int remaining_ = 0;  // channels still running, guarded by mu_
+  std::mutex mu_;
+  std::condition_variable cv_;
+  Status status_;
+  bool done_ = false;
+  Communicator* comm_ = nullptr;
+};
+
+struct CommOptions {
+  Config config;
+  // Session nonce all connections must carry; 0 = rank 0 draws one and shares it.
+  uint64_t nonce = 0;
+  // The rank that serves the store in-process (its death takes the store down), or -1.
+  int storeOwnerRank = -1;
+  // Namespace for this communicator's keys in the store.
+  std::string keyPrefix = "braid";
+};
+
+class Communicator {
+ public:
+  // Joins the communicator: exchanges peer info through `store`, wires up connections,
+  // starts progress threads. Blocks until every rank has joined or the timeout passes.
+  static StatusOr<std::unique_ptr<Communicator>> create(std::shared_ptr<bootstrap::Store> store,
+                                                        int rank, int nranks, CommOptions opts);
+  // Waits for queued operations, then tears down. Never blocks on peers beyond the timeout.
+  ~Communicator();
+
+  int rank() const { return rank_; }
+  int size() const { return nranks_; }
+  int nchannels() const { return nchannels_; }
+
+  // Runs a collective and blocks until it finishes on this rank.
+  Status run(const algorithms::Request& req, const void* input, void* output);
+  // Queues a collective; the buffers must stay valid until the Op completes.
+  StatusOr<std::shared_ptr<Op>> submit(const algorithms::Request& req, const void* input, void* output);
+
+  // Fails pending and future operations with `why` and tells every other rank. Idempotent;
+  // does not block on peers.
+  void abort(const Status& why);
+
+  // The error that broke the communicator, or Ok.
+  Status brokenStatus() const;
+
+  // Transport chosen for each peer ("self" for this rank), for logs and tests.
+  const std::vector<std::string>& transportPerPeer() const { return transportNames_; }
+
+ private:
+  friend class Op;
+  struct Worker {
+    std::thread thread;
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<std::shared_ptr<Op>> queue;
+    bool stop = false;
+  };
+
+  Communicator(std::shared_ptr<bootstrap::Store> store, int rank, int nranks, CommOptions opts);
+  Status init();
+  Status exchangePeers();
+  Status connect();
+  StatusOr<std::shared_ptr<Op>> prepare(const algorithms::Request& req, const void* input, void* output);
+  void runChannel(const std::shared_ptr<Op>& op, int channel);
+  void workerLoop(int channel);
+  Status healthCheck();
+  // A peer's published failure as a Status (Ok when there is none).
+  Status abortRecord();
+  Status fail(const Status& s);
+  Status findStalledRank(const Status& timeout);
+  std::string key(const std::string& k) const { return opts_.keyPrefix + "/" + k; }
+
+  std::shared_ptr<bootstrap::Store> store_;
+  const int rank_;
+  const int nranks_;
+  CommOptions opts_;
+  uint64_t nonce_ = 0;
+  int nchannels_ = 1;
+  int localRank_ = 0;
+  int localSize_ = 1;
+  int numaNode_ = -1;
+  exec::WaitPolicy wait_;
+  std::vector<transport::PeerInfo> peers_;
+  std::vector<std::string> transportNames_;
+  std::vector<std::unique_ptr<transport::Transport>> transports_;
+  std::vector<std::unique_ptr<transport::Connection>> connections_;
+  std::vector<exec::ChannelLinks> links_;
+  algorithms::Layout layout_;
+  std::vector<int> peerPidFds_;  // per rank, -1 where not watched
+
+  std::mutex submitMu_;
+  uint32_t seq_ = 0;
+  std::atomic<int> inflight_{0};
+  std::vector<std::unique_ptr<Worker>> workers_;
+
+  std::atomic<int> abortFlag_{0};
+  mutable std::mutex errorMu_;
+  Status broken_;
+  std::mutex healthMu_;
+  int64_t nextStoreCheckNs_ = 0;
+};
+
+// FNV-1a of a call's shape; travels in every slot with the sequence number.
+uint32_t shapeHash(const algorithms::Request& req);
+
+}  // namespace braid::core

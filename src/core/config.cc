@@ -1,0 +1,113 @@
+#include "core/config.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+namespace braid::core {
+
+const std::vector<ConfigEntry>& configTable() {
+  static const std::vector<ConfigEntry> kTable = {
+      {"BRAID_TIMEOUT", "seconds", "300", "fail a pending operation after this long without progress (0 = never)"},
+      {"BRAID_NCHANNELS", "int", "0", "channels (rings run in parallel, one progress thread each); 0 = from cores per local rank"},
+      {"BRAID_TRANSPORT", "string", "", "force one transport for every peer: loopback, shm or tcp"},
+      {"BRAID_SLOT_BYTES", "size", "512K", "bytes per transport slot, the executor's slice size"},
+      {"BRAID_NSLOTS", "int", "8", "slots per connection FIFO (depth of the pipeline)"},
+      {"BRAID_SPIN_US", "int", "-1", "microseconds to spin before yielding while waiting; -1 = auto (less when ranks outnumber cores)"},
+      {"BRAID_YIELD_US", "int", "-1", "microseconds to yield before sleeping on a futex or socket; -1 = auto"},
+      {"BRAID_SOCKETS_PER_PEER", "int", "1", "tcp: sockets striped per connection"},
+      {"BRAID_NET_IF", "string", "", "tcp: interface name or IPv4 address to listen on"},
+      {"BRAID_BIND", "bool", "1", "bind progress threads and receive buffers to the caller's NUMA node"},
+      {"BRAID_HOST_ID", "string", "", "host identity used to group ranks (default hostname + boot id)"},
+      {"BRAID_DEBUG", "string", "", "log level: WARN, INFO or TRACE"},
+      {"BRAID_DEBUG_FILE", "string", "", "log to this file instead of stderr (%h host, %p pid)"},
+      {"BRAID_SIMD", "string", "", "cap the reduction kernels' instruction set: scalar, avx2 or avx512"},
+      {"BRAID_RANK", "int", "", "launcher: this process's rank (set by braidrun)"},
+      {"BRAID_WORLD_SIZE", "int", "", "launcher: number of ranks (set by braidrun)"},
+      {"BRAID_STORE_ADDR", "string", "", "launcher: host:port of the rendezvous store"},
+      {"BRAID_STORE_EXTERNAL", "bool", "0", "launcher: the store is served outside the ranks (braidrun)"},
+  };
+  return kTable;
+}
+
+bool parseSize(const std::string& s, size_t* out) {
+  if (s.empty()) return false;
+  errno = 0;
+  char* end = nullptr;
+  unsigned long long v = std::strtoull(s.c_str(), &end, 10);
+  if (errno || end == s.c_str() || s[0] == '-') return false;
+  unsigned long long mult = 1;
+  if (*end) {
+    switch (*end) {
+      case 'k': case 'K': mult = 1ull << 10; break;
+      case 'm': case 'M': mult = 1ull << 20; break;
+      case 'g': case 'G': mult = 1ull << 30; break;
+      default: return false;
+    }
+    ++end;
+    if (*end == 'B' || *end == 'b') ++end;
+    if (*end) return false;
+  }
+  if (v > (~0ull) / mult) return false;
+  *out = static_cast<size_t>(v * mult);
+  return true;
+}
+
+namespace {
+
+Status badValue(const char* name, const char* value, const char* want) {
+  return invalidArgument(std::string(name) + "='" + value + "' is not " + want);
+}
+
+Status readInt(const std::function<const char*(const char*)>& get, const char* name, int lo, int hi, int* out) {
+  const char* v = get(name);
+  if (!v || !*v) return Status::ok();
+  errno = 0;
+  char* end = nullptr;
+  long x = std::strtol(v, &end, 10);
+  if (errno || *end || end == v || x < lo || x > hi)
+    return badValue(name, v, ("an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]").c_str());
+  *out = static_cast<int>(x);
+  return Status::ok();
+}
+
+}  // namespace
+
+StatusOr<Config> Config::fromEnv(const std::function<const char*(const char*)>& getter) {
+  std::function<const char*(const char*)> get = getter ? getter : [](const char* n) { return std::getenv(n); };
+  Config c;
+  if (const char* v = get("BRAID_TIMEOUT"); v && *v) {
+    char* end = nullptr;
+    errno = 0;
+    double t = std::strtod(v, &end);
+    if (errno || *end || end == v || t < 0) return badValue("BRAID_TIMEOUT", v, "a non-negative number of seconds");
+    c.timeoutSec = t;
+  }
+  BRAID_RETURN_IF_ERROR(readInt(get, "BRAID_NCHANNELS", 0, 64, &c.nchannels));
+  if (const char* v = get("BRAID_TRANSPORT"); v && *v) {
+    std::string t = v;
+    if (t != "loopback" && t != "shm" && t != "tcp") return badValue("BRAID_TRANSPORT", v, "one of loopback, shm, tcp");
+    c.transport = t;
+  }
+  if (const char* v = get("BRAID_SLOT_BYTES"); v && *v) {
+    size_t b = 0;
+    if (!parseSize(v, &b) || b < 4096 || b > (256u << 20))
+      return badValue("BRAID_SLOT_BYTES", v, "a size between 4K and 256M");
+    c.slotBytes = b / 64 * 64;
+  }
+  BRAID_RETURN_IF_ERROR(readInt(get, "BRAID_NSLOTS", 2, 1024, &c.nslots));
+  BRAID_RETURN_IF_ERROR(readInt(get, "BRAID_SPIN_US", -1, 10000000, &c.spinMicros));
+  BRAID_RETURN_IF_ERROR(readInt(get, "BRAID_YIELD_US", -1, 10000000, &c.yieldMicros));
+  BRAID_RETURN_IF_ERROR(readInt(get, "BRAID_SOCKETS_PER_PEER", 1, 64, &c.socketsPerPeer));
+  if (const char* v = get("BRAID_NET_IF")) c.netIf = v;
+  if (const char* v = get("BRAID_BIND"); v && *v) {
+    std::string b = v;
+    if (b == "1" || b == "true") c.bind = true;
+    else if (b == "0" || b == "false") c.bind = false;
+    else return badValue("BRAID_BIND", v, "0 or 1");
+  }
+  if (const char* v = get("BRAID_HOST_ID")) c.hostId = v;
+  return c;
+}
+
+}  // namespace braid::core

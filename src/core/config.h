@@ -1,0 +1,45 @@
+#pragma once
+// Every environment knob braid reads, in one table (config.cc): name, type, default, help.
+// `braid-info --config` prints it. Nothing else in braid calls getenv for a knob.
+
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace braid::core {
+
+struct ConfigEntry {
+  const char* name;
+  const char* type;  // "int", "size", "seconds", "string", "bool"
+  const char* defaultValue;
+  const char* help;
+};
+
+// The table, in the order braid-info prints it.
+const std::vector<ConfigEntry>& configTable();
+
+struct Config {
+  double timeoutSec = 300;
+  int nchannels = 0;          // 0 = choose from cores per local rank
+  std::string transport;      // "" = best per peer pair
+  size_t slotBytes = 512 * 1024;
+  int nslots = 8;
+  int spinMicros = -1;        // -1 = choose from cores per local rank
+  int yieldMicros = -1;
+  int socketsPerPeer = 1;
+  std::string netIf;
+  bool bind = true;
+  std::string hostId;         // "" = hostname + boot id
+
+  // Reads every knob through `get` (getenv by default). A malformed value is
+  // kInvalidArgument naming the variable and the value.
+  static StatusOr<Config> fromEnv(const std::function<const char*(const char*)>& get = nullptr);
+};
+
+// Parses "512K", "4M", "1G", "123" (binary suffixes). False on garbage or overflow.
+bool parseSize(const std::string& s, size_t* out);
+
+}  // namespace braid::core

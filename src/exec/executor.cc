@@ -1,0 +1,315 @@
+#include "exec/executor.h"
+
+#include <poll.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "reduce/reduce.h"
+#include "transports/slot_fifo.h"
+
+namespace braid::exec {
+namespace {
+
+using transport::Connection;
+using transport::Slot;
+using transport::WaitHandle;
+
+inline void cpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+constexpr int64_t kHealthPeriodNs = 100 * 1000 * 1000;
+constexpr int64_t kSleepMicros = 10 * 1000;  // cap per sleep, so deadlines are noticed
+
+std::string describeTag(uint64_t tag) {
+  return "operation #" + std::to_string(tag >> 32) + " (shape " + std::to_string(tag & 0xffffffffu) + ")";
+}
+
+class ChannelRunner {
+ public:
+  ChannelRunner(const Schedule& s, int channel, const Buffers& b, const ChannelLinks& links,
+                const RunContext& ctx)
+      : s_(s), plan_(s.channels[channel]), b_(b), links_(links), ctx_(ctx),
+        es_(dataTypeSize(s.dtype)) {
+    // The distinct connections this channel touches: all of them are progressed while any
+    // one is awaited, so a stream transport never sits on staged bytes a peer waits for.
+    for (const Step& st : plan_.steps) {
+      if (st.peerIn >= 0 && links_.recvFrom[st.peerIn]) addActive(links_.recvFrom[st.peerIn]);
+      if (st.peerOut >= 0 && links_.sendTo[st.peerOut]) addActive(links_.sendTo[st.peerOut]);
+    }
+    sliceBytes_ = std::max(es_, ctx.sliceBytes / es_ * es_);
+  }
+
+  Status run() {
+    for (const Step& st : plan_.steps) BRAID_RETURN_IF_ERROR(checkLinks(st));
+    const size_t rounds = static_cast<size_t>(plan_.rounds);
+    for (size_t r = 0; r < rounds; ++r) {
+      for (const Step& st : plan_.steps) {
+        // Part r of the step, in whole elements; both ends compute the same split.
+        size_t elems = st.bytes() / es_;
+        size_t lo = elems * r / rounds * es_;
+        size_t hi = elems * (r + 1) / rounds * es_;
+        for (size_t off = lo; off < hi; off += sliceBytes_) {
+          BRAID_RETURN_IF_ERROR(runSlice(st, off, std::min(sliceBytes_, hi - off)));
+        }
+      }
+    }
+    return flushAll();
+  }
+
+ private:
+  void addActive(Connection* c) {
+    if (std::find(active_.begin(), active_.end(), c) == active_.end()) active_.push_back(c);
+  }
+
+  Status checkLinks(const Step& st) {
+    bool needIn = st.prim != Prim::kSend && st.prim != Prim::kCopy && st.prim != Prim::kLocalReduce;
+    bool needOut = st.prim == Prim::kSend || st.prim == Prim::kRecvReduceSend ||
+                   st.prim == Prim::kRecvReduceCopySend || st.prim == Prim::kRecvCopySend;
+    if (needIn && !links_.recvFrom[st.peerIn])
+      return internalError(std::string("no connection from rank ") + std::to_string(st.peerIn) + " for " + primName(st.prim));
+    if (needOut && !links_.sendTo[st.peerOut])
+      return internalError(std::string("no connection to rank ") + std::to_string(st.peerOut) + " for " + primName(st.prim));
+    return Status::ok();
+  }
+
+  char* addr(const Region& r, size_t off) const {
+    char* base = r.buf == Buf::kInput    ? const_cast<char*>(static_cast<const char*>(b_.input))
+                 : r.buf == Buf::kOutput ? static_cast<char*>(b_.output)
+                                         : static_cast<char*>(b_.scratch);
+    return base + r.offset + off;
+  }
+
+  void reduceInto(void* dst, const void* a, const void* b, size_t bytes) {
+    reduce::reduce2(s_.dtype, s_.op, dst, a, b, bytes / es_);
+  }
+
+  Status runSlice(const Step& st, size_t off, size_t len) {
+    Slot in, out;
+    switch (st.prim) {
+      case Prim::kSend: {
+        BRAID_RETURN_IF_ERROR(reserve(st.peerOut, &out));
+        reduce::copy(out.data, addr(st.src, off), len);
+        return post(st.peerOut, out, len);
+      }
+      case Prim::kRecv: {
+        BRAID_RETURN_IF_ERROR(receive(st.peerIn, &in, len));
+        reduce::copy(addr(st.dst, off), in.data, len);
+        return release(st.peerIn, in);
+      }
+      case Prim::kRecvReduce: {
+        BRAID_RETURN_IF_ERROR(receive(st.peerIn, &in, len));
+        reduceInto(addr(st.dst, off), in.data, addr(st.src, off), len);
+        return release(st.peerIn, in);
+      }
+      case Prim::kRecvReduceSend: {
+        BRAID_RETURN_IF_ERROR(receive(st.peerIn, &in, len));
+        BRAID_RETURN_IF_ERROR(reserve(st.peerOut, &out));
+        reduceInto(out.data, in.data, addr(st.src, off), len);
+        BRAID_RETURN_IF_ERROR(post(st.peerOut, out, len));
+        return release(st.peerIn, in);
+      }
+      case Prim::kRecvReduceCopySend: {
+        BRAID_RETURN_IF_ERROR(receive(st.peerIn, &in, len));
+        BRAID_RETURN_IF_ERROR(reserve(st.peerOut, &out));
+        // Reduce into the peer's slot, then copy that (cache-hot) slice to the output:
+        // the output buffer is written once and the inputs are read once.
+        reduceInto(out.data, in.data, addr(st.src, off), len);
+        std::memcpy(addr(st.dst, off), out.data, len);
+        BRAID_RETURN_IF_ERROR(post(st.peerOut, out, len));
+        return release(st.peerIn, in);
+      }
+      case Prim::kRecvCopySend: {
+        BRAID_RETURN_IF_ERROR(receive(st.peerIn, &in, len));
+        BRAID_RETURN_IF_ERROR(reserve(st.peerOut, &out));
+        std::memcpy(out.data, in.data, len);
+        BRAID_RETURN_IF_ERROR(post(st.peerOut, out, len));
+        reduce::copy(addr(st.dst, off), in.data, len);
+        return release(st.peerIn, in);
+      }
+      case Prim::kCopy: {
+        char* d = addr(st.dst, off);
+        const char* sp = addr(st.src, off);
+        if (d != sp) reduce::copy(d, sp, len);
+        return Status::ok();
+      }
+      case Prim::kLocalReduce: {
+        char* d = addr(st.dst, off);
+        reduceInto(d, addr(st.src, off), d, len);
+        return Status::ok();
+      }
+    }
+    return internalError("unknown primitive");
+  }
+
+  Status receive(int peer, Slot* slot, size_t expectBytes) {
+    BRAID_RETURN_IF_ERROR(waitFor(links_.recvFrom[peer], /*forSend=*/false, slot));
+    if (slot->tag != ctx_.tag) {
+      return Status(Code::kInvalidArgument,
+                    "collective mismatch: rank " + std::to_string(peer) + " sent " + describeTag(slot->tag) +
+                        " while rank " + std::to_string(ctx_.rank) + " runs " + describeTag(ctx_.tag) +
+                        "; every rank must issue the same collectives, with the same count, type, op "
+                        "and root, in the same order",
+                    peer);
+    }
+    if (slot->bytes != expectBytes) {
+      return Status(Code::kInvalidArgument,
+                    "collective mismatch: rank " + std::to_string(peer) + " sent a slice of " +
+                        std::to_string(slot->bytes) + " bytes where rank " + std::to_string(ctx_.rank) +
+                        " expected " + std::to_string(expectBytes) + " (different counts?)",
+                    peer);
+    }
+    return Status::ok();
+  }
+
+  Status release(int peer, const Slot& slot) { return links_.recvFrom[peer]->releaseRecv(slot); }
+
+  Status reserve(int peer, Slot* slot) { return waitFor(links_.sendTo[peer], /*forSend=*/true, slot); }
+
+  Status post(int peer, Slot& slot, size_t len) {
+    slot.tag = ctx_.tag;
+    Connection* c = links_.sendTo[peer];
+    BRAID_RETURN_IF_ERROR(c->postSend(slot, len));
+    // Push it out now on stream transports; a no-op on memory transports.
+    return c->progress();
+  }
+
+  Status progressAll() {
+    for (Connection* c : active_) BRAID_RETURN_IF_ERROR(c->progress());
+    return Status::ok();
+  }
+
+  // Checks abort flag, deadline and (rarely) peer health. `peer` names whom we wait for.
+  Status checkAlive(int peer, const char* what, int64_t now) {
+    if (ctx_.abortFlag && ctx_.abortFlag->load(std::memory_order_relaxed))
+      return Status(Code::kAborted, "communicator aborted");
+    if (ctx_.deadline.expired()) {
+      return Status(Code::kTimeout,
+                    std::string("timed out waiting to ") + what + " rank " + std::to_string(peer) +
+                        " (rank " + std::to_string(ctx_.rank) + ", " + s_.algorithm +
+                        "); raise BRAID_TIMEOUT if the peer is merely slow",
+                    peer);
+    }
+    if (ctx_.healthCheck && now >= nextHealthNs_) {
+      nextHealthNs_ = now + kHealthPeriodNs;
+      BRAID_RETURN_IF_ERROR(ctx_.healthCheck());
+    }
+    return Status::ok();
+  }
+
+  Status waitFor(Connection* c, bool forSend, Slot* slot) {
+    auto attempt = [&]() { return forSend ? c->reserveSend(slot) : c->peekRecv(slot); };
+    Status st = attempt();
+    if (st.code() != Code::kWouldBlock) return st;
+    const char* what = forSend ? "send to" : "receive from";
+    int64_t start = nowNanos();
+    int64_t spinEnd = start + int64_t{ctx_.wait.spinMicros} * 1000;
+    int64_t yieldEnd = spinEnd + int64_t{ctx_.wait.yieldMicros} * 1000;
+    if (nextHealthNs_ == 0) nextHealthNs_ = start + kHealthPeriodNs;
+    int phase = 0;  // 0 spin, 1 yield, 2 sleep
+    for (uint32_t iter = 1;; ++iter) {
+      BRAID_RETURN_IF_ERROR(progressAll());
+      st = attempt();
+      if (st.code() != Code::kWouldBlock) return st;
+      if (phase == 2 || (iter & 31) == 0) {
+        int64_t now = nowNanos();
+        BRAID_RETURN_IF_ERROR(checkAlive(c->peer(), what, now));
+        phase = now < spinEnd ? 0 : now < yieldEnd ? 1 : 2;
+      }
+      if (phase == 0) {
+        cpuRelax();
+      } else if (phase == 1) {
+        sched_yield();
+      } else {
+        st = sleepOn(c, forSend, slot);
+        if (st.code() != Code::kWouldBlock) return st;
+      }
+    }
+  }
+
+  // Sleeps until `c` may be ready (futex or poll), bounded by kSleepMicros.
+  Status sleepOn(Connection* c, bool forSend, Slot* slot) {
+    WaitHandle h = c->waitHandle(forSend);
+    // Re-check after arming: a peer that progressed before we armed will not wake us.
+    Status st = forSend ? c->reserveSend(slot) : c->peekRecv(slot);
+    if (st.code() != Code::kWouldBlock) {
+      c->disarm(forSend);
+      return st;
+    }
+    pollfd fds[16];
+    int nfds = 0;
+    if (h.fd >= 0) fds[nfds++] = {h.fd, h.fdEvents, 0};
+    // Other stream connections with staged output must keep draining while we sleep.
+    for (Connection* other : active_) {
+      if (other == c || other->flushed() || nfds == 16) continue;
+      WaitHandle oh = other->waitHandle(true);
+      if (oh.fd >= 0) fds[nfds++] = {oh.fd, POLLOUT, 0};
+    }
+    if (h.futexWord) {
+      transport::futexWait(h.futexWord, h.futexValue, nfds ? 200 : kSleepMicros);
+    } else if (nfds) {
+      int timeoutMs = ctx_.deadline.remainingMillis(static_cast<int>(kSleepMicros / 1000));
+      ::poll(fds, static_cast<nfds_t>(nfds), timeoutMs);
+    } else {
+      sched_yield();
+    }
+    c->disarm(forSend);
+    return Status(Code::kWouldBlock, "");
+  }
+
+  Status flushAll() {
+    for (uint32_t iter = 1;; ++iter) {
+      BRAID_RETURN_IF_ERROR(progressAll());
+      bool done = true;
+      pollfd fds[16];
+      int nfds = 0;
+      int waitingOn = -1;
+      for (Connection* c : active_) {
+        if (c->flushed()) continue;
+        done = false;
+        waitingOn = c->peer();
+        WaitHandle h = c->waitHandle(true);
+        if (h.fd >= 0 && nfds < 16) fds[nfds++] = {h.fd, POLLOUT, 0};
+      }
+      if (done) return Status::ok();
+      BRAID_RETURN_IF_ERROR(checkAlive(waitingOn, "flush data to", nowNanos()));
+      if (iter > 64 && nfds) ::poll(fds, static_cast<nfds_t>(nfds), 1);
+    }
+  }
+
+  const Schedule& s_;
+  const ChannelPlan& plan_;
+  Buffers b_;
+  const ChannelLinks& links_;
+  const RunContext& ctx_;
+  size_t es_;
+  size_t sliceBytes_;
+  std::vector<Connection*> active_;
+  int64_t nextHealthNs_ = 0;
+};
+
+}  // namespace
+
+Status runChannel(const Schedule& schedule, int channel, const Buffers& buffers,
+                  const ChannelLinks& links, const RunContext& ctx) {
+  if (channel < 0 || channel >= static_cast<int>(schedule.channels.size()))
+    return internalError("channel out of range");
+  ChannelRunner runner(schedule, channel, buffers, links, ctx);
+  BRAID_RETURN_IF_ERROR(runner.run());
+  if (schedule.divisor > 1 && channel < static_cast<int>(schedule.divideRanges.size())) {
+    for (const Region& r : schedule.divideRanges[channel]) {
+      char* base = static_cast<char*>(buffers.output) + r.offset;
+      reduce::divideInPlace(schedule.dtype, base, r.bytes / dataTypeSize(schedule.dtype), schedule.divisor);
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace braid::exec

@@ -1,0 +1,55 @@
+#pragma once
+// The executor runs one channel of a Schedule over transport connections. It cuts every
+// step into `rounds` parts and every part into slices no larger than a slot, so that slice
+// k+1 travels while slice k is reduced, and it does all waiting: spin, then yield, then
+// sleep on the connection's futex or socket, checking the deadline, the abort flag and
+// peer liveness while it waits.
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/status.h"
+#include "exec/schedule.h"
+#include "transports/transport.h"
+
+namespace braid::exec {
+
+struct Buffers {
+  const void* input = nullptr;
+  void* output = nullptr;
+  void* scratch = nullptr;
+};
+
+// The connections one channel may use, indexed by peer rank (nullptr where none exists).
+struct ChannelLinks {
+  std::vector<transport::Connection*> sendTo;
+  std::vector<transport::Connection*> recvFrom;
+};
+
+// How long to spin and yield before sleeping, in microseconds.
+struct WaitPolicy {
+  int spinMicros = 20;
+  int yieldMicros = 100;
+};
+
+struct RunContext {
+  int rank = 0;
+  size_t sliceBytes = 512 * 1024;  // identical on every rank: both ends cut the same slices
+  uint64_t tag = 0;                // operation sequence number and call-shape hash
+  Deadline deadline;
+  WaitPolicy wait;
+  const std::atomic<int>* abortFlag = nullptr;  // nonzero: stop with kAborted
+  // Called while sleeping, about every 100 ms: reports a dead peer or a peer's abort.
+  std::function<Status()> healthCheck;
+};
+
+// Runs channel `channel` of `schedule` to completion (all sends flushed). Blocks; uses only
+// the calling thread. On error the connections are left in an undefined state and the
+// communicator must be aborted.
+Status runChannel(const Schedule& schedule, int channel, const Buffers& buffers,
+                  const ChannelLinks& links, const RunContext& ctx);
+
+}  // namespace braid::exec

@@ -1,0 +1,75 @@
+#include "exec/schedule.h"
+
+#include <string>
+
+namespace braid::exec {
+
+const char* primName(Prim p) {
+  switch (p) {
+    case Prim::kSend: return "send";
+    case Prim::kRecv: return "recv";
+    case Prim::kRecvReduce: return "recvReduce";
+    case Prim::kRecvReduceSend: return "recvReduceSend";
+    case Prim::kRecvReduceCopySend: return "recvReduceCopySend";
+    case Prim::kRecvCopySend: return "recvCopySend";
+    case Prim::kCopy: return "copy";
+    case Prim::kLocalReduce: return "localReduce";
+  }
+  return "?";
+}
+
+size_t Step::bytes() const {
+  switch (prim) {
+    case Prim::kSend:
+    case Prim::kRecvReduceSend:
+      return src.bytes;
+    default:
+      return dst.bytes;
+  }
+}
+
+namespace {
+bool usesSrc(Prim p) { return p != Prim::kRecv && p != Prim::kRecvCopySend; }
+bool usesDst(Prim p) { return p != Prim::kSend && p != Prim::kRecvReduceSend; }
+bool usesIn(Prim p) { return p != Prim::kSend && p != Prim::kCopy && p != Prim::kLocalReduce; }
+bool usesOut(Prim p) {
+  return p == Prim::kSend || p == Prim::kRecvReduceSend || p == Prim::kRecvReduceCopySend ||
+         p == Prim::kRecvCopySend;
+}
+}  // namespace
+
+std::string validate(const Schedule& s, int nranks, size_t inputBytes, size_t outputBytes) {
+  size_t es = dataTypeSize(s.dtype);
+  auto limit = [&](Buf b) {
+    return b == Buf::kInput ? inputBytes : b == Buf::kOutput ? outputBytes : s.scratchBytes;
+  };
+  for (size_t c = 0; c < s.channels.size(); ++c) {
+    const ChannelPlan& ch = s.channels[c];
+    if (ch.rounds < 1) return "channel " + std::to_string(c) + ": rounds < 1";
+    for (size_t i = 0; i < ch.steps.size(); ++i) {
+      const Step& st = ch.steps[i];
+      std::string where = "channel " + std::to_string(c) + " step " + std::to_string(i) + " (" +
+                          primName(st.prim) + "): ";
+      auto checkRegion = [&](const Region& r, const char* what) -> std::string {
+        if (r.offset % es || r.bytes % es) return where + what + " not element-aligned";
+        if (r.offset + r.bytes > limit(r.buf)) return where + what + " outside its buffer";
+        return "";
+      };
+      if (usesSrc(st.prim)) {
+        std::string e = checkRegion(st.src, "src");
+        if (!e.empty()) return e;
+      }
+      if (usesDst(st.prim)) {
+        std::string e = checkRegion(st.dst, "dst");
+        if (!e.empty()) return e;
+      }
+      if (usesSrc(st.prim) && usesDst(st.prim) && st.src.bytes != st.dst.bytes)
+        return where + "src and dst sizes differ";
+      if (usesIn(st.prim) && (st.peerIn < 0 || st.peerIn >= nranks)) return where + "peerIn out of range";
+      if (usesOut(st.prim) && (st.peerOut < 0 || st.peerOut >= nranks)) return where + "peerOut out of range";
+    }
+  }
+  return "";
+}
+
+}  // namespace braid::exec

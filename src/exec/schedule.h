@@ -1,0 +1,77 @@
+#pragma once
+// A Schedule is what an algorithm produces and the executor runs: for one rank, per
+// channel, an ordered list of primitive steps over byte ranges of the user's buffers.
+// Algorithms never move bytes; the executor never knows which algorithm it runs.
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/types.h"
+
+namespace braid::exec {
+
+// Which buffer a region refers to.
+enum class Buf : uint8_t {
+  kInput,    // the user's send buffer (equals kOutput when in place)
+  kOutput,   // the user's receive buffer
+  kScratch,  // executor-owned temporary space of Schedule::scratchBytes
+};
+
+struct Region {
+  Buf buf = Buf::kInput;
+  size_t offset = 0;  // bytes
+  size_t bytes = 0;
+};
+
+enum class Prim : uint8_t {
+  kSend,                 // send(peerOut, src)
+  kRecv,                 // recv(peerIn, dst)
+  kRecvReduce,           // dst = incoming (op) src
+  kRecvReduceSend,       // forward incoming (op) src to peerOut without storing it
+  kRecvReduceCopySend,   // dst = incoming (op) src, and forward it to peerOut
+  kRecvCopySend,         // dst = incoming, and forward it to peerOut
+  kCopy,                 // dst = src
+  kLocalReduce,          // dst = src (op) dst  (two local regions)
+};
+
+const char* primName(Prim p);
+
+struct Step {
+  Prim prim = Prim::kCopy;
+  int peerIn = -1;
+  int peerOut = -1;
+  Region src;  // unused by kRecv / kRecvCopySend
+  Region dst;  // unused by kSend / kRecvReduceSend
+  // Bytes the step moves; equal to src.bytes or dst.bytes, whichever it uses.
+  size_t bytes() const;
+};
+
+// The steps of one channel. The executor runs them in `rounds`: round k processes the
+// k-th of `rounds` equal parts of every step, in step order, so that no step ever sends
+// more than one round's share ahead of its receiver (deadlock freedom with finite FIFOs)
+// while consecutive rounds pipeline through the FIFOs. Both ends of every connection must
+// compute the same parts, so algorithms set `rounds` from global quantities only.
+struct ChannelPlan {
+  std::vector<Step> steps;
+  int rounds = 1;
+};
+
+struct Schedule {
+  DataType dtype = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  std::vector<ChannelPlan> channels;
+  size_t scratchBytes = 0;
+  // Divide kOutput by this after all channels finish (kAvg); 0 = no division.
+  // Each channel divides only the output ranges listed in `divideRanges[channel]`.
+  int divisor = 0;
+  std::vector<std::vector<Region>> divideRanges;
+  std::string algorithm;  // for logs and traces
+};
+
+// Checks a Schedule's internal consistency (regions inside buffers of the given sizes,
+// peers in range, element-aligned parts). Used by tests and in debug builds.
+std::string validate(const Schedule& s, int nranks, size_t inputBytes, size_t outputBytes);
+
+}  // namespace braid::exec

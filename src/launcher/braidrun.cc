@@ -1,0 +1,523 @@
+// braidrun: starts N ranks of a command on this host, like a local mpirun.
+//
+//   braidrun -np N [-x VAR[=VAL]]... [--tag-output] [--timeout SEC] [--] CMD ARGS...
+//
+// braidrun hosts the rendezvous store itself (so the store outlives any rank), gives each
+// rank BRAID_RANK/BRAID_WORLD_SIZE/BRAID_LOCAL_RANK/BRAID_LOCAL_SIZE/BRAID_STORE_ADDR and
+// BRAID_STORE_EXTERNAL=1, and supervises them:
+//   - exit status 0 if every rank exits 0, else the first failure's status (128+signo for a
+//     signal), with one line on stderr per failed rank;
+//   - after a failure the other ranks get BRAIDRUN_GRACE_SEC (default 15 s) to notice the
+//     peer failure and exit on their own, then SIGCONT+SIGTERM, then SIGKILL 2 s later;
+//   - SIGINT/SIGTERM sent to braidrun are forwarded to the ranks;
+//   - --timeout SEC ends everything after SEC seconds.
+// The main thread does all supervision in one poll loop over a signalfd and (with
+// --tag-output) the ranks' output pipes; the store runs on its own thread.
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bootstrap/tcp_store.h"
+#include "common/clock.h"
+
+extern char** environ;
+
+namespace braid::launcher {
+namespace {
+
+constexpr double kKillAfterTermSec = 2.0;
+constexpr double kDefaultGraceSec = 15.0;
+constexpr int kUsageExit = 2;
+constexpr int kTimeoutExit = 124;  // as timeout(1)
+
+struct Options {
+  int np = 0;
+  std::vector<std::pair<std::string, std::string>> env;  // -x
+  bool tagOutput = false;
+  double timeoutSec = 0;
+  std::vector<std::string> cmd;
+};
+
+void usage(FILE* f) {
+  std::fprintf(f,
+               "usage: braidrun -np N [-x VAR[=VAL]]... [--tag-output] [--timeout SEC] [--] CMD [ARGS...]\n"
+               "  -np, -n N        number of ranks to start on this host\n"
+               "  -x VAR=VAL       set VAR in every rank's environment; -x VAR passes braidrun's value\n"
+               "  --tag-output     prefix every output line with [rank]\n"
+               "  --timeout SEC    kill every rank after SEC seconds (exit status 124)\n"
+               "environment: BRAIDRUN_GRACE_SEC (default 15): how long the other ranks may run on\n"
+               "after one fails before they are terminated\n");
+}
+
+bool parseSeconds(const char* s, double* out) {
+  char* end = nullptr;
+  errno = 0;
+  double v = std::strtod(s, &end);
+  if (end == s || *end || errno || !std::isfinite(v) || v < 0) return false;
+  *out = v;
+  return true;
+}
+
+// Returns -1 to continue, else an exit status.
+int parseArgs(int argc, char** argv, Options* o) {
+  int i = 1;
+  auto need = [&](const char* flag) -> const char* {
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "braidrun: %s needs a value\n", flag);
+      return nullptr;
+    }
+    return argv[++i];
+  };
+  for (; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--") {
+      ++i;
+      break;
+    }
+    if (a.empty() || a[0] != '-') break;
+    if (a == "-h" || a == "--help") {
+      usage(stdout);
+      return 0;
+    } else if (a == "-np" || a == "-n" || a == "--np") {
+      const char* v = need(a.c_str());
+      if (!v) return kUsageExit;
+      char* end = nullptr;
+      long n = std::strtol(v, &end, 10);
+      if (end == v || *end || n < 1 || n > 4096) {
+        std::fprintf(stderr, "braidrun: -np '%s' is not a number of ranks in [1, 4096]\n", v);
+        return kUsageExit;
+      }
+      o->np = static_cast<int>(n);
+    } else if (a == "-x") {
+      const char* v = need("-x");
+      if (!v) return kUsageExit;
+      std::string kv = v;
+      size_t eq = kv.find('=');
+      std::string name = kv.substr(0, eq);
+      if (name.empty()) {
+        std::fprintf(stderr, "braidrun: -x '%s' has no variable name\n", v);
+        return kUsageExit;
+      }
+      if (eq != std::string::npos) {
+        o->env.emplace_back(name, kv.substr(eq + 1));
+      } else if (const char* cur = std::getenv(name.c_str())) {
+        o->env.emplace_back(name, cur);
+      } else {
+        std::fprintf(stderr, "braidrun: warning: -x %s: %s is not set here; not passed\n", v, v);
+      }
+    } else if (a == "--tag-output") {
+      o->tagOutput = true;
+    } else if (a == "--timeout") {
+      const char* v = need("--timeout");
+      if (!v) return kUsageExit;
+      if (!parseSeconds(v, &o->timeoutSec) || o->timeoutSec <= 0) {
+        std::fprintf(stderr, "braidrun: --timeout '%s' is not a positive number of seconds\n", v);
+        return kUsageExit;
+      }
+    } else {
+      std::fprintf(stderr, "braidrun: unknown option '%s'\n", a.c_str());
+      usage(stderr);
+      return kUsageExit;
+    }
+  }
+  for (; i < argc; ++i) o->cmd.push_back(argv[i]);
+  if (o->np == 0) {
+    std::fprintf(stderr, "braidrun: -np N is required\n");
+    usage(stderr);
+    return kUsageExit;
+  }
+  if (o->cmd.empty()) {
+    std::fprintf(stderr, "braidrun: no command given\n");
+    usage(stderr);
+    return kUsageExit;
+  }
+  return -1;
+}
+
+std::string signalName(int sig) {
+  if (const char* abbrev = sigabbrev_np(sig)) return std::string("SIG") + abbrev;
+  return "signal " + std::to_string(sig);
+}
+
+void writeAll(int fd, const char* p, size_t n) {
+  while (n > 0) {
+    ssize_t w = write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return;  // our own stdout is gone: nothing useful left to do with the bytes
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+}
+
+// One rank's output stream under --tag-output: bytes are cut into lines and each line is
+// written whole with its "[rank] " prefix, so lines from different ranks never interleave.
+struct TaggedStream {
+  int fd = -1;   // read end; -1 once at EOF
+  int outFd = 1; // where tagged lines go
+  std::string prefix;
+  std::string partial;
+
+  void emit(const char* p, size_t n) {
+    std::string line = prefix;
+    line.append(p, n);
+    line.push_back('\n');
+    writeAll(outFd, line.data(), line.size());
+  }
+  // Reads what is available; false at EOF.
+  bool pump() {
+    char buf[65536];
+    ssize_t n = read(fd, buf, sizeof(buf));
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) return true;
+    if (n <= 0) {
+      finish();
+      return false;
+    }
+    partial.append(buf, static_cast<size_t>(n));
+    size_t start = 0;
+    for (size_t nl; (nl = partial.find('\n', start)) != std::string::npos; start = nl + 1)
+      emit(partial.data() + start, nl - start);
+    partial.erase(0, start);
+    // A runaway line without newlines is cut rather than buffered without bound.
+    if (partial.size() > (1u << 20)) {
+      emit(partial.data(), partial.size());
+      partial.clear();
+    }
+    return true;
+  }
+  void finish() {
+    if (!partial.empty()) emit(partial.data(), partial.size());
+    partial.clear();
+    if (fd >= 0) close(fd);
+    fd = -1;
+  }
+};
+
+struct Rank {
+  int rank = 0;
+  pid_t pid = -1;
+  bool running = false;
+  int status = 0;  // wait status once reaped
+};
+
+class Launcher {
+ public:
+  explicit Launcher(Options o) : opts_(std::move(o)) {}
+
+  int run() {
+    const char* g = std::getenv("BRAIDRUN_GRACE_SEC");
+    if (g && *g && !parseSeconds(g, &graceSec_)) {
+      std::fprintf(stderr, "braidrun: BRAIDRUN_GRACE_SEC='%s' is not a non-negative number of seconds\n", g);
+      return kUsageExit;
+    }
+    // Signals are taken synchronously through a signalfd; they are blocked before the store
+    // thread starts so that it inherits the mask and never receives them.
+    sigset_t mask;
+    sigemptyset(&mask);
+    for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD}) sigaddset(&mask, s);
+    sigprocmask(SIG_BLOCK, &mask, &origMask_);
+    // Writing tagged output to a closed pipe must give EPIPE, not kill the supervisor.
+    signal(SIGPIPE, SIG_IGN);
+    sigfd_ = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (sigfd_ < 0) {
+      std::fprintf(stderr, "braidrun: signalfd failed: %s\n", std::strerror(errno));
+      return 1;
+    }
+
+    auto server = bootstrap::TcpStoreServer::start("127.0.0.1", 0, 0);
+    if (!server.isOk()) {
+      std::fprintf(stderr, "braidrun: cannot start the rendezvous store: %s\n", server.status().toString().c_str());
+      return 1;
+    }
+    store_ = std::move(server).value();
+    storeAddr_ = "127.0.0.1:" + std::to_string(store_->port());
+
+    start_ = nowNanos();
+    for (int r = 0; r < opts_.np; ++r) {
+      if (!spawnRank(r)) {
+        // Nothing useful can run with a rank missing: stop the ones already started.
+        if (firstFailure_ < 0) firstFailure_ = 127;
+        beginShutdown(0);
+        break;
+      }
+    }
+    loop();
+    store_.reset();
+    return firstFailure_ < 0 ? 0 : firstFailure_;
+  }
+
+ private:
+  std::vector<std::string> childEnv(int rank) const {
+    std::map<std::string, std::string> set = {
+        {"BRAID_RANK", std::to_string(rank)},
+        {"BRAID_WORLD_SIZE", std::to_string(opts_.np)},
+        {"BRAID_LOCAL_RANK", std::to_string(rank)},
+        {"BRAID_LOCAL_SIZE", std::to_string(opts_.np)},
+        {"BRAID_STORE_ADDR", storeAddr_},
+        {"BRAID_STORE_EXTERNAL", "1"},
+    };
+    for (const auto& [k, v] : opts_.env) set[k] = v;  // -x may override, e.g. for tests
+    std::vector<std::string> env;
+    for (char** e = environ; *e; ++e) {
+      const char* eq = std::strchr(*e, '=');
+      std::string name = eq ? std::string(*e, static_cast<size_t>(eq - *e)) : std::string(*e);
+      if (!set.count(name)) env.emplace_back(*e);
+    }
+    for (const auto& [k, v] : set) env.push_back(k + "=" + v);
+    return env;
+  }
+
+  bool spawnRank(int r) {
+    Rank rk;
+    rk.rank = r;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    int pipes[2][2] = {{-1, -1}, {-1, -1}};
+    if (opts_.tagOutput) {
+      for (int s = 0; s < 2; ++s) {
+        if (pipe2(pipes[s], O_CLOEXEC) != 0) {
+          std::fprintf(stderr, "braidrun: pipe failed: %s\n", std::strerror(errno));
+          posix_spawn_file_actions_destroy(&fa);
+          return false;
+        }
+        // dup2 clears close-on-exec on the copy: only the child's 1/2 survive the exec.
+        posix_spawn_file_actions_adddup2(&fa, pipes[s][1], s + 1);
+      }
+    }
+    // Like mpirun, only rank 0 reads braidrun's stdin; N ranks reading one terminal would
+    // steal each other's input.
+    if (r != 0) posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawnattr_t attr;
+    posix_spawnattr_init(&attr);
+    sigset_t def;
+    sigemptyset(&def);
+    for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD, SIGPIPE}) sigaddset(&def, s);
+    posix_spawnattr_setsigdefault(&attr, &def);
+    posix_spawnattr_setsigmask(&attr, &origMask_);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+
+    std::vector<std::string> env = childEnv(r);
+    std::vector<char*> envp, argv;
+    for (auto& e : env) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    std::vector<std::string> cmd = opts_.cmd;
+    for (auto& a : cmd) argv.push_back(a.data());
+    argv.push_back(nullptr);
+
+    pid_t pid = -1;
+    int rc = posix_spawnp(&pid, argv[0], &fa, &attr, argv.data(), envp.data());
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&attr);
+    for (auto& p : pipes)
+      if (p[1] >= 0) close(p[1]);
+    if (rc != 0) {
+      std::fprintf(stderr, "braidrun: cannot execute '%s' for rank %d: %s\n", argv[0], r, std::strerror(rc));
+      for (auto& p : pipes)
+        if (p[0] >= 0) close(p[0]);
+      return false;
+    }
+    rk.pid = pid;
+    rk.running = true;
+    ranks_.push_back(rk);
+    if (opts_.tagOutput) {
+      for (int s = 0; s < 2; ++s) {
+        fcntl(pipes[s][0], F_SETFL, fcntl(pipes[s][0], F_GETFL) | O_NONBLOCK);
+        TaggedStream t;
+        t.fd = pipes[s][0];
+        t.outFd = s + 1;
+        t.prefix = "[" + std::to_string(r) + "] ";
+        streams_.push_back(std::move(t));
+      }
+    }
+    return true;
+  }
+
+  int running() const {
+    int n = 0;
+    for (const auto& r : ranks_) n += r.running;
+    return n;
+  }
+
+  void signalAll(int sig) {
+    for (const auto& r : ranks_)
+      if (r.running) kill(r.pid, sig);
+  }
+
+  // Starts terminating the ranks still running, `afterSec` from now.
+  void beginShutdown(double afterSec) {
+    int64_t at = nowNanos() + static_cast<int64_t>(afterSec * 1e9);
+    if (termAtNs_ == 0 || at < termAtNs_) termAtNs_ = at;
+  }
+
+  void recordExit(Rank& r, int status) {
+    r.running = false;
+    r.status = status;
+    int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (code == 0) return;
+    // Ranks we terminated ourselves are summarized once, not reported as failures.
+    if (termSent_) {
+      ++terminated_;
+      return;
+    }
+    if (WIFEXITED(status))
+      std::fprintf(stderr, "braidrun: rank %d exited with status %d\n", r.rank, code);
+    else
+      std::fprintf(stderr, "braidrun: rank %d killed by signal %s\n", r.rank, signalName(WTERMSIG(status)).c_str());
+    if (firstFailure_ < 0) {
+      firstFailure_ = code;
+      // The survivors are expected to notice the failure and report it themselves.
+      beginShutdown(graceSec_);
+    }
+  }
+
+  void reap() {
+    for (auto& r : ranks_) {
+      if (!r.running) continue;
+      int status = 0;
+      pid_t p;
+      do {
+        p = waitpid(r.pid, &status, WNOHANG);
+      } while (p < 0 && errno == EINTR);
+      if (p == r.pid) recordExit(r, status);
+    }
+  }
+
+  void onSignal() {
+    signalfd_siginfo si;
+    while (read(sigfd_, &si, sizeof(si)) == static_cast<ssize_t>(sizeof(si))) {
+      int sig = static_cast<int>(si.ssi_signo);
+      if (sig == SIGCHLD) continue;  // reaped below
+      // A terminal's Ctrl-C already reached every rank (same process group); only a signal
+      // sent to braidrun alone (kill, a scheduler) is forwarded.
+      bool fromTerminal = si.ssi_code == SI_KERNEL;
+      if (!fromTerminal) signalAll(sig);
+      if (!interrupted_) {
+        interrupted_ = true;
+        std::fprintf(stderr, "braidrun: received %s; %s the ranks\n", signalName(sig).c_str(),
+                     fromTerminal ? "waiting for" : "forwarded it to");
+        if (firstFailure_ < 0) firstFailure_ = 128 + sig;
+        // Ranks that ignore the signal are not allowed to keep braidrun alive forever.
+        beginShutdown(std::min(graceSec_, 5.0));
+      }
+    }
+  }
+
+  void onDeadlines() {
+    int64_t now = nowNanos();
+    if (opts_.timeoutSec > 0 && !timedOut_ && now - start_ >= static_cast<int64_t>(opts_.timeoutSec * 1e9)) {
+      timedOut_ = true;
+      std::fprintf(stderr, "braidrun: timeout of %g s reached; terminating %d running rank(s)\n", opts_.timeoutSec,
+                   running());
+      if (firstFailure_ < 0) firstFailure_ = kTimeoutExit;
+      beginShutdown(0);
+    }
+    if (termAtNs_ && !termSent_ && now >= termAtNs_ && running() > 0) {
+      termSent_ = true;
+      // SIGCONT first: a stopped rank cannot act on SIGTERM.
+      signalAll(SIGCONT);
+      signalAll(SIGTERM);
+      killAtNs_ = now + static_cast<int64_t>(kKillAfterTermSec * 1e9);
+    }
+    if (killAtNs_ && !killSent_ && now >= killAtNs_ && running() > 0) {
+      killSent_ = true;
+      signalAll(SIGKILL);
+    }
+  }
+
+  int pollTimeoutMs() const {
+    int64_t next = INT64_MAX;
+    if (opts_.timeoutSec > 0 && !timedOut_) next = start_ + static_cast<int64_t>(opts_.timeoutSec * 1e9);
+    if (termAtNs_ && !termSent_) next = std::min(next, termAtNs_);
+    if (killAtNs_ && !killSent_) next = std::min(next, killAtNs_);
+    if (next == INT64_MAX) return 1000;
+    int64_t ms = (next - nowNanos() + 999999) / 1000000;
+    return static_cast<int>(std::max<int64_t>(0, std::min<int64_t>(ms, 1000)));
+  }
+
+  void loop() {
+    int64_t allExitedAt = 0;
+    for (;;) {
+      reap();
+      onDeadlines();
+      bool streamsOpen = false;
+      for (const auto& s : streams_) streamsOpen |= s.fd >= 0;
+      if (running() == 0) {
+        if (!streamsOpen) break;
+        // A rank's own children may hold its pipe open after it exits: drain briefly, then go.
+        if (allExitedAt == 0) allExitedAt = nowNanos();
+        if (nowNanos() - allExitedAt > 1000000000LL) break;
+      }
+      std::vector<pollfd> fds;
+      fds.push_back({sigfd_, POLLIN, 0});
+      std::vector<size_t> which;
+      for (size_t i = 0; i < streams_.size(); ++i) {
+        if (streams_[i].fd < 0) continue;
+        fds.push_back({streams_[i].fd, POLLIN, 0});
+        which.push_back(i);
+      }
+      int timeout = running() == 0 ? 100 : pollTimeoutMs();
+      int n = poll(fds.data(), fds.size(), timeout);
+      if (n < 0 && errno != EINTR) {
+        std::fprintf(stderr, "braidrun: poll failed: %s\n", std::strerror(errno));
+        break;
+      }
+      if (n <= 0) continue;
+      if (fds[0].revents) onSignal();
+      for (size_t k = 1; k < fds.size(); ++k)
+        if (fds[k].revents) streams_[which[k - 1]].pump();
+    }
+    for (auto& s : streams_)
+      if (s.fd >= 0) s.finish();
+    if (terminated_ > 0)
+      std::fprintf(stderr, "braidrun: terminated %d rank(s) that were still running\n", terminated_);
+    // Every rank has been reaped unless poll failed; make sure none outlives braidrun.
+    if (running() > 0) {
+      signalAll(SIGKILL);
+      for (auto& r : ranks_)
+        if (r.running) waitpid(r.pid, nullptr, 0);
+    }
+  }
+
+  Options opts_;
+  double graceSec_ = kDefaultGraceSec;
+  sigset_t origMask_;
+  int sigfd_ = -1;
+  std::unique_ptr<bootstrap::TcpStoreServer> store_;
+  std::string storeAddr_;
+  std::vector<Rank> ranks_;
+  std::vector<TaggedStream> streams_;
+  int64_t start_ = 0;
+  int firstFailure_ = -1;  // exit status to return; -1 while all is well
+  int64_t termAtNs_ = 0;   // when to send SIGTERM (0 = not scheduled)
+  int64_t killAtNs_ = 0;
+  bool termSent_ = false;
+  bool killSent_ = false;
+  bool timedOut_ = false;
+  bool interrupted_ = false;
+  int terminated_ = 0;
+};
+
+}  // namespace
+}  // namespace braid::launcher
+
+int main(int argc, char** argv) {
+  braid::launcher::Options opts;
+  int rc = braid::launcher::parseArgs(argc, argv, &opts);
+  if (rc >= 0) return rc;
+  return braid::launcher::Launcher(std::move(opts)).run();
+}

@@ -1,0 +1,54 @@
+#pragma once
+// CPU reduction and copy kernels for every DataType x ReduceOp, dispatched at run time to
+// the best instruction set the CPU has (AVX-512, AVX2+F16C, or portable scalar code).
+//
+// Contracts shared by every function here:
+//  - `count` is in elements; buffers need no particular alignment.
+//  - `dst` may alias any source exactly (in-place), but must not partially overlap one.
+//  - float16 and bfloat16 are widened to float32, combined, and rounded back once
+//    (round-to-nearest-even), so a multi-source reduce rounds once per call, not once per
+//    source.
+//  - kAvg is treated as kSum here; the caller divides once at the end (see divideInPlace).
+//  - Integer sum and prod wrap around (two's complement), for signed types too.
+//  - Float max/min are `a > b ? a : b` / `a < b ? a : b` (what maxps/minps do), folded left
+//    over the sources: a NaN in a later source wins over an earlier value, a NaN in an
+//    earlier one is replaced by the later value. NaN results are quiet NaNs.
+//  - Thread-safe and non-blocking; no allocation.
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common/types.h"
+
+namespace braid::reduce {
+
+// dst[i] = a[i] (op) b[i].
+void reduce2(DataType dt, ReduceOp op, void* dst, const void* a, const void* b, size_t count);
+
+// dst[i] = srcs[0][i] (op) srcs[1][i] (op) ... (op) srcs[nsrc-1][i]; nsrc >= 1.
+// With nsrc == 1 this is a bit-exact copy (nothing is widened or rounded).
+void reduceN(DataType dt, ReduceOp op, void* dst, const void* const* srcs, int nsrc, size_t count);
+
+// dst[i] = dst[i] / divisor, for kAvg's final step. Integer types divide with truncation
+// toward zero; float types divide in their own precision (fp16/bf16 via float32, rounded once).
+// `divisor` is a rank count, >= 1; with 1 (or an invalid value <= 0) `dst` is left unchanged.
+void divideInPlace(DataType dt, void* dst, size_t count, int divisor);
+
+// memcpy-like copy tuned for large buffers (non-temporal stores above a threshold).
+// Buffers must not overlap unless identical (then nothing is copied). The streaming stores
+// are fenced before returning, so the data is visible to whoever sees the caller's next store.
+void copy(void* dst, const void* src, size_t bytes);
+
+// Name of the instruction set the dispatcher chose: "avx512", "avx2" or "scalar".
+// BRAID_SIMD=scalar|avx2|avx512 caps the choice (useful for tests and comparisons); it is
+// read once, at the first call of any function here.
+const char* simdLevel();
+
+// Scalar conversions, exposed for tests and for other layers. They give the same bits as
+// the F16C instructions, which quiet signaling NaNs and keep the rest of a NaN's payload.
+float halfToFloat(uint16_t h);
+uint16_t floatToHalf(float f);        // round to nearest even, handles inf/nan/subnormals
+float bfloat16ToFloat(uint16_t b);
+uint16_t floatToBfloat16(float f);    // round to nearest even, NaN stays NaN (made quiet)
+
+}  // namespace braid::reduce

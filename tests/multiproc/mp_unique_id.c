@@ -1,0 +1,41 @@
+/* braidGetUniqueId + braidCommInitRank without a launcher: the parent creates the id, forks
+ * N ranks that inherit it, and each checks an allreduce. Usage: mp_unique_id N */
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "braid/braid.h"
+
+int main(int argc, char** argv) {
+  int n = argc > 1 ? atoi(argv[1]) : 3;
+  braidUniqueId id;
+  if (braidGetUniqueId(&id) != braidSuccess) {
+    fprintf(stderr, "braidGetUniqueId: %s\n", braidGetLastError(NULL));
+    return 1;
+  }
+  for (int r = 0; r < n; ++r) {
+    if (fork() == 0) {
+      braidComm_t comm;
+      if (braidCommInitRank(&comm, n, id, r) != braidSuccess) {
+        fprintf(stderr, "rank %d init: %s\n", r, braidGetLastError(NULL));
+        _exit(1);
+      }
+      double v[3] = {r, 2.0 * r, 1.0};
+      if (braidAllReduce(v, v, 3, braidFloat64, braidSum, comm, NULL) != braidSuccess) _exit(1);
+      double want = n * (n - 1) / 2.0;
+      int ok = v[0] == want && v[1] == 2 * want && v[2] == n;
+      braidCommDestroy(comm);
+      _exit(ok ? 0 : 1);
+    }
+  }
+  int bad = 0;
+  for (int r = 0; r < n; ++r) {
+    int st = 0;
+    wait(&st);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) ++bad;
+  }
+  if (bad) return 1;
+  printf("unique id ok\n");
+  return 0;
+}

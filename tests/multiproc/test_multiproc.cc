@@ -1,0 +1,161 @@
+// Real processes launched with braidrun: collectives over shm and forced tcp, the perf tool's
+// own result check, bad input, init through a unique id, and peers that die or stall.
+
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <regex>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct Run {
+  int status = -1;  // exit status of the command
+  std::string out;
+  double seconds = 0;
+};
+
+Run run(const std::string& cmd) {
+  Run r;
+  auto t0 = std::chrono::steady_clock::now();
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  REQUIRE(p != nullptr);
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
+  int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+std::string braidrun(int np, const std::string& env = "") {
+  return env + " " BRAIDRUN " -np " + std::to_string(np) + " --timeout 120 ";
+}
+
+struct Result {
+  int code, failedRank;
+  double elapsedMs;
+};
+
+std::map<int, Result> results(const std::string& out) {
+  std::map<int, Result> m;
+  std::regex re(R"(RESULT rank=(\d+) code=(\d+) failed_rank=(-?\d+) elapsed_ms=(\d+))");
+  for (auto it = std::sregex_iterator(out.begin(), out.end(), re); it != std::sregex_iterator(); ++it)
+    m[std::stoi((*it)[1])] = Result{std::stoi((*it)[2]), std::stoi((*it)[3]), std::stod((*it)[4])};
+  return m;
+}
+
+constexpr int kRemoteError = 3;  // braidRemoteError
+constexpr int kTimeout = 4;      // braidTimeout
+constexpr int kAborted = 5;      // braidAborted
+
+}  // namespace
+
+TEST_CASE("collectives across processes over shm and tcp", "[multiproc]") {
+  for (const char* transport : {"", "BRAID_TRANSPORT=tcp"}) {
+    for (int np : {2, 3, 4}) {
+      INFO("np " << np << " " << transport);
+      Run r = run(braidrun(np, transport) + MP_DIR "/mp_collectives");
+      INFO(r.out);
+      CHECK(r.status == 0);
+      for (int i = 0; i < np; ++i) CHECK(r.out.find("collectives ok rank " + std::to_string(i)) != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("allreduce_perf checks its results with zero wrong", "[multiproc]") {
+  for (const char* transport : {"", "BRAID_TRANSPORT=tcp"}) {
+    for (int np : {2, 4}) {
+      INFO("np " << np << " " << transport);
+      Run r = run(braidrun(np, transport) + ALLREDUCE_PERF " -b 8 -e 4M -f 8 -n 3 -w 1 -c 1 -d all -o sum");
+      INFO(r.out);
+      CHECK(r.status == 0);
+      CHECK(r.out.find("Avg bus bandwidth") != std::string::npos);
+      CHECK(r.out.find("Out of bounds values : 0 OK") != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("broadcast_perf checks its results with zero wrong", "[multiproc]") {
+  Run r = run(braidrun(3) + BROADCAST_PERF " -b 8 -e 1M -f 16 -n 3 -w 1 -c 1 -r 1");
+  INFO(r.out);
+  CHECK(r.status == 0);
+  CHECK(r.out.find("Out of bounds values : 0 OK") != std::string::npos);
+}
+
+TEST_CASE("bad input is rejected with a message naming the argument", "[multiproc]") {
+  Run r = run(braidrun(2) + MP_DIR "/mp_bad_input");
+  INFO(r.out);
+  CHECK(r.status == 0);
+  CHECK(r.out.find("bad input ok rank 1") != std::string::npos);
+}
+
+TEST_CASE("braidGetUniqueId and braidCommInitRank without a launcher", "[multiproc]") {
+  Run r = run(MP_DIR "/mp_unique_id 3");
+  INFO(r.out);
+  CHECK(r.status == 0);
+  CHECK(r.out.find("unique id ok") != std::string::npos);
+}
+
+// A rank that dies mid-collective: every survivor's call fails with braidRemoteError naming
+// it, within a few seconds, over shm and over tcp.
+TEST_CASE("a killed rank is reported by every survivor", "[multiproc][chaos]") {
+  struct Scenario {
+    const char* env;
+    const char* mode;
+    int np, victim;
+  };
+  for (Scenario sc : {Scenario{"", "kill", 4, 2}, Scenario{"", "kill", 3, 0}, Scenario{"", "exit", 3, 1},
+                      Scenario{"BRAID_TRANSPORT=tcp", "kill", 4, 1}, Scenario{"BRAID_TRANSPORT=tcp", "exit", 2, 0}}) {
+    INFO(sc.env << " " << sc.mode << " np " << sc.np << " victim " << sc.victim);
+    Run r = run(braidrun(sc.np, std::string("BRAIDRUN_GRACE_SEC=20 ") + sc.env) + MP_DIR "/mp_fault " + sc.mode + " " +
+                std::to_string(sc.victim) + " 5");
+    INFO(r.out);
+    CHECK(r.status != 0);  // braidrun propagates the victim's failure
+    auto res = results(r.out);
+    CHECK(res.size() == static_cast<size_t>(sc.np - 1));
+    for (const auto& [rank, x] : res) {
+      INFO("survivor " << rank);
+      CHECK(rank != sc.victim);
+      CHECK(x.code == kRemoteError);
+      CHECK(x.failedRank == sc.victim);
+      CHECK(x.elapsedMs < 5000);
+    }
+  }
+}
+
+// A stalled rank (SIGSTOP): survivors fail with braidTimeout naming it after BRAID_TIMEOUT.
+TEST_CASE("a stopped rank makes survivors time out", "[multiproc][chaos]") {
+  for (const char* transport : {"", "BRAID_TRANSPORT=tcp"}) {
+    INFO(transport);
+    Run r = run(braidrun(3, std::string("BRAIDRUN_GRACE_SEC=3 BRAID_TIMEOUT=3 ") + transport) + MP_DIR "/mp_fault stop 1 5");
+    INFO(r.out);
+    auto res = results(r.out);
+    CHECK(res.size() == 2u);
+    for (const auto& [rank, x] : res) {
+      INFO("survivor " << rank);
+      CHECK(x.code == kTimeout);
+      CHECK(x.failedRank == 1);
+      CHECK(x.elapsedMs >= 2900);
+      CHECK(x.elapsedMs < 9000);
+    }
+  }
+}
+
+TEST_CASE("braidCommAbort on one rank fails the others", "[multiproc][chaos]") {
+  Run r = run(braidrun(3, "BRAIDRUN_GRACE_SEC=20") + MP_DIR "/mp_fault abort 2 5");
+  INFO(r.out);
+  auto res = results(r.out);
+  CHECK(res.size() == 2u);
+  for (const auto& [rank, x] : res) {
+    CHECK(x.code == kAborted);
+    CHECK(x.failedRank == 2);
+    CHECK(x.elapsedMs < 5000);
+  }
+}

@@ -1,0 +1,687 @@
+// The transport conformance suite: every scenario here runs against every transport in
+// registry(), once per way of pairing two ranks the transport supports (threads of one
+// process, or two processes), like UCX's uct_test. Test names read
+// "<transport>/<threads|processes>: <scenario>", so `ctest -R tcp` selects one transport.
+//
+// Scenarios are written for two ranks; most have rank 0 send and rank 1 receive.
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "harness.h"
+
+namespace braid::transport::test {
+namespace {
+
+Deadline soon() { return Deadline::after(20); }
+
+// Reserves a slot, fills `bytes` of pattern `seed` straight into it, posts it with `tag`.
+Status sendPattern(Connection& c, size_t bytes, uint64_t tag, uint64_t seed, Deadline d, uint64_t offset = 0) {
+  Slot s;
+  BRAID_RETURN_IF_ERROR(reserveSlot(c, &s, d));
+  fillPattern(s.data, bytes, seed, offset);
+  s.tag = tag;
+  return c.postSend(s, bytes);
+}
+
+// Receives one slot and checks length, tag and every byte; releases it unless asked not to.
+std::string expectSlot(Connection& c, size_t bytes, uint64_t tag, uint64_t seed, Deadline d, uint64_t offset = 0,
+                       bool release = true) {
+  Slot s;
+  T_OK(recvSlot(c, &s, d));
+  T_EXPECT(s.bytes == bytes, "got " + std::to_string(s.bytes) + " bytes, expected " + std::to_string(bytes) +
+                                 " (tag " + std::to_string(s.tag) + ")");
+  T_EXPECT(s.tag == tag, "got tag " + std::to_string(s.tag) + ", expected " + std::to_string(tag));
+  int64_t bad = checkPattern(s.data, bytes, seed, offset);
+  T_EXPECT(bad < 0, "payload differs at byte " + std::to_string(bad) + " of slot with tag " + std::to_string(tag));
+  if (release) T_OK(c.releaseRecv(s));
+  return "";
+}
+
+// Sizes that cover empty, tiny, odd and full slots.
+size_t variedSize(uint64_t seq, size_t slotBytes) {
+  switch (seq % 5) {
+    case 0: return 0;
+    case 1: return 1;
+    case 2: return slotBytes;
+    default: return static_cast<size_t>((seq * 7919) % (slotBytes + 1));
+  }
+}
+
+std::string streamsOnly(Endpoint& ep) {
+  WaitHandle h = ep.recv[0]->waitHandle(false);
+  ep.recv[0]->disarm(false);
+  if (h.fd >= 0) return "";
+  return std::string("skip: ") + ep.factory->name +
+         " keeps its FIFOs in memory and cannot see a peer die; the communicator's liveness "
+         "check covers it";
+}
+
+// ---- scenarios -------------------------------------------------------------------------
+
+std::string oneSlot(Endpoint& ep) {
+  T_RUN(setupPair(ep, 1));
+  const size_t n = 1000;
+  const uint64_t tag = 0xABCDEF0123456789ull;
+  if (ep.rank == 0) {
+    T_OK(sendPattern(*ep.send[0], n, tag, 11, soon()));
+    T_OK(flush(*ep.send[0], soon()));
+  } else {
+    T_RUN(expectSlot(*ep.recv[0], n, tag, 11, soon()));
+    Slot s;
+    Status st = ep.recv[0]->peekRecv(&s);
+    T_EXPECT(st.code() == Code::kWouldBlock, "a second slot appeared: " + describe(st));
+  }
+  return "";
+}
+
+std::string manySlots(Endpoint& ep) {
+  T_RUN(setupPair(ep, 1));
+  const uint64_t count = 16 * static_cast<uint64_t>(ep.cfg.nslots) + 3;
+  const size_t slot = ep.cfg.slotBytes;
+  for (uint64_t seq = 0; seq < count; ++seq) {
+    const size_t bytes = variedSize(seq, slot);
+    const uint64_t tag = seq * 0x100000001B3ull + 5;
+    if (ep.rank == 0) {
+      T_OK(sendPattern(*ep.send[0], bytes, tag, seq, soon()));
+    } else {
+      T_RUN(expectSlot(*ep.recv[0], bytes, tag, seq, soon()));
+    }
+  }
+  if (ep.rank == 0) T_OK(flush(*ep.send[0], soon()));
+  return "";
+}
+
+std::string zeroBytes(Endpoint& ep) {
+  T_RUN(setupPair(ep, 1));
+  for (uint64_t i = 0; i < 6; ++i) {
+    // Five empty slots, then one byte: an empty slot must not swallow the next one.
+    const size_t bytes = i < 5 ? 0 : 1;
+    if (ep.rank == 0) {
+      T_OK(sendPattern(*ep.send[0], bytes, 1000 + i, i, soon()));
+    } else {
+      T_RUN(expectSlot(*ep.recv[0], bytes, 1000 + i, i, soon()));
+    }
+  }
+  if (ep.rank == 0) T_OK(flush(*ep.send[0], soon()));
+  return "";
+}
+
+std::string fullSlots(Endpoint& ep) {
+  T_RUN(setupPair(ep, 1));
+  Connection& c = ep.rank == 0 ? *ep.send[0] : *ep.recv[0];
+  T_EXPECT(c.slotBytes() >= ep.cfg.slotBytes,
+           "slotBytes() is " + std::to_string(c.slotBytes()) + ", configured " + std::to_string(ep.cfg.slotBytes));
+  const size_t n = ep.cfg.slotBytes;
+  for (uint64_t i = 0; i < 3; ++i) {
+    if (ep.rank == 0) {
+      T_OK(sendPattern(c, n, i, 77 + i, soon()));
+    } else {
+      T_RUN(expectSlot(c, n, i, 77 + i, soon()));
+    }
+  }
+  if (ep.rank == 0) T_OK(flush(c, soon()));
+  return "";
+}
+
+// The sender fills every buffer between it and a receiver that holds its first slot, must
+// see kWouldBlock, and stays blocked until the receiver lets go.
+std::string backpressure(Endpoint& ep) {
+  T_RUN(setupPair(ep, 1));
+  const size_t n = ep.cfg.slotBytes;
+  const uint64_t extra = 2 * static_cast<uint64_t>(ep.cfg.nslots) + 1;
+  if (ep.rank == 0) {
+    Connection& c = *ep.send[0];
+    // Enough to fill any transport's slots plus a stream transport's kernel buffers.
+    const uint64_t limit = std::max<uint64_t>(64, (256u << 20) / n);
+    uint64_t sent = 0;
+    bool blocked = false;
+    Deadline overall = soon();
+    Slot s;
+    while (sent < limit && !overall.expired()) {
+      Status st = c.reserveSend(&s);
+      if (st.isOk()) {
+        fillPattern(s.data, n, sent);
+        s.tag = sent;
+        T_OK(c.postSend(s, n));
+        ++sent;
+        continue;
+      }
+      T_EXPECT(st.code() == Code::kWouldBlock, describe(st));
+      // Let the transport push what it still can: only a FIFO that stays full for a while
+      // is really full rather than draining into kernel buffers.
+      bool freed = false;
+      Deadline stuck = Deadline::after(0.3);
+      while (!stuck.expired()) {
+        Status p = c.progress();
+        T_EXPECT(p.isOk() || p.code() == Code::kWouldBlock, describe(p));
+        if (c.reserveSend(&s).isOk()) {
+          freed = true;
+          break;
+        }
+        waitReady(c, true, 20);
+      }
+      if (!freed) {
+        blocked = true;
+        break;
+      }
+    }
+    T_EXPECT(blocked, "the sender never saw a full FIFO after " + std::to_string(sent) + " slots");
+    T_RUN(signalPeer(ep, "blocked " + std::to_string(sent)));
+    for (uint64_t seq = sent; seq < sent + extra; ++seq) T_OK(sendPattern(c, n, seq, seq, soon()));
+    T_OK(flush(c, soon()));
+  } else {
+    Connection& c = *ep.recv[0];
+    Slot first;
+    T_OK(recvSlot(c, &first, soon()));
+    T_EXPECT(first.tag == 0 && first.bytes == n, "first slot has tag " + std::to_string(first.tag));
+    std::string cue;
+    T_EXPECT(ep.side->recv(&cue, soon()), "the sender never reported being blocked");
+    T_EXPECT(cue.rfind("blocked ", 0) == 0, "unexpected cue '" + cue + "'");
+    const uint64_t sent = std::stoull(cue.substr(8));
+    Slot again;
+    T_OK(c.peekRecv(&again));
+    T_EXPECT(again.data == first.data && again.tag == first.tag && again.bytes == first.bytes,
+             "peekRecv returned a different slot while the first was held");
+    T_EXPECT(checkPattern(first.data, n, 0) < 0, "first slot corrupted while held");
+    T_OK(c.releaseRecv(first));
+    for (uint64_t seq = 1; seq < sent + extra; ++seq) T_RUN(expectSlot(c, n, seq, seq, soon()));
+  }
+  return "";
+}
+
+std::string repeatCalls(Endpoint& ep) {
+  T_RUN(setupPair(ep, 1));
+  if (ep.rank == 0) {
+    Connection& c = *ep.send[0];
+    Slot a, b;
+    T_OK(reserveSlot(c, &a, soon()));
+    T_OK(reserveSlot(c, &b, soon()));
+    T_EXPECT(a.data == b.data, "reserveSend handed out two different slots without a postSend");
+    fillPattern(a.data, 100, 1);
+    a.tag = 1;
+    T_OK(c.postSend(a, 100));
+    T_OK(sendPattern(c, 200, 2, 2, soon()));
+    T_OK(flush(c, soon()));
+  } else {
+    Connection& c = *ep.recv[0];
+    Slot a, b;
+    T_OK(recvSlot(c, &a, soon()));
+    T_OK(c.peekRecv(&b));
+    T_EXPECT(a.data == b.data && a.bytes == b.bytes && a.tag == b.tag,
+             "peekRecv returned a different slot without a releaseRecv");
+    T_EXPECT(a.bytes == 100 && a.tag == 1 && checkPattern(a.data, 100, 1) < 0, "first slot wrong");
+    T_OK(c.releaseRecv(a));
+    T_RUN(expectSlot(c, 200, 2, 2, soon()));
+  }
+  return "";
+}
+
+std::string bulk(Endpoint& ep) {
+  T_RUN(setupPair(ep, 1));
+  const size_t total = 64u << 20;
+  const size_t slot = ep.cfg.slotBytes;
+  const uint64_t seed = 0xB01C;
+  T_RUN(ep.rank == 0 ? signalPeer(ep, "go") : waitPeer(ep, "go"));
+  const int64_t start = nowNanos();
+  Deadline d = Deadline::after(60);
+  for (size_t off = 0; off < total; off += slot) {
+    const size_t bytes = std::min(slot, total - off);
+    if (ep.rank == 0) {
+      T_OK(sendPattern(*ep.send[0], bytes, off, seed, d, off));
+    } else {
+      T_RUN(expectSlot(*ep.recv[0], bytes, off, seed, d, off));
+    }
+  }
+  if (ep.rank == 0) {
+    T_OK(flush(*ep.send[0], d));
+  } else {
+    double secs = static_cast<double>(nowNanos() - start) / 1e9;
+    std::printf("%s/%s: 64 MiB in %.1f ms (%.2f GB/s, pattern fill and check included; %d socket(s)/peer)\n",
+                ep.factory->name, modeName(ep.mode), secs * 1e3, static_cast<double>(total) / secs / 1e9,
+                ep.cfg.socketsPerPeer);
+  }
+  return "";
+}
+
+// Both ranks send and receive at once, over two connections each way, from one thread.
+std::string bidirectional(Endpoint& ep) {
+  const int channels = 2;
+  T_RUN(setupPair(ep, channels));
+  const uint64_t count = 8 * static_cast<uint64_t>(ep.cfg.nslots) + 1;
+  const size_t slot = ep.cfg.slotBytes;
+  auto seedOf = [](int from, int ch, uint64_t seq) { return static_cast<uint64_t>(from) * 1000003 + ch * 1009 + seq; };
+  uint64_t sent[channels] = {0, 0}, got[channels] = {0, 0};
+  Deadline d = Deadline::after(30);
+  for (;;) {
+    bool busy = false, done = true;
+    for (int ch = 0; ch < channels; ++ch) {
+      Connection& out = *ep.send[ch];
+      if (sent[ch] < count) {
+        done = false;
+        Slot s;
+        Status st = out.reserveSend(&s);
+        if (st.isOk()) {
+          const uint64_t seq = sent[ch];
+          const size_t bytes = variedSize(seq, slot);
+          fillPattern(s.data, bytes, seedOf(ep.rank, ch, seq));
+          s.tag = seedOf(ep.rank, ch, seq);
+          T_OK(out.postSend(s, bytes));
+          ++sent[ch];
+          busy = true;
+        } else {
+          T_EXPECT(st.code() == Code::kWouldBlock, describe(st));
+        }
+      }
+      Connection& in = *ep.recv[ch];
+      if (got[ch] < count) {
+        done = false;
+        Slot s;
+        Status st = in.peekRecv(&s);
+        if (st.isOk()) {
+          const uint64_t seq = got[ch];
+          const uint64_t seed = seedOf(ep.peer, ch, seq);
+          T_EXPECT(s.tag == seed && s.bytes == variedSize(seq, slot),
+                   "channel " + std::to_string(ch) + " slot " + std::to_string(seq) + " has tag " +
+                       std::to_string(s.tag) + " and " + std::to_string(s.bytes) + " bytes");
+          T_EXPECT(checkPattern(s.data, s.bytes, seed) < 0, "payload of channel " + std::to_string(ch) + " slot " +
+                                                                std::to_string(seq) + " corrupted");
+          T_OK(in.releaseRecv(s));
+          ++got[ch];
+          busy = true;
+        } else {
+          T_EXPECT(st.code() == Code::kWouldBlock, describe(st));
+        }
+      }
+    }
+    if (done) break;
+    T_EXPECT(!d.expired(), "stalled at sent " + std::to_string(sent[0]) + "/" + std::to_string(sent[1]) +
+                               ", received " + std::to_string(got[0]) + "/" + std::to_string(got[1]));
+    if (!busy) {
+      for (int ch = 0; ch < channels; ++ch) {
+        Status a = ep.send[ch]->progress(), b = ep.recv[ch]->progress();
+        T_EXPECT(a.isOk() || a.code() == Code::kWouldBlock, describe(a));
+        T_EXPECT(b.isOk() || b.code() == Code::kWouldBlock, describe(b));
+      }
+      // Sleep on whichever receive is still pending; a short cap covers the sends.
+      for (int ch = 0; ch < channels; ++ch) {
+        if (got[ch] < count) {
+          waitReady(*ep.recv[ch], false, 2);
+          break;
+        }
+      }
+    }
+  }
+  for (int ch = 0; ch < channels; ++ch) T_OK(flush(*ep.send[ch], soon()));
+  return "";
+}
+
+// Four channels carry different streams; the receiver drains them in reverse order, so
+// each channel must buffer and flow-control on its own.
+std::string channels(Endpoint& ep) {
+  const int nch = 4;
+  T_RUN(setupPair(ep, nch));
+  const size_t slot = ep.cfg.slotBytes;
+  auto countOf = [&](int ch) { return static_cast<uint64_t>(ch + 1) * 2 * ep.cfg.nslots; };
+  auto tagOf = [](int ch, uint64_t seq) { return (static_cast<uint64_t>(ch) << 32) | seq; };
+  if (ep.rank == 0) {
+    std::vector<uint64_t> sent(nch, 0);
+    Deadline d = Deadline::after(30);
+    for (;;) {
+      bool busy = false, done = true;
+      for (int ch = 0; ch < nch; ++ch) {
+        if (sent[ch] >= countOf(ch)) continue;
+        done = false;
+        Connection& c = *ep.send[ch];
+        Slot s;
+        Status st = c.reserveSend(&s);
+        if (st.code() == Code::kWouldBlock) continue;
+        T_OK(st);
+        const uint64_t seq = sent[ch];
+        const size_t bytes = variedSize(seq + ch, slot);
+        fillPattern(s.data, bytes, tagOf(ch, seq));
+        s.tag = tagOf(ch, seq);
+        T_OK(c.postSend(s, bytes));
+        ++sent[ch];
+        busy = true;
+      }
+      if (done) break;
+      T_EXPECT(!d.expired(), "sender stalled");
+      if (!busy) {
+        for (int ch = 0; ch < nch; ++ch) {
+          Status p = ep.send[ch]->progress();
+          T_EXPECT(p.isOk() || p.code() == Code::kWouldBlock, describe(p));
+        }
+        waitReady(*ep.send[nch - 1], true, 2);
+      }
+    }
+    for (int ch = 0; ch < nch; ++ch) T_OK(flush(*ep.send[ch], soon()));
+  } else {
+    for (int ch = nch - 1; ch >= 0; --ch) {
+      for (uint64_t seq = 0; seq < countOf(ch); ++seq) {
+        T_RUN(expectSlot(*ep.recv[ch], variedSize(seq + ch, slot), tagOf(ch, seq), tagOf(ch, seq), soon()));
+      }
+      Slot s;
+      Status st = ep.recv[ch]->peekRecv(&s);
+      T_EXPECT(st.code() == Code::kWouldBlock, "channel " + std::to_string(ch) + " has an extra slot");
+    }
+  }
+  return "";
+}
+
+// Rank 1 sends a few slots and dies; rank 0 must get every slot, then kRemoteError naming
+// rank 1, within a few seconds.
+std::string peerDiesWhileSending(Endpoint& ep) {
+  T_RUN(setupPair(ep, 1));
+  T_RUN(streamsOnly(ep));
+  ep.skipFinalBarrier = true;
+  const size_t n = ep.cfg.slotBytes;
+  if (ep.rank == 1) {
+    for (uint64_t i = 0; i < 3; ++i) T_OK(sendPattern(*ep.send[0], n, i, i, soon()));
+    // A fourth slot is reserved and half written when the process dies.
+    Slot s;
+    T_OK(reserveSlot(*ep.send[0], &s, soon()));
+    std::memset(s.data, 0xEE, n / 2);
+    T_OK(flush(*ep.send[0], soon()));
+    std::fflush(nullptr);
+    _exit(0);
+  }
+  for (uint64_t i = 0; i < 3; ++i) T_RUN(expectSlot(*ep.recv[0], n, i, i, soon()));
+  const int64_t start = nowNanos();
+  Slot s;
+  Status st = recvSlot(*ep.recv[0], &s, Deadline::after(10));
+  const double secs = static_cast<double>(nowNanos() - start) / 1e9;
+  T_EXPECT(st.code() == Code::kRemoteError, "expected a remote error, got " + describe(st));
+  T_EXPECT(st.rank() == 1, "the error names rank " + std::to_string(st.rank()) + ": " + describe(st));
+  T_EXPECT(st.message().find("rank 1") != std::string::npos, "message does not name rank 1: " + describe(st));
+  T_EXPECT(secs < 5, "took " + std::to_string(secs) + " s to notice");
+  return "";
+}
+
+// Rank 1 receives two slots and dies with more unread; rank 0 keeps sending and must get
+// kRemoteError naming rank 1 within a few seconds.
+std::string peerDiesWhileReceiving(Endpoint& ep) {
+  T_RUN(setupPair(ep, 1));
+  T_RUN(streamsOnly(ep));
+  ep.skipFinalBarrier = true;
+  const size_t n = ep.cfg.slotBytes;
+  if (ep.rank == 1) {
+    for (uint64_t i = 0; i < 2; ++i) T_RUN(expectSlot(*ep.recv[0], n, i, i, soon()));
+    std::fflush(nullptr);
+    _exit(0);
+  }
+  const int64_t start = nowNanos();
+  Status st;
+  uint64_t seq = 0;
+  // Bounded: the kernel buffers hold far less than this.
+  for (; seq < (1u << 30) / n && st.isOk(); ++seq) st = sendPattern(*ep.send[0], n, seq, seq, Deadline::after(10));
+  if (st.isOk()) st = flush(*ep.send[0], Deadline::after(10));
+  const double secs = static_cast<double>(nowNanos() - start) / 1e9;
+  T_EXPECT(st.code() == Code::kRemoteError,
+           "expected a remote error after " + std::to_string(seq) + " slots, got " + describe(st));
+  T_EXPECT(st.rank() == 1, "the error names rank " + std::to_string(st.rank()) + ": " + describe(st));
+  T_EXPECT(st.message().find("rank 1") != std::string::npos, "message does not name rank 1: " + describe(st));
+  T_EXPECT(secs < 5, "took " + std::to_string(secs) + " s to notice");
+  return "";
+}
+
+// A transport of another job (different nonce) claiming to be rank 1 attaches first. It
+// must be refused, the real rank 1 must still get through, and rank 0 must receive only
+// the real rank 1's slots.
+std::string strangerRefused(Endpoint& ep) {
+  const size_t n = 256;
+  if (ep.rank == 0) {
+    std::string blob;
+    auto r = ep.transport->createRecv(1, 0, &blob);
+    T_OK(r.status());
+    ep.recv.push_back(std::move(r).value());
+    T_EXPECT(ep.side->send(blob), "side channel closed");
+    T_RUN(waitPeer(ep, "attached"));
+    T_OK(ep.transport->establish(Deadline::after(10)));
+    for (uint64_t i = 0; i < 4; ++i) T_RUN(expectSlot(*ep.recv[0], n, 100 + i, 100 + i, soon()));
+    // Nothing from the stranger may follow.
+    Deadline quiet = Deadline::after(0.3);
+    while (!quiet.expired()) {
+      Slot s;
+      Status st = ep.recv[0]->peekRecv(&s);
+      T_EXPECT(st.code() == Code::kWouldBlock, "after the legitimate slots: " +
+                                                   (st.isOk() ? "a slot with tag " + std::to_string(s.tag)
+                                                              : describe(st)));
+      waitReady(*ep.recv[0], false, 20);
+    }
+    T_RUN(signalPeer(ep, "checked"));
+    return "";
+  }
+  std::string blob;
+  T_EXPECT(ep.side->recv(&blob, soon()), "no blob from rank 0");
+  TransportConfig other = ep.cfg;
+  other.nonce = ep.cfg.nonce ^ 0x5A5A5A5A5A5A5A5Aull;
+  other.connectTimeoutSec = 2;
+  std::unique_ptr<Transport> stranger = ep.factory->create(other);
+  auto sc = stranger->connectSend(0, 0, blob);
+  std::unique_ptr<Connection> strangerConn;
+  if (sc.isOk()) {
+    strangerConn = std::move(sc).value();
+    (void)stranger->establish(Deadline::after(1));
+  }
+  auto legit = ep.transport->connectSend(0, 0, blob);
+  T_OK(legit.status());
+  ep.send.push_back(std::move(legit).value());
+  T_RUN(signalPeer(ep, "attached"));
+  T_OK(ep.transport->establish(Deadline::after(10)));
+  if (strangerConn) {
+    // Whatever the stranger manages to post must never be delivered; its errors are fine.
+    for (int i = 0; i < 4; ++i) {
+      Slot s;
+      if (!strangerConn->reserveSend(&s).isOk()) break;
+      std::memset(s.data, 0x66, n);
+      s.tag = 999;
+      if (!strangerConn->postSend(s, n).isOk()) break;
+    }
+    (void)strangerConn->progress();
+  }
+  for (uint64_t i = 0; i < 4; ++i) T_OK(sendPattern(*ep.send[0], n, 100 + i, 100 + i, soon()));
+  T_OK(flush(*ep.send[0], soon()));
+  T_RUN(waitPeer(ep, "checked"));
+  return "";
+}
+
+// ---- single-rank checks ----------------------------------------------------------------
+
+// establish() with a receive connection nobody attaches to must return by its deadline;
+// if it fails (transports that wait for senders), the Status must name the missing rank.
+void establishTimesOut(const TransportFactory& f) {
+  TransportConfig cfg;
+  cfg.rank = 0;
+  cfg.nranks = 2;
+  cfg.nonce = freshNonce();
+  cfg.slotBytes = 4096;
+  cfg.nslots = 2;
+  auto t = f.create(cfg);
+  REQUIRE(t);
+  std::string blob;
+  auto r = t->createRecv(1, 0, &blob);
+  REQUIRE(r.isOk());
+  const int64_t start = nowNanos();
+  Status s = t->establish(Deadline::after(0.5));
+  const double secs = static_cast<double>(nowNanos() - start) / 1e9;
+  INFO(describe(s));
+  CHECK(secs < 2.5);
+  if (s.isOk()) {
+    WARN(std::string(f.name) + ": establish() does not wait for senders; a missing sender is caught by the "
+                               "communicator's barrier instead");
+    return;
+  }
+  CHECK(s.code() == Code::kTimeout);
+  CHECK(s.rank() == 1);
+  CHECK(s.message().find("rank 1") != std::string::npos);
+  CHECK(secs >= 0.45);
+}
+
+void refusesOtherJobs(const TransportFactory& f) {
+  TransportConfig cfg;
+  cfg.nranks = 2;
+  auto t = f.create(cfg);
+  REQUIRE(t);
+  CHECK(std::string(t->name()) == f.name);
+  PeerInfo local{0, "host-a", static_cast<int64_t>(getpid()), 1234};
+  PeerInfo remote = local;
+  remote.rank = 1;
+  remote.nonce = 4321;
+  CHECK(t->canConnect(local, remote) == 0);
+  remote.pid += 1;
+  CHECK(t->canConnect(local, remote) == 0);
+}
+
+// ---- registration ----------------------------------------------------------------------
+
+struct PairCase {
+  const char* name;
+  std::string (*fn)(Endpoint&);
+  size_t slotBytes;
+  int nslots;
+  int sockets;
+  bool threads;    // run with both ranks as threads (where the transport allows)
+  bool processes;  // run with both ranks as processes (where the transport allows)
+};
+
+const PairCase kPairCases[] = {
+    {"one slot", oneSlot, 64 << 10, 4, 1, true, true},
+    {"many slots keep FIFO order and tags", manySlots, 64 << 10, 4, 1, true, true},
+    {"many slots keep FIFO order over 3 sockets per peer", manySlots, 16 << 10, 5, 3, true, false},
+    {"zero-byte payloads", zeroBytes, 64 << 10, 4, 1, true, true},
+    {"full-slot payloads", fullSlots, 64 << 10, 4, 1, true, true},
+    {"sender blocks on a full FIFO until the receiver releases", backpressure, 64 << 10, 4, 1, true, true},
+    {"repeated reserveSend and peekRecv return the same slot", repeatCalls, 64 << 10, 4, 1, true, true},
+    {"bulk 64 MiB verified", bulk, 512 << 10, 8, 1, true, true},
+    {"bulk 64 MiB verified over 2 sockets per peer", bulk, 512 << 10, 8, 2, false, true},
+    {"bidirectional over two connections each way", bidirectional, 32 << 10, 4, 1, true, true},
+    {"several channels stay independent", channels, 16 << 10, 4, 1, true, true},
+    {"peer death while sending is a remote error naming it", peerDiesWhileSending, 64 << 10, 4, 1, false, true},
+    {"peer death while receiving is a remote error naming it", peerDiesWhileReceiving, 64 << 10, 4, 1, false,
+     true},
+    {"a transport of another job is refused", strangerRefused, 4096, 4, 1, true, true},
+};
+
+class PairInvoker final : public Catch::ITestInvoker {
+ public:
+  PairInvoker(const TransportFactory* f, Mode m, const PairCase* c) : f_(f), m_(m), c_(c) {}
+  void invoke() const override {
+    TransportConfig cfg;
+    cfg.nonce = freshNonce();
+    cfg.slotBytes = c_->slotBytes;
+    cfg.nslots = c_->nslots;
+    cfg.socketsPerPeer = c_->sockets;
+    cfg.connectTimeoutSec = 20;
+    std::string result = runPair(*f_, m_, cfg, c_->fn);
+    if (result.rfind("skip: ", 0) == 0) {
+      WARN(result);
+      return;
+    }
+    if (!result.empty()) FAIL(result);
+    SUCCEED();
+  }
+
+ private:
+  const TransportFactory* f_;
+  Mode m_;
+  const PairCase* c_;
+};
+
+class SingleInvoker final : public Catch::ITestInvoker {
+ public:
+  SingleInvoker(const TransportFactory* f, void (*fn)(const TransportFactory&)) : f_(f), fn_(fn) {}
+  void invoke() const override { fn_(*f_); }
+
+ private:
+  const TransportFactory* f_;
+  void (*fn_)(const TransportFactory&);
+};
+
+// Test cases are registered while static objects are constructed, before Catch2 lists or
+// runs anything; registry() is a function-local static, so it is ready by then.
+struct Registrar {
+  std::deque<std::string> names;  // Catch2 keeps references to the names
+  std::deque<std::string> tags;
+
+  void add(Catch::ITestInvoker* invoker, std::string name, const char* transport) {
+    names.push_back(std::move(name));
+    tags.push_back(std::string("[transport][") + transport + "]");
+    // AutoReg only registers; the registry hub owns the invoker from here on.
+    Catch::AutoReg reg(invoker, CATCH_INTERNAL_LINEINFO, Catch::StringRef(),
+                       Catch::NameAndTags{names.back(), tags.back()});
+  }
+
+  Registrar() {
+    for (const TransportFactory& f : registry()) {
+      for (const PairCase& c : kPairCases) {
+        for (Mode m : {Mode::kThreads, Mode::kProcesses}) {
+          if ((m == Mode::kThreads ? !c.threads : !c.processes) || !supportsMode(f, m)) continue;
+          add(new PairInvoker(&f, m, &c), std::string(f.name) + "/" + modeName(m) + ": " + c.name, f.name);
+        }
+      }
+      add(new SingleInvoker(&f, establishTimesOut),
+          std::string(f.name) + ": establish with a missing sender returns by its deadline", f.name);
+      add(new SingleInvoker(&f, refusesOtherJobs), std::string(f.name) + ": canConnect refuses another job",
+          f.name);
+    }
+  }
+};
+
+const Registrar registrar;
+
+}  // namespace
+
+TEST_CASE("registry: every transport listed once, instantiated by this suite", "[transport]") {
+  const auto& reg = registry();
+  REQUIRE(!reg.empty());
+  for (size_t i = 0; i < reg.size(); ++i) {
+    for (size_t j = i + 1; j < reg.size(); ++j) CHECK(std::string(reg[i].name) != reg[j].name);
+    bool instantiated = false;
+    for (const std::string& n : registrar.names) instantiated |= n.rfind(std::string(reg[i].name) + "/", 0) == 0;
+    INFO(reg[i].name);
+    CHECK(instantiated);
+  }
+}
+
+TEST_CASE("registry: scores prefer loopback in a process, then shm on a host, then tcp", "[transport]") {
+  PeerInfo local{0, "host-a", static_cast<int64_t>(getpid()), 99};
+  PeerInfo sameProcess = local;
+  sameProcess.rank = 1;
+  PeerInfo sameHost = sameProcess;
+  sameHost.pid += 1;
+  PeerInfo otherHost = sameHost;
+  otherHost.hostId = "host-b";
+  auto score = [&](const char* name, const PeerInfo& remote) {
+    for (const TransportFactory& f : registry()) {
+      if (std::string(f.name) == name) {
+        TransportConfig cfg;
+        cfg.nranks = 2;
+        return f.create(cfg)->canConnect(local, remote);
+      }
+    }
+    return -1;  // not registered
+  };
+  const int tcpSame = score("tcp", sameProcess), tcpHost = score("tcp", sameHost), tcpFar = score("tcp", otherHost);
+  if (tcpSame < 0) return;
+  CHECK(tcpSame > 0);
+  CHECK(tcpHost > 0);
+  CHECK(tcpFar > 0);
+  if (score("shm", sameHost) >= 0) {
+    CHECK(score("shm", sameHost) > tcpHost);
+    CHECK(score("shm", otherHost) == 0);
+  }
+  if (score("loopback", sameProcess) >= 0) {
+    CHECK(score("loopback", sameProcess) > std::max(tcpSame, score("shm", sameProcess)));
+    CHECK(score("loopback", sameHost) == 0);
+  }
+}
+
+}  // namespace braid::transport::test

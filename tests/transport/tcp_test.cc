@@ -1,0 +1,402 @@
+// Checks specific to the tcp transport: its wire format, and what it does with peers that
+// do not follow it. The generic behaviour is covered by conformance_test.cc.
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cerrno>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "harness.h"
+#include "transports/tcp/socket_util.h"
+#include "transports/tcp/tcp_transport.h"
+
+namespace braid::transport::test {
+namespace {
+
+using tcp::Handshake;
+
+TransportConfig tcpConfig(int rank, uint64_t nonce, int sockets = 1) {
+  TransportConfig cfg;
+  cfg.rank = rank;
+  cfg.nranks = 2;
+  cfg.nonce = nonce;
+  cfg.slotBytes = 4096;
+  cfg.nslots = 4;
+  cfg.socketsPerPeer = sockets;
+  cfg.connectTimeoutSec = 5;
+  cfg.netIf = "127.0.0.1";  // keep these tests off the host's real network
+  return cfg;
+}
+
+// A blocking socket connected to `blob`, or -1.
+int rawConnect(const std::string& blob) {
+  sockaddr_in addr{};
+  if (!tcp::parseAddress(blob, &addr)) return -1;
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+bool sendAll(int fd, const void* data, size_t bytes) {
+  const auto* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    ssize_t n = send(fd, p, bytes, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    p += n;
+    bytes -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+std::string handshakeBytes(const Handshake& h) {
+  uint8_t buf[tcp::kHandshakeBytes];
+  tcp::encodeHandshake(h, buf);
+  return std::string(reinterpret_cast<char*>(buf), sizeof(buf));
+}
+
+std::string frameBytes(uint32_t bytes, uint64_t tag, const std::string& payload) {
+  uint8_t hdr[tcp::kFrameHeaderBytes];
+  tcp::encodeFrameHeader(bytes, tag, hdr);
+  return std::string(reinterpret_cast<char*>(hdr), sizeof(hdr)) + payload;
+}
+
+Handshake goodHandshake(uint64_t nonce, int sockets = 1, int index = 0) {
+  Handshake h;
+  h.nonce = nonce;
+  h.srcRank = 1;
+  h.dstRank = 0;
+  h.channel = 0;
+  h.socketIndex = index;
+  h.socketsPerPeer = sockets;
+  h.slotBytes = 4096;
+  return h;
+}
+
+// Whether the other end closes `fd` (EOF or reset) within `secs`.
+bool closedByPeer(int fd, double secs) {
+  Deadline d = Deadline::after(secs);
+  char buf[256];
+  while (!d.expired()) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, d.remainingMillis(100)) <= 0) continue;
+    ssize_t n = recv(fd, buf, sizeof(buf), 0);
+    if (n == 0 || (n < 0 && (errno == ECONNRESET || errno == EPIPE))) return true;
+    if (n < 0 && errno != EINTR && errno != EAGAIN) return true;
+  }
+  return false;
+}
+
+// A receive connection from rank 1 on channel 0, fed by a raw socket that already sent a
+// valid handshake; `establish` has completed.
+struct RawPeer {
+  std::unique_ptr<Transport> t;
+  std::unique_ptr<Connection> recv;
+  int fd = -1;
+  ~RawPeer() {
+    if (fd >= 0) close(fd);
+  }
+};
+
+void makeRawPeer(RawPeer* rp) {
+  const uint64_t nonce = freshNonce();
+  rp->t = createTcpTransport(tcpConfig(0, nonce));
+  std::string blob;
+  auto r = rp->t->createRecv(1, 0, &blob);
+  REQUIRE(r.isOk());
+  rp->recv = std::move(r).value();
+  rp->fd = rawConnect(blob);
+  REQUIRE(rp->fd >= 0);
+  REQUIRE(sendAll(rp->fd, handshakeBytes(goodHandshake(nonce)).data(), tcp::kHandshakeBytes));
+  Status s = rp->t->establish(Deadline::after(5));
+  INFO(describe(s));
+  REQUIRE(s.isOk());
+}
+
+}  // namespace
+
+TEST_CASE("tcp: address blobs parse strictly", "[transport][tcp]") {
+  sockaddr_in a{};
+  CHECK(tcp::parseAddress("10.1.2.3:4567", &a));
+  CHECK(ntohs(a.sin_port) == 4567);
+  CHECK(tcp::formatAddress(a) == "10.1.2.3:4567");
+  for (const char* bad : {"", "10.1.2.3", ":80", "10.1.2.3:", "10.1.2.3:0", "10.1.2.3:65536", "10.1.2.3:8a",
+                          "host:80", "10.1.2:80", "10.1.2.3:123456", "[::1]:80"}) {
+    INFO(bad);
+    CHECK_FALSE(tcp::parseAddress(bad, &a));
+  }
+  auto t = createTcpTransport(tcpConfig(1, 1));
+  auto c = t->connectSend(0, 0, "not an address");
+  REQUIRE_FALSE(c.isOk());
+  CHECK(c.status().code() == Code::kInvalidArgument);
+}
+
+TEST_CASE("tcp: the handshake encoding round-trips", "[transport][tcp]") {
+  Handshake h = goodHandshake(0x0123456789ABCDEFull, 3, 2);
+  h.channel = 17;
+  uint8_t buf[tcp::kHandshakeBytes];
+  tcp::encodeHandshake(h, buf);
+  Handshake back = tcp::decodeHandshake(buf);
+  CHECK(back.magic == tcp::kHandshakeMagic);
+  CHECK(back.version == tcp::kHandshakeVersion);
+  CHECK(back.nonce == h.nonce);
+  CHECK(back.srcRank == 1);
+  CHECK(back.dstRank == 0);
+  CHECK(back.channel == 17);
+  CHECK(back.socketIndex == 2);
+  CHECK(back.socketsPerPeer == 3);
+  CHECK(back.slotBytes == 4096);
+}
+
+TEST_CASE("tcp: netIf picks the advertised address", "[transport][tcp]") {
+  TransportConfig cfg = tcpConfig(0, 5);
+  std::string blob;
+  sockaddr_in a{};
+
+  cfg.netIf = "127.0.0.1";
+  auto t1 = createTcpTransport(cfg);
+  REQUIRE(t1->createRecv(1, 0, &blob).isOk());
+  CHECK(blob.rfind("127.0.0.1:", 0) == 0);
+
+  cfg.netIf = "lo";
+  auto t2 = createTcpTransport(cfg);
+  REQUIRE(t2->createRecv(1, 0, &blob).isOk());
+  CHECK(blob.rfind("127.0.0.1:", 0) == 0);
+
+  cfg.netIf = "";
+  auto t3 = createTcpTransport(cfg);
+  REQUIRE(t3->createRecv(1, 0, &blob).isOk());
+  REQUIRE(tcp::parseAddress(blob, &a));
+  CHECK(a.sin_addr.s_addr != htonl(INADDR_ANY));
+
+  cfg.netIf = "no-such-if0";
+  auto t4 = createTcpTransport(cfg);
+  auto r = t4->createRecv(1, 0, &blob);
+  REQUIRE_FALSE(r.isOk());
+  CHECK(r.status().code() == Code::kInvalidArgument);
+  CHECK(r.status().message().find("no-such-if0") != std::string::npos);
+}
+
+TEST_CASE("tcp: strangers are refused and the real peer still connects", "[transport][tcp]") {
+  const uint64_t nonce = freshNonce();
+  auto t0 = createTcpTransport(tcpConfig(0, nonce));
+  auto t1 = createTcpTransport(tcpConfig(1, nonce));
+  std::string blob;
+  auto r = t0->createRecv(1, 0, &blob);
+  REQUIRE(r.isOk());
+  std::unique_ptr<Connection> recv = std::move(r).value();
+
+  struct Stranger {
+    const char* what;
+    std::string bytes;
+    int fd = -1;
+  };
+  auto tweak = [&](auto change) {
+    Handshake h = goodHandshake(nonce);
+    change(h);
+    return handshakeBytes(h);
+  };
+  std::string garbage(tcp::kHandshakeBytes, '\0');
+  for (size_t i = 0; i < garbage.size(); ++i) garbage[i] = static_cast<char>(i * 37 + 11);
+  std::vector<Stranger> strangers = {
+      {"garbage", garbage},
+      {"bad magic", tweak([](Handshake& h) { h.magic ^= 1; })},
+      {"bad version", tweak([](Handshake& h) { h.version = 99; })},
+      {"wrong nonce", tweak([](Handshake& h) { h.nonce ^= 1; })},
+      {"meant for another rank", tweak([](Handshake& h) { h.dstRank = 5; })},
+      {"unexpected channel", tweak([](Handshake& h) { h.channel = 7; })},
+      {"unexpected rank", tweak([](Handshake& h) { h.srcRank = 9; })},
+      {"socket index out of range", tweak([](Handshake& h) { h.socketIndex = 3; })},
+      {"other sockets per peer", tweak([](Handshake& h) { h.socketsPerPeer = 2; })},
+      {"larger slots", tweak([](Handshake& h) { h.slotBytes = 1 << 20; })},
+      {"half a handshake", handshakeBytes(goodHandshake(nonce)).substr(0, 20)},
+      {"silent", ""},
+  };
+  for (Stranger& s : strangers) {
+    s.fd = rawConnect(blob);
+    REQUIRE(s.fd >= 0);
+    if (!s.bytes.empty()) REQUIRE(sendAll(s.fd, s.bytes.data(), s.bytes.size()));
+  }
+  int hangup = rawConnect(blob);  // connects and leaves at once
+  REQUIRE(hangup >= 0);
+  close(hangup);
+
+  auto s = t1->connectSend(0, 0, blob);
+  REQUIRE(s.isOk());
+  std::unique_ptr<Connection> send = std::move(s).value();
+  // The same claim again, after the real one: first come, first bound; this one is refused.
+  Stranger duplicate{"duplicate of the real peer", handshakeBytes(goodHandshake(nonce))};
+  duplicate.fd = rawConnect(blob);
+  REQUIRE(duplicate.fd >= 0);
+  REQUIRE(sendAll(duplicate.fd, duplicate.bytes.data(), duplicate.bytes.size()));
+  strangers.push_back(duplicate);
+
+  const int64_t start = nowNanos();
+  Status est = t0->establish(Deadline::after(5));
+  INFO(describe(est));
+  REQUIRE(est.isOk());
+  CHECK(static_cast<double>(nowNanos() - start) / 1e9 < 2);  // silent strangers must not stall it
+  for (Stranger& st : strangers) {
+    INFO(st.what);
+    CHECK(closedByPeer(st.fd, 2));
+    close(st.fd);
+  }
+
+  uint8_t payload[100];
+  fillPattern(payload, sizeof(payload), 3);
+  REQUIRE(sendSlot(*send, payload, sizeof(payload), 42, Deadline::after(5)).isOk());
+  Slot got;
+  Status rs = recvSlot(*recv, &got, Deadline::after(5));
+  INFO(describe(rs));
+  REQUIRE(rs.isOk());
+  CHECK(got.tag == 42);
+  CHECK(got.bytes == sizeof(payload));
+  CHECK(checkPattern(got.data, got.bytes, 3) < 0);
+}
+
+TEST_CASE("tcp: an oversized frame is a remote error naming the sender", "[transport][tcp]") {
+  RawPeer rp;
+  makeRawPeer(&rp);
+  std::string f = frameBytes(4097, 1, std::string(100, 'x'));
+  REQUIRE(sendAll(rp.fd, f.data(), f.size()));
+  Slot s;
+  Status st = recvSlot(*rp.recv, &s, Deadline::after(5));
+  INFO(describe(st));
+  CHECK(st.code() == Code::kRemoteError);
+  CHECK(st.rank() == 1);
+  CHECK(st.message().find("malformed frame from rank 1") != std::string::npos);
+  // Sticky: the connection does not resynchronize on garbage.
+  CHECK(rp.recv->progress().code() == Code::kRemoteError);
+}
+
+TEST_CASE("tcp: a stream cut inside a frame is a remote error naming the sender", "[transport][tcp]") {
+  RawPeer rp;
+  makeRawPeer(&rp);
+  std::string f = frameBytes(1000, 1, std::string(10, 'x'));
+  REQUIRE(sendAll(rp.fd, f.data(), f.size()));
+  close(rp.fd);
+  rp.fd = -1;
+  Slot s;
+  const int64_t start = nowNanos();
+  Status st = recvSlot(*rp.recv, &s, Deadline::after(5));
+  INFO(describe(st));
+  CHECK(st.code() == Code::kRemoteError);
+  CHECK(st.rank() == 1);
+  CHECK(st.message().find("connection to rank 1 closed") != std::string::npos);
+  CHECK(static_cast<double>(nowNanos() - start) / 1e9 < 2);
+}
+
+TEST_CASE("tcp: frames sent before a clean close are delivered before the error", "[transport][tcp]") {
+  RawPeer rp;
+  makeRawPeer(&rp);
+  std::string all;
+  for (uint64_t i = 0; i < 3; ++i) {
+    std::string payload(50 * (i + 1), static_cast<char>('a' + i));
+    all += frameBytes(static_cast<uint32_t>(payload.size()), i, payload);
+  }
+  all += frameBytes(0, 3, "");
+  REQUIRE(sendAll(rp.fd, all.data(), all.size()));
+  close(rp.fd);
+  rp.fd = -1;
+  for (uint64_t i = 0; i < 4; ++i) {
+    Slot s;
+    Status st = recvSlot(*rp.recv, &s, Deadline::after(5));
+    INFO(describe(st));
+    REQUIRE(st.isOk());
+    CHECK(s.tag == i);
+    CHECK(s.bytes == (i < 3 ? 50 * (i + 1) : 0));
+    if (i < 3) CHECK(static_cast<const char*>(s.data)[s.bytes - 1] == static_cast<char>('a' + i));
+    REQUIRE(rp.recv->releaseRecv(s).isOk());
+  }
+  Slot s;
+  Status st = recvSlot(*rp.recv, &s, Deadline::after(5));
+  INFO(describe(st));
+  CHECK(st.code() == Code::kRemoteError);
+  CHECK(st.rank() == 1);
+  CHECK(st.message().find("connection to rank 1 closed") != std::string::npos);
+}
+
+TEST_CASE("tcp: connecting to a port nobody listens on times out naming the peer", "[transport][tcp]") {
+  int l = socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(l >= 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(bind(l, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
+  socklen_t len = sizeof(a);
+  REQUIRE(getsockname(l, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+  close(l);  // the port is now (almost certainly) refused
+
+  TransportConfig cfg = tcpConfig(1, 9);
+  cfg.connectTimeoutSec = 0.5;
+  auto t = createTcpTransport(cfg);
+  const int64_t start = nowNanos();
+  auto c = t->connectSend(0, 0, tcp::formatAddress(a));
+  const double secs = static_cast<double>(nowNanos() - start) / 1e9;
+  REQUIRE_FALSE(c.isOk());
+  INFO(describe(c.status()));
+  CHECK(c.status().code() == Code::kTimeout);
+  CHECK(c.status().rank() == 0);
+  CHECK(c.status().message().find("rank 0") != std::string::npos);
+  CHECK(secs >= 0.45);
+  CHECK(secs < 3);
+}
+
+TEST_CASE("tcp: establish timeout counts the missing sockets", "[transport][tcp]") {
+  const uint64_t nonce = freshNonce();
+  auto t0 = createTcpTransport(tcpConfig(0, nonce, 2));
+  std::string blob;
+  auto r = t0->createRecv(1, 0, &blob);
+  REQUIRE(r.isOk());
+  int fd = rawConnect(blob);
+  REQUIRE(fd >= 0);
+  REQUIRE(sendAll(fd, handshakeBytes(goodHandshake(nonce, 2, 0)).data(), tcp::kHandshakeBytes));
+  Status s = t0->establish(Deadline::after(0.5));
+  INFO(describe(s));
+  CHECK(s.code() == Code::kTimeout);
+  CHECK(s.rank() == 1);
+  CHECK(s.message().find("rank 1 (channel 0: 1 of 2 sockets)") != std::string::npos);
+  close(fd);
+}
+
+TEST_CASE("tcp: a peer with a different socket count is refused with the reason", "[transport][tcp]") {
+  const uint64_t nonce = freshNonce();
+  auto t0 = createTcpTransport(tcpConfig(0, nonce, 1));
+  auto t1 = createTcpTransport(tcpConfig(1, nonce, 2));
+  std::string blob;
+  auto r = t0->createRecv(1, 0, &blob);
+  REQUIRE(r.isOk());
+  auto c = t1->connectSend(0, 0, blob);
+  REQUIRE(c.isOk());
+  Status s = t0->establish(Deadline::after(0.5));
+  INFO(describe(s));
+  CHECK(s.code() == Code::kTimeout);
+  CHECK(s.message().find("2 sockets per peer") != std::string::npos);
+}
+
+TEST_CASE("tcp: rejects bad arguments", "[transport][tcp]") {
+  auto t = createTcpTransport(tcpConfig(0, 1));
+  std::string blob;
+  CHECK(t->createRecv(0, 0, &blob).status().code() == Code::kInvalidArgument);  // itself
+  CHECK(t->createRecv(2, 0, &blob).status().code() == Code::kInvalidArgument);  // out of range
+  CHECK(t->createRecv(1, -1, &blob).status().code() == Code::kInvalidArgument);
+  auto first = t->createRecv(1, 0, &blob);
+  REQUIRE(first.isOk());
+  CHECK(t->createRecv(1, 0, &blob).status().code() == Code::kInvalidArgument);  // twice
+  TransportConfig cfg = tcpConfig(0, 1);
+  cfg.socketsPerPeer = 0;
+  CHECK(createTcpTransport(cfg)->createRecv(1, 0, &blob).status().code() == Code::kInvalidArgument);
+}
+
+}  // namespace braid::transport::test

@@ -1,0 +1,92 @@
+// The environment knob table: defaults, parsing, and errors that name the variable.
+
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <set>
+#include <string>
+
+#include "common/status.h"
+#include "core/config.h"
+
+using braid::Code;
+using braid::core::Config;
+
+namespace {
+braid::StatusOr<Config> parse(const std::map<std::string, std::string>& env) {
+  return Config::fromEnv([&](const char* n) -> const char* {
+    auto it = env.find(n);
+    return it == env.end() ? nullptr : it->second.c_str();
+  });
+}
+}  // namespace
+
+TEST_CASE("config defaults with an empty environment", "[unit]") {
+  auto c = parse({});
+  REQUIRE(c.isOk());
+  CHECK(c->timeoutSec == 300);
+  CHECK(c->nchannels == 0);
+  CHECK(c->transport.empty());
+  CHECK(c->slotBytes == 512 * 1024);
+  CHECK(c->nslots == 8);
+  CHECK(c->bind);
+}
+
+TEST_CASE("config parses every knob", "[unit]") {
+  auto c = parse({{"BRAID_TIMEOUT", "2.5"}, {"BRAID_NCHANNELS", "3"}, {"BRAID_TRANSPORT", "tcp"},
+                  {"BRAID_SLOT_BYTES", "128K"}, {"BRAID_NSLOTS", "16"}, {"BRAID_SPIN_US", "0"},
+                  {"BRAID_YIELD_US", "7"}, {"BRAID_SOCKETS_PER_PEER", "2"}, {"BRAID_NET_IF", "eth0"},
+                  {"BRAID_BIND", "0"}, {"BRAID_HOST_ID", "nodeA"}});
+  REQUIRE(c.isOk());
+  CHECK(c->timeoutSec == 2.5);
+  CHECK(c->nchannels == 3);
+  CHECK(c->transport == "tcp");
+  CHECK(c->slotBytes == 128 * 1024);
+  CHECK(c->nslots == 16);
+  CHECK(c->spinMicros == 0);
+  CHECK(c->yieldMicros == 7);
+  CHECK(c->socketsPerPeer == 2);
+  CHECK(c->netIf == "eth0");
+  CHECK(!c->bind);
+  CHECK(c->hostId == "nodeA");
+}
+
+TEST_CASE("malformed knobs are rejected naming the variable and value", "[unit]") {
+  const std::map<std::string, std::string> bad[] = {
+      {{"BRAID_TIMEOUT", "soon"}}, {{"BRAID_TIMEOUT", "-1"}},         {{"BRAID_NCHANNELS", "x"}},
+      {{"BRAID_NCHANNELS", "65"}}, {{"BRAID_TRANSPORT", "carrier-pigeon"}}, {{"BRAID_SLOT_BYTES", "12Q"}},
+      {{"BRAID_SLOT_BYTES", "1"}}, {{"BRAID_NSLOTS", "1"}},            {{"BRAID_BIND", "maybe"}},
+      {{"BRAID_SOCKETS_PER_PEER", "0"}}};
+  for (const auto& env : bad) {
+    auto c = parse(env);
+    const auto& [name, value] = *env.begin();
+    INFO(name << "=" << value);
+    REQUIRE_FALSE(c.isOk());
+    CHECK(c.status().code() == Code::kInvalidArgument);
+    CHECK(c.status().message().find(name) != std::string::npos);
+    CHECK(c.status().message().find(value) != std::string::npos);
+  }
+}
+
+TEST_CASE("parseSize accepts binary suffixes and rejects garbage", "[unit]") {
+  size_t v = 0;
+  CHECK((braid::core::parseSize("4096", &v) && v == 4096));
+  CHECK((braid::core::parseSize("8K", &v) && v == 8192));
+  CHECK((braid::core::parseSize("2M", &v) && v == 2u << 20));
+  CHECK((braid::core::parseSize("1GB", &v) && v == 1u << 30));
+  CHECK_FALSE(braid::core::parseSize("", &v));
+  CHECK_FALSE(braid::core::parseSize("-5", &v));
+  CHECK_FALSE(braid::core::parseSize("5X", &v));
+  CHECK_FALSE(braid::core::parseSize("99999999999999999999", &v));
+  CHECK_FALSE(braid::core::parseSize("17179869184G", &v));
+}
+
+TEST_CASE("the config table lists every knob once, each with help", "[unit]") {
+  std::set<std::string> names;
+  for (const auto& e : braid::core::configTable()) {
+    CHECK(names.insert(e.name).second);
+    CHECK(std::string(e.help).size() > 10);
+  }
+  CHECK(names.count("BRAID_TIMEOUT"));
+  CHECK(names.count("BRAID_TRANSPORT"));
+}

@@ -1,0 +1,92 @@
+#pragma once
+// Test data and independent reference results for every dtype and op. Inputs are small
+// integers (or powers of two for prod) so that sums and products are exact in every type,
+// whatever order a reduction uses; the reference computes in double / 64-bit integers.
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "common/types.h"
+#include "reduce/reduce.h"
+
+namespace braid::testing {
+
+inline double inputValue(DataType dt, ReduceOp op, int rank, size_t i) {
+  if (op == ReduceOp::kProd) {
+    // Mostly 1, sometimes 2 or (for signed/float types) -1: products stay small and exact.
+    static const double kVals[] = {1, 2, 1, -1, 1, 1, 2};
+    double v = kVals[(rank * 3 + i * 5) % 7];
+    bool isUnsigned = dt == DataType::kUint8 || dt == DataType::kUint32 || dt == DataType::kUint64;
+    if (v < 0 && isUnsigned) v = 1;
+    return v;
+  }
+  bool isUnsigned = dt == DataType::kUint8 || dt == DataType::kUint32 || dt == DataType::kUint64;
+  double v = static_cast<double>((rank * 7 + i * 3) % 9);
+  return isUnsigned ? v : v - 4;
+}
+
+inline void storeValue(DataType dt, void* base, size_t i, double v) {
+  switch (dt) {
+    case DataType::kInt8: static_cast<int8_t*>(base)[i] = static_cast<int8_t>(static_cast<int64_t>(v)); break;
+    case DataType::kUint8: static_cast<uint8_t*>(base)[i] = static_cast<uint8_t>(static_cast<uint64_t>(static_cast<int64_t>(v))); break;
+    case DataType::kInt32: static_cast<int32_t*>(base)[i] = static_cast<int32_t>(static_cast<int64_t>(v)); break;
+    case DataType::kUint32: static_cast<uint32_t*>(base)[i] = static_cast<uint32_t>(static_cast<int64_t>(v)); break;
+    case DataType::kInt64: static_cast<int64_t*>(base)[i] = static_cast<int64_t>(v); break;
+    case DataType::kUint64: static_cast<uint64_t*>(base)[i] = static_cast<uint64_t>(static_cast<int64_t>(v)); break;
+    case DataType::kFloat16: static_cast<uint16_t*>(base)[i] = reduce::floatToHalf(static_cast<float>(v)); break;
+    case DataType::kBFloat16: static_cast<uint16_t*>(base)[i] = reduce::floatToBfloat16(static_cast<float>(v)); break;
+    case DataType::kFloat32: static_cast<float*>(base)[i] = static_cast<float>(v); break;
+    case DataType::kFloat64: static_cast<double*>(base)[i] = v; break;
+  }
+}
+
+inline double loadValue(DataType dt, const void* base, size_t i) {
+  switch (dt) {
+    case DataType::kInt8: return static_cast<const int8_t*>(base)[i];
+    case DataType::kUint8: return static_cast<const uint8_t*>(base)[i];
+    case DataType::kInt32: return static_cast<const int32_t*>(base)[i];
+    case DataType::kUint32: return static_cast<const uint32_t*>(base)[i];
+    case DataType::kInt64: return static_cast<double>(static_cast<const int64_t*>(base)[i]);
+    case DataType::kUint64: return static_cast<double>(static_cast<const uint64_t*>(base)[i]);
+    case DataType::kFloat16: return reduce::halfToFloat(static_cast<const uint16_t*>(base)[i]);
+    case DataType::kBFloat16: return reduce::bfloat16ToFloat(static_cast<const uint16_t*>(base)[i]);
+    case DataType::kFloat32: return static_cast<const float*>(base)[i];
+    case DataType::kFloat64: return static_cast<const double*>(base)[i];
+  }
+  return 0;
+}
+
+// The exact expected value of element i after allreduce over `nranks`, as the type holds it.
+inline double expectedAllReduce(DataType dt, ReduceOp op, int nranks, size_t i) {
+  double acc = inputValue(dt, op, 0, i);
+  for (int r = 1; r < nranks; ++r) {
+    double v = inputValue(dt, op, r, i);
+    switch (op) {
+      case ReduceOp::kSum: case ReduceOp::kAvg: acc += v; break;
+      case ReduceOp::kProd: acc *= v; break;
+      case ReduceOp::kMax: acc = std::max(acc, v); break;
+      case ReduceOp::kMin: acc = std::min(acc, v); break;
+    }
+  }
+  if (op == ReduceOp::kAvg) {
+    if (isFloatType(dt)) return acc / nranks;
+    return std::trunc(acc / nranks);
+  }
+  // Wrap integers the way the type does (only uint8 can overflow with these inputs).
+  if (dt == DataType::kUint8) return static_cast<double>(static_cast<uint8_t>(static_cast<int64_t>(acc)));
+  if (dt == DataType::kInt8) return static_cast<double>(static_cast<int8_t>(static_cast<int64_t>(acc)));
+  return acc;
+}
+
+// Whether `got` matches `want` for this type: exact for integers; for floats within the
+// type's rounding of the one final division (avg), exact otherwise.
+inline bool matches(DataType dt, double got, double want) {
+  if (!isFloatType(dt)) return got == want;
+  double tol = dt == DataType::kFloat64 ? 1e-12 : dt == DataType::kFloat32 ? 1e-6 : dt == DataType::kFloat16 ? 1e-3 : 8e-3;
+  return std::fabs(got - want) <= tol * std::max(1.0, std::fabs(want));
+}
+
+}  // namespace braid::testing

@@ -1,0 +1,56 @@
+#pragma once
+// The in-process world: every rank is a thread with its own Communicator, rendezvousing
+// through an in-memory store and connected by the loopback transport. It runs the real
+// engine (planner, schedules, executor, kernels) without sockets or processes.
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bootstrap/memory_store.h"
+#include "core/communicator.h"
+
+namespace braid::testing {
+
+struct WorldOptions {
+  int nranks = 2;
+  int nchannels = 1;
+  size_t slotBytes = 64 * 1024;
+  int nslots = 4;
+  double timeoutSec = 60;
+  std::string transport = "loopback";
+};
+
+// Runs `body(comm)` on every rank, each in its own thread, and returns the first failure
+// to create a communicator (or Ok). `body` reports its own failures (e.g. through counters).
+inline Status runWorld(const WorldOptions& o, const std::function<void(core::Communicator&)>& body) {
+  auto store = std::make_shared<bootstrap::MemoryStore>();
+  std::vector<Status> init(static_cast<size_t>(o.nranks));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < o.nranks; ++r) {
+    threads.emplace_back([&, r] {
+      core::CommOptions opts;
+      opts.config.nchannels = o.nchannels;
+      opts.config.slotBytes = o.slotBytes;
+      opts.config.nslots = o.nslots;
+      opts.config.timeoutSec = o.timeoutSec;
+      opts.config.transport = o.transport;
+      opts.config.bind = false;
+      opts.nonce = 0x5eed0000u + static_cast<uint64_t>(o.nranks);
+      auto comm = core::Communicator::create(store, r, o.nranks, opts);
+      if (!comm.isOk()) {
+        init[r] = comm.status();
+        return;
+      }
+      body(*comm.value());
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& s : init)
+    if (!s.isOk()) return s;
+  return Status::ok();
+}
+
+}  // namespace braid::testing

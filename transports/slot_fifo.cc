@@ -1,0 +1,157 @@
+#include "transports/slot_fifo.h"
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <new>
+
+namespace braid::transport {
+
+namespace {
+constexpr uint64_t kFifoMagic = 0x4f46494644494152ull;  // "RAIDFIFO"
+constexpr size_t kLine = 64;
+}  // namespace
+
+// Sender-written and receiver-written words sit on separate cache lines so that neither
+// side's polling steals the other's line.
+struct SlotFifo::Header {
+  uint64_t magic;
+  uint64_t nonce;
+  uint32_t nslots;
+  uint32_t pad0;
+  uint64_t slotBytes;
+  alignas(kLine) std::atomic<uint32_t> tail;         // slots posted (sender writes)
+  alignas(kLine) std::atomic<uint32_t> recvWaiting;  // receiver asleep on `tail`
+  alignas(kLine) std::atomic<uint32_t> head;         // slots released (receiver writes)
+  alignas(kLine) std::atomic<uint32_t> sendWaiting;  // sender asleep on `head`
+};
+
+struct alignas(kLine) SlotFifo::SlotMeta {
+  uint64_t bytes;
+  uint64_t tag;
+};
+
+static size_t alignUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+static size_t dataOffset(int nslots) {
+  return alignUp(sizeof(SlotFifo::Header) + nslots * sizeof(SlotFifo::SlotMeta), 4096);
+}
+
+size_t SlotFifo::regionBytes(int nslots, size_t slotBytes) {
+  return dataOffset(nslots) + static_cast<size_t>(nslots) * alignUp(slotBytes, kLine);
+}
+
+void SlotFifo::format(void* region, int nslots, size_t slotBytes, uint64_t nonce) {
+  auto* h = new (region) Header();
+  h->nonce = nonce;
+  h->nslots = static_cast<uint32_t>(nslots);
+  h->slotBytes = alignUp(slotBytes, kLine);
+  h->tail.store(0);
+  h->head.store(0);
+  h->recvWaiting.store(0);
+  h->sendWaiting.store(0);
+  std::atomic_thread_fence(std::memory_order_release);
+  h->magic = kFifoMagic;
+}
+
+const char* SlotFifo::check(const void* region, size_t bytes, uint64_t nonce) {
+  if (bytes < sizeof(Header)) return "region smaller than a FIFO header";
+  const auto* h = static_cast<const Header*>(region);
+  if (h->magic != kFifoMagic) return "not a braid FIFO (bad magic)";
+  if (h->nonce != nonce) return "FIFO belongs to another job (nonce mismatch)";
+  if (h->nslots == 0 || h->nslots > 4096) return "FIFO slot count out of range";
+  if (regionBytes(static_cast<int>(h->nslots), h->slotBytes) > bytes) return "FIFO larger than its region";
+  return nullptr;
+}
+
+SlotFifo::SlotFifo(void* region)
+    : hdr_(static_cast<Header*>(region)),
+      meta_(reinterpret_cast<SlotMeta*>(static_cast<char*>(region) + sizeof(Header))),
+      data_(static_cast<char*>(region) + dataOffset(static_cast<int>(hdr_->nslots))),
+      nslots_(hdr_->nslots),
+      slotBytes_(hdr_->slotBytes) {
+  sendIdx_ = hdr_->tail.load(std::memory_order_acquire);
+  recvIdx_ = hdr_->head.load(std::memory_order_acquire);
+}
+
+Status SlotFifo::reserveSend(Slot* s) {
+  if (sendIdx_ - hdr_->head.load(std::memory_order_acquire) >= nslots_)
+    return Status(Code::kWouldBlock, "fifo full");
+  s->data = data_ + static_cast<size_t>(sendIdx_ % nslots_) * slotBytes_;
+  s->bytes = slotBytes_;
+  return Status::ok();
+}
+
+Status SlotFifo::postSend(const Slot& s, size_t bytes) {
+  SlotMeta& m = meta_[sendIdx_ % nslots_];
+  m.bytes = bytes;
+  m.tag = s.tag;
+  ++sendIdx_;
+  // seq_cst store + load: pairs with armRecv's flag store + index load (Dekker), so a
+  // receiver about to sleep either sees the new index or gets woken.
+  hdr_->tail.store(sendIdx_, std::memory_order_seq_cst);
+  if (hdr_->recvWaiting.load(std::memory_order_seq_cst)) futexWakeAll(&hdr_->tail);
+  return Status::ok();
+}
+
+WaitHandle SlotFifo::armSend() {
+  hdr_->sendWaiting.store(1, std::memory_order_seq_cst);
+  WaitHandle w;
+  w.futexWord = reinterpret_cast<const uint32_t*>(&hdr_->head);
+  w.futexValue = hdr_->head.load(std::memory_order_seq_cst);
+  return w;
+}
+
+void SlotFifo::disarmSend() { hdr_->sendWaiting.store(0, std::memory_order_relaxed); }
+
+Status SlotFifo::peekRecv(Slot* s) {
+  if (hdr_->tail.load(std::memory_order_acquire) == recvIdx_)
+    return Status(Code::kWouldBlock, "fifo empty");
+  const SlotMeta& m = meta_[recvIdx_ % nslots_];
+  s->data = data_ + static_cast<size_t>(recvIdx_ % nslots_) * slotBytes_;
+  s->bytes = m.bytes;
+  s->tag = m.tag;
+  return Status::ok();
+}
+
+Status SlotFifo::releaseRecv(const Slot&) {
+  ++recvIdx_;
+  hdr_->head.store(recvIdx_, std::memory_order_seq_cst);
+  if (hdr_->sendWaiting.load(std::memory_order_seq_cst)) futexWakeAll(&hdr_->head);
+  return Status::ok();
+}
+
+WaitHandle SlotFifo::armRecv() {
+  hdr_->recvWaiting.store(1, std::memory_order_seq_cst);
+  WaitHandle w;
+  w.futexWord = reinterpret_cast<const uint32_t*>(&hdr_->tail);
+  w.futexValue = hdr_->tail.load(std::memory_order_seq_cst);
+  return w;
+}
+
+void SlotFifo::disarmRecv() { hdr_->recvWaiting.store(0, std::memory_order_relaxed); }
+
+void futexWakeAll(const void* word) {
+  // Not FUTEX_PRIVATE_FLAG: the word may be shared between processes.
+  syscall(SYS_futex, word, FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+}
+
+void futexWait(const void* word, uint32_t value, int64_t timeoutMicros) {
+  struct timespec ts;
+  ts.tv_sec = timeoutMicros / 1000000;
+  ts.tv_nsec = (timeoutMicros % 1000000) * 1000;
+  syscall(SYS_futex, word, FUTEX_WAIT, value, &ts, nullptr, 0);
+}
+
+FifoConnection::FifoConnection(void* region, int peer, bool sender, void (*release)(void*),
+                               void* owner)
+    : fifo_(region), peer_(peer), release_(release), owner_(owner) {}
+
+FifoConnection::~FifoConnection() {
+  if (release_) release_(owner_);
+}
+
+}  // namespace braid::transport

@@ -1,0 +1,86 @@
+#pragma once
+// A single-producer single-consumer FIFO of fixed-size slots laid out in one memory region,
+// shared by the memory transports: `shm` places the region in a shared segment, `loopback`
+// on the heap. The region lives with the receiver, so the sender writes (or reduces)
+// straight into the receiver's memory and no copy is made on the receiving side.
+//
+// Indices are free-running 32-bit counters (wrap-around is fine: only differences are
+// used) and double as futex words, so a waiter sleeps on exactly the word its peer bumps.
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "transports/transport.h"
+
+namespace braid::transport {
+
+class SlotFifo {
+ public:
+  // Bytes a region for `nslots` slots of `slotBytes` needs.
+  static size_t regionBytes(int nslots, size_t slotBytes);
+  // Formats a zeroed region. Only the receiver calls this, before publishing it.
+  static void format(void* region, int nslots, size_t slotBytes, uint64_t nonce);
+  // Checks a region another process formatted; empty string when it is valid.
+  static const char* check(const void* region, size_t regionBytes, uint64_t nonce);
+
+  explicit SlotFifo(void* region);
+
+  size_t slotBytes() const { return slotBytes_; }
+
+  // Sender side; see Connection for the contracts.
+  Status reserveSend(Slot* s);
+  Status postSend(const Slot& s, size_t bytes);
+  WaitHandle armSend();
+  void disarmSend();
+
+  // Receiver side.
+  Status peekRecv(Slot* s);
+  Status releaseRecv(const Slot& s);
+  WaitHandle armRecv();
+  void disarmRecv();
+
+ public:
+  struct Header;    // layout private to slot_fifo.cc
+  struct SlotMeta;
+
+ private:
+  Header* hdr_;
+  SlotMeta* meta_;
+  char* data_;
+  uint32_t nslots_;
+  size_t slotBytes_;
+  // Local copies of our own index; the shared copy is written only to publish.
+  uint32_t sendIdx_ = 0;
+  uint32_t recvIdx_ = 0;
+};
+
+// Wakes every process sleeping on `word` (shared-memory futex).
+void futexWakeAll(const void* word);
+// Sleeps while *word == value, at most `timeoutMicros`; returns early on a wake or signal.
+void futexWait(const void* word, uint32_t value, int64_t timeoutMicros);
+
+// A Connection over a SlotFifo; `owner` keeps the region alive as long as needed.
+class FifoConnection : public Connection {
+ public:
+  FifoConnection(void* region, int peer, bool sender, void (*release)(void*), void* owner);
+  ~FifoConnection() override;
+
+  size_t slotBytes() const override { return fifo_.slotBytes(); }
+  Status reserveSend(Slot* s) override { return fifo_.reserveSend(s); }
+  Status postSend(const Slot& s, size_t bytes) override { return fifo_.postSend(s, bytes); }
+  Status peekRecv(Slot* s) override { return fifo_.peekRecv(s); }
+  Status releaseRecv(const Slot& s) override { return fifo_.releaseRecv(s); }
+  Status progress() override { return Status::ok(); }
+  WaitHandle waitHandle(bool forSend) override { return forSend ? fifo_.armSend() : fifo_.armRecv(); }
+  void disarm(bool forSend) override { forSend ? fifo_.disarmSend() : fifo_.disarmRecv(); }
+  int peer() const override { return peer_; }
+
+ private:
+  SlotFifo fifo_;
+  int peer_;
+  void (*release_)(void*);
+  void* owner_;
+};
+
+}  // namespace braid::transport

@@ -1,0 +1,157 @@
+#pragma once
+// The two halves of a tcp connection. Both sides keep cfg.nslots local staging slots of
+// cfg.slotBytes and stream them as frames (socket_util.h) over socketsPerPeer sockets.
+//
+// The sender hands out its staging slots in order; a slot becomes free again once its
+// frame is completely written to the kernel, so the FIFO a sender sees is its own slots plus
+// the kernel's socket buffers plus the receiver's slots. The receiver reads each frame
+// straight into one of its slots (no intermediate buffer) and reads the next frame's header
+// in the same readv() as the current payload, so a stream of large frames costs about one
+// system call per slot on each side.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "common/status.h"
+#include "transports/tcp/socket_util.h"
+#include "transports/transport.h"
+
+namespace braid::transport::tcp {
+
+// The sockets of one receive connection. The transport fills them in during establish()
+// while the connection already exists, so both hold it; the connection owns the fds once
+// bound (closed here), the transport only keeps a weak reference to find it.
+struct SocketSet {
+  SocketSet(int peer, int channel, int sockets) : peer(peer), channel(channel), fds(sockets, -1) {}
+  ~SocketSet();
+  SocketSet(const SocketSet&) = delete;
+  SocketSet& operator=(const SocketSet&) = delete;
+
+  bool complete() const { return bound == static_cast<int>(fds.size()); }
+
+  int peer;
+  int channel;
+  std::vector<int> fds;  // by socket index; -1 until the handshake for it arrives
+  int bound = 0;
+};
+
+// Page-aligned staging memory for all slots of one connection.
+struct AlignedFree {
+  void operator()(uint8_t* p) const;
+};
+using SlotMemory = std::unique_ptr<uint8_t, AlignedFree>;
+
+class TcpSendConnection final : public Connection {
+ public:
+  // `fds` are connected sockets that already carried their handshake, ordered by socket
+  // index; the connection owns and closes them.
+  TcpSendConnection(const TransportConfig& cfg, int peer, std::vector<int> fds);
+  ~TcpSendConnection() override;
+
+  size_t slotBytes() const override { return slotBytes_; }
+  // Calls progress() when the next slot is still being written, so a sender loop needs no
+  // separate progress calls.
+  Status reserveSend(Slot* s) override;
+  // Writes the frame right away when its socket has nothing queued before it.
+  Status postSend(const Slot& s, size_t bytes) override;
+  Status peekRecv(Slot* s) override;
+  Status releaseRecv(const Slot& s) override;
+  // Writes queued frames until the kernel pushes back. Free when nothing is queued.
+  Status progress() override;
+  // Does not write by itself: a caller waiting for the flush keeps calling progress().
+  bool flushed() const override { return queued_ == 0; }
+  // forSend: POLLOUT on the socket whose frame the sender waits for. Otherwise POLLIN on
+  // the first socket, which only ever becomes readable when the peer goes away.
+  WaitHandle waitHandle(bool forSend) override;
+  int peer() const override { return peer_; }
+
+ private:
+  struct Frame {
+    uint8_t header[kFrameHeaderBytes];
+    uint32_t bytes = 0;
+    bool busy = false;  // posted and not completely written yet
+  };
+  struct Stream {
+    int fd = -1;
+    uint64_t nextSeq = 0;  // oldest frame of this socket not completely written
+    size_t offset = 0;     // bytes of that frame (header included) already written
+    uint32_t queued = 0;   // frames posted to this socket and not completely written
+  };
+
+  uint8_t* slotData(uint64_t seq) const {
+    return memory_.get() + (seq % static_cast<uint64_t>(nslots_)) * slotStride_;
+  }
+  Status writeStream(Stream& st);
+  Status fail(Status s);
+
+  const int peer_;
+  const size_t slotBytes_;
+  const size_t slotStride_;
+  const int nslots_;
+  SlotMemory memory_;
+  std::vector<Frame> frames_;
+  std::vector<Stream> streams_;
+  uint64_t postSeq_ = 0;  // sequence number of the next frame to reserve and post
+  uint32_t queued_ = 0;   // frames posted and not completely written, all sockets
+  Status error_;          // sticky: a connection that lost its peer stays failed
+};
+
+class TcpRecvConnection final : public Connection {
+ public:
+  TcpRecvConnection(const TransportConfig& cfg, std::shared_ptr<SocketSet> sockets);
+  ~TcpRecvConnection() override = default;
+
+  size_t slotBytes() const override { return slotBytes_; }
+  Status reserveSend(Slot* s) override;
+  Status postSend(const Slot& s, size_t bytes) override;
+  // Calls progress() when the oldest slot is not complete yet. Returns complete slots that
+  // arrived before a failure ahead of reporting the failure.
+  Status peekRecv(Slot* s) override;
+  // `s` must be the slot peekRecv returned last.
+  Status releaseRecv(const Slot& s) override;
+  // Reads frames into free slots. Costs no system call while every slot is full.
+  Status progress() override;
+  // POLLIN on the socket that carries the oldest incomplete frame.
+  WaitHandle waitHandle(bool forSend) override;
+  int peer() const override { return peer_; }
+
+ private:
+  enum class SlotState : uint8_t { kFree, kFilling, kFull };
+  struct RecvSlot {
+    uint32_t bytes = 0;
+    uint64_t tag = 0;
+    SlotState state = SlotState::kFree;
+  };
+  struct Stream {
+    int fd = -1;
+    uint64_t nextSeq = 0;      // frame being read on this socket
+    uint8_t header[kFrameHeaderBytes];  // the header of nextSeq while it is being read
+    uint32_t headerHave = 0;   // header bytes read
+    uint32_t payloadHave = 0;  // payload bytes read, once the header is complete
+    bool inPayload = false;    // header of nextSeq decoded, payload being read
+    bool eof = false;          // peer closed this socket at a frame boundary
+  };
+
+  uint8_t* slotData(uint64_t seq) const {
+    return memory_.get() + (seq % static_cast<uint64_t>(nslots_)) * slotStride_;
+  }
+  bool adoptSockets();
+  Status readStream(Stream& st);
+  Status closedError(const char* why, int err) const;
+
+  const int peer_;
+  const size_t slotBytes_;
+  const size_t slotStride_;
+  const int nslots_;
+  std::shared_ptr<SocketSet> sockets_;
+  bool ready_ = false;  // sockets_ complete and copied into streams_
+  SlotMemory memory_;
+  std::vector<RecvSlot> slots_;
+  std::vector<Stream> streams_;
+  uint64_t peekSeq_ = 0;  // oldest frame not released
+  Status error_;          // sticky, once a socket failed mid-frame or reset
+};
+
+}  // namespace braid::transport::tcp

@@ -1,0 +1,479 @@
+#include "transports/tcp/tcp_transport.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "transports/tcp/socket_util.h"
+#include "transports/tcp/tcp_connection.h"
+
+namespace braid::transport {
+namespace tcp {
+namespace {
+
+// Sockets accepted whose handshake has not arrived yet. Anyone can connect to the port, so
+// their number is bounded; the oldest is dropped first when a flood arrives.
+constexpr size_t kMaxUnidentified = 1024;
+constexpr int kListenBacklog = 4096;
+constexpr int kMaxSocketsPerPeer = 64;
+
+// Refused or unreachable connects are retried with a growing pause: the receiver may still
+// be coming up, and a tight loop would flood a busy listener with SYNs.
+constexpr int64_t kFirstRetryNs = 10 * 1000 * 1000;
+constexpr int64_t kMaxRetryNs = 500 * 1000 * 1000;
+
+bool retryableConnectError(int err) {
+  return isConnectionLoss(err) || err == EAGAIN || err == EADDRNOTAVAIL || err == EINPROGRESS;
+}
+
+std::string errnoText(int err) { return err == 0 ? std::string("no answer") : std::strerror(err); }
+
+class TcpTransport final : public Transport {
+ public:
+  explicit TcpTransport(const TransportConfig& cfg) : cfg_(cfg) {}
+  ~TcpTransport() override {
+    closeFd(listenFd_);
+    for (Incoming& in : incoming_) closeFd(in.fd);
+  }
+
+  const char* name() const override { return "tcp"; }
+
+  // Any two ranks of the same job can talk over TCP; everything else is preferred.
+  int canConnect(const PeerInfo& local, const PeerInfo& remote) const override {
+    return local.nonce == remote.nonce ? 1 : 0;
+  }
+
+  StatusOr<std::unique_ptr<Connection>> createRecv(int peer, int channel, std::string* blob) override;
+  StatusOr<std::unique_ptr<Connection>> connectSend(int peer, int channel, const std::string& blob) override;
+  Status establish(Deadline deadline) override;
+
+ private:
+  // An accepted socket whose handshake is still arriving.
+  struct Incoming {
+    int fd = -1;
+    sockaddr_in from{};
+    uint8_t buf[kHandshakeBytes] = {0};
+    size_t have = 0;
+  };
+
+  Status checkConfig(int peer, int channel) const;
+  Status ensureListening();
+  void acceptAll();
+  // Reads handshakes of unidentified sockets; binds or refuses each complete one.
+  void serviceIncoming();
+  // Returns true when `in` was bound to its receive connection.
+  bool bindIncoming(Incoming& in);
+  int missingSockets();
+  Status timeoutError();
+
+  TransportConfig cfg_;
+  int listenFd_ = -1;
+  std::string blob_;
+  // Receive connections still waiting for sockets, by (peer, channel).
+  std::map<std::pair<int, int>, std::weak_ptr<SocketSet>> expected_;
+  std::vector<Incoming> incoming_;
+  // Why the last connection that claimed to come from a rank was refused; surfaced in the
+  // establish() timeout because a misconfigured peer otherwise just looks missing.
+  std::map<int, std::string> refusedFrom_;
+};
+
+Status TcpTransport::checkConfig(int peer, int channel) const {
+  if (peer < 0 || peer >= cfg_.nranks || peer == cfg_.rank) {
+    return invalidArgument("tcp: peer rank " + std::to_string(peer) + " out of range for rank " +
+                           std::to_string(cfg_.rank) + " of " + std::to_string(cfg_.nranks));
+  }
+  if (channel < 0) return invalidArgument("tcp: negative channel " + std::to_string(channel));
+  if (cfg_.slotBytes == 0 || cfg_.slotBytes > UINT32_MAX) {
+    return invalidArgument("tcp: slotBytes must be in [1, 4 GiB), got " + std::to_string(cfg_.slotBytes));
+  }
+  if (cfg_.nslots < 1) return invalidArgument("tcp: nslots must be at least 1");
+  if (cfg_.socketsPerPeer < 1 || cfg_.socketsPerPeer > kMaxSocketsPerPeer) {
+    return invalidArgument("tcp: socketsPerPeer must be in [1, " + std::to_string(kMaxSocketsPerPeer) +
+                           "], got " + std::to_string(cfg_.socketsPerPeer));
+  }
+  return Status::ok();
+}
+
+Status TcpTransport::ensureListening() {
+  if (listenFd_ >= 0) return Status::ok();
+  BRAID_ASSIGN_OR_RETURN(in_addr bindAddr, resolveBindAddress(cfg_.netIf));
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return systemError("socket", errno);
+  auto fail = [fd](Status s) {
+    closeFd(fd);
+    return s;
+  };
+  // Before listen(): accepted sockets inherit the buffer sizes, and the window scale is
+  // fixed during the TCP handshake.
+  Status s = setBufferSizes(fd);
+  if (!s.isOk()) return fail(s);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr = bindAddr;
+  addr.sin_port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    return fail(systemError("bind", errno).withContext("tcp: listening on " + formatAddress(addr)));
+  }
+  if (listen(fd, kListenBacklog) != 0) return fail(systemError("listen", errno));
+  socklen_t len = sizeof(addr);
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    return fail(systemError("getsockname", errno));
+  }
+  if (addr.sin_addr.s_addr == htonl(INADDR_ANY)) addr.sin_addr = defaultAdvertisedAddress();
+  listenFd_ = fd;
+  blob_ = formatAddress(addr);
+  BRAID_INFO("tcp: rank %d listening on %s", cfg_.rank, blob_.c_str());
+  return Status::ok();
+}
+
+StatusOr<std::unique_ptr<Connection>> TcpTransport::createRecv(int peer, int channel, std::string* blob) {
+  BRAID_RETURN_IF_ERROR(checkConfig(peer, channel));
+  auto key = std::make_pair(peer, channel);
+  auto it = expected_.find(key);
+  if (it != expected_.end() && !it->second.expired()) {
+    return invalidArgument("tcp: a receive connection from rank " + std::to_string(peer) + " on channel " +
+                           std::to_string(channel) + " is already being set up");
+  }
+  BRAID_RETURN_IF_ERROR(ensureListening());
+  auto set = std::make_shared<SocketSet>(peer, channel, cfg_.socketsPerPeer);
+  expected_[key] = set;
+  *blob = blob_;
+  return std::unique_ptr<Connection>(new TcpRecvConnection(cfg_, std::move(set)));
+}
+
+StatusOr<std::unique_ptr<Connection>> TcpTransport::connectSend(int peer, int channel, const std::string& blob) {
+  BRAID_RETURN_IF_ERROR(checkConfig(peer, channel));
+  sockaddr_in addr{};
+  if (!parseAddress(blob, &addr)) {
+    return invalidArgument("tcp: malformed address '" + blob + "' from rank " + std::to_string(peer));
+  }
+
+  enum class State { kIdle, kConnecting, kHandshake, kDone };
+  struct Outgoing {
+    int fd = -1;
+    State state = State::kIdle;
+    int64_t retryAt = 0;
+    int64_t backoff = kFirstRetryNs;
+    size_t sent = 0;
+    int lastErr = 0;
+    uint8_t hs[kHandshakeBytes];
+  };
+  const int nsockets = cfg_.socketsPerPeer;
+  std::vector<Outgoing> out(static_cast<size_t>(nsockets));
+  for (int i = 0; i < nsockets; ++i) {
+    Handshake h;
+    h.nonce = cfg_.nonce;
+    h.srcRank = cfg_.rank;
+    h.dstRank = peer;
+    h.channel = channel;
+    h.socketIndex = i;
+    h.socketsPerPeer = nsockets;
+    h.slotBytes = cfg_.slotBytes;
+    encodeHandshake(h, out[static_cast<size_t>(i)].hs);
+  }
+  auto closeAll = [&out] {
+    for (Outgoing& o : out) closeFd(o.fd);
+  };
+  auto retryLater = [](Outgoing& o, int err) {
+    closeFd(o.fd);
+    o.fd = -1;
+    o.state = State::kIdle;
+    o.sent = 0;
+    o.lastErr = err;
+    o.retryAt = nowNanos() + o.backoff;
+    o.backoff = std::min(o.backoff * 2, kMaxRetryNs);
+  };
+  auto hardFailure = [&](const char* call, int err) {
+    closeAll();
+    return systemError(call, err).withContext("tcp: connecting to rank " + std::to_string(peer) + " at " + blob);
+  };
+
+  const Deadline deadline = Deadline::after(cfg_.connectTimeoutSec);
+  int done = 0;
+  std::vector<pollfd> pfds;
+  std::vector<int> owner;  // index into `out` per pollfd, -1 for the listening socket
+  while (done < nsockets) {
+    for (Outgoing& o : out) {
+      if (o.state == State::kIdle && nowNanos() >= o.retryAt) {
+        o.fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (o.fd < 0) return hardFailure("socket", errno);
+        Status s = configureDataSocket(o.fd);
+        if (!s.isOk()) {
+          closeAll();
+          return s;
+        }
+        if (connect(o.fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+          o.state = State::kHandshake;
+        } else if (errno == EINPROGRESS || errno == EINTR) {
+          o.state = State::kConnecting;
+        } else if (retryableConnectError(errno)) {
+          retryLater(o, errno);
+        } else {
+          return hardFailure("connect", errno);
+        }
+      }
+      if (o.state == State::kHandshake) {
+        ssize_t n = send(o.fd, o.hs + o.sent, kHandshakeBytes - o.sent, MSG_NOSIGNAL);
+        if (n > 0) {
+          o.sent += static_cast<size_t>(n);
+          if (o.sent == kHandshakeBytes) {
+            o.state = State::kDone;
+            ++done;
+          }
+        } else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+          if (!retryableConnectError(errno)) return hardFailure("send", errno);
+          retryLater(o, errno);
+        }
+      }
+    }
+    if (done == nsockets) break;
+    if (deadline.expired()) {
+      int lastErr = 0;
+      for (const Outgoing& o : out) lastErr = o.lastErr != 0 ? o.lastErr : lastErr;
+      closeAll();
+      char secs[32];
+      std::snprintf(secs, sizeof(secs), "%g", cfg_.connectTimeoutSec);
+      return Status(Code::kTimeout,
+                    "tcp: rank " + std::to_string(cfg_.rank) + " could not connect to rank " + std::to_string(peer) +
+                        " (channel " + std::to_string(channel) + ") at " + blob + " within " + secs +
+                        " s: " + errnoText(lastErr),
+                    peer);
+    }
+
+    // Sleep until a connect completes, a handshake can be written, a retry is due, or a
+    // peer connects to us. Accepting our own incoming sockets meanwhile keeps this rank's
+    // accept queue short, so peers connecting to it never stall behind a full backlog.
+    pfds.clear();
+    owner.clear();
+    int64_t wakeAt = INT64_MAX;
+    for (size_t i = 0; i < out.size(); ++i) {
+      const Outgoing& o = out[i];
+      if (o.state == State::kConnecting || o.state == State::kHandshake) {
+        pfds.push_back({o.fd, POLLOUT, 0});
+        owner.push_back(static_cast<int>(i));
+      } else if (o.state == State::kIdle) {
+        wakeAt = std::min(wakeAt, o.retryAt);
+      }
+    }
+    if (listenFd_ >= 0) {
+      pfds.push_back({listenFd_, POLLIN, 0});
+      owner.push_back(-1);
+    }
+    int timeoutMs = deadline.remainingMillis(100);
+    if (wakeAt != INT64_MAX) {
+      int64_t untilRetry = (wakeAt - nowNanos()) / 1000000 + 1;
+      timeoutMs = static_cast<int>(std::max<int64_t>(0, std::min<int64_t>(timeoutMs, untilRetry)));
+    }
+    int rc = poll(pfds.data(), pfds.size(), timeoutMs);
+    if (rc < 0 && errno != EINTR) return hardFailure("poll", errno);
+    for (size_t k = 0; rc > 0 && k < pfds.size(); ++k) {
+      if (pfds[k].revents == 0) continue;
+      if (owner[k] < 0) {
+        acceptAll();
+        continue;
+      }
+      Outgoing& o = out[static_cast<size_t>(owner[k])];
+      if (o.state != State::kConnecting) continue;
+      int err = 0;
+      socklen_t len = sizeof(err);
+      if (getsockopt(o.fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+      if (err == 0) {
+        o.state = State::kHandshake;
+      } else if (retryableConnectError(err)) {
+        retryLater(o, err);
+      } else {
+        return hardFailure("connect", err);
+      }
+    }
+  }
+
+  std::vector<int> fds;
+  fds.reserve(out.size());
+  for (Outgoing& o : out) fds.push_back(o.fd);
+  BRAID_TRACE("tcp: rank %d connected %d socket(s) to rank %d channel %d at %s", cfg_.rank, nsockets, peer, channel,
+              blob.c_str());
+  return std::unique_ptr<Connection>(new TcpSendConnection(cfg_, peer, std::move(fds)));
+}
+
+void TcpTransport::acceptAll() {
+  for (;;) {
+    Incoming in;
+    socklen_t len = sizeof(in.from);
+    in.fd = accept4(listenFd_, reinterpret_cast<sockaddr*>(&in.from), &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (in.fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) {
+        BRAID_WARN("tcp: rank %d: accept failed: %s", cfg_.rank, std::strerror(errno));
+      }
+      return;
+    }
+    Status s = configureDataSocket(in.fd);
+    if (!s.isOk()) {
+      BRAID_WARN("tcp: rank %d: dropping connection from %s: %s", cfg_.rank, formatAddress(in.from).c_str(),
+                 s.toString().c_str());
+      closeFd(in.fd);
+      continue;
+    }
+    if (incoming_.size() >= kMaxUnidentified) {
+      BRAID_WARN("tcp: rank %d: too many connections without a handshake; dropping the one from %s", cfg_.rank,
+                 formatAddress(incoming_.front().from).c_str());
+      closeFd(incoming_.front().fd);
+      incoming_.erase(incoming_.begin());
+    }
+    incoming_.push_back(in);
+  }
+}
+
+void TcpTransport::serviceIncoming() {
+  size_t keep = 0;
+  for (size_t i = 0; i < incoming_.size(); ++i) {
+    Incoming& in = incoming_[i];
+    bool drop = false;
+    for (;;) {
+      ssize_t n = recv(in.fd, in.buf + in.have, kHandshakeBytes - in.have, 0);
+      if (n > 0) {
+        in.have += static_cast<size_t>(n);
+        if (in.have == kHandshakeBytes) {
+          if (!bindIncoming(in)) closeFd(in.fd);
+          drop = true;  // bound or refused: no longer unidentified either way
+          break;
+        }
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+      BRAID_WARN("tcp: rank %d: connection from %s closed before its handshake", cfg_.rank,
+                 formatAddress(in.from).c_str());
+      closeFd(in.fd);
+      drop = true;
+      break;
+    }
+    if (!drop) incoming_[keep++] = in;
+  }
+  incoming_.resize(keep);
+}
+
+bool TcpTransport::bindIncoming(Incoming& in) {
+  const Handshake h = decodeHandshake(in.buf);
+  std::string why;
+  std::shared_ptr<SocketSet> set;
+  if (h.magic != kHandshakeMagic) {
+    why = "not a braid handshake";
+  } else if (h.version != kHandshakeVersion) {
+    why = "protocol version " + std::to_string(h.version) + ", this rank speaks " + std::to_string(kHandshakeVersion);
+  } else if (h.nonce != cfg_.nonce) {
+    why = "it belongs to another job (nonce mismatch)";
+  } else {
+    // From here on the sender is part of this job: its rank is worth reporting.
+    if (h.dstRank != cfg_.rank) {
+      why = "it was meant for rank " + std::to_string(h.dstRank);
+    } else if (h.socketsPerPeer != cfg_.socketsPerPeer) {
+      why = "it uses " + std::to_string(h.socketsPerPeer) + " sockets per peer, this rank " +
+            std::to_string(cfg_.socketsPerPeer);
+    } else if (h.slotBytes > cfg_.slotBytes) {
+      why = "its slots of " + std::to_string(h.slotBytes) + " bytes exceed this rank's " +
+            std::to_string(cfg_.slotBytes);
+    } else {
+      auto it = expected_.find(std::make_pair(h.srcRank, h.channel));
+      if (it != expected_.end()) set = it->second.lock();
+      if (!set) {
+        why = "no connection from rank " + std::to_string(h.srcRank) + " on channel " + std::to_string(h.channel) +
+              " is expected";
+      } else if (h.socketIndex < 0 || h.socketIndex >= static_cast<int>(set->fds.size())) {
+        why = "socket index " + std::to_string(h.socketIndex) + " out of range";
+      } else if (set->fds[static_cast<size_t>(h.socketIndex)] >= 0) {
+        why = "socket " + std::to_string(h.socketIndex) + " of rank " + std::to_string(h.srcRank) + " channel " +
+              std::to_string(h.channel) + " is already connected";
+      }
+    }
+    if (!why.empty()) refusedFrom_[h.srcRank] = why;
+  }
+  if (!why.empty()) {
+    BRAID_WARN("tcp: rank %d refused a connection from %s: %s", cfg_.rank, formatAddress(in.from).c_str(), why.c_str());
+    return false;
+  }
+  set->fds[static_cast<size_t>(h.socketIndex)] = in.fd;
+  ++set->bound;
+  BRAID_TRACE("tcp: rank %d accepted socket %d of rank %d channel %d from %s", cfg_.rank, h.socketIndex, h.srcRank,
+              h.channel, formatAddress(in.from).c_str());
+  return true;
+}
+
+int TcpTransport::missingSockets() {
+  int missing = 0;
+  for (auto it = expected_.begin(); it != expected_.end();) {
+    std::shared_ptr<SocketSet> set = it->second.lock();
+    if (!set || set->complete()) {
+      // Completed sets leave the table so that a replayed handshake finds nothing to join.
+      it = expected_.erase(it);
+      continue;
+    }
+    missing += static_cast<int>(set->fds.size()) - set->bound;
+    ++it;
+  }
+  return missing;
+}
+
+Status TcpTransport::timeoutError() {
+  std::string who;
+  int firstRank = -1;
+  for (const auto& [key, weak] : expected_) {
+    std::shared_ptr<SocketSet> set = weak.lock();
+    if (!set || set->complete()) continue;
+    if (firstRank < 0) firstRank = key.first;
+    if (!who.empty()) who += ", ";
+    who += "rank " + std::to_string(key.first) + " (channel " + std::to_string(key.second) + ": " +
+           std::to_string(set->bound) + " of " + std::to_string(set->fds.size()) + " sockets)";
+    auto refused = refusedFrom_.find(key.first);
+    if (refused != refusedFrom_.end()) who += " [refused a connection from it: " + refused->second + "]";
+  }
+  return Status(Code::kTimeout,
+                "tcp: rank " + std::to_string(cfg_.rank) + " timed out waiting for connections from " + who,
+                firstRank);
+}
+
+Status TcpTransport::establish(Deadline deadline) {
+  std::vector<pollfd> pfds;
+  while (missingSockets() > 0) {
+    acceptAll();
+    serviceIncoming();
+    if (missingSockets() == 0) break;
+    if (deadline.expired()) return timeoutError();
+    pfds.clear();
+    pfds.push_back({listenFd_, POLLIN, 0});
+    for (const Incoming& in : incoming_) pfds.push_back({in.fd, POLLIN, 0});
+    int rc = poll(pfds.data(), pfds.size(), deadline.remainingMillis(1000));
+    if (rc < 0 && errno != EINTR) return systemError("poll", errno).withContext("tcp: establish");
+  }
+  // Every expected socket is bound; whatever else connected is a stranger or a duplicate.
+  for (Incoming& in : incoming_) {
+    BRAID_WARN("tcp: rank %d: closing connection from %s that never identified itself", cfg_.rank,
+               formatAddress(in.from).c_str());
+    closeFd(in.fd);
+  }
+  incoming_.clear();
+  return Status::ok();
+}
+
+}  // namespace
+}  // namespace tcp
+
+std::unique_ptr<Transport> createTcpTransport(const TransportConfig& cfg) {
+  return std::unique_ptr<Transport>(new tcp::TcpTransport(cfg));
+}
+
+}  // namespace braid::transport

@@ -1,0 +1,128 @@
+#pragma once
+// The transport seam. Every transport (loopback, shm, tcp, and later UCX, verbs, CUDA IPC)
+// offers one-directional connections that carry fixed-size slots in FIFO order, NCCL's
+// connector idea: the executor asks for a slot, writes (or reduces) straight into it, and
+// posts it; the receiver peeks the oldest slot, consumes it in place, and releases it.
+//
+// Memory transports (shm, loopback) hand out slots that live in the receiver's memory, so a
+// fused step writes straight into the peer. Stream transports (tcp) hand out local staging
+// slots and move them during progress().
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/status.h"
+
+namespace braid::transport {
+
+// One slot of a connection's FIFO.
+struct Slot {
+  void* data = nullptr;  // reserveSend: where to write; peekRecv: the payload
+  size_t bytes = 0;      // peekRecv: payload length
+  uint64_t tag = 0;      // travels with the payload; the executor uses it to detect
+                         // collectives issued in a different order on different ranks
+};
+
+// How a waiter can sleep until a connection may have work: a futex word in shared memory
+// (memory transports) and/or a file descriptor to poll (stream transports).
+struct WaitHandle {
+  const uint32_t* futexWord = nullptr;  // sleep while *futexWord == futexValue
+  uint32_t futexValue = 0;
+  int fd = -1;                          // poll for fdEvents
+  short fdEvents = 0;
+};
+
+// One direction, one peer, one channel. No method blocks; none is thread-safe: a
+// connection belongs to one executor thread at a time.
+class Connection {
+ public:
+  virtual ~Connection() = default;
+
+  // Largest payload a slot holds.
+  virtual size_t slotBytes() const = 0;
+
+  // Sender: a free slot to write up to slotBytes() into, or kWouldBlock when the FIFO is
+  // full. Calling it again before postSend returns the same slot.
+  virtual Status reserveSend(Slot* s) = 0;
+  // Sender: publishes the reserved slot with `bytes` of payload and `s.tag`.
+  virtual Status postSend(const Slot& s, size_t bytes) = 0;
+
+  // Receiver: the oldest unreleased incoming slot, or kWouldBlock. Calling it again
+  // without releaseRecv returns the same slot.
+  virtual Status peekRecv(Slot* s) = 0;
+  // Receiver: hands the slot back to the sender.
+  virtual Status releaseRecv(const Slot& s) = 0;
+
+  // Drives I/O (stream transports) and reports a failed peer as kRemoteError naming it.
+  virtual Status progress() = 0;
+
+  // Whether every posted send has been handed to the peer (stream transports may still
+  // hold staged bytes). Memory transports are always flushed.
+  virtual bool flushed() const { return true; }
+
+  // What to sleep on while waiting for this connection to become ready to send (forSend)
+  // or to receive. Arms any wake-up the peer must deliver; call disarm() after waking.
+  virtual WaitHandle waitHandle(bool forSend) = 0;
+  virtual void disarm(bool forSend) {}
+
+  virtual int peer() const = 0;
+};
+
+// What a rank tells the others about itself, through the bootstrap.
+struct PeerInfo {
+  int rank = -1;
+  std::string hostId;   // hostname + boot id, or BRAID_HOST_ID
+  int64_t pid = 0;
+  uint64_t nonce = 0;   // session nonce: connections carrying another one are refused
+};
+
+// Settings every transport gets from the communicator.
+struct TransportConfig {
+  int rank = 0;
+  int nranks = 1;
+  uint64_t nonce = 0;
+  size_t slotBytes = 512 * 1024;  // payload per slot
+  int nslots = 8;                 // FIFO depth
+  int numaNode = -1;              // where to place receive buffers, -1 for anywhere
+  double connectTimeoutSec = 60;
+  int socketsPerPeer = 1;         // tcp: sockets striped per connection
+  std::string netIf;              // tcp: interface or address to listen on
+};
+
+// A transport instance belongs to one communicator. Setup runs in three phases so that
+// every transport can be wired up through the store without a per-connection round trip:
+//   1. createRecv() for every incoming connection; its blob goes to the sending peer.
+//   2. connectSend() on the sender with the receiver's blob.
+//   3. after a barrier among all ranks, establish() finishes what needs both sides
+//      (tcp accepts and matches sockets; shm unlinks its segments).
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual const char* name() const = 0;
+
+  // Score for carrying traffic from `local` to `remote`; 0 = cannot. Higher wins.
+  virtual int canConnect(const PeerInfo& local, const PeerInfo& remote) const = 0;
+
+  // Phase 1: resources for receiving from `peer` on `channel`; `blob` is what the sender
+  // needs to attach. The connection may not carry data before establish().
+  virtual StatusOr<std::unique_ptr<Connection>> createRecv(int peer, int channel,
+                                                           std::string* blob) = 0;
+  // Phase 2: attach to the receiver described by `blob`.
+  virtual StatusOr<std::unique_ptr<Connection>> connectSend(int peer, int channel,
+                                                            const std::string& blob) = 0;
+  // Phase 3: completes every connection created so far. Blocks up to `deadline`.
+  virtual Status establish(Deadline deadline) = 0;
+};
+
+// The registry: every transport, listed once, in one place (registry.cc).
+struct TransportFactory {
+  const char* name;
+  std::unique_ptr<Transport> (*create)(const TransportConfig& cfg);
+};
+const std::vector<TransportFactory>& registry();
+
+}  // namespace braid::transport

@@ -696,7 +696,7 @@ double combineTime(Run& run, double seconds) {
 // "pid host" of every rank, in rank order. The API has no allgather, so each rank writes its
 // own slot of a zeroed buffer and a uint8 sum assembles them: every byte has one non-zero
 // contributor, so the sum is exact.
-void gatherRankLines(Run& run) {
+void gatherRankInfo(Run& run) {
   constexpr size_t kSlot = 128;
   std::vector<uint8_t> slots(kSlot * static_cast<size_t>(run.nranks), 0);
   char host[64] = {0};
@@ -959,7 +959,7 @@ int runTool(const Tool& tool, int argc, char** argv) {
     return kExitFailed;
   }
 
-  gatherRankLines(run);
+  gatherRankInfo(run);
   if (run.rank == 0) printHeader(run);
 
   for (braidDataType_t dt : types)

@@ -486,6 +486,13 @@ Status Communicator::fail(const Status& s) {
     if (!broken_.isOk()) return broken_;  // a sibling channel already failed
   }
   if (s.code() == Code::kTimeout) report = findStalledRank(s);
+  if (s.code() == Code::kRemoteError) {
+    // A neighbour that closed its connection may only have been reacting to the real
+    // failure; its published record names the root cause.
+    Status rec = abortRecord();
+    if (!rec.isOk() && rec.code() != Code::kRemoteError) report = rec;
+    else if (!rec.isOk() && rec.message().find(" reported: ") != std::string::npos) report = rec;
+  }
   bool first = false;
   {
     std::lock_guard<std::mutex> lock(errorMu_);

@@ -9,6 +9,8 @@
 //     signal), with one line on stderr per failed rank;
 //   - after a failure the other ranks get BRAIDRUN_GRACE_SEC (default 15 s) to notice the
 //     peer failure and exit on their own, then SIGCONT+SIGTERM, then SIGKILL 2 s later;
+//   - a rank left stopped (SIGSTOP) after every other rank exited counts as hung: it gets
+//     the grace period, then the same termination;
 //   - SIGINT/SIGTERM sent to braidrun are forwarded to the ranks;
 //   - --timeout SEC ends everything after SEC seconds.
 // The main thread does all supervision in one poll loop over a signalfd and (with
@@ -17,7 +19,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -212,6 +214,8 @@ struct Rank {
   int rank = 0;
   pid_t pid = -1;
   bool running = false;
+  bool stopped = false;  // stopped by a signal (SIGSTOP, SIGTSTP...) and not continued yet
+  int stopSignal = 0;
   int status = 0;  // wait status once reaped
 };
 
@@ -282,34 +286,52 @@ class Launcher {
     return env;
   }
 
+  // The program to exec: `cmd` itself if it names a path, else the first executable match
+  // on braidrun's PATH (as a shell would). Resolved before fork so that the child only has
+  // async-signal-safe work left (braidrun is multithreaded: the store has a thread).
+  static std::string resolveCommand(const std::string& cmd) {
+    if (cmd.find('/') != std::string::npos) return cmd;
+    const char* path = std::getenv("PATH");
+    std::string dirs = path ? path : "/usr/local/bin:/usr/bin:/bin";
+    size_t start = 0;
+    for (;;) {
+      size_t colon = dirs.find(':', start);
+      std::string dir = dirs.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
+      std::string candidate = (dir.empty() ? std::string(".") : dir) + "/" + cmd;
+      if (access(candidate.c_str(), X_OK) == 0) return candidate;
+      if (colon == std::string::npos) return "";
+      start = colon + 1;
+    }
+  }
+
   bool spawnRank(int r) {
-    Rank rk;
-    rk.rank = r;
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
+    const std::string exe = resolveCommand(opts_.cmd[0]);
+    if (exe.empty()) {
+      std::fprintf(stderr, "braidrun: cannot execute '%s' for rank %d: command not found\n", opts_.cmd[0].c_str(), r);
+      return false;
+    }
     int pipes[2][2] = {{-1, -1}, {-1, -1}};
+    auto closePipes = [&] {
+      for (auto& p : pipes)
+        for (int& fd : p)
+          if (fd >= 0) close(fd), fd = -1;
+    };
     if (opts_.tagOutput) {
-      for (int s = 0; s < 2; ++s) {
-        if (pipe2(pipes[s], O_CLOEXEC) != 0) {
+      for (auto& p : pipes) {
+        if (pipe2(p, O_CLOEXEC) != 0) {
           std::fprintf(stderr, "braidrun: pipe failed: %s\n", std::strerror(errno));
-          posix_spawn_file_actions_destroy(&fa);
+          closePipes();
           return false;
         }
-        // dup2 clears close-on-exec on the copy: only the child's 1/2 survive the exec.
-        posix_spawn_file_actions_adddup2(&fa, pipes[s][1], s + 1);
       }
     }
-    // Like mpirun, only rank 0 reads braidrun's stdin; N ranks reading one terminal would
-    // steal each other's input.
-    if (r != 0) posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawnattr_t attr;
-    posix_spawnattr_init(&attr);
-    sigset_t def;
-    sigemptyset(&def);
-    for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD, SIGPIPE}) sigaddset(&def, s);
-    posix_spawnattr_setsigdefault(&attr, &def);
-    posix_spawnattr_setsigmask(&attr, &origMask_);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+    // exec failures come back through this pipe; EOF without data means the exec worked.
+    int errPipe[2];
+    if (pipe2(errPipe, O_CLOEXEC) != 0) {
+      std::fprintf(stderr, "braidrun: pipe failed: %s\n", std::strerror(errno));
+      closePipes();
+      return false;
+    }
 
     std::vector<std::string> env = childEnv(r);
     std::vector<char*> envp, argv;
@@ -318,19 +340,55 @@ class Launcher {
     std::vector<std::string> cmd = opts_.cmd;
     for (auto& a : cmd) argv.push_back(a.data());
     argv.push_back(nullptr);
+    const pid_t parent = getpid();
 
-    pid_t pid = -1;
-    int rc = posix_spawnp(&pid, argv[0], &fa, &attr, argv.data(), envp.data());
-    posix_spawn_file_actions_destroy(&fa);
-    posix_spawnattr_destroy(&attr);
+    pid_t pid = fork();
+    if (pid == 0) {
+      // Child: async-signal-safe calls only from here to exec.
+      // A rank must not outlive braidrun: if braidrun is killed outright, nothing would be
+      // left to stop it, and the store it rendezvoused through is gone anyway.
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(127);
+      if (opts_.tagOutput) {
+        dup2(pipes[0][1], 1);
+        dup2(pipes[1][1], 2);
+      }
+      // Like mpirun, only rank 0 reads braidrun's stdin; N ranks reading one terminal would
+      // steal each other's input.
+      if (r != 0) {
+        int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (devnull >= 0) dup2(devnull, 0);
+      }
+      for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD, SIGPIPE}) signal(sig, SIG_DFL);
+      sigprocmask(SIG_SETMASK, &origMask_, nullptr);
+      execve(exe.c_str(), argv.data(), envp.data());
+      int err = errno;
+      (void)!write(errPipe[1], &err, sizeof(err));
+      _exit(127);
+    }
+    close(errPipe[1]);
     for (auto& p : pipes)
-      if (p[1] >= 0) close(p[1]);
-    if (rc != 0) {
-      std::fprintf(stderr, "braidrun: cannot execute '%s' for rank %d: %s\n", argv[0], r, std::strerror(rc));
-      for (auto& p : pipes)
-        if (p[0] >= 0) close(p[0]);
+      if (p[1] >= 0) close(p[1]), p[1] = -1;
+    if (pid < 0) {
+      std::fprintf(stderr, "braidrun: fork failed for rank %d: %s\n", r, std::strerror(errno));
+      close(errPipe[0]);
+      closePipes();
       return false;
     }
+    int execErr = 0;
+    ssize_t got;
+    do {
+      got = read(errPipe[0], &execErr, sizeof(execErr));
+    } while (got < 0 && errno == EINTR);
+    close(errPipe[0]);
+    if (got > 0) {
+      waitpid(pid, nullptr, 0);
+      std::fprintf(stderr, "braidrun: cannot execute '%s' for rank %d: %s\n", exe.c_str(), r, std::strerror(execErr));
+      closePipes();
+      return false;
+    }
+    Rank rk;
+    rk.rank = r;
     rk.pid = pid;
     rk.running = true;
     ranks_.push_back(rk);
@@ -390,11 +448,49 @@ class Launcher {
       if (!r.running) continue;
       int status = 0;
       pid_t p;
-      do {
-        p = waitpid(r.pid, &status, WNOHANG);
-      } while (p < 0 && errno == EINTR);
-      if (p == r.pid) recordExit(r, status);
+      // Drain every state change: a rank may have stopped and continued since last time.
+      for (;;) {
+        do {
+          p = waitpid(r.pid, &status, WNOHANG | WUNTRACED | WCONTINUED);
+        } while (p < 0 && errno == EINTR);
+        if (p != r.pid) break;
+        if (WIFSTOPPED(status)) {
+          r.stopped = true;
+          r.stopSignal = WSTOPSIG(status);
+        } else if (WIFCONTINUED(status)) {
+          r.stopped = false;
+        } else {
+          recordExit(r, status);
+          break;
+        }
+      }
     }
+    checkStalled();
+  }
+
+  // A stopped rank resumes only if someone continues it. Once every other rank has exited,
+  // nobody will: treat it as hung, give it the grace period, then terminate it. (While
+  // other ranks still run, a stop may be a debugger or an operator, so it is left alone.)
+  void checkStalled() {
+    if (stallReported_ || termAtNs_ != 0) return;
+    int run = 0, stopped = 0;
+    const Rank* victim = nullptr;
+    for (const auto& r : ranks_) {
+      if (!r.running) continue;
+      ++run;
+      if (r.stopped) {
+        ++stopped;
+        if (!victim) victim = &r;
+      }
+    }
+    if (run == 0 || stopped < run || run == static_cast<int>(ranks_.size())) return;
+    stallReported_ = true;
+    std::fprintf(stderr,
+                 "braidrun: rank %d is stopped (%s) and every other rank has exited; terminating %d stopped rank(s) "
+                 "in %g s\n",
+                 victim->rank, signalName(victim->stopSignal).c_str(), stopped, graceSec_);
+    if (firstFailure_ < 0) firstFailure_ = 128 + victim->stopSignal;
+    beginShutdown(graceSec_);
   }
 
   void onSignal() {
@@ -509,6 +605,7 @@ class Launcher {
   bool killSent_ = false;
   bool timedOut_ = false;
   bool interrupted_ = false;
+  bool stallReported_ = false;
   int terminated_ = 0;
 };
 

@@ -4,7 +4,8 @@
  * iteration ITER. Each survivor prints one line:
  *   RESULT rank=R code=C failed_rank=F elapsed_ms=T
  * where C is the braidResult_t of the call that failed, F the rank named in its error and T
- * how long that call took. Survivors exit 0 once they have reported. */
+ * how long that call took. Survivors then exit with status 1, as a job that lost a peer
+ * would, which lets braidrun stop a rank that is still stalled. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,7 +60,7 @@ int main(int argc, char** argv) {
       fprintf(stderr, "rank %d: %s\n", rank, msg);
       fflush(stdout);
       braidCommDestroy(comm);
-      return 0;
+      return 1;
     }
   }
   printf("NOFAULT rank=%d\n", rank);

@@ -250,7 +250,12 @@ Status TcpRecvConnection::peekRecv(Slot* s) {
   RecvSlot* slot = &slots_[peekSeq_ % static_cast<uint64_t>(nslots_)];
   if (slot->state != SlotState::kFull) {
     Status st = progress();
-    if (slot->state != SlotState::kFull) return st.isOk() ? wouldBlock() : st;
+    if (slot->state != SlotState::kFull) {
+      if (!st.isOk()) return st;
+      // The next frame is owed by a socket the peer has closed: it will never come.
+      if (adoptSockets() && streams_[peekSeq_ % streams_.size()].eof) return closedError("end of stream", 0);
+      return wouldBlock();
+    }
   }
   s->data = slotData(peekSeq_);
   s->bytes = slot->bytes;
@@ -277,12 +282,8 @@ Status TcpRecvConnection::progress() {
     // receiver free of system calls and leaves flow control to TCP.
     if (!st.eof && st.nextSeq < window) BRAID_RETURN_IF_ERROR(readStream(st));
   }
-  // A socket closed at a frame boundary is only an error once it owes the next frame;
-  // frames already buffered on the other sockets are still delivered first.
-  const Stream& next = streams_[peekSeq_ % streams_.size()];
-  if (next.eof && slots_[peekSeq_ % static_cast<uint64_t>(nslots_)].state != SlotState::kFull) {
-    return closedError("end of stream", 0);
-  }
+  // A socket closed at a frame boundary is not an error by itself: a peer that finished
+  // its last operation closes cleanly. peekRecv reports it once a frame is actually owed.
   return Status::ok();
 }
 

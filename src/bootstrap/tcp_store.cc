@@ -129,6 +129,30 @@ struct TcpStoreServer::Impl {
     if (wakeFd >= 0) close(wakeFd);
   }
 
+  // Creates the listening socket, the epoll set and the wake-up eventfd; reports the bound
+  // port. On failure the descriptors already made are closed by the destructor.
+  Status listen(sockaddr_in sa, int* port) {
+    BRAID_SYSCHECK(listenFd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    int one = 1;
+    // A restarted job must be able to bind its well-known port while old connections
+    // linger in TIME_WAIT.
+    BRAID_SYSCHECK(setsockopt(listenFd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)));
+    BRAID_SYSCHECK(bind(listenFd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)));
+    BRAID_SYSCHECK(::listen(listenFd, SOMAXCONN));
+    socklen_t len = sizeof(sa);
+    BRAID_SYSCHECK(getsockname(listenFd, reinterpret_cast<sockaddr*>(&sa), &len));
+    *port = ntohs(sa.sin_port);
+    BRAID_SYSCHECK(epollFd = epoll_create1(EPOLL_CLOEXEC));
+    BRAID_SYSCHECK(wakeFd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = kListenId;
+    BRAID_SYSCHECK(epoll_ctl(epollFd, EPOLL_CTL_ADD, listenFd, &ev));
+    ev.data.u64 = kWakeId;
+    BRAID_SYSCHECK(epoll_ctl(epollFd, EPOLL_CTL_ADD, wakeFd, &ev));
+    return Status::ok();
+  }
+
   Conn* find(uint64_t id) {
     auto it = conns.find(id);
     return it == conns.end() || it->second->dead ? nullptr : it->second.get();
@@ -548,32 +572,9 @@ StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::start(const std::strin
   Impl& im = *server->impl_;
   im.expectedNonce = expectedNonce;
 
-  auto fail = [&](const char* call) {
-    return Status(Code::kSystemError, "store server cannot bind " + where + ": " + call + " failed: " + errnoText(errno));
-  };
-  im.listenFd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (im.listenFd < 0) return fail("socket");
-  int one = 1;
-  // A restarted job must be able to bind its well-known port while old connections linger
-  // in TIME_WAIT.
-  if (setsockopt(im.listenFd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0) return fail("setsockopt(SO_REUSEADDR)");
-  if (bind(im.listenFd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) return fail("bind");
-  if (listen(im.listenFd, SOMAXCONN) != 0) return fail("listen");
-  socklen_t len = sizeof(sa);
-  if (getsockname(im.listenFd, reinterpret_cast<sockaddr*>(&sa), &len) != 0) return fail("getsockname");
-  server->port_ = ntohs(sa.sin_port);
+  Status bound = im.listen(sa, &server->port_);
+  if (!bound.isOk()) return bound.withContext("store server cannot bind " + where);
   im.name = (host.empty() ? std::string("0.0.0.0") : host) + ":" + std::to_string(server->port_);
-
-  im.epollFd = epoll_create1(EPOLL_CLOEXEC);
-  if (im.epollFd < 0) return fail("epoll_create1");
-  im.wakeFd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (im.wakeFd < 0) return fail("eventfd");
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.u64 = kListenId;
-  if (epoll_ctl(im.epollFd, EPOLL_CTL_ADD, im.listenFd, &ev) != 0) return fail("epoll_ctl");
-  ev.data.u64 = kWakeId;
-  if (epoll_ctl(im.epollFd, EPOLL_CTL_ADD, im.wakeFd, &ev) != 0) return fail("epoll_ctl");
 
   im.thread = std::thread([&im] { im.run(); });
   BRAID_INFO("store serving on %s", im.name.c_str());

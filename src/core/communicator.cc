@@ -22,6 +22,9 @@ namespace braid::core {
 namespace {
 
 constexpr int64_t kStoreCheckPeriodNs = 100 * 1000 * 1000;
+// Results at least this large are written with streaming stores: they outgrow a typical
+// L2 + share of L3 and would otherwise cost a read for ownership per line.
+constexpr size_t kStreamOutputBytes = 8u << 20;
 
 int pidfdOpen(int64_t pid) {
 #ifdef SYS_pidfd_open
@@ -330,6 +333,7 @@ StatusOr<std::shared_ptr<Op>> Communicator::prepare(const algorithms::Request& r
   op->tag_ = (static_cast<uint64_t>(seq_++) << 32) | shapeHash(req);
   op->name_ = req.coll == algorithms::Collective::kAllReduce ? "allreduce" : "broadcast";
   op->remaining_ = nchannels_;
+  op->outputBytes_ = req.count * dataTypeSize(req.dtype);
   op->comm_ = this;
   inflight_.fetch_add(1);
   return op;
@@ -380,6 +384,7 @@ void Communicator::runChannel(const std::shared_ptr<Op>& op, int channel) {
     ctx.tag = op->tag_;
     ctx.deadline = Deadline::after(opts_.config.timeoutSec);
     ctx.wait = wait_;
+    ctx.streamOutput = op->outputBytes_ >= kStreamOutputBytes;
     ctx.abortFlag = &abortFlag_;
     ctx.healthCheck = [this] { return healthCheck(); };
     s = exec::runChannel(op->schedule_, channel, op->buffers_, links_[channel], ctx);

@@ -44,6 +44,7 @@ class Op {
   exec::Schedule schedule_;
   exec::Buffers buffers_;
   uint64_t tag_ = 0;
+  size_t outputBytes_ = 0;
   std::string name_;
   int remaining_ = 0;  // channels still running, guarded by mu_
   std::mutex mu_;

@@ -25,6 +25,8 @@ inline void cpuRelax() {
 #endif
 }
 
+// Two-destination steps work in pieces this large so the second write reads from L1.
+constexpr size_t kFuseBytes = 16 * 1024;
 constexpr int64_t kHealthPeriodNs = 100 * 1000 * 1000;
 constexpr int64_t kSleepMicros = 10 * 1000;  // cap per sleep, so deadlines are noticed
 
@@ -87,6 +89,12 @@ class ChannelRunner {
     return base + r.offset + off;
   }
 
+  // Stores a slice of the final result.
+  void writeOut(void* dst, const void* src, size_t bytes) {
+    if (ctx_.streamOutput) reduce::copyStreaming(dst, src, bytes);
+    else std::memcpy(dst, src, bytes);
+  }
+
   void reduceInto(void* dst, const void* a, const void* b, size_t bytes) {
     reduce::reduce2(s_.dtype, s_.op, dst, a, b, bytes / es_);
   }
@@ -96,12 +104,12 @@ class ChannelRunner {
     switch (st.prim) {
       case Prim::kSend: {
         BRAID_RETURN_IF_ERROR(reserve(st.peerOut, &out));
-        reduce::copy(out.data, addr(st.src, off), len);
+        std::memcpy(out.data, addr(st.src, off), len);
         return post(st.peerOut, out, len);
       }
       case Prim::kRecv: {
         BRAID_RETURN_IF_ERROR(receive(st.peerIn, &in, len));
-        reduce::copy(addr(st.dst, off), in.data, len);
+        writeOut(addr(st.dst, off), in.data, len);
         return release(st.peerIn, in);
       }
       case Prim::kRecvReduce: {
@@ -119,19 +127,29 @@ class ChannelRunner {
       case Prim::kRecvReduceCopySend: {
         BRAID_RETURN_IF_ERROR(receive(st.peerIn, &in, len));
         BRAID_RETURN_IF_ERROR(reserve(st.peerOut, &out));
-        // Reduce into the peer's slot, then copy that (cache-hot) slice to the output:
-        // the output buffer is written once and the inputs are read once.
-        reduceInto(out.data, in.data, addr(st.src, off), len);
-        std::memcpy(addr(st.dst, off), out.data, len);
+        // Reduce into the peer's slot, then copy that piece to the output while it is still
+        // in L1: the inputs are read once and both destinations written once.
+        char* o = static_cast<char*>(out.data);
+        const char* i = static_cast<const char*>(in.data);
+        const char* sp = addr(st.src, off);
+        char* d = addr(st.dst, off);
+        for (size_t k = 0; k < len; k += kFuseBytes) {
+          size_t piece = std::min(kFuseBytes, len - k);
+          reduceInto(o + k, i + k, sp + k, piece);
+          writeOut(d + k, o + k, piece);
+        }
         BRAID_RETURN_IF_ERROR(post(st.peerOut, out, len));
         return release(st.peerIn, in);
       }
       case Prim::kRecvCopySend: {
         BRAID_RETURN_IF_ERROR(receive(st.peerIn, &in, len));
         BRAID_RETURN_IF_ERROR(reserve(st.peerOut, &out));
-        std::memcpy(out.data, in.data, len);
+        for (size_t k = 0; k < len; k += kFuseBytes) {
+          size_t piece = std::min(kFuseBytes, len - k);
+          std::memcpy(static_cast<char*>(out.data) + k, static_cast<const char*>(in.data) + k, piece);
+          writeOut(addr(st.dst, off) + k, static_cast<const char*>(in.data) + k, piece);
+        }
         BRAID_RETURN_IF_ERROR(post(st.peerOut, out, len));
-        reduce::copy(addr(st.dst, off), in.data, len);
         return release(st.peerIn, in);
       }
       case Prim::kCopy: {

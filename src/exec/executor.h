@@ -41,6 +41,9 @@ struct RunContext {
   uint64_t tag = 0;                // operation sequence number and call-shape hash
   Deadline deadline;
   WaitPolicy wait;
+  // Write the output with streaming stores: set when the result outgrows the caches, so
+  // that writing it does not first read every destination line.
+  bool streamOutput = false;
   const std::atomic<int>* abortFlag = nullptr;  // nonzero: stop with kAborted
   // Called while sleeping, about every 100 ms: reports a dead peer or a peer's abort.
   std::function<Status()> healthCheck;

@@ -147,6 +147,11 @@ void divideInPlace(DataType dt, void* dst, size_t count, int divisor) {
   kernels().divide[static_cast<int>(dt)](dst, count, divisor);
 }
 
+void copyStreaming(void* dst, const void* src, size_t bytes) {
+  if (dst == src || bytes == 0) return;
+  kernels().copyStreaming(dst, src, bytes);
+}
+
 void copy(void* dst, const void* src, size_t bytes) {
   if (bytes == 0 || dst == src) return;
   if (bytes < kStreamingCopyBytes) {

@@ -39,6 +39,11 @@ void divideInPlace(DataType dt, void* dst, size_t count, int divisor);
 // are fenced before returning, so the data is visible to whoever sees the caller's next store.
 void copy(void* dst, const void* src, size_t bytes);
 
+// Copy with non-temporal (streaming) stores whatever the size: for writing results that will
+// not be read again soon, such as the output of a collective larger than the caches. Saves
+// the read-for-ownership of every destination line. Same overlap rule as copy().
+void copyStreaming(void* dst, const void* src, size_t bytes);
+
 // Name of the instruction set the dispatcher chose: "avx512", "avx2" or "scalar".
 // BRAID_SIMD=scalar|avx2|avx512 caps the choice (useful for tests and comparisons); it is
 // read once, at the first call of any function here.

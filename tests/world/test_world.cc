@@ -157,11 +157,11 @@ void allreduceWorlds(int lo, int hi) {
 
 }  // namespace
 
-TEST_CASE("ring allreduce, 1-3 ranks", "[world]") { allreduceWorlds(1, 3); }
-TEST_CASE("ring allreduce, 4-6 ranks", "[world]") { allreduceWorlds(4, 6); }
-TEST_CASE("ring allreduce, 7-9 ranks", "[world]") { allreduceWorlds(7, 9); }
+TEST_CASE("ring allreduce with 1-3 ranks", "[world]") { allreduceWorlds(1, 3); }
+TEST_CASE("ring allreduce with 4-6 ranks", "[world]") { allreduceWorlds(4, 6); }
+TEST_CASE("ring allreduce with 7-9 ranks", "[world]") { allreduceWorlds(7, 9); }
 
-TEST_CASE("chain broadcast, 1-9 ranks", "[world]") {
+TEST_CASE("chain broadcast with 1-9 ranks", "[world]") {
   for (int n = 1; n <= 9; ++n)
     for (int ch : {1, 2}) {
       WorldOptions o;

@@ -26,7 +26,7 @@ thread_local std::string tlsLastError;
 
 braidResult_t report(braidComm_t comm, const Status& s) {
   if (s.isOk()) return braidSuccess;
-  std::string msg = s.toString();
+  std::string msg = s.message();  // the code itself is the return value
   // A fixed, parseable suffix lets C callers (and tests) tell which peer failed.
   if (s.rank() >= 0 && (s.code() == Code::kRemoteError || s.code() == Code::kTimeout || s.code() == Code::kAborted))
     msg += " (failed rank " + std::to_string(s.rank()) + ")";

@@ -15,6 +15,8 @@
 #include "bootstrap/unique_id.h"
 #include "common/log.h"
 #include "plan/planner.h"
+#include "topology/discover.h"
+#include "topology/graph_json.h"
 #include "topology/placement.h"
 
 namespace braid::core {
@@ -150,6 +152,7 @@ Status Communicator::init() {
   }
   numaNode_ = cfg.bind ? topology::Placement::local().numaNodeOfCaller() : -1;
   BRAID_RETURN_IF_ERROR(exchangePeers());
+  BRAID_RETURN_IF_ERROR(loadTopology());
 
   // Channels and waiting follow the cores each local rank can count on.
   int cores = std::max(1, topology::Placement::local().numCores());
@@ -191,6 +194,26 @@ Status Communicator::init() {
     BRAID_INFO("braid %d.%d.%d: %d ranks on %zu hosts, %d channels, slots %zu x %d, transports [%s], %s",
                0, 1, 0, nranks_, hosts.size(), nchannels_, cfg.slotBytes, cfg.nslots, tp.c_str(),
                topology::Placement::local().summary().c_str());
+  }
+  return Status::ok();
+}
+
+Status Communicator::loadTopology() {
+  const Config& cfg = opts_.config;
+  // Discovery reads the whole PCI tree; skip it unless someone asked to see or replace it.
+  if (cfg.topoFile.empty() && cfg.topoDumpFile.empty()) return Status::ok();
+  if (!cfg.topoFile.empty()) {
+    auto g = topology::loadTopologyFile(cfg.topoFile);
+    if (!g.isOk()) return g.status().withContext("BRAID_TOPO_FILE=" + cfg.topoFile);
+    topology_ = std::make_unique<topology::Graph>(std::move(g).value());
+  } else {
+    auto g = topology::discoverLocal();
+    if (!g.isOk()) return g.status().withContext("topology discovery");
+    topology_ = std::make_unique<topology::Graph>(std::move(g).value());
+  }
+  if (!cfg.topoDumpFile.empty() && localRank_ == 0) {
+    Status s = topology::saveGraphJsonFile(*topology_, cfg.topoDumpFile);
+    if (!s.isOk()) return s.withContext("BRAID_TOPO_DUMP_FILE=" + cfg.topoDumpFile);
   }
   return Status::ok();
 }

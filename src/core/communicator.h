@@ -23,6 +23,7 @@
 #include "common/status.h"
 #include "core/config.h"
 #include "exec/executor.h"
+#include "topology/graph.h"
 #include "transports/transport.h"
 
 namespace braid::core {
@@ -105,6 +106,7 @@ class Communicator {
   Communicator(std::shared_ptr<bootstrap::Store> store, int rank, int nranks, CommOptions opts);
   Status init();
   Status exchangePeers();
+  Status loadTopology();
   Status connect();
   StatusOr<std::shared_ptr<Op>> prepare(const algorithms::Request& req, const void* input, void* output);
   void runChannel(const std::shared_ptr<Op>& op, int channel);
@@ -133,6 +135,7 @@ class Communicator {
   std::vector<exec::ChannelLinks> links_;
   algorithms::Layout layout_;
   std::vector<int> peerPidFds_;  // per rank, -1 where not watched
+  std::unique_ptr<topology::Graph> topology_;  // only when BRAID_TOPO_FILE/_DUMP_FILE ask for it
 
   std::mutex submitMu_;
   uint32_t seq_ = 0;

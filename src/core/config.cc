@@ -19,6 +19,8 @@ const std::vector<ConfigEntry>& configTable() {
       {"BRAID_NET_IF", "string", "", "tcp: interface name or IPv4 address to listen on"},
       {"BRAID_BIND", "bool", "1", "bind progress threads and receive buffers to the caller's NUMA node"},
       {"BRAID_HOST_ID", "string", "", "host identity used to group ranks (default hostname + boot id)"},
+      {"BRAID_TOPO_FILE", "string", "", "topology to use instead of discovery: hwloc XML, NCCL topology XML or braid JSON"},
+      {"BRAID_TOPO_DUMP_FILE", "string", "", "write the topology this host's ranks see to this JSON file (local rank 0 writes it)"},
       {"BRAID_DEBUG", "string", "", "log level: WARN, INFO or TRACE"},
       {"BRAID_DEBUG_FILE", "string", "", "log to this file instead of stderr (%h host, %p pid)"},
       {"BRAID_SIMD", "string", "", "cap the reduction kernels' instruction set: scalar, avx2 or avx512"},
@@ -107,6 +109,8 @@ StatusOr<Config> Config::fromEnv(const std::function<const char*(const char*)>& 
     else return badValue("BRAID_BIND", v, "0 or 1");
   }
   if (const char* v = get("BRAID_HOST_ID")) c.hostId = v;
+  if (const char* v = get("BRAID_TOPO_FILE")) c.topoFile = v;
+  if (const char* v = get("BRAID_TOPO_DUMP_FILE")) c.topoDumpFile = v;
   return c;
 }
 

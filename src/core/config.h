@@ -33,6 +33,8 @@ struct Config {
   std::string netIf;
   bool bind = true;
   std::string hostId;         // "" = hostname + boot id
+  std::string topoFile;       // load the topology from this file instead of discovering it
+  std::string topoDumpFile;   // write the topology braid sees to this JSON file
 
   // Reads every knob through `get` (getenv by default). A malformed value is
   // kInvalidArgument naming the variable and the value.

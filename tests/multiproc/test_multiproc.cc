@@ -159,3 +159,23 @@ TEST_CASE("braidCommAbort on one rank fails the others", "[multiproc][chaos]") {
     CHECK(x.elapsedMs < 5000);
   }
 }
+
+TEST_CASE("BRAID_TOPO_DUMP_FILE writes the topology and BRAID_TOPO_FILE reads it back", "[multiproc]") {
+  std::string dump = std::string(MP_DIR) + "/topo-dump.json";
+  std::remove(dump.c_str());
+  Run r = run(braidrun(2, "BRAID_TOPO_DUMP_FILE=" + dump) + MP_DIR "/mp_collectives");
+  INFO(r.out);
+  CHECK(r.status == 0);
+  FILE* f = std::fopen(dump.c_str(), "r");
+  REQUIRE(f != nullptr);
+  std::fclose(f);
+  Run again = run(braidrun(2, "BRAID_TOPO_FILE=" + dump) + MP_DIR "/mp_collectives");
+  INFO(again.out);
+  CHECK(again.status == 0);
+  Run nccl = run(braidrun(2, "BRAID_TOPO_FILE=" FIXTURE_DIR "/nccl-azure-ndv5.xml") + MP_DIR "/mp_collectives");
+  INFO(nccl.out);
+  CHECK(nccl.status == 0);
+  Run bad = run(braidrun(2, "BRAID_TOPO_FILE=" FIXTURE_DIR "/bad/does-not-exist.xml") + MP_DIR "/mp_collectives");
+  CHECK(bad.status != 0);
+  CHECK(bad.out.find("BRAID_TOPO_FILE") != std::string::npos);
+}

@@ -1,0 +1,224 @@
+// detectLaunchEnv with injected environments: every launcher, precedence between them, and
+// every malformed value (the message must name the variable and its value).
+
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <string>
+
+#include "bootstrap/launch_env.h"
+
+using namespace braid;
+using namespace braid::bootstrap;
+
+namespace {
+
+using Env = std::map<std::string, std::string>;
+
+StatusOr<LaunchEnv> detect(const Env& env) {
+  return detectLaunchEnv([&env](const char* name) -> const char* {
+    auto it = env.find(name);
+    return it == env.end() ? nullptr : it->second.c_str();
+  });
+}
+
+// Asserts an invalid-argument failure whose message contains every one of `needles`.
+void checkFails(const Env& env, std::initializer_list<std::string> needles) {
+  auto r = detect(env);
+  REQUIRE_FALSE(r.isOk());
+  INFO(r.status().message());
+  CHECK(r.status().code() == Code::kInvalidArgument);
+  for (const auto& n : needles) CHECK(r.status().message().find(n) != std::string::npos);
+}
+
+Env braidEnv() {
+  return {{"BRAID_RANK", "2"}, {"BRAID_WORLD_SIZE", "4"}, {"BRAID_STORE_ADDR", "10.0.0.1:29400"}};
+}
+Env torchEnv() {
+  return {{"RANK", "1"}, {"WORLD_SIZE", "8"}, {"MASTER_ADDR", "node0"}, {"MASTER_PORT", "29500"},
+          {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "4"}};
+}
+Env ompiEnv() {
+  return {{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "4"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+          {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}, {"MASTER_ADDR", "head"}, {"MASTER_PORT", "1234"}};
+}
+Env slurmEnv() {
+  return {{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "16"}, {"SLURM_LOCALID", "0"}, {"BRAID_STORE_ADDR", "n1:5000"}};
+}
+
+}  // namespace
+
+TEST_CASE("launch env: braidrun", "[bootstrap][launch_env]") {
+  auto e = detect(braidEnv());
+  REQUIRE(e.isOk());
+  CHECK(e->source == "braid");
+  CHECK(e->rank == 2);
+  CHECK(e->worldSize == 4);
+  CHECK(e->localRank == -1);
+  CHECK(e->localSize == -1);
+  CHECK(e->storeHost == "10.0.0.1");
+  CHECK(e->storePort == 29400);
+  CHECK_FALSE(e->serveStore);
+
+  Env env = braidEnv();
+  env["BRAID_RANK"] = "0";
+  env["BRAID_LOCAL_RANK"] = "0";
+  env["BRAID_LOCAL_SIZE"] = "4";
+  auto r0 = detect(env);
+  REQUIRE(r0.isOk());
+  CHECK(r0->serveStore);  // rank 0 hosts the store...
+  CHECK(r0->localRank == 0);
+  CHECK(r0->localSize == 4);
+  env["BRAID_STORE_EXTERNAL"] = "1";
+  CHECK_FALSE(detect(env)->serveStore);  // ...unless braidrun does
+  env["BRAID_STORE_EXTERNAL"] = "0";
+  CHECK(detect(env)->serveStore);
+}
+
+TEST_CASE("launch env: torchrun", "[bootstrap][launch_env]") {
+  auto e = detect(torchEnv());
+  REQUIRE(e.isOk());
+  CHECK(e->source == "torchrun");
+  CHECK(e->rank == 1);
+  CHECK(e->worldSize == 8);
+  CHECK(e->localRank == 1);
+  CHECK(e->localSize == 4);
+  CHECK(e->storeHost == "node0");
+  CHECK(e->storePort == 29500);
+  CHECK_FALSE(e->serveStore);
+
+  Env env = torchEnv();
+  env["RANK"] = "0";
+  env["TORCHELASTIC_USE_AGENT_STORE"] = "True";  // torch's agent store holds MASTER_PORT
+  auto r0 = detect(env);
+  REQUIRE(r0.isOk());
+  CHECK(r0->storePort == 29501);
+  CHECK(r0->serveStore);
+  env["TORCHELASTIC_USE_AGENT_STORE"] = "False";
+  CHECK(detect(env)->storePort == 29500);
+}
+
+TEST_CASE("launch env: OpenMPI and Slurm", "[bootstrap][launch_env]") {
+  auto o = detect(ompiEnv());
+  REQUIRE(o.isOk());
+  CHECK(o->source == "openmpi");
+  CHECK(o->rank == 3);
+  CHECK(o->worldSize == 4);
+  CHECK(o->localRank == 1);
+  CHECK(o->localSize == 2);
+  CHECK(o->storeHost == "head");
+  CHECK(o->storePort == 1234);
+  CHECK_FALSE(o->serveStore);
+
+  Env ompi = ompiEnv();
+  ompi["BRAID_STORE_ADDR"] = "other:7777";  // BRAID_STORE_ADDR wins over MASTER_*
+  CHECK(detect(ompi)->storeHost == "other");
+  CHECK(detect(ompi)->storePort == 7777);
+
+  auto s = detect(slurmEnv());
+  REQUIRE(s.isOk());
+  CHECK(s->source == "slurm");
+  CHECK(s->rank == 0);
+  CHECK(s->worldSize == 16);
+  CHECK(s->localRank == 0);
+  CHECK(s->localSize == -1);
+  CHECK(s->storeHost == "n1");
+  CHECK(s->storePort == 5000);
+  CHECK(s->serveStore);
+  Env slurm = slurmEnv();
+  slurm["BRAID_STORE_EXTERNAL"] = "true";
+  CHECK_FALSE(detect(slurm)->serveStore);
+  slurm.erase("BRAID_STORE_ADDR");
+  slurm.erase("BRAID_STORE_EXTERNAL");
+  slurm["MASTER_ADDR"] = "m";
+  slurm["MASTER_PORT"] = "99";
+  CHECK(detect(slurm)->storePort == 99);
+}
+
+TEST_CASE("launch env: precedence braid > torchrun > OpenMPI > Slurm", "[bootstrap][launch_env]") {
+  Env all;
+  for (const Env& e : {slurmEnv(), ompiEnv(), torchEnv(), braidEnv()})
+    for (const auto& [k, v] : e) all[k] = v;
+  CHECK(detect(all)->source == "braid");
+  for (const char* k : {"BRAID_RANK", "BRAID_WORLD_SIZE"}) all.erase(k);
+  CHECK(detect(all)->source == "torchrun");
+  for (const char* k : {"RANK", "WORLD_SIZE"}) all.erase(k);
+  CHECK(detect(all)->source == "openmpi");
+  for (const char* k : {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"}) all.erase(k);
+  CHECK(detect(all)->source == "slurm");
+}
+
+TEST_CASE("launch env: nothing set lists what was looked for", "[bootstrap][launch_env]") {
+  checkFails({}, {"BRAID_RANK", "RANK/WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"});
+  checkFails({{"BRAID_RANK", ""}, {"PATH", "/bin"}}, {"no launcher environment"});  // empty = unset
+}
+
+TEST_CASE("launch env: malformed values name the variable and value", "[bootstrap][launch_env]") {
+  auto with = [](Env env, const std::string& k, const std::string& v) {
+    env[k] = v;
+    return env;
+  };
+  auto without = [](Env env, const std::string& k) {
+    env.erase(k);
+    return env;
+  };
+  SECTION("braid") {
+    checkFails(with(braidEnv(), "BRAID_RANK", "two"), {"BRAID_RANK='two'", "not an integer"});
+    checkFails(with(braidEnv(), "BRAID_RANK", "1x"), {"BRAID_RANK='1x'"});
+    checkFails(with(braidEnv(), "BRAID_RANK", "-1"), {"BRAID_RANK='-1'", "negative"});
+    checkFails(with(braidEnv(), "BRAID_RANK", "4"), {"BRAID_RANK=4", "BRAID_WORLD_SIZE=4"});
+    checkFails(with(braidEnv(), "BRAID_RANK", "99999999999999999999"), {"BRAID_RANK="});
+    checkFails(with(braidEnv(), "BRAID_WORLD_SIZE", "0"), {"BRAID_WORLD_SIZE='0'"});
+    checkFails(without(braidEnv(), "BRAID_WORLD_SIZE"), {"BRAID_WORLD_SIZE is not set"});
+    checkFails(without(braidEnv(), "BRAID_RANK"), {"BRAID_RANK is not set"});
+    checkFails(without(braidEnv(), "BRAID_STORE_ADDR"), {"BRAID_STORE_ADDR is not set"});
+    checkFails(with(braidEnv(), "BRAID_STORE_ADDR", "nohost"), {"BRAID_STORE_ADDR='nohost'", "host:port"});
+    checkFails(with(braidEnv(), "BRAID_STORE_ADDR", ":80"), {"BRAID_STORE_ADDR=':80'", "no host"});
+    checkFails(with(braidEnv(), "BRAID_STORE_ADDR", "h:http"), {"BRAID_STORE_ADDR='h:http'", "bad port"});
+    checkFails(with(braidEnv(), "BRAID_STORE_ADDR", "h:0"), {"BRAID_STORE_ADDR='h:0'"});
+    checkFails(with(braidEnv(), "BRAID_STORE_ADDR", "h:65536"), {"BRAID_STORE_ADDR='h:65536'"});
+    checkFails(with(braidEnv(), "BRAID_STORE_EXTERNAL", "maybe"), {"BRAID_STORE_EXTERNAL='maybe'"});
+    checkFails(with(braidEnv(), "BRAID_LOCAL_RANK", "-3"), {"BRAID_LOCAL_RANK='-3'"});
+    checkFails(with(with(braidEnv(), "BRAID_LOCAL_RANK", "2"), "BRAID_LOCAL_SIZE", "2"),
+               {"BRAID_LOCAL_RANK=2", "BRAID_LOCAL_SIZE=2"});
+    checkFails(with(braidEnv(), "BRAID_LOCAL_SIZE", "5"), {"BRAID_LOCAL_SIZE=5", "BRAID_WORLD_SIZE=4"});
+    checkFails(with(braidEnv(), "BRAID_LOCAL_SIZE", "0"), {"BRAID_LOCAL_SIZE='0'"});
+  }
+  SECTION("torchrun") {
+    checkFails(with(torchEnv(), "RANK", "abc"), {"RANK='abc'"});
+    checkFails(with(torchEnv(), "RANK", "8"), {"RANK=8", "WORLD_SIZE=8"});
+    checkFails(with(torchEnv(), "WORLD_SIZE", "-8"), {"WORLD_SIZE='-8'"});
+    checkFails(without(torchEnv(), "WORLD_SIZE"), {"WORLD_SIZE is not set"});
+    checkFails(without(torchEnv(), "RANK"), {"RANK is not set"});
+    checkFails(without(torchEnv(), "MASTER_ADDR"), {"MASTER_ADDR is not set"});
+    checkFails(without(torchEnv(), "MASTER_PORT"), {"MASTER_PORT is not set"});
+    checkFails(with(torchEnv(), "MASTER_PORT", "99999"), {"MASTER_PORT='99999'"});
+    checkFails(with(torchEnv(), "MASTER_PORT", "port"), {"MASTER_PORT='port'"});
+    checkFails(with(torchEnv(), "LOCAL_RANK", "x"), {"LOCAL_RANK='x'"});
+    checkFails(with(torchEnv(), "LOCAL_RANK", "4"), {"LOCAL_RANK=4", "LOCAL_WORLD_SIZE=4"});
+    checkFails(with(torchEnv(), "LOCAL_WORLD_SIZE", "nine"), {"LOCAL_WORLD_SIZE='nine'"});
+    checkFails(with(torchEnv(), "TORCHELASTIC_USE_AGENT_STORE", "perhaps"), {"TORCHELASTIC_USE_AGENT_STORE='perhaps'"});
+    checkFails(with(with(torchEnv(), "TORCHELASTIC_USE_AGENT_STORE", "True"), "MASTER_PORT", "65535"),
+               {"MASTER_PORT='65535'"});
+  }
+  SECTION("OpenMPI") {
+    checkFails(with(ompiEnv(), "OMPI_COMM_WORLD_RANK", "r"), {"OMPI_COMM_WORLD_RANK='r'"});
+    checkFails(with(ompiEnv(), "OMPI_COMM_WORLD_RANK", "4"), {"OMPI_COMM_WORLD_RANK=4", "OMPI_COMM_WORLD_SIZE=4"});
+    checkFails(without(ompiEnv(), "OMPI_COMM_WORLD_SIZE"), {"OMPI_COMM_WORLD_SIZE is not set"});
+    checkFails(with(ompiEnv(), "OMPI_COMM_WORLD_LOCAL_RANK", "-1"), {"OMPI_COMM_WORLD_LOCAL_RANK='-1'"});
+    checkFails(with(ompiEnv(), "OMPI_COMM_WORLD_LOCAL_SIZE", "z"), {"OMPI_COMM_WORLD_LOCAL_SIZE='z'"});
+    checkFails(without(without(ompiEnv(), "MASTER_ADDR"), "MASTER_PORT"), {"BRAID_STORE_ADDR", "MASTER_ADDR"});
+    checkFails(without(ompiEnv(), "MASTER_PORT"), {"MASTER_PORT is not set"});
+    checkFails(without(ompiEnv(), "MASTER_ADDR"), {"MASTER_ADDR is not set"});
+    checkFails(with(ompiEnv(), "BRAID_STORE_ADDR", "bad"), {"BRAID_STORE_ADDR='bad'"});
+  }
+  SECTION("Slurm") {
+    checkFails(with(slurmEnv(), "SLURM_PROCID", "first"), {"SLURM_PROCID='first'"});
+    checkFails(with(slurmEnv(), "SLURM_PROCID", "16"), {"SLURM_PROCID=16", "SLURM_NTASKS=16"});
+    checkFails(with(slurmEnv(), "SLURM_NTASKS", "0"), {"SLURM_NTASKS='0'"});
+    checkFails(without(slurmEnv(), "SLURM_NTASKS"), {"SLURM_NTASKS is not set"});
+    checkFails(with(slurmEnv(), "SLURM_LOCALID", "-2"), {"SLURM_LOCALID='-2'"});
+    checkFails(without(slurmEnv(), "BRAID_STORE_ADDR"), {"Slurm", "BRAID_STORE_ADDR", "MASTER_ADDR"});
+    checkFails(with(slurmEnv(), "BRAID_STORE_ADDR", "n1:-5"), {"BRAID_STORE_ADDR='n1:-5'"});
+  }
+}

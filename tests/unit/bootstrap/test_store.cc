@@ -1,0 +1,332 @@
+// Store semantics, the same checks on MemoryStore and on the TCP store (one client per
+// "rank" thread), plus allGather and barrier with 8 ranks on each.
+
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bootstrap/memory_store.h"
+#include "bootstrap/store.h"
+#include "bootstrap/tcp_store.h"
+#include "test_util.h"
+
+using namespace braid;
+using namespace braid::bootstrap;
+using braid::testing::secondsSince;
+
+namespace {
+
+// Gives each caller its own handle on one shared store: the same MemoryStore, or a new
+// TcpStoreClient of one server.
+class StoreWorld {
+ public:
+  virtual ~StoreWorld() = default;
+  virtual std::shared_ptr<Store> client() = 0;
+  virtual const char* name() const = 0;
+};
+
+class MemoryWorld : public StoreWorld {
+ public:
+  std::shared_ptr<Store> client() override { return store_; }
+  const char* name() const override { return "memory"; }
+
+ private:
+  std::shared_ptr<MemoryStore> store_ = std::make_shared<MemoryStore>();
+};
+
+class TcpWorld : public StoreWorld {
+ public:
+  TcpWorld() {
+    auto s = TcpStoreServer::start("127.0.0.1", 0, 0);
+    REQUIRE(s.isOk());
+    server_ = std::move(s).value();
+  }
+  std::shared_ptr<Store> client() override {
+    auto c = TcpStoreClient::connect("127.0.0.1", server_->port(), 0, Deadline::after(10));
+    REQUIRE(c.isOk());
+    return std::shared_ptr<Store>(std::move(c).value());
+  }
+  const char* name() const override { return "tcp"; }
+  TcpStoreServer& server() { return *server_; }
+
+ private:
+  std::unique_ptr<TcpStoreServer> server_;
+};
+
+void checkSemantics(StoreWorld& w) {
+  INFO("store " << w.name());
+  auto a = w.client();
+  auto b = w.client();
+
+  SECTION("set then get, from another client") {
+    REQUIRE(a->set("k", "v1").isOk());
+    auto v = b->get("k", Deadline::after(1));
+    REQUIRE(v.isOk());
+    CHECK(v.value() == "v1");
+    REQUIRE(a->set("k", "v2").isOk());  // overwrite
+    CHECK(b->get("k", Deadline::after(1)).value() == "v2");
+  }
+
+  SECTION("values are opaque bytes, empty and binary included") {
+    std::string bin("\0\1\2\xff\n", 5);
+    REQUIRE(a->set("bin", bin).isOk());
+    REQUIRE(a->set("empty", "").isOk());
+    CHECK(b->get("bin", Deadline::after(1)).value() == bin);
+    CHECK(b->get("empty", Deadline::after(1)).value().empty());
+    CHECK(b->check({"empty"}).value());
+  }
+
+  SECTION("add counts from absent, returns the new value, and is readable with get") {
+    CHECK(a->add("c", 5).value() == 5);
+    CHECK(b->add("c", -2).value() == 3);
+    CHECK(a->add("c", 0).value() == 3);
+    CHECK(b->get("c", Deadline::after(1)).value() == "3");
+  }
+
+  SECTION("add on a non-integer value is an invalid argument, and the store keeps working") {
+    REQUIRE(a->set("s", "hello").isOk());
+    auto r = a->add("s", 1);
+    REQUIRE_FALSE(r.isOk());
+    CHECK(r.status().code() == Code::kInvalidArgument);
+    CHECK(r.status().message().find("'s'") != std::string::npos);
+    CHECK(a->add("n", 1).value() == 1);
+  }
+
+  SECTION("check and deleteKey") {
+    CHECK_FALSE(a->check({"x"}).value());
+    REQUIRE(a->set("x", "1").isOk());
+    REQUIRE(a->set("y", "1").isOk());
+    CHECK(b->check({"x", "y"}).value());
+    CHECK_FALSE(b->check({"x", "y", "z"}).value());
+    CHECK(b->check({}).value());
+    CHECK(b->deleteKey("x").value());
+    CHECK_FALSE(b->deleteKey("x").value());
+    CHECK_FALSE(a->check({"x"}).value());
+  }
+
+  SECTION("get blocks until another thread sets the key") {
+    auto t0 = std::chrono::steady_clock::now();
+    Status setStatus;  // assertions stay on the main thread: Catch2 is not thread-safe
+    std::thread setter([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      setStatus = b->set("late", "here");
+    });
+    auto v = a->get("late", Deadline::after(5));
+    double waited = secondsSince(t0);
+    setter.join();
+    REQUIRE(setStatus.isOk());
+    REQUIRE(v.isOk());
+    CHECK(v.value() == "here");
+    CHECK(waited >= 0.15);
+    CHECK(waited < 2.0);
+  }
+
+  SECTION("wait returns once every key exists; multiGet returns values in key order") {
+    std::atomic<int> setFailures{0};
+    std::thread setter([&] {
+      for (const char* k : {"w3", "w1", "w2"}) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        if (!b->set(k, std::string("v") + k).isOk()) setFailures++;
+      }
+    });
+    Status waited = a->wait({"w1", "w2", "w3"}, Deadline::after(5));
+    setter.join();
+    REQUIRE(waited.isOk());
+    REQUIRE(setFailures.load() == 0);
+    auto vs = a->multiGet({"w2", "w1", "w3"}, Deadline::after(1));
+    REQUIRE(vs.isOk());
+    CHECK(vs.value() == std::vector<std::string>{"vw2", "vw1", "vw3"});
+  }
+
+  SECTION("get, wait and multiGet time out with kTimeout naming the key, within tolerance") {
+    for (int which = 0; which < 3; ++which) {
+      INFO("call " << which);
+      auto t0 = std::chrono::steady_clock::now();
+      Status s;
+      if (which == 0) s = a->get("never", Deadline::after(0.3)).status();
+      if (which == 1) s = a->wait({"never"}, Deadline::after(0.3));
+      if (which == 2) s = a->multiGet({"never"}, Deadline::after(0.3)).status();
+      double waited = secondsSince(t0);
+      CHECK(s.code() == Code::kTimeout);
+      CHECK(s.message().find("never") != std::string::npos);
+      CHECK(waited >= 0.28);
+      CHECK(waited < 0.8);
+    }
+    // The handle is still usable after timeouts.
+    REQUIRE(a->set("after", "1").isOk());
+    CHECK(b->get("after", Deadline::after(1)).value() == "1");
+  }
+
+  SECTION("an already-expired deadline answers at once") {
+    REQUIRE(a->set("present", "p").isOk());
+    Deadline past = Deadline::after(0.001);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    CHECK(a->get("present", past).value() == "p");
+    auto t0 = std::chrono::steady_clock::now();
+    CHECK(a->get("absent", past).status().code() == Code::kTimeout);
+    CHECK(secondsSince(t0) < 0.2);
+  }
+
+  SECTION("many concurrent clients") {
+    constexpr int kThreads = 16, kAdds = 100;
+    std::vector<std::shared_ptr<Store>> clients;
+    for (int i = 0; i < kThreads; ++i) clients.push_back(w.client());
+    std::atomic<int> failures{0};
+    std::vector<std::thread> ts;
+    for (int i = 0; i < kThreads; ++i) {
+      ts.emplace_back([&, i] {
+        Store& s = *clients[i];
+        for (int k = 0; k < kAdds; ++k)
+          if (!s.add("shared", 1).isOk()) failures++;
+        if (!s.set("own/" + std::to_string(i), std::to_string(i * i)).isOk()) failures++;
+        for (int j = 0; j < kThreads; ++j) {
+          auto v = s.get("own/" + std::to_string(j), Deadline::after(10));
+          if (!v.isOk() || v.value() != std::to_string(j * j)) failures++;
+        }
+      });
+    }
+    for (auto& t : ts) t.join();
+    CHECK(failures.load() == 0);
+    CHECK(a->add("shared", 0).value() == kThreads * kAdds);
+  }
+
+  SECTION("one client shared by many threads") {
+    std::atomic<int> failures{0};
+    std::vector<std::thread> ts;
+    for (int i = 0; i < 8; ++i) {
+      ts.emplace_back([&, i] {
+        for (int k = 0; k < 50; ++k) {
+          std::string key = "t" + std::to_string(i) + "/" + std::to_string(k);
+          if (!a->set(key, key).isOk()) failures++;
+          auto v = a->get(key, Deadline::after(5));
+          if (!v.isOk() || v.value() != key) failures++;
+        }
+      });
+    }
+    for (auto& t : ts) t.join();
+    CHECK(failures.load() == 0);
+  }
+}
+
+// Runs allGather and a series of barriers on `nranks` threads.
+void checkCollectives(StoreWorld& w, int nranks) {
+  INFO("store " << w.name());
+  std::vector<std::shared_ptr<Store>> stores;
+  for (int r = 0; r < nranks; ++r) stores.push_back(w.client());
+  std::vector<std::vector<std::string>> gathered(nranks);
+  std::vector<Status> errors(nranks);
+  std::atomic<int> inPhase{0};
+  std::atomic<int> barrierViolations{0};
+  std::vector<std::thread> ts;
+  for (int r = 0; r < nranks; ++r) {
+    ts.emplace_back([&, r] {
+      Store& s = *stores[r];
+      Deadline d = Deadline::after(30);
+      // Staggered starts: ranks arrive in a different order than their rank numbers.
+      std::this_thread::sleep_for(std::chrono::milliseconds(((nranks - r) * 7) % 40));
+      auto g = allGather(s, "ag", r, nranks, "value-of-" + std::to_string(r), d);
+      if (!g.isOk()) {
+        errors[r] = g.status();
+        return;
+      }
+      gathered[r] = g.value();
+      // Barriers: nobody may enter phase p+1 before everybody left phase p.
+      for (int p = 0; p < 10; ++p) {
+        inPhase++;
+        Status b = barrier(s, "bar/" + std::to_string(p), nranks, d);
+        if (!b.isOk()) {
+          errors[r] = b;
+          return;
+        }
+        if (inPhase.load() < nranks * (p + 1)) barrierViolations++;
+        Status b2 = barrier(s, "bar2/" + std::to_string(p), nranks, d);
+        if (!b2.isOk()) {
+          errors[r] = b2;
+          return;
+        }
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  for (int r = 0; r < nranks; ++r) {
+    INFO("rank " << r << ": " << errors[r].toString());
+    REQUIRE(errors[r].isOk());
+    REQUIRE(gathered[r].size() == static_cast<size_t>(nranks));
+    for (int j = 0; j < nranks; ++j) CHECK(gathered[r][j] == "value-of-" + std::to_string(j));
+  }
+  CHECK(barrierViolations.load() == 0);
+}
+
+void checkCollectiveTimeouts(StoreWorld& w) {
+  auto s = w.client();
+  SECTION("allGather names the missing rank") {
+    // Ranks 0, 1 and 3 publish; 2 never does.
+    auto other = w.client();
+    REQUIRE(other->set("ag2/0", "a").isOk());
+    REQUIRE(other->set("ag2/3", "d").isOk());
+    auto t0 = std::chrono::steady_clock::now();
+    auto g = allGather(*s, "ag2", 1, 4, "b", Deadline::after(0.3));
+    REQUIRE_FALSE(g.isOk());
+    CHECK(g.status().code() == Code::kTimeout);
+    CHECK(g.status().rank() == 2);
+    CHECK(g.status().message().find("rank(s) 2 of 4") != std::string::npos);
+    CHECK(secondsSince(t0) < 1.5);
+  }
+  SECTION("barrier says how many arrived") {
+    auto b = barrier(*s, "lonely", 3, Deadline::after(0.3));
+    CHECK(b.code() == Code::kTimeout);
+    CHECK(b.message().find("1 of 3") != std::string::npos);
+  }
+  SECTION("bad arguments") {
+    CHECK(allGather(*s, "x", 4, 4, "", Deadline::after(1)).status().code() == Code::kInvalidArgument);
+    CHECK(allGather(*s, "x", -1, 4, "", Deadline::after(1)).status().code() == Code::kInvalidArgument);
+    CHECK(barrier(*s, "x", 0, Deadline::after(1)).code() == Code::kInvalidArgument);
+  }
+  SECTION("a single rank needs nobody") {
+    auto g = allGather(*s, "solo", 0, 1, "me", Deadline::after(1));
+    REQUIRE(g.isOk());
+    CHECK(g.value() == std::vector<std::string>{"me"});
+    CHECK(barrier(*s, "solo-bar", 1, Deadline::after(1)).isOk());
+  }
+}
+
+}  // namespace
+
+TEST_CASE("MemoryStore semantics", "[bootstrap][store]") {
+  MemoryWorld w;
+  checkSemantics(w);
+}
+
+TEST_CASE("TcpStore semantics", "[bootstrap][store][tcp]") {
+  TcpWorld w;
+  checkSemantics(w);
+}
+
+TEST_CASE("allGather and barrier with 8 threads on MemoryStore", "[bootstrap][store]") {
+  MemoryWorld w;
+  checkCollectives(w, 8);
+}
+
+TEST_CASE("allGather and barrier with 8 threads on TcpStore", "[bootstrap][store][tcp]") {
+  TcpWorld w;
+  checkCollectives(w, 8);
+}
+
+TEST_CASE("allGather with 64 ranks on TcpStore", "[bootstrap][store][tcp]") {
+  TcpWorld w;
+  checkCollectives(w, 64);
+}
+
+TEST_CASE("allGather and barrier failures on MemoryStore", "[bootstrap][store]") {
+  MemoryWorld w;
+  checkCollectiveTimeouts(w);
+}
+
+TEST_CASE("allGather and barrier failures on TcpStore", "[bootstrap][store][tcp]") {
+  TcpWorld w;
+  checkCollectiveTimeouts(w);
+}

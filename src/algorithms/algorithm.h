@@ -31,11 +31,21 @@ struct Layout {
   // Most bytes a step may send in one round without risking deadlock: half of a
   // connection's FIFO (the other half absorbs the next round while this one drains).
   size_t roundBytes = 2 * 1024 * 1024;
+  // The same for the small-message connection set (Schedule::connectionSet 1).
+  size_t smallRoundBytes = 64 * 1024;
+  // Allreduces up to this many bytes use the small-message algorithm (0 = never).
+  size_t smallMaxBytes = 0;
 };
 
 // Ring allreduce: reduce-scatter then allgather around each channel's ring, with the fused
 // primitives so every element is read and written once per hop.
 StatusOr<exec::Schedule> allreduceRing(const Request& req, const Layout& layout);
+
+// Recursive doubling (with a fold for non-powers of two): log2(n) full-buffer exchanges;
+// for small messages, where hops cost more than bytes. Uses connection set 1.
+StatusOr<exec::Schedule> allreduceRecursiveDoubling(const Request& req, const Layout& layout);
+// The peers `rank` exchanges with in recursive doubling (fold partner first).
+std::vector<int> recursiveDoublingPeers(int rank, int nranks);
 
 // Pipelined chain broadcast along each channel's ring, starting at the root.
 StatusOr<exec::Schedule> broadcastChain(const Request& req, const Layout& layout);

@@ -27,6 +27,11 @@ constexpr int64_t kStoreCheckPeriodNs = 100 * 1000 * 1000;
 // Results at least this large are written with streaming stores: they outgrow a typical
 // L2 + share of L3 and would otherwise cost a read for ownership per line.
 constexpr size_t kStreamOutputBytes = 8u << 20;
+// The small-message connection set: slots and depth sized for latency, not bandwidth.
+constexpr size_t kSmallSlotBytes = 32 * 1024;
+constexpr int kSmallSlots = 4;
+// Channel numbers of the small set, kept apart from the rings' in transport names.
+constexpr int kSmallChannelBase = 1000;
 
 int pidfdOpen(int64_t pid) {
 #ifdef SYS_pidfd_open
@@ -176,6 +181,8 @@ Status Communicator::init() {
   for (const auto& p : peers_) world.hostIds.push_back(p.hostId);
   world.nchannels = nchannels_;
   world.roundBytes = cfg.slotBytes * static_cast<size_t>(cfg.nslots / 2);
+  world.smallRoundBytes = kSmallSlotBytes * (kSmallSlots / 2);
+  world.smallMaxBytes = world.smallRoundBytes;
   layout_ = plan::layoutFor(world);
 
   BRAID_RETURN_IF_ERROR(connect());
@@ -260,12 +267,19 @@ Status Communicator::connect() {
   tc.connectTimeoutSec = cfg.timeoutSec > 0 ? cfg.timeoutSec : 3600;
   tc.socketsPerPeer = cfg.socketsPerPeer;
   tc.netIf = cfg.netIf;
+  transport::TransportConfig small = tc;
+  small.slotBytes = kSmallSlotBytes;
+  small.nslots = kSmallSlots;
+  small.socketsPerPeer = 1;
 
   // Pick a transport per peer: the forced one, else the best score.
   std::vector<int> choice(static_cast<size_t>(nranks_), -1);
   transportNames_.assign(static_cast<size_t>(nranks_), "self");
   const auto& reg = transport::registry();
-  for (const auto& f : reg) transports_.push_back(f.create(tc));
+  for (const auto& f : reg) {
+    transports_.push_back(f.create(tc));
+    smallTransports_.push_back(f.create(small));
+  }
   for (int r = 0; r < nranks_; ++r) {
     if (r == rank_) continue;
     int best = 0;
@@ -284,48 +298,67 @@ Status Communicator::connect() {
     transportNames_[r] = reg[choice[r]].name;
   }
 
-  links_.assign(static_cast<size_t>(nchannels_), exec::ChannelLinks{});
-  for (auto& l : links_) {
+  auto emptyLinks = [&] {
+    exec::ChannelLinks l;
     l.sendTo.assign(static_cast<size_t>(nranks_), nullptr);
     l.recvFrom.assign(static_cast<size_t>(nranks_), nullptr);
-  }
+    return l;
+  };
+  links_.assign(static_cast<size_t>(nchannels_), emptyLinks());
+  smallLinks_ = emptyLinks();
   if (nranks_ == 1) return Status::ok();
 
-  // Phase 1: receive sides, published as "<transport>|<blob>" under conn/<from>/<to>/<ch>.
+  // What each link set needs: the rings' neighbours per channel, and every small-message
+  // partner (in both directions) in the small set.
+  struct Want {
+    exec::ChannelLinks* links;
+    std::vector<std::unique_ptr<transport::Transport>>* transports;
+    int channel;  // as the transports see it
+    std::vector<int> from, to;
+  };
+  std::vector<Want> wants;
   for (int c = 0; c < nchannels_; ++c) {
     algorithms::RingPos pos = algorithms::ringPosition(layout_.rings[c], rank_);
-    int from = pos.prev;
-    if (links_[c].recvFrom[from]) continue;
-    std::string blob;
-    BRAID_ASSIGN_OR_RETURN(auto conn, transports_[choice[from]]->createRecv(from, c, &blob));
-    links_[c].recvFrom[from] = conn.get();
-    connections_.push_back(std::move(conn));
-    BRAID_RETURN_IF_ERROR(store_->set(
-        key("conn/" + std::to_string(from) + "/" + std::to_string(rank_) + "/" + std::to_string(c)),
-        transportNames_[from] + "|" + blob));
+    wants.push_back(Want{&links_[c], &transports_, c, {pos.prev}, {pos.next}});
+  }
+  std::vector<int> partners = algorithms::recursiveDoublingPeers(rank_, nranks_);
+  wants.push_back(Want{&smallLinks_, &smallTransports_, kSmallChannelBase, partners, partners});
+
+  auto connKey = [&](int from, int to, int ch) {
+    return key("conn/" + std::to_string(from) + "/" + std::to_string(to) + "/" + std::to_string(ch));
+  };
+  // Phase 1: receive sides, published as "<transport>|<blob>" under conn/<from>/<to>/<ch>.
+  for (Want& w : wants) {
+    for (int from : w.from) {
+      if (w.links->recvFrom[from]) continue;
+      std::string blob;
+      BRAID_ASSIGN_OR_RETURN(auto conn, (*w.transports)[choice[from]]->createRecv(from, w.channel, &blob));
+      w.links->recvFrom[from] = conn.get();
+      connections_.push_back(std::move(conn));
+      BRAID_RETURN_IF_ERROR(store_->set(connKey(from, rank_, w.channel), transportNames_[from] + "|" + blob));
+    }
   }
   // Phase 2: send sides.
-  for (int c = 0; c < nchannels_; ++c) {
-    algorithms::RingPos pos = algorithms::ringPosition(layout_.rings[c], rank_);
-    int to = pos.next;
-    if (links_[c].sendTo[to]) continue;
-    BRAID_ASSIGN_OR_RETURN(std::string v, store_->get(key("conn/" + std::to_string(rank_) + "/" +
-                                                          std::to_string(to) + "/" + std::to_string(c)),
-                                                      deadline));
-    size_t bar = v.find('|');
-    std::string tname = bar == std::string::npos ? "" : v.substr(0, bar);
-    if (tname != transportNames_[to]) {
-      return invalidArgument("rank " + std::to_string(to) + " chose transport '" + tname + "' but rank " +
-                             std::to_string(rank_) + " chose '" + transportNames_[to] +
-                             "' (is BRAID_TRANSPORT set the same on every rank?)");
+  for (Want& w : wants) {
+    for (int to : w.to) {
+      if (w.links->sendTo[to]) continue;
+      BRAID_ASSIGN_OR_RETURN(std::string v, store_->get(connKey(rank_, to, w.channel), deadline));
+      size_t bar = v.find('|');
+      std::string tname = bar == std::string::npos ? "" : v.substr(0, bar);
+      if (tname != transportNames_[to]) {
+        return invalidArgument("rank " + std::to_string(to) + " chose transport '" + tname + "' but rank " +
+                               std::to_string(rank_) + " chose '" + transportNames_[to] +
+                               "' (is BRAID_TRANSPORT set the same on every rank?)");
+      }
+      BRAID_ASSIGN_OR_RETURN(auto conn, (*w.transports)[choice[to]]->connectSend(to, w.channel, v.substr(bar + 1)));
+      w.links->sendTo[to] = conn.get();
+      connections_.push_back(std::move(conn));
     }
-    BRAID_ASSIGN_OR_RETURN(auto conn, transports_[choice[to]]->connectSend(to, c, v.substr(bar + 1)));
-    links_[c].sendTo[to] = conn.get();
-    connections_.push_back(std::move(conn));
   }
   // Phase 3: everyone attached; transports finish (accept, unlink).
   BRAID_RETURN_IF_ERROR(bootstrap::barrier(*store_, key("connected"), nranks_, deadline));
   for (auto& t : transports_) BRAID_RETURN_IF_ERROR(t->establish(deadline));
+  for (auto& t : smallTransports_) BRAID_RETURN_IF_ERROR(t->establish(deadline));
   return Status::ok();
 }
 
@@ -341,6 +374,7 @@ Communicator::~Communicator() {
     if (w->thread.joinable()) w->thread.join();
   connections_.clear();
   transports_.clear();
+  smallTransports_.clear();
   for (int fd : peerPidFds_)
     if (fd >= 0) close(fd);
 }
@@ -355,7 +389,7 @@ StatusOr<std::shared_ptr<Op>> Communicator::prepare(const algorithms::Request& r
   op->buffers_.output = output;
   op->tag_ = (static_cast<uint64_t>(seq_++) << 32) | shapeHash(req);
   op->name_ = req.coll == algorithms::Collective::kAllReduce ? "allreduce" : "broadcast";
-  op->remaining_ = nchannels_;
+  op->remaining_ = static_cast<int>(op->schedule_.channels.size());
   op->outputBytes_ = req.count * dataTypeSize(req.dtype);
   op->comm_ = this;
   inflight_.fetch_add(1);
@@ -369,7 +403,8 @@ Status Communicator::run(const algorithms::Request& req, const void* input, void
     std::lock_guard<std::mutex> lock(submitMu_);
     inlineChannel0 = inflight_.load() == 0;
     BRAID_ASSIGN_OR_RETURN(op, prepare(req, input, output));
-    for (int c = inlineChannel0 ? 1 : 0; c < nchannels_; ++c) {
+    const int nch = static_cast<int>(op->schedule_.channels.size());
+    for (int c = inlineChannel0 ? 1 : 0; c < nch; ++c) {
       Worker& w = *workers_[c];
       {
         std::lock_guard<std::mutex> wl(w.mu);
@@ -387,7 +422,8 @@ Status Communicator::run(const algorithms::Request& req, const void* input, void
 StatusOr<std::shared_ptr<Op>> Communicator::submit(const algorithms::Request& req, const void* input, void* output) {
   std::lock_guard<std::mutex> lock(submitMu_);
   BRAID_ASSIGN_OR_RETURN(auto op, prepare(req, input, output));
-  for (int c = 0; c < nchannels_; ++c) {
+  const int nch = static_cast<int>(op->schedule_.channels.size());
+  for (int c = 0; c < nch; ++c) {
     Worker& w = *workers_[c];
     {
       std::lock_guard<std::mutex> wl(w.mu);
@@ -403,14 +439,15 @@ void Communicator::runChannel(const std::shared_ptr<Op>& op, int channel) {
   if (s.isOk()) {
     exec::RunContext ctx;
     ctx.rank = rank_;
-    ctx.sliceBytes = opts_.config.slotBytes;
+    const bool small = op->schedule_.connectionSet == 1;
+    ctx.sliceBytes = small ? kSmallSlotBytes : opts_.config.slotBytes;
     ctx.tag = op->tag_;
     ctx.deadline = Deadline::after(opts_.config.timeoutSec);
     ctx.wait = wait_;
     ctx.streamOutput = op->outputBytes_ >= kStreamOutputBytes;
     ctx.abortFlag = &abortFlag_;
     ctx.healthCheck = [this] { return healthCheck(); };
-    s = exec::runChannel(op->schedule_, channel, op->buffers_, links_[channel], ctx);
+    s = exec::runChannel(op->schedule_, channel, op->buffers_, small ? smallLinks_ : links_[channel], ctx);
     if (!s.isOk()) s = fail(s);
   }
   op->complete(s);

@@ -132,7 +132,9 @@ class Communicator {
   std::vector<std::string> transportNames_;
   std::vector<std::unique_ptr<transport::Transport>> transports_;
   std::vector<std::unique_ptr<transport::Connection>> connections_;
-  std::vector<exec::ChannelLinks> links_;
+  std::vector<exec::ChannelLinks> links_;                 // per channel: ring neighbours
+  std::vector<std::unique_ptr<transport::Transport>> smallTransports_;
+  exec::ChannelLinks smallLinks_;                          // small-message partners
   algorithms::Layout layout_;
   std::vector<int> peerPidFds_;  // per rank, -1 where not watched
   std::unique_ptr<topology::Graph> topology_;  // only when BRAID_TOPO_FILE/_DUMP_FILE ask for it

@@ -68,6 +68,10 @@ struct Schedule {
   int divisor = 0;
   std::vector<std::vector<Region>> divideRanges;
   std::string algorithm;  // for logs and traces
+  // Which of the communicator's connection sets the steps use: 0 = the per-channel rings'
+  // (large slots, deep FIFOs), 1 = the small-message set (small slots, any peer pair the
+  // small-message algorithms need).
+  int connectionSet = 0;
 };
 
 // Checks a Schedule's internal consistency (regions inside buffers of the given sizes,

@@ -23,6 +23,8 @@ algorithms::Layout layoutFor(const World& world) {
   l.rank = world.rank;
   l.nranks = world.nranks;
   l.roundBytes = world.roundBytes;
+  l.smallRoundBytes = world.smallRoundBytes;
+  l.smallMaxBytes = world.smallMaxBytes;
   std::vector<int> ring = hostContiguousRing(world.hostIds);
   l.rings.assign(static_cast<size_t>(world.nchannels), ring);
   return l;
@@ -31,6 +33,9 @@ algorithms::Layout layoutFor(const World& world) {
 StatusOr<exec::Schedule> planCollective(const algorithms::Request& req, const algorithms::Layout& layout) {
   switch (req.coll) {
     case algorithms::Collective::kAllReduce:
+      // Small messages are latency-bound: log2(n) hops beat the ring's 2(n-1).
+      if (layout.nranks > 1 && req.count * dataTypeSize(req.dtype) <= layout.smallMaxBytes)
+        return algorithms::allreduceRecursiveDoubling(req, layout);
       return algorithms::allreduceRing(req, layout);
     case algorithms::Collective::kBroadcast:
       return algorithms::broadcastChain(req, layout);

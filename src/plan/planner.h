@@ -18,6 +18,8 @@ struct World {
   std::vector<std::string> hostIds;  // per rank
   int nchannels = 1;
   size_t roundBytes = 2 * 1024 * 1024;
+  size_t smallRoundBytes = 64 * 1024;
+  size_t smallMaxBytes = 0;  // 0: no small-message connection set
 };
 
 // A ring visiting all ranks with the ranks of each host contiguous (hosts in order of their

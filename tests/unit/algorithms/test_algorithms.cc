@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <deque>
 #include <map>
 #include <set>
@@ -31,13 +32,15 @@ algorithms::Layout layout(int rank, int n, int nch, size_t roundBytes) {
 // Symbolic allreduce: each element holds a multiset of contributing ranks.
 using Contrib = std::multiset<int>;
 
-bool simulateAllreduce(int n, int nch, size_t count, std::string* why) {
+using AlgoFn = StatusOr<exec::Schedule> (*)(const algorithms::Request&, const algorithms::Layout&);
+
+bool simulateAllreduce(int n, int nch, size_t count, std::string* why, AlgoFn algo = &algorithms::allreduceRing) {
   std::vector<exec::Schedule> sched;
   for (int r = 0; r < n; ++r) {
     algorithms::Request req;
     req.count = count;
     req.dtype = DataType::kFloat32;
-    auto s = algorithms::allreduceRing(req, layout(r, n, nch, 64));
+    auto s = algo(req, layout(r, n, nch, 64));
     if (!s.isOk()) { *why = s.status().toString(); return false; }
     std::string v = exec::validate(s.value(), n, count * 4, count * 4);
     if (!v.empty()) { *why = v; return false; }
@@ -46,7 +49,7 @@ bool simulateAllreduce(int n, int nch, size_t count, std::string* why) {
   std::vector<std::vector<Contrib>> in(n, std::vector<Contrib>(count)), out(n, std::vector<Contrib>(count));
   for (int r = 0; r < n; ++r)
     for (size_t i = 0; i < count; ++i) in[r][i] = {r};
-  for (int c = 0; c < nch; ++c) {
+  for (int c = 0; c < static_cast<int>(sched[0].channels.size()); ++c) {
     // Run each rank's steps in turn; a receive whose data is not there yet yields to others.
     std::map<std::pair<int, int>, std::deque<std::vector<Contrib>>> wire;  // (from, to) -> messages
     std::vector<size_t> pc(n, 0);
@@ -82,7 +85,8 @@ bool simulateAllreduce(int n, int nch, size_t count, std::string* why) {
               }
             }
           }
-          if (st.prim == Prim::kRecv || st.prim == Prim::kRecvReduceCopySend || st.prim == Prim::kRecvCopySend)
+          if (st.prim == Prim::kRecv || st.prim == Prim::kRecvReduceCopySend || st.prim == Prim::kRecvCopySend ||
+              st.prim == Prim::kRecvReduce)
             for (size_t i = 0; i < len; ++i) (*dst)[dO + i] = result[i];
           if (st.prim == Prim::kCopy)
             for (size_t i = 0; i < len; ++i) (*dst)[dO + i] = (*src)[so + i];
@@ -115,6 +119,28 @@ TEST_CASE("ring allreduce schedules reduce every element exactly once per rank",
         INFO("n=" << n << " channels=" << nch << " count=" << count);
         CHECK(simulateAllreduce(n, nch, count, &why));
         INFO(why);
+      }
+}
+
+TEST_CASE("recursive doubling reduces every element exactly once per rank", "[unit]") {
+  for (int n = 1; n <= 17; ++n)
+    for (size_t count : {size_t{0}, size_t{1}, size_t{5}, size_t{37}}) {
+      std::string why;
+      INFO("n=" << n << " count=" << count);
+      CHECK(simulateAllreduce(n, 1, count, &why, &algorithms::allreduceRecursiveDoubling));
+      INFO(why);
+    }
+}
+
+TEST_CASE("recursive doubling peers are symmetric", "[unit]") {
+  for (int n = 1; n <= 33; ++n)
+    for (int r = 0; r < n; ++r)
+      for (int q : algorithms::recursiveDoublingPeers(r, n)) {
+        INFO("n=" << n << " r=" << r << " q=" << q);
+        REQUIRE(q >= 0);
+        REQUIRE(q < n);
+        auto back = algorithms::recursiveDoublingPeers(q, n);
+        CHECK(std::find(back.begin(), back.end(), r) != back.end());
       }
 }
 

@@ -158,6 +158,17 @@ Status Communicator::init() {
   numaNode_ = cfg.bind ? topology::Placement::local().numaNodeOfCaller() : -1;
   BRAID_RETURN_IF_ERROR(exchangePeers());
   BRAID_RETURN_IF_ERROR(loadTopology());
+  {
+    // Slot geometry. Stream transports want small slices so that transfer and reduction
+    // overlap within a step; memory transports want large ones (fewer hand-offs). Decided
+    // from facts every rank shares (the host list, the forced transport) so both ends of
+    // every connection cut the same slices.
+    std::set<std::string> hosts;
+    for (const auto& p : peers_) hosts.insert(p.hostId);
+    bool stream = hosts.size() > 1 || opts_.config.transport == "tcp";
+    if (opts_.config.slotBytes == 0) opts_.config.slotBytes = stream ? 64 * 1024 : 512 * 1024;
+    if (opts_.config.nslots == 0) opts_.config.nslots = stream ? 32 : 8;
+  }
 
   // Channels and waiting follow the cores each local rank can count on.
   int cores = std::max(1, topology::Placement::local().numCores());

@@ -25,8 +25,8 @@ struct Config {
   double timeoutSec = 300;
   int nchannels = 0;          // 0 = choose from cores per local rank
   std::string transport;      // "" = best per peer pair
-  size_t slotBytes = 512 * 1024;
-  int nslots = 8;
+  size_t slotBytes = 0;       // 0 = auto: 512K when every peer shares memory, 64K with tcp
+  int nslots = 0;             // 0 = auto: 8 with shared memory only, 32 with tcp
   int spinMicros = -1;        // -1 = choose from cores per local rank
   int yieldMicros = -1;
   int socketsPerPeer = 1;

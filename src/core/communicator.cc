@@ -395,12 +395,20 @@ Communicator::~Communicator() {
 StatusOr<std::shared_ptr<Op>> Communicator::prepare(const algorithms::Request& req, const void* input, void* output) {
   BRAID_RETURN_IF_ERROR(brokenStatus());
   auto op = std::make_shared<Op>();
-  BRAID_ASSIGN_OR_RETURN(op->schedule_, plan::planCollective(req, layout_));
+  const bool same = cachedSchedule_ && req.coll == cachedReq_.coll && req.count == cachedReq_.count &&
+                    req.dtype == cachedReq_.dtype && req.op == cachedReq_.op && req.root == cachedReq_.root &&
+                    req.inPlace == cachedReq_.inPlace;
+  if (!same) {
+    BRAID_ASSIGN_OR_RETURN(exec::Schedule sched, plan::planCollective(req, layout_));
+    cachedSchedule_ = std::make_shared<const exec::Schedule>(std::move(sched));
+    cachedReq_ = req;
+  }
+  op->schedule_ = cachedSchedule_;
   op->buffers_.input = input;
   op->buffers_.output = output;
   op->tag_ = (static_cast<uint64_t>(seq_++) << 32) | shapeHash(req);
   op->name_ = req.coll == algorithms::Collective::kAllReduce ? "allreduce" : "broadcast";
-  op->remaining_ = static_cast<int>(op->schedule_.channels.size());
+  op->remaining_ = static_cast<int>(op->schedule_->channels.size());
   op->outputBytes_ = req.count * dataTypeSize(req.dtype);
   op->comm_ = this;
   inflight_.fetch_add(1);
@@ -414,7 +422,7 @@ Status Communicator::run(const algorithms::Request& req, const void* input, void
     std::lock_guard<std::mutex> lock(submitMu_);
     inlineChannel0 = inflight_.load() == 0;
     BRAID_ASSIGN_OR_RETURN(op, prepare(req, input, output));
-    const int nch = static_cast<int>(op->schedule_.channels.size());
+    const int nch = static_cast<int>(op->schedule_->channels.size());
     for (int c = inlineChannel0 ? 1 : 0; c < nch; ++c) {
       Worker& w = *workers_[c];
       {
@@ -433,7 +441,7 @@ Status Communicator::run(const algorithms::Request& req, const void* input, void
 StatusOr<std::shared_ptr<Op>> Communicator::submit(const algorithms::Request& req, const void* input, void* output) {
   std::lock_guard<std::mutex> lock(submitMu_);
   BRAID_ASSIGN_OR_RETURN(auto op, prepare(req, input, output));
-  const int nch = static_cast<int>(op->schedule_.channels.size());
+  const int nch = static_cast<int>(op->schedule_->channels.size());
   for (int c = 0; c < nch; ++c) {
     Worker& w = *workers_[c];
     {
@@ -450,7 +458,7 @@ void Communicator::runChannel(const std::shared_ptr<Op>& op, int channel) {
   if (s.isOk()) {
     exec::RunContext ctx;
     ctx.rank = rank_;
-    const bool small = op->schedule_.connectionSet == 1;
+    const bool small = op->schedule_->connectionSet == 1;
     ctx.sliceBytes = small ? kSmallSlotBytes : opts_.config.slotBytes;
     ctx.tag = op->tag_;
     ctx.deadline = Deadline::after(opts_.config.timeoutSec);
@@ -458,7 +466,7 @@ void Communicator::runChannel(const std::shared_ptr<Op>& op, int channel) {
     ctx.streamOutput = op->outputBytes_ >= kStreamOutputBytes;
     ctx.abortFlag = &abortFlag_;
     ctx.healthCheck = [this] { return healthCheck(); };
-    s = exec::runChannel(op->schedule_, channel, op->buffers_, small ? smallLinks_ : links_[channel], ctx);
+    s = exec::runChannel(*op->schedule_, channel, op->buffers_, small ? smallLinks_ : links_[channel], ctx);
     if (!s.isOk()) s = fail(s);
   }
   op->complete(s);
@@ -483,6 +491,7 @@ void Communicator::workerLoop(int channel) {
 // ---------------------------------------------------------------- failures
 
 Status Communicator::brokenStatus() const {
+  if (!brokenFlag_.load(std::memory_order_acquire)) return Status::ok();
   std::lock_guard<std::mutex> lock(errorMu_);
   return broken_;
 }
@@ -574,6 +583,7 @@ Status Communicator::fail(const Status& s) {
     std::lock_guard<std::mutex> lock(errorMu_);
     if (broken_.isOk()) {
       broken_ = report;
+      brokenFlag_.store(true, std::memory_order_release);
       first = true;
     } else {
       report = broken_;
@@ -596,6 +606,7 @@ void Communicator::abort(const Status& why) {
     std::lock_guard<std::mutex> lock(errorMu_);
     if (broken_.isOk()) {
       broken_ = s;
+      brokenFlag_.store(true, std::memory_order_release);
       first = true;
     }
   }

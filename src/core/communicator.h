@@ -42,7 +42,7 @@ class Op {
   friend class Communicator;
   void complete(const Status& s);
 
-  exec::Schedule schedule_;
+  std::shared_ptr<const exec::Schedule> schedule_;  // shared with the communicator's plan cache
   exec::Buffers buffers_;
   uint64_t tag_ = 0;
   size_t outputBytes_ = 0;
@@ -144,7 +144,13 @@ class Communicator {
   std::atomic<int> inflight_{0};
   std::vector<std::unique_ptr<Worker>> workers_;
 
+  // The last planned call and its Schedule: training loops repeat the same shapes, and a
+  // Schedule depends only on the request and the (fixed) layout.
+  algorithms::Request cachedReq_;
+  std::shared_ptr<const exec::Schedule> cachedSchedule_;
+
   std::atomic<int> abortFlag_{0};
+  std::atomic<bool> brokenFlag_{false};  // lets the hot path skip errorMu_
   mutable std::mutex errorMu_;
   Status broken_;
   std::mutex healthMu_;

@@ -3,6 +3,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "support/run_command.h"
+
 #include <sys/wait.h>
 
 #include <chrono>
@@ -14,25 +16,9 @@
 
 namespace {
 
-struct Run {
-  int status = -1;  // exit status of the command
-  std::string out;
-  double seconds = 0;
-};
+using Run = braid::testing::CommandResult;
 
-Run run(const std::string& cmd) {
-  Run r;
-  auto t0 = std::chrono::steady_clock::now();
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  REQUIRE(p != nullptr);
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
-  int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return r;
-}
+Run run(const std::string& cmd) { return braid::testing::runCommand(cmd); }
 
 std::string braidrun(int np, const std::string& env = "") {
   return env + " " BRAIDRUN " -np " + std::to_string(np) + " --timeout 120 ";

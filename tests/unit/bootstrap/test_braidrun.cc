@@ -4,6 +4,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "support/run_command.h"
+
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -18,30 +20,12 @@
 
 #include "test_util.h"
 
-using braid::testing::secondsSince;
 
 namespace {
 
-struct Run {
-  int status = -1;
-  std::string out;
-  double seconds = 0;
-};
+using Run = braid::testing::CommandResult;
 
-// Runs a shell command line, capturing stdout and stderr together.
-Run run(const std::string& cmd) {
-  Run r;
-  auto t0 = std::chrono::steady_clock::now();
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  REQUIRE(p != nullptr);
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
-  int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  r.seconds = secondsSince(t0);
-  return r;
-}
+Run run(const std::string& cmd) { return braid::testing::runCommand(cmd); }
 
 const std::string kBraidrun = BRAIDRUN_PATH;
 

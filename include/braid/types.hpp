@@ -9,6 +9,8 @@ enum class DataType : int {
   kFloat16, kBFloat16, kFloat32, kFloat64,
 };
 
-enum class ReduceOp : int { kSum = 0, kProd, kMax, kMin, kAvg };
+// kBand/kBor/kBxor are bitwise and integer types only. Pre-multiplied sums are created per
+// communicator (braidRedOpCreatePreMulSum) and are not part of this enum.
+enum class ReduceOp : int { kSum = 0, kProd, kMax, kMin, kAvg, kBand, kBor, kBxor };
 
 }  // namespace braid

@@ -20,3 +20,114 @@ int roundsFor(size_t maxStepBytes, size_t roundBytes) {
 }
 
 }  // namespace braid::algorithms
+
+namespace braid::algorithms {
+
+const char* collectiveName(Collective c) {
+  switch (c) {
+    case Collective::kAllReduce: return "allreduce";
+    case Collective::kBroadcast: return "broadcast";
+    case Collective::kReduce: return "reduce";
+    case Collective::kAllGather: return "allgather";
+    case Collective::kReduceScatter: return "reduce_scatter";
+    case Collective::kAllToAll: return "alltoall";
+    case Collective::kGather: return "gather";
+    case Collective::kScatter: return "scatter";
+    case Collective::kAllGatherV: return "allgatherv";
+    case Collective::kReduceScatterV: return "reduce_scatterv";
+    case Collective::kAllToAllV: return "alltoallv";
+    case Collective::kBarrier: return "barrier";
+    case Collective::kSendRecv: return "sendrecv";
+  }
+  return "?";
+}
+
+namespace {
+size_t extent(const std::vector<size_t>& counts, const std::vector<size_t>& displs) {
+  size_t m = 0;
+  for (size_t i = 0; i < counts.size() && i < displs.size(); ++i)
+    if (counts[i]) m = std::max(m, displs[i] + counts[i]);
+  return m;
+}
+size_t sum(const std::vector<size_t>& v) {
+  size_t s = 0;
+  for (size_t x : v) s += x;
+  return s;
+}
+}  // namespace
+
+size_t inputElems(const Request& req, int rank, int nranks) {
+  const size_t n = static_cast<size_t>(nranks);
+  switch (req.coll) {
+    case Collective::kAllReduce: case Collective::kReduce: case Collective::kAllGather:
+    case Collective::kGather:
+      return req.count;
+    case Collective::kBroadcast: return rank == req.root ? req.count : 0;
+    case Collective::kReduceScatter: case Collective::kAllToAll: return n * req.count;
+    case Collective::kScatter: return rank == req.root ? n * req.count : 0;
+    case Collective::kAllGatherV: return static_cast<size_t>(rank) < req.counts.size() ? req.counts[rank] : 0;
+    case Collective::kReduceScatterV: return sum(req.counts);
+    case Collective::kAllToAllV: return extent(req.sendCounts, req.sendDispls);
+    case Collective::kBarrier: case Collective::kSendRecv: return 0;
+  }
+  return 0;
+}
+
+size_t outputElems(const Request& req, int rank, int nranks) {
+  const size_t n = static_cast<size_t>(nranks);
+  switch (req.coll) {
+    case Collective::kAllReduce: case Collective::kBroadcast: case Collective::kReduceScatter:
+    case Collective::kScatter:
+      return req.count;
+    case Collective::kReduce: return rank == req.root ? req.count : 0;
+    case Collective::kAllGather: case Collective::kAllToAll: return n * req.count;
+    case Collective::kGather: return rank == req.root ? n * req.count : 0;
+    case Collective::kAllGatherV: case Collective::kAllToAllV: return extent(req.counts, req.displs);
+    case Collective::kReduceScatterV: return static_cast<size_t>(rank) < req.counts.size() ? req.counts[rank] : 0;
+    case Collective::kBarrier: case Collective::kSendRecv: return 0;
+  }
+  return 0;
+}
+
+const std::vector<AlgorithmInfo>& algorithmTable() {
+  using C = Collective;
+  static const std::vector<AlgorithmInfo> table = {
+      {C::kAllReduce, "ring", &allreduceRing},
+      {C::kAllReduce, "recursive_doubling", &allreduceRecursiveDoubling},
+      {C::kAllReduce, "tree", &allreduceTree},
+      {C::kAllReduce, "rabenseifner", &allreduceRabenseifner},
+      {C::kAllReduce, "direct", &allreduceDirect},
+      {C::kAllReduce, "two_shot", &allreduceTwoShot},
+      {C::kAllReduce, "hierarchical", &allreduceHierarchical},
+      {C::kBroadcast, "chain", &broadcastChain},
+      {C::kBroadcast, "tree", &broadcastTree},
+      {C::kReduce, "chain", &reduceChain},
+      {C::kReduce, "tree", &reduceTree},
+      {C::kAllGather, "ring", &allgatherRing},
+      {C::kAllGather, "recursive_doubling", &allgatherRecursiveDoubling},
+      {C::kAllGather, "bruck", &allgatherBruck},
+      {C::kReduceScatter, "ring", &reduceScatterRing},
+      {C::kReduceScatter, "recursive_halving", &reduceScatterRecursiveHalving},
+      {C::kReduceScatter, "direct", &reduceScatterDirect},
+      {C::kAllToAll, "pairwise", &alltoallPairwise},
+      {C::kAllToAll, "bruck", &alltoallBruck},
+      {C::kGather, "direct", &gatherDirect},
+      {C::kGather, "tree", &gatherTree},
+      {C::kScatter, "direct", &scatterDirect},
+      {C::kScatter, "tree", &scatterTree},
+      {C::kAllGatherV, "ring", &allgatherVRing},
+      {C::kReduceScatterV, "ring", &reduceScatterVRing},
+      {C::kAllToAllV, "pairwise", &alltoallVPairwise},
+      {C::kBarrier, "dissemination", &barrierDissemination},
+      {C::kSendRecv, "group", &sendRecvGroup},
+  };
+  return table;
+}
+
+const AlgorithmInfo* findAlgorithm(Collective coll, const std::string& name) {
+  for (const AlgorithmInfo& a : algorithmTable())
+    if (a.coll == coll && name == a.name) return &a;
+  return nullptr;
+}
+
+}  // namespace braid::algorithms

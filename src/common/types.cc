@@ -25,6 +25,9 @@ const char* reduceOpName(ReduceOp op) {
     case ReduceOp::kMax: return "max";
     case ReduceOp::kMin: return "min";
     case ReduceOp::kAvg: return "avg";
+    case ReduceOp::kBand: return "band";
+    case ReduceOp::kBor: return "bor";
+    case ReduceOp::kBxor: return "bxor";
   }
   return "unknown";
 }

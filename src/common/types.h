@@ -12,7 +12,7 @@ namespace braid {
 
 // DataType and ReduceOp are the public C++ enums (include/braid/types.hpp).
 constexpr int kNumDataTypes = 10;
-constexpr int kNumReduceOps = 5;
+constexpr int kNumReduceOps = 8;
 
 inline bool validDataType(int v) { return v >= 0 && v < kNumDataTypes; }
 inline bool validReduceOp(int v) { return v >= 0 && v < kNumReduceOps; }
@@ -33,6 +33,10 @@ inline bool isFloatType(DataType t) {
 }
 
 const char* dataTypeName(DataType t);   // "float", "half", "bfloat16", ... as nccl-tests
-const char* reduceOpName(ReduceOp op);  // "sum", "prod", "max", "min", "avg"
+const char* reduceOpName(ReduceOp op);  // "sum", "prod", "max", "min", "avg", "band", "bor", "bxor"
+
+inline bool isBitwiseOp(ReduceOp op) {
+  return op == ReduceOp::kBand || op == ReduceOp::kBor || op == ReduceOp::kBxor;
+}
 
 }  // namespace braid

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cinttypes>
+#include <cstdio>
 #include <cstring>
 #include <set>
 #include <sstream>
@@ -15,6 +16,7 @@
 #include "bootstrap/unique_id.h"
 #include "common/log.h"
 #include "plan/planner.h"
+#include "reduce/reduce.h"
 #include "topology/discover.h"
 #include "topology/graph_json.h"
 #include "topology/placement.h"
@@ -27,11 +29,17 @@ constexpr int64_t kStoreCheckPeriodNs = 100 * 1000 * 1000;
 // Results at least this large are written with streaming stores: they outgrow a typical
 // L2 + share of L3 and would otherwise cost a read for ownership per line.
 constexpr size_t kStreamOutputBytes = 8u << 20;
-// The small-message connection set: slots and depth sized for latency, not bandwidth.
-constexpr size_t kSmallSlotBytes = 32 * 1024;
-constexpr int kSmallSlots = 4;
-// Channel numbers of the small set, kept apart from the rings' in transport names.
-constexpr int kSmallChannelBase = 1000;
+// The mesh connection set (every peer): small-message, tree and point-to-point traffic.
+// Slots and depth sized for latency and a modest footprint per peer, not for bandwidth.
+constexpr size_t kMeshSlotBytes = 64 * 1024;
+constexpr int kMeshSlots = 4;
+// Allreduces up to this size may use the mesh's small-message algorithms.
+constexpr size_t kSmallMaxBytes = 64 * 1024;
+// Channel number of the mesh, kept apart from the rings' in transport names.
+constexpr int kMeshChannel = 1000;
+// Point-to-point messages carry this tag instead of a collective's sequence number: sends
+// and receives match in order per pair of ranks, whatever else each rank issued.
+constexpr uint64_t kP2PTag = 0xFFFFFFFF00000000ull | 0x70327032u;
 
 int pidfdOpen(int64_t pid) {
 #ifdef SYS_pidfd_open
@@ -78,10 +86,16 @@ Status decodeError(const std::string& v) {
 }  // namespace
 
 uint32_t shapeHash(const algorithms::Request& req) {
-  uint64_t v[5] = {static_cast<uint64_t>(req.coll), req.count, static_cast<uint64_t>(req.dtype),
-                   static_cast<uint64_t>(req.op), static_cast<uint64_t>(static_cast<uint32_t>(req.root))};
-  if (req.coll == algorithms::Collective::kBroadcast) v[3] = 0;
-  if (req.coll == algorithms::Collective::kAllReduce) v[4] = 0;
+  using C = algorithms::Collective;
+  const bool hasOp = req.coll == C::kAllReduce || req.coll == C::kReduce || req.coll == C::kReduceScatter ||
+                     req.coll == C::kReduceScatterV;
+  const bool hasRoot = req.coll == C::kBroadcast || req.coll == C::kReduce || req.coll == C::kGather ||
+                       req.coll == C::kScatter;
+  // What every rank must agree on; alltoallv's counts and every displacement are local.
+  std::vector<uint64_t> v = {static_cast<uint64_t>(req.coll), req.count, static_cast<uint64_t>(req.dtype),
+                             hasOp ? static_cast<uint64_t>(req.op) : 0,
+                             hasRoot ? static_cast<uint64_t>(static_cast<uint32_t>(req.root)) : 0};
+  if (req.coll == C::kAllGatherV || req.coll == C::kReduceScatterV) v.insert(v.end(), req.counts.begin(), req.counts.end());
   uint32_t h = 2166136261u;
   for (uint64_t x : v)
     for (int i = 0; i < 8; ++i) {
@@ -90,6 +104,20 @@ uint32_t shapeHash(const algorithms::Request& req) {
     }
   return h;
 }
+
+namespace {
+bool sameRequest(const algorithms::Request& a, const algorithms::Request& b) {
+  auto sameP2P = [](const std::vector<algorithms::P2POp>& x, const std::vector<algorithms::P2POp>& y) {
+    if (x.size() != y.size()) return false;
+    for (size_t i = 0; i < x.size(); ++i)
+      if (x[i].isSend != y[i].isSend || x[i].peer != y[i].peer || x[i].count != y[i].count) return false;
+    return true;
+  };
+  return a.coll == b.coll && a.count == b.count && a.dtype == b.dtype && a.op == b.op && a.root == b.root &&
+         a.inPlace == b.inPlace && a.counts == b.counts && a.displs == b.displs && a.sendCounts == b.sendCounts &&
+         a.sendDispls == b.sendDispls && sameP2P(a.p2p, b.p2p);
+}
+}  // namespace
 
 // ---------------------------------------------------------------- Op
 
@@ -192,8 +220,8 @@ Status Communicator::init() {
   for (const auto& p : peers_) world.hostIds.push_back(p.hostId);
   world.nchannels = nchannels_;
   world.roundBytes = cfg.slotBytes * static_cast<size_t>(cfg.nslots / 2);
-  world.smallRoundBytes = kSmallSlotBytes * (kSmallSlots / 2);
-  world.smallMaxBytes = world.smallRoundBytes;
+  world.smallRoundBytes = kMeshSlotBytes * (kMeshSlots / 2);
+  world.smallMaxBytes = kSmallMaxBytes;
   layout_ = plan::layoutFor(world);
 
   BRAID_RETURN_IF_ERROR(connect());
@@ -278,10 +306,10 @@ Status Communicator::connect() {
   tc.connectTimeoutSec = cfg.timeoutSec > 0 ? cfg.timeoutSec : 3600;
   tc.socketsPerPeer = cfg.socketsPerPeer;
   tc.netIf = cfg.netIf;
-  transport::TransportConfig small = tc;
-  small.slotBytes = kSmallSlotBytes;
-  small.nslots = kSmallSlots;
-  small.socketsPerPeer = 1;
+  transport::TransportConfig mesh = tc;
+  mesh.slotBytes = kMeshSlotBytes;
+  mesh.nslots = kMeshSlots;
+  mesh.socketsPerPeer = 1;
 
   // Pick a transport per peer: the forced one, else the best score.
   std::vector<int> choice(static_cast<size_t>(nranks_), -1);
@@ -289,7 +317,7 @@ Status Communicator::connect() {
   const auto& reg = transport::registry();
   for (const auto& f : reg) {
     transports_.push_back(f.create(tc));
-    smallTransports_.push_back(f.create(small));
+    meshTransports_.push_back(f.create(mesh));
   }
   for (int r = 0; r < nranks_; ++r) {
     if (r == rank_) continue;
@@ -316,11 +344,11 @@ Status Communicator::connect() {
     return l;
   };
   links_.assign(static_cast<size_t>(nchannels_), emptyLinks());
-  smallLinks_ = emptyLinks();
+  meshLinks_ = emptyLinks();
   if (nranks_ == 1) return Status::ok();
 
-  // What each link set needs: the rings' neighbours per channel, and every small-message
-  // partner (in both directions) in the small set.
+  // What each link set needs: the rings' neighbours per channel, and every peer (in both
+  // directions) in the mesh.
   struct Want {
     exec::ChannelLinks* links;
     std::vector<std::unique_ptr<transport::Transport>>* transports;
@@ -332,8 +360,10 @@ Status Communicator::connect() {
     algorithms::RingPos pos = algorithms::ringPosition(layout_.rings[c], rank_);
     wants.push_back(Want{&links_[c], &transports_, c, {pos.prev}, {pos.next}});
   }
-  std::vector<int> partners = algorithms::recursiveDoublingPeers(rank_, nranks_);
-  wants.push_back(Want{&smallLinks_, &smallTransports_, kSmallChannelBase, partners, partners});
+  std::vector<int> partners;
+  for (int r = 0; r < nranks_; ++r)
+    if (r != rank_) partners.push_back(r);
+  wants.push_back(Want{&meshLinks_, &meshTransports_, kMeshChannel, partners, partners});
 
   auto connKey = [&](int from, int to, int ch) {
     return key("conn/" + std::to_string(from) + "/" + std::to_string(to) + "/" + std::to_string(ch));
@@ -369,7 +399,7 @@ Status Communicator::connect() {
   // Phase 3: everyone attached; transports finish (accept, unlink).
   BRAID_RETURN_IF_ERROR(bootstrap::barrier(*store_, key("connected"), nranks_, deadline));
   for (auto& t : transports_) BRAID_RETURN_IF_ERROR(t->establish(deadline));
-  for (auto& t : smallTransports_) BRAID_RETURN_IF_ERROR(t->establish(deadline));
+  for (auto& t : meshTransports_) BRAID_RETURN_IF_ERROR(t->establish(deadline));
   return Status::ok();
 }
 
@@ -385,64 +415,70 @@ Communicator::~Communicator() {
     if (w->thread.joinable()) w->thread.join();
   connections_.clear();
   transports_.clear();
-  smallTransports_.clear();
+  meshTransports_.clear();
   for (int fd : peerPidFds_)
     if (fd >= 0) close(fd);
 }
 
 // ---------------------------------------------------------------- running
 
-StatusOr<std::shared_ptr<Op>> Communicator::prepare(const algorithms::Request& req, const void* input, void* output) {
+StatusOr<std::shared_ptr<Op>> Communicator::prepare(const algorithms::Request& req, const void* input, void* output,
+                                                    std::vector<void*> extra) {
   BRAID_RETURN_IF_ERROR(brokenStatus());
   auto op = std::make_shared<Op>();
-  const bool same = cachedSchedule_ && req.coll == cachedReq_.coll && req.count == cachedReq_.count &&
-                    req.dtype == cachedReq_.dtype && req.op == cachedReq_.op && req.root == cachedReq_.root &&
-                    req.inPlace == cachedReq_.inPlace;
-  if (!same) {
+  if (req.preMul) {
+    // Scale into a private copy; the collective then reads that copy out of place.
+    size_t elems = algorithms::inputElems(req, rank_, nranks_);
+    size_t bytes = elems * dataTypeSize(req.dtype);
+    op->scaled_.reset(new char[std::max<size_t>(bytes, 1)]);
+    if (elems) reduce::scale(req.dtype, op->scaled_.get(), input, req.preMulScalar, elems);
+    input = op->scaled_.get();
+    algorithms::Request plain = req;
+    plain.preMul = false;
+    plain.inPlace = false;
+    plain.op = ReduceOp::kSum;
+    return prepareScheduled(op, plain, input, output, std::move(extra));
+  }
+  return prepareScheduled(op, req, input, output, std::move(extra));
+}
+
+StatusOr<std::shared_ptr<Op>> Communicator::prepareScheduled(std::shared_ptr<Op> op, const algorithms::Request& req,
+                                                             const void* input, void* output,
+                                                             std::vector<void*> extra) {
+  if (!cachedSchedule_ || !sameRequest(req, cachedReq_)) {
     BRAID_ASSIGN_OR_RETURN(exec::Schedule sched, plan::planCollective(req, layout_));
+    if (sched.channels.empty()) return internalError("planner returned a schedule without channels");
+    if (sched.connectionSet == 1 && sched.channels.size() != 1)
+      return internalError(sched.algorithm + ": a mesh schedule must have one channel");
+    if (static_cast<int>(sched.channels.size()) > nchannels_)
+      return internalError(sched.algorithm + ": more channels than the communicator has");
     cachedSchedule_ = std::make_shared<const exec::Schedule>(std::move(sched));
     cachedReq_ = req;
   }
   op->schedule_ = cachedSchedule_;
   op->buffers_.input = input;
   op->buffers_.output = output;
-  op->tag_ = (static_cast<uint64_t>(seq_++) << 32) | shapeHash(req);
-  op->name_ = req.coll == algorithms::Collective::kAllReduce ? "allreduce" : "broadcast";
+  op->buffers_.extra = std::move(extra);
+  if (op->schedule_->scratchBytes) {
+    op->scratch_.reset(new char[op->schedule_->scratchBytes]);
+    op->buffers_.scratch = op->scratch_.get();
+  }
+  if (req.coll == algorithms::Collective::kSendRecv) {
+    op->tag_ = kP2PTag;
+  } else {
+    op->tag_ = (static_cast<uint64_t>(seq_++) << 32) | shapeHash(req);
+  }
+  op->name_ = algorithms::collectiveName(req.coll);
   op->remaining_ = static_cast<int>(op->schedule_->channels.size());
-  op->outputBytes_ = req.count * dataTypeSize(req.dtype);
+  op->outputBytes_ = algorithms::outputElems(req, rank_, nranks_) * dataTypeSize(req.dtype);
   op->comm_ = this;
   inflight_.fetch_add(1);
   return op;
 }
 
-Status Communicator::run(const algorithms::Request& req, const void* input, void* output) {
-  std::shared_ptr<Op> op;
-  bool inlineChannel0 = false;
-  {
-    std::lock_guard<std::mutex> lock(submitMu_);
-    inlineChannel0 = inflight_.load() == 0;
-    BRAID_ASSIGN_OR_RETURN(op, prepare(req, input, output));
-    const int nch = static_cast<int>(op->schedule_->channels.size());
-    for (int c = inlineChannel0 ? 1 : 0; c < nch; ++c) {
-      Worker& w = *workers_[c];
-      {
-        std::lock_guard<std::mutex> wl(w.mu);
-        w.queue.push_back(op);
-      }
-      w.cv.notify_one();
-    }
-  }
-  // Nothing is queued ahead of us, so running channel 0 here keeps issue order and saves
-  // the wake-up of a progress thread, which dominates small-message latency.
-  if (inlineChannel0) runChannel(op, 0);
-  return op->wait().withContext(op->name_);
-}
-
-StatusOr<std::shared_ptr<Op>> Communicator::submit(const algorithms::Request& req, const void* input, void* output) {
-  std::lock_guard<std::mutex> lock(submitMu_);
-  BRAID_ASSIGN_OR_RETURN(auto op, prepare(req, input, output));
+void Communicator::enqueue(const std::shared_ptr<Op>& op, int firstChannel) {
   const int nch = static_cast<int>(op->schedule_->channels.size());
-  for (int c = 0; c < nch; ++c) {
+  for (int c = firstChannel; c < nch; ++c) {
     Worker& w = *workers_[c];
     {
       std::lock_guard<std::mutex> wl(w.mu);
@@ -450,6 +486,28 @@ StatusOr<std::shared_ptr<Op>> Communicator::submit(const algorithms::Request& re
     }
     w.cv.notify_one();
   }
+}
+
+Status Communicator::run(const algorithms::Request& req, const void* input, void* output, std::vector<void*> extra) {
+  std::shared_ptr<Op> op;
+  bool inlineChannel0 = false;
+  {
+    std::lock_guard<std::mutex> lock(submitMu_);
+    inlineChannel0 = inflight_.load() == 0;
+    BRAID_ASSIGN_OR_RETURN(op, prepare(req, input, output, std::move(extra)));
+    enqueue(op, inlineChannel0 ? 1 : 0);
+  }
+  // Nothing is queued ahead of us, so running channel 0 here keeps issue order and saves
+  // the wake-up of a progress thread, which dominates small-message latency.
+  if (inlineChannel0) runChannel(op, 0);
+  return op->wait().withContext(op->name_);
+}
+
+StatusOr<std::shared_ptr<Op>> Communicator::submit(const algorithms::Request& req, const void* input, void* output,
+                                                   std::vector<void*> extra) {
+  std::lock_guard<std::mutex> lock(submitMu_);
+  BRAID_ASSIGN_OR_RETURN(auto op, prepare(req, input, output, std::move(extra)));
+  enqueue(op, 0);
   return op;
 }
 
@@ -458,15 +516,15 @@ void Communicator::runChannel(const std::shared_ptr<Op>& op, int channel) {
   if (s.isOk()) {
     exec::RunContext ctx;
     ctx.rank = rank_;
-    const bool small = op->schedule_->connectionSet == 1;
-    ctx.sliceBytes = small ? kSmallSlotBytes : opts_.config.slotBytes;
+    const bool mesh = op->schedule_->connectionSet == 1;
+    ctx.sliceBytes = mesh ? kMeshSlotBytes : opts_.config.slotBytes;
     ctx.tag = op->tag_;
     ctx.deadline = Deadline::after(opts_.config.timeoutSec);
     ctx.wait = wait_;
     ctx.streamOutput = op->outputBytes_ >= kStreamOutputBytes;
     ctx.abortFlag = &abortFlag_;
     ctx.healthCheck = [this] { return healthCheck(); };
-    s = exec::runChannel(*op->schedule_, channel, op->buffers_, small ? smallLinks_ : links_[channel], ctx);
+    s = exec::runChannel(*op->schedule_, channel, op->buffers_, mesh ? meshLinks_ : links_[channel], ctx);
     if (!s.isOk()) s = fail(s);
   }
   op->complete(s);
@@ -612,6 +670,39 @@ void Communicator::abort(const Status& why) {
   }
   abortFlag_.store(1);
   if (first) (void)store_->set(key("abort"), encodeError(s, rank_));
+}
+
+}  // namespace braid::core
+
+namespace braid::core {
+
+StatusOr<std::unique_ptr<Communicator>> Communicator::split(int color, int sortKey) {
+  BRAID_RETURN_IF_ERROR(brokenStatus());
+  const Config& cfg = opts_.config;
+  Deadline deadline = Deadline::after(cfg.timeoutSec);
+  const std::string base = "split" + std::to_string(splitSeq_++);
+  // Everyone learns everyone's (color, key) through the store: a split is rare, and this
+  // keeps it independent of the data path's state.
+  BRAID_ASSIGN_OR_RETURN(auto all, bootstrap::allGather(*store_, key(base + "/ck"), rank_, nranks_,
+                                                        std::to_string(color) + " " + std::to_string(sortKey), deadline));
+  if (color < 0) return std::unique_ptr<Communicator>();
+  std::vector<std::pair<int, int>> members;  // (key, old rank)
+  for (int r = 0; r < nranks_; ++r) {
+    int c = 0, k = 0;
+    if (std::sscanf(all[r].c_str(), "%d %d", &c, &k) != 2)
+      return Status(Code::kRemoteError, "malformed split record from rank " + std::to_string(r), r);
+    if (c == color) members.emplace_back(k, r);
+  }
+  std::sort(members.begin(), members.end());
+  int newRank = -1;
+  for (size_t i = 0; i < members.size(); ++i)
+    if (members[i].second == rank_) newRank = static_cast<int>(i);
+  CommOptions child;
+  child.config = opts_.config;
+  child.nonce = 0;  // the child's rank 0 draws a fresh one
+  child.storeOwnerRank = opts_.storeOwnerRank;
+  child.keyPrefix = key(base + "/c" + std::to_string(color));
+  return create(store_, newRank, static_cast<int>(members.size()), std::move(child));
 }
 
 }  // namespace braid::core

@@ -44,6 +44,8 @@ class Op {
 
   std::shared_ptr<const exec::Schedule> schedule_;  // shared with the communicator's plan cache
   exec::Buffers buffers_;
+  std::unique_ptr<char[]> scratch_;   // Schedule::scratchBytes
+  std::unique_ptr<char[]> scaled_;    // a pre-multiplied copy of the input
   uint64_t tag_ = 0;
   size_t outputBytes_ = 0;
   std::string name_;
@@ -78,10 +80,18 @@ class Communicator {
   int size() const { return nranks_; }
   int nchannels() const { return nchannels_; }
 
-  // Runs a collective and blocks until it finishes on this rank.
-  Status run(const algorithms::Request& req, const void* input, void* output);
+  // Runs a collective and blocks until it finishes on this rank. `extra` are the buffers of
+  // a point-to-point group (Request::p2p), one per message.
+  Status run(const algorithms::Request& req, const void* input, void* output,
+             std::vector<void*> extra = {});
   // Queues a collective; the buffers must stay valid until the Op completes.
-  StatusOr<std::shared_ptr<Op>> submit(const algorithms::Request& req, const void* input, void* output);
+  StatusOr<std::shared_ptr<Op>> submit(const algorithms::Request& req, const void* input, void* output,
+                                       std::vector<void*> extra = {});
+
+  // Splits this communicator as MPI_Comm_split: ranks with the same `color` form a new
+  // communicator, ordered by (`key`, old rank). A negative color joins none (result null).
+  // Collective over this communicator; blocks until the new one is wired up.
+  StatusOr<std::unique_ptr<Communicator>> split(int color, int key);
 
   // Fails pending and future operations with `why` and tells every other rank. Idempotent;
   // does not block on peers.
@@ -108,7 +118,11 @@ class Communicator {
   Status exchangePeers();
   Status loadTopology();
   Status connect();
-  StatusOr<std::shared_ptr<Op>> prepare(const algorithms::Request& req, const void* input, void* output);
+  StatusOr<std::shared_ptr<Op>> prepare(const algorithms::Request& req, const void* input, void* output,
+                                        std::vector<void*> extra);
+  StatusOr<std::shared_ptr<Op>> prepareScheduled(std::shared_ptr<Op> op, const algorithms::Request& req,
+                                                 const void* input, void* output, std::vector<void*> extra);
+  void enqueue(const std::shared_ptr<Op>& op, int firstChannel);
   void runChannel(const std::shared_ptr<Op>& op, int channel);
   void workerLoop(int channel);
   Status healthCheck();
@@ -133,14 +147,15 @@ class Communicator {
   std::vector<std::unique_ptr<transport::Transport>> transports_;
   std::vector<std::unique_ptr<transport::Connection>> connections_;
   std::vector<exec::ChannelLinks> links_;                 // per channel: ring neighbours
-  std::vector<std::unique_ptr<transport::Transport>> smallTransports_;
-  exec::ChannelLinks smallLinks_;                          // small-message partners
+  std::vector<std::unique_ptr<transport::Transport>> meshTransports_;
+  exec::ChannelLinks meshLinks_;                           // every peer, small slots
   algorithms::Layout layout_;
   std::vector<int> peerPidFds_;  // per rank, -1 where not watched
   std::unique_ptr<topology::Graph> topology_;  // only when BRAID_TOPO_FILE/_DUMP_FILE ask for it
 
   std::mutex submitMu_;
-  uint32_t seq_ = 0;
+  uint32_t seq_ = 0;       // collectives issued (point-to-point groups do not count)
+  uint32_t splitSeq_ = 0;  // splits issued, to name each child's keys
   std::atomic<int> inflight_{0};
   std::vector<std::unique_ptr<Worker>> workers_;
 

@@ -51,9 +51,20 @@ class ChannelRunner {
 
   Status run() {
     for (const Step& st : plan_.steps) BRAID_RETURN_IF_ERROR(checkLinks(st));
-    const size_t rounds = static_cast<size_t>(plan_.rounds);
+    if (plan_.phases.empty()) {
+      BRAID_RETURN_IF_ERROR(runPhase(0, plan_.steps.size(), plan_.rounds));
+    } else {
+      for (const Phase& ph : plan_.phases) BRAID_RETURN_IF_ERROR(runPhase(ph.firstStep, ph.numSteps, ph.rounds));
+    }
+    return flushAll();
+  }
+
+ private:
+  Status runPhase(size_t first, size_t count, int nrounds) {
+    const size_t rounds = static_cast<size_t>(nrounds);
     for (size_t r = 0; r < rounds; ++r) {
-      for (const Step& st : plan_.steps) {
+      for (size_t i = first; i < first + count; ++i) {
+        const Step& st = plan_.steps[i];
         // Part r of the step, in whole elements; both ends compute the same split.
         size_t elems = st.bytes() / es_;
         size_t lo = elems * r / rounds * es_;
@@ -63,10 +74,9 @@ class ChannelRunner {
         }
       }
     }
-    return flushAll();
+    return Status::ok();
   }
 
- private:
   void addActive(Connection* c) {
     if (std::find(active_.begin(), active_.end(), c) == active_.end()) active_.push_back(c);
   }
@@ -83,9 +93,11 @@ class ChannelRunner {
   }
 
   char* addr(const Region& r, size_t off) const {
-    char* base = r.buf == Buf::kInput    ? const_cast<char*>(static_cast<const char*>(b_.input))
-                 : r.buf == Buf::kOutput ? static_cast<char*>(b_.output)
-                                         : static_cast<char*>(b_.scratch);
+    char* base = r.buf == Buf::kInput     ? const_cast<char*>(static_cast<const char*>(b_.input))
+                 : r.buf == Buf::kOutput  ? static_cast<char*>(b_.output)
+                 : r.buf == Buf::kScratch ? static_cast<char*>(b_.scratch)
+                                          : static_cast<char*>(b_.extra[static_cast<size_t>(r.buf) -
+                                                                        static_cast<size_t>(Buf::kExtra0)]);
     return base + r.offset + off;
   }
 
@@ -304,7 +316,7 @@ class ChannelRunner {
 
   const Schedule& s_;
   const ChannelPlan& plan_;
-  Buffers b_;
+  const Buffers& b_;
   const ChannelLinks& links_;
   const RunContext& ctx_;
   size_t es_;

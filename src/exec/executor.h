@@ -21,6 +21,7 @@ struct Buffers {
   const void* input = nullptr;
   void* output = nullptr;
   void* scratch = nullptr;
+  std::vector<void*> extra;  // Buf::kExtra0 + i
 };
 
 // The connections one channel may use, indexed by peer rank (nullptr where none exists).

@@ -38,14 +38,27 @@ bool usesOut(Prim p) {
 }
 }  // namespace
 
-std::string validate(const Schedule& s, int nranks, size_t inputBytes, size_t outputBytes) {
+std::string validate(const Schedule& s, int nranks, size_t inputBytes, size_t outputBytes,
+                     const std::vector<size_t>& extraBytes) {
   size_t es = dataTypeSize(s.dtype);
-  auto limit = [&](Buf b) {
-    return b == Buf::kInput ? inputBytes : b == Buf::kOutput ? outputBytes : s.scratchBytes;
+  auto limit = [&](Buf b) -> size_t {
+    if (b == Buf::kInput) return inputBytes;
+    if (b == Buf::kOutput) return outputBytes;
+    if (b == Buf::kScratch) return s.scratchBytes;
+    size_t i = static_cast<size_t>(b) - static_cast<size_t>(Buf::kExtra0);
+    return i < extraBytes.size() ? extraBytes[i] : 0;
   };
+  if (s.connectionSet == 1 && s.channels.size() > 1) return "a mesh schedule must have one channel";
   for (size_t c = 0; c < s.channels.size(); ++c) {
     const ChannelPlan& ch = s.channels[c];
     if (ch.rounds < 1) return "channel " + std::to_string(c) + ": rounds < 1";
+    size_t next = 0;
+    for (const Phase& ph : ch.phases) {
+      if (ph.firstStep != next || ph.rounds < 1) return "channel " + std::to_string(c) + ": phases out of order";
+      next += ph.numSteps;
+    }
+    if (!ch.phases.empty() && next != ch.steps.size())
+      return "channel " + std::to_string(c) + ": phases do not cover the steps";
     for (size_t i = 0; i < ch.steps.size(); ++i) {
       const Step& st = ch.steps[i];
       std::string where = "channel " + std::to_string(c) + " step " + std::to_string(i) + " (" +

@@ -13,11 +13,13 @@
 namespace braid::exec {
 
 // Which buffer a region refers to.
-enum class Buf : uint8_t {
+enum class Buf : uint16_t {
   kInput,    // the user's send buffer (equals kOutput when in place)
   kOutput,   // the user's receive buffer
   kScratch,  // executor-owned temporary space of Schedule::scratchBytes
+  kExtra0,   // kExtra0 + i: Buffers::extra[i] (one per message of a point-to-point group)
 };
+inline Buf extraBuf(size_t i) { return static_cast<Buf>(static_cast<size_t>(Buf::kExtra0) + i); }
 
 struct Region {
   Buf buf = Buf::kInput;
@@ -53,9 +55,19 @@ struct Step {
 // more than one round's share ahead of its receiver (deadlock freedom with finite FIFOs)
 // while consecutive rounds pipeline through the FIFOs. Both ends of every connection must
 // compute the same parts, so algorithms set `rounds` from global quantities only.
+//
+// A plan may instead be cut into phases, each a run of consecutive steps with its own round
+// count, run to completion one after the other. A tree uses two: the reduction flows up in
+// its rounds, pipelined, and only then the result flows down in its own.
+struct Phase {
+  size_t firstStep = 0;
+  size_t numSteps = 0;
+  int rounds = 1;
+};
 struct ChannelPlan {
   std::vector<Step> steps;
   int rounds = 1;
+  std::vector<Phase> phases;  // empty: one phase of all steps with `rounds`
 };
 
 struct Schedule {
@@ -69,13 +81,15 @@ struct Schedule {
   std::vector<std::vector<Region>> divideRanges;
   std::string algorithm;  // for logs and traces
   // Which of the communicator's connection sets the steps use: 0 = the per-channel rings'
-  // (large slots, deep FIFOs), 1 = the small-message set (small slots, any peer pair the
-  // small-message algorithms need).
+  // (large slots, deep FIFOs, ring neighbours only), 1 = the mesh (smaller slots, every
+  // peer; a mesh schedule has exactly one channel).
   int connectionSet = 0;
 };
 
 // Checks a Schedule's internal consistency (regions inside buffers of the given sizes,
 // peers in range, element-aligned parts). Used by tests and in debug builds.
-std::string validate(const Schedule& s, int nranks, size_t inputBytes, size_t outputBytes);
+// `extraBytes` are the sizes of Buffers::extra.
+std::string validate(const Schedule& s, int nranks, size_t inputBytes, size_t outputBytes,
+                     const std::vector<size_t>& extraBytes = {});
 
 }  // namespace braid::exec

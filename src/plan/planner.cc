@@ -27,6 +27,13 @@ algorithms::Layout layoutFor(const World& world) {
   l.smallMaxBytes = world.smallMaxBytes;
   std::vector<int> ring = hostContiguousRing(world.hostIds);
   l.rings.assign(static_cast<size_t>(world.nchannels), ring);
+  std::map<std::string, int> hostIndex;
+  for (const std::string& h : world.hostIds) {
+    int next = static_cast<int>(hostIndex.size());
+    if (!hostIndex.count(h)) hostIndex[h] = next;
+    l.hostOf.push_back(hostIndex[h]);
+  }
+  if (l.hostOf.empty()) l.hostOf.assign(static_cast<size_t>(world.nranks), 0);
   return l;
 }
 
@@ -37,10 +44,12 @@ StatusOr<exec::Schedule> planCollective(const algorithms::Request& req, const al
       if (layout.nranks > 1 && req.count * dataTypeSize(req.dtype) <= layout.smallMaxBytes)
         return algorithms::allreduceRecursiveDoubling(req, layout);
       return algorithms::allreduceRing(req, layout);
-    case algorithms::Collective::kBroadcast:
-      return algorithms::broadcastChain(req, layout);
+    default:
+      break;
   }
-  return internalError("unknown collective");
+  for (const auto& a : algorithms::algorithmTable())
+    if (a.coll == req.coll) return a.build(req, layout);
+  return internalError(std::string("no algorithm for ") + algorithms::collectiveName(req.coll));
 }
 
 }  // namespace braid::plan

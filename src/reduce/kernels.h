@@ -19,17 +19,22 @@ using Reduce2Fn = void (*)(void* dst, const void* a, const void* b, size_t count
 using ReduceNFn = void (*)(void* dst, const void* const* srcs, int nsrc, size_t count);
 // dst[i] /= divisor with divisor >= 1; the divideInPlace() contract.
 using DivideFn = void (*)(void* dst, size_t count, int divisor);
+// dst[i] = src[i] * scalar, dst == src allowed; the scale() contract.
+using ScaleFn = void (*)(void* dst, const void* src, double scalar, size_t count);
 // memcpy with non-temporal stores for the bulk; non-overlapping buffers; fenced on return.
 using CopyFn = void (*)(void* dst, const void* src, size_t bytes);
 
 // One complete set of kernels built for one instruction set. Every entry is non-null;
-// kAvg's column holds the kSum kernels. Constant-initialized, so no code of an AVX
+// kAvg's column holds the kSum kernels. The kBand/kBor/kBxor entries of the float rows
+// combine the bits as unsigned integers of the element's width: the API never sends float
+// bitwise ops here, but a stray call must stay in bounds, never jump through null. Constant-initialized, so no code of an AVX
 // translation unit runs at program start.
 struct KernelTable {
   const char* name;  // "scalar", "avx2" or "avx512", as simdLevel() reports it
   Reduce2Fn reduce2[kNumDataTypes][kNumReduceOps];
   ReduceNFn reduceN[kNumDataTypes][kNumReduceOps];
   DivideFn divide[kNumDataTypes];
+  ScaleFn scale[kNumDataTypes];
   CopyFn copyStreaming;
 };
 

@@ -1,4 +1,4 @@
-// Kernel bodies for every DataType x ReduceOp, written once against GCC/Clang generic vectors
+// Kernel bodies for every DataType x ReduceOp (and scale, divide, copy), written once against GCC/Clang generic vectors
 // and compiled once per instruction set: kernels_scalar.cc (baseline flags), kernels_avx2.cc
 // and kernels_avx512.cc (their -m flags come from CMakeLists.txt). The vector width follows
 // the flags the including file was built with, so one source gives 16-, 32- and 64-byte
@@ -106,6 +106,22 @@ struct MinOp {
   static V apply(V a, V b) { return a < b ? a : b; }
 };
 
+// Bitwise operators combine the raw bits, so signedness does not matter: every integer type
+// uses its unsigned twin, and float types (for which the API rejects these ops) use the
+// unsigned integer of their width; see setBitwiseRow.
+struct AndOp {
+  template <class V>
+  static V apply(V a, V b) { return a & b; }
+};
+struct OrOp {
+  template <class V>
+  static V apply(V a, V b) { return a | b; }
+};
+struct XorOp {
+  template <class V>
+  static V apply(V a, V b) { return a ^ b; }
+};
+
 template <class Op, class V>
 inline V combine(V a, V b) {
   return Op::apply(a, b);
@@ -113,6 +129,15 @@ inline V combine(V a, V b) {
 template <class Op>
 inline F32Pair combine(F32Pair a, F32Pair b) {
   return {Op::apply(a.lo, b.lo), Op::apply(a.hi, b.hi)};
+}
+
+template <class V, class L>
+inline V multiplyBy(V v, L m) {
+  return v * m;
+}
+template <class L>
+inline F32Pair multiplyBy(F32Pair v, L m) {
+  return {v.lo * m, v.hi * m};
 }
 
 template <class V, class L>
@@ -426,6 +451,67 @@ void divideIntKernel(void* dstv, size_t count, int divisor) {
   }
 }
 
+// ---- scale ----------------------------------------------------------------------------
+
+// Applies `fn` (a vector -> vector function) to `count` elements of `src` into `dst`, with the
+// ragged end through a zero-padded stack vector like reduceLoop. Each vector is loaded
+// before it is stored, so `dst` may equal `src`.
+template <class S, class Fn>
+inline void mapLoop(void* dstv, const void* srcv, size_t count, Fn fn) {
+  constexpr size_t kStep = S::kLanes * S::kElemBytes;
+  char* dst = static_cast<char*>(dstv);
+  const char* src = static_cast<const char*>(srcv);
+  const size_t bytes = count * S::kElemBytes;
+  size_t i = 0;
+  for (; i + 2 * kStep <= bytes; i += 2 * kStep) {
+    const typename S::V a = S::load(src + i);
+    const typename S::V b = S::load(src + i + kStep);
+    S::store(dst + i, fn(a));
+    S::store(dst + i + kStep, fn(b));
+  }
+  for (; i + kStep <= bytes; i += kStep) S::store(dst + i, fn(S::load(src + i)));
+  if (i < bytes) {
+    const size_t rem = bytes - i;
+    alignas(64) char buf[kStep];
+    __builtin_memset(buf, 0, kStep);
+    __builtin_memcpy(buf, src + i, rem);
+    S::store(buf, fn(S::load(buf)));
+    __builtin_memcpy(dst + i, buf, rem);
+  }
+}
+
+// Floats multiply in their compute precision: fp32 (also for fp16/bf16, rounded once by the
+// store) by (float)scalar, fp64 by scalar.
+template <class S>
+void scaleFloatKernel(void* dst, const void* src, double scalar, size_t count) {
+  using Lane = typename S::Lane;
+  const Lane m = static_cast<Lane>(scalar);
+  mapLoop<S>(dst, src, count, [m](typename S::V v) { return multiplyBy(v, m); });
+}
+
+// `scalar` as the integer type T: truncated toward zero, as a C conversion does where that
+// is defined; beyond T's range it saturates to T's min or max, and NaN gives 0 (a C
+// conversion would be undefined there). Written out here rather than taken from a shared
+// header; see the linkage rules at the top.
+template <class T, T kMin, T kMax>
+inline T scalarToInt(double s) {
+  if (!(s == s)) return 0;
+  // 2^(bits-1) for signed T, 2^bits for unsigned: exact in double, unlike kMax itself.
+  const double limit = static_cast<double>(kMax / 2 + 1) * 2.0;
+  if (s >= limit) return kMax;
+  if (s <= static_cast<double>(kMin)) return kMin;
+  return static_cast<T>(s);  // in (kMin - 1, limit): defined, truncates toward zero
+}
+
+// Integers multiply by the converted scalar in S's unsigned compute type, so the product
+// wraps around as integer kProd does.
+template <class S, class T, T kMin, T kMax>
+void scaleIntKernel(void* dst, const void* src, double scalar, size_t count) {
+  using Lane = typename S::Lane;
+  const Lane m = static_cast<Lane>(scalarToInt<T, kMin, kMax>(scalar));
+  mapLoop<S>(dst, src, count, [m](typename S::V v) { return multiplyBy(v, m); });
+}
+
 // ---- copy -----------------------------------------------------------------------------
 
 // Copies with non-temporal stores: for buffers larger than the caches they skip the read
@@ -474,7 +560,7 @@ void copyStreamingKernel(void* dstv, const void* srcv, size_t bytes) {
 // ---- table ----------------------------------------------------------------------------
 
 // Sum and prod use `SP` (unsigned compute for signed integers); max and min use `MM` (the
-// type's own ordering); avg is sum.
+// type's own ordering); avg is sum. The bitwise ops have their own row setter below.
 template <class SP, class MM>
 constexpr void setRow(KernelTable& t, DataType dt) {
   const int r = static_cast<int>(dt);
@@ -488,6 +574,21 @@ constexpr void setRow(KernelTable& t, DataType dt) {
   t.reduceN[r][static_cast<int>(ReduceOp::kMax)] = &reduceNKernel<MM, MaxOp>;
   t.reduceN[r][static_cast<int>(ReduceOp::kMin)] = &reduceNKernel<MM, MinOp>;
   t.reduceN[r][static_cast<int>(ReduceOp::kAvg)] = &reduceNKernel<SP, SumOp>;
+}
+
+// Band, bor and bxor on `B`, an unsigned integer storage of the type's width. For integer
+// types that is their own bits; for float types, where the API rejects these ops before
+// they get here, it makes the entries harmless: the bits are combined as unsigned integers
+// of the same width, reading and writing exactly `count` elements like every other kernel.
+template <class B>
+constexpr void setBitwiseRow(KernelTable& t, DataType dt) {
+  const int r = static_cast<int>(dt);
+  t.reduce2[r][static_cast<int>(ReduceOp::kBand)] = &reduce2Kernel<B, AndOp>;
+  t.reduce2[r][static_cast<int>(ReduceOp::kBor)] = &reduce2Kernel<B, OrOp>;
+  t.reduce2[r][static_cast<int>(ReduceOp::kBxor)] = &reduce2Kernel<B, XorOp>;
+  t.reduceN[r][static_cast<int>(ReduceOp::kBand)] = &reduceNKernel<B, AndOp>;
+  t.reduceN[r][static_cast<int>(ReduceOp::kBor)] = &reduceNKernel<B, OrOp>;
+  t.reduceN[r][static_cast<int>(ReduceOp::kBxor)] = &reduceNKernel<B, XorOp>;
 }
 
 constexpr KernelTable makeTable() {
@@ -504,6 +605,21 @@ constexpr KernelTable makeTable() {
   setRow<NativeStorage<float, float>, NativeStorage<float, float>>(t, DataType::kFloat32);
   setRow<NativeStorage<double, double>, NativeStorage<double, double>>(t, DataType::kFloat64);
 
+  using U8 = NativeStorage<uint8_t, uint8_t>;
+  using U16 = NativeStorage<uint16_t, uint16_t>;
+  using U32 = NativeStorage<uint32_t, uint32_t>;
+  using U64 = NativeStorage<uint64_t, uint64_t>;
+  setBitwiseRow<U8>(t, DataType::kInt8);
+  setBitwiseRow<U8>(t, DataType::kUint8);
+  setBitwiseRow<U32>(t, DataType::kInt32);
+  setBitwiseRow<U32>(t, DataType::kUint32);
+  setBitwiseRow<U64>(t, DataType::kInt64);
+  setBitwiseRow<U64>(t, DataType::kUint64);
+  setBitwiseRow<U16>(t, DataType::kFloat16);
+  setBitwiseRow<U16>(t, DataType::kBFloat16);
+  setBitwiseRow<U32>(t, DataType::kFloat32);
+  setBitwiseRow<U64>(t, DataType::kFloat64);
+
   t.divide[static_cast<int>(DataType::kInt8)] = &divideIntKernel<int8_t, int64_t>;
   t.divide[static_cast<int>(DataType::kUint8)] = &divideIntKernel<uint8_t, uint64_t>;
   t.divide[static_cast<int>(DataType::kInt32)] = &divideIntKernel<int32_t, int64_t>;
@@ -514,6 +630,20 @@ constexpr KernelTable makeTable() {
   t.divide[static_cast<int>(DataType::kBFloat16)] = &divideFloatKernel<Bf16Storage>;
   t.divide[static_cast<int>(DataType::kFloat32)] = &divideFloatKernel<NativeStorage<float, float>>;
   t.divide[static_cast<int>(DataType::kFloat64)] = &divideFloatKernel<NativeStorage<double, double>>;
+
+  t.scale[static_cast<int>(DataType::kInt8)] =
+      &scaleIntKernel<NativeStorage<int8_t, uint8_t>, int8_t, INT8_MIN, INT8_MAX>;
+  t.scale[static_cast<int>(DataType::kUint8)] = &scaleIntKernel<U8, uint8_t, 0, UINT8_MAX>;
+  t.scale[static_cast<int>(DataType::kInt32)] =
+      &scaleIntKernel<NativeStorage<int32_t, uint32_t>, int32_t, INT32_MIN, INT32_MAX>;
+  t.scale[static_cast<int>(DataType::kUint32)] = &scaleIntKernel<U32, uint32_t, 0, UINT32_MAX>;
+  t.scale[static_cast<int>(DataType::kInt64)] =
+      &scaleIntKernel<NativeStorage<int64_t, uint64_t>, int64_t, INT64_MIN, INT64_MAX>;
+  t.scale[static_cast<int>(DataType::kUint64)] = &scaleIntKernel<U64, uint64_t, 0, UINT64_MAX>;
+  t.scale[static_cast<int>(DataType::kFloat16)] = &scaleFloatKernel<HalfStorage>;
+  t.scale[static_cast<int>(DataType::kBFloat16)] = &scaleFloatKernel<Bf16Storage>;
+  t.scale[static_cast<int>(DataType::kFloat32)] = &scaleFloatKernel<NativeStorage<float, float>>;
+  t.scale[static_cast<int>(DataType::kFloat64)] = &scaleFloatKernel<NativeStorage<double, double>>;
 
   t.copyStreaming = &copyStreamingKernel;
   return t;

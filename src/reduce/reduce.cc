@@ -147,6 +147,12 @@ void divideInPlace(DataType dt, void* dst, size_t count, int divisor) {
   kernels().divide[static_cast<int>(dt)](dst, count, divisor);
 }
 
+void scale(DataType dt, void* dst, const void* src, double scalar, size_t count) {
+  assert(validDataType(static_cast<int>(dt)));
+  if (count == 0) return;
+  kernels().scale[static_cast<int>(dt)](dst, src, scalar, count);
+}
+
 void copyStreaming(void* dst, const void* src, size_t bytes) {
   if (dst == src || bytes == 0) return;
   kernels().copyStreaming(dst, src, bytes);

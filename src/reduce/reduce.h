@@ -13,6 +13,9 @@
 //  - Float max/min are `a > b ? a : b` / `a < b ? a : b` (what maxps/minps do), folded left
 //    over the sources: a NaN in a later source wins over an earlier value, a NaN in an
 //    earlier one is replaced by the later value. NaN results are quiet NaNs.
+//  - kBand/kBor/kBxor combine the bits, for integer types (signedness is irrelevant). The
+//    API rejects them for float types; should one get here anyway, the float's bits are
+//    combined as an unsigned integer of the same width (in bounds, no crash, no NaN rules).
 //  - Thread-safe and non-blocking; no allocation.
 
 #include <cstddef>
@@ -33,6 +36,16 @@ void reduceN(DataType dt, ReduceOp op, void* dst, const void* const* srcs, int n
 // toward zero; float types divide in their own precision (fp16/bf16 via float32, rounded once).
 // `divisor` is a rank count, >= 1; with 1 (or an invalid value <= 0) `dst` is left unchanged.
 void divideInPlace(DataType dt, void* dst, size_t count, int divisor);
+
+// dst[i] = src[i] * scalar, for pre-multiplied sums (each rank scales its input, then sums;
+// NCCL's ncclRedOpCreatePreMulSum). `dst` may equal `src`. Floats multiply in their own
+// precision: float64 by `scalar`, float32 by (float)scalar, fp16/bf16 widened to float32,
+// multiplied by (float)scalar and rounded once. Integer types multiply by `scalar` converted
+// to the element type: truncated toward zero, as a C conversion; beyond the type's range
+// it saturates to the type's min or max, and NaN converts to 0 (where C's conversion would
+// be undefined). The integer product wraps around like kProd, so 2.9 scales by 2 and -1.5
+// scales a uint8 by 0.
+void scale(DataType dt, void* dst, const void* src, double scalar, size_t count);
 
 // memcpy-like copy tuned for large buffers (non-temporal stores above a threshold).
 // Buffers must not overlap unless identical (then nothing is copied). The streaming stores

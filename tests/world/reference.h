@@ -14,7 +14,54 @@
 
 namespace braid::testing {
 
+// ---- bitwise ops (integer types) --------------------------------------------------------
+// Inputs are bit patterns of `bitwisePatternBits(dt)` bits: an index-dependent pattern
+// shared by all ranks, with one (8-bit types) or two rank-dependent bits flipped at
+// pseudo-random positions. So across any number of ranks the and keeps some of the shared
+// bits, the or sets a few more, and the xor depends on every rank (dropping or doubling one
+// changes it). Signed types read the pattern as two's complement of that width (the top
+// bit makes negative values). 64-bit types use 52 bits so that every value, sign-extended,
+// is exact in the double these helpers pass around.
+
+inline int bitwisePatternBits(DataType dt) {
+  switch (dataTypeSize(dt)) {
+    case 1: return 8;
+    case 4: return 32;
+    default: return 52;
+  }
+}
+
+inline uint64_t bitwiseMix(uint64_t z) {  // splitmix64's finalizer
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+inline uint64_t bitwisePattern(DataType dt, int rank, size_t i) {
+  const int bits = bitwisePatternBits(dt);
+  const uint64_t mask = (uint64_t{1} << bits) - 1;
+  uint64_t z = bitwiseMix(static_cast<uint64_t>(i));  // the same on every rank
+  const uint64_t key = (static_cast<uint64_t>(i) << 20) ^ static_cast<uint64_t>(rank);
+  const uint64_t h = bitwiseMix(key ^ 0x5bd1e995ull);
+  z ^= uint64_t{1} << (h % static_cast<uint64_t>(bits));
+  if (bits > 8) z ^= uint64_t{1} << ((h >> 32) % static_cast<uint64_t>(bits));
+  return z & mask;
+}
+
+// A pattern as the value the type holds: sign-extended from the pattern width when signed.
+inline double bitwisePatternValue(DataType dt, uint64_t p) {
+  const int bits = bitwisePatternBits(dt);
+  const bool isSigned = dt == DataType::kInt8 || dt == DataType::kInt32 || dt == DataType::kInt64;
+  if (isSigned && ((p >> (bits - 1)) & 1)) {
+    return static_cast<double>(static_cast<int64_t>(p) - (int64_t{1} << bits));
+  }
+  return static_cast<double>(p);
+}
+
 inline double inputValue(DataType dt, ReduceOp op, int rank, size_t i) {
+  // The API rejects bitwise ops on float types; those fall through to the sum inputs.
+  if (isBitwiseOp(op) && !isFloatType(dt)) return bitwisePatternValue(dt, bitwisePattern(dt, rank, i));
   if (op == ReduceOp::kProd) {
     // Mostly 1, sometimes 2 or (for signed/float types) -1: products stay small and exact.
     static const double kVals[] = {1, 2, 1, -1, 1, 1, 2};
@@ -60,7 +107,19 @@ inline double loadValue(DataType dt, const void* base, size_t i) {
 }
 
 // The exact expected value of element i after allreduce over `nranks`, as the type holds it.
+// Bitwise ops on float types have no expected value (the API rejects them): NaN, which
+// matches() never accepts.
 inline double expectedAllReduce(DataType dt, ReduceOp op, int nranks, size_t i) {
+  if (isBitwiseOp(op)) {
+    if (isFloatType(dt)) return std::nan("");
+    // Combined on the patterns in 64-bit integers, independently of the double round trip.
+    uint64_t bits = bitwisePattern(dt, 0, i);
+    for (int r = 1; r < nranks; ++r) {
+      const uint64_t p = bitwisePattern(dt, r, i);
+      bits = op == ReduceOp::kBand ? (bits & p) : op == ReduceOp::kBor ? (bits | p) : (bits ^ p);
+    }
+    return bitwisePatternValue(dt, bits);
+  }
   double acc = inputValue(dt, op, 0, i);
   for (int r = 1; r < nranks; ++r) {
     double v = inputValue(dt, op, r, i);
@@ -69,6 +128,7 @@ inline double expectedAllReduce(DataType dt, ReduceOp op, int nranks, size_t i) 
       case ReduceOp::kProd: acc *= v; break;
       case ReduceOp::kMax: acc = std::max(acc, v); break;
       case ReduceOp::kMin: acc = std::min(acc, v); break;
+      case ReduceOp::kBand: case ReduceOp::kBor: case ReduceOp::kBxor: break;  // returned above
     }
   }
   if (op == ReduceOp::kAvg) {

@@ -46,12 +46,19 @@ typedef enum {
   braidFloat64 = 9
 } braidDataType_t;
 
+/* Bitwise ops apply to integer types only. braidRedOpCreatePreMulSum returns further
+ * values (>= braidNumOps), valid on the communicator that created them. */
 typedef enum {
   braidSum = 0,
   braidProd = 1,
   braidMax = 2,
   braidMin = 3,
-  braidAvg = 4
+  braidAvg = 4,
+  braidBitAnd = 5,
+  braidBitOr = 6,
+  braidBitXor = 7,
+  braidNumOps = 8,
+  braidMaxRedOp = 0x7fffffff
 } braidRedOp_t;
 
 #define BRAID_UNIQUE_ID_BYTES 128
@@ -108,6 +115,84 @@ braidResult_t braidAllReduce(const void* sendbuff, void* recvbuff, size_t count,
 braidResult_t braidBroadcast(const void* sendbuff, void* recvbuff, size_t count,
                              braidDataType_t datatype, int root, braidComm_t comm,
                              braidStream_t stream);
+
+/* ---- more collectives. Counts are in elements. "Per rank" buffers hold nranks blocks of
+ * `count` elements, block i for/from rank i. */
+
+/* recvbuff (read on root only) = op over all ranks of sendbuff. */
+braidResult_t braidReduce(const void* sendbuff, void* recvbuff, size_t count, braidDataType_t datatype,
+                          braidRedOp_t op, int root, braidComm_t comm, braidStream_t stream);
+
+/* recvbuff (nranks*sendcount) = every rank's sendbuff, in rank order. In place when
+ * sendbuff == recvbuff + rank*sendcount. */
+braidResult_t braidAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, braidDataType_t datatype,
+                             braidComm_t comm, braidStream_t stream);
+
+/* recvbuff (recvcount) = op over all ranks of block `rank` of sendbuff (nranks*recvcount).
+ * In place when recvbuff == sendbuff + rank*recvcount. */
+braidResult_t braidReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, braidDataType_t datatype,
+                                 braidRedOp_t op, braidComm_t comm, braidStream_t stream);
+
+/* Block j of rank i's sendbuff lands in block i of rank j's recvbuff; `count` per block.
+ * In place when sendbuff == recvbuff. */
+braidResult_t braidAllToAll(const void* sendbuff, void* recvbuff, size_t count, braidDataType_t datatype,
+                            braidComm_t comm, braidStream_t stream);
+
+/* Root's recvbuff (nranks*count) = every rank's sendbuff (count), in rank order. */
+braidResult_t braidGather(const void* sendbuff, void* recvbuff, size_t count, braidDataType_t datatype, int root,
+                          braidComm_t comm, braidStream_t stream);
+
+/* Every rank's recvbuff (count) = block `rank` of root's sendbuff (nranks*count). */
+braidResult_t braidScatter(const void* sendbuff, void* recvbuff, size_t count, braidDataType_t datatype, int root,
+                           braidComm_t comm, braidStream_t stream);
+
+/* Rank i's sendbuff (sendcount == recvcounts[i]) lands at recvbuff + displs[i] on every rank.
+ * recvcounts must be the same on every rank. */
+braidResult_t braidAllGatherV(const void* sendbuff, size_t sendcount, void* recvbuff, const size_t* recvcounts,
+                              const size_t* displs, braidDataType_t datatype, braidComm_t comm,
+                              braidStream_t stream);
+
+/* sendbuff holds nranks consecutive blocks of recvcounts[i] elements; rank i receives op over
+ * all ranks of block i. recvcounts must be the same on every rank. */
+braidResult_t braidReduceScatterV(const void* sendbuff, void* recvbuff, const size_t* recvcounts,
+                                  braidDataType_t datatype, braidRedOp_t op, braidComm_t comm,
+                                  braidStream_t stream);
+
+/* sendcounts[j] elements at sendbuff + sdispls[j] go to rank j, and recvcounts[i] elements
+ * from rank i land at recvbuff + rdispls[i]; rank i's sendcounts[j] must equal rank j's
+ * recvcounts[i]. */
+braidResult_t braidAllToAllV(const void* sendbuff, const size_t* sendcounts, const size_t* sdispls, void* recvbuff,
+                             const size_t* recvcounts, const size_t* rdispls, braidDataType_t datatype,
+                             braidComm_t comm, braidStream_t stream);
+
+/* Returns once every rank has entered the barrier. */
+braidResult_t braidBarrier(braidComm_t comm);
+
+/* Point to point. Sends and receives between a pair of ranks match in issue order and must
+ * agree on count and type. Outside a group each call blocks until its buffer may be reused;
+ * two ranks that send to each other must group their calls (braidGroupStart/End). */
+braidResult_t braidSend(const void* sendbuff, size_t count, braidDataType_t datatype, int peer, braidComm_t comm,
+                        braidStream_t stream);
+braidResult_t braidRecv(void* recvbuff, size_t count, braidDataType_t datatype, int peer, braidComm_t comm,
+                        braidStream_t stream);
+
+/* Calls between braidGroupStart and braidGroupEnd on this thread are only recorded; at the
+ * outermost braidGroupEnd the collectives run in the order issued, then all sends and
+ * receives run together, so a group in which every rank sends to and receives from any set
+ * of peers cannot deadlock. Groups nest; buffers must stay valid until braidGroupEnd
+ * returns. Errors of recorded calls are returned by braidGroupEnd. */
+braidResult_t braidGroupStart(void);
+braidResult_t braidGroupEnd(void);
+
+/* Splits `comm` as MPI_Comm_split: ranks passing the same color form *newcomm, ranked by
+ * (key, rank in comm). color BRAID_SPLIT_NOCOLOR gives *newcomm = NULL. Collective over comm. */
+#define BRAID_SPLIT_NOCOLOR (-1)
+braidResult_t braidCommSplit(braidComm_t comm, int color, int key, braidComm_t* newcomm);
+
+/* Creates a reduction op that multiplies each rank's input by *scalar (of `datatype`) and
+ * sums: PyTorch's PREMUL_SUM. Valid for that datatype on `comm` until braidRedOpDestroy. */
+braidResult_t braidRedOpCreatePreMulSum(braidRedOp_t* op, void* scalar, braidDataType_t datatype, braidComm_t comm);
+braidResult_t braidRedOpDestroy(braidRedOp_t op, braidComm_t comm);
 
 #ifdef __cplusplus
 }

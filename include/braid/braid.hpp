@@ -87,6 +87,30 @@ class Work {
   std::shared_ptr<Impl> impl_;
 };
 
+// A reduction: a ReduceOp, or a pre-multiplied sum (each rank's input times `scalar`, then
+// summed: PyTorch's PREMUL_SUM). Converts implicitly from ReduceOp.
+struct Reduction {
+  Reduction(ReduceOp o) : op(o) {}  // NOLINT: implicit on purpose
+  static Reduction preMulSum(double scalar) {
+    Reduction r(ReduceOp::kSum);
+    r.preMul = true;
+    r.scalar = scalar;
+    return r;
+  }
+  ReduceOp op;
+  bool preMul = false;
+  double scalar = 1.0;
+};
+
+// One message of a batch of point-to-point operations (Communicator::sendRecv).
+struct P2POp {
+  bool isSend = true;
+  void* buf = nullptr;  // read for a send, written for a receive
+  size_t count = 0;     // elements of `dtype`
+  DataType dtype = DataType::kUint8;
+  int peer = 0;
+};
+
 class Communicator {
  public:
   // From the launcher's environment (braidrun, torchrun, OpenMPI, Slurm), like
@@ -106,14 +130,56 @@ class Communicator {
   int rank() const;
   int size() const;
 
-  void allreduce(const void* sendbuf, void* recvbuf, size_t count, DataType dtype, ReduceOp op);
+  void allreduce(const void* sendbuf, void* recvbuf, size_t count, DataType dtype, Reduction op);
   // In place.
-  void allreduce(void* buf, size_t count, DataType dtype, ReduceOp op) { allreduce(buf, buf, count, dtype, op); }
-  Work allreduceAsync(const void* sendbuf, void* recvbuf, size_t count, DataType dtype, ReduceOp op);
+  void allreduce(void* buf, size_t count, DataType dtype, Reduction op) { allreduce(buf, buf, count, dtype, op); }
+  Work allreduceAsync(const void* sendbuf, void* recvbuf, size_t count, DataType dtype, Reduction op);
 
   void broadcast(const void* sendbuf, void* recvbuf, size_t count, DataType dtype, int root);
   void broadcast(void* buf, size_t count, DataType dtype, int root) { broadcast(buf, buf, count, dtype, root); }
   Work broadcastAsync(const void* sendbuf, void* recvbuf, size_t count, DataType dtype, int root);
+
+  // The rest of the collective set; buffer sizes and in-place rules as in braid.h.
+  void reduce(const void* sendbuf, void* recvbuf, size_t count, DataType dtype, Reduction op, int root);
+  Work reduceAsync(const void* sendbuf, void* recvbuf, size_t count, DataType dtype, Reduction op, int root);
+  void allgather(const void* sendbuf, void* recvbuf, size_t sendcount, DataType dtype);
+  Work allgatherAsync(const void* sendbuf, void* recvbuf, size_t sendcount, DataType dtype);
+  void reduceScatter(const void* sendbuf, void* recvbuf, size_t recvcount, DataType dtype, Reduction op);
+  Work reduceScatterAsync(const void* sendbuf, void* recvbuf, size_t recvcount, DataType dtype, Reduction op);
+  void alltoall(const void* sendbuf, void* recvbuf, size_t count, DataType dtype);
+  Work alltoallAsync(const void* sendbuf, void* recvbuf, size_t count, DataType dtype);
+  void gather(const void* sendbuf, void* recvbuf, size_t count, DataType dtype, int root);
+  Work gatherAsync(const void* sendbuf, void* recvbuf, size_t count, DataType dtype, int root);
+  void scatter(const void* sendbuf, void* recvbuf, size_t count, DataType dtype, int root);
+  Work scatterAsync(const void* sendbuf, void* recvbuf, size_t count, DataType dtype, int root);
+  void allgatherv(const void* sendbuf, size_t sendcount, void* recvbuf, const std::vector<size_t>& recvcounts,
+                  const std::vector<size_t>& displs, DataType dtype);
+  Work allgathervAsync(const void* sendbuf, size_t sendcount, void* recvbuf, const std::vector<size_t>& recvcounts,
+                       const std::vector<size_t>& displs, DataType dtype);
+  void reduceScatterv(const void* sendbuf, void* recvbuf, const std::vector<size_t>& recvcounts, DataType dtype,
+                      Reduction op);
+  Work reduceScattervAsync(const void* sendbuf, void* recvbuf, const std::vector<size_t>& recvcounts,
+                           DataType dtype, Reduction op);
+  void alltoallv(const void* sendbuf, const std::vector<size_t>& sendcounts, const std::vector<size_t>& sdispls,
+                 void* recvbuf, const std::vector<size_t>& recvcounts, const std::vector<size_t>& rdispls,
+                 DataType dtype);
+  Work alltoallvAsync(const void* sendbuf, const std::vector<size_t>& sendcounts, const std::vector<size_t>& sdispls,
+                      void* recvbuf, const std::vector<size_t>& recvcounts, const std::vector<size_t>& rdispls,
+                      DataType dtype);
+  void barrier();
+  Work barrierAsync();
+
+  // Point to point: sends and receives of a pair of ranks match in issue order. A batch runs
+  // all its messages together and cannot deadlock, whatever peers the ranks' batches name.
+  void send(const void* buf, size_t count, DataType dtype, int peer);
+  void recv(void* buf, size_t count, DataType dtype, int peer);
+  void sendRecv(const std::vector<P2POp>& ops);
+  Work sendRecvAsync(const std::vector<P2POp>& ops);
+
+  // MPI_Comm_split: ranks with equal `color` form a new communicator ordered by (key, rank).
+  // A negative color returns an invalid Communicator (valid() == false). Collective.
+  Communicator split(int color, int key);
+  bool valid() const { return impl_ != nullptr; }
 
   // Fails pending operations here and on every other rank; the communicator is unusable after.
   void abort();

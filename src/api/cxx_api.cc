@@ -138,22 +138,24 @@ Communicator Communicator::fromUniqueId(const braidUniqueId& id, int rank, int s
 int Communicator::rank() const { return impl_->session->comm().rank(); }
 int Communicator::size() const { return impl_->session->comm().size(); }
 
-void Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count, DataType dtype, ReduceOp op) {
+void Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count, DataType dtype, Reduction op) {
   api::Session& s = *impl_->session;
-  check(s.validate("allreduce", sendbuf, recvbuf, count, static_cast<int>(dtype), static_cast<int>(op), 0, true,
+  check(s.validate("allreduce", sendbuf, recvbuf, count, static_cast<int>(dtype), static_cast<int>(op.op), 0, true,
                    false, nullptr));
-  check(s.comm().run(makeRequest(algorithms::Collective::kAllReduce, sendbuf, recvbuf, count, dtype,
-                                 static_cast<int>(op), 0),
-                     sendbuf, recvbuf));
+  auto req = makeRequest(algorithms::Collective::kAllReduce, sendbuf, recvbuf, count, dtype, static_cast<int>(op.op), 0);
+  req.preMul = op.preMul;
+  req.preMulScalar = op.scalar;
+  check(s.comm().run(req, sendbuf, recvbuf));
 }
 
-Work Communicator::allreduceAsync(const void* sendbuf, void* recvbuf, size_t count, DataType dtype, ReduceOp op) {
+Work Communicator::allreduceAsync(const void* sendbuf, void* recvbuf, size_t count, DataType dtype, Reduction op) {
   api::Session& s = *impl_->session;
-  check(s.validate("allreduceAsync", sendbuf, recvbuf, count, static_cast<int>(dtype), static_cast<int>(op), 0, true,
-                   false, nullptr));
-  auto op_ = s.comm().submit(makeRequest(algorithms::Collective::kAllReduce, sendbuf, recvbuf, count, dtype,
-                                         static_cast<int>(op), 0),
-                             sendbuf, recvbuf);
+  check(s.validate("allreduceAsync", sendbuf, recvbuf, count, static_cast<int>(dtype), static_cast<int>(op.op), 0,
+                   true, false, nullptr));
+  auto req = makeRequest(algorithms::Collective::kAllReduce, sendbuf, recvbuf, count, dtype, static_cast<int>(op.op), 0);
+  req.preMul = op.preMul;
+  req.preMulScalar = op.scalar;
+  auto op_ = s.comm().submit(req, sendbuf, recvbuf);
   if (!op_.isOk()) throwStatus(op_.status());
   Work w;
   w.impl_ = std::make_shared<Work::Impl>(Work::Impl{op_.value(), "allreduce"});

@@ -56,6 +56,26 @@ size_t sum(const std::vector<size_t>& v) {
 }
 }  // namespace
 
+size_t requestBytes(const Request& req, int nranks) {
+  const size_t es = dataTypeSize(req.dtype);
+  const size_t n = static_cast<size_t>(nranks);
+  switch (req.coll) {
+    case Collective::kAllReduce: case Collective::kBroadcast: case Collective::kReduce: return req.count * es;
+    case Collective::kAllGather: case Collective::kReduceScatter: case Collective::kAllToAll:
+    case Collective::kGather: case Collective::kScatter:
+      return n * req.count * es;
+    case Collective::kAllGatherV: case Collective::kReduceScatterV: return sum(req.counts) * es;
+    case Collective::kAllToAllV: return std::max(sum(req.counts), sum(req.sendCounts)) * es;
+    case Collective::kBarrier: return 0;
+    case Collective::kSendRecv: {
+      size_t b = 0;
+      for (const P2POp& m : req.p2p) b += m.count * es;
+      return b;
+    }
+  }
+  return 0;
+}
+
 size_t inputElems(const Request& req, int rank, int nranks) {
   const size_t n = static_cast<size_t>(nranks);
   switch (req.coll) {

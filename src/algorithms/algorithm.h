@@ -70,6 +70,11 @@ struct Request {
   double preMulScalar = 1.0;
 };
 
+// The size of a call as the perf tools' size column counts it (allreduce/broadcast/reduce:
+// count; allgather/reduce_scatter/alltoall/gather/scatter: nranks*count; v-variants: the
+// total), in bytes. BRAID_ALGO ranges and the planner's tables use it.
+size_t requestBytes(const Request& req, int nranks);
+
 // Bytes of the input and output buffers `req` reads and writes on `rank` (see Request).
 size_t inputElems(const Request& req, int rank, int nranks);
 size_t outputElems(const Request& req, int rank, int nranks);

@@ -183,6 +183,11 @@ Status Communicator::init() {
       nonce_ = std::strtoull(v.c_str(), nullptr, 10);
     }
   }
+  {
+    auto rules = plan::parseAlgoOverride(cfg.algo);
+    if (!rules.isOk()) return rules.status();
+    algoRules_ = std::move(rules).value();
+  }
   numaNode_ = cfg.bind ? topology::Placement::local().numaNodeOfCaller() : -1;
   BRAID_RETURN_IF_ERROR(exchangePeers());
   BRAID_RETURN_IF_ERROR(loadTopology());
@@ -446,7 +451,7 @@ StatusOr<std::shared_ptr<Op>> Communicator::prepareScheduled(std::shared_ptr<Op>
                                                              const void* input, void* output,
                                                              std::vector<void*> extra) {
   if (!cachedSchedule_ || !sameRequest(req, cachedReq_)) {
-    BRAID_ASSIGN_OR_RETURN(exec::Schedule sched, plan::planCollective(req, layout_));
+    BRAID_ASSIGN_OR_RETURN(exec::Schedule sched, plan::planCollective(req, layout_, &algoRules_));
     if (sched.channels.empty()) return internalError("planner returned a schedule without channels");
     if (sched.connectionSet == 1 && sched.channels.size() != 1)
       return internalError(sched.algorithm + ": a mesh schedule must have one channel");

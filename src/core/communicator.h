@@ -23,6 +23,7 @@
 #include "common/status.h"
 #include "core/config.h"
 #include "exec/executor.h"
+#include "plan/algo_override.h"
 #include "topology/graph.h"
 #include "transports/transport.h"
 
@@ -150,6 +151,7 @@ class Communicator {
   std::vector<std::unique_ptr<transport::Transport>> meshTransports_;
   exec::ChannelLinks meshLinks_;                           // every peer, small slots
   algorithms::Layout layout_;
+  std::vector<plan::AlgoRule> algoRules_;  // BRAID_ALGO
   std::vector<int> peerPidFds_;  // per rank, -1 where not watched
   std::unique_ptr<topology::Graph> topology_;  // only when BRAID_TOPO_FILE/_DUMP_FILE ask for it
 

@@ -21,6 +21,7 @@ const std::vector<ConfigEntry>& configTable() {
       {"BRAID_HOST_ID", "string", "", "host identity used to group ranks (default hostname + boot id)"},
       {"BRAID_TOPO_FILE", "string", "", "topology to use instead of discovery: hwloc XML, NCCL topology XML or braid JSON"},
       {"BRAID_TOPO_DUMP_FILE", "string", "", "write the topology this host's ranks see to this JSON file (local rank 0 writes it)"},
+      {"BRAID_ALGO", "string", "", "algorithm overrides, e.g. allreduce:0-64K:tree,64K-inf:ring;broadcast:chain"},
       {"BRAID_DEBUG", "string", "", "log level: WARN, INFO or TRACE"},
       {"BRAID_DEBUG_FILE", "string", "", "log to this file instead of stderr (%h host, %p pid)"},
       {"BRAID_SIMD", "string", "", "cap the reduction kernels' instruction set: scalar, avx2 or avx512"},
@@ -111,6 +112,7 @@ StatusOr<Config> Config::fromEnv(const std::function<const char*(const char*)>& 
   if (const char* v = get("BRAID_HOST_ID")) c.hostId = v;
   if (const char* v = get("BRAID_TOPO_FILE")) c.topoFile = v;
   if (const char* v = get("BRAID_TOPO_DUMP_FILE")) c.topoDumpFile = v;
+  if (const char* v = get("BRAID_ALGO")) c.algo = v;
   return c;
 }
 

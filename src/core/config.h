@@ -35,6 +35,7 @@ struct Config {
   std::string hostId;         // "" = hostname + boot id
   std::string topoFile;       // load the topology from this file instead of discovering it
   std::string topoDumpFile;   // write the topology braid sees to this JSON file
+  std::string algo;           // BRAID_ALGO overrides (plan/algo_override.h)
 
   // Reads every knob through `get` (getenv by default). A malformed value is
   // kInvalidArgument naming the variable and the value.

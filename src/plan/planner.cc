@@ -37,7 +37,12 @@ algorithms::Layout layoutFor(const World& world) {
   return l;
 }
 
-StatusOr<exec::Schedule> planCollective(const algorithms::Request& req, const algorithms::Layout& layout) {
+StatusOr<exec::Schedule> planCollective(const algorithms::Request& req, const algorithms::Layout& layout,
+                                        const std::vector<AlgoRule>* rules) {
+  if (rules) {
+    if (const AlgoRule* r = findRule(*rules, req.coll, algorithms::requestBytes(req, layout.nranks)))
+      return r->algo->build(req, layout);
+  }
   switch (req.coll) {
     case algorithms::Collective::kAllReduce:
       // Small messages are latency-bound: log2(n) hops beat the ring's 2(n-1).

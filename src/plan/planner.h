@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "algorithms/algorithm.h"
+#include "plan/algo_override.h"
 #include "common/status.h"
 #include "exec/schedule.h"
 
@@ -30,7 +31,8 @@ std::vector<int> hostContiguousRing(const std::vector<std::string>& hostIds);
 // The per-channel rings for `world`.
 algorithms::Layout layoutFor(const World& world);
 
-// Builds this rank's Schedule for `req`.
-StatusOr<exec::Schedule> planCollective(const algorithms::Request& req, const algorithms::Layout& layout);
+// Builds this rank's Schedule for `req`; a BRAID_ALGO rule in `rules` that matches wins.
+StatusOr<exec::Schedule> planCollective(const algorithms::Request& req, const algorithms::Layout& layout,
+                                        const std::vector<AlgoRule>* rules = nullptr);
 
 }  // namespace braid::plan

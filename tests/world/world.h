@@ -21,6 +21,7 @@ struct WorldOptions {
   int nslots = 4;
   double timeoutSec = 60;
   std::string transport = "loopback";
+  std::string algo;  // BRAID_ALGO, to force an algorithm
 };
 
 // Runs `body(comm)` on every rank, each in its own thread, and returns the first failure
@@ -37,6 +38,7 @@ inline Status runWorld(const WorldOptions& o, const std::function<void(core::Com
       opts.config.nslots = o.nslots;
       opts.config.timeoutSec = o.timeoutSec;
       opts.config.transport = o.transport;
+      opts.config.algo = o.algo;
       opts.config.bind = false;
       opts.nonce = 0x5eed0000u + static_cast<uint64_t>(o.nranks);
       auto comm = core::Communicator::create(store, r, o.nranks, opts);

@@ -56,6 +56,10 @@ struct Step {
 // while consecutive rounds pipeline through the FIFOs. Both ends of every connection must
 // compute the same parts, so algorithms set `rounds` from global quantities only.
 //
+// Parts are cut per step, from that step's own length: a step that reads what an earlier
+// step of a different length wrote in the same phase would read elements not yet written
+// in this round. Such dependent steps belong in separate phases.
+//
 // A plan may instead be cut into phases, each a run of consecutive steps with its own round
 // count, run to completion one after the other. A tree uses two: the reduction flows up in
 // its rounds, pipelined, and only then the result flows down in its own.

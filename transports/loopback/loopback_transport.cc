@@ -29,7 +29,9 @@ class LoopbackTransport : public Transport {
   const char* name() const override { return "loopback"; }
 
   int canConnect(const PeerInfo& local, const PeerInfo& remote) const override {
-    return local.pid == remote.pid && local.nonce == remote.nonce && local.hostId == remote.hostId ? 100 : 0;
+    // Same process and session is all a loopback FIFO needs; the host id may differ when a
+    // test world pretends to span several hosts.
+    return local.pid == remote.pid && local.nonce == remote.nonce ? 100 : 0;
   }
 
   StatusOr<std::unique_ptr<Connection>> createRecv(int peer, int channel, std::string* blob) override {

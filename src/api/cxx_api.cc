@@ -73,16 +73,47 @@ class StoreAdapter : public bootstrap::Store {
   std::shared_ptr<braid::Store> s_;
 };
 
-algorithms::Request makeRequest(algorithms::Collective coll, const void* send, const void* recv, size_t count,
-                                DataType dt, int op, int root) {
-  algorithms::Request r;
-  r.coll = coll;
-  r.count = count;
-  r.dtype = static_cast<braid::DataType>(static_cast<int>(dt));
-  r.op = static_cast<braid::ReduceOp>(op);
-  r.root = root;
-  r.inPlace = send == recv;
-  return r;
+api::CallArgs callArgs(algorithms::Collective coll, const char* fn, const void* send, void* recv, size_t count,
+                       DataType dt) {
+  api::CallArgs a;
+  a.coll = coll;
+  a.fn = fn;
+  a.send = send;
+  a.recv = recv;
+  a.count = count;
+  a.dtype = static_cast<int>(dt);
+  return a;
+}
+
+api::CallArgs withOp(api::CallArgs a, const Reduction& op) {
+  a.op = static_cast<int>(op.op);
+  a.cxxPreMul = op.preMul;
+  a.cxxScalar = op.scalar;
+  return a;
+}
+
+api::CallArgs withRoot(api::CallArgs a, int root) {
+  a.root = root;
+  return a;
+}
+
+api::Call prepared(api::Session& s, const api::CallArgs& a) {
+  auto call = s.prepare(a);
+  if (!call.isOk()) throwStatus(call.status());
+  return std::move(call).value();
+}
+
+std::vector<api::P2PMessage> preparedP2P(api::Session& s, const std::vector<P2POp>& ops) {
+  std::vector<api::P2PMessage> msgs;
+  msgs.reserve(ops.size());
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const P2POp& o = ops[i];
+    const std::string fn = "sendRecv (ops[" + std::to_string(i) + "])";
+    auto m = s.prepareP2P(fn.c_str(), o.isSend, o.buf, o.count, static_cast<int>(o.dtype), o.peer, nullptr);
+    if (!m.isOk()) throwStatus(m.status());
+    msgs.push_back(m.value());
+  }
+  return msgs;
 }
 
 }  // namespace
@@ -135,52 +166,244 @@ Communicator Communicator::fromUniqueId(const braidUniqueId& id, int rank, int s
   return Communicator(std::unique_ptr<Impl>(fromSession(api::Session::fromUniqueId(id, size, rank))));
 }
 
-int Communicator::rank() const { return impl_->session->comm().rank(); }
-int Communicator::size() const { return impl_->session->comm().size(); }
+namespace {
 
-void Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count, DataType dtype, Reduction op) {
-  api::Session& s = *impl_->session;
-  check(s.validate("allreduce", sendbuf, recvbuf, count, static_cast<int>(dtype), static_cast<int>(op.op), 0, true,
-                   false, nullptr));
-  auto req = makeRequest(algorithms::Collective::kAllReduce, sendbuf, recvbuf, count, dtype, static_cast<int>(op.op), 0);
-  req.preMul = op.preMul;
-  req.preMulScalar = op.scalar;
-  check(s.comm().run(req, sendbuf, recvbuf));
+// The session behind a communicator; an invalid one (from split with a negative color)
+// has none, and every call on it is a usage error.
+api::Session& sessionOf(const std::unique_ptr<Communicator::Impl>& impl, const char* fn) {
+  if (!impl) throw InvalidArgument(std::string(fn) + ": the Communicator is not valid (a split with a negative color)");
+  return *impl->session;
 }
 
+void runCall(api::Session& s, const api::CallArgs& a) { check(s.run(prepared(s, a))); }
+
+std::shared_ptr<Work::Impl> submitCall(api::Session& s, api::Call call, const char* name) {
+  auto op = s.submit(std::move(call));
+  if (!op.isOk()) throwStatus(op.status());
+  return std::make_shared<Work::Impl>(Work::Impl{op.value(), name});
+}
+
+}  // namespace
+
+int Communicator::rank() const { return sessionOf(impl_, "rank").comm().rank(); }
+int Communicator::size() const { return sessionOf(impl_, "size").comm().size(); }
+
+// Each blocking call and its Async twin share the argument checks; the Async one returns a
+// Work whose Op keeps whatever the core allocated for the call (scaled copies, scratch).
+#define BRAID_ASYNC(fn, args)                              \
+  api::Session& s = sessionOf(impl_, fn);                  \
+  Work w;                                                  \
+  w.impl_ = submitCall(s, prepared(s, args), fn);          \
+  return w
+
+void Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count, DataType dtype, Reduction op) {
+  runCall(sessionOf(impl_, "allreduce"),
+          withOp(callArgs(algorithms::Collective::kAllReduce, "allreduce", sendbuf, recvbuf, count, dtype), op));
+}
 Work Communicator::allreduceAsync(const void* sendbuf, void* recvbuf, size_t count, DataType dtype, Reduction op) {
-  api::Session& s = *impl_->session;
-  check(s.validate("allreduceAsync", sendbuf, recvbuf, count, static_cast<int>(dtype), static_cast<int>(op.op), 0,
-                   true, false, nullptr));
-  auto req = makeRequest(algorithms::Collective::kAllReduce, sendbuf, recvbuf, count, dtype, static_cast<int>(op.op), 0);
-  req.preMul = op.preMul;
-  req.preMulScalar = op.scalar;
-  auto op_ = s.comm().submit(req, sendbuf, recvbuf);
-  if (!op_.isOk()) throwStatus(op_.status());
-  Work w;
-  w.impl_ = std::make_shared<Work::Impl>(Work::Impl{op_.value(), "allreduce"});
-  return w;
+  BRAID_ASYNC("allreduce",
+              withOp(callArgs(algorithms::Collective::kAllReduce, "allreduce", sendbuf, recvbuf, count, dtype), op));
 }
 
 void Communicator::broadcast(const void* sendbuf, void* recvbuf, size_t count, DataType dtype, int root) {
-  api::Session& s = *impl_->session;
-  check(s.validate("broadcast", sendbuf, recvbuf, count, static_cast<int>(dtype), 0, root, false, true, nullptr));
-  const void* in = s.comm().rank() == root ? sendbuf : recvbuf;
-  check(s.comm().run(makeRequest(algorithms::Collective::kBroadcast, in, recvbuf, count, dtype, 0, root), in, recvbuf));
+  runCall(sessionOf(impl_, "broadcast"),
+          withRoot(callArgs(algorithms::Collective::kBroadcast, "broadcast", sendbuf, recvbuf, count, dtype), root));
+}
+Work Communicator::broadcastAsync(const void* sendbuf, void* recvbuf, size_t count, DataType dtype, int root) {
+  BRAID_ASYNC("broadcast",
+              withRoot(callArgs(algorithms::Collective::kBroadcast, "broadcast", sendbuf, recvbuf, count, dtype), root));
 }
 
-Work Communicator::broadcastAsync(const void* sendbuf, void* recvbuf, size_t count, DataType dtype, int root) {
-  api::Session& s = *impl_->session;
-  check(s.validate("broadcastAsync", sendbuf, recvbuf, count, static_cast<int>(dtype), 0, root, false, true, nullptr));
-  const void* in = s.comm().rank() == root ? sendbuf : recvbuf;
-  auto op_ = s.comm().submit(makeRequest(algorithms::Collective::kBroadcast, in, recvbuf, count, dtype, 0, root), in,
-                             recvbuf);
-  if (!op_.isOk()) throwStatus(op_.status());
+void Communicator::reduce(const void* sendbuf, void* recvbuf, size_t count, DataType dtype, Reduction op, int root) {
+  runCall(sessionOf(impl_, "reduce"),
+          withRoot(withOp(callArgs(algorithms::Collective::kReduce, "reduce", sendbuf, recvbuf, count, dtype), op),
+                   root));
+}
+Work Communicator::reduceAsync(const void* sendbuf, void* recvbuf, size_t count, DataType dtype, Reduction op,
+                               int root) {
+  BRAID_ASYNC("reduce",
+              withRoot(withOp(callArgs(algorithms::Collective::kReduce, "reduce", sendbuf, recvbuf, count, dtype), op),
+                       root));
+}
+
+namespace {
+api::CallArgs allgatherArgs(const void* sendbuf, void* recvbuf, size_t sendcount, DataType dtype) {
+  api::CallArgs a = callArgs(algorithms::Collective::kAllGather, "allgather", sendbuf, recvbuf, sendcount, dtype);
+  a.countName = "sendcount";
+  return a;
+}
+api::CallArgs reduceScatterArgs(const void* sendbuf, void* recvbuf, size_t recvcount, DataType dtype,
+                                const Reduction& op) {
+  api::CallArgs a = withOp(
+      callArgs(algorithms::Collective::kReduceScatter, "reduceScatter", sendbuf, recvbuf, recvcount, dtype), op);
+  a.countName = "recvcount";
+  return a;
+}
+// The vectors must hold one entry per rank; they are read during the call only (the core
+// copies them into its request).
+void checkRankVector(const std::vector<size_t>& v, const char* fn, const char* name, int nranks) {
+  if (v.size() != static_cast<size_t>(nranks))
+    throw InvalidArgument(std::string(fn) + ": " + name + " has " + std::to_string(v.size()) +
+                          " entries, not one per rank (" + std::to_string(nranks) + ")");
+}
+api::CallArgs allgathervArgs(api::Session& s, const void* sendbuf, size_t sendcount, void* recvbuf,
+                             const std::vector<size_t>& recvcounts, const std::vector<size_t>& displs,
+                             DataType dtype) {
+  checkRankVector(recvcounts, "allgatherv", "recvcounts", s.comm().size());
+  checkRankVector(displs, "allgatherv", "displs", s.comm().size());
+  api::CallArgs a = callArgs(algorithms::Collective::kAllGatherV, "allgatherv", sendbuf, recvbuf, sendcount, dtype);
+  a.countName = "sendcount";
+  a.recvCounts = recvcounts.data();
+  a.recvDispls = displs.data();
+  return a;
+}
+api::CallArgs reduceScattervArgs(api::Session& s, const void* sendbuf, void* recvbuf,
+                                 const std::vector<size_t>& recvcounts, DataType dtype, const Reduction& op) {
+  checkRankVector(recvcounts, "reduceScatterv", "recvcounts", s.comm().size());
+  api::CallArgs a =
+      withOp(callArgs(algorithms::Collective::kReduceScatterV, "reduceScatterv", sendbuf, recvbuf, 0, dtype), op);
+  a.countName = "recvcounts";
+  a.recvCounts = recvcounts.data();
+  return a;
+}
+api::CallArgs alltoallvArgs(api::Session& s, const void* sendbuf, const std::vector<size_t>& sendcounts,
+                            const std::vector<size_t>& sdispls, void* recvbuf, const std::vector<size_t>& recvcounts,
+                            const std::vector<size_t>& rdispls, DataType dtype) {
+  const int n = s.comm().size();
+  checkRankVector(sendcounts, "alltoallv", "sendcounts", n);
+  checkRankVector(sdispls, "alltoallv", "sdispls", n);
+  checkRankVector(recvcounts, "alltoallv", "recvcounts", n);
+  checkRankVector(rdispls, "alltoallv", "rdispls", n);
+  api::CallArgs a = callArgs(algorithms::Collective::kAllToAllV, "alltoallv", sendbuf, recvbuf, 0, dtype);
+  a.sendCounts = sendcounts.data();
+  a.sendDispls = sdispls.data();
+  a.recvCounts = recvcounts.data();
+  a.recvDispls = rdispls.data();
+  return a;
+}
+}  // namespace
+
+void Communicator::allgather(const void* sendbuf, void* recvbuf, size_t sendcount, DataType dtype) {
+  runCall(sessionOf(impl_, "allgather"), allgatherArgs(sendbuf, recvbuf, sendcount, dtype));
+}
+Work Communicator::allgatherAsync(const void* sendbuf, void* recvbuf, size_t sendcount, DataType dtype) {
+  BRAID_ASYNC("allgather", allgatherArgs(sendbuf, recvbuf, sendcount, dtype));
+}
+
+void Communicator::reduceScatter(const void* sendbuf, void* recvbuf, size_t recvcount, DataType dtype, Reduction op) {
+  runCall(sessionOf(impl_, "reduceScatter"), reduceScatterArgs(sendbuf, recvbuf, recvcount, dtype, op));
+}
+Work Communicator::reduceScatterAsync(const void* sendbuf, void* recvbuf, size_t recvcount, DataType dtype,
+                                      Reduction op) {
+  BRAID_ASYNC("reduceScatter", reduceScatterArgs(sendbuf, recvbuf, recvcount, dtype, op));
+}
+
+void Communicator::alltoall(const void* sendbuf, void* recvbuf, size_t count, DataType dtype) {
+  runCall(sessionOf(impl_, "alltoall"),
+          callArgs(algorithms::Collective::kAllToAll, "alltoall", sendbuf, recvbuf, count, dtype));
+}
+Work Communicator::alltoallAsync(const void* sendbuf, void* recvbuf, size_t count, DataType dtype) {
+  BRAID_ASYNC("alltoall", callArgs(algorithms::Collective::kAllToAll, "alltoall", sendbuf, recvbuf, count, dtype));
+}
+
+void Communicator::gather(const void* sendbuf, void* recvbuf, size_t count, DataType dtype, int root) {
+  runCall(sessionOf(impl_, "gather"),
+          withRoot(callArgs(algorithms::Collective::kGather, "gather", sendbuf, recvbuf, count, dtype), root));
+}
+Work Communicator::gatherAsync(const void* sendbuf, void* recvbuf, size_t count, DataType dtype, int root) {
+  BRAID_ASYNC("gather", withRoot(callArgs(algorithms::Collective::kGather, "gather", sendbuf, recvbuf, count, dtype),
+                                 root));
+}
+
+void Communicator::scatter(const void* sendbuf, void* recvbuf, size_t count, DataType dtype, int root) {
+  runCall(sessionOf(impl_, "scatter"),
+          withRoot(callArgs(algorithms::Collective::kScatter, "scatter", sendbuf, recvbuf, count, dtype), root));
+}
+Work Communicator::scatterAsync(const void* sendbuf, void* recvbuf, size_t count, DataType dtype, int root) {
+  BRAID_ASYNC("scatter",
+              withRoot(callArgs(algorithms::Collective::kScatter, "scatter", sendbuf, recvbuf, count, dtype), root));
+}
+
+void Communicator::allgatherv(const void* sendbuf, size_t sendcount, void* recvbuf,
+                              const std::vector<size_t>& recvcounts, const std::vector<size_t>& displs,
+                              DataType dtype) {
+  api::Session& s = sessionOf(impl_, "allgatherv");
+  runCall(s, allgathervArgs(s, sendbuf, sendcount, recvbuf, recvcounts, displs, dtype));
+}
+Work Communicator::allgathervAsync(const void* sendbuf, size_t sendcount, void* recvbuf,
+                                   const std::vector<size_t>& recvcounts, const std::vector<size_t>& displs,
+                                   DataType dtype) {
+  BRAID_ASYNC("allgatherv", allgathervArgs(s, sendbuf, sendcount, recvbuf, recvcounts, displs, dtype));
+}
+
+void Communicator::reduceScatterv(const void* sendbuf, void* recvbuf, const std::vector<size_t>& recvcounts,
+                                  DataType dtype, Reduction op) {
+  api::Session& s = sessionOf(impl_, "reduceScatterv");
+  runCall(s, reduceScattervArgs(s, sendbuf, recvbuf, recvcounts, dtype, op));
+}
+Work Communicator::reduceScattervAsync(const void* sendbuf, void* recvbuf, const std::vector<size_t>& recvcounts,
+                                       DataType dtype, Reduction op) {
+  BRAID_ASYNC("reduceScatterv", reduceScattervArgs(s, sendbuf, recvbuf, recvcounts, dtype, op));
+}
+
+void Communicator::alltoallv(const void* sendbuf, const std::vector<size_t>& sendcounts,
+                             const std::vector<size_t>& sdispls, void* recvbuf, const std::vector<size_t>& recvcounts,
+                             const std::vector<size_t>& rdispls, DataType dtype) {
+  api::Session& s = sessionOf(impl_, "alltoallv");
+  runCall(s, alltoallvArgs(s, sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls, dtype));
+}
+Work Communicator::alltoallvAsync(const void* sendbuf, const std::vector<size_t>& sendcounts,
+                                  const std::vector<size_t>& sdispls, void* recvbuf,
+                                  const std::vector<size_t>& recvcounts, const std::vector<size_t>& rdispls,
+                                  DataType dtype) {
+  BRAID_ASYNC("alltoallv", alltoallvArgs(s, sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls, dtype));
+}
+
+void Communicator::barrier() {
+  runCall(sessionOf(impl_, "barrier"),
+          callArgs(algorithms::Collective::kBarrier, "barrier", nullptr, nullptr, 0, DataType::kUint8));
+}
+Work Communicator::barrierAsync() {
+  BRAID_ASYNC("barrier", callArgs(algorithms::Collective::kBarrier, "barrier", nullptr, nullptr, 0, DataType::kUint8));
+}
+
+void Communicator::send(const void* buf, size_t count, DataType dtype, int peer) {
+  api::Session& s = sessionOf(impl_, "send");
+  auto m = s.prepareP2P("send", true, buf, count, static_cast<int>(dtype), peer, nullptr);
+  if (!m.isOk()) throwStatus(m.status());
+  check(s.run(api::Session::p2pCall({m.value()}, "send")));
+}
+
+void Communicator::recv(void* buf, size_t count, DataType dtype, int peer) {
+  api::Session& s = sessionOf(impl_, "recv");
+  auto m = s.prepareP2P("recv", false, buf, count, static_cast<int>(dtype), peer, nullptr);
+  if (!m.isOk()) throwStatus(m.status());
+  check(s.run(api::Session::p2pCall({m.value()}, "recv")));
+}
+
+void Communicator::sendRecv(const std::vector<P2POp>& ops) {
+  api::Session& s = sessionOf(impl_, "sendRecv");
+  check(s.run(api::Session::p2pCall(preparedP2P(s, ops), "sendRecv")));
+}
+
+Work Communicator::sendRecvAsync(const std::vector<P2POp>& ops) {
+  api::Session& s = sessionOf(impl_, "sendRecvAsync");
   Work w;
-  w.impl_ = std::make_shared<Work::Impl>(Work::Impl{op_.value(), "broadcast"});
+  w.impl_ = submitCall(s, api::Session::p2pCall(preparedP2P(s, ops), "sendRecv"), "sendRecv");
   return w;
 }
 
-void Communicator::abort() { impl_->session->abort(); }
+#undef BRAID_ASYNC
+
+Communicator Communicator::split(int color, int key) {
+  auto child = sessionOf(impl_, "split").split("split", color, key);
+  if (!child.isOk()) throwStatus(child.status());
+  if (!child.value()) return Communicator(std::unique_ptr<Impl>());
+  auto impl = std::make_unique<Impl>();
+  impl->session = std::move(child).value();
+  return Communicator(std::move(impl));
+}
+
+void Communicator::abort() { sessionOf(impl_, "abort").abort(); }
 
 }  // namespace braid

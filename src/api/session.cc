@@ -7,8 +7,11 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <vector>
 
@@ -16,6 +19,7 @@
 #include "bootstrap/tcp_store.h"
 #include "bootstrap/unique_id.h"
 #include "common/log.h"
+#include "reduce/reduce.h"
 
 namespace braid::api {
 
@@ -77,35 +81,40 @@ Status createUniqueId(braidUniqueId* id) {
 }
 
 Session::~Session() {
-  if (!comm_) return;
-  int rank = comm_->rank();
-  int nranks = comm_->size();
-  bool broken = !comm_->brokenStatus().isOk();
+  const bool broken = comm_ && !comm_->brokenStatus().isOk();
   comm_.reset();
-  if (store_) {
-    // The rank serving the store keeps it up until every rank has left, so that a slower
-    // rank's last operation never mistakes the store's shutdown for a failure.
-    (void)store_->add(keyPrefix_ + "/left", 1);
-    if (server_ && nranks > 1) {
-      double timeout = broken ? 2.0 : 30.0;
-      Deadline d = Deadline::after(timeout);
+  if (store_ && counted_) {
+    // The process serving the store keeps it up until every session of the job (children
+    // of splits included) has left, so that a slower rank's last operation never mistakes
+    // the store's shutdown for a failure. Only the last session here holding the server
+    // waits: the others leave it running.
+    (void)store_->add(rootPrefix_ + "/live", -1);
+    if (server_ && server_.use_count() == 1) {
+      Deadline d = Deadline::after(broken ? 2.0 : 30.0);
       while (!d.expired()) {
-        auto v = store_->add(keyPrefix_ + "/left", 0);
-        if (!v.isOk() || v.value() >= nranks) break;
+        auto v = store_->add(rootPrefix_ + "/live", 0);
+        if (!v.isOk() || v.value() <= 0) break;
         usleep(2000);
       }
     }
-    (void)rank;
   }
   store_.reset();
   server_.reset();
+}
+
+void Session::countLive(int delta) {
+  // Best effort: a store that fails here fails the rendezvous right after, with a message.
+  if (store_ && store_->add(rootPrefix_ + "/live", delta).isOk()) counted_ = delta > 0;
 }
 
 StatusOr<std::unique_ptr<Session>> Session::join(std::shared_ptr<bootstrap::Store> store, int rank, int nranks,
                                                  core::CommOptions opts) {
   std::unique_ptr<Session> s(new Session());
   s->store_ = store;
-  s->keyPrefix_ = opts.keyPrefix;
+  s->rootPrefix_ = opts.keyPrefix;
+  // Counted before joining: the store's owner finishes joining only after every rank has
+  // started to, so by then every rank's count is in.
+  s->countLive(+1);
   BRAID_ASSIGN_OR_RETURN(s->comm_, core::Communicator::create(std::move(store), rank, nranks, std::move(opts)));
   return s;
 }
@@ -154,32 +163,365 @@ StatusOr<std::unique_ptr<Session>> Session::fromStore(std::shared_ptr<bootstrap:
   return join(std::move(store), rank, nranks, std::move(opts));
 }
 
-Status Session::validate(const char* opName, const void* sendbuff, const void* recvbuff, size_t count, int datatype,
-                         int op, int root, bool hasOp, bool hasRoot, braidStream_t stream) const {
+namespace {
+
+using algorithms::Collective;
+
+std::string num(size_t v) { return std::to_string(v); }
+
+bool mulOverflows(size_t a, size_t b, size_t* out) { return __builtin_mul_overflow(a, b, out); }
+bool addOverflows(size_t a, size_t b, size_t* out) { return __builtin_add_overflow(a, b, out); }
+
+// The scalar a pre-multiplied sum was created with, read as `dt`.
+double scalarValue(const void* p, DataType dt) {
+  switch (dt) {
+    case DataType::kInt8: { int8_t v; std::memcpy(&v, p, 1); return v; }
+    case DataType::kUint8: { uint8_t v; std::memcpy(&v, p, 1); return v; }
+    case DataType::kInt32: { int32_t v; std::memcpy(&v, p, 4); return v; }
+    case DataType::kUint32: { uint32_t v; std::memcpy(&v, p, 4); return v; }
+    case DataType::kInt64: { int64_t v; std::memcpy(&v, p, 8); return static_cast<double>(v); }
+    case DataType::kUint64: { uint64_t v; std::memcpy(&v, p, 8); return static_cast<double>(v); }
+    case DataType::kFloat16: { uint16_t v; std::memcpy(&v, p, 2); return reduce::halfToFloat(v); }
+    case DataType::kBFloat16: { uint16_t v; std::memcpy(&v, p, 2); return reduce::bfloat16ToFloat(v); }
+    case DataType::kFloat32: { float v; std::memcpy(&v, p, 4); return v; }
+    case DataType::kFloat64: { double v; std::memcpy(&v, p, 8); return v; }
+  }
+  return 0;
+}
+
+const char* opText(int op) {
+  return op >= 0 && op < kNumReduceOps ? reduceOpName(static_cast<ReduceOp>(op)) : "?";
+}
+
+// The in-place rule of each collective, for messages: which pointer relation makes a call
+// in place (NCCL's conventions, see the Request comment in algorithms/algorithm.h).
+const char* inPlaceRule(Collective c) {
+  switch (c) {
+    case Collective::kAllGather: return "in place needs sendbuff == recvbuff + rank*sendcount";
+    case Collective::kReduceScatter: return "in place needs recvbuff == sendbuff + rank*recvcount";
+    case Collective::kGather: return "in place needs sendbuff == recvbuff + root*count at the root";
+    case Collective::kScatter: return "in place needs recvbuff == sendbuff + root*count at the root";
+    case Collective::kAllGatherV: return "in place needs sendbuff == recvbuff + displs[rank]";
+    case Collective::kReduceScatterV:
+      return "in place needs recvbuff == sendbuff + the sum of recvcounts before this rank";
+    case Collective::kAllToAllV: return "alltoallv has no in-place form";
+    default: return "in place needs sendbuff == recvbuff";
+  }
+}
+
+}  // namespace
+
+Status Session::resolveOp(const CallArgs& a, algorithms::Request* req, const std::string& where) const {
+  const DataType dt = static_cast<DataType>(a.dtype);
+  if (a.cxxPreMul) {
+    req->op = ReduceOp::kSum;
+    req->preMul = true;
+    req->preMulScalar = a.cxxScalar;
+    return Status::ok();
+  }
+  if (validReduceOp(a.op)) {
+    const ReduceOp op = static_cast<ReduceOp>(a.op);
+    if (isBitwiseOp(op) && isFloatType(dt))
+      return invalidArgument(where + "op=" + reduceOpName(op) + " is bitwise, for integer types only, and datatype=" +
+                             dataTypeName(dt) + " is a floating-point type");
+    req->op = op;
+    return Status::ok();
+  }
+  if (a.op >= kNumReduceOps) {
+    std::lock_guard<std::mutex> lock(preMulMu_);
+    auto it = preMuls_.find(a.op);
+    if (it != preMuls_.end()) {
+      const PreMul& p = it->second;
+      if (!p.live) return invalidArgument(where + "op=" + std::to_string(a.op) + " was destroyed by braidRedOpDestroy");
+      if (p.dtype != dt)
+        return invalidArgument(where + "op=" + std::to_string(a.op) + " is a pre-multiplied sum created for datatype=" +
+                               dataTypeName(p.dtype) + ", not datatype=" + dataTypeName(dt));
+      req->op = ReduceOp::kSum;
+      req->preMul = true;
+      req->preMulScalar = p.scalar;
+      return Status::ok();
+    }
+  }
+  return invalidArgument(where + "op=" + std::to_string(a.op) +
+                         " is neither a braidRedOp_t nor a pre-multiplied sum of this communicator");
+}
+
+StatusOr<Call> Session::prepare(const CallArgs& a) const {
+  const int rank = comm_->rank();
+  const int nranks = comm_->size();
+  const size_t n = static_cast<size_t>(nranks);
+  const std::string where = std::string(a.fn) + " on rank " + std::to_string(rank) + ": ";
+  auto bad = [&](const std::string& what) { return invalidArgument(where + what); };
+
+  if (!validDataType(a.dtype)) return bad("datatype=" + std::to_string(a.dtype) + " is not a braidDataType_t");
+  if (a.stream != nullptr) return bad("stream must be NULL: this build supports host memory only");
+  const DataType dt = static_cast<DataType>(a.dtype);
+  const size_t es = dataTypeSize(dt);
+
+  Call call;
+  call.name = a.fn;
+  algorithms::Request& req = call.req;
+  req.coll = a.coll;
+  req.dtype = dt;
+  const Collective c = a.coll;
+  const bool hasOp = c == Collective::kAllReduce || c == Collective::kReduce || c == Collective::kReduceScatter ||
+                     c == Collective::kReduceScatterV;
+  const bool hasRoot = c == Collective::kBroadcast || c == Collective::kReduce || c == Collective::kGather ||
+                       c == Collective::kScatter;
+  if (hasOp) BRAID_RETURN_IF_ERROR(resolveOp(a, &req, where));
+  if (hasRoot) {
+    if (a.root < 0 || a.root >= nranks)
+      return bad("root=" + std::to_string(a.root) + " is outside [0, nranks=" + std::to_string(nranks) + ")");
+    req.root = a.root;
+  }
+  const bool isRoot = hasRoot && rank == a.root;
+
+  // `count` times `blocks` elements, checked against the address space.
+  auto elems = [&](size_t count, size_t blocks, size_t* out) -> Status {
+    size_t e = 0, bytes = 0;
+    if (mulOverflows(count, blocks, &e) || mulOverflows(e, es, &bytes) || bytes > static_cast<size_t>(PTRDIFF_MAX))
+      return bad(std::string(a.countName) + "=" + num(count) + " overflows the address space (" +
+                 (blocks > 1 ? "nranks*" + std::string(a.countName) + "*" : std::string(a.countName) + "*") +
+                 "element size, " + dataTypeName(dt) + ")");
+    *out = e;
+    return Status::ok();
+  };
+  // The furthest element counts[i] elements at displs[i] reach, checked likewise.
+  auto extent = [&](const size_t* counts, const char* countsName, const size_t* displs, const char* displsName,
+                    size_t* out) -> Status {
+    size_t hi = 0;
+    for (size_t i = 0; i < n; ++i) {
+      size_t end = 0, bytes = 0;
+      if (addOverflows(displs[i], counts[i], &end) || mulOverflows(end, es, &bytes) ||
+          bytes > static_cast<size_t>(PTRDIFF_MAX))
+        return bad(std::string(displsName) + "[" + num(i) + "]=" + num(displs[i]) + " + " + countsName + "[" +
+                   num(i) + "]=" + num(counts[i]) + " overflows the address space");
+      hi = std::max(hi, end);
+    }
+    *out = hi;
+    return Status::ok();
+  };
+  auto needArray = [&](const size_t* p, const char* name) -> Status {
+    if (!p) return bad(std::string(name) + " is NULL");
+    return Status::ok();
+  };
+
+  // Elements this rank reads from sendbuff and writes to recvbuff, and the pointer relation
+  // that makes the call in place: sendbuff == recvbuff + sendAt elements, or recvbuff ==
+  // sendbuff + recvAt elements (at most one of the two is used).
+  size_t sendElems = 0, recvElems = 0;
+  bool hasSendAt = false, hasRecvAt = false;
+  size_t sendAt = 0, recvAt = 0;
+  const size_t r = static_cast<size_t>(rank);
+
+  switch (c) {
+    case Collective::kAllReduce:
+      BRAID_RETURN_IF_ERROR(elems(a.count, 1, &sendElems));
+      recvElems = sendElems;
+      hasSendAt = true;
+      break;
+    case Collective::kBroadcast:
+      BRAID_RETURN_IF_ERROR(elems(a.count, 1, &recvElems));
+      sendElems = isRoot ? recvElems : 0;
+      hasSendAt = isRoot;
+      break;
+    case Collective::kReduce:
+      BRAID_RETURN_IF_ERROR(elems(a.count, 1, &sendElems));
+      recvElems = isRoot ? sendElems : 0;
+      hasSendAt = isRoot;
+      break;
+    case Collective::kAllGather:
+      BRAID_RETURN_IF_ERROR(elems(a.count, 1, &sendElems));
+      BRAID_RETURN_IF_ERROR(elems(a.count, n, &recvElems));
+      hasSendAt = true;
+      sendAt = r * a.count;
+      break;
+    case Collective::kReduceScatter:
+      BRAID_RETURN_IF_ERROR(elems(a.count, n, &sendElems));
+      BRAID_RETURN_IF_ERROR(elems(a.count, 1, &recvElems));
+      hasRecvAt = true;
+      recvAt = r * a.count;
+      break;
+    case Collective::kAllToAll:
+      BRAID_RETURN_IF_ERROR(elems(a.count, n, &sendElems));
+      recvElems = sendElems;
+      hasSendAt = true;
+      break;
+    case Collective::kGather:
+      BRAID_RETURN_IF_ERROR(elems(a.count, n, &recvElems));
+      sendElems = a.count;
+      if (!isRoot) recvElems = 0;
+      hasSendAt = isRoot;
+      sendAt = static_cast<size_t>(a.root) * a.count;
+      break;
+    case Collective::kScatter:
+      BRAID_RETURN_IF_ERROR(elems(a.count, n, &sendElems));
+      recvElems = a.count;
+      if (!isRoot) sendElems = 0;
+      hasRecvAt = isRoot;
+      recvAt = static_cast<size_t>(a.root) * a.count;
+      break;
+    case Collective::kAllGatherV: {
+      BRAID_RETURN_IF_ERROR(needArray(a.recvCounts, "recvcounts"));
+      BRAID_RETURN_IF_ERROR(needArray(a.recvDispls, "displs"));
+      BRAID_RETURN_IF_ERROR(elems(a.count, 1, &sendElems));
+      if (a.recvCounts[r] != a.count)
+        return bad("recvcounts[" + num(r) + "]=" + num(a.recvCounts[r]) + " differs from sendcount=" + num(a.count));
+      BRAID_RETURN_IF_ERROR(extent(a.recvCounts, "recvcounts", a.recvDispls, "displs", &recvElems));
+      req.counts.assign(a.recvCounts, a.recvCounts + n);
+      req.displs.assign(a.recvDispls, a.recvDispls + n);
+      hasSendAt = true;
+      sendAt = a.recvDispls[r];
+      break;
+    }
+    case Collective::kReduceScatterV: {
+      BRAID_RETURN_IF_ERROR(needArray(a.recvCounts, "recvcounts"));
+      size_t total = 0;
+      for (size_t i = 0; i < n; ++i) {
+        if (i == r) recvAt = total;
+        size_t bytes = 0;
+        if (addOverflows(total, a.recvCounts[i], &total) || mulOverflows(total, es, &bytes) ||
+            bytes > static_cast<size_t>(PTRDIFF_MAX))
+          return bad("recvcounts overflow the address space (their sum, at recvcounts[" + num(i) + "]=" +
+                     num(a.recvCounts[i]) + ")");
+      }
+      sendElems = total;
+      recvElems = a.recvCounts[r];
+      req.counts.assign(a.recvCounts, a.recvCounts + n);
+      hasRecvAt = true;
+      break;
+    }
+    case Collective::kAllToAllV: {
+      BRAID_RETURN_IF_ERROR(needArray(a.sendCounts, "sendcounts"));
+      BRAID_RETURN_IF_ERROR(needArray(a.sendDispls, "sdispls"));
+      BRAID_RETURN_IF_ERROR(needArray(a.recvCounts, "recvcounts"));
+      BRAID_RETURN_IF_ERROR(needArray(a.recvDispls, "rdispls"));
+      BRAID_RETURN_IF_ERROR(extent(a.sendCounts, "sendcounts", a.sendDispls, "sdispls", &sendElems));
+      BRAID_RETURN_IF_ERROR(extent(a.recvCounts, "recvcounts", a.recvDispls, "rdispls", &recvElems));
+      req.counts.assign(a.recvCounts, a.recvCounts + n);
+      req.displs.assign(a.recvDispls, a.recvDispls + n);
+      req.sendCounts.assign(a.sendCounts, a.sendCounts + n);
+      req.sendDispls.assign(a.sendDispls, a.sendDispls + n);
+      break;
+    }
+    case Collective::kBarrier:
+      break;
+    case Collective::kSendRecv:
+      return internalError(where + "point-to-point calls go through prepareP2P");
+  }
+  // The v-variants' sizes are in their count arrays; `count` must not differ between ranks
+  // (it is part of the shape every rank checks), so it is left 0 there.
+  const bool vVariant = c == Collective::kAllGatherV || c == Collective::kReduceScatterV || c == Collective::kAllToAllV;
+  req.count = vVariant || c == Collective::kBarrier ? 0 : a.count;
+
+  if (sendElems > 0 && !a.send) return bad("sendbuff is NULL with " + num(sendElems) + " elements to read");
+  if (recvElems > 0 && !a.recv) return bad("recvbuff is NULL with " + num(recvElems) + " elements to write");
+
+  const auto s = reinterpret_cast<uintptr_t>(a.send);
+  const auto d = reinterpret_cast<uintptr_t>(a.recv);
+  const bool inPlace = (hasSendAt && a.send && a.recv && s == d + sendAt * es) ||
+                       (hasRecvAt && a.send && a.recv && d == s + recvAt * es);
+  if (sendElems > 0 && recvElems > 0 && !inPlace) {
+    const size_t sb = sendElems * es, db = recvElems * es;
+    if (s < d + db && d < s + sb) return bad(std::string("sendbuff and recvbuff overlap (") + inPlaceRule(c) + ")");
+  }
+  req.inPlace = inPlace;
+
+  // The core reads `input` only where this rank has something to send (broadcast: the root);
+  // elsewhere a broadcast runs in place on recvbuff, as the chain expects.
+  call.input = a.send;
+  call.output = a.recv;
+  if (c == Collective::kBroadcast && !isRoot) {
+    call.input = a.recv;
+    req.inPlace = true;
+  }
+  return call;
+}
+
+StatusOr<P2PMessage> Session::prepareP2P(const char* fn, bool isSend, const void* buf, size_t count, int datatype,
+                                         int peer, braidStream_t stream) const {
   const int rank = comm_->rank();
   const int nranks = comm_->size();
   auto bad = [&](const std::string& what) {
-    return invalidArgument(std::string(opName) + " on rank " + std::to_string(rank) + ": " + what);
+    return invalidArgument(std::string(fn) + " on rank " + std::to_string(rank) + ": " + what);
   };
   if (!validDataType(datatype)) return bad("datatype=" + std::to_string(datatype) + " is not a braidDataType_t");
-  if (hasOp && !validReduceOp(op)) return bad("op=" + std::to_string(op) + " is not a braidRedOp_t");
-  if (hasRoot && (root < 0 || root >= nranks))
-    return bad("root=" + std::to_string(root) + " is outside [0, nranks=" + std::to_string(nranks) + ")");
   if (stream != nullptr) return bad("stream must be NULL: this build supports host memory only");
-  size_t es = dataTypeSize(static_cast<DataType>(datatype));
-  if (count > static_cast<size_t>(PTRDIFF_MAX) / es)
-    return bad("count=" + std::to_string(count) + " overflows the address space for " +
-               dataTypeName(static_cast<DataType>(datatype)));
-  if (count > 0) {
-    bool rootOnlySend = hasRoot && !hasOp;  // broadcast reads sendbuff on the root only
-    if (!sendbuff && (!rootOnlySend || rank == root)) return bad("sendbuff is NULL with count=" + std::to_string(count));
-    if (!recvbuff) return bad("recvbuff is NULL with count=" + std::to_string(count));
-    size_t bytes = count * es;
-    auto s = reinterpret_cast<uintptr_t>(sendbuff);
-    auto r = reinterpret_cast<uintptr_t>(recvbuff);
-    if (sendbuff && s != r && s < r + bytes && r < s + bytes)
-      return bad("sendbuff and recvbuff overlap without being equal (in place needs sendbuff == recvbuff)");
+  if (peer < 0 || peer >= nranks)
+    return bad("peer=" + std::to_string(peer) + " is outside [0, nranks=" + std::to_string(nranks) + ")");
+  const DataType dt = static_cast<DataType>(datatype);
+  size_t bytes = 0;
+  if (mulOverflows(count, dataTypeSize(dt), &bytes) || bytes > static_cast<size_t>(PTRDIFF_MAX))
+    return bad("count=" + num(count) + " overflows the address space (count*element size, " + dataTypeName(dt) + ")");
+  if (count > 0 && !buf) return bad(std::string(isSend ? "sendbuff" : "recvbuff") + " is NULL with count=" + num(count));
+  P2PMessage m;
+  m.isSend = isSend;
+  m.buf = const_cast<void*>(buf);  // a send only reads it
+  m.bytes = bytes;
+  m.peer = peer;
+  return m;
+}
+
+Call Session::p2pCall(const std::vector<P2PMessage>& msgs, const std::string& name) {
+  // One request in bytes: a group may mix data types, and the wire only needs sizes.
+  Call call;
+  call.name = name;
+  call.req.coll = Collective::kSendRecv;
+  call.req.dtype = DataType::kUint8;
+  for (const P2PMessage& m : msgs) {
+    call.req.p2p.push_back(algorithms::P2POp{m.isSend, m.peer, m.bytes});
+    call.extra.push_back(m.buf);
   }
+  return call;
+}
+
+Status Session::run(Call call) {
+  return comm_->run(call.req, call.input, call.output, std::move(call.extra));
+}
+
+StatusOr<std::shared_ptr<core::Op>> Session::submit(Call call) {
+  return comm_->submit(call.req, call.input, call.output, std::move(call.extra));
+}
+
+StatusOr<std::unique_ptr<Session>> Session::split(const char* fn, int color, int key) {
+  std::unique_ptr<Session> child(new Session());
+  child->server_ = server_;
+  child->store_ = store_;
+  child->rootPrefix_ = rootPrefix_;
+  // Counted before the split's exchange, for the same reason as in join().
+  if (color >= 0) child->countLive(+1);
+  auto c = comm_->split(color, key);
+  if (!c.isOk()) return c.status().withContext(std::string(fn) + " on rank " + std::to_string(comm_->rank()));
+  if (!c.value()) return std::unique_ptr<Session>();
+  child->comm_ = std::move(c).value();
+  return child;
+}
+
+StatusOr<int> Session::createPreMulSum(const void* scalar, int datatype) {
+  const std::string where = "braidRedOpCreatePreMulSum on rank " + std::to_string(comm_->rank()) + ": ";
+  if (!validDataType(datatype))
+    return invalidArgument(where + "datatype=" + std::to_string(datatype) + " is not a braidDataType_t");
+  if (!scalar) return invalidArgument(where + "scalar is NULL");
+  const DataType dt = static_cast<DataType>(datatype);
+  // Process-wide, so that handles of different communicators never coincide.
+  static std::atomic<int> next{kNumReduceOps};
+  int handle = next.fetch_add(1);
+  if (handle < kNumReduceOps) return invalidArgument(where + "no pre-multiplied sum handles left in this process");
+  std::lock_guard<std::mutex> lock(preMulMu_);
+  preMuls_[handle] = PreMul{scalarValue(scalar, dt), dt, true};
+  return handle;
+}
+
+Status Session::destroyPreMulSum(int op) {
+  const std::string where = "braidRedOpDestroy on rank " + std::to_string(comm_->rank()) + ": ";
+  std::lock_guard<std::mutex> lock(preMulMu_);
+  auto it = preMuls_.find(op);
+  if (it == preMuls_.end())
+    return invalidArgument(where + "op=" + std::to_string(op) + " (" + opText(op) +
+                           ") is not a pre-multiplied sum of this communicator");
+  if (!it->second.live) return invalidArgument(where + "op=" + std::to_string(op) + " was already destroyed");
+  // Kept (not erased), so that a later use says "destroyed" rather than "unknown".
+  it->second.live = false;
   return Status::ok();
 }
 

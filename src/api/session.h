@@ -3,8 +3,11 @@
 // server, when this process serves it) and the core communicator. Shared by the C and C++
 // APIs; this is also where arguments are checked and a Status becomes a result.
 
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "algorithms/algorithm.h"
 #include "bootstrap/store.h"
@@ -17,6 +20,47 @@ class TcpStoreServer;
 
 namespace braid::api {
 
+// A public collective call's arguments as the C and C++ APIs receive them, before any check.
+// Buffer and count names in error messages are the C API's (sendbuff, recvcounts, ...).
+struct CallArgs {
+  algorithms::Collective coll = algorithms::Collective::kAllReduce;
+  const char* fn = "";          // the API function, e.g. "braidReduce" or "reduce"
+  const void* send = nullptr;
+  void* recv = nullptr;
+  size_t count = 0;             // count / sendcount / recvcount (see countName)
+  const char* countName = "count";
+  int dtype = 0;
+  int op = 0;                   // a braidRedOp_t, possibly a pre-multiplied sum's handle
+  bool cxxPreMul = false;       // the C++ Reduction::preMulSum: `op` is kSum, scale by cxxScalar
+  double cxxScalar = 1.0;
+  int root = 0;
+  // v-variants: allgatherv (recvcounts, displs), reduce_scatterv (recvcounts),
+  // alltoallv (all four). Arrays of nranks entries.
+  const size_t* recvCounts = nullptr;
+  const size_t* recvDispls = nullptr;
+  const size_t* sendCounts = nullptr;
+  const size_t* sendDispls = nullptr;
+  braidStream_t stream = nullptr;
+};
+
+// A checked call, ready for the core: the request and the buffers the core must see (for
+// example a non-root's broadcast reads recvbuff, not its unused sendbuff).
+struct Call {
+  algorithms::Request req;
+  const void* input = nullptr;
+  void* output = nullptr;
+  std::vector<void*> extra;  // point-to-point groups: one buffer per message
+  std::string name;          // the API function, for error context
+};
+
+// One message of a point-to-point batch, in bytes (a batch may mix types).
+struct P2PMessage {
+  bool isSend = true;
+  void* buf = nullptr;
+  size_t bytes = 0;
+  int peer = 0;
+};
+
 class Session {
  public:
   ~Session();
@@ -28,22 +72,58 @@ class Session {
 
   core::Communicator& comm() { return *comm_; }
 
-  // Checks a call's arguments; kInvalidArgument names the offending one. `opName` is the
-  // API function, e.g. "braidAllReduce".
-  Status validate(const char* opName, const void* sendbuff, const void* recvbuff, size_t count,
-                  int datatype, int op, int root, bool hasOp, bool hasRoot, braidStream_t stream) const;
+  // Checks a collective's arguments and builds the core's request. kInvalidArgument names
+  // the function, the offending argument and this rank. Thread-safe.
+  StatusOr<Call> prepare(const CallArgs& a) const;
+
+  // Checks one send or receive (`fn` names the API function) and converts it to bytes.
+  StatusOr<P2PMessage> prepareP2P(const char* fn, bool isSend, const void* buf, size_t count, int datatype,
+                                  int peer, braidStream_t stream) const;
+  // One point-to-point group of `msgs` as a single core request.
+  static Call p2pCall(const std::vector<P2PMessage>& msgs, const std::string& name);
+
+  // Runs `call` and blocks until it is done on this rank.
+  Status run(Call call);
+  // Queues `call`; its buffers must stay valid until the Op completes.
+  StatusOr<std::shared_ptr<core::Op>> submit(Call call);
+
+  // MPI_Comm_split over this communicator (collective). A negative color gives null. The
+  // child shares this session's store (and store server) so that they outlive it.
+  StatusOr<std::unique_ptr<Session>> split(const char* fn, int color, int key);
+
+  // Pre-multiplied sums: the op handle is braidNumOps + a number drawn from a process-wide
+  // counter, so a handle is never reused (a destroyed one stays invalid) and one created on
+  // another communicator is never mistaken for one of this. Thread-safe.
+  StatusOr<int> createPreMulSum(const void* scalar, int datatype);
+  Status destroyPreMulSum(int op);
 
   // Fails everything now and tells the peers.
   void abort();
 
  private:
+  struct PreMul {
+    double scalar;
+    DataType dtype;
+    bool live;
+  };
+
   Session() = default;
   static StatusOr<std::unique_ptr<Session>> join(std::shared_ptr<bootstrap::Store> store, int rank, int nranks,
                                                  core::CommOptions opts);
+  // Records one more live session of this job in the store (see ~Session).
+  void countLive(int delta);
+  // Resolves `a.op` (a plain op or a pre-multiplied sum) into `req`.
+  Status resolveOp(const CallArgs& a, algorithms::Request* req, const std::string& where) const;
+
   std::shared_ptr<bootstrap::TcpStoreServer> server_;
   std::shared_ptr<bootstrap::Store> store_;
   std::unique_ptr<core::Communicator> comm_;
-  std::string keyPrefix_ = "braid";
+  // The key prefix of the communicator every split descends from: its "live" counter
+  // tracks every session of the job, children included.
+  std::string rootPrefix_ = "braid";
+  bool counted_ = false;
+  mutable std::mutex preMulMu_;
+  std::map<int, PreMul> preMuls_;  // by op handle
 };
 
 braidResult_t toResult(Code c);

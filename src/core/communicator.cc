@@ -92,16 +92,21 @@ uint32_t shapeHash(const algorithms::Request& req) {
   const bool hasRoot = req.coll == C::kBroadcast || req.coll == C::kReduce || req.coll == C::kGather ||
                        req.coll == C::kScatter;
   // What every rank must agree on; alltoallv's counts and every displacement are local.
-  std::vector<uint64_t> v = {static_cast<uint64_t>(req.coll), req.count, static_cast<uint64_t>(req.dtype),
-                             hasOp ? static_cast<uint64_t>(req.op) : 0,
-                             hasRoot ? static_cast<uint64_t>(static_cast<uint32_t>(req.root)) : 0};
-  if (req.coll == C::kAllGatherV || req.coll == C::kReduceScatterV) v.insert(v.end(), req.counts.begin(), req.counts.end());
+  // FNV-1a, computed in place: this runs on every call, so it must not allocate.
   uint32_t h = 2166136261u;
-  for (uint64_t x : v)
+  auto mix = [&h](uint64_t x) {
     for (int i = 0; i < 8; ++i) {
       h ^= static_cast<uint8_t>(x >> (8 * i));
       h *= 16777619u;
     }
+  };
+  mix(static_cast<uint64_t>(req.coll));
+  mix(req.count);
+  mix(static_cast<uint64_t>(req.dtype));
+  mix(hasOp ? static_cast<uint64_t>(req.op) : 0);
+  mix(hasRoot ? static_cast<uint64_t>(static_cast<uint32_t>(req.root)) : 0);
+  if (req.coll == C::kAllGatherV || req.coll == C::kReduceScatterV)
+    for (size_t c : req.counts) mix(c);
   return h;
 }
 
@@ -131,6 +136,14 @@ bool Op::test(Status* status) {
   std::lock_guard<std::mutex> lock(mu_);
   if (done_ && status) *status = status_;
   return done_;
+}
+
+void Op::finishEmpty() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    done_ = true;
+  }
+  comm_->inflight_.fetch_sub(1);
 }
 
 void Op::complete(const Status& s) {
@@ -474,17 +487,23 @@ StatusOr<std::shared_ptr<Op>> Communicator::prepareScheduled(std::shared_ptr<Op>
     op->tag_ = (static_cast<uint64_t>(seq_++) << 32) | shapeHash(req);
   }
   op->name_ = algorithms::collectiveName(req.coll);
-  op->remaining_ = static_cast<int>(op->schedule_->channels.size());
+  // Channels with nothing to do (a message smaller than the channel count) are not handed
+  // to their progress threads: waking a thread costs more than a small collective.
+  op->channels_.clear();
+  for (size_t c = 0; c < op->schedule_->channels.size(); ++c) {
+    bool divides = c < op->schedule_->divideRanges.size() && !op->schedule_->divideRanges[c].empty();
+    if (!op->schedule_->channels[c].steps.empty() || divides) op->channels_.push_back(static_cast<int>(c));
+  }
+  op->remaining_ = static_cast<int>(op->channels_.size());
   op->outputBytes_ = algorithms::outputElems(req, rank_, nranks_) * dataTypeSize(req.dtype);
   op->comm_ = this;
   inflight_.fetch_add(1);
   return op;
 }
 
-void Communicator::enqueue(const std::shared_ptr<Op>& op, int firstChannel) {
-  const int nch = static_cast<int>(op->schedule_->channels.size());
-  for (int c = firstChannel; c < nch; ++c) {
-    Worker& w = *workers_[c];
+void Communicator::enqueue(const std::shared_ptr<Op>& op, size_t first) {
+  for (size_t i = first; i < op->channels_.size(); ++i) {
+    Worker& w = *workers_[op->channels_[i]];
     {
       std::lock_guard<std::mutex> wl(w.mu);
       w.queue.push_back(op);
@@ -495,16 +514,20 @@ void Communicator::enqueue(const std::shared_ptr<Op>& op, int firstChannel) {
 
 Status Communicator::run(const algorithms::Request& req, const void* input, void* output, std::vector<void*> extra) {
   std::shared_ptr<Op> op;
-  bool inlineChannel0 = false;
+  bool runInline = false;
   {
     std::lock_guard<std::mutex> lock(submitMu_);
-    inlineChannel0 = inflight_.load() == 0;
+    runInline = inflight_.load() == 0;
     BRAID_ASSIGN_OR_RETURN(op, prepare(req, input, output, std::move(extra)));
-    enqueue(op, inlineChannel0 ? 1 : 0);
+    if (op->channels_.empty()) {
+      op->finishEmpty();
+      return Status::ok();
+    }
+    enqueue(op, runInline ? 1 : 0);
   }
-  // Nothing is queued ahead of us, so running channel 0 here keeps issue order and saves
-  // the wake-up of a progress thread, which dominates small-message latency.
-  if (inlineChannel0) runChannel(op, 0);
+  // Nothing is queued ahead of us, so running the first channel here keeps issue order and
+  // saves the wake-up of a progress thread, which dominates small-message latency.
+  if (runInline) runChannel(op, op->channels_[0]);
   return op->wait().withContext(op->name_);
 }
 
@@ -512,7 +535,8 @@ StatusOr<std::shared_ptr<Op>> Communicator::submit(const algorithms::Request& re
                                                    std::vector<void*> extra) {
   std::lock_guard<std::mutex> lock(submitMu_);
   BRAID_ASSIGN_OR_RETURN(auto op, prepare(req, input, output, std::move(extra)));
-  enqueue(op, 0);
+  if (op->channels_.empty()) op->finishEmpty();
+  else enqueue(op, 0);
   return op;
 }
 
@@ -705,7 +729,10 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::split(int color, int sortK
   CommOptions child;
   child.config = opts_.config;
   child.nonce = 0;  // the child's rank 0 draws a fresh one
-  child.storeOwnerRank = opts_.storeOwnerRank;
+  // The store's owner, renumbered for the child (-1 when it is not a member).
+  child.storeOwnerRank = -1;
+  for (size_t i = 0; i < members.size(); ++i)
+    if (members[i].second == opts_.storeOwnerRank) child.storeOwnerRank = static_cast<int>(i);
   child.keyPrefix = key(base + "/c" + std::to_string(color));
   return create(store_, newRank, static_cast<int>(members.size()), std::move(child));
 }

@@ -42,6 +42,7 @@ class Op {
  private:
   friend class Communicator;
   void complete(const Status& s);
+  void finishEmpty();  // an op with no channel to run: done at once
 
   std::shared_ptr<const exec::Schedule> schedule_;  // shared with the communicator's plan cache
   exec::Buffers buffers_;
@@ -50,6 +51,7 @@ class Op {
   uint64_t tag_ = 0;
   size_t outputBytes_ = 0;
   std::string name_;
+  std::vector<int> channels_;  // the schedule's channels that have work
   int remaining_ = 0;  // channels still running, guarded by mu_
   std::mutex mu_;
   std::condition_variable cv_;
@@ -123,7 +125,8 @@ class Communicator {
                                         std::vector<void*> extra);
   StatusOr<std::shared_ptr<Op>> prepareScheduled(std::shared_ptr<Op> op, const algorithms::Request& req,
                                                  const void* input, void* output, std::vector<void*> extra);
-  void enqueue(const std::shared_ptr<Op>& op, int firstChannel);
+  // Hands op->channels_[first...] to their progress threads.
+  void enqueue(const std::shared_ptr<Op>& op, size_t first);
   void runChannel(const std::shared_ptr<Op>& op, int channel);
   void workerLoop(int channel);
   Status healthCheck();

@@ -8,7 +8,8 @@ WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 cmake --install "$BUILD_DIR" --prefix "$WORK/prefix" >/dev/null
 for f in lib/libbraid.so include/braid/braid.h include/braid/braid.hpp bin/braidrun bin/allreduce_perf \
-         bin/broadcast_perf lib/cmake/braid/braidConfig.cmake lib/pkgconfig/braid.pc; do
+         bin/broadcast_perf bin/reduce_perf bin/allgather_perf bin/reduce_scatter_perf bin/alltoall_perf \
+         bin/gather_perf bin/scatter_perf bin/sendrecv_perf lib/cmake/braid/braidConfig.cmake lib/pkgconfig/braid.pc; do
   [ -e "$WORK/prefix/$f" ] || { echo "missing after install: $f"; exit 1; }
 done
 cmake -S "$SRC_DIR/consumer" -B "$WORK/consumer" -DCMAKE_PREFIX_PATH="$WORK/prefix" >/dev/null

@@ -75,6 +75,61 @@ TEST_CASE("broadcast_perf checks its results with zero wrong", "[multiproc]") {
   CHECK(r.out.find("Out of bounds values : 0 OK") != std::string::npos);
 }
 
+// Every collective of the full set, point-to-point groups, split, pre-multiplied sums,
+// bitwise ops and bad input (mp_full_set.c), each section reported by every rank.
+TEST_CASE("the full collective set across processes over shm and tcp", "[multiproc]") {
+  const char* sections[] = {"reduce",     "allgather",       "reduce_scatter", "alltoall", "gather",
+                            "scatter",    "allgatherv",      "reduce_scatterv", "alltoallv", "barrier",
+                            "p2p",        "split",           "premulsum",      "bitwise",  "bad_input"};
+  for (const char* transport : {"", "BRAID_TRANSPORT=tcp"}) {
+    for (int np : {3, 4}) {
+      INFO("np " << np << " " << transport);
+      Run r = run(braidrun(np, transport) + MP_DIR "/mp_full_set");
+      INFO(r.out);
+      CHECK(r.status == 0);
+      for (const char* sec : sections) {
+        for (int i = 0; i < np; ++i) {
+          INFO("section " << sec << " rank " << i);
+          CHECK(r.out.find(std::string("section ") + sec + " ok rank " + std::to_string(i) + "\n") !=
+                std::string::npos);
+        }
+      }
+      for (int i = 0; i < np; ++i) CHECK(r.out.find("child after parent ok rank " + std::to_string(i)) != std::string::npos);
+    }
+  }
+}
+
+// Each new perf tool, with its own element check (-c 1): zero wrong elements, in and out of
+// place, over a few sizes (and every type and op where that stays quick).
+TEST_CASE("every perf tool checks its results with zero wrong", "[multiproc]") {
+  struct ToolRun {
+    const char* env;
+    int np;
+    const char* cmd;
+  };
+  const ToolRun runs[] = {
+      {"", 3, "reduce_perf -b 8 -e 1M -f 32 -r 1"},
+      {"", 4, "reduce_perf -b 8 -e 16K -f 64 -d all -o all -r all"},
+      {"", 3, "allgather_perf -b 8 -e 1M -f 32"},
+      {"", 3, "reduce_scatter_perf -b 8 -e 1M -f 32 -o max"},
+      {"", 4, "reduce_scatter_perf -b 8 -e 16K -f 64 -d all -o all"},
+      {"", 3, "alltoall_perf -b 8 -e 1M -f 32"},
+      {"", 3, "gather_perf -b 8 -e 1M -f 32 -r all"},
+      {"", 3, "scatter_perf -b 8 -e 1M -f 32 -r all"},
+      {"", 3, "sendrecv_perf -b 8 -e 4M -f 16 -d all"},
+      {"BRAID_TRANSPORT=tcp", 4, "sendrecv_perf -b 8 -e 4M -f 64"},
+      {"BRAID_TRANSPORT=tcp", 4, "alltoall_perf -b 8 -e 1M -f 64"},
+  };
+  for (const ToolRun& t : runs) {
+    INFO("np " << t.np << " " << t.env << " " << t.cmd);
+    Run r = run(braidrun(t.np, t.env) + PERF_DIR "/" + t.cmd + " -n 2 -w 1 -c 1");
+    INFO(r.out);
+    CHECK(r.status == 0);
+    CHECK(r.out.find("Avg bus bandwidth") != std::string::npos);
+    CHECK(r.out.find("Out of bounds values : 0 OK") != std::string::npos);
+  }
+}
+
 TEST_CASE("bad input is rejected with a message naming the argument", "[multiproc]") {
   Run r = run(braidrun(2) + MP_DIR "/mp_bad_input");
   INFO(r.out);

@@ -1,13 +1,25 @@
 // braid-info: what this build of braid is and how it is configured.
 //   braid-info            version, CPU kernels, transports, placement
 //   braid-info --config   every environment knob: name, type, default, current value, help
+//   braid-info --plan COLL SIZE... [world]
+//                         the planner's choice and predicted time per size, e.g.
+//                         `braid-info --plan allreduce 8 1K 1M 1G --hosts 4 --latency 1ms`
+//   braid-info --scaling COLL SIZE [world] [--max-ranks N]
+//                         every algorithm's simulated time from 2 ranks up (docs/scaling.md)
+// A world is --hosts H --ranks-per-host R [--channels C] [--transport T] [--latency T]
+// [--bandwidth B] [--simulate]; without one, a running job's WORLD_SIZE / LOCAL_WORLD_SIZE
+// (torchrun, braidrun) describe it, else one host of 8 ranks.
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "braid/braid.h"
 #include "core/config.h"
+#include "plan/planner.h"
+#include "plan/simulator.h"
 #include "reduce/reduce.h"
 #include "topology/placement.h"
 #include "transports/transport.h"
@@ -28,6 +40,253 @@ void printConfig() {
   }
 }
 
+// "8", "1K", "64M", "1G" (binary) -> bytes; false when malformed.
+bool parseBytes(const std::string& s, double* out) {
+  char* end = nullptr;
+  double v = std::strtod(s.c_str(), &end);
+  if (end == s.c_str()) return false;
+  std::string u = end;
+  double mul = 1;
+  if (u == "K" || u == "KB" || u == "KiB") mul = 1024.0;
+  else if (u == "M" || u == "MB" || u == "MiB") mul = 1024.0 * 1024;
+  else if (u == "G" || u == "GB" || u == "GiB") mul = 1024.0 * 1024 * 1024;
+  else if (!u.empty()) return false;
+  *out = v * mul;
+  return true;
+}
+
+// "1ms", "20us", "5ns", "0.001" (seconds) -> seconds.
+bool parseSeconds(const std::string& s, double* out) {
+  char* end = nullptr;
+  double v = std::strtod(s.c_str(), &end);
+  if (end == s.c_str()) return false;
+  std::string u = end;
+  if (u == "s" || u.empty()) *out = v;
+  else if (u == "ms") *out = v * 1e-3;
+  else if (u == "us") *out = v * 1e-6;
+  else if (u == "ns") *out = v * 1e-9;
+  else return false;
+  return true;
+}
+
+std::string fmtBytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB"};
+  int u = 0;
+  while (b >= 1024 && u < 3) {
+    b /= 1024;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g %s", b, units[u]);
+  return buf;
+}
+
+std::string fmtTime(double s) {
+  char buf[32];
+  if (s < 0) return "-";
+  if (s < 1e-3) std::snprintf(buf, sizeof buf, "%.1f us", s * 1e6);
+  else if (s < 1) std::snprintf(buf, sizeof buf, "%.3f ms", s * 1e3);
+  else std::snprintf(buf, sizeof buf, "%.3f s", s);
+  return buf;
+}
+
+struct WorldArgs {
+  int hosts = 0, ranksPerHost = 0, channels = 0, maxRanks = 1024;
+  std::string transport;
+  double latency = -1, bandwidth = -1;
+  bool simulate = false;
+  std::vector<std::string> rest;
+};
+
+[[noreturn]] void usage() {
+  std::fprintf(stderr,
+               "usage: braid-info [--config]\n"
+               "       braid-info --plan COLL SIZE... [--hosts H] [--ranks-per-host R] [--channels C]\n"
+               "                  [--transport T] [--latency 1ms] [--bandwidth 1.2G] [--simulate]\n"
+               "       braid-info --scaling COLL SIZE [--ranks-per-host R] [--max-ranks N] [...]\n");
+  std::exit(2);
+}
+
+WorldArgs parseWorld(int argc, char** argv, int first) {
+  WorldArgs w;
+  for (int i = first; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) usage();
+      return argv[++i];
+    };
+    if (a == "--hosts") w.hosts = std::atoi(next().c_str());
+    else if (a == "--ranks-per-host") w.ranksPerHost = std::atoi(next().c_str());
+    else if (a == "--channels") w.channels = std::atoi(next().c_str());
+    else if (a == "--max-ranks") w.maxRanks = std::atoi(next().c_str());
+    else if (a == "--transport") w.transport = next();
+    else if (a == "--simulate") w.simulate = true;
+    else if (a == "--latency") {
+      if (!parseSeconds(next(), &w.latency)) usage();
+    } else if (a == "--bandwidth") {
+      if (!parseBytes(next(), &w.bandwidth)) usage();
+    } else if (a.rfind("--", 0) == 0) {
+      usage();
+    } else {
+      w.rest.push_back(a);
+    }
+  }
+  // Inside a running job, its size and ranks per host stand in for the flags.
+  if (w.hosts <= 0 && w.ranksPerHost <= 0) {
+    const char* ws = std::getenv("WORLD_SIZE");
+    const char* lws = std::getenv("LOCAL_WORLD_SIZE");
+    if (!lws) lws = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    int n = ws ? std::atoi(ws) : 0;
+    int local = lws ? std::atoi(lws) : 0;
+    if (n > 0) {
+      w.ranksPerHost = local > 0 ? local : n;
+      w.hosts = std::max(1, n / w.ranksPerHost);
+    }
+  }
+  if (w.hosts <= 0) w.hosts = 1;
+  if (w.ranksPerHost <= 0) w.ranksPerHost = 8;
+  if (w.channels <= 0) w.channels = 1;
+  return w;
+}
+
+braid::plan::Machine machineOf(const WorldArgs& w, int hosts, int ranksPerHost) {
+  braid::plan::Machine m = braid::plan::uniformMachine(hosts, ranksPerHost, w.channels);
+  if (!w.transport.empty()) m.intra = m.inter = braid::plan::transportLink(w.transport);
+  // --latency / --bandwidth describe the network (or the only link on one host).
+  braid::plan::Link& net = hosts > 1 ? m.inter : m.intra;
+  if (w.latency >= 0) net.alpha = w.latency;
+  if (w.bandwidth > 0) net.beta = w.bandwidth;
+  if (w.transport == "tcp" && hosts == 1) {  // the communicator's stream geometry
+    m.ringSlotBytes = 64 * 1024;
+    m.ringSlots = 32;
+  }
+  return m;
+}
+
+bool parseCollective(const std::string& name, braid::algorithms::Collective* c) {
+  for (int i = 0; i < braid::algorithms::kNumCollectives; ++i) {
+    auto coll = static_cast<braid::algorithms::Collective>(i);
+    if (name == braid::algorithms::collectiveName(coll)) {
+      *c = coll;
+      return true;
+    }
+  }
+  return false;
+}
+
+// A float32 request whose size column (requestBytes) is `bytes`.
+braid::algorithms::Request requestOf(braid::algorithms::Collective c, double bytes, int n) {
+  using braid::algorithms::Collective;
+  braid::algorithms::Request r;
+  r.coll = c;
+  r.dtype = braid::DataType::kFloat32;
+  size_t elems = static_cast<size_t>(bytes / 4);
+  switch (c) {
+    case Collective::kAllGather: case Collective::kReduceScatter: case Collective::kAllToAll:
+    case Collective::kGather: case Collective::kScatter:
+      r.count = elems / static_cast<size_t>(n);
+      break;
+    case Collective::kAllGatherV: case Collective::kReduceScatterV: case Collective::kAllToAllV:
+      r.counts.assign(static_cast<size_t>(n), elems / static_cast<size_t>(n));
+      r.sendCounts = r.counts;
+      for (int i = 0; i < n; ++i) {
+        r.displs.push_back(static_cast<size_t>(i) * r.counts[0]);
+        r.sendDispls.push_back(static_cast<size_t>(i) * r.counts[0]);
+      }
+      break;
+    case Collective::kSendRecv:
+      r.p2p.push_back({true, n > 1 ? 1 : 0, elems});
+      break;
+    default:
+      r.count = elems;
+  }
+  return r;
+}
+
+std::string describe(const braid::plan::Machine& m) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "%d hosts x %d ranks, %d channel(s); intra alpha %s beta %s/s; inter alpha %s beta %s/s",
+                m.nhosts(), m.maxRanksPerHost(), m.nchannels, fmtTime(m.intra.alpha).c_str(),
+                fmtBytes(m.intra.beta).c_str(), fmtTime(m.inter.alpha).c_str(), fmtBytes(m.inter.beta).c_str());
+  return buf;
+}
+
+int printPlan(int argc, char** argv) {
+  WorldArgs w = parseWorld(argc, argv, 2);
+  braid::algorithms::Collective coll;
+  if (w.rest.size() < 2 || !parseCollective(w.rest[0], &coll)) usage();
+  braid::plan::Machine m = machineOf(w, w.hosts, w.ranksPerHost);
+  auto rules = braid::plan::parseAlgoOverride(braid::core::Config::fromEnv().isOk()
+                                                  ? braid::core::Config::fromEnv().value().algo
+                                                  : std::string());
+  std::printf("# %s; %s\n", w.rest[0].c_str(), describe(m).c_str());
+  std::printf("%-10s %-20s %-8s %-10s %-12s %s\n", "size", "algorithm", "channels", "slice", "predicted",
+              w.simulate ? "simulated / all candidates: predicted (simulated)" : "all candidates (predicted)");
+  const braid::algorithms::Layout layout = braid::plan::simLayout(m, 0);
+  for (size_t i = 1; i < w.rest.size(); ++i) {
+    double bytes;
+    if (!parseBytes(w.rest[i], &bytes)) usage();
+    braid::algorithms::Request req = requestOf(coll, bytes, m.nranks());
+    auto p = braid::plan::choosePlan(req, layout, m, rules.isOk() ? &rules.value() : nullptr, nullptr);
+    if (!p.isOk()) {
+      std::printf("%-10s error: %s\n", w.rest[i].c_str(), p.status().toString().c_str());
+      continue;
+    }
+    std::string sim;
+    if (w.simulate) {
+      auto r = braid::plan::simulateAlgorithm(*p->algo, req, m);
+      sim = (r.isOk() ? fmtTime(r->seconds) : std::string("error")) + " / ";
+    }
+    std::string all;
+    for (const auto& c : braid::plan::rankAlgorithms(req, m)) {
+      all += std::string(all.empty() ? "" : ", ") + c.algo->name + " " + fmtTime(c.seconds);
+      if (w.simulate) {  // and what the simulator makes of the candidate's real schedules
+        auto r = braid::plan::simulateAlgorithm(*c.algo, req, m);
+        all += r.isOk() ? " (sim " + fmtTime(r->seconds) + ")" : std::string(" (n/a)");
+      }
+    }
+    std::printf("%-10s %-20s %-8d %-10s %-12s %s%s%s\n", fmtBytes(bytes).c_str(),
+                (std::string(p->algo->name) + (p->overridden ? " (BRAID_ALGO)" : "")).c_str(), p->channels,
+                fmtBytes(static_cast<double>(p->sliceBytes)).c_str(), fmtTime(p->predicted).c_str(), sim.c_str(),
+                all.c_str(), "");
+  }
+  return 0;
+}
+
+// One markdown table: rows are rank counts, columns every algorithm of `coll` (simulated).
+int printScaling(int argc, char** argv) {
+  WorldArgs w = parseWorld(argc, argv, 2);
+  braid::algorithms::Collective coll;
+  double bytes;
+  if (w.rest.size() != 2 || !parseCollective(w.rest[0], &coll) || !parseBytes(w.rest[1], &bytes)) usage();
+  std::vector<const braid::algorithms::AlgorithmInfo*> algos;
+  for (const auto& a : braid::algorithms::algorithmTable())
+    if (a.coll == coll) algos.push_back(&a);
+  braid::plan::Machine probe = machineOf(w, 2, w.ranksPerHost);
+  std::printf("%s of %s, %d rank(s) per host; %s\n\n", w.rest[0].c_str(), fmtBytes(bytes).c_str(), w.ranksPerHost,
+              describe(probe).c_str());
+  std::printf("| ranks |");
+  for (auto* a : algos) std::printf(" %s |", a->name);
+  std::printf(" planner picks |\n|---|");
+  for (size_t i = 0; i <= algos.size(); ++i) std::printf("---|");
+  std::printf("\n");
+  for (int n = 2; n <= w.maxRanks; n *= 2) {
+    int rph = std::min(n, w.ranksPerHost);
+    braid::plan::Machine m = machineOf(w, n / rph, rph);
+    braid::algorithms::Request req = requestOf(coll, bytes, n);
+    std::printf("| %d |", n);
+    for (auto* a : algos) {
+      auto r = braid::plan::simulateAlgorithm(*a, req, m);
+      std::printf(" %s |", r.isOk() ? fmtTime(r->seconds).c_str() : "n/a");
+    }
+    auto p = braid::plan::choosePlan(req, braid::plan::simLayout(m, 0), m, nullptr, nullptr);
+    std::printf(" %s |\n", p.isOk() ? p->algo->name : "-");
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -35,10 +294,9 @@ int main(int argc, char** argv) {
     printConfig();
     return 0;
   }
-  if (argc > 1) {
-    std::fprintf(stderr, "usage: braid-info [--config]\n");
-    return 2;
-  }
+  if (argc > 1 && !std::strcmp(argv[1], "--plan")) return printPlan(argc, argv);
+  if (argc > 1 && !std::strcmp(argv[1], "--scaling")) return printScaling(argc, argv);
+  if (argc > 1) usage();
   std::printf("braid %d.%d.%d\n", BRAID_MAJOR, BRAID_MINOR, BRAID_PATCH);
   std::printf("reduction kernels: %s\n", braid::reduce::simdLevel());
   std::printf("transports:");

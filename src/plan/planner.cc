@@ -1,6 +1,8 @@
 #include "plan/planner.h"
 
+#include <algorithm>
 #include <map>
+#include <string>
 
 namespace braid::plan {
 
@@ -27,6 +29,7 @@ algorithms::Layout layoutFor(const World& world) {
   l.smallMaxBytes = world.smallMaxBytes;
   std::vector<int> ring = hostContiguousRing(world.hostIds);
   l.rings.assign(static_cast<size_t>(world.nchannels), ring);
+  for (size_t c = 0; c < l.rings.size() && !world.rings.empty(); ++c) l.rings[c] = world.rings[c % world.rings.size()];
   std::map<std::string, int> hostIndex;
   for (const std::string& h : world.hostIds) {
     int next = static_cast<int>(hostIndex.size());
@@ -37,24 +40,93 @@ algorithms::Layout layoutFor(const World& world) {
   return l;
 }
 
+namespace {
+
+bool isDefault(const algorithms::AlgorithmInfo& a, const algorithms::Request& req, const algorithms::Layout& layout) {
+  if (req.coll == algorithms::Collective::kAllReduce) {
+    // Small messages are latency-bound: log2(n) hops beat the ring's 2(n-1).
+    bool small = layout.nranks > 1 && req.count * dataTypeSize(req.dtype) <= layout.smallMaxBytes;
+    return std::string(a.name) == (small ? "recursive_doubling" : "ring");
+  }
+  for (const auto& t : algorithms::algorithmTable())
+    if (t.coll == req.coll) return &t == &a;
+  return false;
+}
+
+// `layout` with only the first `channels` rings.
+algorithms::Layout withChannels(const algorithms::Layout& layout, int channels) {
+  algorithms::Layout l = layout;
+  if (channels >= 1 && channels < static_cast<int>(l.rings.size())) l.rings.resize(static_cast<size_t>(channels));
+  return l;
+}
+
+}  // namespace
+
+StatusOr<Plan> choosePlan(const algorithms::Request& req, const algorithms::Layout& layout, const Machine& machine,
+                          const std::vector<AlgoRule>* rules, exec::Schedule* schedule) {
+  if (rules) {
+    if (const AlgoRule* r = findRule(*rules, req.coll, algorithms::requestBytes(req, layout.nranks))) {
+      Plan p;
+      p.algo = r->algo;
+      p.overridden = true;
+      p.channels = static_cast<int>(layout.rings.size());
+      p.predicted = predictSeconds(*r->algo, req, machine, p.channels);
+      if (schedule) {
+        BRAID_ASSIGN_OR_RETURN(*schedule, r->algo->build(req, layout));
+        p.channels = static_cast<int>(schedule->channels.size());
+        p.sliceBytes = schedule->connectionSet == 1 ? machine.meshSlotBytes : machine.ringSlotBytes;
+      }
+      return p;
+    }
+  }
+  std::vector<Prediction> ranked = rankAlgorithms(req, machine);
+  if (machine.nhosts() <= 1) {
+    // Keep the measured default unless the model is clearly for something else.
+    auto def = std::find_if(ranked.begin(), ranked.end(),
+                            [&](const Prediction& p) { return isDefault(*p.algo, req, layout); });
+    if (def != ranked.end() && def != ranked.begin() && ranked.front().seconds > kSwitchFactor * def->seconds)
+      std::rotate(ranked.begin(), def, def + 1);
+  }
+  // Anything the model does not cover still gets a try, after the modelled ones.
+  for (const auto& a : algorithms::algorithmTable()) {
+    if (a.coll != req.coll) continue;
+    if (std::none_of(ranked.begin(), ranked.end(), [&](const Prediction& p) { return p.algo == &a; }) &&
+        !(a.coll == algorithms::Collective::kAllReduce && std::string(a.name) == "hierarchical")) {
+      Prediction p;
+      p.algo = &a;
+      p.channels = static_cast<int>(layout.rings.size());
+      p.seconds = -1;
+      ranked.push_back(p);
+    }
+  }
+  Status last = internalError(std::string("no algorithm for ") + algorithms::collectiveName(req.coll));
+  for (const Prediction& c : ranked) {
+    auto built = c.algo->build(req, withChannels(layout, c.channels));
+    if (!built.isOk()) {
+      last = built.status();  // not available (yet): the next cheapest
+      continue;
+    }
+    Plan p;
+    p.algo = c.algo;
+    p.channels = static_cast<int>(built->channels.size());
+    p.sliceBytes = built->connectionSet == 1 ? machine.meshSlotBytes : machine.ringSlotBytes;
+    p.predicted = c.seconds;
+    if (schedule) *schedule = std::move(built).value();
+    return p;
+  }
+  return last;
+}
+
+StatusOr<exec::Schedule> planCollective(const algorithms::Request& req, const algorithms::Layout& layout,
+                                        const std::vector<AlgoRule>* rules, const Machine& machine) {
+  exec::Schedule s;
+  BRAID_RETURN_IF_ERROR(choosePlan(req, layout, machine, rules, &s).status());
+  return s;
+}
+
 StatusOr<exec::Schedule> planCollective(const algorithms::Request& req, const algorithms::Layout& layout,
                                         const std::vector<AlgoRule>* rules) {
-  if (rules) {
-    if (const AlgoRule* r = findRule(*rules, req.coll, algorithms::requestBytes(req, layout.nranks)))
-      return r->algo->build(req, layout);
-  }
-  switch (req.coll) {
-    case algorithms::Collective::kAllReduce:
-      // Small messages are latency-bound: log2(n) hops beat the ring's 2(n-1).
-      if (layout.nranks > 1 && req.count * dataTypeSize(req.dtype) <= layout.smallMaxBytes)
-        return algorithms::allreduceRecursiveDoubling(req, layout);
-      return algorithms::allreduceRing(req, layout);
-    default:
-      break;
-  }
-  for (const auto& a : algorithms::algorithmTable())
-    if (a.coll == req.coll) return a.build(req, layout);
-  return internalError(std::string("no algorithm for ") + algorithms::collectiveName(req.coll));
+  return planCollective(req, layout, rules, machineForLayout(layout));
 }
 
 }  // namespace braid::plan

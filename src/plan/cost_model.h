@@ -1,0 +1,79 @@
+#pragma once
+// The alpha-beta cost model: what a machine looks like to the planner (links inside and
+// between hosts, the cost of local reduction and copies, slot geometry) and a closed-form
+// prediction of every algorithm's time on it. The planner ranks algorithms by these
+// predictions; the cost simulator (simulator.h) runs the real Schedules on the same
+// Machine and is what tests hold the formulas to.
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "algorithms/algorithm.h"
+
+namespace braid::plan {
+
+// One kind of link: a message of b bytes takes alpha + b / beta, and costs the thread at
+// each end `overhead` of CPU per message (slot hand-off, a system call for TCP).
+struct Link {
+  double alpha = 1e-6;     // seconds
+  double beta = 1e10;      // bytes per second
+  double overhead = 2e-7;  // seconds per message at each end
+};
+
+// The static per-transport table ("shm", "tcp", "loopback", ...); unknown names get the
+// TCP figures, the conservative choice. Values are typical, not measured: see
+// docs/scaling.md for where they come from.
+Link transportLink(const std::string& transport);
+
+// What the model and the simulator know about a job.
+struct Machine {
+  std::vector<int> hostOf;  // host index of every rank (0..nhosts-1)
+  int nchannels = 1;        // ring channels available
+  Link intra = transportLink("shm");
+  Link inter = transportLink("tcp");
+  // Local work per byte: a reduction reads two operands and writes one; a copy one each.
+  double reduceBeta = 6e9;
+  double copyBeta = 10e9;
+  // Slot geometry of the two connection sets (see core/communicator.cc).
+  size_t ringSlotBytes = 512 * 1024;
+  int ringSlots = 8;
+  size_t meshSlotBytes = 64 * 1024;
+  int meshSlots = 4;
+
+  int nranks() const { return static_cast<int>(hostOf.size()); }
+  int nhosts() const;
+  // Most ranks any host holds.
+  int maxRanksPerHost() const;
+};
+
+// `nhosts` hosts of `ranksPerHost` ranks each, ranks numbered host by host. Intra-host
+// links default to shared memory, inter-host links to TCP; slot geometry follows the
+// communicator's rule (stream slots when the job spans hosts).
+Machine uniformMachine(int nhosts, int ranksPerHost, int nchannels = 1);
+
+// The machine a communicator's layout describes, with the communicator's slot geometry
+// (derived from roundBytes, which is half a FIFO) and the per-transport tables: every rank
+// derives the same Machine from the same Layout. `forcedTransport` (BRAID_TRANSPORT), when
+// set, replaces the links on both levels.
+Machine machineForLayout(const algorithms::Layout& layout, const std::string& forcedTransport = "");
+
+// A prediction for one algorithm.
+struct Prediction {
+  const algorithms::AlgorithmInfo* algo = nullptr;
+  int channels = 1;        // ring channels it should use (mesh algorithms: 1)
+  size_t sliceBytes = 0;   // the slice the executor cuts its steps into
+  double seconds = 0;
+};
+
+// Predicted time of `algo` for `req` on `machine` with `channels` ring channels, or a
+// negative value when the algorithm does not apply there (hierarchical on one host, an
+// algorithm for another collective).
+double predictSeconds(const algorithms::AlgorithmInfo& algo, const algorithms::Request& req, const Machine& machine,
+                      int channels);
+
+// Every algorithm of `req.coll` that applies, each with its best channel count, cheapest
+// first (ties keep the table's order).
+std::vector<Prediction> rankAlgorithms(const algorithms::Request& req, const Machine& machine);
+
+}  // namespace braid::plan

@@ -1,0 +1,126 @@
+// The planner: BRAID_ALGO wins, single-host defaults stay, unavailable algorithms are
+// skipped, and at 64 hosts x 8 ranks the model's choice is within 10 % of the best the
+// simulator finds among all algorithms that build.
+
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <map>
+#include <cstdio>
+#include <string>
+
+#include "plan/planner.h"
+#include "plan/simulator.h"
+
+using namespace braid;
+using algorithms::Collective;
+
+namespace {
+
+algorithms::Request request(Collective c, size_t bytes, int nranks) {
+  algorithms::Request r;
+  r.coll = c;
+  r.dtype = DataType::kFloat32;
+  size_t elems = std::max<size_t>(1, bytes / 4);
+  bool perRank = c == Collective::kAllGather || c == Collective::kReduceScatter;
+  r.count = perRank ? std::max<size_t>(1, elems / nranks) : elems;
+  return r;
+}
+
+std::string chosen(const algorithms::Request& req, const plan::Machine& m, const std::vector<plan::AlgoRule>* rules) {
+  auto p = plan::choosePlan(req, plan::simLayout(m, 0), m, rules, nullptr);
+  REQUIRE(p.isOk());
+  return p->algo->name;
+}
+
+}  // namespace
+
+TEST_CASE("planner: a BRAID_ALGO rule always wins", "[unit]") {
+  auto rules = plan::parseAlgoOverride("allreduce:0-1K:ring");
+  REQUIRE(rules.isOk());
+  plan::Machine m = plan::uniformMachine(1, 4);
+  CHECK(chosen(request(Collective::kAllReduce, 8, 4), m, &rules.value()) == "ring");
+  // Outside the rule's range the model decides.
+  CHECK(chosen(request(Collective::kAllReduce, 4096, 4), m, &rules.value()) == "recursive_doubling");
+  // An override of an algorithm that cannot build reports the error rather than hiding it.
+  auto bad = plan::parseAlgoOverride("allreduce:hierarchical");
+  REQUIRE(bad.isOk());
+  algorithms::Layout l = plan::simLayout(m, 0);
+  exec::Schedule s;
+  auto p = plan::choosePlan(request(Collective::kAllReduce, 8, 4), l, m, &bad.value(), &s);
+  if (p.isOk()) CHECK(s.algorithm.size() > 0);
+}
+
+TEST_CASE("planner: one host keeps recursive doubling up to 64 KiB, then ring", "[unit]") {
+  for (int n : {2, 4, 8}) {
+    plan::Machine m = plan::uniformMachine(1, n);
+    for (size_t b : {size_t{8}, size_t{1024}, size_t{64 * 1024}}) {
+      INFO("n=" << n << " bytes=" << b);
+      std::string c = chosen(request(Collective::kAllReduce, b, n), m, nullptr);
+      CHECK(c != "ring");
+      CHECK(c != "hierarchical");
+    }
+    for (size_t b : {size_t{4} << 20, size_t{256} << 20}) {
+      INFO("n=" << n << " bytes=" << b);
+      std::string c = chosen(request(Collective::kAllReduce, b, n), m, nullptr);
+      CHECK(c != "recursive_doubling");
+      CHECK(c != "direct");
+    }
+  }
+}
+
+TEST_CASE("planner: planCollective builds what choosePlan chose, for every collective", "[unit]") {
+  plan::Machine m = plan::uniformMachine(2, 2);
+  for (int c = 0; c < algorithms::kNumCollectives; ++c) {
+    auto coll = static_cast<Collective>(c);
+    if (coll != Collective::kAllReduce && coll != Collective::kBroadcast) continue;
+    algorithms::Request req = request(coll, 1 << 20, 4);
+    auto s = plan::planCollective(req, plan::simLayout(m, 1), nullptr, m);
+    REQUIRE(s.isOk());
+    CHECK(!s->channels.empty());
+  }
+}
+
+TEST_CASE("planner: within 10% of the simulator's best at 64 hosts x 8 ranks", "[unit]") {
+  const auto t0 = std::chrono::steady_clock::now();
+  plan::Machine m = plan::uniformMachine(64, 8);
+  const int n = m.nranks();
+  const algorithms::Layout l0 = plan::simLayout(m, 0);
+  int compared = 0;
+  for (Collective coll : {Collective::kAllReduce, Collective::kBroadcast, Collective::kAllGather,
+                          Collective::kReduceScatter}) {
+    for (size_t bytes = 8; bytes <= (size_t{1} << 30); bytes *= 8) {
+      algorithms::Request req = request(coll, bytes, n);
+      double best = -1;
+      std::string bestName, table;
+      std::map<std::string, double> simulated;
+      for (const auto& a : algorithms::algorithmTable()) {
+        if (a.coll != coll) continue;
+        if (!a.build(req, l0).isOk()) continue;  // not written yet, or does not apply
+        auto r = plan::simulateAlgorithm(a, req, m);
+        REQUIRE(r.isOk());
+        simulated[a.name] = r->seconds;
+        double pred = plan::predictSeconds(a, req, m, m.nchannels);
+        char line[160];
+        std::snprintf(line, sizeof line, "  %-20s sim %10.3f ms  model %10.3f ms\n", a.name, r->seconds * 1e3,
+                      pred * 1e3);
+        table += line;
+        if (best < 0 || r->seconds < best) {
+          best = r->seconds;
+          bestName = a.name;
+        }
+      }
+      if (simulated.empty()) continue;
+      auto p = plan::choosePlan(req, l0, m, nullptr, nullptr);
+      REQUIRE(p.isOk());
+      INFO(algorithms::collectiveName(coll) << " " << bytes << " B: chose " << p->algo->name << ", best "
+                                           << bestName << "\n" << table);
+      REQUIRE(simulated.count(p->algo->name));
+      CHECK(simulated[p->algo->name] <= 1.10 * best);
+      ++compared;
+    }
+  }
+  CHECK(compared >= 10);
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  WARN("within-10% sweep: " << compared << " cases in " << secs << " s");
+}

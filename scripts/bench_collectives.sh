@@ -1,0 +1,252 @@
+#!/usr/bin/env bash
+# braid against OpenMPI and Gloo for every collective, in one run, with ratios: busbw per
+# collective and size over shared memory (braid vs OpenMPI's vader) and over forced TCP on
+# loopback (braid with BRAID_TRANSPORT=tcp vs OpenMPI's tcp btl and Gloo), plus the 8 B
+# allreduce latency at 2 ranks. Implementations run alternately, size by size, ROUNDS times;
+# the best of each is kept. Ratios: > 1 means braid is better (x = braid busbw / peer busbw;
+# for latency x = peer time / braid time).
+#
+# The issue's targets are marked per row: "shm" = braid-shm busbw >= mpi-shm busbw, "tcp" =
+# braid-tcp busbw >= 2 x Gloo's (where Gloo has the collective), and for latency braid-shm
+# time <= 1.5 x mpi-shm time.
+#
+# usage: scripts/bench_collectives.sh
+# environment:
+#   NP=4                  ranks for the bandwidth tables
+#   SIZES="1M 4M 16M 64M 256M"   sizes (B; K/M/G suffixes), nccl-tests' meaning per collective
+#   COLLS=all             comma/space list of allreduce broadcast reduce allgather
+#                         reduce_scatter alltoall gather scatter sendrecv
+#   ROUNDS=2              alternating rounds (best of each kept)
+#   TRANSPORTS="shm tcp"  which halves to run (shm: braid vs MPI; tcp: braid vs MPI and Gloo)
+#   PEERS="mpi gloo"      which peers to run
+#   LAT=1                 8 B allreduce latency at LAT_NP=2 ranks (LAT=0 skips, LAT=only
+#                         runs nothing else); LAT_ITERS=2000
+#   CHECK=1               validate results in the first round (CHECK=all: every round,
+#                         CHECK=0: never); #wrong != 0 shows as "WRONG"
+#   AVG=1                 time combined over ranks: 0 rank 0, 1 mean, 2 min, 3 max (all tools)
+#   GLOO_ALGS=ring_chunked,halving_doubling   Gloo allreduce algorithms: all run in round 1,
+#                         later rounds rerun only the round-1 winner for that size
+#   RUN_TIMEOUT=300       seconds before one run is killed (shows as "-")
+#   SKIP_SETUP=1          do not run scripts/setup.sh (BUILD_DIR must hold a build)
+#   BUILD_DIR=./build     braid build (setup.sh builds it); BRAIDRUN=..., PERF_DIR=... override
+#   BENCH_CACHE=~/.cache/braid-bench-peers   where the peer harnesses are built
+#   RESULTS=./bench-results                  summary and raw logs go here
+# Cost: everything with the defaults took 22 min on the 2-core dev host while other jobs kept
+# its load at 10-20 (before round 2 dropped the checks and Gloo's losing allreduce algorithm);
+# allreduce at 256 MiB is the largest share. Aim: ~15 min on a quiet host. Narrow with COLLS,
+# SIZES, ROUNDS=1, TRANSPORTS or PEERS.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+if [ "${SKIP_SETUP:-0}" = 1 ]; then
+  BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
+else
+  source "$ROOT/scripts/setup.sh"
+fi
+set +e  # a failed run is reported in its cell, not fatal
+
+NP=${NP:-4}
+SIZES=(${SIZES:-1M 4M 16M 64M 256M})
+ALL_COLLS="allreduce broadcast reduce allgather reduce_scatter alltoall gather scatter sendrecv"
+COLLS=${COLLS:-all}; [ "$COLLS" = all ] && COLLS=$ALL_COLLS; COLLS=${COLLS//,/ }
+ROUNDS=${ROUNDS:-2}
+TRANSPORTS=" ${TRANSPORTS:-shm tcp} "
+PEERS=" ${PEERS:-mpi gloo} "
+LAT=${LAT:-1}; LAT_NP=${LAT_NP:-2}; LAT_ITERS=${LAT_ITERS:-2000}
+CHECK=${CHECK:-1}; AVG=${AVG:-1}
+GLOO_ALGS=${GLOO_ALGS:-ring_chunked,halving_doubling}
+RUN_TIMEOUT=${RUN_TIMEOUT:-300}
+CACHE=${BENCH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/braid-bench-peers}
+RESULTS=${RESULTS:-$ROOT/bench-results}
+
+find_exe() { find "$BUILD_DIR" -name "$1" -type f -perm -u+x 2>/dev/null | grep -v CMakeFiles | head -1; }
+RUN=${BRAIDRUN:-$(find_exe braidrun)}
+[ -x "$RUN" ] || { echo "braidrun not found under $BUILD_DIR (set BUILD_DIR or BRAIDRUN)" >&2; exit 2; }
+PERF_DIR=${PERF_DIR:-$(dirname "$(find_exe allreduce_perf)")}
+
+# ---- peer harnesses, built once per source change into the cache ---------------------------
+mkdir -p "$CACHE" "$RESULTS"
+MPI_EXE=$CACHE/mpi_coll_perf; GLOO_EXE=$CACHE/gloo_coll_perf
+MPI_SRC=$ROOT/bench/peers/mpi_coll_perf.c; GLOO_SRC=$ROOT/bench/peers/gloo_coll_perf.cc
+if [[ $PEERS == *" mpi "* ]] && ! [ "$MPI_EXE" -nt "$MPI_SRC" ]; then
+  echo "== building $MPI_EXE"
+  mpicc -O3 -march=native -o "$MPI_EXE" "$MPI_SRC" || { echo "cannot build the MPI harness" >&2; exit 2; }
+fi
+if [[ $PEERS == *" gloo "* ]] && ! [ "$GLOO_EXE" -nt "$GLOO_SRC" ]; then
+  echo "== building $GLOO_EXE"
+  g++ -std=c++17 -O3 -march=native -o "$GLOO_EXE" "$GLOO_SRC" -lgloo -lpthread ||
+    { echo "cannot build the Gloo harness" >&2; exit 2; }
+fi
+
+stamp=$(date +%Y%m%d-%H%M%S)
+[ -e "$RESULTS/$stamp-raw" ] && stamp+="-$$"
+RAW=$RESULTS/$stamp-raw; mkdir -p "$RAW"
+OUT=$RESULTS/$stamp-collectives-np$NP.txt
+say() { echo "$*" | tee -a "$OUT"; }
+
+bytes() {  # 1M -> 1048576
+  awk -v s="$1" 'BEGIN { n = s + 0; u = toupper(substr(s, length(s)));
+    if (u == "K") n *= 1024; else if (u == "M") n *= 1048576; else if (u == "G") n *= 1073741824;
+    printf "%d\n", n }'
+}
+# Iterations and warmups by size: every run lasts roughly the same, whatever the size.
+iters() { local b=$1; if [ "$b" -le 65536 ]; then echo 200; elif [ "$b" -le 1048576 ]; then echo 20;
+  elif [ "$b" -le 4194304 ]; then echo 10; elif [ "$b" -le 16777216 ]; then echo 5;
+  elif [ "$b" -le 67108864 ]; then echo 3; else echo 2; fi; }
+warm() { local b=$1; if [ "$b" -le 4194304 ]; then echo 3; elif [ "$b" -le 16777216 ]; then echo 2; else echo 1; fi; }
+
+# Reads a table on stdin (braid's tools and the peer harnesses print the same columns: 1 size,
+# 6 time in us, 9 #wrong). With $1 = bw:FACTOR prints the best busbw over the data rows,
+# recomputed from size and time (size / time * FACTOR; the table's own busbw column has only two
+# decimals); with $1 = lat the lowest time. "WRONG" if any row's #wrong is not 0 / N/A,
+# nothing if there are no rows (the run failed or timed out).
+pick_col() {
+  awk -v what="$1" '
+    /^#/ || NF < 9 || $1 !~ /^[0-9]+$/ || $6 + 0 <= 0 { next }
+    { if ($9 != "0" && $9 != "N/A") bad = 1
+      if (what == "lat") v = $6 + 0; else v = $1 / ($6 * 1e3) * substr(what, 4)
+      if (!have || (what == "lat" ? v < best : v > best)) { best = v; have = 1 } }
+    END { if (bad) print "WRONG"; else if (have) printf(what == "lat" ? "%.2f\n" : "%.3f\n", best) }'
+}
+# The Gloo allreduce algorithm with the fastest row in round 1 of a run's log.
+gloo_winner() {
+  awk '
+    /^### round / { keep = ($3 == "1") }
+    keep && /^# collective:/ { alg = $0; sub(/.*\(Gloo, /, "", alg); sub(/\).*/, "", alg) }
+    keep && !/^#/ && NF >= 9 && $1 ~ /^[0-9]+$/ && $6 + 0 > 0 {
+      v = $6 + 0; if (best == "" || v < best) { best = v; win = alg } }
+    END { print win }' "$1"
+}
+bus_factor() {  # collective, ranks: nccl-tests' busbw / algbw
+  case $1 in
+    allreduce) awk -v n="$2" 'BEGIN { print 2 * (n - 1) / n }' ;;
+    broadcast|reduce|sendrecv) echo 1 ;;
+    *) awk -v n="$2" 'BEGIN { print (n - 1) / n }' ;;
+  esac
+}
+
+# One run of one implementation: name, collective, bytes, what (see pick_col), ranks. Prints
+# the picked value; the whole output is appended to a log under $RAW.
+run_one() {
+  local impl=$1 coll=$2 b=$3 what=$4 np=$5 n w log
+  n=${ITERS_OVERRIDE:-$(iters "$b")}; w=$(warm "$b")
+  log=$RAW/$coll-$b-np$np-$impl.log
+  local chk=0 algs=$GLOO_ALGS
+  if [ "$CHECK" = all ] || { [ "$CHECK" != 0 ] && [ "$ROUND" = 1 ]; }; then chk=1; fi
+  if [ "$impl" = gloo-tcp ] && [ "$coll" = allreduce ] && [ "$ROUND" != 1 ] && [ -f "$log" ]; then
+    algs=$(gloo_winner "$log"); algs=${algs:-$GLOO_ALGS}
+  fi
+  local common=(-b "$b" -e "$b" -n "$n" -w "$w" -c "$chk" -a "$AVG")
+  {
+    echo "### round $ROUND $(date -Is) load $(cut -d' ' -f1-3 /proc/loadavg)"
+    case $impl in
+      braid-shm) timeout -k 10 "$RUN_TIMEOUT" "$RUN" -np "$np" "$PERF_DIR/${coll}_perf" "${common[@]}" ;;
+      braid-tcp) BRAID_TRANSPORT=tcp timeout -k 10 "$RUN_TIMEOUT" "$RUN" -np "$np" "$PERF_DIR/${coll}_perf" "${common[@]}" ;;
+      mpi-shm) timeout -k 10 "$RUN_TIMEOUT" mpirun --allow-run-as-root --oversubscribe -np "$np" \
+                 --mca pml ob1 --mca btl vader,self "$MPI_EXE" -C "$coll" "${common[@]}" ;;
+      mpi-tcp) timeout -k 10 "$RUN_TIMEOUT" mpirun --allow-run-as-root --oversubscribe -np "$np" \
+                 --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo "$MPI_EXE" -C "$coll" "${common[@]}" ;;
+      gloo-tcp) local gn=$n; [ "$b" -le 65536 ] && gn=$((n / 4 + 10))
+                timeout -k 10 "$RUN_TIMEOUT" "$GLOO_EXE" -N "$np" -C "$coll" -A "$algs" -P 0 \
+                  -b "$b" -e "$b" -n "$gn" -w "$w" -c "$chk" -a "$AVG" ;;
+    esac
+    echo "### exit $?"
+  } >>"$log" 2>&1
+  # Only this round's table counts.
+  awk -v r="### round $ROUND " 'index($0, r) == 1 { keep = 1; buf = ""; next } keep { buf = buf $0 "\n" }
+    END { printf "%s", buf }' "$log" | pick_col "$what"
+}
+
+# Best over rounds: max busbw / min time; WRONG wins over numbers, empty cells become "-".
+best_of() {
+  local mode=$1; shift
+  if printf '%s\n' "$@" | grep -qx WRONG; then echo WRONG; return; fi
+  local v; v=$(printf '%s\n' "$@" | grep -E '^[0-9.eE+-]+$' | sort -g | { [ "$mode" = min ] && head -1 || tail -1; })
+  echo "${v:--}"
+}
+ratio() {  # braid value, peer value, mode (max: braid/peer; min: peer/braid)
+  awk -v a="$1" -v b="$2" -v m="$3" 'BEGIN { if (a !~ /^[0-9.eE+-]+$/ || b !~ /^[0-9.eE+-]+$/ || a + 0 == 0 || b + 0 == 0) print "-";
+    else printf "%.2f", m == "min" ? b / a : a / b }'
+}
+verdict() {  # ratio, threshold
+  awk -v x="$1" -v t="$2" 'BEGIN { if (x == "-") print "n/a"; else print (x + 0 >= t ? "ok" : "MISS") }'
+}
+has() { [[ " $1 " == *" $2 "* ]]; }
+gloo_has() { has "allreduce broadcast reduce allgather reduce_scatter alltoall gather scatter sendrecv" "$1"; }
+fmt() { printf '%-8s %9s %9s %6s | %9s %9s %9s %6s %6s | %s\n' "$@"; }
+
+misses=0; checked=0
+say "# bench_collectives $(date -Is): NP=$NP SIZES='${SIZES[*]}' ROUNDS=$ROUNDS CHECK=$CHECK AVG=$AVG"
+say "# braid: $BUILD_DIR ($(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null)$(git -C "$ROOT" diff --quiet 2>/dev/null || echo '+dirty')); peers: $CACHE; raw logs: $RAW"
+say "# host: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); busbw in GB/s (1e9 B/s); x = braid/peer, > 1: braid better"
+say "# targets: shm = braid-shm >= mpi-shm; tcp = braid-tcp >= 2 x gloo-tcp (sendrecv: Gloo point-to-point, not a Gloo collective)"
+t_start=$SECONDS
+
+if [ "$LAT" != only ]; then
+for coll in $COLLS; do
+  if ! has "$ALL_COLLS" "$coll"; then say "# $coll: unknown collective, skipped"; continue; fi
+  if ! [ -x "$PERF_DIR/${coll}_perf" ]; then
+    say "# $coll: skipped, braid has no ${coll}_perf yet (looked in $PERF_DIR)"; continue
+  fi
+  say ""
+  say "== $coll, $NP ranks ($(date +%T), load $(cut -d' ' -f1 /proc/loadavg))"
+  say "$(fmt size braid-shm mpi-shm x braid-tcp mpi-tcp gloo-tcp x-mpi x-gloo targets)"
+  bf=$(bus_factor "$coll" "$NP")
+  for s in "${SIZES[@]}"; do
+    b=$(bytes "$s")
+    declare -A got=()
+    for ROUND in $(seq "$ROUNDS"); do
+      impls=()
+      if [[ $TRANSPORTS == *" shm "* ]]; then impls+=(braid-shm); [[ $PEERS == *" mpi "* ]] && impls+=(mpi-shm); fi
+      if [[ $TRANSPORTS == *" tcp "* ]]; then
+        impls+=(braid-tcp); [[ $PEERS == *" mpi "* ]] && impls+=(mpi-tcp)
+        [[ $PEERS == *" gloo "* ]] && gloo_has "$coll" && impls+=(gloo-tcp)
+      fi
+      for impl in "${impls[@]}"; do got[$impl]+="$(run_one "$impl" "$coll" "$b" "bw:$bf" "$NP") "; done
+    done
+    A=$(best_of max ${got[braid-shm]:-}); M=$(best_of max ${got[mpi-shm]:-})
+    T=$(best_of max ${got[braid-tcp]:-}); MT=$(best_of max ${got[mpi-tcp]:-}); G=$(best_of max ${got[gloo-tcp]:-})
+    xm=$(ratio "$A" "$M" max); xtm=$(ratio "$T" "$MT" max); xg=$(ratio "$T" "$G" max)
+    tg=""
+    if [ "$xm" != - ]; then v=$(verdict "$xm" 1); tg+="shm:$v "; checked=$((checked + 1)); [ "$v" = MISS ] && misses=$((misses + 1)); fi
+    if [ "$xg" != - ] && [ "$coll" != sendrecv ]; then
+      v=$(verdict "$xg" 2); tg+="tcp:$v"; checked=$((checked + 1)); [ "$v" = MISS ] && misses=$((misses + 1))
+    fi
+    say "$(fmt "$s" "$A" "$M" "$xm" "$T" "$MT" "$G" "$xtm" "$xg" "${tg:--}")"
+    unset got
+  done
+done
+fi
+
+if [ "$LAT" != 0 ]; then
+  say ""
+  if ! [ -x "$PERF_DIR/allreduce_perf" ]; then
+    say "# latency: skipped, no allreduce_perf"
+  else
+    say "== allreduce 8 B latency, $LAT_NP ranks, time in us (x = peer time / braid time, > 1: braid better)"
+    say "$(fmt size braid-shm mpi-shm x braid-tcp mpi-tcp gloo-tcp x-mpi x-gloo targets)"
+    declare -A got=()
+    for ROUND in $(seq "$ROUNDS"); do
+      impls=()
+      if [[ $TRANSPORTS == *" shm "* ]]; then impls+=(braid-shm); [[ $PEERS == *" mpi "* ]] && impls+=(mpi-shm); fi
+      if [[ $TRANSPORTS == *" tcp "* ]]; then
+        impls+=(braid-tcp); [[ $PEERS == *" mpi "* ]] && impls+=(mpi-tcp); [[ $PEERS == *" gloo "* ]] && impls+=(gloo-tcp)
+      fi
+      for impl in "${impls[@]}"; do
+        got[$impl]+="$(ITERS_OVERRIDE=$LAT_ITERS run_one "$impl" allreduce 8 lat "$LAT_NP") "
+      done
+    done
+    A=$(best_of min ${got[braid-shm]:-}); M=$(best_of min ${got[mpi-shm]:-})
+    T=$(best_of min ${got[braid-tcp]:-}); MT=$(best_of min ${got[mpi-tcp]:-}); G=$(best_of min ${got[gloo-tcp]:-})
+    xm=$(ratio "$A" "$M" min)
+    tg="-"
+    if [ "$xm" != - ]; then
+      v=$(awk -v a="$A" -v m="$M" 'BEGIN { print (a + 0 <= 1.5 * m ? "ok" : "MISS") }')
+      tg="lat(<=1.5x mpi):$v"; checked=$((checked + 1)); [ "$v" = MISS ] && misses=$((misses + 1))
+    fi
+    say "$(fmt 8 "$A" "$M" "$xm" "$T" "$MT" "$G" "$(ratio "$T" "$MT" min)" "$(ratio "$T" "$G" min)" "$tg")"
+  fi
+fi
+
+say ""
+say "# targets checked: $checked, missed: $misses; took $((SECONDS - t_start)) s; load $(cut -d' ' -f1-3 /proc/loadavg)"
+say "# saved: $OUT"

@@ -1,0 +1,89 @@
+#pragma once
+// Lets braid rendezvous through the c10d::Store that init_process_group / new_group hand to
+// the backend (a PrefixStore over the job's TCPStore), so that braid needs no second port
+// and no extra environment: every group's keys are already separated by torch's prefix.
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+#include <string>
+#include <vector>
+
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include "braid/braid.hpp"
+
+namespace braid_torch {
+
+// Thread-safe because c10d's stores are (TCPStore serialises its client's requests); braid
+// calls it from its progress threads as well as from the thread that creates the backend.
+class C10dStoreAdapter : public braid::Store {
+ public:
+  explicit C10dStoreAdapter(c10::intrusive_ptr<c10d::Store> store) : store_(std::move(store)) {}
+
+  void set(const std::string& key, const std::string& value) override {
+    store_->set(key, std::vector<uint8_t>(value.begin(), value.end()));
+  }
+
+  // Waits (with braid's deadline, see wait()) before c10d's get(), which would otherwise
+  // block the shared connection with the store's own timeout.
+  std::string get(const std::string& key, std::chrono::milliseconds timeout) override {
+    wait({key}, timeout);
+    std::vector<uint8_t> v = translate([&] { return store_->get(key); });
+    return std::string(v.begin(), v.end());
+  }
+
+  int64_t add(const std::string& key, int64_t delta) override {
+    return translate([&] { return store_->add(key, delta); });
+  }
+
+  // Polls check() instead of calling c10d's wait(): a TCPStore client is one connection,
+  // and its wait() holds that connection until the keys appear, so a wait for one
+  // communicator's rendezvous (e.g. a lazily created point-to-point channel whose peer has
+  // not arrived yet) would block every other thread's store traffic, including the set()
+  // that peer is waiting for. Polling keeps each request short.
+  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    auto pause = std::chrono::microseconds(50);
+    while (!check(keys)) {
+      if (std::chrono::steady_clock::now() >= deadline) {
+        std::string names;
+        for (const auto& k : keys) names += (names.empty() ? "" : ", ") + k;
+        throw braid::TimeoutError("c10d store: keys [" + names + "] did not appear within " +
+                                      std::to_string(timeout.count()) + " ms",
+                                  -1);
+      }
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::microseconds(5000));
+    }
+  }
+
+  bool check(const std::vector<std::string>& keys) override {
+    return translate([&] { return store_->check(keys); });
+  }
+
+  bool deleteKey(const std::string& key) override {
+    return translate([&] { return store_->deleteKey(key); });
+  }
+
+ private:
+  // A c10d store reports an expired wait as DistStoreError whose message says "timeout";
+  // braid's bootstrap needs braid::TimeoutError for that case to report it as one.
+  template <typename F>
+  auto translate(F&& f) -> decltype(f()) {
+    try {
+      return f();
+    } catch (const c10::DistStoreError& e) {
+      std::string what = e.what_without_backtrace();
+      if (what.find("imeout") != std::string::npos || what.find("imed out") != std::string::npos)
+        throw braid::TimeoutError("c10d store: " + what, -1);
+      throw braid::RemoteError("c10d store: " + what, -1);
+    } catch (const c10::Error& e) {
+      throw braid::RemoteError(std::string("c10d store: ") + e.what_without_backtrace(), -1);
+    }
+  }
+
+  c10::intrusive_ptr<c10d::Store> store_;
+};
+
+}  // namespace braid_torch

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Builds the braid Python package against a given libbraid and runs tests/python under
+# pytest. Called by CTest (tests/python/CMakeLists.txt); usable by hand:
+#   bash tests/python/run_pytest.sh ENV_DIR LIBBRAID BUILD_DIR REPO_ROOT [pytest args...]
+# Exits 77 (CTest: skipped) when ENV_DIR has no Python.
+set -euo pipefail
+ENV_DIR="$1" LIB="$2" OUT="$3" ROOT="$4"
+shift 4
+if [ ! -x "$ENV_DIR/bin/python" ]; then
+  echo "SKIPPED: no braid Python environment at $ENV_DIR; create it with: bash scripts/python_env.sh"
+  exit 77
+fi
+PY="$ENV_DIR/bin/python"
+echo "== building the braid Python package against $LIB"
+# --upgrade replaces the previous build in the target folder; the CMake build dir is kept so
+# that an unchanged tree rebuilds in seconds.
+"$PY" -m pip install -q --disable-pip-version-check --upgrade --no-build-isolation --no-deps \
+  -C build-dir="$OUT/pybuild" -C cmake.define.BRAID_PREBUILT_LIBRARY="$LIB" -C cmake.define.BRAID_PY_TORCH=ON \
+  --target "$OUT/site" "$ROOT/python"
+echo "== pytest tests/python"
+cd "$ROOT/tests/python"
+BRAID_PYTHON_SITE="$OUT/site" exec "$PY" -m pytest -q -rfEs -p no:cacheprovider "$@" .

@@ -1,0 +1,62 @@
+"""braid's Python package and PyTorch backend, across 2, 3 and 4 real processes.
+
+Each test launches one scenario of workers.py on N ranks (see conftest.py); a scenario runs
+many checks and every rank reports each one, so a failure names the rank and the check.
+"""
+
+import pytest
+
+from conftest import launch, requires_torch
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_core_bindings(n):
+    launch("core", n, timeout=90).assert_all_ok()
+
+
+@requires_torch
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_torch_collectives_every_dtype(n):
+    launch("collectives", n, timeout=240).assert_all_ok()
+
+
+@requires_torch
+@pytest.mark.parametrize("n", [2, 4])
+def test_torch_point_to_point(n):
+    launch("p2p", n, timeout=120).assert_all_ok()
+
+
+@requires_torch
+@pytest.mark.parametrize("n", [3, 4])
+def test_torch_subgroups(n):
+    launch("subgroups", n, timeout=120).assert_all_ok()
+
+
+@requires_torch
+@pytest.mark.parametrize("n", [2, 3])
+def test_ddp_matches_gloo_and_hooks_train(n):
+    launch("ddp", n, timeout=240).assert_all_ok()
+
+
+@requires_torch
+@pytest.mark.parametrize("n", [2, 3])
+def test_killed_rank_makes_survivors_raise_within_timeout(n):
+    group_timeout = 10
+    res = launch("kill", n, timeout=60, env={"BRAID_TEST_GROUP_TIMEOUT": str(group_timeout)})
+    assert res.codes[n - 1] != 0, "the victim should have been killed"
+    res.assert_all_ok(expect_ranks=range(n - 1))
+    for r in range(n - 1):
+        extra = res.results[r]["extra"]
+        assert extra["elapsed"] < group_timeout + 5, extra
+        print(f"rank {r}: {extra['error_type']} after {extra['elapsed']:.2f} s: {extra['error'][:200]}")
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_core_killed_rank_raises_remote_error(n):
+    res = launch("core_kill", n, timeout=60, env={"BRAID_TIMEOUT": "10"})
+    assert res.codes[n - 1] != 0
+    res.assert_all_ok(expect_ranks=range(n - 1))
+    for r in range(n - 1):
+        extra = res.results[r]["extra"]
+        assert extra["elapsed"] < 15, extra
+        print(f"rank {r}: {extra['error_type']} (rank {extra['error_rank']}) after {extra['elapsed']:.2f} s")

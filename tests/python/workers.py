@@ -1,0 +1,690 @@
+"""The per-rank side of braid's Python tests: `python workers.py SCENARIO` in every rank's
+process (launched by conftest.launch with a torchrun-style environment).
+
+Each scenario runs a list of checks in the same order on every rank and records, per check,
+None (passed) or the error text; the result goes to $BRAID_TEST_OUT/rank<R>.json. Expected
+values are computed independently on each rank from the formula that generated the inputs,
+never from another collective.
+"""
+
+import datetime
+import json
+import os
+import sys
+import time
+import traceback
+
+RANK = int(os.environ["RANK"])
+WORLD = int(os.environ["WORLD_SIZE"])
+OUT = os.environ["BRAID_TEST_OUT"]
+
+checks = {}
+extra = {}
+
+
+def check(name):
+    """Decorator-free check runner: `with check("x"): ...` records pass/fail under `name`."""
+
+    class _Ctx:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, typ, val, tb):
+            if typ is None:
+                checks[name] = None
+            else:
+                checks[name] = "".join(traceback.format_exception_only(typ, val)).strip()[-2000:]
+            return True  # keep going: every rank must still issue the same collectives
+
+    return _Ctx()
+
+
+def write_result():
+    with open(os.path.join(OUT, f"rank{RANK}.json.tmp"), "w") as f:
+        json.dump({"checks": checks, "extra": extra}, f)
+    os.replace(os.path.join(OUT, f"rank{RANK}.json.tmp"), os.path.join(OUT, f"rank{RANK}.json"))
+
+
+# ------------------------------------------------------------------------------------------
+# torch.distributed scenarios
+# ------------------------------------------------------------------------------------------
+
+def init_torch(timeout_s=60, backend="braid"):
+    import torch
+    import torch.distributed as dist
+    import braid.torch  # noqa: F401  registers "braid"
+
+    torch.set_num_threads(1)
+    dist.init_process_group(backend, rank=RANK, world_size=WORLD, timeout=datetime.timedelta(seconds=timeout_s))
+    return torch, dist
+
+
+FLOAT_TYPES = ["float32", "float64", "float16", "bfloat16"]
+INT_TYPES = ["int8", "int32", "int64", "uint8"]
+
+
+def scenario_collectives():
+    torch, dist = init_torch()
+    R, N = RANK, WORLD
+    dt = lambda name: getattr(torch, name)  # noqa: E731
+
+    def small(n, dtype, r=R):
+        # Reduction inputs: small integers, so every sum/product/min/max is exact in every
+        # dtype, fp16 and int8 included (a product over 4 ranks stays <= 81).
+        return ((torch.arange(n) % 2) + (r % 2) + 1).to(dtype)
+
+    def base(n, dtype, r=R):
+        # Data-movement inputs: distinct per rank and per element, exact in every dtype.
+        return ((torch.arange(n) % 7) + 10 * r + 1).to(dtype)
+
+    def tol(name):
+        return {"float16": 1e-2, "bfloat16": 1e-2, "float32": 1e-6}.get(name, 1e-12)
+
+    # all_reduce: every dtype x op, against the reduction computed locally from the formula.
+    for name in FLOAT_TYPES + INT_TYPES:
+        dtype = dt(name)
+        per = [small(17, torch.float64, r) for r in range(N)]
+        expect = {
+            "SUM": sum(per), "PRODUCT": torch.stack(per).prod(0), "MIN": torch.stack(per).min(0).values,
+            "MAX": torch.stack(per).max(0).values,
+        }
+        if name in FLOAT_TYPES:
+            expect["AVG"] = sum(per) / N
+        for op, want in expect.items():
+            with check(f"all_reduce {name} {op}"):
+                t = small(17, dtype)
+                dist.all_reduce(t, op=getattr(dist.ReduceOp, op))
+                assert t.dtype == dtype
+                torch.testing.assert_close(t.double(), want, rtol=tol(name), atol=0)
+
+    for name in INT_TYPES + ["bool"]:
+        dtype = dt(name)
+        vals = [((torch.arange(32) * 7 + r * 5) % 11).to(torch.int64) for r in range(N)]
+        if name == "bool":
+            vals = [(v % 2 == 0) for v in vals]
+        for op in ("BAND", "BOR", "BXOR"):
+            with check(f"all_reduce {name} {op}"):
+                t = vals[R].to(dtype).clone()  # .to() of the same dtype would alias vals[R]
+                dist.all_reduce(t, op=getattr(dist.ReduceOp, op))
+                acc = vals[0].to(dtype).clone()
+                for v in vals[1:]:
+                    v = v.to(dtype)
+                    acc = acc & v if op == "BAND" else acc | v if op == "BOR" else acc ^ v
+                assert torch.equal(t, acc), (t, acc)
+    for op, fn in (("SUM", "any"), ("PRODUCT", "all"), ("MAX", "any"), ("MIN", "all")):
+        with check(f"all_reduce bool {op}"):
+            vals = [torch.tensor([r % 2 == 0, False, True, r == N - 1]) for r in range(N)]
+            t = vals[R].clone()
+            dist.all_reduce(t, op=getattr(dist.ReduceOp, op))
+            want = getattr(torch.stack(vals), fn)(0)
+            assert torch.equal(t, want), (t, want)
+
+    for name in ("float32", "float64", "bfloat16"):
+        with check(f"all_reduce {name} PREMUL_SUM"):
+            t = small(9, dt(name))
+            dist.all_reduce(t, op=dist._make_nccl_premul_sum(0.5))
+            want = sum(small(9, torch.float64, r) for r in range(N)) * 0.5
+            torch.testing.assert_close(t.double(), want, rtol=1e-2, atol=0)
+
+    with check("all_reduce in place on a non-contiguous view"):
+        m = torch.arange(12, dtype=torch.float32).reshape(3, 4) + R
+        v = m.t()  # a strided view: braid works on a contiguous copy and writes it back
+        assert not v.is_contiguous()
+        dist.all_reduce(v)
+        want = sum(torch.arange(12, dtype=torch.float32).reshape(3, 4) + r for r in range(N))
+        assert torch.equal(m, want)
+
+    with check("all_reduce large (multi-slot) float32"):
+        t = torch.full((3 << 20,), float(R + 1))
+        dist.all_reduce(t)
+        assert torch.all(t == N * (N + 1) / 2)
+
+    with check("all_reduce empty tensor"):
+        t = torch.zeros(0)
+        dist.all_reduce(t)
+
+    for name in FLOAT_TYPES + INT_TYPES:
+        for root in range(N):
+            with check(f"broadcast {name} root {root}"):
+                t = base(33, dt(name)) if R == root else torch.zeros(33, dtype=dt(name))
+                dist.broadcast(t, root)
+                assert torch.equal(t, base(33, dt(name), root))
+
+    for name in ("float32", "int64", "bfloat16"):
+        root = 1 % N
+        with check(f"reduce {name} to {root}"):
+            t = small(10, dt(name))
+            dist.reduce(t, root, op=dist.ReduceOp.SUM)
+            want = sum(small(10, torch.float64, r) for r in range(N)) if R == root else small(10, torch.float64)
+            torch.testing.assert_close(t.double(), want)
+
+    for name in FLOAT_TYPES + INT_TYPES:
+        with check(f"all_gather {name}"):
+            outs = [torch.empty(7, dtype=dt(name)) for _ in range(N)]
+            dist.all_gather(outs, base(7, dt(name)))
+            for r in range(N):
+                assert torch.equal(outs[r], base(7, dt(name), r))
+        with check(f"all_gather_into_tensor {name}"):
+            out = torch.empty(N * 6, dtype=dt(name))
+            dist.all_gather_into_tensor(out, base(6, dt(name)))
+            assert torch.equal(out, torch.cat([base(6, dt(name), r) for r in range(N)]))
+        with check(f"reduce_scatter_tensor {name}"):
+            inp = torch.cat([small(5, dt(name)) * (i + 1) for i in range(N)])
+            out = torch.empty(5, dtype=dt(name))
+            dist.reduce_scatter_tensor(out, inp)
+            want = sum(small(5, torch.float64, r) for r in range(N)) * (R + 1)
+            torch.testing.assert_close(out.double(), want, rtol=tol(name), atol=0)
+        with check(f"reduce_scatter {name}"):
+            ins = [small(4, dt(name)) + i for i in range(N)]
+            out = torch.empty(4, dtype=dt(name))
+            dist.reduce_scatter(out, ins, op=dist.ReduceOp.MAX)
+            want = torch.stack([small(4, torch.float64, r) + R for r in range(N)]).max(0).values
+            torch.testing.assert_close(out.double(), want)
+
+    with check("all_gather -0.0 and NaN bit-exact"):
+        x = torch.tensor([-0.0, float("nan"), R + 0.5])
+        outs = [torch.empty(3) for _ in range(N)]
+        dist.all_gather(outs, x)
+        for r in range(N):
+            assert torch.signbit(outs[r][0]) and torch.isnan(outs[r][1]) and outs[r][2] == r + 0.5
+
+    # all_to_all_single: equal splits, then uneven splits (rank r sends s+1 rows to rank s...).
+    for name in ("float32", "int32", "float16"):
+        with check(f"all_to_all_single {name} equal"):
+            inp = (torch.arange(N * 3) + 100 * R).to(dt(name))
+            out = torch.empty(N * 3, dtype=dt(name))
+            dist.all_to_all_single(out, inp)
+            want = torch.cat([(torch.arange(R * 3, R * 3 + 3) + 100 * s) for s in range(N)]).to(dt(name))
+            assert torch.equal(out, want), (out, want)
+    with check("all_to_all_single uneven splits 2-D"):
+        send_splits = [(R + d) % 3 + (1 if d == 0 else 0) for d in range(N)]   # rows to each dst
+        recv_splits = [(s + R) % 3 + (1 if R == 0 else 0) for s in range(N)]  # rows from each src
+        inp = torch.cat([torch.full((send_splits[d], 2), float(R * 10 + d)) for d in range(N)])
+        out = torch.empty(sum(recv_splits), 2)
+        dist.all_to_all_single(out, inp, output_split_sizes=recv_splits, input_split_sizes=send_splits)
+        want = torch.cat([torch.full((recv_splits[s], 2), float(s * 10 + R)) for s in range(N)])
+        assert torch.equal(out, want), (out, want)
+    with check("all_to_all list"):
+        ins = [torch.full((d + 1,), float(R * 10 + d)) for d in range(N)]
+        outs = [torch.empty(R + 1) for _ in range(N)]
+        dist.all_to_all(outs, ins)
+        for s in range(N):
+            assert torch.equal(outs[s], torch.full((R + 1,), float(s * 10 + R)))
+
+    root = N - 1
+    with check("gather"):
+        outs = [torch.empty(4, dtype=torch.int64) for _ in range(N)] if R == root else None
+        dist.gather(base(4, torch.int64), outs, dst=root)
+        if R == root:
+            for r in range(N):
+                assert torch.equal(outs[r], base(4, torch.int64, r))
+    with check("scatter"):
+        ins = [base(6, torch.float32, r) * 2 for r in range(N)] if R == 0 else None
+        out = torch.empty(6)
+        dist.scatter(out, ins, src=0)
+        assert torch.equal(out, base(6, torch.float32, R) * 2)
+    with check("gather_object / broadcast_object_list"):
+        objs = [None] * N
+        dist.all_gather_object(objs, {"rank": R})
+        assert [o["rank"] for o in objs] == list(range(N))
+        lst = [f"hello from {R}"]
+        dist.broadcast_object_list(lst, src=0)
+        assert lst == ["hello from 0"]
+
+    with check("barrier"):
+        dist.barrier()
+
+    # Coalesced forms (what FSDP and the coalescing manager use).
+    with check("coalescing manager all_reduce"):
+        from torch.distributed.distributed_c10d import _coalescing_manager
+        ts = [torch.full((3,), float(R)), torch.full((2,), float(2 * R))]
+        with _coalescing_manager(async_ops=True) as cm:
+            for t in ts:
+                dist.all_reduce(t)
+        cm.wait()
+        s = sum(range(N))
+        assert torch.equal(ts[0], torch.full((3,), float(s))) and torch.equal(ts[1], torch.full((2,), 2.0 * s))
+    with check("coalescing manager all_gather_into_tensor / reduce_scatter_tensor"):
+        from torch.distributed.distributed_c10d import _coalescing_manager
+        outs = [torch.empty(2 * N), torch.empty(3 * N)]
+        with _coalescing_manager(async_ops=True) as cm:
+            dist.all_gather_into_tensor(outs[0], torch.full((2,), float(R)))
+            dist.all_gather_into_tensor(outs[1], torch.full((3,), float(R + 1)))
+        cm.wait()
+        assert torch.equal(outs[0], torch.arange(N).float().repeat_interleave(2))
+        assert torch.equal(outs[1], (torch.arange(N) + 1).float().repeat_interleave(3))
+        rs = [torch.empty(2), torch.empty(1)]
+        with _coalescing_manager(async_ops=True) as cm:
+            dist.reduce_scatter_tensor(rs[0], torch.arange(2 * N).float())
+            dist.reduce_scatter_tensor(rs[1], torch.ones(N))
+        cm.wait()
+        assert torch.equal(rs[0], torch.arange(2 * R, 2 * R + 2).float() * N) and rs[1].item() == N
+    with check("all_reduce_coalesced"):
+        ts = [torch.full((3,), float(R)), torch.full((2, 2), 1.0).t(), torch.full((4,), 1.0)]
+        dist.all_reduce_coalesced(ts, op=dist.ReduceOp.SUM)
+        s = sum(range(N))
+        assert torch.equal(ts[0], torch.full((3,), float(s))) and torch.equal(ts[1], torch.full((2, 2), float(N)))
+        assert torch.equal(ts[2], torch.full((4,), float(N)))
+
+    # Asynchronous operations and futures.
+    with check("async work, is_completed, future value"):
+        t = torch.full((1000,), float(R))
+        w = dist.all_reduce(t, async_op=True)
+        fut = w.get_future()
+        chained = fut.then(lambda f: f.value()[0] * 2)
+        w.wait()
+        assert w.is_completed(), "is_completed after wait"
+        assert w.exception() is None, w.exception()
+        fut.wait()
+        assert fut.done(), "future not done after wait"
+        assert isinstance(fut.value(), list) and fut.value()[0] is not None, fut.value()
+        assert torch.equal(fut.value()[0], t)
+        assert torch.equal(chained.wait(), t * 2)
+        assert torch.all(t == sum(range(N)))
+    with check("many async ops complete in order"):
+        ts = [torch.full((100 + i,), float(R + i)) for i in range(20)]
+        works = [dist.all_reduce(t, async_op=True) for t in ts]
+        for w in works:
+            w.wait()
+        for i, t in enumerate(ts):
+            assert torch.all(t == sum(r + i for r in range(N)))
+    with check("nested collective from a future callback (PowerSGD pattern)"):
+        t = torch.ones(4)
+        w = dist.all_reduce(t, async_op=True)
+
+        def cb(f):
+            u = f.value()[0] + 1
+            return dist.all_reduce(u, async_op=True).get_future().wait()[0]
+
+        got = w.get_future().then(cb).wait()
+        assert torch.equal(got, torch.full((4,), float(N * (N + 1))))
+
+    # Bad arguments are rejected on the caller's thread, before anything is sent.
+    with check("unsupported dtype raises ValueError"):
+        try:
+            dist.all_reduce(torch.ones(3, dtype=torch.int16))
+            raise AssertionError("int16 accepted")
+        except ValueError as e:
+            assert "dtype" in str(e)
+    with check("bitwise op on float raises ValueError"):
+        try:
+            dist.all_reduce(torch.ones(3), op=dist.ReduceOp.BAND)
+            raise AssertionError("BAND on float accepted")
+        except ValueError:
+            pass
+    with check("wrong output size raises ValueError"):
+        try:
+            dist.all_gather_into_tensor(torch.empty(N * 3 + 1), torch.ones(3))
+            raise AssertionError("bad size accepted")
+        except ValueError:
+            pass
+    with check("collectives still work after rejected calls"):
+        t = torch.ones(2)
+        dist.all_reduce(t)
+        assert torch.all(t == N)
+
+    dist.destroy_process_group()
+
+
+def scenario_p2p():
+    torch, dist = init_torch()
+    R, N = RANK, WORLD
+    with check("send/recv ring (blocking, even/odd order)"):
+        nxt, prv = (R + 1) % N, (R - 1) % N
+        out = torch.full((5,), float(R))
+        got = torch.empty(5)
+        if R % 2 == 0:
+            dist.send(out, nxt)
+            dist.recv(got, prv)
+        else:
+            dist.recv(got, prv)
+            dist.send(out, nxt)
+        assert torch.equal(got, torch.full((5,), float(prv)))
+    with check("isend/irecv both directions at once"):
+        works, bufs = [], {}
+        for p in range(N):
+            if p == R:
+                continue
+            bufs[p] = torch.empty(1000, dtype=torch.int64)
+            works.append(dist.isend(torch.full((1000,), R * 100 + p, dtype=torch.int64), p))
+            works.append(dist.irecv(bufs[p], p))
+        for w in works:
+            w.wait()
+        for p, b in bufs.items():
+            assert torch.all(b == p * 100 + R)
+    with check("batch_isend_irecv ring"):
+        nxt, prv = (R + 1) % N, (R - 1) % N
+        got = torch.empty(3, dtype=torch.bfloat16)
+        ops = [dist.P2POp(dist.isend, torch.full((3,), float(R), dtype=torch.bfloat16), nxt),
+               dist.P2POp(dist.irecv, got, prv)]
+        for w in dist.batch_isend_irecv(ops):
+            w.wait()
+        assert torch.equal(got, torch.full((3,), float(prv), dtype=torch.bfloat16))
+    with check("several messages to one peer stay in order"):
+        if R == 0:
+            for i in range(5):
+                dist.send(torch.full((2,), float(i)), 1)
+        elif R == 1:
+            for i in range(5):
+                g = torch.empty(2)
+                dist.recv(g, 0)
+                assert torch.equal(g, torch.full((2,), float(i)))
+    with check("collectives interleave with p2p"):
+        t = torch.ones(3)
+        dist.all_reduce(t)
+        assert torch.all(t == N)
+    dist.destroy_process_group()
+
+
+def scenario_subgroups():
+    torch, dist = init_torch()
+    R, N = RANK, WORLD
+    evens = [r for r in range(N) if r % 2 == 0]
+    odds = [r for r in range(N) if r % 2 == 1]
+    g_even = dist.new_group(evens, backend="braid")
+    g_odd = dist.new_group(odds, backend="braid") if odds else None
+    g_rev = dist.new_group(list(reversed(range(N))), backend="braid")
+    mine, members = (g_even, evens) if R % 2 == 0 else (g_odd, odds)
+    with check("all_reduce in own subgroup"):
+        t = torch.full((4,), float(R))
+        dist.all_reduce(t, group=mine)
+        assert torch.all(t == sum(members))
+    with check("broadcast in subgroup from its last member (global rank)"):
+        src = members[-1]
+        t = torch.full((3,), float(R))
+        dist.broadcast(t, src=src, group=mine)
+        assert torch.all(t == src)
+    with check("all_gather in subgroup"):
+        outs = [torch.empty(2) for _ in members]
+        dist.all_gather(outs, torch.full((2,), float(R)), group=mine)
+        assert [o[0].item() for o in outs] == [float(m) for m in members]
+    with check("group with reversed rank order"):
+        t = torch.tensor([float(R)])
+        dist.broadcast(t, src=N - 1, group=g_rev)
+        assert t.item() == N - 1
+    with check("world still works next to subgroups"):
+        t = torch.ones(2)
+        dist.all_reduce(t)
+        assert torch.all(t == N)
+    with check("async ops on two groups at once"):
+        a, b = torch.full((100,), 1.0), torch.full((100,), 2.0)
+        w1 = dist.all_reduce(a, group=mine, async_op=True)
+        w2 = dist.all_reduce(b, async_op=True)
+        w1.wait()
+        w2.wait()
+        assert torch.all(a == len(members)) and torch.all(b == 2.0 * N)
+    with check("destroy a subgroup"):
+        dist.destroy_process_group(g_rev)
+    dist.destroy_process_group()
+
+
+def _mlp(torch, seed):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64), torch.nn.Tanh(),
+                               torch.nn.Linear(64, 8))
+
+
+def _train(torch, ddp, steps, seed, bucket_cap_mb=None):
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
+    gen = torch.Generator().manual_seed(seed * 1000 + RANK)  # each rank its own data
+    losses = []
+    # One fixed batch per rank: the loss then falls steadily, so "it trains" is checkable.
+    x = torch.randn(16, 32, generator=gen)
+    y = torch.randn(16, 8, generator=gen)
+    for _ in range(steps):
+        loss = torch.nn.functional.mse_loss(ddp(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def scenario_ddp():
+    torch, dist = init_torch()
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powerSGD
+
+    gloo = dist.new_group(backend="gloo")
+    steps = 12
+    # Small buckets so that the model's gradients travel in several buckets (several
+    # overlapping async all-reduces per step).
+    with check("DDP braid == DDP gloo (same seed, fp32 tolerance)"):
+        m_braid = DDP(_mlp(torch, 0), bucket_cap_mb=0.01)
+        m_gloo = DDP(_mlp(torch, 0), process_group=gloo, bucket_cap_mb=0.01)
+        lb = _train(torch, m_braid, steps, seed=1)
+        lg = _train(torch, m_gloo, steps, seed=1)
+        for (n1, p1), (_, p2) in zip(m_braid.named_parameters(), m_gloo.named_parameters()):
+            torch.testing.assert_close(p1, p2, rtol=1e-5, atol=1e-6, msg=f"{n1} differs")
+        extra["losses"] = lb
+        assert lb[-1] < lb[0], lb
+    with check("DDP parameters identical on every rank"):
+        flat = torch.cat([p.detach().reshape(-1) for p in m_braid.parameters()])
+        ref = flat.clone()
+        dist.broadcast(ref, 0)
+        assert torch.equal(flat, ref)
+    for hook_name, hook in (("fp16_compress_hook", default_hooks.fp16_compress_hook),
+                            ("bf16_compress_hook", default_hooks.bf16_compress_hook),
+                            ("allreduce_hook", default_hooks.allreduce_hook)):
+        with check(f"DDP {hook_name} trains"):
+            m = DDP(_mlp(torch, 0), bucket_cap_mb=0.01)
+            m.register_comm_hook(None, hook)
+            losses = _train(torch, m, steps, seed=2)
+            assert all(l == l for l in losses) and losses[-1] < losses[0], losses
+            flat = torch.cat([p.detach().reshape(-1) for p in m.parameters()])
+            ref = flat.clone()
+            dist.broadcast(ref, 0)
+            assert torch.equal(flat, ref), "replicas diverged"
+    with check("DDP PowerSGD hook trains"):
+        m = DDP(_mlp(torch, 0), bucket_cap_mb=0.01)
+        state = powerSGD.PowerSGDState(process_group=None, matrix_approximation_rank=2, start_powerSGD_iter=3,
+                                       min_compression_rate=0.5)
+        m.register_comm_hook(state, powerSGD.powerSGD_hook)
+        losses = _train(torch, m, steps, seed=3)
+        assert all(l == l for l in losses) and losses[-1] < losses[0], losses
+        flat = torch.cat([p.detach().reshape(-1) for p in m.parameters()])
+        ref = flat.clone()
+        dist.broadcast(ref, 0)
+        assert torch.equal(flat, ref), "replicas diverged"
+    dist.destroy_process_group()
+
+
+def scenario_kill():
+    """The last rank dies (SIGKILL, no goodbye) after a first all_reduce; the survivors must
+    raise from their next collectives within the group's timeout instead of hanging."""
+    timeout = float(os.environ.get("BRAID_TEST_GROUP_TIMEOUT", "10"))
+    torch, dist = init_torch(timeout_s=timeout)
+    t = torch.ones(1 << 16)
+    dist.all_reduce(t)
+    if RANK == WORLD - 1:
+        write_result()
+        os.kill(os.getpid(), 9)
+    with check("survivor raises"):
+        start = time.monotonic()
+        err = None
+        try:
+            for _ in range(1000):  # a few may still complete between the survivors
+                dist.all_reduce(t)
+        except Exception as e:  # noqa: BLE001
+            err = e
+        elapsed = time.monotonic() - start
+        extra["elapsed"] = elapsed
+        extra["error_type"] = type(err).__name__ if err else None
+        extra["error"] = str(err)[:1000] if err else None
+        assert err is not None, "no error after the peer died"
+        assert isinstance(err, RuntimeError), type(err)
+        assert elapsed < timeout + 5, f"took {elapsed:.1f} s with a {timeout} s timeout"
+    with check("later calls fail fast too"):
+        start = time.monotonic()
+        try:
+            dist.all_reduce(torch.ones(4))
+            raise AssertionError("a collective succeeded on a broken group")
+        except RuntimeError:
+            pass
+        assert time.monotonic() - start < timeout + 5
+    write_result()
+    # A broken group cannot say goodbye to everyone; abort instead of destroy so that exit
+    # does not wait on the dead rank.
+    try:
+        dist.distributed_c10d._abort_process_group() if hasattr(dist.distributed_c10d, "_abort_process_group") \
+            else dist.destroy_process_group()
+    except Exception:  # noqa: BLE001
+        pass
+    os._exit(0)
+
+
+# ------------------------------------------------------------------------------------------
+# braid core bindings (NumPy)
+# ------------------------------------------------------------------------------------------
+
+def scenario_core():
+    import numpy as np
+    import braid
+
+    comm = braid.Communicator.from_env()
+    R, N = RANK, WORLD
+    with check("rank and size"):
+        assert comm.rank == R and comm.size == N
+    for name in ("float32", "float64", "float16", "int8", "uint8", "int32", "uint32", "int64", "uint64"):
+        dtype = np.dtype(name)
+        for op in ("SUM", "PROD", "MAX", "MIN"):
+            with check(f"allreduce {name} {op}"):
+                # Values <= 3 so that a product over 4 ranks (<= 81) fits int8.
+                per = [((np.arange(13) % 2) + (r % 2) + 1).astype(np.float64) for r in range(N)]
+                x = per[R].astype(dtype)
+                comm.allreduce(x, op=getattr(braid.ReduceOp, op))
+                want = {"SUM": sum(per), "PROD": np.prod(per, axis=0), "MAX": np.max(per, axis=0),
+                        "MIN": np.min(per, axis=0)}[op]
+                np.testing.assert_allclose(x.astype(np.float64), want, rtol=1e-3)
+    with check("allreduce AVG float64"):
+        x = np.full(8, float(R))
+        comm.allreduce(x, op=braid.ReduceOp.AVG)
+        np.testing.assert_allclose(x, np.full(8, (N - 1) / 2))
+    with check("allreduce into a separate recvbuf (read-only sendbuf)"):
+        src = np.arange(10, dtype=np.float32) * (R + 1)
+        src.setflags(write=False)
+        dst = np.empty_like(src)
+        comm.allreduce(src, dst)
+        np.testing.assert_array_equal(dst, np.arange(10, dtype=np.float32) * (N * (N + 1) / 2))
+        np.testing.assert_array_equal(src, np.arange(10, dtype=np.float32) * (R + 1))
+    with check("multi-dimensional array and bytearray"):
+        x = np.ones((4, 5, 6), dtype=np.int32)
+        comm.allreduce(x)
+        assert (x == N).all()
+        b = bytearray([R + 1] * 7)
+        comm.allreduce(b, op=braid.ReduceOp.MAX)
+        assert list(b) == [N] * 7
+    for root in range(N):
+        with check(f"broadcast root {root}"):
+            x = np.arange(100, dtype=np.int64) + 1000 * R
+            comm.broadcast(x, root=root)
+            np.testing.assert_array_equal(x, np.arange(100) + 1000 * root)
+    with check("async allreduce and broadcast"):
+        xs = [np.full(1 << 16, float(R + i), dtype=np.float32) for i in range(4)]
+        works = [comm.allreduce_async(x) for x in xs]
+        y = np.full(10, R, dtype=np.int32)
+        wb = comm.broadcast_async(y, root=N - 1)
+        for w in works:
+            w.wait()
+        wb.wait()
+        assert wb.test() and works[0].is_completed()
+        for i, x in enumerate(xs):
+            assert (x == sum(r + i for r in range(N))).all()
+        assert (y == N - 1).all()
+    with check("torch tensor through DLPack (bfloat16)"):
+        try:
+            import torch
+        except ImportError:
+            torch = None
+        if torch is not None:
+            t = torch.full((6,), float(R + 1), dtype=torch.bfloat16)
+            comm.allreduce(t)
+            assert torch.all(t == N * (N + 1) / 2)
+    # Bad arguments: ValueError, raised locally before anything is sent.
+    with check("non-contiguous array raises ValueError"):
+        x = np.ones((4, 4), dtype=np.float32)[:, ::2]
+        try:
+            comm.allreduce(x)
+            raise AssertionError("accepted")
+        except ValueError as e:
+            assert "contiguous" in str(e)
+    with check("read-only in-place buffer raises ValueError"):
+        x = np.ones(3, dtype=np.float32)
+        x.setflags(write=False)
+        try:
+            comm.allreduce(x)
+            raise AssertionError("accepted")
+        except ValueError:
+            pass
+    with check("size mismatch raises ValueError"):
+        try:
+            comm.allreduce(np.ones(3, np.float32), np.ones(4, np.float32))
+            raise AssertionError("accepted")
+        except ValueError:
+            pass
+    with check("unsupported dtype raises ValueError"):
+        try:
+            comm.allreduce(np.ones(3, dtype=np.complex64))
+            raise AssertionError("accepted")
+        except ValueError:
+            pass
+    with check("bad root raises ValueError"):
+        try:
+            comm.broadcast(np.ones(3, np.float32), root=N)
+            raise AssertionError("accepted")
+        except ValueError:
+            pass
+    with check("still works after rejected calls"):
+        x = np.ones(5, dtype=np.float64)
+        comm.allreduce(x)
+        assert (x == N).all()
+    comm.close()
+    with check("closed communicator raises ValueError"):
+        try:
+            comm.allreduce(np.ones(1))
+            raise AssertionError("accepted")
+        except ValueError:
+            pass
+
+
+def scenario_core_kill():
+    """Core bindings: the last rank dies; survivors get braid.RemoteError naming it (or
+    braid.TimeoutError) within BRAID_TIMEOUT."""
+    import numpy as np
+    import braid
+
+    comm = braid.Communicator.from_env()
+    x = np.ones(1 << 16, dtype=np.float32)
+    comm.allreduce(x)
+    if RANK == WORLD - 1:
+        write_result()
+        os.kill(os.getpid(), 9)
+    with check("survivor raises braid error"):
+        start = time.monotonic()
+        err = None
+        try:
+            for _ in range(1000):
+                comm.allreduce(x)
+        except braid.Error as e:
+            err = e
+        extra["elapsed"] = time.monotonic() - start
+        assert err is not None
+        extra["error_type"] = type(err).__name__
+        extra["error"] = str(err)[:1000]
+        extra["error_rank"] = err.rank
+        assert isinstance(err, (braid.RemoteError, braid.TimeoutError)), type(err)
+        assert isinstance(err, RuntimeError)
+        if isinstance(err, braid.RemoteError):
+            assert err.rank in (-1,) + tuple(range(WORLD)), err.rank
+    write_result()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    scenario = sys.argv[1]
+    try:
+        globals()["scenario_" + scenario]()
+    except Exception:  # noqa: BLE001 - a setup failure is a result too
+        checks["scenario setup"] = traceback.format_exc()[-3000:]
+    write_result()

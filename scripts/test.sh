@@ -5,6 +5,9 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/scripts/setup.sh"
+# The PyTorch backend's tests need torch: a pinned, CPU-usable install cached outside the
+# clone (quick when already there). Without it they report themselves skipped.
+bash "$ROOT/scripts/python_env.sh" || echo "== python environment unavailable: python tests will be skipped"
 cd "$BUILD_DIR"
 echo "== ctest"
 ctest --output-on-failure -j "${CTEST_JOBS:-2}" --timeout 900 "$@"

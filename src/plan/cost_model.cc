@@ -344,6 +344,16 @@ bool usesRings(const algorithms::AlgorithmInfo& a) {
 
 }  // namespace
 
+int channelsFor(const algorithms::Request& req, const Machine& machine) {
+  // A channel beyond the first costs a progress thread's wake-up per call (microseconds),
+  // which only pays off once each channel moves enough bytes; every rank derives the same
+  // count from the call's size.
+  constexpr size_t kMinChannelBytes = 512 * 1024;
+  size_t bytes = algorithms::requestBytes(req, machine.nranks());
+  int byBytes = static_cast<int>(std::min<size_t>(bytes / kMinChannelBytes, 1024));
+  return std::max(1, std::min(machine.nchannels, byBytes));
+}
+
 double predictSeconds(const algorithms::AlgorithmInfo& algo, const algorithms::Request& req, const Machine& machine,
                       int channels) {
   if (algo.coll != req.coll || machine.nranks() < 1) return -1;
@@ -356,7 +366,7 @@ std::vector<Prediction> rankAlgorithms(const algorithms::Request& req, const Mac
     if (a.coll != req.coll) continue;
     Prediction p;
     p.algo = &a;
-    p.channels = usesRings(a) ? machine.nchannels : 1;
+    p.channels = usesRings(a) ? channelsFor(req, machine) : 1;
     p.sliceBytes = usesRings(a) ? machine.ringSlotBytes : machine.meshSlotBytes;
     p.seconds = predictSeconds(a, req, machine, p.channels);
     if (p.seconds < 0) continue;

@@ -74,6 +74,10 @@ double predictSeconds(const algorithms::AlgorithmInfo& algo, const algorithms::R
 
 // Every algorithm of `req.coll` that applies, each with its best channel count, cheapest
 // first (ties keep the table's order).
+// Channels a ring or chain algorithm should spread `req` over: all of them for large calls,
+// fewer for small ones.
+int channelsFor(const algorithms::Request& req, const Machine& machine);
+
 std::vector<Prediction> rankAlgorithms(const algorithms::Request& req, const Machine& machine);
 
 }  // namespace braid::plan

@@ -69,10 +69,10 @@ StatusOr<Plan> choosePlan(const algorithms::Request& req, const algorithms::Layo
       Plan p;
       p.algo = r->algo;
       p.overridden = true;
-      p.channels = static_cast<int>(layout.rings.size());
+      p.channels = channelsFor(req, machine);
       p.predicted = predictSeconds(*r->algo, req, machine, p.channels);
       if (schedule) {
-        BRAID_ASSIGN_OR_RETURN(*schedule, r->algo->build(req, layout));
+        BRAID_ASSIGN_OR_RETURN(*schedule, r->algo->build(req, withChannels(layout, p.channels)));
         p.channels = static_cast<int>(schedule->channels.size());
         p.sliceBytes = schedule->connectionSet == 1 ? machine.meshSlotBytes : machine.ringSlotBytes;
       }

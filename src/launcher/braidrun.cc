@@ -1,6 +1,6 @@
 // braidrun: starts N ranks of a command on this host, like a local mpirun.
 //
-//   braidrun -np N [-x VAR[=VAL]]... [--tag-output] [--timeout SEC] [--] CMD ARGS...
+//   braidrun -np N [-x VAR[=VAL]]... [--tag-output] [--timeout SEC] [--bind-to core|none] [--] CMD ARGS...
 //
 // braidrun hosts the rendezvous store itself (so the store outlives any rank), gives each
 // rank BRAID_RANK/BRAID_WORLD_SIZE/BRAID_LOCAL_RANK/BRAID_LOCAL_SIZE/BRAID_STORE_ADDR and
@@ -12,11 +12,16 @@
 //   - a rank left stopped (SIGSTOP) after every other rank exited counts as hung: it gets
 //     the grace period, then the same termination;
 //   - SIGINT/SIGTERM sent to braidrun are forwarded to the ranks;
-//   - --timeout SEC ends everything after SEC seconds.
+//   - --timeout SEC ends everything after SEC seconds;
+//   - like mpirun, each rank is bound to a core of its own when there are at least as many
+//     usable cores as ranks (--bind-to none to leave placement to the kernel): two ranks
+//     that wake each other otherwise tend to be stacked on one core by the scheduler, and
+//     every hand-off then waits for a time slice.
 // The main thread does all supervision in one poll loop over a signalfd and (with
 // --tag-output) the ranks' output pipes; the store runs on its own thread.
 
 #include <fcntl.h>
+#include <sched.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -53,6 +58,7 @@ struct Options {
   std::vector<std::pair<std::string, std::string>> env;  // -x
   bool tagOutput = false;
   double timeoutSec = 0;
+  std::string bindTo = "auto";  // auto (core when ranks fit the cores), core, none
   std::vector<std::string> cmd;
 };
 
@@ -63,6 +69,8 @@ void usage(FILE* f) {
                "  -x VAR=VAL       set VAR in every rank's environment; -x VAR passes braidrun's value\n"
                "  --tag-output     prefix every output line with [rank]\n"
                "  --timeout SEC    kill every rank after SEC seconds (exit status 124)\n"
+               "  --bind-to WHAT   core: bind rank i to the i-th usable core; none: do not bind\n"
+               "                   (default: core when there are at least as many cores as ranks)\n"
                "environment: BRAIDRUN_GRACE_SEC (default 15): how long the other ranks may run on\n"
                "after one fails before they are terminated\n");
 }
@@ -123,6 +131,15 @@ int parseArgs(int argc, char** argv, Options* o) {
       } else {
         std::fprintf(stderr, "braidrun: warning: -x %s: %s is not set here; not passed\n", v, v);
       }
+    } else if (a == "--bind-to") {
+      const char* v = need("--bind-to");
+      if (!v) return kUsageExit;
+      std::string b = v;
+      if (b != "core" && b != "none") {
+        std::fprintf(stderr, "braidrun: --bind-to '%s' is not one of core, none\n", v);
+        return kUsageExit;
+      }
+      o->bindTo = b;
     } else if (a == "--tag-output") {
       o->tagOutput = true;
     } else if (a == "--timeout") {
@@ -341,6 +358,8 @@ class Launcher {
     for (auto& a : cmd) argv.push_back(a.data());
     argv.push_back(nullptr);
     const pid_t parent = getpid();
+    cpu_set_t rankCpus;
+    const bool bind = coreForRank(r, &rankCpus);
 
     pid_t pid = fork();
     if (pid == 0) {
@@ -359,6 +378,7 @@ class Launcher {
         int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
         if (devnull >= 0) dup2(devnull, 0);
       }
+      if (bind) (void)sched_setaffinity(0, sizeof(rankCpus), &rankCpus);
       for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD, SIGPIPE}) signal(sig, SIG_DFL);
       sigprocmask(SIG_SETMASK, &origMask_, nullptr);
       execve(exe.c_str(), argv.data(), envp.data());
@@ -587,6 +607,22 @@ class Launcher {
       for (auto& r : ranks_)
         if (r.running) waitpid(r.pid, nullptr, 0);
     }
+  }
+
+  // The single core rank `r` is bound to, when binding applies (see the header comment).
+  bool coreForRank(int r, cpu_set_t* out) const {
+    if (opts_.bindTo == "none") return false;
+    cpu_set_t allowed;
+    CPU_ZERO(&allowed);
+    if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) return false;
+    std::vector<int> cpus;
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+    if (cpus.empty()) return false;
+    if (opts_.bindTo == "auto" && static_cast<int>(cpus.size()) < opts_.np) return false;
+    CPU_ZERO(out);
+    CPU_SET(cpus[static_cast<size_t>(r) % cpus.size()], out);
+    return true;
   }
 
   Options opts_;

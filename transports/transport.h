@@ -90,7 +90,11 @@ struct TransportConfig {
   int numaNode = -1;              // where to place receive buffers, -1 for anywhere
   double connectTimeoutSec = 60;
   int socketsPerPeer = 1;         // tcp: sockets striped per connection
-  std::string netIf;              // tcp: interface or address to listen on
+  std::string netIf;              // tcp: interface, address or NCCL-style list to listen on
+  // tcp: the interface ring channel c listens on (and advertises) is channelNetIfs[c], the
+  // NIC the topology gives that channel; an empty entry, a channel past the end, or an
+  // interface without an IPv4 address on this host means netIf.
+  std::vector<std::string> channelNetIfs;
 };
 
 // A transport instance belongs to one communicator. Setup runs in three phases so that

@@ -117,9 +117,11 @@ class Communicator {
   // braidCommInitFromEnv.
   static Communicator fromEnv();
   // Rendezvous through a caller-provided store (every rank passes an equivalent store).
-  // `keyPrefix` separates several communicators sharing one store.
+  // `keyPrefix` separates several communicators sharing one store. A positive `timeout`
+  // replaces BRAID_TIMEOUT for this communicator (a framework's own timeout, for example).
   static Communicator fromStore(std::shared_ptr<Store> store, int rank, int size,
-                                const std::string& keyPrefix = "braid");
+                                const std::string& keyPrefix = "braid",
+                                std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
   // Rendezvous through a braidUniqueId from braidGetUniqueId, like braidCommInitRank.
   static Communicator fromUniqueId(const braidUniqueId& id, int rank, int size);
 

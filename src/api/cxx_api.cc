@@ -156,10 +156,12 @@ Communicator Communicator::fromEnv() {
   return Communicator(std::unique_ptr<Impl>(fromSession(api::Session::fromEnv())));
 }
 
-Communicator Communicator::fromStore(std::shared_ptr<Store> store, int rank, int size, const std::string& keyPrefix) {
+Communicator Communicator::fromStore(std::shared_ptr<Store> store, int rank, int size, const std::string& keyPrefix,
+                                     std::chrono::milliseconds timeout) {
   if (!store) throw InvalidArgument("Communicator::fromStore: store is null");
   auto adapter = std::make_shared<StoreAdapter>(std::move(store));
-  return Communicator(std::unique_ptr<Impl>(fromSession(api::Session::fromStore(adapter, rank, size, keyPrefix))));
+  return Communicator(std::unique_ptr<Impl>(fromSession(api::Session::fromStore(adapter, rank, size, keyPrefix,
+                                                                              timeout.count() / 1000.0))));
 }
 
 Communicator Communicator::fromUniqueId(const braidUniqueId& id, int rank, int size) {

@@ -155,8 +155,9 @@ StatusOr<std::unique_ptr<Session>> Session::fromUniqueId(const braidUniqueId& id
 }
 
 StatusOr<std::unique_ptr<Session>> Session::fromStore(std::shared_ptr<bootstrap::Store> store, int rank, int nranks,
-                                                      const std::string& keyPrefix) {
+                                                      const std::string& keyPrefix, double timeoutSec) {
   BRAID_ASSIGN_OR_RETURN(core::Config cfg, core::Config::fromEnv());
+  if (timeoutSec > 0) cfg.timeoutSec = timeoutSec;
   core::CommOptions opts;
   opts.config = cfg;
   opts.keyPrefix = keyPrefix;

@@ -67,8 +67,10 @@ class Session {
 
   static StatusOr<std::unique_ptr<Session>> fromEnv();
   static StatusOr<std::unique_ptr<Session>> fromUniqueId(const braidUniqueId& id, int nranks, int rank);
+  // `timeoutSec` > 0 replaces BRAID_TIMEOUT.
   static StatusOr<std::unique_ptr<Session>> fromStore(std::shared_ptr<bootstrap::Store> store, int rank,
-                                                      int nranks, const std::string& keyPrefix);
+                                                      int nranks, const std::string& keyPrefix,
+                                                      double timeoutSec = 0);
 
   core::Communicator& comm() { return *comm_; }
 

@@ -1,5 +1,6 @@
 #include "core/communicator.h"
 
+#include <arpa/inet.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/syscall.h>
@@ -20,6 +21,7 @@
 #include "topology/discover.h"
 #include "topology/graph_json.h"
 #include "topology/placement.h"
+#include "topology/rings.h"
 
 namespace braid::core {
 
@@ -54,14 +56,19 @@ std::string encodePeer(const transport::PeerInfo& p) {
   return p.hostId + "\n" + std::to_string(p.pid) + "\n" + std::to_string(p.nonce);
 }
 
-Status decodePeer(const std::string& s, int rank, transport::PeerInfo* p) {
+// A peer record may carry a fourth line: the rank's topology record (cluster.h).
+Status decodePeer(const std::string& s, int rank, transport::PeerInfo* p, topology::RankRecord* place) {
   std::istringstream in(s);
-  std::string pid, nonce;
+  std::string pid, nonce, placement;
   if (!std::getline(in, p->hostId) || !std::getline(in, pid) || !std::getline(in, nonce))
     return Status(Code::kRemoteError, "malformed peer record from rank " + std::to_string(rank), rank);
   p->rank = rank;
   p->pid = std::strtoll(pid.c_str(), nullptr, 10);
   p->nonce = std::strtoull(nonce.c_str(), nullptr, 10);
+  *place = topology::RankRecord{};
+  if (std::getline(in, placement)) {
+    BRAID_ASSIGN_OR_RETURN(*place, topology::decodeRankRecord(placement, rank));
+  }
   return Status::ok();
 }
 
@@ -228,9 +235,17 @@ Status Communicator::init() {
                                                           std::to_string(nchannels_), deadline));
     for (const auto& v : all) nchannels_ = std::min(nchannels_, std::max(1, std::atoi(v.c_str())));
   }
-  bool oversubscribed = localSize_ * nchannels_ > cores;
-  wait_.spinMicros = cfg.spinMicros >= 0 ? cfg.spinMicros : (oversubscribed ? 0 : 50);
-  wait_.yieldMicros = cfg.yieldMicros >= 0 ? cfg.yieldMicros : (oversubscribed ? 20 : 200);
+  // Spinning pays only while every busy thread has a core. An op on several channels keeps
+  // one thread per channel busy on every local rank; an op on one channel (every small
+  // one) keeps one per rank busy, so it may spin whenever the ranks alone fit the cores.
+  auto policy = [&](bool oversubscribed) {
+    exec::WaitPolicy w;
+    w.spinMicros = cfg.spinMicros >= 0 ? cfg.spinMicros : (oversubscribed ? 0 : 50);
+    w.yieldMicros = cfg.yieldMicros >= 0 ? cfg.yieldMicros : (oversubscribed ? 20 : 200);
+    return w;
+  };
+  wait_ = policy(localSize_ * nchannels_ > cores);
+  waitOneChannel_ = policy(localSize_ > cores);
 
   plan::World world;
   world.rank = rank_;
@@ -240,7 +255,15 @@ Status Communicator::init() {
   world.roundBytes = cfg.slotBytes * static_cast<size_t>(cfg.nslots / 2);
   world.smallRoundBytes = kMeshSlotBytes * (kMeshSlots / 2);
   world.smallMaxBytes = kSmallMaxBytes;
+  if (!topoRing_.empty()) {
+    // The topology's ring, reversed on odd channels so both directions of every link work.
+    for (int c = 0; c < nchannels_; ++c) {
+      world.rings.push_back(topoRing_);
+      if (c % 2 == 1) std::reverse(world.rings.back().begin(), world.rings.back().end());
+    }
+  }
   layout_ = plan::layoutFor(world);
+  machine_ = plan::machineForLayout(layout_, cfg.transport);
 
   BRAID_RETURN_IF_ERROR(connect());
 
@@ -263,22 +286,120 @@ Status Communicator::init() {
 }
 
 Status Communicator::loadTopology() {
+  // One rank per host (its first) finds the host's graph and publishes it; rank 0 fuses
+  // every host's graph with every rank's record (cluster.h), computes the ring and publishes
+  // it; every rank reads the ring and, when there is one, its own host's graph for the NIC
+  // per channel. A missing or unusable topology is never an error (the default rings stay);
+  // a BRAID_TOPO_FILE that does not load is, on every rank.
   const Config& cfg = opts_.config;
-  // Discovery reads the whole PCI tree; skip it unless someone asked to see or replace it.
-  if (cfg.topoFile.empty() && cfg.topoDumpFile.empty()) return Status::ok();
-  if (!cfg.topoFile.empty()) {
-    auto g = topology::loadTopologyFile(cfg.topoFile);
-    if (!g.isOk()) return g.status().withContext("BRAID_TOPO_FILE=" + cfg.topoFile);
-    topology_ = std::make_unique<topology::Graph>(std::move(g).value());
+  Deadline deadline = Deadline::after(cfg.timeoutSec);
+  topology_.reset();
+  topoRing_.clear();
+  {
+    // BRAID_NET_IF may also be a plain address, which names no NIC of the graph.
+    in_addr unused{};
+    std::string netList = inet_pton(AF_INET, cfg.netIf.c_str(), &unused) == 1 ? "" : cfg.netIf;
+    auto netIf = topology::NicFilter::parse(netList);
+    if (!netIf.isOk()) return netIf.status().withContext("BRAID_NET_IF");
+    auto ibHca = topology::NicFilter::parse(cfg.ibHca);
+    if (!ibHca.isOk()) return ibHca.status().withContext("BRAID_IB_HCA");
+    nicPolicy_.netIf = std::move(netIf).value();
+    nicPolicy_.ibHca = std::move(ibHca).value();
+  }
+  std::vector<std::string> ids;
+  for (const auto& p : peers_) ids.push_back(p.hostId);
+  std::vector<int> localRanks;
+  const std::vector<int> hostOf = topology::hostIndices(ids, &localRanks);
+  const int nhosts = hostOf.empty() ? 1 : *std::max_element(hostOf.begin(), hostOf.end()) + 1;
+  const int myHost = hostOf[rank_];
+  auto hostKey = [&](int h) { return key("topo/host/" + std::to_string(h)); };
+
+  std::string myRecord;  // set on host leaders only
+  std::unique_ptr<topology::Graph> graph;
+  if (localRank_ == 0) {
+    bool gpuAsked = false;
+    for (int r = 0; r < nranks_; ++r)
+      if (hostOf[r] == myHost && rankRecords_[r].gpu != topology::kGpuNone) gpuAsked = true;
+    // Discovery reads the whole PCI tree (about 30-40 ms on a small VM, more on a big
+    // server), so by default it only runs where the answer changes something.
+    const bool wanted = !cfg.topoFile.empty() || !cfg.topoDumpFile.empty() || cfg.topo == 1 ||
+                        (cfg.topo < 0 && (nhosts > 1 || gpuAsked));
+    if (!cfg.topoFile.empty()) {
+      auto g = topology::loadTopologyFile(cfg.topoFile);
+      if (g.isOk()) graph = std::make_unique<topology::Graph>(std::move(g).value());
+      else myRecord = topology::hostRecordError(g.status().withContext("BRAID_TOPO_FILE=" + cfg.topoFile + " on host " + ids[rank_]));
+    } else if (wanted && cfg.topo != 0) {
+      int64_t t0 = nowNanos();
+      auto g = topology::discoverLocal();
+      if (g.isOk()) {
+        graph = std::make_unique<topology::Graph>(std::move(g).value());
+        BRAID_INFO("topology: discovered host %d (%s) in %.1f ms: %zu GPUs, %zu NICs, %zu NUMA nodes", myHost,
+                   ids[rank_].c_str(), (nowNanos() - t0) / 1e6, graph->gpus().size(), graph->nics().size(),
+                   graph->cpus().size());
+      } else {
+        // Containers often hide most of the machine from hwloc: plan without a topology.
+        BRAID_WARN("topology: discovery failed on host %s (%s); planning without a topology", ids[rank_].c_str(),
+                   g.status().toString().c_str());
+      }
+    }
+    if (graph && !cfg.topoDumpFile.empty()) {
+      Status s = topology::saveGraphJsonFile(*graph, cfg.topoDumpFile);
+      if (!s.isOk()) myRecord = topology::hostRecordError(s.withContext("BRAID_TOPO_DUMP_FILE=" + cfg.topoDumpFile));
+    }
+    if (myRecord.empty()) myRecord = graph ? topology::hostRecordGraph(*graph) : topology::hostRecordNone();
+    // Other hosts' records go to rank 0; this host's ranks read it only to place themselves.
+    if (nranks_ > 1 && (nhosts > 1 || graph)) BRAID_RETURN_IF_ERROR(store_->set(hostKey(myHost), myRecord));
+  }
+
+  std::string ringText;
+  if (rank_ == 0) {
+    std::vector<std::string> records(static_cast<size_t>(nhosts));
+    records[0] = myRecord;  // rank 0 leads host 0
+    if (nhosts > 1) {
+      std::vector<std::string> keys;
+      for (int h = 1; h < nhosts; ++h) keys.push_back(hostKey(h));
+      BRAID_ASSIGN_OR_RETURN(auto rest, store_->multiGet(keys, deadline));
+      for (int h = 1; h < nhosts; ++h) records[h] = rest[h - 1];
+    }
+    topology::Cluster cluster;
+    auto fused = topology::fuseCluster(hostOf, records, rankRecords_, &cluster);
+    if (!fused.isOk()) {
+      ringText = topology::hostRecordError(fused.status());
+    } else if (!fused.value()) {
+      ringText = topology::encodeRing({});
+    } else {
+      auto ring = topology::ringOrder(cluster.hostPointers(), cluster.ranks);
+      ringText = ring.isOk() ? topology::encodeRing(ring.value()) : topology::hostRecordError(ring.status());
+    }
+    if (nranks_ > 1) BRAID_RETURN_IF_ERROR(store_->set(key("topo/ring"), ringText));
   } else {
-    auto g = topology::discoverLocal();
-    if (!g.isOk()) return g.status().withContext("topology discovery");
-    topology_ = std::make_unique<topology::Graph>(std::move(g).value());
+    BRAID_ASSIGN_OR_RETURN(ringText, store_->get(key("topo/ring"), deadline));
   }
-  if (!cfg.topoDumpFile.empty() && localRank_ == 0) {
-    Status s = topology::saveGraphJsonFile(*topology_, cfg.topoDumpFile);
-    if (!s.isOk()) return s.withContext("BRAID_TOPO_DUMP_FILE=" + cfg.topoDumpFile);
+  BRAID_RETURN_IF_ERROR(topology::decodeRing(ringText, nranks_, &topoRing_));
+  if (topoRing_.empty()) {
+    if (rank_ == 0) BRAID_INFO("topology: not known on every host; rings follow ranks, hosts contiguous");
+    return Status::ok();
   }
+
+  // This rank's host graph and place, for the NIC per channel.
+  if (!graph) {
+    topology::Graph g;
+    bool known = false;
+    std::string rec = myRecord;
+    if (rec.empty()) {
+      BRAID_ASSIGN_OR_RETURN(rec, store_->get(hostKey(myHost), deadline));
+    }
+    BRAID_RETURN_IF_ERROR(topology::decodeHostRecord(rec, "topology of host " + ids[rank_], &g, &known));
+    if (!known) return internalError("ring published for a host without a topology");
+    graph = std::make_unique<topology::Graph>(std::move(g));
+  }
+  place_.host = myHost;
+  place_.numa = rankRecords_[rank_].numa;
+  BRAID_ASSIGN_OR_RETURN(place_.gpu, topology::resolveGpu(rankRecords_[rank_], localRank_, *graph, rank_));
+  topology_ = std::move(graph);
+  if (rank_ == 0)
+    BRAID_INFO("topology: ring (channel 0, odd channels reversed): %s",
+               topology::formatRing(topoRing_, hostOf).c_str());
   return Status::ok();
 }
 
@@ -291,10 +412,18 @@ Status Communicator::exchangePeers() {
   if (me.hostId.find('\n') != std::string::npos) return invalidArgument("BRAID_HOST_ID must not contain a newline");
   me.pid = getpid();
   me.nonce = nonce_;
-  BRAID_ASSIGN_OR_RETURN(auto all, bootstrap::allGather(*store_, key("peer"), rank_, nranks_, encodePeer(me), deadline));
+  // Where this rank runs travels with its peer record, so that placing ranks on the
+  // topology costs no extra round trip.
+  topology::RankRecord where;
+  where.gpu = cfg.gpu;
+  where.numa = numaNode_ >= 0 ? numaNode_ : topology::Placement::local().numaNodeOfCaller();
+  BRAID_ASSIGN_OR_RETURN(auto all, bootstrap::allGather(*store_, key("peer"), rank_, nranks_,
+                                                        encodePeer(me) + "\n" + topology::encodeRankRecord(where),
+                                                        deadline));
   peers_.resize(static_cast<size_t>(nranks_));
+  rankRecords_.resize(static_cast<size_t>(nranks_));
   for (int r = 0; r < nranks_; ++r) {
-    BRAID_RETURN_IF_ERROR(decodePeer(all[r], r, &peers_[r]));
+    BRAID_RETURN_IF_ERROR(decodePeer(all[r], r, &peers_[r], &rankRecords_[r]));
     if (peers_[r].nonce != nonce_)
       return Status(Code::kRemoteError, "rank " + std::to_string(r) + " belongs to another session (nonce mismatch)", r);
   }
@@ -324,7 +453,26 @@ Status Communicator::connect() {
   tc.connectTimeoutSec = cfg.timeoutSec > 0 ? cfg.timeoutSec : 3600;
   tc.socketsPerPeer = cfg.socketsPerPeer;
   tc.netIf = cfg.netIf;
+  if (topology_) {
+    // Channel c listens on NIC (c mod k) of the k allowed NICs nearest this rank's GPU or
+    // NUMA node. An explicit BRAID_NET_IF address overrides the topology for every channel.
+    in_addr unused{};
+    const bool address = inet_pton(AF_INET, cfg.netIf.c_str(), &unused) == 1;
+    std::string line;
+    for (int c = 0; c < nchannels_; ++c) {
+      int nic = topology::nicForChannel(*topology_, place_, c, nicPolicy_);
+      const topology::Node* n = nic >= 0 ? &topology_->node(nic) : nullptr;
+      tc.channelNetIfs.push_back(n && !address ? n->ifName : "");
+      line += " ch" + std::to_string(c) + " " +
+              (n ? n->name + " " + n->netName() +
+                           (n->ifName.empty() || n->ifName == n->netName() ? "" : " (" + n->ifName + ")")
+                     : "none");
+    }
+    BRAID_INFO("topology: rank %d host %d GPU %d NUMA %d; NICs:%s", rank_, place_.host, place_.gpu, place_.numa,
+               line.c_str());
+  }
   transport::TransportConfig mesh = tc;
+  mesh.channelNetIfs.clear();
   mesh.slotBytes = kMeshSlotBytes;
   mesh.nslots = kMeshSlots;
   mesh.socketsPerPeer = 1;
@@ -464,7 +612,7 @@ StatusOr<std::shared_ptr<Op>> Communicator::prepareScheduled(std::shared_ptr<Op>
                                                              const void* input, void* output,
                                                              std::vector<void*> extra) {
   if (!cachedSchedule_ || !sameRequest(req, cachedReq_)) {
-    BRAID_ASSIGN_OR_RETURN(exec::Schedule sched, plan::planCollective(req, layout_, &algoRules_));
+    BRAID_ASSIGN_OR_RETURN(exec::Schedule sched, plan::planCollective(req, layout_, &algoRules_, machine_));
     if (sched.channels.empty()) return internalError("planner returned a schedule without channels");
     if (sched.connectionSet == 1 && sched.channels.size() != 1)
       return internalError(sched.algorithm + ": a mesh schedule must have one channel");
@@ -549,7 +697,7 @@ void Communicator::runChannel(const std::shared_ptr<Op>& op, int channel) {
     ctx.sliceBytes = mesh ? kMeshSlotBytes : opts_.config.slotBytes;
     ctx.tag = op->tag_;
     ctx.deadline = Deadline::after(opts_.config.timeoutSec);
-    ctx.wait = wait_;
+    ctx.wait = op->channels_.size() == 1 ? waitOneChannel_ : wait_;
     ctx.streamOutput = op->outputBytes_ >= kStreamOutputBytes;
     ctx.abortFlag = &abortFlag_;
     ctx.healthCheck = [this] { return healthCheck(); };

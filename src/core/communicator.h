@@ -24,6 +24,8 @@
 #include "core/config.h"
 #include "exec/executor.h"
 #include "plan/algo_override.h"
+#include "plan/cost_model.h"
+#include "topology/cluster.h"
 #include "topology/graph.h"
 #include "transports/transport.h"
 
@@ -145,7 +147,8 @@ class Communicator {
   int localRank_ = 0;
   int localSize_ = 1;
   int numaNode_ = -1;
-  exec::WaitPolicy wait_;
+  exec::WaitPolicy wait_;            // ops that run on several channels
+  exec::WaitPolicy waitOneChannel_;  // ops that run on one
   std::vector<transport::PeerInfo> peers_;
   std::vector<std::string> transportNames_;
   std::vector<std::unique_ptr<transport::Transport>> transports_;
@@ -155,8 +158,15 @@ class Communicator {
   exec::ChannelLinks meshLinks_;                           // every peer, small slots
   algorithms::Layout layout_;
   std::vector<plan::AlgoRule> algoRules_;  // BRAID_ALGO
+  plan::Machine machine_;                  // the cost model's view of the links
   std::vector<int> peerPidFds_;  // per rank, -1 where not watched
-  std::unique_ptr<topology::Graph> topology_;  // only when BRAID_TOPO_FILE/_DUMP_FILE ask for it
+  // The topology planning uses (loadTopology): this host's graph, this rank's place on it,
+  // and the ring every rank agreed on; all empty when no topology is known cluster-wide.
+  std::unique_ptr<topology::Graph> topology_;
+  topology::RankPlace place_;
+  std::vector<topology::RankRecord> rankRecords_;  // by rank, from the peer records
+  std::vector<int> topoRing_;
+  topology::NicPolicy nicPolicy_;  // BRAID_NET_IF / BRAID_IB_HCA
 
   std::mutex submitMu_;
   uint32_t seq_ = 0;       // collectives issued (point-to-point groups do not count)

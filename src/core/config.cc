@@ -16,10 +16,13 @@ const std::vector<ConfigEntry>& configTable() {
       {"BRAID_SPIN_US", "int", "-1", "microseconds to spin before yielding while waiting; -1 = auto (less when ranks outnumber cores)"},
       {"BRAID_YIELD_US", "int", "-1", "microseconds to yield before sleeping on a futex or socket; -1 = auto"},
       {"BRAID_SOCKETS_PER_PEER", "int", "1", "tcp: sockets striped per connection"},
-      {"BRAID_NET_IF", "string", "", "tcp: interface name or IPv4 address to listen on"},
+      {"BRAID_NET_IF", "string", "", "tcp: IPv4 address, interface name, or NCCL_SOCKET_IFNAME-style list (prefixes, '=' exact, '^' exclude) of interfaces to listen on"},
+      {"BRAID_IB_HCA", "string", "", "RDMA NICs a job may use, NCCL_IB_HCA syntax (prefixes, '=' exact, '^' exclude, ':port'); also steers the NIC per channel"},
       {"BRAID_BIND", "bool", "1", "bind progress threads and receive buffers to the caller's NUMA node"},
       {"BRAID_HOST_ID", "string", "", "host identity used to group ranks (default hostname + boot id)"},
       {"BRAID_TOPO_FILE", "string", "", "topology to use instead of discovery: hwloc XML, NCCL topology XML or braid JSON"},
+      {"BRAID_TOPO", "string", "auto", "plan rings and NICs from the topology: auto (when ranks span several hosts, drive GPUs or BRAID_TOPO_FILE is set), 1 (always discover), 0 (never)"},
+      {"BRAID_GPU", "string", "", "GPU (index on its host) this rank drives, for topology planning: N, 'local' (the rank's local rank) or empty/-1 for a CPU rank"},
       {"BRAID_TOPO_DUMP_FILE", "string", "", "write the topology this host's ranks see to this JSON file (local rank 0 writes it)"},
       {"BRAID_ALGO", "string", "", "algorithm overrides, e.g. allreduce:0-64K:tree,64K-inf:ring;broadcast:chain"},
       {"BRAID_DEBUG", "string", "", "log level: WARN, INFO or TRACE"},
@@ -103,6 +106,7 @@ StatusOr<Config> Config::fromEnv(const std::function<const char*(const char*)>& 
   BRAID_RETURN_IF_ERROR(readInt(get, "BRAID_YIELD_US", -1, 10000000, &c.yieldMicros));
   BRAID_RETURN_IF_ERROR(readInt(get, "BRAID_SOCKETS_PER_PEER", 1, 64, &c.socketsPerPeer));
   if (const char* v = get("BRAID_NET_IF")) c.netIf = v;
+  if (const char* v = get("BRAID_IB_HCA")) c.ibHca = v;
   if (const char* v = get("BRAID_BIND"); v && *v) {
     std::string b = v;
     if (b == "1" || b == "true") c.bind = true;
@@ -112,6 +116,18 @@ StatusOr<Config> Config::fromEnv(const std::function<const char*(const char*)>& 
   if (const char* v = get("BRAID_HOST_ID")) c.hostId = v;
   if (const char* v = get("BRAID_TOPO_FILE")) c.topoFile = v;
   if (const char* v = get("BRAID_TOPO_DUMP_FILE")) c.topoDumpFile = v;
+  if (const char* v = get("BRAID_TOPO"); v && *v) {
+    std::string t = v;
+    if (t == "auto") c.topo = -1;
+    else if (t == "1" || t == "true") c.topo = 1;
+    else if (t == "0" || t == "false") c.topo = 0;
+    else return badValue("BRAID_TOPO", v, "auto, 0 or 1");
+  }
+  if (const char* v = get("BRAID_GPU"); v && *v) {
+    std::string g = v;
+    if (g == "local") c.gpu = -2;
+    else BRAID_RETURN_IF_ERROR(readInt(get, "BRAID_GPU", -1, 1 << 16, &c.gpu));
+  }
   if (const char* v = get("BRAID_ALGO")) c.algo = v;
   return c;
 }

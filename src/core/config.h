@@ -30,11 +30,14 @@ struct Config {
   int spinMicros = -1;        // -1 = choose from cores per local rank
   int yieldMicros = -1;
   int socketsPerPeer = 1;
-  std::string netIf;
+  std::string netIf;           // BRAID_NET_IF: address, interface, or NCCL-style list
+  std::string ibHca;           // BRAID_IB_HCA: NCCL_IB_HCA-style list of RDMA NICs
   bool bind = true;
   std::string hostId;         // "" = hostname + boot id
   std::string topoFile;       // load the topology from this file instead of discovering it
   std::string topoDumpFile;   // write the topology braid sees to this JSON file
+  int topo = -1;              // BRAID_TOPO: -1 auto, 0 never discover, 1 always
+  int gpu = -1;               // BRAID_GPU: GPU index on the host, -1 none, -2 the local rank's
   std::string algo;           // BRAID_ALGO overrides (plan/algo_override.h)
 
   // Reads every knob through `get` (getenv by default). A malformed value is

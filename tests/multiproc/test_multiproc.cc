@@ -220,3 +220,64 @@ TEST_CASE("BRAID_TOPO_DUMP_FILE writes the topology and BRAID_TOPO_FILE reads it
   CHECK(bad.status != 0);
   CHECK(bad.out.find("BRAID_TOPO_FILE") != std::string::npos);
 }
+
+// Topology across ranks: 4 ranks on 2 fake hosts (BRAID_HOST_ID from the rank, hosts
+// interleaved) load a topology file; rank 0 publishes the ring, every rank logs its GPU and
+// the NIC per channel, and tcp listens on a channel's NIC interface where it exists here. A
+// malformed file fails init on every rank with the file's own message.
+TEST_CASE("ranks on several hosts plan rings and NICs from the published topology", "[multiproc][topology]") {
+  const std::string perRankHost = "sh -c 'BRAID_HOST_ID=fakehost$((BRAID_RANK % 2)) exec " MP_DIR "/mp_collectives'";
+  const std::string info = "BRAID_DEBUG=INFO BRAID_NCHANNELS=2 ";
+
+  SECTION("DGX-like fixture: ring grouped per host, rail NICs, BRAID_IB_HCA exclusion") {
+    Run r = run(braidrun(4, info + "BRAID_GPU=local BRAID_IB_HCA='^=mlx5_0' BRAID_TOPO_FILE=" FIXTURE_DIR
+                                   "/nccl-dgx-h100-like.xml") +
+                perRankHost);
+    INFO(r.out);
+    CHECK(r.status == 0);
+    for (int i = 0; i < 4; ++i) CHECK(r.out.find("collectives ok rank " + std::to_string(i)) != std::string::npos);
+    CHECK(r.out.find("topology: ring (channel 0, odd channels reversed): 0 2 | 1 3") != std::string::npos);
+    // GPU 0's own NIC is excluded: its channels rotate over the next nearest (same socket).
+    CHECK(r.out.find("topology: rank 0 host 0 GPU 0 NUMA") != std::string::npos);
+    CHECK(r.out.find("NICs: ch0 NIC1 mlx5_1 ch1 NIC2 mlx5_2") != std::string::npos);
+    CHECK(r.out.find("topology: rank 3 host 1 GPU 1 NUMA") != std::string::npos);
+    CHECK(r.out.find("NICs: ch0 NIC1 mlx5_1 ch1 NIC1 mlx5_1") != std::string::npos);
+  }
+
+  SECTION("a NIC whose interface exists here (lo) carries its channel; one that does not falls back") {
+    std::string file = std::string(MP_DIR) + "/topo-lo-nics.json";
+    FILE* f = std::fopen(file.c_str(), "w");
+    REQUIRE(f != nullptr);
+    std::fputs(R"({"format": "braid-topology", "version": 1, "nodes": [
+      {"type": "cpu", "name": "NUMA0", "numa": 0, "cpus": "0-1"},
+      {"type": "nic", "name": "NIC0", "busId": "0000:01:00.0", "numa": 0, "ifName": "lo", "linkLayer": "Ethernet"},
+      {"type": "nic", "name": "NIC1", "busId": "0000:02:00.0", "numa": 0, "ifName": "nosuch0", "linkLayer": "Ethernet"}],
+      "links": [{"a": 0, "b": 1, "type": "PCI", "bw": 24}, {"a": 0, "b": 2, "type": "PCI", "bw": 24}]})",
+               f);
+    std::fclose(f);
+    Run r = run(braidrun(4, info + "BRAID_TOPO_FILE=" + file) + perRankHost);
+    INFO(r.out);
+    CHECK(r.status == 0);
+    for (int i = 0; i < 4; ++i) CHECK(r.out.find("collectives ok rank " + std::to_string(i)) != std::string::npos);
+    CHECK(r.out.find("NICs: ch0 NIC0 lo ch1 NIC1 nosuch0") != std::string::npos);
+    CHECK(std::regex_search(r.out, std::regex(R"(tcp: rank \d listening on 127\.0\.0\.1:\d+ for lo)")));
+    CHECK(r.out.find("topology NIC interface nosuch0 has no IPv4 address here") != std::string::npos);
+    // Excluding the missing interface leaves lo for both channels.
+    Run x = run(braidrun(4, info + "BRAID_NET_IF='^=nosuch0' BRAID_TOPO_FILE=" + file) + perRankHost);
+    INFO(x.out);
+    CHECK(x.status == 0);
+    CHECK(x.out.find("NICs: ch0 NIC0 lo ch1 NIC0 lo") != std::string::npos);
+  }
+
+  SECTION("a malformed BRAID_TOPO_FILE is reported by every rank") {
+    Run r = run(braidrun(4, "BRAID_TOPO_FILE=" FIXTURE_DIR "/bad/nccl-unclosed.xml") + perRankHost);
+    INFO(r.out);
+    CHECK(r.status != 0);
+    for (int i = 0; i < 4; ++i) {
+      INFO("rank " << i);
+      CHECK(r.out.find("rank " + std::to_string(i) + " could not join the communicator: BRAID_TOPO_FILE=") !=
+            std::string::npos);
+    }
+    CHECK(r.out.find("nccl-unclosed.xml:7:3: </cpu> does not match <pci> opened at line 3") != std::string::npos);
+  }
+}

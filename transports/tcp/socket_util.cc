@@ -107,6 +107,36 @@ std::string formatAddress(const sockaddr_in& addr) {
   return std::string(ip) + ":" + std::to_string(ntohs(addr.sin_port));
 }
 
+namespace {
+
+// NCCL_SOCKET_IFNAME's syntax: entries separated by ',', a leading '^' excludes them, a
+// leading '=' (after '^') asks for exact names instead of prefixes, ":port" is ignored.
+bool listAllows(const std::string& spec, const std::string& name) {
+  std::string s = spec;
+  bool exclude = false, exact = false;
+  if (!s.empty() && s[0] == '^') {
+    exclude = true;
+    s.erase(0, 1);
+  }
+  if (!s.empty() && s[0] == '=') {
+    exact = true;
+    s.erase(0, 1);
+  }
+  bool match = false;
+  size_t start = 0;
+  while (!match && start <= s.size()) {
+    size_t comma = s.find(',', start);
+    std::string e = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    e = e.substr(0, e.find(':'));
+    if (!e.empty()) match = exact ? name == e : name.compare(0, e.size(), e) == 0;
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return exclude ? !match : match;
+}
+
+}  // namespace
+
 StatusOr<in_addr> resolveBindAddress(const std::string& netIf) {
   in_addr a{};
   if (netIf.empty()) {
@@ -116,18 +146,23 @@ StatusOr<in_addr> resolveBindAddress(const std::string& netIf) {
   if (inet_pton(AF_INET, netIf.c_str(), &a) == 1) return a;
   ifaddrs* list = nullptr;
   if (getifaddrs(&list) != 0) return systemError("getifaddrs", errno);
+  // An interface of exactly that name first (what BRAID_NET_IF always meant); else the
+  // first interface the list allows, loopback only when nothing else matches.
   bool found = false;
-  for (ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
-    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
-    if (netIf != i->ifa_name) continue;
-    a = reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr;
-    found = true;
-    break;
+  for (int pass = 0; pass < 3 && !found; ++pass) {
+    for (ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
+      if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
+      bool loop = (i->ifa_flags & IFF_LOOPBACK) != 0;
+      if (pass == 0 ? netIf != i->ifa_name : (!listAllows(netIf, i->ifa_name) || loop != (pass == 2))) continue;
+      a = reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr;
+      found = true;
+      break;
+    }
   }
   freeifaddrs(list);
   if (!found) {
     return invalidArgument("tcp: network interface '" + netIf +
-                           "' is neither an IPv4 address nor an interface with one");
+                           "' is neither an IPv4 address nor an interface (or list of interfaces) with one");
   }
   return a;
 }

@@ -56,8 +56,9 @@ bool parseAddress(const std::string& blob, sockaddr_in* out);
 std::string formatAddress(const sockaddr_in& addr);
 
 // The IPv4 address to bind for `netIf`: an IPv4 literal, an interface name (resolved with
-// getifaddrs), or INADDR_ANY when empty. Fails with kInvalidArgument naming `netIf` when it
-// is neither.
+// getifaddrs), an NCCL_SOCKET_IFNAME-style list ("eth,ib" prefixes, "=eth0" exact, "^docker"
+// excluded; the first allowed interface, loopback last), or INADDR_ANY when empty. Fails with
+// kInvalidArgument naming `netIf` when nothing matches.
 [[nodiscard]] StatusOr<in_addr> resolveBindAddress(const std::string& netIf);
 // An address peers can reach when bound to INADDR_ANY: the first up, non-loopback IPv4
 // address of the host, or 127.0.0.1 when there is none.

@@ -46,7 +46,7 @@ class TcpTransport final : public Transport {
  public:
   explicit TcpTransport(const TransportConfig& cfg) : cfg_(cfg) {}
   ~TcpTransport() override {
-    closeFd(listenFd_);
+    for (Listener& l : listeners_) closeFd(l.fd);
     for (Incoming& in : incoming_) closeFd(in.fd);
   }
 
@@ -70,9 +70,20 @@ class TcpTransport final : public Transport {
     size_t have = 0;
   };
 
+  // A listening socket, one per distinct bind address (channels may use different NICs).
+  struct Listener {
+    std::string netIf;  // what it was opened for ("" = cfg.netIf)
+    int fd = -1;
+    std::string blob;   // the advertised address
+  };
+
   Status checkConfig(int peer, int channel) const;
-  Status ensureListening();
+  // The interface channel `channel` listens on: its cfg.channelNetIfs entry when that names
+  // an interface with an IPv4 address here, else cfg.netIf.
+  std::string netIfForChannel(int channel);
+  StatusOr<const Listener*> ensureListening(const std::string& netIf);
   void acceptAll();
+  void acceptFrom(int listenFd);
   // Reads handshakes of unidentified sockets; binds or refuses each complete one.
   void serviceIncoming();
   // Returns true when `in` was bound to its receive connection.
@@ -81,8 +92,8 @@ class TcpTransport final : public Transport {
   Status timeoutError();
 
   TransportConfig cfg_;
-  int listenFd_ = -1;
-  std::string blob_;
+  std::vector<Listener> listeners_;
+  std::map<int, std::string> channelNetIf_;  // resolved netIfForChannel() answers
   // Receive connections still waiting for sockets, by (peer, channel).
   std::map<std::pair<int, int>, std::weak_ptr<SocketSet>> expected_;
   std::vector<Incoming> incoming_;
@@ -108,9 +119,29 @@ Status TcpTransport::checkConfig(int peer, int channel) const {
   return Status::ok();
 }
 
-Status TcpTransport::ensureListening() {
-  if (listenFd_ >= 0) return Status::ok();
-  BRAID_ASSIGN_OR_RETURN(in_addr bindAddr, resolveBindAddress(cfg_.netIf));
+std::string TcpTransport::netIfForChannel(int channel) {
+  if (channel < 0 || channel >= static_cast<int>(cfg_.channelNetIfs.size()) || cfg_.channelNetIfs[channel].empty())
+    return cfg_.netIf;
+  auto it = channelNetIf_.find(channel);
+  if (it != channelNetIf_.end()) return it->second;
+  // The NIC comes from the topology, which may describe another machine (BRAID_TOPO_FILE)
+  // or name an interface without an IPv4 address: then the default address serves.
+  const std::string& want = cfg_.channelNetIfs[channel];
+  std::string use = want;
+  auto addr = resolveBindAddress(want);
+  if (!addr.isOk()) {
+    BRAID_INFO("tcp: rank %d channel %d: topology NIC interface %s has no IPv4 address here; using %s", cfg_.rank,
+               channel, want.c_str(), cfg_.netIf.empty() ? "the default address" : cfg_.netIf.c_str());
+    use = cfg_.netIf;
+  }
+  channelNetIf_[channel] = use;
+  return use;
+}
+
+StatusOr<const TcpTransport::Listener*> TcpTransport::ensureListening(const std::string& netIf) {
+  for (const Listener& l : listeners_)
+    if (l.netIf == netIf) return &l;
+  BRAID_ASSIGN_OR_RETURN(in_addr bindAddr, resolveBindAddress(netIf));
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) return systemError("socket", errno);
   auto fail = [fd](Status s) {
@@ -134,10 +165,14 @@ Status TcpTransport::ensureListening() {
     return fail(systemError("getsockname", errno));
   }
   if (addr.sin_addr.s_addr == htonl(INADDR_ANY)) addr.sin_addr = defaultAdvertisedAddress();
-  listenFd_ = fd;
-  blob_ = formatAddress(addr);
-  BRAID_INFO("tcp: rank %d listening on %s", cfg_.rank, blob_.c_str());
-  return Status::ok();
+  Listener l;
+  l.netIf = netIf;
+  l.fd = fd;
+  l.blob = formatAddress(addr);
+  BRAID_INFO("tcp: rank %d listening on %s%s%s", cfg_.rank, l.blob.c_str(), netIf.empty() ? "" : " for ",
+             netIf.c_str());
+  listeners_.push_back(std::move(l));
+  return &listeners_.back();
 }
 
 StatusOr<std::unique_ptr<Connection>> TcpTransport::createRecv(int peer, int channel, std::string* blob) {
@@ -148,10 +183,10 @@ StatusOr<std::unique_ptr<Connection>> TcpTransport::createRecv(int peer, int cha
     return invalidArgument("tcp: a receive connection from rank " + std::to_string(peer) + " on channel " +
                            std::to_string(channel) + " is already being set up");
   }
-  BRAID_RETURN_IF_ERROR(ensureListening());
+  BRAID_ASSIGN_OR_RETURN(const Listener* listener, ensureListening(netIfForChannel(channel)));
   auto set = std::make_shared<SocketSet>(peer, channel, cfg_.socketsPerPeer);
   expected_[key] = set;
-  *blob = blob_;
+  *blob = listener->blob;
   return std::unique_ptr<Connection>(new TcpRecvConnection(cfg_, std::move(set)));
 }
 
@@ -269,8 +304,8 @@ StatusOr<std::unique_ptr<Connection>> TcpTransport::connectSend(int peer, int ch
         wakeAt = std::min(wakeAt, o.retryAt);
       }
     }
-    if (listenFd_ >= 0) {
-      pfds.push_back({listenFd_, POLLIN, 0});
+    for (const Listener& l : listeners_) {
+      pfds.push_back({l.fd, POLLIN, 0});
       owner.push_back(-1);
     }
     int timeoutMs = deadline.remainingMillis(100);
@@ -283,7 +318,7 @@ StatusOr<std::unique_ptr<Connection>> TcpTransport::connectSend(int peer, int ch
     for (size_t k = 0; rc > 0 && k < pfds.size(); ++k) {
       if (pfds[k].revents == 0) continue;
       if (owner[k] < 0) {
-        acceptAll();
+        acceptFrom(pfds[k].fd);
         continue;
       }
       Outgoing& o = out[static_cast<size_t>(owner[k])];
@@ -310,10 +345,14 @@ StatusOr<std::unique_ptr<Connection>> TcpTransport::connectSend(int peer, int ch
 }
 
 void TcpTransport::acceptAll() {
+  for (const Listener& l : listeners_) acceptFrom(l.fd);
+}
+
+void TcpTransport::acceptFrom(int listenFd) {
   for (;;) {
     Incoming in;
     socklen_t len = sizeof(in.from);
-    in.fd = accept4(listenFd_, reinterpret_cast<sockaddr*>(&in.from), &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    in.fd = accept4(listenFd, reinterpret_cast<sockaddr*>(&in.from), &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (in.fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO) continue;
       if (errno != EAGAIN && errno != EWOULDBLOCK) {
@@ -454,7 +493,7 @@ Status TcpTransport::establish(Deadline deadline) {
     if (missingSockets() == 0) break;
     if (deadline.expired()) return timeoutError();
     pfds.clear();
-    pfds.push_back({listenFd_, POLLIN, 0});
+    for (const Listener& l : listeners_) pfds.push_back({l.fd, POLLIN, 0});
     for (const Incoming& in : incoming_) pfds.push_back({in.fd, POLLIN, 0});
     int rc = poll(pfds.data(), pfds.size(), deadline.remainingMillis(1000));
     if (rc < 0 && errno != EINTR) return systemError("poll", errno).withContext("tcp: establish");

@@ -19,8 +19,11 @@
 //                magic, an unexpected rank/channel/index, silence) is closed with a warning,
 //                so a stranger can neither join nor stall the job.
 //
-// The listening address: cfg.netIf when it is an IPv4 address or names an interface;
-// otherwise every address, advertised as the host's first non-loopback IPv4 address.
+// The listening address: cfg.channelNetIfs[channel] when the topology gave the channel a NIC
+// whose interface has an IPv4 address here (one listening socket per distinct address);
+// else cfg.netIf when it is an IPv4 address, names an interface or lists some
+// (NCCL_SOCKET_IFNAME syntax); otherwise every address, advertised as the host's first
+// non-loopback IPv4 address.
 // IPv6 is not supported yet.
 
 #include <memory>

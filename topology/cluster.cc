@@ -1,6 +1,9 @@
 #include "topology/cluster.h"
 
+#include <algorithm>
 #include <cerrno>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <sstream>
@@ -177,6 +180,158 @@ std::string formatRing(const std::vector<int>& ring, const std::vector<int>& hos
     s += std::to_string(ring[k]);
   }
   return s;
+}
+
+
+double nicBandwidth(const Graph& g, const RankPlace& place, const NicPolicy& policy) {
+  const int nic = nicForChannel(g, place, 0, policy);
+  const int from = rankNode(g, place);
+  if (nic < 0 || from < 0) return 0;
+  double bw = g.path(from, nic).bw;
+  const int64_t mbps = g.node(nic).speedMbps;
+  if (mbps > 0) bw = std::min(bw, static_cast<double>(mbps) / 8000.0);
+  return bw;
+}
+
+int topologyChannels(const Graph& g, const RankPlace& place, const NicPolicy& policy, bool multiHost) {
+  int want = 0;
+  const int from = rankNode(g, place);
+  if (from < 0) return 0;
+  if (multiHost) want = static_cast<int>(nearestAllowedNics(g, from, policy).size());
+  if (place.gpu >= 0) {
+    int nvlinks = 0;
+    for (const Link& l : g.links())
+      if (l.type == LinkType::kNvl && (l.a == from || l.b == from)) nvlinks += l.count;
+    want = std::max(want, nvlinks);
+  }
+  return want;
+}
+
+int proposeChannels(int coresPerRank, int topoChannels) {
+  const int cores = std::max(1, coresPerRank);
+  const int base = std::min(cores, 4);
+  const int cap = std::min(2 * cores, 16);
+  return std::max(base, std::min(topoChannels, cap));
+}
+
+StatusOr<ClusterPlan> planCluster(const Cluster& c, const NicPolicy& policy) {
+  ClusterPlan p;
+  const std::vector<const Graph*> hosts = c.hostPointers();
+  BRAID_ASSIGN_OR_RETURN(p.ring, ringOrder(hosts, c.ranks));
+  BRAID_ASSIGN_OR_RETURN(auto trees, doubleBinaryTree(hosts, c.ranks));
+  for (int t = 0; t < 2; ++t) p.treeParent[t] = trees[t].parent;
+  // The slowest way out of any rank: what a collective across hosts runs at.
+  double net = -1;
+  for (const RankPlace& r : c.ranks) {
+    double bw = nicBandwidth(*hosts[r.host], r, policy);
+    net = net < 0 ? bw : std::min(net, bw);
+  }
+  p.netGBps = std::max(0.0, net);
+  // GPU to GPU inside a host: the slowest hop the ring takes there.
+  bool allGpus = !c.ranks.empty();
+  for (const RankPlace& r : c.ranks) allGpus = allGpus && r.gpu >= 0;
+  double intra = -1;
+  for (size_t k = 0; allGpus && k < p.ring.size(); ++k) {
+    const RankPlace& a = c.ranks[p.ring[k]];
+    const RankPlace& b = c.ranks[p.ring[(k + 1) % p.ring.size()]];
+    if (a.host != b.host || a.gpu == b.gpu) continue;
+    const Graph& g = *hosts[a.host];
+    double bw = g.path(rankNode(g, a), rankNode(g, b)).bw;
+    intra = intra < 0 ? bw : std::min(intra, bw);
+  }
+  p.intraGBps = std::max(0.0, intra);
+  return p;
+}
+
+namespace {
+
+std::string formatGBps(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
+
+bool parseGBps(const std::string& s, double* out) {
+  if (s.empty()) return false;
+  errno = 0;
+  char* end = nullptr;
+  double v = std::strtod(s.c_str(), &end);
+  if (errno || *end || !std::isfinite(v) || v < 0 || v > 1e7) return false;
+  *out = v;
+  return true;
+}
+
+// Parents "p0 p1 ..." of a spanning tree over nranks ranks.
+bool parseTree(const std::string& text, int nranks, std::vector<int>* parent) {
+  std::istringstream in(text);
+  std::string tok;
+  std::vector<int> p;
+  while (in >> tok) {
+    int v = 0;
+    if (!parseInt(tok, -1, nranks - 1, &v)) return false;
+    p.push_back(v);
+  }
+  if (static_cast<int>(p.size()) != nranks) return false;
+  int roots = 0;
+  for (int r = 0; r < nranks; ++r) {
+    if (p[r] == r) return false;
+    roots += p[r] < 0;
+  }
+  if (roots != 1) return false;
+  // Every rank reaches the root within nranks steps: no cycle.
+  for (int r = 0; r < nranks; ++r) {
+    int x = r, hops = 0;
+    while (p[x] >= 0 && hops <= nranks) {
+      x = p[x];
+      ++hops;
+    }
+    if (p[x] >= 0) return false;
+  }
+  *parent = std::move(p);
+  return true;
+}
+
+}  // namespace
+
+std::string encodeClusterPlan(const ClusterPlan& p) {
+  std::string s = encodeRing(p.ring);
+  if (p.ring.empty()) return s;
+  for (int t = 0; t < 2; ++t) {
+    if (p.treeParent[t].size() != p.ring.size()) continue;
+    s += "\nT";
+    for (int x : p.treeParent[t]) s += " " + std::to_string(x);
+  }
+  s += "\nB " + formatGBps(p.netGBps) + " " + formatGBps(p.intraGBps);
+  return s;
+}
+
+Status decodeClusterPlan(const std::string& text, int nranks, ClusterPlan* out) {
+  *out = ClusterPlan{};
+  if (!text.empty() && text[0] == 'E') return decodeError(text);
+  std::istringstream in(text);
+  std::string line;
+  std::getline(in, line);
+  ClusterPlan p;
+  BRAID_RETURN_IF_ERROR(decodeRing(line, nranks, &p.ring));
+  int trees = 0;
+  bool ok = true;
+  while (ok && std::getline(in, line)) {
+    if (p.ring.empty()) {
+      ok = false;
+    } else if (line.size() >= 1 && line[0] == 'T' && trees < 2) {
+      ok = parseTree(line.substr(1), nranks, &p.treeParent[trees++]);
+    } else if (line.size() >= 2 && line[0] == 'B' && line[1] == ' ') {
+      std::istringstream b(line.substr(2));
+      std::string net, intra, extra;
+      ok = (b >> net >> intra) && !(b >> extra) && parseGBps(net, &p.netGBps) && parseGBps(intra, &p.intraGBps);
+    } else {
+      ok = false;
+    }
+  }
+  ok = ok && (trees == 0 || trees == 2);
+  if (!ok) return Status(Code::kRemoteError, "malformed topology plan record '" + line.substr(0, 64) + "'");
+  *out = std::move(p);
+  return Status::ok();
 }
 
 }  // namespace braid::topology

@@ -14,6 +14,7 @@
 // Everything here is pure: no store, no environment, no blocking. The communicator does the
 // publishing (src/core/communicator.cc, loadTopology).
 
+#include <array>
 #include <string>
 #include <vector>
 
@@ -83,5 +84,45 @@ std::string encodeRing(const std::vector<int>& ring);
 
 // One line describing a ring, with '|' between host segments: "0 1 2 3 | 4 5 6 7".
 std::string formatRing(const std::vector<int>& ring, const std::vector<int>& hostOf);
+
+// Everything rank 0 derives from the fused cluster and publishes under "topo/ring", so that
+// every rank plans from the same facts: the ring, the double binary tree, and the link
+// bandwidths the cost model uses. All of it is a pure function of the published records.
+struct ClusterPlan {
+  std::vector<int> ring;                       // empty: no topology (keep the defaults)
+  std::array<std::vector<int>, 2> treeParent;  // doubleBinaryTree's parents by rank (-1: root)
+  // Bandwidth (GB/s) of the slowest rank's way out: min over ranks of
+  // nicBandwidth(its host's graph, its place, policy). 0 when some rank has no NIC.
+  double netGBps = 0;
+  // Slowest hop (GB/s) between consecutive ranks of one host in the ring when every rank
+  // is a GPU rank and every host holds several; 0 otherwise (shared memory: the table's).
+  double intraGBps = 0;
+};
+
+// Bandwidth (GB/s) of the NIC a rank's channel 0 uses (nicForChannel): the slower of its
+// port speed (speedMbps / 8000, when known) and the path from the rank's GPU or NUMA node
+// to it. 0 when no NIC is allowed.
+double nicBandwidth(const Graph& g, const RankPlace& place, const NicPolicy& policy);
+
+// The channels a rank's topology asks for (0: no opinion): on a job spanning several hosts
+// the number of nearest allowed NICs (one channel per NIC); for a GPU rank the number of
+// NVLinks of its GPU (NCCL sizes its channels to the NVLink bandwidth).
+int topologyChannels(const Graph& g, const RankPlace& place, const NicPolicy& policy, bool multiHost);
+
+// The channel count a rank proposes (the communicator then takes the min over ranks): the
+// cores rule, min(coresPerRank, 4), raised to `topoChannels` but never above
+// min(2 * coresPerRank, 16).
+int proposeChannels(int coresPerRank, int topoChannels);
+
+// Computes the plan from a fused cluster: ring (ringOrder), trees (doubleBinaryTree) and
+// bandwidths, with `policy` choosing each rank's NIC.
+[[nodiscard]] StatusOr<ClusterPlan> planCluster(const Cluster& c, const NicPolicy& policy);
+
+// Wire form: the ring record ("R ...", "N" or an error, as encodeRing), then when there is
+// a ring one line per tree "T p0 p1 ..." and a line "B <netGBps> <intraGBps>".
+// decodeClusterPlan checks the ring as decodeRing does and that each tree is a spanning
+// tree (one root, parents in range, no cycle); a bare ring record decodes with no trees.
+std::string encodeClusterPlan(const ClusterPlan& p);
+[[nodiscard]] Status decodeClusterPlan(const std::string& text, int nranks, ClusterPlan* out);
 
 }  // namespace braid::topology

@@ -3,6 +3,7 @@
 // functions of their arguments: every rank computes its own part, and the parts agree
 // because they are derived from the same global quantities.
 
+#include <array>
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -93,6 +94,14 @@ struct Layout {
   size_t smallRoundBytes = 64 * 1024;
   // Allreduces up to this many bytes use the small-message algorithm (0 = never).
   size_t smallMaxBytes = 0;
+  // The topology's double binary tree (topology::doubleBinaryTree, published by rank 0):
+  // parent of every rank in each tree, -1 at its root. Empty when no topology is known:
+  // the tree allreduce then uses binaryTree(). Each must be a spanning tree of all ranks.
+  std::array<std::vector<int>, 2> treeParent;
+  // Link bandwidths from the topology (GB/s, 0 = unknown: the transport table's value):
+  // the slowest rank's nearest NIC, and the slowest GPU-to-GPU hop inside a host.
+  double netGBps = 0;
+  double intraGBps = 0;
 };
 
 // Every algorithm has this shape: a pure function of the request and the layout.
@@ -178,6 +187,11 @@ struct TreeNode {
   int child[2] = {-1, -1};
 };
 TreeNode binaryTree(int rank, int nranks, int root, bool mirror);
+
+// Children of every rank in the tree given by `parent` (-1 at the root): children on
+// another host than their parent first (the network hop is the slow one, so it starts
+// first), then those on the same host, each group by rank. `hostOf` may be empty (one host).
+std::vector<std::vector<int>> treeChildren(const std::vector<int>& parent, const std::vector<int>& hostOf);
 
 // Elements of channel `c` out of `count` split over `nchannels`: [begin, end).
 inline size_t channelBegin(size_t count, int c, int nchannels) {

@@ -1,7 +1,10 @@
 // Double binary tree allreduce (NCCL's): the buffer is cut in two halves, half t reduced
-// up tree t (binaryTree(..., mirror = t == 1)) to its root and broadcast back down. The two
-// trees are complementary, so a rank that is a leaf in one is an inner node in the other and
-// every rank moves about one buffer's worth of data each way, in ~2 log2(n) hops.
+// up tree t to its root and broadcast back down. The trees are the topology's
+// (Layout::treeParent: chains inside hosts, NCCL's double binary tree across them, any
+// number of children per rank) when rank 0 published them, else binaryTree(..., mirror =
+// t == 1). The two trees are complementary, so a rank that is a leaf in one is an inner
+// node in the other and every rank moves about one buffer's worth of data each way, in
+// ~2 log2(n) hops.
 //
 // Two phases, each with its own rounds: the reduction flows up both trees, pipelined part by
 // part, and then the results flow down. Within a phase every rank runs all of its tree-0
@@ -12,7 +15,9 @@
 // can then only wait on a receiver that is rounds behind, which never waits back on it.
 //
 // The root's result is broadcast, so every rank ends with the same bits whatever order
-// the inner nodes reduced in.
+// the inner nodes reduced in. Nothing here depends on the trees being binary: each is acyclic,
+// and a connection carries at most one step per tree per round (a rank sends only to its
+// parent going up and once to each child going down).
 
 #include "algorithms/algorithm.h"
 
@@ -26,44 +31,60 @@ using exec::Step;
 
 namespace {
 
-// Appends the reduction of `in` up `t` (partials land in `out`; the root's `out` ends final).
-void treeUp(const TreeNode& t, const Region& in, const Region& out, std::vector<Step>* steps) {
-  const int c0 = t.child[0], c1 = t.child[1];
-  const int nchild = (c0 >= 0) + (c1 >= 0);
-  const int first = c0 >= 0 ? c0 : c1;
-  const int second = c0 >= 0 ? c1 : -1;
-  if (t.parent < 0) {  // the root
-    if (nchild == 0) return;
-    steps->push_back(Step{Prim::kRecvReduce, first, -1, in, out});
-    if (second >= 0) steps->push_back(Step{Prim::kRecvReduce, second, -1, out, out});
+// One rank's place in a tree: its parent (-1 at the root) and its children, in the order
+// data flows down (and partials are received up).
+struct Node {
+  int parent = -1;
+  std::vector<int> children;
+};
+
+// Appends the reduction of `in` up the tree (partials land in `out`; the root's `out` ends
+// final). Children are folded in their order: the first into `in` -> `out`, the others
+// into `out`; an inner node forwards with its last child's fold.
+void treeUp(const Node& t, const Region& in, const Region& out, std::vector<Step>* steps) {
+  const size_t k = t.children.size();
+  if (k == 0) {
+    if (t.parent >= 0) steps->push_back(Step{Prim::kSend, -1, t.parent, in, {}});
     return;
   }
-  if (nchild == 0) {
-    steps->push_back(Step{Prim::kSend, -1, t.parent, in, {}});
-  } else if (nchild == 1) {
-    steps->push_back(Step{Prim::kRecvReduceSend, first, t.parent, in, {}});
-  } else {
-    steps->push_back(Step{Prim::kRecvReduce, first, -1, in, out});
-    steps->push_back(Step{Prim::kRecvReduceSend, second, t.parent, out, {}});
+  for (size_t i = 0; i < k; ++i) {
+    const Region& src = i == 0 ? in : out;
+    if (i + 1 == k && t.parent >= 0)
+      steps->push_back(Step{Prim::kRecvReduceSend, t.children[i], t.parent, src, {}});
+    else
+      steps->push_back(Step{Prim::kRecvReduce, t.children[i], -1, src, out});
   }
 }
 
-// Appends the broadcast of the root's `out` down `t` into every rank's `out`.
-void treeDown(const TreeNode& t, const Region& out, std::vector<Step>* steps) {
-  const int c0 = t.child[0], c1 = t.child[1];
-  const int first = c0 >= 0 ? c0 : c1;
-  const int second = c0 >= 0 ? c1 : -1;
-  if (t.parent < 0) {
-    if (first >= 0) steps->push_back(Step{Prim::kSend, -1, first, out, {}});
-    if (second >= 0) steps->push_back(Step{Prim::kSend, -1, second, out, {}});
-    return;
+// Appends the broadcast of the root's `out` down the tree into every rank's `out`.
+void treeDown(const Node& t, const Region& out, std::vector<Step>* steps) {
+  size_t i = 0;
+  if (t.parent >= 0) {
+    if (t.children.empty()) {
+      steps->push_back(Step{Prim::kRecv, t.parent, -1, {}, out});
+      return;
+    }
+    steps->push_back(Step{Prim::kRecvCopySend, t.parent, t.children[0], {}, out});
+    i = 1;
   }
-  if (first < 0) {
-    steps->push_back(Step{Prim::kRecv, t.parent, -1, {}, out});
-    return;
+  for (; i < t.children.size(); ++i) steps->push_back(Step{Prim::kSend, -1, t.children[i], out, {}});
+}
+
+// Tree `t` (0 or 1) as this rank sees it: the topology's when the layout has it, else
+// binaryTree() rooted at 0 (mirrored for tree 1).
+Node treeOf(const Layout& layout, int t) {
+  Node node;
+  const std::vector<int>& parent = layout.treeParent[t];
+  if (static_cast<int>(parent.size()) == layout.nranks) {
+    node.parent = parent[layout.rank];
+    node.children = treeChildren(parent, layout.hostOf)[layout.rank];
+    return node;
   }
-  steps->push_back(Step{Prim::kRecvCopySend, t.parent, first, {}, out});
-  if (second >= 0) steps->push_back(Step{Prim::kSend, -1, second, out, {}});
+  TreeNode b = binaryTree(layout.rank, layout.nranks, 0, t == 1);
+  node.parent = b.parent;
+  for (int c : b.child)
+    if (c >= 0) node.children.push_back(c);
+  return node;
 }
 
 }  // namespace
@@ -93,8 +114,8 @@ StatusOr<Schedule> allreduceTree(const Request& req, const Layout& layout) {
   const size_t split = req.count / 2 * es;
   const Region in[2] = {{Buf::kInput, 0, split}, {Buf::kInput, split, bytes - split}};
   const Region out[2] = {{Buf::kOutput, 0, split}, {Buf::kOutput, split, bytes - split}};
-  TreeNode tree[2];
-  for (int t = 0; t < 2; ++t) tree[t] = binaryTree(layout.rank, n, 0, t == 1);
+  Node tree[2];
+  for (int t = 0; t < 2; ++t) tree[t] = treeOf(layout, t);
 
   const int rounds = roundsFor(bytes - split, std::max(es, layout.smallRoundBytes / 2 / es * es));
   const size_t upBegin = plan.steps.size();

@@ -63,4 +63,18 @@ TreeNode binaryTree(int rank, int nranks, int root, bool mirror) {
   return t;
 }
 
+
+std::vector<std::vector<int>> treeChildren(const std::vector<int>& parent, const std::vector<int>& hostOf) {
+  const size_t n = parent.size();
+  std::vector<std::vector<int>> children(n);
+  auto host = [&](int r) { return static_cast<size_t>(r) < hostOf.size() ? hostOf[r] : 0; };
+  for (bool remote : {true, false})
+    for (size_t r = 0; r < n; ++r) {
+      const int p = parent[r];
+      if (p < 0 || static_cast<size_t>(p) >= n) continue;
+      if ((host(p) != host(static_cast<int>(r))) == remote) children[p].push_back(static_cast<int>(r));
+    }
+  return children;
+}
+
 }  // namespace braid::algorithms

@@ -229,6 +229,14 @@ Status Communicator::init() {
   cores = std::max(cores, online > 0 ? online : 1);
   int perRank = std::max(1, cores / localSize_);
   nchannels_ = cfg.nchannels > 0 ? cfg.nchannels : std::min(perRank, 4);
+  if (cfg.nchannels <= 0 && topology_) {
+    // One channel per nearest NIC across hosts, per NVLink for a GPU (as NCCL sizes its
+    // channels), within what the cores can drive.
+    std::set<std::string> hostSet;
+    for (const auto& p : peers_) hostSet.insert(p.hostId);
+    nchannels_ = topology::proposeChannels(
+        perRank, topology::topologyChannels(*topology_, place_, nicPolicy_, hostSet.size() > 1));
+  }
   // Channel counts must agree: a rank computes it from host-local facts, so take the min.
   {
     BRAID_ASSIGN_OR_RETURN(auto all, bootstrap::allGather(*store_, key("nch"), rank_, nranks_,
@@ -262,6 +270,9 @@ Status Communicator::init() {
       if (c % 2 == 1) std::reverse(world.rings.back().begin(), world.rings.back().end());
     }
   }
+  world.treeParent = topoPlan_.treeParent;
+  world.netGBps = topoPlan_.netGBps;
+  world.intraGBps = topoPlan_.intraGBps;
   layout_ = plan::layoutFor(world);
   machine_ = plan::machineForLayout(layout_, cfg.transport);
 
@@ -295,6 +306,7 @@ Status Communicator::loadTopology() {
   Deadline deadline = Deadline::after(cfg.timeoutSec);
   topology_.reset();
   topoRing_.clear();
+  topoPlan_ = topology::ClusterPlan{};
   {
     // BRAID_NET_IF may also be a plain address, which names no NIC of the graph.
     in_addr unused{};
@@ -368,14 +380,15 @@ Status Communicator::loadTopology() {
     } else if (!fused.value()) {
       ringText = topology::encodeRing({});
     } else {
-      auto ring = topology::ringOrder(cluster.hostPointers(), cluster.ranks);
-      ringText = ring.isOk() ? topology::encodeRing(ring.value()) : topology::hostRecordError(ring.status());
+      auto plan = topology::planCluster(cluster, nicPolicy_);
+      ringText = plan.isOk() ? topology::encodeClusterPlan(plan.value()) : topology::hostRecordError(plan.status());
     }
     if (nranks_ > 1) BRAID_RETURN_IF_ERROR(store_->set(key("topo/ring"), ringText));
   } else {
     BRAID_ASSIGN_OR_RETURN(ringText, store_->get(key("topo/ring"), deadline));
   }
-  BRAID_RETURN_IF_ERROR(topology::decodeRing(ringText, nranks_, &topoRing_));
+  BRAID_RETURN_IF_ERROR(topology::decodeClusterPlan(ringText, nranks_, &topoPlan_));
+  topoRing_ = topoPlan_.ring;
   if (topoRing_.empty()) {
     if (rank_ == 0) BRAID_INFO("topology: not known on every host; rings follow ranks, hosts contiguous");
     return Status::ok();
@@ -398,8 +411,10 @@ Status Communicator::loadTopology() {
   BRAID_ASSIGN_OR_RETURN(place_.gpu, topology::resolveGpu(rankRecords_[rank_], localRank_, *graph, rank_));
   topology_ = std::move(graph);
   if (rank_ == 0)
-    BRAID_INFO("topology: ring (channel 0, odd channels reversed): %s",
-               topology::formatRing(topoRing_, hostOf).c_str());
+    BRAID_INFO("topology: ring (channel 0, odd channels reversed): %s; %s; network %.3g GB/s, intra-host %.3g GB/s",
+               topology::formatRing(topoRing_, hostOf).c_str(),
+               topoPlan_.treeParent[0].empty() ? "binary trees" : "trees from the topology",
+               topoPlan_.netGBps, topoPlan_.intraGBps);
   return Status::ok();
 }
 

@@ -166,6 +166,7 @@ class Communicator {
   topology::RankPlace place_;
   std::vector<topology::RankRecord> rankRecords_;  // by rank, from the peer records
   std::vector<int> topoRing_;
+  topology::ClusterPlan topoPlan_;  // rank 0's plan: ring, trees, bandwidths
   topology::NicPolicy nicPolicy_;  // BRAID_NET_IF / BRAID_IB_HCA
 
   std::mutex submitMu_;

@@ -57,6 +57,10 @@ Machine machineForLayout(const algorithms::Layout& layout, const std::string& fo
   m.ringSlots = std::max<int>(2, static_cast<int>(2 * layout.roundBytes / m.ringSlotBytes));
   m.meshSlots = std::max<int>(2, static_cast<int>(2 * layout.smallRoundBytes / m.meshSlotBytes));
   if (!forcedTransport.empty()) m.intra = m.inter = transportLink(forcedTransport);
+  // Bandwidths the topology knows (rank 0 published them, so every rank sees the same);
+  // latencies and per-message overheads stay the transport table's.
+  if (layout.netGBps > 0) m.inter.beta = layout.netGBps * 1e9;
+  if (layout.intraGBps > 0 && forcedTransport.empty()) m.intra.beta = layout.intraGBps * 1e9;
   return m;
 }
 

@@ -55,7 +55,10 @@ Machine uniformMachine(int nhosts, int ranksPerHost, int nchannels = 1);
 // The machine a communicator's layout describes, with the communicator's slot geometry
 // (derived from roundBytes, which is half a FIFO) and the per-transport tables: every rank
 // derives the same Machine from the same Layout. `forcedTransport` (BRAID_TRANSPORT), when
-// set, replaces the links on both levels.
+// set, replaces the links on both levels. Where the topology gave bandwidths
+// (Layout::netGBps, intraGBps) they replace the tables' betas: the slowest rank's NIC for
+// inter-host links (with a forced transport too), the slowest GPU-to-GPU ring hop for
+// intra-host links (not with a forced transport); latencies and overheads stay the tables'.
 Machine machineForLayout(const algorithms::Layout& layout, const std::string& forcedTransport = "");
 
 // A prediction for one algorithm.

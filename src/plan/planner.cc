@@ -37,6 +37,11 @@ algorithms::Layout layoutFor(const World& world) {
     l.hostOf.push_back(hostIndex[h]);
   }
   if (l.hostOf.empty()) l.hostOf.assign(static_cast<size_t>(world.nranks), 0);
+  for (int t = 0; t < 2; ++t)
+    if (static_cast<int>(world.treeParent[t].size()) == world.nranks) l.treeParent[t] = world.treeParent[t];
+  if (l.treeParent[0].empty() || l.treeParent[1].empty()) l.treeParent = {};  // both or neither
+  l.netGBps = world.netGBps;
+  l.intraGBps = world.intraGBps;
   return l;
 }
 

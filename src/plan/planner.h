@@ -5,6 +5,7 @@
 // builds is taken. Every input is global (the layout, the request, the static link tables),
 // so every rank makes the same choice.
 
+#include <array>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,12 @@ struct World {
   // Per-channel rings computed from the topology (every rank the same); empty: the
   // host-contiguous ring on every channel. A list shorter than nchannels repeats.
   std::vector<std::vector<int>> rings;
+  // The topology's double binary tree (parents by rank, -1 at the root; every rank the
+  // same) for the tree allreduce; empty: binaryTree(). Copied to Layout::treeParent.
+  std::array<std::vector<int>, 2> treeParent;
+  // Link bandwidths from the topology, GB/s (0 = unknown); see Layout.
+  double netGBps = 0;
+  double intraGBps = 0;
 };
 
 // A ring visiting all ranks with the ranks of each host contiguous (hosts in order of their
@@ -34,7 +41,8 @@ struct World {
 // network.
 std::vector<int> hostContiguousRing(const std::vector<std::string>& hostIds);
 
-// The per-channel rings for `world`: world.rings when given, else hostContiguousRing().
+// The per-channel rings for `world`: world.rings when given, else hostContiguousRing();
+// the topology's trees and bandwidths as given.
 algorithms::Layout layoutFor(const World& world);
 
 // What the planner chose for one call.

@@ -7,6 +7,9 @@
 
 #include <sys/wait.h>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <map>
@@ -236,12 +239,28 @@ TEST_CASE("ranks on several hosts plan rings and NICs from the published topolog
     INFO(r.out);
     CHECK(r.status == 0);
     for (int i = 0; i < 4; ++i) CHECK(r.out.find("collectives ok rank " + std::to_string(i)) != std::string::npos);
-    CHECK(r.out.find("topology: ring (channel 0, odd channels reversed): 0 2 | 1 3") != std::string::npos);
+    CHECK(r.out.find("topology: ring (channel 0, odd channels reversed): 0 2 | 1 3; trees from the topology; network 48 GB/s") !=
+          std::string::npos);
     // GPU 0's own NIC is excluded: its channels rotate over the next nearest (same socket).
     CHECK(r.out.find("topology: rank 0 host 0 GPU 0 NUMA") != std::string::npos);
     CHECK(r.out.find("NICs: ch0 NIC1 mlx5_1 ch1 NIC2 mlx5_2") != std::string::npos);
     CHECK(r.out.find("topology: rank 3 host 1 GPU 1 NUMA") != std::string::npos);
     CHECK(r.out.find("NICs: ch0 NIC1 mlx5_1 ch1 NIC1 mlx5_1") != std::string::npos);
+  }
+
+  SECTION("the tree allreduce runs on the topology's trees; channels follow the NVLinks") {
+    // No BRAID_NCHANNELS: each GPU has 18 NVLinks, so every rank asks for as many channels
+    // as its cores allow (twice its share, at least 2).
+    Run r = run(braidrun(4, "BRAID_DEBUG=INFO BRAID_ALGO=allreduce:tree BRAID_GPU=local BRAID_TOPO_FILE=" FIXTURE_DIR
+                            "/nccl-dgx-h100-like.xml ") +
+                perRankHost);
+    INFO(r.out);
+    CHECK(r.status == 0);
+    for (int i = 0; i < 4; ++i) CHECK(r.out.find("collectives ok rank " + std::to_string(i)) != std::string::npos);
+    CHECK(r.out.find("trees from the topology") != std::string::npos);
+    int cores = std::max(1, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
+    int want = std::max(std::min(std::max(1, cores / 2), 4), std::min(18, std::min(2 * std::max(1, cores / 2), 16)));
+    CHECK(r.out.find("4 ranks on 2 hosts, " + std::to_string(want) + " channels") != std::string::npos);
   }
 
   SECTION("a NIC whose interface exists here (lo) carries its channel; one that does not falls back") {

@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <array>
 #include <deque>
 #include <functional>
 #include <map>
@@ -54,6 +55,8 @@ struct SimConfig {
   size_t smallRoundBytes = 32;
   // Rings: slots of roundBytes/2, four deep.
   size_t roundBytes = 24;
+  // Trees for the tree allreduce (parents by rank, -1 at the root); empty: binaryTree().
+  std::array<std::vector<int>, 2> treeParent;
 };
 
 algorithms::Layout layoutOf(const SimConfig& c, int rank) {
@@ -64,6 +67,7 @@ algorithms::Layout layoutOf(const SimConfig& c, int rank) {
   w.roundBytes = c.roundBytes;
   w.smallRoundBytes = c.smallRoundBytes;
   w.hostIds = c.hosts.empty() ? std::vector<std::string>(static_cast<size_t>(c.n), "h") : c.hosts;
+  w.treeParent = c.treeParent;
   return plan::layoutFor(w);
 }
 
@@ -273,6 +277,77 @@ TEST_CASE("binary trees: every rank once, parents and children agree, complement
 
 TEST_CASE("double binary tree allreduce: every element once from every rank", "[unit]") {
   checkAllreduce(&algorithms::allreduceTree, 33);
+}
+
+TEST_CASE("tree allreduce over the topology's trees: any shape, any fan-out", "[unit]") {
+  // Trees as rings.h's doubleBinaryTree publishes them: chains inside hosts, any number of
+  // children, roots anywhere. Each shape over 1..17 ranks, both trees different.
+  using Shape = std::vector<int> (*)(int n, int t);
+  const std::pair<const char*, Shape> shapes[] = {
+      {"chains, opposite directions", [](int n, int t) {
+         std::vector<int> p(static_cast<size_t>(n));
+         for (int r = 0; r < n; ++r) p[r] = t == 0 ? r - 1 : (r + 1 < n ? r + 1 : -1);
+         return p;
+       }},
+      {"stars rooted at 0 and n-1", [](int n, int t) {
+         const int root = t == 0 ? 0 : n - 1;
+         std::vector<int> p(static_cast<size_t>(n), root);
+         p[root] = -1;
+         return p;
+       }},
+      {"pseudo-random trees", [](int n, int t) {
+         // Rank order shuffled, each rank's parent one of the ranks placed before it.
+         std::vector<int> order(static_cast<size_t>(n));
+         for (int r = 0; r < n; ++r) order[r] = r;
+         uint32_t x = 12345u + static_cast<uint32_t>(n * 7 + t);
+         auto next = [&x] { return x = x * 1664525u + 1013904223u; };
+         for (int i = n - 1; i > 0; --i) std::swap(order[i], order[next() % static_cast<uint32_t>(i + 1)]);
+         std::vector<int> p(static_cast<size_t>(n), -1);
+         for (int i = 1; i < n; ++i) p[order[i]] = order[next() % static_cast<uint32_t>(i)];
+         return p;
+       }},
+      {"chains per host of 4, a binary tree over hosts", [](int n, int t) {
+         // Host h holds ranks 4h..4h+3; tree 0 enters a host at its first rank, tree 1 at its
+         // last; host heads form a binary tree (tree 1 mirrored).
+         const int nh = (n + 3) / 4;
+         std::vector<int> p(static_cast<size_t>(n));
+         auto head = [&](int h) { return t == 0 ? 4 * h : std::min(n, 4 * h + 4) - 1; };
+         for (int r = 0; r < n; ++r) {
+           const int h = r / 4;
+           if (r != head(h)) {
+             p[r] = t == 0 ? r - 1 : r + 1;
+             continue;
+           }
+           const int pos = t == 0 ? h : nh - 1 - h;
+           p[r] = pos == 0 ? -1 : head(t == 0 ? (pos - 1) / 2 : nh - 1 - (pos - 1) / 2);
+         }
+         return p;
+       }},
+  };
+  for (const auto& [name, shape] : shapes)
+    for (int n = 1; n <= 17; ++n)
+      for (size_t count : countsFor(n))
+        for (bool ip : {false, true}) {
+          SimConfig c;
+          c.n = n;
+          c.count = count;
+          c.inPlace = ip;
+          for (int r = 0; r < n; ++r) c.hosts.push_back("h" + std::to_string(r / 4));
+          c.treeParent = {shape(n, 0), shape(n, 1)};
+          INFO(name << " n=" << n << " count=" << count << (ip ? " in place" : ""));
+          CHECK(check(c, &algorithms::allreduceTree, [&](int) { return everyone(n); }, [](int) { return true; }) == "");
+        }
+}
+
+TEST_CASE("tree children: remote children first, then local, each by rank", "[unit]") {
+  // Rank 0 is the root; 1 and 4 on other hosts than 0, 2 and 3 on its host.
+  const std::vector<int> parent{-1, 0, 0, 0, 0, 1};
+  const std::vector<int> hostOf{0, 1, 0, 0, 2, 1};
+  auto ch = algorithms::treeChildren(parent, hostOf);
+  CHECK(ch[0] == std::vector<int>{1, 4, 2, 3});
+  CHECK(ch[1] == std::vector<int>{5});
+  CHECK(ch[5].empty());
+  CHECK(algorithms::treeChildren(parent, {})[0] == std::vector<int>{1, 2, 3, 4});
 }
 
 TEST_CASE("rabenseifner allreduce: every element once from every rank", "[unit]") {

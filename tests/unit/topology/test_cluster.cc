@@ -211,3 +211,86 @@ TEST_CASE("NIC per channel on the fused cluster, with include/exclude lists", "[
   // A prefix that matches nothing leaves no NIC: tcp keeps its default address.
   CHECK(nicForChannel(h1, c.ranks[8], 0, policy("", "bnxt")) == -1);
 }
+
+TEST_CASE("the cluster plan: trees, bandwidths and channels from 2 DGX-like hosts", "[topology][cluster][plan]") {
+  Graph g = load("nccl-dgx-h100-like.xml");
+  std::vector<std::string> records{hostRecordGraph(g), hostRecordGraph(g)};
+  std::vector<int> hostOf;
+  std::vector<RankRecord> ranks;
+  for (int r = 0; r < 16; ++r) {
+    hostOf.push_back(r / 8);
+    ranks.push_back(RankRecord{kGpuLocal, -1});
+  }
+  Cluster c;
+  REQUIRE(fuseCluster(hostOf, records, ranks, &c).value());
+  auto plan = planCluster(c, {});
+  INFO(plan.status().toString());
+  REQUIRE(plan.isOk());
+  const ClusterPlan& p = plan.value();
+  CHECK(p.ring == iota(16));
+  for (int t = 0; t < 2; ++t) {
+    INFO("tree " << t);
+    REQUIRE(p.treeParent[t].size() == 16);
+    // Inside a host the tree is a chain; exactly one rank per host has a parent elsewhere
+    // (or none: the root).
+    for (int h = 0; h < 2; ++h) {
+      int entries = 0;
+      for (int r = 8 * h; r < 8 * h + 8; ++r) entries += p.treeParent[t][r] < 0 || p.treeParent[t][r] / 8 != h;
+      CHECK(entries == 1);
+    }
+  }
+  CHECK(p.treeParent[0] != p.treeParent[1]);
+  // Each GPU's rail NIC is 400 Gb/s (50 GB/s) behind a PCIe Gen5 x16 switch, which the
+  // graph rates at 48 GB/s (NCCL's figure): the path is the limit. The ring's hops inside a
+  // host are NVLink, far faster.
+  CHECK(p.netGBps == Approx(48.0).margin(1e-9));
+  CHECK(p.intraGBps > 4 * p.netGBps);
+
+  // Wire form: what every other rank decodes is what rank 0 computed.
+  ClusterPlan back;
+  REQUIRE(decodeClusterPlan(encodeClusterPlan(p), 16, &back).isOk());
+  CHECK(back.ring == p.ring);
+  CHECK(back.treeParent == p.treeParent);
+  CHECK(back.netGBps == p.netGBps);
+  CHECK(back.intraGBps == p.intraGBps);
+  // A bare ring (an older record) decodes with no trees; "no topology" with nothing.
+  REQUIRE(decodeClusterPlan(encodeRing(p.ring), 16, &back).isOk());
+  CHECK(back.treeParent[0].empty());
+  REQUIRE(decodeClusterPlan(encodeClusterPlan(ClusterPlan{}), 16, &back).isOk());
+  CHECK(back.ring.empty());
+
+  // Channels: one per NVLink of the GPU (18 on H100), capped by the cores.
+  CHECK(topologyChannels(c.hosts[0], c.ranks[0], {}, true) == 18);
+  CHECK(proposeChannels(1, 18) == 2);
+  CHECK(proposeChannels(8, 18) == 16);
+  CHECK(proposeChannels(8, 0) == 4);
+  CHECK(proposeChannels(2, 0) == 2);
+}
+
+TEST_CASE("a malformed cluster plan is rejected", "[topology][cluster][plan]") {
+  const std::string ring = encodeRing({0, 1, 2, 3});
+  auto bad = [&](const std::string& tail) {
+    ClusterPlan p;
+    Status s = decodeClusterPlan(ring + tail, 4, &p);
+    INFO(tail);
+    CHECK(!s.isOk());
+    CHECK(s.toString().find("malformed topology plan") != std::string::npos);
+  };
+  auto good = [&](const std::string& tail) {
+    ClusterPlan p;
+    Status s = decodeClusterPlan(ring + tail, 4, &p);
+    INFO(tail << ": " << s.toString());
+    CHECK(s.isOk());
+  };
+  good("\nT -1 0 1 2\nT 1 2 3 -1\nB 12.5 0");
+  bad("\nT -1 0 1 2\nB 12.5 0");               // one tree only
+  bad("\nT -1 0 1\nT 1 2 3 -1\nB 1 0");        // too short
+  bad("\nT -1 -1 1 2\nT 1 2 3 -1\nB 1 0");     // two roots
+  bad("\nT 1 2 0 -1\nT 1 2 3 -1\nB 1 0");      // a cycle 0 -> 1 -> 2 -> 0
+  bad("\nT -1 1 1 2\nT 1 2 3 -1\nB 1 0");      // its own parent
+  bad("\nT -1 0 1 4\nT 1 2 3 -1\nB 1 0");      // parent out of range
+  bad("\nT -1 0 1 2\nT 1 2 3 -1\nB -1 0");     // negative bandwidth
+  bad("\nT -1 0 1 2\nT 1 2 3 -1\nB nan 0");
+  bad("\nT -1 0 1 2\nT 1 2 3 -1\nB 1");
+  bad("\nT -1 0 1 2\nT 1 2 3 -1\nX");
+}

@@ -12,10 +12,12 @@
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
 
-#include <memory>
+#include <nanobind/stl/vector.h>
 
 #include <cstring>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "braid/braid.hpp"
 
@@ -119,6 +121,151 @@ struct PyComm {
     return *comm;
   }
 };
+
+// One buffer of a call whose send and receive sizes differ (allgather, gather, ...). `ptr`
+// null and `count` 0 for None, where the call allows it (a non-root's gather output).
+struct Buf {
+  void* ptr = nullptr;
+  size_t count = 0;
+  braid::DataType dtype = braid::DataType::kUint8;
+  bool given = false;
+};
+
+Buf roBuf(nb::handle obj, const char* arg) {
+  if (obj.is_none()) return Buf{};
+  ROArray a;
+  if (!nb::try_cast(obj, a))
+    throw nb::value_error((std::string(arg) + " must be a host buffer (buffer protocol or DLPack)").c_str());
+  requireContiguous(a, arg);
+  return Buf{const_cast<void*>(a.data()), a.size(), dataTypeOf(a, arg), true};
+}
+
+Buf rwBuf(nb::handle obj, const char* arg) {
+  if (obj.is_none()) return Buf{};
+  RWArray a;
+  if (!nb::try_cast(obj, a))
+    throw nb::value_error((std::string(arg) + " must be a writable host buffer (buffer protocol or DLPack)").c_str());
+  requireContiguous(a, arg);
+  return Buf{a.data(), a.size(), dataTypeOf(a, arg), true};
+}
+
+[[noreturn]] void badArg(const std::string& msg) { throw nb::value_error(msg.c_str()); }
+
+void requireGiven(const Buf& b, const char* arg, const char* when) {
+  if (!b.given) badArg(std::string(arg) + " is required " + when);
+}
+
+void sameType(const Buf& a, const Buf& b) {
+  if (a.given && b.given && a.dtype != b.dtype) badArg("recvbuf has a different element type than sendbuf");
+}
+
+// `b` must hold `want` elements.
+void requireCount(const Buf& b, size_t want, const char* arg, const std::string& why) {
+  if (b.count != want)
+    badArg(std::string(arg) + " has " + std::to_string(b.count) + " elements, expected " + std::to_string(want) +
+           " (" + why + ")");
+}
+
+// The arguments of one call, checked on the caller's thread; `run` issues it (blocking or
+// async) on a communicator.
+struct Prepared {
+  Buf send, recv;
+  size_t count = 0;
+  braid::DataType dtype = braid::DataType::kUint8;
+};
+
+Prepared prepAllgather(PyComm& c, nb::handle send, nb::handle recv) {
+  Prepared p{roBuf(send, "sendbuf"), rwBuf(recv, "recvbuf")};
+  requireGiven(p.send, "sendbuf", "");
+  requireGiven(p.recv, "recvbuf", "");
+  sameType(p.send, p.recv);
+  const size_t n = static_cast<size_t>(c.get().size());
+  requireCount(p.recv, n * p.send.count, "recvbuf", "size x sendbuf");
+  return Prepared{p.send, p.recv, p.send.count, p.send.dtype};
+}
+Prepared prepReduceScatter(PyComm& c, nb::handle send, nb::handle recv) {
+  Prepared p{roBuf(send, "sendbuf"), rwBuf(recv, "recvbuf")};
+  requireGiven(p.send, "sendbuf", "");
+  requireGiven(p.recv, "recvbuf", "");
+  sameType(p.send, p.recv);
+  const size_t n = static_cast<size_t>(c.get().size());
+  requireCount(p.send, n * p.recv.count, "sendbuf", "size x recvbuf");
+  return Prepared{p.send, p.recv, p.recv.count, p.recv.dtype};
+}
+Prepared prepAlltoall(PyComm& c, nb::handle send, nb::handle recv) {
+  if (recv.is_none()) {
+    Buf b = rwBuf(send, "sendbuf");
+    requireGiven(b, "sendbuf", "");
+    const size_t n = static_cast<size_t>(c.get().size());
+    if (b.count % n) badArg("sendbuf's " + std::to_string(b.count) + " elements are not size x a block");
+    return Prepared{b, b, b.count / n, b.dtype};
+  }
+  Buffers b = buffers(send, recv);
+  const size_t n = static_cast<size_t>(c.get().size());
+  if (b.count % n) badArg("sendbuf's " + std::to_string(b.count) + " elements are not size x a block");
+  Buf s{const_cast<void*>(b.send), b.count, b.dtype, true}, r{b.recv, b.count, b.dtype, true};
+  return Prepared{s, r, b.count / n, b.dtype};
+}
+// gather: every rank's sendbuf (count), the root's recvbuf (size x count); None elsewhere.
+Prepared prepGather(PyComm& c, nb::handle send, nb::handle recv, int root) {
+  Prepared p{roBuf(send, "sendbuf"), rwBuf(recv, "recvbuf")};
+  requireGiven(p.send, "sendbuf", "");
+  const int me = c.get().rank();
+  if (me == root) {
+    requireGiven(p.recv, "recvbuf", "on the root");
+    sameType(p.send, p.recv);
+    requireCount(p.recv, static_cast<size_t>(c.get().size()) * p.send.count, "recvbuf", "size x sendbuf");
+  }
+  return Prepared{p.send, p.recv, p.send.count, p.send.dtype};
+}
+// scatter: the root's sendbuf (size x count), every rank's recvbuf (count).
+Prepared prepScatter(PyComm& c, nb::handle send, nb::handle recv, int root) {
+  Prepared p{roBuf(send, "sendbuf"), rwBuf(recv, "recvbuf")};
+  requireGiven(p.recv, "recvbuf", "");
+  const int me = c.get().rank();
+  if (me == root) {
+    requireGiven(p.send, "sendbuf", "on the root");
+    sameType(p.send, p.recv);
+    requireCount(p.send, static_cast<size_t>(c.get().size()) * p.recv.count, "sendbuf", "size x recvbuf");
+  }
+  return Prepared{p.send, p.recv, p.recv.count, p.recv.dtype};
+}
+// reduce: sendbuf everywhere; recvbuf (None: in place on sendbuf) is written on the root only.
+Prepared prepReduce(PyComm& c, nb::handle send, nb::handle recv, int root) {
+  if (recv.is_none()) {
+    Buf b = c.get().rank() == root ? rwBuf(send, "sendbuf") : roBuf(send, "sendbuf");
+    requireGiven(b, "sendbuf", "");
+    return Prepared{b, b, b.count, b.dtype};
+  }
+  Buffers b = buffers(send, recv);
+  Buf s{const_cast<void*>(b.send), b.count, b.dtype, true}, r{b.recv, b.count, b.dtype, true};
+  return Prepared{s, r, b.count, b.dtype};
+}
+
+// One message of a send/recv batch, from a (buffer, peer) pair.
+braid::P2POp p2pOp(bool isSend, nb::handle pair, const char* what) {
+  nb::tuple t;
+  if (!nb::try_cast(pair, t) || t.size() != 2)
+    badArg(std::string(what) + " must be (buffer, peer) pairs");
+  Buf b = isSend ? roBuf(t[0], what) : rwBuf(t[0], what);
+  requireGiven(b, what, "");
+  braid::P2POp op;
+  op.isSend = isSend;
+  op.buf = b.ptr;
+  op.count = b.count;
+  op.dtype = b.dtype;
+  op.peer = nb::cast<int>(t[1]);
+  return op;
+}
+
+std::vector<braid::P2POp> p2pOps(nb::handle sends, nb::handle recvs) {
+  std::vector<braid::P2POp> ops;
+  if (!sends.is_none())
+    for (nb::handle h : sends) ops.push_back(p2pOp(true, h, "sends"));
+  if (!recvs.is_none())
+    for (nb::handle h : recvs) ops.push_back(p2pOp(false, h, "recvs"));
+  return ops;
+}
 
 // The Python-visible handle of an asynchronous operation. `keep` holds the buffers so that
 // Python cannot free them while braid's progress thread still writes into them.
@@ -241,6 +388,205 @@ NB_MODULE(_core, m) {
             return new PyWork{c.get().broadcastAsync(b.recv, b.recv, b.count, b.dtype, root), nb::borrow(buf)};
           },
           nb::arg("buf"), nb::arg("root") = 0, nb::rv_policy::take_ownership)
+      // ---- the rest of the collective set: `name(...)` blocks with the GIL released,
+      // `name_async(...)` returns a Work that keeps the buffers alive until it completes.
+      .def(
+          "reduce",
+          [](PyComm& c, nb::handle send, nb::handle recv, braid::ReduceOp op, int root) {
+            Prepared p = prepReduce(c, send, recv, root);
+            braid::Communicator& comm = c.get();
+            nb::gil_scoped_release nogil;
+            comm.reduce(p.send.ptr, p.recv.ptr, p.count, p.dtype, op, root);
+          },
+          nb::arg("sendbuf"), nb::arg("recvbuf").none() = nb::none(), nb::arg("op") = braid::ReduceOp::kSum,
+          nb::arg("root") = 0,
+          "The root's recvbuf = op over all ranks of sendbuf (in place on the root's sendbuf when recvbuf is "
+          "None); recvbuf is not touched elsewhere.")
+      .def(
+          "reduce_async",
+          [](PyComm& c, nb::handle send, nb::handle recv, braid::ReduceOp op, int root) {
+            Prepared p = prepReduce(c, send, recv, root);
+            return new PyWork{c.get().reduceAsync(p.send.ptr, p.recv.ptr, p.count, p.dtype, op, root),
+                              nb::make_tuple(send, recv)};
+          },
+          nb::arg("sendbuf"), nb::arg("recvbuf").none() = nb::none(), nb::arg("op") = braid::ReduceOp::kSum,
+          nb::arg("root") = 0, nb::rv_policy::take_ownership)
+      .def(
+          "allgather",
+          [](PyComm& c, nb::handle send, nb::handle recv) {
+            Prepared p = prepAllgather(c, send, recv);
+            braid::Communicator& comm = c.get();
+            nb::gil_scoped_release nogil;
+            comm.allgather(p.send.ptr, p.recv.ptr, p.count, p.dtype);
+          },
+          nb::arg("sendbuf"), nb::arg("recvbuf"),
+          "recvbuf (size x len(sendbuf) elements) = every rank's sendbuf, in rank order.")
+      .def(
+          "allgather_async",
+          [](PyComm& c, nb::handle send, nb::handle recv) {
+            Prepared p = prepAllgather(c, send, recv);
+            return new PyWork{c.get().allgatherAsync(p.send.ptr, p.recv.ptr, p.count, p.dtype),
+                              nb::make_tuple(send, recv)};
+          },
+          nb::arg("sendbuf"), nb::arg("recvbuf"), nb::rv_policy::take_ownership)
+      .def(
+          "reduce_scatter",
+          [](PyComm& c, nb::handle send, nb::handle recv, braid::ReduceOp op) {
+            Prepared p = prepReduceScatter(c, send, recv);
+            braid::Communicator& comm = c.get();
+            nb::gil_scoped_release nogil;
+            comm.reduceScatter(p.send.ptr, p.recv.ptr, p.count, p.dtype, op);
+          },
+          nb::arg("sendbuf"), nb::arg("recvbuf"), nb::arg("op") = braid::ReduceOp::kSum,
+          "recvbuf = op over all ranks of block `rank` of sendbuf (size blocks of len(recvbuf)).")
+      .def(
+          "reduce_scatter_async",
+          [](PyComm& c, nb::handle send, nb::handle recv, braid::ReduceOp op) {
+            Prepared p = prepReduceScatter(c, send, recv);
+            return new PyWork{c.get().reduceScatterAsync(p.send.ptr, p.recv.ptr, p.count, p.dtype, op),
+                              nb::make_tuple(send, recv)};
+          },
+          nb::arg("sendbuf"), nb::arg("recvbuf"), nb::arg("op") = braid::ReduceOp::kSum,
+          nb::rv_policy::take_ownership)
+      .def(
+          "alltoall",
+          [](PyComm& c, nb::handle send, nb::handle recv) {
+            Prepared p = prepAlltoall(c, send, recv);
+            braid::Communicator& comm = c.get();
+            nb::gil_scoped_release nogil;
+            comm.alltoall(p.send.ptr, p.recv.ptr, p.count, p.dtype);
+          },
+          nb::arg("sendbuf"), nb::arg("recvbuf").none() = nb::none(),
+          "Block j of rank i's sendbuf lands in block i of rank j's recvbuf (size equal blocks; in place when "
+          "recvbuf is None).")
+      .def(
+          "alltoall_async",
+          [](PyComm& c, nb::handle send, nb::handle recv) {
+            Prepared p = prepAlltoall(c, send, recv);
+            return new PyWork{c.get().alltoallAsync(p.send.ptr, p.recv.ptr, p.count, p.dtype),
+                              nb::make_tuple(send, recv)};
+          },
+          nb::arg("sendbuf"), nb::arg("recvbuf").none() = nb::none(), nb::rv_policy::take_ownership)
+      .def(
+          "gather",
+          [](PyComm& c, nb::handle send, nb::handle recv, int root) {
+            Prepared p = prepGather(c, send, recv, root);
+            braid::Communicator& comm = c.get();
+            nb::gil_scoped_release nogil;
+            comm.gather(p.send.ptr, p.recv.ptr, p.count, p.dtype, root);
+          },
+          nb::arg("sendbuf"), nb::arg("recvbuf").none() = nb::none(), nb::arg("root") = 0,
+          "The root's recvbuf (size x len(sendbuf)) = every rank's sendbuf, in rank order; recvbuf may be None "
+          "elsewhere.")
+      .def(
+          "gather_async",
+          [](PyComm& c, nb::handle send, nb::handle recv, int root) {
+            Prepared p = prepGather(c, send, recv, root);
+            return new PyWork{c.get().gatherAsync(p.send.ptr, p.recv.ptr, p.count, p.dtype, root),
+                              nb::make_tuple(send, recv)};
+          },
+          nb::arg("sendbuf"), nb::arg("recvbuf").none() = nb::none(), nb::arg("root") = 0,
+          nb::rv_policy::take_ownership)
+      .def(
+          "scatter",
+          [](PyComm& c, nb::handle send, nb::handle recv, int root) {
+            Prepared p = prepScatter(c, send, recv, root);
+            braid::Communicator& comm = c.get();
+            nb::gil_scoped_release nogil;
+            comm.scatter(p.send.ptr, p.recv.ptr, p.count, p.dtype, root);
+          },
+          nb::arg("sendbuf").none(), nb::arg("recvbuf"), nb::arg("root") = 0,
+          "recvbuf = block `rank` of the root's sendbuf (size blocks of len(recvbuf)); sendbuf may be None "
+          "off the root.")
+      .def(
+          "scatter_async",
+          [](PyComm& c, nb::handle send, nb::handle recv, int root) {
+            Prepared p = prepScatter(c, send, recv, root);
+            return new PyWork{c.get().scatterAsync(p.send.ptr, p.recv.ptr, p.count, p.dtype, root),
+                              nb::make_tuple(send, recv)};
+          },
+          nb::arg("sendbuf").none(), nb::arg("recvbuf"), nb::arg("root") = 0, nb::rv_policy::take_ownership)
+      .def(
+          "barrier",
+          [](PyComm& c) {
+            braid::Communicator& comm = c.get();
+            nb::gil_scoped_release nogil;
+            comm.barrier();
+          },
+          "Return once every rank has entered the barrier.")
+      .def(
+          "barrier_async", [](PyComm& c) { return new PyWork{c.get().barrierAsync(), nb::none()}; },
+          nb::rv_policy::take_ownership)
+      // ---- point to point. A communicator runs its operations one after the other, and a
+      // send larger than the transport buffers completes only once its receiver runs: two
+      // ranks that exchange data must use one send_recv batch (which cannot deadlock), not a
+      // send and a recv each.
+      .def(
+          "send",
+          [](PyComm& c, nb::handle buf, int peer) {
+            std::vector<braid::P2POp> ops{p2pOp(true, nb::make_tuple(buf, peer), "buf")};
+            braid::Communicator& comm = c.get();
+            nb::gil_scoped_release nogil;
+            comm.sendRecv(ops);
+          },
+          nb::arg("buf"), nb::arg("peer"), "Send buf to rank `peer`; returns once buf may be reused.")
+      .def(
+          "recv",
+          [](PyComm& c, nb::handle buf, int peer) {
+            std::vector<braid::P2POp> ops{p2pOp(false, nb::make_tuple(buf, peer), "buf")};
+            braid::Communicator& comm = c.get();
+            nb::gil_scoped_release nogil;
+            comm.sendRecv(ops);
+          },
+          nb::arg("buf"), nb::arg("peer"), "Receive into buf from rank `peer` (same element count and type).")
+      .def(
+          "send_async",
+          [](PyComm& c, nb::handle buf, int peer) {
+            std::vector<braid::P2POp> ops{p2pOp(true, nb::make_tuple(buf, peer), "buf")};
+            return new PyWork{c.get().sendRecvAsync(ops), nb::borrow(buf)};
+          },
+          nb::arg("buf"), nb::arg("peer"), nb::rv_policy::take_ownership)
+      .def(
+          "recv_async",
+          [](PyComm& c, nb::handle buf, int peer) {
+            std::vector<braid::P2POp> ops{p2pOp(false, nb::make_tuple(buf, peer), "buf")};
+            return new PyWork{c.get().sendRecvAsync(ops), nb::borrow(buf)};
+          },
+          nb::arg("buf"), nb::arg("peer"), nb::rv_policy::take_ownership)
+      .def(
+          "send_recv",
+          [](PyComm& c, nb::handle sends, nb::handle recvs) {
+            std::vector<braid::P2POp> ops = p2pOps(sends, recvs);
+            braid::Communicator& comm = c.get();
+            nb::gil_scoped_release nogil;
+            comm.sendRecv(ops);
+          },
+          nb::arg("sends").none() = nb::none(), nb::arg("recvs").none() = nb::none(),
+          "One batch of point-to-point messages: sends and recvs are lists of (buffer, peer). The messages "
+          "of a pair of ranks match in order; a batch cannot deadlock, whatever peers the ranks name.")
+      .def(
+          "send_recv_async",
+          [](PyComm& c, nb::handle sends, nb::handle recvs) {
+            std::vector<braid::P2POp> ops = p2pOps(sends, recvs);
+            return new PyWork{c.get().sendRecvAsync(ops), nb::make_tuple(sends, recvs)};
+          },
+          nb::arg("sends").none() = nb::none(), nb::arg("recvs").none() = nb::none(), nb::rv_policy::take_ownership)
+      .def(
+          "split",
+          [](PyComm& c, int color, int key) -> PyComm* {
+            braid::Communicator& comm = c.get();
+            std::unique_ptr<braid::Communicator> child;
+            {
+              nb::gil_scoped_release nogil;
+              braid::Communicator sub = comm.split(color, key);
+              if (sub.valid()) child = std::make_unique<braid::Communicator>(std::move(sub));
+            }
+            if (!child) return nullptr;
+            return new PyComm{std::move(child)};
+          },
+          nb::arg("color"), nb::arg("key") = 0, nb::rv_policy::take_ownership,
+          "MPI_Comm_split: ranks with equal color form a new Communicator ordered by (key, rank); a negative "
+          "color returns None. Collective over this communicator.")
       .def("abort", [](PyComm& c) { c.get().abort(); },
            "Fail pending operations here and on every other rank; the communicator is unusable after.")
       .def(

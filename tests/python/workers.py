@@ -55,7 +55,10 @@ def init_torch(timeout_s=60, backend="braid"):
     import braid.torch  # noqa: F401  registers "braid"
 
     torch.set_num_threads(1)
+    env_timeout = os.environ.get("BRAID_TIMEOUT")
     dist.init_process_group(backend, rank=RANK, world_size=WORLD, timeout=datetime.timedelta(seconds=timeout_s))
+    with check("init_process_group leaves BRAID_TIMEOUT alone (its timeout goes to the communicator)"):
+        assert os.environ.get("BRAID_TIMEOUT") == env_timeout, os.environ.get("BRAID_TIMEOUT")
     return torch, dist
 
 
@@ -210,6 +213,46 @@ def scenario_collectives():
         dist.all_to_all(outs, ins)
         for s in range(N):
             assert torch.equal(outs[s], torch.full((R + 1,), float(s * 10 + R)))
+
+    with check("all_gather uneven sizes (allgatherv)"):
+        outs = [torch.empty(r + 1, dtype=torch.int64) for r in range(N)]
+        dist.all_gather(outs, torch.arange(R + 1) + 100 * R)
+        for r in range(N):
+            assert torch.equal(outs[r], torch.arange(r + 1) + 100 * r), (r, outs[r])
+    with check("reduce_scatter uneven sizes (reduceScatterv)"):
+        ins = [torch.full((i + 2,), float(R + i)) for i in range(N)]
+        out = torch.empty(R + 2)
+        dist.reduce_scatter(out, ins)
+        assert torch.equal(out, torch.full((R + 2,), float(sum(range(N)) + N * R)))
+    with check("reduce and reduce_scatter_tensor with PREMUL_SUM, bool and bitwise ops"):
+        t = small(6, torch.float32)
+        dist.reduce(t, 0, op=dist._make_nccl_premul_sum(0.25))
+        if R == 0:
+            torch.testing.assert_close(t.double(), sum(small(6, torch.float64, r) for r in range(N)) * 0.25)
+        inp = torch.cat([small(3, torch.float64) * (i + 1) for i in range(N)])
+        out = torch.empty(3, dtype=torch.float64)
+        dist.reduce_scatter_tensor(out, inp, op=dist._make_nccl_premul_sum(2.0))
+        torch.testing.assert_close(out, sum(small(3, torch.float64, r) for r in range(N)) * (R + 1) * 2.0)
+        b = torch.tensor([R == 0, True, False, R % 2 == 1]).repeat(N)
+        bo = torch.empty(4, dtype=torch.bool)
+        dist.reduce_scatter_tensor(bo, b, op=dist.ReduceOp.SUM)  # logical or
+        assert torch.equal(bo, torch.tensor([True, True, False, N > 1])), bo
+        x = torch.tensor([1 << R, 3, 0xF0 | R], dtype=torch.int32)
+        dist.reduce(x, N - 1, op=dist.ReduceOp.BOR)
+        if R == N - 1:
+            want = torch.tensor([(1 << N) - 1, 3, 0xF0 | (0 if N == 1 else (N - 1) | (N - 2))], dtype=torch.int32)
+            acc = 0
+            for r in range(N):
+                acc |= 0xF0 | r
+            want[2] = acc
+            assert torch.equal(x, want), (x, want)
+    with check("all_to_all_single: zero-size blocks"):
+        send_splits = [1 if d == (R + 1) % N else 0 for d in range(N)]
+        recv_splits = [1 if s == (R - 1) % N else 0 for s in range(N)]
+        out = torch.empty(1)
+        dist.all_to_all_single(out, torch.tensor([float(R)]), output_split_sizes=recv_splits,
+                               input_split_sizes=send_splits)
+        assert out.item() == (R - 1) % N
 
     root = N - 1
     with check("gather"):
@@ -373,6 +416,69 @@ def scenario_p2p():
         t = torch.ones(3)
         dist.all_reduce(t)
         assert torch.all(t == N)
+    # Large messages (far beyond what the transport buffers, so a send completes only once
+    # its receiver runs): the cases that deadlock unless the backend batches p2p calls.
+    big = 2 << 20  # float32 elements: 8 MB
+    with check("isend then irecv on every rank at once, 8 MB ring (cross-send)"):
+        nxt, prv = (R + 1) % N, (R - 1) % N
+        out = torch.arange(big, dtype=torch.float32) + R
+        got = torch.empty(big)
+        ws = dist.isend(out, nxt)
+        wr = dist.irecv(got, prv)
+        ws.wait()
+        wr.wait()
+        assert torch.equal(got, torch.arange(big, dtype=torch.float32) + prv)
+    with check("isend/irecv with every peer, 4 MB each, waited in reverse"):
+        works, bufs = [], {}
+        for p in range(N):
+            if p == R:
+                continue
+            bufs[p] = torch.empty(big // 2, dtype=torch.int32)
+            works.append(dist.isend(torch.full((big // 2,), R * 100 + p, dtype=torch.int32), p))
+            works.append(dist.irecv(bufs[p], p))
+        for w in reversed(works):
+            w.wait()
+        for p, b in bufs.items():
+            assert torch.all(b == p * 100 + R)
+    with check("batch_isend_irecv, two large messages each way with one peer"):
+        if N % 2 == 0:
+            peer = R ^ 1
+            outs = [torch.full((big // 2,), float(R * 10 + i)) for i in range(2)]
+            gots = [torch.empty(big // 2) for _ in range(2)]
+            ops = [dist.P2POp(dist.isend, o, peer) for o in outs] + [dist.P2POp(dist.irecv, g, peer) for g in gots]
+            for w in dist.batch_isend_irecv(ops):
+                w.wait()
+            for i in range(2):
+                assert torch.all(gots[i] == peer * 10 + i), (i, gots[i][:4])
+    with check("irecv into a non-contiguous tensor, is_completed polling"):
+        nxt, prv = (R + 1) % N, (R - 1) % N
+        m = torch.zeros(64, 32)
+        view = m.t()[:, :10]  # strided
+        ws = dist.isend(torch.arange(320, dtype=torch.float32).reshape(32, 10) + R, nxt)
+        wr = dist.irecv(view, prv)
+        deadline = time.monotonic() + 30
+        while not (ws.is_completed() and wr.is_completed()):
+            assert time.monotonic() < deadline, "p2p never completed without wait()"
+            time.sleep(0.001)
+        assert torch.equal(view, torch.arange(320, dtype=torch.float32).reshape(32, 10) + prv)
+    with check("isend, then a collective, then wait (issue order kept)"):
+        nxt, prv = (R + 1) % N, (R - 1) % N
+        got = torch.empty(4)
+        wr = dist.irecv(got, prv)
+        ws = dist.isend(torch.full((4,), float(R)), nxt)
+        t = torch.full((3,), float(R))
+        dist.all_reduce(t)
+        wr.wait()
+        ws.wait()
+        assert torch.all(t == sum(range(N))) and torch.all(got == prv)
+    with check("isend future completes with the tensor"):
+        nxt, prv = (R + 1) % N, (R - 1) % N
+        got = torch.empty(5)
+        fs = dist.isend(torch.ones(5) * R, nxt).get_future()
+        fr = dist.irecv(got, prv).get_future()
+        fr.wait()
+        fs.wait()
+        assert torch.equal(fr.value()[0], torch.ones(5) * prv)
     dist.destroy_process_group()
 
 
@@ -592,6 +698,122 @@ def scenario_core():
         for i, x in enumerate(xs):
             assert (x == sum(r + i for r in range(N))).all()
         assert (y == N - 1).all()
+    # The rest of the collective set, blocking and async.
+    for root in range(N):
+        with check(f"reduce to root {root} (in place and into recvbuf)"):
+            x = np.arange(12, dtype=np.float64) * (R + 1)
+            comm.reduce(x, root=root)
+            want = np.arange(12) * (N * (N + 1) / 2)
+            np.testing.assert_array_equal(x, want if R == root else np.arange(12) * (R + 1))
+            src = np.full(5, R + 1, dtype=np.int32)
+            dst = np.zeros(5, dtype=np.int32)
+            comm.reduce(src, dst, op=braid.ReduceOp.MAX, root=root)
+            np.testing.assert_array_equal(dst, np.full(5, N if R == root else 0))
+    with check("allgather"):
+        x = np.arange(7, dtype=np.float32) + 10 * R
+        out = np.empty(7 * N, dtype=np.float32)
+        comm.allgather(x, out)
+        np.testing.assert_array_equal(out, np.concatenate([np.arange(7) + 10 * r for r in range(N)]))
+    with check("reduce_scatter SUM and MIN"):
+        x = np.arange(3 * N, dtype=np.int64) + R
+        out = np.empty(3, dtype=np.int64)
+        comm.reduce_scatter(x, out)
+        np.testing.assert_array_equal(out, N * np.arange(3 * R, 3 * R + 3) + sum(range(N)))
+        comm.reduce_scatter(x, out, op=braid.ReduceOp.MIN)
+        np.testing.assert_array_equal(out, np.arange(3 * R, 3 * R + 3))
+    with check("alltoall (separate recvbuf and in place)"):
+        x = (np.arange(2 * N) + 100 * R).astype(np.int32)
+        out = np.empty_like(x)
+        comm.alltoall(x, out)
+        want = np.concatenate([np.arange(2 * R, 2 * R + 2) + 100 * s for s in range(N)]).astype(np.int32)
+        np.testing.assert_array_equal(out, want)
+        comm.alltoall(x)
+        np.testing.assert_array_equal(x, want)
+    with check("gather and scatter"):
+        root = N - 1
+        x = np.full(4, R, dtype=np.uint8)
+        out = np.empty(4 * N, dtype=np.uint8) if R == root else None
+        comm.gather(x, out, root=root)
+        if R == root:
+            np.testing.assert_array_equal(out, np.repeat(np.arange(N), 4))
+        src = (np.arange(3 * N, dtype=np.float64) * 2) if R == 0 else None
+        got = np.empty(3)
+        comm.scatter(src, got, root=0)
+        np.testing.assert_array_equal(got, np.arange(3 * R, 3 * R + 3) * 2.0)
+    with check("barrier"):
+        comm.barrier()
+        comm.barrier_async().wait()
+    with check("async forms of the collective set"):
+        a = np.full(6, R + 1.0)
+        ag = np.empty(6 * N)
+        rs = np.empty(2)
+        at = np.arange(N, dtype=np.int64) + 10 * R
+        at_out = np.empty(N, dtype=np.int64)
+        ws = [comm.reduce_async(a.copy(), np.empty(6), root=0), comm.allgather_async(a, ag),
+              comm.reduce_scatter_async(np.ones(2 * N), rs), comm.alltoall_async(at, at_out),
+              comm.gather_async(a, np.empty(6 * N) if R == 0 else None, root=0),
+              comm.scatter_async(np.ones(2 * N) if R == 0 else None, np.empty(2), root=0), comm.barrier_async()]
+        for w in ws:
+            w.wait()
+        np.testing.assert_array_equal(ag, np.repeat(np.arange(1.0, N + 1), 6))
+        np.testing.assert_array_equal(rs, np.full(2, float(N)))
+        np.testing.assert_array_equal(at_out, np.arange(N) * 10 + R)
+    with check("send/recv pair and send_recv ring, 8 MB (one batch cannot deadlock)"):
+        if N >= 2:
+            if R == 0:
+                comm.send(np.arange(10, dtype=np.int64), 1)
+                got = np.empty(10, dtype=np.int64)
+                comm.recv(got, 1)
+                np.testing.assert_array_equal(got, np.arange(10) * 2)
+            elif R == 1:
+                got = np.empty(10, dtype=np.int64)
+                comm.recv(got, 0)
+                comm.send(got * 2, 0)
+        nxt, prv = (R + 1) % N, (R - 1) % N
+        out = np.arange(2 << 20, dtype=np.float32) + R
+        got = np.empty_like(out)
+        comm.send_recv(sends=[(out, nxt)], recvs=[(got, prv)])
+        np.testing.assert_array_equal(got, np.arange(2 << 20, dtype=np.float32) + prv)
+        got2 = np.empty_like(out)
+        w = comm.send_recv_async(sends=[(out, prv)], recvs=[(got2, nxt)])
+        w.wait()
+        np.testing.assert_array_equal(got2, np.arange(2 << 20, dtype=np.float32) + nxt)
+    with check("send_async / recv_async (small, one direction)"):
+        if R == 0:
+            w = comm.send_async(np.full(8, 7.0), N - 1)
+            w.wait()
+        elif R == N - 1:
+            got = np.empty(8)
+            comm.recv_async(got, 0).wait()
+            np.testing.assert_array_equal(got, np.full(8, 7.0))
+    with check("split into even and odd ranks, and a negative color"):
+        sub = comm.split(R % 2, key=-R)  # reversed order inside each half
+        members = [r for r in range(N) if r % 2 == R % 2]
+        assert sub.size == len(members), sub.size
+        assert sub.rank == sorted(members, reverse=True).index(R), sub.rank
+        x = np.full(3, float(R))
+        sub.allreduce(x)
+        np.testing.assert_array_equal(x, np.full(3, float(sum(members))))
+        sub.close()
+        none = comm.split(-1 if R == 0 else 0, key=R)
+        if R == 0:
+            assert none is None
+        else:
+            y = np.ones(2)
+            none.allreduce(y)
+            assert (y == N - 1).all()
+            none.close()
+    with check("bad sizes for the new collectives raise ValueError"):
+        for call in (lambda: comm.allgather(np.ones(3), np.ones(3 * N + 1)),
+                     lambda: comm.reduce_scatter(np.ones(2 * N + 1), np.ones(2)),
+                     lambda: comm.alltoall(np.ones(N + 1) if N > 1 else np.ones(0.5)),
+                     lambda: comm.gather(np.ones(2), None, root=R),
+                     lambda: comm.send_recv(sends=[np.ones(2)])):
+            try:
+                call()
+                raise AssertionError("accepted")
+            except (ValueError, TypeError):
+                pass
     with check("torch tensor through DLPack (bfloat16)"):
         try:
             import torch

@@ -3,8 +3,6 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <sstream>
 
 #include "collectives.h"
 #include "store_adapter.h"
@@ -52,14 +50,17 @@ std::exception_ptr toTorchError(const char* what, const std::exception_ptr& e) {
   }
 }
 
-void runTask(const c10::intrusive_ptr<BraidWork>& work, const std::function<void()>& fn) {
+void runTask(const WorkList& works, const std::function<void()>& fn) {
   std::exception_ptr error;
   try {
     fn();
   } catch (...) {
-    error = toTorchError(c10d::opTypeToString(work->retrieveOpType()).c_str(), std::current_exception());
+    const char* what = works.empty() ? "operation" : nullptr;
+    std::string name = what ? what : c10d::opTypeToString(works.front()->retrieveOpType());
+    if (works.size() > 1) name = "point-to-point batch";
+    error = toTorchError(name.c_str(), std::current_exception());
   }
-  work->complete(error);
+  for (auto& w : works) w->complete(error);
 }
 
 void checkTensor(const at::Tensor& t, const char* what) {
@@ -114,20 +115,21 @@ TaskQueue::TaskQueue(std::string name) : name_(std::move(name)) {
 
 TaskQueue::~TaskQueue() { stop(); }
 
-void TaskQueue::push(c10::intrusive_ptr<BraidWork> work, std::function<void()> fn) {
+void TaskQueue::push(WorkList works, std::function<void()> fn) {
   if (tCurrentQueue == this) {
-    runTask(work, fn);
+    runTask(works, fn);
     return;
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!stop_) {
-      q_.emplace_back(std::move(work), std::move(fn));
+      q_.emplace_back(std::move(works), std::move(fn));
       cv_.notify_one();
       return;
     }
   }
-  work->complete(makeError<c10::DistBackendError>("braid: the process group is shut down (" + name_ + ")"));
+  auto err = makeError<c10::DistBackendError>("braid: the process group is shut down (" + name_ + ")");
+  for (auto& w : works) w->complete(err);
 }
 
 void TaskQueue::failPending(const std::exception_ptr& error) {
@@ -136,7 +138,8 @@ void TaskQueue::failPending(const std::exception_ptr& error) {
     std::lock_guard<std::mutex> lock(mu_);
     pending.swap(q_);
   }
-  for (auto& [work, fn] : pending) work->complete(error);
+  for (auto& task : pending)
+    for (auto& w : task.first) w->complete(error);
 }
 
 void TaskQueue::stop() {
@@ -153,7 +156,7 @@ void TaskQueue::stop() {
 void TaskQueue::loop() {
   tCurrentQueue = this;
   for (;;) {
-    std::pair<c10::intrusive_ptr<BraidWork>, std::function<void()>> task;
+    std::pair<WorkList, std::function<void()>> task;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return stop_ || !q_.empty(); });
@@ -167,32 +170,105 @@ void TaskQueue::loop() {
 
 // ---- BraidBackend ------------------------------------------------------------------------
 
-std::unique_ptr<braid::Communicator> makeCommunicator(const std::shared_ptr<braid::Store>& store, int rank, int size,
-                                                      const std::string& keyPrefix, std::chrono::milliseconds timeout) {
-  // braid reads BRAID_TIMEOUT when a communicator is created (the C++ API has no per-
-  // communicator option yet), so torch's timeout reaches braid through the environment. The
-  // variable is set, not restored: restoring would need the lock held across the rendezvous,
-  // which would serialise (and could deadlock) the lazily created point-to-point channels.
-  static std::mutex envMu;
-  {
-    std::lock_guard<std::mutex> lock(envMu);
-    std::ostringstream v;
-    v << static_cast<double>(timeout.count()) / 1000.0;
-    ::setenv("BRAID_TIMEOUT", v.str().c_str(), 1);
-  }
-  return std::make_unique<braid::Communicator>(braid::Communicator::fromStore(store, rank, size, keyPrefix));
+// ---- P2PWork -----------------------------------------------------------------------------
+
+P2PWork::P2PWork(c10d::OpType type, std::vector<at::Tensor> outputs, int peer, std::function<void()> flush)
+    : BraidWork(type, std::move(outputs)), peer_(peer), flush_(std::move(flush)) {}
+
+bool P2PWork::wait(std::chrono::milliseconds timeout) {
+  flush_();
+  return BraidWork::wait(timeout);
 }
+
+bool P2PWork::isCompleted() {
+  flush_();
+  return BraidWork::isCompleted();
+}
+
+c10::intrusive_ptr<c10::ivalue::Future> P2PWork::getFuture() {
+  flush_();
+  return BraidWork::getFuture();
+}
+
+// ---- Issuer ------------------------------------------------------------------------------
+
+Issuer::Issuer(std::shared_ptr<braid::Communicator> comm, std::string name)
+    : comm_(std::move(comm)), queue_(std::move(name)) {}
+
+void Issuer::collective(c10::intrusive_ptr<BraidWork> work, std::function<void()> fn) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  flushLocked();
+  queue_.push({std::move(work)}, std::move(fn));
+}
+
+void Issuer::p2p(c10::intrusive_ptr<BraidWork> work, bool isSend, at::Tensor tensor, int peer) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  pending_.push_back(Msg{isSend, std::move(tensor), peer});
+  pendingWorks_.push_back(std::move(work));
+}
+
+void Issuer::flush() {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  flushLocked();
+}
+
+void Issuer::flushLocked() {
+  if (pending_.empty()) return;
+  std::vector<Msg> msgs;
+  msgs.swap(pending_);
+  WorkList works;
+  works.swap(pendingWorks_);
+  auto comm = comm_;
+  queue_.push(std::move(works), [comm, msgs]() mutable {
+    // One sendRecv over contiguous buffers (copies of strided tensors, written back after).
+    std::vector<braid::P2POp> ops;
+    std::vector<at::Tensor> bufs;
+    ops.reserve(msgs.size());
+    bufs.reserve(msgs.size());
+    for (auto& m : msgs) {
+      bufs.push_back(dense(m.tensor));
+      braid::P2POp op;
+      op.isSend = m.isSend;
+      op.buf = bufs.back().data_ptr();
+      op.count = static_cast<size_t>(bufs.back().numel());
+      op.dtype = braidType(bufs.back().scalar_type());
+      op.peer = m.peer;
+      ops.push_back(op);
+    }
+    comm->sendRecv(ops);
+    for (size_t i = 0; i < msgs.size(); ++i)
+      if (!msgs[i].isSend) writeBack(msgs[i].tensor, bufs[i]);
+  });
+}
+
+void Issuer::failPending(const std::exception_ptr& error) {
+  WorkList works;
+  {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    pending_.clear();
+    works.swap(pendingWorks_);
+    queue_.failPending(error);
+  }
+  for (auto& w : works) w->complete(error);
+}
+
+void Issuer::stop() {
+  flush();
+  queue_.stop();
+}
+
+// ---- BraidBackend ------------------------------------------------------------------------
 
 BraidBackend::BraidBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                            std::chrono::milliseconds timeout)
-    : c10d::Backend(rank, size), store_(store), braidStore_(std::make_shared<C10dStoreAdapter>(store)),
-      timeout_(timeout) {
+    : c10d::Backend(rank, size), store_(store) {
   try {
-    comm_ = makeCommunicator(braidStore_, rank, size, "braid", timeout);
+    comm_ = std::make_shared<braid::Communicator>(
+        braid::Communicator::fromStore(std::make_shared<C10dStoreAdapter>(store), rank, size, "braid", timeout));
   } catch (...) {
     std::rethrow_exception(toTorchError("init", std::current_exception()));
   }
-  queue_ = std::make_unique<TaskQueue>("rank " + std::to_string(rank));
+  issuer_ = std::make_shared<Issuer>(comm_, "rank " + std::to_string(rank));
 }
 
 BraidBackend::~BraidBackend() { shutdown(); }
@@ -211,7 +287,7 @@ c10::intrusive_ptr<c10d::Work> BraidBackend::enqueue(c10d::OpType type, std::vec
       return work;
     }
   }
-  queue_->push(work, std::move(fn));
+  issuer_->collective(work, std::move(fn));
   return work;
 }
 
@@ -289,7 +365,7 @@ c10::intrusive_ptr<c10d::Work> BraidBackend::reduce(std::vector<at::Tensor>& ten
   auto comm = comm_;
   return enqueue(c10d::OpType::REDUCE, tensors, [comm, t, op, root]() mutable {
     at::Tensor w = dense(t);
-    fallback::reduce(*comm, w, op, root);
+    reduceInPlace(*comm, w, op, root);
     writeBack(t, w);
   });
 }
@@ -312,7 +388,7 @@ c10::intrusive_ptr<c10d::Work> BraidBackend::allgather(std::vector<std::vector<a
   return enqueue(c10d::OpType::ALLGATHER, outs, [comm, in, outs]() mutable {
     std::vector<at::Tensor> w;
     for (auto& o : outs) w.push_back(dense(o));
-    fallback::allgather(*comm, dense(in), w);
+    allgatherList(*comm, in, w);
     for (size_t i = 0; i < outs.size(); ++i) writeBack(outs[i], w[i]);
   });
 }
@@ -326,11 +402,9 @@ c10::intrusive_ptr<c10d::Work> BraidBackend::all_gather_single(at::Tensor& outpu
                     output.numel(), " elements, expected ", size_, " x ", input.numel());
   at::Tensor in = input, out = output;
   auto comm = comm_;
-  int n = size_;
-  return enqueue(c10d::OpType::_ALLGATHER_BASE, {output}, [comm, in, out, n]() mutable {
+  return enqueue(c10d::OpType::_ALLGATHER_BASE, {output}, [comm, in, out]() mutable {
     at::Tensor w = dense(out);
-    std::vector<at::Tensor> blocks = w.view(-1).chunk(n);
-    fallback::allgather(*comm, dense(in), blocks);
+    allgatherInto(*comm, dense(in), w);
     writeBack(out, w);
   });
 }
@@ -360,7 +434,7 @@ c10::intrusive_ptr<c10d::Work> BraidBackend::allgather_coalesced(std::vector<std
         user.push_back(l[i]);
         w.push_back(dense(l[i]));
       }
-      fallback::allgather(*comm, dense(inputs[i]), w);
+      allgatherList(*comm, inputs[i], w);
       for (size_t r = 0; r < w.size(); ++r) writeBack(user[r], w[r]);
     }
   });
@@ -380,12 +454,10 @@ c10::intrusive_ptr<c10d::Work> BraidBackend::all_gather_single_coalesced(std::ve
                       " elements, expected ", size_, " x ", inputs[i].numel());
   }
   auto comm = comm_;
-  int n = size_;
-  return enqueue(c10d::OpType::COALESCED, outputs, [comm, inputs, outputs, n]() mutable {
+  return enqueue(c10d::OpType::COALESCED, outputs, [comm, inputs, outputs]() mutable {
     for (size_t i = 0; i < inputs.size(); ++i) {
       at::Tensor w = dense(outputs[i]);
-      std::vector<at::Tensor> blocks = w.view(-1).chunk(n);
-      fallback::allgather(*comm, dense(inputs[i]), blocks);
+      allgatherInto(*comm, dense(inputs[i]), w);
       writeBack(outputs[i], w);
     }
   });
@@ -415,7 +487,7 @@ c10::intrusive_ptr<c10d::Work> BraidBackend::gather(std::vector<std::vector<at::
   return enqueue(c10d::OpType::GATHER, outs, [comm, in, outs, root]() mutable {
     std::vector<at::Tensor> w;
     for (auto& o : outs) w.push_back(dense(o));
-    fallback::gather(*comm, dense(in), w, root);
+    gatherList(*comm, in, w, root);
     for (size_t i = 0; i < outs.size(); ++i) writeBack(outs[i], w[i]);
   });
 }
@@ -446,7 +518,7 @@ c10::intrusive_ptr<c10d::Work> BraidBackend::scatter(std::vector<at::Tensor>& ou
     std::vector<at::Tensor> w;
     for (auto& i : ins) w.push_back(dense(i));
     at::Tensor o = dense(out);
-    fallback::scatter(*comm, w, o, root);
+    scatterList(*comm, w, o, root);
     writeBack(out, o);
   });
 }
@@ -461,18 +533,18 @@ c10::intrusive_ptr<c10d::Work> BraidBackend::reduce_scatter(std::vector<at::Tens
   for (auto& i : inputs[0]) {
     checkTensor(i, "reduce_scatter input");
     checkSameType(outputs[0], i, "reduce_scatter");
-    TORCH_CHECK_VALUE(i.numel() == outputs[0].numel(), "braid reduce_scatter: every input must have the output's ",
-                      outputs[0].numel(), " elements");
   }
+  // Inputs may differ in size (uneven reduce_scatter, braid's reduceScatterv); this rank's
+  // block is the output's.
+  TORCH_CHECK_VALUE(inputs[0][rank_].numel() == outputs[0].numel(), "braid reduce_scatter: input ", rank_, " has ",
+                    inputs[0][rank_].numel(), " elements, the output ", outputs[0].numel());
   at::Tensor out = outputs[0];
   std::vector<at::Tensor> ins = inputs[0];
   c10d::ReduceOp op = opts.reduceOp;
   auto comm = comm_;
   return enqueue(c10d::OpType::REDUCE_SCATTER, outputs, [comm, ins, out, op]() mutable {
-    std::vector<at::Tensor> flat;
-    for (auto& i : ins) flat.push_back(i.reshape(-1));
     at::Tensor o = dense(out);
-    fallback::reduceScatter(*comm, at::cat(flat), o, op);
+    reduceScatterList(*comm, ins, o, op);
     writeBack(out, o);
   });
 }
@@ -490,7 +562,7 @@ c10::intrusive_ptr<c10d::Work> BraidBackend::reduce_scatter_single(at::Tensor& o
   auto comm = comm_;
   return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, {output}, [comm, in, out, op]() mutable {
     at::Tensor o = dense(out);
-    fallback::reduceScatter(*comm, in, o, op);
+    reduceScatterInto(*comm, in, o, op);
     writeBack(out, o);
   });
 }
@@ -514,7 +586,7 @@ c10::intrusive_ptr<c10d::Work> BraidBackend::reduce_scatter_single_coalesced(std
   return enqueue(c10d::OpType::COALESCED, outputs, [comm, inputs, outputs, op]() mutable {
     for (size_t i = 0; i < inputs.size(); ++i) {
       at::Tensor o = dense(outputs[i]);
-      fallback::reduceScatter(*comm, inputs[i], o, op);
+      reduceScatterInto(*comm, inputs[i], o, op);
       writeBack(outputs[i], o);
     }
   });
@@ -559,9 +631,11 @@ c10::intrusive_ptr<c10d::Work> BraidBackend::all_to_all_single(at::Tensor& outpu
   std::vector<int64_t> recvCounts = splitCounts(output, outputSplits, size_, "output");
   at::Tensor in = input, out = output;
   auto comm = comm_;
-  return enqueue(c10d::OpType::ALLTOALL_BASE, {output}, [comm, in, out, sendCounts, recvCounts]() mutable {
+  // No split sizes on either side: torch's even all_to_all, braid's alltoall.
+  const bool even = inputSplits.empty() && outputSplits.empty();
+  return enqueue(c10d::OpType::ALLTOALL_BASE, {output}, [comm, in, out, sendCounts, recvCounts, even]() mutable {
     at::Tensor o = dense(out);
-    fallback::alltoallv(*comm, dense(in), sendCounts, o, recvCounts);
+    alltoallv(*comm, dense(in), sendCounts, o, recvCounts, even);
     writeBack(out, o);
   });
 }
@@ -586,7 +660,7 @@ c10::intrusive_ptr<c10d::Work> BraidBackend::alltoall(std::vector<at::Tensor>& o
     int64_t total = 0;
     for (auto c : recvCounts) total += c;
     at::Tensor recv = at::empty({total}, inputs[0].options());
-    fallback::alltoallv(*comm, at::cat(flat), sendCounts, recv, recvCounts);
+    alltoallv(*comm, at::cat(flat), sendCounts, recv, recvCounts, /*even=*/false);
     int64_t off = 0;
     for (size_t i = 0; i < outputs.size(); ++i) {
       outputs[i].copy_(recv.narrow(0, off, recvCounts[i]).view(outputs[i].sizes()));
@@ -597,62 +671,40 @@ c10::intrusive_ptr<c10d::Work> BraidBackend::alltoall(std::vector<at::Tensor>& o
 
 c10::intrusive_ptr<c10d::Work> BraidBackend::barrier(const c10d::BarrierOptions& opts) {
   auto comm = comm_;
-  return enqueue(c10d::OpType::BARRIER, {}, [comm]() { fallback::barrier(*comm); });
+  return enqueue(c10d::OpType::BARRIER, {}, [comm]() { comm->barrier(); });
 }
 
 // ---- point-to-point ---------------------------------------------------------------------
 
-BraidBackend::P2PChannel& BraidBackend::p2pChannel(int src, int dst) {
-  std::lock_guard<std::mutex> lock(p2pMu_);
-  P2PChannel& ch = p2p_[{src, dst}];
-  if (!ch.queue) ch.queue = std::make_unique<TaskQueue>("p2p " + std::to_string(src) + "->" + std::to_string(dst));
-  return ch;
+c10::intrusive_ptr<c10d::Work> BraidBackend::enqueueP2P(c10d::OpType type, std::vector<at::Tensor>& tensors,
+                                                        int peer) {
+  const bool isSend = type == c10d::OpType::SEND;
+  {
+    std::lock_guard<std::mutex> lock(stateMu_);
+    TORCH_CHECK(!shutDown_, "braid: the process group was shut down");
+  }
+  // The Work flushes the pending batch through a weak reference: a Work that outlives its
+  // group finds nothing to flush (shutdown flushed or failed everything).
+  std::weak_ptr<Issuer> weak = issuer_;
+  auto work = c10::make_intrusive<P2PWork>(type, tensors, isSend ? -1 : peer, [weak]() {
+    if (auto issuer = weak.lock()) issuer->flush();
+  });
+  issuer_->p2p(work, isSend, tensors[0], peer);
+  return work;
 }
 
 c10::intrusive_ptr<c10d::Work> BraidBackend::send(std::vector<at::Tensor>& tensors, int dstRank, int tag) {
   checkSingle(tensors, "send");
   TORCH_CHECK_VALUE(dstRank >= 0 && dstRank < size_ && dstRank != rank_, "braid send: destination ", dstRank,
                     " is not another rank of [0, ", size_, ")");
-  {
-    std::lock_guard<std::mutex> lock(stateMu_);
-    TORCH_CHECK(!shutDown_, "braid: the process group was shut down");
-  }
-  P2PChannel& ch = p2pChannel(rank_, dstRank);
-  auto work = c10::make_intrusive<BraidWork>(c10d::OpType::SEND, tensors);
-  at::Tensor t = tensors[0];
-  auto store = braidStore_;
-  auto timeout = timeout_;
-  std::string key = "p2p/" + std::to_string(rank_) + "-" + std::to_string(dstRank);
-  ch.queue->push(work, [&ch, t, store, timeout, key]() {
-    // Two ranks per channel: the sender is rank 0 and the broadcast root; the receiver is 1.
-    if (!ch.comm) ch.comm = makeCommunicator(store, 0, 2, key, timeout);
-    at::Tensor w = dense(t);
-    broadcastInPlace(*ch.comm, w, 0);
-  });
-  return work;
+  return enqueueP2P(c10d::OpType::SEND, tensors, dstRank);
 }
 
 c10::intrusive_ptr<c10d::Work> BraidBackend::recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) {
   checkSingle(tensors, "recv");
   TORCH_CHECK_VALUE(srcRank >= 0 && srcRank < size_ && srcRank != rank_, "braid recv: source ", srcRank,
                     " is not another rank of [0, ", size_, ")");
-  {
-    std::lock_guard<std::mutex> lock(stateMu_);
-    TORCH_CHECK(!shutDown_, "braid: the process group was shut down");
-  }
-  P2PChannel& ch = p2pChannel(srcRank, rank_);
-  auto work = c10::make_intrusive<BraidWork>(c10d::OpType::RECV, tensors);
-  at::Tensor t = tensors[0];
-  auto store = braidStore_;
-  auto timeout = timeout_;
-  std::string key = "p2p/" + std::to_string(srcRank) + "-" + std::to_string(rank_);
-  ch.queue->push(work, [&ch, t, store, timeout, key]() mutable {
-    if (!ch.comm) ch.comm = makeCommunicator(store, 1, 2, key, timeout);
-    at::Tensor w = dense(t);
-    broadcastInPlace(*ch.comm, w, 0);
-    writeBack(t, w);
-  });
-  return work;
+  return enqueueP2P(c10d::OpType::RECV, tensors, srcRank);
 }
 
 // ---- lifetime ----------------------------------------------------------------------------
@@ -663,34 +715,25 @@ void BraidBackend::abort() {
     if (shutDown_) return;
     shutDown_ = true;
   }
-  // Tell the peers and fail what is running; what is still queued fails without running.
+  // Tell the peers and fail what is running; what is still queued or pending fails without
+  // running.
   auto err = closedError("aborted");
   if (comm_) comm_->abort();
-  queue_->failPending(err);
-  queue_->stop();
-  std::lock_guard<std::mutex> lock(p2pMu_);
-  for (auto& [key, ch] : p2p_) {
-    ch.queue->failPending(err);
-    if (ch.comm) ch.comm->abort();
-    ch.queue->stop();
+  if (issuer_) {
+    issuer_->failPending(err);
+    issuer_->stop();
   }
 }
 
 void BraidBackend::shutdown() {
   {
     std::lock_guard<std::mutex> lock(stateMu_);
-    if (!shutDown_) {
-      shutDown_ = true;
-    }
+    shutDown_ = true;
   }
-  // Finish what was issued, then leave: the communicator's destructor waits for its pending
-  // operations and says goodbye through the store.
-  if (queue_) queue_->stop();
-  {
-    std::lock_guard<std::mutex> lock(p2pMu_);
-    for (auto& [key, ch] : p2p_) ch.queue->stop();
-    p2p_.clear();
-  }
+  // Finish what was issued (a pending p2p batch included), then leave: the communicator's
+  // destructor waits for its pending operations and says goodbye through the store.
+  if (issuer_) issuer_->stop();
+  issuer_.reset();
   comm_.reset();
 }
 

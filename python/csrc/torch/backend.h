@@ -2,18 +2,25 @@
 // BraidBackend: braid as a c10d::Backend, so that torch.distributed (and DDP/FSDP on top of
 // it) runs its CPU collectives over braid.
 //
-// Threading: every collective is validated on the caller's thread (bad arguments raise
-// there, synchronously, as ValueError), then queued as a closure to ONE worker thread that
-// runs the closures in issue order. One queue keeps the order of braid calls identical on
-// every rank, which braid requires, even when a collective is composed of several braid
-// calls (the fallbacks in fallbacks.cc) or needs pre/post-processing (staging of
-// non-contiguous tensors, PREMUL_SUM scaling). The caller overlaps its own work (DDP's
-// backward) with the queue, like ProcessGroupGloo's worker threads.
+// Threading: every operation is validated on the caller's thread (bad arguments raise there,
+// synchronously, as ValueError), then queued as a closure to ONE worker thread that runs the
+// closures in issue order, each a blocking call of the group's one braid communicator. One
+// queue keeps the order of braid calls identical on every rank, which braid requires, and
+// leaves room for the pre/post-processing torch's conventions need (staging of
+// non-contiguous tensors, lists of tensors <-> one buffer). The caller overlaps its own work
+// (DDP's backward) with the queue, like ProcessGroupGloo's worker threads.
 //
-// Point-to-point (send/recv) runs over one lazily created two-rank braid communicator per
-// direction (me->peer and peer->me), each with its own worker thread: a pair's messages
-// stay in order, and a blocking rendezvous of one direction never stalls the other or the
-// collectives.
+// Point-to-point (send/recv/isend/irecv, and batch_isend_irecv, which torch issues as
+// consecutive isend/irecv calls on CPU) runs on the same communicator, as braid sendRecv
+// batches. braid runs a communicator's operations one after the other, and a send larger
+// than the transport's buffering only completes once the receiver runs the matching
+// receive; so two ranks that isend to each other, then irecv from each other, would deadlock
+// if each call were its own operation. The backend therefore does not issue a p2p call at
+// once: consecutive p2p calls collect in a pending batch, which goes to the queue as ONE
+// sendRecv (which cannot deadlock, whatever peers the ranks' batches name) as soon as
+// anything needs it: a wait(), is_completed() or get_future() on one of its Works, the next
+// collective (so that p2p and collectives keep their issue order), or shutdown. isend and
+// irecv never block the caller.
 
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
@@ -24,7 +31,6 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -52,12 +58,31 @@ class BraidWork : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
-// A FIFO of closures run by one thread. Closures run with no lock held.
+// A point-to-point Work: it belongs to a batch that may still be pending in the backend, so
+// every way of waiting for it first hands that batch to the queue.
+class P2PWork : public BraidWork {
+ public:
+  P2PWork(c10d::OpType type, std::vector<at::Tensor> outputs, int peer, std::function<void()> flush);
+
+  bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
+  bool isCompleted() override;
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+  int sourceRank() const override { return peer_; }
+
+ private:
+  int peer_;
+  std::function<void()> flush_;  // holds the backend's issuer weakly
+};
+
+using WorkList = std::vector<c10::intrusive_ptr<BraidWork>>;
+
+// A FIFO of closures run by one thread. Closures run with no lock held. A closure completes
+// all the Works it was pushed with (a p2p batch has several).
 class TaskQueue {
  public:
   explicit TaskQueue(std::string name);
   ~TaskQueue();  // drains: runs what is queued, then joins
-  void push(c10::intrusive_ptr<BraidWork> work, std::function<void()> fn);
+  void push(WorkList works, std::function<void()> fn);
   // Fails everything still queued with `error` instead of running it.
   void failPending(const std::exception_ptr& error);
   void stop();  // runs what is queued, then joins; idempotent
@@ -67,15 +92,44 @@ class TaskQueue {
   std::string name_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::pair<c10::intrusive_ptr<BraidWork>, std::function<void()>>> q_;
+  std::deque<std::pair<WorkList, std::function<void()>>> q_;
   bool stop_ = false;
   std::thread thread_;
+};
+
+// The issue order of one backend: collectives go to the queue at once, p2p calls collect in
+// a pending batch that is queued before the next collective or when flush() is called.
+// Shared with the P2PWorks (weakly), which flush on wait.
+class Issuer {
+ public:
+  Issuer(std::shared_ptr<braid::Communicator> comm, std::string name);
+  void collective(c10::intrusive_ptr<BraidWork> work, std::function<void()> fn);
+  void p2p(c10::intrusive_ptr<BraidWork> work, bool isSend, at::Tensor tensor, int peer);
+  void flush();
+  // Fails the pending batch and what is queued with `error`.
+  void failPending(const std::exception_ptr& error);
+  void stop();  // flushes, runs what is queued, joins the worker
+
+ private:
+  struct Msg {
+    bool isSend;
+    at::Tensor tensor;
+    int peer;
+  };
+  void flushLocked();
+  // Recursive: a task running inline on the worker thread (a future callback) may issue.
+  std::recursive_mutex mu_;
+  std::shared_ptr<braid::Communicator> comm_;
+  std::vector<Msg> pending_;
+  WorkList pendingWorks_;
+  TaskQueue queue_;
 };
 
 class BraidBackend : public c10d::Backend {
  public:
   // Rendezvous through `store` (torch's per-group PrefixStore); `timeout` becomes braid's
-  // per-operation timeout (BRAID_TIMEOUT) for this communicator.
+  // per-operation timeout for this communicator (Communicator::fromStore's timeout, in
+  // place of BRAID_TIMEOUT).
   BraidBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, std::chrono::milliseconds timeout);
   ~BraidBackend() override;
 
@@ -145,31 +199,16 @@ class BraidBackend : public c10d::Backend {
   void shutdown() override;
 
  private:
-  // One direction of point-to-point traffic between this rank and a peer.
-  struct P2PChannel {
-    std::unique_ptr<braid::Communicator> comm;  // created on the channel's own thread
-    std::unique_ptr<TaskQueue> queue;
-  };
-
   c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, std::vector<at::Tensor> outputs,
                                          std::function<void()> fn);
-  P2PChannel& p2pChannel(int src, int dst);
+  c10::intrusive_ptr<c10d::Work> enqueueP2P(c10d::OpType type, std::vector<at::Tensor>& tensors, int peer);
   std::exception_ptr closedError(const char* why) const;
 
   c10::intrusive_ptr<c10d::Store> store_;
-  std::shared_ptr<braid::Store> braidStore_;
-  std::chrono::milliseconds timeout_;
   std::shared_ptr<braid::Communicator> comm_;
-  std::unique_ptr<TaskQueue> queue_;
-  std::mutex p2pMu_;
-  std::map<std::pair<int, int>, P2PChannel> p2p_;
+  std::shared_ptr<Issuer> issuer_;
   std::mutex stateMu_;
   bool shutDown_ = false;
 };
-
-// Creates the communicator for a backend: sets braid's timeout from torch's for the
-// duration of the rendezvous (braid reads its configuration when a communicator is made).
-std::unique_ptr<braid::Communicator> makeCommunicator(const std::shared_ptr<braid::Store>& store, int rank, int size,
-                                                      const std::string& keyPrefix, std::chrono::milliseconds timeout);
 
 }  // namespace braid_torch

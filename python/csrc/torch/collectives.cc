@@ -1,6 +1,6 @@
 #include "collectives.h"
 
-#include <atomic>
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -62,10 +62,39 @@ braid::ReduceOp braidOp(c10d::ReduceOp::RedOpType op) {
   }
 }
 
-// -1 unknown, 0 the core rejects bitwise ops (use the fallback), 1 native. The core's
-// argument check runs before any data moves and gives the same answer on every rank, so
-// probing with a real call and falling back on InvalidArgument keeps ranks in step.
-std::atomic<int> gNativeBitwise{-1};
+size_t elems(const at::Tensor& t) { return static_cast<size_t>(t.numel()); }
+
+// The element offsets of consecutive blocks of the given sizes.
+std::vector<size_t> offsets(const std::vector<size_t>& counts) {
+  std::vector<size_t> displs(counts.size());
+  size_t off = 0;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    displs[i] = off;
+    off += counts[i];
+  }
+  return displs;
+}
+
+bool allEqual(const std::vector<size_t>& v) {
+  return std::all_of(v.begin(), v.end(), [&](size_t c) { return c == v.front(); });
+}
+
+// Copies `flat` (the blocks of `parts`, back to back) into `parts`.
+void unpack(const at::Tensor& flat, std::vector<at::Tensor>& parts) {
+  int64_t off = 0;
+  for (auto& p : parts) {
+    p.view(-1).copy_(flat.narrow(0, off, p.numel()));
+    off += p.numel();
+  }
+}
+
+// The tensors concatenated into one contiguous 1-D tensor.
+at::Tensor pack(const std::vector<at::Tensor>& parts) {
+  std::vector<at::Tensor> flat;
+  flat.reserve(parts.size());
+  for (auto& p : parts) flat.push_back(p.reshape(-1));
+  return at::cat(flat);
+}
 
 }  // namespace
 
@@ -88,194 +117,110 @@ void checkReduce(at::ScalarType t, const c10d::ReduceOp& op) {
   }
 }
 
-void allreduceInPlace(braid::Communicator& comm, at::Tensor& t, const c10d::ReduceOp& op) {
-  if (t.numel() == 0) return;  // every rank has the same count, so every rank skips
+braid::Reduction reduction(at::ScalarType t, const c10d::ReduceOp& op) {
   auto type = op.op_;
-  if (t.scalar_type() == at::kBool) {
+  if (type == c10d::ReduceOp::PREMUL_SUM) {
+    auto* s = dynamic_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
+    TORCH_CHECK_VALUE(s != nullptr, "braid: PREMUL_SUM without its factor");
+    const double factor = s->tensor_factor.defined() ? s->tensor_factor.item<double>() : s->double_factor;
+    return braid::Reduction::preMulSum(factor);
+  }
+  if (t == at::kBool) {
     // 0/1 bytes: logical or is max, logical and is min (what ProcessGroupNCCL does).
     if (type == c10d::ReduceOp::SUM) type = c10d::ReduceOp::MAX;
     if (type == c10d::ReduceOp::PRODUCT) type = c10d::ReduceOp::MIN;
   }
-  if (type == c10d::ReduceOp::PREMUL_SUM) {
-    // sum_i(f * x_i): scale locally in the tensor's own type (as NCCL does), then SUM.
-    auto* s = dynamic_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
-    if (s->tensor_factor.defined())
-      t.mul_(s->tensor_factor.to(t.device(), t.scalar_type()));
-    else
-      t.mul_(s->double_factor);
-    type = c10d::ReduceOp::SUM;
-  }
-  const braid::DataType dt = braidType(t.scalar_type());
-  if (isBitwise(type)) {
-    if (gNativeBitwise.load() != 0) {
-      try {
-        comm.allreduce(t.data_ptr(), static_cast<size_t>(t.numel()), dt, braidOp(type));
-        gNativeBitwise.store(1);
-        return;
-      } catch (const braid::InvalidArgument&) {
-        if (gNativeBitwise.load() == 1) throw;  // the core does support them: a real argument error
-        gNativeBitwise.store(0);
-      }
-    }
-    fallback::bitwiseAllreduce(comm, t, type);
-    return;
-  }
-  comm.allreduce(t.data_ptr(), static_cast<size_t>(t.numel()), dt, braidOp(type));
+  return braidOp(type);
+}
+
+void allreduceInPlace(braid::Communicator& comm, at::Tensor& t, const c10d::ReduceOp& op) {
+  if (t.numel() == 0) return;  // every rank has the same count, so every rank skips
+  comm.allreduce(t.data_ptr(), elems(t), braidType(t.scalar_type()), reduction(t.scalar_type(), op));
 }
 
 void broadcastInPlace(braid::Communicator& comm, at::Tensor& t, int root) {
   if (t.numel() == 0) return;
-  comm.broadcast(t.data_ptr(), static_cast<size_t>(t.numel()), braidType(t.scalar_type()), root);
+  comm.broadcast(t.data_ptr(), elems(t), braidType(t.scalar_type()), root);
 }
 
-// ============================================================================================
-// FALLBACKS: collectives composed from allreduce and broadcast until the braid core has them.
-// Replace each body by the native braid call when it lands (see collectives.h).
-// ============================================================================================
-namespace fallback {
-
-void reduce(braid::Communicator& comm, at::Tensor& t, const c10d::ReduceOp& op, int root) {
-  // Allreduce a copy so that non-root ranks keep their input, as a native reduce would.
-  at::Tensor tmp = t.clone();
-  allreduceInPlace(comm, tmp, op);
-  if (comm.rank() == root) t.copy_(tmp);
+void reduceInPlace(braid::Communicator& comm, at::Tensor& t, const c10d::ReduceOp& op, int root) {
+  if (t.numel() == 0) return;
+  // In place on the root; braid writes recvbuf on the root only.
+  comm.reduce(t.data_ptr(), t.data_ptr(), elems(t), braidType(t.scalar_type()), reduction(t.scalar_type(), op),
+              root);
 }
 
-void allgather(braid::Communicator& comm, const at::Tensor& input, std::vector<at::Tensor>& outputs) {
-  // One broadcast per rank: exact for every type (an allreduce of zero-padded blocks would
-  // turn -0.0 into +0.0).
-  const int me = comm.rank();
-  for (int r = 0; r < comm.size(); ++r) {
-    at::Tensor& o = outputs[r];
-    if (r == me) o.view(-1).copy_(input.view(-1));
-    broadcastInPlace(comm, o, r);
-  }
+void allgatherInto(braid::Communicator& comm, const at::Tensor& input, at::Tensor& output) {
+  if (input.numel() == 0) return;
+  comm.allgather(input.data_ptr(), output.data_ptr(), elems(input), braidType(input.scalar_type()));
 }
 
-void gather(braid::Communicator& comm, const at::Tensor& input, std::vector<at::Tensor>& outputs, int root) {
-  const int me = comm.rank();
-  at::Tensor scratch;
-  for (int r = 0; r < comm.size(); ++r) {
-    at::Tensor buf;
-    if (me == root) {
-      buf = outputs[r];
-      if (r == me) {
-        buf.view(-1).copy_(input.view(-1));
-        continue;  // nobody else needs the root's own block; every rank skips r == root
-      }
-    } else if (r == root) {
-      continue;
-    } else if (r == me) {
-      buf = input;  // a broadcast's root only reads its buffer
-    } else {
-      if (!scratch.defined()) scratch = at::empty_like(input);
-      buf = scratch;
-    }
-    broadcastInPlace(comm, buf, r);
-  }
+void allgatherList(braid::Communicator& comm, const at::Tensor& input, std::vector<at::Tensor>& outputs) {
+  std::vector<size_t> counts;
+  for (auto& o : outputs) counts.push_back(elems(o));
+  size_t total = 0;
+  for (size_t c : counts) total += c;
+  if (total == 0) return;
+  at::Tensor flat = at::empty({static_cast<int64_t>(total)}, input.options());
+  at::Tensor in = input.contiguous();
+  if (allEqual(counts))
+    comm.allgather(in.data_ptr(), flat.data_ptr(), counts.front(), braidType(in.scalar_type()));
+  else
+    comm.allgatherv(in.data_ptr(), elems(in), flat.data_ptr(), counts, offsets(counts), braidType(in.scalar_type()));
+  unpack(flat, outputs);
 }
 
-void scatter(braid::Communicator& comm, const std::vector<at::Tensor>& inputs, at::Tensor& output, int root) {
-  const int me = comm.rank();
-  at::Tensor scratch;
-  for (int r = 0; r < comm.size(); ++r) {
-    if (r == root) continue;  // the root's own block stays local
-    at::Tensor buf;
-    if (me == root)
-      buf = inputs[r];
-    else if (me == r)
-      buf = output;
-    else {
-      if (!scratch.defined()) scratch = at::empty_like(output);
-      buf = scratch;
-    }
-    broadcastInPlace(comm, buf, root);
-  }
-  if (me == root) output.view(-1).copy_(inputs[root].view(-1));
+void gatherList(braid::Communicator& comm, const at::Tensor& input, std::vector<at::Tensor>& outputs, int root) {
+  if (input.numel() == 0) return;  // every rank's input has the root's outputs' size
+  at::Tensor in = input.contiguous();
+  at::Tensor flat;
+  if (comm.rank() == root) flat = at::empty({input.numel() * comm.size()}, input.options());
+  comm.gather(in.data_ptr(), flat.defined() ? flat.data_ptr() : nullptr, elems(in), braidType(in.scalar_type()),
+              root);
+  if (flat.defined()) unpack(flat, outputs);
 }
 
-void reduceScatter(braid::Communicator& comm, const at::Tensor& input, at::Tensor& output, const c10d::ReduceOp& op) {
-  at::Tensor tmp = input.reshape(-1).clone();
-  allreduceInPlace(comm, tmp, op);
-  const int64_t m = output.numel();
-  output.view(-1).copy_(tmp.narrow(0, comm.rank() * m, m));
+void scatterList(braid::Communicator& comm, const std::vector<at::Tensor>& inputs, at::Tensor& output, int root) {
+  if (output.numel() == 0) return;
+  at::Tensor flat;
+  if (comm.rank() == root) flat = pack(inputs);
+  comm.scatter(flat.defined() ? flat.data_ptr() : nullptr, output.data_ptr(), elems(output),
+               braidType(output.scalar_type()), root);
+}
+
+void reduceScatterInto(braid::Communicator& comm, const at::Tensor& input, at::Tensor& output,
+                       const c10d::ReduceOp& op) {
+  if (output.numel() == 0) return;
+  at::Tensor in = input.contiguous();
+  comm.reduceScatter(in.data_ptr(), output.data_ptr(), elems(output), braidType(in.scalar_type()),
+                     reduction(in.scalar_type(), op));
+}
+
+void reduceScatterList(braid::Communicator& comm, const std::vector<at::Tensor>& inputs, at::Tensor& output,
+                       const c10d::ReduceOp& op) {
+  std::vector<size_t> counts;
+  for (auto& i : inputs) counts.push_back(elems(i));
+  size_t total = 0;
+  for (size_t c : counts) total += c;
+  if (total == 0) return;
+  at::Tensor flat = pack(inputs);
+  const auto st = output.scalar_type();
+  if (allEqual(counts))
+    comm.reduceScatter(flat.data_ptr(), output.data_ptr(), counts.front(), braidType(st), reduction(st, op));
+  else
+    comm.reduceScatterv(flat.data_ptr(), output.data_ptr(), counts, braidType(st), reduction(st, op));
 }
 
 void alltoallv(braid::Communicator& comm, const at::Tensor& send, const std::vector<int64_t>& sendCounts,
-               at::Tensor& recv, const std::vector<int64_t>& recvCounts) {
-  const int n = comm.size();
-  const int me = comm.rank();
-  // Every rank learns every rank's send and receive counts (one exact int64 SUM of a matrix
-  // where each rank fills its own rows), so that all ranks reach the same verdict on
-  // mismatched splits and the same sequence of broadcasts below.
-  at::Tensor counts = at::zeros({2, n, n}, at::kLong);
-  auto acc = counts.accessor<int64_t, 3>();
-  for (int d = 0; d < n; ++d) {
-    acc[0][me][d] = sendCounts[d];
-    acc[1][me][d] = recvCounts[d];
+               at::Tensor& recv, const std::vector<int64_t>& recvCounts, bool even) {
+  const braid::DataType dt = braidType(send.scalar_type());
+  if (even) {
+    if (sendCounts.front() == 0) return;
+    comm.alltoall(send.data_ptr(), recv.data_ptr(), static_cast<size_t>(sendCounts.front()), dt);
+    return;
   }
-  comm.allreduce(counts.data_ptr(), static_cast<size_t>(counts.numel()), braid::DataType::kInt64,
-                 braid::ReduceOp::kSum);
-  for (int s = 0; s < n; ++s)
-    for (int d = 0; d < n; ++d)
-      if (acc[0][s][d] != acc[1][d][s])
-        throw braid::InvalidArgument("all_to_all: rank " + std::to_string(s) + " sends " +
-                                     std::to_string(acc[0][s][d]) + " elements to rank " + std::to_string(d) +
-                                     ", which expects " + std::to_string(acc[1][d][s]));
-  at::Tensor sendFlat = send.view(-1);
-  at::Tensor recvFlat = recv.view(-1);
-  int64_t maxTotal = 0;
-  for (int s = 0; s < n; ++s) {
-    int64_t total = 0;
-    for (int d = 0; d < n; ++d) total += acc[0][s][d];
-    if (s != me) maxTotal = std::max(maxTotal, total);
-  }
-  at::Tensor scratch = at::empty({maxTotal}, send.options());
-  int64_t recvOffset = 0;
-  for (int s = 0; s < n; ++s) {
-    int64_t total = 0, offset = 0;
-    for (int d = 0; d < n; ++d) {
-      if (d < me) offset += acc[0][s][d];
-      total += acc[0][s][d];
-    }
-    const int64_t count = acc[0][s][me];
-    if (s == me) {
-      recvFlat.narrow(0, recvOffset, count).copy_(sendFlat.narrow(0, offset, count));
-    } else if (total > 0) {
-      at::Tensor buf = scratch.narrow(0, 0, total);
-      broadcastInPlace(comm, buf, s);
-      recvFlat.narrow(0, recvOffset, count).copy_(buf.narrow(0, offset, count));
-    }
-    if (s == me && total > 0) {
-      at::Tensor mine = sendFlat.narrow(0, 0, total);
-      broadcastInPlace(comm, mine, s);
-    }
-    recvOffset += count;
-  }
+  std::vector<size_t> sc(sendCounts.begin(), sendCounts.end()), rc(recvCounts.begin(), recvCounts.end());
+  comm.alltoallv(send.data_ptr(), sc, offsets(sc), recv.data_ptr(), rc, offsets(rc), dt);
 }
 
-void barrier(braid::Communicator& comm) {
-  int32_t one = 1;
-  comm.allreduce(&one, 1, braid::DataType::kInt32, braid::ReduceOp::kSum);
-}
-
-void bitwiseAllreduce(braid::Communicator& comm, at::Tensor& t, c10d::ReduceOp::RedOpType op) {
-  // Gather every rank's bits, then combine locally in rank order (the ops are associative and
-  // commutative, so every rank computes the same result).
-  std::vector<at::Tensor> all;
-  for (int r = 0; r < comm.size(); ++r) all.push_back(at::empty_like(t));
-  allgather(comm, t, all);
-  at::Tensor acc = all[0];
-  for (int r = 1; r < comm.size(); ++r) {
-    if (op == c10d::ReduceOp::BAND)
-      acc.bitwise_and_(all[r]);
-    else if (op == c10d::ReduceOp::BOR)
-      acc.bitwise_or_(all[r]);
-    else
-      acc.bitwise_xor_(all[r]);
-  }
-  t.copy_(acc);
-}
-
-}  // namespace fallback
 }  // namespace braid_torch

@@ -53,6 +53,7 @@ class SlotFifo {
   // Local copies of our own index; the shared copy is written only to publish.
   uint32_t sendIdx_ = 0;
   uint32_t recvIdx_ = 0;
+  uint32_t headSeen_ = 0;  // sender: the receiver's `head` when last read
 };
 
 // Wakes every process sleeping on `word` (shared-memory futex).

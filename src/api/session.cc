@@ -212,7 +212,8 @@ const char* inPlaceRule(Collective c) {
 
 }  // namespace
 
-Status Session::resolveOp(const CallArgs& a, algorithms::Request* req, const std::string& where) const {
+Status Session::resolveOp(const CallArgs& a, algorithms::Request* req, const CallSite& site) const {
+  const auto where = [&site] { return site.str(); };
   const DataType dt = static_cast<DataType>(a.dtype);
   if (a.cxxPreMul) {
     req->op = ReduceOp::kSum;
@@ -223,7 +224,7 @@ Status Session::resolveOp(const CallArgs& a, algorithms::Request* req, const std
   if (validReduceOp(a.op)) {
     const ReduceOp op = static_cast<ReduceOp>(a.op);
     if (isBitwiseOp(op) && isFloatType(dt))
-      return invalidArgument(where + "op=" + reduceOpName(op) + " is bitwise, for integer types only, and datatype=" +
+      return invalidArgument(where() + "op=" + reduceOpName(op) + " is bitwise, for integer types only, and datatype=" +
                              dataTypeName(dt) + " is a floating-point type");
     req->op = op;
     return Status::ok();
@@ -233,9 +234,9 @@ Status Session::resolveOp(const CallArgs& a, algorithms::Request* req, const std
     auto it = preMuls_.find(a.op);
     if (it != preMuls_.end()) {
       const PreMul& p = it->second;
-      if (!p.live) return invalidArgument(where + "op=" + std::to_string(a.op) + " was destroyed by braidRedOpDestroy");
+      if (!p.live) return invalidArgument(where() + "op=" + std::to_string(a.op) + " was destroyed by braidRedOpDestroy");
       if (p.dtype != dt)
-        return invalidArgument(where + "op=" + std::to_string(a.op) + " is a pre-multiplied sum created for datatype=" +
+        return invalidArgument(where() + "op=" + std::to_string(a.op) + " is a pre-multiplied sum created for datatype=" +
                                dataTypeName(p.dtype) + ", not datatype=" + dataTypeName(dt));
       req->op = ReduceOp::kSum;
       req->preMul = true;
@@ -243,7 +244,7 @@ Status Session::resolveOp(const CallArgs& a, algorithms::Request* req, const std
       return Status::ok();
     }
   }
-  return invalidArgument(where + "op=" + std::to_string(a.op) +
+  return invalidArgument(where() + "op=" + std::to_string(a.op) +
                          " is neither a braidRedOp_t nor a pre-multiplied sum of this communicator");
 }
 
@@ -251,8 +252,9 @@ StatusOr<Call> Session::prepare(const CallArgs& a) const {
   const int rank = comm_->rank();
   const int nranks = comm_->size();
   const size_t n = static_cast<size_t>(nranks);
-  const std::string where = std::string(a.fn) + " on rank " + std::to_string(rank) + ": ";
-  auto bad = [&](const std::string& what) { return invalidArgument(where + what); };
+  // Formatted only on an error path: every call passes through here.
+  const CallSite where{a.fn, rank};
+  auto bad = [&](const std::string& what) { return invalidArgument(where.str() + what); };
 
   if (!validDataType(a.dtype)) return bad("datatype=" + std::to_string(a.dtype) + " is not a braidDataType_t");
   if (a.stream != nullptr) return bad("stream must be NULL: this build supports host memory only");
@@ -408,7 +410,7 @@ StatusOr<Call> Session::prepare(const CallArgs& a) const {
     case Collective::kBarrier:
       break;
     case Collective::kSendRecv:
-      return internalError(where + "point-to-point calls go through prepareP2P");
+      return internalError(where.str() + "point-to-point calls go through prepareP2P");
   }
   // The v-variants' sizes are in their count arrays; `count` must not differ between ranks
   // (it is part of the shape every rank checks), so it is left 0 there.

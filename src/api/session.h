@@ -115,7 +115,13 @@ class Session {
   // Records one more live session of this job in the store (see ~Session).
   void countLive(int delta);
   // Resolves `a.op` (a plain op or a pre-multiplied sum) into `req`.
-  Status resolveOp(const CallArgs& a, algorithms::Request* req, const std::string& where) const;
+  // "fn on rank r: ", the prefix of every argument error, built only when one is reported.
+  struct CallSite {
+    const char* fn;
+    int rank;
+    std::string str() const { return std::string(fn) + " on rank " + std::to_string(rank) + ": "; }
+  };
+  Status resolveOp(const CallArgs& a, algorithms::Request* req, const CallSite& site) const;
 
   std::shared_ptr<bootstrap::TcpStoreServer> server_;
   std::shared_ptr<bootstrap::Store> store_;

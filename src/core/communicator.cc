@@ -99,13 +99,12 @@ uint32_t shapeHash(const algorithms::Request& req) {
   const bool hasRoot = req.coll == C::kBroadcast || req.coll == C::kReduce || req.coll == C::kGather ||
                        req.coll == C::kScatter;
   // What every rank must agree on; alltoallv's counts and every displacement are local.
-  // FNV-1a, computed in place: this runs on every call, so it must not allocate.
-  uint32_t h = 2166136261u;
-  auto mix = [&h](uint64_t x) {
-    for (int i = 0; i < 8; ++i) {
-      h ^= static_cast<uint8_t>(x >> (8 * i));
-      h *= 16777619u;
-    }
+  // A word-at-a-time multiply-xorshift mix, computed in place: this runs on every call, so
+  // it must neither allocate nor loop over bytes.
+  uint64_t h64 = 0x9e3779b97f4a7c15ull;
+  auto mix = [&h64](uint64_t x) {
+    h64 = (h64 ^ x) * 0xff51afd7ed558ccdull;
+    h64 ^= h64 >> 32;
   };
   mix(static_cast<uint64_t>(req.coll));
   mix(req.count);
@@ -114,7 +113,7 @@ uint32_t shapeHash(const algorithms::Request& req) {
   mix(hasRoot ? static_cast<uint64_t>(static_cast<uint32_t>(req.root)) : 0);
   if (req.coll == C::kAllGatherV || req.coll == C::kReduceScatterV)
     for (size_t c : req.counts) mix(c);
-  return h;
+  return static_cast<uint32_t>(h64 ^ (h64 >> 29));
 }
 
 namespace {
@@ -604,9 +603,22 @@ Communicator::~Communicator() {
 // ---------------------------------------------------------------- running
 
 StatusOr<std::shared_ptr<Op>> Communicator::prepare(const algorithms::Request& req, const void* input, void* output,
-                                                    std::vector<void*> extra) {
+                                                    std::vector<void*> extra, bool reuse) {
   BRAID_RETURN_IF_ERROR(brokenStatus());
-  auto op = std::make_shared<Op>();
+  std::shared_ptr<Op> op;
+  if (reuse && spareOp_ && spareOp_.use_count() == 1) {
+    // The previous blocking call's Op, which nobody holds any more: reset rather than
+    // allocate (and construct a mutex and a condition variable) on every small call.
+    op = spareOp_;
+    op->buffers_ = exec::Buffers{};
+    op->scratch_.reset();
+    op->scaled_.reset();
+    op->status_ = Status::ok();
+    op->done_ = false;
+  } else {
+    op = std::make_shared<Op>();
+    if (reuse) spareOp_ = op;
+  }
   if (req.preMul) {
     // Scale into a private copy; the collective then reads that copy out of place.
     size_t elems = algorithms::inputElems(req, rank_, nranks_);
@@ -681,7 +693,7 @@ Status Communicator::run(const algorithms::Request& req, const void* input, void
   {
     std::lock_guard<std::mutex> lock(submitMu_);
     runInline = inflight_.load() == 0;
-    BRAID_ASSIGN_OR_RETURN(op, prepare(req, input, output, std::move(extra)));
+    BRAID_ASSIGN_OR_RETURN(op, prepare(req, input, output, std::move(extra), /*reuse=*/true));
     if (op->channels_.empty()) {
       op->finishEmpty();
       return Status::ok();

@@ -123,8 +123,9 @@ class Communicator {
   Status exchangePeers();
   Status loadTopology();
   Status connect();
+  // `reuse`: the caller blocks until the Op is done (run()), so the Op may be recycled.
   StatusOr<std::shared_ptr<Op>> prepare(const algorithms::Request& req, const void* input, void* output,
-                                        std::vector<void*> extra);
+                                        std::vector<void*> extra, bool reuse = false);
   StatusOr<std::shared_ptr<Op>> prepareScheduled(std::shared_ptr<Op> op, const algorithms::Request& req,
                                                  const void* input, void* output, std::vector<void*> extra);
   // Hands op->channels_[first...] to their progress threads.
@@ -170,6 +171,7 @@ class Communicator {
   topology::NicPolicy nicPolicy_;  // BRAID_NET_IF / BRAID_IB_HCA
 
   std::mutex submitMu_;
+  std::shared_ptr<Op> spareOp_;  // run()'s last Op, recycled once nobody else holds it
   uint32_t seq_ = 0;       // collectives issued (point-to-point groups do not count)
   uint32_t splitSeq_ = 0;  // splits issued, to name each child's keys
   std::atomic<int> inflight_{0};

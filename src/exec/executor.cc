@@ -321,7 +321,29 @@ class ChannelRunner {
   const RunContext& ctx_;
   size_t es_;
   size_t sliceBytes_;
-  std::vector<Connection*> active_;
+  // A handful of connections in practice; a small inline array keeps a small collective
+  // free of heap allocations.
+  class ConnList {
+   public:
+    void push_back(Connection* c) {
+      if (n_ < kInline) {
+        inline_[n_] = c;
+      } else {
+        if (n_ == kInline) heap_.assign(inline_, inline_ + kInline);
+        heap_.push_back(c);
+      }
+      ++n_;
+    }
+    Connection* const* begin() const { return n_ <= kInline ? inline_ : heap_.data(); }
+    Connection* const* end() const { return begin() + n_; }
+
+   private:
+    static constexpr size_t kInline = 8;
+    Connection* inline_[kInline] = {};
+    std::vector<Connection*> heap_;
+    size_t n_ = 0;
+  };
+  ConnList active_;
   int64_t nextHealthNs_ = 0;
 };
 

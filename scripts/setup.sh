@@ -7,8 +7,11 @@ BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
 
 # Required to build and test; the rest are detected and reported by the configure step, and
 # OpenMPI + Gloo are the peers the benchmarks compare against.
+# libnetfilter-queue-dev and iptables let the multi-host tests add latency between
+# emulated hosts on kernels without netem (tests/netns/nfq_delay.c).
 PACKAGES=(cmake g++ make pkg-config libhwloc-dev hwloc catch2 iproute2
-          openmpi-bin libopenmpi-dev libgloo-dev libucx-dev libibverbs-dev graphviz)
+          openmpi-bin libopenmpi-dev libgloo-dev libucx-dev libibverbs-dev graphviz
+          libnetfilter-queue-dev iptables)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -24,12 +24,15 @@
 # Shaping applies to each host's egress (eth0 inside its namespace): --delay D delays every
 # packet leaving a host by D (so a round trip between two hosts gains 2*D); --rate R caps
 # what each host sends. Traffic inside a host (shared memory, loopback) is never shaped.
-# --delay needs the kernel's netem qdisc; --rate alone uses tbf, which more kernels have.
+# --delay needs the kernel's netem qdisc, or else NFQUEUE with nfq_delay (built from
+# nfq_delay.c when libnetfilter-queue-dev is installed; path in $NFQ_DELAY) and
+# iptables-legacy; --rate alone uses tbf, which more kernels have.
 #
 # Exit status: 0 when every rank exits 0; otherwise that of the first rank to fail
 # (128+signo if killed by a signal), with one line per failed rank on stderr; 124 on
 # --timeout; 77 when this machine cannot run it (no permission for `ip netns`, no veth or
-# bridge, or no netem for --delay), with a "SKIP:" line saying why; 2 on bad usage.
+# bridge, or neither netem nor NFQUEUE for --delay), with a "SKIP:" line saying why; 2 on
+# bad usage.
 # After a failure the other ranks get --grace seconds (default 5) to notice and exit on
 # their own, then SIGTERM, then SIGKILL 2 s later.
 #
@@ -240,26 +243,81 @@ done
 # Shaping. netem's queue limit is raised from its default of 1000 packets so that it
 # never drops at the rates and delays used here (a drop would add a retransmit timeout
 # and turn a latency measurement into noise).
+#
+# Kernels built without netem still have NFQUEUE on many machines: then --delay runs
+# nfq_delay (nfq_delay.c, $NFQ_DELAY or next to this script's build) inside each host,
+# which holds every packet leaving eth0 for the delay, and --rate keeps using tbf.
+# Converts a tc-style time (1ms, 500us, 1s, 0.5ms) to whole microseconds.
+to_us() {
+  awk -v t="$1" 'BEGIN {
+    if (match(t, /^[0-9.]+/) == 0) exit 1
+    v = substr(t, 1, RLENGTH); u = substr(t, RLENGTH + 1)
+    f = (u == "us" || u == "usec") ? 1 : (u == "ms" || u == "msec") ? 1000 : (u == "s" || u == "sec" || u == "") ? 1000000 : -1
+    if (f < 0) exit 1
+    printf "%d", v * f }'
+}
+nfq_why=""
+nfq_usable() {
+  NFQ_DELAY=${NFQ_DELAY:-}
+  [[ -x $NFQ_DELAY ]] || { nfq_why="nfq_delay was not built (needs libnetfilter-queue-dev; NFQ_DELAY='$NFQ_DELAY')"; return 1; }
+  command -v iptables-legacy >/dev/null || { nfq_why="iptables-legacy is not installed"; return 1; }
+  return 0  # whether the kernel takes the NFQUEUE target shows when the rule is added
+}
+# Starts nfq_delay in host namespace $1 and steers its eth0 output to it; skips (77) when the
+# kernel refuses the NFQUEUE target.
+start_nfq_delay() {
+  local ns=$1 us=$2 ready err
+  ready=$(mktemp -u "${TMPDIR:-/tmp}/bnr-nfq.XXXXXX")
+  ip netns exec "$ns" "$NFQ_DELAY" --queue 0 --delay-us "$us" --ready-file "$ready" </dev/null >/dev/null 2>&1 &
+  local i
+  for ((i = 0; i < 500; ++i)); do [[ -e $ready ]] && break; sleep 0.01; done
+  [[ -e $ready ]] || skip "nfq_delay did not bind a netfilter queue in 5 s (no nfnetlink_queue?), so --delay cannot be emulated"
+  rm -f "$ready"
+  if ! err=$(ip netns exec "$ns" iptables-legacy -A OUTPUT -o eth0 -j NFQUEUE --queue-num 0 --queue-bypass 2>&1); then
+    skip "the kernel refused the NFQUEUE target ($err), so --delay cannot be emulated without netem"
+  fi
+}
+use_nfq=0
+qdisc=()
 if [[ -n $delay ]]; then
   qdisc=(netem delay "$delay" limit 100000)
   [[ -n $rate ]] && qdisc+=(rate "$rate")
+  # Does this kernel have netem? Try it on the first host; it is removed again below.
+  if ! err=$(ip netns exec "${host_ns[0]}" tc qdisc add dev eth0 root netem delay "$delay" 2>&1); then
+    if [[ $err == *"qdisc kind is unknown"* || $err == *"No such file"* || $err == *"not supported"* ]]; then
+      nfq_usable || skip "this kernel has no 'netem' qdisc (CONFIG_NET_SCH_NETEM) and the NFQUEUE fallback is unavailable ($nfq_why), so --delay cannot be emulated: $err"
+      use_nfq=1
+      delay_us=$(to_us "$delay") || die_usage "--delay '$delay' is not a time such as 1ms"
+      qdisc=()
+      [[ -n $rate ]] && qdisc=(tbf rate "$rate" burst 256kb latency 100ms)
+    else
+      echo "netns_run: tc qdisc add dev eth0 root netem delay $delay failed: $err" >&2
+      exit 1
+    fi
+  else
+    ip netns exec "${host_ns[0]}" tc qdisc del dev eth0 root 2>/dev/null
+  fi
 elif [[ -n $rate ]]; then
   # Burst of 256 KiB: enough that TSO-sized packets pass at full rate, small enough that
   # the average rate holds over a millisecond or two.
   qdisc=(tbf rate "$rate" burst 256kb latency 100ms)
 fi
-if [[ -n $delay || -n $rate ]]; then
+if ((${#qdisc[@]})); then
   for ns in "${host_ns[@]}"; do
     if ! err=$(ip netns exec "$ns" tc qdisc add dev eth0 root "${qdisc[@]}" 2>&1); then
       if [[ $err == *"qdisc kind is unknown"* || $err == *"No such file"* || $err == *"not supported"* ]]; then
         what=--rate
-        [[ -n $delay ]] && what=--delay
+        [[ -n $delay && $use_nfq == 0 ]] && what=--delay
         skip "this kernel has no '${qdisc[0]}' qdisc (CONFIG_NET_SCH_${qdisc[0]^^}), so $what cannot be emulated: $err"
       fi
       echo "netns_run: tc qdisc add dev eth0 root ${qdisc[*]} failed: $err" >&2
       exit 1
     fi
   done
+fi
+if ((use_nfq)); then
+  for ns in "${host_ns[@]}"; do start_nfq_delay "$ns" "$delay_us"; done
+  echo "netns_run: no netem in this kernel; --delay $delay by nfq_delay (NFQUEUE) on each host's eth0" >&2
 fi
 
 # --- ranks -------------------------------------------------------------------------------

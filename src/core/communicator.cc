@@ -282,6 +282,7 @@ Status Communicator::init() {
     workers_[c] = std::make_unique<Worker>();
     workers_[c]->thread = std::thread([this, c] { workerLoop(c); });
   }
+  BRAID_RETURN_IF_ERROR(probeLinks());
 
   if (rank_ == 0 && logLevel() >= LogLevel::kInfo) {
     std::set<std::string> hosts;
@@ -292,6 +293,78 @@ Status Communicator::init() {
                0, 1, 0, nranks_, hosts.size(), nchannels_, cfg.slotBytes, cfg.nslots, tp.c_str(),
                topology::Placement::local().summary().c_str());
   }
+  return Status::ok();
+}
+
+Status Communicator::probeLinks() {
+  const Config& cfg = opts_.config;
+  int far = -1;  // the lowest rank on another host than rank 0
+  for (int r = 1; r < nranks_ && far < 0; ++r)
+    if (peers_[r].hostId != peers_[0].hostId) far = r;
+  if (far < 0 || !cfg.probe) return Status::ok();
+  Deadline deadline = Deadline::after(cfg.timeoutSec);
+
+  std::string text;
+  if (rank_ == 0 || rank_ == far) {
+    const bool lead = rank_ == 0;
+    const int other = lead ? far : 0;
+    uint64_t word = 0;
+    auto xfer = [&](bool send, void* buf, size_t bytes) {
+      algorithms::Request r;
+      r.coll = algorithms::Collective::kSendRecv;
+      r.dtype = DataType::kUint8;
+      r.p2p.push_back(algorithms::P2POp{send, other, bytes});
+      return run(r, nullptr, nullptr, {buf});
+    };
+    // The leader sends `bytes` from (or the other receives them into) `buf`, and the other
+    // answers with 8 bytes.
+    auto roundTrip = [&](void* buf, size_t bytes) -> StatusOr<int64_t> {
+      const int64_t t0 = nowNanos();
+      BRAID_RETURN_IF_ERROR(xfer(/*send=*/lead, buf, bytes));
+      BRAID_RETURN_IF_ERROR(xfer(/*send=*/!lead, &word, 8));
+      return nowNanos() - t0;
+    };
+    // Latency: the median of 15 round trips after 2 for warming up, halved.
+    std::vector<int64_t> rtt;
+    for (int i = 0; i < 17; ++i) {
+      uint64_t ping = 0;
+      BRAID_ASSIGN_OR_RETURN(int64_t t, roundTrip(&ping, 8));
+      if (i >= 2) rtt.push_back(t);
+    }
+    std::sort(rtt.begin(), rtt.end());
+    const double rttSec = static_cast<double>(rtt[rtt.size() / 2]) * 1e-9;
+    // Bandwidth: 1 MiB from the leader, answered by 8 bytes; the better of 2, less a round
+    // trip. Short on purpose (a fast network is not saturated by it, so the topology's NIC
+    // rate wins where it is known); it tells a slow link from a fast one.
+    constexpr size_t kBulk = 1 << 20;
+    std::vector<char> bulk(kBulk, 1);
+    double best = 0;
+    for (int i = 0; i < 2; ++i) {
+      BRAID_ASSIGN_OR_RETURN(int64_t t, roundTrip(bulk.data(), kBulk));
+      const double sec = static_cast<double>(t) * 1e-9 - rttSec;
+      if (sec > 0) best = std::max(best, static_cast<double>(kBulk) / sec);
+    }
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "%.9g %.9g", rttSec / 2, best);
+    // Both ends measured; the leader's numbers are the ones every rank plans with, so that
+    // every rank's planner makes the same choices.
+    if (lead) {
+      text = buf;
+      BRAID_RETURN_IF_ERROR(store_->set(key("probe"), text));
+    }
+  }
+  if (rank_ != 0) {
+    BRAID_ASSIGN_OR_RETURN(text, store_->get(key("probe"), deadline));
+  }
+  double alpha = 0, beta = 0;
+  if (std::sscanf(text.c_str(), "%lf %lf", &alpha, &beta) != 2 || !(alpha > 0) || !(alpha < 60) || !(beta >= 0))
+    return Status(Code::kRemoteError, "malformed link probe record '" + text.substr(0, 64) + "' from rank 0", 0);
+  machine_.inter.alpha = alpha;
+  const bool topoKnows = topoPlan_.netGBps > 0;
+  if (beta > 0 && !topoKnows) machine_.inter.beta = beta;
+  if (rank_ == 0)
+    BRAID_INFO("probe: rank 0 <-> rank %d (another host): latency %.1f us, bandwidth %.2f GB/s%s", far, alpha * 1e6,
+               beta / 1e9, topoKnows ? " (the planner keeps the topology's NIC bandwidth)" : "");
   return Status::ok();
 }
 

@@ -122,6 +122,9 @@ class Communicator {
   Status init();
   Status exchangePeers();
   Status loadTopology();
+  // On a job spanning hosts: rank 0 and the first rank of another host time round trips and
+  // a transfer, and every rank's cost model takes the published latency (and bandwidth).
+  Status probeLinks();
   Status connect();
   // `reuse`: the caller blocks until the Op is done (run()), so the Op may be recycled.
   StatusOr<std::shared_ptr<Op>> prepare(const algorithms::Request& req, const void* input, void* output,

@@ -19,6 +19,7 @@ const std::vector<ConfigEntry>& configTable() {
       {"BRAID_NET_IF", "string", "", "tcp: IPv4 address, interface name, or NCCL_SOCKET_IFNAME-style list (prefixes, '=' exact, '^' exclude) of interfaces to listen on"},
       {"BRAID_IB_HCA", "string", "", "RDMA NICs a job may use, NCCL_IB_HCA syntax (prefixes, '=' exact, '^' exclude, ':port'); also steers the NIC per channel"},
       {"BRAID_BIND", "bool", "1", "bind progress threads and receive buffers to the caller's NUMA node"},
+      {"BRAID_PROBE", "bool", "1", "on a job spanning hosts, time round trips and a transfer between two hosts at init and give the planner the measured latency (and bandwidth where the topology does not know it)"},
       {"BRAID_HOST_ID", "string", "", "host identity used to group ranks (default hostname + boot id)"},
       {"BRAID_TOPO_FILE", "string", "", "topology to use instead of discovery: hwloc XML, NCCL topology XML or braid JSON"},
       {"BRAID_TOPO", "string", "auto", "plan rings and NICs from the topology: auto (when ranks span several hosts, drive GPUs or BRAID_TOPO_FILE is set), 1 (always discover), 0 (never)"},
@@ -107,6 +108,12 @@ StatusOr<Config> Config::fromEnv(const std::function<const char*(const char*)>& 
   BRAID_RETURN_IF_ERROR(readInt(get, "BRAID_SOCKETS_PER_PEER", 1, 64, &c.socketsPerPeer));
   if (const char* v = get("BRAID_NET_IF")) c.netIf = v;
   if (const char* v = get("BRAID_IB_HCA")) c.ibHca = v;
+  if (const char* v = get("BRAID_PROBE"); v && *v) {
+    std::string b = v;
+    if (b == "1" || b == "true") c.probe = true;
+    else if (b == "0" || b == "false") c.probe = false;
+    else return badValue("BRAID_PROBE", v, "0 or 1");
+  }
   if (const char* v = get("BRAID_BIND"); v && *v) {
     std::string b = v;
     if (b == "1" || b == "true") c.bind = true;

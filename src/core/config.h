@@ -33,6 +33,7 @@ struct Config {
   std::string netIf;           // BRAID_NET_IF: address, interface, or NCCL-style list
   std::string ibHca;           // BRAID_IB_HCA: NCCL_IB_HCA-style list of RDMA NICs
   bool bind = true;
+  bool probe = true;           // BRAID_PROBE: measure the inter-host link at init
   std::string hostId;         // "" = hostname + boot id
   std::string topoFile;       // load the topology from this file instead of discovering it
   std::string topoDumpFile;   // write the topology braid sees to this JSON file

@@ -258,9 +258,25 @@ TEST_CASE("ranks on several hosts plan rings and NICs from the published topolog
     CHECK(r.status == 0);
     for (int i = 0; i < 4; ++i) CHECK(r.out.find("collectives ok rank " + std::to_string(i)) != std::string::npos);
     CHECK(r.out.find("trees from the topology") != std::string::npos);
+    // The job spans hosts, so rank 0 timed the link to rank 1 for the planner.
+    CHECK(std::regex_search(r.out, std::regex(R"(probe: rank 0 <-> rank 1 \(another host\): latency [0-9.]+ us)")));
     int cores = std::max(1, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
     int want = std::max(std::min(std::max(1, cores / 2), 4), std::min(18, std::min(2 * std::max(1, cores / 2), 16)));
     CHECK(r.out.find("4 ranks on 2 hosts, " + std::to_string(want) + " channels") != std::string::npos);
+  }
+
+  SECTION("BRAID_PROBE=0 skips the link probe; one host never probes") {
+    Run off = run(braidrun(4, "BRAID_DEBUG=INFO BRAID_PROBE=0 BRAID_TOPO=0 ") + perRankHost);
+    INFO(off.out);
+    CHECK(off.status == 0);
+    CHECK(off.out.find("probe:") == std::string::npos);
+    Run one = run(braidrun(2, "BRAID_DEBUG=INFO ") + MP_DIR "/mp_collectives");
+    INFO(one.out);
+    CHECK(one.status == 0);
+    CHECK(one.out.find("probe:") == std::string::npos);
+    Run bad = run(braidrun(2, "BRAID_PROBE=maybe ") + MP_DIR "/mp_collectives");
+    CHECK(bad.status != 0);
+    CHECK(bad.out.find("BRAID_PROBE") != std::string::npos);
   }
 
   SECTION("a NIC whose interface exists here (lo) carries its channel; one that does not falls back") {

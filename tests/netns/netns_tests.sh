@@ -133,6 +133,13 @@ case_latency_algo() {
   # faster time means the delay was not applied and the comparison proves nothing.
   awk -v a="$t_default" 'BEGIN { exit !(a >= 900) }' ||
     fail "the 8 B allreduce took ${t_default} us with 1 ms added between hosts: the delay is not in effect"
+  # The link probe at init measured the added millisecond (one way) between the hosts.
+  local probe
+  probe=$(cat "$log".* 2>/dev/null | grep -o 'probe: rank 0 <-> rank [0-9]* (another host): latency [0-9.]* us' | head -1)
+  [[ -n $probe ]] || fail "rank 0 logged no link probe (BRAID_DEBUG=INFO)"
+  echo "$probe"
+  awk -v l="$(awk '{ print $(NF-1) }' <<<"$probe")" 'BEGIN { exit !(l >= 900 && l < 5000) }' ||
+    fail "the link probe did not measure the 1 ms added between hosts: $probe"
   awk -v a="$t_default" -v b="$t_ring" 'BEGIN { exit !(a > 0 && a < b) }' ||
     fail "the planner's 8 B allreduce (${t_default} us) is not faster than forced ring (${t_ring} us)"
   echo "ok: planner beats forced ring by $(awk -v a="$t_default" -v b="$t_ring" 'BEGIN { printf "%.2fx", b / a }')"

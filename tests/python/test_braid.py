@@ -4,9 +4,13 @@ Each test launches one scenario of workers.py on N ranks (see conftest.py); a sc
 many checks and every rank reports each one, so a failure names the rank and the check.
 """
 
+import os
+import subprocess
+import sys
+
 import pytest
 
-from conftest import launch, requires_torch
+from conftest import HERE, SITE, launch, requires_torch
 
 
 @pytest.mark.parametrize("n", [2, 3, 4])
@@ -60,3 +64,19 @@ def test_core_killed_rank_raises_remote_error(n):
         extra = res.results[r]["extra"]
         assert extra["elapsed"] < 15, extra
         print(f"rank {r}: {extra['error_type']} (rank {extra['error_rank']}) after {extra['elapsed']:.2f} s")
+
+
+@requires_torch
+def test_torchrun_launches_an_unchanged_script():
+    # The user's path: torchrun (torch.distributed.run) starts the ranks and its c10d store
+    # does the rendezvous; the script only names the backend.
+    env = dict(os.environ)
+    if SITE:
+        env["PYTHONPATH"] = SITE + os.pathsep + env.get("PYTHONPATH", "")
+    res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "3",
+                          os.path.join(HERE, "torchrun_script.py")],
+                         env=env, capture_output=True, text=True, timeout=180)
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out[-4000:]
+    for r in range(3):
+        assert f"torchrun ok rank {r} of 3 local_rank {r}" in out, out[-4000:]

@@ -61,6 +61,20 @@ Machine machineForLayout(const algorithms::Layout& layout, const std::string& fo
   // latencies and per-message overheads stay the transport table's.
   if (layout.netGBps > 0) m.inter.beta = layout.netGBps * 1e9;
   if (layout.intraGBps > 0 && forcedTransport.empty()) m.intra.beta = layout.intraGBps * 1e9;
+  // The published trees chain the ranks of a host: deeper than a binary tree, with few host
+  // crossings on any path.
+  for (const std::vector<int>& parent : layout.treeParent) {
+    if (static_cast<int>(parent.size()) != layout.nranks) continue;
+    for (int r = 0; r < layout.nranks; ++r) {
+      int depth = 0, cross = 0;
+      for (int x = r; parent[x] >= 0 && depth <= layout.nranks; x = parent[x]) {
+        ++depth;
+        cross += m.hostOf[x] != m.hostOf[parent[x]];
+      }
+      m.treeDepth = std::max(m.treeDepth, depth);
+      m.treeCrossings = std::max(m.treeCrossings, cross);
+    }
+  }
   return m;
 }
 
@@ -160,13 +174,17 @@ struct Model {
   // handling `fan` children, with `cpuPerByte` per byte handled.
   // `lockstep` > 0: rounds do not overlap (see allreduce tree) and each costs that many
   // passes over the tree's depth.
-  double tree(double bytes, int depth, int fan, double cpuPerByte, int crossPerHost, double lockstep = 0) const {
+  // `interLevels` >= 0: that many of the levels cross hosts (a published tree); -1: the top
+  // levels of a binary tree over host-contiguous ranks do.
+  double tree(double bytes, int depth, int fan, double cpuPerByte, int crossPerHost, double lockstep = 0,
+              int interLevels = -1) const {
     if (bytes <= 0 || depth <= 0) return 0;
     double k = sliceCount(bytes, m.meshSlotBytes);
     double s = bytes / k;
     Link hopLink = hosts > 1 ? m.inter : m.intra;
-    // Only the top levels of a tree over host-contiguous ranks cross hosts.
-    int interLevels = hosts > 1 ? std::min(depth, static_cast<int>(std::ceil(std::log2(hosts))) + 1) : 0;
+    if (interLevels < 0)
+      interLevels = hosts > 1 ? std::min(depth, static_cast<int>(std::ceil(std::log2(hosts))) + 1) : 0;
+    interLevels = std::min(interLevels, depth);
     double hop = (interLevels * (m.inter.alpha + 2 * m.inter.overhead + s / m.inter.beta) +
                   (depth - interLevels) * (m.intra.alpha + 2 * m.intra.overhead + s / m.intra.beta)) /
                      depth +
@@ -206,11 +224,15 @@ double allreduce(const std::string& a, double B, const Model& md, int nch) {
   }
   if (a == "tree") {
     // Two trees, each half the data: up (reduce two children) then down (send to two).
-    int depth = std::max(1, md.log2Ceil());
+    // The topology's trees (chains inside hosts) are deeper and cross hosts less.
+    const bool published = md.m.treeDepth > 0;
+    int depth = published ? md.m.treeDepth : std::max(1, md.log2Ceil());
+    int inter = published ? md.m.treeCrossings : -1;
     int cross = md.hosts > 1 ? 2 : 0;
     // Each rank is inner in one tree (two children of B/2) and a leaf in the other: it
     // handles about 3/4 of B per child slot on the way up and again on the way down.
-    return md.tree(0.75 * B, depth, 2, md.g + md.cp, cross, 1.5) + md.tree(0.75 * B, depth, 2, 2 * md.cp, cross, 1.5);
+    return md.tree(0.75 * B, depth, 2, md.g + md.cp, cross, 1.5, inter) +
+           md.tree(0.75 * B, depth, 2, 2 * md.cp, cross, 1.5, inter);
   }
   if (a == "direct") {
     if (B == 0) return 0;

@@ -40,6 +40,11 @@ struct Machine {
   int ringSlots = 8;
   size_t meshSlotBytes = 64 * 1024;
   int meshSlots = 4;
+  // The tree allreduce's trees when the topology gave them (Layout::treeParent): the most
+  // hops from any rank to its root, and the most host crossings on such a path. 0: the
+  // trees are binaryTree()'s, log2(n) deep.
+  int treeDepth = 0;
+  int treeCrossings = 0;
 
   int nranks() const { return static_cast<int>(hostOf.size()); }
   int nhosts() const;

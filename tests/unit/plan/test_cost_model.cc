@@ -78,3 +78,37 @@ TEST_CASE("cost model: per-transport links and the communicator's geometry", "[u
   CHECK(m.ringSlotBytes == 64 * 1024);
   CHECK(m.ringSlots == 32);
 }
+
+TEST_CASE("cost model: the topology's trees price by their real depth and crossings", "[unit]") {
+  // 2 hosts x 8 ranks. The published trees chain each host's ranks and join the two hosts
+  // at the chains' heads: 8 hops deep, 1 host crossing, where a binary tree over 16 ranks is
+  // 4 deep with its top levels crossing.
+  algorithms::Layout l;
+  l.nranks = 16;
+  for (int r = 0; r < 16; ++r) l.hostOf.push_back(r / 8);
+  l.rings = {{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}};
+  l.roundBytes = 64 * 1024 * 16;
+  l.smallRoundBytes = 128 * 1024;
+  plan::Machine binary = plan::machineForLayout(l);
+  CHECK(binary.treeDepth == 0);
+  for (int t = 0; t < 2; ++t) {
+    std::vector<int> p(16);
+    for (int r = 0; r < 16; ++r) {
+      const int head = t == 0 ? (r / 8) * 8 : (r / 8) * 8 + 7;  // tree 1 enters at the far end
+      if (r == head) p[r] = r / 8 == 0 ? -1 : (t == 0 ? 0 : 7);
+      else p[r] = t == 0 ? r - 1 : r + 1;
+    }
+    l.treeParent[t] = p;
+  }
+  plan::Machine chained = plan::machineForLayout(l);
+  CHECK(chained.treeDepth == 8);  // rank 15 -> 8 (head of host 1) -> 0: 7 + 1 hops
+  CHECK(chained.treeCrossings == 1);
+  const auto* tree = algorithms::findAlgorithm(Collective::kAllReduce, "tree");
+  REQUIRE(tree != nullptr);
+  const auto small = request(Collective::kAllReduce, 8, 16);
+  // Over the table's TCP link (25 us) the one crossing per path beats the binary tree's two.
+  CHECK(plan::predictSeconds(*tree, small, chained, 1) < plan::predictSeconds(*tree, small, binary, 1));
+  // Where the network is as fast as shared memory, only depth counts: twice the hops cost more.
+  binary.inter = chained.inter = binary.intra;
+  CHECK(plan::predictSeconds(*tree, small, chained, 1) > plan::predictSeconds(*tree, small, binary, 1));
+}

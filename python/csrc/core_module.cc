@@ -206,29 +206,21 @@ Prepared prepAlltoall(PyComm& c, nb::handle send, nb::handle recv) {
   Buf s{const_cast<void*>(b.send), b.count, b.dtype, true}, r{b.recv, b.count, b.dtype, true};
   return Prepared{s, r, b.count / n, b.dtype};
 }
-// gather: every rank's sendbuf (count), the root's recvbuf (size x count); None elsewhere.
-Prepared prepGather(PyComm& c, nb::handle send, nb::handle recv, int root) {
+// gather: every rank's sendbuf (count), the root's recvbuf (size x count), None elsewhere.
+// scatter: the mirror image: the root's sendbuf (size x count), every rank's recvbuf (count).
+Prepared prepRooted(PyComm& c, nb::handle send, nb::handle recv, int root, bool gather) {
   Prepared p{roBuf(send, "sendbuf"), rwBuf(recv, "recvbuf")};
-  requireGiven(p.send, "sendbuf", "");
-  const int me = c.get().rank();
-  if (me == root) {
-    requireGiven(p.recv, "recvbuf", "on the root");
+  const Buf& each = gather ? p.send : p.recv;  // count elements on every rank
+  const Buf& all = gather ? p.recv : p.send;   // size x count on the root
+  const char* eachName = gather ? "sendbuf" : "recvbuf";
+  const char* allName = gather ? "recvbuf" : "sendbuf";
+  requireGiven(each, eachName, "");
+  if (c.get().rank() == root) {
+    requireGiven(all, allName, "on the root");
     sameType(p.send, p.recv);
-    requireCount(p.recv, static_cast<size_t>(c.get().size()) * p.send.count, "recvbuf", "size x sendbuf");
+    requireCount(all, static_cast<size_t>(c.get().size()) * each.count, allName, std::string("size x ") + eachName);
   }
-  return Prepared{p.send, p.recv, p.send.count, p.send.dtype};
-}
-// scatter: the root's sendbuf (size x count), every rank's recvbuf (count).
-Prepared prepScatter(PyComm& c, nb::handle send, nb::handle recv, int root) {
-  Prepared p{roBuf(send, "sendbuf"), rwBuf(recv, "recvbuf")};
-  requireGiven(p.recv, "recvbuf", "");
-  const int me = c.get().rank();
-  if (me == root) {
-    requireGiven(p.send, "sendbuf", "on the root");
-    sameType(p.send, p.recv);
-    requireCount(p.send, static_cast<size_t>(c.get().size()) * p.recv.count, "sendbuf", "size x recvbuf");
-  }
-  return Prepared{p.send, p.recv, p.recv.count, p.recv.dtype};
+  return Prepared{p.send, p.recv, each.count, each.dtype};
 }
 // reduce: sendbuf everywhere; recvbuf (None: in place on sendbuf) is written on the root only.
 Prepared prepReduce(PyComm& c, nb::handle send, nb::handle recv, int root) {
@@ -470,7 +462,7 @@ NB_MODULE(_core, m) {
       .def(
           "gather",
           [](PyComm& c, nb::handle send, nb::handle recv, int root) {
-            Prepared p = prepGather(c, send, recv, root);
+            Prepared p = prepRooted(c, send, recv, root, /*gather=*/true);
             braid::Communicator& comm = c.get();
             nb::gil_scoped_release nogil;
             comm.gather(p.send.ptr, p.recv.ptr, p.count, p.dtype, root);
@@ -481,7 +473,7 @@ NB_MODULE(_core, m) {
       .def(
           "gather_async",
           [](PyComm& c, nb::handle send, nb::handle recv, int root) {
-            Prepared p = prepGather(c, send, recv, root);
+            Prepared p = prepRooted(c, send, recv, root, /*gather=*/true);
             return new PyWork{c.get().gatherAsync(p.send.ptr, p.recv.ptr, p.count, p.dtype, root),
                               nb::make_tuple(send, recv)};
           },
@@ -490,7 +482,7 @@ NB_MODULE(_core, m) {
       .def(
           "scatter",
           [](PyComm& c, nb::handle send, nb::handle recv, int root) {
-            Prepared p = prepScatter(c, send, recv, root);
+            Prepared p = prepRooted(c, send, recv, root, /*gather=*/false);
             braid::Communicator& comm = c.get();
             nb::gil_scoped_release nogil;
             comm.scatter(p.send.ptr, p.recv.ptr, p.count, p.dtype, root);
@@ -501,7 +493,7 @@ NB_MODULE(_core, m) {
       .def(
           "scatter_async",
           [](PyComm& c, nb::handle send, nb::handle recv, int root) {
-            Prepared p = prepScatter(c, send, recv, root);
+            Prepared p = prepRooted(c, send, recv, root, /*gather=*/false);
             return new PyWork{c.get().scatterAsync(p.send.ptr, p.recv.ptr, p.count, p.dtype, root),
                               nb::make_tuple(send, recv)};
           },

@@ -144,6 +144,31 @@ const std::vector<AlgorithmInfo>& algorithmTable() {
   return table;
 }
 
+namespace {
+exec::Schedule emptySchedule(const Request& req, const char* name, int connectionSet, size_t nchannels) {
+  exec::Schedule s;
+  s.dtype = req.dtype;
+  s.op = req.op;
+  s.algorithm = name;
+  s.connectionSet = connectionSet;
+  s.channels.resize(nchannels);
+  return s;
+}
+}  // namespace
+
+exec::Schedule meshSchedule(const Request& req, const char* name) { return emptySchedule(req, name, 1, 1); }
+
+StatusOr<exec::Schedule> ringSchedule(const Request& req, const char* name, const Layout& layout) {
+  if (layout.rings.empty()) return invalidArgument(std::string(name) + " " + collectiveName(req.coll) + ": no rings");
+  return emptySchedule(req, name, 0, layout.rings.size());
+}
+
+Status checkRoot(const char* coll, int root, int n) {
+  if (root >= 0 && root < n) return Status::ok();
+  return invalidArgument(std::string(coll) + ": root=" + std::to_string(root) + " is outside [0, " +
+                         std::to_string(n) + ")");
+}
+
 const AlgorithmInfo* findAlgorithm(Collective coll, const std::string& name) {
   for (const AlgorithmInfo& a : algorithmTable())
     if (a.coll == coll && name == a.name) return &a;

@@ -193,6 +193,16 @@ TreeNode binaryTree(int rank, int nranks, int root, bool mirror);
 // first), then those on the same host, each group by rank. `hostOf` may be empty (one host).
 std::vector<std::vector<int>> treeChildren(const std::vector<int>& parent, const std::vector<int>& hostOf);
 
+// The empty Schedule every builder starts from, with the request's type and op and the
+// algorithm's name: on the mesh (connection set 1, one channel) or on the rings (set 0, one
+// channel per ring of the layout; kInvalidArgument when the layout has none); every channel
+// runs one round until the builder says otherwise.
+exec::Schedule meshSchedule(const Request& req, const char* name);
+StatusOr<exec::Schedule> ringSchedule(const Request& req, const char* name, const Layout& layout);
+
+// kInvalidArgument "<coll>: root=R is outside [0, n)" unless 0 <= root < n.
+Status checkRoot(const char* coll, int root, int n);
+
 // Elements of channel `c` out of `count` split over `nchannels`: [begin, end).
 inline size_t channelBegin(size_t count, int c, int nchannels) {
   return count * static_cast<size_t>(c) / static_cast<size_t>(nchannels);

@@ -29,12 +29,7 @@ StatusOr<Schedule> allgatherRecursiveDoubling(const Request& req, const Layout& 
   const int r = layout.rank;
   const size_t es = dataTypeSize(req.dtype);
   const size_t blockBytes = req.count * es;
-  Schedule s;
-  s.dtype = req.dtype;
-  s.op = req.op;
-  s.algorithm = "recursive-doubling";
-  s.connectionSet = 1;
-  s.channels.resize(1);
+  Schedule s = meshSchedule(req, "recursive-doubling");
   exec::ChannelPlan& plan = s.channels[0];
   if (blockBytes == 0) return s;
 

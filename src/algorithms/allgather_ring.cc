@@ -24,18 +24,13 @@ namespace {
 // The ring schedule over blocks `counts[b]` placed at `displs[b]` of the output (elements).
 // The own block is read from the input, or from its place in the output when in place.
 StatusOr<Schedule> ringAllgather(const Request& req, const Layout& layout, const std::vector<size_t>& counts,
-                                 const std::vector<size_t>& displs, const char* name) {
+                                 const std::vector<size_t>& displs) {
   const int n = layout.nranks;
   const int rank = layout.rank;
   const int nch = static_cast<int>(layout.rings.size());
-  if (nch < 1) return invalidArgument(std::string(name) + ": no rings");
   const size_t es = dataTypeSize(req.dtype);
 
-  Schedule s;
-  s.dtype = req.dtype;
-  s.op = req.op;
-  s.algorithm = "ring";
-  s.channels.resize(nch);
+  BRAID_ASSIGN_OR_RETURN(Schedule s, ringSchedule(req, "ring", layout));
 
   size_t maxCount = 0;
   for (size_t c : counts) maxCount = std::max(maxCount, c);
@@ -72,7 +67,7 @@ StatusOr<Schedule> allgatherRing(const Request& req, const Layout& layout) {
   const size_t n = static_cast<size_t>(layout.nranks);
   std::vector<size_t> counts(n, req.count), displs(n);
   for (size_t b = 0; b < n; ++b) displs[b] = b * req.count;
-  return ringAllgather(req, layout, counts, displs, "allgatherRing");
+  return ringAllgather(req, layout, counts, displs);
 }
 
 StatusOr<Schedule> allgatherVRing(const Request& req, const Layout& layout) {
@@ -80,7 +75,7 @@ StatusOr<Schedule> allgatherVRing(const Request& req, const Layout& layout) {
   if (req.counts.size() != n || req.displs.size() != n)
     return invalidArgument("allgatherv: counts and displs need one entry per rank (" + std::to_string(n) + "), got " +
                            std::to_string(req.counts.size()) + " and " + std::to_string(req.displs.size()));
-  return ringAllgather(req, layout, req.counts, req.displs, "allgatherVRing");
+  return ringAllgather(req, layout, req.counts, req.displs);
 }
 
 }  // namespace braid::algorithms

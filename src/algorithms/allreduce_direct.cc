@@ -24,13 +24,9 @@ using exec::Step;
 
 namespace {
 
-Schedule meshSchedule(const Request& req, const Layout& layout, const char* name) {
-  Schedule s;
-  s.dtype = req.dtype;
-  s.op = req.op;
-  s.algorithm = name;
-  s.connectionSet = 1;
-  s.channels.resize(1);
+// A mesh schedule that divides the result by n for AVG.
+Schedule averagingSchedule(const Request& req, const Layout& layout, const char* name) {
+  Schedule s = meshSchedule(req, name);
   if (req.op == ReduceOp::kAvg && layout.nranks > 1) {
     s.divisor = layout.nranks;
     s.divideRanges = {{Region{Buf::kOutput, 0, req.count * dataTypeSize(req.dtype)}}};
@@ -45,7 +41,7 @@ StatusOr<Schedule> allreduceDirect(const Request& req, const Layout& layout) {
   const int r = layout.rank;
   const size_t es = dataTypeSize(req.dtype);
   const size_t bytes = req.count * es;
-  Schedule s = meshSchedule(req, layout, "direct");
+  Schedule s = averagingSchedule(req, layout, "direct");
   exec::ChannelPlan& plan = s.channels[0];
   if (bytes == 0) return s;
   plan.rounds = roundsFor(bytes, layout.smallRoundBytes);
@@ -83,7 +79,7 @@ StatusOr<Schedule> allreduceTwoShot(const Request& req, const Layout& layout) {
   const int r = layout.rank;
   const size_t es = dataTypeSize(req.dtype);
   const size_t bytes = req.count * es;
-  Schedule s = meshSchedule(req, layout, "two-shot");
+  Schedule s = averagingSchedule(req, layout, "two-shot");
   exec::ChannelPlan& plan = s.channels[0];
   if (bytes == 0) return s;
   if (n == 1) {

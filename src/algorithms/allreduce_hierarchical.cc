@@ -36,12 +36,7 @@ StatusOr<Schedule> allreduceHierarchical(const Request& req, const Layout& layou
   const size_t es = dataTypeSize(req.dtype);
   const size_t bytes = req.count * es;
   if (static_cast<int>(layout.hostOf.size()) != n) return invalidArgument("allreduceHierarchical: hostOf does not cover every rank");
-  Schedule s;
-  s.dtype = req.dtype;
-  s.op = req.op;
-  s.algorithm = "hierarchical";
-  s.connectionSet = 1;
-  s.channels.resize(1);
+  Schedule s = meshSchedule(req, "hierarchical");
   exec::ChannelPlan& plan = s.channels[0];
   if (req.op == ReduceOp::kAvg && n > 1) {
     s.divisor = n;

@@ -31,12 +31,7 @@ StatusOr<Schedule> allreduceRabenseifner(const Request& req, const Layout& layou
   const int r = layout.rank;
   const size_t es = dataTypeSize(req.dtype);
   const size_t bytes = req.count * es;
-  Schedule s;
-  s.dtype = req.dtype;
-  s.op = req.op;
-  s.algorithm = "rabenseifner";
-  s.connectionSet = 1;
-  s.channels.resize(1);
+  Schedule s = meshSchedule(req, "rabenseifner");
   exec::ChannelPlan& plan = s.channels[0];
   if (req.op == ReduceOp::kAvg && n > 1) {
     s.divisor = n;

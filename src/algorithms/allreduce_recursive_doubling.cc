@@ -30,12 +30,7 @@ StatusOr<Schedule> allreduceRecursiveDoubling(const Request& req, const Layout& 
   const int n = layout.nranks;
   const int r = layout.rank;
   const size_t bytes = req.count * dataTypeSize(req.dtype);
-  Schedule s;
-  s.dtype = req.dtype;
-  s.op = req.op;
-  s.algorithm = "recursive-doubling";
-  s.connectionSet = 1;
-  s.channels.resize(1);
+  Schedule s = meshSchedule(req, "recursive-doubling");
   exec::ChannelPlan& plan = s.channels[0];
   plan.rounds = roundsFor(bytes, layout.smallRoundBytes);
   if (req.op == ReduceOp::kAvg && n > 1) {

@@ -18,14 +18,9 @@ using exec::Step;
 StatusOr<Schedule> allreduceRing(const Request& req, const Layout& layout) {
   const int n = layout.nranks;
   const int nch = static_cast<int>(layout.rings.size());
-  if (nch < 1) return invalidArgument("allreduceRing: no rings");
   const size_t es = dataTypeSize(req.dtype);
 
-  Schedule s;
-  s.dtype = req.dtype;
-  s.op = req.op;
-  s.algorithm = "ring";
-  s.channels.resize(nch);
+  BRAID_ASSIGN_OR_RETURN(Schedule s, ringSchedule(req, "ring", layout));
   if (req.op == ReduceOp::kAvg && n > 1) {
     s.divisor = n;
     s.divideRanges.resize(nch);

@@ -93,12 +93,7 @@ StatusOr<Schedule> allreduceTree(const Request& req, const Layout& layout) {
   const int n = layout.nranks;
   const size_t es = dataTypeSize(req.dtype);
   const size_t bytes = req.count * es;
-  Schedule s;
-  s.dtype = req.dtype;
-  s.op = req.op;
-  s.algorithm = "tree";
-  s.connectionSet = 1;
-  s.channels.resize(1);
+  Schedule s = meshSchedule(req, "tree");
   exec::ChannelPlan& plan = s.channels[0];
   if (req.op == ReduceOp::kAvg && n > 1) {
     s.divisor = n;

@@ -29,12 +29,7 @@ StatusOr<Schedule> alltoallBruck(const Request& req, const Layout& layout) {
   const int r = layout.rank;
   const size_t es = dataTypeSize(req.dtype);
   const size_t blockBytes = req.count * es;
-  Schedule s;
-  s.dtype = req.dtype;
-  s.op = req.op;
-  s.algorithm = "bruck";
-  s.connectionSet = 1;
-  s.channels.resize(1);
+  Schedule s = meshSchedule(req, "bruck");
   exec::ChannelPlan& plan = s.channels[0];
   if (blockBytes == 0) return s;
 

@@ -33,14 +33,8 @@ StatusOr<Schedule> pairwise(const Request& req, const Layout& layout, const std:
   const int n = layout.nranks;
   const int r = layout.rank;
   const size_t es = dataTypeSize(req.dtype);
-  Schedule s;
-  s.dtype = req.dtype;
-  s.op = req.op;
-  s.algorithm = "pairwise";
-  s.connectionSet = 1;
-  s.channels.resize(1);
+  Schedule s = meshSchedule(req, "pairwise");
   exec::ChannelPlan& plan = s.channels[0];
-  plan.rounds = 1;
 
   if (sendCounts[r] != recvCounts[r])
     return invalidArgument("alltoall: this rank sends itself " + std::to_string(sendCounts[r]) + " elements but receives " +

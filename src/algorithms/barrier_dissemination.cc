@@ -18,16 +18,12 @@ using exec::Region;
 using exec::Schedule;
 using exec::Step;
 
-StatusOr<Schedule> barrierDissemination(const Request& /*req*/, const Layout& layout) {
+StatusOr<Schedule> barrierDissemination(const Request& req, const Layout& layout) {
   const int n = layout.nranks;
   const int r = layout.rank;
-  Schedule s;
+  Schedule s = meshSchedule(req, "dissemination");
   s.dtype = DataType::kUint8;  // one-byte elements
-  s.algorithm = "dissemination";
-  s.connectionSet = 1;
-  s.channels.resize(1);
   exec::ChannelPlan& plan = s.channels[0];
-  plan.rounds = 1;
   if (n == 1) return s;
   s.scratchBytes = 2;
   const Region token{Buf::kScratch, 0, 1}, heard{Buf::kScratch, 1, 1};

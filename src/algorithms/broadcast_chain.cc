@@ -15,14 +15,9 @@ using exec::Step;
 StatusOr<Schedule> broadcastChain(const Request& req, const Layout& layout) {
   const int n = layout.nranks;
   const int nch = static_cast<int>(layout.rings.size());
-  if (nch < 1) return invalidArgument("broadcastChain: no rings");
   const size_t es = dataTypeSize(req.dtype);
 
-  Schedule s;
-  s.dtype = req.dtype;
-  s.op = req.op;
-  s.algorithm = "chain";
-  s.channels.resize(nch);
+  BRAID_ASSIGN_OR_RETURN(Schedule s, ringSchedule(req, "chain", layout));
   size_t maxChannelBytes = (req.count + nch - 1) / nch * es;
   const int rounds = roundsFor(maxChannelBytes, layout.roundBytes);
 

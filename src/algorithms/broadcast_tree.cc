@@ -22,12 +22,7 @@ StatusOr<Schedule> broadcastTree(const Request& req, const Layout& layout) {
   const size_t es = dataTypeSize(req.dtype);
   const size_t bytes = req.count * es;
   if (req.root < 0 || req.root >= n) return invalidArgument("broadcastTree: root out of range");
-  Schedule s;
-  s.dtype = req.dtype;
-  s.op = req.op;
-  s.algorithm = "tree";
-  s.connectionSet = 1;
-  s.channels.resize(1);
+  Schedule s = meshSchedule(req, "tree");
   exec::ChannelPlan& plan = s.channels[0];
   if (bytes == 0) return s;
   plan.rounds = roundsFor(bytes, layout.smallRoundBytes);

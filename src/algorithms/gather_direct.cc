@@ -18,15 +18,9 @@ using exec::Step;
 StatusOr<Schedule> gatherDirect(const Request& req, const Layout& layout) {
   const int n = layout.nranks;
   const int r = layout.rank;
-  if (req.root < 0 || req.root >= n)
-    return invalidArgument("gather: root=" + std::to_string(req.root) + " is outside [0, " + std::to_string(n) + ")");
+  BRAID_RETURN_IF_ERROR(checkRoot("gather", req.root, n));
   const size_t blockBytes = req.count * dataTypeSize(req.dtype);
-  Schedule s;
-  s.dtype = req.dtype;
-  s.op = req.op;
-  s.algorithm = "direct";
-  s.connectionSet = 1;
-  s.channels.resize(1);
+  Schedule s = meshSchedule(req, "direct");
   exec::ChannelPlan& plan = s.channels[0];
   plan.rounds = roundsFor(blockBytes, layout.smallRoundBytes);
   if (blockBytes == 0) return s;

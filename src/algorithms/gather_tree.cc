@@ -24,17 +24,10 @@ StatusOr<Schedule> gatherTree(const Request& req, const Layout& layout) {
   const int n = layout.nranks;
   const int r = layout.rank;
   const int root = req.root;
-  if (root < 0 || root >= n)
-    return invalidArgument("gather: root=" + std::to_string(root) + " is outside [0, " + std::to_string(n) + ")");
+  BRAID_RETURN_IF_ERROR(checkRoot("gather", root, n));
   const size_t blockBytes = req.count * dataTypeSize(req.dtype);
-  Schedule s;
-  s.dtype = req.dtype;
-  s.op = req.op;
-  s.algorithm = "tree";
-  s.connectionSet = 1;
-  s.channels.resize(1);
+  Schedule s = meshSchedule(req, "tree");
   exec::ChannelPlan& plan = s.channels[0];
-  plan.rounds = 1;
   if (blockBytes == 0) return s;
 
   auto at = [&](Buf buf, int firstBlock, int num) {

@@ -20,16 +20,11 @@ using exec::Step;
 StatusOr<Schedule> reduceChain(const Request& req, const Layout& layout) {
   const int n = layout.nranks;
   const int nch = static_cast<int>(layout.rings.size());
-  if (nch < 1) return invalidArgument("reduceChain: no rings");
   if (req.root < 0 || req.root >= n) return invalidArgument("reduceChain: root out of range");
   const size_t es = dataTypeSize(req.dtype);
   const bool isRoot = layout.rank == req.root;
 
-  Schedule s;
-  s.dtype = req.dtype;
-  s.op = req.op;
-  s.algorithm = "chain";
-  s.channels.resize(nch);
+  BRAID_ASSIGN_OR_RETURN(Schedule s, ringSchedule(req, "chain", layout));
   if (req.op == ReduceOp::kAvg && n > 1) {
     s.divisor = n;
     s.divideRanges.resize(nch);

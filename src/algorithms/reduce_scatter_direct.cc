@@ -22,12 +22,7 @@ StatusOr<Schedule> reduceScatterDirect(const Request& req, const Layout& layout)
   const int r = layout.rank;
   const size_t es = dataTypeSize(req.dtype);
   const size_t blockBytes = req.count * es;
-  Schedule s;
-  s.dtype = req.dtype;
-  s.op = req.op;
-  s.algorithm = "direct";
-  s.connectionSet = 1;
-  s.channels.resize(1);
+  Schedule s = meshSchedule(req, "direct");
   exec::ChannelPlan& plan = s.channels[0];
   plan.rounds = roundsFor(blockBytes, layout.smallRoundBytes);
   if (req.op == ReduceOp::kAvg && n > 1) {

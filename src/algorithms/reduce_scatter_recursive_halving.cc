@@ -29,12 +29,7 @@ StatusOr<Schedule> reduceScatterRecursiveHalving(const Request& req, const Layou
   const int r = layout.rank;
   const size_t es = dataTypeSize(req.dtype);
   const size_t blockBytes = req.count * es;
-  Schedule s;
-  s.dtype = req.dtype;
-  s.op = req.op;
-  s.algorithm = "recursive-halving";
-  s.connectionSet = 1;
-  s.channels.resize(1);
+  Schedule s = meshSchedule(req, "recursive-halving");
   exec::ChannelPlan& plan = s.channels[0];
   if (req.op == ReduceOp::kAvg && n > 1) {
     s.divisor = n;

@@ -25,18 +25,13 @@ namespace {
 // Block b has `counts[b]` elements at element `displs[b]` of the input; this rank's result
 // (counts[rank] elements) goes to the start of the output.
 StatusOr<Schedule> ringReduceScatter(const Request& req, const Layout& layout, const std::vector<size_t>& counts,
-                                     const std::vector<size_t>& displs, const char* name) {
+                                     const std::vector<size_t>& displs) {
   const int n = layout.nranks;
   const int rank = layout.rank;
   const int nch = static_cast<int>(layout.rings.size());
-  if (nch < 1) return invalidArgument(std::string(name) + ": no rings");
   const size_t es = dataTypeSize(req.dtype);
 
-  Schedule s;
-  s.dtype = req.dtype;
-  s.op = req.op;
-  s.algorithm = "ring";
-  s.channels.resize(nch);
+  BRAID_ASSIGN_OR_RETURN(Schedule s, ringSchedule(req, "ring", layout));
   if (req.op == ReduceOp::kAvg && n > 1) {
     s.divisor = n;
     s.divideRanges.resize(nch);
@@ -86,7 +81,7 @@ StatusOr<Schedule> reduceScatterRing(const Request& req, const Layout& layout) {
   const size_t n = static_cast<size_t>(layout.nranks);
   std::vector<size_t> counts(n, req.count), displs(n);
   for (size_t b = 0; b < n; ++b) displs[b] = b * req.count;
-  return ringReduceScatter(req, layout, counts, displs, "reduceScatterRing");
+  return ringReduceScatter(req, layout, counts, displs);
 }
 
 StatusOr<Schedule> reduceScatterVRing(const Request& req, const Layout& layout) {
@@ -97,7 +92,7 @@ StatusOr<Schedule> reduceScatterVRing(const Request& req, const Layout& layout) 
   // The input holds the blocks back to back, in rank order.
   std::vector<size_t> displs(n);
   for (size_t b = 1; b < n; ++b) displs[b] = displs[b - 1] + req.counts[b - 1];
-  return ringReduceScatter(req, layout, req.counts, displs, "reduceScatterVRing");
+  return ringReduceScatter(req, layout, req.counts, displs);
 }
 
 }  // namespace braid::algorithms

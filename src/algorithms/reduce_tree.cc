@@ -23,12 +23,7 @@ StatusOr<Schedule> reduceTree(const Request& req, const Layout& layout) {
   const size_t bytes = req.count * es;
   if (req.root < 0 || req.root >= n) return invalidArgument("reduceTree: root out of range");
   const bool isRoot = layout.rank == req.root;
-  Schedule s;
-  s.dtype = req.dtype;
-  s.op = req.op;
-  s.algorithm = "tree";
-  s.connectionSet = 1;
-  s.channels.resize(1);
+  Schedule s = meshSchedule(req, "tree");
   exec::ChannelPlan& plan = s.channels[0];
   if (req.op == ReduceOp::kAvg && n > 1) {
     s.divisor = n;

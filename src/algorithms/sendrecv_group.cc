@@ -21,14 +21,8 @@ using exec::Step;
 
 StatusOr<Schedule> sendRecvGroup(const Request& req, const Layout& layout) {
   const size_t es = dataTypeSize(req.dtype);
-  Schedule s;
-  s.dtype = req.dtype;
-  s.op = req.op;
-  s.algorithm = "p2p";
-  s.connectionSet = 1;
-  s.channels.resize(1);
+  Schedule s = meshSchedule(req, "p2p");
   exec::ChannelPlan& plan = s.channels[0];
-  plan.rounds = 1;
   const size_t partElems = std::max<size_t>(1, layout.smallRoundBytes / es);
 
   size_t maxParts = 0;

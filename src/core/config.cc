@@ -78,6 +78,17 @@ Status readInt(const std::function<const char*(const char*)>& get, const char* n
   return Status::ok();
 }
 
+// A boolean knob: 1/true or 0/false; unset or empty leaves *out as it is.
+Status readBool(const std::function<const char*(const char*)>& get, const char* name, bool* out) {
+  const char* v = get(name);
+  if (!v || !*v) return Status::ok();
+  const std::string b = v;
+  if (b == "1" || b == "true") *out = true;
+  else if (b == "0" || b == "false") *out = false;
+  else return badValue(name, v, "0 or 1");
+  return Status::ok();
+}
+
 }  // namespace
 
 StatusOr<Config> Config::fromEnv(const std::function<const char*(const char*)>& getter) {
@@ -108,18 +119,8 @@ StatusOr<Config> Config::fromEnv(const std::function<const char*(const char*)>& 
   BRAID_RETURN_IF_ERROR(readInt(get, "BRAID_SOCKETS_PER_PEER", 1, 64, &c.socketsPerPeer));
   if (const char* v = get("BRAID_NET_IF")) c.netIf = v;
   if (const char* v = get("BRAID_IB_HCA")) c.ibHca = v;
-  if (const char* v = get("BRAID_PROBE"); v && *v) {
-    std::string b = v;
-    if (b == "1" || b == "true") c.probe = true;
-    else if (b == "0" || b == "false") c.probe = false;
-    else return badValue("BRAID_PROBE", v, "0 or 1");
-  }
-  if (const char* v = get("BRAID_BIND"); v && *v) {
-    std::string b = v;
-    if (b == "1" || b == "true") c.bind = true;
-    else if (b == "0" || b == "false") c.bind = false;
-    else return badValue("BRAID_BIND", v, "0 or 1");
-  }
+  BRAID_RETURN_IF_ERROR(readBool(get, "BRAID_PROBE", &c.probe));
+  BRAID_RETURN_IF_ERROR(readBool(get, "BRAID_BIND", &c.bind));
   if (const char* v = get("BRAID_HOST_ID")) c.hostId = v;
   if (const char* v = get("BRAID_TOPO_FILE")) c.topoFile = v;
   if (const char* v = get("BRAID_TOPO_DUMP_FILE")) c.topoDumpFile = v;

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -64,6 +65,11 @@ class Connection {
   // hold staged bytes). Memory transports are always flushed.
   virtual bool flushed() const { return true; }
 
+  // Whether this connection itself reports a dead peer as kRemoteError (a socket's EOF, a
+  // UCX endpoint's error callback). Memory transports cannot; the communicator's liveness
+  // checks (pidfds, deadlines, abort records) cover them.
+  virtual bool seesPeerFailure() const { return false; }
+
   // What to sleep on while waiting for this connection to become ready to send (forSend)
   // or to receive. Arms any wake-up the peer must deliver; call disarm() after waking.
   virtual WaitHandle waitHandle(bool forSend) = 0;
@@ -95,6 +101,8 @@ struct TransportConfig {
   // NIC the topology gives that channel; an empty entry, a channel past the end, or an
   // interface without an IPv4 address on this host means netIf.
   std::vector<std::string> channelNetIfs;
+  std::string ibHca;              // RDMA transports: NICs in NCCL_IB_HCA syntax
+  int ibGidIndex = -1;            // RDMA transports: RoCE GID index, -1 = from sysfs
 };
 
 // A transport instance belongs to one communicator. Setup runs in three phases so that
@@ -107,6 +115,8 @@ class Transport {
  public:
   virtual ~Transport() = default;
   virtual const char* name() const = 0;
+  // One line on what this instance found (devices, sub-transports), for braid-info.
+  virtual std::string describe() const { return ""; }
 
   // Score for carrying traffic from `local` to `remote`; 0 = cannot. Higher wins.
   virtual int canConnect(const PeerInfo& local, const PeerInfo& remote) const = 0;
@@ -122,11 +132,28 @@ class Transport {
   virtual Status establish(Deadline deadline) = 0;
 };
 
-// The registry: every transport, listed once, in one place (registry.cc).
+// The registry: the built-in transports, listed once in registry.cc, then the plugins found
+// through BRAID_TRANSPORT_PLUGIN and the plugin folder (plugin_loader.h).
 struct TransportFactory {
   const char* name;
-  std::unique_ptr<Transport> (*create)(const TransportConfig& cfg);
+  // Fails when the transport cannot run here (a plugin's library finds no device, say).
+  std::function<StatusOr<std::unique_ptr<Transport>>(const TransportConfig& cfg)> create;
+  std::string origin = "built in";  // or the plugin's file
+  std::string version;              // a plugin's own version string
 };
 const std::vector<TransportFactory>& registry();
+
+// A plugin that was found but could not be loaded: its transport name (from the file name
+// libbraid-net-<name>.so, or the file itself) and why. Selecting that name with
+// BRAID_TRANSPORT fails with this reason; otherwise it was a one-line warning.
+struct PluginFailure {
+  std::string name;
+  std::string file;
+  std::string reason;
+};
+const std::vector<PluginFailure>& pluginFailures();
+
+// The names a user may give BRAID_TRANSPORT, comma-separated, plugins marked.
+std::string availableTransports();
 
 }  // namespace braid::transport

@@ -56,7 +56,37 @@ StatusOr<std::vector<std::string>> allGather(Store& store, const std::string& pr
   return values;
 }
 
-Status barrier(Store& store, const std::string& name, int nranks, Deadline deadline) {
+namespace {
+
+constexpr double kPollSec = 0.2;
+
+// The earlier of `deadline` and one poll period from now.
+Deadline slice(Deadline deadline) {
+  Deadline next = Deadline::after(kPollSec);
+  return !deadline.never() && deadline.nanos() < next.nanos() ? deadline : next;
+}
+
+// store.wait(keys) in slices, running `poll` between them.
+Status waitPolling(Store& store, const std::vector<std::string>& keys, Deadline deadline,
+                   const std::function<Status()>& poll) {
+  if (!poll) return store.wait(keys, deadline);
+  for (;;) {
+    Status s = store.wait(keys, slice(deadline));
+    if (s.code() != Code::kTimeout || deadline.expired()) return s;
+    BRAID_RETURN_IF_ERROR(poll());
+  }
+}
+
+}  // namespace
+
+StatusOr<std::string> getPolling(Store& store, const std::string& key, Deadline deadline,
+                                 const std::function<Status()>& poll) {
+  BRAID_RETURN_IF_ERROR(waitPolling(store, {key}, deadline, poll));
+  return store.get(key, deadline);
+}
+
+Status barrier(Store& store, const std::string& name, int nranks, Deadline deadline,
+               const std::function<Status()>& poll) {
   if (nranks < 1) return invalidArgument("barrier '" + name + "': nranks " + std::to_string(nranks) + " < 1");
   const std::string countKey = name + "/count";
   const std::string doneKey = name + "/done";
@@ -67,7 +97,7 @@ Status barrier(Store& store, const std::string& name, int nranks, Deadline deadl
   if (arrived > nranks)
     return internalError("barrier '" + name + "': " + std::to_string(arrived) + " arrivals for " +
                          std::to_string(nranks) + " ranks (was the name reused?)");
-  Status s = store.wait({doneKey}, deadline);
+  Status s = waitPolling(store, {doneKey}, deadline, poll);
   if (s.code() == Code::kTimeout) {
     auto now = store.add(countKey, 0);
     std::string seen = now.isOk() ? std::to_string(now.value()) : std::string("?");

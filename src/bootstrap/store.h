@@ -4,6 +4,7 @@
 // Values are opaque bytes. All methods are thread-safe and block at most until `timeout`.
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,12 @@ StatusOr<std::vector<std::string>> allGather(Store& store, const std::string& pr
 // Returns once all `nranks` ranks have entered the barrier named `name`. A name is used
 // once: the keys under it stay behind, so a second barrier needs a distinct name (callers
 // append a sequence number or epoch). On timeout, the message says how many ranks arrived.
-Status barrier(Store& store, const std::string& name, int nranks, Deadline deadline);
+// `poll`, when given, runs about every 200 ms while waiting; a failure it returns ends the
+// wait with that Status (the communicator checks for a peer's abort record this way).
+Status barrier(Store& store, const std::string& name, int nranks, Deadline deadline,
+               const std::function<Status()>& poll = nullptr);
+// store.get(key) that also runs `poll` about every 200 ms while waiting, as above.
+StatusOr<std::string> getPolling(Store& store, const std::string& key, Deadline deadline,
+                                 const std::function<Status()>& poll);
 
 }  // namespace braid::bootstrap

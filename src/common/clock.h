@@ -21,6 +21,13 @@ class Deadline {
     if (seconds > 0) d.at_ = nowNanos() + static_cast<int64_t>(seconds * 1e9);
     return d;
   }
+  // From / to CLOCK_MONOTONIC nanoseconds (0 = never), for the plugin ABI.
+  static Deadline atNanos(int64_t ns) {
+    Deadline d;
+    d.at_ = ns;
+    return d;
+  }
+  int64_t nanos() const { return at_; }
   bool never() const { return at_ == 0; }
   bool expired() const { return at_ != 0 && nowNanos() >= at_; }
   // Milliseconds left, clamped to [0, cap]; cap when there is no deadline.

@@ -17,6 +17,7 @@ struct LogState {
   std::mutex mu;
   int rank = -1;
   char host[64] = {0};
+  void (*sink)(int, const char*) = nullptr;
 };
 
 LogState& state() {
@@ -50,6 +51,11 @@ LogLevel logLevel() { return state().level; }
 
 void setLogRank(int rank) { state().rank = rank; }
 
+void setLogSink(LogLevel level, void (*sink)(int level, const char* message)) {
+  state().level = level;
+  state().sink = sink;
+}
+
 void logf(LogLevel level, const char* fmt, ...) {
   LogState& s = state();
   char msg[2048];
@@ -57,6 +63,10 @@ void logf(LogLevel level, const char* fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(msg, sizeof(msg), fmt, ap);
   va_end(ap);
+  if (s.sink) {
+    s.sink(static_cast<int>(level), msg);
+    return;
+  }
   const char* tag = level == LogLevel::kWarn ? "WARN" : level == LogLevel::kInfo ? "INFO" : "TRACE";
   std::lock_guard<std::mutex> lock(s.mu);
   std::fprintf(s.out, "%s:%d:%d [braid] %s %s\n", s.host, static_cast<int>(getpid()), s.rank, tag, msg);

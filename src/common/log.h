@@ -13,6 +13,9 @@ LogLevel logLevel();
 void logf(LogLevel level, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 // Sets the prefix every line carries, e.g. "host:pid:rank 3".
 void setLogRank(int rank);
+// Inside a transport plugin: hand every line to the host's logger, at its level, instead
+// of reading BRAID_DEBUG a second time.
+void setLogSink(LogLevel level, void (*sink)(int level, const char* message));
 
 }  // namespace braid
 

@@ -217,7 +217,8 @@ Status Communicator::init() {
     // every connection cut the same slices.
     std::set<std::string> hosts;
     for (const auto& p : peers_) hosts.insert(p.hostId);
-    bool stream = hosts.size() > 1 || opts_.config.transport == "tcp";
+    const std::string& forced = opts_.config.transport;
+    bool stream = hosts.size() > 1 || (!forced.empty() && forced != "shm" && forced != "loopback");
     if (opts_.config.slotBytes == 0) opts_.config.slotBytes = stream ? 64 * 1024 : 512 * 1024;
     if (opts_.config.nslots == 0) opts_.config.nslots = stream ? 32 : 8;
   }
@@ -540,6 +541,8 @@ Status Communicator::connect() {
   tc.connectTimeoutSec = cfg.timeoutSec > 0 ? cfg.timeoutSec : 3600;
   tc.socketsPerPeer = cfg.socketsPerPeer;
   tc.netIf = cfg.netIf;
+  tc.ibHca = cfg.ibHca;
+  tc.ibGidIndex = cfg.ibGidIndex;
   if (topology_) {
     // Channel c listens on NIC (c mod k) of the k allowed NICs nearest this rank's GPU or
     // NUMA node. An explicit BRAID_NET_IF address overrides the topology for every channel.
@@ -568,14 +571,47 @@ Status Communicator::connect() {
   std::vector<int> choice(static_cast<size_t>(nranks_), -1);
   transportNames_.assign(static_cast<size_t>(nranks_), "self");
   const auto& reg = transport::registry();
-  for (const auto& f : reg) {
-    transports_.push_back(f.create(tc));
-    meshTransports_.push_back(f.create(mesh));
+  if (!cfg.transport.empty()) {
+    bool known = false;
+    for (const auto& f : reg) known |= cfg.transport == f.name;
+    if (!known) {
+      for (const auto& failed : transport::pluginFailures())
+        if (failed.name == cfg.transport)
+          return invalidArgument("BRAID_TRANSPORT=" + cfg.transport + ": " + failed.reason);
+      return invalidArgument("BRAID_TRANSPORT='" + cfg.transport + "' names no transport; available: " +
+                             transport::availableTransports());
+    }
+  }
+  // A transport that cannot run here (a plugin whose library finds no usable device) is
+  // left out with a warning, unless it is the one BRAID_TRANSPORT asks for.
+  std::vector<bool> usable(reg.size(), false);
+  for (size_t i = 0; i < reg.size(); ++i) {
+    const auto& f = reg[i];
+    const bool forced = cfg.transport == f.name;
+    if (!cfg.transport.empty() && !forced && nranks_ > 1) {
+      transports_.push_back(nullptr);
+      meshTransports_.push_back(nullptr);
+      continue;
+    }
+    auto rings = f.create(tc);
+    auto meshT = rings.isOk() ? f.create(mesh) : rings.status();
+    if (!rings.isOk() || !meshT.isOk()) {
+      Status st = rings.isOk() ? meshT.status() : rings.status();
+      if (forced) return st.withContext("BRAID_TRANSPORT=" + cfg.transport);
+      BRAID_WARN("transport %s unavailable: %s", f.name, st.message().c_str());
+      transports_.push_back(nullptr);
+      meshTransports_.push_back(nullptr);
+      continue;
+    }
+    usable[i] = true;
+    transports_.push_back(std::move(rings).value());
+    meshTransports_.push_back(std::move(meshT).value());
   }
   for (int r = 0; r < nranks_; ++r) {
     if (r == rank_) continue;
     int best = 0;
     for (size_t t = 0; t < transports_.size(); ++t) {
+      if (!usable[t]) continue;
       if (!cfg.transport.empty() && cfg.transport != reg[t].name) continue;
       int score = transports_[t]->canConnect(peers_[rank_], peers_[r]);
       if (score > best) {
@@ -588,6 +624,12 @@ Status Communicator::connect() {
                              (cfg.transport.empty() ? "" : " with BRAID_TRANSPORT=" + cfg.transport));
     }
     transportNames_[r] = reg[choice[r]].name;
+  }
+  // Instances no peer chose hold resources (a UCX worker, an RDMA context): free them now.
+  for (size_t t = 0; t < transports_.size(); ++t) {
+    if (std::find(choice.begin(), choice.end(), static_cast<int>(t)) != choice.end()) continue;
+    transports_[t].reset();
+    meshTransports_[t].reset();
   }
 
   auto emptyLinks = [&] {
@@ -626,7 +668,12 @@ Status Communicator::connect() {
     for (int from : w.from) {
       if (w.links->recvFrom[from]) continue;
       std::string blob;
-      BRAID_ASSIGN_OR_RETURN(auto conn, (*w.transports)[choice[from]]->createRecv(from, w.channel, &blob));
+      auto created = (*w.transports)[choice[from]]->createRecv(from, w.channel, &blob);
+      if (!created.isOk()) {
+        return created.status().withContext("receiving from rank " + std::to_string(from) + " over " +
+                                            transportNames_[from]);
+      }
+      auto conn = std::move(created).value();
       w.links->recvFrom[from] = conn.get();
       connections_.push_back(std::move(conn));
       BRAID_RETURN_IF_ERROR(store_->set(connKey(from, rank_, w.channel), transportNames_[from] + "|" + blob));
@@ -636,7 +683,8 @@ Status Communicator::connect() {
   for (Want& w : wants) {
     for (int to : w.to) {
       if (w.links->sendTo[to]) continue;
-      BRAID_ASSIGN_OR_RETURN(std::string v, store_->get(connKey(rank_, to, w.channel), deadline));
+      BRAID_ASSIGN_OR_RETURN(std::string v, bootstrap::getPolling(*store_, connKey(rank_, to, w.channel), deadline,
+                                                                  [this] { return abortRecord(); }));
       size_t bar = v.find('|');
       std::string tname = bar == std::string::npos ? "" : v.substr(0, bar);
       if (tname != transportNames_[to]) {
@@ -644,15 +692,22 @@ Status Communicator::connect() {
                                std::to_string(rank_) + " chose '" + transportNames_[to] +
                                "' (is BRAID_TRANSPORT set the same on every rank?)");
       }
-      BRAID_ASSIGN_OR_RETURN(auto conn, (*w.transports)[choice[to]]->connectSend(to, w.channel, v.substr(bar + 1)));
+      auto connected = (*w.transports)[choice[to]]->connectSend(to, w.channel, v.substr(bar + 1));
+      if (!connected.isOk()) {
+        return connected.status().withContext("connecting to rank " + std::to_string(to) + " over " +
+                                              transportNames_[to]);
+      }
+      auto conn = std::move(connected).value();
       w.links->sendTo[to] = conn.get();
       connections_.push_back(std::move(conn));
     }
   }
   // Phase 3: everyone attached; transports finish (accept, unlink).
-  BRAID_RETURN_IF_ERROR(bootstrap::barrier(*store_, key("connected"), nranks_, deadline));
-  for (auto& t : transports_) BRAID_RETURN_IF_ERROR(t->establish(deadline));
-  for (auto& t : meshTransports_) BRAID_RETURN_IF_ERROR(t->establish(deadline));
+  BRAID_RETURN_IF_ERROR(bootstrap::barrier(*store_, key("connected"), nranks_, deadline, [this] { return abortRecord(); }));
+  for (auto& t : transports_)
+    if (t) BRAID_RETURN_IF_ERROR(t->establish(deadline));
+  for (auto& t : meshTransports_)
+    if (t) BRAID_RETURN_IF_ERROR(t->establish(deadline));
   return Status::ok();
 }
 

@@ -1,5 +1,7 @@
 #include "core/config.h"
 
+#include "transports/transport.h"
+
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -10,7 +12,9 @@ const std::vector<ConfigEntry>& configTable() {
   static const std::vector<ConfigEntry> kTable = {
       {"BRAID_TIMEOUT", "seconds", "300", "fail a pending operation after this long without progress (0 = never)"},
       {"BRAID_NCHANNELS", "int", "0", "channels (rings run in parallel, one progress thread each); 0 = from cores per local rank"},
-      {"BRAID_TRANSPORT", "string", "", "force one transport for every peer: loopback, shm or tcp"},
+      {"BRAID_TRANSPORT", "string", "", "force one transport for every peer: loopback, shm, tcp, or a plugin's (ucx, ibverbs); braid-info lists them"},
+      {"BRAID_TRANSPORT_PLUGIN", "string", "", "transport plugin libraries to load, ':'-separated paths (in addition to the plugin folder)"},
+      {"BRAID_PLUGIN_DIR", "string", "", "folder of libbraid-net-*.so plugins (default: <libdir>/braid beside libbraid.so); 'none' loads no folder"},
       {"BRAID_SLOT_BYTES", "size", "auto", "bytes per transport slot, the executor's slice size (auto: 512K on shared memory, 64K when tcp is in use)"},
       {"BRAID_NSLOTS", "int", "auto", "slots per connection FIFO, the pipeline depth (auto: 8 on shared memory, 32 when tcp is in use)"},
       {"BRAID_SPIN_US", "int", "-1", "microseconds to spin before yielding while waiting; -1 = auto (less when ranks outnumber cores)"},
@@ -18,6 +22,7 @@ const std::vector<ConfigEntry>& configTable() {
       {"BRAID_SOCKETS_PER_PEER", "int", "1", "tcp: sockets striped per connection"},
       {"BRAID_NET_IF", "string", "", "tcp: IPv4 address, interface name, or NCCL_SOCKET_IFNAME-style list (prefixes, '=' exact, '^' exclude) of interfaces to listen on"},
       {"BRAID_IB_HCA", "string", "", "RDMA NICs a job may use, NCCL_IB_HCA syntax (prefixes, '=' exact, '^' exclude, ':port'); also steers the NIC per channel"},
+      {"BRAID_IB_GID_INDEX", "int", "-1", "ibverbs: RoCE GID index; -1 picks a RoCE v2 IPv4 GID from sysfs"},
       {"BRAID_BIND", "bool", "1", "bind progress threads and receive buffers to the caller's NUMA node"},
       {"BRAID_PROBE", "bool", "1", "on a job spanning hosts, time round trips and a transfer between two hosts at init and give the planner the measured latency (and bandwidth where the topology does not know it)"},
       {"BRAID_HOST_ID", "string", "", "host identity used to group ranks (default hostname + boot id)"},
@@ -104,7 +109,13 @@ StatusOr<Config> Config::fromEnv(const std::function<const char*(const char*)>& 
   BRAID_RETURN_IF_ERROR(readInt(get, "BRAID_NCHANNELS", 0, 64, &c.nchannels));
   if (const char* v = get("BRAID_TRANSPORT"); v && *v) {
     std::string t = v;
-    if (t != "loopback" && t != "shm" && t != "tcp") return badValue("BRAID_TRANSPORT", v, "one of loopback, shm, tcp");
+    bool known = false;
+    for (const auto& f : transport::registry()) known |= t == f.name;
+    for (const auto& f : transport::pluginFailures()) {
+      // Named, but its plugin did not load: the communicator reports why.
+      known |= t == f.name;
+    }
+    if (!known) return badValue("BRAID_TRANSPORT", v, ("one of " + transport::availableTransports()).c_str());
     c.transport = t;
   }
   if (const char* v = get("BRAID_SLOT_BYTES"); v && *v) {
@@ -119,6 +130,7 @@ StatusOr<Config> Config::fromEnv(const std::function<const char*(const char*)>& 
   BRAID_RETURN_IF_ERROR(readInt(get, "BRAID_SOCKETS_PER_PEER", 1, 64, &c.socketsPerPeer));
   if (const char* v = get("BRAID_NET_IF")) c.netIf = v;
   if (const char* v = get("BRAID_IB_HCA")) c.ibHca = v;
+  BRAID_RETURN_IF_ERROR(readInt(get, "BRAID_IB_GID_INDEX", -1, 1023, &c.ibGidIndex));
   BRAID_RETURN_IF_ERROR(readBool(get, "BRAID_PROBE", &c.probe));
   BRAID_RETURN_IF_ERROR(readBool(get, "BRAID_BIND", &c.bind));
   if (const char* v = get("BRAID_HOST_ID")) c.hostId = v;

@@ -32,6 +32,7 @@ struct Config {
   int socketsPerPeer = 1;
   std::string netIf;           // BRAID_NET_IF: address, interface, or NCCL-style list
   std::string ibHca;           // BRAID_IB_HCA: NCCL_IB_HCA-style list of RDMA NICs
+  int ibGidIndex = -1;         // BRAID_IB_GID_INDEX: RoCE GID index, -1 = from sysfs
   bool bind = true;
   bool probe = true;           // BRAID_PROBE: measure the inter-host link at init
   std::string hostId;         // "" = hostname + boot id

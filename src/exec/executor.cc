@@ -280,7 +280,7 @@ class ChannelRunner {
     for (Connection* other : active_) {
       if (other == c || other->flushed() || nfds == 16) continue;
       WaitHandle oh = other->waitHandle(true);
-      if (oh.fd >= 0) fds[nfds++] = {oh.fd, POLLOUT, 0};
+      if (oh.fd >= 0) fds[nfds++] = {oh.fd, oh.fdEvents ? oh.fdEvents : static_cast<short>(POLLOUT), 0};
     }
     if (h.futexWord) {
       transport::futexWait(h.futexWord, h.futexValue, nfds ? 200 : kSleepMicros);
@@ -306,7 +306,7 @@ class ChannelRunner {
         done = false;
         waitingOn = c->peer();
         WaitHandle h = c->waitHandle(true);
-        if (h.fd >= 0 && nfds < 16) fds[nfds++] = {h.fd, POLLOUT, 0};
+        if (h.fd >= 0 && nfds < 16) fds[nfds++] = {h.fd, h.fdEvents ? h.fdEvents : static_cast<short>(POLLOUT), 0};
       }
       if (done) return Status::ok();
       BRAID_RETURN_IF_ERROR(checkAlive(waitingOn, "flush data to", nowNanos()));

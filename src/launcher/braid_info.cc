@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <unistd.h>
 #include <string>
 #include <vector>
 
@@ -287,6 +288,37 @@ int printScaling(int argc, char** argv) {
   return 0;
 }
 
+// Every transport found, built in and plugins, with the scores it gives a peer in this
+// process, on this host and on another host (0 = cannot reach it), and what it found.
+void printTransports() {
+  using braid::transport::PeerInfo;
+  std::printf("transports (score: same process / same host / other host):\n");
+  PeerInfo local{0, "braid-info-host", static_cast<int64_t>(getpid()), 1};
+  PeerInfo sameProcess = local;
+  sameProcess.rank = 1;
+  PeerInfo sameHost = sameProcess;
+  sameHost.pid += 1;
+  PeerInfo otherHost = sameHost;
+  otherHost.hostId = "braid-info-other-host";
+  for (const auto& f : braid::transport::registry()) {
+    braid::transport::TransportConfig cfg;
+    cfg.nranks = 2;
+    auto t = f.create(cfg);
+    std::printf("  %-10s %s%s%s\n", f.name, f.origin.c_str(), f.version.empty() ? "" : ", ",
+                f.version.c_str());
+    if (!t.isOk()) {
+      std::printf("             unavailable here: %s\n", t.status().message().c_str());
+      continue;
+    }
+    std::printf("             score %d / %d / %d", t.value()->canConnect(local, sameProcess),
+                t.value()->canConnect(local, sameHost), t.value()->canConnect(local, otherHost));
+    std::string d = t.value()->describe();
+    std::printf("%s%s\n", d.empty() ? "" : "; ", d.c_str());
+  }
+  for (const auto& failed : braid::transport::pluginFailures())
+    std::printf("  %-10s %s: not loaded: %s\n", failed.name.c_str(), failed.file.c_str(), failed.reason.c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -299,8 +331,7 @@ int main(int argc, char** argv) {
   if (argc > 1) usage();
   std::printf("braid %d.%d.%d\n", BRAID_MAJOR, BRAID_MINOR, BRAID_PATCH);
   std::printf("reduction kernels: %s\n", braid::reduce::simdLevel());
-  std::printf("transports:");
-  for (const auto& t : braid::transport::registry()) std::printf(" %s", t.name);
-  std::printf("\nmachine: %s\n", braid::topology::Placement::local().summary().c_str());
+  printTransports();
+  std::printf("machine: %s\n", braid::topology::Placement::local().summary().c_str());
   return 0;
 }

@@ -132,8 +132,9 @@ std::string runRank(const TransportFactory& factory, Mode mode, const TransportC
   ep.cfg.rank = rank;
   ep.cfg.nranks = 2;
   ep.side = side;
-  ep.transport = factory.create(ep.cfg);
-  if (!ep.transport) return "factory returned no transport";
+  auto created = factory.create(ep.cfg);
+  if (!created.isOk()) return "create: " + created.status().toString();
+  ep.transport = std::move(created).value();
   std::string result = scenario(ep);
   // Neither rank tears down while the other may still be reading: memory transports keep
   // slots in the receiver's memory, and a closed socket would look like a failure.
@@ -279,12 +280,12 @@ bool supportsMode(const TransportFactory& f, Mode mode) {
   TransportConfig cfg;
   cfg.nranks = 2;
   auto t = f.create(cfg);
-  if (!t) return false;
+  if (!t.isOk()) return false;
   PeerInfo local{0, "conformance-host", static_cast<int64_t>(getpid()), 7};
   PeerInfo remote = local;
   remote.rank = 1;
   if (mode == Mode::kProcesses) remote.pid = local.pid + 1;
-  return t->canConnect(local, remote) > 0;
+  return t.value()->canConnect(local, remote) > 0;
 }
 
 std::string setupPair(Endpoint& ep, int channels, double timeoutSec) {

@@ -60,6 +60,7 @@ class TcpSendConnection final : public Connection {
   Status releaseRecv(const Slot& s) override;
   // Writes queued frames until the kernel pushes back. Free when nothing is queued.
   Status progress() override;
+  bool seesPeerFailure() const override { return true; }
   // Does not write by itself: a caller waiting for the flush keeps calling progress().
   bool flushed() const override { return queued_ == 0; }
   // forSend: POLLOUT on the socket whose frame the sender waits for. Otherwise POLLIN on
@@ -113,6 +114,7 @@ class TcpRecvConnection final : public Connection {
   Status releaseRecv(const Slot& s) override;
   // Reads frames into free slots. Costs no system call while every slot is full.
   Status progress() override;
+  bool seesPeerFailure() const override { return true; }
   // POLLIN on the socket that carries the oldest incomplete frame.
   WaitHandle waitHandle(bool forSend) override;
   int peer() const override { return peer_; }

@@ -1,0 +1,151 @@
+/* braid transport plugin ABI, version 1.
+ *
+ * A transport plugin is a shared library that exports one symbol,
+ *     const braidTransportPlugin_v1_t braidTransportPlugin_v1;
+ * a table of function pointers that mirrors braid's transport seam one to one. braid finds
+ * plugins through BRAID_TRANSPORT_PLUGIN (a ':'-separated list of files) and in the plugin
+ * folder next to libbraid.so (<libdir>/braid/libbraid-net-<name>.so). A later ABI version
+ * exports braidTransportPlugin_v2 beside it, so one library can serve old and new braids.
+ *
+ * The model (the same as braid's built-in shared-memory and tcp transports):
+ *   - A transport instance belongs to one communicator. It offers one-directional
+ *     connections to a peer on a channel; each carries fixed-size slots in FIFO order.
+ *   - Setup runs in three phases: create_recv() for every incoming connection (its blob
+ *     travels to the sender through braid's bootstrap), connect_send() with that blob, and,
+ *     after a barrier among all ranks, establish().
+ *   - The sender reserves a slot, writes up to slot_bytes into it, and posts it; the
+ *     receiver peeks the oldest slot, consumes it in place, and releases it. No call blocks
+ *     except establish(), which returns by its deadline.
+ *   - A connection is used by one thread at a time (never concurrently); different
+ *     connections of one transport may be used by different threads at once.
+ *
+ * Errors: every call that can fail returns a braidPluginResult_t and, on failure, fills the
+ * caller's braidPluginError_v1 with a message and, for a failed peer, its rank. braid
+ * prefixes the plugin's name and this rank. Output parameters are written only on success.
+ *
+ * This header is pure C99 and includes nothing but the standard headers it needs.
+ */
+#ifndef BRAID_TRANSPORT_PLUGIN_H_
+#define BRAID_TRANSPORT_PLUGIN_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define BRAID_TRANSPORT_PLUGIN_ABI_VERSION 1
+#define BRAID_TRANSPORT_PLUGIN_SYMBOL_V1 "braidTransportPlugin_v1"
+
+typedef enum {
+  braidPluginOk = 0,
+  braidPluginWouldBlock = 1,      /* not now: retry after progress; no error */
+  braidPluginInvalidArgument = 2, /* bad configuration or a malformed blob */
+  braidPluginSystemError = 3,     /* a local resource or library call failed */
+  braidPluginRemoteError = 4,     /* the peer failed or closed; error.rank names it */
+  braidPluginTimeout = 5,         /* a deadline passed (establish) */
+  braidPluginInternal = 6
+} braidPluginResult_t;
+
+typedef struct {
+  int rank;             /* the rank the failure is about, or -1 */
+  char message[512];    /* NUL-terminated */
+} braidPluginError_v1;
+
+/* What braid logs for the plugin: level 1 warn, 2 info, 3 trace. */
+typedef void (*braidPluginLogFn)(int level, const char* message);
+
+typedef struct {
+  int rank;
+  int nranks;
+  uint64_t nonce;           /* session nonce: refuse traffic that carries another */
+  size_t slot_bytes;        /* payload per slot */
+  int nslots;               /* FIFO depth */
+  int numa_node;            /* where to place receive buffers; -1 for anywhere */
+  double connect_timeout_sec;
+  const char* net_if;       /* interface list in NCCL_SOCKET_IFNAME syntax, or "" */
+  const char* const* channel_net_ifs; /* the NIC the topology gives ring channel c, or "" */
+  int num_channel_net_ifs;
+  const char* ib_hca;       /* RDMA NICs in NCCL_IB_HCA syntax, or "" */
+  int ib_gid_index;         /* RoCE GID index, -1 for automatic */
+  int log_level;            /* braid's level, so a plugin can skip formatting */
+  braidPluginLogFn log;     /* never NULL */
+} braidTransportConfig_v1;
+
+typedef struct {
+  int rank;
+  const char* host_id;      /* hostname + boot id, or BRAID_HOST_ID */
+  int64_t pid;
+  uint64_t nonce;
+} braidPeerInfo_v1;
+
+typedef struct {
+  void* data;               /* reserve_send: where to write; peek_recv: the payload */
+  size_t bytes;             /* peek_recv: payload length */
+  uint64_t tag;             /* travels with the payload */
+} braidSlot_v1;
+
+/* How braid can sleep until a connection may have work: a futex word (sleep while
+ * *futex_word == futex_value) and/or a file descriptor to poll for fd_events. Neither set
+ * means "do not sleep, yield and retry". */
+typedef struct {
+  const uint32_t* futex_word;
+  uint32_t futex_value;
+  int fd;
+  short fd_events;
+} braidWaitHandle_v1;
+
+typedef struct braidTransportPlugin_v1_s {
+  uint32_t abi_version;     /* BRAID_TRANSPORT_PLUGIN_ABI_VERSION */
+  const char* name;         /* what BRAID_TRANSPORT selects, e.g. "ucx" */
+  const char* version;      /* the plugin's own version and its library's, for braid-info */
+
+  /* One transport instance per communicator (braid creates a few: rings and the
+   * small-message mesh). */
+  braidPluginResult_t (*init)(const braidTransportConfig_v1* config, void** transport,
+                              braidPluginError_v1* error);
+  void (*finalize)(void* transport);
+
+  /* Score for carrying traffic from local to remote; 0 = cannot, higher wins. braid's
+   * built-ins: loopback 1000 (same process), shm 100 (same host), tcp 10 (anywhere). */
+  int (*score)(void* transport, const braidPeerInfo_v1* local, const braidPeerInfo_v1* remote);
+  /* One line describing what the instance found (devices, transports), for braid-info. */
+  const char* (*describe)(void* transport);
+
+  /* Phase 1: resources to receive from peer on channel. The blob (at most *blob_bytes on
+   * entry) is written to blob and its length to *blob_bytes. When the buffer is too small,
+   * returns braidPluginInvalidArgument with the size needed in *blob_bytes. */
+  braidPluginResult_t (*create_recv)(void* transport, int peer, int channel, void** connection,
+                                     void* blob, size_t* blob_bytes, braidPluginError_v1* error);
+  /* Phase 2: attach to the receiver the blob describes. */
+  braidPluginResult_t (*connect_send)(void* transport, int peer, int channel, const void* blob,
+                                      size_t blob_bytes, void** connection, braidPluginError_v1* error);
+  /* Phase 3: completes every connection created so far; returns by deadline_ns
+   * (CLOCK_MONOTONIC nanoseconds). */
+  braidPluginResult_t (*establish)(void* transport, int64_t deadline_ns, braidPluginError_v1* error);
+
+  /* Connection calls; none blocks. */
+  size_t (*slot_bytes)(void* connection);
+  braidPluginResult_t (*reserve_send)(void* connection, braidSlot_v1* slot, braidPluginError_v1* error);
+  braidPluginResult_t (*post_send)(void* connection, const braidSlot_v1* slot, size_t bytes,
+                                   braidPluginError_v1* error);
+  braidPluginResult_t (*peek_recv)(void* connection, braidSlot_v1* slot, braidPluginError_v1* error);
+  braidPluginResult_t (*release_recv)(void* connection, const braidSlot_v1* slot, braidPluginError_v1* error);
+  braidPluginResult_t (*progress)(void* connection, braidPluginError_v1* error);
+  /* Nonzero when every posted send has left this process's buffers. */
+  int (*flushed)(void* connection);
+  /* Nonzero when the connection itself reports a dead peer (braid's own liveness checks
+   * cover the others). */
+  int (*sees_peer_failure)(void* connection);
+  void (*wait_handle)(void* connection, int for_send, braidWaitHandle_v1* handle);
+  void (*disarm)(void* connection, int for_send);
+  /* Frees the connection; the transport outlives its connections. */
+  void (*close)(void* connection);
+} braidTransportPlugin_v1_t;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* BRAID_TRANSPORT_PLUGIN_H_ */

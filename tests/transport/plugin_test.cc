@@ -1,0 +1,226 @@
+// The plugin loader: where plugins are looked for, what a broken library gets as an error,
+// and the adapter's checks on what a plugin hands back (a plugin may be wrong; braid must
+// not crash for it).
+
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "harness.h"
+#include "transports/plugin/plugin_loader.h"
+
+namespace braid::transport::test {
+namespace {
+
+const std::string kDir = BRAID_TEST_PLUGIN_DIR;
+
+TEST_CASE("plugin loader: the list in BRAID_TRANSPORT_PLUGIN comes first, a file name loads once", "[plugin]") {
+  auto files = plugin::pluginFiles("/a/libbraid-net-x.so::/b/libbraid-net-y.so:/c/libbraid-net-x.so",
+                                   kDir.c_str());
+  REQUIRE(files.size() >= 2);
+  CHECK(files[0] == "/a/libbraid-net-x.so");
+  CHECK(files[1] == "/b/libbraid-net-y.so");
+  int tcpAbi = 0;
+  for (const auto& f : files) {
+    CHECK(f != "/c/libbraid-net-x.so");
+    tcpAbi += f == kDir + "/libbraid-net-tcp-abi.so";
+  }
+  CHECK(tcpAbi == 1);  // found by scanning the folder
+  CHECK(plugin::pluginFiles(nullptr, "none").empty());
+  CHECK(plugin::pluginFiles("", "none").empty());
+  CHECK(plugin::nameFromFile("/x/libbraid-net-ucx.so") == "ucx");
+  CHECK(plugin::nameFromFile("/x/libbraid-net-ib-verbs.so.1") == "ib-verbs");
+  CHECK(plugin::nameFromFile("other.so") == "other.so");
+}
+
+TEST_CASE("plugin loader: a missing file, a missing symbol and a wrong version name the file", "[plugin]") {
+  auto missing = plugin::loadPlugin(kDir + "/libbraid-net-absent.so");
+  REQUIRE_FALSE(missing.isOk());
+  CHECK(missing.status().message().find("libbraid-net-absent.so") != std::string::npos);
+
+  auto noSymbol = plugin::loadPlugin(kDir + "/libbraid-net-no-symbol.so");
+  REQUIRE_FALSE(noSymbol.isOk());
+  INFO(noSymbol.status().message());
+  CHECK(noSymbol.status().code() == Code::kInvalidArgument);
+  CHECK(noSymbol.status().message().find("libbraid-net-no-symbol.so") != std::string::npos);
+  CHECK(noSymbol.status().message().find("braidTransportPlugin_v1") != std::string::npos);
+
+  auto badVersion = plugin::loadPlugin(kDir + "/libbraid-net-bad-version.so");
+  REQUIRE_FALSE(badVersion.isOk());
+  INFO(badVersion.status().message());
+  CHECK(badVersion.status().message().find("libbraid-net-bad-version.so") != std::string::npos);
+  CHECK(badVersion.status().message().find("version 99") != std::string::npos);
+  CHECK(badVersion.status().message().find("version 1") != std::string::npos);
+}
+
+TEST_CASE("plugin loader: tcp behind the ABI loads, names itself and scores like tcp", "[plugin]") {
+  auto f = plugin::loadPlugin(kDir + "/libbraid-net-tcp-abi.so");
+  REQUIRE(f.isOk());
+  CHECK(std::string(f->name) == "tcp-abi");
+  CHECK(f->origin == kDir + "/libbraid-net-tcp-abi.so");
+  CHECK(f->version.find("tests") != std::string::npos);
+  TransportConfig cfg;
+  cfg.nranks = 2;
+  auto t = f->create(cfg);
+  REQUIRE(t.isOk());
+  CHECK(std::string(t.value()->name()) == "tcp-abi");
+  PeerInfo local{0, "h", 1, 5};
+  PeerInfo remote{1, "other", 2, 5};
+  CHECK(t.value()->canConnect(local, remote) == 10);
+  remote.nonce = 6;
+  CHECK(t.value()->canConnect(local, remote) == 0);
+}
+
+TEST_CASE("plugin loader: init failing carries the plugin's message and name", "[plugin]") {
+  auto f = plugin::loadPlugin(kDir + "/libbraid-net-failing.so");
+  REQUIRE(f.isOk());
+  setenv("BRAID_TEST_FAIL_RANK", "0", 1);
+  setenv("BRAID_TEST_FAIL_MODE", "init", 1);
+  TransportConfig cfg;
+  cfg.nranks = 2;
+  auto t = f->create(cfg);
+  unsetenv("BRAID_TEST_FAIL_RANK");
+  unsetenv("BRAID_TEST_FAIL_MODE");
+  REQUIRE_FALSE(t.isOk());
+  CHECK(t.status().code() == Code::kSystemError);
+  CHECK(t.status().message() == "failing: init refused on purpose");
+}
+
+// ---- a table written here, wrong in the ways a plugin can be -------------------------
+
+struct Fake {
+  int blobMode = 0;   // 0 fine, 1 claims a longer blob than the buffer, 2 no connection
+  size_t recvBytes = 16;
+  uint8_t slot[64] = {};
+};
+Fake gFake;
+
+braidPluginResult_t fakeInit(const braidTransportConfig_v1*, void** t, braidPluginError_v1*) {
+  *t = &gFake;
+  return braidPluginOk;
+}
+void fakeFinalize(void*) {}
+int fakeScore(void*, const braidPeerInfo_v1*, const braidPeerInfo_v1*) { return -5; }
+braidPluginResult_t fakeCreateRecv(void*, int, int, void** c, void* blob, size_t* n, braidPluginError_v1*) {
+  if (gFake.blobMode == 1) {
+    *n += 100;
+    *c = &gFake;
+    return braidPluginOk;
+  }
+  if (gFake.blobMode == 2) return braidPluginOk;
+  std::memcpy(blob, "ok", 2);
+  *n = 2;
+  *c = &gFake;
+  return braidPluginOk;
+}
+braidPluginResult_t fakeConnectSend(void*, int peer, int, const void*, size_t, void**, braidPluginError_v1* e) {
+  e->rank = peer;
+  std::snprintf(e->message, sizeof(e->message), "peer %d went away", peer);
+  return braidPluginRemoteError;
+}
+braidPluginResult_t fakeEstablish(void*, int64_t, braidPluginError_v1*) { return braidPluginOk; }
+size_t fakeSlotBytes(void*) { return 32; }
+braidPluginResult_t fakeReserve(void*, braidSlot_v1* s, braidPluginError_v1*) {
+  s->data = gFake.slot;
+  return braidPluginOk;
+}
+braidPluginResult_t fakePost(void*, const braidSlot_v1*, size_t, braidPluginError_v1*) { return braidPluginWouldBlock; }
+braidPluginResult_t fakePeek(void*, braidSlot_v1* s, braidPluginError_v1*) {
+  s->data = gFake.slot;
+  s->bytes = gFake.recvBytes;
+  s->tag = 7;
+  return braidPluginOk;
+}
+braidPluginResult_t fakeRelease(void*, const braidSlot_v1*, braidPluginError_v1*) { return braidPluginOk; }
+braidPluginResult_t fakeProgress(void*, braidPluginError_v1* e) {
+  // A plugin that forgets the NUL: the adapter must stop at the buffer's end.
+  e->rank = 3;
+  std::memset(e->message, 'x', sizeof(e->message));
+  return braidPluginSystemError;
+}
+int fakeFlushed(void*) { return 1; }
+int fakeSeesPeerFailure(void*) { return 1; }
+void fakeWaitHandle(void*, int, braidWaitHandle_v1* h) { h->fd = 42; h->fd_events = 1; }
+void fakeDisarm(void*, int) {}
+void fakeClose(void*) {}
+
+braidTransportPlugin_v1_t fakeTable() {
+  braidTransportPlugin_v1_t t{};
+  t.abi_version = BRAID_TRANSPORT_PLUGIN_ABI_VERSION;
+  t.name = "fake";
+  t.version = "1";
+  t.init = fakeInit;
+  t.finalize = fakeFinalize;
+  t.score = fakeScore;
+  t.create_recv = fakeCreateRecv;
+  t.connect_send = fakeConnectSend;
+  t.establish = fakeEstablish;
+  t.slot_bytes = fakeSlotBytes;
+  t.reserve_send = fakeReserve;
+  t.post_send = fakePost;
+  t.peek_recv = fakePeek;
+  t.release_recv = fakeRelease;
+  t.progress = fakeProgress;
+  t.flushed = fakeFlushed;
+  t.sees_peer_failure = fakeSeesPeerFailure;
+  t.wait_handle = fakeWaitHandle;
+  t.disarm = fakeDisarm;
+  t.close = fakeClose;
+  return t;
+}
+
+TEST_CASE("plugin adapter: what a wrong plugin returns becomes an error, not a crash", "[plugin]") {
+  static const braidTransportPlugin_v1_t table = fakeTable();
+  TransportFactory f = plugin::factoryFromTable(&table, "fake table");
+  TransportConfig cfg;
+  auto t = f.create(cfg);
+  REQUIRE(t.isOk());
+  Transport& tr = *t.value();
+  PeerInfo a{0, "h", 1, 1};
+  CHECK(tr.canConnect(a, a) == 0);  // a negative score means cannot
+
+  std::string blob;
+  gFake.blobMode = 1;
+  auto tooLong = tr.createRecv(1, 0, &blob);
+  REQUIRE_FALSE(tooLong.isOk());
+  CHECK(tooLong.status().message().find("fake: create_recv wrote a blob longer than its buffer") == 0);
+  gFake.blobMode = 2;
+  auto none = tr.createRecv(1, 0, &blob);
+  REQUIRE_FALSE(none.isOk());
+  CHECK(none.status().message() == "fake: create_recv returned no connection");
+  gFake.blobMode = 0;
+  auto conn = tr.createRecv(1, 0, &blob);
+  REQUIRE(conn.isOk());
+  CHECK(blob == "ok");
+
+  auto send = tr.connectSend(4, 0, "ok");
+  REQUIRE_FALSE(send.isOk());
+  CHECK(send.status().code() == Code::kRemoteError);
+  CHECK(send.status().rank() == 4);
+  CHECK(send.status().message() == "fake: peer 4 went away");
+
+  Connection& c = *conn.value();
+  CHECK(c.slotBytes() == 32);
+  Slot s;
+  REQUIRE(c.peekRecv(&s).isOk());
+  CHECK(s.bytes == 16);
+  CHECK(s.tag == 7);
+  gFake.recvBytes = 33;  // more than a slot holds
+  Status big = c.peekRecv(&s);
+  CHECK(big.code() == Code::kRemoteError);
+  CHECK(big.rank() == 1);
+  CHECK(big.message().find("more than a slot holds") != std::string::npos);
+  CHECK(c.postSend(s, 1).code() == Code::kWouldBlock);
+  Status p = c.progress();
+  CHECK(p.code() == Code::kSystemError);
+  CHECK(p.rank() == 3);
+  CHECK(p.message().size() == std::strlen("fake: ") + sizeof(braidPluginError_v1::message));
+  WaitHandle h = c.waitHandle(false);
+  CHECK(h.fd == 42);
+  CHECK(c.flushed());
+  CHECK(c.seesPeerFailure());
+}
+
+}  // namespace
+}  // namespace braid::transport::test

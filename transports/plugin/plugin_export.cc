@@ -1,0 +1,210 @@
+#include "transports/plugin/plugin_export.h"
+
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include "common/log.h"
+
+namespace braid::transport::plugin {
+namespace {
+
+// One library exports one transport, so the factory can live in a file-level variable.
+CreateFn gCreate = nullptr;
+
+struct ExportedTransport {
+  std::unique_ptr<Transport> impl;
+  std::string description;
+};
+
+struct ExportedConnection {
+  std::unique_ptr<Connection> impl;
+};
+
+braidPluginResult_t resultOf(Code c) {
+  switch (c) {
+    case Code::kOk: return braidPluginOk;
+    case Code::kWouldBlock: return braidPluginWouldBlock;
+    case Code::kInvalidArgument: return braidPluginInvalidArgument;
+    case Code::kSystemError: return braidPluginSystemError;
+    case Code::kRemoteError: return braidPluginRemoteError;
+    case Code::kTimeout: return braidPluginTimeout;
+    default: return braidPluginInternal;
+  }
+}
+
+void fill(braidPluginError_v1* e, int rank, const std::string& msg) {
+  if (!e) return;
+  e->rank = rank;
+  std::snprintf(e->message, sizeof(e->message), "%s", msg.c_str());
+}
+
+braidPluginResult_t report(const Status& s, braidPluginError_v1* e) {
+  if (!s.isOk() && s.code() != Code::kWouldBlock) fill(e, s.rank(), s.message());
+  return resultOf(s.code());
+}
+
+// Exceptions (bad_alloc, mostly) must not unwind into a C caller.
+template <typename F>
+braidPluginResult_t guarded(braidPluginError_v1* e, F&& f) {
+  try {
+    return f();
+  } catch (const std::exception& ex) {
+    fill(e, -1, std::string("exception: ") + ex.what());
+  } catch (...) {
+    fill(e, -1, "unknown exception");
+  }
+  return braidPluginInternal;
+}
+
+Connection* conn(void* c) { return static_cast<ExportedConnection*>(c)->impl.get(); }
+Transport* transport(void* t) { return static_cast<ExportedTransport*>(t)->impl.get(); }
+
+PeerInfo peerOf(const braidPeerInfo_v1* p) {
+  PeerInfo r;
+  r.rank = p->rank;
+  r.hostId = p->host_id ? p->host_id : "";
+  r.pid = p->pid;
+  r.nonce = p->nonce;
+  return r;
+}
+
+braidPluginResult_t init(const braidTransportConfig_v1* config, void** out, braidPluginError_v1* e) {
+  return guarded(e, [&] {
+    if (!config || !out) return report(invalidArgument("init: null config or output"), e);
+    if (config->log) setLogSink(static_cast<LogLevel>(config->log_level), config->log);
+    auto t = gCreate(configFromV1(*config));
+    if (!t.isOk()) return report(t.status(), e);
+    auto* et = new ExportedTransport{std::move(t).value(), ""};
+    et->description = et->impl->describe();
+    *out = et;
+    return braidPluginOk;
+  });
+}
+
+void finalize(void* t) { delete static_cast<ExportedTransport*>(t); }
+
+int score(void* t, const braidPeerInfo_v1* local, const braidPeerInfo_v1* remote) {
+  if (!t || !local || !remote) return 0;
+  return transport(t)->canConnect(peerOf(local), peerOf(remote));
+}
+
+const char* describe(void* t) { return static_cast<ExportedTransport*>(t)->description.c_str(); }
+
+braidPluginResult_t createRecv(void* t, int peer, int channel, void** out, void* blob, size_t* blobBytes,
+                               braidPluginError_v1* e) {
+  return guarded(e, [&] {
+    std::string b;
+    auto c = transport(t)->createRecv(peer, channel, &b);
+    if (!c.isOk()) return report(c.status(), e);
+    if (b.size() > *blobBytes) {
+      *blobBytes = b.size();
+      return report(invalidArgument("create_recv: blob needs " + std::to_string(b.size()) + " bytes"), e);
+    }
+    std::memcpy(blob, b.data(), b.size());
+    *blobBytes = b.size();
+    *out = new ExportedConnection{std::move(c).value()};
+    return braidPluginOk;
+  });
+}
+
+braidPluginResult_t connectSend(void* t, int peer, int channel, const void* blob, size_t blobBytes, void** out,
+                                braidPluginError_v1* e) {
+  return guarded(e, [&] {
+    auto c = transport(t)->connectSend(peer, channel, std::string(static_cast<const char*>(blob), blobBytes));
+    if (!c.isOk()) return report(c.status(), e);
+    *out = new ExportedConnection{std::move(c).value()};
+    return braidPluginOk;
+  });
+}
+
+braidPluginResult_t establish(void* t, int64_t deadlineNs, braidPluginError_v1* e) {
+  return guarded(e, [&] { return report(transport(t)->establish(Deadline::atNanos(deadlineNs)), e); });
+}
+
+size_t slotBytes(void* c) { return conn(c)->slotBytes(); }
+
+braidPluginResult_t reserveSend(void* c, braidSlot_v1* slot, braidPluginError_v1* e) {
+  Slot s;
+  Status st = conn(c)->reserveSend(&s);
+  if (st.isOk()) *slot = braidSlot_v1{s.data, s.bytes, s.tag};
+  return report(st, e);
+}
+
+braidPluginResult_t postSend(void* c, const braidSlot_v1* slot, size_t bytes, braidPluginError_v1* e) {
+  return report(conn(c)->postSend(Slot{slot->data, slot->bytes, slot->tag}, bytes), e);
+}
+
+braidPluginResult_t peekRecv(void* c, braidSlot_v1* slot, braidPluginError_v1* e) {
+  Slot s;
+  Status st = conn(c)->peekRecv(&s);
+  if (st.isOk()) *slot = braidSlot_v1{s.data, s.bytes, s.tag};
+  return report(st, e);
+}
+
+braidPluginResult_t releaseRecv(void* c, const braidSlot_v1* slot, braidPluginError_v1* e) {
+  return report(conn(c)->releaseRecv(Slot{slot->data, slot->bytes, slot->tag}), e);
+}
+
+braidPluginResult_t progress(void* c, braidPluginError_v1* e) { return report(conn(c)->progress(), e); }
+
+int flushed(void* c) { return conn(c)->flushed() ? 1 : 0; }
+
+int seesPeerFailure(void* c) { return conn(c)->seesPeerFailure() ? 1 : 0; }
+
+void waitHandle(void* c, int forSend, braidWaitHandle_v1* h) {
+  WaitHandle w = conn(c)->waitHandle(forSend != 0);
+  *h = braidWaitHandle_v1{w.futexWord, w.futexValue, w.fd, w.fdEvents};
+}
+
+void disarm(void* c, int forSend) { conn(c)->disarm(forSend != 0); }
+
+void closeConnection(void* c) { delete static_cast<ExportedConnection*>(c); }
+
+}  // namespace
+
+TransportConfig configFromV1(const braidTransportConfig_v1& c) {
+  TransportConfig t;
+  t.rank = c.rank;
+  t.nranks = c.nranks;
+  t.nonce = c.nonce;
+  t.slotBytes = c.slot_bytes;
+  t.nslots = c.nslots;
+  t.numaNode = c.numa_node;
+  t.connectTimeoutSec = c.connect_timeout_sec;
+  t.netIf = c.net_if ? c.net_if : "";
+  for (int i = 0; i < c.num_channel_net_ifs; ++i)
+    t.channelNetIfs.push_back(c.channel_net_ifs[i] ? c.channel_net_ifs[i] : "");
+  t.ibHca = c.ib_hca ? c.ib_hca : "";
+  t.ibGidIndex = c.ib_gid_index;
+  return t;
+}
+
+braidTransportPlugin_v1_t exportTableV1(const char* name, const char* version, CreateFn create) {
+  gCreate = create;
+  braidTransportPlugin_v1_t t{};
+  t.abi_version = BRAID_TRANSPORT_PLUGIN_ABI_VERSION;
+  t.name = name;
+  t.version = version;
+  t.init = &init;
+  t.finalize = &finalize;
+  t.score = &score;
+  t.describe = &describe;
+  t.create_recv = &createRecv;
+  t.connect_send = &connectSend;
+  t.establish = &establish;
+  t.slot_bytes = &slotBytes;
+  t.reserve_send = &reserveSend;
+  t.post_send = &postSend;
+  t.peek_recv = &peekRecv;
+  t.release_recv = &releaseRecv;
+  t.progress = &progress;
+  t.flushed = &flushed;
+  t.sees_peer_failure = &seesPeerFailure;
+  t.wait_handle = &waitHandle;
+  t.disarm = &disarm;
+  t.close = &closeConnection;
+  return t;
+}
+
+}  // namespace braid::transport::plugin

@@ -1,0 +1,32 @@
+#pragma once
+// The plugin side of the transport ABI: turns a C++ Transport into the versioned C table
+// (include/braid/transport_plugin.h) that a plugin library exports. braid's own plugins
+// (ucx, ibverbs) and the test build of tcp behind the ABI are written against the same
+// Transport/Connection classes as the built-in transports and exported with one line:
+//
+//   BRAID_EXPORT_TRANSPORT_PLUGIN("ucx", "braid-net-ucx 0.1 (UCX 1.13.1)", &createUcxTransport);
+//
+// The table's functions convert Status to braidPluginResult_t and never let an exception or
+// a null pointer cross the boundary.
+
+#include <memory>
+
+#include "braid/transport_plugin.h"
+#include "common/status.h"
+#include "transports/transport.h"
+
+namespace braid::transport::plugin {
+
+using CreateFn = StatusOr<std::unique_ptr<Transport>> (*)(const TransportConfig& cfg);
+
+// Builds the v1 table for one transport; a library exports exactly one.
+braidTransportPlugin_v1_t exportTableV1(const char* name, const char* version, CreateFn create);
+
+// The TransportConfig a v1 config describes.
+TransportConfig configFromV1(const braidTransportConfig_v1& c);
+
+}  // namespace braid::transport::plugin
+
+#define BRAID_EXPORT_TRANSPORT_PLUGIN(NAME, VERSION, CREATE)                                 \
+  extern "C" __attribute__((visibility("default"))) const braidTransportPlugin_v1_t         \
+      braidTransportPlugin_v1 = ::braid::transport::plugin::exportTableV1(NAME, VERSION, CREATE)

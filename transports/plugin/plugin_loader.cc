@@ -1,0 +1,337 @@
+#include "transports/plugin/plugin_loader.h"
+
+#include <dirent.h>
+#include <dlfcn.h>
+#include <limits.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <set>
+
+#include "common/log.h"
+
+namespace braid::transport::plugin {
+namespace {
+
+constexpr const char* kPrefix = "libbraid-net-";
+constexpr size_t kFirstBlobBytes = 4096;
+constexpr size_t kMaxBlobBytes = 1 << 20;
+
+Code codeOf(braidPluginResult_t r) {
+  switch (r) {
+    case braidPluginOk: return Code::kOk;
+    case braidPluginWouldBlock: return Code::kWouldBlock;
+    case braidPluginInvalidArgument: return Code::kInvalidArgument;
+    case braidPluginSystemError: return Code::kSystemError;
+    case braidPluginRemoteError: return Code::kRemoteError;
+    case braidPluginTimeout: return Code::kTimeout;
+    default: return Code::kInternal;
+  }
+}
+
+// The message a plugin left, bounded even if it forgot the terminating NUL.
+std::string messageOf(const braidPluginError_v1& e) {
+  return std::string(e.message, strnlen(e.message, sizeof(e.message)));
+}
+
+void logFromPlugin(int level, const char* message) {
+  if (level < 1 || level > 3 || !message) return;
+  logf(static_cast<LogLevel>(level), "%s", message);
+}
+
+// Calls `f(error)` and turns its result into a Status that names the plugin.
+template <typename F>
+Status call(const std::string& name, F&& f) {
+  braidPluginError_v1 e;
+  e.rank = -1;
+  e.message[0] = '\0';
+  braidPluginResult_t r = f(&e);
+  if (r == braidPluginOk) return Status::ok();
+  if (r == braidPluginWouldBlock) return Status(Code::kWouldBlock, "");
+  std::string msg = messageOf(e);
+  if (msg.empty()) msg = "failed without a message";
+  // Plugins may name themselves already ("ucx: ..."); say it once.
+  if (msg.rfind(name + ": ", 0) != 0) msg = name + ": " + msg;
+  return Status(codeOf(r), msg, e.rank);
+}
+
+class PluginConnection final : public Connection {
+ public:
+  PluginConnection(const braidTransportPlugin_v1_t* t, const std::string* name, void* c, int peer)
+      : t_(t), name_(name), c_(c), peer_(peer), slotBytes_(t->slot_bytes(c)) {}
+  ~PluginConnection() override { t_->close(c_); }
+
+  size_t slotBytes() const override { return slotBytes_; }
+
+  Status reserveSend(Slot* s) override {
+    braidSlot_v1 slot{};
+    Status st = call(*name_, [&](braidPluginError_v1* e) { return t_->reserve_send(c_, &slot, e); });
+    if (!st.isOk()) return st;
+    if (!slot.data) return internalError(*name_ + ": reserve_send returned a slot without memory");
+    s->data = slot.data;
+    return st;
+  }
+  Status postSend(const Slot& s, size_t bytes) override {
+    braidSlot_v1 slot{s.data, bytes, s.tag};
+    return call(*name_, [&](braidPluginError_v1* e) { return t_->post_send(c_, &slot, bytes, e); });
+  }
+  Status peekRecv(Slot* s) override {
+    braidSlot_v1 slot{};
+    Status st = call(*name_, [&](braidPluginError_v1* e) { return t_->peek_recv(c_, &slot, e); });
+    if (!st.isOk()) return st;
+    if (slot.bytes > slotBytes_ || (!slot.data && slot.bytes)) {
+      return Status(Code::kRemoteError,
+                    *name_ + ": peek_recv returned " + std::to_string(slot.bytes) + " bytes from rank " +
+                        std::to_string(peer_) + ", more than a slot holds (" + std::to_string(slotBytes_) + ")",
+                    peer_);
+    }
+    *s = Slot{slot.data, slot.bytes, slot.tag};
+    return st;
+  }
+  Status releaseRecv(const Slot& s) override {
+    braidSlot_v1 slot{s.data, s.bytes, s.tag};
+    return call(*name_, [&](braidPluginError_v1* e) { return t_->release_recv(c_, &slot, e); });
+  }
+  Status progress() override {
+    return call(*name_, [&](braidPluginError_v1* e) { return t_->progress(c_, e); });
+  }
+  bool flushed() const override { return t_->flushed(c_) != 0; }
+  bool seesPeerFailure() const override { return t_->sees_peer_failure(c_) != 0; }
+  WaitHandle waitHandle(bool forSend) override {
+    braidWaitHandle_v1 h{nullptr, 0, -1, 0};
+    t_->wait_handle(c_, forSend ? 1 : 0, &h);
+    return WaitHandle{h.futex_word, h.futex_value, h.fd, h.fd_events};
+  }
+  void disarm(bool forSend) override { t_->disarm(c_, forSend ? 1 : 0); }
+  int peer() const override { return peer_; }
+
+ private:
+  const braidTransportPlugin_v1_t* t_;
+  const std::string* name_;
+  void* c_;
+  int peer_;
+  size_t slotBytes_;
+};
+
+class PluginTransport final : public Transport {
+ public:
+  PluginTransport(const braidTransportPlugin_v1_t* t, std::string name, void* h)
+      : t_(t), name_(std::move(name)), h_(h) {}
+  ~PluginTransport() override { t_->finalize(h_); }
+
+  const char* name() const override { return name_.c_str(); }
+  std::string describe() const override {
+    const char* d = t_->describe ? t_->describe(h_) : nullptr;
+    return d ? d : "";
+  }
+
+  int canConnect(const PeerInfo& local, const PeerInfo& remote) const override {
+    braidPeerInfo_v1 l{local.rank, local.hostId.c_str(), local.pid, local.nonce};
+    braidPeerInfo_v1 r{remote.rank, remote.hostId.c_str(), remote.pid, remote.nonce};
+    return std::max(0, t_->score(h_, &l, &r));
+  }
+
+  StatusOr<std::unique_ptr<Connection>> createRecv(int peer, int channel, std::string* blob) override {
+    std::string buf(kFirstBlobBytes, '\0');
+    void* c = nullptr;
+    for (int attempt = 0;; ++attempt) {
+      size_t n = buf.size();
+      Status st = call(name_, [&](braidPluginError_v1* e) {
+        return t_->create_recv(h_, peer, channel, &c, buf.data(), &n, e);
+      });
+      if (st.isOk()) {
+        if (n > buf.size()) return internalError(name_ + ": create_recv wrote a blob longer than its buffer");
+        if (!c) return internalError(name_ + ": create_recv returned no connection");
+        buf.resize(n);
+        break;
+      }
+      // One retry with the size the plugin asked for.
+      if (st.code() != Code::kInvalidArgument || attempt > 0 || n <= buf.size() || n > kMaxBlobBytes) return st;
+      buf.assign(n, '\0');
+    }
+    *blob = std::move(buf);
+    return std::unique_ptr<Connection>(new PluginConnection(t_, &name_, c, peer));
+  }
+
+  StatusOr<std::unique_ptr<Connection>> connectSend(int peer, int channel, const std::string& blob) override {
+    void* c = nullptr;
+    Status st = call(name_, [&](braidPluginError_v1* e) {
+      return t_->connect_send(h_, peer, channel, blob.data(), blob.size(), &c, e);
+    });
+    if (!st.isOk()) return st;
+    if (!c) return internalError(name_ + ": connect_send returned no connection");
+    return std::unique_ptr<Connection>(new PluginConnection(t_, &name_, c, peer));
+  }
+
+  Status establish(Deadline deadline) override {
+    return call(name_, [&](braidPluginError_v1* e) { return t_->establish(h_, deadline.nanos(), e); });
+  }
+
+ private:
+  const braidTransportPlugin_v1_t* t_;
+  std::string name_;
+  void* h_;
+};
+
+// Every entry the host calls must be there; a table with a hole is refused at load, not
+// discovered as a crash mid-collective.
+std::string missingEntry(const braidTransportPlugin_v1_t* t) {
+#define BRAID_CHECK_ENTRY(f) \
+  if (!t->f) return #f;
+  BRAID_CHECK_ENTRY(init) BRAID_CHECK_ENTRY(finalize) BRAID_CHECK_ENTRY(score)
+  BRAID_CHECK_ENTRY(create_recv) BRAID_CHECK_ENTRY(connect_send) BRAID_CHECK_ENTRY(establish)
+  BRAID_CHECK_ENTRY(slot_bytes) BRAID_CHECK_ENTRY(reserve_send) BRAID_CHECK_ENTRY(post_send)
+  BRAID_CHECK_ENTRY(peek_recv) BRAID_CHECK_ENTRY(release_recv) BRAID_CHECK_ENTRY(progress)
+  BRAID_CHECK_ENTRY(flushed) BRAID_CHECK_ENTRY(sees_peer_failure) BRAID_CHECK_ENTRY(wait_handle) BRAID_CHECK_ENTRY(disarm) BRAID_CHECK_ENTRY(close)
+#undef BRAID_CHECK_ENTRY
+  if (!t->name || !*t->name) return "name";
+  return "";
+}
+
+std::string folderOf(const void* addr) {
+  Dl_info info{};
+  if (!dladdr(addr, &info) || !info.dli_fname) return "";
+  // The main program reports the name it was started by, which may be relative.
+  char resolved[PATH_MAX];
+  std::string f = realpath(info.dli_fname, resolved) ? resolved : info.dli_fname;
+  if (f.empty() || f[0] != '/') {
+    ssize_t n = readlink("/proc/self/exe", resolved, sizeof(resolved) - 1);
+    if (n <= 0) return "";
+    f.assign(resolved, static_cast<size_t>(n));
+  }
+  size_t slash = f.rfind('/');
+  return slash == std::string::npos ? "." : f.substr(0, slash);
+}
+
+std::vector<std::string> listFolder(const std::string& dir) {
+  std::vector<std::string> out;
+  DIR* d = opendir(dir.c_str());
+  if (!d) return out;
+  while (dirent* e = readdir(d)) {
+    std::string n = e->d_name;
+    if (n.rfind(kPrefix, 0) == 0 && n.size() > 3 && n.compare(n.size() - 3, 3, ".so") == 0)
+      out.push_back(dir + "/" + n);
+  }
+  closedir(d);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string baseName(const std::string& f) {
+  size_t slash = f.rfind('/');
+  return slash == std::string::npos ? f : f.substr(slash + 1);
+}
+
+}  // namespace
+
+std::string nameFromFile(const std::string& file) {
+  std::string b = baseName(file);
+  if (b.rfind(kPrefix, 0) != 0) return b;
+  b = b.substr(std::strlen(kPrefix));
+  size_t so = b.find(".so");
+  return so == std::string::npos ? b : b.substr(0, so);
+}
+
+std::vector<std::string> pluginFiles(const char* pluginList, const char* pluginDir) {
+  std::vector<std::string> files;
+  std::set<std::string> seen;
+  auto add = [&](const std::string& f) {
+    if (f.empty() || !seen.insert(baseName(f)).second) return;
+    files.push_back(f);
+  };
+  if (pluginList) {
+    std::string list = pluginList;
+    size_t start = 0;
+    while (start <= list.size()) {
+      size_t colon = list.find(':', start);
+      if (colon == std::string::npos) colon = list.size();
+      add(list.substr(start, colon - start));
+      start = colon + 1;
+    }
+  }
+  std::vector<std::string> dirs;
+  if (pluginDir && *pluginDir) {
+    if (std::string(pluginDir) != "none") dirs.push_back(pluginDir);
+  } else {
+    std::string here = folderOf(reinterpret_cast<const void*>(&pluginFiles));
+    if (!here.empty()) dirs.push_back(here + "/braid");
+#ifdef BRAID_PLUGIN_INSTALL_DIR
+    dirs.push_back(BRAID_PLUGIN_INSTALL_DIR);
+#endif
+#ifdef BRAID_PLUGIN_BUILD_DIR
+    // Only for programs that live in the build tree: an installed braid never reaches
+    // into the tree it was built in.
+    if (!here.empty() && here.rfind(BRAID_BUILD_ROOT, 0) == 0) dirs.push_back(BRAID_PLUGIN_BUILD_DIR);
+#endif
+  }
+  for (const std::string& d : dirs)
+    for (const std::string& f : listFolder(d)) add(f);
+  return files;
+}
+
+TransportFactory factoryFromTable(const braidTransportPlugin_v1_t* table, const std::string& origin) {
+  TransportFactory f;
+  f.name = table->name;
+  f.origin = origin;
+  f.version = table->version ? table->version : "";
+  f.create = [table](const TransportConfig& cfg) -> StatusOr<std::unique_ptr<Transport>> {
+    std::vector<const char*> ifs;
+    for (const std::string& s : cfg.channelNetIfs) ifs.push_back(s.c_str());
+    braidTransportConfig_v1 c{};
+    c.rank = cfg.rank;
+    c.nranks = cfg.nranks;
+    c.nonce = cfg.nonce;
+    c.slot_bytes = cfg.slotBytes;
+    c.nslots = cfg.nslots;
+    c.numa_node = cfg.numaNode;
+    c.connect_timeout_sec = cfg.connectTimeoutSec;
+    c.net_if = cfg.netIf.c_str();
+    c.channel_net_ifs = ifs.data();
+    c.num_channel_net_ifs = static_cast<int>(ifs.size());
+    c.ib_hca = cfg.ibHca.c_str();
+    c.ib_gid_index = cfg.ibGidIndex;
+    c.log_level = static_cast<int>(logLevel());
+    c.log = &logFromPlugin;
+    void* h = nullptr;
+    std::string name = table->name;
+    Status st = call(name, [&](braidPluginError_v1* e) { return table->init(&c, &h, e); });
+    if (!st.isOk()) return st;
+    if (!h) return internalError(name + ": init returned no transport");
+    return std::unique_ptr<Transport>(new PluginTransport(table, name, h));
+  };
+  return f;
+}
+
+StatusOr<TransportFactory> loadPlugin(const std::string& file) {
+  // RTLD_LOCAL keeps a plugin's dependencies (libucp, libibverbs) out of the global
+  // namespace; plugins stay loaded for the life of the process, as their tables must.
+  void* lib = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    const char* err = dlerror();
+    return Status(Code::kSystemError, "cannot load transport plugin " + file + ": " + (err ? err : "unknown error"));
+  }
+  auto* table = static_cast<const braidTransportPlugin_v1_t*>(dlsym(lib, BRAID_TRANSPORT_PLUGIN_SYMBOL_V1));
+  if (!table) {
+    dlclose(lib);
+    return Status(Code::kInvalidArgument, "transport plugin " + file + " exports no " BRAID_TRANSPORT_PLUGIN_SYMBOL_V1
+                                          " (this braid speaks plugin ABI version " +
+                                              std::to_string(BRAID_TRANSPORT_PLUGIN_ABI_VERSION) + ")");
+  }
+  if (table->abi_version != BRAID_TRANSPORT_PLUGIN_ABI_VERSION) {
+    uint32_t v = table->abi_version;
+    dlclose(lib);
+    return Status(Code::kInvalidArgument, "transport plugin " + file + " speaks ABI version " + std::to_string(v) +
+                                              " but this braid speaks version " +
+                                              std::to_string(BRAID_TRANSPORT_PLUGIN_ABI_VERSION));
+  }
+  std::string missing = missingEntry(table);
+  if (!missing.empty()) {
+    dlclose(lib);
+    return Status(Code::kInvalidArgument, "transport plugin " + file + ": its table has no '" + missing + "'");
+  }
+  return factoryFromTable(table, file);
+}
+
+}  // namespace braid::transport::plugin

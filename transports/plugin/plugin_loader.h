@@ -1,0 +1,35 @@
+#pragma once
+// The host side of the transport ABI: finds plugin libraries, checks what they export, and
+// wraps their v1 table as a Transport so the communicator, the conformance suite and
+// braid-info use a plugin exactly like a built-in transport.
+//
+// Where plugins come from, in order (a file name seen once is not loaded again):
+//   1. BRAID_TRANSPORT_PLUGIN: ':'-separated paths to plugin libraries;
+//   2. the plugin folder: BRAID_PLUGIN_DIR when set ("none" turns the folder off), else
+//      <folder of libbraid.so>/braid, the installed <libdir>/braid, and, for programs run
+//      from a build tree, that tree's lib/braid. Every libbraid-net-<name>.so there.
+
+#include <string>
+#include <vector>
+
+#include "braid/transport_plugin.h"
+#include "common/status.h"
+#include "transports/transport.h"
+
+namespace braid::transport::plugin {
+
+// Opens `file` and resolves its braidTransportPlugin_v1 table. Fails, naming the file,
+// when it cannot be opened, lacks the symbol, or speaks an ABI version braid does not.
+StatusOr<TransportFactory> loadPlugin(const std::string& file);
+
+// A factory over a table already in memory (what loadPlugin ends with; tests use it to
+// feed the adapter deliberately broken tables).
+TransportFactory factoryFromTable(const braidTransportPlugin_v1_t* table, const std::string& origin);
+
+// The plugin files to load, from the two settings above (nullptr = unset).
+std::vector<std::string> pluginFiles(const char* pluginList, const char* pluginDir);
+
+// The transport name a plugin file stands for: libbraid-net-<name>.so -> <name>.
+std::string nameFromFile(const std::string& file);
+
+}  // namespace braid::transport::plugin

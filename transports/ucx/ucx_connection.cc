@@ -1,0 +1,315 @@
+#include "transports/ucx/ucx_connection.h"
+
+#include <poll.h>
+
+#include <cstring>
+
+#include "common/clock.h"
+#include "common/log.h"
+
+namespace braid::transport::ucx {
+namespace {
+
+// Receive buffer for a hello: a UCP worker address (a few hundred bytes for tcp and shared
+// memory, a few KiB with many devices) behind a small header.
+constexpr size_t kHelloBytes = 64 * 1024;
+
+// Slot memory: one block, each slot a 64-byte-aligned stretch of header + payload.
+size_t stride(size_t slotBytes) { return (kHeaderBytes + slotBytes + 63) / 64 * 64; }
+
+// Waits for outstanding callbacks while a connection is torn down; true if none is left.
+template <typename Pending>
+bool drain(Worker* w, Pending&& pending, double seconds) {
+  Deadline d = Deadline::after(seconds);
+  while (pending()) {
+    if (d.expired()) return false;
+    w->progress();
+  }
+  return true;
+}
+
+WaitHandle armedHandle(Worker* w) {
+  WaitHandle h;
+  if (w->efd < 0) return h;
+  h.fdEvents = POLLIN;
+  // UCS_ERR_BUSY: events are pending right now; the caller must not sleep.
+  h.fd = ucp_worker_arm(w->worker) == UCS_OK ? w->efd : w->ready;
+  return h;
+}
+
+}  // namespace
+
+Status peerFailure(int peer, const char* what, ucs_status_t st) {
+  return Status(Code::kRemoteError,
+                std::string("ucx: ") + what + " rank " + std::to_string(peer) + " failed: " + ucs_status_string(st),
+                peer);
+}
+
+// ---------------------------------------------------------------------------------------
+// Sender
+
+UcxSendConnection::UcxSendConnection(const TransportConfig& cfg, int peer, Worker* worker, Endpoint* ep)
+    : peer_(peer),
+      tag_(ucxTag(cfg.nonce, cfg.rank, kKindData)),
+      slotBytes_(cfg.slotBytes),
+      worker_(worker),
+      ep_(ep),
+      slots_(static_cast<size_t>(cfg.nslots)) {
+  const size_t step = stride(slotBytes_);
+  memory_.reset(new uint8_t[step * slots_.size() + 64]);
+  uint8_t* base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(memory_.get()) + 63) & ~uintptr_t{63});
+  for (size_t i = 0; i < slots_.size(); ++i) slots_[i].buf = base + i * step;
+}
+
+UcxSendConnection::~UcxSendConnection() {
+  auto pending = [&] {
+    if (hello_->request) return true;
+    for (const Staging& s : slots_)
+      if (s.request) return true;
+    return false;
+  };
+  if (drain(worker_, pending, 2.0)) return;
+  for (Staging& s : slots_)
+    if (s.request) ucp_request_cancel(worker_->worker, s.request);
+  if (hello_->request) ucp_request_cancel(worker_->worker, hello_->request);
+  if (drain(worker_, pending, 1.0)) return;
+  // UCX still holds requests whose callbacks point into this connection: keep that memory
+  // (a vector's move keeps its elements where they are).
+  BRAID_WARN("ucx: send connection to rank %d torn down with messages in flight", peer_);
+  (void)memory_.release();
+  (void)hello_.release();
+  new std::vector<Staging>(std::move(slots_));
+  new std::vector<uint8_t>(std::move(helloBuf_));
+}
+
+void UcxSendConnection::sendDone(void* request, ucs_status_t status, void* user) {
+  auto* st = static_cast<Staging*>(user);
+  st->status = status;
+  st->request = nullptr;
+  ucp_request_free(request);
+}
+
+Status UcxSendConnection::failed() const {
+  if (ep_->failure != UCS_OK) return peerFailure(peer_, "sending to", ep_->failure);
+  return Status::ok();
+}
+
+// A slot whose message completed: free again, or the failure it ended with.
+Status UcxSendConnection::checkSlot(Staging& st) {
+  if (!st.busy || st.request) return Status::ok();
+  st.busy = false;
+  --inFlight_;
+  if (st.status != UCS_OK) return peerFailure(peer_, "sending to", st.status);
+  return Status::ok();
+}
+
+Status UcxSendConnection::reserveSend(Slot* s) {
+  Staging& st = slots_[postSeq_ % slots_.size()];
+  if (st.busy) {
+    BRAID_RETURN_IF_ERROR(progress());
+    if (st.busy) return Status(Code::kWouldBlock, "");
+  }
+  s->data = st.buf + kHeaderBytes;
+  return Status::ok();
+}
+
+Status UcxSendConnection::postSend(const Slot& s, size_t bytes) {
+  BRAID_RETURN_IF_ERROR(failed());
+  Staging& st = slots_[postSeq_ % slots_.size()];
+  std::memcpy(st.buf, &s.tag, kHeaderBytes);
+  ucp_request_param_t param;
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  param.cb.send = &UcxSendConnection::sendDone;
+  param.user_data = &st;
+  st.status = UCS_OK;
+  ucs_status_ptr_t r = ucp_tag_send_sync_nbx(ep_->ep, st.buf, kHeaderBytes + bytes, tag_, &param);
+  if (UCS_PTR_IS_ERR(r)) return peerFailure(peer_, "sending to", UCS_PTR_STATUS(r));
+  ++postSeq_;
+  if (r != nullptr) {
+    st.request = r;
+    st.busy = true;
+    ++inFlight_;
+  }
+  return Status::ok();
+}
+
+Status UcxSendConnection::peekRecv(Slot*) { return internalError("ucx: peekRecv on a send connection"); }
+Status UcxSendConnection::releaseRecv(const Slot&) { return internalError("ucx: releaseRecv on a send connection"); }
+
+Status UcxSendConnection::progress() {
+  worker_->progress();
+  if (inFlight_ > 0) {
+    for (Staging& st : slots_) BRAID_RETURN_IF_ERROR(checkSlot(st));
+  }
+  // A failed endpoint matters only while something is in flight or about to be: an idle
+  // connection to a peer that has already finished and left is not an error.
+  if (inFlight_ > 0) BRAID_RETURN_IF_ERROR(failed());
+  return Status::ok();
+}
+
+WaitHandle UcxSendConnection::waitHandle(bool) { return armedHandle(worker_); }
+
+Status UcxSendConnection::sendHello() {
+  // [nonce][rank][address]: the receiver opens an endpoint back to this worker with it.
+  const std::string& addr = worker_->address;
+  helloBuf_.resize(16 + addr.size());
+  const uint64_t nonceWord = tag_ >> 32;
+  const uint64_t rank = (tag_ >> 8) & 0xffffff;
+  std::memcpy(helloBuf_.data(), &nonceWord, 8);
+  std::memcpy(helloBuf_.data() + 8, &rank, 8);
+  std::memcpy(helloBuf_.data() + 16, addr.data(), addr.size());
+  ucp_request_param_t param;
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  param.cb.send = &UcxSendConnection::sendDone;
+  param.user_data = hello_.get();
+  const uint64_t helloTag = (tag_ & ~uint64_t{0xff}) | kKindHello;
+  ucs_status_ptr_t r = ucp_tag_send_nbx(ep_->ep, helloBuf_.data(), helloBuf_.size(), helloTag, &param);
+  if (UCS_PTR_IS_ERR(r)) return peerFailure(peer_, "greeting", UCS_PTR_STATUS(r));
+  hello_->request = r;
+  return Status::ok();
+}
+
+StatusOr<bool> UcxSendConnection::helloSent() {
+  worker_->progress();
+  if (hello_->request) {
+    if (ep_->failure != UCS_OK) return peerFailure(peer_, "greeting", ep_->failure);
+    return false;
+  }
+  if (hello_->status != UCS_OK) return peerFailure(peer_, "greeting", hello_->status);
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------
+// Receiver
+
+UcxRecvConnection::UcxRecvConnection(const TransportConfig& cfg, int peer, Worker* worker)
+    : peer_(peer),
+      tag_(ucxTag(cfg.nonce, peer, kKindData)),
+      helloTag_(ucxTag(cfg.nonce, peer, kKindHello)),
+      slotBytes_(cfg.slotBytes),
+      worker_(worker),
+      slots_(static_cast<size_t>(cfg.nslots)) {
+  const size_t step = stride(slotBytes_);
+  memory_.reset(new uint8_t[step * slots_.size() + 64]);
+  uint8_t* base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(memory_.get()) + 63) & ~uintptr_t{63});
+  for (size_t i = 0; i < slots_.size(); ++i) slots_[i].buf = base + i * step;
+  helloMemory_.reset(new uint8_t[kHelloBytes]);
+  hello_->buf = helloMemory_.get();
+}
+
+UcxRecvConnection::~UcxRecvConnection() {
+  // Posted receives stay with UCX until cancelled; their callbacks point into this object.
+  for (Landing& l : slots_)
+    if (l.request) ucp_request_cancel(worker_->worker, l.request);
+  if (hello_->request) ucp_request_cancel(worker_->worker, hello_->request);
+  auto pending = [&] {
+    if (hello_->request) return true;
+    for (const Landing& l : slots_)
+      if (l.request) return true;
+    return false;
+  };
+  if (drain(worker_, pending, 2.0)) return;
+  BRAID_WARN("ucx: receive connection from rank %d torn down with receives UCX did not cancel", peer_);
+  (void)memory_.release();
+  (void)helloMemory_.release();
+  (void)hello_.release();
+  new std::vector<Landing>(std::move(slots_));
+}
+
+void UcxRecvConnection::recvDone(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user) {
+  auto* l = static_cast<Landing*>(user);
+  l->status = status;
+  l->length = status == UCS_OK && info ? info->length : 0;
+  l->done = true;
+  l->request = nullptr;
+  ucp_request_free(request);
+}
+
+Status UcxRecvConnection::post(Landing& l, uint64_t tag, size_t capacity) {
+  ucp_request_param_t param;
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+  param.cb.recv = &UcxRecvConnection::recvDone;
+  param.user_data = &l;
+  l.done = false;
+  l.status = UCS_OK;
+  l.length = 0;
+  ucs_status_ptr_t r = ucp_tag_recv_nbx(worker_->worker, l.buf, capacity, tag, ~uint64_t{0}, &param);
+  if (UCS_PTR_IS_ERR(r)) return peerFailure(peer_, "receiving from", UCS_PTR_STATUS(r));
+  l.request = r;
+  return Status::ok();
+}
+
+Status UcxRecvConnection::start() {
+  BRAID_RETURN_IF_ERROR(post(*hello_, helloTag_, kHelloBytes));
+  for (Landing& l : slots_) BRAID_RETURN_IF_ERROR(post(l, tag_, kHeaderBytes + slotBytes_));
+  return Status::ok();
+}
+
+StatusOr<std::string> UcxRecvConnection::hello() {
+  const Landing& h = *hello_;
+  if (!h.done) {
+    worker_->progress();
+    if (!h.done) return std::string();
+  }
+  if (h.status != UCS_OK) return peerFailure(peer_, "the hello of", h.status);
+  uint64_t nonceWord = 0, rank = 0;
+  if (h.length > 16) {
+    std::memcpy(&nonceWord, h.buf, 8);
+    std::memcpy(&rank, h.buf + 8, 8);
+  }
+  if (h.length <= 16 || nonceWord != helloTag_ >> 32 || rank != static_cast<uint64_t>(peer_)) {
+    return Status(Code::kRemoteError, "ucx: malformed hello from rank " + std::to_string(peer_), peer_);
+  }
+  return std::string(reinterpret_cast<const char*>(h.buf) + 16, h.length - 16);
+}
+
+Status UcxRecvConnection::failed() const {
+  if (ep_ && ep_->failure != UCS_OK) return peerFailure(peer_, "receiving from", ep_->failure);
+  return Status::ok();
+}
+
+Status UcxRecvConnection::reserveSend(Slot*) { return internalError("ucx: reserveSend on a receive connection"); }
+Status UcxRecvConnection::postSend(const Slot&, size_t) {
+  return internalError("ucx: postSend on a receive connection");
+}
+
+Status UcxRecvConnection::peekRecv(Slot* s) {
+  Landing& l = slots_[peekSeq_ % slots_.size()];
+  if (!l.done) {
+    worker_->progress();
+    if (!l.done) {
+      // Data that arrived before a failure is still delivered; only then report it.
+      BRAID_RETURN_IF_ERROR(failed());
+      return Status(Code::kWouldBlock, "");
+    }
+  }
+  if (l.status == UCS_ERR_MESSAGE_TRUNCATED) {
+    return Status(Code::kRemoteError,
+                  "ucx: rank " + std::to_string(peer_) + " sent more than a slot holds (" +
+                      std::to_string(slotBytes_) + " bytes); is BRAID_SLOT_BYTES the same on every rank?",
+                  peer_);
+  }
+  if (l.status != UCS_OK) return peerFailure(peer_, "receiving from", l.status);
+  if (l.length < kHeaderBytes) {
+    return Status(Code::kRemoteError, "ucx: short message from rank " + std::to_string(peer_), peer_);
+  }
+  std::memcpy(&s->tag, l.buf, kHeaderBytes);
+  s->data = l.buf + kHeaderBytes;
+  s->bytes = l.length - kHeaderBytes;
+  return Status::ok();
+}
+
+Status UcxRecvConnection::releaseRecv(const Slot&) {
+  Landing& l = slots_[peekSeq_ % slots_.size()];
+  ++peekSeq_;
+  return post(l, tag_, kHeaderBytes + slotBytes_);
+}
+
+Status UcxRecvConnection::progress() {
+  worker_->progress();
+  return Status::ok();
+}
+
+WaitHandle UcxRecvConnection::waitHandle(bool) { return armedHandle(worker_); }
+
+}  // namespace braid::transport::ucx

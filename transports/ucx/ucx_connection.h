@@ -1,0 +1,159 @@
+#pragma once
+// The two halves of a UCX connection and the per-channel worker they share (see
+// ucx_transport.h for the design).
+
+#include <ucp/api/ucp.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "transports/transport.h"
+
+namespace braid::transport::ucx {
+
+// Message kinds, the low byte of a UCX tag.
+constexpr uint64_t kKindData = 1;
+constexpr uint64_t kKindHello = 2;
+// Bytes in front of every payload: the executor's tag.
+constexpr size_t kHeaderBytes = sizeof(uint64_t);
+
+// The UCX tag of a message of `kind` from `rank` in the job with `nonce`.
+inline uint64_t ucxTag(uint64_t nonce, int rank, uint64_t kind) {
+  const uint64_t job = (nonce ^ (nonce >> 32)) & 0xffffffffull;
+  return job << 32 | (static_cast<uint64_t>(rank) & 0xffffffull) << 8 | kind;
+}
+
+// An endpoint to one remote worker, shared by the send connection to that worker and the
+// receive connection from it. UCX reports a failed peer through the error callback, which
+// runs inside ucp_worker_progress on the worker's own thread.
+struct Endpoint {
+  ucp_ep_h ep = nullptr;
+  int peer = -1;
+  ucs_status_t failure = UCS_OK;
+  // Created with peer error handling. UCX 1.13's shared-memory transports cannot offer it;
+  // their endpoints are created without, and braid's own liveness checks watch the peer.
+  bool watched = false;
+};
+
+// One channel's worker, its endpoints and the hellos it is waiting for.
+struct Worker {
+  ucp_worker_h worker = nullptr;
+  int efd = -1;
+  // An eventfd that is always readable: what a waiter polls when UCX has events pending
+  // and must not be slept on (ucp_worker_arm said busy).
+  int ready = -1;
+  std::string address;                              // this worker's UCP address
+  std::vector<std::unique_ptr<Endpoint>> endpoints;
+
+  // Drives UCX until it has nothing more to do right now (bounded).
+  void progress() {
+    for (int i = 0; i < 64 && ucp_worker_progress(worker) != 0; ++i) {
+    }
+  }
+};
+
+// What a failed UCX call or completion becomes: kRemoteError naming the peer.
+Status peerFailure(int peer, const char* what, ucs_status_t st);
+
+class UcxSendConnection final : public Connection {
+ public:
+  UcxSendConnection(const TransportConfig& cfg, int peer, Worker* worker, Endpoint* ep);
+  ~UcxSendConnection() override;
+
+  size_t slotBytes() const override { return slotBytes_; }
+  // Progresses the worker when the next slot's message is still unmatched.
+  Status reserveSend(Slot* s) override;
+  Status postSend(const Slot& s, size_t bytes) override;
+  Status peekRecv(Slot* s) override;
+  Status releaseRecv(const Slot& s) override;
+  Status progress() override;
+  // Every posted message has been matched by the receiver.
+  bool flushed() const override { return inFlight_ == 0; }
+  bool seesPeerFailure() const override { return ep_->watched; }
+  WaitHandle waitHandle(bool forSend) override;
+  int peer() const override { return peer_; }
+
+  // Sends this side's hello (its worker's address) so the receiver can watch it.
+  Status sendHello();
+  // Whether the hello has left; fails if UCX failed it.
+  StatusOr<bool> helloSent();
+
+ private:
+  struct Staging {
+    uint8_t* buf = nullptr;
+    void* request = nullptr;  // UCX request while the message is unmatched
+    bool busy = false;
+    ucs_status_t status = UCS_OK;
+  };
+  static void sendDone(void* request, ucs_status_t status, void* user);
+  Status checkSlot(Staging& st);
+  Status failed() const;
+
+  int peer_;
+  uint64_t tag_;
+  size_t slotBytes_;
+  Worker* worker_;
+  Endpoint* ep_;
+  std::vector<Staging> slots_;
+  std::unique_ptr<uint8_t[]> memory_;
+  uint64_t postSeq_ = 0;
+  int inFlight_ = 0;
+  // On the heap: a request UCX never completes keeps pointing at it (see the destructor).
+  std::unique_ptr<Staging> hello_ = std::make_unique<Staging>();
+  std::vector<uint8_t> helloBuf_;
+};
+
+class UcxRecvConnection final : public Connection {
+ public:
+  UcxRecvConnection(const TransportConfig& cfg, int peer, Worker* worker);
+  ~UcxRecvConnection() override;
+
+  size_t slotBytes() const override { return slotBytes_; }
+  Status reserveSend(Slot* s) override;
+  Status postSend(const Slot& s, size_t bytes) override;
+  // Progresses the worker when the oldest slot has not arrived yet.
+  Status peekRecv(Slot* s) override;
+  // Re-posts the slot's receive.
+  Status releaseRecv(const Slot& s) override;
+  Status progress() override;
+  bool seesPeerFailure() const override { return ep_ && ep_->watched; }
+  WaitHandle waitHandle(bool forSend) override;
+  int peer() const override { return peer_; }
+
+  // Posts the receives of every slot and of the sender's hello.
+  Status start();
+  // The sender's worker address once its hello arrived, else "".
+  StatusOr<std::string> hello();
+  // The endpoint back to the sender, watched for its failure.
+  void watch(Endpoint* ep) { ep_ = ep; }
+
+ private:
+  struct Landing {
+    uint8_t* buf = nullptr;
+    void* request = nullptr;
+    bool done = false;
+    ucs_status_t status = UCS_OK;
+    size_t length = 0;
+  };
+  static void recvDone(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user);
+  Status post(Landing& l, uint64_t tag, size_t capacity);
+  Status failed() const;
+
+  int peer_;
+  uint64_t tag_;
+  uint64_t helloTag_;
+  size_t slotBytes_;
+  Worker* worker_;
+  Endpoint* ep_ = nullptr;
+  std::vector<Landing> slots_;
+  std::unique_ptr<uint8_t[]> memory_;
+  uint64_t peekSeq_ = 0;
+  std::unique_ptr<Landing> hello_ = std::make_unique<Landing>();
+  std::unique_ptr<uint8_t[]> helloMemory_;
+};
+
+}  // namespace braid::transport::ucx

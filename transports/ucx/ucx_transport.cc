@@ -1,0 +1,316 @@
+#include "transports/ucx/ucx_transport.h"
+
+#include <sys/eventfd.h>
+#include <uct/api/uct.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <map>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "transports/ucx/ucx_connection.h"
+
+namespace braid::transport::ucx {
+namespace {
+
+constexpr uint32_t kBlobMagic = 0x58435542;  // "BUCX"
+constexpr uint32_t kBlobVersion = 1;
+
+// What UCX's own settings say, for error messages: a user who set UCX_TLS wants to see it.
+std::string ucxSettings() {
+  std::string s;
+  for (const char* name : {"UCX_TLS", "UCX_NET_DEVICES"}) {
+    if (const char* v = std::getenv(name)) s += std::string(s.empty() ? " (" : ", ") + name + "=" + v;
+  }
+  return s.empty() ? s : s + ")";
+}
+
+Status ucxError(const std::string& what, ucs_status_t st) {
+  return Status(Code::kSystemError, "ucx: " + what + ": " + ucs_status_string(st) + ucxSettings());
+}
+
+// UCX's components and their memory domains, e.g. "tcp(tcp) posix(posix) ib(mlx5_0)"; and
+// whether an RDMA-capable one (InfiniBand or RoCE through the "ib" component) has a device.
+struct Inventory {
+  std::string summary;
+  bool rdma = false;
+};
+
+Inventory inventory() {
+  Inventory inv;
+  uct_component_h* comps = nullptr;
+  unsigned n = 0;
+  if (uct_query_components(&comps, &n) != UCS_OK) return inv;
+  for (unsigned i = 0; i < n; ++i) {
+    uct_component_attr_t attr;
+    attr.field_mask = UCT_COMPONENT_ATTR_FIELD_NAME | UCT_COMPONENT_ATTR_FIELD_MD_RESOURCE_COUNT;
+    if (uct_component_query(comps[i], &attr) != UCS_OK) continue;
+    std::vector<uct_md_resource_desc_t> mds(attr.md_resource_count);
+    attr.field_mask = UCT_COMPONENT_ATTR_FIELD_MD_RESOURCES;
+    attr.md_resources = mds.data();
+    if (!mds.empty() && uct_component_query(comps[i], &attr) != UCS_OK) continue;
+    std::string devs;
+    for (const auto& md : mds) devs += (devs.empty() ? "" : ",") + std::string(md.md_name);
+    if (mds.empty()) continue;
+    inv.summary += (inv.summary.empty() ? "" : " ") + std::string(attr.name) + "(" + devs + ")";
+    if (!std::strcmp(attr.name, "ib")) inv.rdma = true;
+  }
+  uct_release_component_list(comps);
+  return inv;
+}
+
+class UcxTransport final : public Transport {
+ public:
+  explicit UcxTransport(const TransportConfig& cfg) : cfg_(cfg) {}
+  ~UcxTransport() override;
+
+  Status init();
+  const char* name() const override { return "ucx"; }
+  std::string describe() const override {
+    return std::string("UCX ") + ucxVersion() + "; " + (inv_.summary.empty() ? "no devices" : inv_.summary) +
+           (inv_.rdma ? "; RDMA" : "; no RDMA device");
+  }
+
+  int canConnect(const PeerInfo& local, const PeerInfo& remote) const override {
+    if (local.nonce != remote.nonce) return 0;
+    // Across hosts UCX beats tcp only when it has RDMA to offer; on one host shared
+    // memory (and within a process, loopback) stay ahead.
+    if (local.hostId != remote.hostId) return inv_.rdma ? 50 : 5;
+    return 5;
+  }
+
+  StatusOr<std::unique_ptr<Connection>> createRecv(int peer, int channel, std::string* blob) override;
+  StatusOr<std::unique_ptr<Connection>> connectSend(int peer, int channel, const std::string& blob) override;
+  Status establish(Deadline deadline) override;
+
+ private:
+  StatusOr<Worker*> worker(int channel);
+  StatusOr<Endpoint*> endpoint(Worker* w, int peer, const std::string& address);
+  static void onError(void* arg, ucp_ep_h ep, ucs_status_t status);
+
+  TransportConfig cfg_;
+  Inventory inv_;
+  ucp_context_h context_ = nullptr;
+  std::map<int, std::unique_ptr<Worker>> workers_;
+  // Per worker, the remote worker address each endpoint leads to.
+  std::map<std::pair<Worker*, std::string>, Endpoint*> byAddress_;
+  struct PendingRecv {
+    UcxRecvConnection* conn;
+    Worker* worker;
+    int peer;
+  };
+  struct PendingSend {
+    UcxSendConnection* conn;
+    int peer;
+  };
+  std::vector<PendingRecv> pendingRecv_;
+  std::vector<PendingSend> pendingSend_;
+};
+
+UcxTransport::~UcxTransport() {
+  // Close gracefully so what this side still owes a peer (the acknowledgement of its last
+  // synchronous send) leaves before the socket does; force it if a peer is gone.
+  for (auto& [channel, w] : workers_) {
+    for (auto& e : w->endpoints) {
+      ucp_request_param_t param;
+      param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      param.flags = e->failure == UCS_OK ? 0 : UCP_EP_CLOSE_FLAG_FORCE;
+      ucs_status_ptr_t r = ucp_ep_close_nbx(e->ep, &param);
+      if (UCS_PTR_IS_PTR(r)) {
+        Deadline d = Deadline::after(1.0);
+        while (ucp_request_check_status(r) == UCS_INPROGRESS && !d.expired()) ucp_worker_progress(w->worker);
+        if (ucp_request_check_status(r) == UCS_INPROGRESS) ucp_request_cancel(w->worker, r);
+        ucp_request_free(r);
+      }
+    }
+    ucp_worker_destroy(w->worker);
+    if (w->ready >= 0) close(w->ready);
+  }
+  if (context_) ucp_cleanup(context_);
+}
+
+Status UcxTransport::init() {
+  inv_ = inventory();
+  ucp_config_t* config = nullptr;
+  ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
+  if (st != UCS_OK) return ucxError("reading its configuration", st);
+  ucp_params_t params;
+  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED | UCP_PARAM_FIELD_NAME;
+  params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
+  params.mt_workers_shared = 1;  // workers of different channels run on different threads
+  params.name = "braid";
+  st = ucp_init(&params, config, &context_);
+  ucp_config_release(config);
+  if (st != UCS_OK) {
+    context_ = nullptr;
+    return ucxError("ucp_init", st);
+  }
+  return Status::ok();
+}
+
+StatusOr<Worker*> UcxTransport::worker(int channel) {
+  auto it = workers_.find(channel);
+  if (it != workers_.end()) return it->second.get();
+  auto w = std::make_unique<Worker>();
+  ucp_worker_params_t wp;
+  wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;
+  ucs_status_t st = ucp_worker_create(context_, &wp, &w->worker);
+  if (st != UCS_OK) return ucxError("creating a worker", st);
+  if (ucp_worker_get_efd(w->worker, &w->efd) != UCS_OK) w->efd = -1;  // then waiters yield
+  w->ready = eventfd(1, EFD_CLOEXEC);
+  ucp_address_t* addr = nullptr;
+  size_t len = 0;
+  st = ucp_worker_get_address(w->worker, &addr, &len);
+  if (st != UCS_OK) {
+    ucp_worker_destroy(w->worker);
+    return ucxError("getting the worker's address", st);
+  }
+  w->address.assign(reinterpret_cast<const char*>(addr), len);
+  ucp_worker_release_address(w->worker, addr);
+  Worker* raw = w.get();
+  workers_[channel] = std::move(w);
+  return raw;
+}
+
+void UcxTransport::onError(void* arg, ucp_ep_h, ucs_status_t status) {
+  auto* e = static_cast<Endpoint*>(arg);
+  if (e->failure == UCS_OK) {
+    e->failure = status;
+    BRAID_INFO("ucx: endpoint to rank %d failed: %s", e->peer, ucs_status_string(status));
+  }
+}
+
+StatusOr<Endpoint*> UcxTransport::endpoint(Worker* w, int peer, const std::string& address) {
+  auto key = std::make_pair(w, address);
+  auto it = byAddress_.find(key);
+  if (it != byAddress_.end()) return it->second;
+  auto e = std::make_unique<Endpoint>();
+  e->peer = peer;
+  ucp_ep_params_t ep;
+  ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                  UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  ep.address = reinterpret_cast<const ucp_address_t*>(address.data());
+  ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  ep.err_handler.cb = &UcxTransport::onError;
+  ep.err_handler.arg = e.get();
+  ucs_status_t st = ucp_ep_create(w->worker, &ep, &e->ep);
+  e->watched = st == UCS_OK;
+  if (st == UCS_ERR_UNREACHABLE) {
+    // No transport to this peer offers peer error handling (UCX 1.13's posix, sysv and
+    // cma do not): connect without it.
+    ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+    st = ucp_ep_create(w->worker, &ep, &e->ep);
+    if (st == UCS_OK) BRAID_INFO("ucx: rank %d reached without peer error handling", peer);
+  }
+  if (st != UCS_OK) {
+    return Status(Code::kSystemError, "ucx: cannot reach rank " + std::to_string(peer) + ": " +
+                                          ucs_status_string(st) + ucxSettings());
+  }
+  Endpoint* raw = e.get();
+  w->endpoints.push_back(std::move(e));
+  byAddress_[key] = raw;
+  return raw;
+}
+
+StatusOr<std::unique_ptr<Connection>> UcxTransport::createRecv(int peer, int channel, std::string* blob) {
+  BRAID_ASSIGN_OR_RETURN(Worker * w, worker(channel));
+  auto conn = std::make_unique<UcxRecvConnection>(cfg_, peer, w);
+  BRAID_RETURN_IF_ERROR(conn->start());
+  pendingRecv_.push_back(PendingRecv{conn.get(), w, peer});
+  // [magic][version][nonce][rank][channel][address length][address]
+  std::string b(28, '\0');
+  const uint32_t len = static_cast<uint32_t>(w->address.size());
+  const int32_t rank = cfg_.rank, ch = channel;
+  std::memcpy(&b[0], &kBlobMagic, 4);
+  std::memcpy(&b[4], &kBlobVersion, 4);
+  std::memcpy(&b[8], &cfg_.nonce, 8);
+  std::memcpy(&b[16], &rank, 4);
+  std::memcpy(&b[20], &ch, 4);
+  std::memcpy(&b[24], &len, 4);
+  b += w->address;
+  *blob = std::move(b);
+  return std::unique_ptr<Connection>(std::move(conn));
+}
+
+StatusOr<std::unique_ptr<Connection>> UcxTransport::connectSend(int peer, int channel, const std::string& blob) {
+  uint32_t magic = 0, version = 0, len = 0;
+  uint64_t nonce = 0;
+  int32_t rank = -1, ch = -1;
+  auto malformed = [&](const std::string& why) {
+    return invalidArgument("ucx: malformed address from rank " + std::to_string(peer) + ": " + why);
+  };
+  if (blob.size() < 28) return malformed(std::to_string(blob.size()) + " bytes");
+  std::memcpy(&magic, &blob[0], 4);
+  std::memcpy(&version, &blob[4], 4);
+  std::memcpy(&nonce, &blob[8], 8);
+  std::memcpy(&rank, &blob[16], 4);
+  std::memcpy(&ch, &blob[20], 4);
+  std::memcpy(&len, &blob[24], 4);
+  if (magic != kBlobMagic) return malformed("not a ucx address");
+  if (version != kBlobVersion) return malformed("version " + std::to_string(version));
+  if (len != blob.size() - 28) return malformed("length " + std::to_string(len) + " of " + std::to_string(blob.size()));
+  if (rank != peer || ch != channel) {
+    return malformed("it is rank " + std::to_string(rank) + "'s, channel " + std::to_string(ch));
+  }
+  if (nonce != cfg_.nonce) return invalidArgument("ucx: rank " + std::to_string(peer) + " belongs to another job");
+  BRAID_ASSIGN_OR_RETURN(Worker * w, worker(channel));
+  BRAID_ASSIGN_OR_RETURN(Endpoint * e, endpoint(w, peer, blob.substr(28)));
+  auto conn = std::make_unique<UcxSendConnection>(cfg_, peer, w, e);
+  BRAID_RETURN_IF_ERROR(conn->sendHello());
+  pendingSend_.push_back(PendingSend{conn.get(), peer});
+  return std::unique_ptr<Connection>(std::move(conn));
+}
+
+Status UcxTransport::establish(Deadline deadline) {
+  // Every sender greets its receiver; a receiver opens an endpoint back to each sender so
+  // that UCX tells it when that sender fails.
+  while (!pendingRecv_.empty() || !pendingSend_.empty()) {
+    for (size_t i = 0; i < pendingSend_.size();) {
+      BRAID_ASSIGN_OR_RETURN(bool sent, pendingSend_[i].conn->helloSent());
+      if (sent) {
+        pendingSend_.erase(pendingSend_.begin() + static_cast<long>(i));
+      } else {
+        ++i;
+      }
+    }
+    for (size_t i = 0; i < pendingRecv_.size();) {
+      PendingRecv& p = pendingRecv_[i];
+      BRAID_ASSIGN_OR_RETURN(std::string address, p.conn->hello());
+      if (address.empty()) {
+        ++i;
+        continue;
+      }
+      BRAID_ASSIGN_OR_RETURN(Endpoint * e, endpoint(p.worker, p.peer, address));
+      p.conn->watch(e);
+      pendingRecv_.erase(pendingRecv_.begin() + static_cast<long>(i));
+    }
+    if (pendingRecv_.empty() && pendingSend_.empty()) break;
+    if (deadline.expired()) {
+      if (!pendingRecv_.empty()) {
+        int peer = pendingRecv_.front().peer;
+        return Status(Code::kTimeout, "ucx: no hello from rank " + std::to_string(peer) + " before the deadline",
+                      peer);
+      }
+      int peer = pendingSend_.front().peer;
+      return Status(Code::kTimeout, "ucx: hello to rank " + std::to_string(peer) + " not delivered before the deadline",
+                    peer);
+    }
+    for (auto& [channel, w] : workers_) w->progress();
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+const char* ucxVersion() { return ucp_get_version_string(); }
+
+StatusOr<std::unique_ptr<Transport>> createUcxTransport(const TransportConfig& cfg) {
+  auto t = std::make_unique<UcxTransport>(cfg);
+  BRAID_RETURN_IF_ERROR(t->init());
+  return std::unique_ptr<Transport>(std::move(t));
+}
+
+}  // namespace braid::transport::ucx

@@ -1,0 +1,37 @@
+#pragma once
+// The UCX transport, shipped as the plugin libbraid-net-ucx.so. UCX drives whatever the
+// machine has under one API (InfiniBand and RoCE verbs, shared memory, tcp), chosen by its
+// own UCX_TLS and UCX_NET_DEVICES.
+//
+// Shape:
+//   - one UCP context per transport instance (so per communicator and link set), and one
+//     worker per channel, so each channel's progress thread drives its own worker without
+//     locks (UCS_THREAD_MODE_SERIALIZED: one thread at a time, never two at once);
+//   - a receive connection owns nslots slot buffers with a tagged receive posted into each;
+//     a send connection owns nslots staging slots moved with synchronous tagged sends, which
+//     complete only once the receiver has matched them, so at most nslots messages per
+//     connection are ever unmatched (flow control without a credit channel);
+//   - each message is [executor tag: 8 bytes][payload]; its UCX tag is the job's nonce
+//     (high 32 bits), the sender's rank and the message kind, so another job's traffic
+//     never matches and sits unclaimed;
+//   - setup: the receiver's blob is its channel worker's address; the sender creates an
+//     endpoint with peer error handling and sends a hello carrying its own worker address;
+//     establish() collects the hellos and opens the reverse endpoints, so a receiver learns
+//     of a dead sender from UCX too (not only from braid's deadlines);
+//   - waiting: the worker's event fd, armed with ucp_worker_arm, so a sleeping rank is
+//     woken by UCX rather than spinning.
+// Errors from UCX become kRemoteError naming the peer, with UCX's own reason.
+
+#include <memory>
+
+#include "common/status.h"
+#include "transports/transport.h"
+
+namespace braid::transport::ucx {
+
+StatusOr<std::unique_ptr<Transport>> createUcxTransport(const TransportConfig& cfg);
+
+// The UCX library's version, e.g. "1.13.1".
+const char* ucxVersion();
+
+}  // namespace braid::transport::ucx

@@ -103,6 +103,10 @@ struct TransportConfig {
   std::vector<std::string> channelNetIfs;
   std::string ibHca;              // RDMA transports: NICs in NCCL_IB_HCA syntax
   int ibGidIndex = -1;            // RDMA transports: RoCE GID index, -1 = from sysfs
+  // Setup calls that wait on a peer (tcp's connect retries) run this every few hundred ms
+  // and give up with its error: a peer that failed its own setup publishes an abort record,
+  // and the others must not wait out the whole connect timeout for it.
+  std::function<Status()> abortCheck;
 };
 
 // A transport instance belongs to one communicator. Setup runs in three phases so that

@@ -71,6 +71,11 @@ typedef struct {
   int ib_gid_index;         /* RoCE GID index, -1 for automatic */
   int log_level;            /* braid's level, so a plugin can skip formatting */
   braidPluginLogFn log;     /* never NULL */
+  /* Setup calls that wait on a peer should call this every few hundred milliseconds and
+   * give up with its error: another rank failed its setup and the job is being aborted.
+   * May be NULL. */
+  braidPluginResult_t (*abort_check)(void* context, braidPluginError_v1* error);
+  void* abort_check_context;
 } braidTransportConfig_v1;
 
 typedef struct {

@@ -541,6 +541,7 @@ Status Communicator::connect() {
   tc.connectTimeoutSec = cfg.timeoutSec > 0 ? cfg.timeoutSec : 3600;
   tc.socketsPerPeer = cfg.socketsPerPeer;
   tc.netIf = cfg.netIf;
+  tc.abortCheck = [this] { return abortRecord(); };
   tc.ibHca = cfg.ibHca;
   tc.ibGidIndex = cfg.ibGidIndex;
   if (topology_) {
@@ -1001,7 +1002,10 @@ void Communicator::abort(const Status& why) {
     }
   }
   abortFlag_.store(1);
-  if (first) (void)store_->set(key("abort"), encodeError(s, rank_));
+  // A failure that came from another rank's record is already published; overwriting it
+  // would hide the root cause from the ranks that have not read it yet.
+  if (first && s.message().find(" reported: ") == std::string::npos)
+    (void)store_->set(key("abort"), encodeError(s, rank_));
 }
 
 }  // namespace braid::core

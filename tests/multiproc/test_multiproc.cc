@@ -316,3 +316,113 @@ TEST_CASE("ranks on several hosts plan rings and NICs from the published topolog
     CHECK(r.out.find("nccl-unclosed.xml:7:3: </cpu> does not match <pci> opened at line 3") != std::string::npos);
   }
 }
+
+// ---- transport plugins -------------------------------------------------------------------
+
+// The UCX plugin across processes, with UCX choosing its own transports (shared memory
+// here) and restricted to tcp: every collective, the perf tool's check, and faults. Built
+// only where pkg-config found UCX; otherwise each case says so and passes.
+#ifdef UCX_PLUGIN
+const char* const kUcxEnvs[] = {"BRAID_TRANSPORT=ucx", "BRAID_TRANSPORT=ucx UCX_TLS=tcp"};
+
+TEST_CASE("collectives and the full set across processes over ucx", "[multiproc][ucx]") {
+  for (const char* env : kUcxEnvs) {
+    for (int np : {2, 4}) {
+      INFO("np " << np << " " << env);
+      Run r = run(braidrun(np, env) + MP_DIR "/mp_collectives");
+      INFO(r.out);
+      CHECK(r.status == 0);
+      for (int i = 0; i < np; ++i) CHECK(r.out.find("collectives ok rank " + std::to_string(i)) != std::string::npos);
+    }
+    INFO(env);
+    Run r = run(braidrun(3, env) + MP_DIR "/mp_full_set");
+    INFO(r.out);
+    CHECK(r.status == 0);
+    for (int i = 0; i < 3; ++i) CHECK(r.out.find("full set ok rank " + std::to_string(i)) != std::string::npos);
+  }
+}
+
+TEST_CASE("allreduce_perf over ucx checks its results with zero wrong", "[multiproc][ucx]") {
+  for (const char* env : kUcxEnvs) {
+    for (int np : {2, 4}) {
+      INFO("np " << np << " " << env);
+      Run r = run(braidrun(np, env) + ALLREDUCE_PERF " -b 8 -e 4M -f 8 -n 3 -w 1 -c 1 -d all -o sum");
+      INFO(r.out);
+      CHECK(r.status == 0);
+      CHECK(r.out.find("Out of bounds values : 0 OK") != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("a killed or stopped rank over ucx is reported by every survivor", "[multiproc][chaos][ucx]") {
+  for (const char* env : kUcxEnvs) {
+    INFO(env);
+    Run k = run(braidrun(4, std::string("BRAIDRUN_GRACE_SEC=20 ") + env) + MP_DIR "/mp_fault kill 1 5");
+    INFO(k.out);
+    auto killed = results(k.out);
+    CHECK(killed.size() == 3u);
+    for (const auto& [rank, x] : killed) {
+      INFO("survivor " << rank);
+      CHECK(x.code == kRemoteError);
+      CHECK(x.failedRank == 1);
+      CHECK(x.elapsedMs < 5000);
+    }
+    Run s = run(braidrun(3, std::string("BRAIDRUN_GRACE_SEC=3 BRAID_TIMEOUT=3 ") + env) + MP_DIR "/mp_fault stop 1 5");
+    INFO(s.out);
+    auto stopped = results(s.out);
+    CHECK(stopped.size() == 2u);
+    for (const auto& [rank, x] : stopped) {
+      INFO("survivor " << rank);
+      CHECK(x.code == kTimeout);
+      CHECK(x.failedRank == 1);
+      CHECK(x.elapsedMs >= 2900);
+      CHECK(x.elapsedMs < 9000);
+    }
+  }
+}
+
+TEST_CASE("UCX_TLS naming nothing usable fails init quoting UCX's reason", "[multiproc][ucx]") {
+  Run r = run(braidrun(2, "BRAID_TRANSPORT=ucx UCX_TLS=bogus") + MP_DIR "/mp_collectives");
+  INFO(r.out);
+  CHECK(r.status != 0);
+  CHECK(r.out.find("ucx: ucp_init: No such device (UCX_TLS=bogus)") != std::string::npos);
+}
+#else
+TEST_CASE("collectives across processes over ucx", "[multiproc][ucx]") {
+  WARN("skipped: braid was configured without UCX (pkg-config found no ucx), so there is no ucx plugin");
+}
+#endif
+
+TEST_CASE("an unknown BRAID_TRANSPORT lists the transports that exist, plugins included", "[multiproc]") {
+  Run r = run(braidrun(2, "BRAID_TRANSPORT=carrier-pigeon") + MP_DIR "/mp_collectives");
+  INFO(r.out);
+  CHECK(r.status != 0);
+  CHECK(r.out.find("BRAID_TRANSPORT='carrier-pigeon' is not one of loopback, shm, tcp") != std::string::npos);
+#ifdef UCX_PLUGIN
+  CHECK(r.out.find("ucx (plugin)") != std::string::npos);
+#endif
+}
+
+// A plugin that fails on one rank (its init, its receive side, or the blob it hands out)
+// fails the communicator's init on every rank, quickly, naming that rank and the plugin.
+TEST_CASE("a failing transport plugin fails init on every rank, naming the rank", "[multiproc][plugin]") {
+  for (const char* mode : {"init", "recv", "blob"}) {
+    INFO("mode " << mode);
+    const auto start = std::chrono::steady_clock::now();
+    Run r = run(braidrun(3, std::string("BRAID_TRANSPORT_PLUGIN=" FAILING_PLUGIN " BRAID_TRANSPORT=failing "
+                                        "BRAID_TEST_FAIL_RANK=1 BRAID_TEST_FAIL_MODE=") +
+                               mode) +
+                MP_DIR "/mp_collectives");
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    INFO(r.out);
+    CHECK(r.status != 0);
+    CHECK(secs < 10);
+    for (int i = 0; i < 3; ++i)
+      CHECK(r.out.find("rank " + std::to_string(i) + " could not join the communicator") != std::string::npos);
+    const std::string why = std::string(mode) == "init"   ? "rank 1 reported: BRAID_TRANSPORT=failing: failing: init refused"
+                            : std::string(mode) == "recv" ? "rank 1 reported: receiving from rank 0 over failing: failing: create_recv refused"
+                                                          : "failing: tcp: malformed address '\x01garbage' from rank 1";
+    CHECK(r.out.find(why) != std::string::npos);
+    CHECK(r.out.find("braidrun: terminated") == std::string::npos);  // nobody had to be killed
+  }
+}

@@ -147,6 +147,38 @@ case_latency_algo() {
 
 # The launcher itself, without braid: the environment each rank gets, failure propagation,
 # --timeout, and cleanup after SIGKILL (how CTest ends a test past its TIMEOUT).
+# The UCX plugin between hosts. Every rank is forced onto ucx (across hosts it scores below
+# tcp without RDMA) with UCX's own tcp: between namespaces of one machine UCX would
+# otherwise pick its shared memory, which would leave the network untested.
+# mp_collectives and allreduce_perf's element check across 2 hosts x 2 ranks, then a rank
+# of the other host killed mid-collective: every survivor names it within 5 s.
+case_ucx_2x2() {
+  [[ -n ${NETNS_UCX_PLUGIN:-} ]] || { echo "SKIP: braid was built without UCX: no ucx plugin"; exit 77; }
+  local dir out
+  dir=$NETNS_TMP
+  out=$dir/out
+  export BRAID_TRANSPORT=ucx UCX_TLS=tcp
+  BRAID_DEBUG=INFO netns_exec "$out" --hosts 2 --ranks-per-host 2 --timeout "$kRunTimeout" \
+    --tag-output -- "$MP_COLLECTIVES" || fail "mp_collectives over ucx exited with status $?"
+  check_all_ok "$out" 4
+  grep -q -E '4 ranks on 2 hosts.*transports \[self,ucx,ucx,ucx\]' "$out" ||
+    fail "rank 0 does not report ucx to every peer across 2 hosts"
+  echo "ok: collectives over ucx across 2 hosts"
+  netns_exec "$out" --hosts 2 --ranks-per-host 2 --timeout "$kRunTimeout" -- \
+    "$ALLREDUCE_PERF" -b 8 -e 8M -f 8 -n 3 -w 1 -c 1 || fail "allreduce_perf over ucx exited with status $?"
+  grep -q 'Out of bounds values : 0 OK' "$out" || fail "allreduce_perf over ucx did not report 0 wrong"
+  echo "ok: allreduce_perf over ucx, 0 wrong"
+  netns_exec "$out" --hosts 2 --ranks-per-host 2 --grace 20 --timeout "$kRunTimeout" -- \
+    "$(dirname "$MP_COLLECTIVES")/mp_fault" kill 3 5
+  local r line
+  for r in 0 1 2; do
+    line=$(grep "RESULT rank=$r " "$out") || fail "survivor $r reported nothing"
+    [[ $line =~ code=3\ failed_rank=3\ elapsed_ms=([0-9]+) ]] || fail "survivor $r: want a remote error naming rank 3: $line"
+    ((BASH_REMATCH[1] < 5000)) || fail "survivor $r took ${BASH_REMATCH[1]} ms to notice"
+  done
+  echo "ok: rank 3 (host 1) killed, every survivor names it"
+}
+
 case_launcher() {
   local dir out status t0 t1
   dir=$NETNS_TMP

@@ -177,6 +177,20 @@ TransportConfig configFromV1(const braidTransportConfig_v1& c) {
     t.channelNetIfs.push_back(c.channel_net_ifs[i] ? c.channel_net_ifs[i] : "");
   t.ibHca = c.ib_hca ? c.ib_hca : "";
   t.ibGidIndex = c.ib_gid_index;
+  if (c.abort_check) {
+    auto check = c.abort_check;
+    void* ctx = c.abort_check_context;
+    t.abortCheck = [check, ctx]() -> Status {
+      braidPluginError_v1 e;
+      e.rank = -1;
+      e.message[0] = '\0';
+      braidPluginResult_t r = check(ctx, &e);
+      if (r == braidPluginOk) return Status::ok();
+      return Status(r == braidPluginRemoteError ? Code::kRemoteError : r == braidPluginTimeout ? Code::kTimeout
+                                                                                              : Code::kAborted,
+                    std::string(e.message, strnlen(e.message, sizeof(e.message))), e.rank);
+    };
+  }
   return t;
 }
 

@@ -36,6 +36,16 @@ std::string messageOf(const braidPluginError_v1& e) {
   return std::string(e.message, strnlen(e.message, sizeof(e.message)));
 }
 
+// The host's abort check, called by a plugin through the ABI.
+braidPluginResult_t runAbortCheck(void* context, braidPluginError_v1* e) {
+  Status s = (*static_cast<std::function<Status()>*>(context))();
+  if (s.isOk()) return braidPluginOk;
+  e->rank = s.rank();
+  std::snprintf(e->message, sizeof(e->message), "%s", s.message().c_str());
+  return s.code() == Code::kRemoteError ? braidPluginRemoteError
+                                        : s.code() == Code::kTimeout ? braidPluginTimeout : braidPluginInternal;
+}
+
 void logFromPlugin(int level, const char* message) {
   if (level < 1 || level > 3 || !message) return;
   logf(static_cast<LogLevel>(level), "%s", message);
@@ -117,8 +127,9 @@ class PluginConnection final : public Connection {
 
 class PluginTransport final : public Transport {
  public:
-  PluginTransport(const braidTransportPlugin_v1_t* t, std::string name, void* h)
-      : t_(t), name_(std::move(name)), h_(h) {}
+  PluginTransport(const braidTransportPlugin_v1_t* t, std::string name, void* h,
+                  std::unique_ptr<std::function<Status()>> abortCheck)
+      : t_(t), name_(std::move(name)), h_(h), abortCheck_(std::move(abortCheck)) {}
   ~PluginTransport() override { t_->finalize(h_); }
 
   const char* name() const override { return name_.c_str(); }
@@ -173,6 +184,7 @@ class PluginTransport final : public Transport {
   const braidTransportPlugin_v1_t* t_;
   std::string name_;
   void* h_;
+  std::unique_ptr<std::function<Status()>> abortCheck_;
 };
 
 // Every entry the host calls must be there; a table with a hole is refused at load, not
@@ -294,12 +306,18 @@ TransportFactory factoryFromTable(const braidTransportPlugin_v1_t* table, const 
     c.ib_gid_index = cfg.ibGidIndex;
     c.log_level = static_cast<int>(logLevel());
     c.log = &logFromPlugin;
+    // The check outlives this call: the transport keeps it, so it lives in the transport.
+    auto abortCheck = std::make_unique<std::function<Status()>>(cfg.abortCheck);
+    if (*abortCheck) {
+      c.abort_check = &runAbortCheck;
+      c.abort_check_context = abortCheck.get();
+    }
     void* h = nullptr;
     std::string name = table->name;
     Status st = call(name, [&](braidPluginError_v1* e) { return table->init(&c, &h, e); });
     if (!st.isOk()) return st;
     if (!h) return internalError(name + ": init returned no transport");
-    return std::unique_ptr<Transport>(new PluginTransport(table, name, h));
+    return std::unique_ptr<Transport>(new PluginTransport(table, name, h, std::move(abortCheck)));
   };
   return f;
 }

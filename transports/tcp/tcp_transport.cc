@@ -238,6 +238,8 @@ StatusOr<std::unique_ptr<Connection>> TcpTransport::connectSend(int peer, int ch
   };
 
   const Deadline deadline = Deadline::after(cfg_.connectTimeoutSec);
+  constexpr int64_t kAbortCheckNs = 200 * 1000 * 1000;
+  int64_t nextAbortCheck = nowNanos() + kAbortCheckNs;
   int done = 0;
   std::vector<pollfd> pfds;
   std::vector<int> owner;  // index into `out` per pollfd, -1 for the listening socket
@@ -276,6 +278,14 @@ StatusOr<std::unique_ptr<Connection>> TcpTransport::connectSend(int peer, int ch
       }
     }
     if (done == nsockets) break;
+    if (cfg_.abortCheck && nowNanos() >= nextAbortCheck) {
+      nextAbortCheck = nowNanos() + kAbortCheckNs;
+      Status aborted = cfg_.abortCheck();
+      if (!aborted.isOk()) {
+        closeAll();
+        return aborted;
+      }
+    }
     if (deadline.expired()) {
       int lastErr = 0;
       for (const Outgoing& o : out) lastErr = o.lastErr != 0 ? o.lastErr : lastErr;
@@ -492,10 +502,11 @@ Status TcpTransport::establish(Deadline deadline) {
     serviceIncoming();
     if (missingSockets() == 0) break;
     if (deadline.expired()) return timeoutError();
+    if (cfg_.abortCheck) BRAID_RETURN_IF_ERROR(cfg_.abortCheck());
     pfds.clear();
     for (const Listener& l : listeners_) pfds.push_back({l.fd, POLLIN, 0});
     for (const Incoming& in : incoming_) pfds.push_back({in.fd, POLLIN, 0});
-    int rc = poll(pfds.data(), pfds.size(), deadline.remainingMillis(1000));
+    int rc = poll(pfds.data(), pfds.size(), deadline.remainingMillis(cfg_.abortCheck ? 200 : 1000));
     if (rc < 0 && errno != EINTR) return systemError("poll", errno).withContext("tcp: establish");
   }
   // Every expected socket is bound; whatever else connected is a stranger or a duplicate.

@@ -6,12 +6,13 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
 
 # Required to build and test; the rest are detected and reported by the configure step, and
-# OpenMPI + Gloo are the peers the benchmarks compare against.
+# OpenMPI + Gloo are the peers the benchmarks compare against (ucx-utils: ucx_perftest, for
+# the UCX benchmark).
 # libnetfilter-queue-dev and iptables let the multi-host tests add latency between
 # emulated hosts on kernels without netem (tests/netns/nfq_delay.c).
 PACKAGES=(cmake g++ make pkg-config libhwloc-dev hwloc catch2 iproute2
           openmpi-bin libopenmpi-dev libgloo-dev libucx-dev libibverbs-dev graphviz
-          libnetfilter-queue-dev iptables)
+          libnetfilter-queue-dev iptables ucx-utils)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

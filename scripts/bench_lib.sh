@@ -1,0 +1,48 @@
+# Helpers shared by the benchmark scripts (sourced): sizes, iteration counts, reading the
+# perf tables braid's tools and the peer harnesses print, and best-of / ratio arithmetic.
+bytes() {  # 1M -> 1048576
+  awk -v s="$1" 'BEGIN { n = s + 0; u = toupper(substr(s, length(s)));
+    if (u == "K") n *= 1024; else if (u == "M") n *= 1048576; else if (u == "G") n *= 1073741824;
+    printf "%d\n", n }'
+}
+# Iterations and warmups by size: every run lasts roughly the same, whatever the size.
+iters() { local b=$1; if [ "$b" -le 65536 ]; then echo 200; elif [ "$b" -le 1048576 ]; then echo 20;
+  elif [ "$b" -le 4194304 ]; then echo 10; elif [ "$b" -le 16777216 ]; then echo 5;
+  elif [ "$b" -le 67108864 ]; then echo 3; else echo 2; fi; }
+warm() { local b=$1; if [ "$b" -le 4194304 ]; then echo 3; elif [ "$b" -le 16777216 ]; then echo 2; else echo 1; fi; }
+
+# Reads a table on stdin (braid's tools and the peer harnesses print the same columns: 1 size,
+# 6 time in us, 9 #wrong). With $1 = bw:FACTOR prints the best busbw over the data rows,
+# recomputed from size and time (size / time * FACTOR; the table's own busbw column has only two
+# decimals); with $1 = lat the lowest time. "WRONG" if any row's #wrong is not 0 / N/A,
+# nothing if there are no rows (the run failed or timed out).
+pick_col() {
+  awk -v what="$1" '
+    /^#/ || NF < 9 || $1 !~ /^[0-9]+$/ || $6 + 0 <= 0 { next }
+    { if ($9 != "0" && $9 != "N/A") bad = 1
+      if (what == "lat") v = $6 + 0; else v = $1 / ($6 * 1e3) * substr(what, 4)
+      if (!have || (what == "lat" ? v < best : v > best)) { best = v; have = 1 } }
+    END { if (bad) print "WRONG"; else if (have) printf(what == "lat" ? "%.2f\n" : "%.3f\n", best) }'
+}
+bus_factor() {  # collective, ranks: nccl-tests' busbw / algbw
+  case $1 in
+    allreduce) awk -v n="$2" 'BEGIN { print 2 * (n - 1) / n }' ;;
+    broadcast|reduce|sendrecv) echo 1 ;;
+    *) awk -v n="$2" 'BEGIN { print (n - 1) / n }' ;;
+  esac
+}
+
+# Best over rounds: max busbw / min time; WRONG wins over numbers, empty cells become "-".
+best_of() {
+  local mode=$1; shift
+  if printf '%s\n' "$@" | grep -qx WRONG; then echo WRONG; return; fi
+  local v; v=$(printf '%s\n' "$@" | grep -E '^[0-9.eE+-]+$' | sort -g | { [ "$mode" = min ] && head -1 || tail -1; })
+  echo "${v:--}"
+}
+ratio() {  # braid value, peer value, mode (max: braid/peer; min: peer/braid)
+  awk -v a="$1" -v b="$2" -v m="$3" 'BEGIN { if (a !~ /^[0-9.eE+-]+$/ || b !~ /^[0-9.eE+-]+$/ || a + 0 == 0 || b + 0 == 0) print "-";
+    else printf "%.2f", m == "min" ? b / a : a / b }'
+}
+verdict() {  # ratio, threshold
+  awk -v x="$1" -v t="$2" 'BEGIN { if (x == "-") print "n/a"; else print (x + 0 >= t ? "ok" : "MISS") }'
+}

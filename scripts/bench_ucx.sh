@@ -1,0 +1,175 @@
+#!/usr/bin/env bash
+# braid over its UCX plugin against the peers that use UCX, in one run, with ratios:
+#   1. allreduce and allgather busbw, braid (BRAID_TRANSPORT=ucx) vs OpenMPI's UCX path
+#      (pml ucx), both with the same UCX_TLS: tcp, then shared memory; 2 and 4 ranks;
+#   2. braid over ucx with UCX_TLS=tcp vs braid's own tcp transport (allreduce);
+#   3. sendrecv_perf over ucx (2 ranks) vs ucx_perftest -t tag_bw with the same UCX_TLS.
+# Implementations alternate size by size, ROUNDS times; the best of each is kept.
+# x = braid / peer busbw (> 1: braid better). Targets (marked ok / MISS): part 1 x >= 1.0,
+# part 2 x >= 0.9, part 3 x >= 0.9.
+#
+# usage: scripts/bench_ucx.sh
+# environment:
+#   NPS="2 4"                 ranks for parts 1 and 2
+#   SIZES="64K 1M 16M 256M"   sizes for parts 1 and 2 (nccl-tests' meaning per collective)
+#   P2P_SIZES="64K 1M 4M 16M" sizes for part 3
+#   TLS="tcp sm"              UCX transport families (UCX_TLS=<family>,self for everyone)
+#   COLLS="allreduce allgather"
+#   PARTS="1 2 3"             which parts to run
+#   ROUNDS=2, CHECK=1, RUN_TIMEOUT=300, SKIP_SETUP, BUILD_DIR, BENCH_CACHE, RESULTS: as in
+#                             scripts/bench_collectives.sh
+# Debian's OpenMPI leaves its UCX path off by default; this selects it with
+#   mpirun --mca pml ucx --mca pml_ucx_devices any --mca pml_ucx_tls any -x UCX_TLS=...
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+if [ "${SKIP_SETUP:-0}" = 1 ]; then
+  BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
+else
+  source "$ROOT/scripts/setup.sh"
+fi
+source "$ROOT/scripts/bench_lib.sh"
+set +e  # a failed run is reported in its cell, not fatal
+
+NPS=${NPS:-2 4}
+SIZES=(${SIZES:-64K 1M 16M 256M})
+P2P_SIZES=(${P2P_SIZES:-64K 1M 4M 16M})
+TLS=${TLS:-tcp sm}
+COLLS=${COLLS:-allreduce allgather}
+PARTS=" ${PARTS:-1 2 3} "
+ROUNDS=${ROUNDS:-2}
+CHECK=${CHECK:-1}
+RUN_TIMEOUT=${RUN_TIMEOUT:-300}
+CACHE=${BENCH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/braid-bench-peers}
+RESULTS=${RESULTS:-$ROOT/bench-results}
+
+find_exe() { find "$BUILD_DIR" -name "$1" -type f -perm -u+x 2>/dev/null | grep -v CMakeFiles | head -1; }
+RUN=${BRAIDRUN:-$(find_exe braidrun)}
+PERF_DIR=${PERF_DIR:-$(dirname "$(find_exe allreduce_perf)")}
+[ -x "$RUN" ] || { echo "braidrun not found under $BUILD_DIR" >&2; exit 2; }
+[ -e "$BUILD_DIR/lib/braid/libbraid-net-ucx.so" ] || { echo "no ucx plugin in $BUILD_DIR/lib/braid (UCX not found at configure?)" >&2; exit 2; }
+command -v ucx_perftest >/dev/null || { echo "ucx_perftest not found (Debian: ucx-utils)" >&2; exit 2; }
+
+mkdir -p "$CACHE" "$RESULTS"
+MPI_EXE=$CACHE/mpi_coll_perf; MPI_SRC=$ROOT/bench/peers/mpi_coll_perf.c
+if ! [ "$MPI_EXE" -nt "$MPI_SRC" ]; then
+  echo "== building $MPI_EXE"
+  mpicc -O3 -march=native -o "$MPI_EXE" "$MPI_SRC" || { echo "cannot build the MPI harness" >&2; exit 2; }
+fi
+
+stamp=$(date +%Y%m%d-%H%M%S)
+RAW=$RESULTS/$stamp-ucx-raw; mkdir -p "$RAW"
+OUT=$RESULTS/$stamp-ucx.txt
+say() { echo "$*" | tee -a "$OUT"; }
+fmt() { printf '%-8s %10s %10s %7s  %s\n' "$@"; }
+
+# One run: impl (braid-ucx, mpi-ucx, braid-tcp), UCX_TLS value, collective, bytes, ranks.
+# Prints the best busbw of this round's table; the whole output goes to a log under $RAW.
+run_one() {
+  local impl=$1 tls=$2 coll=$3 b=$4 np=$5 n w chk=0 log
+  n=$(iters "$b"); w=$(warm "$b")
+  [ "$CHECK" = all ] || { [ "$CHECK" != 0 ] && [ "$ROUND" = 1 ]; } && chk=1
+  log=$RAW/$coll-$b-np$np-$impl-${tls//,/_}.log
+  local common=(-b "$b" -e "$b" -n "$n" -w "$w" -c "$chk")
+  {
+    echo "### round $ROUND $(date -Is) load $(cut -d' ' -f1-3 /proc/loadavg)"
+    case $impl in
+      braid-ucx) BRAID_TRANSPORT=ucx UCX_TLS=$tls timeout -k 10 "$RUN_TIMEOUT" "$RUN" -np "$np" \
+                   "$PERF_DIR/${coll}_perf" "${common[@]}" ;;
+      braid-tcp) BRAID_TRANSPORT=tcp timeout -k 10 "$RUN_TIMEOUT" "$RUN" -np "$np" "$PERF_DIR/${coll}_perf" "${common[@]}" ;;
+      mpi-ucx) timeout -k 10 "$RUN_TIMEOUT" mpirun --allow-run-as-root --oversubscribe -np "$np" \
+                 --mca pml ucx --mca pml_ucx_devices any --mca pml_ucx_tls any -x UCX_TLS="$tls" \
+                 "$MPI_EXE" -C "$coll" "${common[@]}" ;;
+    esac
+    echo "### exit $?"
+  } >>"$log" 2>&1
+  awk -v r="### round $ROUND " 'index($0, r) == 1 { keep = 1; buf = ""; next } keep { buf = buf $0 "\n" }
+    END { printf "%s", buf }' "$log" | pick_col "bw:$(bus_factor "$coll" "$np")"
+}
+
+# ucx_perftest -t tag_bw between two processes on this host; prints GB/s (1e9 B/s).
+# Its MB/s are 2^20 bytes.
+perftest_bw() {
+  local tls=$1 b=$2 port=$((13500 + RANDOM % 2000)) log=$RAW/perftest-$b-${1//,/_}.log n
+  n=$(( $(iters "$b") * 10 ))
+  {
+    echo "### round $ROUND $(date -Is)"
+    UCX_TLS=$tls timeout 120 ucx_perftest -p "$port" >/dev/null 2>&1 &
+    local srv=$!
+    sleep 0.5
+    UCX_TLS=$tls timeout 120 ucx_perftest 127.0.0.1 -p "$port" -t tag_bw -s "$b" -n "$n" -w 20 -f
+    wait "$srv"
+  } >>"$log" 2>&1
+  awk -v r="### round $ROUND " 'index($0, r) == 1 { keep = 1; next } keep && $1 ~ /^[0-9]+$/ && NF >= 8 { v = $6 }
+    END { if (v != "") printf "%.3f\n", v * 1048576 / 1e9 }' "$log"
+}
+
+say "# bench_ucx $(date -Is): NPS='$NPS' SIZES='${SIZES[*]}' TLS='$TLS' ROUNDS=$ROUNDS"
+say "# braid: $BUILD_DIR ($(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null)$(git -C "$ROOT" diff --quiet 2>/dev/null || echo '+dirty')); $(ucx_info -v | head -1 | sed 's/# //'); raw logs: $RAW"
+say "# host: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); busbw in GB/s (1e9 B/s); x = braid/peer, > 1: braid better"
+misses=0; checked=0
+# Prints a row and counts its verdict: size, braid, peer, threshold.
+row() {
+  local x v
+  x=$(ratio "$2" "$3" max); v=$(verdict "$x" "$4")
+  [ "$v" = n/a ] || checked=$((checked + 1))
+  [ "$v" = MISS ] && misses=$((misses + 1))
+  say "$(fmt "$1" "$2" "$3" "$x" "$v")"
+}
+
+if [[ $PARTS == *" 1 "* ]]; then
+  for fam in $TLS; do
+    tls="$fam,self"
+    for np in $NPS; do
+      for coll in $COLLS; do
+        say ""
+        say "== part 1: $coll, $np ranks, UCX_TLS=$tls (target x >= 1.0 vs OpenMPI pml ucx)"
+        say "$(fmt size braid-ucx mpi-ucx x target)"
+        for s in "${SIZES[@]}"; do
+          b=$(bytes "$s"); A=(); B=()
+          for ROUND in $(seq "$ROUNDS"); do
+            A+=("$(run_one braid-ucx "$tls" "$coll" "$b" "$np")")
+            B+=("$(run_one mpi-ucx "$tls" "$coll" "$b" "$np")")
+          done
+          row "$s" "$(best_of max "${A[@]}")" "$(best_of max "${B[@]}")" 1.0
+        done
+      done
+    done
+  done
+fi
+
+if [[ $PARTS == *" 2 "* ]]; then
+  for np in $NPS; do
+    say ""
+    say "== part 2: allreduce, $np ranks, braid over ucx (UCX_TLS=tcp,self) vs braid's tcp (target x >= 0.9)"
+    say "$(fmt size braid-ucx braid-tcp x target)"
+    for s in "${SIZES[@]}"; do
+      b=$(bytes "$s"); A=(); B=()
+      for ROUND in $(seq "$ROUNDS"); do
+        A+=("$(run_one braid-ucx tcp,self allreduce "$b" "$np")")
+        B+=("$(run_one braid-tcp - allreduce "$b" "$np")")
+      done
+      row "$s" "$(best_of max "${A[@]}")" "$(best_of max "${B[@]}")" 0.9
+    done
+  done
+fi
+
+if [[ $PARTS == *" 3 "* ]]; then
+  for fam in $TLS; do
+    tls="$fam,self"
+    say ""
+    say "== part 3: sendrecv_perf over ucx (2 ranks, both directions at once, busbw per direction) vs"
+    say "   ucx_perftest -t tag_bw (one direction), UCX_TLS=$tls (target x >= 0.9)"
+    say "$(fmt size braid-ucx perftest x target)"
+    for s in "${P2P_SIZES[@]}"; do
+      b=$(bytes "$s"); A=(); B=()
+      for ROUND in $(seq "$ROUNDS"); do
+        A+=("$(run_one braid-ucx "$tls" sendrecv "$b" 2)")
+        B+=("$(perftest_bw "$tls" "$b")")
+      done
+      row "$s" "$(best_of max "${A[@]}")" "$(best_of max "${B[@]}")" 0.9
+    done
+  done
+fi
+
+say ""
+say "# $checked ratios checked, $misses below target; summary in $OUT"

@@ -2,6 +2,7 @@
 
 #include <poll.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "common/clock.h"
@@ -51,6 +52,7 @@ Status peerFailure(int peer, const char* what, ucs_status_t st) {
 UcxSendConnection::UcxSendConnection(const TransportConfig& cfg, int peer, Worker* worker, Endpoint* ep)
     : peer_(peer),
       tag_(ucxTag(cfg.nonce, cfg.rank, kKindData)),
+      creditTag_(ucxTag(cfg.nonce, peer, kKindCredit)),
       slotBytes_(cfg.slotBytes),
       worker_(worker),
       ep_(ep),
@@ -62,8 +64,9 @@ UcxSendConnection::UcxSendConnection(const TransportConfig& cfg, int peer, Worke
 }
 
 UcxSendConnection::~UcxSendConnection() {
+  if (credit_->request) ucp_request_cancel(worker_->worker, credit_->request);
   auto pending = [&] {
-    if (hello_->request) return true;
+    if (hello_->request || credit_->request) return true;
     for (const Staging& s : slots_)
       if (s.request) return true;
     return false;
@@ -78,6 +81,7 @@ UcxSendConnection::~UcxSendConnection() {
   BRAID_WARN("ucx: send connection to rank %d torn down with messages in flight", peer_);
   (void)memory_.release();
   (void)hello_.release();
+  (void)credit_.release();
   new std::vector<Staging>(std::move(slots_));
   new std::vector<uint8_t>(std::move(helloBuf_));
 }
@@ -87,6 +91,42 @@ void UcxSendConnection::sendDone(void* request, ucs_status_t status, void* user)
   st->status = status;
   st->request = nullptr;
   ucp_request_free(request);
+}
+
+void UcxSendConnection::creditDone(void* request, ucs_status_t status, const ucp_tag_recv_info_t*, void* user) {
+  auto* c = static_cast<CreditLanding*>(user);
+  c->status = status;
+  c->done = true;
+  c->request = nullptr;
+  ucp_request_free(request);
+}
+
+Status UcxSendConnection::postCreditRecv() {
+  ucp_request_param_t param;
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+  param.cb.recv = &UcxSendConnection::creditDone;
+  param.user_data = credit_.get();
+  credit_->done = false;
+  ucs_status_ptr_t r =
+      ucp_tag_recv_nbx(worker_->worker, &credit_->count, sizeof(credit_->count), creditTag_, ~uint64_t{0}, &param);
+  if (UCS_PTR_IS_ERR(r)) return peerFailure(peer_, "receiving credits from", UCS_PTR_STATUS(r));
+  credit_->request = r;
+  return Status::ok();
+}
+
+// Takes every credit message that has arrived; counts are cumulative, so only the newest
+// matters.
+Status UcxSendConnection::takeCredits() {
+  while (credit_->done) {
+    if (credit_->status != UCS_OK) return peerFailure(peer_, "receiving credits from", credit_->status);
+    if (credit_->count > postSeq_) {
+      return Status(Code::kRemoteError,
+                    "ucx: rank " + std::to_string(peer_) + " released more slots than were sent to it", peer_);
+    }
+    released_ = std::max(released_, credit_->count);
+    BRAID_RETURN_IF_ERROR(postCreditRecv());
+  }
+  return Status::ok();
 }
 
 Status UcxSendConnection::failed() const {
@@ -105,9 +145,15 @@ Status UcxSendConnection::checkSlot(Staging& st) {
 
 Status UcxSendConnection::reserveSend(Slot* s) {
   Staging& st = slots_[postSeq_ % slots_.size()];
-  if (st.busy) {
+  // A slot to stage in, and room in the receiver's FIFO: at most nslots messages it has
+  // not released yet, so every message lands in a posted receive, never in UCX's
+  // unexpected queue.
+  if (st.busy || postSeq_ - released_ >= slots_.size()) {
     BRAID_RETURN_IF_ERROR(progress());
-    if (st.busy) return Status(Code::kWouldBlock, "");
+    if (st.busy || postSeq_ - released_ >= slots_.size()) {
+      BRAID_RETURN_IF_ERROR(failed());
+      return Status(Code::kWouldBlock, "");
+    }
   }
   s->data = st.buf + kHeaderBytes;
   return Status::ok();
@@ -122,7 +168,7 @@ Status UcxSendConnection::postSend(const Slot& s, size_t bytes) {
   param.cb.send = &UcxSendConnection::sendDone;
   param.user_data = &st;
   st.status = UCS_OK;
-  ucs_status_ptr_t r = ucp_tag_send_sync_nbx(ep_->ep, st.buf, kHeaderBytes + bytes, tag_, &param);
+  ucs_status_ptr_t r = ucp_tag_send_nbx(ep_->ep, st.buf, kHeaderBytes + bytes, tag_, &param);
   if (UCS_PTR_IS_ERR(r)) return peerFailure(peer_, "sending to", UCS_PTR_STATUS(r));
   ++postSeq_;
   if (r != nullptr) {
@@ -141,8 +187,10 @@ Status UcxSendConnection::progress() {
   if (inFlight_ > 0) {
     for (Staging& st : slots_) BRAID_RETURN_IF_ERROR(checkSlot(st));
   }
-  // A failed endpoint matters only while something is in flight or about to be: an idle
-  // connection to a peer that has already finished and left is not an error.
+  BRAID_RETURN_IF_ERROR(takeCredits());
+  // A failed endpoint matters only while something is in flight (or, in reserveSend, while
+  // this side waits for credits): a connection to a peer that has finished and left, with
+  // nothing of ours still on the way, is not an error.
   if (inFlight_ > 0) BRAID_RETURN_IF_ERROR(failed());
   return Status::ok();
 }
@@ -150,6 +198,7 @@ Status UcxSendConnection::progress() {
 WaitHandle UcxSendConnection::waitHandle(bool) { return armedHandle(worker_); }
 
 Status UcxSendConnection::sendHello() {
+  BRAID_RETURN_IF_ERROR(postCreditRecv());
   // [nonce][rank][address]: the receiver opens an endpoint back to this worker with it.
   const std::string& addr = worker_->address;
   helloBuf_.resize(16 + addr.size());
@@ -188,7 +237,9 @@ UcxRecvConnection::UcxRecvConnection(const TransportConfig& cfg, int peer, Worke
       helloTag_(ucxTag(cfg.nonce, peer, kKindHello)),
       slotBytes_(cfg.slotBytes),
       worker_(worker),
-      slots_(static_cast<size_t>(cfg.nslots)) {
+      slots_(static_cast<size_t>(cfg.nslots)),
+      creditTag_(ucxTag(cfg.nonce, cfg.rank, kKindCredit)),
+      creditBatch_(std::max<uint64_t>(1, static_cast<uint64_t>(cfg.nslots) / 4)) {
   const size_t step = stride(slotBytes_);
   memory_.reset(new uint8_t[step * slots_.size() + 64]);
   uint8_t* base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(memory_.get()) + 63) & ~uintptr_t{63});
@@ -203,7 +254,7 @@ UcxRecvConnection::~UcxRecvConnection() {
     if (l.request) ucp_request_cancel(worker_->worker, l.request);
   if (hello_->request) ucp_request_cancel(worker_->worker, hello_->request);
   auto pending = [&] {
-    if (hello_->request) return true;
+    if (hello_->request || creditOut_->request) return true;
     for (const Landing& l : slots_)
       if (l.request) return true;
     return false;
@@ -213,6 +264,7 @@ UcxRecvConnection::~UcxRecvConnection() {
   (void)memory_.release();
   (void)helloMemory_.release();
   (void)hello_.release();
+  (void)creditOut_.release();
   new std::vector<Landing>(std::move(slots_));
 }
 
@@ -265,6 +317,7 @@ StatusOr<std::string> UcxRecvConnection::hello() {
 
 Status UcxRecvConnection::failed() const {
   if (ep_ && ep_->failure != UCS_OK) return peerFailure(peer_, "receiving from", ep_->failure);
+  if (creditOut_->status != UCS_OK) return peerFailure(peer_, "returning credits to", creditOut_->status);
   return Status::ok();
 }
 
@@ -280,6 +333,9 @@ Status UcxRecvConnection::peekRecv(Slot* s) {
     if (!l.done) {
       // Data that arrived before a failure is still delivered; only then report it.
       BRAID_RETURN_IF_ERROR(failed());
+      // A credit that could not leave earlier (one was in flight) must leave before this
+      // side waits: the sender may be waiting for it.
+      BRAID_RETURN_IF_ERROR(maybeSendCredit());
       return Status(Code::kWouldBlock, "");
     }
   }
@@ -302,12 +358,41 @@ Status UcxRecvConnection::peekRecv(Slot* s) {
 Status UcxRecvConnection::releaseRecv(const Slot&) {
   Landing& l = slots_[peekSeq_ % slots_.size()];
   ++peekSeq_;
-  return post(l, tag_, kHeaderBytes + slotBytes_);
+  BRAID_RETURN_IF_ERROR(post(l, tag_, kHeaderBytes + slotBytes_));
+  return maybeSendCredit();
+}
+
+void UcxRecvConnection::creditSent(void* request, ucs_status_t status, void* user) {
+  auto* c = static_cast<CreditOut*>(user);
+  c->status = status;
+  c->request = nullptr;
+  ucp_request_free(request);
+}
+
+// A credit that cannot be sent is not this call's failure: what was received is still
+// good, and the sender's death shows through failed() once this side waits for more.
+Status UcxRecvConnection::maybeSendCredit() {
+  if (!ep_ || peekSeq_ - creditedSeq_ < creditBatch_) return Status::ok();
+  CreditOut& c = *creditOut_;
+  if (c.request || c.status != UCS_OK) return Status::ok();
+  c.count = peekSeq_;
+  ucp_request_param_t param;
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  param.cb.send = &UcxRecvConnection::creditSent;
+  param.user_data = &c;
+  ucs_status_ptr_t r = ucp_tag_send_nbx(ep_->ep, &c.count, sizeof(c.count), creditTag_, &param);
+  if (UCS_PTR_IS_ERR(r)) {
+    c.status = UCS_PTR_STATUS(r);
+    return Status::ok();
+  }
+  if (r != nullptr) c.request = r;
+  creditedSeq_ = peekSeq_;
+  return Status::ok();
 }
 
 Status UcxRecvConnection::progress() {
   worker_->progress();
-  return Status::ok();
+  return maybeSendCredit();
 }
 
 WaitHandle UcxRecvConnection::waitHandle(bool) { return armedHandle(worker_); }

@@ -18,6 +18,7 @@ namespace braid::transport::ucx {
 // Message kinds, the low byte of a UCX tag.
 constexpr uint64_t kKindData = 1;
 constexpr uint64_t kKindHello = 2;
+constexpr uint64_t kKindCredit = 3;
 // Bytes in front of every payload: the executor's tag.
 constexpr size_t kHeaderBytes = sizeof(uint64_t);
 
@@ -71,7 +72,7 @@ class UcxSendConnection final : public Connection {
   Status peekRecv(Slot* s) override;
   Status releaseRecv(const Slot& s) override;
   Status progress() override;
-  // Every posted message has been matched by the receiver.
+  // Every posted message has left this process (UCX completed it locally).
   bool flushed() const override { return inFlight_ == 0; }
   bool seesPeerFailure() const override { return ep_->watched; }
   WaitHandle waitHandle(bool forSend) override;
@@ -85,25 +86,38 @@ class UcxSendConnection final : public Connection {
  private:
   struct Staging {
     uint8_t* buf = nullptr;
-    void* request = nullptr;  // UCX request while the message is unmatched
+    void* request = nullptr;  // UCX request while the message is in flight
     bool busy = false;
     ucs_status_t status = UCS_OK;
   };
+  // The receiver's credit messages: its cumulative count of released slots.
+  struct CreditLanding {
+    uint64_t count = 0;
+    void* request = nullptr;
+    bool done = false;
+    ucs_status_t status = UCS_OK;
+  };
   static void sendDone(void* request, ucs_status_t status, void* user);
+  static void creditDone(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user);
   Status checkSlot(Staging& st);
+  Status postCreditRecv();
+  Status takeCredits();
   Status failed() const;
 
   int peer_;
   uint64_t tag_;
+  uint64_t creditTag_;
   size_t slotBytes_;
   Worker* worker_;
   Endpoint* ep_;
   std::vector<Staging> slots_;
   std::unique_ptr<uint8_t[]> memory_;
   uint64_t postSeq_ = 0;
+  uint64_t released_ = 0;  // slots the receiver has released, from its credit messages
   int inFlight_ = 0;
-  // On the heap: a request UCX never completes keeps pointing at it (see the destructor).
+  // On the heap: a request UCX never completes keeps pointing at them (see the destructor).
   std::unique_ptr<Staging> hello_ = std::make_unique<Staging>();
+  std::unique_ptr<CreditLanding> credit_ = std::make_unique<CreditLanding>();
   std::vector<uint8_t> helloBuf_;
 };
 
@@ -128,7 +142,7 @@ class UcxRecvConnection final : public Connection {
   Status start();
   // The sender's worker address once its hello arrived, else "".
   StatusOr<std::string> hello();
-  // The endpoint back to the sender, watched for its failure.
+  // The endpoint back to the sender: watched for its failure, and what credits travel on.
   void watch(Endpoint* ep) { ep_ = ep; }
 
  private:
@@ -140,7 +154,11 @@ class UcxRecvConnection final : public Connection {
     size_t length = 0;
   };
   static void recvDone(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user);
+  static void creditSent(void* request, ucs_status_t status, void* user);
   Status post(Landing& l, uint64_t tag, size_t capacity);
+  // Tells the sender how many slots have been released once enough have been since the
+  // last credit message (and none is still in flight).
+  Status maybeSendCredit();
   Status failed() const;
 
   int peer_;
@@ -152,6 +170,15 @@ class UcxRecvConnection final : public Connection {
   std::vector<Landing> slots_;
   std::unique_ptr<uint8_t[]> memory_;
   uint64_t peekSeq_ = 0;
+  uint64_t creditTag_;
+  uint64_t creditedSeq_ = 0;   // the release count the sender was last told
+  uint64_t creditBatch_;       // releases per credit message
+  struct CreditOut {
+    uint64_t count = 0;
+    void* request = nullptr;
+    ucs_status_t status = UCS_OK;
+  };
+  std::unique_ptr<CreditOut> creditOut_ = std::make_unique<CreditOut>();
   std::unique_ptr<Landing> hello_ = std::make_unique<Landing>();
   std::unique_ptr<uint8_t[]> helloMemory_;
 };

@@ -61,6 +61,28 @@ Inventory inventory() {
   return inv;
 }
 
+// Consumes messages nobody will receive any more (the last credit a peer sent as this side
+// was closing, a stranger's traffic), so the worker goes without UCX warning about them.
+void drainUnexpected(ucp_worker_h worker) {
+  std::vector<char> scratch;
+  for (int i = 0; i < 4096; ++i) {
+    ucp_worker_progress(worker);
+    ucp_tag_recv_info_t info;
+    ucp_tag_message_h msg = ucp_tag_probe_nb(worker, 0, 0, 1, &info);
+    if (!msg) return;
+    scratch.resize(std::max<size_t>(info.length, 1));
+    ucp_request_param_t param;
+    param.op_attr_mask = 0;
+    ucs_status_ptr_t r = ucp_tag_msg_recv_nbx(worker, scratch.data(), info.length, msg, &param);
+    if (UCS_PTR_IS_PTR(r)) {
+      Deadline d = Deadline::after(0.5);
+      while (ucp_request_check_status(r) == UCS_INPROGRESS && !d.expired()) ucp_worker_progress(worker);
+      if (ucp_request_check_status(r) == UCS_INPROGRESS) ucp_request_cancel(worker, r);
+      ucp_request_free(r);
+    }
+  }
+}
+
 class UcxTransport final : public Transport {
  public:
   explicit UcxTransport(const TransportConfig& cfg) : cfg_(cfg) {}
@@ -110,8 +132,9 @@ class UcxTransport final : public Transport {
 };
 
 UcxTransport::~UcxTransport() {
-  // Close gracefully so what this side still owes a peer (the acknowledgement of its last
-  // synchronous send) leaves before the socket does; force it if a peer is gone.
+  // Close gracefully so what this side still owes a peer (its last credit message, a
+  // message still in UCX's send queue) leaves before the socket does; force it if a peer
+  // is gone.
   for (auto& [channel, w] : workers_) {
     for (auto& e : w->endpoints) {
       ucp_request_param_t param;
@@ -125,6 +148,7 @@ UcxTransport::~UcxTransport() {
         ucp_request_free(r);
       }
     }
+    drainUnexpected(w->worker);
     ucp_worker_destroy(w->worker);
     if (w->ready >= 0) close(w->ready);
   }

@@ -8,9 +8,12 @@
 //     worker per channel, so each channel's progress thread drives its own worker without
 //     locks (UCS_THREAD_MODE_SERIALIZED: one thread at a time, never two at once);
 //   - a receive connection owns nslots slot buffers with a tagged receive posted into each;
-//     a send connection owns nslots staging slots moved with synchronous tagged sends, which
-//     complete only once the receiver has matched them, so at most nslots messages per
-//     connection are ever unmatched (flow control without a credit channel);
+//     a send connection owns nslots staging slots moved with tagged sends, and sends only
+//     while the receiver has a free slot: the receiver returns credits (its cumulative
+//     release count, every nslots/4 releases) over its endpoint back to the sender, so every
+//     message lands in a posted receive and UCX never buffers an unexpected one. (Synchronous
+//     sends bound the FIFO without credits, but their acknowledgements cost a third of the
+//     bandwidth over tcp: docs/performance.md);
 //   - each message is [executor tag: 8 bytes][payload]; its UCX tag is the job's nonce
 //     (high 32 bits), the sender's rank and the message kind, so another job's traffic
 //     never matches and sits unclaimed;

@@ -1,0 +1,123 @@
+#include "unit/ibverbs/fake_rdma.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace braid::transport::ibverbs::test {
+namespace {
+
+// The status codes and texts libibverbs uses for the two failures the fake produces itself.
+constexpr int kRemoteAccessError = 10;
+constexpr int kFlushError = 5;
+
+}  // namespace
+
+void FakeQueue::complete(Completion c) {
+  if (hold_) {
+    held_.push_back(c);
+  } else {
+    cq_.push_back(c);
+  }
+}
+
+void FakeQueue::holdLocalCompletions(bool hold) {
+  hold_ = hold;
+  if (!hold) {
+    cq_.insert(cq_.end(), held_.begin(), held_.end());
+    held_.clear();
+  }
+}
+
+// Common to both kinds of post: an injected failure, or the error state a failure leaves
+// the queue pair in. True when the operation ends there (with an error completion).
+bool FakeQueue::faulted(Completion::Op op) {
+  Completion c;
+  c.op = op;
+  if (inError_) {
+    c.ok = false;
+    c.status = kFlushError;
+    c.error = "Work Request Flushed Error";
+    complete(c);
+    return true;
+  }
+  if (failText_) {
+    c.ok = false;
+    c.status = failStatus_;
+    c.error = failText_;
+    failText_ = nullptr;
+    inError_ = true;
+    complete(c);
+    return true;
+  }
+  return false;
+}
+
+Status FakeQueue::postWrite(size_t offset, size_t bytes, uint32_t imm) {
+  ++writes_;
+  if (faulted(Completion::Op::kWrite)) return Status::ok();
+  Completion local;
+  local.op = Completion::Op::kWrite;
+  // Like the NIC: a write outside the peer's region fails at the peer, and the requester
+  // sees a remote access error.
+  if (!peer_ || offset + bytes > peer_->slab_.size() || offset + bytes > slab_.size()) {
+    local.ok = false;
+    local.status = kRemoteAccessError;
+    local.error = "remote access error";
+    inError_ = true;
+    complete(local);
+    return Status::ok();
+  }
+  std::memcpy(peer_->slab_.data() + offset, slab_.data() + offset, bytes);
+  Completion arrival;
+  arrival.op = Completion::Op::kArrival;
+  arrival.imm = imm;
+  arrival.byteLen = static_cast<uint32_t>(bytes);
+  peer_->cq_.push_back(arrival);
+  complete(local);
+  return Status::ok();
+}
+
+Status FakeQueue::postCredit(uint64_t released, uint32_t imm) {
+  ++credits_;
+  lastCredit_ = released;
+  if (faulted(Completion::Op::kCredit)) return Status::ok();
+  peer_->creditWord_ = released;
+  Completion arrival;
+  arrival.op = Completion::Op::kArrival;
+  arrival.imm = imm;
+  arrival.byteLen = sizeof(uint64_t);
+  peer_->cq_.push_back(arrival);
+  Completion local;
+  local.op = Completion::Op::kCredit;
+  complete(local);
+  return Status::ok();
+}
+
+StatusOr<int> FakeQueue::poll(Completion* out, int max) {
+  int n = 0;
+  while (n < max && !cq_.empty()) {
+    out[n++] = cq_.front();
+    cq_.pop_front();
+  }
+  return n;
+}
+
+void FakeQueue::forgeArrival(size_t offset, const std::vector<uint8_t>& data, uint32_t imm, int64_t byteLen) {
+  std::memcpy(slab_.data() + offset, data.data(), std::min(data.size(), slab_.size() - offset));
+  Completion c;
+  c.op = Completion::Op::kArrival;
+  c.imm = imm;
+  c.byteLen = static_cast<uint32_t>(byteLen >= 0 ? static_cast<size_t>(byteLen) : data.size());
+  cq_.push_back(c);
+}
+
+void FakeQueue::forgeCredit(uint64_t value, uint32_t imm) {
+  creditWord_ = value;
+  Completion c;
+  c.op = Completion::Op::kArrival;
+  c.imm = imm;
+  c.byteLen = sizeof(uint64_t);
+  cq_.push_back(c);
+}
+
+}  // namespace braid::transport::ibverbs::test

@@ -1,0 +1,194 @@
+// The verbs transport's address blob (receiver -> sender, through braid's bootstrap) and
+// hello datagram (sender -> receiver): round trips, and every way a blob can be wrong.
+
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <string>
+
+#include "transports/ibverbs/rdma_protocol.h"
+
+namespace braid::transport::ibverbs::test {
+namespace {
+
+constexpr uint64_t kNonce = 0x0123456789ABCDEFull;
+constexpr int kPeer = 3;
+constexpr int kChannel = 2;
+constexpr int kSlots = 8;
+constexpr size_t kSlotBytes = 65536;
+
+QpAddress someAddress(uint32_t qpn) {
+  QpAddress a;
+  a.qpn = qpn;
+  a.psn = 0xABCDE;
+  a.lid = 17;
+  a.port = 1;
+  a.mtu = 5;
+  a.global = true;
+  for (int i = 0; i < 16; ++i) a.gid[i] = static_cast<uint8_t>(0xF0 + i);
+  return a;
+}
+
+RecvBlob someBlob() {
+  RecvBlob b;
+  b.nonce = kNonce;
+  b.rank = kPeer;
+  b.channel = kChannel;
+  b.nslots = kSlots;
+  b.slotBytes = kSlotBytes;
+  b.slabAddr = 0x7F0012340000ull;
+  b.slabRkey = 0x1234;
+  b.data = someAddress(0x111);
+  b.hello = someAddress(0x222);
+  b.helloQkey = 0x5555;
+  return b;
+}
+
+StatusOr<RecvBlob> decode(const std::string& blob) {
+  return decodeRecvBlob(blob, kPeer, kChannel, kNonce, kSlots, kSlotBytes);
+}
+
+void expectRefused(const StatusOr<RecvBlob>& r, const char* words) {
+  INFO(r.status().toString());
+  REQUIRE_FALSE(r.isOk());
+  CHECK(r.status().code() == Code::kInvalidArgument);
+  CHECK(r.status().message().find("rank 3") != std::string::npos);
+  CHECK(r.status().message().find("ibverbs") != std::string::npos);
+  CHECK(r.status().message().find(words) != std::string::npos);
+}
+
+bool sameAddress(const QpAddress& a, const QpAddress& b) {
+  return a.qpn == b.qpn && a.psn == b.psn && a.lid == b.lid && a.port == b.port && a.mtu == b.mtu &&
+         a.global == b.global && std::memcmp(a.gid, b.gid, 16) == 0;
+}
+
+// Overwrites the 4 bytes at `at` of an encoded blob.
+std::string patched(std::string blob, size_t at, uint32_t v) {
+  std::memcpy(&blob[at], &v, 4);
+  return blob;
+}
+
+}  // namespace
+
+TEST_CASE("ibverbs blob: round trip", "[ibverbs]") {
+  const RecvBlob b = someBlob();
+  auto r = decode(encodeRecvBlob(b));
+  REQUIRE(r.isOk());
+  const RecvBlob& d = r.value();
+  CHECK(d.nonce == b.nonce);
+  CHECK(d.rank == b.rank);
+  CHECK(d.channel == b.channel);
+  CHECK(d.nslots == b.nslots);
+  CHECK(d.slotBytes == b.slotBytes);
+  CHECK(d.slabAddr == b.slabAddr);
+  CHECK(d.slabRkey == b.slabRkey);
+  CHECK(sameAddress(d.data, b.data));
+  CHECK(sameAddress(d.hello, b.hello));
+  CHECK(d.helloQkey == b.helloQkey);
+}
+
+TEST_CASE("ibverbs blob: every truncation and any extra byte is refused naming the rank", "[ibverbs]") {
+  const std::string full = encodeRecvBlob(someBlob());
+  for (size_t n = 0; n < full.size(); ++n) {
+    INFO("truncated to " << n << " bytes");
+    expectRefused(decode(full.substr(0, n)), "truncated");
+  }
+  expectRefused(decode(full + "x"), "bytes, expected");
+}
+
+TEST_CASE("ibverbs blob: another format, version, rank or channel is refused", "[ibverbs]") {
+  const std::string full = encodeRecvBlob(someBlob());
+  expectRefused(decode(patched(full, 0, 0x58435542)), "not an ibverbs address");
+  expectRefused(decode(patched(full, 4, 2)), "wire version 2");
+  expectRefused(decode(std::string(full.size(), '\0')), "not an ibverbs address");
+
+  RecvBlob b = someBlob();
+  b.rank = 4;
+  expectRefused(decode(encodeRecvBlob(b)), "rank 4's, channel 2");
+  b = someBlob();
+  b.channel = 0;
+  expectRefused(decode(encodeRecvBlob(b)), "rank 3's, channel 0");
+}
+
+TEST_CASE("ibverbs blob: another job's blob is refused", "[ibverbs]") {
+  RecvBlob b = someBlob();
+  b.nonce = kNonce ^ 0x5A5A5A5A5A5A5A5Aull;
+  expectRefused(decode(encodeRecvBlob(b)), "another job");
+}
+
+TEST_CASE("ibverbs blob: a different slot geometry is refused with the knobs to check", "[ibverbs]") {
+  RecvBlob b = someBlob();
+  b.nslots = kSlots + 1;
+  expectRefused(decode(encodeRecvBlob(b)), "BRAID_NSLOTS");
+  b = someBlob();
+  b.slotBytes = kSlotBytes * 2;
+  expectRefused(decode(encodeRecvBlob(b)), "BRAID_SLOT_BYTES");
+}
+
+TEST_CASE("ibverbs blob: impossible queue pair fields are refused", "[ibverbs]") {
+  RecvBlob b = someBlob();
+  b.data.mtu = 0;
+  expectRefused(decode(encodeRecvBlob(b)), "MTU");
+  b = someBlob();
+  b.hello.mtu = 6;
+  expectRefused(decode(encodeRecvBlob(b)), "MTU");
+  b = someBlob();
+  b.data.qpn = 0;
+  expectRefused(decode(encodeRecvBlob(b)), "queue pair number");
+  b = someBlob();
+  b.hello.qpn = 0x1000000;
+  expectRefused(decode(encodeRecvBlob(b)), "queue pair number");
+  b = someBlob();
+  b.slabAddr = 0;
+  expectRefused(decode(encodeRecvBlob(b)), "no slot memory");
+}
+
+TEST_CASE("ibverbs hello: round trip, fixed size", "[ibverbs]") {
+  SenderHello h;
+  h.nonce = kNonce;
+  h.rank = 5;
+  h.channel = 1;
+  h.recvQpn = 0x111;
+  h.data = someAddress(0x333);
+  h.creditAddr = 0x7F00AAAA0000ull;
+  h.creditRkey = 0x99;
+  const std::string m = encodeHello(h);
+  CHECK(m.size() == kHelloBytes);
+  auto r = decodeHello(m.data(), m.size(), kNonce);
+  REQUIRE(r.isOk());
+  CHECK(r->rank == 5);
+  CHECK(r->channel == 1);
+  CHECK(r->recvQpn == 0x111);
+  CHECK(sameAddress(r->data, h.data));
+  CHECK(r->creditAddr == h.creditAddr);
+  CHECK(r->creditRkey == h.creditRkey);
+}
+
+TEST_CASE("ibverbs hello: short, foreign and malformed datagrams are refused", "[ibverbs]") {
+  SenderHello h;
+  h.nonce = kNonce;
+  h.rank = 5;
+  h.channel = 1;
+  h.recvQpn = 0x111;
+  h.data = someAddress(0x333);
+  h.creditAddr = 0x7F00AAAA0000ull;
+  const std::string m = encodeHello(h);
+
+  auto shortOne = decodeHello(m.data(), kHelloBytes - 1, kNonce);
+  CHECK(shortOne.status().code() == Code::kInvalidArgument);
+  CHECK(shortOne.status().message().find("short hello") != std::string::npos);
+
+  auto stranger = decodeHello(m.data(), m.size(), kNonce + 1);
+  CHECK(stranger.status().code() == Code::kInvalidArgument);
+  CHECK(stranger.status().message().find("rank 5 of another job") != std::string::npos);
+
+  const std::string zeros(kHelloBytes, '\0');
+  CHECK(decodeHello(zeros.data(), zeros.size(), kNonce).status().message().find("not a hello") != std::string::npos);
+
+  SenderHello bad = h;
+  bad.creditAddr = 0;
+  const std::string mb = encodeHello(bad);
+  auto r = decodeHello(mb.data(), mb.size(), kNonce);
+  CHECK(r.status().message().find("malformed hello from rank 5") != std::string::npos);
+}
+
+}  // namespace braid::transport::ibverbs::test

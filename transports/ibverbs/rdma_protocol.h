@@ -1,0 +1,274 @@
+#pragma once
+// The protocol of the verbs transport, kept apart from the verbs calls so that every rule
+// of it (slot ring, credits, immediates, ordering checks, error translation, address blobs)
+// runs in unit tests on a machine without an RDMA device. The plugin drives it through
+// RdmaQueue backed by a real queue pair (ibverbs_device.h); the tests drive it through an
+// in-memory fake with the same semantics (tests/unit/ibverbs/fake_rdma.h).
+//
+// The wire protocol of one connection (one direction, one RC queue pair):
+//
+//   receiver memory (registered, remote-writable by this QP only):
+//     slot slab: nslots slots of kSlotHeaderBytes + slotBytes, each rounded up to 64 bytes;
+//       slot i = [SlotHeader: tag u64, bytes u32, seq u32][payload]
+//   sender memory (registered):
+//     staging slab: the same layout; the executor writes into it (reserveSend) and the
+//       sender moves slot i of it to slot i of the receiver with one RDMA WRITE WITH IMM.
+//     credit word: u64, remote-writable; the receiver's count of released slots.
+//
+//   data (sender -> receiver): RDMA WRITE WITH IMM of header + payload, slot = seq % nslots.
+//     The immediate is encodeDataImm(seq, bytes): its top 8 bits are seq mod 256, its low
+//     24 bits the payload length (or kLongLength when the payload is 16 MiB - 1 or more, in
+//     which case only the header says how long it is). The receiver knows which sequence
+//     number comes next (RC delivers in order), so the 8 bits are an ordering check; the
+//     slot index follows from the sequence number and needs no bits of its own. The
+//     header repeats the length and the full low 32 bits of seq, and both must agree with
+//     the immediate: a torn, stale or foreign write is caught before it reaches the
+//     executor.
+//   credits (receiver -> sender): RDMA WRITE WITH IMM of the receiver's release counter
+//     (u64) into the sender's credit word, immediate = its low 32 bits. Why a write with
+//     immediate rather than a plain write or a send: the word holds the whole counter, so
+//     each update supersedes the ones before it (a receiver under pressure can fold many
+//     releases into one, and nothing is lost if the sender reads the word late) and no
+//     receive buffer has to be parsed; the immediate makes the update a completion on the
+//     sender's CQ, so a sender that ran out of credits can sleep on its completion
+//     channel instead of spinning on a word the NIC writes without waking anyone.
+//   ready: the receiver's first credit message (counter 0) is sent as soon as its queue
+//     pair is connected; before it arrives the sender's reserveSend reports kWouldBlock,
+//     so no data is ever written into a queue pair that cannot take it yet.
+//
+// Flow control: the sender may have at most nslots slots posted and not yet released,
+// and reuses a staging slot only after its write completed locally. The receiver gets at
+// most nslots data writes ahead of its releases; it never posts more than
+// kMaxCreditsInFlight credit writes at once and folds further releases into the next one.
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "transports/transport.h"
+
+namespace braid::transport::ibverbs {
+
+// ---- slot layout ------------------------------------------------------------------------
+
+// In front of every payload, in the staging slot and in the receiver's slot.
+struct SlotHeader {
+  uint64_t tag;    // the executor's tag
+  uint32_t bytes;  // payload length
+  uint32_t seq;    // low 32 bits of the connection's sequence number
+};
+static_assert(sizeof(SlotHeader) == 16, "the slot header is part of the wire format");
+constexpr size_t kSlotHeaderBytes = sizeof(SlotHeader);
+
+// Bytes between the starts of two slots: header + payload rounded up to a cache line.
+size_t slotStride(size_t slotBytes);
+
+// ---- immediates -------------------------------------------------------------------------
+
+// The low 24 bits of a data immediate when the header alone carries the length.
+constexpr uint32_t kLongLength = 0xFFFFFF;
+
+// The immediate (host byte order; the device converts) of the data write of sequence
+// number `seq` carrying `bytes` of payload.
+uint32_t encodeDataImm(uint64_t seq, size_t bytes);
+
+struct DataImm {
+  uint32_t seq8 = 0;     // seq mod 256
+  uint32_t length = 0;   // payload bytes, valid when !longForm
+  bool longForm = false; // the length is only in the slot header
+};
+DataImm decodeDataImm(uint32_t imm);
+
+// The immediate of a credit write carrying release counter `released`.
+inline uint32_t encodeCreditImm(uint64_t released) { return static_cast<uint32_t>(released); }
+
+// The 64-bit counter a 32-bit immediate stands for, given the last value seen (`prev`):
+// counters only grow, and by less than 2^31 between two messages.
+uint64_t widenCounter(uint64_t prev, uint32_t low32);
+
+// ---- what the protocol needs from a queue pair -------------------------------------------
+
+// One completion, from the send side (a write this side posted finished) or the receive
+// side (the peer's write with immediate landed in this side's memory).
+struct Completion {
+  enum class Op : uint8_t { kWrite, kCredit, kArrival };
+  Op op = Op::kArrival;
+  bool ok = true;
+  int status = 0;                // the device's status code when !ok
+  const char* error = "";        // its text (ibv_wc_status_str) when !ok; static storage
+  uint32_t imm = 0;              // kArrival: the immediate, host order
+  uint32_t byteLen = 0;          // kArrival: bytes the write carried
+};
+
+// One RC queue pair with its memory, as the protocol sees it. Implementations: VerbsQueue
+// (ibverbs_device.h) and FakeQueue (the unit tests). Used by one thread at a time.
+class RdmaQueue {
+ public:
+  virtual ~RdmaQueue() = default;
+
+  // Sender: RDMA WRITE WITH IMM of `bytes` at `offset` of the local slab to the same offset
+  // of the peer's slot slab; exactly one kWrite completion follows. Does not block; the
+  // protocol never has more than nslots writes outstanding, which the queue is sized for.
+  virtual Status postWrite(size_t offset, size_t bytes, uint32_t imm) = 0;
+  // Receiver: writes `released` into the peer's credit word, with immediate `imm`; exactly
+  // one kCredit completion follows.
+  virtual Status postCredit(uint64_t released, uint32_t imm) = 0;
+  // Up to `max` completions into `out`, oldest first; 0 when none. Never blocks. Arrivals
+  // are in the order the peer posted them (RC). Fails only if polling itself fails.
+  virtual StatusOr<int> poll(Completion* out, int max) = 0;
+  // Sender: the credit word as the peer last wrote it.
+  virtual uint64_t creditWord() const = 0;
+  // The local slab: staging slots on the sender, the slot FIFO on the receiver.
+  virtual uint8_t* slab() = 0;
+  // A fatal asynchronous event the device reported for this queue pair, its port or its
+  // device (e.g. "port 1 went down (IBV_EVENT_PORT_ERR)"), or nullptr. Once set it stays
+  // set, and the string lives as long as the queue.
+  virtual const char* asyncFailure() = 0;
+};
+
+// ---- error translation ------------------------------------------------------------------
+
+// A failed completion: kRemoteError naming `peer`, e.g. "ibverbs: RDMA write to rank 3
+// failed: transport retry counter exceeded (status 12)".
+Status completionFailure(int peer, Completion::Op op, int status, const char* text);
+// A fatal async event: kRemoteError naming `peer`.
+Status asyncEventFailure(int peer, const char* what);
+// The peer broke the protocol (or something else wrote into its queue pair): kRemoteError.
+Status protocolViolation(int peer, const std::string& what);
+
+// ---- the two halves of a connection -------------------------------------------------------
+
+// Sender half. Not thread-safe (one executor thread at a time).
+class SendProtocol {
+ public:
+  SendProtocol(RdmaQueue* q, int peer, int nslots, size_t slotBytes);
+
+  // A staging slot to write up to slotBytes into, or kWouldBlock while the receiver holds
+  // every slot (or has not said it is ready). Repeated calls return the same slot.
+  Status reserve(Slot* s);
+  // Posts the reserved slot with `bytes` of payload and `s.tag`.
+  Status post(const Slot& s, size_t bytes);
+  // Polls completions: credits, finished writes, errors (sticky once seen).
+  Status progress();
+  // Every posted write has completed (the RC ack came back, so the data is in the peer).
+  bool flushed() const { return completed_ == posted_; }
+  // The receiver's ready message has arrived.
+  bool ready() const { return ready_; }
+  // A slot is free right now (after the last progress).
+  bool canReserve() const;
+  uint64_t posted() const { return posted_; }
+  uint64_t released() const { return released_; }
+  size_t slotBytes() const { return slotBytes_; }
+
+ private:
+  Status take(const Completion& c);
+
+  RdmaQueue* q_;
+  int peer_;
+  uint64_t nslots_;
+  size_t slotBytes_;
+  size_t stride_;
+  uint64_t posted_ = 0;     // data writes posted
+  uint64_t completed_ = 0;  // of those, completed locally
+  uint64_t released_ = 0;   // the receiver's release counter as last seen
+  uint64_t creditImm_ = 0;  // the counter the last credit immediate stood for
+  bool ready_ = false;
+  Status failure_;
+};
+
+// Receiver half. Not thread-safe.
+class RecvProtocol {
+ public:
+  RecvProtocol(RdmaQueue* q, int peer, int nslots, size_t slotBytes);
+
+  // Sends the ready message; call once the queue pair is connected.
+  Status start();
+  // The oldest unreleased slot, or kWouldBlock. Repeated calls return the same slot.
+  Status peek(Slot* s);
+  // Hands the oldest slot back and returns its credit to the sender.
+  Status release(const Slot& s);
+  Status progress();
+  // A slot has arrived and is not yet released (after the last progress).
+  bool canPeek() const { return consumed_ < arrived_; }
+  uint64_t arrived() const { return arrived_; }
+  uint64_t consumed() const { return consumed_; }
+  size_t slotBytes() const { return slotBytes_; }
+
+  // At most this many credit writes are outstanding; later releases wait and coalesce.
+  static constexpr int kMaxCreditsInFlight = 4;
+
+ private:
+  Status take(const Completion& c);
+  Status arrival(const Completion& c);
+  Status sendCredit();
+
+  RdmaQueue* q_;
+  int peer_;
+  uint64_t nslots_;
+  size_t slotBytes_;
+  size_t stride_;
+  uint64_t arrived_ = 0;   // data writes landed and checked
+  uint64_t consumed_ = 0;  // slots released by the executor
+  uint64_t credited_ = 0;  // the release counter last sent
+  int creditsInFlight_ = 0;
+  bool started_ = false;
+  std::vector<uint32_t> lengths_;  // per slot, the payload length checked on arrival
+  Status failure_;
+};
+
+// ---- address blobs ------------------------------------------------------------------------
+
+// Where a queue pair can be reached.
+struct QpAddress {
+  uint32_t qpn = 0;
+  uint32_t psn = 0;       // its first packet sequence number
+  uint16_t lid = 0;       // InfiniBand: the port's LID; 0 on RoCE
+  uint8_t port = 0;
+  uint8_t mtu = 0;        // the port's active MTU as an ibv_mtu value (1..5)
+  uint8_t gid[16] = {};   // RoCE / routed InfiniBand: the GID traffic is addressed to
+  bool global = false;    // whether packets to it need a GRH (RoCE always does)
+};
+
+// What a receiver publishes (createRecv) for its sender.
+struct RecvBlob {
+  uint64_t nonce = 0;
+  int32_t rank = -1;          // the receiver
+  int32_t channel = -1;
+  uint32_t nslots = 0;
+  uint64_t slotBytes = 0;
+  uint64_t slabAddr = 0;      // the slot slab, remote address and key
+  uint32_t slabRkey = 0;
+  QpAddress data;             // the connection's RC queue pair
+  QpAddress hello;            // the receiving transport's UD queue pair for hellos
+  uint32_t helloQkey = 0;
+};
+
+// What a sender tells the receiver (a datagram to RecvBlob::hello) so it can connect its
+// queue pair back: the sender's queue pair and credit word.
+struct SenderHello {
+  uint64_t nonce = 0;
+  int32_t rank = -1;          // the sender
+  int32_t channel = -1;
+  uint32_t recvQpn = 0;       // the receiver's queue pair it answers (RecvBlob::data.qpn)
+  QpAddress data;
+  uint64_t creditAddr = 0;
+  uint32_t creditRkey = 0;
+};
+
+std::string encodeRecvBlob(const RecvBlob& b);
+// Decodes what `peer` published for `channel`; kInvalidArgument naming the rank for a
+// blob that is truncated, of another format or version, another rank's or channel's, of
+// another job (nonce), or of another slot geometry than `nslots` x `slotBytes`.
+StatusOr<RecvBlob> decodeRecvBlob(const std::string& blob, int peer, int channel, uint64_t nonce, int nslots,
+                                  size_t slotBytes);
+
+// The hello travels as a datagram; kHelloBytes is its fixed size.
+std::string encodeHello(const SenderHello& h);
+// Decodes a datagram; kInvalidArgument for a malformed one (the caller ignores those: a
+// datagram of another job or program is not this job's failure). Checks the nonce.
+StatusOr<SenderHello> decodeHello(const void* data, size_t bytes, uint64_t nonce);
+constexpr size_t kHelloBytes = 128;
+
+}  // namespace braid::transport::ibverbs

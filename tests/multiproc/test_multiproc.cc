@@ -352,6 +352,11 @@ TEST_CASE("allreduce_perf over ucx checks its results with zero wrong", "[multip
       CHECK(r.out.find("Out of bounds values : 0 OK") != std::string::npos);
     }
   }
+  // Several channels: one UCX worker per channel, each driven by its own progress thread.
+  Run r = run(braidrun(3, "BRAID_TRANSPORT=ucx BRAID_NCHANNELS=3") + ALLREDUCE_PERF " -b 8 -e 16M -f 16 -n 2 -w 1 -c 1");
+  INFO(r.out);
+  CHECK(r.status == 0);
+  CHECK(r.out.find("Out of bounds values : 0 OK") != std::string::npos);
 }
 
 TEST_CASE("a killed or stopped rank over ucx is reported by every survivor", "[multiproc][chaos][ucx]") {

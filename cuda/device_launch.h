@@ -1,0 +1,33 @@
+#pragma once
+// Launches the reduce-copy kernels on a CUDA device (braid_cuda_kernels, built only when
+// nvcc is found). No CUDA header is included: streams travel as `void*` (a cudaStream_t,
+// nullptr for the legacy default stream), so callers compile with any C++ compiler.
+
+#include <cstddef>
+
+#include "common/status.h"
+#include "cuda/reduce_copy.h"
+
+namespace braid::cuda {
+
+// Devices the CUDA runtime sees. A runtime error (no driver, no device node) is a
+// kSystemError naming the CUDA error, so a caller can report why no GPU is usable.
+StatusOr<int> visibleDeviceCount();
+
+// Launch limits for the current device: maxBlocks = 2 x the SM count, capped at 64 (a
+// collective leaves the rest of the GPU to compute), maxThreadsPerBlock = 512.
+StatusOr<LaunchLimits> currentDeviceLaunchLimits();
+
+// Checks and enqueues one reduce-copy (reduce_copy.h has the semantics) on `stream` of the
+// current device; does not wait for it. Pointers must be device-accessible (device
+// memory, or mapped/managed host memory). `cfg` overrides the geometry that
+// chooseLaunchConfig picks from currentDeviceLaunchLimits(). Errors: planReduceCopy's, or
+// kSystemError with the CUDA error of the launch.
+Status launchReduceCopy(const ReduceCopyArgs& args, DeviceDataType type, ReduceOp op, void* stream,
+                        const LaunchConfig* cfg = nullptr);
+
+// Enqueues a copy of `bytes` bytes from `src` to `dst0` and, when non-null, `dst1`.
+Status launchCopy(void* dst0, void* dst1, const void* src, size_t bytes, void* stream,
+                  const LaunchConfig* cfg = nullptr);
+
+}  // namespace braid::cuda

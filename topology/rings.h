@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/nic_filter.h"
 #include "common/status.h"
 #include "topology/graph.h"
 
@@ -61,26 +62,8 @@ struct Tree {
 // root, position 0) and its up to two children (-1 when absent).
 void btreeNeighbours(int n, int pos, int* parent, int* child0, int* child1);
 
-// An include/exclude list in the syntax of NCCL_SOCKET_IFNAME / NCCL_IB_HCA: entries
-// separated by ','; a leading '^' makes the whole list an exclude list; a leading '='
-// (after '^' if both) asks for exact names instead of prefixes; an entry may end in
-// ":port" to select one HCA port. The empty list allows everything.
-class NicFilter {
- public:
-  NicFilter() = default;
-  // kInvalidArgument for an empty entry ("eth0,,eth1") or a port that is not a number.
-  [[nodiscard]] static StatusOr<NicFilter> parse(const std::string& spec);
-  // Whether a device called `name`, using port `port` (-1: any), passes the filter.
-  bool allows(const std::string& name, int port = -1) const;
-  bool empty() const { return entries_.empty(); }
-  const std::string& spec() const { return spec_; }
-
- private:
-  std::string spec_;
-  bool exclude_ = false;
-  bool exact_ = false;
-  std::vector<std::pair<std::string, int>> entries_;  // name, port (-1: any)
-};
+// NIC lists in NCCL's syntax (common/nic_filter.h).
+using NicFilter = ::braid::NicFilter;
 
 // Which NICs a job may use. RDMA NICs (those with an HCA name) are judged by `ibHca` on
 // their HCA name and port; plain Ethernet NICs by `netIf` on their interface name. The two

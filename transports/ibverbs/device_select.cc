@@ -46,54 +46,10 @@ bool allZero(const uint8_t* g, size_t n) {
 
 }  // namespace
 
-StatusOr<HcaFilter> HcaFilter::parse(const std::string& spec) {
-  HcaFilter f;
-  f.spec_ = spec;
-  std::string s = spec;
-  if (!s.empty() && s[0] == '^') {
-    f.exclude_ = true;
-    s.erase(0, 1);
-  }
-  if (!s.empty() && s[0] == '=') {
-    f.exact_ = true;
-    s.erase(0, 1);
-  }
-  if (s.empty()) return f;
-  size_t start = 0;
-  for (;;) {
-    const size_t comma = s.find(',', start);
-    std::string e = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    if (e.empty()) return invalidArgument("ibverbs: HCA list '" + spec + "' has an empty entry");
-    int port = -1;
-    const size_t colon = e.find(':');
-    if (colon != std::string::npos) {
-      const std::string ps = e.substr(colon + 1);
-      if (ps.empty() || ps.size() > 3 || ps.find_first_not_of("0123456789") != std::string::npos) {
-        return invalidArgument("ibverbs: HCA list '" + spec + "': port '" + ps + "' of '" + e + "' is not a number");
-      }
-      port = std::atoi(ps.c_str());
-      e.erase(colon);
-      if (e.empty()) return invalidArgument("ibverbs: HCA list '" + spec + "' has an entry with a port but no name");
-    }
-    f.entries_.emplace_back(e, port);
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
+StatusOr<NicFilter> parseHcaList(const std::string& spec) {
+  auto f = NicFilter::parse(spec);
+  if (!f.isOk()) return f.status().withContext("ibverbs: BRAID_IB_HCA");
   return f;
-}
-
-bool HcaFilter::allows(const std::string& name, int port) const {
-  if (entries_.empty()) return true;
-  bool match = false;
-  for (const auto& [n, p] : entries_) {
-    const bool nameOk = exact_ ? name == n : name.compare(0, n.size(), n) == 0;
-    const bool portOk = p < 0 || port < 0 || p == port;
-    if (nameOk && portOk) {
-      match = true;
-      break;
-    }
-  }
-  return exclude_ ? !match : match;
 }
 
 bool parseGid(const std::string& text, uint8_t out[16]) {

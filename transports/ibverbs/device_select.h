@@ -8,33 +8,14 @@
 #include <utility>
 #include <vector>
 
+#include "common/nic_filter.h"
 #include "common/status.h"
 
 namespace braid::transport::ibverbs {
 
-// An HCA list in NCCL_IB_HCA syntax (BRAID_IB_HCA): entries separated by ','; a leading
-// '^' makes it an exclude list; a leading '=' (after '^' if both) asks for exact names
-// instead of prefixes; an entry may end in ":port". The empty list allows everything.
-//
-// The same syntax topology::NicFilter parses; it is repeated here (a few dozen lines)
-// because that parser lives in braid_topology, which drags hwloc into every process that
-// loads this plugin for the sake of one string split.
-class HcaFilter {
- public:
-  HcaFilter() = default;
-  // kInvalidArgument naming the list for an empty entry, a missing name or a bad port.
-  [[nodiscard]] static StatusOr<HcaFilter> parse(const std::string& spec);
-  // Whether port `port` (-1: any) of device `name` passes.
-  bool allows(const std::string& name, int port = -1) const;
-  bool empty() const { return entries_.empty(); }
-  const std::string& spec() const { return spec_; }
-
- private:
-  std::string spec_;
-  bool exclude_ = false;
-  bool exact_ = false;
-  std::vector<std::pair<std::string, int>> entries_;  // name, port (-1: any)
-};
+// BRAID_IB_HCA (NCCL_IB_HCA syntax, common/nic_filter.h) parsed, with errors naming this
+// plugin.
+[[nodiscard]] StatusOr<NicFilter> parseHcaList(const std::string& spec);
 
 // The GID index to address RoCE traffic with, on port `port` of `device`, reading
 // <sysfsRoot>/<device>/ports/<port>/gids/<i> and .../gid_attrs/types/<i> (sysfsRoot is

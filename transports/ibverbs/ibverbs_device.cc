@@ -132,7 +132,7 @@ Status PinnedBuffer::allocate(size_t bytes, int numaNode) {
 
 StatusOr<std::unique_ptr<Device>> Device::open(const TransportConfig& cfg) {
   enableForkSafety();
-  BRAID_ASSIGN_OR_RETURN(HcaFilter filter, HcaFilter::parse(cfg.ibHca));
+  BRAID_ASSIGN_OR_RETURN(NicFilter filter, parseHcaList(cfg.ibHca));
   int n = 0;
   errno = 0;
   ibv_device** list = ibv_get_device_list(&n);

@@ -61,18 +61,18 @@ const char* kIpv6 = "2001:0db8:0000:0000:0000:0000:0000:0042";
 }  // namespace
 
 TEST_CASE("HCA list: NCCL_IB_HCA syntax", "[ibverbs]") {
-  auto all = HcaFilter::parse("");
+  auto all = parseHcaList("");
   REQUIRE(all.isOk());
   CHECK(all->empty());
   CHECK(all->allows("mlx5_0", 1));
 
-  auto prefix = HcaFilter::parse("mlx5");
+  auto prefix = parseHcaList("mlx5");
   REQUIRE(prefix.isOk());
   CHECK(prefix->allows("mlx5_0"));
   CHECK(prefix->allows("mlx5_12", 2));
   CHECK_FALSE(prefix->allows("rxe0"));
 
-  auto ports = HcaFilter::parse("mlx5_0:1,mlx5_1");
+  auto ports = parseHcaList("mlx5_0:1,mlx5_1");
   REQUIRE(ports.isOk());
   CHECK(ports->allows("mlx5_0", 1));
   CHECK_FALSE(ports->allows("mlx5_0", 2));
@@ -80,18 +80,18 @@ TEST_CASE("HCA list: NCCL_IB_HCA syntax", "[ibverbs]") {
   CHECK(ports->allows("mlx5_1", 2));
   CHECK_FALSE(ports->allows("bnxt_re0", 1));
 
-  auto exclude = HcaFilter::parse("^mlx5_1");
+  auto exclude = parseHcaList("^mlx5_1");
   REQUIRE(exclude.isOk());
   CHECK(exclude->allows("mlx5_0"));
   CHECK_FALSE(exclude->allows("mlx5_1"));
   CHECK_FALSE(exclude->allows("mlx5_10"));  // a prefix
 
-  auto exact = HcaFilter::parse("=mlx5_1");
+  auto exact = parseHcaList("=mlx5_1");
   REQUIRE(exact.isOk());
   CHECK(exact->allows("mlx5_1"));
   CHECK_FALSE(exact->allows("mlx5_10"));
 
-  auto both = HcaFilter::parse("^=mlx5_0:2");
+  auto both = parseHcaList("^=mlx5_0:2");
   REQUIRE(both.isOk());
   CHECK(both->allows("mlx5_0", 1));
   CHECK_FALSE(both->allows("mlx5_0", 2));
@@ -101,7 +101,7 @@ TEST_CASE("HCA list: NCCL_IB_HCA syntax", "[ibverbs]") {
 
 TEST_CASE("HCA list: malformed lists are refused with the list in the message", "[ibverbs]") {
   for (const char* bad : {"mlx5_0,,mlx5_1", "mlx5_0:x", ":1", "mlx5_0:", "mlx5_0:1234", ",", "^"}) {
-    auto r = HcaFilter::parse(bad);
+    auto r = parseHcaList(bad);
     INFO(bad);
     if (std::string(bad) == "^") {
       // "^" alone excludes nothing: allowed, like NCCL.

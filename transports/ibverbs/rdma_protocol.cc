@@ -95,6 +95,34 @@ const char* opName(Completion::Op op) {
   return "operation with";
 }
 
+// Polls `q` until it is empty, handing every completion to `take`. The first failure (an
+// async event on the queue, a failed poll, what `take` returns) sticks in `*failure`: the
+// connection is dead from then on and reports the same error every time.
+template <typename Take>
+Status drainCompletions(RdmaQueue* q, int peer, Status* failure, Take&& take) {
+  BRAID_RETURN_IF_ERROR(*failure);
+  if (const char* why = q->asyncFailure()) {
+    *failure = asyncEventFailure(peer, why);
+    return *failure;
+  }
+  Completion batch[kPollBatch];
+  for (;;) {
+    StatusOr<int> n = q->poll(batch, kPollBatch);
+    if (!n.isOk()) {
+      *failure = n.status();
+      return *failure;
+    }
+    for (int i = 0; i < n.value(); ++i) {
+      Status st = take(batch[i]);
+      if (!st.isOk()) {
+        *failure = st;
+        return *failure;
+      }
+    }
+    if (n.value() < kPollBatch) return Status::ok();
+  }
+}
+
 }  // namespace
 
 size_t slotStride(size_t slotBytes) { return (kSlotHeaderBytes + slotBytes + 63) / 64 * 64; }
@@ -208,27 +236,7 @@ Status SendProtocol::take(const Completion& c) {
 }
 
 Status SendProtocol::progress() {
-  BRAID_RETURN_IF_ERROR(failure_);
-  if (const char* why = q_->asyncFailure()) {
-    failure_ = asyncEventFailure(peer_, why);
-    return failure_;
-  }
-  Completion batch[kPollBatch];
-  for (;;) {
-    StatusOr<int> n = q_->poll(batch, kPollBatch);
-    if (!n.isOk()) {
-      failure_ = n.status();
-      return failure_;
-    }
-    for (int i = 0; i < n.value(); ++i) {
-      Status st = take(batch[i]);
-      if (!st.isOk()) {
-        failure_ = st;
-        return failure_;
-      }
-    }
-    if (n.value() < kPollBatch) return Status::ok();
-  }
+  return drainCompletions(q_, peer_, &failure_, [this](const Completion& c) { return take(c); });
 }
 
 // ---------------------------------------------------------------------------------------
@@ -342,27 +350,7 @@ Status RecvProtocol::take(const Completion& c) {
 }
 
 Status RecvProtocol::progress() {
-  BRAID_RETURN_IF_ERROR(failure_);
-  if (const char* why = q_->asyncFailure()) {
-    failure_ = asyncEventFailure(peer_, why);
-    return failure_;
-  }
-  Completion batch[kPollBatch];
-  for (;;) {
-    StatusOr<int> n = q_->poll(batch, kPollBatch);
-    if (!n.isOk()) {
-      failure_ = n.status();
-      return failure_;
-    }
-    for (int i = 0; i < n.value(); ++i) {
-      Status st = take(batch[i]);
-      if (!st.isOk()) {
-        failure_ = st;
-        return failure_;
-      }
-    }
-    if (n.value() < kPollBatch) break;
-  }
+  BRAID_RETURN_IF_ERROR(drainCompletions(q_, peer_, &failure_, [this](const Completion& c) { return take(c); }));
   // Releases that waited for room go out now, folded into one update.
   if (started_ && creditsInFlight_ < kMaxCreditsInFlight && credited_ < consumed_) return sendCredit();
   return Status::ok();

@@ -624,55 +624,44 @@ Status VerbsQueue::postRecv(int count) {
   return Status::ok();
 }
 
-Status VerbsQueue::postWrite(size_t offset, size_t bytes, uint32_t imm) {
+// One signaled RDMA WRITE WITH IMM of local registered bytes to the peer's memory; what
+// the two kinds of write below have in common. `what` names it in the error.
+Status VerbsQueue::postWriteImm(uint64_t wrId, const void* local, size_t bytes, uint32_t lkey, uint64_t remote,
+                                uint32_t imm, const char* what) {
   ibv_sge sge{};
-  sge.addr = reinterpret_cast<uintptr_t>(slab_.data() + offset);
+  sge.addr = reinterpret_cast<uintptr_t>(local);
   sge.length = static_cast<uint32_t>(bytes);
-  sge.lkey = slabKey_.lkey;
+  sge.lkey = lkey;
   ibv_send_wr wr{};
-  wr.wr_id = kWrData;
+  wr.wr_id = wrId;
   wr.sg_list = &sge;
   wr.num_sge = 1;
   wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
   wr.send_flags = IBV_SEND_SIGNALED;
   wr.imm_data = htonl(imm);
-  wr.wr.rdma.remote_addr = remoteAddr_ + offset;
+  wr.wr.rdma.remote_addr = remote;
   wr.wr.rdma.rkey = remoteRkey_;
   ibv_send_wr* bad = nullptr;
   const int rc = ibv_post_send(qp_, &wr, &bad);
   if (rc) {
     return Status(Code::kRemoteError,
-                  "ibverbs: posting an RDMA write to rank " + std::to_string(peer_) + " failed: " + std::strerror(rc),
+                  std::string("ibverbs: posting ") + what + " to rank " + std::to_string(peer_) + " failed: " +
+                      std::strerror(rc),
                   peer_);
   }
   return Status::ok();
+}
+
+Status VerbsQueue::postWrite(size_t offset, size_t bytes, uint32_t imm) {
+  return postWriteImm(kWrData, slab_.data() + offset, bytes, slabKey_.lkey, remoteAddr_ + offset, imm,
+                      "an RDMA write");
 }
 
 Status VerbsQueue::postCredit(uint64_t released, uint32_t imm) {
   auto* source = reinterpret_cast<uint64_t*>(control_.data() + kCreditSourceOffset) + creditPosts_ % kCreditSources;
   *source = released;
   ++creditPosts_;
-  ibv_sge sge{};
-  sge.addr = reinterpret_cast<uintptr_t>(source);
-  sge.length = sizeof(uint64_t);
-  sge.lkey = controlKey_.lkey;
-  ibv_send_wr wr{};
-  wr.wr_id = kWrCredit;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.imm_data = htonl(imm);
-  wr.wr.rdma.remote_addr = remoteAddr_;
-  wr.wr.rdma.rkey = remoteRkey_;
-  ibv_send_wr* bad = nullptr;
-  const int rc = ibv_post_send(qp_, &wr, &bad);
-  if (rc) {
-    return Status(Code::kRemoteError,
-                  "ibverbs: posting a credit update to rank " + std::to_string(peer_) + " failed: " + std::strerror(rc),
-                  peer_);
-  }
-  return Status::ok();
+  return postWriteImm(kWrCredit, source, sizeof(uint64_t), controlKey_.lkey, remoteAddr_, imm, "a credit update");
 }
 
 Completion VerbsQueue::translate(const ibv_wc& wc) {

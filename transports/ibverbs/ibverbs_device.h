@@ -172,6 +172,8 @@ class VerbsQueue final : public RdmaQueue {
   VerbsQueue(Device* dev, Role role, int peer, int nslots) : dev_(dev), role_(role), peer_(peer), nslots_(nslots) {}
   Status init(size_t slotBytes, int numaNode);
   Status postRecv(int count);
+  Status postWriteImm(uint64_t wrId, const void* local, size_t bytes, uint32_t lkey, uint64_t remote, uint32_t imm,
+                      const char* what);
   Completion translate(const ibv_wc& wc);
 
   Device* dev_;

@@ -1,5 +1,7 @@
 #include "transports/plugin/plugin_export.h"
 
+#include "transports/plugin/plugin_status.h"
+
 #include <cstring>
 #include <exception>
 #include <string>
@@ -21,38 +23,15 @@ struct ExportedConnection {
   std::unique_ptr<Connection> impl;
 };
 
-braidPluginResult_t resultOf(Code c) {
-  switch (c) {
-    case Code::kOk: return braidPluginOk;
-    case Code::kWouldBlock: return braidPluginWouldBlock;
-    case Code::kInvalidArgument: return braidPluginInvalidArgument;
-    case Code::kSystemError: return braidPluginSystemError;
-    case Code::kRemoteError: return braidPluginRemoteError;
-    case Code::kTimeout: return braidPluginTimeout;
-    default: return braidPluginInternal;
-  }
-}
-
-void fill(braidPluginError_v1* e, int rank, const std::string& msg) {
-  if (!e) return;
-  e->rank = rank;
-  std::snprintf(e->message, sizeof(e->message), "%s", msg.c_str());
-}
-
-braidPluginResult_t report(const Status& s, braidPluginError_v1* e) {
-  if (!s.isOk() && s.code() != Code::kWouldBlock) fill(e, s.rank(), s.message());
-  return resultOf(s.code());
-}
-
 // Exceptions (bad_alloc, mostly) must not unwind into a C caller.
 template <typename F>
 braidPluginResult_t guarded(braidPluginError_v1* e, F&& f) {
   try {
     return f();
   } catch (const std::exception& ex) {
-    fill(e, -1, std::string("exception: ") + ex.what());
+    fillError(e, -1, std::string("exception: ") + ex.what());
   } catch (...) {
-    fill(e, -1, "unknown exception");
+    fillError(e, -1, "unknown exception");
   }
   return braidPluginInternal;
 }
@@ -181,14 +160,8 @@ TransportConfig configFromV1(const braidTransportConfig_v1& c) {
     auto check = c.abort_check;
     void* ctx = c.abort_check_context;
     t.abortCheck = [check, ctx]() -> Status {
-      braidPluginError_v1 e;
-      e.rank = -1;
-      e.message[0] = '\0';
-      braidPluginResult_t r = check(ctx, &e);
-      if (r == braidPluginOk) return Status::ok();
-      return Status(r == braidPluginRemoteError ? Code::kRemoteError : r == braidPluginTimeout ? Code::kTimeout
-                                                                                              : Code::kAborted,
-                    std::string(e.message, strnlen(e.message, sizeof(e.message))), e.rank);
+      braidPluginError_v1 e = emptyError();
+      return statusOf(check(ctx, &e), e);
     };
   }
   return t;

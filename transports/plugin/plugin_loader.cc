@@ -11,6 +11,7 @@
 #include <set>
 
 #include "common/log.h"
+#include "transports/plugin/plugin_status.h"
 
 namespace braid::transport::plugin {
 namespace {
@@ -19,31 +20,9 @@ constexpr const char* kPrefix = "libbraid-net-";
 constexpr size_t kFirstBlobBytes = 4096;
 constexpr size_t kMaxBlobBytes = 1 << 20;
 
-Code codeOf(braidPluginResult_t r) {
-  switch (r) {
-    case braidPluginOk: return Code::kOk;
-    case braidPluginWouldBlock: return Code::kWouldBlock;
-    case braidPluginInvalidArgument: return Code::kInvalidArgument;
-    case braidPluginSystemError: return Code::kSystemError;
-    case braidPluginRemoteError: return Code::kRemoteError;
-    case braidPluginTimeout: return Code::kTimeout;
-    default: return Code::kInternal;
-  }
-}
-
-// The message a plugin left, bounded even if it forgot the terminating NUL.
-std::string messageOf(const braidPluginError_v1& e) {
-  return std::string(e.message, strnlen(e.message, sizeof(e.message)));
-}
-
 // The host's abort check, called by a plugin through the ABI.
 braidPluginResult_t runAbortCheck(void* context, braidPluginError_v1* e) {
-  Status s = (*static_cast<std::function<Status()>*>(context))();
-  if (s.isOk()) return braidPluginOk;
-  e->rank = s.rank();
-  std::snprintf(e->message, sizeof(e->message), "%s", s.message().c_str());
-  return s.code() == Code::kRemoteError ? braidPluginRemoteError
-                                        : s.code() == Code::kTimeout ? braidPluginTimeout : braidPluginInternal;
+  return report((*static_cast<std::function<Status()>*>(context))(), e);
 }
 
 void logFromPlugin(int level, const char* message) {
@@ -54,17 +33,13 @@ void logFromPlugin(int level, const char* message) {
 // Calls `f(error)` and turns its result into a Status that names the plugin.
 template <typename F>
 Status call(const std::string& name, F&& f) {
-  braidPluginError_v1 e;
-  e.rank = -1;
-  e.message[0] = '\0';
-  braidPluginResult_t r = f(&e);
-  if (r == braidPluginOk) return Status::ok();
-  if (r == braidPluginWouldBlock) return Status(Code::kWouldBlock, "");
-  std::string msg = messageOf(e);
-  if (msg.empty()) msg = "failed without a message";
+  braidPluginError_v1 e = emptyError();
+  Status st = statusOf(f(&e), e);
+  if (st.isOk() || st.code() == Code::kWouldBlock) return st;
+  std::string msg = st.message().empty() ? "failed without a message" : st.message();
   // Plugins may name themselves already ("ucx: ..."); say it once.
   if (msg.rfind(name + ": ", 0) != 0) msg = name + ": " + msg;
-  return Status(codeOf(r), msg, e.rank);
+  return Status(st.code(), msg, st.rank());
 }
 
 class PluginConnection final : public Connection {

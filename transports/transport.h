@@ -58,6 +58,23 @@ class Connection {
   // Receiver: hands the slot back to the sender.
   virtual Status releaseRecv(const Slot& s) = 0;
 
+  // Zero copy (optional). A transport that can move a message straight between the
+  // callers' buffers says so here; the executor then skips staging where a step allows it.
+  //
+  // Sender: after a successful reserveSend, posts `bytes` read from `src` (the caller's
+  // memory) as the next message instead of the slot's contents. `src` must stay unchanged
+  // until flushed().
+  virtual bool sendsFromUser() const { return false; }
+  virtual Status postSendFrom(const Slot& s, const void* src, size_t bytes) {
+    return Status(Code::kInternal, "this transport cannot send from the caller's memory");
+  }
+  // Receiver: peekRecv, asking that the payload (`bytes` long) land at `dst`. A transport
+  // that can do so returns s->data == dst; otherwise it returns a slot as peekRecv does.
+  // Calling it again before releaseRecv returns the same message.
+  virtual Status peekRecvInto(Slot* s, void* dst, size_t bytes) { return peekRecv(s); }
+  // The bits of Slot::tag this connection carries; a receiver compares tags under it.
+  virtual uint64_t tagMask() const { return ~uint64_t{0}; }
+
   // Drives I/O (stream transports) and reports a failed peer as kRemoteError naming it.
   virtual Status progress() = 0;
 

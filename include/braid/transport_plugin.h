@@ -1,11 +1,12 @@
-/* braid transport plugin ABI, version 1.
+/* braid transport plugin ABI, versions 1 and 2.
  *
- * A transport plugin is a shared library that exports one symbol,
- *     const braidTransportPlugin_v1_t braidTransportPlugin_v1;
- * a table of function pointers that mirrors braid's transport seam one to one. braid finds
- * plugins through BRAID_TRANSPORT_PLUGIN (a ':'-separated list of files) and in the plugin
- * folder next to libbraid.so (<libdir>/braid/libbraid-net-<name>.so). A later ABI version
- * exports braidTransportPlugin_v2 beside it, so one library can serve old and new braids.
+ * A transport plugin is a shared library that exports a table of function pointers that
+ * mirrors braid's transport seam one to one:
+ *     const braidTransportPlugin_v2_t braidTransportPlugin_v2;   (zero copy; current)
+ *     const braidTransportPlugin_v1_t braidTransportPlugin_v1;   (the first version)
+ * braid looks for v2 first, then v1, and speaks both. braid finds plugins through
+ * BRAID_TRANSPORT_PLUGIN (a ':'-separated list of files) and in the plugin folder next to
+ * libbraid.so (<libdir>/braid/libbraid-net-<name>.so).
  *
  * The model (the same as braid's built-in shared-memory and tcp transports):
  *   - A transport instance belongs to one communicator. It offers one-directional
@@ -35,8 +36,9 @@
 extern "C" {
 #endif
 
-#define BRAID_TRANSPORT_PLUGIN_ABI_VERSION 1
+#define BRAID_TRANSPORT_PLUGIN_ABI_VERSION 2
 #define BRAID_TRANSPORT_PLUGIN_SYMBOL_V1 "braidTransportPlugin_v1"
+#define BRAID_TRANSPORT_PLUGIN_SYMBOL_V2 "braidTransportPlugin_v2"
 
 typedef enum {
   braidPluginOk = 0,
@@ -102,7 +104,7 @@ typedef struct {
 } braidWaitHandle_v1;
 
 typedef struct braidTransportPlugin_v1_s {
-  uint32_t abi_version;     /* BRAID_TRANSPORT_PLUGIN_ABI_VERSION */
+  uint32_t abi_version;     /* 1 in a v1 table; 2 in the base of a v2 table */
   const char* name;         /* what BRAID_TRANSPORT selects, e.g. "ucx" */
   const char* version;      /* the plugin's own version and its library's, for braid-info */
 
@@ -148,6 +150,26 @@ typedef struct braidTransportPlugin_v1_s {
   /* Frees the connection; the transport outlives its connections. */
   void (*close)(void* connection);
 } braidTransportPlugin_v1_t;
+
+/* Version 2: version 1 (its base, with abi_version 2) and zero copy. Every entry must be
+ * set; a transport without zero copy returns 0 from sends_from_user, forwards
+ * peek_recv_into to its peek_recv, and returns UINT64_MAX from tag_mask. */
+typedef struct braidTransportPlugin_v2_s {
+  braidTransportPlugin_v1_t base;
+  /* Nonzero when post_send_from works on this connection. */
+  int (*sends_from_user)(void* connection);
+  /* After a successful reserve_send, posts bytes read from src (braid's caller's memory)
+   * as the next message instead of the slot's contents (slot->tag travels with it). braid
+   * keeps src unchanged until flushed() says every send has left. */
+  braidPluginResult_t (*post_send_from)(void* connection, const braidSlot_v1* slot, const void* src,
+                                        size_t bytes, braidPluginError_v1* error);
+  /* peek_recv, asking that the payload (bytes long) land at dst. slot->data == dst says
+   * it did; otherwise the slot is one of the connection's, as from peek_recv. */
+  braidPluginResult_t (*peek_recv_into)(void* connection, braidSlot_v1* slot, void* dst, size_t bytes,
+                                        braidPluginError_v1* error);
+  /* The bits of a slot's tag this connection carries (a receiver compares under it). */
+  uint64_t (*tag_mask)(void* connection);
+} braidTransportPlugin_v2_t;
 
 #ifdef __cplusplus
 }

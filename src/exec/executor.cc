@@ -47,6 +47,7 @@ class ChannelRunner {
       if (st.peerOut >= 0 && links_.sendTo[st.peerOut]) addActive(links_.sendTo[st.peerOut]);
     }
     sliceBytes_ = std::max(es_, ctx.sliceBytes / es_ * es_);
+    markDirectSends();
   }
 
   Status run() {
@@ -69,12 +70,72 @@ class ChannelRunner {
         size_t elems = st.bytes() / es_;
         size_t lo = elems * r / rounds * es_;
         size_t hi = elems * (r + 1) / rounds * es_;
+        const bool direct = !directSend_.empty() && directSend_[i];
         for (size_t off = lo; off < hi; off += sliceBytes_) {
-          BRAID_RETURN_IF_ERROR(runSlice(st, off, std::min(sliceBytes_, hi - off)));
+          BRAID_RETURN_IF_ERROR(runSlice(st, direct, off, std::min(sliceBytes_, hi - off)));
         }
       }
     }
     return Status::ok();
+  }
+
+  // The region a step sends from the caller's memory when its connection can (zero copy):
+  // a plain send's source, and the destination a forwarding step has just written.
+  static const Region* sentRegion(const Step& st) {
+    switch (st.prim) {
+      case Prim::kSend: return &st.src;
+      case Prim::kRecvCopySend:
+      case Prim::kRecvReduceCopySend: return &st.dst;
+      default: return nullptr;
+    }
+  }
+  static bool writesDst(Prim p) {
+    return p != Prim::kSend && p != Prim::kRecvReduceSend;
+  }
+
+  // A step may hand its connection the caller's memory only if nothing else in the whole
+  // operation writes those bytes (the transport reads them until the operation is flushed,
+  // and rounds interleave the steps): no other step of any channel writes an overlapping
+  // range. Input and output alias when the call is in place; comparing addresses covers
+  // that. Scratch is reused between steps and never qualifies.
+  void markDirectSends() {
+    bool any = false;
+    for (const Step& st : plan_.steps) {
+      const Region* r = sentRegion(st);
+      Connection* c = st.peerOut >= 0 ? links_.sendTo[st.peerOut] : nullptr;
+      if (r && c && r->buf != Buf::kScratch && c->sendsFromUser()) any = true;
+    }
+    if (!any) return;
+    struct Range {
+      const char* lo;
+      const char* hi;
+      const Step* step;
+    };
+    std::vector<Range> writes;
+    for (const ChannelPlan& ch : s_.channels) {
+      for (const Step& st : ch.steps) {
+        if (!writesDst(st.prim) || st.dst.bytes == 0) continue;
+        const char* lo = addr(st.dst, 0);
+        writes.push_back({lo, lo + st.dst.bytes, &st});
+      }
+    }
+    directSend_.assign(plan_.steps.size(), false);
+    for (size_t i = 0; i < plan_.steps.size(); ++i) {
+      const Step& st = plan_.steps[i];
+      const Region* r = sentRegion(st);
+      Connection* c = st.peerOut >= 0 ? links_.sendTo[st.peerOut] : nullptr;
+      if (!r || !c || r->buf == Buf::kScratch || r->bytes == 0 || !c->sendsFromUser()) continue;
+      const char* lo = addr(*r, 0);
+      const char* hi = lo + r->bytes;
+      bool clear = true;
+      for (const Range& w : writes) {
+        if (w.step != &st && w.lo < hi && lo < w.hi) {
+          clear = false;
+          break;
+        }
+      }
+      directSend_[i] = clear;
+    }
   }
 
   void addActive(Connection* c) {
@@ -111,17 +172,21 @@ class ChannelRunner {
     reduce::reduce2(s_.dtype, s_.op, dst, a, b, bytes / es_);
   }
 
-  Status runSlice(const Step& st, size_t off, size_t len) {
+  // `direct`: the step's connection sends this step's bytes from the caller's memory
+  // (markDirectSends). Receives that only store or forward ask to land in the destination.
+  Status runSlice(const Step& st, bool direct, size_t off, size_t len) {
     Slot in, out;
     switch (st.prim) {
       case Prim::kSend: {
         BRAID_RETURN_IF_ERROR(reserve(st.peerOut, &out));
+        if (direct) return postFrom(st.peerOut, out, addr(st.src, off), len);
         std::memcpy(out.data, addr(st.src, off), len);
         return post(st.peerOut, out, len);
       }
       case Prim::kRecv: {
-        BRAID_RETURN_IF_ERROR(receive(st.peerIn, &in, len));
-        writeOut(addr(st.dst, off), in.data, len);
+        char* d = addr(st.dst, off);
+        BRAID_RETURN_IF_ERROR(receive(st.peerIn, &in, len, d));
+        if (in.data != d) writeOut(d, in.data, len);
         return release(st.peerIn, in);
       }
       case Prim::kRecvReduce: {
@@ -139,6 +204,13 @@ class ChannelRunner {
       case Prim::kRecvReduceCopySend: {
         BRAID_RETURN_IF_ERROR(receive(st.peerIn, &in, len));
         BRAID_RETURN_IF_ERROR(reserve(st.peerOut, &out));
+        if (direct) {
+          // Reduce into the output and send the result from there.
+          char* d = addr(st.dst, off);
+          reduceInto(d, in.data, addr(st.src, off), len);
+          BRAID_RETURN_IF_ERROR(postFrom(st.peerOut, out, d, len));
+          return release(st.peerIn, in);
+        }
         // Reduce into the peer's slot, then copy that piece to the output while it is still
         // in L1: the inputs are read once and both destinations written once.
         char* o = static_cast<char*>(out.data);
@@ -154,7 +226,20 @@ class ChannelRunner {
         return release(st.peerIn, in);
       }
       case Prim::kRecvCopySend: {
-        BRAID_RETURN_IF_ERROR(receive(st.peerIn, &in, len));
+        char* d = addr(st.dst, off);
+        BRAID_RETURN_IF_ERROR(receive(st.peerIn, &in, len, d));
+        const bool landed = in.data == d;
+        if (landed || direct) {
+          if (!landed) writeOut(d, in.data, len);
+          BRAID_RETURN_IF_ERROR(reserve(st.peerOut, &out));
+          if (direct) {
+            BRAID_RETURN_IF_ERROR(postFrom(st.peerOut, out, d, len));
+          } else {
+            std::memcpy(out.data, d, len);
+            BRAID_RETURN_IF_ERROR(post(st.peerOut, out, len));
+          }
+          return release(st.peerIn, in);
+        }
         BRAID_RETURN_IF_ERROR(reserve(st.peerOut, &out));
         for (size_t k = 0; k < len; k += kFuseBytes) {
           size_t piece = std::min(kFuseBytes, len - k);
@@ -179,9 +264,11 @@ class ChannelRunner {
     return internalError("unknown primitive");
   }
 
-  Status receive(int peer, Slot* slot, size_t expectBytes) {
-    BRAID_RETURN_IF_ERROR(waitFor(links_.recvFrom[peer], /*forSend=*/false, slot));
-    if (slot->tag != ctx_.tag) {
+  // `landing`: where the payload should go if the transport can put it there (zero copy).
+  Status receive(int peer, Slot* slot, size_t expectBytes, void* landing = nullptr) {
+    Connection* c = links_.recvFrom[peer];
+    BRAID_RETURN_IF_ERROR(waitFor(c, /*forSend=*/false, slot, landing, expectBytes));
+    if ((slot->tag ^ ctx_.tag) & c->tagMask()) {
       return Status(Code::kInvalidArgument,
                     "collective mismatch: rank " + std::to_string(peer) + " sent " + describeTag(slot->tag) +
                         " while rank " + std::to_string(ctx_.rank) + " runs " + describeTag(ctx_.tag) +
@@ -211,6 +298,13 @@ class ChannelRunner {
     return c->progress();
   }
 
+  Status postFrom(int peer, Slot& slot, const void* src, size_t len) {
+    slot.tag = ctx_.tag;
+    Connection* c = links_.sendTo[peer];
+    BRAID_RETURN_IF_ERROR(c->postSendFrom(slot, src, len));
+    return c->progress();
+  }
+
   Status progressAll() {
     for (Connection* c : active_) BRAID_RETURN_IF_ERROR(c->progress());
     return Status::ok();
@@ -234,8 +328,13 @@ class ChannelRunner {
     return Status::ok();
   }
 
-  Status waitFor(Connection* c, bool forSend, Slot* slot) {
-    auto attempt = [&]() { return forSend ? c->reserveSend(slot) : c->peekRecv(slot); };
+  static Status tryOnce(Connection* c, bool forSend, Slot* slot, void* landing, size_t bytes) {
+    if (forSend) return c->reserveSend(slot);
+    return landing ? c->peekRecvInto(slot, landing, bytes) : c->peekRecv(slot);
+  }
+
+  Status waitFor(Connection* c, bool forSend, Slot* slot, void* landing = nullptr, size_t bytes = 0) {
+    auto attempt = [&]() { return tryOnce(c, forSend, slot, landing, bytes); };
     Status st = attempt();
     if (st.code() != Code::kWouldBlock) return st;
     const char* what = forSend ? "send to" : "receive from";
@@ -258,17 +357,17 @@ class ChannelRunner {
       } else if (phase == 1) {
         sched_yield();
       } else {
-        st = sleepOn(c, forSend, slot);
+        st = sleepOn(c, forSend, slot, landing, bytes);
         if (st.code() != Code::kWouldBlock) return st;
       }
     }
   }
 
   // Sleeps until `c` may be ready (futex or poll), bounded by kSleepMicros.
-  Status sleepOn(Connection* c, bool forSend, Slot* slot) {
+  Status sleepOn(Connection* c, bool forSend, Slot* slot, void* landing, size_t bytes) {
     WaitHandle h = c->waitHandle(forSend);
     // Re-check after arming: a peer that progressed before we armed will not wake us.
-    Status st = forSend ? c->reserveSend(slot) : c->peekRecv(slot);
+    Status st = tryOnce(c, forSend, slot, landing, bytes);
     if (st.code() != Code::kWouldBlock) {
       c->disarm(forSend);
       return st;
@@ -344,6 +443,7 @@ class ChannelRunner {
     size_t n_ = 0;
   };
   ConnList active_;
+  std::vector<bool> directSend_;  // per step; empty when no connection sends from user memory
   int64_t nextHealthNs_ = 0;
 };
 

@@ -82,5 +82,6 @@ extern "C" __attribute__((visibility("default"))) const braidTransportPlugin_v1_
 extern "C" __attribute__((visibility("default"))) const braidTransportPlugin_v1_t braidTransportPlugin_v0 =
     braid::transport::plugin::exportTableV1("no-symbol", "wrong symbol", &createTcp);
 #elif defined(BRAID_BAD_PLUGIN_FAILING)
-BRAID_EXPORT_TRANSPORT_PLUGIN("failing", "faults on demand (tests)", &createFailing);
+// The first ABI version, so loading and running a v1 plugin stays tested.
+BRAID_EXPORT_TRANSPORT_PLUGIN_V1("failing", "faults on demand (tests)", &createFailing);
 #endif

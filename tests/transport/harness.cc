@@ -390,9 +390,9 @@ Status sendSlot(Connection& c, const void* data, size_t bytes, uint64_t tag, Dea
   return c.postSend(s, bytes);
 }
 
-Status recvSlot(Connection& c, Slot* s, Deadline deadline) {
+Status recvSlot(Connection& c, Slot* s, Deadline deadline, void* dst, size_t bytes) {
   for (;;) {
-    Status st = c.peekRecv(s);
+    Status st = dst ? c.peekRecvInto(s, dst, bytes) : c.peekRecv(s);
     if (st.isOk() || st.code() != Code::kWouldBlock) return st;
     st = c.progress();
     if (!st.isOk() && st.code() != Code::kWouldBlock) return st;

@@ -80,7 +80,8 @@ void waitReady(Connection& c, bool forSend, int capMillis);
 Status reserveSlot(Connection& c, Slot* s, Deadline deadline);
 Status sendSlot(Connection& c, const void* data, size_t bytes, uint64_t tag, Deadline deadline);
 // Leaves the slot unreleased.
-Status recvSlot(Connection& c, Slot* s, Deadline deadline);
+// With `dst`: peekRecvInto, asking the payload (`bytes` long) to land there.
+Status recvSlot(Connection& c, Slot* s, Deadline deadline, void* dst = nullptr, size_t bytes = 0);
 Status flush(Connection& c, Deadline deadline);
 
 // Deterministic payloads: byte i of stream `seed` is the same wherever it is generated.

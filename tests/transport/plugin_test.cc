@@ -51,7 +51,7 @@ TEST_CASE("plugin loader: a missing file, a missing symbol and a wrong version n
   INFO(badVersion.status().message());
   CHECK(badVersion.status().message().find("libbraid-net-bad-version.so") != std::string::npos);
   CHECK(badVersion.status().message().find("version 99") != std::string::npos);
-  CHECK(badVersion.status().message().find("version 1") != std::string::npos);
+  CHECK(badVersion.status().message().find("versions 1 and 2") != std::string::npos);
 }
 
 TEST_CASE("plugin loader: tcp behind the ABI loads, names itself and scores like tcp", "[plugin]") {
@@ -147,7 +147,7 @@ void fakeClose(void*) {}
 
 braidTransportPlugin_v1_t fakeTable() {
   braidTransportPlugin_v1_t t{};
-  t.abi_version = BRAID_TRANSPORT_PLUGIN_ABI_VERSION;
+  t.abi_version = 1;
   t.name = "fake";
   t.version = "1";
   t.init = fakeInit;
@@ -202,6 +202,13 @@ TEST_CASE("plugin adapter: what a wrong plugin returns becomes an error, not a c
 
   Connection& c = *conn.value();
   CHECK(c.slotBytes() == 32);
+  // A v1 table: no zero copy, whole tags, and peekRecvInto falls back to peek_recv.
+  CHECK_FALSE(c.sendsFromUser());
+  CHECK(c.tagMask() == ~uint64_t{0});
+  uint8_t land[16];
+  Slot into;
+  REQUIRE(c.peekRecvInto(&into, land, sizeof(land)).isOk());
+  CHECK(into.data == gFake.slot);
   Slot s;
   REQUIRE(c.peekRecv(&s).isOk());
   CHECK(s.bytes == 16);

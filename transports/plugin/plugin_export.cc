@@ -140,6 +140,22 @@ void disarm(void* c, int forSend) { conn(c)->disarm(forSend != 0); }
 
 void closeConnection(void* c) { delete static_cast<ExportedConnection*>(c); }
 
+int sendsFromUser(void* c) { return conn(c)->sendsFromUser() ? 1 : 0; }
+
+braidPluginResult_t postSendFrom(void* c, const braidSlot_v1* slot, const void* src, size_t bytes,
+                                 braidPluginError_v1* e) {
+  return report(conn(c)->postSendFrom(Slot{slot->data, slot->bytes, slot->tag}, src, bytes), e);
+}
+
+braidPluginResult_t peekRecvInto(void* c, braidSlot_v1* slot, void* dst, size_t bytes, braidPluginError_v1* e) {
+  Slot s;
+  Status st = conn(c)->peekRecvInto(&s, dst, bytes);
+  if (st.isOk()) *slot = braidSlot_v1{s.data, s.bytes, s.tag};
+  return report(st, e);
+}
+
+uint64_t tagMask(void* c) { return conn(c)->tagMask(); }
+
 }  // namespace
 
 TransportConfig configFromV1(const braidTransportConfig_v1& c) {
@@ -170,7 +186,7 @@ TransportConfig configFromV1(const braidTransportConfig_v1& c) {
 braidTransportPlugin_v1_t exportTableV1(const char* name, const char* version, CreateFn create) {
   gCreate = create;
   braidTransportPlugin_v1_t t{};
-  t.abi_version = BRAID_TRANSPORT_PLUGIN_ABI_VERSION;
+  t.abi_version = 1;
   t.name = name;
   t.version = version;
   t.init = &init;
@@ -191,6 +207,17 @@ braidTransportPlugin_v1_t exportTableV1(const char* name, const char* version, C
   t.wait_handle = &waitHandle;
   t.disarm = &disarm;
   t.close = &closeConnection;
+  return t;
+}
+
+braidTransportPlugin_v2_t exportTableV2(const char* name, const char* version, CreateFn create) {
+  braidTransportPlugin_v2_t t{};
+  t.base = exportTableV1(name, version, create);
+  t.base.abi_version = 2;
+  t.sends_from_user = &sendsFromUser;
+  t.post_send_from = &postSendFrom;
+  t.peek_recv_into = &peekRecvInto;
+  t.tag_mask = &tagMask;
   return t;
 }
 

@@ -19,7 +19,9 @@ namespace braid::transport::plugin {
 
 using CreateFn = StatusOr<std::unique_ptr<Transport>> (*)(const TransportConfig& cfg);
 
-// Builds the v1 table for one transport; a library exports exactly one.
+// Builds the table for one transport; a library exports one (v2, or v1 for a library that
+// must also load into a braid that speaks only v1).
+braidTransportPlugin_v2_t exportTableV2(const char* name, const char* version, CreateFn create);
 braidTransportPlugin_v1_t exportTableV1(const char* name, const char* version, CreateFn create);
 
 // The TransportConfig a v1 config describes.
@@ -28,5 +30,10 @@ TransportConfig configFromV1(const braidTransportConfig_v1& c);
 }  // namespace braid::transport::plugin
 
 #define BRAID_EXPORT_TRANSPORT_PLUGIN(NAME, VERSION, CREATE)                                 \
+  extern "C" __attribute__((visibility("default"))) const braidTransportPlugin_v2_t         \
+      braidTransportPlugin_v2 = ::braid::transport::plugin::exportTableV2(NAME, VERSION, CREATE)
+
+// The first ABI only: no zero copy, and the transport must carry whole 64-bit tags.
+#define BRAID_EXPORT_TRANSPORT_PLUGIN_V1(NAME, VERSION, CREATE)                              \
   extern "C" __attribute__((visibility("default"))) const braidTransportPlugin_v1_t         \
       braidTransportPlugin_v1 = ::braid::transport::plugin::exportTableV1(NAME, VERSION, CREATE)

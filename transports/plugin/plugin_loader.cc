@@ -44,8 +44,10 @@ Status call(const std::string& name, F&& f) {
 
 class PluginConnection final : public Connection {
  public:
-  PluginConnection(const braidTransportPlugin_v1_t* t, const std::string* name, void* c, int peer)
-      : t_(t), name_(name), c_(c), peer_(peer), slotBytes_(t->slot_bytes(c)) {}
+  PluginConnection(const braidTransportPlugin_v1_t* t, const braidTransportPlugin_v2_t* v2,
+                   const std::string* name, void* c, int peer)
+      : t_(t), v2_(v2), name_(name), c_(c), peer_(peer), slotBytes_(t->slot_bytes(c)),
+        fromUser_(v2 && v2->sends_from_user(c) != 0), tagMask_(v2 ? v2->tag_mask(c) : ~uint64_t{0}) {}
   ~PluginConnection() override { t_->close(c_); }
 
   size_t slotBytes() const override { return slotBytes_; }
@@ -62,14 +64,28 @@ class PluginConnection final : public Connection {
     braidSlot_v1 slot{s.data, bytes, s.tag};
     return call(*name_, [&](braidPluginError_v1* e) { return t_->post_send(c_, &slot, bytes, e); });
   }
-  Status peekRecv(Slot* s) override {
+  bool sendsFromUser() const override { return fromUser_; }
+  Status postSendFrom(const Slot& s, const void* src, size_t bytes) override {
+    if (!fromUser_) return Connection::postSendFrom(s, src, bytes);
+    braidSlot_v1 slot{s.data, bytes, s.tag};
+    return call(*name_, [&](braidPluginError_v1* e) { return v2_->post_send_from(c_, &slot, src, bytes, e); });
+  }
+  uint64_t tagMask() const override { return tagMask_; }
+  Status peekRecv(Slot* s) override { return peek(s, nullptr, 0); }
+  Status peekRecvInto(Slot* s, void* dst, size_t bytes) override { return peek(s, dst, bytes); }
+
+  Status peek(Slot* s, void* dst, size_t bytes) {
     braidSlot_v1 slot{};
-    Status st = call(*name_, [&](braidPluginError_v1* e) { return t_->peek_recv(c_, &slot, e); });
+    Status st = call(*name_, [&](braidPluginError_v1* e) {
+      return dst && v2_ ? v2_->peek_recv_into(c_, &slot, dst, bytes, e) : t_->peek_recv(c_, &slot, e);
+    });
     if (!st.isOk()) return st;
-    if (slot.bytes > slotBytes_ || (!slot.data && slot.bytes)) {
+    const size_t limit = dst && slot.data == dst ? bytes : slotBytes_;
+    if (slot.bytes > limit || (!slot.data && slot.bytes)) {
       return Status(Code::kRemoteError,
                     *name_ + ": peek_recv returned " + std::to_string(slot.bytes) + " bytes from rank " +
-                        std::to_string(peer_) + ", more than a slot holds (" + std::to_string(slotBytes_) + ")",
+                        std::to_string(peer_) + ", more than " +
+                        (limit == slotBytes_ ? "a slot holds (" : "were asked for (") + std::to_string(limit) + ")",
                     peer_);
     }
     *s = Slot{slot.data, slot.bytes, slot.tag};
@@ -94,17 +110,20 @@ class PluginConnection final : public Connection {
 
  private:
   const braidTransportPlugin_v1_t* t_;
+  const braidTransportPlugin_v2_t* v2_;  // nullptr for a v1 plugin
   const std::string* name_;
   void* c_;
   int peer_;
   size_t slotBytes_;
+  bool fromUser_;
+  uint64_t tagMask_;
 };
 
 class PluginTransport final : public Transport {
  public:
-  PluginTransport(const braidTransportPlugin_v1_t* t, std::string name, void* h,
-                  std::unique_ptr<std::function<Status()>> abortCheck)
-      : t_(t), name_(std::move(name)), h_(h), abortCheck_(std::move(abortCheck)) {}
+  PluginTransport(const braidTransportPlugin_v1_t* t, const braidTransportPlugin_v2_t* v2, std::string name,
+                  void* h, std::unique_ptr<std::function<Status()>> abortCheck)
+      : t_(t), v2_(v2), name_(std::move(name)), h_(h), abortCheck_(std::move(abortCheck)) {}
   ~PluginTransport() override { t_->finalize(h_); }
 
   const char* name() const override { return name_.c_str(); }
@@ -138,7 +157,7 @@ class PluginTransport final : public Transport {
       buf.assign(n, '\0');
     }
     *blob = std::move(buf);
-    return std::unique_ptr<Connection>(new PluginConnection(t_, &name_, c, peer));
+    return std::unique_ptr<Connection>(new PluginConnection(t_, v2_, &name_, c, peer));
   }
 
   StatusOr<std::unique_ptr<Connection>> connectSend(int peer, int channel, const std::string& blob) override {
@@ -148,7 +167,7 @@ class PluginTransport final : public Transport {
     });
     if (!st.isOk()) return st;
     if (!c) return internalError(name_ + ": connect_send returned no connection");
-    return std::unique_ptr<Connection>(new PluginConnection(t_, &name_, c, peer));
+    return std::unique_ptr<Connection>(new PluginConnection(t_, v2_, &name_, c, peer));
   }
 
   Status establish(Deadline deadline) override {
@@ -157,6 +176,7 @@ class PluginTransport final : public Transport {
 
  private:
   const braidTransportPlugin_v1_t* t_;
+  const braidTransportPlugin_v2_t* v2_;
   std::string name_;
   void* h_;
   std::unique_ptr<std::function<Status()>> abortCheck_;
@@ -174,6 +194,16 @@ std::string missingEntry(const braidTransportPlugin_v1_t* t) {
   BRAID_CHECK_ENTRY(flushed) BRAID_CHECK_ENTRY(sees_peer_failure) BRAID_CHECK_ENTRY(wait_handle) BRAID_CHECK_ENTRY(disarm) BRAID_CHECK_ENTRY(close)
 #undef BRAID_CHECK_ENTRY
   if (!t->name || !*t->name) return "name";
+  return "";
+}
+
+std::string missingEntry(const braidTransportPlugin_v2_t* t) {
+  std::string m = missingEntry(&t->base);
+  if (!m.empty()) return m;
+  if (!t->sends_from_user) return "sends_from_user";
+  if (!t->post_send_from) return "post_send_from";
+  if (!t->peek_recv_into) return "peek_recv_into";
+  if (!t->tag_mask) return "tag_mask";
   return "";
 }
 
@@ -258,12 +288,13 @@ std::vector<std::string> pluginFiles(const char* pluginList, const char* pluginD
   return files;
 }
 
-TransportFactory factoryFromTable(const braidTransportPlugin_v1_t* table, const std::string& origin) {
+TransportFactory factoryFromTable(const braidTransportPlugin_v1_t* table, const std::string& origin,
+                                  const braidTransportPlugin_v2_t* v2) {
   TransportFactory f;
   f.name = table->name;
   f.origin = origin;
   f.version = table->version ? table->version : "";
-  f.create = [table](const TransportConfig& cfg) -> StatusOr<std::unique_ptr<Transport>> {
+  f.create = [table, v2](const TransportConfig& cfg) -> StatusOr<std::unique_ptr<Transport>> {
     std::vector<const char*> ifs;
     for (const std::string& s : cfg.channelNetIfs) ifs.push_back(s.c_str());
     braidTransportConfig_v1 c{};
@@ -292,7 +323,7 @@ TransportFactory factoryFromTable(const braidTransportPlugin_v1_t* table, const 
     Status st = call(name, [&](braidPluginError_v1* e) { return table->init(&c, &h, e); });
     if (!st.isOk()) return st;
     if (!h) return internalError(name + ": init returned no transport");
-    return std::unique_ptr<Transport>(new PluginTransport(table, name, h, std::move(abortCheck)));
+    return std::unique_ptr<Transport>(new PluginTransport(table, v2, name, h, std::move(abortCheck)));
   };
   return f;
 }
@@ -305,26 +336,32 @@ StatusOr<TransportFactory> loadPlugin(const std::string& file) {
     const char* err = dlerror();
     return Status(Code::kSystemError, "cannot load transport plugin " + file + ": " + (err ? err : "unknown error"));
   }
-  auto* table = static_cast<const braidTransportPlugin_v1_t*>(dlsym(lib, BRAID_TRANSPORT_PLUGIN_SYMBOL_V1));
+  // The newest table the library offers; its abi_version must match the symbol's.
+  auto* v2 = static_cast<const braidTransportPlugin_v2_t*>(dlsym(lib, BRAID_TRANSPORT_PLUGIN_SYMBOL_V2));
+  auto* table = v2 ? &v2->base
+                   : static_cast<const braidTransportPlugin_v1_t*>(dlsym(lib, BRAID_TRANSPORT_PLUGIN_SYMBOL_V1));
   if (!table) {
     dlclose(lib);
-    return Status(Code::kInvalidArgument, "transport plugin " + file + " exports no " BRAID_TRANSPORT_PLUGIN_SYMBOL_V1
-                                          " (this braid speaks plugin ABI version " +
-                                              std::to_string(BRAID_TRANSPORT_PLUGIN_ABI_VERSION) + ")");
+    return Status(Code::kInvalidArgument, "transport plugin " + file +
+                                              " exports neither " BRAID_TRANSPORT_PLUGIN_SYMBOL_V2
+                                              " nor " BRAID_TRANSPORT_PLUGIN_SYMBOL_V1
+                                              " (this braid speaks plugin ABI versions 1 and 2)");
   }
-  if (table->abi_version != BRAID_TRANSPORT_PLUGIN_ABI_VERSION) {
+  const uint32_t expected = v2 ? 2 : 1;
+  if (table->abi_version != expected) {
     uint32_t v = table->abi_version;
     dlclose(lib);
-    return Status(Code::kInvalidArgument, "transport plugin " + file + " speaks ABI version " + std::to_string(v) +
-                                              " but this braid speaks version " +
-                                              std::to_string(BRAID_TRANSPORT_PLUGIN_ABI_VERSION));
+    return Status(Code::kInvalidArgument, "transport plugin " + file + " exports " +
+                                              (v2 ? BRAID_TRANSPORT_PLUGIN_SYMBOL_V2 : BRAID_TRANSPORT_PLUGIN_SYMBOL_V1) +
+                                              " with ABI version " + std::to_string(v) +
+                                              " but this braid speaks versions 1 and 2");
   }
-  std::string missing = missingEntry(table);
+  std::string missing = v2 ? missingEntry(v2) : missingEntry(table);
   if (!missing.empty()) {
     dlclose(lib);
     return Status(Code::kInvalidArgument, "transport plugin " + file + ": its table has no '" + missing + "'");
   }
-  return factoryFromTable(table, file);
+  return factoryFromTable(table, file, v2);
 }
 
 }  // namespace braid::transport::plugin

@@ -3,6 +3,7 @@
 #include <poll.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "common/clock.h"
@@ -15,8 +16,24 @@ namespace {
 // memory, a few KiB with many devices) behind a small header.
 constexpr size_t kHelloBytes = 64 * 1024;
 
-// Slot memory: one block, each slot a 64-byte-aligned stretch of header + payload.
-size_t stride(size_t slotBytes) { return (kHeaderBytes + slotBytes + 63) / 64 * 64; }
+// Slot memory: one block, each slot a 64-byte-aligned stretch.
+size_t stride(size_t slotBytes) { return (slotBytes + 63) / 64 * 64; }
+
+// Receives go on demand (zero copy) for slots of this size and up, unless BRAID_UCX_ZCOPY=0.
+// Small slots (the latency set) keep their receives posted ahead: a small message then
+// lands in a posted receive instead of UCX's unexpected queue.
+constexpr size_t kOnDemandMinSlot = 64 * 1024;
+
+bool zeroCopyOff() {
+  const char* v = std::getenv("BRAID_UCX_ZCOPY");
+  return v && std::strcmp(v, "0") == 0;
+}
+
+bool onDemandFor(size_t slotBytes) {
+  const char* v = std::getenv("BRAID_UCX_ZCOPY");
+  if (v && *v) return std::strcmp(v, "0") != 0 && slotBytes > 0;
+  return slotBytes >= kOnDemandMinSlot;
+}
 
 // Waits for outstanding callbacks while a connection is torn down; true if none is left.
 template <typename Pending>
@@ -51,8 +68,9 @@ Status peerFailure(int peer, const char* what, ucs_status_t st) {
 
 UcxSendConnection::UcxSendConnection(const TransportConfig& cfg, int peer, Worker* worker, Endpoint* ep)
     : peer_(peer),
-      tag_(ucxTag(cfg.nonce, cfg.rank, kKindData)),
-      creditTag_(ucxTag(cfg.nonce, peer, kKindCredit)),
+      rank_(cfg.rank),
+      job_(jobBits(cfg.nonce)),
+      fromUser_(!zeroCopyOff()),
       slotBytes_(cfg.slotBytes),
       worker_(worker),
       ep_(ep),
@@ -107,8 +125,8 @@ Status UcxSendConnection::postCreditRecv() {
   param.cb.recv = &UcxSendConnection::creditDone;
   param.user_data = credit_.get();
   credit_->done = false;
-  ucs_status_ptr_t r =
-      ucp_tag_recv_nbx(worker_->worker, &credit_->count, sizeof(credit_->count), creditTag_, ~uint64_t{0}, &param);
+  ucs_status_ptr_t r = ucp_tag_recv_nbx(worker_->worker, &credit_->count, sizeof(credit_->count),
+                                       ucxTag(kKindCredit, peer_, job_), ~uint64_t{0}, &param);
   if (UCS_PTR_IS_ERR(r)) return peerFailure(peer_, "receiving credits from", UCS_PTR_STATUS(r));
   credit_->request = r;
   return Status::ok();
@@ -155,20 +173,29 @@ Status UcxSendConnection::reserveSend(Slot* s) {
       return Status(Code::kWouldBlock, "");
     }
   }
-  s->data = st.buf + kHeaderBytes;
+  s->data = st.buf;
   return Status::ok();
 }
 
 Status UcxSendConnection::postSend(const Slot& s, size_t bytes) {
+  return send(slots_[postSeq_ % slots_.size()].buf, bytes, s.tag);
+}
+
+// The reserved slot then only tracks the message: UCX reads the caller's memory, straight
+// into the receiver's buffer when the receiver posted it there (rendezvous).
+Status UcxSendConnection::postSendFrom(const Slot& s, const void* src, size_t bytes) {
+  return send(src, bytes, s.tag);
+}
+
+Status UcxSendConnection::send(const void* buf, size_t bytes, uint64_t execTag) {
   BRAID_RETURN_IF_ERROR(failed());
   Staging& st = slots_[postSeq_ % slots_.size()];
-  std::memcpy(st.buf, &s.tag, kHeaderBytes);
   ucp_request_param_t param;
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   param.cb.send = &UcxSendConnection::sendDone;
   param.user_data = &st;
   st.status = UCS_OK;
-  ucs_status_ptr_t r = ucp_tag_send_nbx(ep_->ep, st.buf, kHeaderBytes + bytes, tag_, &param);
+  ucs_status_ptr_t r = ucp_tag_send_nbx(ep_->ep, buf, bytes, ucxTag(kKindData, rank_, execTag & kExecTagMask), &param);
   if (UCS_PTR_IS_ERR(r)) return peerFailure(peer_, "sending to", UCS_PTR_STATUS(r));
   ++postSeq_;
   if (r != nullptr) {
@@ -202,8 +229,8 @@ Status UcxSendConnection::sendHello() {
   // [nonce][rank][address]: the receiver opens an endpoint back to this worker with it.
   const std::string& addr = worker_->address;
   helloBuf_.resize(16 + addr.size());
-  const uint64_t nonceWord = tag_ >> 32;
-  const uint64_t rank = (tag_ >> 8) & 0xffffff;
+  const uint64_t nonceWord = job_;
+  const uint64_t rank = static_cast<uint64_t>(rank_);
   std::memcpy(helloBuf_.data(), &nonceWord, 8);
   std::memcpy(helloBuf_.data() + 8, &rank, 8);
   std::memcpy(helloBuf_.data() + 16, addr.data(), addr.size());
@@ -211,7 +238,7 @@ Status UcxSendConnection::sendHello() {
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   param.cb.send = &UcxSendConnection::sendDone;
   param.user_data = hello_.get();
-  const uint64_t helloTag = (tag_ & ~uint64_t{0xff}) | kKindHello;
+  const uint64_t helloTag = ucxTag(kKindHello, rank_, job_);
   ucs_status_ptr_t r = ucp_tag_send_nbx(ep_->ep, helloBuf_.data(), helloBuf_.size(), helloTag, &param);
   if (UCS_PTR_IS_ERR(r)) return peerFailure(peer_, "greeting", UCS_PTR_STATUS(r));
   hello_->request = r;
@@ -233,12 +260,13 @@ StatusOr<bool> UcxSendConnection::helloSent() {
 
 UcxRecvConnection::UcxRecvConnection(const TransportConfig& cfg, int peer, Worker* worker)
     : peer_(peer),
-      tag_(ucxTag(cfg.nonce, peer, kKindData)),
-      helloTag_(ucxTag(cfg.nonce, peer, kKindHello)),
+      tag_(ucxTag(kKindData, peer, 0)),
+      helloTag_(ucxTag(kKindHello, peer, jobBits(cfg.nonce))),
       slotBytes_(cfg.slotBytes),
+      onDemand_(onDemandFor(cfg.slotBytes)),
       worker_(worker),
       slots_(static_cast<size_t>(cfg.nslots)),
-      creditTag_(ucxTag(cfg.nonce, cfg.rank, kKindCredit)),
+      creditTag_(ucxTag(kKindCredit, cfg.rank, jobBits(cfg.nonce))),
       creditBatch_(std::max<uint64_t>(1, static_cast<uint64_t>(cfg.nslots) / 4)) {
   const size_t step = stride(slotBytes_);
   memory_.reset(new uint8_t[step * slots_.size() + 64]);
@@ -272,12 +300,13 @@ void UcxRecvConnection::recvDone(void* request, ucs_status_t status, const ucp_t
   auto* l = static_cast<Landing*>(user);
   l->status = status;
   l->length = status == UCS_OK && info ? info->length : 0;
+  l->senderTag = info ? info->sender_tag : 0;
   l->done = true;
   l->request = nullptr;
   ucp_request_free(request);
 }
 
-Status UcxRecvConnection::post(Landing& l, uint64_t tag, size_t capacity) {
+Status UcxRecvConnection::post(Landing& l, uint64_t tag, void* into, size_t capacity) {
   ucp_request_param_t param;
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
   param.cb.recv = &UcxRecvConnection::recvDone;
@@ -285,15 +314,21 @@ Status UcxRecvConnection::post(Landing& l, uint64_t tag, size_t capacity) {
   l.done = false;
   l.status = UCS_OK;
   l.length = 0;
-  ucs_status_ptr_t r = ucp_tag_recv_nbx(worker_->worker, l.buf, capacity, tag, ~uint64_t{0}, &param);
+  l.into = into;
+  l.capacity = capacity;
+  // Data matches on kind and sender only; the low bits carry the executor's tag.
+  const uint64_t mask = tag == tag_ ? kMatchMask : ~uint64_t{0};
+  ucs_status_ptr_t r = ucp_tag_recv_nbx(worker_->worker, into, capacity, tag, mask, &param);
   if (UCS_PTR_IS_ERR(r)) return peerFailure(peer_, "receiving from", UCS_PTR_STATUS(r));
   l.request = r;
+  l.posted = true;
   return Status::ok();
 }
 
 Status UcxRecvConnection::start() {
-  BRAID_RETURN_IF_ERROR(post(*hello_, helloTag_, kHelloBytes));
-  for (Landing& l : slots_) BRAID_RETURN_IF_ERROR(post(l, tag_, kHeaderBytes + slotBytes_));
+  BRAID_RETURN_IF_ERROR(post(*hello_, helloTag_, hello_->buf, kHelloBytes));
+  if (onDemand_) return Status::ok();
+  for (Landing& l : slots_) BRAID_RETURN_IF_ERROR(post(l, tag_, l.buf, slotBytes_));
   return Status::ok();
 }
 
@@ -309,7 +344,7 @@ StatusOr<std::string> UcxRecvConnection::hello() {
     std::memcpy(&nonceWord, h.buf, 8);
     std::memcpy(&rank, h.buf + 8, 8);
   }
-  if (h.length <= 16 || nonceWord != helloTag_ >> 32 || rank != static_cast<uint64_t>(peer_)) {
+  if (h.length <= 16 || nonceWord != (helloTag_ & kLowMask) || rank != static_cast<uint64_t>(peer_)) {
     return Status(Code::kRemoteError, "ucx: malformed hello from rank " + std::to_string(peer_), peer_);
   }
   return std::string(reinterpret_cast<const char*>(h.buf) + 16, h.length - 16);
@@ -326,8 +361,18 @@ Status UcxRecvConnection::postSend(const Slot&, size_t) {
   return internalError("ucx: postSend on a receive connection");
 }
 
-Status UcxRecvConnection::peekRecv(Slot* s) {
+Status UcxRecvConnection::peekRecv(Slot* s) { return peek(s, nullptr, 0); }
+
+Status UcxRecvConnection::peekRecvInto(Slot* s, void* dst, size_t bytes) { return peek(s, dst, bytes); }
+
+Status UcxRecvConnection::peek(Slot* s, void* dst, size_t bytes) {
   Landing& l = slots_[peekSeq_ % slots_.size()];
+  if (!l.posted) {
+    // On demand: this message's receive goes up now, in message order, into the caller's
+    // buffer when one is given (UCX matches one sender's messages in the order sent).
+    if (dst && bytes <= slotBytes_) BRAID_RETURN_IF_ERROR(post(l, tag_, dst, bytes));
+    else BRAID_RETURN_IF_ERROR(post(l, tag_, l.buf, slotBytes_));
+  }
   if (!l.done) {
     worker_->progress();
     if (!l.done) {
@@ -340,25 +385,29 @@ Status UcxRecvConnection::peekRecv(Slot* s) {
     }
   }
   if (l.status == UCS_ERR_MESSAGE_TRUNCATED) {
+    if (l.into != l.buf) {
+      return Status(Code::kInvalidArgument,
+                    "collective mismatch: rank " + std::to_string(peer_) + " sent more than the " +
+                        std::to_string(l.capacity) + " bytes expected (different counts?)",
+                    peer_);
+    }
     return Status(Code::kRemoteError,
                   "ucx: rank " + std::to_string(peer_) + " sent more than a slot holds (" +
                       std::to_string(slotBytes_) + " bytes); is BRAID_SLOT_BYTES the same on every rank?",
                   peer_);
   }
   if (l.status != UCS_OK) return peerFailure(peer_, "receiving from", l.status);
-  if (l.length < kHeaderBytes) {
-    return Status(Code::kRemoteError, "ucx: short message from rank " + std::to_string(peer_), peer_);
-  }
-  std::memcpy(&s->tag, l.buf, kHeaderBytes);
-  s->data = l.buf + kHeaderBytes;
-  s->bytes = l.length - kHeaderBytes;
+  s->tag = l.senderTag & kExecTagMask;
+  s->data = l.into;
+  s->bytes = l.length;
   return Status::ok();
 }
 
 Status UcxRecvConnection::releaseRecv(const Slot&) {
   Landing& l = slots_[peekSeq_ % slots_.size()];
   ++peekSeq_;
-  BRAID_RETURN_IF_ERROR(post(l, tag_, kHeaderBytes + slotBytes_));
+  l.posted = false;
+  if (!onDemand_) BRAID_RETURN_IF_ERROR(post(l, tag_, l.buf, slotBytes_));
   return maybeSendCredit();
 }
 

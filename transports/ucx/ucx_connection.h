@@ -15,18 +15,25 @@
 
 namespace braid::transport::ucx {
 
-// Message kinds, the low byte of a UCX tag.
+// A UCX tag: [kind: 2 bits][sender's rank: 20 bits][42 bits]. The low bits carry, for a
+// data message, the executor's tag (its operation number's low 10 bits and the whole call-
+// shape hash, in place), so a payload travels with no header and can be sent from and
+// received into the callers' buffers; for hellos and credits, the job's nonce.
 constexpr uint64_t kKindData = 1;
 constexpr uint64_t kKindHello = 2;
 constexpr uint64_t kKindCredit = 3;
-// Bytes in front of every payload: the executor's tag.
-constexpr size_t kHeaderBytes = sizeof(uint64_t);
+constexpr int kRankBits = 20;
+constexpr int kMaxRanks = 1 << kRankBits;
+constexpr uint64_t kLowMask = (uint64_t{1} << 42) - 1;
+// What a receive matches on: the kind and the sender.
+constexpr uint64_t kMatchMask = ~kLowMask;
+// The bits of an executor tag a data message carries (Connection::tagMask).
+constexpr uint64_t kExecTagMask = (uint64_t{0x3ff} << 32) | 0xffffffffull;
 
-// The UCX tag of a message of `kind` from `rank` in the job with `nonce`.
-inline uint64_t ucxTag(uint64_t nonce, int rank, uint64_t kind) {
-  const uint64_t job = (nonce ^ (nonce >> 32)) & 0xffffffffull;
-  return job << 32 | (static_cast<uint64_t>(rank) & 0xffffffull) << 8 | kind;
+inline uint64_t ucxTag(uint64_t kind, int rank, uint64_t low) {
+  return kind << 62 | (static_cast<uint64_t>(rank) & (kMaxRanks - 1)) << 42 | (low & kLowMask);
 }
+inline uint64_t jobBits(uint64_t nonce) { return (nonce ^ (nonce >> 32)) & kLowMask; }
 
 // An endpoint to one remote worker, shared by the send connection to that worker and the
 // receive connection from it. UCX reports a failed peer through the error callback, which
@@ -69,10 +76,14 @@ class UcxSendConnection final : public Connection {
   // Progresses the worker when the next slot's message is still unmatched.
   Status reserveSend(Slot* s) override;
   Status postSend(const Slot& s, size_t bytes) override;
+  bool sendsFromUser() const override { return fromUser_; }
+  Status postSendFrom(const Slot& s, const void* src, size_t bytes) override;
+  uint64_t tagMask() const override { return kExecTagMask; }
   Status peekRecv(Slot* s) override;
   Status releaseRecv(const Slot& s) override;
   Status progress() override;
-  // Every posted message has left this process (UCX completed it locally).
+  // Every posted message has left this process (UCX completed it locally; for a message
+  // sent from the caller's memory, UCX no longer reads that memory).
   bool flushed() const override { return inFlight_ == 0; }
   bool seesPeerFailure() const override { return ep_->watched; }
   WaitHandle waitHandle(bool forSend) override;
@@ -100,13 +111,15 @@ class UcxSendConnection final : public Connection {
   static void sendDone(void* request, ucs_status_t status, void* user);
   static void creditDone(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user);
   Status checkSlot(Staging& st);
+  Status send(const void* buf, size_t bytes, uint64_t execTag);
   Status postCreditRecv();
   Status takeCredits();
   Status failed() const;
 
   int peer_;
-  uint64_t tag_;
-  uint64_t creditTag_;
+  int rank_;
+  uint64_t job_;
+  bool fromUser_;  // BRAID_UCX_ZCOPY=0 turns zero copy off (both directions), for comparison
   size_t slotBytes_;
   Worker* worker_;
   Endpoint* ep_;
@@ -131,6 +144,9 @@ class UcxRecvConnection final : public Connection {
   Status postSend(const Slot& s, size_t bytes) override;
   // Progresses the worker when the oldest slot has not arrived yet.
   Status peekRecv(Slot* s) override;
+  // On demand mode only: the message lands at dst when its receive is posted here.
+  Status peekRecvInto(Slot* s, void* dst, size_t bytes) override;
+  uint64_t tagMask() const override { return kExecTagMask; }
   // Re-posts the slot's receive.
   Status releaseRecv(const Slot& s) override;
   Status progress() override;
@@ -138,7 +154,8 @@ class UcxRecvConnection final : public Connection {
   WaitHandle waitHandle(bool forSend) override;
   int peer() const override { return peer_; }
 
-  // Posts the receives of every slot and of the sender's hello.
+  // Posts the receive of the sender's hello, and those of every slot unless receives are
+  // posted on demand.
   Status start();
   // The sender's worker address once its hello arrived, else "".
   StatusOr<std::string> hello();
@@ -149,22 +166,30 @@ class UcxRecvConnection final : public Connection {
   struct Landing {
     uint8_t* buf = nullptr;
     void* request = nullptr;
+    bool posted = false;
     bool done = false;
     ucs_status_t status = UCS_OK;
     size_t length = 0;
+    uint64_t senderTag = 0;
+    void* into = nullptr;   // where the payload was received (buf or the caller's memory)
+    size_t capacity = 0;
   };
   static void recvDone(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user);
   static void creditSent(void* request, ucs_status_t status, void* user);
-  Status post(Landing& l, uint64_t tag, size_t capacity);
+  Status post(Landing& l, uint64_t tag, void* into, size_t capacity);
+  Status peek(Slot* s, void* dst, size_t bytes);
   // Tells the sender how many slots have been released once enough have been since the
   // last credit message (and none is still in flight).
   Status maybeSendCredit();
   Status failed() const;
 
   int peer_;
-  uint64_t tag_;
+  uint64_t tag_;        // data from the peer, matched under kMatchMask
   uint64_t helloTag_;
   size_t slotBytes_;
+  // Receives posted when the executor asks for a message (so large payloads land straight in
+  // its buffers: UCX's rendezvous waits for the receive), rather than ahead into slots.
+  bool onDemand_;
   Worker* worker_;
   Endpoint* ep_ = nullptr;
   std::vector<Landing> slots_;

@@ -332,6 +332,11 @@ Status UcxTransport::establish(Deadline deadline) {
 const char* ucxVersion() { return ucp_get_version_string(); }
 
 StatusOr<std::unique_ptr<Transport>> createUcxTransport(const TransportConfig& cfg) {
+  if (cfg.nranks > kMaxRanks) {
+    return Status(Code::kInvalidArgument, "ucx: a job of " + std::to_string(cfg.nranks) +
+                                              " ranks is more than the " + std::to_string(kMaxRanks) +
+                                              " a UCX tag can name");
+  }
   auto t = std::make_unique<UcxTransport>(cfg);
   BRAID_RETURN_IF_ERROR(t->init());
   return std::unique_ptr<Transport>(std::move(t));

@@ -7,16 +7,20 @@
 //   - one UCP context per transport instance (so per communicator and link set), and one
 //     worker per channel, so each channel's progress thread drives its own worker without
 //     locks (UCS_THREAD_MODE_SERIALIZED: one thread at a time, never two at once);
-//   - a receive connection owns nslots slot buffers with a tagged receive posted into each;
-//     a send connection owns nslots staging slots moved with tagged sends, and sends only
+//   - a send connection owns nslots staging slots moved with tagged sends, and sends only
 //     while the receiver has a free slot: the receiver returns credits (its cumulative
-//     release count, every nslots/4 releases) over its endpoint back to the sender, so every
-//     message lands in a posted receive and UCX never buffers an unexpected one. (Synchronous
-//     sends bound the FIFO without credits, but their acknowledgements cost a third of the
-//     bandwidth over tcp: docs/performance.md);
-//   - each message is [executor tag: 8 bytes][payload]; its UCX tag is the job's nonce
-//     (high 32 bits), the sender's rank and the message kind, so another job's traffic
-//     never matches and sits unclaimed;
+//     release count, every nslots/4 releases) over its endpoint back to the sender, so at
+//     most nslots messages wait for the receiver. (Synchronous sends bound the FIFO without
+//     credits, but their acknowledgements cost a third of the bandwidth over tcp:
+//     docs/performance.md);
+//   - zero copy: a message is its payload alone, its UCX tag the message kind, the sender's
+//     rank and the executor's tag (ucx_connection.h), so the sender may hand UCX the caller's
+//     memory instead of a staging slot (postSendFrom) and the receiver may receive into the
+//     caller's memory (peekRecvInto). Connections with large slots (the rings') post each
+//     receive when the executor asks for that message, into the step's destination when it
+//     only stores or forwards the data; UCX's rendezvous holds a large message until then,
+//     so it moves once, buffer to buffer. Small-slot connections (the latency set) post
+//     their slots' receives ahead, as a FIFO;
 //   - setup: the receiver's blob is its channel worker's address; the sender creates an
 //     endpoint with peer error handling and sends a hello carrying its own worker address;
 //     establish() collects the hellos and opens the reverse endpoints, so a receiver learns

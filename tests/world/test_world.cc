@@ -158,6 +158,43 @@ void allreduceWorlds(int lo, int hi) {
 }  // namespace
 
 TEST_CASE("ring allreduce with 1-3 ranks", "[world]") { allreduceWorlds(1, 3); }
+
+TEST_CASE("over ucx, zero copy: allreduce (ring, tree, recursive doubling) and chain broadcast, 2-4 ranks", "[world][ucx]") {
+  // UCX's ring connections send from and receive into the callers' buffers; in place,
+  // a sent range is rewritten later in the same call, which must not reach the wire.
+  if (!braid::testing::transportAvailable("ucx")) {
+    WARN("skipped: no ucx transport plugin in this build");
+    return;
+  }
+  for (int n = 2; n <= 4; ++n) {
+    for (const char* algo : {"allreduce:ring", "allreduce:tree", "allreduce:recursive_doubling"}) {
+      WorldOptions o;
+      o.nranks = n;
+      o.nchannels = 2;
+      o.transport = "ucx";
+      o.algo = algo;
+      o.slotBytes = 64 * 1024;
+      o.nslots = 4;
+      o.timeoutSec = 60;
+      INFO("nranks " << n << " " << algo);
+      std::vector<Case> cases;
+      for (bool ip : {false, true}) {
+        cases.push_back({(1u << 20) + 3, DataType::kFloat32, ReduceOp::kSum, ip});
+        cases.push_back({(1u << 18) + 1, DataType::kBFloat16, ReduceOp::kAvg, ip});
+        cases.push_back({300001, DataType::kInt32, ReduceOp::kMax, ip});
+        cases.push_back({1023, DataType::kFloat64, ReduceOp::kProd, ip});
+      }
+      CHECK(runAllReduceCases(o, cases) == "");
+    }
+    WorldOptions b;
+    b.nranks = n;
+    b.transport = "ucx";
+    b.slotBytes = 64 * 1024;
+    b.nslots = 4;
+    b.timeoutSec = 60;
+    CHECK(runBroadcastCases(b) == "");
+  }
+}
 TEST_CASE("ring allreduce with 4-6 ranks", "[world]") { allreduceWorlds(4, 6); }
 TEST_CASE("ring allreduce with 7-9 ranks", "[world]") { allreduceWorlds(7, 9); }
 

@@ -442,6 +442,37 @@ TEST_CASE("bruck allgather + direct reduce-scatter + bruck alltoall + tree gathe
   collectiveWorlds(2, {6, 11, 16, 17}, true);
 }
 
+TEST_CASE("over ucx, zero copy: every algorithm family of the moving collectives, 2-4 ranks", "[world][ucx]") {
+  if (!braid::testing::transportAvailable("ucx")) {
+    WARN("skipped: no ucx transport plugin in this build");
+    return;
+  }
+  for (int variant : {0, 1, 2}) {
+    for (int n : {2, 3, 4}) {
+      WorldOptions o;
+      o.nranks = n;
+      o.nchannels = 2;
+      o.transport = "ucx";
+      o.slotBytes = 64 * 1024;
+      o.nslots = 4;
+      o.timeoutSec = 60;
+      o.algo = algoSpec(variant);
+      std::vector<Case> cases;
+      const size_t block = ((size_t{1} << 20) + 3) / static_cast<size_t>(n);
+      for (bool ip : {false, true}) {
+        for (Collective coll : {Collective::kAllGather, Collective::kReduceScatter, Collective::kAllToAll,
+                                Collective::kGather, Collective::kScatter})
+          cases.push_back({coll, block, DataType::kFloat32, ReduceOp::kSum, ip, n - 1, 0});
+        cases.push_back({Collective::kAllGatherV, block, DataType::kUint8, ReduceOp::kSum, ip, 0, 1});
+        cases.push_back({Collective::kReduceScatterV, block, DataType::kInt32, ReduceOp::kMax, ip, 0, 2});
+        cases.push_back({Collective::kAllToAllV, block, DataType::kInt32, ReduceOp::kSum, ip, 0, 1});
+      }
+      INFO("nranks " << n << " BRAID_ALGO " << o.algo);
+      CHECK(runCases(o, cases) == "");
+    }
+  }
+}
+
 TEST_CASE("ring collectives with tiny slots and shallow FIFOs do not deadlock", "[world]") {
   // 4 KiB slots, 2 per FIFO: every step of a 1M-element call runs in many rounds.
   for (int n : {2, 3, 5, 8}) {

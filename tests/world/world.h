@@ -11,8 +11,21 @@
 
 #include "bootstrap/memory_store.h"
 #include "core/communicator.h"
+#include "transports/transport.h"
 
 namespace braid::testing {
+
+// Whether transport `name` is registered and can run here (a plugin may be absent or find
+// nothing to drive).
+inline bool transportAvailable(const std::string& name) {
+  for (const transport::TransportFactory& f : transport::registry()) {
+    if (name != f.name) continue;
+    transport::TransportConfig probe;
+    probe.nranks = 2;
+    return f.create(probe).isOk();
+  }
+  return false;
+}
 
 struct WorldOptions {
   int nranks = 2;

@@ -35,6 +35,7 @@ constexpr size_t kStreamOutputBytes = 8u << 20;
 // Slots and depth sized for latency and a modest footprint per peer, not for bandwidth.
 constexpr size_t kMeshSlotBytes = 64 * 1024;
 constexpr int kMeshSlots = 4;
+constexpr size_t kUcxMeshSlotBytes = 256 * 1024;
 // Allreduces up to this size may use the mesh's small-message algorithms.
 constexpr size_t kSmallMaxBytes = 64 * 1024;
 // Channel number of the mesh, kept apart from the rings' in transport names.
@@ -221,12 +222,15 @@ Status Communicator::init() {
     bool stream = hosts.size() > 1 || (!forced.empty() && forced != "shm" && forced != "loopback");
     size_t slotBytes = stream ? 64 * 1024 : 512 * 1024;
     int nslots = stream ? 32 : 8;
+    meshSlotBytes_ = kMeshSlotBytes;
     if (forced == "ucx" && hosts.size() == 1) {
       // UCX inside one host moves messages through its own shared memory: each message
       // costs a match and a rendezvous, so fewer, larger ones pay (sendrecv_perf, 2 ranks:
-      // 256 KiB slots 1.5x faster than 64 KiB; docs/performance.md).
+      // 256 KiB slots 1.5x faster than 64 KiB; docs/performance.md). The same holds for
+      // the mesh, which carries point-to-point traffic.
       slotBytes = 256 * 1024;
       nslots = 16;
+      meshSlotBytes_ = kUcxMeshSlotBytes;
     }
     if (opts_.config.slotBytes == 0) opts_.config.slotBytes = slotBytes;
     if (opts_.config.nslots == 0) opts_.config.nslots = nslots;
@@ -270,7 +274,7 @@ Status Communicator::init() {
   for (const auto& p : peers_) world.hostIds.push_back(p.hostId);
   world.nchannels = nchannels_;
   world.roundBytes = cfg.slotBytes * static_cast<size_t>(cfg.nslots / 2);
-  world.smallRoundBytes = kMeshSlotBytes * (kMeshSlots / 2);
+  world.smallRoundBytes = meshSlotBytes_ * (kMeshSlots / 2);
   world.smallMaxBytes = kSmallMaxBytes;
   if (!topoRing_.empty()) {
     // The topology's ring, reversed on odd channels so both directions of every link work.
@@ -573,7 +577,7 @@ Status Communicator::connect() {
   }
   transport::TransportConfig mesh = tc;
   mesh.channelNetIfs.clear();
-  mesh.slotBytes = kMeshSlotBytes;
+  mesh.slotBytes = meshSlotBytes_;
   mesh.nslots = kMeshSlots;
   mesh.socketsPerPeer = 1;
 
@@ -859,7 +863,7 @@ void Communicator::runChannel(const std::shared_ptr<Op>& op, int channel) {
     exec::RunContext ctx;
     ctx.rank = rank_;
     const bool mesh = op->schedule_->connectionSet == 1;
-    ctx.sliceBytes = mesh ? kMeshSlotBytes : opts_.config.slotBytes;
+    ctx.sliceBytes = mesh ? meshSlotBytes_ : opts_.config.slotBytes;
     ctx.tag = op->tag_;
     ctx.deadline = Deadline::after(opts_.config.timeoutSec);
     ctx.wait = op->channels_.size() == 1 ? waitOneChannel_ : wait_;

@@ -148,6 +148,8 @@ class Communicator {
   CommOptions opts_;
   uint64_t nonce_ = 0;
   int nchannels_ = 1;
+  // The mesh's slot size (every rank decides it from the same facts, as the rings' slots).
+  size_t meshSlotBytes_ = 0;
   int localRank_ = 0;
   int localSize_ = 1;
   int numaNode_ = -1;

@@ -68,7 +68,9 @@ typedef struct {
 } braidUniqueId;
 
 typedef struct braidComm* braidComm_t;
-/* Opaque stream handle: NULL for host memory (the only kind supported so far). */
+/* A cudaStream_t. Collectives on device buffers (or given a stream) are enqueued on it and
+ * return at once; NULL with device buffers is CUDA's legacy default stream. Host buffers
+ * with a NULL stream run on the calling thread, as before. */
 typedef void* braidStream_t;
 
 /* Writes BRAID_VERSION_CODE to *version. */
@@ -94,6 +96,10 @@ braidResult_t braidCommDestroy(braidComm_t comm);
 /* Fails pending operations on this rank and tells the other ranks, then frees the
  * communicator. Never blocks on peers. */
 braidResult_t braidCommAbort(braidComm_t comm);
+
+/* The first failure of work enqueued on a stream (device buffers), or of the communicator
+ * itself; braidSuccess when there is none. Never blocks. */
+braidResult_t braidCommGetAsyncError(braidComm_t comm, braidResult_t* asyncError);
 
 braidResult_t braidCommCount(const braidComm_t comm, int* count);
 braidResult_t braidCommUserRank(const braidComm_t comm, int* rank);

@@ -223,6 +223,18 @@ braidResult_t braidCommAbort(braidComm_t comm) {
   return braidSuccess;
 }
 
+braidResult_t braidCommGetAsyncError(braidComm_t comm, braidResult_t* asyncError) {
+  if (!comm) return report(nullptr, nullComm("braidCommGetAsyncError"));
+  if (!asyncError) return report(comm, badArg(comm, "braidCommGetAsyncError", "asyncError is NULL"));
+  Status s = comm->session->asyncError();
+  *asyncError = s.isOk() ? braidSuccess : braid::api::toResult(s.code());
+  if (!s.isOk()) {
+    std::lock_guard<std::mutex> lock(comm->mu);
+    comm->lastError = s.message();
+  }
+  return braidSuccess;
+}
+
 braidResult_t braidCommCount(const braidComm_t comm, int* count) {
   if (!comm) return report(nullptr, nullComm("braidCommCount"));
   if (!count) return report(comm, badArg(comm, "braidCommCount", "count is NULL"));

@@ -81,6 +81,9 @@ Status createUniqueId(braidUniqueId* id) {
 }
 
 Session::~Session() {
+  // Enqueued device work runs the communicator: it goes first (its proxy finishes what the
+  // streams have reached, bounded by the timeout).
+  deviceQueue_.reset();
   const bool broken = comm_ && !comm_->brokenStatus().isOk();
   comm_.reset();
   if (store_ && counted_) {
@@ -257,7 +260,6 @@ StatusOr<Call> Session::prepare(const CallArgs& a) const {
   auto bad = [&](const std::string& what) { return invalidArgument(where.str() + what); };
 
   if (!validDataType(a.dtype)) return bad("datatype=" + std::to_string(a.dtype) + " is not a braidDataType_t");
-  if (a.stream != nullptr) return bad("stream must be NULL: this build supports host memory only");
   const DataType dt = static_cast<DataType>(a.dtype);
   const size_t es = dataTypeSize(dt);
 
@@ -430,6 +432,34 @@ StatusOr<Call> Session::prepare(const CallArgs& a) const {
   }
   req.inPlace = inPlace;
 
+  // Device buffers, or a stream: the call goes in stream order through staging. One call
+  // uses one kind of memory.
+  device::Runtime& rt = device::runtime();
+  const bool sendDev = sendElems > 0 && rt.pointerInfo(a.send).kind == device::MemoryKind::kDevice;
+  const bool recvDev = recvElems > 0 && rt.pointerInfo(a.recv).kind == device::MemoryKind::kDevice;
+  if (a.stream != nullptr || sendDev || recvDev) {
+    Status avail = rt.available();
+    if (!avail.isOk()) {
+      return bad(std::string(a.stream ? "stream is not NULL" : "the buffers are device memory") +
+                 " but device buffers cannot be used here: " + avail.message());
+    }
+    if (sendElems > 0 && recvElems > 0 && sendDev != recvDev)
+      return bad(std::string("sendbuff is ") + (sendDev ? "device" : "host") + " memory and recvbuff is " +
+                 (recvDev ? "device" : "host") + " memory; one call takes one kind");
+    call.onDevice = true;
+    call.device.stream = a.stream;
+    call.device.input = a.send;
+    call.device.inputBytes = sendElems * es;
+    call.device.output = a.recv;
+    call.device.outputBytes = recvElems * es;
+    // v-variants may leave gaps; a non-root's broadcast reads recvbuff.
+    call.device.writesWholeOutput = !vVariant;
+    if (c == Collective::kBroadcast && !isRoot) {
+      call.device.input = a.recv;
+      call.device.inputBytes = recvElems * es;
+    }
+  }
+
   // The core reads `input` only where this rank has something to send (broadcast: the root);
   // elsewhere a broadcast runs in place on recvbuff, as the chain expects.
   call.input = a.send;
@@ -449,7 +479,7 @@ StatusOr<P2PMessage> Session::prepareP2P(const char* fn, bool isSend, const void
     return invalidArgument(std::string(fn) + " on rank " + std::to_string(rank) + ": " + what);
   };
   if (!validDataType(datatype)) return bad("datatype=" + std::to_string(datatype) + " is not a braidDataType_t");
-  if (stream != nullptr) return bad("stream must be NULL: this build supports host memory only");
+  if (stream != nullptr) return bad("stream must be NULL: point-to-point calls take host memory only so far");
   if (peer < 0 || peer >= nranks)
     return bad("peer=" + std::to_string(peer) + " is outside [0, nranks=" + std::to_string(nranks) + ")");
   const DataType dt = static_cast<DataType>(datatype);
@@ -479,10 +509,33 @@ Call Session::p2pCall(const std::vector<P2PMessage>& msgs, const std::string& na
 }
 
 Status Session::run(Call call) {
-  return comm_->run(call.req, call.input, call.output, std::move(call.extra));
+  if (!call.onDevice) return comm_->run(call.req, call.input, call.output, std::move(call.extra));
+  device::DeviceQueue* q = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(deviceMu_);
+    if (!deviceQueue_) deviceQueue_ = std::make_unique<device::DeviceQueue>(device::runtime(), comm_->timeoutSeconds());
+    q = deviceQueue_.get();
+  }
+  // The host collective runs on the staged copies, laid out like the device buffers (an
+  // in-place call stays in place).
+  algorithms::Request req = call.req;
+  core::Communicator* comm = comm_.get();
+  return q->enqueue(call.device, [comm, req](const void* in, void* out) { return comm->run(req, in, out); });
+}
+
+Status Session::asyncError() {
+  {
+    std::lock_guard<std::mutex> lock(deviceMu_);
+    if (deviceQueue_) BRAID_RETURN_IF_ERROR(deviceQueue_->asyncError());
+  }
+  return comm_->brokenStatus();
 }
 
 StatusOr<std::shared_ptr<core::Op>> Session::submit(Call call) {
+  if (call.onDevice) {
+    return invalidArgument(call.name + " on rank " + std::to_string(comm_->rank()) +
+                           ": device buffers inside braidGroupStart/braidGroupEnd are not supported yet");
+  }
   return comm_->submit(call.req, call.input, call.output, std::move(call.extra));
 }
 

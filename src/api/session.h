@@ -13,6 +13,7 @@
 #include "bootstrap/store.h"
 #include "core/communicator.h"
 #include "braid/braid.h"
+#include "device/device_queue.h"
 
 namespace braid::bootstrap {
 class TcpStoreServer;
@@ -51,6 +52,10 @@ struct Call {
   void* output = nullptr;
   std::vector<void*> extra;  // point-to-point groups: one buffer per message
   std::string name;          // the API function, for error context
+  // Device buffers (or a stream given): the call is enqueued on `device.stream` and staged
+  // through host memory (device/device_queue.h).
+  bool onDevice = false;
+  device::DeviceCall device;
 };
 
 // One message of a point-to-point batch, in bytes (a batch may mix types).
@@ -84,8 +89,11 @@ class Session {
   // One point-to-point group of `msgs` as a single core request.
   static Call p2pCall(const std::vector<P2PMessage>& msgs, const std::string& name);
 
-  // Runs `call` and blocks until it is done on this rank.
+  // Runs `call` and blocks until it is done on this rank; a device call is enqueued on its
+  // stream and returns at once.
   Status run(Call call);
+  // The first failure of enqueued device work, else the communicator's broken state.
+  Status asyncError();
   // Queues `call`; its buffers must stay valid until the Op completes.
   StatusOr<std::shared_ptr<core::Op>> submit(Call call);
 
@@ -130,6 +138,8 @@ class Session {
   // tracks every session of the job, children included.
   std::string rootPrefix_ = "braid";
   bool counted_ = false;
+  std::mutex deviceMu_;
+  std::unique_ptr<device::DeviceQueue> deviceQueue_;  // made by the first device call
   mutable std::mutex preMulMu_;
   std::map<int, PreMul> preMuls_;  // by op handle
 };

@@ -83,6 +83,8 @@ class Communicator {
 
   int rank() const { return rank_; }
   int size() const { return nranks_; }
+  // BRAID_TIMEOUT (or the configured timeout), in seconds.
+  double timeoutSeconds() const { return opts_.config.timeoutSec; }
   int nchannels() const { return nchannels_; }
 
   // Runs a collective and blocks until it finishes on this rank. `extra` are the buffers of

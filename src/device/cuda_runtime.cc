@@ -1,0 +1,188 @@
+// The CUDA implementation of device::Runtime. Compiled only when the toolkit was found;
+// the CUDA runtime is linked statically, the driver reached through it (never -lcuda).
+// No machine this was written on had a GPU: every call here is a plain, documented CUDA
+// runtime call, checked, and kept as short as it can be.
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "device/runtime.h"
+
+namespace braid::device {
+namespace {
+
+Status cudaFailure(const char* what, cudaError_t e) {
+  return Status(Code::kSystemError, std::string("CUDA: ") + what + ": " + cudaGetErrorName(e) + " (" +
+                                        cudaGetErrorString(e) + ")");
+}
+
+// Driver entry points as CUDA 12.0 defines them (cuda.h), resolved through the runtime.
+using WaitValue32Fn = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+using PointerGetAttributeFn = CUresult (*)(void*, CUpointer_attribute, CUdeviceptr);
+
+template <typename Fn>
+Fn driverEntry(const char* name) {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+  if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+      q != cudaDriverEntryPointSuccess) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  return reinterpret_cast<Fn>(fn);
+}
+
+// A stream with no stream-memory operations waits in a host function instead (it runs on
+// CUDA's callback thread, which it occupies until the flag is set: the queue always sets it).
+struct HostWait {
+  std::atomic<uint32_t>* flag;
+  uint32_t value;
+};
+void CUDART_CB waitInHost(void* p) {
+  auto* w = static_cast<HostWait*>(p);
+  while (!reachedValue(w->flag->load(std::memory_order_acquire), w->value)) std::this_thread::yield();
+  delete w;
+}
+
+class CudaRuntime final : public Runtime {
+ public:
+  const char* name() const override { return "cuda"; }
+
+  Status available() override {
+    std::call_once(once_, [this] {
+      int n = 0;
+      cudaError_t e = cudaGetDeviceCount(&n);
+      if (e != cudaSuccess) {
+        // No driver, or no device node: CUDA says which.
+        why_ = cudaFailure("no usable GPU", e);
+        cudaGetLastError();
+      } else if (n == 0) {
+        why_ = Status(Code::kSystemError, "CUDA: no GPU is visible (CUDA_VISIBLE_DEVICES?)");
+      }
+      if (why_.isOk()) {
+        waitValue32_ = driverEntry<WaitValue32Fn>("cuStreamWaitValue32");
+        pointerAttribute_ = driverEntry<PointerGetAttributeFn>("cuPointerGetAttribute");
+      }
+    });
+    return why_;
+  }
+
+  PointerInfo pointerInfo(const void* p) override {
+    PointerInfo info;
+    if (!p || !available().isOk()) return info;
+    if (pointerAttribute_) {
+      // The driver's query needs no context, so a host-only job on a GPU machine never
+      // creates one (cudaPointerGetAttributes may).
+      unsigned int type = 0;
+      if (pointerAttribute_(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, reinterpret_cast<CUdeviceptr>(p)) != CUDA_SUCCESS)
+        return info;  // not memory CUDA knows: host
+      if (type == CU_MEMORYTYPE_DEVICE) {
+        int ordinal = -1;
+        pointerAttribute_(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, reinterpret_cast<CUdeviceptr>(p));
+        info.kind = MemoryKind::kDevice;
+        info.device = ordinal;
+      }
+      return info;
+    }
+    cudaPointerAttributes a{};
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+      cudaGetLastError();  // an unknown pointer is host memory; clear the sticky error
+      return info;
+    }
+    if (a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged) {
+      info.kind = MemoryKind::kDevice;
+      info.device = a.device;
+    }
+    return info;
+  }
+
+  StatusOr<void*> allocHost(size_t bytes) override {
+    void* p = nullptr;
+    cudaError_t e = cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocPortable);
+    if (e != cudaSuccess) return cudaFailure("cudaHostAlloc", e);
+    return p;
+  }
+  void freeHost(void* p) override {
+    if (p) cudaFreeHost(p);
+  }
+
+  StatusOr<Flag> allocFlag() override {
+    void* p = nullptr;
+    cudaError_t e = cudaHostAlloc(&p, sizeof(std::atomic<uint32_t>), cudaHostAllocPortable | cudaHostAllocMapped);
+    if (e != cudaSuccess) return cudaFailure("cudaHostAlloc (mapped flag)", e);
+    Flag f;
+    f.host = new (p) std::atomic<uint32_t>(0);
+    void* dev = nullptr;
+    e = cudaHostGetDevicePointer(&dev, p, 0);
+    if (e != cudaSuccess) {
+      cudaFreeHost(p);
+      return cudaFailure("cudaHostGetDevicePointer", e);
+    }
+    f.deviceAddress = reinterpret_cast<uint64_t>(dev);
+    return f;
+  }
+  void freeFlag(const Flag& f) override {
+    if (f.host) cudaFreeHost(f.host);
+  }
+
+  Status copyAsync(void* dst, const void* src, size_t bytes, Stream s) override {
+    if (bytes == 0) return Status::ok();
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, static_cast<cudaStream_t>(s));
+    return e == cudaSuccess ? Status::ok() : cudaFailure("cudaMemcpyAsync", e);
+  }
+
+  StatusOr<void*> mark(Stream s) override {
+    cudaEvent_t ev = nullptr;
+    cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+    if (e != cudaSuccess) return cudaFailure("cudaEventCreateWithFlags", e);
+    e = cudaEventRecord(ev, static_cast<cudaStream_t>(s));
+    if (e != cudaSuccess) {
+      cudaEventDestroy(ev);
+      return cudaFailure("cudaEventRecord", e);
+    }
+    return static_cast<void*>(ev);
+  }
+  StatusOr<bool> reached(void* marker) override {
+    cudaError_t e = cudaEventQuery(static_cast<cudaEvent_t>(marker));
+    if (e == cudaSuccess) return true;
+    if (e == cudaErrorNotReady) return false;
+    return cudaFailure("cudaEventQuery", e);
+  }
+  void releaseMarker(void* marker) override { cudaEventDestroy(static_cast<cudaEvent_t>(marker)); }
+
+  Status waitFlag(Stream s, const Flag& f, uint32_t value) override {
+    if (waitValue32_) {
+      CUresult r = waitValue32_(static_cast<CUstream>(s), static_cast<CUdeviceptr>(f.deviceAddress), value,
+                                CU_STREAM_WAIT_VALUE_GEQ);
+      if (r == CUDA_SUCCESS) return Status::ok();
+      // A device without stream memory operations: wait in a host function from now on.
+      waitValue32_ = nullptr;
+    }
+    auto* w = new HostWait{f.host, value};
+    cudaError_t e = cudaLaunchHostFunc(static_cast<cudaStream_t>(s), &waitInHost, w);
+    if (e != cudaSuccess) {
+      delete w;
+      return cudaFailure("cudaLaunchHostFunc", e);
+    }
+    return Status::ok();
+  }
+
+ private:
+  std::once_flag once_;
+  Status why_;
+  WaitValue32Fn waitValue32_ = nullptr;
+  PointerGetAttributeFn pointerAttribute_ = nullptr;
+};
+
+}  // namespace
+
+Runtime& cudaRuntime() {
+  static CudaRuntime* rt = new CudaRuntime();  // never destroyed: used up to process exit
+  return *rt;
+}
+
+}  // namespace braid::device

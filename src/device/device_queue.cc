@@ -1,0 +1,221 @@
+#include "device/device_queue.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+
+#include "common/clock.h"
+
+namespace braid::device {
+namespace {
+
+constexpr size_t kAlign = 64;
+constexpr size_t kRoundUp = 64 * 1024;  // staging blocks come in these steps, for reuse
+
+size_t alignUp(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+}  // namespace
+
+DeviceQueue::DeviceQueue(Runtime& rt, double timeoutSec) : rt_(rt), timeoutSec_(timeoutSec) {
+  auto f = rt_.allocFlag();
+  if (f.isOk()) {
+    flag_ = f.value();
+    proxy_ = std::thread([this] { proxyLoop(); });
+  } else {
+    flagStatus_ = f.status();
+  }
+}
+
+DeviceQueue::~DeviceQueue() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (proxy_.joinable()) proxy_.join();
+  retire(/*all=*/true);
+  for (const Block& b : pool_) rt_.freeHost(b.ptr);
+  if (flag_.host) rt_.freeFlag(flag_);
+}
+
+StatusOr<DeviceQueue::Block> DeviceQueue::take(size_t bytes) {
+  // The smallest pooled block that fits.
+  size_t best = pool_.size();
+  for (size_t i = 0; i < pool_.size(); ++i)
+    if (pool_[i].bytes >= bytes && (best == pool_.size() || pool_[i].bytes < pool_[best].bytes)) best = i;
+  if (best < pool_.size()) {
+    Block b = pool_[best];
+    pool_.erase(pool_.begin() + static_cast<ptrdiff_t>(best));
+    return b;
+  }
+  Block b;
+  b.bytes = alignUp(std::max<size_t>(bytes, 1), kRoundUp);
+  BRAID_ASSIGN_OR_RETURN(b.ptr, rt_.allocHost(b.bytes));
+  return b;
+}
+
+Status DeviceQueue::enqueue(const DeviceCall& call, HostRun run) {
+  BRAID_RETURN_IF_ERROR(flagStatus_);
+  std::lock_guard<std::mutex> lock(mu_);
+  BRAID_RETURN_IF_ERROR(error_);
+  Stream s = call.stream;
+
+  // Host layout: overlapping buffers share one block at the same distance apart; disjoint
+  // ones sit one after the other.
+  const auto in = reinterpret_cast<uintptr_t>(call.input);
+  const auto out = reinterpret_cast<uintptr_t>(call.output);
+  const bool hasIn = call.inputBytes > 0, hasOut = call.outputBytes > 0;
+  const bool overlap = hasIn && hasOut && in < out + call.outputBytes && out < in + call.inputBytes;
+  size_t bytes = 0, inAt = 0, outAt = 0;
+  if (overlap) {
+    const uintptr_t lo = std::min(in, out);
+    bytes = std::max(in + call.inputBytes, out + call.outputBytes) - lo;
+    inAt = in - lo;
+    outAt = out - lo;
+  } else {
+    inAt = 0;
+    outAt = hasIn ? alignUp(call.inputBytes, kAlign) : 0;
+    bytes = outAt + call.outputBytes;
+  }
+  BRAID_ASSIGN_OR_RETURN(Block block, take(bytes));
+  char* base = static_cast<char*>(block.ptr);
+  Job job;
+  job.block = block;
+  job.hostInput = hasIn ? base + inAt : nullptr;
+  job.hostOutput = hasOut ? base + outAt : nullptr;
+  job.run = std::move(run);
+
+  // Until the flag wait is on the stream, a failure leaves nothing waiting; the block is
+  // dropped (not pooled), since copies into it may already be queued.
+  if (hasOut && !call.writesWholeOutput)
+    BRAID_RETURN_IF_ERROR(rt_.copyAsync(job.hostOutput, call.output, call.outputBytes, s));
+  if (hasIn) BRAID_RETURN_IF_ERROR(rt_.copyAsync(base + inAt, call.input, call.inputBytes, s));
+  BRAID_ASSIGN_OR_RETURN(job.staged, rt_.mark(s));
+  job.seq = ++nextSeq_;
+  Status st = rt_.waitFlag(s, flag_, job.seq);
+  if (!st.isOk()) {
+    rt_.releaseMarker(job.staged);
+    --nextSeq_;
+    return st;
+  }
+  // From here the stream waits for this seq: the job must reach the proxy whatever happens,
+  // which stores seq after running it (or after failing it).
+  if (hasOut) st = rt_.copyAsync(call.output, job.hostOutput, call.outputBytes, s);
+  if (st.isOk()) {
+    auto b = rt_.mark(s);
+    if (b.isOk()) job.copiedBack = b.value();
+    else st = b.status();
+  }
+  if (!st.isOk()) {
+    job.run = [st](const void*, void*) { return st; };
+  }
+  queue_.push_back(std::move(job));
+  cv_.notify_all();
+  return st;
+}
+
+Status DeviceQueue::asyncError() {
+  BRAID_RETURN_IF_ERROR(flagStatus_);
+  std::lock_guard<std::mutex> lock(mu_);
+  return error_;
+}
+
+void DeviceQueue::drain() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return queue_.empty() && !busy_; });
+}
+
+void DeviceQueue::fail(const Status& s) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (error_.isOk()) error_ = s;
+}
+
+Status DeviceQueue::waitReached(void* marker) {
+  Deadline d = Deadline::after(timeoutSec_);
+  for (int spins = 0;; ++spins) {
+    BRAID_ASSIGN_OR_RETURN(bool done, rt_.reached(marker));
+    if (done) return Status::ok();
+    if (d.expired()) {
+      return Status(Code::kTimeout, "the stream did not reach the collective within " +
+                                        std::to_string(static_cast<int>(timeoutSec_)) +
+                                        " s (earlier work on it still running or blocked?)");
+    }
+    if (spins < 64) std::this_thread::yield();
+    else std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+// Returns the host blocks of jobs whose results the stream has copied back; `all` waits
+// for each (bounded), and leaks a block the stream may still read.
+void DeviceQueue::retire(bool all) {
+  std::vector<Job> jobs;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    jobs.swap(retiring_);
+  }
+  std::vector<Job> keep;
+  for (Job& j : jobs) {
+    bool done = !j.copiedBack;
+    if (j.copiedBack) {
+      if (all) {
+        done = waitReached(j.copiedBack).isOk();
+      } else {
+        auto r = rt_.reached(j.copiedBack);
+        done = r.isOk() && r.value();
+      }
+    }
+    if (!done) {
+      if (!all) keep.push_back(std::move(j));
+      continue;  // at teardown: the stream may still read the block, so it is not freed
+    }
+    rt_.releaseMarker(j.staged);
+    if (j.copiedBack) rt_.releaseMarker(j.copiedBack);
+    std::lock_guard<std::mutex> lock(mu_);
+    pool_.push_back(j.block);
+  }
+  if (!keep.empty()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (Job& j : keep) retiring_.push_back(std::move(j));
+  }
+}
+
+void DeviceQueue::proxyLoop() {
+  for (;;) {
+    Job job;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (queue_.empty() && !stop_) {
+        // Wake now and then while blocks wait to be returned to the pool.
+        if (retiring_.empty()) cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+        else cv_.wait_for(lock, std::chrono::milliseconds(1));
+      }
+      if (queue_.empty()) {
+        if (stop_) return;
+        lock.unlock();
+        retire(/*all=*/false);
+        continue;
+      }
+      job = std::move(queue_.front());
+      queue_.pop_front();
+      busy_ = true;
+    }
+    // After a failure the communicator's ranks are out of step: later calls are failed
+    // with the same error rather than run.
+    Status st = asyncError();
+    if (st.isOk()) st = waitReached(job.staged);
+    if (st.isOk()) st = job.run(job.hostInput, job.hostOutput);
+    if (!st.isOk()) fail(st);
+    // Releases the stream (and any later wait, which compares cyclically).
+    flag_.host->store(job.seq, std::memory_order_release);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      job.run = nullptr;
+      retiring_.push_back(std::move(job));
+      busy_ = false;
+    }
+    cv_.notify_all();
+    retire(/*all=*/false);
+  }
+}
+
+}  // namespace braid::device

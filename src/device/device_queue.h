@@ -1,0 +1,104 @@
+#pragma once
+// Collectives on device buffers in stream order, staged through pinned host memory (the
+// first GPU path: correct everywhere the CUDA runtime is, ahead of the direct paths of
+// docs/cuda.md). For each call, on the caller's stream:
+//
+//   [copy device input -> host] [mark A] [wait: flag >= seq] [copy host output -> device] [mark B]
+//
+// and on the queue's proxy thread, in issue order: wait until the stream passes A, run the
+// collective on the host copies, store seq into the flag. enqueue() only enqueues: the
+// caller's thread never synchronizes a stream; work queued on the stream after the call
+// sees its result. Host buffers return to a pool when the stream passes B.
+//
+// A collective that fails still stores seq (a stream is never left waiting): its output is
+// whatever the failed call left, and the error is returned by the next enqueue() and by
+// asyncError(), as NCCL reports errors of enqueued work.
+
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "common/status.h"
+#include "device/runtime.h"
+
+namespace braid::device {
+
+// One call's device buffers: `input` (inputBytes) and `output` (outputBytes). The two may
+// overlap (in place: one inside the other); staging keeps that relation in host memory.
+struct DeviceCall {
+  Stream stream = nullptr;
+  const void* input = nullptr;
+  size_t inputBytes = 0;
+  void* output = nullptr;
+  size_t outputBytes = 0;
+  // False when the collective may leave bytes of the output untouched (the gaps of a
+  // v-variant): the output is then staged in first, so those bytes come back unchanged.
+  bool writesWholeOutput = true;
+};
+
+class DeviceQueue {
+ public:
+  // Runs the collective on host buffers laid out like the device ones.
+  using HostRun = std::function<Status(const void* input, void* output)>;
+
+  // `timeoutSec` bounds how long the proxy waits for a stream to reach a call (a stream
+  // stalled by other work) before failing it.
+  DeviceQueue(Runtime& rt, double timeoutSec);
+  ~DeviceQueue();
+  DeviceQueue(const DeviceQueue&) = delete;
+  DeviceQueue& operator=(const DeviceQueue&) = delete;
+
+  // Enqueues `call` on its stream and `run` on the proxy; returns at once. Fails without
+  // enqueueing anything when an earlier call failed (that error) or a runtime call fails.
+  Status enqueue(const DeviceCall& call, HostRun run);
+
+  // The first failure of enqueued work, or Ok.
+  Status asyncError();
+
+  // Blocks until every enqueued collective has run on the proxy (not until the streams
+  // copied the results back). For tests and teardown.
+  void drain();
+
+ private:
+  struct Block {
+    void* ptr = nullptr;
+    size_t bytes = 0;
+  };
+  struct Job {
+    uint32_t seq = 0;
+    void* staged = nullptr;      // marker A: the inputs are in host memory
+    void* copiedBack = nullptr;  // marker B: the stream no longer reads the host buffers
+    Block block;
+    const void* hostInput = nullptr;
+    void* hostOutput = nullptr;
+    HostRun run;
+  };
+
+  StatusOr<Block> take(size_t bytes);
+  void proxyLoop();
+  Status waitReached(void* marker);
+  void retire(bool all);
+  void fail(const Status& s);
+
+  Runtime& rt_;
+  double timeoutSec_;
+  Flag flag_;
+  Status flagStatus_;
+  uint32_t nextSeq_ = 0;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Job> queue_;       // waiting for the proxy
+  std::vector<Job> retiring_;   // run; host buffers held until the stream copied back
+  std::vector<Block> pool_;
+  Status error_;
+  bool stop_ = false;
+  bool busy_ = false;
+  std::thread proxy_;
+};
+
+}  // namespace braid::device

@@ -1,0 +1,15 @@
+#include "device/runtime.h"
+
+namespace braid::device {
+namespace {
+std::atomic<Runtime*> gTestRuntime{nullptr};
+}  // namespace
+
+Runtime& runtime() {
+  Runtime* r = gTestRuntime.load(std::memory_order_acquire);
+  return r ? *r : cudaRuntime();
+}
+
+void setRuntimeForTesting(Runtime* r) { gTestRuntime.store(r, std::memory_order_release); }
+
+}  // namespace braid::device

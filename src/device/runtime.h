@@ -1,0 +1,78 @@
+#pragma once
+// The device runtime seam: the few CUDA calls the GPU path needs (what kind of memory a
+// pointer is, pinned host memory, copies and markers in stream order, and a stream that
+// waits for a word the host writes), behind an interface, so that the orchestration above it
+// (device_queue.h) runs in tests with host memory and a host thread standing in for a stream
+// (tests/unit/device). The CUDA implementation (cuda_runtime.cc) is compiled only when the
+// toolkit was found; it links the CUDA runtime statically and reaches the driver only
+// through the runtime and cudaGetDriverEntryPointByVersion, never -lcuda, so one libbraid
+// runs on machines without a driver, where available() says why.
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "common/status.h"
+
+namespace braid::device {
+
+// A cudaStream_t; nullptr is CUDA's legacy default stream.
+using Stream = void*;
+
+enum class MemoryKind { kHost, kDevice };
+
+struct PointerInfo {
+  MemoryKind kind = MemoryKind::kHost;
+  int device = -1;  // for device memory
+};
+
+// A 32-bit word in pinned host memory: the host stores to `host`, a stream waits on
+// `deviceAddress` (its address as the device sees it).
+struct Flag {
+  std::atomic<uint32_t>* host = nullptr;
+  uint64_t deviceAddress = 0;
+};
+
+// Whether `value` has been reached by `current`, cyclically (as CUDA's
+// CU_STREAM_WAIT_VALUE_GEQ compares: (int32_t)(current - value) >= 0), so sequence numbers
+// may wrap.
+inline bool reachedValue(uint32_t current, uint32_t value) {
+  return static_cast<int32_t>(current - value) >= 0;
+}
+
+class Runtime {
+ public:
+  virtual ~Runtime() = default;
+  virtual const char* name() const = 0;
+
+  // Ok when device buffers can be used here; otherwise why not (no driver, no device,
+  // built without the CUDA toolkit).
+  virtual Status available() = 0;
+  // Device (or managed) memory, or anything else (host memory, or no runtime at all).
+  virtual PointerInfo pointerInfo(const void* p) = 0;
+
+  // Pinned host memory for staging.
+  virtual StatusOr<void*> allocHost(size_t bytes) = 0;
+  virtual void freeHost(void* p) = 0;
+  virtual StatusOr<Flag> allocFlag() = 0;
+  virtual void freeFlag(const Flag& f) = 0;
+
+  // Enqueue on `s`. None waits for the stream.
+  virtual Status copyAsync(void* dst, const void* src, size_t bytes, Stream s) = 0;
+  // A point on `s` the host can poll with reached(); released with releaseMarker().
+  virtual StatusOr<void*> mark(Stream s) = 0;
+  virtual StatusOr<bool> reached(void* marker) = 0;
+  virtual void releaseMarker(void* marker) = 0;
+  // Work enqueued on `s` after this waits until reachedValue(*f.host, value).
+  virtual Status waitFlag(Stream s, const Flag& f, uint32_t value) = 0;
+};
+
+// The CUDA runtime (or, in a build without the toolkit, one that is never available).
+Runtime& cudaRuntime();
+
+// The runtime braid uses: cudaRuntime(), unless a test installed another.
+Runtime& runtime();
+// Tests: installs `r` (nullptr restores cudaRuntime()). Not thread-safe against calls.
+void setRuntimeForTesting(Runtime* r);
+
+}  // namespace braid::device

@@ -1,0 +1,184 @@
+#pragma once
+// A device::Runtime for tests, on host memory: "device memory" is host memory this runtime
+// handed out (so pointerInfo can tell it apart), and a stream is a host thread that runs
+// what was enqueued on it in order - copies, markers, flag waits, and "kernels" (closures a
+// test enqueues to stand for work before and after a collective). Everything the staging
+// queue does goes through the same Runtime calls as with CUDA; only their implementation
+// differs.
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "device/runtime.h"
+
+namespace braid::device::test {
+
+class FakeStream {
+ public:
+  FakeStream() : worker_([this] { loop(); }) {}
+  ~FakeStream() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    worker_.join();
+  }
+  void enqueue(std::function<void()> fn) {
+    std::lock_guard<std::mutex> l(mu_);
+    q_.push_back(std::move(fn));
+    cv_.notify_all();
+  }
+  // Waits until everything enqueued so far has run.
+  void synchronize() {
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [&] { return q_.empty() && !busy_; });
+  }
+  Stream handle() { return this; }
+
+ private:
+  void loop() {
+    std::unique_lock<std::mutex> l(mu_);
+    for (;;) {
+      cv_.wait(l, [&] { return stop_ || !q_.empty(); });
+      if (q_.empty()) return;
+      auto fn = std::move(q_.front());
+      q_.pop_front();
+      busy_ = true;
+      l.unlock();
+      fn();
+      l.lock();
+      busy_ = false;
+      cv_.notify_all();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> q_;
+  bool busy_ = false;
+  bool stop_ = false;
+  std::thread worker_;
+};
+
+// A gate a test puts on a stream: everything after it waits until open().
+class Gate {
+ public:
+  void closeOn(FakeStream& s) {
+    s.enqueue([this] {
+      std::unique_lock<std::mutex> l(mu_);
+      cv_.wait(l, [&] { return open_; });
+    });
+  }
+  void open() {
+    std::lock_guard<std::mutex> l(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = false;
+};
+
+class FakeRuntime final : public Runtime {
+ public:
+  const char* name() const override { return "fake"; }
+  Status available() override { return Status::ok(); }
+
+  // Device memory of this runtime (never touched by the host except through streams, in the
+  // tests' discipline).
+  void* deviceAlloc(size_t bytes) {
+    void* p = std::malloc(bytes ? bytes : 1);
+    std::lock_guard<std::mutex> l(mu_);
+    device_[reinterpret_cast<uintptr_t>(p)] = bytes ? bytes : 1;
+    return p;
+  }
+  void deviceFree(void* p) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      device_.erase(reinterpret_cast<uintptr_t>(p));
+    }
+    std::free(p);
+  }
+
+  PointerInfo pointerInfo(const void* p) override {
+    PointerInfo info;
+    const auto a = reinterpret_cast<uintptr_t>(p);
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = device_.upper_bound(a);
+    if (it != device_.begin()) {
+      --it;
+      if (a < it->first + it->second) {
+        info.kind = MemoryKind::kDevice;
+        info.device = 0;
+      }
+    }
+    return info;
+  }
+
+  StatusOr<void*> allocHost(size_t bytes) override {
+    hostAllocs.fetch_add(1);
+    hostLive.fetch_add(1);
+    return std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+  }
+  void freeHost(void* p) override {
+    hostLive.fetch_sub(1);
+    std::free(p);
+  }
+  StatusOr<Flag> allocFlag() override {
+    Flag f;
+    f.host = new std::atomic<uint32_t>(0);
+    f.deviceAddress = reinterpret_cast<uint64_t>(f.host);
+    return f;
+  }
+  void freeFlag(const Flag& f) override { delete f.host; }
+
+  Status copyAsync(void* dst, const void* src, size_t bytes, Stream s) override {
+    if (failCopies.load()) return Status(Code::kSystemError, "fake: copy refused on purpose");
+    stream(s).enqueue([=] { std::memcpy(dst, src, bytes); });
+    return Status::ok();
+  }
+  StatusOr<void*> mark(Stream s) override {
+    auto* m = new std::atomic<bool>(false);
+    markersLive.fetch_add(1);
+    stream(s).enqueue([m] { m->store(true, std::memory_order_release); });
+    return static_cast<void*>(m);
+  }
+  StatusOr<bool> reached(void* marker) override {
+    return static_cast<std::atomic<bool>*>(marker)->load(std::memory_order_acquire);
+  }
+  void releaseMarker(void* marker) override {
+    markersLive.fetch_sub(1);
+    delete static_cast<std::atomic<bool>*>(marker);
+  }
+  Status waitFlag(Stream s, const Flag& f, uint32_t value) override {
+    stream(s).enqueue([f, value] {
+      while (!reachedValue(f.host->load(std::memory_order_acquire), value)) std::this_thread::yield();
+    });
+    return Status::ok();
+  }
+
+  FakeStream& defaultStream() { return default_; }
+
+  std::atomic<bool> failCopies{false};
+  std::atomic<int> hostAllocs{0};
+  std::atomic<int> hostLive{0};
+  std::atomic<int> markersLive{0};
+
+ private:
+  FakeStream& stream(Stream s) { return s ? *static_cast<FakeStream*>(s) : default_; }
+
+  std::mutex mu_;
+  std::map<uintptr_t, size_t> device_;
+  FakeStream default_;
+};
+
+}  // namespace braid::device::test

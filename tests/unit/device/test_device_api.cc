@@ -1,0 +1,111 @@
+// The C API's device path: buffers the runtime calls device memory (or a stream) go through
+// the staging queue and return at once; bad mixes are clear errors; without a GPU a stream
+// is refused with the reason. Ranks are threads on the loopback transport.
+
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "braid/braid.h"
+#include "device/runtime.h"
+#include "fake_runtime.h"
+
+using braid::device::test::FakeRuntime;
+using braid::device::test::FakeStream;
+using braid::device::test::Gate;
+
+namespace {
+
+template <typename F>
+void onRanks(int n, F body) {
+  setenv("BRAID_TRANSPORT", "loopback", 1);
+  braidUniqueId id;
+  REQUIRE(braidGetUniqueId(&id) == braidSuccess);
+  std::vector<std::thread> ts;
+  for (int r = 0; r < n; ++r) {
+    ts.emplace_back([&, r] {
+      braidComm_t comm = nullptr;
+      if (braidCommInitRank(&comm, n, id, r) != braidSuccess) return;
+      body(comm, r);
+      braidCommDestroy(comm);
+    });
+  }
+  for (auto& t : ts) t.join();
+}
+
+struct InstallRuntime {
+  explicit InstallRuntime(braid::device::Runtime* r) { braid::device::setRuntimeForTesting(r); }
+  ~InstallRuntime() { braid::device::setRuntimeForTesting(nullptr); }
+};
+
+}  // namespace
+
+TEST_CASE("C API: device buffers are enqueued on the stream and return at once", "[device][cuda]") {
+  FakeRuntime rt;
+  InstallRuntime installed(&rt);
+  const int n = 3;
+  const size_t count = 300001;
+  std::vector<std::string> errors(n);
+  onRanks(n, [&](braidComm_t comm, int r) {
+    FakeStream stream;
+    float* in = static_cast<float*>(rt.deviceAlloc(count * 4));
+    float* out = static_cast<float*>(rt.deviceAlloc(count * n * 4));
+    Gate gate;
+    gate.closeOn(stream);
+    stream.enqueue([&] {
+      for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>(r + 1);
+    });
+    // Allreduce in place, then an allgather of its result: two calls in stream order.
+    braidResult_t a = braidAllReduce(in, in, count, braidFloat32, braidSum, comm, stream.handle());
+    braidResult_t g = braidAllGather(in, out, count, braidFloat32, comm, stream.handle());
+    std::vector<float> got;
+    stream.enqueue([&] { got.assign(out, out + count * n); });
+    if (a != braidSuccess || g != braidSuccess) errors[r] = braidGetLastError(comm);
+    if (!got.empty()) errors[r] = "the calls waited for the stream";
+    gate.open();
+    stream.synchronize();
+    braidResult_t async = braidInternalError;
+    braidCommGetAsyncError(comm, &async);
+    if (async != braidSuccess) errors[r] = std::string("async error: ") + braidGetLastError(comm);
+    for (size_t b = 0; b < static_cast<size_t>(n) && errors[r].empty(); ++b)
+      if (got.size() != count * n || got[b * count] != 6.0f || got[b * count + count - 1] != 6.0f)
+        errors[r] = "wrong allgather result in block " + std::to_string(b);
+    // The same device buffers with host memory in one call: refused, naming both.
+    std::vector<float> host(count);
+    if (braidAllReduce(in, host.data(), count, braidFloat32, braidSum, comm, stream.handle()) != braidInvalidArgument)
+      errors[r] = "a host/device mix was accepted";
+    else if (std::string(braidGetLastError(comm)).find("sendbuff is device memory and recvbuff is host memory") ==
+             std::string::npos)
+      errors[r] = std::string("mix message: ") + braidGetLastError(comm);
+    stream.synchronize();
+    rt.deviceFree(in);
+    rt.deviceFree(out);
+  });
+  for (int r = 0; r < n; ++r) CHECK(errors[r] == "");
+}
+
+TEST_CASE("C API: without a GPU a stream is refused with the reason, and host calls run as before", "[device][cuda]") {
+  if (braid::device::cudaRuntime().available().isOk()) {
+    WARN("a GPU is visible here: the no-driver path is not what runs");
+    return;
+  }
+  const int n = 2;
+  std::vector<std::string> errors(n);
+  onRanks(n, [&](braidComm_t comm, int r) {
+    std::vector<float> v(1000, 1.0f);
+    int fakeStream = 0;
+    braidResult_t res = braidAllReduce(v.data(), v.data(), v.size(), braidFloat32, braidSum, comm, &fakeStream);
+    std::string msg = braidGetLastError(comm);
+    if (res != braidInvalidArgument) errors[r] = "a stream was accepted without a GPU";
+    else if (msg.find("braidAllReduce on rank " + std::to_string(r) + ": stream is not NULL but device buffers cannot be used here") ==
+             std::string::npos)
+      errors[r] = "message: " + msg;
+    if (braidAllReduce(v.data(), v.data(), v.size(), braidFloat32, braidSum, comm, nullptr) != braidSuccess ||
+        v[999] != 2.0f)
+      errors[r] = "the host call after it failed";
+  });
+  for (int r = 0; r < n; ++r) CHECK(errors[r] == "");
+}

@@ -1,0 +1,355 @@
+// The GPU path's host-side orchestration (device/device_queue.h) over real communicators
+// (threads of this process on the loopback transport), with a runtime whose "device" is
+// host memory and whose streams are host threads (fake_runtime.h). What is checked is what
+// CUDA users rely on: the call returns before the stream reaches it, the collective sees the
+// work queued before it and later work sees its result, in place stays in place, untouched
+// output bytes stay untouched, and a failure never leaves a stream waiting.
+
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "device/device_queue.h"
+#include "fake_runtime.h"
+#include "world/world.h"
+
+using namespace braid;
+using braid::device::DeviceCall;
+using braid::device::DeviceQueue;
+using braid::device::test::FakeRuntime;
+using braid::device::test::FakeStream;
+using braid::device::test::Gate;
+using algorithms::Collective;
+
+namespace {
+
+struct Errors {
+  std::mutex mu;
+  std::vector<std::string> list;
+  void add(const std::string& e) {
+    std::lock_guard<std::mutex> l(mu);
+    list.push_back(e);
+  }
+  std::string first() {
+    std::lock_guard<std::mutex> l(mu);
+    return list.empty() ? "" : list.front() + " (" + std::to_string(list.size()) + " errors)";
+  }
+};
+
+// One rank's device buffers, filled and read back by "kernels" on its stream.
+struct Device {
+  FakeRuntime& rt;
+  void* p;
+  size_t bytes;
+  Device(FakeRuntime& r, size_t b) : rt(r), p(r.deviceAlloc(b)), bytes(b) {}
+  ~Device() { rt.deviceFree(p); }
+  float* f() { return static_cast<float*>(p); }
+};
+
+DeviceQueue::HostRun hostRun(core::Communicator& comm, algorithms::Request req) {
+  return [&comm, req](const void* in, void* out) { return comm.run(req, in, out); };
+}
+
+}  // namespace
+
+TEST_CASE("device queue: allreduce on device buffers runs in stream order and returns before the stream reaches it",
+          "[device][cuda]") {
+  FakeRuntime rt;
+  Errors errors;
+  braid::testing::WorldOptions o;
+  o.nranks = 3;
+  for (size_t count : {size_t{7}, size_t{(1u << 20) + 3}}) {
+    for (bool inPlace : {false, true}) {
+      Status init = braid::testing::runWorld(o, [&](core::Communicator& comm) {
+        const int r = comm.rank();
+        const std::string where = "rank " + std::to_string(r) + " count " + std::to_string(count) +
+                                  (inPlace ? " in place" : "");
+        FakeStream stream;
+        DeviceQueue q(rt, 30);
+        Device in(rt, count * 4), out(rt, count * 4);
+        float* dst = inPlace ? in.f() : out.f();
+        std::vector<float> result;
+        Gate gate;
+        gate.closeOn(stream);
+        // A "kernel" before the collective writes its input; one after reads its output.
+        stream.enqueue([&] {
+          for (size_t i = 0; i < count; ++i) in.f()[i] = static_cast<float>(r + 1) * static_cast<float>(i % 97);
+        });
+        algorithms::Request req;
+        req.coll = Collective::kAllReduce;
+        req.count = count;
+        req.dtype = DataType::kFloat32;
+        req.op = ReduceOp::kSum;
+        req.inPlace = inPlace;
+        DeviceCall call{stream.handle(), in.p, count * 4, dst, count * 4, true};
+        Status st = q.enqueue(call, hostRun(comm, req));
+        if (!st.isOk()) return errors.add(where + ": enqueue: " + st.toString());
+        stream.enqueue([&] { result.assign(dst, dst + count); });
+        // Nothing ran yet: the stream is held at the gate, and enqueue did not wait for it.
+        if (!result.empty()) errors.add(where + ": the stream ran past the gate");
+        gate.open();
+        stream.synchronize();
+        q.drain();
+        if (!q.asyncError().isOk()) errors.add(where + ": " + q.asyncError().toString());
+        if (result.size() != count) return errors.add(where + ": the kernel after the collective did not run");
+        for (size_t i = 0; i < count; ++i) {
+          const float want = 6.0f * static_cast<float>(i % 97);
+          if (result[i] != want)
+            return errors.add(where + ": element " + std::to_string(i) + " is " + std::to_string(result[i]) +
+                              ", expected " + std::to_string(want));
+        }
+      });
+      REQUIRE(init.isOk());
+    }
+  }
+  CHECK(errors.first() == "");
+  CHECK(rt.markersLive.load() == 0);
+}
+
+TEST_CASE("device queue: in-place allgather and reduce-scatter, broadcast, and an allgatherv whose gaps stay untouched",
+          "[device][cuda]") {
+  FakeRuntime rt;
+  Errors errors;
+  braid::testing::WorldOptions o;
+  o.nranks = 4;
+  const size_t n = 4, count = 100003;
+  Status init = braid::testing::runWorld(o, [&](core::Communicator& comm) {
+    const int r = comm.rank();
+    const size_t ur = static_cast<size_t>(r);
+    FakeStream stream;
+    DeviceQueue q(rt, 30);
+    auto fail = [&](const std::string& what) { errors.add("rank " + std::to_string(r) + ": " + what); };
+
+    // Allgather in place: the input is this rank's block of the output.
+    {
+      Device buf(rt, n * count * 4);
+      float* mine = buf.f() + ur * count;
+      stream.enqueue([&] {
+        for (size_t i = 0; i < count; ++i) mine[i] = static_cast<float>(r * 1000000 + static_cast<int>(i));
+      });
+      algorithms::Request req;
+      req.coll = Collective::kAllGather;
+      req.count = count;
+      req.dtype = DataType::kFloat32;
+      req.inPlace = true;
+      Status st = q.enqueue(DeviceCall{stream.handle(), mine, count * 4, buf.p, n * count * 4, true}, hostRun(comm, req));
+      if (!st.isOk()) fail("allgather: " + st.toString());
+      std::vector<float> got;
+      stream.enqueue([&] { got.assign(buf.f(), buf.f() + n * count); });
+      stream.synchronize();
+      for (size_t b = 0; b < n && got.size() == n * count; ++b)
+        for (size_t i = 0; i < count; ++i)
+          if (got[b * count + i] != static_cast<float>(static_cast<int>(b) * 1000000 + static_cast<int>(i))) {
+            fail("allgather: block " + std::to_string(b) + " element " + std::to_string(i));
+            b = n;
+            break;
+          }
+    }
+    // Reduce-scatter in place: the output is this rank's block of the input.
+    {
+      Device buf(rt, n * count * 4);
+      stream.enqueue([&] {
+        for (size_t i = 0; i < n * count; ++i) buf.f()[i] = static_cast<float>(i % 1000);
+      });
+      algorithms::Request req;
+      req.coll = Collective::kReduceScatter;
+      req.count = count;
+      req.dtype = DataType::kFloat32;
+      req.op = ReduceOp::kSum;
+      req.inPlace = true;
+      float* mine = buf.f() + ur * count;
+      Status st = q.enqueue(DeviceCall{stream.handle(), buf.p, n * count * 4, mine, count * 4, true}, hostRun(comm, req));
+      if (!st.isOk()) fail("reduce-scatter: " + st.toString());
+      std::vector<float> got;
+      stream.enqueue([&] { got.assign(mine, mine + count); });
+      stream.synchronize();
+      for (size_t i = 0; i < got.size(); ++i)
+        if (got[i] != 4.0f * static_cast<float>((ur * count + i) % 1000)) {
+          fail("reduce-scatter: element " + std::to_string(i));
+          break;
+        }
+    }
+    // Broadcast from rank 2, in place everywhere (non-roots stage their buffer as input).
+    {
+      Device buf(rt, count * 4);
+      stream.enqueue([&] {
+        for (size_t i = 0; i < count; ++i) buf.f()[i] = r == 2 ? static_cast<float>(i) : -1.0f;
+      });
+      algorithms::Request req;
+      req.coll = Collective::kBroadcast;
+      req.count = count;
+      req.dtype = DataType::kFloat32;
+      req.root = 2;
+      req.inPlace = true;
+      Status st = q.enqueue(DeviceCall{stream.handle(), buf.p, count * 4, buf.p, count * 4, true}, hostRun(comm, req));
+      if (!st.isOk()) fail("broadcast: " + st.toString());
+      std::vector<float> got;
+      stream.enqueue([&] { got.assign(buf.f(), buf.f() + count); });
+      stream.synchronize();
+      for (size_t i = 0; i < got.size(); ++i)
+        if (got[i] != static_cast<float>(i)) {
+          fail("broadcast: element " + std::to_string(i));
+          break;
+        }
+    }
+    // Allgatherv with a gap after every block: the gaps keep what the device had.
+    {
+      std::vector<size_t> counts(n), displs(n);
+      size_t at = 0;
+      for (size_t b = 0; b < n; ++b) {
+        counts[b] = 1000 + b * 7;
+        displs[b] = at;
+        at += counts[b] + 5;
+      }
+      Device in(rt, counts[ur] * 4), out(rt, at * 4);
+      stream.enqueue([&] {
+        for (size_t i = 0; i < counts[ur]; ++i) in.f()[i] = static_cast<float>(r * 10000 + static_cast<int>(i));
+        for (size_t i = 0; i < at; ++i) out.f()[i] = -7.0f;
+      });
+      algorithms::Request req;
+      req.coll = Collective::kAllGatherV;
+      req.dtype = DataType::kFloat32;
+      req.counts = counts;
+      req.displs = displs;
+      Status st = q.enqueue(DeviceCall{stream.handle(), in.p, counts[ur] * 4, out.p, at * 4, false}, hostRun(comm, req));
+      if (!st.isOk()) fail("allgatherv: " + st.toString());
+      std::vector<float> got;
+      stream.enqueue([&] { got.assign(out.f(), out.f() + at); });
+      stream.synchronize();
+      for (size_t b = 0; b < n && got.size() == at; ++b) {
+        for (size_t i = 0; i < counts[b]; ++i)
+          if (got[displs[b] + i] != static_cast<float>(static_cast<int>(b) * 10000 + static_cast<int>(i))) {
+            fail("allgatherv: block " + std::to_string(b));
+            break;
+          }
+        for (size_t i = 0; i < 5; ++i)
+          if (got[displs[b] + counts[b] + i] != -7.0f) {
+            fail("allgatherv: gap after block " + std::to_string(b) + " was written");
+            break;
+          }
+      }
+    }
+    q.drain();
+    if (!q.asyncError().isOk()) fail(q.asyncError().toString());
+  });
+  REQUIRE(init.isOk());
+  CHECK(errors.first() == "");
+}
+
+TEST_CASE("device queue: a failed collective releases the stream and fails the next enqueue", "[device][cuda]") {
+  FakeRuntime rt;
+  FakeStream stream;
+  DeviceQueue q(rt, 30);
+  Device a(rt, 64), b(rt, 64);
+  int ran = 0;
+  Status bad = q.enqueue(DeviceCall{stream.handle(), a.p, 64, b.p, 64, true}, [&](const void*, void*) {
+    ++ran;
+    return Status(Code::kRemoteError, "rank 1 died", 1);
+  });
+  REQUIRE(bad.isOk());  // enqueued; the failure comes later
+  bool after = false;
+  stream.enqueue([&] { after = true; });
+  stream.synchronize();  // returns: the flag was stored although the collective failed
+  q.drain();
+  CHECK(after);
+  CHECK(ran == 1);
+  Status async = q.asyncError();
+  CHECK(async.code() == Code::kRemoteError);
+  CHECK(async.rank() == 1);
+  Status next = q.enqueue(DeviceCall{stream.handle(), a.p, 64, b.p, 64, true}, [&](const void*, void*) {
+    ++ran;
+    return Status::ok();
+  });
+  CHECK(next.code() == Code::kRemoteError);
+  stream.synchronize();
+  q.drain();
+  CHECK(ran == 1);
+}
+
+TEST_CASE("device queue: a runtime call that fails fails enqueue, and nothing waits", "[device][cuda]") {
+  FakeRuntime rt;
+  FakeStream stream;
+  DeviceQueue q(rt, 30);
+  Device a(rt, 64), b(rt, 64);
+  rt.failCopies = true;
+  Status st = q.enqueue(DeviceCall{stream.handle(), a.p, 64, b.p, 64, true}, [](const void*, void*) { return Status::ok(); });
+  CHECK(st.code() == Code::kSystemError);
+  CHECK(st.message().find("refused on purpose") != std::string::npos);
+  stream.synchronize();
+  rt.failCopies = false;
+  bool ran = false;
+  st = q.enqueue(DeviceCall{stream.handle(), a.p, 64, b.p, 64, true}, [&](const void*, void*) {
+    ran = true;
+    return Status::ok();
+  });
+  CHECK(st.isOk());
+  stream.synchronize();
+  q.drain();
+  CHECK(ran);
+}
+
+TEST_CASE("device queue: a stream held beyond the timeout fails the call, then runs on", "[device][cuda]") {
+  FakeRuntime rt;
+  FakeStream stream;
+  DeviceQueue q(rt, 0.3);
+  Device a(rt, 64), b(rt, 64);
+  Gate gate;
+  gate.closeOn(stream);
+  bool ran = false;
+  REQUIRE(q.enqueue(DeviceCall{stream.handle(), a.p, 64, b.p, 64, true}, [&](const void*, void*) {
+            ran = true;
+            return Status::ok();
+          }).isOk());
+  q.drain();
+  CHECK_FALSE(ran);
+  CHECK(q.asyncError().code() == Code::kTimeout);
+  CHECK(q.asyncError().message().find("did not reach the collective") != std::string::npos);
+  gate.open();
+  stream.synchronize();  // the flag was stored: the stream is not left waiting
+}
+
+TEST_CASE("device queue: staging blocks are reused, and everything is returned at the end", "[device][cuda]") {
+  FakeRuntime rt;
+  {
+    FakeStream stream;
+    DeviceQueue q(rt, 30);
+    Device a(rt, 1 << 20), b(rt, 1 << 20);
+    for (int i = 0; i < 50; ++i) {
+      REQUIRE(q.enqueue(DeviceCall{stream.handle(), a.p, 1 << 20, b.p, 1 << 20, true},
+                        [](const void* in, void* out) {
+                          std::memcpy(out, in, 1 << 20);
+                          return Status::ok();
+                        }).isOk());
+      if (i % 10 == 9) {
+        stream.synchronize();
+        q.drain();
+      }
+    }
+    stream.synchronize();
+    q.drain();
+    CHECK(rt.hostAllocs.load() <= 12);
+  }
+  CHECK(rt.hostLive.load() == 0);
+  CHECK(rt.markersLive.load() == 0);
+}
+
+TEST_CASE("device runtime: without a GPU the CUDA runtime says why, and every pointer is host memory", "[device][cuda]") {
+  device::Runtime& rt = device::cudaRuntime();
+  Status st = rt.available();
+  if (st.isOk()) {
+    WARN("a GPU is visible here: the no-driver path is not what runs");
+    return;
+  }
+  INFO(st.message());
+  CHECK(st.code() == Code::kSystemError);
+  CHECK((st.message().find("CUDA") != std::string::npos || st.message().find("without the CUDA toolkit") != std::string::npos));
+  int x = 0;
+  CHECK(rt.pointerInfo(&x).kind == device::MemoryKind::kHost);
+  CHECK(rt.pointerInfo(nullptr).kind == device::MemoryKind::kHost);
+  CHECK(device::runtime().name() == std::string(rt.name()));
+}

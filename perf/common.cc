@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "device_buffers.h"
+
 namespace braid::perf {
 
 // ---- data types --------------------------------------------------------------------------
@@ -305,6 +307,7 @@ struct Options {
   braidDataType_t dtype = braidFloat32;
   int root = 0;  // -1: every root in turn
   std::string jsonFile;
+  bool device = false;  // -D 1: buffers in GPU memory
 };
 
 // Before the communicator exists every rank parses the same argv and would print the same
@@ -338,6 +341,8 @@ void printUsage(const Tool& tool, FILE* out) {
                "  -a, --average <0|1|2|3>    time reported: 0 = rank 0's, 1 = mean over ranks, 2 = min, 3 = max "
                "(default 1)\n"
                "  -J, --json <file>          also write the results as JSON (rank 0)\n"
+               "  -D, --device <0|1>         1: buffers in GPU memory, one GPU per rank (local rank %% GPUs),\n"
+               "                             calls on CUDA's default stream (default 0: host memory)\n"
                "  -t, --nthreads 1, -g, --ngpus 1\n"
                "                             accepted for nccl-tests command lines; braid runs one rank per process\n"
                "  -h, --help                 this text\n"
@@ -427,7 +432,8 @@ int parseArgs(const Tool& tool, int argc, char** argv, Options* o) {
       {"datatype", required_argument, nullptr, 'd'},     {"root", required_argument, nullptr, 'r'},
       {"average", required_argument, nullptr, 'a'},      {"json", required_argument, nullptr, 'J'},
       {"nthreads", required_argument, nullptr, 't'},     {"ngpus", required_argument, nullptr, 'g'},
-      {"help", no_argument, nullptr, 'h'},               {nullptr, 0, nullptr, 0},
+      {"device", required_argument, nullptr, 'D'},       {"help", no_argument, nullptr, 'h'},
+      {nullptr, 0, nullptr, 0},
   };
   const bool quiet = quietRank();
   auto bad = [&](const char* flag, const char* value, const char* want) {
@@ -438,7 +444,7 @@ int parseArgs(const Tool& tool, int argc, char** argv, Options* o) {
   opterr = 0;  // we name the flag ourselves
   optind = 1;
   int c;
-  while ((c = getopt_long(argc, argv, ":b:e:i:f:n:w:c:o:d:r:a:J:t:g:h", kLong, nullptr)) != -1) {
+  while ((c = getopt_long(argc, argv, ":b:e:i:f:n:w:c:o:d:r:a:J:t:g:D:h", kLong, nullptr)) != -1) {
     long long v = 0;
     const std::string flagText = flagName(kLong, c);
     const char* f = flagText.c_str();
@@ -500,6 +506,10 @@ int parseArgs(const Tool& tool, int argc, char** argv, Options* o) {
         // One rank per process: more ranks come from the launcher, not from threads or GPUs.
         if (!parseInt(optarg, 1, 1, &v))
           return bad(f, optarg, "1 (braid runs one rank per process; use braidrun -np N for more ranks)");
+        break;
+      case 'D':
+        if (!parseInt(optarg, 0, 1, &v)) return bad(f, optarg, "0 (host memory) or 1 (GPU memory)");
+        o->device = v == 1;
         break;
       case 'h':
         if (!quiet) printUsage(tool, stdout);
@@ -721,7 +731,26 @@ struct Buffers {
   uint8_t* recv = nullptr;
   size_t sendBytes = 0;
   size_t recvBytes = 0;
+  // -D 1: GPU mirrors of send and recv; the calls get these, filled from and checked
+  // through the host buffers.
+  uint8_t* dsend = nullptr;
+  uint8_t* drecv = nullptr;
+  // The device address of host pointer `p` (inside send or recv), or `p` itself.
+  uint8_t* onDevice(uint8_t* p) const {
+    if (!drecv) return p;
+    if (p >= recv && p <= recv + recvBytes) return drecv + (p - recv);
+    return dsend + (p - send);
+  }
 };
+
+// -D 1: a failed CUDA call ends the run on this rank (the others then fail on their peer).
+void deviceOk(Run& run, bool good, const char* what) {
+  if (good) return;
+  std::fprintf(stderr, "%s: rank %d: %s failed: %s\n", run.tool->name, run.rank, what,
+               device::lastError().c_str());
+  (void)braidCommAbort(run.comm);
+  std::exit(kExitFailed);
+}
 
 // Page-aligned and touched once, so that page faults land here and not in the first timing.
 uint8_t* allocTouched(size_t bytes) {
@@ -748,6 +777,11 @@ void prepare(const Run& run, const OpArgs& args, Buffers& buf, uint8_t** send, u
     fillSentinel(args.dtype, buf.recv, c.recvCount);
   }
   run.tool->initInput(args, *send);
+  if (buf.drecv) {
+    Run& r = const_cast<Run&>(run);
+    deviceOk(r, device::toDevice(buf.dsend, buf.send, buf.sendBytes), "copying the input to the GPU");
+    deviceOk(r, device::toDevice(buf.drecv, buf.recv, buf.recvBytes), "copying the input to the GPU");
+  }
 }
 
 using Clock = std::chrono::steady_clock;
@@ -760,10 +794,16 @@ Placement measure(Run& run, const OpArgs& args, Buffers& buf, size_t rowBytes) {
   uint8_t* send = nullptr;
   uint8_t* recv = nullptr;
   prepare(run, args, buf, &send, &recv);
-  for (int i = 0; i < run.opts.warmup; ++i) ok(run, tool.run(args, send, recv, run.comm), tool.apiName);
+  // Device buffers: the calls are enqueued on the default stream; the clock stops after it.
+  const bool dev = buf.drecv != nullptr;
+  uint8_t* s = buf.onDevice(send);
+  uint8_t* d = buf.onDevice(recv);
+  for (int i = 0; i < run.opts.warmup; ++i) ok(run, tool.run(args, s, d, run.comm), tool.apiName);
+  if (dev) deviceOk(run, device::synchronize(), "cudaDeviceSynchronize");
   syncRanks(run);
   const auto t0 = Clock::now();
-  for (int i = 0; i < run.opts.iters; ++i) ok(run, tool.run(args, send, recv, run.comm), tool.apiName);
+  for (int i = 0; i < run.opts.iters; ++i) ok(run, tool.run(args, s, d, run.comm), tool.apiName);
+  if (dev) deviceOk(run, device::synchronize(), "cudaDeviceSynchronize");
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count() / run.opts.iters;
 
   Placement p;
@@ -776,7 +816,11 @@ Placement measure(Run& run, const OpArgs& args, Buffers& buf, size_t rowBytes) {
     p.wrong = 0;
     for (int c = 0; c < run.opts.check && p.wrong == 0; ++c) {
       prepare(run, args, buf, &send, &recv);
-      ok(run, tool.run(args, send, recv, run.comm), tool.apiName);
+      ok(run, tool.run(args, buf.onDevice(send), buf.onDevice(recv), run.comm), tool.apiName);
+      if (dev) {
+        deviceOk(run, device::synchronize(), "cudaDeviceSynchronize");
+        deviceOk(run, device::toHost(buf.recv, buf.drecv, buf.recvBytes), "copying the result from the GPU");
+      }
       int64_t wrong = static_cast<int64_t>(tool.check(args, recv));
       ok(run, braidAllReduce(&wrong, &wrong, 1, braidInt64, braidSum, run.comm, nullptr), "braidAllReduce (#wrong)");
       p.wrong = wrong;
@@ -959,6 +1003,30 @@ int runTool(const Tool& tool, int argc, char** argv) {
     return kExitFailed;
   }
 
+  if (o.device) {
+    int local = run.rank;
+    for (const char* var : {"BRAID_LOCAL_RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"}) {
+      const char* v = std::getenv(var);
+      if (v && *v) {
+        local = std::atoi(v);
+        break;
+      }
+    }
+    int gpu = -1;
+    std::string why = device::init(local, &gpu);
+    if (why.empty()) {
+      buf.dsend = static_cast<uint8_t*>(device::alloc(buf.sendBytes));
+      buf.drecv = static_cast<uint8_t*>(device::alloc(buf.recvBytes));
+      if (!buf.dsend || !buf.drecv) why = "cudaMalloc of " + std::to_string(buf.sendBytes + buf.recvBytes) + " bytes: " + device::lastError();
+    }
+    if (!why.empty()) {
+      std::fprintf(stderr, "%s: rank %d: -D 1 (GPU buffers): %s\n", tool.name, run.rank, why.c_str());
+      (void)braidCommAbort(run.comm);
+      return kExitFailed;
+    }
+    if (run.rank == 0) std::printf("# Buffers in GPU memory (rank 0 on GPU %d)\n", gpu);
+  }
+
   gatherRankInfo(run);
   if (run.rank == 0) printHeader(run);
 
@@ -975,6 +1043,8 @@ int runTool(const Tool& tool, int argc, char** argv) {
   writeJson(run, "");
   std::free(buf.send);
   std::free(buf.recv);
+  device::release(buf.dsend);
+  device::release(buf.drecv);
   r = braidCommDestroy(run.comm);
   if (r != braidSuccess) {
     std::fprintf(stderr, "%s: braidCommDestroy failed on rank %d: %s: %s\n", tool.name, run.rank,

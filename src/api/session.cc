@@ -487,6 +487,9 @@ StatusOr<P2PMessage> Session::prepareP2P(const char* fn, bool isSend, const void
   if (mulOverflows(count, dataTypeSize(dt), &bytes) || bytes > static_cast<size_t>(PTRDIFF_MAX))
     return bad("count=" + num(count) + " overflows the address space (count*element size, " + dataTypeName(dt) + ")");
   if (count > 0 && !buf) return bad(std::string(isSend ? "sendbuff" : "recvbuff") + " is NULL with count=" + num(count));
+  if (count > 0 && device::runtime().pointerInfo(buf).kind == device::MemoryKind::kDevice)
+    return bad(std::string(isSend ? "sendbuff" : "recvbuff") +
+               " is device memory: point-to-point calls take host memory only so far");
   P2PMessage m;
   m.isSend = isSend;
   m.buf = const_cast<void*>(buf);  // a send only reads it

@@ -80,6 +80,10 @@ TEST_CASE("C API: device buffers are enqueued on the stream and return at once",
     else if (std::string(braidGetLastError(comm)).find("sendbuff is device memory and recvbuff is host memory") ==
              std::string::npos)
       errors[r] = std::string("mix message: ") + braidGetLastError(comm);
+    // Point-to-point calls do not take device memory yet: a clear refusal, not a crash.
+    if (braidSend(in, count, braidFloat32, (r + 1) % n, comm, nullptr) != braidInvalidArgument ||
+        std::string(braidGetLastError(comm)).find("sendbuff is device memory") == std::string::npos)
+      errors[r] = std::string("device send: ") + braidGetLastError(comm);
     stream.synchronize();
     rt.deviceFree(in);
     rt.deviceFree(out);

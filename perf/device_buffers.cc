@@ -1,0 +1,56 @@
+#include "device_buffers.h"
+
+#ifdef BRAID_PERF_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+namespace braid::perf::device {
+
+#ifdef BRAID_PERF_CUDA
+
+namespace {
+cudaError_t gLast = cudaSuccess;
+bool okay(cudaError_t e) {
+  if (e != cudaSuccess) gLast = e;
+  return e == cudaSuccess;
+}
+}  // namespace
+
+std::string init(int localRank, int* gpu) {
+  int n = 0;
+  if (!okay(cudaGetDeviceCount(&n))) return "no usable GPU: " + lastError();
+  if (n == 0) return "no GPU is visible (CUDA_VISIBLE_DEVICES?)";
+  *gpu = (localRank < 0 ? 0 : localRank) % n;
+  if (!okay(cudaSetDevice(*gpu))) return "cudaSetDevice(" + std::to_string(*gpu) + "): " + lastError();
+  return "";
+}
+
+void* alloc(size_t bytes) {
+  void* p = nullptr;
+  return okay(cudaMalloc(&p, bytes ? bytes : 1)) ? p : nullptr;
+}
+void release(void* p) {
+  if (p) cudaFree(p);
+}
+bool toDevice(void* dst, const void* src, size_t bytes) {
+  return bytes == 0 || okay(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+}
+bool toHost(void* dst, const void* src, size_t bytes) {
+  return bytes == 0 || okay(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+}
+bool synchronize() { return okay(cudaDeviceSynchronize()); }
+std::string lastError() { return std::string(cudaGetErrorName(gLast)) + " (" + cudaGetErrorString(gLast) + ")"; }
+
+#else
+
+std::string init(int, int*) { return "this build has no CUDA toolkit (no nvcc at configure)"; }
+void* alloc(size_t) { return nullptr; }
+void release(void*) {}
+bool toDevice(void*, const void*, size_t) { return false; }
+bool toHost(void*, const void*, size_t) { return false; }
+bool synchronize() { return false; }
+std::string lastError() { return "no CUDA"; }
+
+#endif
+
+}  // namespace braid::perf::device

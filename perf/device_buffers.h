@@ -1,0 +1,24 @@
+#pragma once
+// Device buffers for the perf tools' -D 1 (nccl-tests' one GPU per rank): the tools fill and
+// check host buffers as always and mirror them to and from GPU memory around each operation;
+// the timed calls get the device pointers (and so run on CUDA's legacy default stream, which
+// is synchronized before the clock stops). Built with the CUDA runtime when the toolkit was
+// found; otherwise -D 1 fails with that reason.
+
+#include <cstddef>
+#include <string>
+
+namespace braid::perf::device {
+
+// Selects GPU (local rank % visible GPUs); "" on success, else why not. `gpu` gets its index.
+std::string init(int localRank, int* gpu);
+void* alloc(size_t bytes);  // nullptr on failure
+void release(void* p);
+bool toDevice(void* dst, const void* src, size_t bytes);
+bool toHost(void* dst, const void* src, size_t bytes);
+// Waits for everything queued on the device.
+bool synchronize();
+// The last CUDA error, for messages.
+std::string lastError();
+
+}  // namespace braid::perf::device

@@ -155,12 +155,13 @@ class CudaRuntime final : public Runtime {
   void releaseMarker(void* marker) override { cudaEventDestroy(static_cast<cudaEvent_t>(marker)); }
 
   Status waitFlag(Stream s, const Flag& f, uint32_t value) override {
-    if (waitValue32_) {
-      CUresult r = waitValue32_(static_cast<CUstream>(s), static_cast<CUdeviceptr>(f.deviceAddress), value,
-                                CU_STREAM_WAIT_VALUE_GEQ);
+    if (WaitValue32Fn wait = waitValue32_.load(std::memory_order_relaxed)) {
+      CUresult r = wait(static_cast<CUstream>(s), static_cast<CUdeviceptr>(f.deviceAddress), value,
+                        CU_STREAM_WAIT_VALUE_GEQ);
       if (r == CUDA_SUCCESS) return Status::ok();
-      // A device without stream memory operations: wait in a host function from now on.
-      waitValue32_ = nullptr;
+      // A device without stream memory operations: wait in a host function from now on
+      // (communicators on other threads may get here at once; any of them may store it).
+      waitValue32_.store(nullptr, std::memory_order_relaxed);
     }
     auto* w = new HostWait{f.host, value};
     cudaError_t e = cudaLaunchHostFunc(static_cast<cudaStream_t>(s), &waitInHost, w);
@@ -174,8 +175,8 @@ class CudaRuntime final : public Runtime {
  private:
   std::once_flag once_;
   Status why_;
-  WaitValue32Fn waitValue32_ = nullptr;
-  PointerGetAttributeFn pointerAttribute_ = nullptr;
+  std::atomic<WaitValue32Fn> waitValue32_{nullptr};
+  PointerGetAttributeFn pointerAttribute_ = nullptr;  // written once, in available()
 };
 
 }  // namespace

@@ -512,7 +512,17 @@ Call Session::p2pCall(const std::vector<P2PMessage>& msgs, const std::string& na
 }
 
 Status Session::run(Call call) {
-  if (!call.onDevice) return comm_->run(call.req, call.input, call.output, std::move(call.extra));
+  if (!call.onDevice) {
+    device::DeviceQueue* q = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(deviceMu_);
+      q = deviceQueue_.get();
+    }
+    if (!q) return comm_->run(call.req, call.input, call.output, std::move(call.extra));
+    // Device calls before this one may still be waiting for their streams: the communicator
+    // must see this call after them, on every rank alike.
+    return q->runInOrder([&] { return comm_->run(call.req, call.input, call.output, std::move(call.extra)); });
+  }
   device::DeviceQueue* q = nullptr;
   {
     std::lock_guard<std::mutex> lock(deviceMu_);
@@ -538,6 +548,11 @@ StatusOr<std::shared_ptr<core::Op>> Session::submit(Call call) {
   if (call.onDevice) {
     return invalidArgument(call.name + " on rank " + std::to_string(comm_->rank()) +
                            ": device buffers inside braidGroupStart/braidGroupEnd are not supported yet");
+  }
+  {
+    // As in run(): after the device calls enqueued before it.
+    std::lock_guard<std::mutex> lock(deviceMu_);
+    if (deviceQueue_) deviceQueue_->drain();
   }
   return comm_->submit(call.req, call.input, call.output, std::move(call.extra));
 }

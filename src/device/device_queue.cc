@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 
 #include "common/clock.h"
 
@@ -114,6 +115,39 @@ Status DeviceQueue::enqueue(const DeviceCall& call, HostRun run) {
   return st;
 }
 
+Status DeviceQueue::runInOrder(const std::function<Status()>& fn) {
+  struct Waiter {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    Status result;
+  };
+  std::shared_ptr<Waiter> w;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    // With nothing enqueued still to run, the call goes now, on this thread.
+    if (proxy_.joinable() && (!queue_.empty() || busy_)) {
+      w = std::make_shared<Waiter>();
+      Job job;
+      job.hostOnly = true;
+      job.run = [w, &fn](const void*, void*) {
+        Status st = fn();
+        std::lock_guard<std::mutex> l(w->mu);
+        w->result = st;
+        w->done = true;
+        w->cv.notify_all();
+        return Status::ok();  // a host call's failure is its caller's, not the streams'
+      };
+      queue_.push_back(std::move(job));
+      cv_.notify_all();
+    }
+  }
+  if (!w) return fn();
+  std::unique_lock<std::mutex> l(w->mu);
+  w->cv.wait(l, [&] { return w->done; });
+  return w->result;
+}
+
 Status DeviceQueue::asyncError() {
   BRAID_RETURN_IF_ERROR(flagStatus_);
   std::lock_guard<std::mutex> lock(mu_);
@@ -201,6 +235,15 @@ void DeviceQueue::proxyLoop() {
     }
     // After a failure the communicator's ranks are out of step: later calls are failed
     // with the same error rather than run.
+    if (job.hostOnly) {
+      // A host call queued behind device work: it runs whatever happened before (its own
+      // communicator reports a broken state) and touches no stream.
+      (void)job.run(nullptr, nullptr);
+      std::lock_guard<std::mutex> lock(mu_);
+      busy_ = false;
+      cv_.notify_all();
+      continue;
+    }
     Status st = asyncError();
     if (st.isOk()) st = waitReached(job.staged);
     if (st.isOk()) st = job.run(job.hostInput, job.hostOutput);

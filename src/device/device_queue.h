@@ -56,6 +56,11 @@ class DeviceQueue {
   // enqueueing anything when an earlier call failed (that error) or a runtime call fails.
   Status enqueue(const DeviceCall& call, HostRun run);
 
+  // Runs `fn` (a host collective on the same communicator) after every collective enqueued
+  // before it, so the communicator sees calls in issue order whatever memory they use: at
+  // once on this thread when nothing is pending, else on the proxy, waiting for it.
+  Status runInOrder(const std::function<Status()>& fn);
+
   // The first failure of enqueued work, or Ok.
   Status asyncError();
 
@@ -76,6 +81,7 @@ class DeviceQueue {
     const void* hostInput = nullptr;
     void* hostOutput = nullptr;
     HostRun run;
+    bool hostOnly = false;  // runInOrder: no stream, no staging
   };
 
   StatusOr<Block> take(size_t bytes);

@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -87,6 +88,46 @@ TEST_CASE("C API: device buffers are enqueued on the stream and return at once",
     stream.synchronize();
     rt.deviceFree(in);
     rt.deviceFree(out);
+  });
+  for (int r = 0; r < n; ++r) CHECK(errors[r] == "");
+}
+
+TEST_CASE("C API: a host call after device calls waits for them, so every rank sees the same order",
+          "[device][cuda]") {
+  // Rank 0's stream reaches its device allreduce at once; the others' only after they have
+  // issued a host allreduce too. Were the host call run at once, rank 0 would see the device
+  // call first and the others the host call first.
+  FakeRuntime rt;
+  InstallRuntime installed(&rt);
+  const int n = 3;
+  const size_t count = 1000;
+  std::vector<std::string> errors(n);
+  onRanks(n, [&](braidComm_t comm, int r) {
+    FakeStream stream;
+    float* dev = static_cast<float*>(rt.deviceAlloc(count * 4));
+    Gate gate;
+    gate.closeOn(stream);
+    stream.enqueue([&] {
+      for (size_t i = 0; i < count; ++i) dev[i] = 1.0f;
+    });
+    if (braidAllReduce(dev, dev, count, braidFloat32, braidSum, comm, stream.handle()) != braidSuccess)
+      errors[r] = std::string("device call: ") + braidGetLastError(comm);
+    std::thread opener([&] {
+      if (r != 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      gate.open();
+    });
+    if (r == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::vector<float> host(count, static_cast<float>(r));
+    if (braidAllReduce(host.data(), host.data(), count, braidFloat32, braidMax, comm, nullptr) != braidSuccess)
+      errors[r] = std::string("host call: ") + braidGetLastError(comm);
+    else if (host[0] != 2.0f)
+      errors[r] = "host call result " + std::to_string(host[0]);
+    opener.join();
+    std::vector<float> got;
+    stream.enqueue([&] { got.assign(dev, dev + count); });
+    stream.synchronize();
+    if (got.empty() || got[0] != 3.0f) errors[r] = "device call result wrong";
+    rt.deviceFree(dev);
   });
   for (int r = 0; r < n; ++r) CHECK(errors[r] == "");
 }

@@ -164,6 +164,15 @@ std::vector<Status> runGroup(std::vector<GroupEntry>& entries) {
     if (!e.p2p.empty()) calls.push_back(Session::p2pCall(e.p2p, "braidGroupEnd (sends and receives)"));
     for (Call& c : calls) {
       std::string name = c.name;
+      if (c.onDevice || !c.invalid.isOk()) {
+        // Enqueued on its stream; completes there, in issue order with the rest.
+        Status st = e.comm->session->run(std::move(c));
+        if (!st.isOk()) {
+          result[i] = st.withContext(name);
+          break;
+        }
+        continue;
+      }
       auto op = e.comm->session->submit(std::move(c));
       if (!op.isOk()) {
         result[i] = op.status().withContext(name);

@@ -479,7 +479,6 @@ StatusOr<P2PMessage> Session::prepareP2P(const char* fn, bool isSend, const void
     return invalidArgument(std::string(fn) + " on rank " + std::to_string(rank) + ": " + what);
   };
   if (!validDataType(datatype)) return bad("datatype=" + std::to_string(datatype) + " is not a braidDataType_t");
-  if (stream != nullptr) return bad("stream must be NULL: point-to-point calls take host memory only so far");
   if (peer < 0 || peer >= nranks)
     return bad("peer=" + std::to_string(peer) + " is outside [0, nranks=" + std::to_string(nranks) + ")");
   const DataType dt = static_cast<DataType>(datatype);
@@ -487,10 +486,17 @@ StatusOr<P2PMessage> Session::prepareP2P(const char* fn, bool isSend, const void
   if (mulOverflows(count, dataTypeSize(dt), &bytes) || bytes > static_cast<size_t>(PTRDIFF_MAX))
     return bad("count=" + num(count) + " overflows the address space (count*element size, " + dataTypeName(dt) + ")");
   if (count > 0 && !buf) return bad(std::string(isSend ? "sendbuff" : "recvbuff") + " is NULL with count=" + num(count));
-  if (count > 0 && device::runtime().pointerInfo(buf).kind == device::MemoryKind::kDevice)
-    return bad(std::string(isSend ? "sendbuff" : "recvbuff") +
-               " is device memory: point-to-point calls take host memory only so far");
+  const bool onDevice = count > 0 && device::runtime().pointerInfo(buf).kind == device::MemoryKind::kDevice;
+  if (stream != nullptr || onDevice) {
+    Status avail = device::runtime().available();
+    if (!avail.isOk()) {
+      return bad(std::string(stream ? "stream is not NULL" : "the buffer is device memory") +
+                 " but device buffers cannot be used here: " + avail.message());
+    }
+  }
   P2PMessage m;
+  m.onDevice = stream != nullptr || onDevice;
+  m.stream = stream;
   m.isSend = isSend;
   m.buf = const_cast<void*>(buf);  // a send only reads it
   m.bytes = bytes;
@@ -508,10 +514,28 @@ Call Session::p2pCall(const std::vector<P2PMessage>& msgs, const std::string& na
     call.req.p2p.push_back(algorithms::P2POp{m.isSend, m.peer, m.bytes});
     call.extra.push_back(m.buf);
   }
+  // On the device path every message is staged, all on one stream.
+  for (const P2PMessage& m : msgs) {
+    if (!m.onDevice) continue;
+    call.onDevice = true;
+    call.device.stream = m.stream;
+    break;
+  }
+  if (call.onDevice) {
+    for (const P2PMessage& m : msgs) {
+      if (!m.onDevice && m.bytes > 0) {
+        call.invalid = invalidArgument(name + ": a group mixes host and device buffers in its sends and receives");
+      } else if (m.stream != call.device.stream) {
+        call.invalid = invalidArgument(name + ": the sends and receives of a group on device buffers must use one stream");
+      }
+      call.device.extra.push_back(device::DeviceExtra{m.buf, m.bytes, m.isSend});
+    }
+  }
   return call;
 }
 
 Status Session::run(Call call) {
+  if (!call.invalid.isOk()) return call.invalid;
   if (!call.onDevice) {
     device::DeviceQueue* q = nullptr;
     {
@@ -533,7 +557,9 @@ Status Session::run(Call call) {
   // in-place call stays in place).
   algorithms::Request req = call.req;
   core::Communicator* comm = comm_.get();
-  return q->enqueue(call.device, [comm, req](const void* in, void* out) { return comm->run(req, in, out); });
+  return q->enqueue(call.device, [comm, req](const void* in, void* out, const std::vector<void*>& extra) {
+    return comm->run(req, in, out, extra);
+  });
 }
 
 Status Session::asyncError() {
@@ -545,9 +571,11 @@ Status Session::asyncError() {
 }
 
 StatusOr<std::shared_ptr<core::Op>> Session::submit(Call call) {
+  if (!call.invalid.isOk()) return call.invalid;
   if (call.onDevice) {
+    // Groups enqueue device calls through run(); what comes here waits on a Work.
     return invalidArgument(call.name + " on rank " + std::to_string(comm_->rank()) +
-                           ": device buffers inside braidGroupStart/braidGroupEnd are not supported yet");
+                           ": device buffers take a stream, not an asynchronous Work, so far");
   }
   {
     // As in run(): after the device calls enqueued before it.

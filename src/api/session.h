@@ -56,6 +56,8 @@ struct Call {
   // through host memory (device/device_queue.h).
   bool onDevice = false;
   device::DeviceCall device;
+  // A problem found while building the call (p2pCall), reported when it runs.
+  Status invalid;
 };
 
 // One message of a point-to-point batch, in bytes (a batch may mix types).
@@ -64,6 +66,8 @@ struct P2PMessage {
   void* buf = nullptr;
   size_t bytes = 0;
   int peer = 0;
+  bool onDevice = false;  // device memory, or a stream given: staged like a collective
+  braidStream_t stream = nullptr;
 };
 
 class Session {

@@ -78,6 +78,12 @@ Status DeviceQueue::enqueue(const DeviceCall& call, HostRun run) {
     outAt = hasIn ? alignUp(call.inputBytes, kAlign) : 0;
     bytes = outAt + call.outputBytes;
   }
+  std::vector<size_t> extraAt;
+  for (const DeviceExtra& e : call.extra) {
+    bytes = alignUp(bytes, kAlign);
+    extraAt.push_back(bytes);
+    bytes += e.bytes;
+  }
   BRAID_ASSIGN_OR_RETURN(Block block, take(bytes));
   char* base = static_cast<char*>(block.ptr);
   Job job;
@@ -85,12 +91,16 @@ Status DeviceQueue::enqueue(const DeviceCall& call, HostRun run) {
   job.hostInput = hasIn ? base + inAt : nullptr;
   job.hostOutput = hasOut ? base + outAt : nullptr;
   job.run = std::move(run);
+  for (size_t i = 0; i < call.extra.size(); ++i) job.hostExtra.push_back(base + extraAt[i]);
 
   // Until the flag wait is on the stream, a failure leaves nothing waiting; the block is
   // dropped (not pooled), since copies into it may already be queued.
   if (hasOut && !call.writesWholeOutput)
     BRAID_RETURN_IF_ERROR(rt_.copyAsync(job.hostOutput, call.output, call.outputBytes, s));
   if (hasIn) BRAID_RETURN_IF_ERROR(rt_.copyAsync(base + inAt, call.input, call.inputBytes, s));
+  for (size_t i = 0; i < call.extra.size(); ++i)
+    if (call.extra[i].read)
+      BRAID_RETURN_IF_ERROR(rt_.copyAsync(job.hostExtra[i], call.extra[i].buf, call.extra[i].bytes, s));
   BRAID_ASSIGN_OR_RETURN(job.staged, rt_.mark(s));
   job.seq = ++nextSeq_;
   Status st = rt_.waitFlag(s, flag_, job.seq);
@@ -102,13 +112,15 @@ Status DeviceQueue::enqueue(const DeviceCall& call, HostRun run) {
   // From here the stream waits for this seq: the job must reach the proxy whatever happens,
   // which stores seq after running it (or after failing it).
   if (hasOut) st = rt_.copyAsync(call.output, job.hostOutput, call.outputBytes, s);
+  for (size_t i = 0; i < call.extra.size() && st.isOk(); ++i)
+    if (!call.extra[i].read) st = rt_.copyAsync(call.extra[i].buf, job.hostExtra[i], call.extra[i].bytes, s);
   if (st.isOk()) {
     auto b = rt_.mark(s);
     if (b.isOk()) job.copiedBack = b.value();
     else st = b.status();
   }
   if (!st.isOk()) {
-    job.run = [st](const void*, void*) { return st; };
+    job.run = [st](const void*, void*, const std::vector<void*>&) { return st; };
   }
   queue_.push_back(std::move(job));
   cv_.notify_all();
@@ -130,7 +142,7 @@ Status DeviceQueue::runInOrder(const std::function<Status()>& fn) {
       w = std::make_shared<Waiter>();
       Job job;
       job.hostOnly = true;
-      job.run = [w, &fn](const void*, void*) {
+      job.run = [w, &fn](const void*, void*, const std::vector<void*>&) {
         Status st = fn();
         std::lock_guard<std::mutex> l(w->mu);
         w->result = st;
@@ -238,7 +250,7 @@ void DeviceQueue::proxyLoop() {
     if (job.hostOnly) {
       // A host call queued behind device work: it runs whatever happened before (its own
       // communicator reports a broken state) and touches no stream.
-      (void)job.run(nullptr, nullptr);
+      (void)job.run(nullptr, nullptr, job.hostExtra);
       std::lock_guard<std::mutex> lock(mu_);
       busy_ = false;
       cv_.notify_all();
@@ -246,7 +258,7 @@ void DeviceQueue::proxyLoop() {
     }
     Status st = asyncError();
     if (st.isOk()) st = waitReached(job.staged);
-    if (st.isOk()) st = job.run(job.hostInput, job.hostOutput);
+    if (st.isOk()) st = job.run(job.hostInput, job.hostOutput, job.hostExtra);
     if (!st.isOk()) fail(st);
     // Releases the stream (and any later wait, which compares cyclically).
     flag_.host->store(job.seq, std::memory_order_release);

@@ -27,6 +27,14 @@
 
 namespace braid::device {
 
+// A further buffer of a call (a point-to-point message): read by it (a send) or written
+// (a receive).
+struct DeviceExtra {
+  void* buf = nullptr;
+  size_t bytes = 0;
+  bool read = true;
+};
+
 // One call's device buffers: `input` (inputBytes) and `output` (outputBytes). The two may
 // overlap (in place: one inside the other); staging keeps that relation in host memory.
 struct DeviceCall {
@@ -38,12 +46,14 @@ struct DeviceCall {
   // False when the collective may leave bytes of the output untouched (the gaps of a
   // v-variant): the output is then staged in first, so those bytes come back unchanged.
   bool writesWholeOutput = true;
+  std::vector<DeviceExtra> extra;  // staged each on its own
 };
 
 class DeviceQueue {
  public:
-  // Runs the collective on host buffers laid out like the device ones.
-  using HostRun = std::function<Status(const void* input, void* output)>;
+  // Runs the collective on host buffers laid out like the device ones (`extra`: the staged
+  // DeviceCall::extra, in order).
+  using HostRun = std::function<Status(const void* input, void* output, const std::vector<void*>& extra)>;
 
   // `timeoutSec` bounds how long the proxy waits for a stream to reach a call (a stream
   // stalled by other work) before failing it.
@@ -80,6 +90,7 @@ class DeviceQueue {
     Block block;
     const void* hostInput = nullptr;
     void* hostOutput = nullptr;
+    std::vector<void*> hostExtra;
     HostRun run;
     bool hostOnly = false;  // runInOrder: no stream, no staging
   };

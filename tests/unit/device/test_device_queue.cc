@@ -52,7 +52,7 @@ struct Device {
 };
 
 DeviceQueue::HostRun hostRun(core::Communicator& comm, algorithms::Request req) {
-  return [&comm, req](const void* in, void* out) { return comm.run(req, in, out); };
+  return [&comm, req](const void* in, void* out, const std::vector<void*>&) { return comm.run(req, in, out); };
 }
 
 }  // namespace
@@ -247,7 +247,7 @@ TEST_CASE("device queue: a failed collective releases the stream and fails the n
   DeviceQueue q(rt, 30);
   Device a(rt, 64), b(rt, 64);
   int ran = 0;
-  Status bad = q.enqueue(DeviceCall{stream.handle(), a.p, 64, b.p, 64, true}, [&](const void*, void*) {
+  Status bad = q.enqueue(DeviceCall{stream.handle(), a.p, 64, b.p, 64, true}, [&](const void*, void*, const std::vector<void*>&) {
     ++ran;
     return Status(Code::kRemoteError, "rank 1 died", 1);
   });
@@ -261,7 +261,7 @@ TEST_CASE("device queue: a failed collective releases the stream and fails the n
   Status async = q.asyncError();
   CHECK(async.code() == Code::kRemoteError);
   CHECK(async.rank() == 1);
-  Status next = q.enqueue(DeviceCall{stream.handle(), a.p, 64, b.p, 64, true}, [&](const void*, void*) {
+  Status next = q.enqueue(DeviceCall{stream.handle(), a.p, 64, b.p, 64, true}, [&](const void*, void*, const std::vector<void*>&) {
     ++ran;
     return Status::ok();
   });
@@ -277,13 +277,13 @@ TEST_CASE("device queue: a runtime call that fails fails enqueue, and nothing wa
   DeviceQueue q(rt, 30);
   Device a(rt, 64), b(rt, 64);
   rt.failCopies = true;
-  Status st = q.enqueue(DeviceCall{stream.handle(), a.p, 64, b.p, 64, true}, [](const void*, void*) { return Status::ok(); });
+  Status st = q.enqueue(DeviceCall{stream.handle(), a.p, 64, b.p, 64, true}, [](const void*, void*, const std::vector<void*>&) { return Status::ok(); });
   CHECK(st.code() == Code::kSystemError);
   CHECK(st.message().find("refused on purpose") != std::string::npos);
   stream.synchronize();
   rt.failCopies = false;
   bool ran = false;
-  st = q.enqueue(DeviceCall{stream.handle(), a.p, 64, b.p, 64, true}, [&](const void*, void*) {
+  st = q.enqueue(DeviceCall{stream.handle(), a.p, 64, b.p, 64, true}, [&](const void*, void*, const std::vector<void*>&) {
     ran = true;
     return Status::ok();
   });
@@ -301,7 +301,7 @@ TEST_CASE("device queue: a stream held beyond the timeout fails the call, then r
   Gate gate;
   gate.closeOn(stream);
   bool ran = false;
-  REQUIRE(q.enqueue(DeviceCall{stream.handle(), a.p, 64, b.p, 64, true}, [&](const void*, void*) {
+  REQUIRE(q.enqueue(DeviceCall{stream.handle(), a.p, 64, b.p, 64, true}, [&](const void*, void*, const std::vector<void*>&) {
             ran = true;
             return Status::ok();
           }).isOk());
@@ -321,7 +321,7 @@ TEST_CASE("device queue: staging blocks are reused, and everything is returned a
     Device a(rt, 1 << 20), b(rt, 1 << 20);
     for (int i = 0; i < 50; ++i) {
       REQUIRE(q.enqueue(DeviceCall{stream.handle(), a.p, 1 << 20, b.p, 1 << 20, true},
-                        [](const void* in, void* out) {
+                        [](const void* in, void* out, const std::vector<void*>&) {
                           std::memcpy(out, in, 1 << 20);
                           return Status::ok();
                         }).isOk());

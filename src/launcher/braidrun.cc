@@ -8,7 +8,7 @@
 //   - exit status 0 if every rank exits 0, else the first failure's status (128+signo for a
 //     signal), with one line on stderr per failed rank;
 //   - after a failure the other ranks get BRAIDRUN_GRACE_SEC (default 15 s) to notice the
-//     peer failure and exit on their own, then SIGCONT+SIGTERM, then SIGKILL 2 s later;
+//     peer failure and exit on their own, then SIGTERM+SIGCONT, then SIGKILL 2 s later;
 //   - a rank left stopped (SIGSTOP) after every other rank exited counts as hung: it gets
 //     the grace period, then the same termination;
 //   - SIGINT/SIGTERM sent to braidrun are forwarded to the ranks;
@@ -544,9 +544,11 @@ class Launcher {
     }
     if (termAtNs_ && !termSent_ && now >= termAtNs_ && running() > 0) {
       termSent_ = true;
-      // SIGCONT first: a stopped rank cannot act on SIGTERM.
-      signalAll(SIGCONT);
+      // SIGTERM, then SIGCONT: a stopped rank keeps the SIGTERM pending and acts on it as it
+      // resumes, before it runs any more of its own code (continued first, it could still
+      // finish its call and report).
       signalAll(SIGTERM);
+      signalAll(SIGCONT);
       killAtNs_ = now + static_cast<int64_t>(kKillAfterTermSec * 1e9);
     }
     if (killAtNs_ && !killSent_ && now >= killAtNs_ && running() > 0) {

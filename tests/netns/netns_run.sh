@@ -408,12 +408,16 @@ while ((${#rank_of[@]} > 0)); do
     # bash may already have reaped a rank and dropped it from the job table (it does so
     # when several children exit together), after which `wait -n` answers "no such job"
     # for it instead of its status. A plain `wait PID` still finds the saved status.
+    # The ticker's SIGALRM is ignored meanwhile: it would interrupt that wait, whose status
+    # (128 + SIGALRM) would then pass for the rank's.
+    trap '' ALRM
     for pid in "${!rank_of[@]}"; do
       if ! kill -0 "$pid" 2>/dev/null; then
         wait "$pid" 2>/dev/null
         rank_exited "$pid" $?
       fi
     done
+    trap ':' ALRM
   fi
   if [[ -n $interrupted && -z $forwarded ]]; then
     forwarded=$interrupted
@@ -433,8 +437,8 @@ while ((${#rank_of[@]} > 0)); do
   if ((term_at && !term_sent && now >= term_at && ${#rank_of[@]} > 0)); then
     term_sent=1
     echo "netns_run: terminating ${#rank_of[@]} rank(s) still running: ranks ${rank_of[*]}" >&2
-    signal_all CONT  # a stopped rank cannot act on SIGTERM
     signal_all TERM
+    signal_all CONT  # a stopped rank acts on the pending SIGTERM as it resumes
     kill_at=$((now + kKillAfterTermSec * 1000))
   fi
   if ((kill_at && !kill_sent && now >= kill_at && ${#rank_of[@]} > 0)); then

@@ -4,6 +4,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <string>
 
@@ -106,37 +107,39 @@ class ChannelRunner {
       if (r && c && r->buf != Buf::kScratch && c->sendsFromUser()) any = true;
     }
     if (!any) return;
-    struct Range {
-      const char* lo;
-      const char* hi;
-      const Step* step;
-    };
-    std::vector<Range> writes;
+    // Every written range of the operation, as sorted starts and sorted ends: the ranges
+    // meeting [lo, hi) are those starting before hi less those ending at or before lo, so
+    // each query costs two binary searches (a run of many ranks and channels has thousands
+    // of steps, and this runs on every call).
+    std::vector<uintptr_t> starts, ends;
     for (const ChannelPlan& ch : s_.channels) {
       for (const Step& st : ch.steps) {
         if (!writesDst(st.prim) || st.dst.bytes == 0) continue;
-        const char* lo = addr(st.dst, 0);
-        writes.push_back({lo, lo + st.dst.bytes, &st});
+        // A copy onto itself (an in-place call's own block) writes nothing (runSlice).
+        if (st.prim == Prim::kCopy && addr(st.dst, 0) == addr(st.src, 0)) continue;
+        const auto lo = reinterpret_cast<uintptr_t>(addr(st.dst, 0));
+        starts.push_back(lo);
+        ends.push_back(lo + st.dst.bytes);
       }
     }
+    std::sort(starts.begin(), starts.end());
+    std::sort(ends.begin(), ends.end());
     directSend_.assign(plan_.steps.size(), false);
     for (size_t i = 0; i < plan_.steps.size(); ++i) {
       const Step& st = plan_.steps[i];
       const Region* r = sentRegion(st);
       Connection* c = st.peerOut >= 0 ? links_.sendTo[st.peerOut] : nullptr;
       if (!r || !c || r->buf == Buf::kScratch || r->bytes == 0 || !c->sendsFromUser()) continue;
-      const char* lo = addr(*r, 0);
-      const char* hi = lo + r->bytes;
-      bool clear = true;
-      for (const Range& w : writes) {
-        if (w.step != &st && w.lo < hi && lo < w.hi) {
-          clear = false;
-          break;
-        }
-      }
-      directSend_[i] = clear;
+      const auto lo = reinterpret_cast<uintptr_t>(addr(*r, 0));
+      const auto hi = lo + r->bytes;
+      size_t meeting = static_cast<size_t>(std::lower_bound(starts.begin(), starts.end(), hi) - starts.begin()) -
+                       static_cast<size_t>(std::upper_bound(ends.begin(), ends.end(), lo) - ends.begin());
+      // A forwarding step's own destination is the range it sends: not another writer.
+      if (writesDst(st.prim) && st.dst.bytes > 0) --meeting;
+      directSend_[i] = meeting == 0;
     }
   }
+
 
   void addActive(Connection* c) {
     if (std::find(active_.begin(), active_.end(), c) == active_.end()) active_.push_back(c);

@@ -29,11 +29,7 @@ bool zeroCopyOff() {
   return v && std::strcmp(v, "0") == 0;
 }
 
-bool onDemandFor(size_t slotBytes) {
-  const char* v = std::getenv("BRAID_UCX_ZCOPY");
-  if (v && *v) return std::strcmp(v, "0") != 0 && slotBytes > 0;
-  return slotBytes >= kOnDemandMinSlot;
-}
+bool onDemandFor(size_t slotBytes) { return !zeroCopyOff() && slotBytes >= kOnDemandMinSlot; }
 
 // Waits for outstanding callbacks while a connection is torn down; true if none is left.
 template <typename Pending>

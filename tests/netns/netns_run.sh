@@ -190,6 +190,7 @@ cleaned=0
 cleanup() {
   ((cleaned)) && return
   cleaned=1
+  trap '' ALRM  # the ticker may still be running, and what follows uses $(...)
   local pid
   # Reaped here, with stderr closed, so that bash does not print a "Killed" job notice
   # for every rank we end on purpose.
@@ -362,20 +363,23 @@ done
 # `wait -n` blocks until a rank exits or a trapped signal arrives. The ticker sends SIGALRM
 # five times a second so that deadlines (timeout, grace, kill) are checked even while no
 # rank exits; it stops by itself when this script is gone.
+# Everything that needs a command substitution is computed before the ticker starts: bash's
+# parser is not reentrant, and a trap that runs while it parses `$(...)` breaks the parse
+# ("unexpected EOF while looking for matching `)'"), seen once in a loaded CI run.
+to_ms() { awk -v s="$1" 'BEGIN { printf "%d", s * 1000 }'; }
+timeout_ms=$(to_ms "$timeout_sec")
+grace_ms=$(to_ms "$grace_sec")
+t0=$((${EPOCHREALTIME/./} / 1000))
+deadline_ms=$((t0 + timeout_ms))
+first_fail=-1
+term_at=0 kill_at=0 term_sent=0 kill_sent=0 timed_out=0 forwarded=""
+
 trap ':' ALRM
 trap 'interrupted=INT' INT
 trap 'interrupted=TERM' TERM
 trap 'interrupted=HUP' HUP
 ( trap - ALRM INT TERM HUP; while kill -ALRM $$ 2>/dev/null; do sleep 0.2; done ) </dev/null >/dev/null 2>&1 &
 ticker_pid=$!
-
-now_ms() { echo $((${EPOCHREALTIME/./} / 1000)); }
-t0=$(now_ms)
-to_ms() { awk -v s="$1" 'BEGIN { printf "%d", s * 1000 }'; }
-deadline_ms=$((t0 + $(to_ms "$timeout_sec")))
-grace_ms=$(to_ms "$grace_sec")
-first_fail=-1
-term_at=0 kill_at=0 term_sent=0 kill_sent=0 timed_out=0 forwarded=""
 
 signal_all() {
   local pid
@@ -399,7 +403,7 @@ while ((${#rank_of[@]} > 0)); do
   done_pid=""
   wait -n -p done_pid "${!rank_of[@]}" 2>/dev/null
   status=$?
-  now=$(now_ms)
+  now=$((${EPOCHREALTIME/./} / 1000))
   # done_pid stays empty (or is unset) when a trapped signal, not a rank, woke us.
   done_pid=${done_pid:-}
   if [[ -n $done_pid && -n ${rank_of[$done_pid]:-} ]]; then

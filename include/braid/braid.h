@@ -85,9 +85,10 @@ braidResult_t braidGetUniqueId(braidUniqueId* uniqueId);
 braidResult_t braidCommInitRank(braidComm_t* comm, int nranks, braidUniqueId commId, int rank);
 
 /* Creates a communicator from the launcher's environment: BRAID_RANK/BRAID_WORLD_SIZE/
- * BRAID_STORE_ADDR (braidrun), torchrun's RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT,
- * OpenMPI's OMPI_COMM_WORLD_RANK/_SIZE or Slurm's SLURM_PROCID/SLURM_NTASKS (these two with
- * BRAID_STORE_ADDR or MASTER_ADDR/MASTER_PORT). */
+ * BRAID_STORE_ADDR (braidrun), horovodrun --gloo's HOROVOD_RANK/HOROVOD_SIZE (rank 0
+ * publishes the store's address through HOROVOD_GLOO_RENDEZVOUS_ADDR/PORT), torchrun's
+ * RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, OpenMPI's OMPI_COMM_WORLD_RANK/_SIZE or Slurm's
+ * SLURM_PROCID/SLURM_NTASKS (these two with BRAID_STORE_ADDR or MASTER_ADDR/MASTER_PORT). */
 braidResult_t braidCommInitFromEnv(braidComm_t* comm);
 
 /* Waits for pending operations, then frees the communicator. */

@@ -113,8 +113,8 @@ struct P2POp {
 
 class Communicator {
  public:
-  // From the launcher's environment (braidrun, torchrun, OpenMPI, Slurm), like
-  // braidCommInitFromEnv.
+  // From the launcher's environment (braidrun, horovodrun --gloo, torchrun, OpenMPI,
+  // Slurm), like braidCommInitFromEnv.
   static Communicator fromEnv();
   // Rendezvous through a caller-provided store (every rank passes an equivalent store).
   // `keyPrefix` separates several communicators sharing one store. A positive `timeout`

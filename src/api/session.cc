@@ -15,6 +15,7 @@
 #include <mutex>
 #include <vector>
 
+#include "bootstrap/http_kv.h"
 #include "bootstrap/launch_env.h"
 #include "bootstrap/tcp_store.h"
 #include "bootstrap/unique_id.h"
@@ -49,6 +50,35 @@ std::string advertisedAddress() {
   }
   freeifaddrs(ifs);
   return best;
+}
+
+// Inits from an environment that names a key-value server (horovodrun) publish the store
+// under a key of their own: hvd.shutdown() then hvd.init() rendezvous again through the
+// same server, where the previous init's address is still stored and its store is gone.
+// Every process counts its own such inits (failed ones too, so that a failure on one rank
+// does not shift its count against the others'); all ranks of a job make them together, so
+// the n-th init of every rank meets on the n-th key.
+std::atomic<uint64_t> gPublishedInits{0};
+
+// Fills in env->storeHost/storePort through the launcher's key-value server, for the
+// process's `init`-th such init: the rank serving the store (`server` not null) publishes
+// the address of its interface towards that server; the others wait for it until
+// `deadline`.
+Status exchangeStoreAddress(bootstrap::LaunchEnv* env, uint64_t init, const bootstrap::TcpStoreServer* server,
+                            Deadline deadline) {
+  bootstrap::HttpKvClient kv(env->kvHost, env->kvPort);
+  const std::string key = env->kvKey + ".i" + std::to_string(init);
+  if (server) {
+    BRAID_ASSIGN_OR_RETURN(std::string host, kv.localAddress());
+    env->storeHost = host;
+    env->storePort = server->port();
+    BRAID_TRACE("publishing store %s:%d as %s/%s at %s", host.c_str(), env->storePort, env->kvScope.c_str(),
+                key.c_str(), kv.address().c_str());
+    return kv.put(env->kvScope, key, host + ":" + std::to_string(env->storePort), deadline);
+  }
+  BRAID_ASSIGN_OR_RETURN(std::string value, kv.waitGet(env->kvScope, key, deadline));
+  return bootstrap::parseStoreAddress(env->kvScope + "/" + key + " at " + kv.address(), value, &env->storeHost,
+                                      &env->storePort);
 }
 
 }  // namespace
@@ -126,10 +156,18 @@ StatusOr<std::unique_ptr<Session>> Session::fromEnv() {
   BRAID_ASSIGN_OR_RETURN(core::Config cfg, core::Config::fromEnv());
   BRAID_ASSIGN_OR_RETURN(bootstrap::LaunchEnv env, bootstrap::detectLaunchEnv([](const char* n) { return std::getenv(n); }));
   Deadline deadline = Deadline::after(cfg.timeoutSec);
+  const uint64_t init = env.kvHost.empty() ? 0 : gPublishedInits.fetch_add(1);
   std::shared_ptr<bootstrap::TcpStoreServer> server;
   if (env.serveStore && env.rank == 0) {
+    // Port 0 (a store published through a key-value server) binds an ephemeral port.
     BRAID_ASSIGN_OR_RETURN(auto srv, bootstrap::TcpStoreServer::start("0.0.0.0", env.storePort, 0));
     server = std::shared_ptr<bootstrap::TcpStoreServer>(std::move(srv));
+  }
+  if (!env.kvHost.empty()) {
+    Status s = exchangeStoreAddress(&env, init, server.get(), deadline);
+    if (!s.isOk())
+      return s.withContext("rank " + std::to_string(env.rank) + " (from " + env.source +
+                           " environment, the store's address through HOROVOD_GLOO_RENDEZVOUS_ADDR/PORT)");
   }
   auto client = bootstrap::TcpStoreClient::connect(env.storeHost, env.storePort, 0, deadline);
   if (!client.isOk())

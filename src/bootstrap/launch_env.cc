@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 namespace braid::bootstrap {
 
@@ -126,6 +127,54 @@ StatusOr<LaunchEnv> fromBraid(const Getenv& getenv) {
   return e;
 }
 
+// horovodrun --gloo gives every rank its place (gloo_run.py's slot variables) and the
+// address of its own HTTP key-value server, but no port for anyone else: rank 0 picks one
+// and publishes it there. The key carries the world size, so a job whose size disagrees
+// between ranks waits on different keys and times out rather than meeting wrongly.
+StatusOr<LaunchEnv> fromHorovod(const Getenv& getenv) {
+  LaunchEnv e;
+  e.source = "horovod";
+  BRAID_RETURN_IF_ERROR(requireInt(getenv, "HOROVOD_SIZE", "horovod", 1, kMaxRanks, &e.worldSize));
+  BRAID_RETURN_IF_ERROR(requireInt(getenv, "HOROVOD_RANK", "horovod", 0, kMaxRanks, &e.rank));
+  BRAID_RETURN_IF_ERROR(optionalInt(getenv, "HOROVOD_LOCAL_RANK", 0, kMaxRanks, &e.localRank));
+  BRAID_RETURN_IF_ERROR(optionalInt(getenv, "HOROVOD_LOCAL_SIZE", 1, kMaxRanks, &e.localSize));
+  BRAID_RETURN_IF_ERROR(checkRanks(e, "HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE"));
+  // braid places ranks on hosts from its own host ids, but a cross rank that contradicts
+  // the size is a broken launch worth naming.
+  int crossRank = -1, crossSize = -1;
+  BRAID_RETURN_IF_ERROR(optionalInt(getenv, "HOROVOD_CROSS_RANK", 0, kMaxRanks, &crossRank));
+  BRAID_RETURN_IF_ERROR(optionalInt(getenv, "HOROVOD_CROSS_SIZE", 1, kMaxRanks, &crossSize));
+  if (crossSize > e.worldSize)
+    return invalidArgument("HOROVOD_CROSS_SIZE=" + std::to_string(crossSize) + " exceeds HOROVOD_SIZE=" +
+                           std::to_string(e.worldSize));
+  if (crossRank >= 0 && crossSize > 0 && crossRank >= crossSize)
+    return invalidArgument("HOROVOD_CROSS_RANK=" + std::to_string(crossRank) + " must be less than HOROVOD_CROSS_SIZE=" +
+                           std::to_string(crossSize));
+  bool elastic = false;
+  if (const char* x = lookup(getenv, "HOROVOD_ELASTIC")) BRAID_RETURN_IF_ERROR(parseBool("HOROVOD_ELASTIC", x, &elastic));
+  if (elastic)
+    return invalidArgument("horovod launch: HOROVOD_ELASTIC=1 (horovodrun --elastic) is not supported: an elastic "
+                           "job renumbers its ranks through horovodrun's own rendezvous, so HOROVOD_RANK is stale");
+  e.serveStore = e.rank == 0;
+  if (const char* addr = lookup(getenv, "BRAID_STORE_ADDR")) {
+    BRAID_RETURN_IF_ERROR(parseStoreAddr("BRAID_STORE_ADDR", addr, &e.storeHost, &e.storePort));
+    return e;
+  }
+  const char* host = lookup(getenv, "HOROVOD_GLOO_RENDEZVOUS_ADDR");
+  const char* port = lookup(getenv, "HOROVOD_GLOO_RENDEZVOUS_PORT");
+  if (!host || !port)
+    return invalidArgument(std::string("horovod launch: ") +
+                           (host ? "HOROVOD_GLOO_RENDEZVOUS_PORT" : "HOROVOD_GLOO_RENDEZVOUS_ADDR") +
+                           " is not set (horovodrun --gloo sets it; else set BRAID_STORE_ADDR=host:port)");
+  if (std::strchr(host, ':') || std::strchr(host, '/'))
+    return badValue("HOROVOD_GLOO_RENDEZVOUS_ADDR", host, "is not a host name or IPv4 address");
+  e.kvHost = host;
+  BRAID_RETURN_IF_ERROR(parseInt("HOROVOD_GLOO_RENDEZVOUS_PORT", port, 1, 65535, &e.kvPort));
+  e.kvScope = "braid";
+  e.kvKey = "store.n" + std::to_string(e.worldSize);
+  return e;
+}
+
 StatusOr<LaunchEnv> fromTorchrun(const Getenv& getenv) {
   LaunchEnv e;
   e.source = "torchrun";
@@ -184,13 +233,24 @@ StatusOr<LaunchEnv> detectLaunchEnv(const Getenv& getenv) {
     return false;
   };
   if (any({"BRAID_RANK", "BRAID_WORLD_SIZE"})) return fromBraid(getenv);
+  if (any({"HOROVOD_RANK", "HOROVOD_SIZE"})) return fromHorovod(getenv);
   if (any({"RANK", "WORLD_SIZE"})) return fromTorchrun(getenv);
   if (any({"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"})) return fromOpenMpi(getenv);
   if (any({"SLURM_PROCID", "SLURM_NTASKS"})) return fromSlurm(getenv);
   return invalidArgument(
       "no launcher environment found: looked for BRAID_RANK/BRAID_WORLD_SIZE/BRAID_STORE_ADDR (braidrun), "
+      "HOROVOD_RANK/HOROVOD_SIZE/HOROVOD_GLOO_RENDEZVOUS_ADDR (horovodrun --gloo), "
       "RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT (torchrun), OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE (mpirun) and "
       "SLURM_PROCID/SLURM_NTASKS (srun)");
+}
+
+Status parseStoreAddress(const std::string& what, const std::string& value, std::string* host, int* port) {
+  std::string h;
+  int p = 0;
+  BRAID_RETURN_IF_ERROR(parseStoreAddr(what.c_str(), value.c_str(), &h, &p));
+  *host = std::move(h);
+  *port = p;
+  return Status::ok();
 }
 
 }  // namespace braid::bootstrap

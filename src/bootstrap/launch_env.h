@@ -1,7 +1,7 @@
 #pragma once
 // Works out who this process is in the job (rank, world size, local rank) and where the
-// rendezvous store is, from the environment that the launcher left: braidrun, torchrun,
-// OpenMPI's mpirun or Slurm's srun.
+// rendezvous store is, from the environment that the launcher left: braidrun, Horovod's
+// horovodrun --gloo, torchrun, OpenMPI's mpirun or Slurm's srun.
 
 #include <functional>
 #include <string>
@@ -18,7 +18,16 @@ struct LaunchEnv {
   std::string storeHost;
   int storePort = 0;
   bool serveStore = false;  // this rank must host the store (rank 0 unless it is external)
-  std::string source;       // "braid", "torchrun", "openmpi" or "slurm"
+  std::string source;       // "braid", "horovod", "torchrun", "openmpi" or "slurm"
+
+  // Set when the launcher names a key-value server rather than the store's address
+  // (horovodrun's HTTP rendezvous server): the store's owner serves on an ephemeral port
+  // and publishes "host:port" under kvScope/kvKey there, and the other ranks read it back
+  // (bootstrap/http_kv.h). storeHost is empty and storePort 0 until that has happened.
+  std::string kvHost;
+  int kvPort = 0;
+  std::string kvScope;
+  std::string kvKey;
 };
 
 // Reads the launcher's variables through `getenv` (injected so tests need not touch the
@@ -26,6 +35,13 @@ struct LaunchEnv {
 // rank variables are present wins, in this order:
 //   braid    BRAID_RANK, BRAID_WORLD_SIZE, BRAID_STORE_ADDR=host:port, BRAID_LOCAL_RANK,
 //            BRAID_LOCAL_SIZE; rank 0 serves unless BRAID_STORE_EXTERNAL=1 (braidrun).
+//   horovod  HOROVOD_RANK, HOROVOD_SIZE, HOROVOD_LOCAL_RANK, HOROVOD_LOCAL_SIZE (and
+//            HOROVOD_CROSS_RANK/HOROVOD_CROSS_SIZE, checked when set), with the store's
+//            address published through horovodrun's key-value server at
+//            HOROVOD_GLOO_RENDEZVOUS_ADDR:HOROVOD_GLOO_RENDEZVOUS_PORT (scope "braid", key
+//            "store.n<size>"); BRAID_STORE_ADDR, when set, names the store instead. Rank 0
+//            serves. HOROVOD_ELASTIC=1 is refused: an elastic job renumbers its ranks
+//            through horovodrun's own protocol, which braid does not follow.
 //   torchrun RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, LOCAL_RANK, LOCAL_WORLD_SIZE; the
 //            store listens on MASTER_PORT+1 when TORCHELASTIC_USE_AGENT_STORE=True (torch's
 //            own store holds MASTER_PORT then), else on MASTER_PORT; rank 0 serves.
@@ -33,9 +49,18 @@ struct LaunchEnv {
 //            OMPI_COMM_WORLD_LOCAL_SIZE; the store from BRAID_STORE_ADDR or MASTER_ADDR and
 //            MASTER_PORT.
 //   slurm    SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID; the store as for openmpi.
+// Horovod comes second because its variables are specific: only a Horovod launcher sets
+// them (braidrun sets them too, for Horovod's front end, beside its own BRAID_* which win),
+// while the generic RANK or SLURM_PROCID leak into horovodrun's children from around it
+// (horovodrun inside a Slurm allocation hands every rank the batch step's SLURM_PROCID=0).
 // A malformed or inconsistent value gives kInvalidArgument naming the variable and its
 // value; no launcher at all gives kInvalidArgument listing the variables looked for. Pure
 // apart from the calls to `getenv`; thread-safe if `getenv` is.
 StatusOr<LaunchEnv> detectLaunchEnv(const std::function<const char*(const char*)>& getenv);
+
+// Splits "host:port" (an IPv4 address or a name, a port in [1, 65535]) as BRAID_STORE_ADDR
+// is split; `what` names where the value came from in the kInvalidArgument message. Writes
+// `host` and `port` only on success. Pure.
+Status parseStoreAddress(const std::string& what, const std::string& value, std::string* host, int* port);
 
 }  // namespace braid::bootstrap

@@ -34,6 +34,13 @@ void checkFails(const Env& env, std::initializer_list<std::string> needles) {
 Env braidEnv() {
   return {{"BRAID_RANK", "2"}, {"BRAID_WORLD_SIZE", "4"}, {"BRAID_STORE_ADDR", "10.0.0.1:29400"}};
 }
+// As horovodrun --gloo sets it (gloo_run.py), for rank 1 of 4 on two hosts.
+Env horovodEnv() {
+  return {{"HOROVOD_RANK", "1"}, {"HOROVOD_SIZE", "4"}, {"HOROVOD_LOCAL_RANK", "1"}, {"HOROVOD_LOCAL_SIZE", "2"},
+          {"HOROVOD_CROSS_RANK", "0"}, {"HOROVOD_CROSS_SIZE", "2"}, {"HOROVOD_HOSTNAME", "localhost"},
+          {"HOROVOD_GLOO_RENDEZVOUS_ADDR", "10.1.2.3"}, {"HOROVOD_GLOO_RENDEZVOUS_PORT", "40123"},
+          {"HOROVOD_CONTROLLER", "gloo"}, {"HOROVOD_CPU_OPERATIONS", "gloo"}, {"HOROVOD_GLOO_IFACE", "eth0"}};
+}
 Env torchEnv() {
   return {{"RANK", "1"}, {"WORLD_SIZE", "8"}, {"MASTER_ADDR", "node0"}, {"MASTER_PORT", "29500"},
           {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "4"}};
@@ -73,6 +80,51 @@ TEST_CASE("launch env: braidrun", "[bootstrap][launch_env]") {
   CHECK_FALSE(detect(env)->serveStore);  // ...unless braidrun does
   env["BRAID_STORE_EXTERNAL"] = "0";
   CHECK(detect(env)->serveStore);
+}
+
+TEST_CASE("launch env: horovodrun --gloo", "[bootstrap][launch_env]") {
+  auto e = detect(horovodEnv());
+  REQUIRE(e.isOk());
+  CHECK(e->source == "horovod");
+  CHECK(e->rank == 1);
+  CHECK(e->worldSize == 4);
+  CHECK(e->localRank == 1);
+  CHECK(e->localSize == 2);
+  // No store address yet: it comes through horovodrun's key-value server.
+  CHECK(e->storeHost.empty());
+  CHECK(e->storePort == 0);
+  CHECK_FALSE(e->serveStore);
+  CHECK(e->kvHost == "10.1.2.3");
+  CHECK(e->kvPort == 40123);
+  CHECK(e->kvScope == "braid");
+  CHECK(e->kvKey == "store.n4");
+
+  Env env = horovodEnv();
+  env["HOROVOD_RANK"] = "0";
+  env["HOROVOD_LOCAL_RANK"] = "0";
+  auto r0 = detect(env);
+  REQUIRE(r0.isOk());
+  CHECK(r0->serveStore);  // rank 0 serves, on a port it picks and publishes
+  CHECK(r0->storePort == 0);
+  env["HOROVOD_ELASTIC"] = "0";
+  CHECK(detect(env).isOk());
+
+  // BRAID_STORE_ADDR names the store outright; the key-value server is not used.
+  env["BRAID_STORE_ADDR"] = "head:6000";
+  auto fixed = detect(env);
+  REQUIRE(fixed.isOk());
+  CHECK(fixed->storeHost == "head");
+  CHECK(fixed->storePort == 6000);
+  CHECK(fixed->serveStore);
+  CHECK(fixed->kvHost.empty());
+
+  // Only the rank variables are needed besides the server: the others are optional.
+  Env minimal = {{"HOROVOD_RANK", "0"}, {"HOROVOD_SIZE", "1"}, {"HOROVOD_GLOO_RENDEZVOUS_ADDR", "h"},
+                 {"HOROVOD_GLOO_RENDEZVOUS_PORT", "1"}};
+  auto m = detect(minimal);
+  REQUIRE(m.isOk());
+  CHECK(m->localRank == -1);
+  CHECK(m->kvKey == "store.n1");
 }
 
 TEST_CASE("launch env: torchrun", "[bootstrap][launch_env]") {
@@ -135,12 +187,16 @@ TEST_CASE("launch env: OpenMPI and Slurm", "[bootstrap][launch_env]") {
   CHECK(detect(slurm)->storePort == 99);
 }
 
-TEST_CASE("launch env: precedence braid > torchrun > OpenMPI > Slurm", "[bootstrap][launch_env]") {
+// braidrun sets HOROVOD_* beside BRAID_*, so braid's come first; horovodrun sets nothing
+// else, but generic RANK or SLURM_* may be inherited from around it, so Horovod's come next.
+TEST_CASE("launch env: precedence braid > horovod > torchrun > OpenMPI > Slurm", "[bootstrap][launch_env]") {
   Env all;
-  for (const Env& e : {slurmEnv(), ompiEnv(), torchEnv(), braidEnv()})
+  for (const Env& e : {slurmEnv(), ompiEnv(), torchEnv(), horovodEnv(), braidEnv()})
     for (const auto& [k, v] : e) all[k] = v;
   CHECK(detect(all)->source == "braid");
   for (const char* k : {"BRAID_RANK", "BRAID_WORLD_SIZE"}) all.erase(k);
+  CHECK(detect(all)->source == "horovod");
+  for (const char* k : {"HOROVOD_RANK", "HOROVOD_SIZE"}) all.erase(k);
   CHECK(detect(all)->source == "torchrun");
   for (const char* k : {"RANK", "WORLD_SIZE"}) all.erase(k);
   CHECK(detect(all)->source == "openmpi");
@@ -149,7 +205,7 @@ TEST_CASE("launch env: precedence braid > torchrun > OpenMPI > Slurm", "[bootstr
 }
 
 TEST_CASE("launch env: nothing set lists what was looked for", "[bootstrap][launch_env]") {
-  checkFails({}, {"BRAID_RANK", "RANK/WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"});
+  checkFails({}, {"BRAID_RANK", "HOROVOD_RANK", "RANK/WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"});
   checkFails({{"BRAID_RANK", ""}, {"PATH", "/bin"}}, {"no launcher environment"});  // empty = unset
 }
 
@@ -183,6 +239,32 @@ TEST_CASE("launch env: malformed values name the variable and value", "[bootstra
                {"BRAID_LOCAL_RANK=2", "BRAID_LOCAL_SIZE=2"});
     checkFails(with(braidEnv(), "BRAID_LOCAL_SIZE", "5"), {"BRAID_LOCAL_SIZE=5", "BRAID_WORLD_SIZE=4"});
     checkFails(with(braidEnv(), "BRAID_LOCAL_SIZE", "0"), {"BRAID_LOCAL_SIZE='0'"});
+  }
+  SECTION("horovod") {
+    checkFails(with(horovodEnv(), "HOROVOD_RANK", "one"), {"HOROVOD_RANK='one'", "not an integer"});
+    checkFails(with(horovodEnv(), "HOROVOD_RANK", "-1"), {"HOROVOD_RANK='-1'", "negative"});
+    checkFails(with(horovodEnv(), "HOROVOD_RANK", "4"), {"HOROVOD_RANK=4", "HOROVOD_SIZE=4"});
+    checkFails(with(horovodEnv(), "HOROVOD_SIZE", "0"), {"HOROVOD_SIZE='0'"});
+    checkFails(without(horovodEnv(), "HOROVOD_SIZE"), {"HOROVOD_SIZE is not set"});
+    checkFails(without(horovodEnv(), "HOROVOD_RANK"), {"HOROVOD_RANK is not set"});
+    checkFails(with(horovodEnv(), "HOROVOD_LOCAL_RANK", "x1"), {"HOROVOD_LOCAL_RANK='x1'"});
+    checkFails(with(horovodEnv(), "HOROVOD_LOCAL_RANK", "2"), {"HOROVOD_LOCAL_RANK=2", "HOROVOD_LOCAL_SIZE=2"});
+    checkFails(with(horovodEnv(), "HOROVOD_LOCAL_SIZE", "5"), {"HOROVOD_LOCAL_SIZE=5", "HOROVOD_SIZE=4"});
+    checkFails(with(horovodEnv(), "HOROVOD_CROSS_RANK", "a"), {"HOROVOD_CROSS_RANK='a'"});
+    checkFails(with(horovodEnv(), "HOROVOD_CROSS_RANK", "2"), {"HOROVOD_CROSS_RANK=2", "HOROVOD_CROSS_SIZE=2"});
+    checkFails(with(horovodEnv(), "HOROVOD_CROSS_SIZE", "5"), {"HOROVOD_CROSS_SIZE=5", "HOROVOD_SIZE=4"});
+    checkFails(with(horovodEnv(), "HOROVOD_CROSS_SIZE", "0"), {"HOROVOD_CROSS_SIZE='0'"});
+    checkFails(with(horovodEnv(), "HOROVOD_ELASTIC", "1"), {"HOROVOD_ELASTIC=1", "not supported"});
+    checkFails(with(horovodEnv(), "HOROVOD_ELASTIC", "sometimes"), {"HOROVOD_ELASTIC='sometimes'"});
+    checkFails(without(horovodEnv(), "HOROVOD_GLOO_RENDEZVOUS_ADDR"),
+               {"HOROVOD_GLOO_RENDEZVOUS_ADDR is not set", "BRAID_STORE_ADDR"});
+    checkFails(without(horovodEnv(), "HOROVOD_GLOO_RENDEZVOUS_PORT"), {"HOROVOD_GLOO_RENDEZVOUS_PORT is not set"});
+    checkFails(with(horovodEnv(), "HOROVOD_GLOO_RENDEZVOUS_PORT", "http"), {"HOROVOD_GLOO_RENDEZVOUS_PORT='http'"});
+    checkFails(with(horovodEnv(), "HOROVOD_GLOO_RENDEZVOUS_PORT", "0"), {"HOROVOD_GLOO_RENDEZVOUS_PORT='0'"});
+    checkFails(with(horovodEnv(), "HOROVOD_GLOO_RENDEZVOUS_PORT", "65536"), {"HOROVOD_GLOO_RENDEZVOUS_PORT='65536'"});
+    checkFails(with(horovodEnv(), "HOROVOD_GLOO_RENDEZVOUS_ADDR", "10.1.2.3:80"),
+               {"HOROVOD_GLOO_RENDEZVOUS_ADDR='10.1.2.3:80'"});
+    checkFails(with(horovodEnv(), "BRAID_STORE_ADDR", "head"), {"BRAID_STORE_ADDR='head'"});
   }
   SECTION("torchrun") {
     checkFails(with(torchEnv(), "RANK", "abc"), {"RANK='abc'"});
@@ -221,4 +303,21 @@ TEST_CASE("launch env: malformed values name the variable and value", "[bootstra
     checkFails(without(slurmEnv(), "BRAID_STORE_ADDR"), {"Slurm", "BRAID_STORE_ADDR", "MASTER_ADDR"});
     checkFails(with(slurmEnv(), "BRAID_STORE_ADDR", "n1:-5"), {"BRAID_STORE_ADDR='n1:-5'"});
   }
+}
+
+TEST_CASE("launch env: a published store address is split like BRAID_STORE_ADDR", "[bootstrap][launch_env]") {
+  std::string host = "unchanged";
+  int port = -1;
+  REQUIRE(parseStoreAddress("braid/store.n4.i0", "10.0.0.7:41000", &host, &port).isOk());
+  CHECK(host == "10.0.0.7");
+  CHECK(port == 41000);
+  for (const char* bad : {"10.0.0.7", "10.0.0.7:", ":41000", "10.0.0.7:99999", "h:p"}) {
+    INFO(bad);
+    Status s = parseStoreAddress("braid/store.n4.i0", bad, &host, &port);
+    REQUIRE_FALSE(s.isOk());
+    CHECK(s.code() == Code::kInvalidArgument);
+    CHECK(s.message().find(std::string("braid/store.n4.i0='") + bad + "'") != std::string::npos);
+  }
+  CHECK(host == "10.0.0.7");  // left alone by the failures
+  CHECK(port == 41000);
 }

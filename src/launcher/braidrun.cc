@@ -4,7 +4,9 @@
 //
 // braidrun hosts the rendezvous store itself (so the store outlives any rank), gives each
 // rank BRAID_RANK/BRAID_WORLD_SIZE/BRAID_LOCAL_RANK/BRAID_LOCAL_SIZE/BRAID_STORE_ADDR and
-// BRAID_STORE_EXTERNAL=1, and supervises them:
+// BRAID_STORE_EXTERNAL=1, plus the variables horovodrun gives its ranks, which Horovod-style
+// front ends read (HOROVOD_RANK/SIZE, HOROVOD_LOCAL_RANK/SIZE, HOROVOD_CROSS_RANK/SIZE = 0/1
+// on one host, HOROVOD_HOSTNAME), and supervises them:
 //   - exit status 0 if every rank exits 0, else the first failure's status (128+signo for a
 //     signal), with one line on stderr per failed rank;
 //   - after a failure the other ranks get BRAIDRUN_GRACE_SEC (default 15 s) to notice the
@@ -72,7 +74,12 @@ void usage(FILE* f) {
                "  --bind-to WHAT   core: bind rank i to the i-th usable core; none: do not bind\n"
                "                   (default: core when there are at least as many cores as ranks)\n"
                "environment: BRAIDRUN_GRACE_SEC (default 15): how long the other ranks may run on\n"
-               "after one fails before they are terminated\n");
+               "after one fails before they are terminated\n"
+               "each rank gets BRAID_RANK, BRAID_WORLD_SIZE, BRAID_LOCAL_RANK, BRAID_LOCAL_SIZE,\n"
+               "BRAID_STORE_ADDR, BRAID_STORE_EXTERNAL=1 and, for Horovod-style front ends,\n"
+               "HOROVOD_RANK, HOROVOD_SIZE, HOROVOD_LOCAL_RANK, HOROVOD_LOCAL_SIZE,\n"
+               "HOROVOD_CROSS_RANK=0, HOROVOD_CROSS_SIZE=1 and HOROVOD_HOSTNAME (this host's name);\n"
+               "these replace inherited values, and -x replaces these\n");
 }
 
 bool parseSeconds(const char* s, double* out) {
@@ -267,6 +274,8 @@ class Launcher {
     }
     store_ = std::move(server).value();
     storeAddr_ = "127.0.0.1:" + std::to_string(store_->port());
+    char host[256] = "";
+    hostName_ = gethostname(host, sizeof(host) - 1) == 0 && host[0] ? host : "localhost";
 
     start_ = nowNanos();
     for (int r = 0; r < opts_.np; ++r) {
@@ -291,6 +300,17 @@ class Launcher {
         {"BRAID_LOCAL_SIZE", std::to_string(opts_.np)},
         {"BRAID_STORE_ADDR", storeAddr_},
         {"BRAID_STORE_EXTERNAL", "1"},
+        // What horovodrun would give the same rank; on one host the cross ranks (this host's
+        // index among the hosts, and their number) are 0 and 1. They replace inherited
+        // values as BRAID_* do: a HOROVOD_RANK left from an enclosing horovodrun would name
+        // the wrong rank.
+        {"HOROVOD_RANK", std::to_string(rank)},
+        {"HOROVOD_SIZE", std::to_string(opts_.np)},
+        {"HOROVOD_LOCAL_RANK", std::to_string(rank)},
+        {"HOROVOD_LOCAL_SIZE", std::to_string(opts_.np)},
+        {"HOROVOD_CROSS_RANK", "0"},
+        {"HOROVOD_CROSS_SIZE", "1"},
+        {"HOROVOD_HOSTNAME", hostName_},
     };
     for (const auto& [k, v] : opts_.env) set[k] = v;  // -x may override, e.g. for tests
     std::vector<std::string> env;
@@ -633,6 +653,7 @@ class Launcher {
   int sigfd_ = -1;
   std::unique_ptr<bootstrap::TcpStoreServer> store_;
   std::string storeAddr_;
+  std::string hostName_;  // HOROVOD_HOSTNAME
   std::vector<Rank> ranks_;
   std::vector<TaggedStream> streams_;
   int64_t start_ = 0;

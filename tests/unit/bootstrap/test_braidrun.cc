@@ -51,6 +51,25 @@ TEST_CASE("braidrun gives every rank its environment", "[bootstrap][braidrun]") 
   }
 }
 
+// The variables horovodrun gives its ranks, for Horovod-style front ends: braidrun's values
+// replace inherited ones (a stale HOROVOD_RANK from around it), and -x replaces braidrun's.
+TEST_CASE("braidrun gives every rank Horovod's variables", "[bootstrap][braidrun]") {
+  char host[256] = "";
+  REQUIRE(gethostname(host, sizeof(host) - 1) == 0);
+  Run r = run("HOROVOD_RANK=7 HOROVOD_SIZE=9 HOROVOD_CROSS_SIZE=4 " + kBraidrun +
+              " -np 3 -x HOROVOD_HOSTNAME=chosen --tag-output sh -c "
+              "'echo hvd=$HOROVOD_RANK/$HOROVOD_SIZE local=$HOROVOD_LOCAL_RANK/$HOROVOD_LOCAL_SIZE "
+              "cross=$HOROVOD_CROSS_RANK/$HOROVOD_CROSS_SIZE host=$HOROVOD_HOSTNAME'");
+  INFO(r.out);
+  CHECK(r.status == 0);
+  for (int i = 0; i < 3; ++i) {
+    const std::string n = std::to_string(i);
+    CHECK(contains(r.out, "[" + n + "] hvd=" + n + "/3 local=" + n + "/3 cross=0/1 host=chosen\n"));
+  }
+  Run plain = run(kBraidrun + " -np 1 sh -c 'echo host=$HOROVOD_HOSTNAME.'");
+  CHECK(plain.out == "host=" + std::string(host) + ".\n");
+}
+
 TEST_CASE("braidrun --tag-output tags whole lines of stdout and stderr", "[bootstrap][braidrun]") {
   Run r = run(kBraidrun + " -np 2 --tag-output sh -c 'echo out $BRAID_RANK; echo err $BRAID_RANK >&2; printf tail'");
   INFO(r.out);

@@ -52,13 +52,14 @@ std::string advertisedAddress() {
   return best;
 }
 
-// Inits from an environment that names a key-value server (horovodrun) publish the store
-// under a key of their own: hvd.shutdown() then hvd.init() rendezvous again through the
-// same server, where the previous init's address is still stored and its store is gone.
-// Every process counts its own such inits (failed ones too, so that a failure on one rank
-// does not shift its count against the others'); all ranks of a job make them together, so
-// the n-th init of every rank meets on the n-th key.
-std::atomic<uint64_t> gPublishedInits{0};
+// Every process counts its inits from the launcher's environment (failed ones too, so that a
+// failure on one rank does not shift its count against the others'); all ranks of a job make
+// them together, so the n-th init of every rank meets the n-th init of the others. The count
+// keeps a second init (hvd.shutdown() then hvd.init(), a framework re-creating its world)
+// apart from the first: its keys in a store that outlived the first (braidrun's) get their
+// own prefix, and a store published through a key-value server (horovodrun) its own key,
+// since the previous init's address is still stored there and its store is gone.
+std::atomic<uint64_t> gEnvInits{0};
 
 // Fills in env->storeHost/storePort through the launcher's key-value server, for the
 // process's `init`-th such init: the rank serving the store (`server` not null) publishes
@@ -156,7 +157,7 @@ StatusOr<std::unique_ptr<Session>> Session::fromEnv() {
   BRAID_ASSIGN_OR_RETURN(core::Config cfg, core::Config::fromEnv());
   BRAID_ASSIGN_OR_RETURN(bootstrap::LaunchEnv env, bootstrap::detectLaunchEnv([](const char* n) { return std::getenv(n); }));
   Deadline deadline = Deadline::after(cfg.timeoutSec);
-  const uint64_t init = env.kvHost.empty() ? 0 : gPublishedInits.fetch_add(1);
+  const uint64_t init = gEnvInits.fetch_add(1);
   std::shared_ptr<bootstrap::TcpStoreServer> server;
   if (env.serveStore && env.rank == 0) {
     // Port 0 (a store published through a key-value server) binds an ephemeral port.
@@ -175,6 +176,7 @@ StatusOr<std::unique_ptr<Session>> Session::fromEnv() {
   core::CommOptions opts;
   opts.config = cfg;
   opts.storeOwnerRank = env.serveStore ? 0 : -1;
+  if (init > 0) opts.keyPrefix += ".i" + std::to_string(init);
   BRAID_ASSIGN_OR_RETURN(auto s, join(std::shared_ptr<bootstrap::Store>(std::move(client).value()), env.rank,
                                       env.worldSize, std::move(opts)));
   s->server_ = std::move(server);

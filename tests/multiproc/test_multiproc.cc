@@ -571,3 +571,14 @@ TEST_CASE("Horovod's gloo launcher starts braid ranks with no other variables", 
   CHECK(again.status == 0);
   for (int i = 0; i < 3; ++i) CHECK(again.out.find("reinit ok rank " + std::to_string(i) + " rounds 3") != std::string::npos);
 }
+
+// A program that makes its communicator from braidrun's environment again after destroying
+// it (a framework re-creating its world) meets on fresh keys of braidrun's store, which still
+// holds the first init's records; without them rank 0 read another session's nonce.
+TEST_CASE("under braidrun, a communicator made again in the same processes meets on fresh keys", "[multiproc]") {
+  Run r = run(std::string(BRAIDRUN) + " -np 3 " MP_DIR "/mp_reinit 4");
+  INFO(r.out);
+  CHECK(r.status == 0);
+  for (int i = 0; i < 3; ++i)
+    CHECK(r.out.find("reinit ok rank " + std::to_string(i) + " rounds 4") != std::string::npos);
+}

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -185,6 +186,12 @@ std::string hostKey() {
   return key;
 }
 
+std::string upper(const char* s) {
+  std::string u = s;
+  for (char& c : u) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return u;
+}
+
 }  // namespace
 
 const char* kindName(Kind k) {
@@ -356,6 +363,12 @@ bool Core::init(const std::vector<int32_t>& ranks, const std::vector<std::vector
     // for splitting new sets from inside a cycle.
     global->comm = std::make_unique<braid::Communicator>(world->split(0, rank_));
 
+    if (const char* tl = std::getenv("HOROVOD_TIMELINE"); tl && *tl && std::string(tl) != "DYNAMIC" && rank_ == 0) {
+      const char* mark = std::getenv("HOROVOD_TIMELINE_MARK_CYCLES");
+      if (!timeline_.start(tl, mark && std::string(mark) == "1"))
+        std::fprintf(stderr, "braid horovod: cannot write the timeline to HOROVOD_TIMELINE=%s\n", tl);
+    }
+
     std::lock_guard<std::mutex> lk(mu_);
     world_ = std::move(world);
     sets_ = std::move(table);
@@ -389,6 +402,7 @@ void Core::shutdown() {
   }
   sets.clear();  // the communicators, then the world
   world_.reset();
+  timeline_.stop();
   fusion_ = at::Tensor();
 }
 
@@ -447,6 +461,7 @@ std::shared_ptr<Handle> Core::submit(int32_t setId, std::vector<Entry> entries) 
     e->enqueued = now;
     ps->pending[e->req.name] = e;
     ps->queue.push_back(e);
+    if (timeline_.on()) timeline_.begin(e->req.name, "NEGOTIATE_" + upper(kindName(e->req.kind)));
   }
   wake_.notify_all();
   return handle;
@@ -463,6 +478,7 @@ void Core::complete(ProcessSet& ps, const std::shared_ptr<Entry>& e, const std::
   }
   // Outputs and inputs are released before the caller is told, so that a waiting thread
   // owns its tensors again when it wakes.
+  if (timeline_.on()) timeline_.end(e->req.name);
   auto h = e->handle;
   e->input = at::Tensor();
   e->splits = at::Tensor();
@@ -492,6 +508,7 @@ void Core::loop() {
     bool stop = false;
     while (!stop) {
       auto start = Clock::now();
+      timeline_.cycle();
       std::vector<std::shared_ptr<ProcessSet>> sets;
       {
         std::lock_guard<std::mutex> lk(mu_);
@@ -762,6 +779,13 @@ void Core::fullRound(ProcessSet& ps, const std::vector<std::shared_ptr<Entry>>& 
 }
 
 void Core::execute(ProcessSet& ps, std::vector<Response>& responses) {
+  if (timeline_.on()) {
+    for (auto& r : responses) {
+      if (!r.local) continue;
+      timeline_.end(r.name);  // NEGOTIATE_<OP>
+      timeline_.begin(r.name, upper(kindName(r.kind)));
+    }
+  }
   size_t i = 0;
   while (i < responses.size()) {
     Response& r = responses[i];
@@ -811,8 +835,10 @@ void Core::runAllreduces(ProcessSet& ps, std::vector<Response*>& group) {
     auto& e = *group[0]->local;
     if (e.output.data_ptr() != e.input.data_ptr()) e.output.copy_(e.input);
     scale(e.output, rq.prescale);
+    if (timeline_.on()) timeline_.begin(e.req.name, "BRAID_ALLREDUCE");
     ps.comm->allreduce(ptr(e.output), e.output.numel(), dt, op);
     finishReduction(e.output, rq.op, rq.postscale, n);
+    if (timeline_.on()) timeline_.end(e.req.name);
     complete(ps, group[0]->local, "");
     return;
   }
@@ -822,6 +848,15 @@ void Core::runAllreduces(ProcessSet& ps, std::vector<Response*>& group) {
   if (!fusion_.defined() || static_cast<size_t>(fusion_.numel()) < total)
     fusion_ = at::empty({static_cast<int64_t>(std::max<size_t>(total, 1))}, at::kByte);
   auto* buf = static_cast<char*>(fusion_.data_ptr());
+  auto activity = [&](const char* what) {
+    if (!timeline_.on()) return;
+    for (auto* g : group)
+      if (g->local) {
+        if (what) timeline_.begin(g->name, what);
+        else timeline_.end(g->name);
+      }
+  };
+  activity("MEMCPY_IN_FUSION_BUFFER");
   size_t off = 0;
   for (auto* g : group) {
     size_t b = numelOf(g->req.shape) * esz;
@@ -831,13 +866,18 @@ void Core::runAllreduces(ProcessSet& ps, std::vector<Response*>& group) {
   }
   auto view = at::from_blob(buf, {static_cast<int64_t>(total / esz)}, at::TensorOptions().dtype(st));
   scale(view, rq.prescale);
+  activity(nullptr);
+  activity("BRAID_ALLREDUCE");
   ps.comm->allreduce(buf, total / esz, dt, op);
   finishReduction(view, rq.op, rq.postscale, n);
+  activity(nullptr);
+  activity("MEMCPY_OUT_FUSION_BUFFER");
   off = 0;
   for (auto* g : group) {
     size_t b = numelOf(g->req.shape) * esz;
     if (g->local) std::memcpy(ptr(g->local->output), buf + off, b);
     off += b;
+    if (g->local && timeline_.on()) timeline_.end(g->name);
     complete(ps, g->local, "");
   }
 }
@@ -911,6 +951,7 @@ void Core::runOne(ProcessSet& ps, Response& r) {
   }
 
   auto& e = *r.local;  // only allreduce runs on joined ranks, and that went to runAllreduces
+  if (timeline_.on()) timeline_.begin(r.name, "BRAID_" + upper(kindName(r.kind)));
   auto st = e.input.scalar_type();
   size_t esz = c10::elementSize(st);
   std::vector<int64_t> shape = e.input.sizes().vec();
@@ -985,7 +1026,20 @@ void Core::runOne(ProcessSet& ps, Response& r) {
     default:
       throw std::runtime_error(std::string("braid horovod: unexpected operation ") + kindName(r.kind));
   }
+  if (timeline_.on()) timeline_.end(r.name);
   complete(ps, r.local, "");
+}
+
+int Core::startTimeline(const std::string& path, bool markCycles) {
+  if (!running_) return -1;
+  if (rank_ != 0) return 1;
+  return timeline_.start(path, markCycles) ? 1 : 0;
+}
+
+int Core::stopTimeline() {
+  if (!running_) return -1;
+  timeline_.stop();
+  return 1;
 }
 
 // ---- process sets -------------------------------------------------------------------------

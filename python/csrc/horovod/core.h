@@ -27,6 +27,8 @@
 
 #include <braid/braid.hpp>
 
+#include "timeline.h"
+
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -155,6 +157,11 @@ class Core {
   int32_t processSetRanks(int32_t id, int32_t* out);
   std::vector<int32_t> processSetIds();
 
+  // hvd.start_timeline / stop_timeline (Horovod's codes: -1 not initialized; 1 done; 0 the
+  // file cannot be written). Only rank 0 writes a timeline, as in Horovod.
+  int startTimeline(const std::string& path, bool markCycles);
+  int stopTimeline();
+
  private:
   Core() = default;
   void loop();
@@ -195,6 +202,7 @@ class Core {
   std::shared_ptr<Entry> joinEntry_;  // guarded by mu_
   uint64_t joinCycle_ = 0;
   at::Tensor fusion_;
+  Timeline timeline_;
 };
 
 }  // namespace braid_hvd

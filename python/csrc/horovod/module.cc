@@ -66,8 +66,9 @@ int setSize(int setId) {
   return n;
 }
 
+// Horovod's tensor names: "<op>.<name>", or "<op>.noname.<n>" for an unnamed call.
 std::string nameOr(const std::string& name, int setId, Kind kind) {
-  return name.empty() ? Core::instance().autoName(setId, kind) : name;
+  return name.empty() ? Core::instance().autoName(setId, kind) : braid_hvd::kindName(kind) + ("." + name);
 }
 
 Entry reduceEntry(Kind kind, const at::Tensor& t, const at::Tensor& out, const std::string& name, int op,
@@ -302,10 +303,10 @@ __attribute__((visibility("default"))) bool horovod_init_multi_comm(void*, int, 
 #define BRAID_HVD_EXPORT __attribute__((visibility("default")))
 BRAID_HVD_EXPORT void horovod_shutdown() { Core::instance().shutdown(); }
 BRAID_HVD_EXPORT bool horovod_is_initialized() { return Core::instance().initialized(); }
-BRAID_HVD_EXPORT int horovod_start_timeline(const char*, bool) {
-  return Core::instance().initialized() ? -2 : -1;
+BRAID_HVD_EXPORT int horovod_start_timeline(const char* file, bool markCycles) {
+  return Core::instance().startTimeline(file ? file : "", markCycles);
 }
-BRAID_HVD_EXPORT int horovod_stop_timeline() { return Core::instance().initialized() ? 1 : -1; }
+BRAID_HVD_EXPORT int horovod_stop_timeline() { return Core::instance().stopTimeline(); }
 BRAID_HVD_EXPORT int horovod_rank() { return Core::instance().rank(); }
 BRAID_HVD_EXPORT int horovod_local_rank() { return Core::instance().localRank(); }
 BRAID_HVD_EXPORT int horovod_cross_rank() { return Core::instance().crossRank(); }

@@ -30,11 +30,16 @@ TORCH_CUDA_EXTRAS=(nvidia-cufile==1.15.1.6 nvidia-cusparselt-cu13==0.8.1 nvidia-
                    nvidia-nccl-cu13==2.30.7)
 # Building and testing braid's package.
 TOOLS=(numpy==2.4.6 pytest==9.0.3 scikit-build-core==1.1.2 nanobind==3.1.0)
+# Horovod's pure-Python front end (its last release), whose native core braid provides
+# (python -m braid.horovod install), and the pure-Python packages it needs. Built from its
+# source distribution with HOROVOD_SKIP_COMPILE=1: no compiler runs, nothing of Horovod's C++.
+HOROVOD=horovod==0.28.1
+HOROVOD_DEPS=(cloudpickle==3.1.2 psutil==7.2.2 pyyaml==6.0.3 cffi==2.1.1 pycparser==3.12 packaging==26.3)
 
-STAMP_TEXT="torch=$TORCH_VERSION ${TORCH_PURE_DEPS[*]} ${TORCH_CUDA_EXTRAS[*]} ${TOOLS[*]}"
+STAMP_TEXT="torch=$TORCH_VERSION ${TORCH_PURE_DEPS[*]} ${TORCH_CUDA_EXTRAS[*]} ${TOOLS[*]} $HOROVOD ${HOROVOD_DEPS[*]}"
 STAMP="$ENV_DIR/.braid-env-stamp"
 
-if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$STAMP_TEXT" ] && "$ENV_DIR/bin/python" -c "import torch, numpy, nanobind" 2>/dev/null; then
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$STAMP_TEXT" ] && "$ENV_DIR/bin/python" -c "import torch, numpy, nanobind, horovod" 2>/dev/null; then
   echo "== python env ready: $ENV_DIR (torch $TORCH_VERSION)"
   echo "   activate with: source $ENV_DIR/bin/activate"
   exit 0
@@ -65,6 +70,8 @@ if ! "$ENV_DIR/bin/python" -c "import torch" 2>/tmp/braid-torch-import.$$; then
   fi
 fi
 rm -f /tmp/braid-torch-import.$$
+"${PIP[@]}" "${HOROVOD_DEPS[@]}"
+HOROVOD_SKIP_COMPILE=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 "${PIP[@]}" --no-deps "$HOROVOD"
 "$ENV_DIR/bin/python" -c "import torch, torch.distributed as d; assert d.is_available() and d.is_gloo_available(); print('== torch', torch.__version__, 'imports (CPU)')"
 echo "$STAMP_TEXT" > "$STAMP"
 echo "== python env ready: $ENV_DIR"

@@ -11,12 +11,22 @@ if [ ! -x "$ENV_DIR/bin/python" ]; then
   exit 77
 fi
 PY="$ENV_DIR/bin/python"
-echo "== building the braid Python package against $LIB"
-# --upgrade replaces the previous build in the target folder; the CMake build dir is kept so
-# that an unchanged tree rebuilds in seconds.
-"$PY" -m pip install -q --disable-pip-version-check --upgrade --no-build-isolation --no-deps \
-  -C build-dir="$OUT/pybuild" -C cmake.define.BRAID_PREBUILT_LIBRARY="$LIB" -C cmake.define.BRAID_PY_TORCH=ON \
-  --target "$OUT/site" "$ROOT/python"
+# BRAID_PYTEST_MODE: build (only build the package), test (only run pytest on the package
+# built before), all (the default: both).
+MODE="${BRAID_PYTEST_MODE:-all}"
+if [ "$MODE" != test ]; then
+  echo "== building the braid Python package against $LIB"
+  # --upgrade replaces the previous build in the target folder; the CMake build dir is kept so
+  # that an unchanged tree rebuilds in seconds.
+  "$PY" -m pip install -q --disable-pip-version-check --upgrade --no-build-isolation --no-deps \
+    -C build-dir="$OUT/pybuild" -C cmake.define.BRAID_PREBUILT_LIBRARY="$LIB" -C cmake.define.BRAID_PY_TORCH=ON \
+    --target "$OUT/site" "$ROOT/python"
+fi
+[ "$MODE" = build ] && exit 0
+if [ ! -d "$OUT/site/braid" ]; then
+  echo "no package at $OUT/site (its build step failed or did not run)"
+  exit 1
+fi
 echo "== pytest tests/python"
 cd "$ROOT/tests/python"
 BRAID_PYTHON_SITE="$OUT/site" exec "$PY" -m pytest -q -rfEs -p no:cacheprovider "$@" .

@@ -1,0 +1,345 @@
+"""One rank of a Horovod-on-braid test: an unchanged Horovod script in spirit (import
+horovod.torch as hvd, hvd.init(), ...), run by braidrun or horovodrun. Every check records
+None (passed) or its error; the rank writes them as JSON to $BRAID_TEST_OUT/rank<R>.json.
+
+    hvd_worker.py ops      every op x dtype x process set, orders, fusion, errors, join, objects,
+                           DistributedOptimizer, shutdown and init again
+    hvd_worker.py kill     the last rank dies mid-training; the others must raise
+                           HorovodInternalError within BRAID_TIMEOUT
+"""
+
+import json
+import os
+import signal
+import sys
+import time
+import traceback
+
+import torch
+import horovod.torch as hvd
+
+CHECKS = {}
+
+
+def check(name):
+    def run(fn):
+        try:
+            fn()
+            CHECKS[name] = None
+        except Exception:  # noqa: BLE001 - every failure is a result
+            CHECKS[name] = traceback.format_exc(limit=4)[-1500:]
+        return fn
+    return run
+
+
+def write_result(extra=None):
+    out = os.environ["BRAID_TEST_OUT"]
+    res = {"checks": CHECKS}
+    res.update(extra or {})
+    with open(os.path.join(out, "rank%d.json" % hvd.rank()), "w") as f:
+        json.dump(res, f)
+
+
+REDUCE_TYPES = [torch.int32, torch.int64, torch.float16, torch.bfloat16, torch.float32, torch.float64]
+MOVE_TYPES = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.float32,
+              torch.float64]
+
+
+def value(rank, shape, dtype, salt=0):
+    """A tensor every rank can recompute for any other rank: small integers, exact in fp16."""
+    n = 1
+    for d in shape:
+        n *= d
+    base = (torch.arange(n, dtype=torch.int64) * 7 + rank * 3 + salt) % 11 - 5
+    return base.reshape(shape).to(dtype)
+
+
+def scenario_ops():
+    os.environ["HOROVOD_DYNAMIC_PROCESS_SETS"] = "1"  # add_process_set after init
+    hvd.init()
+    rank, size = hvd.rank(), hvd.size()
+
+    @check("identity")
+    def _():
+        assert 0 <= rank < size and size == int(os.environ.get("EXPECT_SIZE", size))
+        assert hvd.local_size() == size and hvd.local_rank() == rank, (hvd.local_rank(), hvd.local_size())
+        assert hvd.cross_size() == 1 and hvd.cross_rank() == 0
+        assert hvd.is_initialized() and hvd.gloo_built() and not hvd.mpi_built() and not hvd.nccl_built()
+
+    shapes = [(5,), (3, 4), (2, 3, 5), (0,)]
+
+    @check("allreduce sum/average/min/max/product, every dtype")
+    def _():
+        for dtype in REDUCE_TYPES:
+            for shape in shapes:
+                xs = [value(r, shape, dtype).double() for r in range(size)]
+                x = value(rank, shape, dtype)
+                got = hvd.allreduce(x, op=hvd.Sum, name="s.%s.%s" % (dtype, shape))
+                assert torch.equal(got.double(), sum(xs)), (dtype, shape, got)
+                got = hvd.allreduce(x, op=hvd.Min, name="min.%s.%s" % (dtype, shape))
+                assert torch.equal(got.double(), torch.stack(xs).min(0).values if xs[0].numel() else xs[0])
+                got = hvd.allreduce(x, op=hvd.Max)
+                assert torch.equal(got.double(), torch.stack(xs).max(0).values if xs[0].numel() else xs[0])
+                avg = hvd.allreduce(x, op=hvd.Average)
+                want = sum(xs) / size
+                if not dtype.is_floating_point:
+                    want = torch.trunc(want)
+                assert torch.allclose(avg.double(), want, atol=1e-2), (dtype, shape, avg, want)
+            ones = torch.full((4,), 2, dtype=dtype)
+            assert torch.equal(hvd.allreduce(ones, op=hvd.Product).double(), torch.full((4,), 2.0 ** size))
+
+    @check("allreduce in place, prescale and postscale")
+    def _():
+        x = value(rank, (6,), torch.float32)
+        want = sum(value(r, (6,), torch.float32) for r in range(size))
+        hvd.allreduce_(x, op=hvd.Sum)
+        assert torch.equal(x, want)
+        y = hvd.allreduce(value(rank, (6,), torch.float64), op=hvd.Sum, prescale_factor=0.5,
+                          postscale_factor=3.0)
+        assert torch.allclose(y, 1.5 * sum(value(r, (6,), torch.float64) for r in range(size)))
+
+    @check("grouped allreduce")
+    def _():
+        ts = [value(rank, (i + 1, 3), torch.float32, salt=i) for i in range(5)]
+        outs = hvd.grouped_allreduce(ts, op=hvd.Sum, name="grp")
+        for i, o in enumerate(outs):
+            assert torch.equal(o, sum(value(r, (i + 1, 3), torch.float32, salt=i) for r in range(size)))
+
+    @check("async ops submitted in a different order on every rank, fused")
+    def _():
+        names = ["t%d" % i for i in range(40)]
+        order = names[rank:] + names[:rank]
+        if rank % 2:
+            order.reverse()
+        handles = {n: hvd.allreduce_async(value(rank, (17,), torch.float32, salt=int(n[1:])), name=n, op=hvd.Sum)
+                   for n in order}
+        for n in names:
+            got = hvd.synchronize(handles[n])
+            assert torch.equal(got, sum(value(r, (17,), torch.float32, salt=int(n[1:])) for r in range(size))), n
+
+    @check("the steady state: the same names again and again")
+    def _():
+        for step in range(20):
+            hs = [hvd.allreduce_async(torch.full((8,), float(rank + step)), name="steady%d" % i, op=hvd.Sum)
+                  for i in range(6)]
+            for h in hs:
+                got = hvd.synchronize(h)
+                assert torch.equal(got, torch.full((8,), float(sum(range(size)) + size * step)))
+
+    @check("allgather, uneven first dimension, every dtype")
+    def _():
+        for dtype in MOVE_TYPES:
+            x = value(rank, (rank + 1, 3), dtype)
+            got = hvd.allgather(x)
+            want = torch.cat([value(r, (r + 1, 3), dtype) for r in range(size)])
+            assert torch.equal(got, want), dtype
+        outs = hvd.grouped_allgather([torch.full((rank + 1,), rank), torch.full((2, 2), rank)])
+        assert outs[0].tolist() == sum(([r] * (r + 1) for r in range(size)), [])
+        assert outs[1].shape == (2 * size, 2)
+
+    @check("broadcast from every root, every dtype, in place too")
+    def _():
+        for dtype in MOVE_TYPES:
+            for root in range(size):
+                got = hvd.broadcast(value(rank, (4, 2), dtype), root_rank=root)
+                assert torch.equal(got, value(root, (4, 2), dtype)), (dtype, root)
+        x = torch.full((3,), float(rank))
+        hvd.broadcast_(x, root_rank=size - 1)
+        assert x.tolist() == [float(size - 1)] * 3
+
+    @check("alltoall with and without splits")
+    def _():
+        x = torch.arange(size * 2, dtype=torch.float32) + 100 * rank
+        got = hvd.alltoall(x)
+        assert got.tolist() == [100 * r + 2 * rank + k for r in range(size) for k in range(2)], got
+        splits = [(rank + p) % 3 for p in range(size)]
+        rows = sum(splits)
+        x = torch.full((rows, 2), rank, dtype=torch.int64)
+        got, received = hvd.alltoall(x, splits=splits)
+        assert received.tolist() == [(r + rank) % 3 for r in range(size)], received
+        assert got[:, 0].tolist() == sum(([r] * ((r + rank) % 3) for r in range(size)), [])
+
+    @check("reducescatter sum and average, uneven rows, grouped")
+    def _():
+        for rows in (size * 2, size * 2 + 1):
+            x = value(rank, (rows, 3), torch.float32)
+            got = hvd.reducescatter(x, op=hvd.Sum)
+            full = sum(value(r, (rows, 3), torch.float32) for r in range(size))
+            start = sum(rows // size + (1 if r < rows % size else 0) for r in range(rank))
+            mine = rows // size + (1 if rank < rows % size else 0)
+            assert torch.equal(got, full[start:start + mine]), (rows, got)
+            avg = hvd.reducescatter(x, op=hvd.Average)
+            assert torch.allclose(avg, full[start:start + mine] / size)
+        outs = hvd.grouped_reducescatter([torch.ones(size * 2), torch.ones(size, 2)], op=hvd.Sum)
+        assert outs[0].tolist() == [float(size)] * 2 and outs[1].tolist() == [[float(size)] * 2]
+
+    @check("dynamic process sets, each op")
+    def _():
+        evens = hvd.add_process_set([r for r in range(size) if r % 2 == 0])
+        odds = hvd.add_process_set([r for r in range(size) if r % 2 == 1]) if size > 1 else None
+        mine = evens if rank % 2 == 0 else odds
+        members = mine.ranks
+        assert mine.size() == len(members) and mine.rank() == members.index(rank)
+        got = hvd.allreduce(torch.full((3,), float(rank)), op=hvd.Sum, process_set=mine)
+        assert got.tolist() == [float(sum(members))] * 3
+        got = hvd.allgather(torch.full((1,), rank), process_set=mine)
+        assert got.tolist() == members
+        got = hvd.broadcast(torch.full((2,), rank), root_rank=members[-1], process_set=mine)
+        assert got.tolist() == [members[-1]] * 2
+        hvd.barrier(process_set=mine)
+        # Every rank adds and removes sets in the same order, as Horovod requires.
+        if odds is not None:
+            assert hvd.remove_process_set(odds)
+        assert hvd.remove_process_set(evens)
+
+    @check("a shape mismatch fails every rank, naming the tensor and the ranks")
+    def _():
+        if size == 1:
+            return
+        try:
+            hvd.allreduce(torch.ones(3 + rank), name="mismatched")
+        except RuntimeError as e:  # HorovodInternalError is a RuntimeError
+            assert "mismatched" in str(e) and "rank 0" in str(e) and "rank 1" in str(e), str(e)
+        else:
+            raise AssertionError("no error")
+
+    @check("a dtype mismatch fails every rank")
+    def _():
+        if size == 1:
+            return
+        t = torch.ones(4, dtype=torch.float32 if rank % 2 else torch.float64)
+        try:
+            hvd.allreduce(t, name="dtypes")
+        except RuntimeError as e:
+            assert "dtypes" in str(e) and "Float" in str(e) and "Double" in str(e), str(e)
+        else:
+            raise AssertionError("no error")
+
+    @check("a name used twice before completion is a ValueError")
+    def _():
+        h = hvd.allreduce_async(torch.ones(2), name="twice")
+        try:
+            hvd.allreduce_async(torch.ones(2), name="twice")
+        except ValueError as e:
+            assert "twice" in str(e), str(e)
+        else:
+            raise AssertionError("no ValueError")
+        hvd.synchronize(h)
+
+    @check("Adasum is refused clearly")
+    def _():
+        try:
+            hvd.allreduce(torch.ones(2), op=hvd.Adasum)
+        except (RuntimeError, NotImplementedError) as e:
+            assert "Adasum" in str(e) or "power of 2" in str(e), str(e)
+        else:
+            raise AssertionError("no error")
+
+    @check("join with uneven data: joined ranks contribute zeros, join returns the last rank")
+    def _():
+        steps = rank + 1  # rank r has r+1 batches
+        for s in range(steps):
+            got = hvd.allreduce(torch.ones(5), op=hvd.Sum, name="batch")
+            active = sum(1 for r in range(size) if r + 1 > s)
+            assert got.tolist() == [float(active)] * 5, (s, got)
+        last = hvd.join()
+        assert last == size - 1, last
+
+    @check("broadcast_object and allgather_object")
+    def _():
+        obj = hvd.broadcast_object({"rank": rank, "list": list(range(rank + 2))}, root_rank=0)
+        assert obj == {"rank": 0, "list": [0, 1]}
+        objs = hvd.allgather_object(("r", rank))
+        assert objs == [("r", r) for r in range(size)]
+
+    @check("DistributedOptimizer: fp16 compression, backward_passes_per_step, predivide, same model everywhere")
+    def _():
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        hvd.broadcast_optimizer_state(opt, root_rank=0)
+        opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(),
+                                       compression=hvd.Compression.fp16, backward_passes_per_step=2,
+                                       gradient_predivide_factor=2.0)
+        torch.manual_seed(100 + rank)
+        for _ in range(3):
+            opt.zero_grad()
+            for _ in range(2):
+                loss = model(torch.randn(4, 8)).pow(2).mean()
+                loss.backward()
+            opt.step()
+        flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+        allp = hvd.allgather(flat.unsqueeze(0))
+        for r in range(size):
+            assert torch.equal(allp[r], flat), "rank %d's model differs" % r
+
+    @check("the timeline: Chrome-trace JSON with negotiation, the op and its activities")
+    def _():
+        path = os.path.join(os.environ["BRAID_TEST_OUT"], "timeline.json")
+        hvd.start_timeline(path, mark_cycles=True)
+        hs = [hvd.allreduce_async(torch.ones(4), name="tl.%d" % i) for i in range(3)]
+        for h in hs:
+            hvd.synchronize(h)
+        hvd.broadcast(torch.ones(2), root_rank=0, name="tl.b")
+        time.sleep(0.05)
+        hvd.stop_timeline()
+        hvd.barrier()
+        if rank != 0:
+            return  # only rank 0 writes a timeline, as in Horovod
+        events = json.load(open(path))
+        names = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
+        assert "allreduce.tl.0" in names.values() and "broadcast.tl.b" in names.values(), names
+        what = {e.get("name") for e in events}
+        for w in ("NEGOTIATE_ALLREDUCE", "ALLREDUCE", "BRAID_ALLREDUCE", "NEGOTIATE_BROADCAST", "BROADCAST",
+                  "BRAID_BROADCAST", "CYCLE_START"):
+            assert w in what, (w, what)
+        depth = {}
+        for e in events:
+            if e["ph"] == "B":
+                depth[e["pid"]] = depth.get(e["pid"], 0) + 1
+            elif e["ph"] == "E":
+                depth[e["pid"]] -= 1
+                assert depth[e["pid"]] >= 0, names[e["pid"]]
+        assert all(d == 0 for d in depth.values()), {names[p]: d for p, d in depth.items() if d}
+
+    @check("shutdown, then init again with a static process set")
+    def _():
+        hvd.shutdown()
+        assert not hvd.is_initialized()
+        firsts = hvd.ProcessSet(list(range((size + 1) // 2)))
+        hvd.init(process_sets=[firsts])
+        assert hvd.size() == size and hvd.rank() == rank
+        got = hvd.allreduce(torch.ones(3), op=hvd.Sum, name="after.reinit")
+        assert got.tolist() == [float(size)] * 3
+        if rank in firsts.ranks:
+            got = hvd.allreduce(torch.ones(2), op=hvd.Sum, process_set=firsts)
+            assert got.tolist() == [float(len(firsts.ranks))] * 2
+        hvd.barrier()  # a rank that shut down early would end the others' operations
+
+    write_result()
+    hvd.shutdown()
+
+
+def scenario_kill():
+    hvd.init()
+    rank, size = hvd.rank(), hvd.size()
+    victim = size - 1
+    start = None
+    err = None
+    try:
+        for step in range(100000):
+            if step == 20:
+                start = time.monotonic()
+                if rank == victim:
+                    os.kill(os.getpid(), signal.SIGKILL)
+            hvd.allreduce(torch.ones(1000), name="grad", op=hvd.Sum)
+    except hvd.HorovodInternalError as e:
+        err = str(e)
+    CHECKS["survivor raised HorovodInternalError"] = None if err else "no error raised"
+    elapsed = time.monotonic() - start if start else None
+    write_result({"error": err, "elapsed": elapsed})
+
+
+if __name__ == "__main__":
+    {"ops": scenario_ops, "kill": scenario_kill}[sys.argv[1]]()

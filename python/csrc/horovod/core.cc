@@ -324,6 +324,7 @@ bool Core::init(const std::vector<int32_t>& ranks, const std::vector<std::vector
 
     cycleTime_ = std::chrono::microseconds(static_cast<int64_t>(envDouble("HOROVOD_CYCLE_TIME", 1.0) * 1000));
     fusionThreshold_ = static_cast<size_t>(envInt("HOROVOD_FUSION_THRESHOLD", 128 << 20));
+    fuseBelow_ = static_cast<size_t>(envInt("BRAID_HOROVOD_FUSE_BELOW", 1 << 20));
     cacheCapacity_ = static_cast<size_t>(envInt("HOROVOD_CACHE_CAPACITY", 1024));
     stallWarning_ = std::chrono::seconds(envInt("HOROVOD_STALL_CHECK_TIME_SECONDS", 60));
     if (const char* d = std::getenv("HOROVOD_STALL_CHECK_DISABLE"); d && std::string(d) == "1")
@@ -829,51 +830,84 @@ void Core::runAllreduces(ProcessSet& ps, std::vector<Response*>& group) {
   const Request& rq = group[0]->req;
   auto st = static_cast<at::ScalarType>(rq.dtype);
   braid::DataType dt = braidType(st);
-  braid::ReduceOp op = braidOp(rq.op);
+  // Average of floating-point data is braid's own average (one pass fewer than a sum and a
+  // division); integers keep Horovod's truncating division after the sum.
+  const bool braidAverage = rq.op == kOpAverage && at::isFloatingType(st);
+  braid::ReduceOp op = braidAverage ? braid::ReduceOp::kAvg : braidOp(rq.op);
+  const int32_t finishOp = braidAverage ? kOpSum : rq.op;
   const int n = ps.comm->size();
-  if (group.size() == 1 && group[0]->local) {
-    auto& e = *group[0]->local;
-    if (e.output.data_ptr() != e.input.data_ptr()) e.output.copy_(e.input);
-    scale(e.output, rq.prescale);
-    if (timeline_.on()) timeline_.begin(e.req.name, "BRAID_ALLREDUCE");
-    ps.comm->allreduce(ptr(e.output), e.output.numel(), dt, op);
-    finishReduction(e.output, rq.op, rq.postscale, n);
-    if (timeline_.on()) timeline_.end(e.req.name);
-    complete(ps, group[0]->local, "");
-    return;
-  }
   size_t esz = c10::elementSize(st);
-  size_t total = 0;
-  for (auto* g : group) total += numelOf(g->req.shape) * esz;
-  if (!fusion_.defined() || static_cast<size_t>(fusion_.numel()) < total)
-    fusion_ = at::empty({static_cast<int64_t>(std::max<size_t>(total, 1))}, at::kByte);
-  auto* buf = static_cast<char*>(fusion_.data_ptr());
+
+  // Tensors of fuseBelow_ bytes and more are reduced where they are (in place in the output;
+  // fusing them would only add two copies of their bytes); the others are fused into one
+  // buffer. All of them are in flight together.
+  std::vector<Response*> fused;
+  std::vector<std::pair<Response*, at::Tensor>> direct;
+  for (auto* g : group) {
+    size_t b = numelOf(g->req.shape) * esz;
+    if (b < fuseBelow_ || group.size() == 1) {
+      if (group.size() == 1 && g->local) direct.emplace_back(g, g->local->output);
+      else fused.push_back(g);
+    } else {
+      direct.emplace_back(g, g->local ? g->local->output : at::Tensor());
+    }
+  }
+  std::vector<braid::Work> works;
+  for (auto& [g, out] : direct) {
+    if (g->local) {
+      auto& e = *g->local;
+      if (e.output.data_ptr() != e.input.data_ptr()) e.output.copy_(e.input);
+      scale(e.output, rq.prescale);
+    } else {
+      out = at::zeros(g->req.shape, at::TensorOptions().dtype(st));  // a joined rank contributes zeros
+    }
+    if (g->local && timeline_.on()) timeline_.begin(g->name, "BRAID_ALLREDUCE");
+    works.push_back(ps.comm->allreduceAsync(ptr(out), ptr(out), out.numel(), dt, op));
+  }
+
   auto activity = [&](const char* what) {
     if (!timeline_.on()) return;
-    for (auto* g : group)
+    for (auto* g : fused)
       if (g->local) {
         if (what) timeline_.begin(g->name, what);
         else timeline_.end(g->name);
       }
   };
-  activity("MEMCPY_IN_FUSION_BUFFER");
-  size_t off = 0;
-  for (auto* g : group) {
-    size_t b = numelOf(g->req.shape) * esz;
-    if (g->local) std::memcpy(buf + off, ptr(g->local->input), b);
-    else std::memset(buf + off, 0, b);  // a joined rank contributes zeros
-    off += b;
+  size_t total = 0;
+  for (auto* g : fused) total += numelOf(g->req.shape) * esz;
+  char* buf = nullptr;
+  at::Tensor view;
+  if (!fused.empty()) {
+    if (!fusion_.defined() || static_cast<size_t>(fusion_.numel()) < total)
+      fusion_ = at::empty({static_cast<int64_t>(std::max<size_t>(total, 1))}, at::kByte);
+    buf = static_cast<char*>(fusion_.data_ptr());
+    activity("MEMCPY_IN_FUSION_BUFFER");
+    size_t off = 0;
+    for (auto* g : fused) {
+      size_t b = numelOf(g->req.shape) * esz;
+      if (g->local) std::memcpy(buf + off, ptr(g->local->input), b);
+      else std::memset(buf + off, 0, b);  // a joined rank contributes zeros
+      off += b;
+    }
+    view = at::from_blob(buf, {static_cast<int64_t>(total / esz)}, at::TensorOptions().dtype(st));
+    scale(view, rq.prescale);
+    activity(nullptr);
+    activity("BRAID_ALLREDUCE");
+    works.push_back(ps.comm->allreduceAsync(buf, buf, total / esz, dt, op));
   }
-  auto view = at::from_blob(buf, {static_cast<int64_t>(total / esz)}, at::TensorOptions().dtype(st));
-  scale(view, rq.prescale);
-  activity(nullptr);
-  activity("BRAID_ALLREDUCE");
-  ps.comm->allreduce(buf, total / esz, dt, op);
-  finishReduction(view, rq.op, rq.postscale, n);
+  for (auto& w : works) w.wait();
+
+  for (auto& [g, out] : direct) {
+    finishReduction(out, finishOp, rq.postscale, n);
+    if (g->local && timeline_.on()) timeline_.end(g->name);
+    complete(ps, g->local, "");
+  }
+  if (fused.empty()) return;
+  finishReduction(view, finishOp, rq.postscale, n);
   activity(nullptr);
   activity("MEMCPY_OUT_FUSION_BUFFER");
-  off = 0;
-  for (auto* g : group) {
+  size_t off = 0;
+  for (auto* g : fused) {
     size_t b = numelOf(g->req.shape) * esz;
     if (g->local) std::memcpy(ptr(g->local->output), buf + off, b);
     off += b;

@@ -10,17 +10,25 @@ Horovod checks on import::
     python -m braid.horovod install                     # braid becomes its core
     braidrun -np 4 python train.py                      # an unchanged Horovod script
 
-``python -m braid.horovod status`` says what is installed where; ``uninstall`` removes the
-link again.
+``python -m braid.horovod install`` alone does both steps: without a Horovod front end it
+first installs that (``pip install horovod==0.28.1`` with HOROVOD_SKIP_COMPILE=1, so nothing of
+Horovod's C++ is compiled). ``python -m braid.horovod status`` says what is installed where;
+``uninstall`` removes the link again.
 """
 
 import glob
 import importlib.util
 import json
 import os
+import subprocess
+import sys
 import sysconfig
 
-__all__ = ["core_module_path", "find_horovod", "install", "uninstall", "status"]
+__all__ = ["core_module_path", "find_horovod", "install_front_end", "install", "uninstall", "status"]
+
+# The Horovod release whose front end braid's core speaks (its last; the interface is read
+# from its Python sources).
+HOROVOD_VERSION = "0.28.1"
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _EXT = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
@@ -54,22 +62,36 @@ def find_horovod():
     return os.path.abspath(list(spec.submodule_search_locations)[0])
 
 
+def install_front_end():
+    """pip-installs Horovod's pure-Python front end into this Python (no compiler runs)."""
+    env = dict(os.environ, HOROVOD_SKIP_COMPILE="1", HOROVOD_WITHOUT_TENSORFLOW="1", HOROVOD_WITHOUT_MXNET="1")
+    cmd = [sys.executable, "-m", "pip", "install", "horovod==" + HOROVOD_VERSION]
+    print("installing Horovod's front end:", "HOROVOD_SKIP_COMPILE=1", " ".join(cmd), flush=True)
+    if subprocess.call(cmd, env=env) != 0:
+        raise RuntimeError("pip could not install horovod==%s" % HOROVOD_VERSION)
+    importlib.invalidate_caches()
+
+
 def _target(horovod_dir):
     return os.path.join(horovod_dir, "torch", _MODULE + _EXT)
 
 
-def install(horovod_dir=None, force=False):
+def install(horovod_dir=None, force=False, get_front_end=False):
     """Links braid's core into Horovod's package at ``horovod_dir`` (default: the one Python
-    finds) and writes its metadata.json. Returns the paths written. Refuses to replace a
-    core Horovod compiled itself unless ``force``."""
+    finds; with ``get_front_end``, installed first when there is none) and writes its
+    metadata.json. Returns the paths written. Refuses to replace a core Horovod compiled
+    itself unless ``force``."""
     core = core_module_path()
     if core is None:
         raise RuntimeError("braid was built without its Horovod core (torch was not importable when the "
                            "package was built); reinstall with: pip install --no-build-isolation ./python")
     horovod_dir = horovod_dir or find_horovod()
+    if horovod_dir is None and get_front_end:
+        install_front_end()
+        horovod_dir = find_horovod()
     if horovod_dir is None:
         raise RuntimeError("Horovod's front end is not installed; install it with: "
-                           "HOROVOD_SKIP_COMPILE=1 pip install horovod==0.28.1")
+                           "HOROVOD_SKIP_COMPILE=1 pip install horovod==%s" % HOROVOD_VERSION)
     if not os.path.isdir(os.path.join(horovod_dir, "torch")):
         raise RuntimeError("%s has no torch/ folder: not a Horovod package with PyTorch support" % horovod_dir)
     target = _target(horovod_dir)

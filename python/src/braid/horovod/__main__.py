@@ -13,10 +13,12 @@ def main(argv=None):
     p.add_argument("action", choices=["install", "uninstall", "status"])
     p.add_argument("--horovod-dir", help="the horovod package folder (default: the one this Python imports)")
     p.add_argument("--force", action="store_true", help="replace a core that Horovod compiled itself")
+    p.add_argument("--no-pip", action="store_true",
+                   help="install: fail instead of pip-installing Horovod's front end when it is missing")
     a = p.parse_args(argv)
     try:
         if a.action == "install":
-            for path in horovod.install(a.horovod_dir, a.force):
+            for path in horovod.install(a.horovod_dir, a.force, get_front_end=not a.no_pip and not a.horovod_dir):
                 print("wrote", path)
         elif a.action == "uninstall":
             for path in horovod.uninstall(a.horovod_dir):

@@ -29,16 +29,9 @@ import subprocess
 import sys
 import time
 
+from ddp_bench import build_model  # the same MLP as the DDP benchmark (this script's folder)
+
 MiB = 1 << 20
-
-
-def build_model(torch, width):
-    # 32 w^2 weights (+ biases); w=1024 -> 33.6 M parameters.
-    torch.manual_seed(0)
-    return torch.nn.Sequential(
-        torch.nn.Linear(2 * width, 4 * width), torch.nn.ReLU(),
-        torch.nn.Linear(4 * width, 4 * width), torch.nn.ReLU(),
-        torch.nn.Linear(4 * width, 2 * width))
 
 
 def worker(args):

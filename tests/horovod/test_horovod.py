@@ -50,12 +50,13 @@ def test_ops_under_braidrun(nprocs):
     assert_all_passed(p, results)
 
 
-def test_ops_under_horovodrun_gloo():
+@pytest.mark.parametrize("nprocs", [2, 3])
+def test_ops_under_horovodrun_gloo(nprocs):
     horovodrun = shutil.which("horovodrun")
     if horovodrun is None:
         pytest.skip("horovodrun is not on PATH")
-    cmd = [horovodrun, "-np", "2", "-H", "localhost:2", "--gloo", sys.executable, WORKER, "ops"]
-    p, results, _ = run(cmd, 2, 400)
+    cmd = [horovodrun, "-np", str(nprocs), "-H", "localhost:%d" % nprocs, "--gloo", sys.executable, WORKER, "ops"]
+    p, results, _ = run(cmd, nprocs, 400)
     assert_all_passed(p, results)
 
 

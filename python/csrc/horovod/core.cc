@@ -1078,6 +1078,29 @@ int Core::stopTimeline() {
 
 // ---- process sets -------------------------------------------------------------------------
 
+// Adding and removing a set are operations of the global set, negotiated like the others so
+// that every rank applies them at the same point; the caller waits for the result.
+int32_t Core::changeSets(Entry e) {
+  const char* what = kindName(e.req.kind);
+  e.req.name = autoName(0, e.req.kind);
+  std::shared_ptr<Handle> h;
+  try {
+    std::vector<Entry> v;
+    v.push_back(std::move(e));
+    h = submit(0, std::move(v));
+  } catch (const std::exception& ex) {
+    std::fprintf(stderr, "braid horovod: %s: %s\n", what, ex.what());
+    return -5;
+  }
+  std::unique_lock<std::mutex> lk(h->mu);
+  h->cv.wait(lk, [&] { return h->done; });
+  if (!h->error.empty()) {
+    std::fprintf(stderr, "braid horovod: %s: %s\n", what, h->error.c_str());
+    return -5;
+  }
+  return h->result;
+}
+
 int32_t Core::addProcessSet(const std::vector<int32_t>& ranksIn) {
   if (!running_) return -1;
   if (!dynamicSets_) return -2;
@@ -1089,23 +1112,7 @@ int32_t Core::addProcessSet(const std::vector<int32_t>& ranksIn) {
   Entry e;
   e.req.kind = Kind::kAddSet;
   e.req.ranks = ranks;
-  e.req.name = autoName(0, Kind::kAddSet);
-  std::shared_ptr<Handle> h;
-  try {
-    std::vector<Entry> v;
-    v.push_back(std::move(e));
-    h = submit(0, std::move(v));
-  } catch (const std::exception& ex) {
-    std::fprintf(stderr, "braid horovod: add_process_set: %s\n", ex.what());
-    return -5;
-  }
-  std::unique_lock<std::mutex> lk(h->mu);
-  h->cv.wait(lk, [&] { return h->done; });
-  if (!h->error.empty()) {
-    std::fprintf(stderr, "braid horovod: add_process_set: %s\n", h->error.c_str());
-    return -5;
-  }
-  return h->result;
+  return changeSets(std::move(e));
 }
 
 int32_t Core::removeProcessSet(int32_t id) {
@@ -1118,23 +1125,7 @@ int32_t Core::removeProcessSet(int32_t id) {
   Entry e;
   e.req.kind = Kind::kRemoveSet;
   e.req.root = id;
-  e.req.name = autoName(0, Kind::kRemoveSet);
-  std::shared_ptr<Handle> h;
-  try {
-    std::vector<Entry> v;
-    v.push_back(std::move(e));
-    h = submit(0, std::move(v));
-  } catch (const std::exception& ex) {
-    std::fprintf(stderr, "braid horovod: remove_process_set: %s\n", ex.what());
-    return -5;
-  }
-  std::unique_lock<std::mutex> lk(h->mu);
-  h->cv.wait(lk, [&] { return h->done; });
-  if (!h->error.empty()) {
-    std::fprintf(stderr, "braid horovod: remove_process_set: %s\n", h->error.c_str());
-    return -5;
-  }
-  return h->result;
+  return changeSets(std::move(e));
 }
 
 int32_t Core::processSetRank(int32_t id) {

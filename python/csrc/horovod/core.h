@@ -169,6 +169,7 @@ class Core {
   bool cycle(ProcessSet& ps);
   void failAll(const std::string& why);
   std::shared_ptr<ProcessSet> findSet(int32_t id);
+  int32_t changeSets(Entry e);
 
   struct Response;
   void fullRound(ProcessSet& ps, const std::vector<std::shared_ptr<Entry>>& snapshot, uint32_t flags,

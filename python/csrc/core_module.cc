@@ -341,7 +341,7 @@ NB_MODULE(_core, m) {
             return new PyComm{std::make_unique<braid::Communicator>(braid::Communicator::fromEnv())};
           },
           nb::rv_policy::take_ownership,
-          "Join the job described by the launcher's environment (braidrun, torchrun, OpenMPI, Slurm).")
+          "Join the job described by the launcher's environment (braidrun, horovodrun --gloo, torchrun, OpenMPI, Slurm).")
       .def_prop_ro("rank", [](PyComm& c) { return c.get().rank(); })
       .def_prop_ro("size", [](PyComm& c) { return c.get().size(); })
       .def_prop_ro("closed", [](PyComm& c) { return !c.comm; })

@@ -6,6 +6,7 @@ None (passed) or its error; the rank writes them as JSON to $BRAID_TEST_OUT/rank
                            DistributedOptimizer, shutdown and init again
     hvd_worker.py kill     the last rank dies mid-training; the others must raise
                            HorovodInternalError within BRAID_TIMEOUT
+    hvd_worker.py stop     the same with the last rank stopped (SIGSTOP) instead: alive, silent
 """
 
 import json
@@ -321,7 +322,7 @@ def scenario_ops():
     hvd.shutdown()
 
 
-def scenario_kill():
+def scenario_kill(sig=signal.SIGKILL):
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
     victim = size - 1
@@ -332,7 +333,7 @@ def scenario_kill():
             if step == 20:
                 start = time.monotonic()
                 if rank == victim:
-                    os.kill(os.getpid(), signal.SIGKILL)
+                    os.kill(os.getpid(), sig)
             hvd.allreduce(torch.ones(1000), name="grad", op=hvd.Sum)
     except hvd.HorovodInternalError as e:
         err = str(e)
@@ -342,4 +343,5 @@ def scenario_kill():
 
 
 if __name__ == "__main__":
-    {"ops": scenario_ops, "kill": scenario_kill}[sys.argv[1]]()
+    {"ops": scenario_ops, "kill": scenario_kill,
+     "stop": lambda: scenario_kill(signal.SIGSTOP)}[sys.argv[1]]()

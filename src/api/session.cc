@@ -158,10 +158,16 @@ StatusOr<std::unique_ptr<Session>> Session::fromEnv() {
   BRAID_ASSIGN_OR_RETURN(bootstrap::LaunchEnv env, bootstrap::detectLaunchEnv([](const char* n) { return std::getenv(n); }));
   Deadline deadline = Deadline::after(cfg.timeoutSec);
   const uint64_t init = gEnvInits.fetch_add(1);
+  // A store that rank 0 serves on a fixed port (torchrun, mpirun, Slurm) is served again by
+  // the next init, on the same port, while a faster rank may already be connecting: the store
+  // checks the init's number in the handshake (a generation tag, not a secret), so a rank that
+  // reaches the previous init's store is refused (or reset, as that store closes) and tries
+  // again, rather than waiting there for keys that never come.
+  const uint64_t generation = env.rankZeroServes ? 0x6272616964000000ull + init + 1 : 0;
   std::shared_ptr<bootstrap::TcpStoreServer> server;
   if (env.serveStore && env.rank == 0) {
     // Port 0 (a store published through a key-value server) binds an ephemeral port.
-    BRAID_ASSIGN_OR_RETURN(auto srv, bootstrap::TcpStoreServer::start("0.0.0.0", env.storePort, 0));
+    BRAID_ASSIGN_OR_RETURN(auto srv, bootstrap::TcpStoreServer::start("0.0.0.0", env.storePort, generation));
     server = std::shared_ptr<bootstrap::TcpStoreServer>(std::move(srv));
   }
   if (!env.kvHost.empty()) {
@@ -170,7 +176,13 @@ StatusOr<std::unique_ptr<Session>> Session::fromEnv() {
       return s.withContext("rank " + std::to_string(env.rank) + " (from " + env.source +
                            " environment, the store's address through HOROVOD_GLOO_RENDEZVOUS_ADDR/PORT)");
   }
-  auto client = bootstrap::TcpStoreClient::connect(env.storeHost, env.storePort, 0, deadline);
+  auto client = bootstrap::TcpStoreClient::connect(env.storeHost, env.storePort, generation, deadline);
+  // The previous init's store refuses the handshake, or resets it while closing: try again
+  // until the new one answers (or the deadline passes, the last reason then given).
+  while (!client.isOk() && generation != 0 && !deadline.expired()) {
+    usleep(20 * 1000);
+    client = bootstrap::TcpStoreClient::connect(env.storeHost, env.storePort, generation, deadline);
+  }
   if (!client.isOk())
     return client.status().withContext("rank " + std::to_string(env.rank) + " (from " + env.source + " environment)");
   core::CommOptions opts;

@@ -95,7 +95,8 @@ Status storeFromBraidOrMaster(const Getenv& getenv, const std::string& launcher,
     BRAID_RETURN_IF_ERROR(parseStoreAddr("BRAID_STORE_ADDR", addr, &e->storeHost, &e->storePort));
     bool external = false;
     if (const char* x = lookup(getenv, "BRAID_STORE_EXTERNAL")) BRAID_RETURN_IF_ERROR(parseBool("BRAID_STORE_EXTERNAL", x, &external));
-    e->serveStore = e->rank == 0 && !external;
+    e->rankZeroServes = !external;
+    e->serveStore = e->rank == 0 && e->rankZeroServes;
     return Status::ok();
   }
   const char* host = lookup(getenv, "MASTER_ADDR");
@@ -103,6 +104,7 @@ Status storeFromBraidOrMaster(const Getenv& getenv, const std::string& launcher,
   if (host && port) {
     e->storeHost = host;
     BRAID_RETURN_IF_ERROR(parseInt("MASTER_PORT", port, 1, 65535, &e->storePort));
+    e->rankZeroServes = true;
     e->serveStore = e->rank == 0;
     return Status::ok();
   }
@@ -155,6 +157,7 @@ StatusOr<LaunchEnv> fromHorovod(const Getenv& getenv) {
   if (elastic)
     return invalidArgument("horovod launch: HOROVOD_ELASTIC=1 (horovodrun --elastic) is not supported: an elastic "
                            "job renumbers its ranks through horovodrun's own rendezvous, so HOROVOD_RANK is stale");
+  e.rankZeroServes = true;
   e.serveStore = e.rank == 0;
   if (const char* addr = lookup(getenv, "BRAID_STORE_ADDR")) {
     BRAID_RETURN_IF_ERROR(parseStoreAddr("BRAID_STORE_ADDR", addr, &e.storeHost, &e.storePort));
@@ -196,6 +199,7 @@ StatusOr<LaunchEnv> fromTorchrun(const Getenv& getenv) {
   if (agentStore && masterPort == 65535)
     return badValue("MASTER_PORT", port, "leaves no port for braid's store (it uses MASTER_PORT+1 beside torch's agent store)");
   e.storePort = agentStore ? masterPort + 1 : masterPort;
+  e.rankZeroServes = true;
   e.serveStore = e.rank == 0;
   return e;
 }

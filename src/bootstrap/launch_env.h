@@ -18,6 +18,7 @@ struct LaunchEnv {
   std::string storeHost;
   int storePort = 0;
   bool serveStore = false;  // this rank must host the store (rank 0 unless it is external)
+  bool rankZeroServes = false;  // rank 0 of the job hosts the store (the same on every rank)
   std::string source;       // "braid", "horovod", "torchrun", "openmpi" or "slurm"
 
   // Set when the launcher names a key-value server rather than the store's address

@@ -582,3 +582,27 @@ TEST_CASE("under braidrun, a communicator made again in the same processes meets
   for (int i = 0; i < 3; ++i)
     CHECK(r.out.find("reinit ok rank " + std::to_string(i) + " rounds 4") != std::string::npos);
 }
+
+// torchrun-style jobs (rank 0 serves the store on MASTER_PORT) that make their communicator
+// again: rank 0 serves a new store on the same port while a faster rank may still reach the
+// previous one, which refuses it (its init's number differs) instead of holding it there.
+TEST_CASE("under torchrun, a communicator made again in the same processes meets on the new store", "[multiproc]") {
+  int s = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(bind(s, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0);
+  socklen_t len = sizeof(sa);
+  REQUIRE(getsockname(s, reinterpret_cast<sockaddr*>(&sa), &len) == 0);
+  close(s);
+  const std::string port = std::to_string(ntohs(sa.sin_port));
+  std::string cmd = "bash -c 'pids=; for r in 0 1 2; do env -u BRAID_RANK -u BRAID_WORLD_SIZE -u BRAID_STORE_ADDR "
+                    "RANK=$r WORLD_SIZE=3 LOCAL_RANK=$r LOCAL_WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
+                    port + " BRAID_TIMEOUT=20 " MP_DIR "/mp_reinit 5 & pids=\"$pids $!\"; done; rc=0; "
+                    "for p in $pids; do wait $p || rc=1; done; exit $rc'";
+  Run r = run(cmd);
+  INFO(r.out);
+  CHECK(r.status == 0);
+  for (int i = 0; i < 3; ++i)
+    CHECK(r.out.find("reinit ok rank " + std::to_string(i) + " rounds 5") != std::string::npos);
+}

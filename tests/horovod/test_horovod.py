@@ -60,6 +60,19 @@ def test_ops_under_horovodrun_gloo(nprocs):
     assert_all_passed(p, results)
 
 
+def test_ops_under_torchrun():
+    torchrun = shutil.which("torchrun")
+    if torchrun is None:
+        pytest.skip("torchrun is not on PATH")
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [torchrun, "--nproc_per_node", "2", "--master_port", str(port), WORKER, "ops"]
+    p, results, _ = run(cmd, 2, 400)
+    assert_all_passed(p, results)
+
+
 @pytest.mark.parametrize("how", ["kill", "stop"])
 def test_a_dead_or_stopped_rank_raises_horovod_internal_error_on_every_survivor(how):
     # A killed rank is noticed at once; a stopped one (alive, silent) within BRAID_TIMEOUT.

@@ -29,6 +29,20 @@ using Run = braid::testing::CommandResult;
 
 Run run(const std::string& cmd) { return braid::testing::runCommand(cmd); }
 
+// A loopback port that was free a moment ago (bound, read back, closed).
+std::string freeLoopbackPort() {
+  int s = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bool ok = bind(s, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0;
+  socklen_t len = sizeof(sa);
+  ok = ok && getsockname(s, reinterpret_cast<sockaddr*>(&sa), &len) == 0;
+  close(s);
+  REQUIRE(ok);
+  return std::to_string(ntohs(sa.sin_port));
+}
+
 std::string braidrun(int np, const std::string& env = "") {
   return env + " " BRAIDRUN " -np " + std::to_string(np) + " --timeout 120 ";
 }
@@ -522,15 +536,7 @@ TEST_CASE("under horovodrun, a communicator made again in the same processes mee
 // A rank whose key-value server is not there fails within BRAID_TIMEOUT, naming the
 // server's address and the variables it came from.
 TEST_CASE("under horovodrun, an unreachable key-value server fails init naming it", "[multiproc][horovod]") {
-  int s = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(bind(s, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0);
-  socklen_t len = sizeof(sa);
-  REQUIRE(getsockname(s, reinterpret_cast<sockaddr*>(&sa), &len) == 0);
-  close(s);  // nothing listens on it now
-  const std::string port = std::to_string(ntohs(sa.sin_port));
+  const std::string port = freeLoopbackPort();  // nothing listens on it now
   for (const char* rank : {"0", "1"}) {
     INFO("HOROVOD_RANK " << rank);
     Run r = run(std::string("env -u BRAID_RANK -u BRAID_WORLD_SIZE BRAID_TIMEOUT=2 HOROVOD_RANK=") + rank +
@@ -587,15 +593,7 @@ TEST_CASE("under braidrun, a communicator made again in the same processes meets
 // again: rank 0 serves a new store on the same port while a faster rank may still reach the
 // previous one, which refuses it (its init's number differs) instead of holding it there.
 TEST_CASE("under torchrun, a communicator made again in the same processes meets on the new store", "[multiproc]") {
-  int s = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(bind(s, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0);
-  socklen_t len = sizeof(sa);
-  REQUIRE(getsockname(s, reinterpret_cast<sockaddr*>(&sa), &len) == 0);
-  close(s);
-  const std::string port = std::to_string(ntohs(sa.sin_port));
+  const std::string port = freeLoopbackPort();
   std::string cmd = "bash -c 'pids=; for r in 0 1 2; do env -u BRAID_RANK -u BRAID_WORLD_SIZE -u BRAID_STORE_ADDR "
                     "RANK=$r WORLD_SIZE=3 LOCAL_RANK=$r LOCAL_WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
                     port + " BRAID_TIMEOUT=20 " MP_DIR "/mp_reinit 5 & pids=\"$pids $!\"; done; rc=0; "

@@ -459,6 +459,7 @@ std::shared_ptr<Handle> Core::submit(int32_t setId, std::vector<Entry> entries) 
   for (auto& in : entries) {
     auto e = std::make_shared<Entry>(std::move(in));
     e->handle = handle;
+    e->signature = e->req.signature();
     e->enqueued = now;
     ps->pending[e->req.name] = e;
     ps->queue.push_back(e);
@@ -584,7 +585,7 @@ bool Core::cycle(ProcessSet& ps) {
   std::vector<std::shared_ptr<Entry>> bySlot(ps.cache.size());
   for (auto& e : snapshot) {
     auto it = ps.cacheIndex.find(e->req.name);
-    if (it == ps.cacheIndex.end() || ps.cache[it->second].signature != e->req.signature()) {
+    if (it == ps.cacheIndex.end() || ps.cache[it->second].signature != e->signature) {
       flags |= kFlagUncached;
       continue;
     }

@@ -96,6 +96,7 @@ struct Entry {
   Request req;
   at::Tensor input, output, splits, receivedSplits;
   std::shared_ptr<Handle> handle;
+  std::string signature;  // req.signature(), made once at submission (every cycle compares it)
   std::chrono::steady_clock::time_point enqueued;
   bool warned = false;  // the stall warning was printed
 };

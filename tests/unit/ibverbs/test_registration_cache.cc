@@ -161,7 +161,7 @@ TEST_CASE("registration cache: overlapping unreferenced regions merge into one",
   cache.release(c.value());
 }
 
-TEST_CASE("registration cache: a held region is not merged away; overlaps coexist", "[ibverbs]") {
+TEST_CASE("registration cache: a held region is not merged away, and overlaps coexist", "[ibverbs]") {
   FakeRegistrar reg;
   RegistrationCache cache(&reg, 16, 1 << 30, kPage);
   auto held = cache.acquire(at(kBase), 2 * kPage);

@@ -150,7 +150,7 @@ TEST_CASE("placement on this machine", "[topology][placement]") {
   CHECK_THAT(p.summary(), Catch::Contains("NUMA node"));
 }
 
-TEST_CASE("sysfs: IB rate, link layer and state; NICs hwloc missed are added", "[topology][sysfs]") {
+TEST_CASE("sysfs: IB rate, link layer and state, and NICs hwloc missed are added", "[topology][sysfs]") {
   TempDir sys;
   // An HDR HCA on socket 0 that the topology file does not list, with its netdev.
   sys.write("devices/pci0000:00/0000:3b:00.0/numa_node", "0");

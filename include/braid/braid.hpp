@@ -102,6 +102,26 @@ struct Reduction {
   double scalar = 1.0;
 };
 
+// Device buffers and streams. While a StreamGuard lives, the calls this thread makes on any
+// Communicator are enqueued on `stream` (a cudaStream_t) and return at once, as the C API's
+// calls given that stream do: the call starts after the work queued on the stream before it,
+// and work queued after it sees its result. A failure shows in the next call on the
+// communicator and in Communicator::checkAsyncError(). The asynchronous (Work) forms refuse
+// device work. Guards nest; the innermost wins. Calls on device buffers outside any guard
+// use CUDA's legacy default stream.
+class StreamGuard {
+ public:
+  explicit StreamGuard(braidStream_t stream);
+  ~StreamGuard();
+  StreamGuard(const StreamGuard&) = delete;
+  StreamGuard& operator=(const StreamGuard&) = delete;
+  // The stream this thread's calls go to now (nullptr: none).
+  static braidStream_t current();
+
+ private:
+  braidStream_t previous_;
+};
+
 // One message of a batch of point-to-point operations (Communicator::sendRecv).
 struct P2POp {
   bool isSend = true;
@@ -182,6 +202,10 @@ class Communicator {
   // A negative color returns an invalid Communicator (valid() == false). Collective.
   Communicator split(int color, int key);
   bool valid() const { return impl_ != nullptr; }
+
+  // Throws the first failure of work enqueued on a stream (or the communicator's broken
+  // state), like braidCommGetAsyncError; returns when there is none.
+  void checkAsyncError();
 
   // Fails pending operations here and on every other rank; the communicator is unusable after.
   void abort();

@@ -73,9 +73,13 @@ class StoreAdapter : public bootstrap::Store {
   std::shared_ptr<braid::Store> s_;
 };
 
+// The stream of this thread's innermost StreamGuard.
+thread_local braidStream_t tStream = nullptr;
+
 api::CallArgs callArgs(algorithms::Collective coll, const char* fn, const void* send, void* recv, size_t count,
                        DataType dt) {
   api::CallArgs a;
+  a.stream = tStream;
   a.coll = coll;
   a.fn = fn;
   a.send = send;
@@ -109,7 +113,7 @@ std::vector<api::P2PMessage> preparedP2P(api::Session& s, const std::vector<P2PO
   for (size_t i = 0; i < ops.size(); ++i) {
     const P2POp& o = ops[i];
     const std::string fn = "sendRecv (ops[" + std::to_string(i) + "])";
-    auto m = s.prepareP2P(fn.c_str(), o.isSend, o.buf, o.count, static_cast<int>(o.dtype), o.peer, nullptr);
+    auto m = s.prepareP2P(fn.c_str(), o.isSend, o.buf, o.count, static_cast<int>(o.dtype), o.peer, tStream);
     if (!m.isOk()) throwStatus(m.status());
     msgs.push_back(m.value());
   }
@@ -117,6 +121,10 @@ std::vector<api::P2PMessage> preparedP2P(api::Session& s, const std::vector<P2PO
 }
 
 }  // namespace
+
+StreamGuard::StreamGuard(braidStream_t stream) : previous_(tStream) { tStream = stream; }
+StreamGuard::~StreamGuard() { tStream = previous_; }
+braidStream_t StreamGuard::current() { return tStream; }
 
 struct Work::Impl {
   std::shared_ptr<core::Op> op;
@@ -371,14 +379,14 @@ Work Communicator::barrierAsync() {
 
 void Communicator::send(const void* buf, size_t count, DataType dtype, int peer) {
   api::Session& s = sessionOf(impl_, "send");
-  auto m = s.prepareP2P("send", true, buf, count, static_cast<int>(dtype), peer, nullptr);
+  auto m = s.prepareP2P("send", true, buf, count, static_cast<int>(dtype), peer, tStream);
   if (!m.isOk()) throwStatus(m.status());
   check(s.run(api::Session::p2pCall({m.value()}, "send")));
 }
 
 void Communicator::recv(void* buf, size_t count, DataType dtype, int peer) {
   api::Session& s = sessionOf(impl_, "recv");
-  auto m = s.prepareP2P("recv", false, buf, count, static_cast<int>(dtype), peer, nullptr);
+  auto m = s.prepareP2P("recv", false, buf, count, static_cast<int>(dtype), peer, tStream);
   if (!m.isOk()) throwStatus(m.status());
   check(s.run(api::Session::p2pCall({m.value()}, "recv")));
 }
@@ -396,6 +404,8 @@ Work Communicator::sendRecvAsync(const std::vector<P2POp>& ops) {
 }
 
 #undef BRAID_ASYNC
+
+void Communicator::checkAsyncError() { check(sessionOf(impl_, "checkAsyncError").asyncError()); }
 
 Communicator Communicator::split(int color, int key) {
   auto child = sessionOf(impl_, "split").split("split", color, key);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "braid/braid.h"
+#include "braid/braid.hpp"
 #include "device/runtime.h"
 #include "fake_runtime.h"
 
@@ -202,5 +203,77 @@ TEST_CASE("C API: without a GPU a stream is refused with the reason, and host ca
         v[999] != 2.0f)
       errors[r] = "the host call after it failed";
   });
+  for (int r = 0; r < n; ++r) CHECK(errors[r] == "");
+}
+
+TEST_CASE("C++ API: calls under a StreamGuard are enqueued on its stream, and Work forms refuse device work",
+          "[device][cuda]") {
+  FakeRuntime rt;
+  InstallRuntime installed(&rt);
+  setenv("BRAID_TRANSPORT", "loopback", 1);
+  const int n = 2;
+  const size_t count = 5003;
+  braidUniqueId id;
+  REQUIRE(braidGetUniqueId(&id) == braidSuccess);
+  std::vector<std::string> errors(n);
+  std::vector<std::thread> ts;
+  for (int r = 0; r < n; ++r) {
+    ts.emplace_back([&, r] {
+      try {
+        braid::Communicator comm = braid::Communicator::fromUniqueId(id, r, n);
+        FakeStream stream;
+        float* dev = static_cast<float*>(rt.deviceAlloc(count * 4));
+        float* gathered = static_cast<float*>(rt.deviceAlloc(count * n * 4));
+        Gate gate;
+        gate.closeOn(stream);
+        stream.enqueue([&] {
+          for (size_t i = 0; i < count; ++i) dev[i] = static_cast<float>(r + 1);
+        });
+        std::vector<float> got;
+        {
+          braid::StreamGuard guard(stream.handle());
+          if (braid::StreamGuard::current() != stream.handle()) errors[r] = "current() is not the guard's stream";
+          comm.allreduce(dev, count, braid::DataType::kFloat32, braid::ReduceOp::kSum);
+          comm.allgather(dev, gathered, count, braid::DataType::kFloat32);
+          // Sends and receives go to the stream too, as one batch.
+          std::vector<braid::P2POp> ops(2);
+          ops[0].isSend = true;
+          ops[0].buf = dev;
+          ops[0].count = count;
+          ops[0].dtype = braid::DataType::kFloat32;
+          ops[0].peer = 1 - r;
+          ops[1] = ops[0];
+          ops[1].isSend = false;
+          ops[1].buf = gathered + count * r;  // receives the peer's sum: the same values
+          comm.sendRecv(ops);
+          try {
+            comm.allreduceAsync(dev, dev, count, braid::DataType::kFloat32, braid::ReduceOp::kSum);
+            errors[r] = "the Work form took device work";
+          } catch (const braid::InvalidArgument& e) {
+            if (std::string(e.what()).find("take a stream, not an asynchronous Work") == std::string::npos)
+              errors[r] = std::string("async refusal: ") + e.what();
+          }
+          stream.enqueue([&] { got.assign(gathered, gathered + count * n); });
+        }
+        if (braid::StreamGuard::current() != nullptr) errors[r] = "the guard did not restore the stream";
+        if (!got.empty()) errors[r] = "the calls waited for the stream";
+        gate.open();
+        stream.synchronize();
+        comm.checkAsyncError();
+        for (size_t i = 0; i < got.size() && errors[r].empty(); i += 997)
+          if (got[i] != 3.0f) errors[r] = "element " + std::to_string(i) + " is " + std::to_string(got[i]);
+        if (got.size() != count * n) errors[r] = "no result";
+        // Without a guard, host buffers run on the calling thread as before.
+        std::vector<float> host(7, 1.0f);
+        comm.allreduce(host.data(), host.size(), braid::DataType::kFloat32, braid::ReduceOp::kSum);
+        if (host[6] != 2.0f) errors[r] = "host call after device calls: " + std::to_string(host[6]);
+        rt.deviceFree(dev);
+        rt.deviceFree(gathered);
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
   for (int r = 0; r < n; ++r) CHECK(errors[r] == "");
 }

@@ -12,9 +12,10 @@ if [ ! -x "$ENV_DIR/bin/python" ]; then
 fi
 PY="$ENV_DIR/bin/python"
 # BRAID_PYTEST_MODE: build (only build the package), test (only run pytest on the package
-# built before), all (the default: both).
+# built before), all (the default: both), gpu (only the CUDA tests, on the package built
+# before).
 MODE="${BRAID_PYTEST_MODE:-all}"
-if [ "$MODE" != test ]; then
+if [ "$MODE" != test ] && [ "$MODE" != gpu ]; then
   echo "== building the braid Python package against $LIB"
   # --upgrade replaces the previous build in the target folder; the CMake build dir is kept so
   # that an unchanged tree rebuilds in seconds.
@@ -27,6 +28,19 @@ if [ ! -d "$OUT/site/braid" ]; then
   echo "no package at $OUT/site (its build step failed or did not run)"
   exit 1
 fi
-echo "== pytest tests/python"
 cd "$ROOT/tests/python"
-BRAID_PYTHON_SITE="$OUT/site" exec "$PY" -m pytest -q -rfEs -p no:cacheprovider "$@" .
+if [ "$MODE" = gpu ]; then
+  # The CUDA tests alone; skipped (77) where torch sees no GPU, saying why.
+  if ! why=$("$PY" -c 'import sys, torch
+if torch.cuda.is_available():
+    sys.exit(0)
+print("torch", torch.__version__, "sees no GPU (torch.cuda.is_available() is False)")
+sys.exit(1)' 2>&1); then
+    echo "SKIPPED: $why"
+    exit 77
+  fi
+  echo "== pytest tests/python/test_cuda.py"
+  BRAID_PYTHON_SITE="$OUT/site" exec "$PY" -m pytest -q -rfEs -p no:cacheprovider "$@" test_cuda.py
+fi
+echo "== pytest tests/python"
+BRAID_PYTHON_SITE="$OUT/site" exec "$PY" -m pytest -q -rfEs -p no:cacheprovider --ignore=test_cuda.py "$@" .

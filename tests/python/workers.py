@@ -83,6 +83,11 @@ def scenario_collectives():
     def tol(name):
         return {"float16": 1e-2, "bfloat16": 1e-2, "float32": 1e-6}.get(name, 1e-12)
 
+    with check("the braid backend is registered for cpu and cuda, one backend for both"):
+        assert dist.Backend.backend_capability.get("braid") == ["cpu", "cuda"], dist.Backend.backend_capability
+        pg = dist.group.WORLD
+        assert pg._get_backend(torch.device("cuda")) is pg._get_backend(torch.device("cpu"))
+
     # all_reduce: every dtype x op, against the reduction computed locally from the formula.
     for name in FLOAT_TYPES + INT_TYPES:
         dtype = dt(name)
@@ -596,13 +601,132 @@ def scenario_ddp():
     dist.destroy_process_group()
 
 
+def scenario_cuda():
+    """CUDA tensors through the braid backend (needs a GPU; ranks share GPUs round-robin):
+    every collective on device tensors, stream order, Work.wait() on another stream,
+    CPU and CUDA calls interleaved on one group, a mixed call refused, DDP on the GPU."""
+    torch, dist = init_torch()
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    R, N = RANK, WORLD
+    dev = torch.device("cuda", R % torch.cuda.device_count())
+    torch.cuda.set_device(dev)
+    extra["device"] = torch.cuda.get_device_name(dev)
+
+    with check("one braid backend serves cpu and cuda"):
+        pg = dist.group.WORLD
+        assert pg._get_backend(torch.device("cuda")) is pg._get_backend(torch.device("cpu"))
+    with check("all_reduce cuda float32/bfloat16/int64 SUM, MAX"):
+        for dtype in (torch.float32, torch.bfloat16, torch.int64):
+            for op, want in (("SUM", N * (N + 1) // 2), ("MAX", N)):
+                t = torch.full((1 << 20,), R + 1, dtype=dtype, device=dev)
+                dist.all_reduce(t, op=getattr(dist.ReduceOp, op))
+                assert t.device == dev
+                assert torch.all(t == want).item(), (dtype, op, t[:4].tolist())
+    with check("stream order: a kernel queued after all_reduce sees its result (side stream, no host sync)"):
+        s = torch.cuda.Stream(device=dev)
+        with torch.cuda.stream(s):
+            t = torch.ones(1 << 22, device=dev) * (R + 1)    # produced on s
+            dist.all_reduce(t)                               # enqueued on s, returns at once
+            u = t * 2                                        # queued on s after it
+        s.synchronize()
+        assert torch.all(u == N * (N + 1)).item(), u[:4].tolist()
+    with check("async work.wait() makes the current stream wait"):
+        t = torch.full((3 << 20,), float(R), device=dev)
+        w = dist.all_reduce(t, async_op=True)
+        other = torch.cuda.Stream(device=dev)
+        with torch.cuda.stream(other):
+            w.wait()
+            v = t + 0
+        other.synchronize()
+        assert torch.all(v == N * (N - 1) / 2).item(), v[:4].tolist()
+        fut = w.get_future()
+        assert torch.all(fut.wait()[0] == N * (N - 1) / 2).item()
+    with check("broadcast, all_gather_into_tensor, reduce_scatter_tensor, all_to_all_single on cuda"):
+        b = torch.full((1001,), float(R), device=dev)
+        dist.broadcast(b, src=N - 1)
+        assert torch.all(b == N - 1).item()
+        x = torch.arange(5, device=dev, dtype=torch.float32) + 10 * R
+        g = torch.empty(5 * N, device=dev)
+        dist.all_gather_into_tensor(g, x)
+        want = torch.cat([torch.arange(5, device=dev, dtype=torch.float32) + 10 * r for r in range(N)])
+        assert torch.equal(g, want), g.tolist()
+        rs_in = torch.arange(4 * N, device=dev, dtype=torch.float32) * (R + 1)
+        rs_out = torch.empty(4, device=dev)
+        dist.reduce_scatter_tensor(rs_out, rs_in)
+        want = (torch.arange(4 * N, device=dev, dtype=torch.float32) * (N * (N + 1) // 2))[4 * R:4 * R + 4]
+        assert torch.equal(rs_out, want), rs_out.tolist()
+        a_in = torch.arange(N * 3, device=dev, dtype=torch.int32) + 100 * R
+        a_out = torch.empty(N * 3, device=dev, dtype=torch.int32)
+        dist.all_to_all_single(a_out, a_in)
+        want = torch.cat([torch.arange(3 * R, 3 * R + 3, device=dev, dtype=torch.int32) + 100 * r for r in range(N)])
+        assert torch.equal(a_out, want), a_out.tolist()
+    with check("gather and scatter lists on cuda"):
+        x = torch.full((7,), float(R), device=dev)
+        outs = [torch.empty(7, device=dev) for _ in range(N)] if R == 0 else None
+        dist.gather(x, outs, dst=0)
+        if R == 0:
+            assert all(torch.all(o == r).item() for r, o in enumerate(outs))
+        y = torch.empty(7, device=dev)
+        dist.scatter(y, [torch.full((7,), float(r), device=dev) for r in range(N)] if R == 0 else None, src=0)
+        assert torch.all(y == R).item()
+    with check("batch_isend_irecv ring on cuda"):
+        nxt, prv = (R + 1) % N, (R - 1) % N
+        got = torch.empty(1 << 20, device=dev)
+        ops = [dist.P2POp(dist.isend, torch.full((1 << 20,), float(R), device=dev), nxt),
+               dist.P2POp(dist.irecv, got, prv)]
+        for w in dist.batch_isend_irecv(ops):
+            w.wait()
+        assert torch.all(got == prv).item()
+    with check("cpu and cuda calls interleaved on one group keep their order"):
+        for i in range(5):
+            c = torch.full((10,), float(i + R))
+            g = torch.full((1 << 16,), float(i * R), device=dev)
+            wc = dist.all_reduce(c, async_op=True)
+            dist.all_reduce(g)
+            wc.wait()
+            assert torch.all(c == N * i + N * (N - 1) / 2).item()
+            assert torch.all(g == i * N * (N - 1) / 2).item()
+    with check("a call with cpu and cuda tensors is refused, naming both devices"):
+        try:
+            dist.all_gather_into_tensor(torch.empty(N, device=dev), torch.ones(1))
+            raise AssertionError("accepted")
+        except ValueError as e:
+            assert "one call takes tensors of one device" in str(e), str(e)
+    with check("DDP on cuda: replicas stay identical"):
+        torch.manual_seed(0)
+        m = DDP(_mlp(torch, 0).to(dev), device_ids=[dev.index], bucket_cap_mb=0.01)
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        g = torch.Generator().manual_seed(R + 7)
+        for _ in range(5):
+            x = torch.randn(16, 32, generator=g).to(dev)
+            loss = m(x).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        flat = torch.cat([p.detach().reshape(-1) for p in m.parameters()])
+        ref = flat.clone()
+        dist.broadcast(ref, 0)
+        assert torch.equal(flat, ref), "replicas diverged"
+    torch.cuda.synchronize()
+    dist.destroy_process_group()
+
+
 def scenario_kill():
     """The last rank dies (SIGKILL, no goodbye) after a first all_reduce; the survivors must
-    raise from their next collectives within the group's timeout instead of hanging."""
+    raise from their next collectives within the group's timeout instead of hanging.
+    BRAID_TEST_DEVICE=cuda: the same on CUDA tensors, where a call returns before it runs:
+    the failure shows in a later call, and the stream is never left waiting."""
     timeout = float(os.environ.get("BRAID_TEST_GROUP_TIMEOUT", "10"))
     torch, dist = init_torch(timeout_s=timeout)
-    t = torch.ones(1 << 16)
+    on_gpu = os.environ.get("BRAID_TEST_DEVICE") == "cuda"
+    dev = torch.device("cuda", RANK % torch.cuda.device_count()) if on_gpu else torch.device("cpu")
+    if on_gpu:
+        torch.cuda.set_device(dev)
+    t = torch.ones(1 << 16, device=dev)
     dist.all_reduce(t)
+    if on_gpu:
+        torch.cuda.synchronize()
     if RANK == WORLD - 1:
         write_result()
         os.kill(os.getpid(), 9)
@@ -612,6 +736,8 @@ def scenario_kill():
         try:
             for _ in range(1000):  # a few may still complete between the survivors
                 dist.all_reduce(t)
+                if on_gpu:
+                    torch.cuda.synchronize()  # returns: a failed collective releases its stream
         except Exception as e:  # noqa: BLE001
             err = e
         elapsed = time.monotonic() - start
@@ -624,7 +750,7 @@ def scenario_kill():
     with check("later calls fail fast too"):
         start = time.monotonic()
         try:
-            dist.all_reduce(torch.ones(4))
+            dist.all_reduce(torch.ones(4, device=dev))
             raise AssertionError("a collective succeeded on a broken group")
         except RuntimeError:
             pass

@@ -1,5 +1,7 @@
 #include "backend.h"
 
+#include <c10/core/DeviceGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -50,23 +52,76 @@ std::exception_ptr toTorchError(const char* what, const std::exception_ptr& e) {
   }
 }
 
-void runTask(const WorkList& works, const std::function<void()>& fn) {
-  std::exception_ptr error;
+// Runs `fn`; its exception, as torch's, or null.
+std::exception_ptr runGuarded(const WorkList& works, const std::function<void()>& fn) {
   try {
     fn();
+    return nullptr;
   } catch (...) {
     const char* what = works.empty() ? "operation" : nullptr;
     std::string name = what ? what : c10d::opTypeToString(works.front()->retrieveOpType());
     if (works.size() > 1) name = "point-to-point batch";
-    error = toTorchError(name.c_str(), std::current_exception());
+    return toTorchError(name.c_str(), std::current_exception());
   }
-  for (auto& w : works) w->complete(error);
+}
+
+// Makes `stream` the current one of its device on this thread for a scope.
+class CurrentStream {
+ public:
+  CurrentStream(const c10::impl::VirtualGuardImpl& impl, const c10::Stream& stream)
+      : impl_(impl), previous_(impl.exchangeStream(stream)) {}
+  ~CurrentStream() { impl_.exchangeStream(previous_); }
+
+ private:
+  const c10::impl::VirtualGuardImpl& impl_;
+  c10::Stream previous_;
+};
+
+// A CUDA task: issued onto its stream, which is current (with its device) meanwhile, so that
+// the torch-side copies around the braid call, and the events the Works and their futures
+// record, are ordered with it.
+void runOnStream(const Task& task) {
+  const c10::Stream& stream = *task.stream;
+  std::exception_ptr error;
+  try {
+    c10::DeviceGuard deviceGuard(stream.device());
+    c10::impl::VirtualGuardImpl impl(stream.device_type());
+    CurrentStream current(impl, stream);
+    error = runGuarded(task.works, [&] {
+      {
+        braid::StreamGuard streamGuard(stream.native_handle());
+        task.fn();
+      }
+      // The user's memory is in use on `stream` until it passes this point, whatever
+      // stream the caching allocator gave it out on.
+      for (const at::Tensor& t : task.touched)
+        if (t.defined() && t.storage().data_ptr().get()) impl.recordDataPtrOnStream(t.storage().data_ptr(), stream);
+      for (auto& w : task.works) w->recordOn(stream);
+    });
+    if (!error) {
+      for (auto& w : task.works) w->complete(nullptr);
+      return;
+    }
+  } catch (...) {
+    error = toTorchError("CUDA stream setup", std::current_exception());
+  }
+  for (auto& w : task.works)
+    if (!w->c10d::Work::isCompleted()) w->complete(error);
+}
+
+void runTask(const Task& task) {
+  if (task.stream) {
+    runOnStream(task);
+    return;
+  }
+  std::exception_ptr error = runGuarded(task.works, task.fn);
+  for (auto& w : task.works) w->complete(error);
 }
 
 void checkTensor(const at::Tensor& t, const char* what) {
   TORCH_CHECK_VALUE(t.defined(), "braid: ", what, " is undefined");
-  TORCH_CHECK_VALUE(t.device().is_cpu(), "braid: ", what, " is on ", t.device(),
-                    "; the braid backend handles CPU tensors (register a GPU backend for the others)");
+  TORCH_CHECK_VALUE(t.device().is_cpu() || t.device().is_cuda(), "braid: ", what, " is on ", t.device(),
+                    "; the braid backend handles CPU and CUDA tensors");
   TORCH_CHECK_VALUE(t.layout() == at::kStrided, "braid: ", what, " has layout ", t.layout(),
                     "; only dense (strided) tensors are supported");
   braidType(t.scalar_type());
@@ -82,6 +137,20 @@ void checkSameType(const at::Tensor& a, const at::Tensor& b, const char* what) {
                     " differs from input dtype ", b.scalar_type());
 }
 
+// The device every tensor of one call is on (CPU when there are none).
+c10::Device callDevice(c10d::OpType type, const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+  const at::Tensor* first = nullptr;
+  for (const auto* list : {&a, &b}) {
+    for (const at::Tensor& t : *list) {
+      if (!t.defined()) continue;
+      if (!first) first = &t;
+      TORCH_CHECK_VALUE(t.device() == first->device(), "braid ", c10d::opTypeToString(type), ": tensors on ",
+                        first->device(), " and ", t.device(), "; one call takes tensors of one device");
+    }
+  }
+  return first ? first->device() : c10::Device(c10::kCPU);
+}
+
 // A contiguous tensor with t's values: t itself when it already is (the common case, no
 // copy), else a copy. Outputs computed into a copy are written back with writeBack.
 at::Tensor dense(const at::Tensor& t) { return t.is_contiguous() ? t : t.contiguous(); }
@@ -93,9 +162,28 @@ void writeBack(at::Tensor& user, const at::Tensor& work) {
 
 // ---- BraidWork ---------------------------------------------------------------------------
 
-BraidWork::BraidWork(c10d::OpType type, std::vector<at::Tensor> outputs)
-    : c10d::Work(-1, type), outputs_(std::move(outputs)),
-      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+BraidWork::BraidWork(c10d::OpType type, std::vector<at::Tensor> outputs, c10::Device device)
+    : c10d::Work(-1, type), outputs_(std::move(outputs)), device_(device),
+      future_(device.is_cpu()
+                  ? c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))
+                  : c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()),
+                                                             std::vector<c10::Device>{device})) {}
+
+void BraidWork::recordOn(const c10::Stream& stream) {
+  event_.emplace(stream.device_type());
+  event_->record(stream);
+}
+
+bool BraidWork::isCompleted() {
+  if (!c10d::Work::isCompleted()) return false;
+  return !event_ || event_->query();
+}
+
+void BraidWork::synchronize() {
+  if (!event_) return;
+  c10::impl::VirtualGuardImpl impl(device_.type());
+  event_->block(impl.getStream(device_));
+}
 
 void BraidWork::complete(std::exception_ptr error) {
   // The Work's own state first, so that wait() callers wake even if a future callback runs
@@ -115,21 +203,21 @@ TaskQueue::TaskQueue(std::string name) : name_(std::move(name)) {
 
 TaskQueue::~TaskQueue() { stop(); }
 
-void TaskQueue::push(WorkList works, std::function<void()> fn) {
+void TaskQueue::push(Task task) {
   if (tCurrentQueue == this) {
-    runTask(works, fn);
+    runTask(task);
     return;
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!stop_) {
-      q_.emplace_back(std::move(works), std::move(fn));
+      q_.push_back(std::move(task));
       cv_.notify_one();
       return;
     }
   }
   auto err = makeError<c10::DistBackendError>("braid: the process group is shut down (" + name_ + ")");
-  for (auto& w : works) w->complete(err);
+  for (auto& w : task.works) w->complete(err);
 }
 
 void TaskQueue::failPending(const std::exception_ptr& error) {
@@ -139,7 +227,7 @@ void TaskQueue::failPending(const std::exception_ptr& error) {
     pending.swap(q_);
   }
   for (auto& task : pending)
-    for (auto& w : task.first) w->complete(error);
+    for (auto& w : task.works) w->complete(error);
 }
 
 void TaskQueue::stop() {
@@ -156,7 +244,7 @@ void TaskQueue::stop() {
 void TaskQueue::loop() {
   tCurrentQueue = this;
   for (;;) {
-    std::pair<WorkList, std::function<void()>> task;
+    Task task;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return stop_ || !q_.empty(); });
@@ -164,7 +252,7 @@ void TaskQueue::loop() {
       task = std::move(q_.front());
       q_.pop_front();
     }
-    runTask(task.first, task.second);
+    runTask(task);
   }
 }
 
@@ -172,8 +260,9 @@ void TaskQueue::loop() {
 
 // ---- P2PWork -----------------------------------------------------------------------------
 
-P2PWork::P2PWork(c10d::OpType type, std::vector<at::Tensor> outputs, int peer, std::function<void()> flush)
-    : BraidWork(type, std::move(outputs)), peer_(peer), flush_(std::move(flush)) {}
+P2PWork::P2PWork(c10d::OpType type, std::vector<at::Tensor> outputs, c10::Device device, int peer,
+                 std::function<void()> flush)
+    : BraidWork(type, std::move(outputs), device), peer_(peer), flush_(std::move(flush)) {}
 
 bool P2PWork::wait(std::chrono::milliseconds timeout) {
   flush_();
@@ -195,15 +284,19 @@ c10::intrusive_ptr<c10::ivalue::Future> P2PWork::getFuture() {
 Issuer::Issuer(std::shared_ptr<braid::Communicator> comm, std::string name)
     : comm_(std::move(comm)), queue_(std::move(name)) {}
 
-void Issuer::collective(c10::intrusive_ptr<BraidWork> work, std::function<void()> fn) {
+void Issuer::collective(c10::intrusive_ptr<BraidWork> work, std::function<void()> fn, std::vector<at::Tensor> touched) {
   std::lock_guard<std::recursive_mutex> lock(mu_);
   flushLocked();
-  queue_.push({std::move(work)}, std::move(fn));
+  Task task{{work}, std::move(fn), std::nullopt, std::move(touched)};
+  if (work->device().is_cuda()) task.stream = c10::impl::VirtualGuardImpl(c10::kCUDA).getStream(work->device());
+  queue_.push(std::move(task));
 }
 
 void Issuer::p2p(c10::intrusive_ptr<BraidWork> work, bool isSend, at::Tensor tensor, int peer) {
   std::lock_guard<std::recursive_mutex> lock(mu_);
-  pending_.push_back(Msg{isSend, std::move(tensor), peer});
+  std::optional<c10::Stream> stream;
+  if (tensor.is_cuda()) stream = c10::impl::VirtualGuardImpl(tensor.device().type()).getStream(tensor.device());
+  pending_.push_back(Msg{isSend, std::move(tensor), peer, stream});
   pendingWorks_.push_back(std::move(work));
 }
 
@@ -219,7 +312,7 @@ void Issuer::flushLocked() {
   WorkList works;
   works.swap(pendingWorks_);
   auto comm = comm_;
-  queue_.push(std::move(works), [comm, msgs]() mutable {
+  auto batch = [comm, msgs]() mutable {
     // One sendRecv over contiguous buffers (copies of strided tensors, written back after).
     std::vector<braid::P2POp> ops;
     std::vector<at::Tensor> bufs;
@@ -238,7 +331,24 @@ void Issuer::flushLocked() {
     comm->sendRecv(ops);
     for (size_t i = 0; i < msgs.size(); ++i)
       if (!msgs[i].isSend) writeBack(msgs[i].tensor, bufs[i]);
-  });
+  };
+  const c10::Device device = msgs.front().tensor.device();
+  for (const Msg& m : msgs) {
+    if (m.tensor.device() == device) continue;
+    std::exception_ptr mixed;
+    try {
+      TORCH_CHECK_VALUE(false, "braid point-to-point batch: tensors on ", device, " and ", m.tensor.device(),
+                        "; one batch takes tensors of one device");
+    } catch (...) {
+      mixed = std::current_exception();
+    }
+    for (auto& w : works) w->complete(mixed);
+    return;
+  }
+  Task task{std::move(works), std::move(batch), msgs.front().stream, {}};
+  if (task.stream)
+    for (const Msg& m : msgs) task.touched.push_back(m.tensor);
+  queue_.push(std::move(task));
 }
 
 void Issuer::failPending(const std::exception_ptr& error) {
@@ -278,8 +388,9 @@ std::exception_ptr BraidBackend::closedError(const char* why) const {
 }
 
 c10::intrusive_ptr<c10d::Work> BraidBackend::enqueue(c10d::OpType type, std::vector<at::Tensor> outputs,
-                                                    std::function<void()> fn) {
-  auto work = c10::make_intrusive<BraidWork>(type, std::move(outputs));
+                                                    std::vector<at::Tensor> inputs, std::function<void()> fn) {
+  const c10::Device device = callDevice(type, outputs, inputs);
+  auto work = c10::make_intrusive<BraidWork>(type, outputs, device);
   {
     std::lock_guard<std::mutex> lock(stateMu_);
     if (shutDown_) {
@@ -287,7 +398,9 @@ c10::intrusive_ptr<c10d::Work> BraidBackend::enqueue(c10d::OpType type, std::vec
       return work;
     }
   }
-  issuer_->collective(work, std::move(fn));
+  if (device.is_cuda()) inputs.insert(inputs.end(), outputs.begin(), outputs.end());
+  else inputs.clear();
+  issuer_->collective(work, std::move(fn), std::move(inputs));
   return work;
 }
 
@@ -300,7 +413,7 @@ c10::intrusive_ptr<c10d::Work> BraidBackend::broadcast(std::vector<at::Tensor>& 
   at::Tensor t = tensors[0];
   int root = static_cast<int>(opts.rootRank);
   auto comm = comm_;
-  return enqueue(c10d::OpType::BROADCAST, tensors, [comm, t, root]() mutable {
+  return enqueue(c10d::OpType::BROADCAST, tensors, {}, [comm, t, root]() mutable {
     at::Tensor w = dense(t);
     broadcastInPlace(*comm, w, root);
     writeBack(t, w);
@@ -315,7 +428,7 @@ c10::intrusive_ptr<c10d::Work> BraidBackend::allreduce(std::vector<at::Tensor>& 
   at::Tensor t = tensors[0];
   c10d::ReduceOp op = opts.reduceOp;
   auto comm = comm_;
-  return enqueue(c10d::OpType::ALLREDUCE, tensors, [comm, t, op]() mutable {
+  return enqueue(c10d::OpType::ALLREDUCE, tensors, {}, [comm, t, op]() mutable {
     at::Tensor w = dense(t);
     allreduceInPlace(*comm, w, op);
     writeBack(t, w);
@@ -331,7 +444,7 @@ c10::intrusive_ptr<c10d::Work> BraidBackend::allreduce_coalesced(std::vector<at:
   }
   c10d::ReduceOp op = opts.reduceOp;
   auto comm = comm_;
-  return enqueue(c10d::OpType::ALLREDUCE_COALESCED, tensors, [comm, tensors, op]() mutable {
+  return enqueue(c10d::OpType::ALLREDUCE_COALESCED, tensors, {}, [comm, tensors, op]() mutable {
     // One braid call per dtype over the tensors flattened into one buffer: fewer, larger
     // messages, as the coalesced API intends. Groups in first-appearance order so that every
     // rank (which passes the same list) issues the same calls.
@@ -363,7 +476,7 @@ c10::intrusive_ptr<c10d::Work> BraidBackend::reduce(std::vector<at::Tensor>& ten
   c10d::ReduceOp op = opts.reduceOp;
   int root = static_cast<int>(opts.rootRank);
   auto comm = comm_;
-  return enqueue(c10d::OpType::REDUCE, tensors, [comm, t, op, root]() mutable {
+  return enqueue(c10d::OpType::REDUCE, tensors, {}, [comm, t, op, root]() mutable {
     at::Tensor w = dense(t);
     reduceInPlace(*comm, w, op, root);
     writeBack(t, w);
@@ -385,7 +498,7 @@ c10::intrusive_ptr<c10d::Work> BraidBackend::allgather(std::vector<std::vector<a
   at::Tensor in = inputs[0];
   std::vector<at::Tensor> outs = outputs[0];
   auto comm = comm_;
-  return enqueue(c10d::OpType::ALLGATHER, outs, [comm, in, outs]() mutable {
+  return enqueue(c10d::OpType::ALLGATHER, outs, {in}, [comm, in, outs]() mutable {
     std::vector<at::Tensor> w;
     for (auto& o : outs) w.push_back(dense(o));
     allgatherList(*comm, in, w);
@@ -402,7 +515,7 @@ c10::intrusive_ptr<c10d::Work> BraidBackend::all_gather_single(at::Tensor& outpu
                     output.numel(), " elements, expected ", size_, " x ", input.numel());
   at::Tensor in = input, out = output;
   auto comm = comm_;
-  return enqueue(c10d::OpType::_ALLGATHER_BASE, {output}, [comm, in, out]() mutable {
+  return enqueue(c10d::OpType::_ALLGATHER_BASE, {output}, {input}, [comm, in, out]() mutable {
     at::Tensor w = dense(out);
     allgatherInto(*comm, dense(in), w);
     writeBack(out, w);
@@ -427,7 +540,7 @@ c10::intrusive_ptr<c10d::Work> BraidBackend::allgather_coalesced(std::vector<std
   for (auto& l : outputLists) flatOuts.insert(flatOuts.end(), l.begin(), l.end());
   auto comm = comm_;
   auto lists = outputLists;
-  return enqueue(c10d::OpType::ALLGATHER_COALESCED, flatOuts, [comm, inputs, lists]() mutable {
+  return enqueue(c10d::OpType::ALLGATHER_COALESCED, flatOuts, inputs, [comm, inputs, lists]() mutable {
     for (size_t i = 0; i < inputs.size(); ++i) {
       std::vector<at::Tensor> w, user;
       for (auto& l : lists) {
@@ -454,7 +567,7 @@ c10::intrusive_ptr<c10d::Work> BraidBackend::all_gather_single_coalesced(std::ve
                       " elements, expected ", size_, " x ", inputs[i].numel());
   }
   auto comm = comm_;
-  return enqueue(c10d::OpType::COALESCED, outputs, [comm, inputs, outputs]() mutable {
+  return enqueue(c10d::OpType::COALESCED, outputs, inputs, [comm, inputs, outputs]() mutable {
     for (size_t i = 0; i < inputs.size(); ++i) {
       at::Tensor w = dense(outputs[i]);
       allgatherInto(*comm, dense(inputs[i]), w);
@@ -484,7 +597,7 @@ c10::intrusive_ptr<c10d::Work> BraidBackend::gather(std::vector<std::vector<at::
   }
   at::Tensor in = inputs[0];
   auto comm = comm_;
-  return enqueue(c10d::OpType::GATHER, outs, [comm, in, outs, root]() mutable {
+  return enqueue(c10d::OpType::GATHER, outs, {in}, [comm, in, outs, root]() mutable {
     std::vector<at::Tensor> w;
     for (auto& o : outs) w.push_back(dense(o));
     gatherList(*comm, in, w, root);
@@ -514,7 +627,7 @@ c10::intrusive_ptr<c10d::Work> BraidBackend::scatter(std::vector<at::Tensor>& ou
   }
   at::Tensor out = outputs[0];
   auto comm = comm_;
-  return enqueue(c10d::OpType::SCATTER, outputs, [comm, ins, out, root]() mutable {
+  return enqueue(c10d::OpType::SCATTER, outputs, ins, [comm, ins, out, root]() mutable {
     std::vector<at::Tensor> w;
     for (auto& i : ins) w.push_back(dense(i));
     at::Tensor o = dense(out);
@@ -542,7 +655,7 @@ c10::intrusive_ptr<c10d::Work> BraidBackend::reduce_scatter(std::vector<at::Tens
   std::vector<at::Tensor> ins = inputs[0];
   c10d::ReduceOp op = opts.reduceOp;
   auto comm = comm_;
-  return enqueue(c10d::OpType::REDUCE_SCATTER, outputs, [comm, ins, out, op]() mutable {
+  return enqueue(c10d::OpType::REDUCE_SCATTER, outputs, ins, [comm, ins, out, op]() mutable {
     at::Tensor o = dense(out);
     reduceScatterList(*comm, ins, o, op);
     writeBack(out, o);
@@ -560,7 +673,7 @@ c10::intrusive_ptr<c10d::Work> BraidBackend::reduce_scatter_single(at::Tensor& o
   at::Tensor in = input, out = output;
   c10d::ReduceOp op = opts.reduceOp;
   auto comm = comm_;
-  return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, {output}, [comm, in, out, op]() mutable {
+  return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, {output}, {input}, [comm, in, out, op]() mutable {
     at::Tensor o = dense(out);
     reduceScatterInto(*comm, in, o, op);
     writeBack(out, o);
@@ -583,7 +696,7 @@ c10::intrusive_ptr<c10d::Work> BraidBackend::reduce_scatter_single_coalesced(std
   }
   c10d::ReduceOp op = opts.reduceOp;
   auto comm = comm_;
-  return enqueue(c10d::OpType::COALESCED, outputs, [comm, inputs, outputs, op]() mutable {
+  return enqueue(c10d::OpType::COALESCED, outputs, inputs, [comm, inputs, outputs, op]() mutable {
     for (size_t i = 0; i < inputs.size(); ++i) {
       at::Tensor o = dense(outputs[i]);
       reduceScatterInto(*comm, inputs[i], o, op);
@@ -633,7 +746,7 @@ c10::intrusive_ptr<c10d::Work> BraidBackend::all_to_all_single(at::Tensor& outpu
   auto comm = comm_;
   // No split sizes on either side: torch's even all_to_all, braid's alltoall.
   const bool even = inputSplits.empty() && outputSplits.empty();
-  return enqueue(c10d::OpType::ALLTOALL_BASE, {output}, [comm, in, out, sendCounts, recvCounts, even]() mutable {
+  return enqueue(c10d::OpType::ALLTOALL_BASE, {output}, {input}, [comm, in, out, sendCounts, recvCounts, even]() mutable {
     at::Tensor o = dense(out);
     alltoallv(*comm, dense(in), sendCounts, o, recvCounts, even);
     writeBack(out, o);
@@ -654,7 +767,7 @@ c10::intrusive_ptr<c10d::Work> BraidBackend::alltoall(std::vector<at::Tensor>& o
     recvCounts.push_back(outputs[i].numel());
   }
   auto comm = comm_;
-  return enqueue(c10d::OpType::ALLTOALL, outputs, [comm, inputs, outputs, sendCounts, recvCounts]() mutable {
+  return enqueue(c10d::OpType::ALLTOALL, outputs, inputs, [comm, inputs, outputs, sendCounts, recvCounts]() mutable {
     std::vector<at::Tensor> flat;
     for (auto& i : inputs) flat.push_back(i.reshape(-1));
     int64_t total = 0;
@@ -671,7 +784,7 @@ c10::intrusive_ptr<c10d::Work> BraidBackend::alltoall(std::vector<at::Tensor>& o
 
 c10::intrusive_ptr<c10d::Work> BraidBackend::barrier(const c10d::BarrierOptions& opts) {
   auto comm = comm_;
-  return enqueue(c10d::OpType::BARRIER, {}, [comm]() { comm->barrier(); });
+  return enqueue(c10d::OpType::BARRIER, {}, {}, [comm]() { comm->barrier(); });
 }
 
 // ---- point-to-point ---------------------------------------------------------------------
@@ -686,7 +799,7 @@ c10::intrusive_ptr<c10d::Work> BraidBackend::enqueueP2P(c10d::OpType type, std::
   // The Work flushes the pending batch through a weak reference: a Work that outlives its
   // group finds nothing to flush (shutdown flushed or failed everything).
   std::weak_ptr<Issuer> weak = issuer_;
-  auto work = c10::make_intrusive<P2PWork>(type, tensors, isSend ? -1 : peer, [weak]() {
+  auto work = c10::make_intrusive<P2PWork>(type, tensors, tensors[0].device(), isSend ? -1 : peer, [weak]() {
     if (auto issuer = weak.lock()) issuer->flush();
   });
   issuer_->p2p(work, isSend, tensors[0], peer);

@@ -21,8 +21,21 @@
 // anything needs it: a wait(), is_completed() or get_future() on one of its Works, the next
 // collective (so that p2p and collectives keep their issue order), or shutdown. isend and
 // irecv never block the caller.
+//
+// CUDA tensors take braid's device path on the stream that was current for the tensors'
+// device when the call was made. Their task goes through the same queue (so braid sees one
+// issue order on every rank, CPU and CUDA calls mixed), and the worker issues it onto that
+// stream under a braid::StreamGuard, with the stream current for the torch-side copies too:
+// the call starts after everything queued on the stream before the call, and the worker
+// never waits for the GPU. The Work then holds an event recorded behind it; wait() blocks
+// the host only until the task is issued (microseconds), then makes the caller's current
+// stream wait for the event, as ProcessGroupNCCL's wait() does. A p2p batch on CUDA uses the
+// stream current at its first isend/irecv. A failure during the collective itself (a dead
+// peer) shows in the next call, which raises; braid never leaves the stream waiting.
 
 #include <ATen/ATen.h>
+#include <c10/core/Event.h>
+#include <c10/core/Stream.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
@@ -33,6 +46,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -44,17 +58,30 @@ namespace braid_torch {
 // A queued collective. Completes its c10d::Work state (wait(), isCompleted(), exception())
 // and its future, whose value is the output tensor list as torch's own backends give it, so
 // that DDP communication hooks (`fut.value()[0]`) work unchanged.
+//
+// On a CUDA device the future is CUDA-aware (as ProcessGroupNCCL's): its value() makes the
+// current stream wait for the work instead of blocking the host.
 class BraidWork : public c10d::Work {
  public:
-  BraidWork(c10d::OpType type, std::vector<at::Tensor> outputs);
+  BraidWork(c10d::OpType type, std::vector<at::Tensor> outputs, c10::Device device = c10::Device(c10::kCPU));
 
   std::vector<at::Tensor> result() override { return outputs_; }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
   // Marks the work done (`error` null) or failed, wakes waiters, completes the future.
   void complete(std::exception_ptr error);
+  // Device work: done once `stream` passes the point this records. Then complete() it with
+  // `stream` current: the CUDA-aware future records its own event on the current stream.
+  void recordOn(const c10::Stream& stream);
+  // Device work: whether the stream has passed it.
+  bool isCompleted() override;
+  // Device work: the caller's current stream waits for it (called by wait()).
+  void synchronize() override;
+  const c10::Device& device() const { return device_; }
 
  private:
   std::vector<at::Tensor> outputs_;
+  c10::Device device_;
+  std::optional<c10::Event> event_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
@@ -62,7 +89,8 @@ class BraidWork : public c10d::Work {
 // every way of waiting for it first hands that batch to the queue.
 class P2PWork : public BraidWork {
  public:
-  P2PWork(c10d::OpType type, std::vector<at::Tensor> outputs, int peer, std::function<void()> flush);
+  P2PWork(c10d::OpType type, std::vector<at::Tensor> outputs, c10::Device device, int peer,
+          std::function<void()> flush);
 
   bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
   bool isCompleted() override;
@@ -76,13 +104,21 @@ class P2PWork : public BraidWork {
 
 using WorkList = std::vector<c10::intrusive_ptr<BraidWork>>;
 
-// A FIFO of closures run by one thread. Closures run with no lock held. A closure completes
-// all the Works it was pushed with (a p2p batch has several).
+// One call's task: `fn` completes all of `works` (a p2p batch has several). With a stream,
+// it is issued onto that stream and `touched` are the user's tensors it reads or writes.
+struct Task {
+  WorkList works;
+  std::function<void()> fn;
+  std::optional<c10::Stream> stream;
+  std::vector<at::Tensor> touched;
+};
+
+// A FIFO of tasks run by one thread. Tasks run with no lock held.
 class TaskQueue {
  public:
   explicit TaskQueue(std::string name);
   ~TaskQueue();  // drains: runs what is queued, then joins
-  void push(WorkList works, std::function<void()> fn);
+  void push(Task task);
   // Fails everything still queued with `error` instead of running it.
   void failPending(const std::exception_ptr& error);
   void stop();  // runs what is queued, then joins; idempotent
@@ -92,7 +128,7 @@ class TaskQueue {
   std::string name_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::pair<WorkList, std::function<void()>>> q_;
+  std::deque<Task> q_;
   bool stop_ = false;
   std::thread thread_;
 };
@@ -103,7 +139,8 @@ class TaskQueue {
 class Issuer {
  public:
   Issuer(std::shared_ptr<braid::Communicator> comm, std::string name);
-  void collective(c10::intrusive_ptr<BraidWork> work, std::function<void()> fn);
+  // `touched`: for a CUDA work, the user's tensors (its stream is the device's current one).
+  void collective(c10::intrusive_ptr<BraidWork> work, std::function<void()> fn, std::vector<at::Tensor> touched = {});
   void p2p(c10::intrusive_ptr<BraidWork> work, bool isSend, at::Tensor tensor, int peer);
   void flush();
   // Fails the pending batch and what is queued with `error`.
@@ -115,6 +152,7 @@ class Issuer {
     bool isSend;
     at::Tensor tensor;
     int peer;
+    std::optional<c10::Stream> stream;  // CUDA: the current stream when it was issued
   };
   void flushLocked();
   // Recursive: a task running inline on the worker thread (a future callback) may issue.
@@ -199,8 +237,10 @@ class BraidBackend : public c10d::Backend {
   void shutdown() override;
 
  private:
+  // Queues `fn` for the worker (CPU tensors) or issues it on the stream (CUDA tensors: every
+  // tensor of `outputs` and `inputs` on one device).
   c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, std::vector<at::Tensor> outputs,
-                                         std::function<void()> fn);
+                                         std::vector<at::Tensor> inputs, std::function<void()> fn);
   c10::intrusive_ptr<c10d::Work> enqueueP2P(c10d::OpType type, std::vector<at::Tensor>& tensors, int peer);
   std::exception_ptr closedError(const char* why) const;
 

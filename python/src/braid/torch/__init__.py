@@ -1,12 +1,19 @@
 """braid as a torch.distributed backend.
 
     import torch.distributed as dist
-    import braid.torch                      # registers backend "braid" for CPU tensors
+    import braid.torch                      # registers backend "braid" for CPU and CUDA tensors
     dist.init_process_group("braid")        # torchrun env, or init_method/store as usual
 
 The backend rendezvouses through the c10d Store that init_process_group (or new_group)
 passes it, so it needs no port or environment of its own, and the group's ``timeout``
 becomes braid's per-operation timeout. The C++ side is csrc/torch/backend.cc.
+
+CUDA tensors go through braid's device path on the tensor's current stream, as
+ProcessGroupNCCL's: a call returns at once, ``Work.wait()`` (and the future's ``wait()``)
+make the current stream wait for it, and later work on that stream sees its result. One
+process group serves both kinds of tensor (one call takes tensors of one device). Where
+braid cannot use the GPU (a build without the CUDA toolkit, no driver), a CUDA tensor fails
+its call with the reason.
 """
 
 import torch  # noqa: F401  (loads libtorch before the extension that links it)
@@ -31,7 +38,7 @@ def _register():
     # Registering twice raises in torch; importing braid.torch twice (or after a reload) must not.
     if BACKEND_NAME in dist.Backend.backend_list or hasattr(dist.Backend, BACKEND_NAME.upper()):
         return
-    dist.Backend.register_backend(BACKEND_NAME, _create_backend, devices=["cpu"])
+    dist.Backend.register_backend(BACKEND_NAME, _create_backend, devices=["cpu", "cuda"])
 
 
 _register()

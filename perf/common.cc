@@ -25,8 +25,9 @@ namespace braid::perf {
 namespace {
 
 // -d all runs these, in nccl-tests' order.
-constexpr braidDataType_t kAllTypes[] = {braidInt8,  braidUint8,   braidInt32,   braidUint32,  braidInt64,
-                                         braidUint64, braidFloat16, braidFloat32, braidFloat64, braidBFloat16};
+constexpr braidDataType_t kAllTypes[] = {braidInt8,       braidUint8,      braidInt32,   braidUint32,  braidInt64,
+                                         braidUint64,     braidFloat16,    braidFloat32, braidFloat64, braidBFloat16,
+                                         braidFloat8e4m3, braidFloat8e5m2, braidInt16,   braidUint16};
 constexpr braidRedOp_t kAllOps[] = {braidSum, braidProd, braidMax, braidMin, braidAvg};
 
 struct TypeAlias {
@@ -40,6 +41,9 @@ constexpr TypeAlias kTypeAliases[] = {
     {"double", braidFloat64},    {"bfloat16", braidBFloat16}, {"float16", braidFloat16}, {"fp16", braidFloat16},
     {"bf16", braidBFloat16},     {"float32", braidFloat32}, {"fp32", braidFloat32},    {"float64", braidFloat64},
     {"fp64", braidFloat64},      {"int", braidInt32},       {"char", braidInt8},
+    {"f8e4m3", braidFloat8e4m3}, {"f8e5m2", braidFloat8e5m2}, {"int16", braidInt16}, {"uint16", braidUint16},
+    {"float8_e4m3fn", braidFloat8e4m3}, {"float8_e5m2", braidFloat8e5m2}, {"fp8_e4m3", braidFloat8e4m3},
+    {"fp8_e5m2", braidFloat8e5m2}, {"short", braidInt16},
 };
 
 }  // namespace
@@ -47,7 +51,11 @@ constexpr TypeAlias kTypeAliases[] = {
 size_t dataTypeSize(braidDataType_t dt) {
   switch (dt) {
     case braidInt8:
-    case braidUint8: return 1;
+    case braidUint8:
+    case braidFloat8e4m3:
+    case braidFloat8e5m2: return 1;
+    case braidInt16:
+    case braidUint16:
     case braidFloat16:
     case braidBFloat16: return 2;
     case braidInt32:
@@ -72,6 +80,10 @@ const char* dataTypeName(braidDataType_t dt) {
     case braidBFloat16: return "bfloat16";
     case braidFloat32: return "float";
     case braidFloat64: return "double";
+    case braidFloat8e4m3: return "f8e4m3";
+    case braidFloat8e5m2: return "f8e5m2";
+    case braidInt16: return "int16";
+    case braidUint16: return "uint16";
   }
   return "?";
 }
@@ -88,7 +100,7 @@ const char* redOpName(braidRedOp_t op) {
 }
 
 bool isSignedType(braidDataType_t dt) {
-  return dt != braidUint8 && dt != braidUint32 && dt != braidUint64;
+  return dt != braidUint8 && dt != braidUint16 && dt != braidUint32 && dt != braidUint64;
 }
 
 double valueLimit(braidDataType_t dt) {
@@ -104,6 +116,10 @@ double valueLimit(braidDataType_t dt) {
     case braidBFloat16: return 256;  // 8-bit significand
     case braidFloat32: return 16777216.0;
     case braidFloat64: return 9007199254740992.0;
+    case braidFloat8e4m3: return 16;  // 4-bit significand
+    case braidFloat8e5m2: return 8;   // 3-bit significand
+    case braidInt16: return 32767;
+    case braidUint16: return 65534;
   }
   return 0;
 }
@@ -113,6 +129,7 @@ void fillSentinel(braidDataType_t dt, void* buf, size_t count) {
     case braidInt8: fillElements(dt, buf, count, [](size_t) { return -128.0; }); return;
     case braidInt32: fillElements(dt, buf, count, [](size_t) { return -2147483648.0; }); return;
     case braidInt64: fillElements(dt, buf, count, [](size_t) { return -9223372036854775808.0; }); return;
+    case braidInt16: fillElements(dt, buf, count, [](size_t) { return -32768.0; }); return;
     // All-ones bytes: the unsigned maximum, and a NaN for every float type.
     default: std::memset(buf, 0xff, count * dataTypeSize(dt)); return;
   }
@@ -184,6 +201,31 @@ uint16_t floatToBfloat16(float f) {
   if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40u);  // quiet NaN
   bits += 0x7fffu + ((bits >> 16) & 1u);
   return static_cast<uint16_t>(bits >> 16);
+}
+
+double fp8ToDouble(uint8_t x, bool e4m3) {
+  const int mantBits = e4m3 ? 3 : 2, bias = e4m3 ? 7 : 15;
+  const int e = (x & 0x7f) >> mantBits, m = x & ((1 << mantBits) - 1);
+  const int maxExp = e4m3 ? 15 : 31;
+  double v;
+  if (e4m3 && e == maxExp && m == 7) v = std::nan("");
+  else if (!e4m3 && e == maxExp) v = m ? std::nan("") : HUGE_VAL;
+  else if (e == 0) v = std::ldexp(m, 1 - bias - mantBits);
+  else v = std::ldexp((1 << mantBits) + m, e - bias - mantBits);
+  return (x & 0x80) ? -v : v;
+}
+
+uint8_t exactToFp8(double v, bool e4m3) {
+  const int mantBits = e4m3 ? 3 : 2, bias = e4m3 ? 7 : 15;
+  const uint8_t sign = std::signbit(v) ? 0x80 : 0;
+  const double a = std::fabs(v);
+  if (a == 0) return sign;
+  int e = 0;
+  (void)std::frexp(a, &e);
+  e -= 1;  // a = 1.m * 2^e
+  if (e < 1 - bias) return static_cast<uint8_t>(sign | static_cast<int>(std::ldexp(a, bias - 1 + mantBits)));
+  const int m = static_cast<int>(std::ldexp(a, mantBits - e)) - (1 << mantBits);
+  return static_cast<uint8_t>(sign | ((e + bias) << mantBits) | m);
 }
 
 // ---- value schemes -----------------------------------------------------------------------
@@ -280,6 +322,12 @@ double ReduceValues::expected(size_t index) const {
 double rankValue(braidDataType_t dt, int rank, size_t index) {
   // 97 is prime and larger than any step between ranks we expect, so two ranks' values
   // differ at every index unless their ranks differ by a multiple of 97.
+  if (dt == braidFloat8e4m3 || dt == braidFloat8e5m2) {
+    // fp8 holds few integers exactly: -limit..limit (17 or 33 values), the same stepping.
+    const size_t lim = static_cast<size_t>(valueLimit(dt));
+    return static_cast<double>((index * 29 + static_cast<size_t>(rank) * 7 + 1) % (2 * lim + 1)) -
+           static_cast<double>(lim);
+  }
   const double v = static_cast<double>((index * 29 + static_cast<size_t>(rank) * 7 + 1) % 97);
   return isSignedType(dt) ? v - 48 : v;
 }
@@ -333,8 +381,8 @@ void printUsage(const Tool& tool, FILE* out) {
                tool.name);
   if (tool.hasRedOp) std::fprintf(out, "  -o, --op <op>              sum|prod|max|min|avg|all (default sum)\n");
   std::fprintf(out,
-               "  -d, --datatype <type>      int8|uint8|int32|uint32|int64|uint64|half|float16|bfloat16|\n"
-               "                             float|float32|double|float64|all (default float)\n");
+               "  -d, --datatype <type>      int8|uint8|int16|uint16|int32|uint32|int64|uint64|half|float16|\n"
+               "                             bfloat16|f8e4m3|f8e5m2|float|float32|double|float64|all (default float)\n");
   if (tool.hasRoot)
     std::fprintf(out, "  -r, --root <rank|all>      root rank, or all (-1) to run every root in turn (default 0)\n");
   std::fprintf(out,

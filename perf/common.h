@@ -50,6 +50,10 @@ float halfToFloat(uint16_t h);
 uint16_t floatToHalf(float f);
 float bfloat16ToFloat(uint16_t b);
 uint16_t floatToBfloat16(float f);
+// OCP fp8 (E4M3 when `e4m3`, else E5M2): decoding of any code; encoding of values the format
+// holds exactly (what the schemes below produce), not a rounding conversion.
+double fp8ToDouble(uint8_t x, bool e4m3);
+uint8_t exactToFp8(double v, bool e4m3);
 
 namespace detail {
 
@@ -103,6 +107,19 @@ inline size_t mismatchesHalf(const void* buf, size_t count, Fn& expectedAt, bool
   return wrong;
 }
 
+template <class Fn>
+inline void fillFp8(void* buf, size_t count, Fn& valueAt, bool e4m3) {
+  uint8_t* p = static_cast<uint8_t*>(buf);
+  for (size_t i = 0; i < count; ++i) p[i] = exactToFp8(valueAt(i), e4m3);
+}
+template <class Fn>
+inline size_t mismatchesFp8(const void* buf, size_t count, Fn& expectedAt, bool e4m3) {
+  const uint8_t* p = static_cast<const uint8_t*>(buf);
+  size_t wrong = 0;
+  for (size_t i = 0; i < count; ++i) wrong += fp8ToDouble(p[i], e4m3) != expectedAt(i);
+  return wrong;
+}
+
 }  // namespace detail
 
 // buf[i] = valueAt(i) for i < count, stored as `dt`. `valueAt(size_t) -> double` must return
@@ -120,6 +137,10 @@ void fillElements(braidDataType_t dt, void* buf, size_t count, Fn&& valueAt) {
     case braidBFloat16: detail::fillHalf(buf, count, valueAt, true); break;
     case braidFloat32: detail::fillAs<float>(buf, count, valueAt); break;
     case braidFloat64: detail::fillAs<double>(buf, count, valueAt); break;
+    case braidFloat8e4m3: detail::fillFp8(buf, count, valueAt, true); break;
+    case braidFloat8e5m2: detail::fillFp8(buf, count, valueAt, false); break;
+    case braidInt16: detail::fillAs<int16_t>(buf, count, valueAt); break;
+    case braidUint16: detail::fillAs<uint16_t>(buf, count, valueAt); break;
   }
 }
 
@@ -137,6 +158,10 @@ size_t countMismatches(braidDataType_t dt, const void* buf, size_t count, Fn&& e
     case braidBFloat16: return detail::mismatchesHalf(buf, count, expectedAt, true);
     case braidFloat32: return detail::mismatchesAs<float>(buf, count, expectedAt);
     case braidFloat64: return detail::mismatchesAs<double>(buf, count, expectedAt);
+    case braidFloat8e4m3: return detail::mismatchesFp8(buf, count, expectedAt, true);
+    case braidFloat8e5m2: return detail::mismatchesFp8(buf, count, expectedAt, false);
+    case braidInt16: return detail::mismatchesAs<int16_t>(buf, count, expectedAt);
+    case braidUint16: return detail::mismatchesAs<uint16_t>(buf, count, expectedAt);
   }
   return count;
 }

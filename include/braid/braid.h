@@ -43,7 +43,14 @@ typedef enum {
   braidFloat16 = 6,
   braidBFloat16 = 7,
   braidFloat32 = 8,
-  braidFloat64 = 9
+  braidFloat64 = 9,
+  /* OCP 8-bit floats (NCCL's numbering): E4M3 (bias 7, no infinity, largest 448) and E5M2
+   * (bias 15, IEEE-style, largest 57344). They reduce in fp32 and round once, to nearest
+   * even, saturating: a result beyond the largest finite value becomes that value. */
+  braidFloat8e4m3 = 10,
+  braidFloat8e5m2 = 11,
+  braidInt16 = 12,
+  braidUint16 = 13
 } braidDataType_t;
 
 /* Bitwise ops apply to integer types only. braidRedOpCreatePreMulSum returns further

@@ -7,6 +7,8 @@ namespace braid {
 enum class DataType : int {
   kInt8 = 0, kUint8, kInt32, kUint32, kInt64, kUint64,
   kFloat16, kBFloat16, kFloat32, kFloat64,
+  kFloat8E4M3, kFloat8E5M2,  // OCP fp8; reduced in fp32, rounded once, saturating
+  kInt16, kUint16,
 };
 
 // kBand/kBor/kBxor are bitwise and integer types only. Pre-multiplied sums are created per

@@ -241,6 +241,10 @@ double scalarValue(const void* p, DataType dt) {
     case DataType::kBFloat16: { uint16_t v; std::memcpy(&v, p, 2); return reduce::bfloat16ToFloat(v); }
     case DataType::kFloat32: { float v; std::memcpy(&v, p, 4); return v; }
     case DataType::kFloat64: { double v; std::memcpy(&v, p, 8); return v; }
+    case DataType::kFloat8E4M3: { uint8_t v; std::memcpy(&v, p, 1); return reduce::fp8e4m3ToFloat(v); }
+    case DataType::kFloat8E5M2: { uint8_t v; std::memcpy(&v, p, 1); return reduce::fp8e5m2ToFloat(v); }
+    case DataType::kInt16: { int16_t v; std::memcpy(&v, p, 2); return v; }
+    case DataType::kUint16: { uint16_t v; std::memcpy(&v, p, 2); return v; }
   }
   return 0;
 }

@@ -14,6 +14,10 @@ const char* dataTypeName(DataType t) {
     case DataType::kBFloat16: return "bfloat16";
     case DataType::kFloat32: return "float";
     case DataType::kFloat64: return "double";
+    case DataType::kFloat8E4M3: return "f8e4m3";
+    case DataType::kFloat8E5M2: return "f8e5m2";
+    case DataType::kInt16: return "int16";
+    case DataType::kUint16: return "uint16";
   }
   return "unknown";
 }

@@ -344,6 +344,115 @@ struct Bf16Storage {
   }
 };
 
+// OCP fp8 computes in fp32 as well: one fp32 register per kF32Lanes bytes. Decoding is exact;
+// encoding rounds to nearest even and saturates (beyond the largest finite value, infinities
+// included: that value; NaN stays NaN), the bits of reduce.cc's scalar conversions and of
+// the GPU kernels (cuda/numeric.cuh). E4M3: bias 7, no infinity, NaN S.1111.111, largest 448.
+// E5M2: bias 15, IEEE-style, largest 57344; it is the top byte of an fp16 of the same value.
+using U8Q = Vec<uint8_t, kF32Lanes>;  // a quarter register: the 8-bit image of one F32V
+
+template <bool kE4M3>
+inline F32V fp8BitsToFloat(U32V x) {
+  const U32V sign = (x & 0x80u) << 24;
+  const U32V em = x & 0x7fu;
+  const I32V emi = (I32V)em;
+  if (kE4M3) {
+    const U32V normal = (em << 20) + (120u << 23);
+    const U32V sub = (U32V)(__builtin_convertvector(emi, F32V) * 0x1p-9f);  // em * 2^-9, exact
+    U32V r = emi < 0x08 ? sub : normal;
+    r = emi == 0x7f ? (U32V)(em - em + 0x7fc00000u) : r;
+    return (F32V)(r | sign);
+  }
+  const U32V normal = (em << 21) + (112u << 23);
+  U32V infNan = (em << 21) + (224u << 23);
+  infNan |= (U32V)(emi > 0x7c) & 0x00400000u;  // NaNs come out quiet
+  const U32V sub = (U32V)(__builtin_convertvector(emi, F32V) * 0x1p-16f);  // em * 2^-16, exact
+  U32V r = emi >= 0x7c ? infNan : normal;
+  r = emi < 0x04 ? sub : r;
+  return (F32V)(r | sign);
+}
+
+template <bool kE4M3>
+inline U32V floatToFp8Bits(F32V f) {
+  constexpr int kMant = kE4M3 ? 3 : 2;
+  constexpr uint32_t kBias = kE4M3 ? 7 : 15;
+  constexpr int32_t kMaxCode = kE4M3 ? 0x7e : 0x7b;
+  constexpr int32_t kMinNormal = kE4M3 ? 0x3c800000 : 0x38800000;  // 2^-6, 2^-14
+  // A float whose ulp is the subnormal step (2^-9, 2^-16): adding it rounds to nearest even.
+  const float magic = kE4M3 ? 16384.0f : 128.0f;
+  constexpr int kDrop = 23 - kMant;
+  const U32V u = (U32V)f;
+  const U32V sign = (u >> 24) & 0x80u;
+  const U32V a = u & 0x7fffffffu;
+  const I32V ai = (I32V)a;
+  const U32V sub = (U32V)((F32V)a + magic) - (U32V)(f - f + magic);
+  const U32V rebased = a - ((127u - kBias) << 23);
+  U32V normal = (rebased + ((1u << (kDrop - 1)) - 1u) + ((rebased >> kDrop) & 1u)) >> kDrop;
+  normal = (I32V)normal > kMaxCode ? (U32V)(a - a + kMaxCode) : normal;
+  const U32V nan = kE4M3 ? (U32V)(a - a + 0x7fu) : (U32V)(0x7eu | ((a >> 21) & 1u));
+  U32V r = ai < kMinNormal ? sub : normal;
+  r = ai > 0x7f800000 ? nan : r;
+  return r | sign;
+}
+
+// The low byte of every 32-bit lane, in order: one byte shuffle (a per-lane conversion would
+// be a scalar loop below AVX-512).
+inline U8Q lowBytes(U32V x) {
+  using B = Vec<uint8_t, 4 * kF32Lanes>;
+  const B b = (B)x;
+#if defined(BRAID_REDUCE_W512)
+  return __builtin_shufflevector(b, b, 0, 4, 8, 12, 16, 20, 24, 28, 32, 36, 40, 44, 48, 52, 56, 60);
+#elif defined(BRAID_REDUCE_W256)
+  return __builtin_shufflevector(b, b, 0, 4, 8, 12, 16, 20, 24, 28);
+#else
+  return __builtin_shufflevector(b, b, 0, 4, 8, 12);
+#endif
+}
+
+// kF32Lanes bytes from memory, each zero-extended into a 32-bit lane: one byte shuffle (GCC
+// turns a per-lane conversion into a scalar loop).
+inline U32V loadBytesWidened(const char* p) {
+  using B = Vec<uint8_t, 4 * kF32Lanes>;
+  // Straight into the low lanes of a register (a zeroed stack copy would stall the load).
+#if defined(BRAID_REDUCE_W512)
+  uint64_t lo, hi;
+  __builtin_memcpy(&lo, p, 8);
+  __builtin_memcpy(&hi, p + 8, 8);
+  const B b = (B)(Vec<uint64_t, 8>){lo, hi, 0, 0, 0, 0, 0, 0};
+#elif defined(BRAID_REDUCE_W256)
+  uint64_t q;
+  __builtin_memcpy(&q, p, 8);
+  const B b = (B)(Vec<uint64_t, 4>){q, 0, 0, 0};
+#else
+  uint32_t q;
+  __builtin_memcpy(&q, p, 4);
+  const B b = (B)(Vec<uint32_t, 4>){q, 0, 0, 0};
+#endif
+  const B z = {};
+#if defined(BRAID_REDUCE_W512)
+  return (U32V)__builtin_shufflevector(b, z, 0, 64, 64, 64, 1, 64, 64, 64, 2, 64, 64, 64, 3, 64, 64, 64, 4, 64, 64,
+                                       64, 5, 64, 64, 64, 6, 64, 64, 64, 7, 64, 64, 64, 8, 64, 64, 64, 9, 64, 64, 64,
+                                       10, 64, 64, 64, 11, 64, 64, 64, 12, 64, 64, 64, 13, 64, 64, 64, 14, 64, 64, 64,
+                                       15, 64, 64, 64);
+#elif defined(BRAID_REDUCE_W256)
+  return (U32V)__builtin_shufflevector(b, z, 0, 32, 32, 32, 1, 32, 32, 32, 2, 32, 32, 32, 3, 32, 32, 32, 4, 32, 32,
+                                       32, 5, 32, 32, 32, 6, 32, 32, 32, 7, 32, 32, 32);
+#else
+  return (U32V)__builtin_shufflevector(b, z, 0, 16, 16, 16, 1, 16, 16, 16, 2, 16, 16, 16, 3, 16, 16, 16);
+#endif
+}
+
+template <bool kE4M3>
+struct Fp8Storage {
+  static constexpr int kLanes = kF32Lanes;
+  static constexpr size_t kElemBytes = 1;
+  static constexpr int kUnroll = 2;
+  using Lane = float;
+  using V = F32V;
+  static V load(const char* p) { return fp8BitsToFloat<kE4M3>(loadBytesWidened(p)); }
+  static void store(char* p, V v) { storeVec(p, lowBytes(floatToFp8Bits<kE4M3>(v))); }
+};
+
 // ---- reduce ---------------------------------------------------------------------------
 
 // Reduces `nsrc` sources into `dst`, `count` elements. kFixed > 0 is a compile-time source
@@ -604,6 +713,10 @@ constexpr KernelTable makeTable() {
   setRow<Bf16Storage, Bf16Storage>(t, DataType::kBFloat16);
   setRow<NativeStorage<float, float>, NativeStorage<float, float>>(t, DataType::kFloat32);
   setRow<NativeStorage<double, double>, NativeStorage<double, double>>(t, DataType::kFloat64);
+  setRow<Fp8Storage<true>, Fp8Storage<true>>(t, DataType::kFloat8E4M3);
+  setRow<Fp8Storage<false>, Fp8Storage<false>>(t, DataType::kFloat8E5M2);
+  setRow<NativeStorage<int16_t, uint16_t>, NativeStorage<int16_t, int16_t>>(t, DataType::kInt16);
+  setRow<NativeStorage<uint16_t, uint16_t>, NativeStorage<uint16_t, uint16_t>>(t, DataType::kUint16);
 
   using U8 = NativeStorage<uint8_t, uint8_t>;
   using U16 = NativeStorage<uint16_t, uint16_t>;
@@ -619,6 +732,10 @@ constexpr KernelTable makeTable() {
   setBitwiseRow<U16>(t, DataType::kBFloat16);
   setBitwiseRow<U32>(t, DataType::kFloat32);
   setBitwiseRow<U64>(t, DataType::kFloat64);
+  setBitwiseRow<U8>(t, DataType::kFloat8E4M3);
+  setBitwiseRow<U8>(t, DataType::kFloat8E5M2);
+  setBitwiseRow<U16>(t, DataType::kInt16);
+  setBitwiseRow<U16>(t, DataType::kUint16);
 
   t.divide[static_cast<int>(DataType::kInt8)] = &divideIntKernel<int8_t, int64_t>;
   t.divide[static_cast<int>(DataType::kUint8)] = &divideIntKernel<uint8_t, uint64_t>;
@@ -630,6 +747,10 @@ constexpr KernelTable makeTable() {
   t.divide[static_cast<int>(DataType::kBFloat16)] = &divideFloatKernel<Bf16Storage>;
   t.divide[static_cast<int>(DataType::kFloat32)] = &divideFloatKernel<NativeStorage<float, float>>;
   t.divide[static_cast<int>(DataType::kFloat64)] = &divideFloatKernel<NativeStorage<double, double>>;
+  t.divide[static_cast<int>(DataType::kFloat8E4M3)] = &divideFloatKernel<Fp8Storage<true>>;
+  t.divide[static_cast<int>(DataType::kFloat8E5M2)] = &divideFloatKernel<Fp8Storage<false>>;
+  t.divide[static_cast<int>(DataType::kInt16)] = &divideIntKernel<int16_t, int64_t>;
+  t.divide[static_cast<int>(DataType::kUint16)] = &divideIntKernel<uint16_t, uint64_t>;
 
   t.scale[static_cast<int>(DataType::kInt8)] =
       &scaleIntKernel<NativeStorage<int8_t, uint8_t>, int8_t, INT8_MIN, INT8_MAX>;
@@ -644,6 +765,11 @@ constexpr KernelTable makeTable() {
   t.scale[static_cast<int>(DataType::kBFloat16)] = &scaleFloatKernel<Bf16Storage>;
   t.scale[static_cast<int>(DataType::kFloat32)] = &scaleFloatKernel<NativeStorage<float, float>>;
   t.scale[static_cast<int>(DataType::kFloat64)] = &scaleFloatKernel<NativeStorage<double, double>>;
+  t.scale[static_cast<int>(DataType::kFloat8E4M3)] = &scaleFloatKernel<Fp8Storage<true>>;
+  t.scale[static_cast<int>(DataType::kFloat8E5M2)] = &scaleFloatKernel<Fp8Storage<false>>;
+  t.scale[static_cast<int>(DataType::kInt16)] =
+      &scaleIntKernel<NativeStorage<int16_t, uint16_t>, int16_t, INT16_MIN, INT16_MAX>;
+  t.scale[static_cast<int>(DataType::kUint16)] = &scaleIntKernel<U16, uint16_t, 0, UINT16_MAX>;
 
   t.copyStreaming = &copyStreamingKernel;
   return t;

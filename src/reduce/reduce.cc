@@ -1,6 +1,8 @@
 #include "reduce/reduce.h"
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cassert>
 #include <cstdint>
 #include <cstdlib>
@@ -223,6 +225,53 @@ uint16_t floatToBfloat16(float f) {
   // NaN: keep sign and top payload, force quiet so truncation cannot leave an infinity.
   if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
   return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+// fp8, written with branches and exact double arithmetic rather than the vector code's bit
+// tricks; the tests hold both to the same bits.
+float fp8e4m3ToFloat(uint8_t x) {
+  const uint32_t sign = static_cast<uint32_t>(x & 0x80u) << 24;
+  const uint32_t e = (x >> 3) & 0xfu, m = x & 0x7u;
+  if (e == 0xf && m == 0x7) return bitsFloat(sign | 0x7fc00000u);  // the one NaN code
+  if (e == 0) return bitsFloat(sign | floatBits(static_cast<float>(m) * 0x1p-9f));
+  return bitsFloat(sign | ((e + 120u) << 23) | (m << 20));
+}
+
+float fp8e5m2ToFloat(uint8_t x) { return halfToFloat(static_cast<uint16_t>(x << 8)); }
+
+namespace {
+
+// Round |f| to the format's grid (kMant mantissa bits, exponent bias kBias) with the FPU's
+// round-to-nearest-even, then saturate at the largest finite code.
+template <int kMant, int kBias, uint32_t kMaxCode>
+uint8_t encodeFp8(float f, uint8_t nanCode) {
+  const uint32_t sign = (floatBits(f) >> 24) & 0x80u;
+  const double a = std::fabs(static_cast<double>(f));
+  if (a != a) return static_cast<uint8_t>(sign | nanCode);
+  if (a > 1e6) return static_cast<uint8_t>(sign | kMaxCode);  // infinity and far beyond
+  if (a == 0) return static_cast<uint8_t>(sign);
+  constexpr int kMinExp = 1 - kBias;
+  int exp = 0;
+  (void)std::frexp(a, &exp);              // a = fr * 2^exp, fr in [0.5, 1)
+  const int e = std::max(exp - 1, kMinExp);  // below the normal range: the subnormal step
+  const double q = std::nearbyint(std::ldexp(a, kMant - e));  // in units of the step at e
+  uint32_t code;
+  if (e == kMinExp && q < (1u << kMant)) {
+    code = static_cast<uint32_t>(q);  // subnormal (or zero)
+  } else {
+    // q in [2^kMant, 2^(kMant+1)]; the top end carries into the next exponent by itself.
+    code = (static_cast<uint32_t>(e + kBias) << kMant) + static_cast<uint32_t>(q) - (1u << kMant);
+  }
+  return static_cast<uint8_t>(sign | std::min(code, kMaxCode));
+}
+
+}  // namespace
+
+uint8_t floatToFp8e4m3(float f) { return encodeFp8<3, 7, 0x7eu>(f, 0x7f); }
+
+uint8_t floatToFp8e5m2(float f) {
+  // NaN keeps the fp32's top payload bit below the quiet one, as the GPU kernels do.
+  return encodeFp8<2, 15, 0x7bu>(f, static_cast<uint8_t>(0x7eu | ((floatBits(f) >> 21) & 1u)));
 }
 
 namespace testing {

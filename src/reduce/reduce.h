@@ -5,9 +5,9 @@
 // Contracts shared by every function here:
 //  - `count` is in elements; buffers need no particular alignment.
 //  - `dst` may alias any source exactly (in-place), but must not partially overlap one.
-//  - float16 and bfloat16 are widened to float32, combined, and rounded back once
-//    (round-to-nearest-even), so a multi-source reduce rounds once per call, not once per
-//    source.
+//  - float16, bfloat16 and fp8 are widened to float32, combined, and rounded back once
+//    (round-to-nearest-even; fp8 saturates at its largest finite value), so a multi-source
+//    reduce rounds once per call, not once per source.
 //  - kAvg is treated as kSum here; the caller divides once at the end (see divideInPlace).
 //  - Integer sum and prod wrap around (two's complement), for signed types too.
 //  - Float max/min are `a > b ? a : b` / `a < b ? a : b` (what maxps/minps do), folded left
@@ -68,5 +68,13 @@ float halfToFloat(uint16_t h);
 uint16_t floatToHalf(float f);        // round to nearest even, handles inf/nan/subnormals
 float bfloat16ToFloat(uint16_t b);
 uint16_t floatToBfloat16(float f);    // round to nearest even, NaN stays NaN (made quiet)
+// OCP fp8: decoding is exact (NaNs become quiet fp32 NaNs with the sign kept); encoding
+// rounds to nearest even and saturates (beyond the largest finite value, infinity included:
+// that value; NaN stays NaN). The bits of CUDA's __nv_cvt_float_to_fp8(x, __NV_SATFINITE, ...)
+// and of braid's GPU kernels (cuda/numeric.cuh).
+float fp8e4m3ToFloat(uint8_t x);
+float fp8e5m2ToFloat(uint8_t x);
+uint8_t floatToFp8e4m3(float f);
+uint8_t floatToFp8e5m2(float f);
 
 }  // namespace braid::reduce

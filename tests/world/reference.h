@@ -23,9 +23,16 @@ namespace braid::testing {
 // bit makes negative values). 64-bit types use 52 bits so that every value, sign-extended,
 // is exact in the double these helpers pass around.
 
+inline bool isUnsignedType(DataType dt) {
+  return dt == DataType::kUint8 || dt == DataType::kUint16 || dt == DataType::kUint32 || dt == DataType::kUint64;
+}
+
+inline bool isFp8(DataType dt) { return dt == DataType::kFloat8E4M3 || dt == DataType::kFloat8E5M2; }
+
 inline int bitwisePatternBits(DataType dt) {
   switch (dataTypeSize(dt)) {
     case 1: return 8;
+    case 2: return 16;
     case 4: return 32;
     default: return 52;
   }
@@ -52,7 +59,7 @@ inline uint64_t bitwisePattern(DataType dt, int rank, size_t i) {
 // A pattern as the value the type holds: sign-extended from the pattern width when signed.
 inline double bitwisePatternValue(DataType dt, uint64_t p) {
   const int bits = bitwisePatternBits(dt);
-  const bool isSigned = dt == DataType::kInt8 || dt == DataType::kInt32 || dt == DataType::kInt64;
+  const bool isSigned = !isUnsignedType(dt);
   if (isSigned && ((p >> (bits - 1)) & 1)) {
     return static_cast<double>(static_cast<int64_t>(p) - (int64_t{1} << bits));
   }
@@ -66,13 +73,15 @@ inline double inputValue(DataType dt, ReduceOp op, int rank, size_t i) {
     // Mostly 1, sometimes 2 or (for signed/float types) -1: products stay small and exact.
     static const double kVals[] = {1, 2, 1, -1, 1, 1, 2};
     double v = kVals[(rank * 3 + i * 5) % 7];
-    bool isUnsigned = dt == DataType::kUint8 || dt == DataType::kUint32 || dt == DataType::kUint64;
-    if (v < 0 && isUnsigned) v = 1;
+    if (v < 0 && isUnsignedType(dt)) v = 1;
     return v;
   }
-  bool isUnsigned = dt == DataType::kUint8 || dt == DataType::kUint32 || dt == DataType::kUint64;
+  // fp8 holds few integers exactly (E5M2: every one up to 8 only), and a ring rounds every
+  // partial sum: -1..1 on the first 8 ranks and 0 on the others, so that every partial sum
+  // stays exact whatever the rank count.
+  if (isFp8(dt)) return rank < 8 ? static_cast<double>((rank * 7 + i * 3) % 3) - 1 : 0.0;
   double v = static_cast<double>((rank * 7 + i * 3) % 9);
-  return isUnsigned ? v : v - 4;
+  return isUnsignedType(dt) ? v : v - 4;
 }
 
 inline void storeValue(DataType dt, void* base, size_t i, double v) {
@@ -87,6 +96,10 @@ inline void storeValue(DataType dt, void* base, size_t i, double v) {
     case DataType::kBFloat16: static_cast<uint16_t*>(base)[i] = reduce::floatToBfloat16(static_cast<float>(v)); break;
     case DataType::kFloat32: static_cast<float*>(base)[i] = static_cast<float>(v); break;
     case DataType::kFloat64: static_cast<double*>(base)[i] = v; break;
+    case DataType::kFloat8E4M3: static_cast<uint8_t*>(base)[i] = reduce::floatToFp8e4m3(static_cast<float>(v)); break;
+    case DataType::kFloat8E5M2: static_cast<uint8_t*>(base)[i] = reduce::floatToFp8e5m2(static_cast<float>(v)); break;
+    case DataType::kInt16: static_cast<int16_t*>(base)[i] = static_cast<int16_t>(static_cast<int64_t>(v)); break;
+    case DataType::kUint16: static_cast<uint16_t*>(base)[i] = static_cast<uint16_t>(static_cast<int64_t>(v)); break;
   }
 }
 
@@ -102,6 +115,10 @@ inline double loadValue(DataType dt, const void* base, size_t i) {
     case DataType::kBFloat16: return reduce::bfloat16ToFloat(static_cast<const uint16_t*>(base)[i]);
     case DataType::kFloat32: return static_cast<const float*>(base)[i];
     case DataType::kFloat64: return static_cast<const double*>(base)[i];
+    case DataType::kFloat8E4M3: return reduce::fp8e4m3ToFloat(static_cast<const uint8_t*>(base)[i]);
+    case DataType::kFloat8E5M2: return reduce::fp8e5m2ToFloat(static_cast<const uint8_t*>(base)[i]);
+    case DataType::kInt16: return static_cast<const int16_t*>(base)[i];
+    case DataType::kUint16: return static_cast<const uint16_t*>(base)[i];
   }
   return 0;
 }
@@ -145,7 +162,9 @@ inline double expectedAllReduce(DataType dt, ReduceOp op, int nranks, size_t i) 
 // type's rounding of the one final division (avg), exact otherwise.
 inline bool matches(DataType dt, double got, double want) {
   if (!isFloatType(dt)) return got == want;
-  double tol = dt == DataType::kFloat64 ? 1e-12 : dt == DataType::kFloat32 ? 1e-6 : dt == DataType::kFloat16 ? 1e-3 : 8e-3;
+  // The final rounding: half an ulp relative, 2^-(mantissa bits + 1), with a little room.
+  double tol = dt == DataType::kFloat64 ? 1e-12 : dt == DataType::kFloat32 ? 1e-6 : dt == DataType::kFloat16 ? 1e-3
+             : dt == DataType::kBFloat16 ? 8e-3 : dt == DataType::kFloat8E4M3 ? 0.07 : 0.13;
   return std::fabs(got - want) <= tol * std::max(1.0, std::fabs(want));
 }
 

@@ -26,7 +26,8 @@ namespace {
 
 const DataType kAllTypes[] = {DataType::kInt8,    DataType::kUint8,    DataType::kInt32,   DataType::kUint32,
                               DataType::kInt64,   DataType::kUint64,   DataType::kFloat16, DataType::kBFloat16,
-                              DataType::kFloat32, DataType::kFloat64};
+                              DataType::kFloat32, DataType::kFloat64, DataType::kInt16,   DataType::kUint16,
+                              DataType::kFloat8E4M3, DataType::kFloat8E5M2};
 const ReduceOp kAllOps[] = {ReduceOp::kSum,  ReduceOp::kProd, ReduceOp::kMax, ReduceOp::kMin,
                             ReduceOp::kAvg,  ReduceOp::kBand, ReduceOp::kBor, ReduceOp::kBxor};
 
@@ -34,8 +35,9 @@ const ReduceOp kAllOps[] = {ReduceOp::kSum,  ReduceOp::kProd, ReduceOp::kMax, Re
 // from the wrong rank or at the wrong offset shows, in 0..250, exact in every type.
 double moveValue(DataType dt, int rank, size_t i) {
   uint64_t h = braid::testing::bitwiseMix((static_cast<uint64_t>(rank) << 40) ^ i) % 251;
-  bool isUnsigned = dt == DataType::kUint8 || dt == DataType::kUint32 || dt == DataType::kUint64;
-  return isUnsigned ? static_cast<double>(h) : static_cast<double>(h) - 125;
+  // fp8: -8..8, every integer there exact in both formats.
+  if (braid::testing::isFp8(dt)) return static_cast<double>(h % 17) - 8;
+  return braid::testing::isUnsignedType(dt) ? static_cast<double>(h) : static_cast<double>(h) - 125;
 }
 
 constexpr size_t kGuardBytes = 64;

@@ -28,7 +28,8 @@ namespace {
 
 const DataType kAllTypes[] = {DataType::kInt8,    DataType::kUint8,    DataType::kInt32,   DataType::kUint32,
                               DataType::kInt64,   DataType::kUint64,   DataType::kFloat16, DataType::kBFloat16,
-                              DataType::kFloat32, DataType::kFloat64};
+                              DataType::kFloat32, DataType::kFloat64, DataType::kInt16,   DataType::kUint16,
+                              DataType::kFloat8E4M3, DataType::kFloat8E5M2};
 const ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMax, ReduceOp::kMin,
                             ReduceOp::kAvg, ReduceOp::kBand, ReduceOp::kBor, ReduceOp::kBxor};
 constexpr size_t kBig = (size_t{1} << 20) + 3;

@@ -36,22 +36,27 @@
 #include "common/types.h"
 #include "reduce/reduce.h"
 #include "reduce/reduce_testing.h"
+#include "support/fp8_reference.h"
 
 namespace rd = braid::reduce;
 using braid::DataType;
 using braid::ReduceOp;
+using braid::testing::fp8RefDecode;
+using braid::testing::fp8RefEncode;
 
 namespace {
 
 const DataType kAllTypes[] = {DataType::kInt8,    DataType::kUint8,    DataType::kInt32,
                               DataType::kUint32,  DataType::kInt64,    DataType::kUint64,
                               DataType::kFloat16, DataType::kBFloat16, DataType::kFloat32,
-                              DataType::kFloat64};
+                              DataType::kFloat64, DataType::kInt16,    DataType::kUint16,
+                              DataType::kFloat8E4M3, DataType::kFloat8E5M2};
 const ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMax, ReduceOp::kMin,
                             ReduceOp::kAvg};
 // Bitwise ops are valid for these only; they get test cases of their own.
 const DataType kIntTypes[] = {DataType::kInt8,  DataType::kUint8, DataType::kInt32,
-                              DataType::kUint32, DataType::kInt64, DataType::kUint64};
+                              DataType::kUint32, DataType::kInt64, DataType::kUint64,
+                              DataType::kInt16,  DataType::kUint16};
 const ReduceOp kBitwiseOps[] = {ReduceOp::kBand, ReduceOp::kBor, ReduceOp::kBxor};
 
 // ---- SIMD levels ------------------------------------------------------------------------
@@ -358,6 +363,8 @@ double decodeFloat(DataType dt, const unsigned char* p, size_t i) {
     case DataType::kFloat16: return refHalfToDouble(loadAt<uint16_t>(p, i));
     case DataType::kBFloat16: return refBf16ToDouble(loadAt<uint16_t>(p, i));
     case DataType::kFloat32: return loadAt<float>(p, i);
+    case DataType::kFloat8E4M3: return fp8RefDecode(p[i], true);
+    case DataType::kFloat8E5M2: return fp8RefDecode(p[i], false);
     default: return loadAt<double>(p, i);
   }
 }
@@ -379,6 +386,8 @@ void encodeFloat(DataType dt, double v, unsigned char* out) {
       std::memcpy(out, &f, 4);
       break;
     }
+    case DataType::kFloat8E4M3: *out = fp8RefEncode(v, true); break;
+    case DataType::kFloat8E5M2: *out = fp8RefEncode(v, false); break;
     default:
       std::memcpy(out, &v, 8);
       break;
@@ -387,6 +396,13 @@ void encodeFloat(DataType dt, double v, unsigned char* out) {
 
 void refFloatElement(DataType dt, ReduceOp op, const std::vector<const unsigned char*>& srcs,
                      size_t i, unsigned char* out) {
+  const size_t es = braid::dataTypeSize(dt);
+  if (srcs.size() == 1) {
+    // One source is a copy of the bits (the contract), not a conversion: E5M2's infinity
+    // stays infinity instead of saturating.
+    std::memcpy(out, srcs[0] + i * es, es);
+    return;
+  }
   const bool fp32Compute = dt != DataType::kFloat64;
   double acc = decodeFloat(dt, srcs[0], i);
   for (size_t s = 1; s < srcs.size(); ++s) {
@@ -411,6 +427,8 @@ void refElement(DataType dt, ReduceOp op, const std::vector<const unsigned char*
     case DataType::kUint32: refIntElement<uint32_t>(op, srcs, i, out); break;
     case DataType::kInt64: refIntElement<int64_t>(op, srcs, i, out); break;
     case DataType::kUint64: refIntElement<uint64_t>(op, srcs, i, out); break;
+    case DataType::kInt16: refIntElement<int16_t>(op, srcs, i, out); break;
+    case DataType::kUint16: refIntElement<uint16_t>(op, srcs, i, out); break;
     default: refFloatElement(dt, op, srcs, i, out); break;
   }
 }
@@ -421,6 +439,8 @@ bool isNanElement(DataType dt, const unsigned char* p) {
     case DataType::kBFloat16: return bf16IsNan(loadAt<uint16_t>(p, 0));
     case DataType::kFloat32: return std::isnan(loadAt<float>(p, 0));
     case DataType::kFloat64: return std::isnan(loadAt<double>(p, 0));
+    case DataType::kFloat8E4M3: return std::isnan(fp8RefDecode(*p, true));
+    case DataType::kFloat8E5M2: return std::isnan(fp8RefDecode(*p, false));
     default: return false;
   }
 }
@@ -798,6 +818,102 @@ TEST_CASE("fp16 and bf16 kernels round every tie to even", "[reduce]") {
   }
 }
 
+TEST_CASE("fp8 scalar conversions: every code decodes exactly, every float rounds as the OCP reference",
+          "[reduce][convert]") {
+  for (bool e4m3 : {true, false}) {
+    auto dec = [&](uint8_t x) { return e4m3 ? rd::fp8e4m3ToFloat(x) : rd::fp8e5m2ToFloat(x); };
+    auto enc = [&](float f) { return e4m3 ? rd::floatToFp8e4m3(f) : rd::floatToFp8e5m2(f); };
+    for (int c = 0; c < 256; ++c) {
+      const double want = fp8RefDecode(static_cast<uint8_t>(c), e4m3);
+      const float got = dec(static_cast<uint8_t>(c));
+      INFO((e4m3 ? "e4m3" : "e5m2") << " code " << c);
+      if (std::isnan(want)) {
+        REQUIRE(std::isnan(got));
+        REQUIRE(std::signbit(got) == ((c & 0x80) != 0));
+      } else {
+        REQUIRE(static_cast<double>(got) == want);
+        if (!std::isinf(want)) REQUIRE(enc(got) == c);  // round trip
+      }
+    }
+    // Every midpoint between neighbouring codes and the floats either side of it, both signs;
+    // random bit patterns; specials.
+    std::vector<float> in;
+    const int maxCode = e4m3 ? 0x7e : 0x7b;
+    for (int c = 0; c < maxCode; ++c) {
+      const double mid = (fp8RefDecode(static_cast<uint8_t>(c), e4m3) + fp8RefDecode(static_cast<uint8_t>(c + 1), e4m3)) / 2;
+      const float m = static_cast<float>(mid);  // exact: a few significant bits
+      for (float f : {m, std::nextafter(m, 0.0f), std::nextafter(m, std::numeric_limits<float>::infinity())}) {
+        in.push_back(f);
+        in.push_back(-f);
+      }
+    }
+    std::mt19937 rng(99);
+    for (int i = 0; i < 200000; ++i) in.push_back(floatOf(rng()));
+    for (float f : {0.0f, -0.0f, 448.0f, 464.0f, 465.0f, 480.0f, 57344.0f, 61440.0f, 1e9f,
+                    static_cast<float>(kInf), static_cast<float>(-kInf), std::nanf("")}) {
+      in.push_back(f);
+      in.push_back(-f);
+    }
+    int bad = 0;
+    for (float f : in) {
+      const uint8_t got = enc(f), want = fp8RefEncode(f, e4m3);
+      const bool ok = std::isnan(f) ? std::isnan(fp8RefDecode(got, e4m3)) : got == want;
+      if (!ok && bad++ < 5) {
+        INFO((e4m3 ? "e4m3" : "e5m2") << " " << f << " -> 0x" << std::hex << int(got) << " want 0x" << int(want));
+        CHECK(ok);
+      }
+    }
+    CHECK(bad == 0);
+  }
+}
+
+TEST_CASE("fp8 kernels widen and narrow every code, and round every float as the scalar conversion",
+          "[reduce]") {
+  // max(x, x) widens and narrows every code (NaNs stay NaN, E5M2's infinities saturate to
+  // the largest finite value, as every fp8 store does); the sum of every pair of codes
+  // narrows floats the kernels computed, and must round as the scalar conversion does
+  // (itself checked against the OCP reference above).
+  std::vector<uint8_t> codes(256);
+  for (int c = 0; c < 256; ++c) codes[c] = static_cast<uint8_t>(c);
+  std::vector<uint8_t> a, b;
+  for (int x = 0; x < 256; ++x)
+    for (int y = 0; y < 256; ++y) {
+      a.push_back(static_cast<uint8_t>(x));
+      b.push_back(static_cast<uint8_t>(y));
+    }
+  for (const char* level : supportedLevels()) {
+    LevelScope scope(level);
+    for (DataType dt : {DataType::kFloat8E4M3, DataType::kFloat8E5M2}) {
+      const bool e4m3 = dt == DataType::kFloat8E4M3;
+      std::vector<uint8_t> got(256);
+      rd::reduce2(dt, ReduceOp::kMax, got.data(), codes.data(), codes.data(), codes.size());
+      for (int c = 0; c < 256; ++c) {
+        INFO(level << " " << braid::dataTypeName(dt) << " code " << c);
+        const double v = fp8RefDecode(static_cast<uint8_t>(c), e4m3);
+        if (std::isnan(v)) CHECK(std::isnan(fp8RefDecode(got[c], e4m3)));
+        else if (std::isinf(v)) CHECK(int(got[c]) == ((c & 0x80) | 0x7b));
+        else CHECK(int(got[c]) == c);
+      }
+      std::vector<uint8_t> sum(a.size());
+      rd::reduce2(dt, ReduceOp::kSum, sum.data(), a.data(), b.data(), a.size());
+      int bad = 0;
+      for (size_t i = 0; i < a.size(); ++i) {
+        const float fa = e4m3 ? rd::fp8e4m3ToFloat(a[i]) : rd::fp8e5m2ToFloat(a[i]);
+        const float fb = e4m3 ? rd::fp8e4m3ToFloat(b[i]) : rd::fp8e5m2ToFloat(b[i]);
+        const float s = fa + fb;
+        const uint8_t want = e4m3 ? rd::floatToFp8e4m3(s) : rd::floatToFp8e5m2(s);
+        const bool ok = std::isnan(s) ? std::isnan(fp8RefDecode(sum[i], e4m3)) : sum[i] == want;
+        if (!ok && bad++ < 5) {
+          INFO(level << " " << braid::dataTypeName(dt) << " 0x" << std::hex << int(a[i]) << " + 0x" << int(b[i])
+                     << " -> 0x" << int(sum[i]) << " want 0x" << int(want));
+          CHECK(ok);
+        }
+      }
+      CHECK(bad == 0);
+    }
+  }
+}
+
 TEST_CASE("integer sum and product wrap around", "[reduce]") {
   const size_t kCount = 1003;  // vector body and ragged tail
   auto check = [&](DataType dt, ReduceOp op, auto a, auto b, auto want) {
@@ -893,6 +1009,8 @@ void refDivideElement(DataType dt, const unsigned char* in, size_t i, int diviso
     case DataType::kUint32: { const uint32_t r = static_cast<uint32_t>(loadAt<uint32_t>(in, i) / static_cast<uint64_t>(divisor)); std::memcpy(out, &r, 4); break; }
     case DataType::kInt64: { const int64_t r = loadAt<int64_t>(in, i) / static_cast<int64_t>(divisor); std::memcpy(out, &r, 8); break; }
     case DataType::kUint64: { const uint64_t r = loadAt<uint64_t>(in, i) / static_cast<uint64_t>(divisor); std::memcpy(out, &r, 8); break; }
+    case DataType::kInt16: { const int16_t r = static_cast<int16_t>(loadAt<int16_t>(in, i) / divisor); std::memcpy(out, &r, 2); break; }
+    case DataType::kUint16: { const uint16_t r = static_cast<uint16_t>(loadAt<uint16_t>(in, i) / static_cast<unsigned>(divisor)); std::memcpy(out, &r, 2); break; }
     default: {
       // One double division rounded to fp32 is the correctly rounded fp32 quotient.
       double q = decodeFloat(dt, in, i) / divisor;
@@ -1049,7 +1167,7 @@ TEST_CASE("bitwise ops on float types combine the bits and stay in bounds", "[re
   // The API rejects these combinations; the kernel table must still hold something safe for
   // them: the documented behaviour is the op on the bits as unsigned integers of the width.
   const DataType kFloatTypes[] = {DataType::kFloat16, DataType::kBFloat16, DataType::kFloat32,
-                                  DataType::kFloat64};
+                                  DataType::kFloat64, DataType::kFloat8E4M3, DataType::kFloat8E5M2};
   std::mt19937_64 rng(6);
   for (const char* level : supportedLevels()) {
     LevelScope scope(level);
@@ -1129,6 +1247,8 @@ void refScaleElement(DataType dt, const unsigned char* in, size_t i, double s, u
     case DataType::kUint32: refScaleInt<uint32_t>(in, i, s, out); break;
     case DataType::kInt64: refScaleInt<int64_t>(in, i, s, out); break;
     case DataType::kUint64: refScaleInt<uint64_t>(in, i, s, out); break;
+    case DataType::kInt16: refScaleInt<int16_t>(in, i, s, out); break;
+    case DataType::kUint16: refScaleInt<uint16_t>(in, i, s, out); break;
     case DataType::kFloat64: encodeFloat(dt, decodeFloat(dt, in, i) * s, out); break;
     default: {
       // An fp32 (or narrower) value times a float has at most 48 significant bits, so the

@@ -64,6 +64,7 @@ struct IntTraits {
     using W = std::conditional_t<(T(-1) < T(0)), int64_t, uint64_t>;
     return static_cast<S>(static_cast<T>(static_cast<W>(static_cast<T>(s)) / static_cast<W>(d)));
   }
+  __device__ static S divideValue(C v, int d) { return divide(narrow(v), d); }
 };
 
 // Floats that compute in their own precision.
@@ -103,6 +104,7 @@ struct NativeFloatTraits {
   __device__ static C mul(C a, C b) { return mulRn(a, b); }
   __device__ static Mult makeMult(double s) { return static_cast<F>(s); }
   __device__ static S divide(S s, int d) { return narrow(divRn(widen(s), static_cast<F>(d))); }
+  __device__ static S divideValue(C v, int d) { return narrow(divRn(v, static_cast<F>(d))); }
 };
 
 // 16- and 8-bit floats compute in fp32 and round once, when narrowed.
@@ -118,6 +120,7 @@ struct WideningTraits {
   __device__ static C mul(C a, C b) { return mulRn(a, b); }
   __device__ static Mult makeMult(double s) { return static_cast<float>(s); }
   __device__ static S divide(S s, int d) { return narrow(divRn(widen(s), static_cast<float>(d))); }
+  __device__ static S divideValue(C v, int d) { return narrow(divRn(v, static_cast<float>(d))); }
 };
 
 using Int8Traits = IntTraits<int8_t, uint8_t>;
@@ -146,6 +149,7 @@ struct BytesTraits {
   __device__ static C mul(C a, C) { return a; }
   __device__ static Mult makeMult(double) { return 1; }
   __device__ static S divide(S s, int) { return s; }
+  __device__ static S divideValue(C v, int) { return v; }
 };
 
 // ---- operators --------------------------------------------------------------------------
@@ -211,8 +215,12 @@ __device__ __forceinline__ typename Tr::C firstValue(const Ctx<Tr>& c, typename 
 }
 
 // The stored value: rounded once, then divided (rounded again) for an average's last step.
+// One source without a pre-multiply is the element's own value, divided as it is: as
+// reduce::reduceN copies a single source before reduce::divideInPlace (rounding first would
+// turn an E5M2 infinity into the largest finite value before dividing it).
 template <class Tr>
 __device__ __forceinline__ typename Tr::S finalValue(const Ctx<Tr>& c, typename Tr::C v) {
+  if (c.a->divisor > 1 && c.a->nsrcs == 1 && !c.a->preMul) return Tr::divideValue(v, c.a->divisor);
   typename Tr::S s = Tr::narrow(v);
   if (c.a->divisor > 1) s = Tr::divide(s, c.a->divisor);
   return s;

@@ -22,14 +22,20 @@
 
 namespace braid::cuda {
 
-// braid's DataType values, then the device-only 8-bit floats (OCP OFP8; see numeric.cuh).
+// The types the kernels take: braid's DataType values up to the 8-bit floats (OCP OFP8; see
+// numeric.cuh). DataType's 16-bit integers have no kernels (yet).
 enum class DeviceDataType : int {
   kInt8 = 0, kUint8, kInt32, kUint32, kInt64, kUint64,
   kFloat16, kBFloat16, kFloat32, kFloat64,
   kFloat8E4M3, kFloat8E5M2,
 };
 constexpr int kNumDeviceDataTypes = 12;
+static_assert(static_cast<int>(DeviceDataType::kFloat8E4M3) == static_cast<int>(DataType::kFloat8E4M3) &&
+                  static_cast<int>(DeviceDataType::kFloat8E5M2) == static_cast<int>(DataType::kFloat8E5M2),
+              "DeviceDataType mirrors DataType's values");
 
+// Whether the kernels take `t`, and as which DeviceDataType.
+constexpr bool hasDeviceKernels(DataType t) { return static_cast<int>(t) < kNumDeviceDataTypes; }
 constexpr DeviceDataType toDeviceDataType(DataType t) { return static_cast<DeviceDataType>(t); }
 size_t deviceDataTypeSize(DeviceDataType t);
 const char* deviceDataTypeName(DeviceDataType t);  // "float", "half", ..., "fp8_e4m3", "fp8_e5m2"

@@ -38,12 +38,14 @@ braid::DataType dataTypeOf(const A& a, const char* arg) {
     if (t.code == static_cast<uint8_t>(C::Int)) {
       switch (t.bits) {
         case 8: return braid::DataType::kInt8;
+        case 16: return braid::DataType::kInt16;
         case 32: return braid::DataType::kInt32;
         case 64: return braid::DataType::kInt64;
       }
     } else if (t.code == static_cast<uint8_t>(C::UInt)) {
       switch (t.bits) {
         case 8: return braid::DataType::kUint8;
+        case 16: return braid::DataType::kUint16;
         case 32: return braid::DataType::kUint32;
         case 64: return braid::DataType::kUint64;
       }
@@ -62,8 +64,8 @@ braid::DataType dataTypeOf(const A& a, const char* arg) {
     }
   }
   throw nb::value_error((std::string(arg) + ": unsupported element type (code " + std::to_string(t.code) +
-                         ", " + std::to_string(t.bits) + " bits); braid takes int8/32/64, uint8/32/64, "
-                         "float16/32/64 and bfloat16")
+                         ", " + std::to_string(t.bits) + " bits); braid takes int8/16/32/64, "
+                         "uint8/16/32/64, float16/32/64 and bfloat16")
                             .c_str());
 }
 

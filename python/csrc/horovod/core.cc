@@ -94,6 +94,7 @@ braid::DataType braidType(at::ScalarType t) {
   switch (t) {
     case at::kByte: case at::kBool: return braid::DataType::kUint8;
     case at::kChar: return braid::DataType::kInt8;
+    case at::kShort: return braid::DataType::kInt16;
     case at::kInt: return braid::DataType::kInt32;
     case at::kLong: return braid::DataType::kInt64;
     case at::kHalf: return braid::DataType::kFloat16;

@@ -21,9 +21,14 @@ braid::DataType braidType(at::ScalarType t) {
     case at::kLong: return braid::DataType::kInt64;
     case at::kUInt32: return braid::DataType::kUint32;
     case at::kUInt64: return braid::DataType::kUint64;
+    case at::kShort: return braid::DataType::kInt16;
+    case at::kUInt16: return braid::DataType::kUint16;
+    case at::kFloat8_e4m3fn: return braid::DataType::kFloat8E4M3;
+    case at::kFloat8_e5m2: return braid::DataType::kFloat8E5M2;
     default:
       TORCH_CHECK_VALUE(false, "braid: unsupported tensor dtype ", t,
-                        "; braid supports float32/64, float16, bfloat16, int8/32/64, uint8/32/64 and bool");
+                        "; braid supports float32/64, float16, bfloat16, float8_e4m3fn, float8_e5m2, "
+                        "int8/16/32/64, uint8/16/32/64 and bool");
   }
 }
 

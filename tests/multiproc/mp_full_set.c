@@ -812,7 +812,7 @@ static void testBadInput(void) {
   expectBad(braidSend(x, 4, braidInt32, n, comm, NULL), comm, "peer", "send peer = n");
   expectBad(braidSend(x, 4, braidInt32, -1, comm, NULL), comm, "peer", "send peer = -1");
   expectBad(braidSend(NULL, 4, braidInt32, 0, comm, NULL), comm, "sendbuff", "send NULL");
-  expectBad(braidSend(x, 4, (braidDataType_t)10, 0, comm, NULL), comm, "datatype", "send bad dtype");
+  expectBad(braidSend(x, 4, (braidDataType_t)99, 0, comm, NULL), comm, "datatype", "send bad dtype");
   expectBad(braidSend(x, SIZE_MAX / 2, braidInt32, 0, comm, NULL), comm, "count", "send overflow");
   expectBad(braidRecv(NULL, 4, braidInt32, 0, comm, NULL), comm, "recvbuff", "recv NULL");
   expectBad(braidRecv(x, 4, braidInt32, n + 5, comm, NULL), comm, "peer", "recv peer out of range");

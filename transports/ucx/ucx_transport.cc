@@ -1,12 +1,15 @@
 #include "transports/ucx/ucx_transport.h"
 
 #include <sys/eventfd.h>
+#include <ucs/debug/log_def.h>
 #include <uct/api/uct.h>
 #include <unistd.h>
 
+#include <cstdarg>
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <mutex>
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -59,6 +62,28 @@ Inventory inventory() {
   }
   uct_release_component_list(comps);
   return inv;
+}
+
+// UCX 1.13 logs an ERROR ("no active messages transport to ...: posix/memory - no peer
+// failure handler ...") when an endpoint asks for peer error handling that none of the
+// transports to that peer offers; braid asks on purpose and then connects without it, so
+// that message is noise in every job over UCX's shared memory. While a thread makes that
+// attempt, the handler below drops the ERRORs UCX's endpoint selection logs from that
+// thread; everything else goes on to UCX's own logger. Installed once per process: the
+// plugin stays loaded for the life of the process, as the handler must.
+thread_local bool tQuietSelection = false;
+
+ucs_log_func_rc_t quietSelection(const char* file, unsigned, const char*, ucs_log_level_t level,
+                                 const ucs_log_component_config_t*, const char*, va_list) {
+  if (tQuietSelection && level == UCS_LOG_LEVEL_ERROR && file && std::strstr(file, "select.c")) {
+    return UCS_LOG_FUNC_RC_STOP;
+  }
+  return UCS_LOG_FUNC_RC_CONTINUE;
+}
+
+void installQuietSelection() {
+  static std::once_flag once;
+  std::call_once(once, [] { ucs_log_push_handler(&quietSelection); });
 }
 
 // Consumes messages nobody will receive any more (the last credit a peer sent as this side
@@ -220,7 +245,10 @@ StatusOr<Endpoint*> UcxTransport::endpoint(Worker* w, int peer, const std::strin
   ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
   ep.err_handler.cb = &UcxTransport::onError;
   ep.err_handler.arg = e.get();
+  installQuietSelection();
+  tQuietSelection = true;
   ucs_status_t st = ucp_ep_create(w->worker, &ep, &e->ep);
+  tQuietSelection = false;
   e->watched = st == UCS_OK;
   if (st == UCS_ERR_UNREACHABLE) {
     // No transport to this peer offers peer error handling (UCX 1.13's posix, sysv and

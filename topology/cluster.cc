@@ -64,19 +64,63 @@ Status decodeHostRecord(const std::string& record, const std::string& source, Gr
   return Status::ok();
 }
 
-std::string encodeRankRecord(const RankRecord& r) { return std::to_string(r.gpu) + " " + std::to_string(r.numa); }
+std::string encodeRankRecord(const RankRecord& r) {
+  std::string s = std::to_string(r.gpu) + " " + std::to_string(r.numa);
+  if (!r.visible.empty()) s += " " + r.visible;
+  return s;
+}
 
 StatusOr<RankRecord> decodeRankRecord(const std::string& text, int rank) {
-  size_t sp = text.find(' ');
+  const size_t sp = text.find(' ');
+  const size_t sp2 = sp == std::string::npos ? sp : text.find(' ', sp + 1);
   RankRecord r;
+  const std::string numa = sp2 == std::string::npos ? text.substr(sp + 1) : text.substr(sp + 1, sp2 - sp - 1);
+  if (sp2 != std::string::npos) r.visible = text.substr(sp2 + 1);
   if (sp == std::string::npos || !parseInt(text.substr(0, sp), kGpuLocal, 1 << 20, &r.gpu) ||
-      !parseInt(text.substr(sp + 1), -1, 1 << 20, &r.numa))
+      !parseInt(numa, -1, 1 << 20, &r.numa) || (sp2 != std::string::npos && r.visible.empty()) ||
+      r.visible.find_first_of(" \t\n") != std::string::npos)
     return Status(Code::kRemoteError, "malformed placement record '" + text + "' from rank " + std::to_string(rank), rank);
   return r;
 }
 
+namespace {
+
+// The GPU (index on `g`) visible device `ordinal` of CUDA_VISIBLE_DEVICES `visible` is, or
+// kGpuNone; see resolveGpu.
+int visibleGpu(const std::string& visible, int localRank, const Graph& g) {
+  std::vector<int> devs;
+  size_t at = 0;
+  while (at <= visible.size()) {
+    const size_t comma = std::min(visible.find(',', at), visible.size());
+    int dev = -1;
+    if (!parseInt(visible.substr(at, comma - at), 0, 1 << 20, &dev)) {
+      // A UUID or MIG name: a device braid cannot place without the CUDA runtime. It still
+      // counts (the list goes on); an entry that is not a device at all ends the list.
+      const std::string e = visible.substr(at, comma - at);
+      if (e.rfind("GPU-", 0) != 0 && e.rfind("MIG-", 0) != 0) break;
+      dev = -1;
+    }
+    devs.push_back(dev);
+    at = comma + 1;
+  }
+  if (devs.empty()) return kGpuNone;
+  const int dev = devs[static_cast<size_t>(localRank) % devs.size()];
+  if (dev < 0) return kGpuNone;
+  const std::vector<int>& gpus = g.gpus();
+  for (size_t i = 0; i < gpus.size(); ++i)
+    if (g.node(gpus[i]).dev == dev) return static_cast<int>(i);
+  // A graph that does not record CUDA indices (a topology file without them): its
+  // canonical order is PCI bus order too.
+  bool anyDev = false;
+  for (int n : gpus) anyDev = anyDev || g.node(n).dev >= 0;
+  return !anyDev && dev < static_cast<int>(gpus.size()) ? dev : kGpuNone;
+}
+
+}  // namespace
+
 StatusOr<int> resolveGpu(const RankRecord& r, int localRank, const Graph& g, int rank) {
   const int ngpus = static_cast<int>(g.gpus().size());
+  if (r.gpu == kGpuLocal && !r.visible.empty()) return visibleGpu(r.visible, localRank, g);
   if (r.gpu == kGpuLocal) return localRank < ngpus ? localRank : kGpuNone;
   if (r.gpu >= ngpus) {
     return Status(Code::kInvalidArgument,

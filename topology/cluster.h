@@ -45,16 +45,24 @@ constexpr int kGpuLocal = -2;  // the GPU whose index is the rank's local rank, 
 struct RankRecord {
   int gpu = kGpuNone;  // GPU index on the host (>= 0), kGpuNone or kGpuLocal
   int numa = -1;       // NUMA node (OS index) the rank runs on; -1 when unknown
-  bool operator==(const RankRecord& o) const { return gpu == o.gpu && numa == o.numa; }
+  // The rank's CUDA_VISIBLE_DEVICES, blanks removed; "" when unset or empty.
+  std::string visible;
+  bool operator==(const RankRecord& o) const { return gpu == o.gpu && numa == o.numa && visible == o.visible; }
 };
-// Wire form: "<gpu> <numa>".
+// Wire form: "<gpu> <numa>", then " <visible>" when there is one.
 std::string encodeRankRecord(const RankRecord& r);
 // kRemoteError naming `rank` when `text` is not a record.
 [[nodiscard]] StatusOr<RankRecord> decodeRankRecord(const std::string& text, int rank);
 
 // The GPU index a rank with record `r` and local rank `localRank` uses on host graph `g`:
-// an explicit index must exist (kInvalidArgument naming the rank otherwise); kGpuLocal
-// takes the local rank's GPU when the host has that many, else none (a CPU rank).
+// an explicit index must exist (kInvalidArgument naming the rank otherwise). kGpuLocal
+// without CUDA_VISIBLE_DEVICES takes the local rank's GPU when the host has that many,
+// else none (a CPU rank). With it, the rank drives visible device localRank % (entries)
+// (several ranks may share one), and a numeric entry names the GPU whose CUDA/NVML index
+// (Node::dev) it is, PCI bus order, as CUDA numbers devices with CUDA_DEVICE_ORDER=PCI_BUS_ID
+// and, on a host of identical GPUs, by default; a UUID or MIG entry, or an index the graph
+// lacks, leaves the rank unplaced (none). The list ends at its first invalid entry, as in
+// CUDA: "-1" hides every GPU.
 [[nodiscard]] StatusOr<int> resolveGpu(const RankRecord& r, int localRank, const Graph& g, int rank);
 
 // Host index of each rank from its host id: hosts numbered in order of their lowest rank

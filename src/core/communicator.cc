@@ -7,8 +7,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cinttypes>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <set>
 #include <sstream>
@@ -522,6 +524,11 @@ Status Communicator::exchangePeers() {
   // topology costs no extra round trip.
   topology::RankRecord where;
   where.gpu = cfg.gpu;
+  // Which physical GPU "local" means: CUDA numbers only the devices this lists.
+  if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES")) {
+    for (const char* p = v; *p; ++p)
+      if (!std::isspace(static_cast<unsigned char>(*p))) where.visible += *p;
+  }
   where.numa = numaNode_ >= 0 ? numaNode_ : topology::Placement::local().numaNodeOfCaller();
   BRAID_ASSIGN_OR_RETURN(auto all, bootstrap::allGather(*store_, key("peer"), rank_, nranks_,
                                                         encodePeer(me) + "\n" + topology::encodeRankRecord(where),

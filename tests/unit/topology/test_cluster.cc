@@ -82,12 +82,13 @@ TEST_CASE("host records carry a graph, no topology, or an error", "[topology][cl
 }
 
 TEST_CASE("rank records and rings round-trip and reject garbage", "[topology][cluster]") {
-  for (RankRecord r : {RankRecord{kGpuNone, -1}, RankRecord{3, 1}, RankRecord{kGpuLocal, 0}}) {
+  for (RankRecord r : {RankRecord{kGpuNone, -1, ""}, RankRecord{3, 1, ""}, RankRecord{kGpuLocal, 0, ""},
+                       RankRecord{kGpuLocal, 1, "4,5,GPU-8f2c7e1a-0b3d-4c55-9e2a-1f0d9c6b7a21"}}) {
     auto back = decodeRankRecord(encodeRankRecord(r), 5);
     REQUIRE(back.isOk());
     CHECK(back.value() == r);
   }
-  for (const char* bad : {"", "1", "x 0", "1 y", "-3 0", "1 0 extra"}) {
+  for (const char* bad : {"", "1", "x 0", "1 y", "-3 0", "1 0 ", "1 0 a b"}) {
     INFO(bad);
     auto r = decodeRankRecord(bad, 5);
     CHECK(r.status().code() == Code::kRemoteError);
@@ -175,6 +176,43 @@ TEST_CASE("fusing: a host without topology, an error, a GPU that is not there", 
   for (const RankPlace& p : c.ranks) CHECK(p.gpu == kGpuNone);
   CHECK(resolveGpu(RankRecord{kGpuLocal, 0}, 3, g, 3).value() == 3);
   CHECK(resolveGpu(RankRecord{kGpuLocal, 0}, 9, g, 9).value() == kGpuNone);
+}
+
+TEST_CASE("BRAID_GPU=local follows CUDA_VISIBLE_DEVICES to the physical GPU", "[topology][cluster]") {
+  Graph g = load("nccl-dgx-h100-like.xml");
+  REQUIRE(g.gpus().size() == 8);
+  // The graph's GPU with CUDA index `dev`.
+  auto gpuWithDev = [&](int dev) {
+    for (size_t i = 0; i < g.gpus().size(); ++i)
+      if (g.node(g.gpus()[i]).dev == dev) return static_cast<int>(i);
+    return -100;
+  };
+  REQUIRE(gpuWithDev(5) >= 0);
+  auto local = [&](const char* visible, int localRank) {
+    auto r = resolveGpu(RankRecord{kGpuLocal, 0, visible}, localRank, g, localRank);
+    REQUIRE(r.isOk());
+    return r.value();
+  };
+  // All ranks of the host see GPUs 4-7: local rank r drives the r-th of them.
+  CHECK(local("4,5,6,7", 0) == gpuWithDev(4));
+  CHECK(local("4,5,6,7", 1) == gpuWithDev(5));
+  CHECK(local("4,5,6,7", 3) == gpuWithDev(7));
+  // More ranks than visible GPUs share them (CUDA device localRank % count).
+  CHECK(local("4,5,6,7", 5) == gpuWithDev(5));
+  // One GPU per rank (Slurm --gpus-per-task=1): each rank's device 0 is what it names.
+  CHECK(local("6", 0) == gpuWithDev(6));
+  CHECK(local("2", 3) == gpuWithDev(2));
+  // UUIDs and MIG instances cannot be placed without the CUDA runtime; they still count.
+  CHECK(local("GPU-8f2c7e1a-0b3d-4c55-9e2a-1f0d9c6b7a21,3", 0) == kGpuNone);
+  CHECK(local("GPU-8f2c7e1a-0b3d-4c55-9e2a-1f0d9c6b7a21,3", 1) == gpuWithDev(3));
+  CHECK(local("MIG-GPU-8f2c7e1a/1/0", 0) == kGpuNone);
+  // The list ends at its first invalid entry, as in CUDA: "-1" hides every GPU; "1,x,2"
+  // is just GPU 1.
+  CHECK(local("-1", 0) == kGpuNone);
+  CHECK(local("1,x,2", 0) == gpuWithDev(1));
+  CHECK(local("1,x,2", 1) == gpuWithDev(1));
+  // An index the host does not have: not placed.
+  CHECK(local("12", 0) == kGpuNone);
 }
 
 TEST_CASE("NIC per channel on the fused cluster, with include/exclude lists", "[topology][cluster][nic]") {

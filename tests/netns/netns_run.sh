@@ -45,6 +45,13 @@
 
 set -u
 set -o pipefail
+# NETNS_RUN_TRACE=FILE: an xtrace of this script appended to FILE (for debugging hangs).
+if [[ -n ${NETNS_RUN_TRACE:-} ]]; then
+  exec 19>>"$NETNS_RUN_TRACE"
+  BASH_XTRACEFD=19
+  PS4='+ $$ ${EPOCHREALTIME} ${LINENO}: '
+  set -x
+fi
 
 readonly kSkip=77
 readonly kUsage=2
@@ -184,20 +191,17 @@ host_ns=()
 for ((h = 0; h < hosts; ++h)); do host_ns+=("$run_id-h$h"); done
 
 declare -A rank_of=()   # pid -> rank, while running
-ticker_pid=""
 cleaned=0
 
 cleanup() {
   ((cleaned)) && return
   cleaned=1
-  trap '' ALRM  # the ticker may still be running, and what follows uses $(...)
   local pid
   # Reaped here, with stderr closed, so that bash does not print a "Killed" job notice
   # for every rank we end on purpose.
   {
     for pid in "${!rank_of[@]}"; do kill -KILL "$pid"; done
-    [[ -n $ticker_pid ]] && kill "$ticker_pid"
-    for pid in "${!rank_of[@]}" $ticker_pid; do wait "$pid"; done
+    for pid in "${!rank_of[@]}"; do wait "$pid"; done
   } 2>/dev/null
   delete_run "$run_id"
 }
@@ -360,30 +364,41 @@ for ((h = 0; h < hosts; ++h)); do
 done
 
 # --- supervision -------------------------------------------------------------------------
-# `wait -n` blocks until a rank exits or a trapped signal arrives. The ticker sends SIGALRM
-# five times a second so that deadlines (timeout, grace, kill) are checked even while no
-# rank exits; it stops by itself when this script is gone.
-# Everything that needs a command substitution is computed before the ticker starts: bash's
-# parser is not reentrant, and a trap that runs while it parses `$(...)` breaks the parse
-# ("unexpected EOF while looking for matching `)'"), seen once in a loaded CI run.
+# A polling loop, twenty times a second: a rank that has exited is reaped with `wait PID`
+# (it returns at once for a process that is gone or a zombie), and deadlines (timeout,
+# grace, kill) are checked on every round. An earlier version slept in `wait -n`, woken by
+# a SIGALRM ticker; in loaded runs bash 5.2 lost the status of a rank whose exit coincided
+# with an interrupted `wait -n`, and a later `wait PID` for it then blocked until another
+# child changed state (a test's other ranks sleeping for a minute). The pause is a `read`
+# with a timeout on a FIFO nobody writes, so no process is started per round, and a
+# trapped signal (INT, TERM, HUP) ends it early.
 to_ms() { awk -v s="$1" 'BEGIN { printf "%d", s * 1000 }'; }
 timeout_ms=$(to_ms "$timeout_sec")
 grace_ms=$(to_ms "$grace_sec")
+pause_fifo=$(mktemp -u "${TMPDIR:-/tmp}/bnr-pause.XXXXXX")
+mkfifo -m 600 "$pause_fifo" || { echo "netns_run: cannot make a FIFO at $pause_fifo" >&2; exit 1; }
+exec {pause_fd}<>"$pause_fifo"
+rm -f "$pause_fifo"
 t0=$((${EPOCHREALTIME/./} / 1000))
 deadline_ms=$((t0 + timeout_ms))
 first_fail=-1
 term_at=0 kill_at=0 term_sent=0 kill_sent=0 timed_out=0 forwarded=""
 
-trap ':' ALRM
 trap 'interrupted=INT' INT
 trap 'interrupted=TERM' TERM
 trap 'interrupted=HUP' HUP
-( trap - ALRM INT TERM HUP; while kill -ALRM $$ 2>/dev/null; do sleep 0.2; done ) </dev/null >/dev/null 2>&1 &
-ticker_pid=$!
 
 signal_all() {
   local pid
   for pid in "${!rank_of[@]}"; do kill "-$1" "$pid" 2>/dev/null; done
+}
+
+# Whether the rank with `pid` has exited: gone (bash reaped it) or a zombie.
+has_exited() {
+  local line
+  read -r line 2>/dev/null <"/proc/$1/stat" || return 0
+  line=${line##*) }
+  [[ ${line:0:1} == Z ]]
 }
 
 # Records that the rank with `pid` exited with `status`.
@@ -400,29 +415,13 @@ rank_exited() {
 }
 
 while ((${#rank_of[@]} > 0)); do
-  done_pid=""
-  wait -n -p done_pid "${!rank_of[@]}" 2>/dev/null
-  status=$?
   now=$((${EPOCHREALTIME/./} / 1000))
-  # done_pid stays empty (or is unset) when a trapped signal, not a rank, woke us.
-  done_pid=${done_pid:-}
-  if [[ -n $done_pid && -n ${rank_of[$done_pid]:-} ]]; then
-    rank_exited "$done_pid" "$status"
-  else
-    # bash may already have reaped a rank and dropped it from the job table (it does so
-    # when several children exit together), after which `wait -n` answers "no such job"
-    # for it instead of its status. A plain `wait PID` still finds the saved status.
-    # The ticker's SIGALRM is ignored meanwhile: it would interrupt that wait, whose status
-    # (128 + SIGALRM) would then pass for the rank's.
-    trap '' ALRM
-    for pid in "${!rank_of[@]}"; do
-      if ! kill -0 "$pid" 2>/dev/null; then
-        wait "$pid" 2>/dev/null
-        rank_exited "$pid" $?
-      fi
-    done
-    trap ':' ALRM
-  fi
+  for pid in "${!rank_of[@]}"; do
+    if has_exited "$pid"; then
+      wait "$pid" 2>/dev/null
+      rank_exited "$pid" $?
+    fi
+  done
   if [[ -n $interrupted && -z $forwarded ]]; then
     forwarded=$interrupted
     echo "netns_run: received SIG$interrupted; forwarding it to the ranks" >&2
@@ -449,10 +448,9 @@ while ((${#rank_of[@]} > 0)); do
     kill_sent=1
     signal_all KILL
   fi
+  ((${#rank_of[@]} > 0)) && read -r -t 0.05 -u "$pause_fd" _
 done
 
-kill "$ticker_pid" 2>/dev/null
-ticker_pid=""
 cleanup
 ((first_fail < 0)) && exit 0
 exit "$first_fail"

@@ -335,13 +335,8 @@ void Issuer::flushLocked() {
   const c10::Device device = msgs.front().tensor.device();
   for (const Msg& m : msgs) {
     if (m.tensor.device() == device) continue;
-    std::exception_ptr mixed;
-    try {
-      TORCH_CHECK_VALUE(false, "braid point-to-point batch: tensors on ", device, " and ", m.tensor.device(),
-                        "; one batch takes tensors of one device");
-    } catch (...) {
-      mixed = std::current_exception();
-    }
+    auto mixed = makeError<c10::ValueError>(c10::str("braid point-to-point batch: tensors on ", device, " and ",
+                                                     m.tensor.device(), "; one batch takes tensors of one device"));
     for (auto& w : works) w->complete(mixed);
     return;
   }

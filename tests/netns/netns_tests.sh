@@ -104,7 +104,12 @@ case_rate_shaping() {
 # each crossing hosts; tree and hierarchical cross once or twice per direction. So the
 # planner must pick one of those for small messages, and the default must beat forced ring.
 case_latency_algo() {
-  "$BRAID_INFO" --config | grep -q '^BRAID_ALGO\b' || {
+  # Read whole first: under pipefail, `braid-info | grep -q` fails whenever grep stops
+  # reading before braid-info has written everything (SIGPIPE), which skipped this case
+  # at random.
+  local config
+  config=$("$BRAID_INFO" --config)
+  grep -q '^BRAID_ALGO\b' <<<"$config" || {
     echo "SKIP: braid-info --config does not list BRAID_ALGO yet, so ring cannot be forced"
     exit "$NETNS_SKIP"
   }

@@ -99,6 +99,35 @@ std::string manySlots(Endpoint& ep) {
   return "";
 }
 
+// Messages that are already waiting when their receives go up (every slot's worth, sent
+// while the receiver sleeps), then the connections torn down: teardown must not wait for
+// anything those early arrivals left behind. (Receives that complete inside the call that
+// posts them once left a stale request that teardown waited seconds for.)
+std::string earlyArrivalsThenTeardown(Endpoint& ep) {
+  T_RUN(setupPair(ep, 1));
+  const int count = ep.cfg.nslots;
+  const size_t bytes = 1000;
+  if (ep.rank == 0) {
+    for (int i = 0; i < count; ++i) T_OK(sendPattern(*ep.send[0], bytes, 300 + i, 40 + i, soon()));
+    T_OK(flush(*ep.send[0], soon()));
+    T_RUN(signalPeer(ep, "sent"));
+    T_RUN(waitPeer(ep, "received"));
+  } else {
+    T_RUN(waitPeer(ep, "sent"));
+    usleep(50 * 1000);
+    for (int i = 0; i < count; ++i) T_RUN(expectSlot(*ep.recv[0], bytes, 300 + i, 40 + i, soon()));
+    T_RUN(signalPeer(ep, "received"));
+  }
+  // A bound, not a measurement: a teardown with nothing in flight takes milliseconds; the
+  // bug it guards against took the full drain timeout (2 s) per connection.
+  const int64_t start = nowNanos();
+  ep.recv.clear();
+  ep.send.clear();
+  const double secs = static_cast<double>(nowNanos() - start) / 1e9;
+  T_EXPECT(secs < 1.0, "tearing down two idle connections took " + std::to_string(secs) + " s");
+  return "";
+}
+
 std::string zeroBytes(Endpoint& ep) {
   T_RUN(setupPair(ep, 1));
   for (uint64_t i = 0; i < 6; ++i) {
@@ -645,6 +674,8 @@ const PairCase kPairCases[] = {
     {"many slots keep FIFO order and tags", manySlots, 64 << 10, 4, 1, true, true},
     {"many slots keep FIFO order over 3 sockets per peer", manySlots, 16 << 10, 5, 3, true, false},
     {"zero-byte payloads", zeroBytes, 64 << 10, 4, 1, true, true},
+    {"messages waiting before their receives, then a prompt teardown", earlyArrivalsThenTeardown, 64 << 10, 4, 1,
+     true, true},
     {"full-slot payloads", fullSlots, 64 << 10, 4, 1, true, true},
     {"payloads of 0 to 100 bytes, inline and not, over several laps", smallPayloads, 4096, 3, 1, true, true},
     {"sender blocks on a full FIFO until the receiver releases", backpressure, 64 << 10, 4, 1, true, true},

@@ -124,7 +124,8 @@ Status UcxSendConnection::postCreditRecv() {
   ucs_status_ptr_t r = ucp_tag_recv_nbx(worker_->worker, &credit_->count, sizeof(credit_->count),
                                        ucxTag(kKindCredit, peer_, job_), ~uint64_t{0}, &param);
   if (UCS_PTR_IS_ERR(r)) return peerFailure(peer_, "receiving credits from", UCS_PTR_STATUS(r));
-  credit_->request = r;
+  // See post(): a credit already waiting completes inside the call.
+  if (!credit_->done) credit_->request = r;
   return Status::ok();
 }
 
@@ -316,7 +317,11 @@ Status UcxRecvConnection::post(Landing& l, uint64_t tag, void* into, size_t capa
   const uint64_t mask = tag == tag_ ? kMatchMask : ~uint64_t{0};
   ucs_status_ptr_t r = ucp_tag_recv_nbx(worker_->worker, into, capacity, tag, mask, &param);
   if (UCS_PTR_IS_ERR(r)) return peerFailure(peer_, "receiving from", UCS_PTR_STATUS(r));
-  l.request = r;
+  // With UCP_OP_ATTR_FLAG_NO_IMM_CMPL, a message already waiting in UCX's unexpected queue
+  // completes inside ucp_tag_recv_nbx: the callback runs (and frees the request) before the
+  // call returns the request's address. Keeping that address would make the destructor
+  // cancel a freed, possibly reused request, and wait for a completion that never comes.
+  if (!l.done) l.request = r;
   l.posted = true;
   return Status::ok();
 }

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "harness.h"
 #include "transports/plugin/plugin_loader.h"
@@ -227,6 +228,56 @@ TEST_CASE("plugin adapter: what a wrong plugin returns becomes an error, not a c
   CHECK(h.fd == 42);
   CHECK(c.flushed());
   CHECK(c.seesPeerFailure());
+}
+
+// The UCX plugin chooses UCX's rendezvous threshold only where the user did not
+// (docs/transports.md): what it chose shows in its description, as braid-info prints it.
+TEST_CASE("ucx plugin: the rendezvous threshold follows UCX_TLS and yields to UCX_RNDV_THRESH", "[plugin][ucx]") {
+  const TransportFactory* ucx = nullptr;
+  for (const TransportFactory& f : registry())
+    if (std::string(f.name) == "ucx") ucx = &f;
+  if (!ucx) {
+    WARN("skipped: no ucx plugin in this build");
+    return;
+  }
+  struct Saved {
+    const char* name;
+    std::string value;
+    bool set;
+  };
+  std::vector<Saved> saved;
+  for (const char* n : {"UCX_TLS", "UCX_RNDV_THRESH"}) {
+    const char* v = std::getenv(n);
+    saved.push_back({n, v ? v : "", v != nullptr});
+  }
+  auto describeWith = [&](const char* tls, const char* thresh) {
+    if (tls) setenv("UCX_TLS", tls, 1); else unsetenv("UCX_TLS");
+    if (thresh) setenv("UCX_RNDV_THRESH", thresh, 1); else unsetenv("UCX_RNDV_THRESH");
+    TransportConfig cfg;
+    cfg.nranks = 2;
+    auto t = ucx->create(cfg);
+    INFO(t.status().toString());
+    REQUIRE(t.isOk());
+    return t.value()->describe();
+  };
+  const std::string all = describeWith(nullptr, nullptr);
+  const std::string sm = describeWith("sm,self", nullptr);
+  const std::string tcp = describeWith("tcp,self", nullptr);
+  const std::string user = describeWith("tcp,self", "8k");
+  for (const Saved& s : saved) {
+    if (s.set) setenv(s.name, s.value.c_str(), 1);
+    else unsetenv(s.name);
+  }
+  INFO(all << "\n" << sm << "\n" << tcp << "\n" << user);
+  if (all.find("; RDMA") != std::string::npos) {
+    // An RDMA device: UCX's own model of its lanes decides.
+    CHECK(all.find("rendezvous above") == std::string::npos);
+    return;
+  }
+  CHECK(all.find("rendezvous above 64k") != std::string::npos);
+  CHECK(sm.find("rendezvous above 64k") != std::string::npos);
+  CHECK(tcp.find("rendezvous above inf") != std::string::npos);
+  CHECK(user.find("rendezvous above") == std::string::npos);
 }
 
 }  // namespace

@@ -108,6 +108,25 @@ void drainUnexpected(ucp_worker_h worker) {
   }
 }
 
+// The rendezvous threshold braid asks of UCX when the user did not set UCX_RNDV_THRESH, or
+// "" to keep UCX's own choice. With an RDMA device UCX's model of its lanes decides. Without
+// one, UCX's automatic threshold sends most of braid's messages (up to a 256 KiB slot) by
+// rendezvous, which costs a round trip per message: over tcp an extra request before the
+// data, over shared memory a wake-up of each side in turn, ruinous when ranks outnumber
+// cores. Measured (docs/performance.md, "UCX"): over tcp alone, eager for every message was
+// best; where shared memory is in the set, eager up to 64 KiB and single-copy (cma)
+// rendezvous above it.
+std::string rndvThreshold(bool rdma) {
+  if (std::getenv("UCX_RNDV_THRESH") || rdma) return "";
+  const char* tls = std::getenv("UCX_TLS");
+  if (!tls || !*tls || tls[0] == '^') return "64k";
+  std::string list = std::string(",") + tls + ",";
+  for (const char* shared : {"all", "sm", "shm", "posix", "sysv", "cma", "knem", "xpmem", "mm"}) {
+    if (list.find(std::string(",") + shared + ",") != std::string::npos) return "64k";
+  }
+  return "inf";
+}
+
 class UcxTransport final : public Transport {
  public:
   explicit UcxTransport(const TransportConfig& cfg) : cfg_(cfg) {}
@@ -117,7 +136,8 @@ class UcxTransport final : public Transport {
   const char* name() const override { return "ucx"; }
   std::string describe() const override {
     return std::string("UCX ") + ucxVersion() + "; " + (inv_.summary.empty() ? "no devices" : inv_.summary) +
-           (inv_.rdma ? "; RDMA" : "; no RDMA device");
+           (inv_.rdma ? "; RDMA" : "; no RDMA device") +
+           (rndvThresh_.empty() ? "" : "; rendezvous above " + rndvThresh_);
   }
 
   int canConnect(const PeerInfo& local, const PeerInfo& remote) const override {
@@ -139,6 +159,7 @@ class UcxTransport final : public Transport {
 
   TransportConfig cfg_;
   Inventory inv_;
+  std::string rndvThresh_;  // what braid set UCX_RNDV_THRESH to, or "" (UCX's own)
   ucp_context_h context_ = nullptr;
   std::map<int, std::unique_ptr<Worker>> workers_;
   // Per worker, the remote worker address each endpoint leads to.
@@ -185,6 +206,14 @@ Status UcxTransport::init() {
   ucp_config_t* config = nullptr;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
   if (st != UCS_OK) return ucxError("reading its configuration", st);
+  rndvThresh_ = rndvThreshold(inv_.rdma);
+  if (!rndvThresh_.empty()) {
+    st = ucp_config_modify(config, "RNDV_THRESH", rndvThresh_.c_str());
+    if (st != UCS_OK) {
+      ucp_config_release(config);
+      return ucxError("setting RNDV_THRESH=" + rndvThresh_, st);
+    }
+  }
   ucp_params_t params;
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED | UCP_PARAM_FIELD_NAME;
   params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;

@@ -619,19 +619,18 @@ Status Communicator::connect() {
       meshTransports_.push_back(nullptr);
       continue;
     }
+    // The rings' instance also answers the scores; the mesh's is made below, only for a
+    // transport some peer chose (an unused plugin then costs one instance, not two).
     auto rings = f.create(tc);
-    auto meshT = rings.isOk() ? f.create(mesh) : rings.status();
-    if (!rings.isOk() || !meshT.isOk()) {
-      Status st = rings.isOk() ? meshT.status() : rings.status();
-      if (forced) return st.withContext("BRAID_TRANSPORT=" + cfg.transport);
-      BRAID_WARN("transport %s unavailable: %s", f.name, st.message().c_str());
+    meshTransports_.push_back(nullptr);
+    if (!rings.isOk()) {
+      if (forced) return rings.status().withContext("BRAID_TRANSPORT=" + cfg.transport);
+      BRAID_WARN("transport %s unavailable: %s", f.name, rings.status().message().c_str());
       transports_.push_back(nullptr);
-      meshTransports_.push_back(nullptr);
       continue;
     }
     usable[i] = true;
     transports_.push_back(std::move(rings).value());
-    meshTransports_.push_back(std::move(meshT).value());
   }
   for (int r = 0; r < nranks_; ++r) {
     if (r == rank_) continue;
@@ -651,11 +650,19 @@ Status Communicator::connect() {
     }
     transportNames_[r] = reg[choice[r]].name;
   }
-  // Instances no peer chose hold resources (a UCX worker, an RDMA context): free them now.
+  // Instances no peer chose hold resources (a UCX context, an RDMA device): free them now;
+  // the chosen ones get their mesh instance.
   for (size_t t = 0; t < transports_.size(); ++t) {
-    if (std::find(choice.begin(), choice.end(), static_cast<int>(t)) != choice.end()) continue;
-    transports_[t].reset();
-    meshTransports_[t].reset();
+    if (std::find(choice.begin(), choice.end(), static_cast<int>(t)) == choice.end()) {
+      transports_[t].reset();
+      continue;
+    }
+    auto meshT = reg[t].create(mesh);
+    if (!meshT.isOk()) {
+      return meshT.status().withContext(cfg.transport.empty() ? std::string("transport ") + reg[t].name
+                                                              : "BRAID_TRANSPORT=" + cfg.transport);
+    }
+    meshTransports_[t] = std::move(meshT).value();
   }
 
   auto emptyLinks = [&] {

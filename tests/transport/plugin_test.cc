@@ -271,13 +271,13 @@ TEST_CASE("ucx plugin: the rendezvous threshold follows UCX_TLS and yields to UC
   INFO(all << "\n" << sm << "\n" << tcp << "\n" << user);
   if (all.find("; RDMA") != std::string::npos) {
     // An RDMA device: UCX's own model of its lanes decides.
-    CHECK(all.find("rendezvous above") == std::string::npos);
+    CHECK(all.find("UCX_RNDV_THRESH") == std::string::npos);
     return;
   }
-  CHECK(all.find("rendezvous above 64k") != std::string::npos);
-  CHECK(sm.find("rendezvous above 64k") != std::string::npos);
-  CHECK(tcp.find("rendezvous above inf") != std::string::npos);
-  CHECK(user.find("rendezvous above") == std::string::npos);
+  CHECK(all.find("eager up to 64 KiB (UCX_RNDV_THRESH=65537)") != std::string::npos);
+  CHECK(sm.find("eager up to 64 KiB (UCX_RNDV_THRESH=65537)") != std::string::npos);
+  CHECK(tcp.find("every message eager (UCX_RNDV_THRESH=inf)") != std::string::npos);
+  CHECK(user.find("UCX_RNDV_THRESH") == std::string::npos);
 }
 
 }  // namespace

@@ -114,15 +114,16 @@ void drainUnexpected(ucp_worker_h worker) {
 // rendezvous, which costs a round trip per message: over tcp an extra request before the
 // data, over shared memory a wake-up of each side in turn, ruinous when ranks outnumber
 // cores. Measured (docs/performance.md, "UCX"): over tcp alone, eager for every message was
-// best; where shared memory is in the set, eager up to 64 KiB and single-copy (cma)
-// rendezvous above it.
+// best; where shared memory is in the set, eager up to 64 KiB (inclusive: the mesh's and
+// recursive doubling's messages are often exactly that) and single-copy (cma) rendezvous
+// above it. UCX's threshold is the first size that goes by rendezvous.
 std::string rndvThreshold(bool rdma) {
   if (std::getenv("UCX_RNDV_THRESH") || rdma) return "";
   const char* tls = std::getenv("UCX_TLS");
-  if (!tls || !*tls || tls[0] == '^') return "64k";
+  if (!tls || !*tls || tls[0] == '^') return "65537";
   std::string list = std::string(",") + tls + ",";
   for (const char* shared : {"all", "sm", "shm", "posix", "sysv", "cma", "knem", "xpmem", "mm"}) {
-    if (list.find(std::string(",") + shared + ",") != std::string::npos) return "64k";
+    if (list.find(std::string(",") + shared + ",") != std::string::npos) return "65537";
   }
   return "inf";
 }
@@ -133,11 +134,14 @@ class UcxTransport final : public Transport {
   ~UcxTransport() override;
 
   Status init();
+  Status startContext();
   const char* name() const override { return "ucx"; }
   std::string describe() const override {
     return std::string("UCX ") + ucxVersion() + "; " + (inv_.summary.empty() ? "no devices" : inv_.summary) +
            (inv_.rdma ? "; RDMA" : "; no RDMA device") +
-           (rndvThresh_.empty() ? "" : "; rendezvous above " + rndvThresh_);
+           (rndvThresh_.empty()        ? ""
+            : rndvThresh_ == "inf"     ? "; every message eager (UCX_RNDV_THRESH=inf)"
+                                       : "; eager up to 64 KiB (UCX_RNDV_THRESH=" + rndvThresh_ + ")");
   }
 
   int canConnect(const PeerInfo& local, const PeerInfo& remote) const override {
@@ -201,12 +205,22 @@ UcxTransport::~UcxTransport() {
   if (context_) ucp_cleanup(context_);
 }
 
+// UCX's context is the expensive part of an instance (tens of milliseconds, file
+// descriptors, shared memory). Scores need only the inventory, so without an RDMA device,
+// where UCX wins no peer unless BRAID_TRANSPORT asks for it, the context waits for the first
+// connection; with one, it starts here, so a UCX that cannot start is known before the
+// transports are chosen and the job goes on over tcp.
 Status UcxTransport::init() {
   inv_ = inventory();
+  rndvThresh_ = rndvThreshold(inv_.rdma);
+  return inv_.rdma ? startContext() : Status::ok();
+}
+
+Status UcxTransport::startContext() {
+  if (context_) return Status::ok();
   ucp_config_t* config = nullptr;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
   if (st != UCS_OK) return ucxError("reading its configuration", st);
-  rndvThresh_ = rndvThreshold(inv_.rdma);
   if (!rndvThresh_.empty()) {
     st = ucp_config_modify(config, "RNDV_THRESH", rndvThresh_.c_str());
     if (st != UCS_OK) {
@@ -231,6 +245,7 @@ Status UcxTransport::init() {
 StatusOr<Worker*> UcxTransport::worker(int channel) {
   auto it = workers_.find(channel);
   if (it != workers_.end()) return it->second.get();
+  BRAID_RETURN_IF_ERROR(startContext());
   auto w = std::make_unique<Worker>();
   ucp_worker_params_t wp;
   wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;

@@ -17,6 +17,7 @@
 
 #include "bootstrap/http_kv.h"
 #include "bootstrap/launch_env.h"
+#include "bootstrap/memory_store.h"
 #include "bootstrap/tcp_store.h"
 #include "bootstrap/unique_id.h"
 #include "common/log.h"
@@ -156,6 +157,12 @@ StatusOr<std::unique_ptr<Session>> Session::join(std::shared_ptr<bootstrap::Stor
 StatusOr<std::unique_ptr<Session>> Session::fromEnv() {
   BRAID_ASSIGN_OR_RETURN(core::Config cfg, core::Config::fromEnv());
   BRAID_ASSIGN_OR_RETURN(bootstrap::LaunchEnv env, bootstrap::detectLaunchEnv([](const char* n) { return std::getenv(n); }));
+  if (env.source == "none") {
+    BRAID_INFO("no launcher environment (looked for %s): a world of size 1", bootstrap::kLauncherVariables);
+    core::CommOptions opts;
+    opts.config = cfg;
+    return join(std::make_shared<bootstrap::MemoryStore>(), 0, 1, std::move(opts));
+  }
   Deadline deadline = Deadline::after(cfg.timeoutSec);
   const uint64_t init = gEnvInits.fetch_add(1);
   // A store that rank 0 serves on a fixed port (torchrun, mpirun, Slurm) is served again by

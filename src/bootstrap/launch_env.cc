@@ -241,12 +241,20 @@ StatusOr<LaunchEnv> detectLaunchEnv(const Getenv& getenv) {
   if (any({"RANK", "WORLD_SIZE"})) return fromTorchrun(getenv);
   if (any({"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"})) return fromOpenMpi(getenv);
   if (any({"SLURM_PROCID", "SLURM_NTASKS"})) return fromSlurm(getenv);
-  return invalidArgument(
-      "no launcher environment found: looked for BRAID_RANK/BRAID_WORLD_SIZE/BRAID_STORE_ADDR (braidrun), "
-      "HOROVOD_RANK/HOROVOD_SIZE/HOROVOD_GLOO_RENDEZVOUS_ADDR (horovodrun --gloo), "
-      "RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT (torchrun), OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE (mpirun) and "
-      "SLURM_PROCID/SLURM_NTASKS (srun)");
+  // No launcher: a world of one, as MPI's singleton init and Gloo do.
+  LaunchEnv e;
+  e.worldSize = 1;
+  e.localRank = 0;
+  e.localSize = 1;
+  e.source = "none";
+  return e;
 }
+
+const char* kLauncherVariables =
+    "BRAID_RANK/BRAID_WORLD_SIZE/BRAID_STORE_ADDR (braidrun), "
+    "HOROVOD_RANK/HOROVOD_SIZE/HOROVOD_GLOO_RENDEZVOUS_ADDR (horovodrun --gloo), "
+    "RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT (torchrun), OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE (mpirun) and "
+    "SLURM_PROCID/SLURM_NTASKS (srun)";
 
 Status parseStoreAddress(const std::string& what, const std::string& value, std::string* host, int* port) {
   std::string h;

@@ -19,7 +19,7 @@ struct LaunchEnv {
   int storePort = 0;
   bool serveStore = false;  // this rank must host the store (rank 0 unless it is external)
   bool rankZeroServes = false;  // rank 0 of the job hosts the store (the same on every rank)
-  std::string source;       // "braid", "horovod", "torchrun", "openmpi" or "slurm"
+  std::string source;       // "braid", "horovod", "torchrun", "openmpi", "slurm" or "none"
 
   // Set when the launcher names a key-value server rather than the store's address
   // (horovodrun's HTTP rendezvous server): the store's owner serves on an ephemeral port
@@ -55,9 +55,13 @@ struct LaunchEnv {
 // while the generic RANK or SLURM_PROCID leak into horovodrun's children from around it
 // (horovodrun inside a Slurm allocation hands every rank the batch step's SLURM_PROCID=0).
 // A malformed or inconsistent value gives kInvalidArgument naming the variable and its
-// value; no launcher at all gives kInvalidArgument listing the variables looked for. Pure
+// value. No launcher at all is a world of size 1 (rank 0, source "none", no store address:
+// the caller keeps its store in the process), as MPI's singleton init and Gloo have it. Pure
 // apart from the calls to `getenv`; thread-safe if `getenv` is.
 StatusOr<LaunchEnv> detectLaunchEnv(const std::function<const char*(const char*)>& getenv);
+
+// The variables detectLaunchEnv looks for, per launcher, for messages.
+extern const char* kLauncherVariables;
 
 // Splits "host:port" (an IPv4 address or a name, a port in [1, 65535]) as BRAID_STORE_ADDR
 // is split; `what` names where the value came from in the kInvalidArgument message. Writes

@@ -204,9 +204,24 @@ TEST_CASE("launch env: precedence braid > horovod > torchrun > OpenMPI > Slurm",
   CHECK(detect(all)->source == "slurm");
 }
 
-TEST_CASE("launch env: nothing set lists what was looked for", "[bootstrap][launch_env]") {
-  checkFails({}, {"BRAID_RANK", "HOROVOD_RANK", "RANK/WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"});
-  checkFails({{"BRAID_RANK", ""}, {"PATH", "/bin"}}, {"no launcher environment"});  // empty = unset
+TEST_CASE("launch env: no launcher is a world of size 1", "[bootstrap][launch_env]") {
+  for (const Env& env : {Env{}, Env{{"BRAID_RANK", ""}, {"PATH", "/bin"}}}) {  // empty = unset
+    auto r = detect(env);
+    INFO(r.status().toString());
+    REQUIRE(r.isOk());
+    CHECK(r->source == "none");
+    CHECK(r->rank == 0);
+    CHECK(r->worldSize == 1);
+    CHECK(r->localRank == 0);
+    CHECK(r->localSize == 1);
+    CHECK(r->storeHost.empty());
+    CHECK_FALSE(r->serveStore);
+  }
+  // What the log line names as looked for.
+  for (const char* n : {"BRAID_RANK", "HOROVOD_RANK", "RANK/WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"})
+    CHECK(std::string(kLauncherVariables).find(n) != std::string::npos);
+  // A launcher that is there but incomplete is still an error, not a world of one.
+  checkFails({{"BRAID_RANK", "0"}}, {"BRAID_WORLD_SIZE"});
 }
 
 TEST_CASE("launch env: malformed values name the variable and value", "[bootstrap][launch_env]") {

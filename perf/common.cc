@@ -11,9 +11,13 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <condition_variable>
 #include <ctime>
 #include <limits>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "device_buffers.h"
@@ -355,7 +359,16 @@ struct Options {
   braidDataType_t dtype = braidFloat32;
   int root = 0;  // -1: every root in turn
   std::string jsonFile;
+  std::string csvFile;
   bool device = false;  // -D 1: buffers in GPU memory
+  // nccl-tests' remaining flags, with their meaning there.
+  int blocking = 0;       // -z: 1 waits for each call and lines the ranks up; 2 only waits
+  int aggIters = 1;       // -m: calls per timed iteration, issued as one group
+  int runCycles = 1;      // -N: sweeps over the sizes, 0 = until stopped
+  int graphLaunches = 0;  // -G: accepted; CUDA graphs do not apply (said in the header)
+  int localRegister = 0;  // -R: accepted; nothing to register (said in the header)
+  int timeoutSec = 0;     // -T: a size that takes longer aborts the run; 0 = no limit
+  bool cpuTime = false;   // -C 1: the time column is the time to issue the calls
 };
 
 // Before the communicator exists every rank parses the same argv and would print the same
@@ -385,10 +398,27 @@ void printUsage(const Tool& tool, FILE* out) {
                "                             bfloat16|f8e4m3|f8e5m2|float|float32|double|float64|all (default float)\n");
   if (tool.hasRoot)
     std::fprintf(out, "  -r, --root <rank|all>      root rank, or all (-1) to run every root in turn (default 0)\n");
+  else
+    std::fprintf(out, "  -r, --root <rank|all>      accepted; %s has no root\n", tool.name);
   std::fprintf(out,
                "  -a, --average <0|1|2|3>    time reported: 0 = rank 0's, 1 = mean over ranks, 2 = min, 3 = max "
                "(default 1)\n"
+               "  -z, --blocking <0|1|2>     1: wait for each call and line the ranks up after it; 2: wait only\n"
+               "                             (default 0: wait once after the timed iterations)\n"
+               "  -m, --agg_iters <n>        calls per timed iteration, issued as one braidGroupStart/End group\n"
+               "                             (default 1); times are per call\n"
+               "  -N, --run_cycles <n>       sweep the sizes n times, 0 = until stopped (default 1)\n"
+               "  -T, --timeout <seconds>    a size (both placements and checks) that takes longer aborts the run\n"
+               "                             with an error naming it (default 0: no limit)\n"
+               "  -C, --report_cputime <0|1> 1: the time column is the time the calls took to issue (with -D 1,\n"
+               "                             before waiting for the GPU); bandwidths stay from completion\n"
+               "  -p, --parallel_init <0|1>  accepted; one rank per process, nothing to initialise in parallel\n"
+               "  -G, --cudagraph <n>        accepted; CUDA graph capture does not apply to braid's host-driven\n"
+               "                             calls, which run as ordinary calls (said in the header)\n"
+               "  -R, --local_register <0|1|2>\n"
+               "                             accepted; braid registers what it needs itself (said in the header)\n"
                "  -J, --json <file>          also write the results as JSON (rank 0)\n"
+               "      --csv <file>           also write the results as CSV, a row per size (rank 0)\n"
                "  -D, --device <0|1>         1: buffers in GPU memory, one GPU per rank (local rank %% GPUs),\n"
                "                             calls on CUDA's default stream (default 0: host memory)\n"
                "  -t, --nthreads 1, -g, --ngpus 1\n"
@@ -462,8 +492,12 @@ bool parseOp(const char* s, Options* o) {
   return false;
 }
 
+// --csv has no one-letter form (nccl-tests has none to follow).
+constexpr int kCsvFlag = 1000;
+
 // "-b (--minbytes)": messages name both spellings, since the user may have typed either.
 std::string flagName(const option* longOpts, int c) {
+  if (c == kCsvFlag) return "--csv";
   std::string s = std::string("-") + static_cast<char>(c);
   for (const option* lo = longOpts; lo->name; ++lo)
     if (lo->val == c) return s + " (--" + lo->name + ")";
@@ -481,6 +515,11 @@ int parseArgs(const Tool& tool, int argc, char** argv, Options* o) {
       {"average", required_argument, nullptr, 'a'},      {"json", required_argument, nullptr, 'J'},
       {"nthreads", required_argument, nullptr, 't'},     {"ngpus", required_argument, nullptr, 'g'},
       {"device", required_argument, nullptr, 'D'},       {"help", no_argument, nullptr, 'h'},
+      {"blocking", required_argument, nullptr, 'z'},     {"agg_iters", required_argument, nullptr, 'm'},
+      {"run_cycles", required_argument, nullptr, 'N'},   {"timeout", required_argument, nullptr, 'T'},
+      {"report_cputime", required_argument, nullptr, 'C'}, {"parallel_init", required_argument, nullptr, 'p'},
+      {"cudagraph", required_argument, nullptr, 'G'},   {"local_register", required_argument, nullptr, 'R'},
+      {"csv", required_argument, nullptr, kCsvFlag},
       {nullptr, 0, nullptr, 0},
   };
   const bool quiet = quietRank();
@@ -492,7 +531,7 @@ int parseArgs(const Tool& tool, int argc, char** argv, Options* o) {
   opterr = 0;  // we name the flag ourselves
   optind = 1;
   int c;
-  while ((c = getopt_long(argc, argv, ":b:e:i:f:n:w:c:o:d:r:a:J:t:g:D:h", kLong, nullptr)) != -1) {
+  while ((c = getopt_long(argc, argv, ":b:e:i:f:n:w:c:o:d:r:a:J:t:g:D:z:m:N:T:C:p:G:R:h", kLong, nullptr)) != -1) {
     long long v = 0;
     const std::string flagText = flagName(kLong, c);
     const char* f = flagText.c_str();
@@ -529,8 +568,8 @@ int parseArgs(const Tool& tool, int argc, char** argv, Options* o) {
       case 'd':
         if (!parseType(optarg, o))
           return bad(f, optarg,
-                     "int8, uint8, int32, uint32, int64, uint64, half, float16, bfloat16, float, float32, double, "
-                     "float64 or all");
+                     "int8, uint8, int16, uint16, int32, uint32, int64, uint64, half, float16, bfloat16, f8e4m3, "
+                     "f8e5m2, float, float32, double, float64 or all");
         break;
       case 'r':
         if (std::strcmp(optarg, "all") == 0) {
@@ -558,6 +597,42 @@ int parseArgs(const Tool& tool, int argc, char** argv, Options* o) {
       case 'D':
         if (!parseInt(optarg, 0, 1, &v)) return bad(f, optarg, "0 (host memory) or 1 (GPU memory)");
         o->device = v == 1;
+        break;
+      case 'z':
+        if (!parseInt(optarg, 0, 2, &v)) return bad(f, optarg, "0, 1 (wait and line up after each call) or 2 (wait)");
+        o->blocking = static_cast<int>(v);
+        break;
+      case 'm':
+        if (!parseInt(optarg, 1, 1 << 20, &v)) return bad(f, optarg, "an integer >= 1");
+        o->aggIters = static_cast<int>(v);
+        break;
+      case 'N':
+        if (!parseInt(optarg, 0, std::numeric_limits<int>::max(), &v))
+          return bad(f, optarg, "an integer >= 0 (0: until stopped)");
+        o->runCycles = static_cast<int>(v);
+        break;
+      case 'T':
+        if (!parseInt(optarg, 0, 1000000, &v)) return bad(f, optarg, "seconds, an integer >= 0 (0: no limit)");
+        o->timeoutSec = static_cast<int>(v);
+        break;
+      case 'C':
+        if (!parseInt(optarg, 0, 1, &v)) return bad(f, optarg, "0 (latency) or 1 (CPU time)");
+        o->cpuTime = v == 1;
+        break;
+      case 'p':
+        if (!parseInt(optarg, 0, 1, &v)) return bad(f, optarg, "0 or 1");
+        break;
+      case 'G':
+        if (!parseInt(optarg, 0, 1000000, &v)) return bad(f, optarg, "an integer >= 0");
+        o->graphLaunches = static_cast<int>(v);
+        break;
+      case 'R':
+        if (!parseInt(optarg, 0, 2, &v)) return bad(f, optarg, "0, 1 (local) or 2 (symmetric)");
+        o->localRegister = static_cast<int>(v);
+        break;
+      case kCsvFlag:
+        if (!*optarg) return bad(f, optarg, "a file name");
+        o->csvFile = optarg;
         break;
       case 'h':
         if (!quiet) printUsage(tool, stdout);
@@ -598,6 +673,7 @@ int parseArgs(const Tool& tool, int argc, char** argv, Options* o) {
 
 struct Placement {
   double timeUs = 0;
+  double cpuUs = 0;  // the time the calls took to issue (-C)
   double algBw = 0;
   double busBw = 0;
   long long wrong = -1;  // -1: not checked
@@ -614,8 +690,11 @@ struct Row {
 
 struct RankInfo {
   int pid;
+  int gpu;  // -D 1: the GPU the rank's buffers are on; else -1
   std::string host;
 };
+
+class Watchdog;
 
 struct Run {
   const Tool* tool = nullptr;
@@ -631,6 +710,8 @@ struct Run {
   int failedChecks = 0;  // (row, placement) pairs with wrong elements: nccl-tests' "out of bounds"
   double busBwSum = 0;
   int busBwCount = 0;
+  int gpu = -1;               // -D 1: this rank's GPU
+  Watchdog* watchdog = nullptr;  // -T
 };
 
 std::string versionString(int code) {
@@ -669,7 +750,8 @@ std::string jsonNumber(double v) {
 }
 
 void appendPlacement(std::string* out, const char* key, const Placement& p) {
-  *out += std::string("\"") + key + "\": {\"time_us\": " + jsonNumber(p.timeUs) + ", \"algbw\": " +
+  *out += std::string("\"") + key + "\": {\"time_us\": " + jsonNumber(p.timeUs) +
+          ", \"cpu_time_us\": " + jsonNumber(p.cpuUs) + ", \"algbw\": " +
           jsonNumber(p.algBw) + ", \"busbw\": " + jsonNumber(p.busBw) +
           ", \"wrong\": " + (p.wrong < 0 ? std::string("null") : std::to_string(p.wrong)) + "}";
 }
@@ -694,7 +776,9 @@ void writeJson(const Run& run, const std::string& error) {
   s += "  \"params\": {\"minbytes\": " + std::to_string(o.minBytes) + ", \"maxbytes\": " + std::to_string(o.maxBytes) +
        ", \"stepbytes\": " + std::to_string(o.stepBytes) + ", \"stepfactor\": " + std::to_string(o.stepFactor) +
        ", \"iters\": " + std::to_string(o.iters) + ", \"warmup_iters\": " + std::to_string(o.warmup) +
-       ", \"check\": " + std::to_string(o.check) + ", \"average\": " + std::to_string(o.average) + "},\n";
+       ", \"check\": " + std::to_string(o.check) + ", \"average\": " + std::to_string(o.average) +
+       ", \"blocking\": " + std::to_string(o.blocking) + ", \"agg_iters\": " + std::to_string(o.aggIters) +
+       ", \"run_cycles\": " + std::to_string(o.runCycles) + "},\n";
   s += "  \"results\": [";
   for (size_t i = 0; i < run.rows.size(); ++i) {
     const Row& r = run.rows[i];
@@ -717,6 +801,29 @@ void writeJson(const Run& run, const std::string& error) {
   }
 }
 
+// The rows of the JSON file as CSV, one line per size with both placements, the tool and
+// the rank count on every line so that files of several runs concatenate.
+void writeCsv(const Run& run) {
+  if (run.rank != 0 || run.opts.csvFile.empty()) return;
+  std::string s =
+      "tool,nranks,size,count,type,redop,root,oop_time_us,oop_cpu_time_us,oop_algbw,oop_busbw,oop_wrong,"
+      "ip_time_us,ip_cpu_time_us,ip_algbw,ip_busbw,ip_wrong\n";
+  auto placement = [](const Placement& p) {
+    char buf[160];
+    std::snprintf(buf, sizeof(buf), "%.6g,%.6g,%.6g,%.6g,", p.timeUs, p.cpuUs, p.algBw, p.busBw);
+    return std::string(buf) + (p.wrong < 0 ? std::string("") : std::to_string(p.wrong));
+  };
+  for (const Row& r : run.rows) {
+    s += std::string(run.tool->name) + "," + std::to_string(run.nranks) + "," + std::to_string(r.bytes) + "," +
+         std::to_string(r.count) + "," + dataTypeName(r.dtype) + "," + r.redop + "," + std::to_string(r.root) + "," +
+         placement(r.outOfPlace) + "," + placement(r.inPlace) + "\n";
+  }
+  FILE* f = std::fopen(run.opts.csvFile.c_str(), "w");
+  if (!f || std::fwrite(s.data(), 1, s.size(), f) != s.size() || std::fclose(f) != 0) {
+    std::fprintf(stderr, "%s: cannot write %s: %s\n", run.tool->name, run.opts.csvFile.c_str(), std::strerror(errno));
+  }
+}
+
 // A failed braid call ends the run: the message names the rank and the call, the JSON keeps
 // what was measured, and aborting the communicator makes the other ranks fail fast instead
 // of waiting for this one.
@@ -728,6 +835,7 @@ void writeJson(const Run& run, const std::string& error) {
   std::fflush(stdout);
   std::fprintf(stderr, "%s: %s\n", run.tool->name, msg.c_str());
   writeJson(run, msg);
+  writeCsv(run);
   if (run.comm) (void)braidCommAbort(run.comm);
   std::exit(kExitFailed);
 }
@@ -735,6 +843,63 @@ void writeJson(const Run& run, const std::string& error) {
 void ok(Run& run, braidResult_t result, const char* call) {
   if (result != braidSuccess) fail(run, call, result);
 }
+
+// -T: a size that runs longer than the limit aborts the communicator (braidCommAbort is
+// safe from any thread), so the call it hangs in returns and the run ends with an error that
+// names the size, on this rank and, through the abort, on the others.
+class Watchdog {
+ public:
+  Watchdog(braidComm_t comm, const char* tool, int rank, int seconds)
+      : comm_(comm), tool_(tool), rank_(rank), limit_(seconds), thread_([this] { loop(); }) {}
+  ~Watchdog() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  void arm(size_t bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    bytes_ = bytes;
+    deadline_ = std::chrono::steady_clock::now() + limit_;
+    armed_ = true;
+    cv_.notify_all();
+  }
+  void disarm() {
+    std::lock_guard<std::mutex> lock(mu_);
+    armed_ = false;
+  }
+
+ private:
+  void loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stop_) {
+      if (!armed_) {
+        cv_.wait(lock);
+        continue;
+      }
+      if (cv_.wait_until(lock, deadline_) != std::cv_status::timeout || !armed_ || stop_) continue;
+      if (std::chrono::steady_clock::now() < deadline_) continue;
+      armed_ = false;
+      std::fprintf(stderr, "%s: rank %d: size %zu did not finish within -T %lld s; aborting the run\n", tool_, rank_,
+                   bytes_, static_cast<long long>(limit_.count()));
+      (void)braidCommAbort(comm_);
+    }
+  }
+
+  braidComm_t comm_;
+  const char* tool_;
+  int rank_;
+  std::chrono::seconds limit_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  bool armed_ = false;
+  size_t bytes_ = 0;
+  std::chrono::steady_clock::time_point deadline_;
+  std::thread thread_;  // last: it starts once the members it reads exist
+};
 
 // Lines up the ranks before a timed loop, so that no rank's time includes waiting for a
 // late peer to arrive.
@@ -751,7 +916,7 @@ double combineTime(Run& run, double seconds) {
   return run.opts.average == 1 ? seconds / run.nranks : seconds;
 }
 
-// "pid host" of every rank, in rank order. The API has no allgather, so each rank writes its
+// "pid gpu host" of every rank, in rank order. The API has no allgather, so each rank writes its
 // own slot of a zeroed buffer and a uint8 sum assembles them: every byte has one non-zero
 // contributor, so the sum is exact.
 void gatherRankInfo(Run& run) {
@@ -759,17 +924,18 @@ void gatherRankInfo(Run& run) {
   std::vector<uint8_t> slots(kSlot * static_cast<size_t>(run.nranks), 0);
   char host[64] = {0};
   gethostname(host, sizeof(host) - 1);
-  std::snprintf(reinterpret_cast<char*>(&slots[kSlot * static_cast<size_t>(run.rank)]), kSlot - 1, "%d %s",
-                static_cast<int>(getpid()), host);
+  std::snprintf(reinterpret_cast<char*>(&slots[kSlot * static_cast<size_t>(run.rank)]), kSlot - 1, "%d %d %s",
+                static_cast<int>(getpid()), run.gpu, host);
   ok(run, braidAllReduce(slots.data(), slots.data(), slots.size(), braidUint8, braidSum, run.comm, nullptr),
      "braidAllReduce (rank info)");
   for (int r = 0; r < run.nranks; ++r) {
     char* slot = reinterpret_cast<char*>(&slots[kSlot * static_cast<size_t>(r)]);
     slot[kSlot - 1] = 0;
-    RankInfo info{0, ""};
-    char* space = std::strchr(slot, ' ');
-    info.pid = std::atoi(slot);
-    if (space) info.host = space + 1;
+    RankInfo info{0, -1, ""};
+    char* end = nullptr;
+    info.pid = static_cast<int>(std::strtol(slot, &end, 10));
+    info.gpu = static_cast<int>(std::strtol(end, &end, 10));
+    if (*end == ' ') info.host = end + 1;
     run.ranks.push_back(info);
   }
 }
@@ -846,17 +1012,30 @@ Placement measure(Run& run, const OpArgs& args, Buffers& buf, size_t rowBytes) {
   const bool dev = buf.drecv != nullptr;
   uint8_t* s = buf.onDevice(send);
   uint8_t* d = buf.onDevice(recv);
-  for (int i = 0; i < run.opts.warmup; ++i) ok(run, tool.run(args, s, d, run.comm), tool.apiName);
+  const Options& o = run.opts;
+  for (int i = 0; i < o.warmup; ++i) ok(run, tool.run(args, s, d, run.comm), tool.apiName);
   if (dev) deviceOk(run, device::synchronize(), "cudaDeviceSynchronize");
   syncRanks(run);
   const auto t0 = Clock::now();
-  for (int i = 0; i < run.opts.iters; ++i) ok(run, tool.run(args, s, d, run.comm), tool.apiName);
+  for (int i = 0; i < o.iters; ++i) {
+    // -m: the iteration's calls as one group, as nccl-tests aggregates them.
+    if (o.aggIters > 1) ok(run, braidGroupStart(), "braidGroupStart");
+    for (int a = 0; a < o.aggIters; ++a) ok(run, tool.run(args, s, d, run.comm), tool.apiName);
+    if (o.aggIters > 1) ok(run, braidGroupEnd(), "braidGroupEnd");
+    // -z: wait for the iteration (host buffers: the call already has), and with 1 line the
+    // ranks up, so no rank runs ahead into the next one.
+    if (o.blocking > 0 && dev) deviceOk(run, device::synchronize(), "cudaDeviceSynchronize");
+    if (o.blocking == 1) syncRanks(run);
+  }
+  const double calls = static_cast<double>(o.iters) * o.aggIters;
+  const double issued = std::chrono::duration<double>(Clock::now() - t0).count() / calls;
   if (dev) deviceOk(run, device::synchronize(), "cudaDeviceSynchronize");
-  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count() / run.opts.iters;
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count() / calls;
 
   Placement p;
   const double t = combineTime(run, seconds);
   p.timeUs = t * 1e6;
+  p.cpuUs = combineTime(run, issued) * 1e6;
   p.algBw = t > 0 ? static_cast<double>(rowBytes) / 1e9 / t : 0.0;
   p.busBw = p.algBw * tool.busFactor(run.nranks);
 
@@ -892,13 +1071,13 @@ std::string formatTime(double us) {
   return buf;
 }
 
-void printPlacement(const Placement& p) {
+void printPlacement(const Placement& p, bool cpuTime) {
   char wrong[32];
   if (p.wrong < 0)
     std::snprintf(wrong, sizeof(wrong), "N/A");
   else
     std::snprintf(wrong, sizeof(wrong), "%lld", p.wrong);
-  std::printf("  %7s  %6.2f  %6.2f  %5s", formatTime(p.timeUs).c_str(), p.algBw, p.busBw, wrong);
+  std::printf("  %7s  %6.2f  %6.2f  %5s", formatTime(cpuTime ? p.cpuUs : p.timeUs).c_str(), p.algBw, p.busBw, wrong);
 }
 
 void printHeader(const Run& run) {
@@ -908,14 +1087,27 @@ void printHeader(const Run& run) {
   std::printf("# %s: minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %d validation: %d average: %d\n",
               run.tool->name, o.minBytes, o.maxBytes, o.stepFactor > 1 ? o.stepFactor : o.stepBytes,
               o.stepFactor > 1 ? "factor" : "bytes", o.warmup, o.iters, o.check, o.average);
+  if (o.blocking || o.aggIters > 1 || o.runCycles != 1 || o.timeoutSec || o.cpuTime)
+    std::printf("# blocking: %d agg iters: %d run cycles: %d timeout: %d s cputime: %d\n", o.blocking, o.aggIters,
+                o.runCycles, o.timeoutSec, o.cpuTime ? 1 : 0);
+  if (o.graphLaunches > 0)
+    std::printf("# -G %d: CUDA graph capture does not apply to braid's calls, which the host drives step by step; "
+                "the iterations run as ordinary calls\n", o.graphLaunches);
+  if (o.localRegister > 0)
+    std::printf("# -R %d: nothing to register; braid registers the memory its transports need itself\n",
+                o.localRegister);
   std::printf("#\n");
-  for (size_t r = 0; r < run.ranks.size(); ++r)
-    std::printf("#  Rank %2zu Pid %6d on %10s\n", r, run.ranks[r].pid, run.ranks[r].host.c_str());
+  for (size_t r = 0; r < run.ranks.size(); ++r) {
+    std::printf("#  Rank %2zu Pid %6d on %10s", r, run.ranks[r].pid, run.ranks[r].host.c_str());
+    if (run.ranks[r].gpu >= 0) std::printf(" device %2d", run.ranks[r].gpu);
+    std::printf("\n");
+  }
   std::printf("#\n");
   std::printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n", "", "",
               "", "", "");
+  const char* timeName = o.cpuTime ? "cputime" : "time";
   std::printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s\n", "size", "count", "type", "redop",
-              "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
+              "root", timeName, "algbw", "busbw", "#wrong", timeName, "algbw", "busbw", "#wrong");
   std::printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s\n", "(B)", "(elements)", "", "", "",
               "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
   std::fflush(stdout);
@@ -937,13 +1129,15 @@ void sweep(Run& run, Buffers& buf, braidDataType_t dt, braidRedOp_t op, int root
       lastParam = c.paramCount;
       Row row{std::max(c.sendCount, c.recvCount) * elt, c.paramCount, dt,
               tool.hasRedOp ? redOpName(op) : "none", tool.hasRoot ? root : -1, {}, {}};
+      if (run.watchdog) run.watchdog->arm(row.bytes);
       row.outOfPlace = measure(run, args, buf, row.bytes);
       args.inPlace = true;
       row.inPlace = measure(run, args, buf, row.bytes);
+      if (run.watchdog) run.watchdog->disarm();
       if (run.rank == 0) {
         std::printf("%12zu  %12zu  %8s  %6s  %6d", row.bytes, row.count, dataTypeName(dt), row.redop, row.root);
-        printPlacement(row.outOfPlace);
-        printPlacement(row.inPlace);
+        printPlacement(row.outOfPlace, o.cpuTime);
+        printPlacement(row.inPlace, o.cpuTime);
         std::printf("\n");
         std::fflush(stdout);
       }
@@ -1060,7 +1254,7 @@ int runTool(const Tool& tool, int argc, char** argv) {
         break;
       }
     }
-    int gpu = -1;
+    int& gpu = run.gpu;
     std::string why = device::init(local, &gpu);
     if (why.empty()) {
       buf.dsend = static_cast<uint8_t*>(device::alloc(buf.sendBytes));
@@ -1078,9 +1272,18 @@ int runTool(const Tool& tool, int argc, char** argv) {
   gatherRankInfo(run);
   if (run.rank == 0) printHeader(run);
 
-  for (braidDataType_t dt : types)
-    for (braidRedOp_t op : ops)
-      for (int root : roots) sweep(run, buf, dt, op, root);
+  std::unique_ptr<Watchdog> watchdog;
+  if (o.timeoutSec > 0) {
+    watchdog = std::make_unique<Watchdog>(run.comm, tool.name, run.rank, o.timeoutSec);
+    run.watchdog = watchdog.get();
+  }
+  // -N 0 runs until stopped.
+  for (int cycle = 0; o.runCycles == 0 || cycle < o.runCycles; ++cycle)
+    for (braidDataType_t dt : types)
+      for (braidRedOp_t op : ops)
+        for (int root : roots) sweep(run, buf, dt, op, root);
+  watchdog.reset();
+  run.watchdog = nullptr;
 
   if (run.rank == 0) {
     std::printf("# Out of bounds values : %d %s\n", run.failedChecks, run.failedChecks ? "FAILED" : "OK");
@@ -1089,6 +1292,7 @@ int runTool(const Tool& tool, int argc, char** argv) {
     std::fflush(stdout);
   }
   writeJson(run, "");
+  writeCsv(run);
   std::free(buf.send);
   std::free(buf.recv);
   device::release(buf.dsend);

@@ -99,12 +99,21 @@ struct WorldArgs {
   std::vector<std::string> rest;
 };
 
-[[noreturn]] void usage() {
-  std::fprintf(stderr,
-               "usage: braid-info [--config]\n"
+void printUsage(FILE* f) {
+  std::fprintf(f,
+               "usage: braid-info [--config | --version | --help]\n"
                "       braid-info --plan COLL SIZE... [--hosts H] [--ranks-per-host R] [--channels C]\n"
                "                  [--transport T] [--latency 1ms] [--bandwidth 1.2G] [--simulate]\n"
-               "       braid-info --scaling COLL SIZE [--ranks-per-host R] [--max-ranks N] [...]\n");
+               "       braid-info --scaling COLL SIZE [--ranks-per-host R] [--max-ranks N] [...]\n"
+               "  (no argument)  version, reduction kernels, transports (built in and plugins), machine\n"
+               "  --config       every environment knob: name, type, default, current value, help\n"
+               "  --plan         the algorithm, channels and predicted time braid picks per size\n"
+               "  --scaling      the same for growing rank counts\n"
+               "  --version      braid's version\n");
+}
+
+[[noreturn]] void usage() {
+  printUsage(stderr);
   std::exit(2);
 }
 
@@ -322,6 +331,14 @@ void printTransports() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 2 && (!std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h"))) {
+    printUsage(stdout);
+    return 0;
+  }
+  if (argc == 2 && !std::strcmp(argv[1], "--version")) {
+    std::printf("braid-info (braid) %d.%d.%d\n", BRAID_MAJOR, BRAID_MINOR, BRAID_PATCH);
+    return 0;
+  }
   if (argc > 1 && !std::strcmp(argv[1], "--config")) {
     printConfig();
     return 0;

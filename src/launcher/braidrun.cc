@@ -42,6 +42,7 @@
 #include <string>
 #include <vector>
 
+#include "braid/braid.h"
 #include "bootstrap/tcp_store.h"
 #include "common/clock.h"
 
@@ -67,6 +68,7 @@ struct Options {
 void usage(FILE* f) {
   std::fprintf(f,
                "usage: braidrun -np N [-x VAR[=VAL]]... [--tag-output] [--timeout SEC] [--] CMD [ARGS...]\n"
+               "       braidrun --help | --version\n"
                "  -np, -n N        number of ranks to start on this host\n"
                "  -x VAR=VAL       set VAR in every rank's environment; -x VAR passes braidrun's value\n"
                "  --tag-output     prefix every output line with [rank]\n"
@@ -110,6 +112,9 @@ int parseArgs(int argc, char** argv, Options* o) {
     if (a.empty() || a[0] != '-') break;
     if (a == "-h" || a == "--help") {
       usage(stdout);
+      return 0;
+    } else if (a == "--version" || a == "-V") {
+      std::printf("braidrun (braid) %d.%d.%d\n", BRAID_MAJOR, BRAID_MINOR, BRAID_PATCH);
       return 0;
     } else if (a == "-np" || a == "-n" || a == "--np") {
       const char* v = need(a.c_str());

@@ -91,6 +91,85 @@ TEST_CASE("allreduce_perf checks its results with zero wrong", "[multiproc]") {
   }
 }
 
+// As MPI's singleton init: started by hand, with no launcher's variables, a program is a
+// world of one rank.
+TEST_CASE("a program started with no launcher runs as a world of size 1", "[multiproc]") {
+  const std::string clean =
+      "env -u BRAID_RANK -u BRAID_WORLD_SIZE -u HOROVOD_RANK -u HOROVOD_SIZE -u RANK -u WORLD_SIZE "
+      "-u OMPI_COMM_WORLD_RANK -u OMPI_COMM_WORLD_SIZE -u SLURM_PROCID -u SLURM_NTASKS ";
+  for (const char* tool : {ALLREDUCE_PERF, BROADCAST_PERF}) {
+    Run r = run(clean + tool + " -b 8 -e 1M -f 32 -n 2 -w 1 -c 1");
+    INFO(r.out);
+    CHECK(r.status == 0);
+    CHECK(r.out.find(", 1 rank\n") != std::string::npos);
+    CHECK(r.out.find("Out of bounds values : 0 OK") != std::string::npos);
+  }
+}
+
+TEST_CASE("the perf tools take nccl-tests' flags with their meaning, and write CSV", "[multiproc]") {
+  char dir[] = "/tmp/braid-perf-flags-XXXXXX";
+  REQUIRE(mkdtemp(dir));
+  const std::string csv = std::string(dir) + "/r.csv";
+  const std::string json = std::string(dir) + "/r.json";
+  Run r = run(braidrun(2) + ALLREDUCE_PERF " -b 1K -e 64K -f 8 -n 3 -w 1 -c 1 -z 1 -m 4 -N 2 -T 60 -C 1 -p 1 -G 2 "
+                            "-R 1 -r 0 --csv " + csv + " -J " + json);
+  INFO(r.out);
+  CHECK(r.status == 0);
+  CHECK(r.out.find("# blocking: 1 agg iters: 4 run cycles: 2 timeout: 60 s cputime: 1") != std::string::npos);
+  CHECK(r.out.find("# -G 2: CUDA graph capture does not apply") != std::string::npos);
+  CHECK(r.out.find("# -R 1: nothing to register") != std::string::npos);
+  CHECK(r.out.find("cputime") != std::string::npos);
+  CHECK(r.out.find("Out of bounds values : 0 OK") != std::string::npos);
+  // Two cycles of three sizes: six rows in the table, the CSV and the JSON.
+  std::ifstream in(csv);
+  std::string line;
+  std::vector<std::string> lines;
+  while (std::getline(in, line)) lines.push_back(line);
+  REQUIRE(lines.size() == 7);
+  CHECK(lines[0].rfind("tool,nranks,size,count,type,redop,root,oop_time_us,", 0) == 0);
+  CHECK(lines[1].rfind("allreduce_perf,2,1024,256,float,sum,-1,", 0) == 0);
+  CHECK(lines[4].rfind("allreduce_perf,2,1024,256,float,sum,-1,", 0) == 0);
+  CHECK(lines[6].rfind("allreduce_perf,2,65536,16384,float,sum,-1,", 0) == 0);
+  for (size_t i = 1; i < lines.size(); ++i) CHECK(lines[i].substr(lines[i].size() - 2) == ",0");
+  std::ifstream js(json);
+  std::string all((std::istreambuf_iterator<char>(js)), std::istreambuf_iterator<char>());
+  CHECK(all.find("\"agg_iters\": 4") != std::string::npos);
+  CHECK(all.find("\"cpu_time_us\": ") != std::string::npos);
+  std::remove(csv.c_str());
+  std::remove(json.c_str());
+  rmdir(dir);
+
+  // Values out of range name the flag.
+  for (const char* bad : {"-z 3", "-m 0", "-N -1", "-T x", "-C 2", "-R 3", "-p 2"}) {
+    Run b = run(braidrun(1) + ALLREDUCE_PERF " " + bad);
+    INFO(bad << ": " << b.out);
+    CHECK(b.status != 0);
+    CHECK(b.out.find(std::string("for ") + std::string(bad).substr(0, 2)) != std::string::npos);
+  }
+}
+
+// nccl-tests' -T: a size that does not finish in time ends the run with an error naming it,
+// on every rank, instead of hanging.
+TEST_CASE("perf tools: -T aborts a size that runs past it", "[multiproc]") {
+  const auto start = std::chrono::steady_clock::now();
+  Run r = run(braidrun(2) + ALLREDUCE_PERF " -b 8 -e 8 -n 50000000 -w 0 -c 0 -T 1");
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  INFO(r.out);
+  CHECK(r.status != 0);
+  CHECK(r.out.find("size 8 did not finish within -T 1 s; aborting the run") != std::string::npos);
+  CHECK(secs < 60);
+}
+
+TEST_CASE("braid-info --help and --version exit 0, a bad flag exits 2", "[multiproc]") {
+  Run help = run(BRAID_INFO " --help");
+  CHECK(help.status == 0);
+  CHECK(help.out.find("usage: braid-info") != std::string::npos);
+  Run version = run(BRAID_INFO " --version");
+  CHECK(version.status == 0);
+  CHECK(version.out.rfind("braid-info (braid) ", 0) == 0);
+  CHECK(run(BRAID_INFO " --bogus").status == 2);
+}
+
 TEST_CASE("broadcast_perf checks its results with zero wrong", "[multiproc]") {
   Run r = run(braidrun(3) + BROADCAST_PERF " -b 8 -e 1M -f 16 -n 3 -w 1 -c 1 -r 1");
   INFO(r.out);

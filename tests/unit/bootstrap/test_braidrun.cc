@@ -204,6 +204,9 @@ TEST_CASE("braidrun rejects bad command lines", "[bootstrap][braidrun]") {
   Run help = run(kBraidrun + " --help");
   CHECK(help.status == 0);
   CHECK(contains(help.out, "usage: braidrun"));
+  Run version = run(kBraidrun + " --version");
+  CHECK(version.status == 0);
+  CHECK(std::regex_search(version.out, std::regex(R"(^braidrun \(braid\) \d+\.\d+\.\d+\n$)")));
   Run grace = run("BRAIDRUN_GRACE_SEC=soon " + kBraidrun + " -np 1 true");
   CHECK(grace.status == 2);
   CHECK(contains(grace.out, "BRAIDRUN_GRACE_SEC='soon'"));

@@ -9,10 +9,11 @@ BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
 # OpenMPI + Gloo are the peers the benchmarks compare against (ucx-utils: ucx_perftest, for
 # the UCX benchmark).
 # libnetfilter-queue-dev and iptables let the multi-host tests add latency between
-# emulated hosts on kernels without netem (tests/netns/nfq_delay.c).
+# emulated hosts on kernels without netem (tests/netns/nfq_delay.c). python3-matplotlib:
+# perf/plot.py.
 PACKAGES=(cmake g++ make pkg-config libhwloc-dev hwloc catch2 iproute2
           openmpi-bin libopenmpi-dev libgloo-dev libucx-dev libibverbs-dev graphviz
-          libnetfilter-queue-dev iptables ucx-utils)
+          libnetfilter-queue-dev iptables ucx-utils python3-matplotlib)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

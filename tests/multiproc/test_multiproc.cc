@@ -160,6 +160,46 @@ TEST_CASE("perf tools: -T aborts a size that runs past it", "[multiproc]") {
   CHECK(secs < 60);
 }
 
+// perf/plot.py needs matplotlib: Debian's python3-matplotlib, which scripts/setup.sh installs
+// for /usr/bin/python3.
+TEST_CASE("perf/plot.py draws busbw from -J files and from table logs, a PNG per collective", "[multiproc]") {
+  std::string python;
+  for (const char* p : {"/usr/bin/python3", "python3"}) {
+    if (run(std::string(p) + " -c 'import matplotlib' 2>/dev/null").status == 0) {
+      python = p;
+      break;
+    }
+  }
+  if (python.empty()) {
+    WARN("skipped: no python3 with matplotlib (apt-get install python3-matplotlib)");
+    return;
+  }
+  char dir[] = "/tmp/braid-plot-XXXXXX";
+  REQUIRE(mkdtemp(dir));
+  const std::string d = dir;
+  Run a = run(braidrun(2) + ALLREDUCE_PERF " -b 1K -e 1M -f 4 -n 2 -w 1 -J " + d + "/ar.json > " + d + "/ar.log");
+  REQUIRE(a.status == 0);
+  Run g = run(braidrun(2) + PERF_DIR "/allgather_perf -b 1K -e 1M -f 4 -n 2 -w 1 > " + d + "/gather.log");
+  REQUIRE(g.status == 0);
+  Run p = run(python + " " PLOT_PY " -o " + d + "/png -l json -l log -l log2 " + d + "/ar.json " + d + "/ar.log " +
+              d + "/gather.log");
+  INFO(p.out);
+  CHECK(p.status == 0);
+  for (const char* png : {"/png/allreduce.png", "/png/allgather.png"}) {
+    std::ifstream f(d + png, std::ios::binary);
+    char magic[8] = {};
+    f.read(magic, 8);
+    INFO(png);
+    CHECK(std::string(magic + 1, 3) == "PNG");
+  }
+  // An input with no results is an error naming it.
+  Run empty = run("echo '# nothing' > " + d + "/none.log && " + python + " " PLOT_PY " -o " + d + "/png " + d +
+                  "/none.log");
+  CHECK(empty.status == 1);
+  CHECK(empty.out.find("none.log: no results in it") != std::string::npos);
+  run("rm -rf " + d);
+}
+
 TEST_CASE("braid-info --help and --version exit 0, a bad flag exits 2", "[multiproc]") {
   Run help = run(BRAID_INFO " --help");
   CHECK(help.status == 0);

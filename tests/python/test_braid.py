@@ -38,6 +38,12 @@ def test_torch_subgroups(n):
 
 @requires_torch
 @pytest.mark.parametrize("n", [2, 3])
+def test_monitored_barrier_and_sparse_all_reduce(n):
+    launch("gaps", n, timeout=120).assert_all_ok()
+
+
+@requires_torch
+@pytest.mark.parametrize("n", [2, 3])
 def test_ddp_matches_gloo_and_hooks_train(n):
     launch("ddp", n, timeout=240).assert_all_ok()
 

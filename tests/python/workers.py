@@ -735,6 +735,73 @@ def scenario_cuda():
     dist.destroy_process_group()
 
 
+def scenario_gaps():
+    """What gloo offers beyond the collectives: monitored_barrier (passing, and naming the
+    rank that never arrives) and all_reduce of sparse COO tensors."""
+    torch, dist = init_torch()
+    short = datetime.timedelta(seconds=2)
+    with check("monitored_barrier passes when every rank arrives"):
+        dist.monitored_barrier(timeout=datetime.timedelta(seconds=30))
+        dist.monitored_barrier(timeout=datetime.timedelta(seconds=30), wait_all_ranks=True)
+
+    def sparse_input(rank, shape, sparse_dim):
+        # Rank r holds rows r, r+1, ... every other one (overlapping between ranks), and rank 1
+        # holds nothing at all.
+        rows = [] if rank == 1 else list(range(rank % 3, shape[0], 2))
+        if not rows:
+            idx = torch.zeros((sparse_dim, 0), dtype=torch.int64)
+            val = torch.zeros((0,) + tuple(shape[sparse_dim:]))
+        else:
+            cols = [(i * 7 + rank) % shape[1] for i in rows]
+            idx = torch.tensor([rows, cols] if sparse_dim == 2 else [rows], dtype=torch.int64)
+            val = torch.stack([torch.full(tuple(shape[sparse_dim:]), float(rank * 10 + i)) for i in rows])
+        return torch.sparse_coo_tensor(idx, val, shape)
+
+    for shape, sparse_dim in (((9, 5), 2), ((7, 4), 1)):
+        with check(f"sparse all_reduce sums every rank's entries, shape {shape}, sparse_dim {sparse_dim}"):
+            t = sparse_input(RANK, shape, sparse_dim)
+            dist.all_reduce(t)
+            assert t.is_sparse
+            expected = sum(sparse_input(r, shape, sparse_dim).to_dense() for r in range(WORLD))
+            assert torch.equal(t.to_dense(), expected), (t.to_dense(), expected)
+    with check("sparse all_reduce refuses ops other than SUM"):
+        try:
+            dist.all_reduce(sparse_input(RANK, (4, 4), 2), op=dist.ReduceOp.MAX)
+            raise AssertionError("MAX on a sparse tensor was accepted")
+        except ValueError as e:
+            assert "only SUM" in str(e), e
+
+    # The last rank does not come: rank 0 names it; the others are told.
+    late = WORLD - 1
+    with check("monitored_barrier names the rank that does not arrive"):
+        if RANK == late:
+            time.sleep(short.total_seconds() + 1.5)
+        else:
+            try:
+                dist.monitored_barrier(timeout=short)
+                raise AssertionError("monitored_barrier passed without rank %d" % late)
+            except RuntimeError as e:
+                if RANK == 0:
+                    assert f"Rank {late} failed to pass monitoredBarrier in 2000 ms" in str(e), e
+                else:
+                    assert "successfully reached monitoredBarrier" in str(e), e
+    with check("monitored_barrier(wait_all_ranks=True) names every rank that does not arrive"):
+        if RANK == 0:
+            try:
+                dist.monitored_barrier(timeout=short, wait_all_ranks=True)
+                raise AssertionError("monitored_barrier passed alone")
+            except RuntimeError as e:
+                ranks = ", ".join(str(r) for r in range(1, WORLD))
+                assert f"Ranks {ranks} failed to pass monitoredBarrier in 2000 ms" in str(e), e
+        else:
+            time.sleep(short.total_seconds() * (WORLD - 1) + 1.5)
+    with check("the group still works after monitored_barrier failed"):
+        t = torch.ones(4)
+        dist.all_reduce(t)
+        assert torch.equal(t, torch.full((4,), float(WORLD)))
+    dist.destroy_process_group()
+
+
 def scenario_kill():
     """The last rank dies (SIGKILL, no goodbye) after a first all_reduce; the survivors must
     raise from their next collectives within the group's timeout instead of hanging.

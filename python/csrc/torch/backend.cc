@@ -417,6 +417,15 @@ c10::intrusive_ptr<c10d::Work> BraidBackend::broadcast(std::vector<at::Tensor>& 
 
 c10::intrusive_ptr<c10d::Work> BraidBackend::allreduce(std::vector<at::Tensor>& tensors,
                                                       const c10d::AllreduceOptions& opts) {
+  if (tensors.size() == 1 && tensors[0].defined() && tensors[0].layout() == at::kSparse) {
+    // Sparse COO, as gloo: every rank's indices and values gathered, then coalesced (the sum).
+    at::Tensor t = tensors[0];
+    TORCH_CHECK_VALUE(t.device().is_cpu(), "braid: sparse all_reduce takes CPU tensors, got one on ", t.device());
+    TORCH_CHECK_VALUE(opts.reduceOp == c10d::ReduceOp::SUM, "braid: sparse all_reduce supports only SUM (as gloo)");
+    braidType(t.scalar_type());
+    auto comm = comm_;
+    return enqueue(c10d::OpType::ALLREDUCE, tensors, {}, [comm, t]() mutable { allreduceSparse(*comm, t); });
+  }
   checkSingle(tensors, "allreduce");
   TORCH_CHECK_VALUE(!opts.sparseIndices.has_value(), "braid: sparse allreduce is not supported");
   checkReduce(tensors[0].scalar_type(), opts.reduceOp);
@@ -780,6 +789,75 @@ c10::intrusive_ptr<c10d::Work> BraidBackend::alltoall(std::vector<at::Tensor>& o
 c10::intrusive_ptr<c10d::Work> BraidBackend::barrier(const c10d::BarrierOptions& opts) {
   auto comm = comm_;
   return enqueue(c10d::OpType::BARRIER, {}, {}, [comm]() { comm->barrier(); });
+}
+
+void BraidBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) {
+  using Clock = std::chrono::steady_clock;
+  const std::chrono::milliseconds timeout = opts.timeout;
+  const std::string base = "braid/monitored_barrier/" + std::to_string(monitoredSeq_++) + "/";
+  auto arrived = [&](int r) { return base + "arrived/" + std::to_string(r); };
+  const std::string release = base + "release";
+  const std::string tail = " failed to pass monitoredBarrier in " + std::to_string(timeout.count()) + " ms";
+  auto bytes = [](const std::string& s) { return std::vector<uint8_t>(s.begin(), s.end()); };
+
+  if (rank_ != 0) {
+    store_->set(arrived(rank_), bytes("1"));
+    std::string outcome;
+    try {
+      store_->wait({release}, timeout);
+      std::vector<uint8_t> v = store_->get(release);
+      outcome.assign(v.begin(), v.end());
+    } catch (const std::exception& e) {
+      outcome = std::string("rank 0 did not release it within ") + std::to_string(timeout.count()) + " ms: " + e.what();
+    }
+    // The last rank to read the outcome removes it.
+    if (store_->add(base + "read", 1) == size_ - 1) store_->deleteKey(release);
+    if (outcome != "ok") {
+      C10_THROW_ERROR(DistBackendError, "Rank " + std::to_string(rank_) +
+                                            " successfully reached monitoredBarrier, but received errors while "
+                                            "waiting for rank 0: " + outcome);
+    }
+    return;
+  }
+
+  const auto start = Clock::now();
+  std::vector<int> failed;
+  std::string firstError;
+  for (int r = 1; r < size_; ++r) {
+    // Failing fast, the ranks share one deadline; collecting them all, each gets the whole
+    // timeout (else one late rank would use up the time of every rank after it), as gloo.
+    auto left = waitAllRanks ? timeout
+                             : std::chrono::duration_cast<std::chrono::milliseconds>(timeout - (Clock::now() - start));
+    bool ok = false;
+    try {
+      if (left.count() > 0) {
+        store_->wait({arrived(r)}, left);
+        ok = true;
+      } else {
+        ok = store_->check({arrived(r)});
+      }
+    } catch (const std::exception& e) {
+      if (firstError.empty()) firstError = e.what();
+    }
+    if (ok) continue;
+    failed.push_back(r);
+    if (!waitAllRanks) break;
+  }
+  for (int r = 1; r < size_; ++r) store_->deleteKey(arrived(r));
+  if (failed.empty()) {
+    store_->set(release, bytes("ok"));
+    return;
+  }
+  std::string msg;
+  if (!waitAllRanks) {
+    msg = "[Rank 0]: Rank " + std::to_string(failed[0]) + tail;
+  } else {  // gloo's wording, also for one rank
+    std::string list;
+    for (int r : failed) list += (list.empty() ? "" : ", ") + std::to_string(r);
+    msg = "[Rank 0]: Ranks " + list + tail;
+  }
+  store_->set(release, bytes(msg));
+  C10_THROW_ERROR(DistBackendError, firstError.empty() ? msg : msg + "\n Original exception: \n" + firstError);
 }
 
 // ---- point-to-point ---------------------------------------------------------------------

@@ -230,6 +230,11 @@ class BraidBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
                                           const c10d::AllToAllOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+  // gloo's monitored barrier, through the group's store rather than the data path, so that a
+  // rank stuck in an earlier collective is still reported: ranks 1.. check in, rank 0 waits
+  // for each within opts.timeout and raises naming the first that did not (every one of
+  // them with waitAllRanks), then releases the others with the outcome.
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) override;
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dstRank, int tag) override;
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) override;
 
@@ -249,6 +254,7 @@ class BraidBackend : public c10d::Backend {
   std::shared_ptr<Issuer> issuer_;
   std::mutex stateMu_;
   bool shutDown_ = false;
+  int64_t monitoredSeq_ = 0;  // monitored barriers so far; every rank counts the same
 };
 
 }  // namespace braid_torch

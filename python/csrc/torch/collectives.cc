@@ -148,6 +148,56 @@ void broadcastInPlace(braid::Communicator& comm, at::Tensor& t, int root) {
   comm.broadcast(t.data_ptr(), elems(t), braidType(t.scalar_type()), root);
 }
 
+void allreduceSparse(braid::Communicator& comm, at::Tensor& t) {
+  const at::Tensor in = t.coalesce();
+  // What every rank must agree on, and its nnz: [nnz, sparse dims, dense dims, dtype, ndim,
+  // sizes...], gathered first so that a mismatch is an error rather than garbage.
+  constexpr int kMaxDims = 24;
+  TORCH_CHECK_VALUE(in.dim() <= kMaxDims, "braid: sparse all_reduce of a ", in.dim(), "-dimensional tensor (at most ",
+                    kMaxDims, ")");
+  constexpr int kMeta = 5 + kMaxDims;
+  std::vector<int64_t> meta(kMeta, -1);
+  meta[0] = in._nnz();
+  meta[1] = in.sparse_dim();
+  meta[2] = in.dense_dim();
+  meta[3] = static_cast<int64_t>(in.scalar_type());
+  meta[4] = in.dim();
+  for (int64_t d = 0; d < in.dim(); ++d) meta[5 + d] = in.size(d);
+  const int n = comm.size();
+  std::vector<int64_t> all(static_cast<size_t>(kMeta) * n);
+  comm.allgather(meta.data(), all.data(), kMeta, braid::DataType::kInt64);
+  std::vector<size_t> idxCounts(n), valCounts(n);
+  int64_t rowElems = 1;
+  for (int64_t d = in.sparse_dim(); d < in.dim(); ++d) rowElems *= in.size(d);
+  size_t totalNnz = 0;
+  for (int r = 0; r < n; ++r) {
+    const int64_t* m = &all[static_cast<size_t>(r) * kMeta];
+    TORCH_CHECK_VALUE(std::equal(m + 1, m + kMeta, meta.begin() + 1), "braid: sparse all_reduce: rank ", r,
+                      "'s tensor differs from rank ", comm.rank(), "'s (", in.sizes(), ", ", in.scalar_type(),
+                      ", sparse_dim ", in.sparse_dim(), ") in shape, dtype or sparse dimensions");
+    idxCounts[r] = static_cast<size_t>(m[0] * in.sparse_dim());
+    valCounts[r] = static_cast<size_t>(m[0] * rowElems);
+    totalNnz += static_cast<size_t>(m[0]);
+  }
+  if (totalNnz == 0) {
+    t.copy_(in);
+    return;
+  }
+  // Indices as [nnz, sparse_dim] rows so that each rank's block is contiguous.
+  const at::Tensor idx = in.indices().t().contiguous();
+  const at::Tensor val = in.values().contiguous();
+  at::Tensor allIdx = at::empty({static_cast<int64_t>(totalNnz), in.sparse_dim()}, idx.options());
+  std::vector<int64_t> valShape = val.sizes().vec();
+  valShape[0] = static_cast<int64_t>(totalNnz);
+  at::Tensor allVal = at::empty(valShape, val.options());
+  comm.allgatherv(idx.data_ptr(), elems(idx), allIdx.data_ptr(), idxCounts, offsets(idxCounts),
+                  braid::DataType::kInt64);
+  comm.allgatherv(val.data_ptr(), elems(val), allVal.data_ptr(), valCounts, offsets(valCounts),
+                  braidType(val.scalar_type()));
+  at::Tensor sum = at::sparse_coo_tensor(allIdx.t(), allVal, in.sizes(), in.options()).coalesce();
+  t.copy_(sum);
+}
+
 void reduceInPlace(braid::Communicator& comm, at::Tensor& t, const c10d::ReduceOp& op, int root) {
   if (t.numel() == 0) return;
   // In place on the root; braid writes recvbuf on the root only.

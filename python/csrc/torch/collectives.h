@@ -30,6 +30,11 @@ braid::Reduction reduction(at::ScalarType t, const c10d::ReduceOp& op);
 // t = op over all ranks of t (t contiguous).
 void allreduceInPlace(braid::Communicator& comm, at::Tensor& t, const c10d::ReduceOp& op);
 
+// t (sparse COO, CPU) = the sum over all ranks of t: every rank's indices and values
+// gathered (allgatherv), then coalesced, as gloo's sparse allreduce. Ranks whose tensors
+// differ in shape, dtype or sparse/dense dimensions fail with a ValueError naming the rank.
+void allreduceSparse(braid::Communicator& comm, at::Tensor& t);
+
 // t = root's t (t contiguous).
 void broadcastInPlace(braid::Communicator& comm, at::Tensor& t, int root);
 

@@ -5,6 +5,8 @@
 //   braid::Work w = comm.allreduceAsync(buf, buf, n, braid::DataType::kBFloat16, braid::ReduceOp::kAvg);
 //   w.wait();  // throws braid::RemoteError if a peer died
 //
+//   comm.allreduce(grads);    // std::vector<float>: type and count from the container
+//
 // Communicator is a movable value type (pimpl). Errors are exceptions derived from
 // braid::Error; RemoteError carries the rank that failed.
 #pragma once
@@ -16,6 +18,10 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
+#if __cplusplus >= 202002L && __has_include(<span>)
+#include <span>
+#define BRAID_HAVE_SPAN 1
+#endif
 
 #include "braid/braid.h"
 #include "braid/types.hpp"
@@ -198,6 +204,81 @@ class Communicator {
   void sendRecv(const std::vector<P2POp>& ops);
   Work sendRecvAsync(const std::vector<P2POp>& ops);
 
+  // Typed forms: the DataType comes from the element type (dataTypeOf<T>(), types.hpp) and
+  // the count from the container. A receiving std::vector is resized to what the call
+  // delivers; a std::span (C++20) must already have that size. Sizes that cannot match throw
+  // InvalidArgument naming the argument and the rank.
+  template <class T>
+  void allreduce(std::vector<T>& buf, Reduction op = ReduceOp::kSum) {
+    allreduce(buf.data(), buf.size(), dataTypeOf<T>(), op);
+  }
+  template <class T>
+  void allreduce(const std::vector<T>& send, std::vector<T>& recv, Reduction op = ReduceOp::kSum) {
+    recv.resize(send.size());
+    allreduce(send.data(), recv.data(), send.size(), dataTypeOf<T>(), op);
+  }
+  template <class T>
+  void broadcast(std::vector<T>& buf, int root) {
+    broadcast(buf.data(), buf.size(), dataTypeOf<T>(), root);
+  }
+  // In place: the root's buf becomes the reduction; the others' buf is left as it was.
+  template <class T>
+  void reduce(std::vector<T>& buf, Reduction op, int root) {
+    reduce(buf.data(), buf.data(), buf.size(), dataTypeOf<T>(), op, root);
+  }
+  // recv = every rank's send, in rank order (size() * send.size() elements).
+  template <class T>
+  void allgather(const std::vector<T>& send, std::vector<T>& recv) {
+    recv.resize(send.size() * static_cast<size_t>(size()));
+    allgather(send.data(), recv.data(), send.size(), dataTypeOf<T>());
+  }
+  // recv = the rank-th of size() equal blocks of the reduction of send.
+  template <class T>
+  void reduceScatter(const std::vector<T>& send, std::vector<T>& recv, Reduction op = ReduceOp::kSum) {
+    const size_t block = evenBlock(send.size(), "reduceScatter");
+    recv.resize(block);
+    reduceScatter(send.data(), recv.data(), block, dataTypeOf<T>(), op);
+  }
+  // Block d of send goes to rank d; block s of recv comes from rank s.
+  template <class T>
+  void alltoall(const std::vector<T>& send, std::vector<T>& recv) {
+    const size_t block = evenBlock(send.size(), "alltoall");
+    recv.resize(send.size());
+    alltoall(send.data(), recv.data(), block, dataTypeOf<T>());
+  }
+  template <class T>
+  void send(const std::vector<T>& buf, int peer) {
+    send(buf.data(), buf.size(), dataTypeOf<T>(), peer);
+  }
+  // Receives buf.size() elements: size buf to the message first.
+  template <class T>
+  void recv(std::vector<T>& buf, int peer) {
+    recv(buf.data(), buf.size(), dataTypeOf<T>(), peer);
+  }
+#ifdef BRAID_HAVE_SPAN
+  template <class T, size_t E>
+  void allreduce(std::span<T, E> buf, Reduction op = ReduceOp::kSum) {
+    allreduce(buf.data(), buf.size(), dataTypeOf<T>(), op);
+  }
+  template <class T, size_t E>
+  void broadcast(std::span<T, E> buf, int root) {
+    broadcast(buf.data(), buf.size(), dataTypeOf<T>(), root);
+  }
+  template <class T, size_t E1, size_t E2>
+  void allgather(std::span<const T, E1> send, std::span<T, E2> recv) {
+    sizeIs(recv.size(), send.size() * static_cast<size_t>(size()), "allgather", "recv");
+    allgather(send.data(), recv.data(), send.size(), dataTypeOf<T>());
+  }
+  template <class T, size_t E>
+  void send(std::span<const T, E> buf, int peer) {
+    send(buf.data(), buf.size(), dataTypeOf<T>(), peer);
+  }
+  template <class T, size_t E>
+  void recv(std::span<T, E> buf, int peer) {
+    recv(buf.data(), buf.size(), dataTypeOf<T>(), peer);
+  }
+#endif
+
   // MPI_Comm_split: ranks with equal `color` form a new communicator ordered by (key, rank).
   // A negative color returns an invalid Communicator (valid() == false). Collective.
   Communicator split(int color, int key);
@@ -215,6 +296,21 @@ class Communicator {
 
  private:
   explicit Communicator(std::unique_ptr<Impl> impl);
+  // The typed forms' size checks.
+  size_t evenBlock(size_t n, const char* call) const {
+    if (n % static_cast<size_t>(size()) != 0) {
+      throw InvalidArgument(std::string("braid ") + call + ": send has " + std::to_string(n) +
+                            " elements, not a multiple of the " + std::to_string(size()) + " ranks (rank " +
+                            std::to_string(rank()) + ")");
+    }
+    return n / static_cast<size_t>(size());
+  }
+  void sizeIs(size_t got, size_t want, const char* call, const char* arg) const {
+    if (got != want) {
+      throw InvalidArgument(std::string("braid ") + call + ": " + arg + " has " + std::to_string(got) +
+                            " elements, needs " + std::to_string(want) + " (rank " + std::to_string(rank()) + ")");
+    }
+  }
   std::unique_ptr<Impl> impl_;
 };
 

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -477,3 +478,84 @@ TEST_CASE("C++ API: bad arguments of the new methods throw InvalidArgument namin
     CHECK(errs[r] == "");
   }
 }
+
+TEST_CASE("C++ API: typed forms deduce the data type and count from vectors and spans", "[unit]") {
+  setenv("BRAID_TRANSPORT", "loopback", 1);
+  static_assert(braid::dataTypeOf<float>() == braid::DataType::kFloat32, "float");
+  static_assert(braid::dataTypeOf<const uint16_t>() == braid::DataType::kUint16, "const uint16_t");
+  static_assert(braid::dataTypeOf<int64_t>() == braid::DataType::kInt64, "int64_t");
+  const int n = 3;
+  std::vector<std::string> failures(n);
+  onRanks(n, [&](std::shared_ptr<MapStore> store, int r) {
+    braid::Communicator comm = braid::Communicator::fromStore(store, r, n, "cxxtyped");
+    std::string& bad = failures[r];
+    auto expect = [&](bool ok, const char* what) {
+      if (!ok && bad.empty()) bad = what;
+    };
+    std::vector<float> f(1000, static_cast<float>(r + 1));
+    comm.allreduce(f);
+    expect(f[0] == 6.0f && f[999] == 6.0f, "allreduce(vector<float>&)");
+    std::vector<int32_t> in(7, r), out;
+    comm.allreduce(in, out, braid::ReduceOp::kMax);
+    expect(out.size() == 7 && out[6] == n - 1, "allreduce(send, recv, kMax) sizes recv");
+    std::vector<double> d(5, r == 1 ? 2.5 : 0.0);
+    comm.broadcast(d, 1);
+    expect(d[4] == 2.5, "broadcast(vector<double>&)");
+    std::vector<int64_t> red(4, r + 1);
+    comm.reduce(red, braid::ReduceOp::kSum, 2);
+    expect(r == 2 ? red[3] == 6 : red[3] == r + 1, "reduce(vector&, op, root) in place");
+    std::vector<uint16_t> mine(3, static_cast<uint16_t>(r * 10)), all;
+    comm.allgather(mine, all);
+    expect(all.size() == 9 && all[0] == 0 && all[3] == 10 && all[8] == 20, "allgather sizes and fills recv");
+    std::vector<int32_t> rs(6, 1), part;
+    comm.reduceScatter(rs, part);
+    expect(part.size() == 2 && part[0] == n && part[1] == n, "reduceScatter");
+    std::vector<int8_t> a2a(3), got;
+    for (int d2 = 0; d2 < n; ++d2) a2a[d2] = static_cast<int8_t>(r * 3 + d2);
+    comm.alltoall(a2a, got);
+    expect(got.size() == 3 && got[0] == r && got[1] == 3 + r && got[2] == 6 + r, "alltoall");
+    // Sizes that cannot split evenly name the argument and the rank.
+    try {
+      std::vector<int32_t> odd(4), o2;
+      comm.reduceScatter(odd, o2);
+      expect(false, "reduceScatter of 4 over 3 ranks was accepted");
+    } catch (const braid::InvalidArgument& e) {
+      expect(std::string(e.what()).find("not a multiple of the 3 ranks (rank " + std::to_string(r) + ")") !=
+                 std::string::npos,
+             "reduceScatter's error names the count and the rank");
+    }
+    if (r < 2) {
+      std::vector<uint64_t> msg(4, 0);
+      if (r == 0) {
+        msg.assign(4, 77);
+        comm.send(msg, 1);
+      } else {
+        comm.recv(msg, 0);
+        expect(msg[3] == 77, "send/recv of vectors");
+      }
+    }
+#ifdef BRAID_HAVE_SPAN
+    std::vector<float> s(8, 1.0f);
+    comm.allreduce(std::span<float>(s));
+    expect(s[7] == 3.0f, "allreduce(span)");
+    std::vector<int32_t> one(2, r), many(6);
+    comm.allgather(std::span<const int32_t>(one), std::span<int32_t>(many));
+    expect(many[5] == 2, "allgather(span, span)");
+    try {
+      std::vector<int32_t> tooSmall(5);
+      comm.allgather(std::span<const int32_t>(one), std::span<int32_t>(tooSmall));
+      expect(false, "a span of the wrong size was accepted");
+    } catch (const braid::InvalidArgument& e) {
+      expect(std::string(e.what()).find("recv has 5 elements, needs 6") != std::string::npos, "span size error");
+    }
+#endif
+  });
+  for (int r = 0; r < n; ++r) {
+    INFO("rank " << r);
+    CHECK(failures[r] == "");
+  }
+#ifndef BRAID_HAVE_SPAN
+  WARN("std::span forms not compiled: this test is built before C++20");
+#endif
+}
+

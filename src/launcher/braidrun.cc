@@ -1,6 +1,15 @@
-// braidrun: starts N ranks of a command on this host, like a local mpirun.
+// braidrun: starts N ranks of a command on this host, or on several hosts over ssh, like
+// mpirun.
 //
 //   braidrun -np N [-x VAR[=VAL]]... [--tag-output] [--timeout SEC] [--bind-to core|none] [--] CMD ARGS...
+//   braidrun [-np N] -H host1:4,host2:4 | --hostfile FILE [--ssh CMD] [--store-addr ADDR] ... CMD ARGS...
+//
+// With hosts, ranks fill them in order (host1's slots first). A rank on this host is started
+// as below; a rank on another host through the system's ssh (no daemon of braidrun's),
+// under a small shell wrapper there that ends the rank when its ssh connection closes, so
+// stopping the local ssh client stops the remote rank. Remote ranks get the job's variables
+// and -x's, not braidrun's whole environment, and run in braidrun's working directory when
+// it exists there.
 //
 // braidrun hosts the rendezvous store itself (so the store outlives any rank), gives each
 // rank BRAID_RANK/BRAID_WORLD_SIZE/BRAID_LOCAL_RANK/BRAID_LOCAL_SIZE/BRAID_STORE_ADDR and
@@ -23,6 +32,10 @@
 // --tag-output) the ranks' output pipes; the store runs on its own thread.
 
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <arpa/inet.h>
+#include <netdb.h>
 #include <sched.h>
 #include <poll.h>
 #include <signal.h>
@@ -32,6 +45,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -56,8 +70,16 @@ constexpr double kDefaultGraceSec = 15.0;
 constexpr int kUsageExit = 2;
 constexpr int kTimeoutExit = 124;  // as timeout(1)
 
+struct HostSlots {
+  std::string name;
+  int slots = 1;
+};
+
 struct Options {
   int np = 0;
+  std::vector<HostSlots> hosts;  // -H / --hostfile; empty: every rank on this host
+  std::string ssh;               // --ssh or BRAIDRUN_SSH; default "ssh"
+  std::string storeAddr;         // --store-addr: the address remote ranks reach the store at
   std::vector<std::pair<std::string, std::string>> env;  // -x
   bool tagOutput = false;
   double timeoutSec = 0;
@@ -68,8 +90,17 @@ struct Options {
 void usage(FILE* f) {
   std::fprintf(f,
                "usage: braidrun -np N [-x VAR[=VAL]]... [--tag-output] [--timeout SEC] [--] CMD [ARGS...]\n"
+               "       braidrun [-np N] -H HOST[:SLOTS],... | --hostfile FILE [options] CMD [ARGS...]\n"
                "       braidrun --help | --version\n"
-               "  -np, -n N        number of ranks to start on this host\n"
+               "  -np, -n N        number of ranks (default with hosts: all their slots)\n"
+               "  -H, --host LIST  hosts and slots, host1:4,host2:4 (mpirun's and horovodrun's -H;\n"
+               "                   a host without :SLOTS has 1); ranks fill host1's slots first\n"
+               "  --hostfile FILE  one host per line: 'host', 'host slots=N' (mpirun) or 'host:N'\n"
+               "                   (horovodrun); # starts a comment\n"
+               "  --ssh CMD        how to reach other hosts (default: $BRAIDRUN_SSH, else ssh),\n"
+               "                   e.g. --ssh 'ssh -p 2222 -i key'; braidrun adds -T -o BatchMode=yes\n"
+               "  --store-addr A   the address other hosts reach braidrun's store at (default: this\n"
+               "                   host's address on the route to each of them)\n"
                "  -x VAR=VAL       set VAR in every rank's environment; -x VAR passes braidrun's value\n"
                "  --tag-output     prefix every output line with [rank]\n"
                "  --timeout SEC    kill every rank after SEC seconds (exit status 124)\n"
@@ -80,8 +111,9 @@ void usage(FILE* f) {
                "each rank gets BRAID_RANK, BRAID_WORLD_SIZE, BRAID_LOCAL_RANK, BRAID_LOCAL_SIZE,\n"
                "BRAID_STORE_ADDR, BRAID_STORE_EXTERNAL=1 and, for Horovod-style front ends,\n"
                "HOROVOD_RANK, HOROVOD_SIZE, HOROVOD_LOCAL_RANK, HOROVOD_LOCAL_SIZE,\n"
-               "HOROVOD_CROSS_RANK=0, HOROVOD_CROSS_SIZE=1 and HOROVOD_HOSTNAME (this host's name);\n"
-               "these replace inherited values, and -x replaces these\n");
+               "HOROVOD_CROSS_RANK, HOROVOD_CROSS_SIZE and HOROVOD_HOSTNAME (the rank's host);\n"
+               "these replace inherited values, and -x replaces these; the local ranks and sizes\n"
+               "count the ranks of the rank's host\n");
 }
 
 bool parseSeconds(const char* s, double* out) {
@@ -91,6 +123,87 @@ bool parseSeconds(const char* s, double* out) {
   if (end == s || *end || errno || !std::isfinite(v) || v < 0) return false;
   *out = v;
   return true;
+}
+
+// "a:2,b,c:4" (mpirun's and horovodrun's -H): a host without a count has one slot.
+bool parseHostList(const std::string& list, std::vector<HostSlots>* out, std::string* err) {
+  size_t start = 0;
+  while (start <= list.size()) {
+    size_t comma = list.find(',', start);
+    std::string item = list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (item.empty()) {
+      *err = "an empty host in '" + list + "'";
+      return false;
+    }
+    HostSlots h;
+    size_t colon = item.rfind(':');
+    h.name = item.substr(0, colon);
+    if (colon != std::string::npos) {
+      char* end = nullptr;
+      long n = std::strtol(item.c_str() + colon + 1, &end, 10);
+      if (*end || end == item.c_str() + colon + 1 || n < 1 || n > 4096) {
+        *err = "'" + item + "' does not end in a slot count in [1, 4096]";
+        return false;
+      }
+      h.slots = static_cast<int>(n);
+    }
+    if (h.name.empty()) {
+      *err = "'" + item + "' has no host name";
+      return false;
+    }
+    out->push_back(h);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return true;
+}
+
+// mpirun's "host slots=N" and horovodrun's "host:N" lines, one host each.
+bool parseHostFile(const std::string& path, std::vector<HostSlots>* out, std::string* err) {
+  FILE* f = std::fopen(path.c_str(), "r");
+  if (!f) {
+    *err = "cannot read " + path + ": " + std::strerror(errno);
+    return false;
+  }
+  char buf[1024];
+  int lineNo = 0;
+  bool ok = true;
+  while (ok && std::fgets(buf, sizeof(buf), f)) {
+    ++lineNo;
+    std::string line = buf;
+    if (size_t hash = line.find('#'); hash != std::string::npos) line.resize(hash);
+    std::vector<std::string> words;
+    size_t i = 0;
+    while (i < line.size()) {
+      while (i < line.size() && std::isspace(static_cast<unsigned char>(line[i]))) ++i;
+      size_t j = i;
+      while (j < line.size() && !std::isspace(static_cast<unsigned char>(line[j]))) ++j;
+      if (j > i) words.push_back(line.substr(i, j - i));
+      i = j;
+    }
+    if (words.empty()) continue;
+    std::string spec = words[0];
+    for (size_t w = 1; w < words.size() && ok; ++w) {
+      const std::string& kv = words[w];
+      if (kv.rfind("slots=", 0) == 0 || kv.rfind("max_slots=", 0) == 0) {
+        if (kv.rfind("slots=", 0) == 0) spec += ":" + kv.substr(6);
+      } else {
+        *err = path + ":" + std::to_string(lineNo) + ": '" + kv + "' is not slots=N";
+        ok = false;
+      }
+    }
+    std::string e;
+    if (ok && !parseHostList(spec, out, &e)) {
+      *err = path + ":" + std::to_string(lineNo) + ": " + e;
+      ok = false;
+    }
+  }
+  std::fclose(f);
+  if (ok && out->empty()) {
+    *err = path + " names no host";
+    ok = false;
+  }
+  return ok;
 }
 
 // Returns -1 to continue, else an exit status.
@@ -152,6 +265,30 @@ int parseArgs(int argc, char** argv, Options* o) {
         return kUsageExit;
       }
       o->bindTo = b;
+    } else if (a == "-H" || a == "--host" || a == "-host") {
+      const char* v = need(a.c_str());
+      if (!v) return kUsageExit;
+      std::string err;
+      if (!parseHostList(v, &o->hosts, &err)) {
+        std::fprintf(stderr, "braidrun: %s: %s\n", a.c_str(), err.c_str());
+        return kUsageExit;
+      }
+    } else if (a == "--hostfile" || a == "-hostfile" || a == "--machinefile") {
+      const char* v = need(a.c_str());
+      if (!v) return kUsageExit;
+      std::string err;
+      if (!parseHostFile(v, &o->hosts, &err)) {
+        std::fprintf(stderr, "braidrun: %s: %s\n", a.c_str(), err.c_str());
+        return kUsageExit;
+      }
+    } else if (a == "--ssh") {
+      const char* v = need("--ssh");
+      if (!v) return kUsageExit;
+      o->ssh = v;
+    } else if (a == "--store-addr") {
+      const char* v = need("--store-addr");
+      if (!v) return kUsageExit;
+      o->storeAddr = v;
     } else if (a == "--tag-output") {
       o->tagOutput = true;
     } else if (a == "--timeout") {
@@ -168,10 +305,21 @@ int parseArgs(int argc, char** argv, Options* o) {
     }
   }
   for (; i < argc; ++i) o->cmd.push_back(argv[i]);
+  int slots = 0;
+  for (const auto& h : o->hosts) slots += h.slots;
+  if (!o->hosts.empty() && o->np == 0) o->np = std::min(slots, 4096);
   if (o->np == 0) {
-    std::fprintf(stderr, "braidrun: -np N is required\n");
+    std::fprintf(stderr, "braidrun: -np N is required (or hosts with -H / --hostfile)\n");
     usage(stderr);
     return kUsageExit;
+  }
+  if (!o->hosts.empty() && o->np > slots) {
+    std::fprintf(stderr, "braidrun: -np %d is more than the %d slot(s) of the hosts given\n", o->np, slots);
+    return kUsageExit;
+  }
+  if (o->ssh.empty()) {
+    const char* s = std::getenv("BRAIDRUN_SSH");
+    o->ssh = s && *s ? s : "ssh";
   }
   if (o->cmd.empty()) {
     std::fprintf(stderr, "braidrun: no command given\n");
@@ -241,7 +389,8 @@ struct TaggedStream {
 
 struct Rank {
   int rank = 0;
-  pid_t pid = -1;
+  pid_t pid = -1;  // the rank itself, or the ssh client that runs it on its host
+  int stdinFd = -1;  // remote ranks: held open; closing it (or ssh's death) ends the rank
   bool running = false;
   bool stopped = false;  // stopped by a signal (SIGSTOP, SIGTSTP...) and not continued yet
   int stopSignal = 0;
@@ -272,15 +421,23 @@ class Launcher {
       return 1;
     }
 
-    auto server = bootstrap::TcpStoreServer::start("127.0.0.1", 0, 0);
+    char host[256] = "";
+    hostName_ = gethostname(host, sizeof(host) - 1) == 0 && host[0] ? host : "localhost";
+    if (!place()) return kUsageExit;
+    // Other hosts reach the store over the network; a job on this host alone keeps it on
+    // the loopback interface.
+    auto server = bootstrap::TcpStoreServer::start(anyRemote_ ? "0.0.0.0" : "127.0.0.1", 0, 0);
     if (!server.isOk()) {
       std::fprintf(stderr, "braidrun: cannot start the rendezvous store: %s\n", server.status().toString().c_str());
       return 1;
     }
     store_ = std::move(server).value();
     storeAddr_ = "127.0.0.1:" + std::to_string(store_->port());
-    char host[256] = "";
-    hostName_ = gethostname(host, sizeof(host) - 1) == 0 && host[0] ? host : "localhost";
+
+    if (anyRemote_ && !remoteStoreAddrs()) {
+      store_.reset();
+      return 1;
+    }
 
     start_ = nowNanos();
     for (int r = 0; r < opts_.np; ++r) {
@@ -297,27 +454,132 @@ class Launcher {
   }
 
  private:
-  std::vector<std::string> childEnv(int rank) const {
+  // Where each rank runs: its host (an index into hostNames_), its local rank there, the
+  // number of ranks there; and, per local rank, on how many hosts it exists (horovodrun's
+  // cross size) and this host's index among them (cross rank).
+  struct Where {
+    int host = 0;
+    int localRank = 0;
+    int localSize = 0;
+    int crossRank = 0;
+    int crossSize = 1;
+    bool remote = false;
+  };
+
+  bool isThisHost(const std::string& h) const {
+    if (h == "localhost" || h.rfind("127.", 0) == 0 || h == "::1" || h == hostName_) return true;
+    const std::string shortName = hostName_.substr(0, hostName_.find('.'));
+    return h == shortName;
+  }
+
+  bool place() {
+    std::vector<HostSlots> hosts = opts_.hosts;
+    if (hosts.empty()) hosts.push_back(HostSlots{hostName_, opts_.np});
+    // A host named twice (a hostfile line per slot, say) is one host with the slots added.
+    std::vector<HostSlots> merged;
+    for (const auto& h : hosts) {
+      auto it = std::find_if(merged.begin(), merged.end(), [&](const HostSlots& m) { return m.name == h.name; });
+      if (it == merged.end()) merged.push_back(h);
+      else it->slots += h.slots;
+    }
+    std::vector<int> perHost;
+    int r = 0;
+    for (size_t h = 0; h < merged.size() && r < opts_.np; ++h) {
+      hostNames_.push_back(merged[h].name);
+      perHost.push_back(0);
+      for (int s = 0; s < merged[h].slots && r < opts_.np; ++s, ++r) {
+        Where w;
+        w.host = static_cast<int>(h);
+        w.localRank = perHost[h]++;
+        w.remote = !opts_.hosts.empty() && !isThisHost(merged[h].name);
+        anyRemote_ |= w.remote;
+        where_.push_back(w);
+      }
+    }
+    for (auto& w : where_) {
+      w.localSize = perHost[static_cast<size_t>(w.host)];
+      w.crossSize = 0;
+      for (size_t h = 0; h < perHost.size(); ++h) {
+        if (perHost[h] <= w.localRank) continue;
+        if (static_cast<int>(h) == w.host) w.crossRank = w.crossSize;
+        ++w.crossSize;
+      }
+    }
+    return true;
+  }
+
+  // The address each remote host reaches the store at: --store-addr, else this host's
+  // address on the route to that host (a UDP socket connected there, nothing sent).
+  bool remoteStoreAddrs() {
+    const std::string port = std::to_string(store_->port());
+    for (size_t h = 0; h < hostNames_.size(); ++h) {
+      bool remote = false;
+      for (const auto& w : where_) remote |= w.host == static_cast<int>(h) && w.remote;
+      if (!remote) continue;
+      if (!opts_.storeAddr.empty()) {
+        storeAddrOf_[static_cast<int>(h)] = opts_.storeAddr + ":" + port;
+        continue;
+      }
+      std::string local = localAddressToward(hostNames_[h]);
+      if (local.empty()) {
+        std::fprintf(stderr, "braidrun: cannot find this host's address toward %s (name it with --store-addr)\n",
+                     hostNames_[h].c_str());
+        return false;
+      }
+      storeAddrOf_[static_cast<int>(h)] = local + ":" + port;
+    }
+    return true;
+  }
+
+  static std::string localAddressToward(const std::string& host) {
+    addrinfo hints{};
+    hints.ai_family = AF_INET;
+    hints.ai_socktype = SOCK_DGRAM;
+    addrinfo* res = nullptr;
+    if (getaddrinfo(host.c_str(), "9", &hints, &res) != 0 || !res) return "";
+    std::string out;
+    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
+      sockaddr_in me{};
+      socklen_t len = sizeof(me);
+      char buf[INET_ADDRSTRLEN] = "";
+      if (getsockname(fd, reinterpret_cast<sockaddr*>(&me), &len) == 0 &&
+          inet_ntop(AF_INET, &me.sin_addr, buf, sizeof(buf)))
+        out = buf;
+    }
+    if (fd >= 0) close(fd);
+    freeaddrinfo(res);
+    return out;
+  }
+
+  // The job's variables for `rank` (what the launcher decides; -x last, so it may override).
+  std::map<std::string, std::string> jobVars(int rank) const {
+    const Where& w = where_[static_cast<size_t>(rank)];
+    auto addr = storeAddrOf_.find(w.host);
     std::map<std::string, std::string> set = {
         {"BRAID_RANK", std::to_string(rank)},
         {"BRAID_WORLD_SIZE", std::to_string(opts_.np)},
-        {"BRAID_LOCAL_RANK", std::to_string(rank)},
-        {"BRAID_LOCAL_SIZE", std::to_string(opts_.np)},
-        {"BRAID_STORE_ADDR", storeAddr_},
+        {"BRAID_LOCAL_RANK", std::to_string(w.localRank)},
+        {"BRAID_LOCAL_SIZE", std::to_string(w.localSize)},
+        {"BRAID_STORE_ADDR", addr != storeAddrOf_.end() ? addr->second : storeAddr_},
         {"BRAID_STORE_EXTERNAL", "1"},
-        // What horovodrun would give the same rank; on one host the cross ranks (this host's
-        // index among the hosts, and their number) are 0 and 1. They replace inherited
-        // values as BRAID_* do: a HOROVOD_RANK left from an enclosing horovodrun would name
-        // the wrong rank.
+        // What horovodrun would give the same rank (its cross rank: this host's index among
+        // the hosts that have this local rank). They replace inherited values as BRAID_* do:
+        // a HOROVOD_RANK left from an enclosing horovodrun would name the wrong rank.
         {"HOROVOD_RANK", std::to_string(rank)},
         {"HOROVOD_SIZE", std::to_string(opts_.np)},
-        {"HOROVOD_LOCAL_RANK", std::to_string(rank)},
-        {"HOROVOD_LOCAL_SIZE", std::to_string(opts_.np)},
-        {"HOROVOD_CROSS_RANK", "0"},
-        {"HOROVOD_CROSS_SIZE", "1"},
-        {"HOROVOD_HOSTNAME", hostName_},
+        {"HOROVOD_LOCAL_RANK", std::to_string(w.localRank)},
+        {"HOROVOD_LOCAL_SIZE", std::to_string(w.localSize)},
+        {"HOROVOD_CROSS_RANK", std::to_string(w.crossRank)},
+        {"HOROVOD_CROSS_SIZE", std::to_string(w.crossSize)},
+        {"HOROVOD_HOSTNAME", w.remote ? hostNames_[static_cast<size_t>(w.host)] : hostName_},
     };
     for (const auto& [k, v] : opts_.env) set[k] = v;  // -x may override, e.g. for tests
+    return set;
+  }
+
+  std::vector<std::string> childEnv(int rank) const {
+    const std::map<std::string, std::string> set = jobVars(rank);
     std::vector<std::string> env;
     for (char** e = environ; *e; ++e) {
       const char* eq = std::strchr(*e, '=');
@@ -346,10 +608,56 @@ class Launcher {
     }
   }
 
+  static std::string shellQuote(const std::string& v) {
+    std::string out = "'";
+    for (char c : v) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return out + "'";
+  }
+
+  // What a remote rank's host runs: the job's variables, then the command under a watcher
+  // that ends it (SIGTERM, then SIGKILL 2 s later) when the ssh connection's input closes,
+  // which it does when the local ssh client exits or is killed. The command's stdin is
+  // /dev/null; its exit status is the wrapper's, which ssh returns.
+  std::string remoteCommand(int r) const {
+    static const char kWatch[] =
+        "exec 3<&0; \"$@\" </dev/null & p=$!; "
+        "{ cat <&3 >/dev/null; kill -TERM $p 2>/dev/null; sleep 2; kill -KILL $p 2>/dev/null; } >/dev/null 2>&1 & "
+        "w=$!; exec 3<&-; wait $p; s=$?; kill $w 2>/dev/null; exit $s";
+    std::string c;
+    char cwd[4096];
+    if (getcwd(cwd, sizeof(cwd))) c += "cd " + shellQuote(cwd) + " 2>/dev/null; ";
+    c += "exec env";
+    for (const auto& [k, v] : jobVars(r)) c += " " + shellQuote(k + "=" + v);
+    c += " sh -c " + shellQuote(kWatch) + " braid-rank";
+    for (const auto& a : opts_.cmd) c += " " + shellQuote(a);
+    return c;
+  }
+
+  std::vector<std::string> sshCommand(int r) const {
+    std::vector<std::string> argv;
+    size_t i = 0;
+    const std::string& s = opts_.ssh;
+    while (i < s.size()) {
+      while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i]))) ++i;
+      size_t j = i;
+      while (j < s.size() && !std::isspace(static_cast<unsigned char>(s[j]))) ++j;
+      if (j > i) argv.push_back(s.substr(i, j - i));
+      i = j;
+    }
+    if (argv.empty()) argv.push_back("ssh");
+    // No terminal, and never a password prompt that would hang the job.
+    for (const char* a : {"-T", "-o", "BatchMode=yes"}) argv.push_back(a);
+    argv.push_back(hostNames_[static_cast<size_t>(where_[static_cast<size_t>(r)].host)]);
+    argv.push_back(remoteCommand(r));
+    return argv;
+  }
+
   bool spawnRank(int r) {
-    const std::string exe = resolveCommand(opts_.cmd[0]);
+    const Where& where = where_[static_cast<size_t>(r)];
+    std::vector<std::string> cmd = where.remote ? sshCommand(r) : opts_.cmd;
+    const std::string exe = resolveCommand(cmd[0]);
     if (exe.empty()) {
-      std::fprintf(stderr, "braidrun: cannot execute '%s' for rank %d: command not found\n", opts_.cmd[0].c_str(), r);
+      std::fprintf(stderr, "braidrun: cannot execute '%s' for rank %d: command not found\n", cmd[0].c_str(), r);
       return false;
     }
     int pipes[2][2] = {{-1, -1}, {-1, -1}};
@@ -367,24 +675,38 @@ class Launcher {
         }
       }
     }
+    // A remote rank's ssh client reads a pipe braidrun holds open while the rank runs.
+    int inPipe[2] = {-1, -1};
+    if (where.remote && pipe2(inPipe, O_CLOEXEC) != 0) {
+      std::fprintf(stderr, "braidrun: pipe failed: %s\n", std::strerror(errno));
+      closePipes();
+      return false;
+    }
     // exec failures come back through this pipe; EOF without data means the exec worked.
     int errPipe[2];
     if (pipe2(errPipe, O_CLOEXEC) != 0) {
       std::fprintf(stderr, "braidrun: pipe failed: %s\n", std::strerror(errno));
       closePipes();
+      if (inPipe[0] >= 0) close(inPipe[0]), close(inPipe[1]);
       return false;
     }
 
-    std::vector<std::string> env = childEnv(r);
+    // ssh gets braidrun's own environment (its agent, its config); the job's variables
+    // travel in the remote command.
+    std::vector<std::string> env;
+    if (where.remote) {
+      for (char** e = environ; *e; ++e) env.emplace_back(*e);
+    } else {
+      env = childEnv(r);
+    }
     std::vector<char*> envp, argv;
     for (auto& e : env) envp.push_back(e.data());
     envp.push_back(nullptr);
-    std::vector<std::string> cmd = opts_.cmd;
     for (auto& a : cmd) argv.push_back(a.data());
     argv.push_back(nullptr);
     const pid_t parent = getpid();
     cpu_set_t rankCpus;
-    const bool bind = coreForRank(r, &rankCpus);
+    const bool bind = !where.remote && coreForRank(where.localRank, where.localSize, &rankCpus);
 
     pid_t pid = fork();
     if (pid == 0) {
@@ -399,7 +721,9 @@ class Launcher {
       }
       // Like mpirun, only rank 0 reads braidrun's stdin; N ranks reading one terminal would
       // steal each other's input.
-      if (r != 0) {
+      if (inPipe[0] >= 0) {
+        dup2(inPipe[0], 0);
+      } else if (r != 0) {
         int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
         if (devnull >= 0) dup2(devnull, 0);
       }
@@ -412,11 +736,13 @@ class Launcher {
       _exit(127);
     }
     close(errPipe[1]);
+    if (inPipe[0] >= 0) close(inPipe[0]);
     for (auto& p : pipes)
       if (p[1] >= 0) close(p[1]), p[1] = -1;
     if (pid < 0) {
       std::fprintf(stderr, "braidrun: fork failed for rank %d: %s\n", r, std::strerror(errno));
       close(errPipe[0]);
+      if (inPipe[1] >= 0) close(inPipe[1]);
       closePipes();
       return false;
     }
@@ -428,6 +754,7 @@ class Launcher {
     close(errPipe[0]);
     if (got > 0) {
       waitpid(pid, nullptr, 0);
+      if (inPipe[1] >= 0) close(inPipe[1]);
       std::fprintf(stderr, "braidrun: cannot execute '%s' for rank %d: %s\n", exe.c_str(), r, std::strerror(execErr));
       closePipes();
       return false;
@@ -435,6 +762,7 @@ class Launcher {
     Rank rk;
     rk.rank = r;
     rk.pid = pid;
+    rk.stdinFd = inPipe[1];
     rk.running = true;
     ranks_.push_back(rk);
     if (opts_.tagOutput) {
@@ -470,6 +798,7 @@ class Launcher {
   void recordExit(Rank& r, int status) {
     r.running = false;
     r.status = status;
+    if (r.stdinFd >= 0) close(r.stdinFd), r.stdinFd = -1;
     int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     if (code == 0) return;
     // Ranks we terminated ourselves are summarized once, not reported as failures.
@@ -477,7 +806,11 @@ class Launcher {
       ++terminated_;
       return;
     }
-    if (WIFEXITED(status))
+    const Where& w = where_[static_cast<size_t>(r.rank)];
+    if (w.remote && WIFEXITED(status) && code == 255)
+      std::fprintf(stderr, "braidrun: rank %d on %s: ssh failed (status 255; its message is above)\n", r.rank,
+                   hostNames_[static_cast<size_t>(w.host)].c_str());
+    else if (WIFEXITED(status))
       std::fprintf(stderr, "braidrun: rank %d exited with status %d\n", r.rank, code);
     else
       std::fprintf(stderr, "braidrun: rank %d killed by signal %s\n", r.rank, signalName(WTERMSIG(status)).c_str());
@@ -636,8 +969,9 @@ class Launcher {
     }
   }
 
-  // The single core rank `r` is bound to, when binding applies (see the header comment).
-  bool coreForRank(int r, cpu_set_t* out) const {
+  // The single core the rank with local rank `r` of `n` on this host is bound to, when
+  // binding applies (see the header comment).
+  bool coreForRank(int r, int n, cpu_set_t* out) const {
     if (opts_.bindTo == "none") return false;
     cpu_set_t allowed;
     CPU_ZERO(&allowed);
@@ -646,7 +980,7 @@ class Launcher {
     for (int c = 0; c < CPU_SETSIZE; ++c)
       if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
     if (cpus.empty()) return false;
-    if (opts_.bindTo == "auto" && static_cast<int>(cpus.size()) < opts_.np) return false;
+    if (opts_.bindTo == "auto" && static_cast<int>(cpus.size()) < n) return false;
     CPU_ZERO(out);
     CPU_SET(cpus[static_cast<size_t>(r) % cpus.size()], out);
     return true;
@@ -658,7 +992,11 @@ class Launcher {
   int sigfd_ = -1;
   std::unique_ptr<bootstrap::TcpStoreServer> store_;
   std::string storeAddr_;
-  std::string hostName_;  // HOROVOD_HOSTNAME
+  std::string hostName_;  // HOROVOD_HOSTNAME of the ranks on this host
+  std::vector<std::string> hostNames_;  // as given (-H / --hostfile), in placement order
+  std::vector<Where> where_;            // by rank
+  bool anyRemote_ = false;
+  std::map<int, std::string> storeAddrOf_;  // host index -> store address, remote hosts
   std::vector<Rank> ranks_;
   std::vector<TaggedStream> streams_;
   int64_t start_ = 0;

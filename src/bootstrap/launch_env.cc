@@ -90,7 +90,21 @@ Status checkRanks(LaunchEnv& e, const char* rankVar, const char* sizeVar, const 
 }
 
 // BRAID_STORE_ADDR (honouring BRAID_STORE_EXTERNAL), else MASTER_ADDR:MASTER_PORT.
-Status storeFromBraidOrMaster(const Getenv& getenv, const std::string& launcher, LaunchEnv* e) {
+// A store the launcher's own variables locate when neither BRAID_STORE_ADDR nor MASTER_ADDR
+// is set: a host rank 0 runs on, and a port derived from the job's id (the same on every
+// rank), served by rank 0. `why` says what was missing when the launcher cannot tell.
+struct DerivedStore {
+  std::string host;
+  int port = 0;
+  std::string why;
+};
+using Deriver = std::function<DerivedStore()>;
+
+// Ports for derived stores: 20000-59999, from the job's (and step's) id.
+int derivedPort(uint64_t job, uint64_t step) { return 20000 + static_cast<int>((job * 64 + step) % 40000); }
+
+Status storeFromBraidOrMaster(const Getenv& getenv, const std::string& launcher, LaunchEnv* e,
+                              const Deriver& derive = nullptr) {
   if (const char* addr = lookup(getenv, "BRAID_STORE_ADDR")) {
     BRAID_RETURN_IF_ERROR(parseStoreAddr("BRAID_STORE_ADDR", addr, &e->storeHost, &e->storePort));
     bool external = false;
@@ -111,8 +125,41 @@ Status storeFromBraidOrMaster(const Getenv& getenv, const std::string& launcher,
   if (host || port)
     return invalidArgument(launcher + " launch: " + (host ? "MASTER_PORT" : "MASTER_ADDR") + " is not set (" +
                            (host ? "MASTER_ADDR" : "MASTER_PORT") + " is)");
-  return invalidArgument(launcher + " launch needs the rendezvous store's address: set BRAID_STORE_ADDR=host:port, "
-                         "or MASTER_ADDR and MASTER_PORT");
+  std::string why;
+  if (derive) {
+    DerivedStore d = derive();
+    if (!d.host.empty()) {
+      e->storeHost = d.host;
+      e->storePort = d.port;
+      e->rankZeroServes = true;
+      e->serveStore = e->rank == 0;
+      return Status::ok();
+    }
+    why = " (" + d.why + ")";
+  }
+  return invalidArgument(launcher + " launch needs the rendezvous store's address" + why +
+                         ": set BRAID_STORE_ADDR=host:port, or MASTER_ADDR and MASTER_PORT");
+}
+
+// The first host of a Slurm host list: "gpu[07-10,12],login1" -> "gpu07",
+// "r[1-2]n[3-4]" -> "r1n3". "" if the list is malformed.
+std::string firstSlurmHost(const std::string& list) {
+  std::string out;
+  size_t i = 0;
+  while (i < list.size() && list[i] != ',') {
+    if (list[i] == '[') {
+      size_t close = list.find(']', i);
+      if (close == std::string::npos) return "";
+      std::string inner = list.substr(i + 1, close - i - 1);
+      std::string first = inner.substr(0, inner.find_first_of(",-"));
+      if (first.empty()) return "";
+      out += first;
+      i = close + 1;
+    } else {
+      out += list[i++];
+    }
+  }
+  return out;
 }
 
 StatusOr<LaunchEnv> fromBraid(const Getenv& getenv) {
@@ -213,7 +260,24 @@ StatusOr<LaunchEnv> fromOpenMpi(const Getenv& getenv) {
   BRAID_RETURN_IF_ERROR(optionalInt(getenv, "OMPI_COMM_WORLD_LOCAL_SIZE", 1, kMaxRanks, &e.localSize));
   BRAID_RETURN_IF_ERROR(checkRanks(e, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
                                    "OMPI_COMM_WORLD_LOCAL_SIZE"));
-  BRAID_RETURN_IF_ERROR(storeFromBraidOrMaster(getenv, "OpenMPI", &e));
+  // Every rank on one host (mpirun -np N): the store on the loopback interface, on a port
+  // from mpirun's job id. Across hosts OpenMPI's variables do not say where rank 0 runs.
+  Deriver oneHost = [&]() {
+    DerivedStore d;
+    const char* job = lookup(getenv, "OMPI_MCA_ess_base_jobid");
+    uint64_t id = job ? std::strtoull(job, nullptr, 10) : 0;
+    if (e.localSize == e.worldSize && id != 0) {
+      d.host = "127.0.0.1";
+      d.port = derivedPort(id, 0);
+    } else if (e.localSize != e.worldSize) {
+      d.why = "the ranks span several hosts, and OpenMPI's variables do not say which runs rank 0; "
+              "mpirun -x MASTER_ADDR=<first host> -x MASTER_PORT=29500 does";
+    } else {
+      d.why = "OMPI_MCA_ess_base_jobid is not set";
+    }
+    return d;
+  };
+  BRAID_RETURN_IF_ERROR(storeFromBraidOrMaster(getenv, "OpenMPI", &e, oneHost));
   return e;
 }
 
@@ -224,7 +288,31 @@ StatusOr<LaunchEnv> fromSlurm(const Getenv& getenv) {
   BRAID_RETURN_IF_ERROR(requireInt(getenv, "SLURM_PROCID", "Slurm", 0, kMaxRanks, &e.rank));
   BRAID_RETURN_IF_ERROR(optionalInt(getenv, "SLURM_LOCALID", 0, kMaxRanks, &e.localRank));
   BRAID_RETURN_IF_ERROR(checkRanks(e, "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"));
-  BRAID_RETURN_IF_ERROR(storeFromBraidOrMaster(getenv, "Slurm", &e));
+  // srun places task 0 on the first node of the step: the store is there, on a port from
+  // the job and step ids.
+  Deriver firstNode = [&]() {
+    DerivedStore d;
+    const char* list = lookup(getenv, "SLURM_STEP_NODELIST");
+    const char* listName = "SLURM_STEP_NODELIST";
+    if (!list) {
+      list = lookup(getenv, "SLURM_JOB_NODELIST");
+      listName = "SLURM_JOB_NODELIST";
+    }
+    const char* job = lookup(getenv, "SLURM_JOB_ID");
+    const char* step = lookup(getenv, "SLURM_STEP_ID");
+    if (!list || !job) {
+      d.why = std::string(list ? "SLURM_JOB_ID" : "SLURM_JOB_NODELIST") + " is not set";
+      return d;
+    }
+    d.host = firstSlurmHost(list);
+    if (d.host.empty()) {
+      d.why = std::string(listName) + "='" + list + "' is not a Slurm host list";
+      return d;
+    }
+    d.port = derivedPort(std::strtoull(job, nullptr, 10), step ? std::strtoull(step, nullptr, 10) : 0);
+    return d;
+  };
+  BRAID_RETURN_IF_ERROR(storeFromBraidOrMaster(getenv, "Slurm", &e, firstNode));
   return e;
 }
 

@@ -48,8 +48,12 @@ struct LaunchEnv {
 //            own store holds MASTER_PORT then), else on MASTER_PORT; rank 0 serves.
 //   openmpi  OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK,
 //            OMPI_COMM_WORLD_LOCAL_SIZE; the store from BRAID_STORE_ADDR or MASTER_ADDR and
-//            MASTER_PORT.
-//   slurm    SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID; the store as for openmpi.
+//            MASTER_PORT, else, when every rank is on one host, 127.0.0.1 on a port from
+//            OMPI_MCA_ess_base_jobid (rank 0 serves).
+//   slurm    SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID; the store as for openmpi, else on
+//            the first node of SLURM_STEP_NODELIST (or SLURM_JOB_NODELIST), where srun puts
+//            task 0, on a port from SLURM_JOB_ID and SLURM_STEP_ID (rank 0 serves). Derived
+//            ports are 20000 + (job * 64 + step) % 40000.
 // Horovod comes second because its variables are specific: only a Horovod launcher sets
 // them (braidrun sets them too, for Horovod's front end, beside its own BRAID_* which win),
 // while the generic RANK or SLURM_PROCID leak into horovodrun's children from around it

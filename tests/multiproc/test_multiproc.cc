@@ -148,6 +148,37 @@ TEST_CASE("the perf tools take nccl-tests' flags with their meaning, and write C
   }
 }
 
+// Only the launcher's own variables, as srun and mpirun set them: no BRAID_STORE_ADDR, no
+// MASTER_ADDR. (srun's environment is reproduced here by hand: one host named localhost.)
+TEST_CASE("ranks started as srun or a one-host mpirun start them need no store address", "[multiproc]") {
+  const std::string clean =
+      "env -u BRAID_RANK -u BRAID_WORLD_SIZE -u BRAID_STORE_ADDR -u HOROVOD_RANK -u HOROVOD_SIZE -u RANK "
+      "-u WORLD_SIZE -u MASTER_ADDR -u MASTER_PORT -u OMPI_COMM_WORLD_RANK -u OMPI_COMM_WORLD_SIZE ";
+  const std::string job = std::to_string(100000 + getpid() % 50000);
+  std::string both;
+  for (int r = 0; r < 2; ++r) {
+    both += clean + "SLURM_PROCID=" + std::to_string(r) + " SLURM_LOCALID=" + std::to_string(r) +
+            " SLURM_NTASKS=2 SLURM_JOB_ID=" + job + " SLURM_STEP_ID=0 SLURM_JOB_NODELIST=localhost " ALLREDUCE_PERF
+            " -b 8 -e 64K -f 32 -n 2 -w 1 -c 1" + (r == 0 ? " > /tmp/braid-srun-" + job + ".out 2>&1 & " : "; wait");
+  }
+  Run r = run("timeout 120 sh -c '" + both + "'; s=$?; cat /tmp/braid-srun-" + job + ".out; rm -f /tmp/braid-srun-" +
+              job + ".out; exit $s");
+  INFO(r.out);
+  CHECK(r.status == 0);
+  CHECK(r.out.find("Out of bounds values : 0 OK") != std::string::npos);
+  CHECK(r.out.find(", 2 ranks") != std::string::npos);
+
+  if (run("command -v mpirun >/dev/null").status != 0) {
+    WARN("mpirun not found: the mpirun half is skipped");
+    return;
+  }
+  Run m = run(clean + "timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 " ALLREDUCE_PERF
+                      " -b 8 -e 64K -f 32 -n 2 -w 1 -c 1");
+  INFO(m.out);
+  CHECK(m.status == 0);
+  CHECK(m.out.find("Out of bounds values : 0 OK") != std::string::npos);
+}
+
 // nccl-tests' -T: a size that does not finish in time ends the run with an error naming it,
 // on every rank, instead of hanging.
 TEST_CASE("perf tools: -T aborts a size that runs past it", "[multiproc]") {

@@ -320,6 +320,58 @@ TEST_CASE("launch env: malformed values name the variable and value", "[bootstra
   }
 }
 
+TEST_CASE("launch env: srun and a one-host mpirun find the store with no address given", "[bootstrap][launch_env]") {
+  auto without = [](Env env, const std::string& k) {
+    env.erase(k);
+    return env;
+  };
+  SECTION("Slurm: the step's first node, a port from the job and step ids") {
+    Env e = without(slurmEnv(), "BRAID_STORE_ADDR");
+    e["SLURM_PROCID"] = "5";
+    e["SLURM_JOB_ID"] = "123456";
+    e["SLURM_STEP_ID"] = "2";
+    e["SLURM_JOB_NODELIST"] = "login1,gpu[07-10]";
+    e["SLURM_STEP_NODELIST"] = "gpu[07-10,12],login1";
+    auto r = detect(e);
+    INFO(r.status().toString());
+    REQUIRE(r.isOk());
+    CHECK(r->storeHost == "gpu07");
+    CHECK(r->storePort == 20000 + static_cast<int>((123456ull * 64 + 2) % 40000));
+    CHECK(r->rankZeroServes);
+    CHECK_FALSE(r->serveStore);  // rank 5
+    e.erase("SLURM_STEP_NODELIST");
+    e.erase("SLURM_STEP_ID");
+    auto j = detect(e);
+    REQUIRE(j.isOk());
+    CHECK(j->storeHost == "login1");
+    CHECK(j->storePort == 20000 + static_cast<int>((123456ull * 64) % 40000));
+    e["SLURM_PROCID"] = "0";
+    CHECK(detect(e)->serveStore);
+    e["SLURM_JOB_NODELIST"] = "r[1-2]n[3-4]";
+    CHECK(detect(e)->storeHost == "r1n3");
+    e["SLURM_JOB_NODELIST"] = "gpu[07";
+    checkFails(e, {"SLURM_JOB_NODELIST='gpu[07' is not a Slurm host list", "BRAID_STORE_ADDR"});
+    e.erase("SLURM_JOB_NODELIST");
+    checkFails(e, {"SLURM_JOB_NODELIST is not set", "BRAID_STORE_ADDR"});
+  }
+  SECTION("OpenMPI on one host: loopback, a port from mpirun's job id") {
+    Env e = without(without(ompiEnv(), "MASTER_ADDR"), "MASTER_PORT");
+    e["OMPI_COMM_WORLD_LOCAL_SIZE"] = "4";
+    e["OMPI_COMM_WORLD_LOCAL_RANK"] = "3";
+    e["OMPI_MCA_ess_base_jobid"] = "2089877505";
+    auto r = detect(e);
+    INFO(r.status().toString());
+    REQUIRE(r.isOk());
+    CHECK(r->storeHost == "127.0.0.1");
+    CHECK(r->storePort == 20000 + static_cast<int>((2089877505ull * 64) % 40000));
+    CHECK(r->rankZeroServes);
+    // Across hosts nothing says where rank 0 runs: the error says what to pass.
+    e["OMPI_COMM_WORLD_LOCAL_SIZE"] = "2";
+    e["OMPI_COMM_WORLD_LOCAL_RANK"] = "1";
+    checkFails(e, {"span several hosts", "-x MASTER_ADDR", "BRAID_STORE_ADDR"});
+  }
+}
+
 TEST_CASE("launch env: a published store address is split like BRAID_STORE_ADDR", "[bootstrap][launch_env]") {
   std::string host = "unchanged";
   int port = -1;

@@ -114,6 +114,7 @@ struct TransportConfig {
   double connectTimeoutSec = 60;
   int socketsPerPeer = 1;         // tcp: sockets striped per connection
   std::string netIf;              // tcp: interface, address or NCCL-style list to listen on
+  int portLo = 0, portHi = 0;     // tcp: listen on a free port in [portLo, portHi]; 0 = any
   // tcp: the interface ring channel c listens on (and advertises) is channelNetIfs[c], the
   // NIC the topology gives that channel; an empty entry, a channel past the end, or an
   // interface without an IPv4 address on this host means netIf.

@@ -566,6 +566,8 @@ Status Communicator::connect() {
   tc.connectTimeoutSec = cfg.timeoutSec > 0 ? cfg.timeoutSec : 3600;
   tc.socketsPerPeer = cfg.socketsPerPeer;
   tc.netIf = cfg.netIf;
+  tc.portLo = cfg.portLo;
+  tc.portHi = cfg.portHi;
   tc.abortCheck = [this] { return abortRecord(); };
   tc.ibHca = cfg.ibHca;
   tc.ibGidIndex = cfg.ibGidIndex;

@@ -37,6 +37,7 @@ const std::vector<ConfigEntry>& configTable() {
       {"BRAID_RANK", "int", "", "launcher: this process's rank (set by braidrun)"},
       {"BRAID_WORLD_SIZE", "int", "", "launcher: number of ranks (set by braidrun)"},
       {"BRAID_STORE_ADDR", "string", "", "launcher: host:port of the rendezvous store"},
+      {"BRAID_PORT_RANGE", "string", "", "tcp: listen for peers' data connections on a port in LO-HI (firewalled clusters); empty = any free port"},
       {"BRAID_STORE_EXTERNAL", "bool", "0", "launcher: the store is served outside the ranks (braidrun)"},
   };
   return kTable;
@@ -129,6 +130,13 @@ StatusOr<Config> Config::fromEnv(const std::function<const char*(const char*)>& 
   BRAID_RETURN_IF_ERROR(readInt(get, "BRAID_YIELD_US", -1, 10000000, &c.yieldMicros));
   BRAID_RETURN_IF_ERROR(readInt(get, "BRAID_SOCKETS_PER_PEER", 1, 64, &c.socketsPerPeer));
   if (const char* v = get("BRAID_NET_IF")) c.netIf = v;
+  if (const char* v = get("BRAID_PORT_RANGE"); v && *v) {
+    int lo = 0, hi = 0, used = 0;
+    if (std::sscanf(v, "%d-%d%n", &lo, &hi, &used) != 2 || v[used] != '\0' || lo < 1 || hi > 65535 || lo > hi)
+      return badValue("BRAID_PORT_RANGE", v, "LO-HI, two ports with 1 <= LO <= HI <= 65535");
+    c.portLo = lo;
+    c.portHi = hi;
+  }
   if (const char* v = get("BRAID_IB_HCA")) c.ibHca = v;
   BRAID_RETURN_IF_ERROR(readInt(get, "BRAID_IB_GID_INDEX", -1, 1023, &c.ibGidIndex));
   BRAID_RETURN_IF_ERROR(readBool(get, "BRAID_PROBE", &c.probe));

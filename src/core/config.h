@@ -31,6 +31,7 @@ struct Config {
   int yieldMicros = -1;
   int socketsPerPeer = 1;
   std::string netIf;           // BRAID_NET_IF: address, interface, or NCCL-style list
+  int portLo = 0, portHi = 0;  // BRAID_PORT_RANGE: tcp's listening ports, 0 = any
   std::string ibHca;           // BRAID_IB_HCA: NCCL_IB_HCA-style list of RDMA NICs
   int ibGidIndex = -1;         // BRAID_IB_GID_INDEX: RoCE GID index, -1 = from sysfs
   bool bind = true;

@@ -142,6 +142,39 @@ TEST_CASE("tcp: address blobs parse strictly", "[transport][tcp]") {
   CHECK(c.status().code() == Code::kInvalidArgument);
 }
 
+TEST_CASE("tcp: a port range (BRAID_PORT_RANGE) is where it listens, and a full one is an error naming it",
+          "[transport][tcp]") {
+  // A port that was free a moment ago.
+  int probe = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(bind(probe, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0);
+  socklen_t len = sizeof(sa);
+  REQUIRE(getsockname(probe, reinterpret_cast<sockaddr*>(&sa), &len) == 0);
+  close(probe);
+  const int port = ntohs(sa.sin_port);
+  TransportConfig cfg = tcpConfig(0, 1);
+  cfg.netIf = "127.0.0.1";
+  cfg.portLo = port;
+  cfg.portHi = port;
+  auto first = createTcpTransport(cfg);
+  std::string blob;
+  auto recv = first->createRecv(1, 0, &blob);
+  INFO(recv.status().toString() << " blob " << blob);
+  REQUIRE(recv.isOk());
+  sockaddr_in a{};
+  REQUIRE(tcp::parseAddress(blob.substr(0, blob.find('|')), &a));
+  CHECK(ntohs(a.sin_port) == port);
+  // The range's only port is taken now.
+  auto second = createTcpTransport(cfg);
+  std::string blob2;
+  auto full = second->createRecv(1, 0, &blob2);
+  REQUIRE_FALSE(full.isOk());
+  CHECK(full.status().message().find("no free port in BRAID_PORT_RANGE=" + std::to_string(port) + "-" +
+                                     std::to_string(port)) != std::string::npos);
+}
+
 TEST_CASE("tcp: the handshake encoding round-trips", "[transport][tcp]") {
   Handshake h = goodHandshake(0x0123456789ABCDEFull, 3, 2);
   h.channel = 17;

@@ -156,7 +156,24 @@ StatusOr<const TcpTransport::Listener*> TcpTransport::ensureListening(const std:
   addr.sin_family = AF_INET;
   addr.sin_addr = bindAddr;
   addr.sin_port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+  if (cfg_.portLo > 0) {
+    // BRAID_PORT_RANGE: the first free port of the range.
+    bool bound = false;
+    for (int p = cfg_.portLo; p <= cfg_.portHi && !bound; ++p) {
+      addr.sin_port = htons(static_cast<uint16_t>(p));
+      if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+        bound = true;
+      } else if (errno != EADDRINUSE && errno != EACCES) {
+        return fail(systemError("bind", errno).withContext("tcp: listening on " + formatAddress(addr)));
+      }
+    }
+    if (!bound) {
+      addr.sin_port = 0;
+      return fail(Status(Code::kSystemError, "tcp: no free port in BRAID_PORT_RANGE=" + std::to_string(cfg_.portLo) +
+                                                 "-" + std::to_string(cfg_.portHi) + " on " +
+                                                 formatAddress(addr) + " (rank " + std::to_string(cfg_.rank) + ")"));
+    }
+  } else if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
     return fail(systemError("bind", errno).withContext("tcp: listening on " + formatAddress(addr)));
   }
   if (listen(fd, kListenBacklog) != 0) return fail(systemError("listen", errno));

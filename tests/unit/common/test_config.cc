@@ -36,7 +36,7 @@ TEST_CASE("config parses every knob", "[unit]") {
   auto c = parse({{"BRAID_TIMEOUT", "2.5"}, {"BRAID_NCHANNELS", "3"}, {"BRAID_TRANSPORT", "tcp"},
                   {"BRAID_SLOT_BYTES", "128K"}, {"BRAID_NSLOTS", "16"}, {"BRAID_SPIN_US", "0"},
                   {"BRAID_YIELD_US", "7"}, {"BRAID_SOCKETS_PER_PEER", "2"}, {"BRAID_NET_IF", "eth0"},
-                  {"BRAID_BIND", "0"}, {"BRAID_HOST_ID", "nodeA"}});
+                  {"BRAID_BIND", "0"}, {"BRAID_HOST_ID", "nodeA"}, {"BRAID_PORT_RANGE", "40000-40099"}});
   REQUIRE(c.isOk());
   CHECK(c->timeoutSec == 2.5);
   CHECK(c->nchannels == 3);
@@ -49,6 +49,8 @@ TEST_CASE("config parses every knob", "[unit]") {
   CHECK(c->netIf == "eth0");
   CHECK(!c->bind);
   CHECK(c->hostId == "nodeA");
+  CHECK(c->portLo == 40000);
+  CHECK(c->portHi == 40099);
 }
 
 TEST_CASE("malformed knobs are rejected naming the variable and value", "[unit]") {
@@ -56,7 +58,8 @@ TEST_CASE("malformed knobs are rejected naming the variable and value", "[unit]"
       {{"BRAID_TIMEOUT", "soon"}}, {{"BRAID_TIMEOUT", "-1"}},         {{"BRAID_NCHANNELS", "x"}},
       {{"BRAID_NCHANNELS", "65"}}, {{"BRAID_TRANSPORT", "carrier-pigeon"}}, {{"BRAID_SLOT_BYTES", "12Q"}},
       {{"BRAID_SLOT_BYTES", "1"}}, {{"BRAID_NSLOTS", "1"}},            {{"BRAID_BIND", "maybe"}},
-      {{"BRAID_SOCKETS_PER_PEER", "0"}}};
+      {{"BRAID_SOCKETS_PER_PEER", "0"}}, {{"BRAID_PORT_RANGE", "40000"}}, {{"BRAID_PORT_RANGE", "9-8"}},
+      {{"BRAID_PORT_RANGE", "0-10"}},     {{"BRAID_PORT_RANGE", "1-70000"}}, {{"BRAID_PORT_RANGE", "1-2x"}}};
   for (const auto& env : bad) {
     auto c = parse(env);
     const auto& [name, value] = *env.begin();

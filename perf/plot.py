@@ -16,6 +16,9 @@ line (the benchmark scripts' logs hold one size each). Out-of-place busbw by def
     perf/plot.py -o plots/ -l "OpenMPI" bench-results/*-raw/allreduce-*-np2-mpi-*.log
     allreduce_perf -b 1K -e 256M -f 4 -J ar.json && perf/plot.py -o . ar.json
 
+With --doctor FILE (braid-doctor's -J output) it draws the bandwidth and latency matrices
+as heatmaps instead, slow links outlined: doctor-bandwidth.png, doctor-latency.png.
+
 Needs matplotlib (Debian's python3-matplotlib). Exit status: 0, 1 when an input holds no
 result, 2 for bad arguments.
 """
@@ -106,16 +109,61 @@ def size_label(b):
     return str(b)
 
 
+def doctor_heatmaps(plt, path, out_dir):
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+        n = int(doc["nranks"])
+        mats = {"bandwidth": doc["bandwidth_gbs"], "latency": doc["latency_us"]}
+    except (OSError, ValueError, KeyError) as e:
+        print("plot.py: %s: not braid-doctor's JSON: %s" % (path, e), file=sys.stderr)
+        return 2
+    slow = {(l["from"], l["to"]) for l in doc.get("slow_links", [])}
+    for r in doc.get("slow_ranks", []):
+        slow |= {(r, j) for j in range(n) if j != r} | {(j, r) for j in range(n) if j != r}
+    os.makedirs(out_dir, exist_ok=True)
+    hosts = doc.get("hosts", [""] * n)
+    for name, m in mats.items():
+        vals = [[float("nan") if v is None else v for v in row] for row in m]
+        fig, ax = plt.subplots(figsize=(1.2 + 0.55 * n, 1.0 + 0.5 * n), dpi=110)
+        cmap = "viridis" if name == "bandwidth" else "viridis_r"
+        im = ax.imshow(vals, cmap=cmap)
+        fig.colorbar(im, ax=ax, label="GB/s" if name == "bandwidth" else "us, one way")
+        for i in range(n):
+            for j in range(n):
+                if i == j:
+                    continue
+                ax.text(j, i, ("%.2f" if name == "bandwidth" else "%.0f") % vals[i][j], ha="center", va="center",
+                        fontsize=7, color="white")
+                if (i, j) in slow:
+                    ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=2))
+        ax.set_xticks(range(n))
+        ax.set_yticks(range(n))
+        ax.set_yticklabels(["%d %s" % (i, hosts[i]) for i in range(n)], fontsize=7)
+        ax.set_xlabel("to rank")
+        ax.set_ylabel("from rank")
+        ax.set_title("braid-doctor: %s (slow in red)" % name)
+        fig.tight_layout()
+        out = os.path.join(out_dir, "doctor-%s.png" % name)
+        fig.savefig(out)
+        plt.close(fig)
+        print(out)
+    return 0
+
+
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("inputs", nargs="+", help="-J JSON files or logs with an nccl-tests table")
+    ap.add_argument("inputs", nargs="*", help="-J JSON files or logs with an nccl-tests table")
+    ap.add_argument("--doctor", metavar="FILE", help="braid-doctor's JSON: heatmaps of its matrices")
     ap.add_argument("-o", "--out-dir", default=".", help="where the PNGs go (default: .)")
     ap.add_argument("-l", "--label", action="append", default=[],
                     help="the line's label, once per input in order (default: the file's name)")
     ap.add_argument("--in-place", action="store_true", help="plot the in-place busbw")
     ap.add_argument("--title", default="", help="text added to every plot's title")
     args = ap.parse_intermixed_args(argv)  # -l LABEL FILE -l LABEL FILE ...
+    if not args.inputs and not args.doctor:
+        ap.error("give -J files or logs to plot, or --doctor FILE")
     if len(args.label) == 1:
         args.label = args.label * len(args.inputs)
     if args.label and len(args.label) != len(args.inputs):
@@ -129,6 +177,9 @@ def main(argv):
     except ImportError as e:
         print("plot.py: matplotlib is needed (apt-get install python3-matplotlib): %s" % e, file=sys.stderr)
         return 2
+
+    if args.doctor:
+        return doctor_heatmaps(plt, args.doctor, args.out_dir)
 
     by_coll = OrderedDict()
     status = 0

@@ -32,6 +32,7 @@
 // --tag-output) the ranks' output pipes; the store runs on its own thread.
 
 #include <fcntl.h>
+#include <ifaddrs.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <arpa/inet.h>
@@ -469,7 +470,19 @@ class Launcher {
   bool isThisHost(const std::string& h) const {
     if (h == "localhost" || h.rfind("127.", 0) == 0 || h == "::1" || h == hostName_) return true;
     const std::string shortName = hostName_.substr(0, hostName_.find('.'));
-    return h == shortName;
+    if (h == shortName) return true;
+    // One of this host's own IPv4 addresses.
+    in_addr a{};
+    if (inet_pton(AF_INET, h.c_str(), &a) != 1) return false;
+    ifaddrs* ifs = nullptr;
+    if (getifaddrs(&ifs) != 0) return false;
+    bool mine = false;
+    for (ifaddrs* i = ifs; i && !mine; i = i->ifa_next) {
+      if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET)
+        mine = reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr == a.s_addr;
+    }
+    freeifaddrs(ifs);
+    return mine;
   }
 
   bool place() {

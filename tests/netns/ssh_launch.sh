@@ -5,8 +5,9 @@
 # ssh; sshd gives each host's sessions BRAID_HOST_ID, as a real host would differ in its
 # own id.
 #
-# Checks: the variables each rank gets (ranks, local ranks and sizes, cross ranks, the
-# store's address on the bridge); every collective across the hosts (mp_collectives) and
+# The hosts come from ssh_hosts.sh. Checks: the variables each rank gets (ranks, local
+# ranks and sizes, cross ranks, the store's address on the bridge); every collective across
+# the hosts (mp_collectives) and
 # allreduce_perf with zero wrong; a hostfile in mpirun's format with a local host beside a
 # remote one; a rank failing on one host stops the ranks on every host (none left behind).
 #
@@ -14,88 +15,9 @@
 # Needs BRAIDRUN, MP_COLLECTIVES and ALLREDUCE_PERF.
 set -uo pipefail
 
-skip() { echo "SKIP: $*"; exit 77; }
-fail() { echo "FAIL: $*" >&2; exit 1; }
-
-[[ $(id -u) == 0 ]] || skip "needs root for network namespaces"
-for t in ip ssh ssh-keygen; do command -v "$t" >/dev/null || skip "no $t"; done
-SSHD=$(command -v sshd || echo /usr/sbin/sshd)
-[[ -x $SSHD ]] || skip "no sshd (apt-get install openssh-server)"
+source "$(dirname "${BASH_SOURCE[0]}")/ssh_hosts.sh"
 : "${BRAIDRUN:?}" "${MP_COLLECTIVES:?}" "${ALLREDUCE_PERF:?}"
-
-T=$(mktemp -d "${TMPDIR:-/tmp}/braid-ssh.XXXXXX")
-tag=$$
-br="bsh$tag"
-subnet=10.203.$((tag % 250))
-ns=("bsh-$tag-a" "bsh-$tag-b")
-addr=("$subnet.2" "$subnet.3")
-sshd_pids=()
-
-cleanup() {
-  for p in "${sshd_pids[@]}"; do kill "$p" 2>/dev/null; done
-  for n in "${ns[@]}"; do
-    ip netns pids "$n" 2>/dev/null | xargs -r kill -9 2>/dev/null
-    ip netns del "$n" 2>/dev/null
-  done
-  ip link del "$br" 2>/dev/null
-  rm -rf "$T"
-}
-trap cleanup EXIT
-
-ip link add "$br" type bridge 2>/dev/null || skip "cannot create a bridge"
-ip addr add "$subnet.1/24" dev "$br" && ip link set "$br" up || skip "cannot address the bridge"
-for i in 0 1; do
-  ip netns add "${ns[i]}" || skip "cannot create a network namespace"
-  ip link add "v$tag$i" type veth peer name eth0 netns "${ns[i]}" || skip "cannot create a veth pair"
-  ip link set "v$tag$i" master "$br" up
-  ip -n "${ns[i]}" link set lo up
-  ip -n "${ns[i]}" addr add "${addr[i]}/24" dev eth0
-  ip -n "${ns[i]}" link set eth0 up
-  # Everything else (this namespace's other addresses) through the launching host.
-  ip -n "${ns[i]}" route add default via "$subnet.1"
-done
-
-# Keys: the client's (authorized on both hosts) and one host key for both sshds.
-ssh-keygen -q -t ed25519 -N '' -f "$T/id" || fail "ssh-keygen"
-ssh-keygen -q -t ed25519 -N '' -f "$T/hostkey" || fail "ssh-keygen"
-cp "$T/id.pub" "$T/authorized_keys"
-mkdir -p /run/sshd  # sshd's privilege separation directory
-for i in 0 1; do
-  cat >"$T/sshd_$i" <<EOF
-ListenAddress ${addr[i]}
-Port 22
-HostKey $T/hostkey
-AuthorizedKeysFile $T/authorized_keys
-PermitRootLogin prohibit-password
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-StrictModes no
-UsePAM no
-PidFile $T/sshd_$i.pid
-SetEnv BRAID_HOST_ID=sshhost$i
-EOF
-  ip netns exec "${ns[i]}" "$SSHD" -D -e -f "$T/sshd_$i" 2>"$T/sshd_$i.log" &
-  sshd_pids+=($!)
-done
-cat >"$T/ssh_config" <<EOF
-Host *
-  User root
-  IdentityFile $T/id
-  IdentitiesOnly yes
-  StrictHostKeyChecking no
-  UserKnownHostsFile /dev/null
-  LogLevel ERROR
-  ConnectTimeout 5
-EOF
-SSH="ssh -F $T/ssh_config"
-for i in 0 1; do
-  up=0
-  for _ in $(seq 50); do
-    if $SSH -T -o BatchMode=yes "${addr[i]}" true 2>/dev/null; then up=1; break; fi
-    sleep 0.1
-  done
-  ((up)) || { cat "$T/sshd_$i.log"; fail "sshd on ${addr[i]} does not answer"; }
-done
+ssh_hosts_up 2
 
 run() {  # braidrun with the test's ssh; output to $T/out (echoed)
   "$BRAIDRUN" --ssh "$SSH" --timeout 60 "$@" >"$T/out" 2>&1

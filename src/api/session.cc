@@ -138,13 +138,18 @@ Session::~Session() {
 }
 
 void Session::countLive(int delta) {
+  // A store served by something that outlives the ranks (braidrun, torch's own store, the
+  // unique id's server) needs no count, and a rank leaving late must not touch a store its
+  // owner may have closed already (torch logs a stack trace for each such call).
+  if (!trackLive_) return;
   // Best effort: a store that fails here fails the rendezvous right after, with a message.
   if (store_ && store_->add(rootPrefix_ + "/live", delta).isOk()) counted_ = delta > 0;
 }
 
 StatusOr<std::unique_ptr<Session>> Session::join(std::shared_ptr<bootstrap::Store> store, int rank, int nranks,
-                                                 core::CommOptions opts) {
+                                                 core::CommOptions opts, bool trackLive) {
   std::unique_ptr<Session> s(new Session());
+  s->trackLive_ = trackLive;
   s->store_ = store;
   s->rootPrefix_ = opts.keyPrefix;
   // Counted before joining: the store's owner finishes joining only after every rank has
@@ -197,7 +202,7 @@ StatusOr<std::unique_ptr<Session>> Session::fromEnv() {
   opts.storeOwnerRank = env.serveStore ? 0 : -1;
   if (init > 0) opts.keyPrefix += ".i" + std::to_string(init);
   BRAID_ASSIGN_OR_RETURN(auto s, join(std::shared_ptr<bootstrap::Store>(std::move(client).value()), env.rank,
-                                      env.worldSize, std::move(opts)));
+                                      env.worldSize, std::move(opts), env.rankZeroServes));
   s->server_ = std::move(server);
   return s;
 }
@@ -653,6 +658,7 @@ StatusOr<std::unique_ptr<Session>> Session::split(const char* fn, int color, int
   child->server_ = server_;
   child->store_ = store_;
   child->rootPrefix_ = rootPrefix_;
+  child->trackLive_ = trackLive_;
   // Counted before the split's exchange, for the same reason as in join().
   if (color >= 0) child->countLive(+1);
   auto c = comm_->split(color, key);

@@ -122,9 +122,12 @@ class Session {
   };
 
   Session() = default;
+  // `trackLive`: a rank of this job serves braid's store and must keep it up until every
+  // session has left (see ~Session); only then do sessions count themselves in it.
   static StatusOr<std::unique_ptr<Session>> join(std::shared_ptr<bootstrap::Store> store, int rank, int nranks,
-                                                 core::CommOptions opts);
-  // Records one more live session of this job in the store (see ~Session).
+                                                 core::CommOptions opts, bool trackLive = false);
+  // Records one more live session of this job in the store (see ~Session); nothing unless
+  // trackLive_.
   void countLive(int delta);
   // Resolves `a.op` (a plain op or a pre-multiplied sum) into `req`.
   // "fn on rank r: ", the prefix of every argument error, built only when one is reported.
@@ -141,6 +144,7 @@ class Session {
   // The key prefix of the communicator every split descends from: its "live" counter
   // tracks every session of the job, children included.
   std::string rootPrefix_ = "braid";
+  bool trackLive_ = false;
   bool counted_ = false;
   std::mutex deviceMu_;
   std::unique_ptr<device::DeviceQueue> deviceQueue_;  // made by the first device call

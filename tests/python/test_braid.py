@@ -43,6 +43,16 @@ def test_monitored_barrier_and_sparse_all_reduce(n):
 
 
 @requires_torch
+@pytest.mark.parametrize("order", ["first", "last"])
+def test_destroy_process_group_in_any_order_leaves_no_stack_traces(order):
+    res = launch("leave", 3, timeout=60, env={"BRAID_TEST_LEAVE": order})
+    res.assert_all_ok()
+    for r, out in enumerate(res.output):
+        for sign in ("Traceback", "Exception raised from", "frame #", "recvValue failed"):
+            assert sign not in out, f"rank {r} printed {sign!r}:\n{out[-3000:]}"
+
+
+@requires_torch
 @pytest.mark.parametrize("n", [2, 3])
 def test_ddp_matches_gloo_and_hooks_train(n):
     launch("ddp", n, timeout=240).assert_all_ok()

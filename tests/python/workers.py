@@ -802,6 +802,21 @@ def scenario_gaps():
     dist.destroy_process_group()
 
 
+def scenario_leave():
+    """destroy_process_group with the ranks leaving in the order BRAID_TEST_LEAVE gives
+    ("first": rank 0, which hosts torch's store, leaves first; "last": it leaves last)."""
+    torch, dist = init_torch()
+    with check("a collective before leaving"):
+        t = torch.ones(8)
+        dist.all_reduce(t)
+        assert torch.equal(t, torch.full((8,), float(WORLD)))
+    order = os.environ.get("BRAID_TEST_LEAVE", "first")
+    time.sleep(0.3 * (RANK if order == "first" else WORLD - RANK))
+    with check("destroy_process_group returns"):
+        dist.destroy_process_group()
+    write_result()
+
+
 def scenario_kill():
     """The last rank dies (SIGKILL, no goodbye) after a first all_reduce; the survivors must
     raise from their next collectives within the group's timeout instead of hanging.

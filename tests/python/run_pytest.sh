@@ -21,6 +21,7 @@ if [ "$MODE" != test ] && [ "$MODE" != gpu ]; then
   # that an unchanged tree rebuilds in seconds.
   "$PY" -m pip install -q --disable-pip-version-check --upgrade --no-build-isolation --no-deps \
     -C build-dir="$OUT/pybuild" -C cmake.define.BRAID_PREBUILT_LIBRARY="$LIB" -C cmake.define.BRAID_PY_TORCH=ON \
+    -C cmake.define.BRAID_PREBUILT_PROGRAMS="${BRAID_PY_PROGRAMS//:/;}" \
     --target "$OUT/site" "$ROOT/python"
 fi
 [ "$MODE" = build ] && exit 0

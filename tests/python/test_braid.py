@@ -96,3 +96,23 @@ def test_torchrun_launches_an_unchanged_script():
     assert res.returncode == 0, out[-4000:]
     for r in range(3):
         assert f"torchrun ok rank {r} of 3 local_rank {r}" in out, out[-4000:]
+
+
+def test_console_scripts_run_the_bundled_programs():
+    """The package's console scripts (pip puts them in <target>/bin) exec the programs in
+    braid/bin: braidrun, braid-info and the perf tools."""
+    bindir = os.path.join(SITE, "bin")
+    env = dict(os.environ, PYTHONPATH=SITE + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    for k in ("RANK", "WORLD_SIZE", "BRAID_RANK", "BRAID_WORLD_SIZE"):
+        env.pop(k, None)
+    v = subprocess.run([os.path.join(bindir, "braidrun"), "--version"], env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert v.returncode == 0 and v.stdout.startswith("braidrun (braid) "), v
+    h = subprocess.run([os.path.join(bindir, "braid-info"), "--help"], env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert h.returncode == 0 and "usage: braid-info" in h.stdout, h
+    r = subprocess.run([os.path.join(bindir, "braidrun"), "-np", "2", os.path.join(bindir, "allreduce_perf"),
+                        "-b", "8", "-e", "1K", "-f", "8", "-n", "2", "-c", "1"],
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "Out of bounds values : 0 OK" in r.stdout, r.stdout + r.stderr
+

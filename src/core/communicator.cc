@@ -18,6 +18,7 @@
 #include "bootstrap/host_id.h"
 #include "bootstrap/unique_id.h"
 #include "common/log.h"
+#include "common/timeline.h"
 #include "plan/planner.h"
 #include "reduce/reduce.h"
 #include "topology/discover.h"
@@ -181,6 +182,7 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::create(std::shared_ptr<boo
     return invalidArgument("rank=" + std::to_string(rank) + " must be in [0, nranks=" + std::to_string(nranks) + ")");
   if (!store) return invalidArgument("store is null");
   std::unique_ptr<Communicator> c(new Communicator(std::move(store), rank, nranks, std::move(opts)));
+  timeline::setRank(rank);  // the process's first communicator names it in the trace
   Status s = c->init();
   if (!s.isOk()) {
     // Peers may be blocked in setup too: tell them, so they fail now rather than at timeout.
@@ -851,6 +853,7 @@ void Communicator::enqueue(const std::shared_ptr<Op>& op, size_t first) {
 }
 
 Status Communicator::run(const algorithms::Request& req, const void* input, void* output, std::vector<void*> extra) {
+  const int64_t t0 = timeline::on() ? timeline::nowUs() : 0;
   std::shared_ptr<Op> op;
   bool runInline = false;
   {
@@ -866,7 +869,17 @@ Status Communicator::run(const algorithms::Request& req, const void* input, void
   // Nothing is queued ahead of us, so running the first channel here keeps issue order and
   // saves the wake-up of a progress thread, which dominates small-message latency.
   if (runInline) runChannel(op, op->channels_[0]);
-  return op->wait().withContext(op->name_);
+  Status s = op->wait().withContext(op->name_);
+  if (timeline::on()) traceCall(*op, t0, s);
+  return s;
+}
+
+void Communicator::traceCall(const Op& op, int64_t t0, const Status& s) const {
+  timeline::span(op.name_, "call", t0, timeline::nowUs() - t0, timeline::kCallsTid,
+                 "\"seq\": " + std::to_string(op.tag_ >> 32 & 0x3ff) + ", \"bytes\": " + std::to_string(op.outputBytes_) +
+                     ", \"algorithm\": \"" + op.schedule_->algorithm + "\", \"channels\": " +
+                     std::to_string(op.channels_.size()) + ", \"comm_rank\": " + std::to_string(rank_) +
+                     (s.isOk() ? "" : ", \"error\": \"failed\""));
 }
 
 StatusOr<std::shared_ptr<Op>> Communicator::submit(const algorithms::Request& req, const void* input, void* output,
@@ -891,7 +904,13 @@ void Communicator::runChannel(const std::shared_ptr<Op>& op, int channel) {
     ctx.streamOutput = op->outputBytes_ >= kStreamOutputBytes;
     ctx.abortFlag = &abortFlag_;
     ctx.healthCheck = [this] { return healthCheck(); };
+    const int64_t t0 = timeline::on() ? timeline::nowUs() : 0;
     s = exec::runChannel(*op->schedule_, channel, op->buffers_, mesh ? meshLinks_ : links_[channel], ctx);
+    if (t0) {
+      timeline::span(op->name_ + " ch" + std::to_string(channel), "channel", t0, timeline::nowUs() - t0, channel,
+                     "\"algorithm\": \"" + op->schedule_->algorithm + "\", \"bytes\": " +
+                         std::to_string(op->outputBytes_));
+    }
     if (!s.isOk()) s = fail(s);
   }
   op->complete(s);

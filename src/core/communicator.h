@@ -136,6 +136,8 @@ class Communicator {
   // Hands op->channels_[first...] to their progress threads.
   void enqueue(const std::shared_ptr<Op>& op, size_t first);
   void runChannel(const std::shared_ptr<Op>& op, int channel);
+  // BRAID_TIMELINE: the span of one blocking call, from issue to completion.
+  void traceCall(const Op& op, int64_t t0, const Status& s) const;
   void workerLoop(int channel);
   Status healthCheck();
   // A peer's published failure as a Status (Ok when there is none).

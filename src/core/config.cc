@@ -37,6 +37,7 @@ const std::vector<ConfigEntry>& configTable() {
       {"BRAID_RANK", "int", "", "launcher: this process's rank (set by braidrun)"},
       {"BRAID_WORLD_SIZE", "int", "", "launcher: number of ranks (set by braidrun)"},
       {"BRAID_STORE_ADDR", "string", "", "launcher: host:port of the rendezvous store"},
+      {"BRAID_TIMELINE", "string", "", "a folder: each process writes a Chrome trace of its calls, channels, steps and waits there at exit (braid-info --timeline merges them)"},
       {"BRAID_PORT_RANGE", "string", "", "tcp: listen for peers' data connections on a port in LO-HI (firewalled clusters); empty = any free port"},
       {"BRAID_STORE_EXTERNAL", "bool", "0", "launcher: the store is served outside the ranks (braidrun)"},
   };

@@ -1,5 +1,7 @@
 #include "exec/executor.h"
 
+#include "common/timeline.h"
+
 #include <poll.h>
 #include <sched.h>
 
@@ -40,7 +42,7 @@ class ChannelRunner {
   ChannelRunner(const Schedule& s, int channel, const Buffers& b, const ChannelLinks& links,
                 const RunContext& ctx)
       : s_(s), plan_(s.channels[channel]), b_(b), links_(links), ctx_(ctx),
-        es_(dataTypeSize(s.dtype)) {
+        es_(dataTypeSize(s.dtype)), channel_(channel) {
     // The distinct connections this channel touches: all of them are progressed while any
     // one is awaited, so a stream transport never sits on staged bytes a peer waits for.
     for (const Step& st : plan_.steps) {
@@ -72,9 +74,11 @@ class ChannelRunner {
         size_t lo = elems * r / rounds * es_;
         size_t hi = elems * (r + 1) / rounds * es_;
         const bool direct = !directSend_.empty() && directSend_[i];
+        const int64_t t0 = timeline::on() ? timeline::nowUs() : 0;
         for (size_t off = lo; off < hi; off += sliceBytes_) {
           BRAID_RETURN_IF_ERROR(runSlice(st, direct, off, std::min(sliceBytes_, hi - off)));
         }
+        if (t0) traceStep(st, r, rounds, hi - lo, t0);
       }
     }
     return Status::ok();
@@ -92,6 +96,16 @@ class ChannelRunner {
   }
   static bool writesDst(Prim p) {
     return p != Prim::kSend && p != Prim::kRecvReduceSend;
+  }
+
+  // BRAID_TIMELINE: one round's part of a step.
+  void traceStep(const Step& st, size_t round, size_t rounds, size_t bytes, int64_t t0) const {
+    std::string name = primName(st.prim);
+    if (st.peerIn >= 0) name += " <" + std::to_string(st.peerIn);
+    if (st.peerOut >= 0) name += " >" + std::to_string(st.peerOut);
+    timeline::span(name, "step", t0, timeline::nowUs() - t0, channel_,
+                   "\"round\": " + std::to_string(round) + ", \"rounds\": " + std::to_string(rounds) +
+                       ", \"bytes\": " + std::to_string(bytes));
   }
 
   // A step may hand its connection the caller's memory only if nothing else in the whole
@@ -340,6 +354,23 @@ class ChannelRunner {
     auto attempt = [&]() { return tryOnce(c, forSend, slot, landing, bytes); };
     Status st = attempt();
     if (st.code() != Code::kWouldBlock) return st;
+    if (timeline::on()) {
+      // The wait as a span when it lasted long enough to matter.
+      const int64_t t0 = timeline::nowUs();
+      st = waitLoop(c, forSend, slot, landing, bytes);
+      const int64_t dur = timeline::nowUs() - t0;
+      if (dur >= timeline::kMinWaitUs) {
+        timeline::span(std::string(forSend ? "wait to send to rank " : "wait for rank ") + std::to_string(c->peer()),
+                       "wait", t0, dur, channel_, "\"peer\": " + std::to_string(c->peer()));
+      }
+      return st;
+    }
+    return waitLoop(c, forSend, slot, landing, bytes);
+  }
+
+  Status waitLoop(Connection* c, bool forSend, Slot* slot, void* landing, size_t bytes) {
+    auto attempt = [&]() { return tryOnce(c, forSend, slot, landing, bytes); };
+    Status st;
     const char* what = forSend ? "send to" : "receive from";
     int64_t start = nowNanos();
     int64_t spinEnd = start + int64_t{ctx_.wait.spinMicros} * 1000;
@@ -446,6 +477,7 @@ class ChannelRunner {
     size_t n_ = 0;
   };
   ConnList active_;
+  int channel_;
   std::vector<bool> directSend_;  // per step; empty when no connection sends from user memory
   int64_t nextHealthNs_ = 0;
 };

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "braid/braid.h"
+#include "common/timeline.h"
 #include "core/config.h"
 #include "plan/planner.h"
 #include "plan/simulator.h"
@@ -102,6 +103,7 @@ struct WorldArgs {
 void printUsage(FILE* f) {
   std::fprintf(f,
                "usage: braid-info [--config | --version | --help]\n"
+               "       braid-info --timeline DIR [-o FILE]\n"
                "       braid-info --plan COLL SIZE... [--hosts H] [--ranks-per-host R] [--channels C]\n"
                "                  [--transport T] [--latency 1ms] [--bandwidth 1.2G] [--simulate]\n"
                "       braid-info --scaling COLL SIZE [--ranks-per-host R] [--max-ranks N] [...]\n"
@@ -109,6 +111,8 @@ void printUsage(FILE* f) {
                "  --config       every environment knob: name, type, default, current value, help\n"
                "  --plan         the algorithm, channels and predicted time braid picks per size\n"
                "  --scaling      the same for growing rank counts\n"
+               "  --timeline     merge the per-rank traces BRAID_TIMELINE=DIR wrote into one Chrome\n"
+               "                 trace (default DIR/timeline.json; open in ui.perfetto.dev)\n"
                "  --version      braid's version\n");
 }
 
@@ -337,6 +341,20 @@ int main(int argc, char** argv) {
   }
   if (argc == 2 && !std::strcmp(argv[1], "--version")) {
     std::printf("braid-info (braid) %d.%d.%d\n", BRAID_MAJOR, BRAID_MINOR, BRAID_PATCH);
+    return 0;
+  }
+  if (argc > 1 && !std::strcmp(argv[1], "--timeline")) {
+    if (argc != 3 && !(argc == 5 && !std::strcmp(argv[3], "-o"))) usage();
+    std::string dir = argv[2];
+    while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+    const std::string out = argc == 5 ? argv[4] : dir + "/timeline.json";
+    std::string err;
+    int64_t n = braid::timeline::merge(dir, out, &err);
+    if (n < 0) {
+      std::fprintf(stderr, "braid-info --timeline: %s\n", err.c_str());
+      return 1;
+    }
+    std::printf("%s: %lld events\n", out.c_str(), static_cast<long long>(n));
     return 0;
   }
   if (argc > 1 && !std::strcmp(argv[1], "--config")) {

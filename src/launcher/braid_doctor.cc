@@ -168,19 +168,7 @@ void measurePair(const Run& run, const Options& o, int peer, std::vector<uint8_t
   const bool first = run.rank < peer;
   auto send = [&](void* p, size_t bytes) { ok(run, braidSend(p, bytes, braidUint8, peer, run.comm, nullptr), "braidSend"); };
   auto recv = [&](void* p, size_t bytes) { ok(run, braidRecv(p, bytes, braidUint8, peer, run.comm, nullptr), "braidRecv"); };
-  // Warm the connection up (first messages may set it up).
-  if (first) {
-    send(&token, 8);
-    recv(&token, 8);
-  } else {
-    recv(&token, 8);
-    send(&token, 8);
-  }
-  // The median round trip, not the mean: one descheduled moment on a busy host would
-  // otherwise make a good link look slow.
-  std::vector<double> rtt(static_cast<size_t>(o.latIters));
-  for (int i = 0; i < o.latIters; ++i) {
-    const double t = now();
+  auto pingPong = [&] {
     if (first) {
       send(&token, 8);
       recv(&token, 8);
@@ -188,6 +176,14 @@ void measurePair(const Run& run, const Options& o, int peer, std::vector<uint8_t
       recv(&token, 8);
       send(&token, 8);
     }
+  };
+  pingPong();  // warms the connection up (first messages may set it up)
+  // The median round trip, not the mean: one descheduled moment on a busy host would
+  // otherwise make a good link look slow.
+  std::vector<double> rtt(static_cast<size_t>(o.latIters));
+  for (int i = 0; i < o.latIters; ++i) {
+    const double t = now();
+    pingPong();
     rtt[static_cast<size_t>(i)] = now() - t;
   }
   std::nth_element(rtt.begin(), rtt.begin() + rtt.size() / 2, rtt.end());

@@ -338,6 +338,71 @@ double rankValue(braidDataType_t dt, int rank, size_t index) {
 
 // ---- options -----------------------------------------------------------------------------
 
+// Before the communicator exists every rank parses the same argv and would print the same
+// message; the launcher's rank variables (when present) let all but one stay quiet.
+bool quietRank() {
+  for (const char* var : {"BRAID_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"}) {
+    const char* v = std::getenv(var);
+    if (v && *v) return std::strcmp(v, "0") != 0;
+  }
+  return false;
+}
+
+bool parseInt(const char* s, long long lo, long long hi, long long* out) {
+  if (!s || !*s) return false;
+  char* end = nullptr;
+  errno = 0;
+  long long v = std::strtoll(s, &end, 10);
+  if (errno != 0 || *end != '\0' || v < lo || v > hi) return false;
+  *out = v;
+  return true;
+}
+
+// "8", "1.5K", "64M", "2G" (powers of 1024, as nccl-tests' parsesize).
+bool parseSize(const char* s, size_t* out) {
+  if (!s || !*s) return false;
+  char* end = nullptr;
+  errno = 0;
+  double v = std::strtod(s, &end);
+  if (errno != 0 || end == s || !(v >= 0)) return false;
+  double unit = 1;
+  switch (*end) {
+    case '\0': break;
+    case 'k': case 'K': unit = 1024.0; ++end; break;
+    case 'm': case 'M': unit = 1024.0 * 1024; ++end; break;
+    case 'g': case 'G': unit = 1024.0 * 1024 * 1024; ++end; break;
+    default: return false;
+  }
+  if (*end == 'B' || *end == 'b') ++end;  // tolerate "64MB"
+  if (*end != '\0') return false;
+  double bytes = v * unit;
+  if (bytes > 9.0e18) return false;
+  *out = static_cast<size_t>(bytes);
+  return true;
+}
+
+std::string jsonEscape(const std::string& s) {
+  std::string out;
+  for (unsigned char ch : s) {
+    switch (ch) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (ch < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof(buf), "\\u%04x", ch);
+          out += buf;
+        } else {
+          out += static_cast<char>(ch);
+        }
+    }
+  }
+  return out;
+}
+
+
 namespace {
 
 constexpr int kExitOk = 0;
@@ -370,16 +435,6 @@ struct Options {
   int timeoutSec = 0;     // -T: a size that takes longer aborts the run; 0 = no limit
   bool cpuTime = false;   // -C 1: the time column is the time to issue the calls
 };
-
-// Before the communicator exists every rank parses the same argv and would print the same
-// message; the launcher's rank variables (when present) let all but one stay quiet.
-bool quietRank() {
-  for (const char* var : {"BRAID_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"}) {
-    const char* v = std::getenv(var);
-    if (v && *v) return std::strcmp(v, "0") != 0;
-  }
-  return false;
-}
 
 void printUsage(const Tool& tool, FILE* out) {
   std::fprintf(out,
@@ -427,39 +482,6 @@ void printUsage(const Tool& tool, FILE* out) {
                "Ranks come from the launcher's environment (braidrun, torchrun, mpirun, srun).\n"
                "Output: nccl-tests' table on rank 0; algbw = size / time, busbw = algbw * %s (GB = 1e9 B).\n",
                tool.busFactorText);
-}
-
-bool parseInt(const char* s, long long lo, long long hi, long long* out) {
-  if (!s || !*s) return false;
-  char* end = nullptr;
-  errno = 0;
-  long long v = std::strtoll(s, &end, 10);
-  if (errno != 0 || *end != '\0' || v < lo || v > hi) return false;
-  *out = v;
-  return true;
-}
-
-// "8", "1.5K", "64M", "2G" (powers of 1024, as nccl-tests' parsesize).
-bool parseSize(const char* s, size_t* out) {
-  if (!s || !*s) return false;
-  char* end = nullptr;
-  errno = 0;
-  double v = std::strtod(s, &end);
-  if (errno != 0 || end == s || !(v >= 0)) return false;
-  double unit = 1;
-  switch (*end) {
-    case '\0': break;
-    case 'k': case 'K': unit = 1024.0; ++end; break;
-    case 'm': case 'M': unit = 1024.0 * 1024; ++end; break;
-    case 'g': case 'G': unit = 1024.0 * 1024 * 1024; ++end; break;
-    default: return false;
-  }
-  if (*end == 'B' || *end == 'b') ++end;  // tolerate "64MB"
-  if (*end != '\0') return false;
-  double bytes = v * unit;
-  if (bytes > 9.0e18) return false;
-  *out = static_cast<size_t>(bytes);
-  return true;
 }
 
 bool parseType(const char* s, Options* o) {
@@ -718,27 +740,6 @@ std::string versionString(int code) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%d.%d.%d", code / 10000, code / 100 % 100, code % 100);
   return buf;
-}
-
-std::string jsonEscape(const std::string& s) {
-  std::string out;
-  for (unsigned char ch : s) {
-    switch (ch) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (ch < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", ch);
-          out += buf;
-        } else {
-          out += static_cast<char>(ch);
-        }
-    }
-  }
-  return out;
 }
 
 // JSON has no inf or NaN; a zero-time row (count 0 on a fast path) would otherwise produce one.

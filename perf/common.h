@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <string>
 
 namespace braid::perf {
 
@@ -202,6 +203,17 @@ class ReduceValues {
 // most 48 in magnitude, negative ones only for signed types): data for broadcast, gather and
 // the like, where the result is some rank's input moved, not combined.
 double rankValue(braidDataType_t dt, int rank, size_t index);
+
+// ---- command lines -----------------------------------------------------------------------
+
+// Before a communicator exists every rank parses the same argv and would print the same
+// message; true on the ranks other than 0 per the launcher's variables.
+bool quietRank();
+// v in [lo, hi], whole string.
+bool parseInt(const char* s, long long lo, long long hi, long long* out);
+// "8", "1.5K", "64M", "2G" (powers of 1024, as nccl-tests' parsesize).
+bool parseSize(const char* s, size_t* out);
+std::string jsonEscape(const std::string& s);
 
 // ---- tools -------------------------------------------------------------------------------
 

@@ -876,7 +876,7 @@ Status Communicator::run(const algorithms::Request& req, const void* input, void
 
 void Communicator::traceCall(const Op& op, int64_t t0, const Status& s) const {
   timeline::span(op.name_, "call", t0, timeline::nowUs() - t0, timeline::kCallsTid,
-                 "\"seq\": " + std::to_string(op.tag_ >> 32 & 0x3ff) + ", \"bytes\": " + std::to_string(op.outputBytes_) +
+                 "\"seq\": " + std::to_string(op.tag_ >> 32) + ", \"bytes\": " + std::to_string(op.outputBytes_) +
                      ", \"algorithm\": \"" + op.schedule_->algorithm + "\", \"channels\": " +
                      std::to_string(op.channels_.size()) + ", \"comm_rank\": " + std::to_string(rank_) +
                      (s.isOk() ? "" : ", \"error\": \"failed\""));

@@ -14,7 +14,7 @@
 //   braidrun -H node1:1,node2:1,node3:1 braid-doctor -J doctor.json   # one rank per host
 //   perf/plot.py --doctor doctor.json -o .                             # heatmaps
 //
-// It uses only braid's public C API, as the perf tools do.
+// It uses only braid's public C API, as the perf tools do, and their command-line helpers.
 
 #include <braid/braid.h>
 #include <unistd.h>
@@ -29,7 +29,13 @@
 #include <string>
 #include <vector>
 
+#include "common.h"
+
 namespace {
+
+using braid::perf::jsonEscape;
+using braid::perf::parseSize;
+using braid::perf::quietRank;
 
 constexpr int kUsage = 2;
 // A link's latency is flagged only when it is also this much above its kind's median: a few
@@ -60,33 +66,11 @@ void usage(FILE* f) {
                "links across hosts likewise. Exit status 1 when a link or rank is flagged.\n");
 }
 
-bool parseSize(const char* s, size_t* out) {
-  char* end = nullptr;
-  double v = std::strtod(s, &end);
-  if (end == s || !(v > 0)) return false;
-  double unit = 1;
-  if (*end == 'k' || *end == 'K') unit = 1024, ++end;
-  else if (*end == 'm' || *end == 'M') unit = 1024.0 * 1024, ++end;
-  else if (*end == 'g' || *end == 'G') unit = 1024.0 * 1024 * 1024, ++end;
-  if (*end) return false;
-  *out = static_cast<size_t>(v * unit);
-  return *out > 0 && *out <= (1ull << 32);
-}
-
 bool parseInt(const char* s, int lo, int hi, int* out) {
-  char* end = nullptr;
-  long v = std::strtol(s, &end, 10);
-  if (end == s || *end || v < lo || v > hi) return false;
+  long long v = 0;
+  if (!braid::perf::parseInt(s, lo, hi, &v)) return false;
   *out = static_cast<int>(v);
   return true;
-}
-
-bool quiet() {
-  const char* r = std::getenv("BRAID_RANK");
-  if (!r) r = std::getenv("RANK");
-  if (!r) r = std::getenv("OMPI_COMM_WORLD_RANK");
-  if (!r) r = std::getenv("SLURM_PROCID");
-  return r && std::strcmp(r, "0") != 0;
 }
 
 // -1: go on; else the exit status.
@@ -95,19 +79,20 @@ int parseArgs(int argc, char** argv, Options* o) {
     std::string a = argv[i];
     auto value = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
     auto bad = [&](const char* v, const char* want) {
-      if (!quiet())
+      if (!quietRank())
         std::fprintf(stderr, "braid-doctor: invalid value '%s' for %s: expected %s\n", v ? v : "", a.c_str(), want);
       return kUsage;
     };
     if (a == "-h" || a == "--help") {
-      if (!quiet()) usage(stdout);
+      if (!quietRank()) usage(stdout);
       return 0;
     } else if (a == "--version") {
-      if (!quiet()) std::printf("braid-doctor (braid) %d.%d.%d\n", BRAID_MAJOR, BRAID_MINOR, BRAID_PATCH);
+      if (!quietRank()) std::printf("braid-doctor (braid) %d.%d.%d\n", BRAID_MAJOR, BRAID_MINOR, BRAID_PATCH);
       return 0;
     } else if (a == "-b" || a == "--bytes") {
       const char* v = value();
-      if (!v || !parseSize(v, &o->bytes)) return bad(v, "a size such as 1M");
+      if (!v || !parseSize(v, &o->bytes) || o->bytes == 0 || o->bytes > (1ull << 32))
+        return bad(v, "a size such as 1M");
     } else if (a == "-n" || a == "--iters") {
       const char* v = value();
       if (!v || !parseInt(v, 1, 100000, &o->iters)) return bad(v, "an integer >= 1");
@@ -124,7 +109,7 @@ int parseArgs(int argc, char** argv, Options* o) {
       if (!v || !*v) return bad(v, "a file name");
       o->json = v;
     } else {
-      if (!quiet()) std::fprintf(stderr, "braid-doctor: unknown argument '%s' (see -h)\n", a.c_str());
+      if (!quietRank()) std::fprintf(stderr, "braid-doctor: unknown argument '%s' (see -h)\n", a.c_str());
       return kUsage;
     }
   }
@@ -210,15 +195,6 @@ double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   size_t m = v.size() / 2;
   return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
-}
-
-std::string jsonEscape(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    if (c == '"' || c == '\\') o += '\\';
-    if (static_cast<unsigned char>(c) >= 0x20) o += c;
-  }
-  return o;
 }
 
 }  // namespace

@@ -18,9 +18,11 @@
 #include "bootstrap/http_kv.h"
 #include "bootstrap/launch_env.h"
 #include "bootstrap/memory_store.h"
+#include "bootstrap/pmix_kv.h"
 #include "bootstrap/tcp_store.h"
 #include "bootstrap/unique_id.h"
 #include "common/log.h"
+#include "transports/tcp/socket_util.h"
 #include "reduce/reduce.h"
 
 namespace braid::api {
@@ -81,6 +83,31 @@ Status exchangeStoreAddress(bootstrap::LaunchEnv* env, uint64_t init, const boot
   BRAID_ASSIGN_OR_RETURN(std::string value, kv.waitGet(env->kvScope, key, deadline));
   return bootstrap::parseStoreAddress(env->kvScope + "/" + key + " at " + kv.address(), value, &env->storeHost,
                                       &env->storePort);
+}
+
+// The same through the launcher's PMIx server (mpirun across hosts): every rank fences, the
+// store's owner having put the address of the interface braid's tcp transport listens on
+// (BRAID_NET_IF when set, else the first non-loopback one).
+Status exchangeStoreAddressPmix(bootstrap::LaunchEnv* env, uint64_t init, const bootstrap::TcpStoreServer* server,
+                                const core::Config& cfg, Deadline deadline) {
+  const std::string key = env->pmixKey + ".i" + std::to_string(init);
+  std::string value;
+  if (server) {
+    std::string host = advertisedAddress();
+    if (!cfg.netIf.empty()) {
+      BRAID_ASSIGN_OR_RETURN(in_addr a, transport::tcp::resolveBindAddress(cfg.netIf));
+      if (a.s_addr != htonl(INADDR_ANY)) {
+        char buf[INET_ADDRSTRLEN];
+        host = inet_ntop(AF_INET, &a, buf, sizeof buf);
+      }
+    }
+    value = host + ":" + std::to_string(server->port());
+    BRAID_TRACE("publishing store %s as PMIx key %s", value.c_str(), key.c_str());
+    BRAID_RETURN_IF_ERROR(bootstrap::pmixExchange(key, &value, 0, &value, deadline));
+  } else {
+    BRAID_RETURN_IF_ERROR(bootstrap::pmixExchange(key, nullptr, 0, &value, deadline));
+  }
+  return bootstrap::parseStoreAddress("PMIx key " + key, value, &env->storeHost, &env->storePort);
 }
 
 }  // namespace
@@ -187,6 +214,13 @@ StatusOr<std::unique_ptr<Session>> Session::fromEnv() {
     if (!s.isOk())
       return s.withContext("rank " + std::to_string(env.rank) + " (from " + env.source +
                            " environment, the store's address through HOROVOD_GLOO_RENDEZVOUS_ADDR/PORT)");
+  }
+  if (!env.pmixKey.empty()) {
+    Status s = exchangeStoreAddressPmix(&env, init, server.get(), cfg, deadline);
+    if (!s.isOk())
+      return s.withContext("rank " + std::to_string(env.rank) + " (from " + env.source +
+                           " environment across hosts, the store's address through PMIx; or set MASTER_ADDR and "
+                           "MASTER_PORT)");
   }
   auto client = bootstrap::TcpStoreClient::connect(env.storeHost, env.storePort, generation, deadline);
   // The previous init's store refuses the handshake, or resets it while closing: try again

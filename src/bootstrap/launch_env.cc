@@ -96,6 +96,7 @@ Status checkRanks(LaunchEnv& e, const char* rankVar, const char* sizeVar, const 
 struct DerivedStore {
   std::string host;
   int port = 0;
+  std::string pmixKey;  // instead of host and port: the address goes through PMIx
   std::string why;
 };
 using Deriver = std::function<DerivedStore()>;
@@ -128,6 +129,14 @@ Status storeFromBraidOrMaster(const Getenv& getenv, const std::string& launcher,
   std::string why;
   if (derive) {
     DerivedStore d = derive();
+    if (!d.pmixKey.empty()) {
+      e->storeHost.clear();
+      e->storePort = 0;  // rank 0 binds an ephemeral port and publishes it
+      e->pmixKey = d.pmixKey;
+      e->rankZeroServes = true;
+      e->serveStore = e->rank == 0;
+      return Status::ok();
+    }
     if (!d.host.empty()) {
       e->storeHost = d.host;
       e->storePort = d.port;
@@ -261,7 +270,8 @@ StatusOr<LaunchEnv> fromOpenMpi(const Getenv& getenv) {
   BRAID_RETURN_IF_ERROR(checkRanks(e, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
                                    "OMPI_COMM_WORLD_LOCAL_SIZE"));
   // Every rank on one host (mpirun -np N): the store on the loopback interface, on a port
-  // from mpirun's job id. Across hosts OpenMPI's variables do not say where rank 0 runs.
+  // from mpirun's job id. Across hosts OpenMPI's variables do not say where rank 0 runs, but
+  // every rank is a client of its host's PMIx server: rank 0 publishes the address there.
   Deriver oneHost = [&]() {
     DerivedStore d;
     const char* job = lookup(getenv, "OMPI_MCA_ess_base_jobid");
@@ -269,9 +279,11 @@ StatusOr<LaunchEnv> fromOpenMpi(const Getenv& getenv) {
     if (e.localSize == e.worldSize && id != 0) {
       d.host = "127.0.0.1";
       d.port = derivedPort(id, 0);
+    } else if (e.localSize != e.worldSize && lookup(getenv, "PMIX_NAMESPACE") && lookup(getenv, "PMIX_RANK")) {
+      d.pmixKey = "braid.store.n" + std::to_string(e.worldSize);
     } else if (e.localSize != e.worldSize) {
-      d.why = "the ranks span several hosts, and OpenMPI's variables do not say which runs rank 0; "
-              "mpirun -x MASTER_ADDR=<first host> -x MASTER_PORT=29500 does";
+      d.why = "the ranks span several hosts, OpenMPI's variables do not say which runs rank 0, and there is no "
+              "PMIx server (PMIX_NAMESPACE) to ask; mpirun -x MASTER_ADDR=<first host> -x MASTER_PORT=29500 does";
     } else {
       d.why = "OMPI_MCA_ess_base_jobid is not set";
     }

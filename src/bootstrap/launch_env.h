@@ -29,6 +29,11 @@ struct LaunchEnv {
   int kvPort = 0;
   std::string kvScope;
   std::string kvKey;
+
+  // Set when the store's address goes through the launcher's PMIx server instead (mpirun
+  // across hosts, bootstrap/pmix_kv.h): rank 0 serves on an ephemeral port and puts
+  // "host:port" under this key; every rank fences, the others read it from rank 0.
+  std::string pmixKey;
 };
 
 // Reads the launcher's variables through `getenv` (injected so tests need not touch the
@@ -49,7 +54,9 @@ struct LaunchEnv {
 //   openmpi  OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK,
 //            OMPI_COMM_WORLD_LOCAL_SIZE; the store from BRAID_STORE_ADDR or MASTER_ADDR and
 //            MASTER_PORT, else, when every rank is on one host, 127.0.0.1 on a port from
-//            OMPI_MCA_ess_base_jobid (rank 0 serves).
+//            OMPI_MCA_ess_base_jobid, else, across hosts with a PMIx server (PMIX_NAMESPACE,
+//            PMIX_RANK), published by rank 0 under pmixKey "braid.store.n<size>" (rank 0
+//            serves).
 //   slurm    SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID; the store as for openmpi, else on
 //            the first node of SLURM_STEP_NODELIST (or SLURM_JOB_NODELIST), where srun puts
 //            task 0, on a port from SLURM_JOB_ID and SLURM_STEP_ID (rank 0 serves). Derived

@@ -365,10 +365,38 @@ TEST_CASE("launch env: srun and a one-host mpirun find the store with no address
     CHECK(r->storeHost == "127.0.0.1");
     CHECK(r->storePort == 20000 + static_cast<int>((2089877505ull * 64) % 40000));
     CHECK(r->rankZeroServes);
-    // Across hosts nothing says where rank 0 runs: the error says what to pass.
+    // Across hosts OpenMPI's variables do not say where rank 0 runs: the address goes
+    // through the PMIx server when there is one ...
     e["OMPI_COMM_WORLD_LOCAL_SIZE"] = "2";
     e["OMPI_COMM_WORLD_LOCAL_RANK"] = "1";
-    checkFails(e, {"span several hosts", "-x MASTER_ADDR", "BRAID_STORE_ADDR"});
+    e["PMIX_NAMESPACE"] = "2089877505";
+    e["PMIX_RANK"] = "3";
+    auto p = detect(e);
+    INFO(p.status().toString());
+    REQUIRE(p.isOk());
+    CHECK(p->pmixKey == "braid.store.n4");
+    CHECK(p->storeHost.empty());
+    CHECK(p->storePort == 0);
+    CHECK(p->rankZeroServes);
+    CHECK_FALSE(p->serveStore);  // rank 3
+    e["OMPI_COMM_WORLD_RANK"] = "0";
+    e["OMPI_COMM_WORLD_LOCAL_RANK"] = "0";
+    CHECK(detect(e)->serveStore);
+    e["OMPI_COMM_WORLD_RANK"] = "3";
+    e["OMPI_COMM_WORLD_LOCAL_RANK"] = "1";
+    // ... an address given wins over it ...
+    e["MASTER_ADDR"] = "node1";
+    e["MASTER_PORT"] = "29500";
+    CHECK(detect(e)->pmixKey.empty());
+    CHECK(detect(e)->storeHost == "node1");
+    e.erase("MASTER_ADDR");
+    e.erase("MASTER_PORT");
+    // ... and without either the error says what to pass.
+    e.erase("PMIX_NAMESPACE");
+    checkFails(e, {"span several hosts", "PMIx", "-x MASTER_ADDR", "BRAID_STORE_ADDR"});
+    e["PMIX_NAMESPACE"] = "2089877505";
+    e["OMPI_COMM_WORLD_LOCAL_SIZE"] = "4";
+    CHECK(detect(e)->pmixKey.empty());  // one host: loopback as above, no PMIx
   }
 }
 

@@ -115,4 +115,11 @@ def test_console_scripts_run_the_bundled_programs():
                         "-b", "8", "-e", "1K", "-f", "8", "-n", "2", "-c", "1"],
                        env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "Out of bounds values : 0 OK" in r.stdout, r.stdout + r.stderr
+    # The perf tools load the package's own libbraid (their run path is $ORIGIN/..), not the
+    # build tree's they were linked against.
+    ldd = subprocess.run(["ldd", os.path.join(SITE, "braid", "bin", "allreduce_perf")], capture_output=True,
+                         text=True, timeout=60)
+    lib = [line for line in ldd.stdout.splitlines() if "libbraid.so" in line]
+    want = os.path.realpath(os.path.join(SITE, "braid", "libbraid.so.0"))
+    assert lib and os.path.realpath(lib[0].split("=>")[1].split("(")[0].strip()) == want, ldd.stdout
 

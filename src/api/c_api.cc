@@ -116,14 +116,15 @@ Status noteInGroup(braidComm_t comm, const Status& s) {
 braidResult_t collective(braidComm_t comm, const CallArgs& a) {
   if (!comm) return report(nullptr, nullComm(a.fn));
   return guarded(comm, [&]() -> Status {
-    auto call = comm->session->prepare(a);
+    Call call;
+    Status s = comm->session->prepare(a, &call);
     if (tlsGroup.depth > 0) {
-      if (!call.isOk()) return noteInGroup(comm, call.status());
-      groupEntry(comm).collectives.push_back(std::move(call).value());
+      if (!s.isOk()) return noteInGroup(comm, s);
+      groupEntry(comm).collectives.push_back(std::move(call));
       return Status::ok();
     }
-    if (!call.isOk()) return call.status();
-    return comm->session->run(std::move(call).value());
+    if (!s.isOk()) return s;
+    return comm->session->run(std::move(call));
   });
 }
 

@@ -102,9 +102,10 @@ api::CallArgs withRoot(api::CallArgs a, int root) {
 }
 
 api::Call prepared(api::Session& s, const api::CallArgs& a) {
-  auto call = s.prepare(a);
-  if (!call.isOk()) throwStatus(call.status());
-  return std::move(call).value();
+  api::Call call;
+  Status st = s.prepare(a, &call);
+  if (!st.isOk()) throwStatus(st);
+  return call;
 }
 
 std::vector<api::P2PMessage> preparedP2P(api::Session& s, const std::vector<P2POp>& ops) {

@@ -353,7 +353,7 @@ Status Session::resolveOp(const CallArgs& a, algorithms::Request* req, const Cal
                          " is neither a braidRedOp_t nor a pre-multiplied sum of this communicator");
 }
 
-StatusOr<Call> Session::prepare(const CallArgs& a) const {
+Status Session::prepare(const CallArgs& a, Call* out) const {
   const int rank = comm_->rank();
   const int nranks = comm_->size();
   const size_t n = static_cast<size_t>(nranks);
@@ -365,7 +365,7 @@ StatusOr<Call> Session::prepare(const CallArgs& a) const {
   const DataType dt = static_cast<DataType>(a.dtype);
   const size_t es = dataTypeSize(dt);
 
-  Call call;
+  Call& call = *out;
   call.name = a.fn;
   algorithms::Request& req = call.req;
   req.coll = a.coll;
@@ -570,7 +570,7 @@ StatusOr<Call> Session::prepare(const CallArgs& a) const {
     call.input = a.recv;
     req.inPlace = true;
   }
-  return call;
+  return Status::ok();
 }
 
 StatusOr<P2PMessage> Session::prepareP2P(const char* fn, bool isSend, const void* buf, size_t count, int datatype,
@@ -606,7 +606,7 @@ StatusOr<P2PMessage> Session::prepareP2P(const char* fn, bool isSend, const void
   return m;
 }
 
-Call Session::p2pCall(const std::vector<P2PMessage>& msgs, const std::string& name) {
+Call Session::p2pCall(const std::vector<P2PMessage>& msgs, const char* name) {
   // One request in bytes: a group may mix data types, and the wire only needs sizes.
   Call call;
   call.name = name;
@@ -626,9 +626,10 @@ Call Session::p2pCall(const std::vector<P2PMessage>& msgs, const std::string& na
   if (call.onDevice) {
     for (const P2PMessage& m : msgs) {
       if (!m.onDevice && m.bytes > 0) {
-        call.invalid = invalidArgument(name + ": a group mixes host and device buffers in its sends and receives");
+        call.invalid = invalidArgument(std::string(name) + ": a group mixes host and device buffers in its sends and receives");
       } else if (m.stream != call.device.stream) {
-        call.invalid = invalidArgument(name + ": the sends and receives of a group on device buffers must use one stream");
+        call.invalid =
+            invalidArgument(std::string(name) + ": the sends and receives of a group on device buffers must use one stream");
       }
       call.device.extra.push_back(device::DeviceExtra{m.buf, m.bytes, m.isSend});
     }
@@ -636,14 +637,11 @@ Call Session::p2pCall(const std::vector<P2PMessage>& msgs, const std::string& na
   return call;
 }
 
-Status Session::run(Call call) {
+Status Session::run(Call&& call) {
   if (!call.invalid.isOk()) return call.invalid;
   if (!call.onDevice) {
-    device::DeviceQueue* q = nullptr;
-    {
-      std::lock_guard<std::mutex> lock(deviceMu_);
-      q = deviceQueue_.get();
-    }
+    // Made once, kept until the session goes: no lock for host calls.
+    device::DeviceQueue* q = deviceQueueMade_.load(std::memory_order_acquire);
     if (!q) return comm_->run(call.req, call.input, call.output, std::move(call.extra));
     // Device calls before this one may still be waiting for their streams: the communicator
     // must see this call after them, on every rank alike.
@@ -652,7 +650,10 @@ Status Session::run(Call call) {
   device::DeviceQueue* q = nullptr;
   {
     std::lock_guard<std::mutex> lock(deviceMu_);
-    if (!deviceQueue_) deviceQueue_ = std::make_unique<device::DeviceQueue>(device::runtime(), comm_->timeoutSeconds());
+    if (!deviceQueue_) {
+      deviceQueue_ = std::make_unique<device::DeviceQueue>(device::runtime(), comm_->timeoutSeconds());
+      deviceQueueMade_.store(deviceQueue_.get(), std::memory_order_release);
+    }
     q = deviceQueue_.get();
   }
   // The host collective runs on the staged copies, laid out like the device buffers (an
@@ -672,18 +673,15 @@ Status Session::asyncError() {
   return comm_->brokenStatus();
 }
 
-StatusOr<std::shared_ptr<core::Op>> Session::submit(Call call) {
+StatusOr<std::shared_ptr<core::Op>> Session::submit(Call&& call) {
   if (!call.invalid.isOk()) return call.invalid;
   if (call.onDevice) {
     // Groups enqueue device calls through run(); what comes here waits on a Work.
-    return invalidArgument(call.name + " on rank " + std::to_string(comm_->rank()) +
+    return invalidArgument(std::string(call.name) + " on rank " + std::to_string(comm_->rank()) +
                            ": device buffers take a stream, not an asynchronous Work, so far");
   }
-  {
-    // As in run(): after the device calls enqueued before it.
-    std::lock_guard<std::mutex> lock(deviceMu_);
-    if (deviceQueue_) deviceQueue_->drain();
-  }
+  // As in run(): after the device calls enqueued before it.
+  if (device::DeviceQueue* q = deviceQueueMade_.load(std::memory_order_acquire)) q->drain();
   return comm_->submit(call.req, call.input, call.output, std::move(call.extra));
 }
 

@@ -3,6 +3,7 @@
 // server, when this process serves it) and the core communicator. Shared by the C and C++
 // APIs; this is also where arguments are checked and a Status becomes a result.
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -25,7 +26,7 @@ namespace braid::api {
 // Buffer and count names in error messages are the C API's (sendbuff, recvcounts, ...).
 struct CallArgs {
   algorithms::Collective coll = algorithms::Collective::kAllReduce;
-  const char* fn = "";          // the API function, e.g. "braidReduce" or "reduce"
+  const char* fn = "";          // the API function, e.g. "braidReduce" or "reduce" (a literal)
   const void* send = nullptr;
   void* recv = nullptr;
   size_t count = 0;             // count / sendcount / recvcount (see countName)
@@ -51,7 +52,7 @@ struct Call {
   const void* input = nullptr;
   void* output = nullptr;
   std::vector<void*> extra;  // point-to-point groups: one buffer per message
-  std::string name;          // the API function, for error context
+  const char* name = "";    // the API function, for error context (a literal: no copy per call)
   // Device buffers (or a stream given): the call is enqueued on `device.stream` and staged
   // through host memory (device/device_queue.h).
   bool onDevice = false;
@@ -83,23 +84,24 @@ class Session {
 
   core::Communicator& comm() { return *comm_; }
 
-  // Checks a collective's arguments and builds the core's request. kInvalidArgument names
-  // the function, the offending argument and this rank. Thread-safe.
-  StatusOr<Call> prepare(const CallArgs& a) const;
+  // Checks a collective's arguments and builds the core's request into `*call` (a fresh
+  // Call; built in place, as every call passes through here). kInvalidArgument names the
+  // function, the offending argument and this rank. Thread-safe.
+  Status prepare(const CallArgs& a, Call* call) const;
 
   // Checks one send or receive (`fn` names the API function) and converts it to bytes.
   StatusOr<P2PMessage> prepareP2P(const char* fn, bool isSend, const void* buf, size_t count, int datatype,
                                   int peer, braidStream_t stream) const;
   // One point-to-point group of `msgs` as a single core request.
-  static Call p2pCall(const std::vector<P2PMessage>& msgs, const std::string& name);
+  static Call p2pCall(const std::vector<P2PMessage>& msgs, const char* name);
 
   // Runs `call` and blocks until it is done on this rank; a device call is enqueued on its
   // stream and returns at once.
-  Status run(Call call);
+  Status run(Call&& call);
   // The first failure of enqueued device work, else the communicator's broken state.
   Status asyncError();
   // Queues `call`; its buffers must stay valid until the Op completes.
-  StatusOr<std::shared_ptr<core::Op>> submit(Call call);
+  StatusOr<std::shared_ptr<core::Op>> submit(Call&& call);
 
   // MPI_Comm_split over this communicator (collective). A negative color gives null. The
   // child shares this session's store (and store server) so that they outlive it.
@@ -148,6 +150,8 @@ class Session {
   bool counted_ = false;
   std::mutex deviceMu_;
   std::unique_ptr<device::DeviceQueue> deviceQueue_;  // made by the first device call
+  // deviceQueue_.get() once made, for host calls to check without taking deviceMu_.
+  std::atomic<device::DeviceQueue*> deviceQueueMade_{nullptr};
   mutable std::mutex preMulMu_;
   std::map<int, PreMul> preMuls_;  // by op handle
 };

@@ -6,6 +6,7 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -67,13 +68,16 @@ class CudaRuntime final : public Runtime {
         waitValue32_ = driverEntry<WaitValue32Fn>("cuStreamWaitValue32");
         pointerAttribute_ = driverEntry<PointerGetAttributeFn>("cuPointerGetAttribute");
       }
+      usable_ = why_.isOk();
     });
     return why_;
   }
 
   PointerInfo pointerInfo(const void* p) override {
     PointerInfo info;
-    if (!p || !available().isOk()) return info;
+    // Every call asks, twice: without a GPU this must cost no more than a load (available()
+    // returns a copy of the reason, a string).
+    if (!p || !usable()) return info;
     if (pointerAttribute_) {
       // The driver's query needs no context, so a host-only job on a GPU machine never
       // creates one (cudaPointerGetAttributes may).
@@ -173,8 +177,18 @@ class CudaRuntime final : public Runtime {
   }
 
  private:
+  bool usable() {
+    if (!checked_.load(std::memory_order_acquire)) {
+      (void)available();
+      checked_.store(true, std::memory_order_release);
+    }
+    return usable_;
+  }
+
   std::once_flag once_;
   Status why_;
+  bool usable_ = false;                // why_.isOk(), written once, in available()
+  std::atomic<bool> checked_{false};  // available() has run
   std::atomic<WaitValue32Fn> waitValue32_{nullptr};
   PointerGetAttributeFn pointerAttribute_ = nullptr;  // written once, in available()
 };

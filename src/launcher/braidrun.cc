@@ -60,6 +60,7 @@
 #include "braid/braid.h"
 #include "bootstrap/tcp_store.h"
 #include "common/clock.h"
+#include "common/shm_names.h"
 
 extern char** environ;
 
@@ -814,6 +815,12 @@ class Launcher {
     if (r.stdinFd >= 0) close(r.stdinFd), r.stdinFd = -1;
     int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     if (code == 0) return;
+    // A rank killed (or failing) during init may leave shared-memory segments it created
+    // and no peer opened yet: their names carry its pid (common/shm_names.h).
+    if (!where_[static_cast<size_t>(r.rank)].remote) {
+      int n = removeSegmentsOf(r.pid);
+      if (n > 0) std::fprintf(stderr, "braidrun: removed %d shared-memory segment(s) rank %d left\n", n, r.rank);
+    }
     // Ranks we terminated ourselves are summarized once, not reported as failures.
     if (termSent_) {
       ++terminated_;

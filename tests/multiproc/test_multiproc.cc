@@ -371,6 +371,21 @@ TEST_CASE("a killed rank is reported by every survivor", "[multiproc][chaos]") {
   }
 }
 
+// A rank killed during init may leave shared-memory segments that no peer mapped yet; their
+// names carry the creator's pid, and braidrun removes them when the rank exits abnormally.
+TEST_CASE("braidrun removes the shared-memory segments a killed rank left", "[multiproc][chaos]") {
+  const std::string dir = "/dev/shm";
+  Run r = run(braidrun(2, "BRAIDRUN_GRACE_SEC=1") +
+              "sh -c 'if [ $BRAID_RANK = 1 ]; then f=" + dir + "/braid-$$-00000000feedf00d; : > $f; echo LEFT $f; "
+              "kill -9 $$; fi; sleep 30'");
+  INFO(r.out);
+  CHECK(r.status != 0);
+  std::smatch m;
+  REQUIRE(std::regex_search(r.out, m, std::regex(R"(LEFT (\S+))")));
+  CHECK(access(m[1].str().c_str(), F_OK) != 0);
+  CHECK(r.out.find("removed 1 shared-memory segment(s) rank 1 left") != std::string::npos);
+}
+
 // A stalled rank (SIGSTOP): survivors fail with braidTimeout naming it after BRAID_TIMEOUT.
 TEST_CASE("a stopped rank makes survivors time out", "[multiproc][chaos]") {
   for (const char* transport : {"", "BRAID_TRANSPORT=tcp"}) {

@@ -16,11 +16,19 @@ Segment::~Segment() {
   if (mem) munmap(mem, bytes);
 }
 
-StatusOr<Segment*> createSegment(const std::string& name, int nslots, size_t slotBytes,
+StatusOr<Segment*> createSegment(const std::function<std::string()>& nextName, int nslots, size_t slotBytes,
                                  uint64_t nonce, int numaNode) {
   size_t bytes = SlotFifo::regionBytes(nslots, slotBytes);
-  int fd;
-  BRAID_SYSCHECK(fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600));
+  std::string name;
+  int fd = -1;
+  std::string taken;
+  for (int attempt = 0; attempt < 16 && fd < 0; ++attempt) {
+    name = nextName();
+    fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0 && errno != EEXIST) return systemError("shm_open", errno).withContext("creating " + name);
+    if (fd < 0) taken += (taken.empty() ? "" : ", ") + name;
+  }
+  if (fd < 0) return Status(Code::kSystemError, "shm: every name tried already exists (" + taken + ")");
   if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
     Status s = systemError("ftruncate(shm segment)", errno);
     close(fd);

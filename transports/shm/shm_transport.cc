@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "common/shm_names.h"
 #include "transports/shm/shm_connection.h"
 #include "transports/slot_fifo.h"
 
@@ -26,21 +27,24 @@ class ShmTransport : public Transport {
   }
 
   StatusOr<std::unique_ptr<Connection>> createRecv(int peer, int channel, std::string* blob) override {
-    char name[96];
-    // The nonce makes names unguessable across jobs and unique within one.
-    std::snprintf(name, sizeof(name), "/braid-%016" PRIx64 "-%d-%d-%d", cfg_.nonce, cfg_.rank, peer, channel);
-    BRAID_ASSIGN_OR_RETURN(shm::Segment * seg,
-                           shm::createSegment(name, cfg_.nslots, cfg_.slotBytes, cfg_.nonce, cfg_.numaNode));
-    created_.push_back(name);
-    *blob = name;
+    // A random name, created exclusively: nobody can hold it in advance (the job's nonce,
+    // which anyone who reads the store knows, is not part of it).
+    BRAID_ASSIGN_OR_RETURN(shm::Segment * seg, shm::createSegment(&newSegmentName, cfg_.nslots, cfg_.slotBytes,
+                                                                  cfg_.nonce, cfg_.numaNode));
+    created_.push_back(seg->name);
+    *blob = seg->name;
     return std::unique_ptr<Connection>(
         new FifoConnection(seg->mem, peer, /*sender=*/false, &releaseSegment, seg));
   }
 
   StatusOr<std::unique_ptr<Connection>> connectSend(int peer, int channel, const std::string& blob) override {
-    if (blob.size() > 200 || blob.rfind("/braid-", 0) != 0)
+    if (blob.size() > 200 || blob[0] != '/' || !isSegmentName(blob))
       return Status(Code::kRemoteError, "shm: malformed segment name from rank " + std::to_string(peer), peer);
     BRAID_ASSIGN_OR_RETURN(shm::Segment * seg, shm::openSegment(blob, cfg_.nonce));
+    // This rank is the segment's only other user and has it mapped: the name can go now
+    // (the receiver's unlink in establish() then finds it gone), which leaves nothing in
+    // /dev/shm if the receiver dies before then.
+    shm_unlink(blob.c_str());
     return std::unique_ptr<Connection>(
         new FifoConnection(seg->mem, peer, /*sender=*/true, &releaseSegment, seg));
   }

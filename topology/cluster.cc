@@ -38,11 +38,7 @@ Status decodeError(const std::string& record) {
 }  // namespace
 
 std::string compactGraphJson(const Graph& g) {
-  JsonValue full = graphToJsonValue(g);
-  JsonValue doc = JsonValue::object();
-  for (const auto& [k, v] : full.members())
-    if (k != "paths") doc.set(k, v);
-  return doc.dump(0);
+  return graphToJsonValue(g, /*withPaths=*/false).dump(0);
 }
 
 std::string hostRecordGraph(const Graph& g) { return "G" + compactGraphJson(g); }

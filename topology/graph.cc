@@ -106,6 +106,8 @@ Status Graph::addLink(int a, int b, LinkType type, double bw, int count) {
   if (a == b) return invalidArgument("link from node " + std::to_string(a) + " to itself");
   if (!(bw >= 0) || !std::isfinite(bw)) return invalidArgument("link with bad bandwidth");
   if (count < 1) return invalidArgument("link with count < 1");
+  if (links_.size() >= static_cast<size_t>(kMaxGraphLinks))
+    return invalidArgument("more than " + std::to_string(kMaxGraphLinks) + " links (the bound on one host's graph)");
   if (a > b) std::swap(a, b);
   for (Link& l : links_) {
     if (l.a == a && l.b == b && l.type == type) {
@@ -120,6 +122,9 @@ Status Graph::addLink(int a, int b, LinkType type, double bw, int count) {
 
 Status Graph::finalize() {
   if (finalized_) return Status::ok();
+  if (size() > kMaxGraphNodes)
+    return invalidArgument(std::to_string(size()) + " nodes exceed the bound of " + std::to_string(kMaxGraphNodes) +
+                           " on one host's graph");
   const int n = size();
   // Canonical order: the same machine must give the same node indices whichever loader
   // produced the graph, so that JSON round trips compare equal and GPU i means CUDA device i.
@@ -199,15 +204,21 @@ Status Graph::finalize() {
     adj_[links_[i].a].push_back(static_cast<int>(i));
     adj_[links_[i].b].push_back(static_cast<int>(i));
   }
-  computePaths();
+  paths_ = std::make_shared<PathRows>();
+  paths_->rows.resize(n);
   finalized_ = true;
   return Status::ok();
 }
 
-void Graph::computePaths() {
-  const size_t n = nodes_.size();
-  paths_.assign(n * n, Path{});
-  for (size_t s = 0; s < n; ++s) computePathsFrom(static_cast<int>(s));
+const std::vector<Path>& Graph::pathsFrom(int src) const {
+  std::lock_guard<std::mutex> lock(paths_->mu);
+  auto& row = paths_->rows[static_cast<size_t>(src)];
+  if (!row) {
+    auto r = std::make_unique<std::vector<Path>>(nodes_.size());
+    computePathsFrom(src, r.get());
+    row = std::move(r);
+  }
+  return *row;
 }
 
 namespace {
@@ -237,8 +248,8 @@ bool better(const Label& a, const Label& b) {
 // but after a 50 GB/s SYS hop the second is better). So this keeps, per node, every label
 // not dominated in (type, bandwidth, hops) and relaxes until nothing changes. The graphs
 // are a few dozen nodes, and the number of useful labels per node is bounded by the
-// number of path types, so this finishes in microseconds.
-void Graph::computePathsFrom(int src) {
+// number of path types, so this finishes in microseconds (linear in the graph's size).
+void Graph::computePathsFrom(int src, std::vector<Path>* row) const {
   const int n = size();
   std::vector<std::vector<Label>> labels(n);
   std::deque<std::pair<int, Label>> work;
@@ -297,7 +308,7 @@ void Graph::computePathsFrom(int src) {
     }
   }
   for (int v = 0; v < n; ++v) {
-    Path& p = paths_[static_cast<size_t>(src) * n + v];
+    Path& p = (*row)[static_cast<size_t>(v)];
     if (labels[v].empty()) continue;
     const Label* best = &labels[v][0];
     for (const Label& l : labels[v]) {

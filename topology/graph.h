@@ -9,6 +9,8 @@
 // finalized once, then only read. Reading a finalized Graph from many threads is safe.
 
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -121,6 +123,13 @@ struct Path {
   int hops = 0;   // links traversed
 };
 
+// Bounds on one host's graph, far above any machine (a node with 8 GPUs, 10 NICs and their
+// PCI switches has about a hundred nodes): a topology file or a peer's published graph
+// beyond them is refused by finalize() (and addLink()) with the count and the bound, before
+// any per-pair work.
+constexpr int kMaxGraphNodes = 4096;
+constexpr int kMaxGraphLinks = 16384;
+
 class Graph {
  public:
   // Adds a node and returns its index. Only valid before finalize().
@@ -162,7 +171,9 @@ class Graph {
 
   // Best path between nodes `a` and `b` (finalized graphs only). The best path is the one
   // of the closest type, then the highest bottleneck bandwidth, then the fewest hops.
-  const Path& path(int a, int b) const { return paths_[static_cast<size_t>(a) * nodes_.size() + b]; }
+  // Computed on first use, one source node at a time (memory: size() paths per source
+  // node asked about, not size() squared). Thread-safe.
+  const Path& path(int a, int b) const { return pathsFrom(a)[static_cast<size_t>(b)]; }
   PathType pathType(int a, int b) const { return path(a, b).type; }
 
   // The NICs (node indices) closest to node `from`: those of the best path type, and among
@@ -183,14 +194,22 @@ class Graph {
   bool operator!=(const Graph& o) const { return !(*this == o); }
 
  private:
-  void computePaths();
-  void computePathsFrom(int src);
+  // Best paths from `src` to every node, computed into `row` (size() entries).
+  void computePathsFrom(int src, std::vector<Path>* row) const;
+  const std::vector<Path>& pathsFrom(int src) const;
+
+  // Rows of best paths by source node, filled on demand; shared by copies of a finalized
+  // graph (whose nodes and links they describe), replaced by the next finalize().
+  struct PathRows {
+    std::mutex mu;
+    std::vector<std::unique_ptr<std::vector<Path>>> rows;
+  };
 
   std::vector<Node> nodes_;
   std::vector<Link> links_;
   std::vector<std::vector<int>> adj_;  // node -> indices into links_
   std::vector<int> byType_[kNumNodeTypes];
-  std::vector<Path> paths_;            // size() x size(), row-major
+  std::shared_ptr<PathRows> paths_;
   std::string host_;
   std::string source_;
   bool finalized_ = false;

@@ -18,7 +18,7 @@ JsonValue num(double d) { return JsonValue::number(d); }
 
 }  // namespace
 
-JsonValue graphToJsonValue(const Graph& g) {
+JsonValue graphToJsonValue(const Graph& g, bool withPaths) {
   JsonValue doc = JsonValue::object();
   doc.set("format", str("braid-topology"));
   doc.set("version", num(kFormatVersion));
@@ -63,7 +63,7 @@ JsonValue graphToJsonValue(const Graph& g) {
     links.push(std::move(o));
   }
   doc.set("links", std::move(links));
-  if (g.finalized()) {
+  if (g.finalized() && withPaths) {
     JsonValue paths = JsonValue::object();
     std::vector<int> ends;
     for (int i : g.gpus()) ends.push_back(i);

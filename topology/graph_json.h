@@ -18,8 +18,9 @@
 
 namespace braid::topology {
 
-// The JSON document for finalized `g`.
-JsonValue graphToJsonValue(const Graph& g);
+// The JSON document for finalized `g`; `withPaths` adds the "paths" table (for people,
+// quadratic in the GPUs, NICs and NUMA nodes, so left out of what ranks exchange).
+JsonValue graphToJsonValue(const Graph& g, bool withPaths = true);
 // The JSON text for finalized `g`, indented for reading.
 std::string graphToJson(const Graph& g);
 // Writes graphToJson(g) to `path` (replacing it). kSystemError names the path.

@@ -220,3 +220,58 @@ TEST_CASE("graph JSON: schema errors name the entry", "[topology][json]") {
   CHECK_THAT(err(R"({"format": "braid-topology", "version": 1, "nodes": [{"type": "cpu", "numa": 0}], "links": [{"a": 0, "b": 0, "type": "SYS", "bw": 1}]})"),
              Catch::Contains("links[0]: link from node 0 to itself"));
 }
+
+namespace {
+
+// A braid JSON topology: one NUMA node and `nics` NICs under it, `links` of them linked.
+std::string manyNics(int nics, int links) {
+  std::string s = R"({"format": "braid-topology", "version": 1, "nodes": [{"type": "cpu", "name": "NUMA0", "numa": 0})";
+  for (int i = 0; i < nics; ++i) s += R"(, {"type": "nic", "name": "NIC)" + std::to_string(i) + R"("})";
+  s += R"(], "links": [)";
+  for (int i = 0; i < links; ++i)
+    s += std::string(i ? ", " : "") + R"({"a": 0, "b": )" + std::to_string(i + 1) + R"(, "type": "PCI", "bw": 24})";
+  return s + "]}";
+}
+
+}  // namespace
+
+TEST_CASE("graph JSON: sizes past the bounds of a host's graph are refused early, with the bound",
+          "[topology][json]") {
+  // 20k NICs, all linked (about 1 MB): the links bound, before any per-pair work.
+  auto links = parseGraphJson(manyNics(20000, 20000), "big.json");
+  REQUIRE_FALSE(links.isOk());
+  CHECK(links.status().message().find("links[16384]: more than 16384 links") != std::string::npos);
+  // 5000 NICs without links: the nodes bound.
+  auto nodes = parseGraphJson(manyNics(5000, 0), "wide.json");
+  REQUIRE_FALSE(nodes.isOk());
+  CHECK(nodes.status().message().find("5001 nodes exceed the bound of 4096") != std::string::npos);
+  // Within the bounds: loads, and paths are computed for the sources asked about only.
+  auto ok = parseGraphJson(manyNics(2000, 2000), "ok.json");
+  REQUIRE(ok.isOk());
+  const Graph& g = ok.value();
+  CHECK(g.nics().size() == 2000);
+  CHECK(g.pathType(g.nics()[0], g.nics()[1999]) == PathType::kPhb);
+  CHECK(g.path(g.cpus()[0], g.nics()[7]).hops == 1);
+}
+
+TEST_CASE("graph: copies share computed paths, a re-finalized graph computes them anew", "[topology]") {
+  auto parsed = parseGraphJson(manyNics(3, 3), "three.json");
+  REQUIRE(parsed.isOk());
+  Graph a = parsed.value();
+  const int cpu = a.cpus()[0], n0 = a.nics()[0], n2 = a.nics()[2];
+  Graph b = a;  // before any path was asked for
+  CHECK(a.pathType(n0, n2) == PathType::kPhb);
+  CHECK(b.pathType(n0, n2) == PathType::kPhb);
+  CHECK(b.path(n0, n2).hops == 2);
+  // b gains a PCI switch between NIC0 and NIC2: its paths change, a's stay.
+  b.reopen();
+  Node sw;
+  sw.type = NodeType::kPciSwitch;
+  int s = b.addNode(sw);
+  REQUIRE(b.addLink(s, b.nics()[0], LinkType::kPci, 24).isOk());
+  REQUIRE(b.addLink(s, b.nics()[2], LinkType::kPci, 24).isOk());
+  REQUIRE(b.finalize().isOk());
+  CHECK(b.pathType(b.findByName("NIC0"), b.findByName("NIC2")) == PathType::kPix);
+  CHECK(a.pathType(n0, n2) == PathType::kPhb);
+  CHECK(a.path(cpu, n0).hops == 1);
+}

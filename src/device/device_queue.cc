@@ -15,6 +15,15 @@ constexpr size_t kRoundUp = 64 * 1024;  // staging blocks come in these steps, f
 
 size_t alignUp(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
+// Host blocks that queued copies may still write into, kept reachable for the life of the
+// process (a failure between staging and the flag wait; rare, and bounded by such failures).
+void parkForever(void* p) {
+  static std::mutex mu;
+  static auto* parked = new std::vector<void*>();
+  std::lock_guard<std::mutex> lock(mu);
+  parked->push_back(p);
+}
+
 }  // namespace
 
 DeviceQueue::DeviceQueue(Runtime& rt, double timeoutSec) : rt_(rt), timeoutSec_(timeoutSec) {
@@ -85,6 +94,15 @@ Status DeviceQueue::enqueue(const DeviceCall& call, HostRun run) {
     bytes += e.bytes;
   }
   BRAID_ASSIGN_OR_RETURN(Block block, take(bytes));
+  // Until the flag wait is on the stream, a failure leaves nothing waiting, but copies into
+  // the block may already be queued on the stream: it is parked (never reused or freed)
+  // rather than pooled.
+  struct Park {
+    Block* block;
+    ~Park() {
+      if (block) parkForever(block->ptr);
+    }
+  } park{&block};
   char* base = static_cast<char*>(block.ptr);
   Job job;
   job.block = block;
@@ -93,8 +111,6 @@ Status DeviceQueue::enqueue(const DeviceCall& call, HostRun run) {
   job.run = std::move(run);
   for (size_t i = 0; i < call.extra.size(); ++i) job.hostExtra.push_back(base + extraAt[i]);
 
-  // Until the flag wait is on the stream, a failure leaves nothing waiting; the block is
-  // dropped (not pooled), since copies into it may already be queued.
   if (hasOut && !call.writesWholeOutput)
     BRAID_RETURN_IF_ERROR(rt_.copyAsync(job.hostOutput, call.output, call.outputBytes, s));
   if (hasIn) BRAID_RETURN_IF_ERROR(rt_.copyAsync(base + inAt, call.input, call.inputBytes, s));
@@ -110,7 +126,8 @@ Status DeviceQueue::enqueue(const DeviceCall& call, HostRun run) {
     return st;
   }
   // From here the stream waits for this seq: the job must reach the proxy whatever happens,
-  // which stores seq after running it (or after failing it).
+  // which stores seq after running it (or after failing it), and returns the block.
+  park.block = nullptr;
   if (hasOut) st = rt_.copyAsync(call.output, job.hostOutput, call.outputBytes, s);
   for (size_t i = 0; i < call.extra.size() && st.isOk(); ++i)
     if (!call.extra[i].read) st = rt_.copyAsync(call.extra[i].buf, job.hostExtra[i], call.extra[i].bytes, s);

@@ -1201,7 +1201,7 @@ TEST_CASE("bitwise ops on float types combine the bits and stay in bounds", "[re
               rd::reduceN(dt, op, dst, srcs.data(), nsrc, count);
             }
             INFO(caseName(level, dt, op, count) << " nsrc " << nsrc);
-            CHECK(std::memcmp(dst, want.data(), want.size()) == 0);
+            CHECK((want.empty() || std::memcmp(dst, want.data(), want.size()) == 0));
             bool guards = true;
             for (const TestBuf& b : bufs) guards = guards && b.guardsIntact();
             CHECK(guards);

@@ -122,7 +122,7 @@ TEST_CASE("16 ranks on 2 DGX-like hosts: the ring from published records", "[top
   SECTION("host-major ranks, GPU = local rank") {
     std::vector<std::string> ids;
     for (int r = 0; r < 16; ++r) ids.push_back(r < 8 ? "nodeA" : "nodeB");
-    std::vector<RankRecord> ranks(16, RankRecord{kGpuLocal, -1});
+    std::vector<RankRecord> ranks(16, RankRecord{kGpuLocal, -1, ""});
     CHECK(publishedRing(ids, records, ranks) == iota(16));
   }
 
@@ -131,7 +131,7 @@ TEST_CASE("16 ranks on 2 DGX-like hosts: the ring from published records", "[top
     std::vector<RankRecord> ranks;
     for (int r = 0; r < 16; ++r) {
       ids.push_back(r % 2 ? "nodeB" : "nodeA");
-      ranks.push_back(RankRecord{7 - r / 2, r / 2 < 4 ? 0 : 1});
+      ranks.push_back(RankRecord{7 - r / 2, r / 2 < 4 ? 0 : 1, ""});
     }
     // Host A holds the even ranks, GPU 7 - r/2; its segment follows GPUs 0..7.
     CHECK(publishedRing(ids, records, ranks) ==
@@ -140,8 +140,8 @@ TEST_CASE("16 ranks on 2 DGX-like hosts: the ring from published records", "[top
 
   SECTION("CPU ranks on the same hosts follow their NUMA nodes") {
     std::vector<std::string> ids{"a", "a", "a", "a", "b", "b", "b", "b"};
-    std::vector<RankRecord> ranks{{kGpuNone, 1}, {kGpuNone, 0}, {kGpuNone, 1}, {kGpuNone, 0},
-                                  {kGpuNone, 0}, {kGpuNone, 1}, {kGpuNone, -1}, {kGpuNone, 0}};
+    std::vector<RankRecord> ranks{{kGpuNone, 1, ""}, {kGpuNone, 0, ""}, {kGpuNone, 1, ""}, {kGpuNone, 0, ""},
+                                  {kGpuNone, 0, ""}, {kGpuNone, 1, ""}, {kGpuNone, -1, ""}, {kGpuNone, 0, ""}};
     CHECK(publishedRing(ids, records, ranks) == std::vector<int>{1, 3, 0, 2, 4, 7, 5, 6});
   }
 }
@@ -149,7 +149,7 @@ TEST_CASE("16 ranks on 2 DGX-like hosts: the ring from published records", "[top
 TEST_CASE("fusing: a host without topology, an error, a GPU that is not there", "[topology][cluster]") {
   Graph g = load("nccl-dgx-h100-like.xml");
   std::vector<int> hostOf{0, 0, 1, 1};
-  std::vector<RankRecord> ranks(4, RankRecord{kGpuLocal, -1});
+  std::vector<RankRecord> ranks(4, RankRecord{kGpuLocal, -1, ""});
   Cluster c;
 
   auto none = fuseCluster(hostOf, {hostRecordGraph(g), hostRecordNone()}, ranks, &c);
@@ -169,13 +169,13 @@ TEST_CASE("fusing: a host without topology, an error, a GPU that is not there", 
 
   // More local ranks than GPUs: the extra ones are CPU ranks.
   Graph cpu = load("nccl-2socket-cpu-100g.xml");
-  std::vector<RankRecord> local(4, RankRecord{kGpuLocal, 0});
+  std::vector<RankRecord> local(4, RankRecord{kGpuLocal, 0, ""});
   auto ok = fuseCluster({0, 0, 0, 0}, {hostRecordGraph(cpu)}, local, &c);
   REQUIRE(ok.isOk());
   REQUIRE(ok.value());
   for (const RankPlace& p : c.ranks) CHECK(p.gpu == kGpuNone);
-  CHECK(resolveGpu(RankRecord{kGpuLocal, 0}, 3, g, 3).value() == 3);
-  CHECK(resolveGpu(RankRecord{kGpuLocal, 0}, 9, g, 9).value() == kGpuNone);
+  CHECK(resolveGpu(RankRecord{kGpuLocal, 0, ""}, 3, g, 3).value() == 3);
+  CHECK(resolveGpu(RankRecord{kGpuLocal, 0, ""}, 9, g, 9).value() == kGpuNone);
 }
 
 TEST_CASE("BRAID_GPU=local follows CUDA_VISIBLE_DEVICES to the physical GPU", "[topology][cluster]") {
@@ -222,7 +222,7 @@ TEST_CASE("NIC per channel on the fused cluster, with include/exclude lists", "[
   std::vector<RankRecord> ranks;
   for (int r = 0; r < 16; ++r) {
     hostOf.push_back(r / 8);
-    ranks.push_back(RankRecord{kGpuLocal, -1});
+    ranks.push_back(RankRecord{kGpuLocal, -1, ""});
   }
   Cluster c;
   REQUIRE(fuseCluster(hostOf, records, ranks, &c).value());
@@ -257,7 +257,7 @@ TEST_CASE("the cluster plan: trees, bandwidths and channels from 2 DGX-like host
   std::vector<RankRecord> ranks;
   for (int r = 0; r < 16; ++r) {
     hostOf.push_back(r / 8);
-    ranks.push_back(RankRecord{kGpuLocal, -1});
+    ranks.push_back(RankRecord{kGpuLocal, -1, ""});
   }
   Cluster c;
   REQUIRE(fuseCluster(hostOf, records, ranks, &c).value());

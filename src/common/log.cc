@@ -5,19 +5,22 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <atomic>
 #include <mutex>
 #include <string>
 
 namespace braid {
 namespace {
 
+// level, rank and sink change while other threads log (every communicator of a process
+// sets the rank; tests set a sink): relaxed atomics, a plain load on the logging path.
 struct LogState {
-  LogLevel level = LogLevel::kNone;
+  std::atomic<LogLevel> level{LogLevel::kNone};
   FILE* out = stderr;
   std::mutex mu;
-  int rank = -1;
+  std::atomic<int> rank{-1};
   char host[64] = {0};
-  void (*sink)(int, const char*) = nullptr;
+  std::atomic<void (*)(int, const char*)> sink{nullptr};
 };
 
 LogState& state() {
@@ -27,9 +30,9 @@ LogState& state() {
     // Logging is read directly from the environment because it must work before (and
     // without) a communicator's config table.
     if (const char* v = std::getenv("BRAID_DEBUG")) {
-      if (!strcasecmp(v, "WARN")) st->level = LogLevel::kWarn;
-      else if (!strcasecmp(v, "INFO")) st->level = LogLevel::kInfo;
-      else if (!strcasecmp(v, "TRACE")) st->level = LogLevel::kTrace;
+      if (!strcasecmp(v, "WARN")) st->level.store(LogLevel::kWarn, std::memory_order_relaxed);
+      else if (!strcasecmp(v, "INFO")) st->level.store(LogLevel::kInfo, std::memory_order_relaxed);
+      else if (!strcasecmp(v, "TRACE")) st->level.store(LogLevel::kTrace, std::memory_order_relaxed);
     }
     if (const char* f = std::getenv("BRAID_DEBUG_FILE")) {
       std::string path;
@@ -47,13 +50,13 @@ LogState& state() {
 
 }  // namespace
 
-LogLevel logLevel() { return state().level; }
+LogLevel logLevel() { return state().level.load(std::memory_order_relaxed); }
 
-void setLogRank(int rank) { state().rank = rank; }
+void setLogRank(int rank) { state().rank.store(rank, std::memory_order_relaxed); }
 
 void setLogSink(LogLevel level, void (*sink)(int level, const char* message)) {
-  state().level = level;
-  state().sink = sink;
+  state().level.store(level, std::memory_order_relaxed);
+  state().sink.store(sink, std::memory_order_relaxed);
 }
 
 void logf(LogLevel level, const char* fmt, ...) {
@@ -63,13 +66,14 @@ void logf(LogLevel level, const char* fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(msg, sizeof(msg), fmt, ap);
   va_end(ap);
-  if (s.sink) {
-    s.sink(static_cast<int>(level), msg);
+  if (auto sink = s.sink.load(std::memory_order_relaxed)) {
+    sink(static_cast<int>(level), msg);
     return;
   }
   const char* tag = level == LogLevel::kWarn ? "WARN" : level == LogLevel::kInfo ? "INFO" : "TRACE";
   std::lock_guard<std::mutex> lock(s.mu);
-  std::fprintf(s.out, "%s:%d:%d [braid] %s %s\n", s.host, static_cast<int>(getpid()), s.rank, tag, msg);
+  std::fprintf(s.out, "%s:%d:%d [braid] %s %s\n", s.host, static_cast<int>(getpid()), s.rank.load(std::memory_order_relaxed), tag,
+               msg);
   std::fflush(s.out);
 }
 

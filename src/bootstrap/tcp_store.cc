@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cerrno>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <set>
@@ -38,6 +39,16 @@ constexpr size_t kReadChunk = 64 * 1024;
 // before it costs the server unbounded memory.
 constexpr size_t kMaxBufferedIn = proto::kHeaderBytes + proto::kMaxPayloadBytes + kReadChunk;
 constexpr size_t kMaxBufferedOut = 2 * (proto::kHeaderBytes + size_t{proto::kMaxPayloadBytes});
+// Before its HELLO a connection may send a HELLO and nothing more (its payload is 24
+// bytes): a larger frame is cut off at its header, so nobody makes the store buffer (or
+// allocate) more than this per connection before it has said which job it belongs to.
+constexpr uint32_t kMaxHelloPayload = 64;
+constexpr size_t kMaxPreHelloIn = proto::kHeaderBytes + kMaxHelloPayload;
+// Connections that have not sent their HELLO: closed after BRAID_STORE_HELLO_SEC (default
+// 10), and at most BRAID_STORE_MAX_PENDING (default 1024) at a time, the oldest dropped
+// first, so idle connections cannot pile up.
+constexpr double kDefaultHelloSec = 10;
+constexpr int kDefaultMaxPending = 1024;
 // Server-side waits are capped so deadline arithmetic cannot overflow (about 11 days).
 constexpr uint64_t kMaxWaitMs = 1000ull * 1000 * 1000;
 // How long a client waits for the server's own TIMEOUT reply beyond the deadline it sent.
@@ -92,6 +103,7 @@ struct TcpStoreServer::Impl {
     size_t outOff = 0;
     uint32_t events = 0;  // interest registered with epoll
     bool hello = false;
+    int64_t helloDueNs = 0;  // closed if no HELLO by then
     bool closeAfterFlush = false;  // refused in HELLO: send the reason, then hang up
     bool dead = false;
     // A parked GET/WAIT/MULTI_GET: the request, the key it waits on now, its deadline.
@@ -120,6 +132,10 @@ struct TcpStoreServer::Impl {
   std::deque<uint64_t> runnable;  // conns unparked: process their buffered input again
   bool listening = true;
   int64_t resumeListenNs = 0;
+  std::deque<uint64_t> preHello;  // conns without a HELLO yet (or since gone), oldest first
+  int preHelloCount = 0;          // of those, still open and without a HELLO
+  int64_t helloTimeoutNs = static_cast<int64_t>(kDefaultHelloSec * 1e9);
+  int maxPending = kDefaultMaxPending;
 
   ~Impl() {
     for (auto& [id, c] : conns)
@@ -179,6 +195,7 @@ struct TcpStoreServer::Impl {
         }
       }
       expireWaits();
+      expireHellos();
       drainRunnable();
       maybeResumeListening();
       for (uint64_t id : graveyard) conns.erase(id);
@@ -190,6 +207,12 @@ struct TcpStoreServer::Impl {
     int64_t next = INT64_MAX;
     if (!deadlines.empty()) next = deadlines.begin()->first;
     if (!listening) next = std::min(next, resumeListenNs);
+    if (!preHello.empty()) {
+      auto it = conns.find(preHello.front());
+      // A stale front (connection gone or past its HELLO) wakes the loop once to be popped.
+      next = std::min(next, it == conns.end() || it->second->dead || it->second->hello ? int64_t{0}
+                                                                                        : it->second->helloDueNs);
+    }
     if (next == INT64_MAX) return -1;
     int64_t ms = (next - nowNanos() + 999999) / 1000000;  // round up: never wake early and spin
     return static_cast<int>(std::clamp<int64_t>(ms, 0, 60000));
@@ -232,7 +255,35 @@ struct TcpStoreServer::Impl {
       }
       accepted.fetch_add(1, std::memory_order_relaxed);
       open.fetch_add(1, std::memory_order_relaxed);
+      c->helloDueNs = nowNanos() + helloTimeoutNs;
+      preHello.push_back(c->id);
+      ++preHelloCount;
       conns.emplace(c->id, std::move(c));
+      if (preHelloCount > maxPending) dropOldestPreHello();
+    }
+  }
+
+  // The oldest connection still without a HELLO, or null (stale entries are popped).
+  Conn* oldestPreHello() {
+    while (!preHello.empty()) {
+      Conn* c = find(preHello.front());
+      if (c && !c->hello) return c;
+      preHello.pop_front();
+    }
+    return nullptr;
+  }
+
+  void dropOldestPreHello() {
+    if (Conn* c = oldestPreHello())
+      violation(*c, "more than " + std::to_string(maxPending) +
+                        " connections without a HELLO (BRAID_STORE_MAX_PENDING); dropping the oldest");
+  }
+
+  void expireHellos() {
+    const int64_t now = nowNanos();
+    while (Conn* c = oldestPreHello()) {
+      if (c->helloDueNs > now) break;
+      violation(*c, "no HELLO within " + std::to_string(helloTimeoutNs / 1000000) + " ms (BRAID_STORE_HELLO_SEC)");
     }
   }
 
@@ -261,11 +312,18 @@ struct TcpStoreServer::Impl {
   // Reads whatever the socket has. False if the connection was closed.
   bool readInput(Conn& c) {
     for (;;) {
+      // Before its HELLO a connection gets room for a HELLO and one byte more (which is
+      // already too much).
+      const size_t chunk = c.hello ? kReadChunk : kMaxPreHelloIn + 1;
       size_t old = c.in.size();
-      c.in.resize(old + kReadChunk);
-      ssize_t n = recv(c.fd, &c.in[old], kReadChunk, 0);
+      c.in.resize(old + chunk);
+      ssize_t n = recv(c.fd, &c.in[old], chunk, 0);
       c.in.resize(old + (n > 0 ? static_cast<size_t>(n) : 0));
       if (n > 0) {
+        if (!c.hello && c.in.size() - c.inOff > kMaxPreHelloIn) {
+          violation(c, "more bytes than a HELLO before its HELLO");
+          return false;
+        }
         if (c.in.size() - c.inOff > kMaxBufferedIn) {
           violation(c, "more than one frame of unprocessed input (client pipelines without reading replies)");
           return false;
@@ -286,6 +344,16 @@ struct TcpStoreServer::Impl {
   // Decodes and serves buffered requests until one parks or the input runs out.
   void process(Conn& c) {
     while (!c.dead && !c.parked && !c.closeAfterFlush) {
+      if (!c.hello && c.in.size() - c.inOff >= proto::kHeaderBytes) {
+        // The header's payload length (bytes 8-11, little-endian): a frame larger than a
+        // HELLO is refused now, not after waiting for (and buffering) its payload.
+        const auto* h = reinterpret_cast<const unsigned char*>(c.in.data() + c.inOff);
+        const uint32_t len = h[8] | (h[9] << 8) | (h[10] << 16) | (static_cast<uint32_t>(h[11]) << 24);
+        if (len > kMaxHelloPayload) {
+          violation(c, "a frame of " + std::to_string(len) + " bytes before HELLO (a HELLO has 24)");
+          return;
+        }
+      }
       proto::Frame f;
       proto::DecodeResult r =
           proto::decodeFrame(c.in.data() + c.inOff, c.in.size() - c.inOff, proto::Direction::kRequest, &f);
@@ -330,6 +398,7 @@ struct TcpStoreServer::Impl {
       if (expectedNonce != 0 && req.nonce != expectedNonce)
         return refuse(c, "this store serves a different job (session nonce mismatch; is the unique id stale?)");
       c.hello = true;
+      --preHelloCount;
       return reply(c, proto::Reply{});
     }
     if (!c.hello) return violation(c, std::string(proto::opName(req.op)) + " before HELLO");
@@ -547,6 +616,7 @@ struct TcpStoreServer::Impl {
 
   void closeConn(Conn& c, const char* why, bool logged) {
     if (c.dead) return;
+    if (!c.hello) --preHelloCount;
     if (why && !logged) BRAID_TRACE("store %s: connection from %s ends: %s", name.c_str(), c.peer.c_str(), why);
     unpark(c);
     epoll_ctl(epollFd, EPOLL_CTL_DEL, c.fd, nullptr);
@@ -571,6 +641,20 @@ StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::start(const std::strin
   server->impl_ = std::make_unique<Impl>();
   Impl& im = *server->impl_;
   im.expectedNonce = expectedNonce;
+  if (const char* v = std::getenv("BRAID_STORE_HELLO_SEC")) {
+    char* end = nullptr;
+    double sec = std::strtod(v, &end);
+    if (!*v || *end || !(sec > 0) || sec > 86400)
+      return invalidArgument(std::string("BRAID_STORE_HELLO_SEC='") + v + "' must be a number of seconds in (0, 86400]");
+    im.helloTimeoutNs = static_cast<int64_t>(sec * 1e9);
+  }
+  if (const char* v = std::getenv("BRAID_STORE_MAX_PENDING")) {
+    char* end = nullptr;
+    long n = std::strtol(v, &end, 10);
+    if (!*v || *end || n < 1 || n > 1000000)
+      return invalidArgument(std::string("BRAID_STORE_MAX_PENDING='") + v + "' must be an integer in [1, 1000000]");
+    im.maxPending = static_cast<int>(n);
+  }
 
   Status bound = im.listen(sa, &server->port_);
   if (!bound.isOk()) return bound.withContext("store server cannot bind " + where);

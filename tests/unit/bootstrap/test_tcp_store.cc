@@ -506,3 +506,53 @@ TEST_CASE("tcp store client: something else listening on the port", "[bootstrap]
   CHECK(c.status().code() == Code::kRemoteError);
   CHECK(c.status().message().find("HELLO") != std::string::npos);
 }
+
+// A stranger who never sends a HELLO: a frame larger than a HELLO is refused at its header
+// (nothing of its payload is waited for or buffered), a silent connection is closed after
+// BRAID_STORE_HELLO_SEC, and at most BRAID_STORE_MAX_PENDING such connections are kept.
+TEST_CASE("tcp store: connections without a HELLO are bounded in size, time and number", "[bootstrap][tcp]") {
+  setenv("BRAID_STORE_HELLO_SEC", "1", 1);
+  setenv("BRAID_STORE_MAX_PENDING", "8", 1);
+  auto server = startServer();
+  unsetenv("BRAID_STORE_HELLO_SEC");
+  unsetenv("BRAID_STORE_MAX_PENDING");
+  auto good = connectTo(server->port());
+  checkGoodClient(*good, 0);
+
+  SECTION("a 64 MiB HELLO header is refused before its payload") {
+    auto before = server->stats().rejected;
+    RawSocket s(server->port());
+    REQUIRE(s.send(rawHeader(proto::kMagic, proto::kVersion, 1, proto::kMaxPayloadBytes)));
+    CHECK(s.closedByPeer(2000));
+    CHECK(server->stats().rejected == before + 1);
+  }
+  SECTION("bytes beyond a HELLO before it are refused") {
+    RawSocket s(server->port());
+    REQUIRE(s.send(std::string(200, 'x')));
+    CHECK(s.closedByPeer(2000));
+  }
+  SECTION("a silent connection is closed after the HELLO timeout") {
+    RawSocket s(server->port());
+    REQUIRE(s.ok());
+    auto t0 = std::chrono::steady_clock::now();
+    CHECK(s.closedByPeer(5000));
+    double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    CHECK(sec > 0.5);
+    CHECK(sec < 4);
+  }
+  SECTION("past the pending bound the oldest silent connection goes first") {
+    std::vector<std::unique_ptr<RawSocket>> idle;
+    for (int i = 0; i < 12; ++i) {
+      idle.push_back(std::make_unique<RawSocket>(server->port()));
+      REQUIRE(idle.back()->ok());
+    }
+    // The first four were dropped for the last four; the rest wait for their timeout.
+    for (int i = 0; i < 4; ++i) CHECK(idle[static_cast<size_t>(i)]->closedByPeer(2000));
+    for (int i = 0; i < 100 && server->stats().open > 9; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    CHECK(server->stats().open == 9);  // eight silent ones and the good client
+  }
+  // The job's own client was never disturbed; and one that says HELLO in time is served.
+  checkGoodClient(*good, 1);
+  auto late = connectTo(server->port());
+  checkGoodClient(*late, 2);
+}

@@ -1,11 +1,8 @@
 #include "bootstrap/unique_id.h"
 
-#include <sys/random.h>
-
-#include <cerrno>
-#include <chrono>
 #include <cstring>
-#include <random>
+
+#include "common/random.h"
 
 namespace braid::bootstrap {
 
@@ -93,26 +90,10 @@ StatusOr<UniqueId> decodeUniqueId(const char in[kUniqueIdBytes]) {
 }
 
 uint64_t randomNonce() {
-  uint64_t v = 0;
-  for (;;) {
-    size_t got = 0;
-    while (got < sizeof(v)) {
-      ssize_t n = getrandom(reinterpret_cast<char*>(&v) + got, sizeof(v) - got, 0);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        break;  // ENOSYS (very old kernel): fall back below
-      }
-      got += static_cast<size_t>(n);
-    }
-    if (got < sizeof(v)) {
-      // Not cryptographic, but still distinct per process and call: a nonce guards against
-      // mixing up jobs, and the auth key (not the nonce) is the secret.
-      std::random_device rd;
-      v = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^
-          static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
-    }
-    if (v != 0) return v;
-  }
+  // A nonce guards against mixing up jobs (the auth key, not the nonce, is the secret); zero
+  // means "none", so it is drawn again.
+  for (;;)
+    if (uint64_t v = randomU64()) return v;
 }
 
 }  // namespace braid::bootstrap

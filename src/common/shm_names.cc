@@ -2,43 +2,24 @@
 
 #include <dirent.h>
 #include <sys/mman.h>
-#include <sys/random.h>
 #include <unistd.h>
 
 #include <cctype>
-#include <cerrno>
 #include <cinttypes>
-#include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <random>
+
+#include "common/random.h"
 
 namespace braid {
 
 namespace {
 constexpr char kPrefix[] = "braid-";
-
-uint64_t random64() {
-  uint64_t v = 0;
-  size_t got = 0;
-  while (got < sizeof v) {
-    ssize_t n = getrandom(reinterpret_cast<char*>(&v) + got, sizeof v - got, 0);
-    if (n > 0) {
-      got += static_cast<size_t>(n);
-    } else if (n < 0 && errno != EINTR) {
-      // No getrandom (a very old kernel): the C++ library's source, still not derived from
-      // anything a stranger can read.
-      std::random_device rd;
-      return (static_cast<uint64_t>(rd()) << 32) ^ rd();
-    }
-  }
-  return v;
-}
 }  // namespace
 
 std::string newSegmentName() {
   char buf[64];
-  std::snprintf(buf, sizeof buf, "/%s%ld-%016" PRIx64, kPrefix, static_cast<long>(getpid()), random64());
+  std::snprintf(buf, sizeof buf, "/%s%ld-%016" PRIx64, kPrefix, static_cast<long>(getpid()), randomU64());
   return buf;
 }
 

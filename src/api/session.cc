@@ -22,8 +22,8 @@
 #include "bootstrap/tcp_store.h"
 #include "bootstrap/unique_id.h"
 #include "common/log.h"
-#include "transports/tcp/socket_util.h"
 #include "reduce/reduce.h"
+#include "transports/tcp/socket_util.h"
 
 namespace braid::api {
 

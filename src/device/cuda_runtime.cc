@@ -54,29 +54,14 @@ class CudaRuntime final : public Runtime {
   const char* name() const override { return "cuda"; }
 
   Status available() override {
-    std::call_once(once_, [this] {
-      int n = 0;
-      cudaError_t e = cudaGetDeviceCount(&n);
-      if (e != cudaSuccess) {
-        // No driver, or no device node: CUDA says which.
-        why_ = cudaFailure("no usable GPU", e);
-        cudaGetLastError();
-      } else if (n == 0) {
-        why_ = Status(Code::kSystemError, "CUDA: no GPU is visible (CUDA_VISIBLE_DEVICES?)");
-      }
-      if (why_.isOk()) {
-        waitValue32_ = driverEntry<WaitValue32Fn>("cuStreamWaitValue32");
-        pointerAttribute_ = driverEntry<PointerGetAttributeFn>("cuPointerGetAttribute");
-      }
-      usable_ = why_.isOk();
-    });
+    std::call_once(once_, [this] { probe(); });
     return why_;
   }
 
   PointerInfo pointerInfo(const void* p) override {
     PointerInfo info;
-    // Every call asks, twice: without a GPU this must cost no more than a load (available()
-    // returns a copy of the reason, a string).
+    // Every call asks, twice: without a GPU this must cost one load (available() returns a
+    // copy of the reason, a string, and call_once is a call through pthread_once).
     if (!p || !usable()) return info;
     if (pointerAttribute_) {
       // The driver's query needs no context, so a host-only job on a GPU machine never
@@ -177,20 +162,39 @@ class CudaRuntime final : public Runtime {
   }
 
  private:
-  bool usable() {
-    if (!checked_.load(std::memory_order_acquire)) {
-      (void)available();
-      checked_.store(true, std::memory_order_release);
+  // Run once (once_): whether CUDA sees a GPU, and the driver entry points if it does.
+  void probe() {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+      // No driver, or no device node: CUDA says which.
+      why_ = cudaFailure("no usable GPU", e);
+      cudaGetLastError();
+    } else if (n == 0) {
+      why_ = Status(Code::kSystemError, "CUDA: no GPU is visible (CUDA_VISIBLE_DEVICES?)");
     }
-    return usable_;
+    if (why_.isOk()) {
+      waitValue32_ = driverEntry<WaitValue32Fn>("cuStreamWaitValue32");
+      pointerAttribute_ = driverEntry<PointerGetAttributeFn>("cuPointerGetAttribute");
+    }
+    state_.store(why_.isOk() ? kUsable : kUnusable, std::memory_order_release);
   }
 
+  bool usable() {
+    int st = state_.load(std::memory_order_acquire);
+    if (st == kUnknown) {
+      (void)available();
+      st = state_.load(std::memory_order_acquire);
+    }
+    return st == kUsable;
+  }
+
+  static constexpr int kUnknown = 0, kUsable = 1, kUnusable = 2;
   std::once_flag once_;
   Status why_;
-  bool usable_ = false;                // why_.isOk(), written once, in available()
-  std::atomic<bool> checked_{false};  // available() has run
+  std::atomic<int> state_{kUnknown};  // what probe() found, for pointerInfo's fast check
   std::atomic<WaitValue32Fn> waitValue32_{nullptr};
-  PointerGetAttributeFn pointerAttribute_ = nullptr;  // written once, in available()
+  PointerGetAttributeFn pointerAttribute_ = nullptr;  // written once, in probe()
 };
 
 }  // namespace

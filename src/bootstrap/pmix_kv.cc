@@ -89,17 +89,18 @@ Status pmixExchange(const std::string& key, const std::string* value, int ownerR
   const PmixApi& a = api();
   if (!a.loadError.empty()) return Status(Code::kSystemError, a.loadError);
   if (key.size() > PMIX_MAX_KEYLEN) return invalidArgument("PMIx key '" + key + "' is too long");
-  pmix_proc_t me;
-  std::memset(&me, 0, sizeof me);
-  pmix_status_t rc = a.init(&me, nullptr, 0);
+  // PMIx is initialized once per process and finalized at exit: a client that finalizes
+  // and initializes again between two fences (a second braid init) can leave the next
+  // fence waiting, and the launcher treats a client that exits without a finalize as failed.
+  static pmix_proc_t me;
+  static pmix_status_t initRc = [&a] {
+    std::memset(&me, 0, sizeof me);
+    pmix_status_t rc = a.init(&me, nullptr, 0);
+    if (rc == PMIX_SUCCESS) std::atexit([] { api().finalize(nullptr, 0); });
+    return rc;
+  }();
+  pmix_status_t rc = initRc;
   if (rc != PMIX_SUCCESS) return failed(a, "PMIx_Init", rc).withContext("is this process started by mpirun?");
-  // Every successful init is matched by a finalize (PMIx counts them, so an MPI library's
-  // own init in this process stays): the launcher treats a client that leaves without one
-  // as a failed process.
-  struct Finalize {
-    const PmixApi& a;
-    ~Finalize() { a.finalize(nullptr, 0); }
-  } finalize{a};
 
   if (value) {
     pmix_value_t v;

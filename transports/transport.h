@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "common/auth.h"
 #include "common/clock.h"
 #include "common/status.h"
 
@@ -108,6 +109,9 @@ struct TransportConfig {
   int rank = 0;
   int nranks = 1;
   uint64_t nonce = 0;
+  // The job's key (common/auth.h): a transport whose peers connect to it (tcp) admits only
+  // connections that prove it. Absent: admitted on the nonce alone.
+  AuthKey authKey;
   size_t slotBytes = 512 * 1024;  // payload per slot
   int nslots = 8;                 // FIFO depth
   int numaNode = -1;              // where to place receive buffers, -1 for anywhere

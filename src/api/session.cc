@@ -131,7 +131,11 @@ Status createUniqueId(braidUniqueId* id) {
   bootstrap::UniqueId u;
   u.nonce = bootstrap::randomNonce();
   u.host = advertisedAddress();
-  BRAID_ASSIGN_OR_RETURN(auto server, bootstrap::TcpStoreServer::start("0.0.0.0", 0, u.nonce));
+  // The job's key travels inside the id: the user's own when set, else a fresh one, so
+  // braidGetUniqueId jobs are authenticated with nothing to configure.
+  BRAID_ASSIGN_OR_RETURN(u.key, authKeyFromEnv([](const char* n) { return std::getenv(n); }));
+  if (!u.key.present) u.key = randomAuthKey();
+  BRAID_ASSIGN_OR_RETURN(auto server, bootstrap::TcpStoreServer::start("0.0.0.0", 0, u.nonce, u.key));
   u.port = server->port();
   bootstrap::encodeUniqueId(u, id->internal);
   std::lock_guard<std::mutex> lock(gServersMu);
@@ -195,6 +199,9 @@ StatusOr<std::unique_ptr<Session>> Session::fromEnv() {
     opts.config = cfg;
     return join(std::make_shared<bootstrap::MemoryStore>(), 0, 1, std::move(opts));
   }
+  StatusOr<AuthKey> key = authKeyFromEnv([](const char* n) { return std::getenv(n); });
+  if (!key.isOk()) return key.status().withContext("rank " + std::to_string(env.rank));
+  if (!key.value().present && env.worldSize > 1 && env.rank == 0) warnUnauthenticatedOnce("rank 0");
   Deadline deadline = Deadline::after(cfg.timeoutSec);
   const uint64_t init = gEnvInits.fetch_add(1);
   // A store that rank 0 serves on a fixed port (torchrun, mpirun, Slurm) is served again by
@@ -206,7 +213,7 @@ StatusOr<std::unique_ptr<Session>> Session::fromEnv() {
   std::shared_ptr<bootstrap::TcpStoreServer> server;
   if (env.serveStore && env.rank == 0) {
     // Port 0 (a store published through a key-value server) binds an ephemeral port.
-    BRAID_ASSIGN_OR_RETURN(auto srv, bootstrap::TcpStoreServer::start("0.0.0.0", env.storePort, generation));
+    BRAID_ASSIGN_OR_RETURN(auto srv, bootstrap::TcpStoreServer::start("0.0.0.0", env.storePort, generation, key.value()));
     server = std::shared_ptr<bootstrap::TcpStoreServer>(std::move(srv));
   }
   if (!env.kvHost.empty()) {
@@ -222,17 +229,24 @@ StatusOr<std::unique_ptr<Session>> Session::fromEnv() {
                            " environment across hosts, the store's address through PMIx; or set MASTER_ADDR and "
                            "MASTER_PORT)");
   }
-  auto client = bootstrap::TcpStoreClient::connect(env.storeHost, env.storePort, generation, deadline);
+  auto connect = [&] {
+    return bootstrap::TcpStoreClient::connect(env.storeHost, env.storePort, generation, deadline,
+                                              bootstrap::TcpStoreClient::kDefaultOpTimeoutSec, key.value());
+  };
+  auto client = connect();
   // The previous init's store refuses the handshake, or resets it while closing: try again
-  // until the new one answers (or the deadline passes, the last reason then given).
-  while (!client.isOk() && generation != 0 && !deadline.expired()) {
+  // until the new one answers (or the deadline passes, the last reason then given). A store
+  // that failed authentication is the job's and will not change its mind.
+  while (!client.isOk() && generation != 0 && !deadline.expired() &&
+         client.status().message().find("authentication failed") == std::string::npos) {
     usleep(20 * 1000);
-    client = bootstrap::TcpStoreClient::connect(env.storeHost, env.storePort, generation, deadline);
+    client = connect();
   }
   if (!client.isOk())
     return client.status().withContext("rank " + std::to_string(env.rank) + " (from " + env.source + " environment)");
   core::CommOptions opts;
   opts.config = cfg;
+  opts.authKey = key.value();
   opts.storeOwnerRank = env.serveStore ? 0 : -1;
   if (init > 0) opts.keyPrefix += ".i" + std::to_string(init);
   BRAID_ASSIGN_OR_RETURN(auto s, join(std::shared_ptr<bootstrap::Store>(std::move(client).value()), env.rank,
@@ -247,11 +261,13 @@ StatusOr<std::unique_ptr<Session>> Session::fromUniqueId(const braidUniqueId& id
     return invalidArgument("rank=" + std::to_string(rank) + " is outside [0, nranks=" + std::to_string(nranks) + ")");
   BRAID_ASSIGN_OR_RETURN(bootstrap::UniqueId u, bootstrap::decodeUniqueId(id.internal));
   BRAID_ASSIGN_OR_RETURN(core::Config cfg, core::Config::fromEnv());
-  BRAID_ASSIGN_OR_RETURN(auto client, bootstrap::TcpStoreClient::connect(u.host, u.port, u.nonce,
-                                                                         Deadline::after(cfg.timeoutSec)));
+  BRAID_ASSIGN_OR_RETURN(auto client, bootstrap::TcpStoreClient::connect(
+                                          u.host, u.port, u.nonce, Deadline::after(cfg.timeoutSec),
+                                          bootstrap::TcpStoreClient::kDefaultOpTimeoutSec, u.key));
   core::CommOptions opts;
   opts.config = cfg;
   opts.nonce = u.nonce;
+  opts.authKey = u.key;
   return join(std::shared_ptr<bootstrap::Store>(std::move(client)), rank, nranks, std::move(opts));
 }
 
@@ -262,6 +278,11 @@ StatusOr<std::unique_ptr<Session>> Session::fromStore(std::shared_ptr<bootstrap:
   core::CommOptions opts;
   opts.config = cfg;
   opts.keyPrefix = keyPrefix;
+  // The store is the caller's (torch's); the data connections still prove the job's key.
+  StatusOr<AuthKey> key = authKeyFromEnv([](const char* n) { return std::getenv(n); });
+  if (!key.isOk()) return key.status().withContext("rank " + std::to_string(rank));
+  if (!key.value().present && nranks > 1 && rank == 0) warnUnauthenticatedOnce("rank 0");
+  opts.authKey = key.value();
   return join(std::move(store), rank, nranks, std::move(opts));
 }
 

@@ -80,8 +80,8 @@ Status encodeChecked(Op op, const std::vector<std::string_view>& fields, std::st
 
 }  // namespace
 
-bool isRequestOp(uint16_t op) { return op >= 1 && op <= 8; }
-bool isReplyOp(uint16_t op) { return op >= 0x81 && op <= 0x87; }
+bool isRequestOp(uint16_t op) { return op >= 1 && op <= 9; }
+bool isReplyOp(uint16_t op) { return op >= 0x81 && op <= 0x88; }
 
 const char* opName(Op op) {
   switch (op) {
@@ -93,6 +93,7 @@ const char* opName(Op op) {
     case Op::kCheck: return "CHECK";
     case Op::kDelete: return "DELETE";
     case Op::kMultiGet: return "MULTI_GET";
+    case Op::kAuth: return "AUTH";
     case Op::kOk: return "OK";
     case Op::kValue: return "VALUE";
     case Op::kInt: return "INT";
@@ -100,6 +101,7 @@ const char* opName(Op op) {
     case Op::kTimeout: return "TIMEOUT";
     case Op::kError: return "ERROR";
     case Op::kValues: return "VALUES";
+    case Op::kChallenge: return "CHALLENGE";
   }
   return "UNKNOWN";
 }
@@ -237,9 +239,19 @@ StatusOr<Request> parseRequest(const Frame& f) {
   };
   switch (f.op) {
     case Op::kHello:
-      BRAID_RETURN_IF_ERROR(wantFields(2));
+      if (fs.size() != 2 && fs.size() != 3)
+        return bad(f.op, "expected 2 or 3 fields, got " + std::to_string(fs.size()));
       if (!fieldU32(fs[0], &req.version)) return bad(f.op, "version field is not 4 bytes");
       if (!fieldU64(fs[1], &req.nonce)) return bad(f.op, "nonce field is not 8 bytes");
+      if (fs.size() == 3) {
+        if (fs[2].size() != kChallengeBytes) return bad(f.op, "challenge field is not 32 bytes");
+        req.challenge = fs[2];
+      }
+      return req;
+    case Op::kAuth:
+      BRAID_RETURN_IF_ERROR(wantFields(1));
+      if (fs[0].size() != kProofBytes) return bad(f.op, "proof field is not 32 bytes");
+      req.proof = fs[0];
       return req;
     case Op::kSet:
       BRAID_RETURN_IF_ERROR(wantFields(2));
@@ -304,6 +316,13 @@ StatusOr<Reply> parseReply(const Frame& f) {
     case Op::kValues:
       rep.values = fs;
       return rep;
+    case Op::kChallenge:
+      BRAID_RETURN_IF_ERROR(wantFields(2));
+      if (fs[0].size() != kChallengeBytes) return bad(f.op, "challenge field is not 32 bytes");
+      if (fs[1].size() != kProofBytes) return bad(f.op, "proof field is not 32 bytes");
+      rep.challenge = fs[0];
+      rep.proof = fs[1];
+      return rep;
     case Op::kInt: {
       BRAID_RETURN_IF_ERROR(wantFields(1));
       uint64_t v;
@@ -344,6 +363,14 @@ Status encodeRequest(const Request& req, std::string* out) {
       owned.push_back(u32Field(req.version));
       owned.push_back(u64Field(req.nonce));
       fields = {owned[0], owned[1]};
+      if (!req.challenge.empty()) {
+        if (req.challenge.size() != kChallengeBytes) return bad(req.op, "challenge must be 32 bytes");
+        fields.push_back(req.challenge);
+      }
+      break;
+    case Op::kAuth:
+      if (req.proof.size() != kProofBytes) return bad(req.op, "proof must be 32 bytes");
+      fields = {req.proof};
       break;
     case Op::kSet:
       BRAID_RETURN_IF_ERROR(needOneKey());
@@ -393,6 +420,11 @@ Status encodeReply(const Reply& rep, std::string* out) {
       break;
     case Op::kValues:
       for (const auto& v : rep.values) fields.push_back(v);
+      break;
+    case Op::kChallenge:
+      if (rep.challenge.size() != kChallengeBytes || rep.proof.size() != kProofBytes)
+        return bad(rep.op, "challenge and proof must be 32 bytes each");
+      fields = {rep.challenge, rep.proof};
       break;
     case Op::kInt:
       owned.push_back(u64Field(static_cast<uint64_t>(rep.number)));

@@ -14,6 +14,13 @@
 //
 // A connection is strictly request/reply: the client sends HELLO first, then one request
 // at a time, and the server answers each request with exactly one reply, in order.
+//
+// Authentication (a store that has the job's key, common/auth.h): the client's HELLO carries
+// a 32-byte random challenge; the server answers CHALLENGE with its own challenge and its
+// proof of the key over both; the client checks that proof (so a stranger posing as the store
+// learns nothing and is found out) and sends AUTH with its own proof; OK admits it. A store
+// without a key answers HELLO with OK and ignores the challenge; a client with a key refuses
+// such a store. Until admitted a connection may send only these tiny frames.
 
 #include <cstddef>
 #include <cstdint>
@@ -31,12 +38,14 @@ constexpr size_t kHeaderBytes = 12;
 constexpr uint32_t kMaxPayloadBytes = 64u << 20;  // one frame, values included
 constexpr uint32_t kMaxKeyBytes = 4096;
 constexpr uint32_t kMaxFields = 1u << 16;  // bounds WAIT/CHECK/MULTI_GET key lists
+constexpr size_t kChallengeBytes = 32;
+constexpr size_t kProofBytes = 32;
 // Sent in place of a relative timeout when the caller has no deadline.
 constexpr uint64_t kNoTimeout = ~0ull;
 
 enum class Op : uint16_t {
   // Requests (client to server).
-  kHello = 1,     // u32 version, u64 job nonce
+  kHello = 1,     // u32 version, u64 job nonce [, 32-byte client challenge]
   kSet = 2,       // key, value
   kGet = 3,       // u64 timeout ms, key
   kAdd = 4,       // key, i64 delta
@@ -44,6 +53,7 @@ enum class Op : uint16_t {
   kCheck = 6,     // key...
   kDelete = 7,    // key
   kMultiGet = 8,  // u64 timeout ms, key...
+  kAuth = 9,      // 32-byte client proof (after CHALLENGE)
   // Replies (server to client).
   kOk = 0x81,       // (no fields)
   kValue = 0x82,    // value
@@ -52,6 +62,7 @@ enum class Op : uint16_t {
   kTimeout = 0x85,  // the key still missing when the deadline passed
   kError = 0x86,    // u32 braid::Code, message
   kValues = 0x87,   // value... (MULTI_GET, in key order)
+  kChallenge = 0x88,  // 32-byte server challenge, 32-byte server proof (HELLO to a keyed store)
 };
 
 bool isRequestOp(uint16_t op);
@@ -100,6 +111,8 @@ struct Request {
   Op op = Op::kHello;
   uint32_t version = kVersion;  // kHello
   uint64_t nonce = 0;           // kHello
+  std::string challenge;        // kHello: empty, or kChallengeBytes from a client with a key
+  std::string proof;            // kAuth: kProofBytes
   std::vector<std::string> keys;  // one for kSet/kGet/kAdd/kDelete; any number otherwise
   std::string value;            // kSet
   int64_t delta = 0;            // kAdd
@@ -115,6 +128,8 @@ struct Reply {
   bool flag = false;                // kBool
   Code code = Code::kOk;            // kError
   std::string message;              // kError
+  std::string challenge;            // kChallenge: kChallengeBytes
+  std::string proof;                // kChallenge: kProofBytes
 };
 
 // Checks a decoded frame against what its opcode requires (field count, sizes, key

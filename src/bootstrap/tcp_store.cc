@@ -25,6 +25,7 @@
 
 #include "bootstrap/store_value.h"
 #include "common/log.h"
+#include "common/random.h"
 
 namespace braid::bootstrap {
 
@@ -39,20 +40,25 @@ constexpr size_t kReadChunk = 64 * 1024;
 // before it costs the server unbounded memory.
 constexpr size_t kMaxBufferedIn = proto::kHeaderBytes + proto::kMaxPayloadBytes + kReadChunk;
 constexpr size_t kMaxBufferedOut = 2 * (proto::kHeaderBytes + size_t{proto::kMaxPayloadBytes});
-// Before its HELLO a connection may send a HELLO and nothing more (its payload is 24
-// bytes): a larger frame is cut off at its header, so nobody makes the store buffer (or
-// allocate) more than this per connection before it has said which job it belongs to.
+// Until admitted (HELLO, and AUTH on a store with a key) a connection may send those frames
+// and nothing more (a HELLO's payload is 24 bytes, 60 with a challenge; an AUTH's 40): a
+// larger frame is cut off at its header, so nobody makes the store buffer (or allocate) more
+// than this per connection before it has proved it belongs to the job.
 constexpr uint32_t kMaxHelloPayload = 64;
 constexpr size_t kMaxPreHelloIn = proto::kHeaderBytes + kMaxHelloPayload;
-// Connections that have not sent their HELLO: closed after BRAID_STORE_HELLO_SEC (default
-// 10), and at most BRAID_STORE_MAX_PENDING (default 1024) at a time, the oldest dropped
-// first, so idle connections cannot pile up.
+// Connections not admitted yet: closed after BRAID_STORE_HELLO_SEC (default 10), and at most
+// BRAID_STORE_MAX_PENDING (default 1024) at a time, the oldest dropped first, so idle
+// connections cannot pile up.
 constexpr double kDefaultHelloSec = 10;
 constexpr int kDefaultMaxPending = 1024;
 // Server-side waits are capped so deadline arithmetic cannot overflow (about 11 days).
 constexpr uint64_t kMaxWaitMs = 1000ull * 1000 * 1000;
 // How long a client waits for the server's own TIMEOUT reply beyond the deadline it sent.
 constexpr double kReplyGraceSec = 2.0;
+// What each side's proof of the job key is for (common/auth.h): the two never pass for
+// each other.
+constexpr std::string_view kServerLabel = "braid store server v1";
+constexpr std::string_view kClientLabel = "braid store client v1";
 
 std::string errnoText(int err) { return std::strerror(err); }
 
@@ -102,8 +108,10 @@ struct TcpStoreServer::Impl {
     std::string out;  // encoded replies; out[outOff..] not yet sent
     size_t outOff = 0;
     uint32_t events = 0;  // interest registered with epoll
-    bool hello = false;
-    int64_t helloDueNs = 0;  // closed if no HELLO by then
+    bool hello = false;      // admitted: HELLO accepted (and AUTH, on a store with a key)
+    bool challenged = false;  // keyed store: CHALLENGE sent, AUTH expected next
+    std::string clientChallenge, serverChallenge;
+    int64_t helloDueNs = 0;  // closed if not admitted by then
     bool closeAfterFlush = false;  // refused in HELLO: send the reason, then hang up
     bool dead = false;
     // A parked GET/WAIT/MULTI_GET: the request, the key it waits on now, its deadline.
@@ -115,6 +123,7 @@ struct TcpStoreServer::Impl {
 
   std::string name;
   uint64_t expectedNonce = 0;
+  AuthKey key;  // present: clients must prove it
   int listenFd = -1;
   int epollFd = -1;
   int wakeFd = -1;
@@ -350,7 +359,8 @@ struct TcpStoreServer::Impl {
         const auto* h = reinterpret_cast<const unsigned char*>(c.in.data() + c.inOff);
         const uint32_t len = h[8] | (h[9] << 8) | (h[10] << 16) | (static_cast<uint32_t>(h[11]) << 24);
         if (len > kMaxHelloPayload) {
-          violation(c, "a frame of " + std::to_string(len) + " bytes before HELLO (a HELLO has 24)");
+          violation(c, "a frame of " + std::to_string(len) + " payload bytes before it was admitted (HELLO and AUTH have at most " +
+                           std::to_string(kMaxHelloPayload) + ")");
           return;
         }
       }
@@ -390,18 +400,35 @@ struct TcpStoreServer::Impl {
   void handle(Conn& c, proto::Request req) {
     using proto::Op;
     if (req.op == Op::kHello) {
-      if (c.hello) return violation(c, "second HELLO");
+      if (c.hello || c.challenged) return violation(c, "second HELLO");
       if (req.version != proto::kVersion)
         return refuse(c, "client speaks store protocol " + std::to_string(req.version) + ", this store speaks " +
                              std::to_string(proto::kVersion));
       // The expected nonce is never echoed: it is what proves membership of the job.
       if (expectedNonce != 0 && req.nonce != expectedNonce)
         return refuse(c, "this store serves a different job (session nonce mismatch; is the unique id stale?)");
-      c.hello = true;
-      --preHelloCount;
-      return reply(c, proto::Reply{});
+      if (!key.present) return admit(c);
+      if (req.challenge.empty())
+        return refuse(c, "authentication failed: this store belongs to a job with a key and the client has none "
+                         "(give every rank the job's BRAID_AUTH_KEY or BRAID_AUTH_KEY_FILE)");
+      c.challenged = true;
+      c.clientChallenge = req.challenge;
+      c.serverChallenge = randomString(proto::kChallengeBytes);
+      proto::Reply rep;
+      rep.op = Op::kChallenge;
+      rep.challenge = c.serverChallenge;
+      const Digest proof = storeProof(kServerLabel, req.nonce, c.clientChallenge, c.serverChallenge);
+      rep.proof.assign(reinterpret_cast<const char*>(proof.data()), proof.size());
+      return reply(c, rep);
     }
-    if (!c.hello) return violation(c, std::string(proto::opName(req.op)) + " before HELLO");
+    if (req.op == Op::kAuth) {
+      if (!c.challenged || c.hello) return violation(c, "AUTH without a CHALLENGE before it");
+      if (!checkAuthProof(storeProof(kClientLabel, expectedNonce, c.clientChallenge, c.serverChallenge), req.proof))
+        return refuse(c, "authentication failed: the client does not know this job's key");
+      return admit(c);
+    }
+    if (!c.hello)
+      return violation(c, std::string(proto::opName(req.op)) + (c.challenged ? " before AUTH" : " before HELLO"));
     proto::Reply rep;
     switch (req.op) {
       case Op::kSet:
@@ -448,6 +475,20 @@ struct TcpStoreServer::Impl {
       default:
         return violation(c, "unexpected opcode");
     }
+  }
+
+  void admit(Conn& c) {
+    c.hello = true;
+    c.clientChallenge.clear();
+    c.serverChallenge.clear();
+    --preHelloCount;
+    reply(c, proto::Reply{});
+  }
+
+  Digest storeProof(std::string_view label, uint64_t nonce, const std::string& clientChallenge,
+                    const std::string& serverChallenge) const {
+    return authProof(key, label, {std::string_view(reinterpret_cast<const char*>(&nonce), 8), clientChallenge,
+                                  serverChallenge});
   }
 
   const std::string* firstMissing(const std::vector<std::string>& keys) const {
@@ -568,7 +609,10 @@ struct TcpStoreServer::Impl {
 
   // Refuses a client in HELLO: it gets the reason, then the connection closes.
   void refuse(Conn& c, const std::string& why) {
-    BRAID_WARN("store %s: refusing client %s: %s", name.c_str(), c.peer.c_str(), why.c_str());
+    if (why.rfind("authentication failed", 0) == 0)
+      BRAID_SECURITY("store %s: refusing client %s: %s", name.c_str(), c.peer.c_str(), why.c_str());
+    else
+      BRAID_WARN("store %s: refusing client %s: %s", name.c_str(), c.peer.c_str(), why.c_str());
     rejected.fetch_add(1, std::memory_order_relaxed);
     proto::Reply rep;
     rep.op = proto::Op::kError;
@@ -618,6 +662,9 @@ struct TcpStoreServer::Impl {
     if (c.dead) return;
     if (!c.hello) --preHelloCount;
     if (why && !logged) BRAID_TRACE("store %s: connection from %s ends: %s", name.c_str(), c.peer.c_str(), why);
+    // A client with another key finds out from the store's proof and leaves before AUTH.
+    if (!logged && c.challenged && !c.hello)
+      BRAID_SECURITY("store %s: client %s left during authentication (another key?)", name.c_str(), c.peer.c_str());
     unpark(c);
     epoll_ctl(epollFd, EPOLL_CTL_DEL, c.fd, nullptr);
     close(c.fd);
@@ -629,7 +676,7 @@ struct TcpStoreServer::Impl {
 };
 
 StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::start(const std::string& host, int port,
-                                                                uint64_t expectedNonce) {
+                                                                uint64_t expectedNonce, const AuthKey& key) {
   const std::string where = (host.empty() ? std::string("0.0.0.0") : host) + ":" + std::to_string(port);
   if (port < 0 || port > 65535) return invalidArgument("store server: port " + std::to_string(port) + " is out of range");
   sockaddr_in sa;
@@ -641,6 +688,7 @@ StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::start(const std::strin
   server->impl_ = std::make_unique<Impl>();
   Impl& im = *server->impl_;
   im.expectedNonce = expectedNonce;
+  im.key = key;
   if (const char* v = std::getenv("BRAID_STORE_HELLO_SEC")) {
     char* end = nullptr;
     double sec = std::strtod(v, &end);
@@ -661,7 +709,8 @@ StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::start(const std::strin
   im.name = (host.empty() ? std::string("0.0.0.0") : host) + ":" + std::to_string(server->port_);
 
   im.thread = std::thread([&im] { im.run(); });
-  BRAID_INFO("store serving on %s", im.name.c_str());
+  BRAID_INFO("store serving on %s (%s)", im.name.c_str(),
+             key.present ? ("clients prove key " + key.fingerprint()).c_str() : "no key: unauthenticated");
   return server;
 }
 
@@ -755,7 +804,8 @@ TcpStoreClient::~TcpStoreClient() {
 }
 
 StatusOr<std::unique_ptr<TcpStoreClient>> TcpStoreClient::connect(const std::string& host, int port, uint64_t nonce,
-                                                                  Deadline deadline, double opTimeoutSec) {
+                                                                  Deadline deadline, double opTimeoutSec,
+                                                                  const AuthKey& key) {
   const std::string address = host + ":" + std::to_string(port);
   if (host.empty()) return invalidArgument("store address '" + address + "' has no host");
   if (port < 1 || port > 65535) return invalidArgument("store address '" + address + "': port out of range");
@@ -786,12 +836,32 @@ StatusOr<std::unique_ptr<TcpStoreClient>> TcpStoreClient::connect(const std::str
   proto::Request hello;
   hello.op = proto::Op::kHello;
   hello.nonce = nonce;
+  if (key.present) hello.challenge = randomString(proto::kChallengeBytes);
   proto::Reply rep;
   Status s = client->roundTrip(hello, client->opDeadline(), &rep);
   if (!s.isOk()) {
     if (s.code() == Code::kRemoteError)
       return Status(Code::kRemoteError, s.message() + " (during the HELLO handshake: is something else listening there?)");
     return s;  // the store's own reason, e.g. a nonce mismatch, already names it
+  }
+  if (key.present) {
+    // A store without the key answers OK: it may be a stranger's, and this rank would hand
+    // it the job's data. Only a store that proves the key is talked to.
+    if (rep.op != proto::Op::kChallenge)
+      return Status(Code::kRemoteError, "authentication failed: the store at " + address +
+                                            " does not ask for the job's key, which this rank has (BRAID_AUTH_KEY or "
+                                            "BRAID_AUTH_KEY_FILE): it was started without it, or it is not the job's");
+    const std::string_view n(reinterpret_cast<const char*>(&nonce), 8);
+    if (!checkAuthProof(authProof(key, kServerLabel, {n, hello.challenge, rep.challenge}), rep.proof))
+      return Status(Code::kRemoteError, "authentication failed: the store at " + address +
+                                            " does not know this rank's key (a different BRAID_AUTH_KEY, or not the "
+                                            "job's store)");
+    proto::Request auth;
+    auth.op = proto::Op::kAuth;
+    const Digest proof = authProof(key, kClientLabel, {n, hello.challenge, rep.challenge});
+    auth.proof.assign(reinterpret_cast<const char*>(proof.data()), proof.size());
+    s = client->roundTrip(auth, client->opDeadline(), &rep);
+    if (!s.isOk()) return s;
   }
   if (rep.op != proto::Op::kOk) return Status(Code::kRemoteError, "store at " + address + " answered HELLO with " + proto::opName(rep.op));
   BRAID_TRACE("connected to store at %s", address.c_str());

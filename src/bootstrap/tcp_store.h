@@ -15,6 +15,7 @@
 
 #include "bootstrap/store.h"
 #include "bootstrap/store_protocol.h"
+#include "common/auth.h"
 
 namespace braid::bootstrap {
 
@@ -30,10 +31,12 @@ class TcpStoreServer {
 
   // Binds `host`:`port` (host "" or "0.0.0.0" = every interface; port 0 = an ephemeral
   // port, see port()) and starts the serving thread. With `expectedNonce` != 0 a client
-  // whose HELLO presents another nonce is refused; 0 accepts any. Does not block beyond
-  // the bind. kSystemError naming host:port if the address cannot be bound.
+  // whose HELLO presents another nonce is refused; 0 accepts any. With a `key`, only
+  // clients that prove it are served (store_protocol.h); the others are refused, logged with
+  // their address. Does not block beyond the bind. kSystemError naming host:port if the
+  // address cannot be bound.
   static StatusOr<std::unique_ptr<TcpStoreServer>> start(const std::string& host, int port,
-                                                         uint64_t expectedNonce);
+                                                         uint64_t expectedNonce, const AuthKey& key = AuthKey{});
 
   // Stops the serving thread and closes every connection; clients then see kRemoteError.
   // Blocks until the thread has exited (at most one loop iteration).
@@ -67,10 +70,13 @@ class TcpStoreClient : public Store {
   // `nonce` (0 when the job has none). Clients usually start before the server, so refused
   // or unreachable connections are retried with backoff until `deadline`; then kTimeout
   // saying the store is unreachable. A server that refuses the HELLO (nonce or version
-  // mismatch) fails at once with its reason. Blocks; the caller owns the client.
+  // mismatch) fails at once with its reason. With a `key` the client and the store prove it
+  // to each other, and a store that does not ask for it is refused ("authentication
+  // failed"). Blocks; the caller owns the client.
   static StatusOr<std::unique_ptr<TcpStoreClient>> connect(const std::string& host, int port, uint64_t nonce,
                                                            Deadline deadline,
-                                                           double opTimeoutSec = kDefaultOpTimeoutSec);
+                                                           double opTimeoutSec = kDefaultOpTimeoutSec,
+                                                           const AuthKey& key = AuthKey{});
   ~TcpStoreClient() override;
   TcpStoreClient(const TcpStoreClient&) = delete;
   TcpStoreClient& operator=(const TcpStoreClient&) = delete;

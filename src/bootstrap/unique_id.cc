@@ -9,9 +9,10 @@ namespace braid::bootstrap {
 namespace {
 
 constexpr uint8_t kMagic[4] = {'B', 'R', 'I', 'D'};
-constexpr uint16_t kVersion = 1;
-constexpr size_t kHostLenAt = 16;
-constexpr size_t kHostAt = 17;
+constexpr uint16_t kVersion = 2;
+constexpr size_t kKeyAt = 16;
+constexpr size_t kHostLenAt = 48;
+constexpr size_t kHostAt = 49;
 constexpr size_t kChecksumAt = 124;
 constexpr uint8_t kHostTooLong = 0xff;  // marks an id whose host did not fit
 
@@ -47,6 +48,7 @@ void encodeUniqueId(const UniqueId& id, char out[kUniqueIdBytes]) {
   putLe(p + 4, kVersion, 2);
   putLe(p + 6, static_cast<uint16_t>(id.port), 2);
   putLe(p + 8, id.nonce, 8);
+  std::memcpy(p + kKeyAt, id.key.bytes.data(), id.key.bytes.size());
   if (id.host.size() > kUniqueIdMaxHost) {
     p[kHostLenAt] = kHostTooLong;
   } else {
@@ -73,6 +75,9 @@ StatusOr<UniqueId> decodeUniqueId(const char in[kUniqueIdBytes]) {
   UniqueId id;
   id.port = static_cast<int>(getLe(p + 6, 2));
   id.nonce = getLe(p + 8, 8);
+  std::memcpy(id.key.bytes.data(), p + kKeyAt, id.key.bytes.size());
+  id.key.present = false;
+  for (uint8_t b : id.key.bytes) id.key.present |= b != 0;
   size_t hostLen = p[kHostLenAt];
   if (hostLen == kHostTooLong)
     return invalidArgument("unique id was created with a store host name longer than " +
@@ -85,6 +90,7 @@ StatusOr<UniqueId> decodeUniqueId(const char in[kUniqueIdBytes]) {
     if (p[i] != 0) return invalidArgument("unique id has non-zero padding");
   if (id.port == 0) return invalidArgument("unique id has store port 0");
   if (id.nonce == 0) return invalidArgument("unique id has a zero session nonce");
+  if (!id.key.present) return invalidArgument("unique id has an all-zero job key");
   id.host.assign(reinterpret_cast<const char*>(p + kHostAt), hostLen);
   return id;
 }

@@ -1,15 +1,18 @@
 #pragma once
 // braid's unique id (braidUniqueId): 128 opaque bytes that carry everything a rank needs to
-// join a job created with braidGetUniqueId: where the store is and the job's session nonce,
-// which the store checks in every client's HELLO.
+// join a job created with braidGetUniqueId: where the store is, the job's session nonce,
+// which the store checks in every client's HELLO, and the job's key (common/auth.h), which
+// every store and tcp connection of the job must prove. The id is therefore a secret: share
+// it only with the job's ranks (an MPI broadcast, a file only the user reads), as NCCL's.
 //
 // Layout (little-endian):
 //   [0, 4)     magic "BRID"
 //   [4, 6)     format version
 //   [6, 8)     store port
 //   [8, 16)    session nonce
-//   [16]       host length n (1..kUniqueIdMaxHost)
-//   [17, 17+n) host bytes (IPv4 literal or host name), then zeros
+//   [16, 48)   job key (32 bytes)
+//   [48]       host length n (1..kUniqueIdMaxHost)
+//   [49, 49+n) host bytes (IPv4 literal or host name), then zeros
 //   [124, 128) FNV-1a checksum of bytes [0, 124)
 // The checksum catches ids truncated or mangled on their way between processes (an MPI
 // broadcast of the wrong size, a string copy that stopped at a zero byte).
@@ -17,17 +20,19 @@
 #include <cstdint>
 #include <string>
 
+#include "common/auth.h"
 #include "common/status.h"
 
 namespace braid::bootstrap {
 
 constexpr size_t kUniqueIdBytes = 128;
-constexpr size_t kUniqueIdMaxHost = 107;
+constexpr size_t kUniqueIdMaxHost = 75;
 
 struct UniqueId {
   std::string host;
   int port = 0;
   uint64_t nonce = 0;
+  AuthKey key;
 };
 
 // Writes `id` into `out`. A host longer than kUniqueIdMaxHost cannot be represented: the id
@@ -36,7 +41,7 @@ struct UniqueId {
 void encodeUniqueId(const UniqueId& id, char out[kUniqueIdBytes]);
 
 // Validates and decodes an id: magic, version, checksum, port range, host length and
-// characters, non-zero nonce. kInvalidArgument saying what is wrong otherwise. Pure.
+// characters, non-zero nonce and key. kInvalidArgument saying what is wrong otherwise. Pure.
 StatusOr<UniqueId> decodeUniqueId(const char in[kUniqueIdBytes]);
 
 // 64 random bits from getrandom(), never 0 (0 means "no nonce" to the store). Thread-safe;

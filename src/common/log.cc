@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <atomic>
+#include <chrono>
 #include <mutex>
 #include <string>
 
@@ -74,6 +75,48 @@ void logf(LogLevel level, const char* fmt, ...) {
   std::lock_guard<std::mutex> lock(s.mu);
   std::fprintf(s.out, "%s:%d:%d [braid] %s %s\n", s.host, static_cast<int>(getpid()), s.rank.load(std::memory_order_relaxed), tag,
                msg);
+  std::fflush(s.out);
+}
+
+void logSecurity(const char* fmt, ...) {
+  constexpr int kLinesPerWindow = 20;
+  constexpr int64_t kWindowNs = 10'000'000'000;
+  static std::mutex mu;
+  static int64_t windowStart = 0;
+  static int lines = 0;
+  static long held = 0;
+  LogState& s = state();
+  char msg[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  long heldBefore = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                            std::chrono::steady_clock::now().time_since_epoch()).count();
+    if (now - windowStart >= kWindowNs) {
+      windowStart = now;
+      lines = 0;
+    }
+    if (++lines > kLinesPerWindow) {
+      ++held;
+      return;
+    }
+    heldBefore = held;
+    held = 0;
+  }
+  char line[2200];
+  if (heldBefore > 0) snprintf(line, sizeof(line), "%s (%ld similar lines held back)", msg, heldBefore);
+  else snprintf(line, sizeof(line), "%s", msg);
+  if (auto sink = s.sink.load(std::memory_order_relaxed)) {
+    sink(static_cast<int>(LogLevel::kWarn), line);
+    return;
+  }
+  std::lock_guard<std::mutex> lock(s.mu);
+  std::fprintf(s.out, "%s:%d:%d [braid] SECURITY %s\n", s.host, static_cast<int>(getpid()),
+               s.rank.load(std::memory_order_relaxed), line);
   std::fflush(s.out);
 }
 

@@ -11,6 +11,11 @@ enum class LogLevel : int { kNone = 0, kWarn = 1, kInfo = 2, kTrace = 3 };
 
 LogLevel logLevel();
 void logf(LogLevel level, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+// Security events (a connection refused for failing authentication, a job without a key):
+// logged whatever BRAID_DEBUG says, tagged SECURITY, at most 20 lines per 10 s per process
+// (a flood of strangers must not flood the log; the lines held back are counted in the next
+// one that is written).
+void logSecurity(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 // Sets the prefix every line carries, e.g. "host:pid:rank 3".
 void setLogRank(int rank);
 // Inside a transport plugin: hand every line to the host's logger, at its level, instead
@@ -19,6 +24,7 @@ void setLogSink(LogLevel level, void (*sink)(int level, const char* message));
 
 }  // namespace braid
 
+#define BRAID_SECURITY(...) ::braid::logSecurity(__VA_ARGS__)
 #define BRAID_WARN(...) \
   do { if (::braid::logLevel() >= ::braid::LogLevel::kWarn) ::braid::logf(::braid::LogLevel::kWarn, __VA_ARGS__); } while (0)
 #define BRAID_INFO(...) \

@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <random>
 
 namespace braid {
@@ -25,6 +26,20 @@ uint64_t randomU64() {
         static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
   }
   return v;
+}
+
+void randomBytes(void* out, size_t bytes) {
+  auto* p = static_cast<char*>(out);
+  for (size_t i = 0; i < bytes; i += 8) {
+    const uint64_t v = randomU64();
+    std::memcpy(p + i, &v, bytes - i < 8 ? bytes - i : 8);
+  }
+}
+
+std::string randomString(size_t bytes) {
+  std::string s(bytes, '\0');
+  randomBytes(s.data(), bytes);
+  return s;
 }
 
 }  // namespace braid

@@ -562,6 +562,7 @@ Status Communicator::connect() {
   tc.rank = rank_;
   tc.nranks = nranks_;
   tc.nonce = nonce_;
+  tc.authKey = opts_.authKey;
   tc.slotBytes = cfg.slotBytes;
   tc.nslots = cfg.nslots;
   tc.numaNode = numaNode_;

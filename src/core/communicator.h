@@ -20,6 +20,7 @@
 
 #include "algorithms/algorithm.h"
 #include "bootstrap/store.h"
+#include "common/auth.h"
 #include "common/status.h"
 #include "core/config.h"
 #include "exec/executor.h"
@@ -66,6 +67,8 @@ struct CommOptions {
   Config config;
   // Session nonce all connections must carry; 0 = rank 0 draws one and shares it.
   uint64_t nonce = 0;
+  // The job's key (common/auth.h): tcp data connections prove it; absent = unauthenticated.
+  AuthKey authKey;
   // The rank that serves the store in-process (its death takes the store down), or -1.
   int storeOwnerRank = -1;
   // Namespace for this communicator's keys in the store.

@@ -40,6 +40,10 @@ const std::vector<ConfigEntry>& configTable() {
       {"BRAID_TIMELINE", "string", "", "a folder: each process writes a Chrome trace of its calls, channels, steps and waits there at exit (braid-info --timeline merges them)"},
       {"BRAID_PORT_RANGE", "string", "", "tcp: listen for peers' data connections on a port in LO-HI (firewalled clusters); empty = any free port"},
       {"BRAID_STORE_EXTERNAL", "bool", "0", "launcher: the store is served outside the ranks (braidrun)"},
+      {"BRAID_AUTH_KEY", "string", "", "the job's secret key: 64 hex digits or a passphrase of 16+ characters; store and tcp connections must prove it (braidrun sets a fresh one per job)"},
+      {"BRAID_AUTH_KEY_FILE", "string", "", "a file (mode 0600, owned by the user) holding the job's key, instead of BRAID_AUTH_KEY"},
+      {"BRAID_STORE_HELLO_SEC", "seconds", "10", "store: close a connection that has not authenticated (or said HELLO) within this long"},
+      {"BRAID_STORE_MAX_PENDING", "int", "1024", "store: connections allowed at once before they authenticate; the oldest is dropped past it"},
   };
   return kTable;
 }

@@ -30,6 +30,12 @@
 //     every hand-off then waits for a time slice.
 // The main thread does all supervision in one poll loop over a signalfd and (with
 // --tag-output) the ranks' output pipes; the store runs on its own thread.
+//
+// Every job is authenticated (common/auth.h): braidrun draws a fresh key (or takes the one
+// in BRAID_AUTH_KEY / BRAID_AUTH_KEY_FILE, its own or given with -x), its store admits only
+// clients that prove it, and each rank gets it as BRAID_AUTH_KEY in its environment. A
+// remote rank reads it from the first line of ssh's standard input, so it never appears on
+// a command line (ps shows those to every user on both hosts).
 
 #include <fcntl.h>
 #include <ifaddrs.h>
@@ -426,9 +432,10 @@ class Launcher {
     char host[256] = "";
     hostName_ = gethostname(host, sizeof(host) - 1) == 0 && host[0] ? host : "localhost";
     if (!place()) return kUsageExit;
+    if (!resolveKey()) return kUsageExit;
     // Other hosts reach the store over the network; a job on this host alone keeps it on
     // the loopback interface.
-    auto server = bootstrap::TcpStoreServer::start(anyRemote_ ? "0.0.0.0" : "127.0.0.1", 0, 0);
+    auto server = bootstrap::TcpStoreServer::start(anyRemote_ ? "0.0.0.0" : "127.0.0.1", 0, 0, key_);
     if (!server.isOk()) {
       std::fprintf(stderr, "braidrun: cannot start the rendezvous store: %s\n", server.status().toString().c_str());
       return 1;
@@ -588,17 +595,38 @@ class Launcher {
         {"HOROVOD_CROSS_SIZE", std::to_string(w.crossSize)},
         {"HOROVOD_HOSTNAME", w.remote ? hostNames_[static_cast<size_t>(w.host)] : hostName_},
     };
-    for (const auto& [k, v] : opts_.env) set[k] = v;  // -x may override, e.g. for tests
+    // -x may override, e.g. for tests; a key given with -x was read into key_ already.
+    for (const auto& [k, v] : opts_.env)
+      if (k != "BRAID_AUTH_KEY" && k != "BRAID_AUTH_KEY_FILE") set[k] = v;
     return set;
   }
 
+  // The job's key: BRAID_AUTH_KEY or BRAID_AUTH_KEY_FILE from -x (the last one given) or
+  // braidrun's environment, else a fresh random one. False (after a message) if the one
+  // given cannot be read.
+  bool resolveKey() {
+    auto lookup = [this](const char* name) -> const char* {
+      for (auto it = opts_.env.rbegin(); it != opts_.env.rend(); ++it)
+        if (it->first == name) return it->second.c_str();
+      return std::getenv(name);
+    };
+    StatusOr<AuthKey> k = authKeyFromEnv(lookup);
+    if (!k.isOk()) {
+      std::fprintf(stderr, "braidrun: %s\n", k.status().message().c_str());
+      return false;
+    }
+    key_ = k.value().present ? k.value() : randomAuthKey();
+    return true;
+  }
+
   std::vector<std::string> childEnv(int rank) const {
-    const std::map<std::string, std::string> set = jobVars(rank);
+    std::map<std::string, std::string> set = jobVars(rank);
+    set["BRAID_AUTH_KEY"] = key_.hex();
     std::vector<std::string> env;
     for (char** e = environ; *e; ++e) {
       const char* eq = std::strchr(*e, '=');
       std::string name = eq ? std::string(*e, static_cast<size_t>(eq - *e)) : std::string(*e);
-      if (!set.count(name)) env.emplace_back(*e);
+      if (!set.count(name) && name != "BRAID_AUTH_KEY_FILE") env.emplace_back(*e);
     }
     for (const auto& [k, v] : set) env.push_back(k + "=" + v);
     return env;
@@ -630,10 +658,12 @@ class Launcher {
 
   // What a remote rank's host runs: the job's variables, then the command under a watcher
   // that ends it (SIGTERM, then SIGKILL 2 s later) when the ssh connection's input closes,
-  // which it does when the local ssh client exits or is killed. The command's stdin is
-  // /dev/null; its exit status is the wrapper's, which ssh returns.
+  // which it does when the local ssh client exits or is killed. The job's key is the first
+  // line of that input. The command's stdin is /dev/null; its exit status is the wrapper's,
+  // which ssh returns.
   std::string remoteCommand(int r) const {
     static const char kWatch[] =
+        "IFS= read -r BRAID_AUTH_KEY || exit 126; export BRAID_AUTH_KEY; unset BRAID_AUTH_KEY_FILE; "
         "exec 3<&0; \"$@\" </dev/null & p=$!; "
         "{ cat <&3 >/dev/null; kill -TERM $p 2>/dev/null; sleep 2; kill -KILL $p 2>/dev/null; } >/dev/null 2>&1 & "
         "w=$!; exec 3<&-; wait $p; s=$?; kill $w 2>/dev/null; exit $s";
@@ -751,6 +781,11 @@ class Launcher {
     }
     close(errPipe[1]);
     if (inPipe[0] >= 0) close(inPipe[0]);
+    if (inPipe[1] >= 0 && pid > 0) {
+      // The remote wrapper's first line: 65 bytes into an empty pipe never block.
+      const std::string line = key_.hex() + "\n";
+      (void)!write(inPipe[1], line.data(), line.size());
+    }
     for (auto& p : pipes)
       if (p[1] >= 0) close(p[1]), p[1] = -1;
     if (pid < 0) {
@@ -1007,6 +1042,7 @@ class Launcher {
   }
 
   Options opts_;
+  AuthKey key_;  // the job's key (resolveKey)
   double graceSec_ = kDefaultGraceSec;
   sigset_t origMask_;
   int sigfd_ = -1;

@@ -796,3 +796,55 @@ TEST_CASE("under torchrun, a communicator made again in the same processes meets
   for (int i = 0; i < 3; ++i)
     CHECK(r.out.find("reinit ok rank " + std::to_string(i) + " rounds 5") != std::string::npos);
 }
+
+// braidrun's store admits only its ranks: a process on the same host without the job's key
+// (or with another) is refused and logged, and the job, running while it tries, is correct.
+TEST_CASE("a stranger cannot get into a braidrun job's store, and the job's results stay right", "[multiproc][auth]") {
+  Run r = run(std::string(BRAIDRUN) +
+              " -np 2 -x BRAID_TRANSPORT=tcp sh -c 'if [ \"$BRAID_RANK\" = 0 ]; then env -u BRAID_AUTH_KEY " MP_DIR
+              "/store_stranger \"$BRAID_STORE_ADDR\" || exit 3; fi; exec " MP_DIR "/mp_collectives'");
+  INFO(r.out);
+  CHECK(r.status == 0);
+  CHECK(r.out.find("STRANGER ADMITTED") == std::string::npos);
+  CHECK(r.out.find("stranger refused: no key: ") != std::string::npos);
+  CHECK(r.out.find("stranger refused: wrong key: ") != std::string::npos);
+  CHECK(r.out.find("stranger refused: 64 MiB frame") != std::string::npos);
+  // braidrun's store says whom it refused.
+  CHECK(r.out.find("refusing client 127.0.0.1:") != std::string::npos);
+  for (int i = 0; i < 2; ++i) CHECK(r.out.find("collectives ok rank " + std::to_string(i)) != std::string::npos);
+}
+
+// Launchers other than braidrun (torchrun here) pass the key in BRAID_AUTH_KEY: rank 0's
+// store and every tcp connection then require it. A rank with another key fails at once
+// saying "authentication failed"; the others fail within the timeout, naming the rank they
+// miss, instead of running with a stranger.
+TEST_CASE("with BRAID_AUTH_KEY from another launcher, a rank with a wrong key fails fast and clearly",
+          "[multiproc][auth]") {
+  auto launch = [](const std::string& port, const std::string& keyOfRank2) {
+    std::string cmd = "bash -c 'pids=; for r in 0 1 2; do k=\"job key for the test, long enough\"; [ $r = 2 ] && k=\"" +
+                      keyOfRank2 +
+                      "\"; env -u BRAID_RANK -u BRAID_WORLD_SIZE -u BRAID_STORE_ADDR -u BRAID_AUTH_KEY_FILE "
+                      "BRAID_AUTH_KEY=\"$k\" BRAID_TRANSPORT=tcp RANK=$r WORLD_SIZE=3 LOCAL_RANK=$r "
+                      "LOCAL_WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
+                      port + " BRAID_TIMEOUT=6 " MP_DIR
+                             "/mp_collectives > /tmp/braid-auth-$$-$r.out 2>&1 & pids=\"$pids $!\"; done; rc=0; "
+                             "for p in $pids; do wait $p || rc=1; done; for r in 0 1 2; do sed \"s/^/[$r] /\" "
+                             "/tmp/braid-auth-$$-$r.out; rm -f /tmp/braid-auth-$$-$r.out; done; exit $rc'";
+    return run(cmd);
+  };
+  Run good = launch(freeLoopbackPort(), "job key for the test, long enough");
+  INFO(good.out);
+  CHECK(good.status == 0);
+  for (int i = 0; i < 3; ++i) CHECK(good.out.find("collectives ok rank " + std::to_string(i)) != std::string::npos);
+  CHECK(good.out.find("not authenticated") == std::string::npos);
+
+  const auto start = std::chrono::steady_clock::now();
+  Run bad = launch(freeLoopbackPort(), "another key, also long enough");
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  INFO(bad.out);
+  CHECK(bad.status != 0);
+  CHECK(bad.out.find("[2] ") != std::string::npos);
+  CHECK(bad.out.find("authentication failed") != std::string::npos);
+  CHECK(bad.out.find("collectives ok") == std::string::npos);
+  CHECK(secs < 30);
+}

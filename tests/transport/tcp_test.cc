@@ -38,7 +38,8 @@ TransportConfig tcpConfig(int rank, uint64_t nonce, int sockets = 1) {
 // A blocking socket connected to `blob`, or -1.
 int rawConnect(const std::string& blob) {
   sockaddr_in addr{};
-  if (!tcp::parseAddress(blob, &addr)) return -1;
+  std::string challenge;
+  if (!tcp::parseBlob(blob, &addr, &challenge)) return -1;
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return -1;
   if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
@@ -140,6 +141,22 @@ TEST_CASE("tcp: address blobs parse strictly", "[transport][tcp]") {
   auto c = t->connectSend(0, 0, "not an address");
   REQUIRE_FALSE(c.isOk());
   CHECK(c.status().code() == Code::kInvalidArgument);
+
+  // A blob: the address and this connection's challenge, 16 bytes in hex.
+  const std::string ch("\x00\x01\xfe\xff" "abcdefghijkl", 16);
+  const std::string blob = tcp::formatBlob(a, ch);
+  CHECK(blob == "10.1.2.3:4567/0001feff6162636465666768696a6b6c");
+  sockaddr_in b{};
+  std::string back;
+  REQUIRE(tcp::parseBlob(blob, &b, &back));
+  CHECK(back == ch);
+  CHECK(tcp::formatAddress(b) == "10.1.2.3:4567");
+  for (const std::string& bad : {blob + "0", blob.substr(0, blob.size() - 1), std::string("10.1.2.3:4567/"),
+                                 std::string("10.1.2.3:4567/0001feff6162636465666768696a6b6g"),
+                                 std::string("10.1.2.3:0/0001feff6162636465666768696a6b6c")}) {
+    INFO(bad);
+    CHECK_FALSE(tcp::parseBlob(bad, &b, &back));
+  }
 }
 
 TEST_CASE("tcp: a port range (BRAID_PORT_RANGE) is where it listens, and a full one is an error naming it",
@@ -164,7 +181,8 @@ TEST_CASE("tcp: a port range (BRAID_PORT_RANGE) is where it listens, and a full 
   INFO(recv.status().toString() << " blob " << blob);
   REQUIRE(recv.isOk());
   sockaddr_in a{};
-  REQUIRE(tcp::parseAddress(blob.substr(0, blob.find('|')), &a));
+  std::string challenge;
+  REQUIRE(tcp::parseBlob(blob, &a, &challenge));
   CHECK(ntohs(a.sin_port) == port);
   // The range's only port is taken now.
   auto second = createTcpTransport(cfg);
@@ -190,6 +208,32 @@ TEST_CASE("tcp: the handshake encoding round-trips", "[transport][tcp]") {
   CHECK(back.socketIndex == 2);
   CHECK(back.socketsPerPeer == 3);
   CHECK(back.slotBytes == 4096);
+  CHECK(back.flags == 0);
+}
+
+TEST_CASE("tcp: a handshake's MAC binds the key, the challenge and every field", "[transport][tcp][auth]") {
+  const AuthKey key = randomAuthKey();
+  const std::string challenge(tcp::kChallengeBytes, 'c');
+  Handshake h = goodHandshake(77);
+  tcp::signHandshake(key, challenge, &h);
+  CHECK((h.flags & tcp::kHandshakeKeyed) != 0);
+  CHECK(tcp::verifyHandshake(key, challenge, h));
+  // Survives the wire.
+  uint8_t buf[tcp::kHandshakeBytes];
+  tcp::encodeHandshake(h, buf);
+  CHECK(tcp::verifyHandshake(key, challenge, tcp::decodeHandshake(buf)));
+  CHECK_FALSE(tcp::verifyHandshake(randomAuthKey(), challenge, h));
+  CHECK_FALSE(tcp::verifyHandshake(key, std::string(tcp::kChallengeBytes, 'd'), h));
+  // Any changed bit of the signed bytes or of the MAC is refused.
+  for (size_t byte = 0; byte < tcp::kHandshakeBytes; ++byte) {
+    uint8_t changed[tcp::kHandshakeBytes];
+    std::memcpy(changed, buf, sizeof(buf));
+    changed[byte] ^= 0x10;
+    INFO("byte " << byte);
+    CHECK_FALSE(tcp::verifyHandshake(key, challenge, tcp::decodeHandshake(changed)));
+  }
+  Handshake unsigned_ = goodHandshake(77);
+  CHECK_FALSE(tcp::verifyHandshake(key, challenge, unsigned_));
 }
 
 TEST_CASE("tcp: netIf picks the advertised address", "[transport][tcp]") {
@@ -210,7 +254,8 @@ TEST_CASE("tcp: netIf picks the advertised address", "[transport][tcp]") {
   cfg.netIf = "";
   auto t3 = createTcpTransport(cfg);
   REQUIRE(t3->createRecv(1, 0, &blob).isOk());
-  REQUIRE(tcp::parseAddress(blob, &a));
+  std::string challenge;
+  REQUIRE(tcp::parseBlob(blob, &a, &challenge));
   CHECK(a.sin_addr.s_addr != htonl(INADDR_ANY));
 
   cfg.netIf = "no-such-if0";
@@ -296,6 +341,97 @@ TEST_CASE("tcp: strangers are refused and the real peer still connects", "[trans
   CHECK(got.tag == 42);
   CHECK(got.bytes == sizeof(payload));
   CHECK(checkPattern(got.data, got.bytes, 3) < 0);
+}
+
+TEST_CASE("tcp: with a job key only a peer that proves it binds, and a stranger who knows the nonce cannot feed frames",
+          "[transport][tcp][auth]") {
+  // The attack this stops: a process outside the job that learned the nonce and a rank's
+  // address connected as a slow peer and its frames were summed into the result.
+  const uint64_t nonce = freshNonce();
+  const AuthKey key = randomAuthKey();
+  TransportConfig c0 = tcpConfig(0, nonce), c1 = tcpConfig(1, nonce);
+  c0.authKey = key;
+  c1.authKey = key;
+  auto t0 = createTcpTransport(c0);
+  auto t1 = createTcpTransport(c1);
+  std::string blob;
+  auto r = t0->createRecv(1, 0, &blob);
+  REQUIRE(r.isOk());
+  std::unique_ptr<Connection> recv = std::move(r).value();
+  sockaddr_in addr{};
+  std::string challenge;
+  REQUIRE(tcp::parseBlob(blob, &addr, &challenge));
+  REQUIRE(challenge.size() == tcp::kChallengeBytes);
+
+  struct Stranger {
+    const char* what;
+    Handshake h;
+    int fd = -1;
+  };
+  Handshake wrongKey = goodHandshake(nonce);
+  tcp::signHandshake(randomAuthKey(), challenge, &wrongKey);
+  Handshake otherChallenge = goodHandshake(nonce);  // seen on another connection of the job
+  tcp::signHandshake(key, std::string(tcp::kChallengeBytes, 'x'), &otherChallenge);
+  Handshake forgedFlag = goodHandshake(nonce);
+  forgedFlag.flags = tcp::kHandshakeKeyed;
+  std::vector<Stranger> strangers = {{"no key", goodHandshake(nonce)},
+                                     {"wrong key", wrongKey},
+                                     {"replayed from another connection", otherChallenge},
+                                     {"keyed flag without a MAC", forgedFlag}};
+  for (Stranger& st : strangers) {
+    st.fd = rawConnect(blob);
+    REQUIRE(st.fd >= 0);
+    const std::string bytes = handshakeBytes(st.h);
+    REQUIRE(sendAll(st.fd, bytes.data(), bytes.size()));
+    // What it would sum into the result if it were bound.
+    const std::string frame = frameBytes(100, 42, std::string(100, 'X'));
+    (void)sendAll(st.fd, frame.data(), frame.size());
+  }
+  auto s = t1->connectSend(0, 0, blob);
+  REQUIRE(s.isOk());
+  std::unique_ptr<Connection> send = std::move(s).value();
+  Status est = t0->establish(Deadline::after(5));
+  INFO(describe(est));
+  REQUIRE(est.isOk());
+  for (Stranger& st : strangers) {
+    INFO(st.what);
+    CHECK(closedByPeer(st.fd, 2));
+    close(st.fd);
+  }
+  uint8_t payload[100];
+  fillPattern(payload, sizeof(payload), 9);
+  REQUIRE(sendSlot(*send, payload, sizeof(payload), 42, Deadline::after(5)).isOk());
+  Slot got;
+  Status rs = recvSlot(*recv, &got, Deadline::after(5));
+  INFO(describe(rs));
+  REQUIRE(rs.isOk());
+  CHECK(got.bytes == sizeof(payload));
+  CHECK(checkPattern(got.data, got.bytes, 9) < 0);  // the real peer's bytes, not a stranger's
+}
+
+TEST_CASE("tcp: a peer with another key or none is named in the establish timeout as failing authentication",
+          "[transport][tcp][auth]") {
+  for (bool senderHasKey : {true, false}) {
+    INFO("sender has a key: " << senderHasKey);
+    const uint64_t nonce = freshNonce();
+    TransportConfig c0 = tcpConfig(0, nonce), c1 = tcpConfig(1, nonce);
+    c0.authKey = randomAuthKey();
+    if (senderHasKey) c1.authKey = randomAuthKey();
+    auto t0 = createTcpTransport(c0);
+    auto t1 = createTcpTransport(c1);
+    std::string blob;
+    auto r = t0->createRecv(1, 0, &blob);
+    REQUIRE(r.isOk());
+    auto s = t1->connectSend(0, 0, blob);
+    REQUIRE(s.isOk());
+    const int64_t start = nowNanos();
+    Status est = t0->establish(Deadline::after(1));
+    INFO(describe(est));
+    CHECK(est.code() == Code::kTimeout);
+    CHECK(est.rank() == 1);
+    CHECK(est.message().find("authentication failed") != std::string::npos);
+    CHECK(static_cast<double>(nowNanos() - start) / 1e9 < 3);
+  }
 }
 
 TEST_CASE("tcp: an oversized frame is a remote error naming the sender", "[transport][tcp]") {

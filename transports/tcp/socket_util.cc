@@ -62,8 +62,9 @@ void encodeHandshake(const Handshake& h, uint8_t out[kHandshakeBytes]) {
   put<int32_t>(out + 24, h.channel);
   put<int32_t>(out + 28, h.socketIndex);
   put<int32_t>(out + 32, h.socketsPerPeer);
-  put<uint32_t>(out + 36, 0);
+  put<uint32_t>(out + 36, h.flags);
   put<uint64_t>(out + 40, h.slotBytes);
+  std::memcpy(out + kHandshakeSignedBytes, h.mac, sizeof(h.mac));
 }
 
 Handshake decodeHandshake(const uint8_t in[kHandshakeBytes]) {
@@ -76,8 +77,33 @@ Handshake decodeHandshake(const uint8_t in[kHandshakeBytes]) {
   h.channel = get<int32_t>(in + 24);
   h.socketIndex = get<int32_t>(in + 28);
   h.socketsPerPeer = get<int32_t>(in + 32);
+  h.flags = get<uint32_t>(in + 36);
   h.slotBytes = get<uint64_t>(in + 40);
+  std::memcpy(h.mac, in + kHandshakeSignedBytes, sizeof(h.mac));
   return h;
+}
+
+namespace {
+
+Digest handshakeMac(const AuthKey& key, const std::string& challenge, const Handshake& h) {
+  uint8_t bytes[kHandshakeBytes];
+  encodeHandshake(h, bytes);
+  return authProof(key, "braid tcp connection v2",
+                   {std::string_view(reinterpret_cast<const char*>(bytes), kHandshakeSignedBytes), challenge});
+}
+
+}  // namespace
+
+void signHandshake(const AuthKey& key, const std::string& challenge, Handshake* h) {
+  h->flags |= kHandshakeKeyed;
+  const Digest d = handshakeMac(key, challenge, *h);
+  std::memcpy(h->mac, d.data(), d.size());
+}
+
+bool verifyHandshake(const AuthKey& key, const std::string& challenge, const Handshake& h) {
+  if (!(h.flags & kHandshakeKeyed)) return false;
+  return checkAuthProof(handshakeMac(key, challenge, h),
+                        std::string_view(reinterpret_cast<const char*>(h.mac), sizeof(h.mac)));
 }
 
 bool parseAddress(const std::string& blob, sockaddr_in* out) {
@@ -105,6 +131,40 @@ std::string formatAddress(const sockaddr_in& addr) {
   char ip[INET_ADDRSTRLEN] = {0};
   inet_ntop(AF_INET, &addr.sin_addr, ip, sizeof(ip));
   return std::string(ip) + ":" + std::to_string(ntohs(addr.sin_port));
+}
+
+std::string formatBlob(const sockaddr_in& addr, const std::string& challenge) {
+  static const char kDigits[] = "0123456789abcdef";
+  std::string s = formatAddress(addr) + "/";
+  for (unsigned char c : challenge) {
+    s += kDigits[c >> 4];
+    s += kDigits[c & 15];
+  }
+  return s;
+}
+
+bool parseBlob(const std::string& blob, sockaddr_in* addr, std::string* challenge) {
+  const size_t slash = blob.find('/');
+  if (slash == std::string::npos) {
+    challenge->clear();
+    return parseAddress(blob, addr);
+  }
+  const std::string hex = blob.substr(slash + 1);
+  if (hex.size() != 2 * kChallengeBytes) return false;
+  std::string bytes;
+  for (size_t i = 0; i < hex.size(); i += 2) {
+    int v = 0;
+    for (size_t j = i; j < i + 2; ++j) {
+      const char c = hex[j];
+      const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+      if (d < 0) return false;
+      v = v * 16 + d;
+    }
+    bytes.push_back(static_cast<char>(v));
+  }
+  if (!parseAddress(blob.substr(0, slash), addr)) return false;
+  *challenge = std::move(bytes);
+  return true;
 }
 
 namespace {

@@ -2,11 +2,18 @@
 // Socket plumbing and the wire format of the tcp transport.
 //
 // Wire format (little-endian hosts only, which is every host braid targets):
-//   address blob   ASCII "a.b.c.d:port", the IPv4 address and port a receiver listens on.
+//   address blob   ASCII "a.b.c.d:port/challenge", the IPv4 address and port a receiver
+//                  listens on and 32 hex digits of a random challenge drawn for this one
+//                  receive connection (it reaches the sender through the job's store).
 //   handshake      kHandshakeBytes sent once by the connecting side right after connect():
 //                    u32 magic, u32 version, u64 nonce, i32 srcRank, i32 dstRank,
-//                    i32 channel, i32 socketIndex, i32 socketsPerPeer, u32 reserved (0),
-//                    u64 slotBytes
+//                    i32 channel, i32 socketIndex, i32 socketsPerPeer, u32 flags,
+//                    u64 slotBytes, then a 32-byte MAC: with the job's key (flag
+//                    kHandshakeKeyed), HMAC-SHA256 under it of the 48 bytes before and the
+//                    challenge; zeros without one. A receiver with a key admits only a
+//                    handshake whose MAC it recomputes, so nobody without the key can bind
+//                    a socket as a rank, and a handshake seen once is no good for another
+//                    connection (another challenge).
 //   frame          kFrameHeaderBytes header {u32 bytes, u64 tag} followed by `bytes` of
 //                  payload; one frame per slot. Frame i of a connection travels on socket
 //                  i % socketsPerPeer, so each socket carries its share in order.
@@ -17,13 +24,17 @@
 #include <cstdint>
 #include <string>
 
+#include "common/auth.h"
 #include "common/status.h"
 
 namespace braid::transport::tcp {
 
 constexpr uint32_t kHandshakeMagic = 0x31435242;  // "BRC1"
-constexpr uint32_t kHandshakeVersion = 1;
-constexpr size_t kHandshakeBytes = 48;
+constexpr uint32_t kHandshakeVersion = 2;
+constexpr size_t kHandshakeSignedBytes = 48;
+constexpr size_t kHandshakeBytes = kHandshakeSignedBytes + 32;
+constexpr uint32_t kHandshakeKeyed = 1;  // flags: the MAC proves the job's key
+constexpr size_t kChallengeBytes = 16;
 constexpr size_t kFrameHeaderBytes = 12;
 
 struct Handshake {
@@ -35,12 +46,19 @@ struct Handshake {
   int32_t channel = -1;
   int32_t socketIndex = -1;
   int32_t socketsPerPeer = 0;
+  uint32_t flags = 0;
   uint64_t slotBytes = 0;
+  uint8_t mac[32] = {0};
 };
 
 void encodeHandshake(const Handshake& h, uint8_t out[kHandshakeBytes]);
 // Decodes without judging the values; the receiver validates every field.
 Handshake decodeHandshake(const uint8_t in[kHandshakeBytes]);
+// Sets kHandshakeKeyed and the MAC of `h` for `challenge` under `key`. Pure.
+void signHandshake(const AuthKey& key, const std::string& challenge, Handshake* h);
+// Whether `h` carries kHandshakeKeyed and a MAC that proves `key` for `challenge`, compared
+// in constant time. Pure.
+bool verifyHandshake(const AuthKey& key, const std::string& challenge, const Handshake& h);
 
 inline void encodeFrameHeader(uint32_t bytes, uint64_t tag, uint8_t out[kFrameHeaderBytes]) {
   __builtin_memcpy(out, &bytes, 4);
@@ -51,9 +69,14 @@ inline void decodeFrameHeader(const uint8_t in[kFrameHeaderBytes], uint32_t* byt
   __builtin_memcpy(tag, in + 4, 8);
 }
 
-// Parses an address blob "a.b.c.d:port". Returns false for anything else.
+// Parses an address "a.b.c.d:port". Returns false for anything else.
 bool parseAddress(const std::string& blob, sockaddr_in* out);
 std::string formatAddress(const sockaddr_in& addr);
+// An address blob: the address, "/", and the challenge (kChallengeBytes) in hex.
+std::string formatBlob(const sockaddr_in& addr, const std::string& challenge);
+// Parses "a.b.c.d:port/hex" (or a bare address, whose challenge is then empty). Returns
+// false for anything else.
+bool parseBlob(const std::string& blob, sockaddr_in* addr, std::string* challenge);
 
 // The IPv4 address to bind for `netIf`: an IPv4 literal, an interface name (resolved with
 // getifaddrs), an NCCL_SOCKET_IFNAME-style list ("eth,ib" prefixes, "=eth0" exact, "^docker"

@@ -33,6 +33,7 @@ struct SocketSet {
 
   int peer;
   int channel;
+  std::string challenge;  // kChallengeBytes drawn for this connection; handshakes prove the key over it
   std::vector<int> fds;  // by socket index; -1 until the handshake for it arrives
   int bound = 0;
 };

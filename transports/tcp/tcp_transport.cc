@@ -18,6 +18,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/random.h"
 #include "transports/tcp/socket_util.h"
 #include "transports/tcp/tcp_connection.h"
 
@@ -74,7 +75,8 @@ class TcpTransport final : public Transport {
   struct Listener {
     std::string netIf;  // what it was opened for ("" = cfg.netIf)
     int fd = -1;
-    std::string blob;   // the advertised address
+    sockaddr_in addr{};  // the advertised address
+    std::string blob;    // the same, as text
   };
 
   Status checkConfig(int peer, int channel) const;
@@ -88,6 +90,8 @@ class TcpTransport final : public Transport {
   void serviceIncoming();
   // Returns true when `in` was bound to its receive connection.
   bool bindIncoming(Incoming& in);
+  // The receive connection waiting for (`peer`, `channel`), or null.
+  std::shared_ptr<SocketSet> expectedSet(int peer, int channel);
   int missingSockets();
   Status timeoutError();
 
@@ -185,6 +189,7 @@ StatusOr<const TcpTransport::Listener*> TcpTransport::ensureListening(const std:
   Listener l;
   l.netIf = netIf;
   l.fd = fd;
+  l.addr = addr;
   l.blob = formatAddress(addr);
   BRAID_INFO("tcp: rank %d listening on %s%s%s", cfg_.rank, l.blob.c_str(), netIf.empty() ? "" : " for ",
              netIf.c_str());
@@ -202,15 +207,17 @@ StatusOr<std::unique_ptr<Connection>> TcpTransport::createRecv(int peer, int cha
   }
   BRAID_ASSIGN_OR_RETURN(const Listener* listener, ensureListening(netIfForChannel(channel)));
   auto set = std::make_shared<SocketSet>(peer, channel, cfg_.socketsPerPeer);
+  set->challenge = randomString(kChallengeBytes);
   expected_[key] = set;
-  *blob = listener->blob;
+  *blob = formatBlob(listener->addr, set->challenge);
   return std::unique_ptr<Connection>(new TcpRecvConnection(cfg_, std::move(set)));
 }
 
 StatusOr<std::unique_ptr<Connection>> TcpTransport::connectSend(int peer, int channel, const std::string& blob) {
   BRAID_RETURN_IF_ERROR(checkConfig(peer, channel));
   sockaddr_in addr{};
-  if (!parseAddress(blob, &addr)) {
+  std::string challenge;
+  if (!parseBlob(blob, &addr, &challenge)) {
     return invalidArgument("tcp: malformed address '" + blob + "' from rank " + std::to_string(peer));
   }
 
@@ -235,6 +242,7 @@ StatusOr<std::unique_ptr<Connection>> TcpTransport::connectSend(int peer, int ch
     h.socketIndex = i;
     h.socketsPerPeer = nsockets;
     h.slotBytes = cfg_.slotBytes;
+    if (cfg_.authKey.present) signHandshake(cfg_.authKey, challenge, &h);
     encodeHandshake(h, out[static_cast<size_t>(i)].hs);
   }
   auto closeAll = [&out] {
@@ -443,6 +451,15 @@ bool TcpTransport::bindIncoming(Incoming& in) {
     why = "protocol version " + std::to_string(h.version) + ", this rank speaks " + std::to_string(kHandshakeVersion);
   } else if (h.nonce != cfg_.nonce) {
     why = "it belongs to another job (nonce mismatch)";
+  } else if (cfg_.authKey.present && !(set = expectedSet(h.srcRank, h.channel))) {
+    why = "no connection from rank " + std::to_string(h.srcRank) + " on channel " + std::to_string(h.channel) +
+          " is expected";
+  } else if (cfg_.authKey.present && !verifyHandshake(cfg_.authKey, set->challenge, h)) {
+    why = (h.flags & kHandshakeKeyed) ? "authentication failed: its handshake does not prove this job's key"
+                                      : "authentication failed: it has no key and this job has one";
+    // Claimed, not proven; still the likeliest explanation if that rank never connects.
+    refusedFrom_[h.srcRank] = why;
+    set.reset();
   } else {
     // From here on the sender is part of this job: its rank is worth reporting.
     if (h.dstRank != cfg_.rank) {
@@ -454,8 +471,7 @@ bool TcpTransport::bindIncoming(Incoming& in) {
       why = "its slots of " + std::to_string(h.slotBytes) + " bytes exceed this rank's " +
             std::to_string(cfg_.slotBytes);
     } else {
-      auto it = expected_.find(std::make_pair(h.srcRank, h.channel));
-      if (it != expected_.end()) set = it->second.lock();
+      set = expectedSet(h.srcRank, h.channel);
       if (!set) {
         why = "no connection from rank " + std::to_string(h.srcRank) + " on channel " + std::to_string(h.channel) +
               " is expected";
@@ -469,7 +485,12 @@ bool TcpTransport::bindIncoming(Incoming& in) {
     if (!why.empty()) refusedFrom_[h.srcRank] = why;
   }
   if (!why.empty()) {
-    BRAID_WARN("tcp: rank %d refused a connection from %s: %s", cfg_.rank, formatAddress(in.from).c_str(), why.c_str());
+    if (why.rfind("authentication failed", 0) == 0)
+      BRAID_SECURITY("tcp: rank %d refused a connection from %s: %s", cfg_.rank, formatAddress(in.from).c_str(),
+                     why.c_str());
+    else
+      BRAID_WARN("tcp: rank %d refused a connection from %s: %s", cfg_.rank, formatAddress(in.from).c_str(),
+                 why.c_str());
     return false;
   }
   set->fds[static_cast<size_t>(h.socketIndex)] = in.fd;
@@ -477,6 +498,11 @@ bool TcpTransport::bindIncoming(Incoming& in) {
   BRAID_TRACE("tcp: rank %d accepted socket %d of rank %d channel %d from %s", cfg_.rank, h.socketIndex, h.srcRank,
               h.channel, formatAddress(in.from).c_str());
   return true;
+}
+
+std::shared_ptr<SocketSet> TcpTransport::expectedSet(int peer, int channel) {
+  auto it = expected_.find(std::make_pair(peer, channel));
+  return it == expected_.end() ? nullptr : it->second.lock();
 }
 
 int TcpTransport::missingSockets() {

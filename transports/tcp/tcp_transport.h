@@ -4,20 +4,24 @@
 //
 // Setup, in the three phases of transport.h:
 //   createRecv   opens (once per transport) a listening socket and returns its address
-//                blob "a.b.c.d:port" (socket_util.h); the connection waits for
-//                cfg.socketsPerPeer sockets from the peer.
+//                blob "a.b.c.d:port/challenge" (socket_util.h), with a random challenge
+//                of this connection's own; the connection waits for cfg.socketsPerPeer
+//                sockets from the peer.
 //   connectSend  connects cfg.socketsPerPeer sockets to the blob, retrying refused or
 //                unreachable connects until cfg.connectTimeoutSec, and sends each a
-//                handshake naming job nonce, ranks, channel and socket index. It only needs
+//                handshake naming job nonce, ranks, channel and socket index, signed with
+//                the job's key over the challenge when the job has one. It only needs
 //                the receiver's listening socket, not its attention: the kernel completes
 //                the connection, and the receiver reads the handshake in establish().
 //                Blocks until then (connectTimeoutSec <= 0: no limit); while it waits it
 //                also accepts this rank's own incoming sockets, so that no accept queue
 //                fills up while every rank is busy connecting.
 //   establish    accepts the expected sockets, checks each handshake, and binds each socket
-//                to its receive connection. Anything else that connects (wrong nonce, wrong
-//                magic, an unexpected rank/channel/index, silence) is closed with a warning,
-//                so a stranger can neither join nor stall the job.
+//                to its receive connection; with a key, only a handshake whose signature
+//                proves it ("authentication failed" otherwise). Anything else that
+//                connects (wrong key, wrong nonce, wrong magic, an unexpected
+//                rank/channel/index, silence) is closed with a warning, so a stranger can
+//                neither join nor stall the job.
 //
 // The listening address: cfg.channelNetIfs[channel] when the topology gave the channel a NIC
 // whose interface has an IPv4 address here (one listening socket per distinct address);

@@ -32,7 +32,12 @@ int main(int argc, char** argv) {
   if (!env.isOk()) return fail(-1, env.status());
   const LaunchEnv& e = env.value();
   if (e.serveStore) return fail(e.rank, Status(Code::kInternal, "braidrun should host the store"));
-  auto client = TcpStoreClient::connect(e.storeHost, e.storePort, 0, Deadline::after(20));
+  // braidrun's store admits only clients that prove the job's key, which it gave us.
+  auto key = authKeyFromEnv([](const char* n) { return std::getenv(n); });
+  if (!key.isOk()) return fail(e.rank, key.status());
+  if (!key.value().present) return fail(e.rank, Status(Code::kInternal, "braidrun gave no BRAID_AUTH_KEY"));
+  auto client = TcpStoreClient::connect(e.storeHost, e.storePort, 0, Deadline::after(20),
+                                        TcpStoreClient::kDefaultOpTimeoutSec, key.value());
   if (!client.isOk()) return fail(e.rank, client.status());
   Store& store = *client.value();
   Deadline d = Deadline::after(20);

@@ -202,7 +202,7 @@ TEST_CASE("protocol: malformed headers are rejected before their payload arrives
     CHECK(r.error.find("version") != std::string::npos);
   }
   SECTION("unknown opcode") {
-    for (uint16_t op : {0, 9, 99, 0x80, 0x88, 0xffff}) {
+    for (uint16_t op : {0, 10, 99, 0x80, 0x89, 0xffff}) {
       DecodeResult r = decodeReq(header(kMagic, kVersion, op, 4), &f);
       INFO("op " << op);
       CHECK(r.kind == DecodeResult::kMalformed);

@@ -556,3 +556,112 @@ TEST_CASE("tcp store: connections without a HELLO are bounded in size, time and 
   auto late = connectTo(server->port());
   checkGoodClient(*late, 2);
 }
+
+// A store with the job's key (store_protocol.h): only clients that prove the key are served,
+// the client checks that the store knows it too, and nothing before that proof can read or
+// change a key.
+TEST_CASE("tcp store: with a key only clients that prove it are served", "[bootstrap][tcp][auth]") {
+  const AuthKey key = randomAuthKey();
+  auto srv = TcpStoreServer::start("127.0.0.1", 0, 0x77, key);
+  REQUIRE(srv.isOk());
+  auto& server = srv.value();
+  auto connectWith = [&](const AuthKey& k, uint64_t nonce = 0x77) {
+    return TcpStoreClient::connect("127.0.0.1", server->port(), nonce, Deadline::after(5),
+                                   TcpStoreClient::kDefaultOpTimeoutSec, k);
+  };
+  auto good = connectWith(key);
+  INFO(good.status().toString());
+  REQUIRE(good.isOk());
+  checkGoodClient(*good.value(), 0);
+
+  SECTION("a wrong key is refused at once, the store logs it, the job's keys are untouched") {
+    auto t0 = std::chrono::steady_clock::now();
+    auto bad = connectWith(randomAuthKey());
+    REQUIRE_FALSE(bad.isOk());
+    // The client finds out first: the store cannot prove this client's key.
+    CHECK(bad.status().message().find("authentication failed") != std::string::npos);
+    CHECK(bad.status().message().find("127.0.0.1:" + std::to_string(server->port())) != std::string::npos);
+    CHECK(secondsSince(t0) < 1.0);
+  }
+  SECTION("no key is refused with a message saying the job has one") {
+    const auto before = server->stats().rejected;
+    auto none = connectWith(AuthKey{});
+    REQUIRE_FALSE(none.isOk());
+    CHECK(none.status().message().find("authentication failed") != std::string::npos);
+    CHECK(none.status().message().find("BRAID_AUTH_KEY") != std::string::npos);
+    CHECK(server->stats().rejected == before + 1);
+  }
+  SECTION("a client that answers the challenge with a wrong proof is refused and closed") {
+    const auto before = server->stats().rejected;
+    RawSocket s(server->port());
+    proto::Request hello;
+    hello.op = proto::Op::kHello;
+    hello.nonce = 0x77;
+    hello.challenge = std::string(proto::kChallengeBytes, 'c');
+    std::string out;
+    REQUIRE(proto::encodeRequest(hello, &out).isOk());
+    REQUIRE(s.send(out));
+    proto::Reply ch = readReply(s);
+    REQUIRE(ch.op == proto::Op::kChallenge);
+    // Replaying the store's own proof as the client's must not work (labels differ).
+    proto::Request auth;
+    auth.op = proto::Op::kAuth;
+    auth.proof = ch.proof;
+    out.clear();
+    REQUIRE(proto::encodeRequest(auth, &out).isOk());
+    REQUIRE(s.send(out));
+    proto::Reply no = readReply(s);
+    CHECK(no.op == proto::Op::kError);
+    CHECK(no.message.find("authentication failed") != std::string::npos);
+    CHECK(s.closedByPeer(2000));
+    CHECK(server->stats().rejected == before + 1);
+  }
+  SECTION("requests before the proof close the connection and change nothing") {
+    for (proto::Op op : {proto::Op::kSet, proto::Op::kAdd, proto::Op::kDelete}) {
+      RawSocket s(server->port());
+      proto::Request hello;
+      hello.op = proto::Op::kHello;
+      hello.nonce = 0x77;
+      hello.challenge = std::string(proto::kChallengeBytes, 'c');
+      std::string out;
+      REQUIRE(proto::encodeRequest(hello, &out).isOk());
+      REQUIRE(s.send(out));
+      REQUIRE(readReply(s).op == proto::Op::kChallenge);
+      proto::Request req;
+      req.op = op;
+      req.keys = {"good/0"};  // checkGoodClient's key
+      req.value = "forged";
+      req.delta = 1000;
+      out.clear();
+      REQUIRE(proto::encodeRequest(req, &out).isOk());
+      REQUIRE(s.send(out));
+      CHECK(s.closedByPeer(2000));
+    }
+    auto v = good.value()->get("good/0", Deadline::after(2));
+    REQUIRE(v.isOk());
+    CHECK(v.value() == "ok");
+    // A stranger that skips the challenge altogether is refused as well.
+    RawSocket s(server->port());
+    REQUIRE(s.send(helloFrame(0x77)));
+    CHECK(readReply(s).op == proto::Op::kError);
+    CHECK(s.closedByPeer(2000));
+  }
+  SECTION("a client with a key refuses a store without one (or a stranger posing as it)") {
+    auto open = startServer(0x77);
+    auto c = TcpStoreClient::connect("127.0.0.1", open->port(), 0x77, Deadline::after(5),
+                                     TcpStoreClient::kDefaultOpTimeoutSec, key);
+    REQUIRE_FALSE(c.isOk());
+    CHECK(c.status().message().find("authentication failed") != std::string::npos);
+    CHECK(c.status().message().find("does not ask for the job's key") != std::string::npos);
+  }
+  SECTION("the nonce is still checked, before the key") {
+    auto other = connectWith(key, 0x78);
+    REQUIRE_FALSE(other.isOk());
+    CHECK(other.status().message().find("different job") != std::string::npos);
+  }
+  // Whatever the strangers did, the job's client and its keys are as they were.
+  checkGoodClient(*good.value(), 1);
+  auto late = connectWith(key);
+  REQUIRE(late.isOk());
+  checkGoodClient(*late.value(), 2);
+}

@@ -45,6 +45,10 @@ constexpr size_t kInlineBytes = sizeof(SlotFifo::SlotMeta::inl);
 
 static size_t alignUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
+// Far above any slot braid uses (BRAID_SLOT_BYTES), far below what could overflow
+// nslots x slotBytes.
+constexpr uint64_t kMaxSlotBytes = uint64_t{1} << 40;
+
 static size_t dataOffset(int nslots) {
   return alignUp(sizeof(SlotFifo::Header) + nslots * sizeof(SlotFifo::SlotMeta), 4096);
 }
@@ -72,6 +76,9 @@ const char* SlotFifo::check(const void* region, size_t bytes, uint64_t nonce) {
   if (h->magic != kFifoMagic) return "not a braid FIFO (bad magic)";
   if (h->nonce != nonce) return "FIFO belongs to another job (nonce mismatch)";
   if (h->nslots == 0 || h->nslots > 4096) return "FIFO slot count out of range";
+  // Bounded before regionBytes() multiplies it: a huge slot size would wrap the product
+  // around to something small that fits.
+  if (h->slotBytes == 0 || h->slotBytes > kMaxSlotBytes) return "FIFO slot size out of range";
   if (regionBytes(static_cast<int>(h->nslots), h->slotBytes) > bytes) return "FIFO larger than its region";
   return nullptr;
 }

@@ -27,6 +27,7 @@ class SlotFifo {
   explicit SlotFifo(void* region);
 
   size_t slotBytes() const { return slotBytes_; }
+  int nslots() const { return static_cast<int>(nslots_); }
 
   // Sender side; see Connection for the contracts.
   Status reserveSend(Slot* s);

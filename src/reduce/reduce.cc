@@ -10,6 +10,10 @@
 
 #include "common/log.h"
 #include "reduce/kernels.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 #include "reduce/reduce_testing.h"
 
 // This file is built with baseline flags only: it must run on any CPU, because it is what
@@ -32,11 +36,16 @@ struct Level {
 bool alwaysSupported() { return true; }
 
 #if defined(BRAID_REDUCE_X86)
+// F16C (CPUID leaf 1, ECX bit 29): gcc's __builtin_cpu_supports knows it, clang's before
+// version 15 does not (the fuzzing build is clang's), so it is asked of CPUID directly.
+bool cpuHasF16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29));
+}
 // __builtin_cpu_supports also checks (via XGETBV) that the OS saves the wider registers.
 bool cpuHasAvx2() {
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") &&
-         __builtin_cpu_supports("fma");
+  return __builtin_cpu_supports("avx2") && cpuHasF16c() && __builtin_cpu_supports("fma");
 }
 bool cpuHasAvx512() {
   __builtin_cpu_init();

@@ -135,6 +135,7 @@ std::string formatAddress(const sockaddr_in& addr) {
 
 std::string formatBlob(const sockaddr_in& addr, const std::string& challenge) {
   static const char kDigits[] = "0123456789abcdef";
+  if (challenge.empty()) return formatAddress(addr);  // what parseBlob reads back as no challenge
   std::string s = formatAddress(addr) + "/";
   for (unsigned char c : challenge) {
     s += kDigits[c >> 4];

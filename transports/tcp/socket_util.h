@@ -72,7 +72,8 @@ inline void decodeFrameHeader(const uint8_t in[kFrameHeaderBytes], uint32_t* byt
 // Parses an address "a.b.c.d:port". Returns false for anything else.
 bool parseAddress(const std::string& blob, sockaddr_in* out);
 std::string formatAddress(const sockaddr_in& addr);
-// An address blob: the address, "/", and the challenge (kChallengeBytes) in hex.
+// An address blob: the address, "/", and the challenge (kChallengeBytes) in hex; the bare
+// address when `challenge` is empty.
 std::string formatBlob(const sockaddr_in& addr, const std::string& challenge);
 // Parses "a.b.c.d:port/hex" (or a bare address, whose challenge is then empty). Returns
 // false for anything else.

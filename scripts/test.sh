@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The whole test suite: set up, build, then every test under CTest (unit, world, transport,
-# multiproc, chaos; gpu and python where available). Ends with CTest's summary line and
-# fails if any test fails.
+# The whole test suite: set up, build, a short libFuzzer run of every decoder
+# (scripts/fuzz.sh), then every test under CTest (unit, world, transport, multiproc, chaos;
+# gpu and python where available). Ends with CTest's summary line and fails if any test or
+# fuzz target fails.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/scripts/setup.sh"
@@ -10,6 +11,19 @@ source "$ROOT/scripts/setup.sh"
 bash "$ROOT/scripts/python_env.sh" || echo "== python environment unavailable: python tests will be skipped"
 # cuobjdump and nvdisasm for the CUDA device-code check, from PyPI when the toolkit lacks them.
 bash "$ROOT/scripts/cuda_tools.sh" || echo "== CUDA binary tools unavailable: the device-code check will be skipped"
+# Every decoder of outside bytes under libFuzzer, ASan and UBSan for a few seconds each (a
+# clang build of its own in build-fuzz/); FUZZ_SECONDS=0 skips it. Its verdict is given after
+# CTest's, so that CTest's summary still comes last.
+fuzz_status=0
+if [ "${FUZZ_SECONDS:-5}" != 0 ]; then
+  FUZZ_SECONDS="${FUZZ_SECONDS:-5}" bash "$ROOT/scripts/fuzz.sh" || fuzz_status=$?
+fi
 cd "$BUILD_DIR"
 echo "== ctest"
-ctest --output-on-failure -j "${CTEST_JOBS:-2}" --timeout 900 "$@"
+ctest_status=0
+ctest --output-on-failure -j "${CTEST_JOBS:-2}" --timeout 900 "$@" || ctest_status=$?
+if [ "$fuzz_status" != 0 ]; then
+  echo "== fuzzing FAILED (scripts/fuzz.sh output above)"
+  exit 1
+fi
+exit "$ctest_status"

@@ -51,6 +51,11 @@ constexpr size_t kMaxPreHelloIn = proto::kHeaderBytes + kMaxHelloPayload;
 // connections cannot pile up.
 constexpr double kDefaultHelloSec = 10;
 constexpr int kDefaultMaxPending = 1024;
+// Of those, at most BRAID_STORE_MAX_PENDING_PER_SOURCE (default 512) from one IPv4 address,
+// the oldest of that address dropped first: a flood from one host cannot push out the
+// connections of others. (Ranks of one host that connect in a burst stay far below it, and a
+// client whose connection is dropped before the store answered it connects again.)
+constexpr int kDefaultMaxPendingPerSource = 512;
 // Server-side waits are capped so deadline arithmetic cannot overflow (about 11 days).
 constexpr uint64_t kMaxWaitMs = 1000ull * 1000 * 1000;
 // How long a client waits for the server's own TIMEOUT reply beyond the deadline it sent.
@@ -103,6 +108,7 @@ struct TcpStoreServer::Impl {
     uint64_t id = 0;
     int fd = -1;
     std::string peer;
+    uint32_t source = 0;  // the peer's IPv4 address
     std::string in;  // received bytes; in[inOff..] not yet decoded
     size_t inOff = 0;
     std::string out;  // encoded replies; out[outOff..] not yet sent
@@ -145,6 +151,11 @@ struct TcpStoreServer::Impl {
   int preHelloCount = 0;          // of those, still open and without a HELLO
   int64_t helloTimeoutNs = static_cast<int64_t>(kDefaultHelloSec * 1e9);
   int maxPending = kDefaultMaxPending;
+  int maxPendingPerSource = kDefaultMaxPendingPerSource;
+  // Per source address: connections not admitted yet, and their ids oldest first (entries of
+  // connections since admitted or gone are skipped when met).
+  std::unordered_map<uint32_t, int> pendingBySource;
+  std::unordered_map<uint32_t, std::deque<uint64_t>> pendingOrderBySource;
 
   ~Impl() {
     for (auto& [id, c] : conns)
@@ -235,6 +246,12 @@ struct TcpStoreServer::Impl {
       if (fd < 0) {
         if (errno == EINTR || errno == ECONNABORTED) continue;
         if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+        if ((errno == EMFILE || errno == ENFILE) && oldestPreHello()) {
+          // Out of descriptors with connections that have proved nothing yet (a flood): the
+          // oldest of them makes room, so the job's own clients still get in.
+          dropOldestPreHello("out of file descriptors");
+          continue;
+        }
         if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
           // Level-triggered accept would spin while out of descriptors: pause listening.
           BRAID_WARN("store %s: accept failed: %s; pausing new connections for 100 ms", name.c_str(),
@@ -253,6 +270,7 @@ struct TcpStoreServer::Impl {
       c->id = nextId++;
       c->fd = fd;
       c->peer = peerName(sa);
+      c->source = sa.sin_addr.s_addr;
       c->events = EPOLLIN | EPOLLRDHUP;
       epoll_event ev{};
       ev.events = c->events;
@@ -267,7 +285,11 @@ struct TcpStoreServer::Impl {
       c->helloDueNs = nowNanos() + helloTimeoutNs;
       preHello.push_back(c->id);
       ++preHelloCount;
+      const uint32_t source = c->source;
+      const int fromSource = ++pendingBySource[source];
+      pendingOrderBySource[source].push_back(c->id);
       conns.emplace(c->id, std::move(c));
+      if (fromSource > maxPendingPerSource) dropOldestPendingOf(source);
       if (preHelloCount > maxPending) dropOldestPreHello();
     }
   }
@@ -282,10 +304,37 @@ struct TcpStoreServer::Impl {
     return nullptr;
   }
 
-  void dropOldestPreHello() {
+  void dropOldestPreHello(const std::string& why = "") {
     if (Conn* c = oldestPreHello())
-      violation(*c, "more than " + std::to_string(maxPending) +
-                        " connections without a HELLO (BRAID_STORE_MAX_PENDING); dropping the oldest");
+      violation(*c, !why.empty() ? why + "; dropping the oldest connection not admitted yet"
+                                 : "more than " + std::to_string(maxPending) +
+                                       " connections not admitted yet (BRAID_STORE_MAX_PENDING); dropping the oldest");
+  }
+
+  void dropOldestPendingOf(uint32_t source) {
+    auto it = pendingOrderBySource.find(source);
+    if (it == pendingOrderBySource.end()) return;
+    while (!it->second.empty()) {
+      Conn* c = find(it->second.front());
+      it->second.pop_front();
+      if (c && !c->hello) {
+        violation(*c, "more than " + std::to_string(maxPendingPerSource) +
+                          " connections from one address not admitted yet (BRAID_STORE_MAX_PENDING_PER_SOURCE); "
+                          "dropping its oldest");
+        return;
+      }
+    }
+  }
+
+  // A connection stops being pending: admitted, or closed before that.
+  void leavePending(const Conn& c) {
+    --preHelloCount;
+    auto it = pendingBySource.find(c.source);
+    if (it == pendingBySource.end()) return;
+    if (--it->second <= 0) {
+      pendingBySource.erase(it);
+      pendingOrderBySource.erase(c.source);
+    }
   }
 
   void expireHellos() {
@@ -481,7 +530,7 @@ struct TcpStoreServer::Impl {
     c.hello = true;
     c.clientChallenge.clear();
     c.serverChallenge.clear();
-    --preHelloCount;
+    leavePending(c);
     reply(c, proto::Reply{});
   }
 
@@ -660,7 +709,7 @@ struct TcpStoreServer::Impl {
 
   void closeConn(Conn& c, const char* why, bool logged) {
     if (c.dead) return;
-    if (!c.hello) --preHelloCount;
+    if (!c.hello) leavePending(c);
     if (why && !logged) BRAID_TRACE("store %s: connection from %s ends: %s", name.c_str(), c.peer.c_str(), why);
     // A client with another key finds out from the store's proof and leaves before AUTH.
     if (!logged && c.challenged && !c.hello)
@@ -696,12 +745,15 @@ StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::start(const std::strin
       return invalidArgument(std::string("BRAID_STORE_HELLO_SEC='") + v + "' must be a number of seconds in (0, 86400]");
     im.helloTimeoutNs = static_cast<int64_t>(sec * 1e9);
   }
-  if (const char* v = std::getenv("BRAID_STORE_MAX_PENDING")) {
+  for (auto [name, out] : {std::pair<const char*, int*>{"BRAID_STORE_MAX_PENDING", &im.maxPending},
+                           {"BRAID_STORE_MAX_PENDING_PER_SOURCE", &im.maxPendingPerSource}}) {
+    const char* v = std::getenv(name);
+    if (!v) continue;
     char* end = nullptr;
     long n = std::strtol(v, &end, 10);
     if (!*v || *end || n < 1 || n > 1000000)
-      return invalidArgument(std::string("BRAID_STORE_MAX_PENDING='") + v + "' must be an integer in [1, 1000000]");
-    im.maxPending = static_cast<int>(n);
+      return invalidArgument(std::string(name) + "='" + v + "' must be an integer in [1, 1000000]");
+    *out = static_cast<int>(n);
   }
 
   Status bound = im.listen(sa, &server->port_);
@@ -812,26 +864,42 @@ StatusOr<std::unique_ptr<TcpStoreClient>> TcpStoreClient::connect(const std::str
   const int64_t t0 = nowNanos();
   int backoffMs = 10;
   std::string lastError;
-  int fd = -1;
+  auto pause = [&] {
+    usleep(static_cast<useconds_t>(std::max(1, std::min(backoffMs, deadline.remainingMillis(backoffMs)))) * 1000);
+    backoffMs = std::min(backoffMs * 2, 500);
+  };
   for (;;) {
     sockaddr_in sa;
+    int fd = -1;
     // Resolution is retried too: in a starting cluster the store's name may not exist yet.
     Status rs = resolveIpv4(host, port, false, &sa);
     if (rs.isOk()) {
       fd = connectOnce(sa, deadline.remainingMillis(2000), &lastError);
-      if (fd >= 0) break;
     } else {
       lastError = rs.message();
+    }
+    if (fd >= 0) {
+      bool dropped = false;
+      auto client = handshake(address, fd, nonce, key, opTimeoutSec, &dropped);
+      // A store that closed the connection before answering (it drops the oldest connections
+      // not admitted yet when a flood of them arrives) is tried again until the deadline; a
+      // store that answered, even with a refusal, is not.
+      if (client.isOk() || !dropped || deadline.expired()) return client;
+      BRAID_TRACE("store at %s closed the connection before answering; connecting again", address.c_str());
+      lastError = client.status().message();
     }
     if (deadline.expired()) {
       char secs[32];
       snprintf(secs, sizeof(secs), "%.1f", (nowNanos() - t0) / 1e9);
       return Status(Code::kTimeout, "store at " + address + " is unreachable: " + lastError + " (retried for " + secs + " s)");
     }
-    usleep(static_cast<useconds_t>(std::max(1, std::min(backoffMs, deadline.remainingMillis(backoffMs)))) * 1000);
-    backoffMs = std::min(backoffMs * 2, 500);
+    pause();
   }
+}
 
+StatusOr<std::unique_ptr<TcpStoreClient>> TcpStoreClient::handshake(const std::string& address, int fd, uint64_t nonce,
+                                                                    const AuthKey& key, double opTimeoutSec,
+                                                                    bool* dropped) {
   std::unique_ptr<TcpStoreClient> client(new TcpStoreClient(address, fd, opTimeoutSec));
   proto::Request hello;
   hello.op = proto::Op::kHello;
@@ -840,8 +908,10 @@ StatusOr<std::unique_ptr<TcpStoreClient>> TcpStoreClient::connect(const std::str
   proto::Reply rep;
   Status s = client->roundTrip(hello, client->opDeadline(), &rep);
   if (!s.isOk()) {
-    if (s.code() == Code::kRemoteError)
+    if (s.code() == Code::kRemoteError) {
+      *dropped = client->closedByPeer_;
       return Status(Code::kRemoteError, s.message() + " (during the HELLO handshake: is something else listening there?)");
+    }
     return s;  // the store's own reason, e.g. a nonce mismatch, already names it
   }
   if (key.present) {
@@ -904,7 +974,11 @@ Status TcpStoreClient::readReply(Deadline deadline, proto::Reply* reply, bool* t
     inbuf_.resize(old + kReadChunk);
     ssize_t n = recv(fd_, &inbuf_[old], kReadChunk, 0);
     inbuf_.resize(old + (n > 0 ? static_cast<size_t>(n) : 0));
-    if (n == 0) return lose("the connection was closed by the store");
+    if (n == 0) {
+      closedByPeer_ = true;
+      return lose("the connection was closed by the store");
+    }
+    if (n < 0 && (errno == ECONNRESET || errno == EPIPE)) closedByPeer_ = true;
     if (n < 0 && errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK) return lose("recv failed: " + errnoText(errno));
   }
 }

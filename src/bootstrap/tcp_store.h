@@ -100,6 +100,10 @@ class TcpStoreClient : public Store {
 
  private:
   TcpStoreClient(std::string address, int fd, double opTimeoutSec);
+  // HELLO (and the key's proofs) on a connected socket `fd`, which the client then owns.
+  // `*dropped` says whether the store closed the connection without an answer.
+  static StatusOr<std::unique_ptr<TcpStoreClient>> handshake(const std::string& address, int fd, uint64_t nonce,
+                                                             const AuthKey& key, double opTimeoutSec, bool* dropped);
 
   // Sends `req` and reads its reply; `replyDeadline` bounds the whole exchange. An ERROR
   // reply becomes its Status; a TIMEOUT reply is returned for the caller to word. Takes mu_.
@@ -116,6 +120,7 @@ class TcpStoreClient : public Store {
   int fd_ = -1;           // guarded by mu_; -1 once the connection is lost
   Status broken_;         // guarded by mu_; why the connection was lost
   int owedReplies_ = 0;   // guarded by mu_; replies to requests we stopped waiting for
+  bool closedByPeer_ = false;  // guarded by mu_; the store closed or reset the connection
   std::string inbuf_;     // guarded by mu_; received bytes not yet decoded
 };
 

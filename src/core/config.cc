@@ -44,6 +44,7 @@ const std::vector<ConfigEntry>& configTable() {
       {"BRAID_AUTH_KEY_FILE", "string", "", "a file (mode 0600, owned by the user) holding the job's key, instead of BRAID_AUTH_KEY"},
       {"BRAID_STORE_HELLO_SEC", "seconds", "10", "store: close a connection that has not authenticated (or said HELLO) within this long"},
       {"BRAID_STORE_MAX_PENDING", "int", "1024", "store: connections allowed at once before they authenticate; the oldest is dropped past it"},
+      {"BRAID_STORE_MAX_PENDING_PER_SOURCE", "int", "512", "store: of those, connections allowed from one IPv4 address; its oldest is dropped past it"},
   };
   return kTable;
 }

@@ -47,6 +47,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -410,6 +411,14 @@ class Launcher {
   explicit Launcher(Options o) : opts_(std::move(o)) {}
 
   int run() {
+    // The store must outlast a flood of strangers' connections, which a soft limit of 1024
+    // descriptors would cut short: braidrun takes what the hard limit allows, and gives its
+    // ranks the limit it was started with.
+    if (getrlimit(RLIMIT_NOFILE, &origNofile_) == 0 && origNofile_.rlim_cur < origNofile_.rlim_max) {
+      rlimit raised = origNofile_;
+      raised.rlim_cur = raised.rlim_max;
+      nofileRaised_ = setrlimit(RLIMIT_NOFILE, &raised) == 0;
+    }
     const char* g = std::getenv("BRAIDRUN_GRACE_SEC");
     if (g && *g && !parseSeconds(g, &graceSec_)) {
       std::fprintf(stderr, "braidrun: BRAIDRUN_GRACE_SEC='%s' is not a non-negative number of seconds\n", g);
@@ -772,6 +781,7 @@ class Launcher {
         if (devnull >= 0) dup2(devnull, 0);
       }
       if (bind) (void)sched_setaffinity(0, sizeof(rankCpus), &rankCpus);
+      if (nofileRaised_) (void)setrlimit(RLIMIT_NOFILE, &origNofile_);
       for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD, SIGPIPE}) signal(sig, SIG_DFL);
       sigprocmask(SIG_SETMASK, &origMask_, nullptr);
       execve(exe.c_str(), argv.data(), envp.data());
@@ -1043,6 +1053,8 @@ class Launcher {
 
   Options opts_;
   AuthKey key_;  // the job's key (resolveKey)
+  rlimit origNofile_{};  // RLIMIT_NOFILE as braidrun was started, which its ranks get
+  bool nofileRaised_ = false;
   double graceSec_ = kDefaultGraceSec;
   sigset_t origMask_;
   int sigfd_ = -1;

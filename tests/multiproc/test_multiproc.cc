@@ -802,7 +802,7 @@ TEST_CASE("under torchrun, a communicator made again in the same processes meets
 TEST_CASE("a stranger cannot get into a braidrun job's store, and the job's results stay right", "[multiproc][auth]") {
   Run r = run(std::string(BRAIDRUN) +
               " -np 2 -x BRAID_TRANSPORT=tcp sh -c 'if [ \"$BRAID_RANK\" = 0 ]; then env -u BRAID_AUTH_KEY " MP_DIR
-              "/store_stranger \"$BRAID_STORE_ADDR\" || exit 3; fi; exec " MP_DIR "/mp_collectives'");
+              "/store_stranger probe \"$BRAID_STORE_ADDR\" || exit 3; fi; exec " MP_DIR "/mp_collectives'");
   INFO(r.out);
   CHECK(r.status == 0);
   CHECK(r.out.find("STRANGER ADMITTED") == std::string::npos);
@@ -847,4 +847,31 @@ TEST_CASE("with BRAID_AUTH_KEY from another launcher, a rank with a wrong key fa
   CHECK(bad.out.find("authentication failed") != std::string::npos);
   CHECK(bad.out.find("collectives ok") == std::string::npos);
   CHECK(secs < 30);
+}
+
+// The attacks of a stranger who cannot get in, all at once against braidrun's store while
+// the job starts and runs: 2000 idle connections held open, 64 MiB frames, 200 slow-loris
+// HELLOs. braidrun's memory and descriptors stay bounded, the ranks (which connect during
+// the flood) get in, and their results are right.
+TEST_CASE("braidrun's store under a stranger's flood, huge frames and slow loris: bounded, and the job runs right",
+          "[multiproc][auth][chaos]") {
+  const auto start = std::chrono::steady_clock::now();
+  Run r = run("BRAID_STORE_HELLO_SEC=2 " + braidrun(2) + "-x BRAID_TRANSPORT=tcp " STORE_ATTACK_JOB " " MP_DIR " 8");
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  INFO(r.out);
+  CHECK(r.status == 0);
+  for (int i = 0; i < 2; ++i) CHECK(r.out.find("collectives ok rank " + std::to_string(i)) != std::string::npos);
+  CHECK(r.out.find("attack: flood held") != std::string::npos);
+  std::regex re(R"((BEFORE|DURING|AFTER) rss_kb=(\d+) fds=(\d+))");
+  long rssBefore = -1, rssMax = 0, fdMax = 0;
+  for (auto it = std::sregex_iterator(r.out.begin(), r.out.end(), re); it != std::sregex_iterator(); ++it) {
+    const long rss = std::stol((*it)[2]), fds = std::stol((*it)[3]);
+    if ((*it)[1] == "BEFORE") rssBefore = rss;
+    rssMax = std::max(rssMax, rss);
+    fdMax = std::max(fdMax, fds);
+  }
+  REQUIRE(rssBefore > 0);
+  CHECK(rssMax - rssBefore < 32 * 1024);  // KiB: a few hundred bytes per pending connection
+  CHECK(fdMax < 1100);                     // BRAID_STORE_MAX_PENDING (1024) and the job's own
+  CHECK(secs < 60);
 }

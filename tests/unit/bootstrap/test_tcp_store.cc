@@ -665,3 +665,28 @@ TEST_CASE("tcp store: with a key only clients that prove it are served", "[boots
   REQUIRE(late.isOk());
   checkGoodClient(*late.value(), 2);
 }
+
+// One address flooding the store loses its own oldest connections, not anyone else's; a
+// client that proves itself in time is served throughout.
+TEST_CASE("tcp store: connections not admitted yet are capped per source address", "[bootstrap][tcp][auth]") {
+  setenv("BRAID_STORE_MAX_PENDING_PER_SOURCE", "4", 1);
+  auto server = startServer();
+  unsetenv("BRAID_STORE_MAX_PENDING_PER_SOURCE");
+  auto good = connectTo(server->port());
+  std::vector<std::unique_ptr<RawSocket>> idle;
+  for (int i = 0; i < 7; ++i) {
+    idle.push_back(std::make_unique<RawSocket>(server->port()));
+    REQUIRE(idle.back()->ok());
+  }
+  // The first three went for the last three.
+  for (int i = 0; i < 3; ++i) CHECK(idle[static_cast<size_t>(i)]->closedByPeer(2000));
+  for (int i = 0; i < 100 && server->stats().open > 5; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  CHECK(server->stats().open == 5);  // four idle ones and the good client
+  checkGoodClient(*good, 0);
+  auto late = connectTo(server->port());
+  checkGoodClient(*late, 1);
+  setenv("BRAID_STORE_MAX_PENDING_PER_SOURCE", "0", 1);
+  auto bad = TcpStoreServer::start("127.0.0.1", 0, 0);
+  unsetenv("BRAID_STORE_MAX_PENDING_PER_SOURCE");
+  CHECK(bad.status().message().find("BRAID_STORE_MAX_PENDING_PER_SOURCE") != std::string::npos);
+}

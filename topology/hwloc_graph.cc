@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <set>
 
 #include "topology/xml.h"
@@ -326,6 +327,12 @@ class HwlocBuilder {
 }  // namespace
 
 StatusOr<Graph> discoverHwloc() {
+  // One discovery at a time per process: hwloc's Linux backend goes through libudev, whose
+  // shared state is not safe to use from two threads at once (ThreadSanitizer caught two
+  // communicators initializing on two threads, the one-thread-per-GPU pattern, racing
+  // inside it).
+  static std::mutex discovering;
+  std::lock_guard<std::mutex> lock(discovering);
   HwlocTopology t;
   BRAID_RETURN_IF_ERROR(t.init());
   if (hwloc_topology_load(t.get()) != 0) return systemError("hwloc_topology_load", errno);

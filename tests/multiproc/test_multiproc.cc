@@ -875,3 +875,21 @@ TEST_CASE("braidrun's store under a stranger's flood, huge frames and slow loris
   CHECK(fdMax < 1100);                     // BRAID_STORE_MAX_PENDING (1024) and the job's own
   CHECK(secs < 60);
 }
+
+// Without a key a job runs as before, and says so once: one SECURITY line, from rank 0,
+// whatever BRAID_DEBUG says.
+TEST_CASE("a job launched without a key runs and rank 0 says once that it is not authenticated", "[multiproc][auth]") {
+  const std::string port = freeLoopbackPort();
+  Run r = run("bash -c 'pids=; for r in 0 1 2; do env -u BRAID_RANK -u BRAID_WORLD_SIZE -u BRAID_STORE_ADDR "
+              "-u BRAID_AUTH_KEY -u BRAID_AUTH_KEY_FILE -u BRAID_DEBUG RANK=$r WORLD_SIZE=3 LOCAL_RANK=$r "
+              "LOCAL_WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
+              port + " " MP_DIR "/mp_collectives & pids=\"$pids $!\"; done; rc=0; "
+                     "for p in $pids; do wait $p || rc=1; done; exit $rc' 2>&1");
+  INFO(r.out);
+  CHECK(r.status == 0);
+  for (int i = 0; i < 3; ++i) CHECK(r.out.find("collectives ok rank " + std::to_string(i)) != std::string::npos);
+  const std::string line = "SECURITY rank 0: this job is not authenticated";
+  const size_t first = r.out.find(line);
+  REQUIRE(first != std::string::npos);
+  CHECK(r.out.find("not authenticated", first + line.size()) == std::string::npos);
+}

@@ -12,11 +12,11 @@ BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
 # emulated hosts on kernels without netem (tests/netns/nfq_delay.c). python3-matplotlib:
 # perf/plot.py. openssh-server/-client: braidrun -H across emulated hosts (an sshd each).
 # libpmix-dev: PMIx's headers, for the store's address under mpirun across hosts.
-# clang + libclang-rt-dev: libFuzzer, for scripts/fuzz.sh.
+# clang + libclang-rt-dev: libFuzzer, for scripts/fuzz.sh. libssl-dev: BRAID_TLS.
 PACKAGES=(cmake g++ make pkg-config libhwloc-dev hwloc catch2 iproute2
           openmpi-bin libopenmpi-dev libpmix-dev libgloo-dev libucx-dev libibverbs-dev graphviz
           libnetfilter-queue-dev iptables ucx-utils python3-matplotlib openssh-server openssh-client
-          clang libclang-rt-dev)
+          clang libclang-rt-dev libssl-dev)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -112,6 +112,8 @@ struct TransportConfig {
   // The job's key (common/auth.h): a transport whose peers connect to it (tcp) admits only
   // connections that prove it. Absent: admitted on the nonce alone.
   AuthKey authKey;
+  // tcp: run TLS 1.3 keyed by authKey on every data socket (common/tls.h).
+  bool tls = false;
   size_t slotBytes = 512 * 1024;  // payload per slot
   int nslots = 8;                 // FIFO depth
   int numaNode = -1;              // where to place receive buffers, -1 for anywhere

@@ -18,6 +18,7 @@
 #include "bootstrap/host_id.h"
 #include "bootstrap/unique_id.h"
 #include "common/log.h"
+#include "common/tls.h"
 #include "common/timeline.h"
 #include "plan/planner.h"
 #include "reduce/reduce.h"
@@ -196,6 +197,13 @@ Status Communicator::init() {
   const Config& cfg = opts_.config;
   Deadline deadline = Deadline::after(cfg.timeoutSec);
   setLogRank(rank_);
+  if (cfg.tls && !opts_.authKey.present)
+    return invalidArgument("rank " + std::to_string(rank_) +
+                           ": BRAID_TLS=1 needs the job's key (BRAID_AUTH_KEY or BRAID_AUTH_KEY_FILE; braidrun and "
+                           "braidGetUniqueId make one)");
+  if (cfg.tls && !tlsAvailable())
+    return invalidArgument("rank " + std::to_string(rank_) +
+                           ": BRAID_TLS=1, but this braid was built without OpenSSL (install libssl-dev and rebuild)");
 
   nonce_ = opts_.nonce;
   if (nonce_ == 0) {
@@ -563,6 +571,7 @@ Status Communicator::connect() {
   tc.nranks = nranks_;
   tc.nonce = nonce_;
   tc.authKey = opts_.authKey;
+  tc.tls = cfg.tls;
   tc.slotBytes = cfg.slotBytes;
   tc.nslots = cfg.nslots;
   tc.numaNode = numaNode_;

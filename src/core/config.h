@@ -36,6 +36,7 @@ struct Config {
   int ibGidIndex = -1;         // BRAID_IB_GID_INDEX: RoCE GID index, -1 = from sysfs
   bool bind = true;
   bool probe = true;           // BRAID_PROBE: measure the inter-host link at init
+  bool tls = false;            // BRAID_TLS: TLS on tcp data connections (needs the job key)
   std::string hostId;         // "" = hostname + boot id
   std::string topoFile;       // load the topology from this file instead of discovering it
   std::string topoDumpFile;   // write the topology braid sees to this JSON file

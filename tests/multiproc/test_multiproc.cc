@@ -893,3 +893,31 @@ TEST_CASE("a job launched without a key runs and rank 0 says once that it is not
   REQUIRE(first != std::string::npos);
   CHECK(r.out.find("not authenticated", first + line.size()) == std::string::npos);
 }
+
+// BRAID_TLS=1: every tcp data connection runs TLS keyed by the job key; results are exact.
+// Without a key there is nothing to key it with: init fails saying so.
+TEST_CASE("BRAID_TLS=1 over tcp checks its results with zero wrong, and needs the job key", "[multiproc][tls]") {
+  Run r = run(braidrun(3) + "-x BRAID_TLS=1 -x BRAID_TRANSPORT=tcp -x BRAID_SOCKETS_PER_PEER=2 " ALLREDUCE_PERF
+                            " -b 8 -e 4M -f 16 -n 3 -w 1 -c 1");
+  INFO(r.out);
+  if (r.out.find("built without OpenSSL") != std::string::npos) {
+    WARN("skipped: built without OpenSSL");
+    return;
+  }
+  CHECK(r.status == 0);
+  CHECK(r.out.find("Out of bounds values : 0 OK") != std::string::npos);
+  Run c = run(braidrun(3) + "-x BRAID_TLS=1 -x BRAID_TRANSPORT=tcp " MP_DIR "/mp_collectives");
+  INFO(c.out);
+  CHECK(c.status == 0);
+  for (int i = 0; i < 3; ++i) CHECK(c.out.find("collectives ok rank " + std::to_string(i)) != std::string::npos);
+
+  const std::string port = freeLoopbackPort();
+  Run nokey = run("bash -c 'pids=; for r in 0 1; do env -u BRAID_RANK -u BRAID_WORLD_SIZE -u BRAID_STORE_ADDR "
+                  "-u BRAID_AUTH_KEY -u BRAID_AUTH_KEY_FILE BRAID_TLS=1 RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r "
+                  "LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
+                  port + " BRAID_TIMEOUT=10 " MP_DIR "/mp_collectives & pids=\"$pids $!\"; done; rc=0; "
+                         "for p in $pids; do wait $p || rc=1; done; exit $rc' 2>&1");
+  INFO(nokey.out);
+  CHECK(nokey.status != 0);
+  CHECK(nokey.out.find("BRAID_TLS=1 needs the job's key") != std::string::npos);
+}

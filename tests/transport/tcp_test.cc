@@ -8,11 +8,16 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "common/tls.h"
 #include "harness.h"
 #include "transports/tcp/socket_util.h"
 #include "transports/tcp/tcp_transport.h"
@@ -566,6 +571,193 @@ TEST_CASE("tcp: rejects bad arguments", "[transport][tcp]") {
   TransportConfig cfg = tcpConfig(0, 1);
   cfg.socketsPerPeer = 0;
   CHECK(createTcpTransport(cfg)->createRecv(1, 0, &blob).status().code() == Code::kInvalidArgument);
+}
+
+}  // namespace braid::transport::test
+
+namespace braid::transport::test {
+namespace {
+
+// A TCP forwarder between a sender and a receiver on loopback: records what the sender
+// sends, and can flip one byte of it on the way (an attacker on the path).
+class Wiretap {
+ public:
+  Wiretap(const sockaddr_in& to, long flipAt) : to_(to), flipAt_(flipAt) {
+    listen_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(bind(listen_, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0);
+    REQUIRE(::listen(listen_, 4) == 0);
+    socklen_t len = sizeof(addr_);
+    REQUIRE(getsockname(listen_, reinterpret_cast<sockaddr*>(&addr_), &len) == 0);
+    thread_ = std::thread([this] { run(); });
+  }
+  ~Wiretap() {
+    stop_ = true;
+    thread_.join();
+    close(listen_);
+  }
+  const sockaddr_in& address() const { return addr_; }
+  std::string seen() {
+    std::lock_guard<std::mutex> l(mu_);
+    return seen_;
+  }
+
+ private:
+  void run() {
+    pollfd lp{listen_, POLLIN, 0};
+    while (!stop_ && poll(&lp, 1, 50) <= 0) {
+    }
+    if (stop_) return;
+    int a = accept(listen_, nullptr, nullptr);
+    int b = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (a < 0 || connect(b, reinterpret_cast<const sockaddr*>(&to_), sizeof(to_)) != 0) return;
+    char buf[65536];
+    long forwarded = 0;
+    while (!stop_) {
+      pollfd p[2] = {{a, POLLIN, 0}, {b, POLLIN, 0}};
+      if (poll(p, 2, 50) <= 0) continue;
+      for (int i = 0; i < 2; ++i) {
+        if (!(p[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+        ssize_t n = recv(p[i].fd, buf, sizeof(buf), 0);
+        if (n <= 0) {
+          stop_ = true;
+          break;
+        }
+        if (i == 0) {
+          if (flipAt_ >= forwarded && flipAt_ < forwarded + n) buf[flipAt_ - forwarded] ^= 0x40;
+          forwarded += n;
+          std::lock_guard<std::mutex> l(mu_);
+          seen_.append(buf, static_cast<size_t>(n));
+        }
+        (void)sendAll(i == 0 ? b : a, buf, static_cast<size_t>(n));
+      }
+    }
+    close(a);
+    close(b);
+  }
+
+  sockaddr_in to_{};
+  sockaddr_in addr_{};
+  long flipAt_;
+  int listen_ = -1;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  std::mutex mu_;
+  std::string seen_;
+};
+
+struct TappedPair {
+  std::unique_ptr<Transport> t0, t1;
+  std::unique_ptr<Connection> recv, send;
+  std::unique_ptr<Wiretap> tap;
+};
+
+// Rank 1 sends to rank 0 through a wiretap; both transports established.
+Status tappedPair(bool tls0, bool tls1, long flipAt, TappedPair* p) {
+  const uint64_t nonce = freshNonce();
+  const AuthKey key = randomAuthKey();
+  TransportConfig c0 = tcpConfig(0, nonce), c1 = tcpConfig(1, nonce);
+  c0.slotBytes = c1.slotBytes = 65536;
+  c0.authKey = c1.authKey = key;
+  c0.tls = tls0;
+  c1.tls = tls1;
+  p->t0 = createTcpTransport(c0);
+  p->t1 = createTcpTransport(c1);
+  std::string blob;
+  BRAID_ASSIGN_OR_RETURN(p->recv, p->t0->createRecv(1, 0, &blob));
+  sockaddr_in real{};
+  std::string challenge;
+  if (!tcp::parseBlob(blob, &real, &challenge)) return invalidArgument("blob " + blob);
+  p->tap = std::make_unique<Wiretap>(real, flipAt);
+  BRAID_ASSIGN_OR_RETURN(p->send, p->t1->connectSend(0, 0, tcp::formatBlob(p->tap->address(), challenge)));
+  Status s1;
+  std::thread other([&] { s1 = p->t1->establish(Deadline::after(5)); });
+  Status s0 = p->t0->establish(Deadline::after(5));
+  other.join();
+  BRAID_RETURN_IF_ERROR(s0);
+  return s1;
+}
+
+std::string secretPayload(size_t bytes) {
+  std::string s;
+  while (s.size() < bytes) s += "BRAID-SECRET-PAYLOAD-";
+  s.resize(bytes);
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("tcp: with BRAID_TLS the bytes arrive intact and the wire never carries them in the clear",
+          "[transport][tcp][tls]") {
+  if (!tlsAvailable()) {
+    WARN("skipped: built without OpenSSL");
+    return;
+  }
+  for (bool tls : {false, true}) {
+    INFO("tls " << tls);
+    TappedPair p;
+    Status s = tappedPair(tls, tls, -1, &p);
+    INFO(describe(s));
+    REQUIRE(s.isOk());
+    const std::string payload = secretPayload(60000);
+    for (int i = 0; i < 20; ++i) {
+      REQUIRE(sendSlot(*p.send, payload.data(), payload.size(), 100 + i, Deadline::after(5)).isOk());
+      Slot got;
+      Status rs = recvSlot(*p.recv, &got, Deadline::after(5));
+      INFO(describe(rs));
+      REQUIRE(rs.isOk());
+      CHECK(got.tag == static_cast<uint64_t>(100 + i));
+      REQUIRE(got.bytes == payload.size());
+      CHECK(std::memcmp(got.data, payload.data(), payload.size()) == 0);
+      REQUIRE(p.recv->releaseRecv(got).isOk());
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const std::string wire = p.tap->seen();
+    CHECK(wire.size() > 20 * payload.size());
+    // Without TLS the tap reads the payload; with it, not a trace of it.
+    CHECK((wire.find("BRAID-SECRET-PAYLOAD") != std::string::npos) == !tls);
+  }
+}
+
+TEST_CASE("tcp: with BRAID_TLS a byte changed on the way is an error naming the sender, never wrong data",
+          "[transport][tcp][tls]") {
+  if (!tlsAvailable()) {
+    WARN("skipped: built without OpenSSL");
+    return;
+  }
+  TappedPair p;
+  // Well past the handshakes (under 2 KB), inside the first payload's records.
+  Status s = tappedPair(true, true, 30000, &p);
+  INFO(describe(s));
+  REQUIRE(s.isOk());
+  const std::string payload = secretPayload(60000);
+  REQUIRE(sendSlot(*p.send, payload.data(), payload.size(), 7, Deadline::after(5)).isOk());
+  Slot got;
+  Status rs = recvSlot(*p.recv, &got, Deadline::after(5));
+  INFO(describe(rs));
+  CHECK(rs.code() == Code::kRemoteError);
+  CHECK(rs.rank() == 1);
+  CHECK(rs.message().find("TLS") != std::string::npos);
+}
+
+TEST_CASE("tcp: a receiver with BRAID_TLS and a sender without it fail establish naming the sender",
+          "[transport][tcp][tls]") {
+  if (!tlsAvailable()) {
+    WARN("skipped: built without OpenSSL");
+    return;
+  }
+  TappedPair p;
+  const auto start = std::chrono::steady_clock::now();
+  Status s = tappedPair(true, false, -1, &p);
+  INFO(describe(s));
+  // The sender has no handshake to wait for; the receiver's fails at the first plaintext
+  // frame or times out.
+  CHECK_FALSE(s.isOk());
+  CHECK(s.rank() == 1);
+  CHECK(s.message().find("TLS") != std::string::npos);
+  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < 8);
 }
 
 }  // namespace braid::transport::test

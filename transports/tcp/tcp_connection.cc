@@ -36,7 +36,12 @@ Status closed(int peer, const std::string& why) {
 }
 
 // Turns a failed send/recv into the Status callers see: a lost connection names the peer.
-Status ioError(int peer, const char* call, int err) {
+Status ioError(int peer, const char* call, int err, const TlsStream* tls = nullptr) {
+  if (tls && err == EPROTO)
+    return Status(Code::kRemoteError,
+                  "tcp: TLS on the connection to rank " + std::to_string(peer) + " failed (" + tls->error() +
+                      "): data altered on the way, or not the job's peer",
+                  peer);
   if (isConnectionLoss(err)) return closed(peer, std::string(call) + ": " + std::strerror(err));
   Status s = systemError(call, err);
   return Status(s.code(), "tcp: connection to rank " + std::to_string(peer) + ": " + s.message(), peer);
@@ -45,7 +50,15 @@ Status ioError(int peer, const char* call, int err) {
 }  // namespace
 
 SocketSet::~SocketSet() {
+  tls.clear();  // the sessions refer to the sockets: gone first
   for (int fd : fds) closeFd(fd);
+}
+
+std::string tlsBinding(uint64_t nonce, int src, int dst, int channel, int index) {
+  std::string b = "tcp";
+  b.append(reinterpret_cast<const char*>(&nonce), 8);
+  for (int32_t v : {src, dst, channel, index}) b.append(reinterpret_cast<const char*>(&v), 4);
+  return b;
 }
 
 void AlignedFree::operator()(uint8_t* p) const { std::free(p); }
@@ -53,7 +66,8 @@ void AlignedFree::operator()(uint8_t* p) const { std::free(p); }
 // ---------------------------------------------------------------------------------------
 // Sender
 
-TcpSendConnection::TcpSendConnection(const TransportConfig& cfg, int peer, std::vector<int> fds)
+TcpSendConnection::TcpSendConnection(const TransportConfig& cfg, int peer, std::vector<int> fds,
+                                     std::vector<std::shared_ptr<TlsStream>> tls)
     : peer_(peer),
       slotBytes_(cfg.slotBytes),
       slotStride_(strideFor(cfg.slotBytes)),
@@ -64,12 +78,16 @@ TcpSendConnection::TcpSendConnection(const TransportConfig& cfg, int peer, std::
   for (size_t i = 0; i < fds.size(); ++i) {
     streams_[i].fd = fds[i];
     streams_[i].nextSeq = i;
+    if (i < tls.size()) streams_[i].tls = std::move(tls[i]);
   }
   if (!memory_) error_ = systemError("posix_memalign", ENOMEM);
 }
 
 TcpSendConnection::~TcpSendConnection() {
-  for (Stream& st : streams_) closeFd(st.fd);
+  for (Stream& st : streams_) {
+    st.tls.reset();
+    closeFd(st.fd);
+  }
 }
 
 Status TcpSendConnection::fail(Status s) {
@@ -120,9 +138,9 @@ Status TcpSendConnection::releaseRecv(const Slot&) {
 }
 
 Status TcpSendConnection::progress() {
-  if (queued_ == 0 || !error_.isOk()) return error_;
+  if (!error_.isOk() || (queued_ == 0 && !tlsPending())) return error_;
   for (Stream& st : streams_) {
-    if (st.queued > 0) BRAID_RETURN_IF_ERROR(writeStream(st));
+    if (st.queued > 0 || (st.tls && st.tls->pending() > 0)) BRAID_RETURN_IF_ERROR(writeStream(st));
   }
   return Status::ok();
 }
@@ -130,6 +148,10 @@ Status TcpSendConnection::progress() {
 Status TcpSendConnection::writeStream(Stream& st) {
   const uint64_t nsockets = streams_.size();
   const uint64_t nslots = static_cast<uint64_t>(nslots_);
+  if (st.tls && st.tls->pending() > 0 && st.tls->flush() < 0) {
+    if (errno == EAGAIN) return Status::ok();
+    return fail(ioError(peer_, "TLS write", errno, st.tls.get()));
+  }
   while (st.queued > 0) {
     // Gather every queued frame of this socket (up to kMaxIov pieces), skipping what an
     // earlier partial write already sent.
@@ -155,14 +177,20 @@ Status TcpSendConnection::writeStream(Stream& st) {
       }
       skip = 0;
     }
-    msghdr msg{};
-    msg.msg_iov = iov;
-    msg.msg_iovlen = static_cast<size_t>(n);
-    ssize_t w = sendmsg(st.fd, &msg, MSG_NOSIGNAL);
+    ssize_t w;
+    if (st.tls) {
+      // Takes (copies) what it can and encrypts it as the socket allows.
+      w = st.tls->writev(iov, n);
+    } else {
+      msghdr msg{};
+      msg.msg_iov = iov;
+      msg.msg_iovlen = static_cast<size_t>(n);
+      w = sendmsg(st.fd, &msg, MSG_NOSIGNAL);
+    }
     if (w < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return Status::ok();
-      return fail(ioError(peer_, "sendmsg", errno));
+      return fail(ioError(peer_, st.tls ? "TLS write" : "sendmsg", errno, st.tls.get()));
     }
     // Retire the frames that are now completely in the kernel.
     size_t left = static_cast<size_t>(w);
@@ -181,6 +209,7 @@ Status TcpSendConnection::writeStream(Stream& st) {
       st.nextSeq += nsockets;
     }
     if (static_cast<size_t>(w) < total) return Status::ok();  // the socket buffer is full
+    if (st.tls && st.tls->pending() > 0) return Status::ok();  // taken, not all sent yet
   }
   return Status::ok();
 }
@@ -195,7 +224,7 @@ WaitHandle TcpSendConnection::waitHandle(bool forSend) {
     st = &streams_[(postSeq_ - nslots) % streams_.size()];
   } else {
     for (const Stream& s : streams_) {
-      if (s.queued > 0) {
+      if (s.queued > 0 || (s.tls && s.tls->pending() > 0)) {
         st = &s;
         break;
       }
@@ -227,6 +256,7 @@ bool TcpRecvConnection::adoptSockets() {
   for (size_t i = 0; i < streams_.size(); ++i) {
     streams_[i].fd = sockets_->fds[i];
     streams_[i].nextSeq = i;
+    if (i < sockets_->tls.size()) streams_[i].tls = sockets_->tls[i];
   }
   ready_ = true;
   return true;
@@ -295,7 +325,13 @@ Status TcpRecvConnection::readStream(Stream& st) {
     RecvSlot& slot = slots_[st.nextSeq % nslots];
     if (!st.inPayload) {
       if (st.headerHave < kFrameHeaderBytes) {
-        ssize_t n = recv(st.fd, st.header + st.headerHave, kFrameHeaderBytes - st.headerHave, 0);
+        ssize_t n;
+        if (st.tls) {
+          iovec h{st.header + st.headerHave, kFrameHeaderBytes - st.headerHave};
+          n = st.tls->readv(&h, 1);
+        } else {
+          n = recv(st.fd, st.header + st.headerHave, kFrameHeaderBytes - st.headerHave, 0);
+        }
         if (n == 0) {
           if (st.headerHave == 0) {
             st.eof = true;
@@ -306,7 +342,7 @@ Status TcpRecvConnection::readStream(Stream& st) {
         if (n < 0) {
           if (errno == EINTR) continue;
           if (errno == EAGAIN || errno == EWOULDBLOCK) return Status::ok();
-          return error_ = ioError(peer_, "recv", errno);
+          return error_ = ioError(peer_, st.tls ? "TLS read" : "recv", errno, st.tls.get());
         }
         st.headerHave += static_cast<uint32_t>(n);
         if (st.headerHave < kFrameHeaderBytes) return Status::ok();
@@ -338,12 +374,14 @@ Status TcpRecvConnection::readStream(Stream& st) {
       iov[0].iov_len = want;
       iov[1].iov_base = st.header;
       iov[1].iov_len = kFrameHeaderBytes;
-      ssize_t n = readv(st.fd, iov, 2);
+      // Over TLS, readv stops when the session has nothing decrypted and the socket nothing
+      // new, as a plain readv does, so a later wait on the socket never strands data.
+      ssize_t n = st.tls ? st.tls->readv(iov, 2) : readv(st.fd, iov, 2);
       if (n == 0) return error_ = closedError("end of stream inside a frame", 0);
       if (n < 0) {
         if (errno == EINTR) continue;
         if (errno == EAGAIN || errno == EWOULDBLOCK) return Status::ok();
-        return error_ = ioError(peer_, "readv", errno);
+        return error_ = ioError(peer_, st.tls ? "TLS read" : "readv", errno, st.tls.get());
       }
       size_t got = static_cast<size_t>(n);
       if (got < want) {

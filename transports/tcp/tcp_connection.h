@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/tls.h"
 #include "transports/tcp/socket_util.h"
 #include "transports/transport.h"
 
@@ -35,8 +36,15 @@ struct SocketSet {
   int channel;
   std::string challenge;  // kChallengeBytes drawn for this connection; handshakes prove the key over it
   std::vector<int> fds;  // by socket index; -1 until the handshake for it arrives
+  // BRAID_TLS: each socket's TLS session (server side), made when the socket is bound; the
+  // transport completes the handshakes in establish().
+  std::vector<std::shared_ptr<TlsStream>> tls;
   int bound = 0;
 };
+
+// The TLS binding of socket `index` of the connection from `src` to `dst` on `channel`:
+// both ends derive the session's key from the job key and this.
+std::string tlsBinding(uint64_t nonce, int src, int dst, int channel, int index);
 
 // Page-aligned staging memory for all slots of one connection.
 struct AlignedFree {
@@ -47,8 +55,10 @@ using SlotMemory = std::unique_ptr<uint8_t, AlignedFree>;
 class TcpSendConnection final : public Connection {
  public:
   // `fds` are connected sockets that already carried their handshake, ordered by socket
-  // index; the connection owns and closes them.
-  TcpSendConnection(const TransportConfig& cfg, int peer, std::vector<int> fds);
+  // index; the connection owns and closes them. With BRAID_TLS, `tls` holds their sessions
+  // (client side), whose handshakes the transport completes in establish().
+  TcpSendConnection(const TransportConfig& cfg, int peer, std::vector<int> fds,
+                    std::vector<std::shared_ptr<TlsStream>> tls = {});
   ~TcpSendConnection() override;
 
   size_t slotBytes() const override { return slotBytes_; }
@@ -63,7 +73,7 @@ class TcpSendConnection final : public Connection {
   Status progress() override;
   bool seesPeerFailure() const override { return true; }
   // Does not write by itself: a caller waiting for the flush keeps calling progress().
-  bool flushed() const override { return queued_ == 0; }
+  bool flushed() const override { return queued_ == 0 && !tlsPending(); }
   // forSend: POLLOUT on the socket whose frame the sender waits for. Otherwise POLLIN on
   // the first socket, which only ever becomes readable when the peer goes away.
   WaitHandle waitHandle(bool forSend) override;
@@ -80,7 +90,13 @@ class TcpSendConnection final : public Connection {
     uint64_t nextSeq = 0;  // oldest frame of this socket not completely written
     size_t offset = 0;     // bytes of that frame (header included) already written
     uint32_t queued = 0;   // frames posted to this socket and not completely written
+    std::shared_ptr<TlsStream> tls;  // BRAID_TLS: frames go through it
   };
+  bool tlsPending() const {
+    for (const Stream& st : streams_)
+      if (st.tls && st.tls->pending() > 0) return true;
+    return false;
+  }
 
   uint8_t* slotData(uint64_t seq) const {
     return memory_.get() + (seq % static_cast<uint64_t>(nslots_)) * slotStride_;
@@ -135,6 +151,7 @@ class TcpRecvConnection final : public Connection {
     uint32_t payloadHave = 0;  // payload bytes read, once the header is complete
     bool inPayload = false;    // header of nextSeq decoded, payload being read
     bool eof = false;          // peer closed this socket at a frame boundary
+    std::shared_ptr<TlsStream> tls;  // BRAID_TLS: frames come through it
   };
 
   uint8_t* slotData(uint64_t seq) const {

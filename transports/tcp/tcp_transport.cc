@@ -19,6 +19,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/random.h"
+#include "common/tls.h"
 #include "transports/tcp/socket_util.h"
 #include "transports/tcp/tcp_connection.h"
 
@@ -104,6 +105,17 @@ class TcpTransport final : public Transport {
   // Why the last connection that claimed to come from a rank was refused; surfaced in the
   // establish() timeout because a misconfigured peer otherwise just looks missing.
   std::map<int, std::string> refusedFrom_;
+  // BRAID_TLS: sessions whose handshake establish() still has to complete (both roles).
+  struct Handshaking {
+    std::weak_ptr<TlsStream> tls;
+    int fd = -1;
+    int peer = -1;
+    int channel = -1;
+  };
+  std::vector<Handshaking> handshakes_;
+  // Advances every pending TLS handshake once; the number still pending, or a failure
+  // naming the peer. Adds what they wait for to `pfds`.
+  StatusOr<int> driveHandshakes(std::vector<pollfd>* pfds);
 };
 
 Status TcpTransport::checkConfig(int peer, int channel) const {
@@ -376,7 +388,22 @@ StatusOr<std::unique_ptr<Connection>> TcpTransport::connectSend(int peer, int ch
   for (Outgoing& o : out) fds.push_back(o.fd);
   BRAID_TRACE("tcp: rank %d connected %d socket(s) to rank %d channel %d at %s", cfg_.rank, nsockets, peer, channel,
               blob.c_str());
-  return std::unique_ptr<Connection>(new TcpSendConnection(cfg_, peer, std::move(fds)));
+  std::vector<std::shared_ptr<TlsStream>> tls;
+  if (cfg_.tls) {
+    // The client side of each socket's TLS session; establish() completes the handshakes,
+    // when every rank is there to answer.
+    for (int i = 0; i < nsockets; ++i) {
+      auto t = TlsStream::create(fds[static_cast<size_t>(i)], TlsStream::Role::kClient, cfg_.authKey,
+                                 tlsBinding(cfg_.nonce, cfg_.rank, peer, channel, i));
+      if (!t.isOk()) {
+        for (int fd : fds) closeFd(fd);
+        return t.status().withContext("tcp: rank " + std::to_string(cfg_.rank) + " to rank " + std::to_string(peer));
+      }
+      tls.push_back(std::shared_ptr<TlsStream>(std::move(t).value()));
+      handshakes_.push_back({tls.back(), fds[static_cast<size_t>(i)], peer, channel});
+    }
+  }
+  return std::unique_ptr<Connection>(new TcpSendConnection(cfg_, peer, std::move(fds), std::move(tls)));
 }
 
 void TcpTransport::acceptAll() {
@@ -493,6 +520,18 @@ bool TcpTransport::bindIncoming(Incoming& in) {
                  why.c_str());
     return false;
   }
+  if (cfg_.tls) {
+    auto t = TlsStream::create(in.fd, TlsStream::Role::kServer, cfg_.authKey,
+                               tlsBinding(cfg_.nonce, h.srcRank, cfg_.rank, h.channel, h.socketIndex));
+    if (!t.isOk()) {
+      BRAID_WARN("tcp: rank %d: no TLS session for the connection from %s: %s", cfg_.rank,
+                 formatAddress(in.from).c_str(), t.status().toString().c_str());
+      return false;
+    }
+    if (set->tls.size() != set->fds.size()) set->tls.resize(set->fds.size());
+    set->tls[static_cast<size_t>(h.socketIndex)] = std::shared_ptr<TlsStream>(std::move(t).value());
+    handshakes_.push_back({set->tls[static_cast<size_t>(h.socketIndex)], in.fd, h.srcRank, h.channel});
+  }
   set->fds[static_cast<size_t>(h.socketIndex)] = in.fd;
   ++set->bound;
   BRAID_TRACE("tcp: rank %d accepted socket %d of rank %d channel %d from %s", cfg_.rank, h.socketIndex, h.srcRank,
@@ -538,15 +577,48 @@ Status TcpTransport::timeoutError() {
                 firstRank);
 }
 
+StatusOr<int> TcpTransport::driveHandshakes(std::vector<pollfd>* pfds) {
+  int pending = 0;
+  for (auto it = handshakes_.begin(); it != handshakes_.end();) {
+    std::shared_ptr<TlsStream> t = it->tls.lock();
+    const int r = t ? t->handshake() : 1;
+    if (r < 0) {
+      return Status(Code::kRemoteError,
+                    "tcp: rank " + std::to_string(cfg_.rank) + ": TLS handshake with rank " + std::to_string(it->peer) +
+                        " (channel " + std::to_string(it->channel) + ") failed: " + t->error() +
+                        " (another job key, or a peer without BRAID_TLS=1)",
+                    it->peer);
+    }
+    if (r == 1) {
+      it = handshakes_.erase(it);
+      continue;
+    }
+    pfds->push_back({it->fd, t->wantEvents(), 0});
+    ++pending;
+    ++it;
+  }
+  return pending;
+}
+
 Status TcpTransport::establish(Deadline deadline) {
   std::vector<pollfd> pfds;
-  while (missingSockets() > 0) {
+  // Sockets still to be accepted, and (BRAID_TLS) handshakes still to be completed: both
+  // sides of every session are driven here, where every rank is, so no handshake waits on
+  // a peer that is busy elsewhere.
+  for (;;) {
     acceptAll();
     serviceIncoming();
-    if (missingSockets() == 0) break;
-    if (deadline.expired()) return timeoutError();
-    if (cfg_.abortCheck) BRAID_RETURN_IF_ERROR(cfg_.abortCheck());
     pfds.clear();
+    BRAID_ASSIGN_OR_RETURN(int handshaking, driveHandshakes(&pfds));
+    if (missingSockets() == 0 && handshaking == 0) break;
+    if (deadline.expired()) {
+      if (missingSockets() > 0) return timeoutError();
+      return Status(Code::kTimeout,
+                    "tcp: rank " + std::to_string(cfg_.rank) + " timed out completing " + std::to_string(handshaking) +
+                        " TLS handshake(s), the first with rank " + std::to_string(handshakes_.front().peer),
+                    handshakes_.front().peer);
+    }
+    if (cfg_.abortCheck) BRAID_RETURN_IF_ERROR(cfg_.abortCheck());
     for (const Listener& l : listeners_) pfds.push_back({l.fd, POLLIN, 0});
     for (const Incoming& in : incoming_) pfds.push_back({in.fd, POLLIN, 0});
     int rc = poll(pfds.data(), pfds.size(), deadline.remainingMillis(cfg_.abortCheck ? 200 : 1000));

@@ -1,0 +1,244 @@
+#include "common/tls.h"
+
+#include <poll.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#ifdef BRAID_HAVE_OPENSSL
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#endif
+
+namespace braid {
+
+#ifdef BRAID_HAVE_OPENSSL
+
+namespace {
+
+// The identity both ends name the PSK by; the key itself is per connection (the binding).
+constexpr char kIdentity[] = "braid-job-key";
+// TLS_AES_128_GCM_SHA256, the suite the PSK session is made for (RFC 8446 B.4).
+constexpr unsigned char kAes128GcmSha256[] = {0x13, 0x01};
+// What writev copies per call at most: several slots, so a stream of small frames becomes
+// few records, without an unbounded copy.
+constexpr size_t kStageBytes = 1 << 20;
+
+}  // namespace
+
+struct TlsStream::Impl {
+  SSL* ssl = nullptr;
+  Digest psk{};
+  ~Impl() {
+    if (ssl) SSL_free(ssl);
+  }
+};
+
+namespace {
+
+SSL_SESSION* pskSession(SSL* ssl, const Digest& psk) {
+  const SSL_CIPHER* cipher = SSL_CIPHER_find(ssl, kAes128GcmSha256);
+  SSL_SESSION* s = cipher ? SSL_SESSION_new() : nullptr;
+  if (!s || !SSL_SESSION_set1_master_key(s, psk.data(), psk.size()) || !SSL_SESSION_set_cipher(s, cipher) ||
+      !SSL_SESSION_set_protocol_version(s, TLS1_3_VERSION)) {
+    if (s) SSL_SESSION_free(s);
+    return nullptr;
+  }
+  return s;
+}
+
+// Client: offers the connection's PSK (OpenSSL owns and frees the session it is handed).
+int useSession(SSL* ssl, const EVP_MD* md, const unsigned char** id, size_t* idlen, SSL_SESSION** sess) {
+  const auto* psk = static_cast<const Digest*>(SSL_get_app_data(ssl));
+  const SSL_CIPHER* cipher = SSL_CIPHER_find(ssl, kAes128GcmSha256);
+  if (!psk || !cipher || (md != nullptr && md != SSL_CIPHER_get_handshake_digest(cipher))) {
+    *sess = nullptr;
+    *id = nullptr;
+    *idlen = 0;
+    return 1;  // no PSK for another hash (after a HelloRetryRequest): the handshake fails
+  }
+  *sess = pskSession(ssl, *psk);
+  *id = reinterpret_cast<const unsigned char*>(kIdentity);
+  *idlen = sizeof(kIdentity) - 1;
+  return *sess ? 1 : 0;
+}
+
+// Server: the connection's PSK for braid's identity, none for anything else (and with no
+// certificate there is then no way to complete the handshake).
+int findSession(SSL* ssl, const unsigned char* id, size_t idlen, SSL_SESSION** sess) {
+  const auto* psk = static_cast<const Digest*>(SSL_get_app_data(ssl));
+  *sess = nullptr;
+  if (!psk || idlen != sizeof(kIdentity) - 1 || std::memcmp(id, kIdentity, idlen) != 0) return 1;
+  *sess = pskSession(ssl, *psk);
+  return *sess ? 1 : 0;
+}
+
+SSL_CTX* makeContext(bool server) {
+  SSL_CTX* ctx = SSL_CTX_new(server ? TLS_server_method() : TLS_client_method());
+  if (!ctx) return nullptr;
+  SSL_CTX_set_min_proto_version(ctx, TLS1_3_VERSION);
+  SSL_CTX_set_ciphersuites(ctx, "TLS_AES_128_GCM_SHA256:TLS_CHACHA20_POLY1305_SHA256");
+  // No tickets: after the handshake nothing flows from receiver to sender, so a socket
+  // that turns readable on the sending side still means only that the peer went away.
+  SSL_CTX_set_num_tickets(ctx, 0);
+  SSL_CTX_set_options(ctx, SSL_OP_NO_TICKET | SSL_OP_IGNORE_UNEXPECTED_EOF);
+  SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+  if (server) SSL_CTX_set_psk_find_session_callback(ctx, findSession);
+  else SSL_CTX_set_psk_use_session_callback(ctx, useSession);
+  return ctx;
+}
+
+SSL_CTX* context(bool server) {
+  static SSL_CTX* client = makeContext(false);
+  static SSL_CTX* serverCtx = makeContext(true);
+  return server ? serverCtx : client;
+}
+
+std::string opensslError() {
+  unsigned long e = ERR_get_error();
+  if (e == 0) return "no detail from OpenSSL";
+  char buf[256];
+  ERR_error_string_n(e, buf, sizeof(buf));
+  ERR_clear_error();
+  return buf;
+}
+
+}  // namespace
+
+bool tlsAvailable() { return true; }
+
+StatusOr<std::unique_ptr<TlsStream>> TlsStream::create(int fd, Role role, const AuthKey& key,
+                                                       std::string_view binding) {
+  if (!key.present) return invalidArgument("TLS needs the job's key (BRAID_AUTH_KEY or BRAID_AUTH_KEY_FILE)");
+  SSL_CTX* ctx = context(role == Role::kServer);
+  if (!ctx) return Status(Code::kSystemError, "TLS: cannot make an OpenSSL context: " + opensslError());
+  std::unique_ptr<TlsStream> t(new TlsStream());
+  t->impl_ = std::make_unique<Impl>();
+  t->impl_->psk = authProof(key, "braid tls psk v1", {binding});
+  t->impl_->ssl = SSL_new(ctx);
+  if (!t->impl_->ssl || SSL_set_fd(t->impl_->ssl, fd) != 1)
+    return Status(Code::kSystemError, "TLS: cannot start a session: " + opensslError());
+  SSL_set_app_data(t->impl_->ssl, &t->impl_->psk);  // what the PSK callbacks read
+  if (role == Role::kServer) SSL_set_accept_state(t->impl_->ssl);
+  else SSL_set_connect_state(t->impl_->ssl);
+  t->want_ = role == Role::kServer ? POLLIN : POLLOUT;
+  return t;
+}
+
+TlsStream::~TlsStream() = default;
+
+int TlsStream::fail(int ret, const char* what) {
+  const int e = SSL_get_error(impl_->ssl, ret);
+  switch (e) {
+    case SSL_ERROR_WANT_READ:
+      want_ = POLLIN;
+      errno = EAGAIN;
+      return -1;
+    case SSL_ERROR_WANT_WRITE:
+      want_ = POLLOUT;
+      errno = EAGAIN;
+      return -1;
+    case SSL_ERROR_ZERO_RETURN:
+      error_ = "the peer closed the TLS session";
+      errno = ECONNRESET;
+      return -1;
+    case SSL_ERROR_SYSCALL:
+      if (errno == 0) errno = ECONNRESET;
+      error_ = std::string(what) + ": " + std::strerror(errno);
+      ERR_clear_error();
+      return -1;
+    default:
+      error_ = std::string(what) + ": " + opensslError();
+      errno = EPROTO;
+      return -1;
+  }
+}
+
+int TlsStream::handshake() {
+  if (done_) return 1;
+  ERR_clear_error();
+  const int r = SSL_do_handshake(impl_->ssl);
+  if (r == 1) {
+    done_ = true;
+    want_ = POLLIN;
+    return 1;
+  }
+  if (fail(r, "TLS handshake") < 0 && errno == EAGAIN) return 0;
+  return -1;
+}
+
+int TlsStream::flush() {
+  while (pendingOff_ < pending_.size()) {
+    ERR_clear_error();
+    size_t w = 0;
+    const int r = SSL_write_ex(impl_->ssl, pending_.data() + pendingOff_, pending_.size() - pendingOff_, &w);
+    if (r == 1) {
+      pendingOff_ += w;
+      continue;
+    }
+    return fail(r, "TLS write");
+  }
+  pending_.clear();
+  pendingOff_ = 0;
+  return 0;
+}
+
+ssize_t TlsStream::writev(const iovec* iov, int iovcnt) {
+  if (pending() > 0 && flush() < 0) return -1;  // EAGAIN: the socket is still full
+  pending_.clear();
+  pendingOff_ = 0;
+  size_t took = 0;
+  for (int i = 0; i < iovcnt && took < kStageBytes; ++i) {
+    const size_t n = std::min(iov[i].iov_len, kStageBytes - took);
+    pending_.append(static_cast<const char*>(iov[i].iov_base), n);
+    took += n;
+  }
+  if (took == 0) return 0;
+  if (flush() < 0 && errno != EAGAIN) return -1;
+  return static_cast<ssize_t>(took);
+}
+
+ssize_t TlsStream::readv(const iovec* iov, int iovcnt) {
+  size_t total = 0;
+  for (int i = 0; i < iovcnt; ++i) {
+    auto* p = static_cast<char*>(iov[i].iov_base);
+    size_t left = iov[i].iov_len;
+    while (left > 0) {
+      ERR_clear_error();
+      size_t got = 0;
+      const int r = SSL_read_ex(impl_->ssl, p, left, &got);
+      if (r == 1) {
+        p += got;
+        left -= got;
+        total += got;
+        continue;
+      }
+      const int e = SSL_get_error(impl_->ssl, r);
+      if (e == SSL_ERROR_ZERO_RETURN) return static_cast<ssize_t>(total);  // 0: end of stream
+      if (fail(r, "TLS read") < 0 && errno == EAGAIN && total > 0) return static_cast<ssize_t>(total);
+      return total > 0 && errno == EAGAIN ? static_cast<ssize_t>(total) : -1;
+    }
+  }
+  return static_cast<ssize_t>(total);
+}
+
+#else  // no OpenSSL in this build
+
+struct TlsStream::Impl {};
+
+bool tlsAvailable() { return false; }
+
+StatusOr<std::unique_ptr<TlsStream>> TlsStream::create(int, Role, const AuthKey&, std::string_view) {
+  return invalidArgument("BRAID_TLS=1, but this braid was built without OpenSSL (install libssl-dev and rebuild)");
+}
+TlsStream::~TlsStream() = default;
+int TlsStream::fail(int, const char*) { return -1; }
+int TlsStream::handshake() { return -1; }
+int TlsStream::flush() { return -1; }
+ssize_t TlsStream::writev(const iovec*, int) { return -1; }
+ssize_t TlsStream::readv(const iovec*, int) { return -1; }
+
+#endif
+
+}  // namespace braid

@@ -553,6 +553,7 @@ Status Communicator::exchangePeers() {
   localRank_ = 0;
   localSize_ = 0;
   peerPidFds_.assign(static_cast<size_t>(nranks_), -1);
+  peerBye_.reset(new std::atomic<bool>[static_cast<size_t>(nranks_)]());
   for (int r = 0; r < nranks_; ++r) {
     if (peers_[r].hostId != me.hostId) continue;
     if (r < rank_) ++localRank_;
@@ -768,6 +769,11 @@ Communicator::~Communicator() {
   }
   for (auto& w : workers_)
     if (w->thread.joinable()) w->thread.join();
+  // A clean goodbye: every operation of this rank is done. A peer still finishing the last
+  // one (waiting on a third rank, or a slower transport) then does not take this process's
+  // exit for a failure. Best effort: a lost store only means the peer sees an exit.
+  if (store_ && !brokenFlag_.load(std::memory_order_acquire))
+    (void)store_->set(key("bye/" + std::to_string(rank_)), "1");
   connections_.clear();
   transports_.clear();
   meshTransports_.clear();
@@ -954,9 +960,16 @@ Status Communicator::healthCheck() {
   // Local peers first: a pidfd becomes readable when its process exits.
   for (int r = 0; r < nranks_; ++r) {
     int fd = peerPidFds_[r];
-    if (fd < 0) continue;
+    if (fd < 0 || peerBye_[r].load(std::memory_order_relaxed)) continue;
     pollfd p{fd, POLLIN, 0};
     if (::poll(&p, 1, 0) > 0) {
+      // A peer that destroyed its communicator first has finished every operation: its exit
+      // is no failure (whatever it still owed us is in the socket or shared memory already).
+      auto bye = store_->check({key("bye/" + std::to_string(r))});
+      if (bye.isOk() && bye.value()) {
+        peerBye_[r].store(true, std::memory_order_relaxed);
+        continue;
+      }
       // A peer that aborted on purpose left a record before exiting: prefer its reason.
       auto rec = abortRecord();
       if (!rec.isOk()) return rec;

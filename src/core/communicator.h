@@ -173,6 +173,9 @@ class Communicator {
   std::vector<plan::AlgoRule> algoRules_;  // BRAID_ALGO
   plan::Machine machine_;                  // the cost model's view of the links
   std::vector<int> peerPidFds_;  // per rank, -1 where not watched
+  // Per rank: exited after a clean goodbye (its "bye" record), so no longer watched. Set by
+  // whichever channel thread's health check finds it first.
+  std::unique_ptr<std::atomic<bool>[]> peerBye_;
   // The topology planning uses (loadTopology): this host's graph, this rank's place on it,
   // and the ring every rank agreed on; all empty when no topology is known cluster-wide.
   std::unique_ptr<topology::Graph> topology_;

@@ -135,7 +135,8 @@ Status createUniqueId(braidUniqueId* id) {
   // braidGetUniqueId jobs are authenticated with nothing to configure.
   BRAID_ASSIGN_OR_RETURN(u.key, authKeyFromEnv([](const char* n) { return std::getenv(n); }));
   if (!u.key.present) u.key = randomAuthKey();
-  BRAID_ASSIGN_OR_RETURN(auto server, bootstrap::TcpStoreServer::start("0.0.0.0", 0, u.nonce, u.key));
+  BRAID_ASSIGN_OR_RETURN(core::Config cfg, core::Config::fromEnv());
+  BRAID_ASSIGN_OR_RETURN(auto server, bootstrap::TcpStoreServer::start("0.0.0.0", 0, u.nonce, u.key, cfg.tls));
   u.port = server->port();
   bootstrap::encodeUniqueId(u, id->internal);
   std::lock_guard<std::mutex> lock(gServersMu);
@@ -213,7 +214,8 @@ StatusOr<std::unique_ptr<Session>> Session::fromEnv() {
   std::shared_ptr<bootstrap::TcpStoreServer> server;
   if (env.serveStore && env.rank == 0) {
     // Port 0 (a store published through a key-value server) binds an ephemeral port.
-    BRAID_ASSIGN_OR_RETURN(auto srv, bootstrap::TcpStoreServer::start("0.0.0.0", env.storePort, generation, key.value()));
+    BRAID_ASSIGN_OR_RETURN(auto srv, bootstrap::TcpStoreServer::start("0.0.0.0", env.storePort, generation, key.value(),
+                                                                      cfg.tls && key.value().present));
     server = std::shared_ptr<bootstrap::TcpStoreServer>(std::move(srv));
   }
   if (!env.kvHost.empty()) {
@@ -231,7 +233,8 @@ StatusOr<std::unique_ptr<Session>> Session::fromEnv() {
   }
   auto connect = [&] {
     return bootstrap::TcpStoreClient::connect(env.storeHost, env.storePort, generation, deadline,
-                                              bootstrap::TcpStoreClient::kDefaultOpTimeoutSec, key.value());
+                                              bootstrap::TcpStoreClient::kDefaultOpTimeoutSec, key.value(),
+                                              cfg.tls && key.value().present);
   };
   auto client = connect();
   // The previous init's store refuses the handshake, or resets it while closing: try again
@@ -263,7 +266,7 @@ StatusOr<std::unique_ptr<Session>> Session::fromUniqueId(const braidUniqueId& id
   BRAID_ASSIGN_OR_RETURN(core::Config cfg, core::Config::fromEnv());
   BRAID_ASSIGN_OR_RETURN(auto client, bootstrap::TcpStoreClient::connect(
                                           u.host, u.port, u.nonce, Deadline::after(cfg.timeoutSec),
-                                          bootstrap::TcpStoreClient::kDefaultOpTimeoutSec, u.key));
+                                          bootstrap::TcpStoreClient::kDefaultOpTimeoutSec, u.key, cfg.tls));
   core::CommOptions opts;
   opts.config = cfg;
   opts.nonce = u.nonce;

@@ -26,6 +26,7 @@
 #include "bootstrap/store_value.h"
 #include "common/log.h"
 #include "common/random.h"
+#include "common/tls.h"
 
 namespace braid::bootstrap {
 
@@ -115,6 +116,9 @@ struct TcpStoreServer::Impl {
     size_t outOff = 0;
     uint32_t events = 0;  // interest registered with epoll
     bool hello = false;      // admitted: HELLO accepted (and AUTH, on a store with a key)
+    bool startTls = false;   // BRAID_TLS: switch to TLS once the admitting OK is sent
+    std::unique_ptr<TlsStream> tls;  // BRAID_TLS: everything after admission goes through it
+    std::string tlsBinding;
     bool challenged = false;  // keyed store: CHALLENGE sent, AUTH expected next
     std::string clientChallenge, serverChallenge;
     int64_t helloDueNs = 0;  // closed if not admitted by then
@@ -130,6 +134,7 @@ struct TcpStoreServer::Impl {
   std::string name;
   uint64_t expectedNonce = 0;
   AuthKey key;  // present: clients must prove it
+  bool tls = false;  // BRAID_TLS: admitted connections continue over TLS keyed by `key`
   int listenFd = -1;
   int epollFd = -1;
   int wakeFd = -1;
@@ -158,8 +163,10 @@ struct TcpStoreServer::Impl {
   std::unordered_map<uint32_t, std::deque<uint64_t>> pendingOrderBySource;
 
   ~Impl() {
-    for (auto& [id, c] : conns)
+    for (auto& [id, c] : conns) {
+      c->tls.reset();
       if (c->fd >= 0) close(c->fd);
+    }
     if (listenFd >= 0) close(listenFd);
     if (epollFd >= 0) close(epollFd);
     if (wakeFd >= 0) close(wakeFd);
@@ -369,6 +376,7 @@ struct TcpStoreServer::Impl {
 
   // Reads whatever the socket has. False if the connection was closed.
   bool readInput(Conn& c) {
+    if (c.tls) return readTls(c);
     for (;;) {
       // Before its HELLO a connection gets room for a HELLO and one byte more (which is
       // already too much).
@@ -395,6 +403,46 @@ struct TcpStoreServer::Impl {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
       closeConn(c, ("recv failed: " + errnoText(errno)).c_str(), false);
+      return false;
+    }
+  }
+
+  // readInput over TLS: finishes the handshake first, then reads until the session has
+  // nothing decrypted and the socket nothing new (epoll would not report data left inside
+  // the session).
+  bool readTls(Conn& c) {
+    if (!c.tls->handshakeDone()) {
+      const int r = c.tls->handshake();
+      if (r < 0) {
+        BRAID_SECURITY("store %s: TLS with client %s failed: %s", name.c_str(), c.peer.c_str(), c.tls->error().c_str());
+        closeConn(c, nullptr, true);
+        return false;
+      }
+      if (r == 0) {
+        updateInterest(c);
+        return true;
+      }
+    }
+    for (;;) {
+      size_t old = c.in.size();
+      c.in.resize(old + kReadChunk);
+      iovec v{&c.in[old], kReadChunk};
+      ssize_t n = c.tls->readv(&v, 1);
+      c.in.resize(old + (n > 0 ? static_cast<size_t>(n) : 0));
+      if (n > 0) {
+        if (c.in.size() - c.inOff > kMaxBufferedIn) {
+          violation(c, "more than one frame of unprocessed input (client pipelines without reading replies)");
+          return false;
+        }
+        continue;
+      }
+      if (n == 0) {
+        closeConn(c, "closed by the client", false);
+        return false;
+      }
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
+      closeConn(c, ("TLS read failed: " + c.tls->error()).c_str(), false);
       return false;
     }
   }
@@ -528,6 +576,11 @@ struct TcpStoreServer::Impl {
 
   void admit(Conn& c) {
     c.hello = true;
+    if (tls && key.present) {
+      // Both challenges name this connection: its TLS key is derived from them.
+      c.startTls = true;
+      c.tlsBinding = "store" + c.clientChallenge + c.serverChallenge;
+    }
     c.clientChallenge.clear();
     c.serverChallenge.clear();
     leavePending(c);
@@ -679,8 +732,27 @@ struct TcpStoreServer::Impl {
   }
 
   void flush(Conn& c) {
-    while (c.outOff < c.out.size()) {
-      ssize_t n = send(c.fd, c.out.data() + c.outOff, c.out.size() - c.outOff, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (c.tls && !c.tls->handshakeDone()) {
+      if (c.tls->handshake() < 0) {
+        BRAID_SECURITY("store %s: TLS with client %s failed: %s", name.c_str(), c.peer.c_str(), c.tls->error().c_str());
+        closeConn(c, nullptr, true);
+        return;
+      }
+      updateInterest(c);
+      return;
+    }
+    if (c.tls && c.tls->pending() > 0 && c.tls->flush() < 0 && errno != EAGAIN) {
+      closeConn(c, ("TLS write failed: " + c.tls->error()).c_str(), false);
+      return;
+    }
+    while (c.outOff < c.out.size() && !(c.tls && c.tls->pending() > 0)) {
+      ssize_t n;
+      if (c.tls) {
+        iovec v{c.out.data() + c.outOff, c.out.size() - c.outOff};
+        n = c.tls->writev(&v, 1);
+      } else {
+        n = send(c.fd, c.out.data() + c.outOff, c.out.size() - c.outOff, MSG_NOSIGNAL | MSG_DONTWAIT);
+      }
       if (n > 0) {
         c.outOff += static_cast<size_t>(n);
         continue;
@@ -697,8 +769,25 @@ struct TcpStoreServer::Impl {
         closeConn(c, "refused", false);
         return;
       }
+      if (c.startTls) {
+        // The admitting OK went out in the clear; the client answers with a ClientHello.
+        c.startTls = false;
+        auto t = TlsStream::create(c.fd, TlsStream::Role::kServer, key, c.tlsBinding);
+        if (!t.isOk()) {
+          closeConn(c, t.status().message().c_str(), false);
+          return;
+        }
+        c.tls = std::move(t).value();
+      }
     }
-    uint32_t want = EPOLLIN | EPOLLRDHUP | (c.out.size() > c.outOff ? uint32_t{EPOLLOUT} : 0u);
+    updateInterest(c);
+  }
+
+  // EPOLLOUT while replies (or TLS records, or a TLS handshake) wait for the socket.
+  void updateInterest(Conn& c) {
+    const bool out = c.out.size() > c.outOff || (c.tls && c.tls->pending() > 0) ||
+                     (c.tls && !c.tls->handshakeDone() && c.tls->wantEvents() == POLLOUT);
+    uint32_t want = EPOLLIN | EPOLLRDHUP | (out ? uint32_t{EPOLLOUT} : 0u);
     if (want != c.events) {
       epoll_event ev{};
       ev.events = want;
@@ -716,6 +805,7 @@ struct TcpStoreServer::Impl {
       BRAID_SECURITY("store %s: client %s left during authentication (another key?)", name.c_str(), c.peer.c_str());
     unpark(c);
     epoll_ctl(epollFd, EPOLL_CTL_DEL, c.fd, nullptr);
+    c.tls.reset();
     close(c.fd);
     c.fd = -1;
     c.dead = true;
@@ -725,7 +815,10 @@ struct TcpStoreServer::Impl {
 };
 
 StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::start(const std::string& host, int port,
-                                                                uint64_t expectedNonce, const AuthKey& key) {
+                                                                uint64_t expectedNonce, const AuthKey& key, bool tls) {
+  if (tls && !key.present) return invalidArgument("store server: BRAID_TLS=1 needs the job's key");
+  if (tls && !tlsAvailable())
+    return invalidArgument("store server: BRAID_TLS=1, but this braid was built without OpenSSL");
   const std::string where = (host.empty() ? std::string("0.0.0.0") : host) + ":" + std::to_string(port);
   if (port < 0 || port > 65535) return invalidArgument("store server: port " + std::to_string(port) + " is out of range");
   sockaddr_in sa;
@@ -738,6 +831,7 @@ StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::start(const std::strin
   Impl& im = *server->impl_;
   im.expectedNonce = expectedNonce;
   im.key = key;
+  im.tls = tls;
   if (const char* v = std::getenv("BRAID_STORE_HELLO_SEC")) {
     char* end = nullptr;
     double sec = std::strtod(v, &end);
@@ -852,12 +946,13 @@ TcpStoreClient::TcpStoreClient(std::string address, int fd, double opTimeoutSec)
     : address_(std::move(address)), opTimeoutSec_(opTimeoutSec), fd_(fd) {}
 
 TcpStoreClient::~TcpStoreClient() {
+  tls_.reset();
   if (fd_ >= 0) close(fd_);
 }
 
 StatusOr<std::unique_ptr<TcpStoreClient>> TcpStoreClient::connect(const std::string& host, int port, uint64_t nonce,
                                                                   Deadline deadline, double opTimeoutSec,
-                                                                  const AuthKey& key) {
+                                                                  const AuthKey& key, bool tls) {
   const std::string address = host + ":" + std::to_string(port);
   if (host.empty()) return invalidArgument("store address '" + address + "' has no host");
   if (port < 1 || port > 65535) return invalidArgument("store address '" + address + "': port out of range");
@@ -880,7 +975,7 @@ StatusOr<std::unique_ptr<TcpStoreClient>> TcpStoreClient::connect(const std::str
     }
     if (fd >= 0) {
       bool dropped = false;
-      auto client = handshake(address, fd, nonce, key, opTimeoutSec, &dropped);
+      auto client = handshake(address, fd, nonce, key, opTimeoutSec, tls, &dropped);
       // A store that closed the connection before answering (it drops the oldest connections
       // not admitted yet when a flood of them arrives) is tried again until the deadline; a
       // store that answered, even with a refusal, is not.
@@ -898,8 +993,12 @@ StatusOr<std::unique_ptr<TcpStoreClient>> TcpStoreClient::connect(const std::str
 }
 
 StatusOr<std::unique_ptr<TcpStoreClient>> TcpStoreClient::handshake(const std::string& address, int fd, uint64_t nonce,
-                                                                    const AuthKey& key, double opTimeoutSec,
+                                                                    const AuthKey& key, double opTimeoutSec, bool tls,
                                                                     bool* dropped) {
+  if (tls && !key.present) {
+    close(fd);
+    return invalidArgument("store client: BRAID_TLS=1 needs the job's key");
+  }
   std::unique_ptr<TcpStoreClient> client(new TcpStoreClient(address, fd, opTimeoutSec));
   proto::Request hello;
   hello.op = proto::Op::kHello;
@@ -914,6 +1013,7 @@ StatusOr<std::unique_ptr<TcpStoreClient>> TcpStoreClient::handshake(const std::s
     }
     return s;  // the store's own reason, e.g. a nonce mismatch, already names it
   }
+  std::string serverChallenge;
   if (key.present) {
     // A store without the key answers OK: it may be a stranger's, and this rank would hand
     // it the job's data. Only a store that proves the key is talked to.
@@ -926,6 +1026,7 @@ StatusOr<std::unique_ptr<TcpStoreClient>> TcpStoreClient::handshake(const std::s
       return Status(Code::kRemoteError, "authentication failed: the store at " + address +
                                             " does not know this rank's key (a different BRAID_AUTH_KEY, or not the "
                                             "job's store)");
+    serverChallenge = rep.challenge;
     proto::Request auth;
     auth.op = proto::Op::kAuth;
     const Digest proof = authProof(key, kClientLabel, {n, hello.challenge, rep.challenge});
@@ -934,11 +1035,30 @@ StatusOr<std::unique_ptr<TcpStoreClient>> TcpStoreClient::handshake(const std::s
     if (!s.isOk()) return s;
   }
   if (rep.op != proto::Op::kOk) return Status(Code::kRemoteError, "store at " + address + " answered HELLO with " + proto::opName(rep.op));
-  BRAID_TRACE("connected to store at %s", address.c_str());
+  if (tls) BRAID_RETURN_IF_ERROR(client->startTls(key, "store" + hello.challenge + serverChallenge));
+  BRAID_TRACE("connected to store at %s%s", address.c_str(), tls ? " (TLS)" : "");
   return client;
 }
 
+Status TcpStoreClient::startTls(const AuthKey& key, const std::string& binding) {
+  auto t = TlsStream::create(fd_, TlsStream::Role::kClient, key, binding);
+  if (!t.isOk()) return t.status();
+  tls_ = std::move(t).value();
+  const Deadline d = opDeadline();
+  for (;;) {
+    const int r = tls_->handshake();
+    if (r == 1) return Status::ok();
+    if (r < 0 || d.expired())
+      return Status(Code::kRemoteError, "TLS with the store at " + address_ + " failed: " +
+                                            (r < 0 ? tls_->error() : std::string("no answer")) +
+                                            " (is BRAID_TLS the same for every rank and the store's process?)");
+    pollfd p{fd_, tls_->wantEvents(), 0};
+    (void)poll(&p, 1, d.remainingMillis(200));
+  }
+}
+
 Status TcpStoreClient::lose(const std::string& why) {
+  tls_.reset();
   if (fd_ >= 0) {
     close(fd_);
     fd_ = -1;
@@ -966,14 +1086,31 @@ Status TcpStoreClient::readReply(Deadline deadline, proto::Reply* reply, bool* t
       *timedOut = true;
       return Status(Code::kTimeout, "no reply");
     }
-    pollfd p{fd_, POLLIN, 0};
-    int pr = poll(&p, 1, deadline.remainingMillis(1000));
-    if (pr < 0 && errno != EINTR) return lose("poll failed: " + errnoText(errno));
-    if (pr <= 0) continue;
+    // Over TLS the session may hold decrypted bytes the socket no longer shows: read first,
+    // wait only when it has nothing.
+    if (!tls_) {
+      pollfd p{fd_, POLLIN, 0};
+      int pr = poll(&p, 1, deadline.remainingMillis(1000));
+      if (pr < 0 && errno != EINTR) return lose("poll failed: " + errnoText(errno));
+      if (pr <= 0) continue;
+    }
     size_t old = inbuf_.size();
     inbuf_.resize(old + kReadChunk);
-    ssize_t n = recv(fd_, &inbuf_[old], kReadChunk, 0);
+    ssize_t n;
+    if (tls_) {
+      iovec v{&inbuf_[old], kReadChunk};
+      n = tls_->readv(&v, 1);
+    } else {
+      n = recv(fd_, &inbuf_[old], kReadChunk, 0);
+    }
     inbuf_.resize(old + (n > 0 ? static_cast<size_t>(n) : 0));
+    if (tls_ && n < 0 && errno == EAGAIN) {
+      pollfd p{fd_, tls_->wantEvents(), 0};
+      if (poll(&p, 1, deadline.remainingMillis(1000)) < 0 && errno != EINTR)
+        return lose("poll failed: " + errnoText(errno));
+      continue;
+    }
+    if (tls_ && n < 0 && errno == EPROTO) return lose("TLS failed: " + tls_->error());
     if (n == 0) {
       closedByPeer_ = true;
       return lose("the connection was closed by the store");
@@ -1000,21 +1137,32 @@ Status TcpStoreClient::roundTrip(const proto::Request& req, Deadline replyDeadli
     --owedReplies_;
   }
   size_t sent = 0;
-  while (sent < frame.size()) {
-    ssize_t n = send(fd_, frame.data() + sent, frame.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+  // Over TLS, sent counts what the session took; what it still holds goes out below.
+  while (sent < frame.size() || (tls_ && tls_->pending() > 0)) {
+    ssize_t n;
+    if (sent == frame.size()) {
+      n = tls_->flush() == 0 ? 0 : -1;
+      if (n == 0) continue;
+    } else if (tls_) {
+      iovec v{frame.data() + sent, frame.size() - sent};
+      n = tls_->writev(&v, 1);
+    } else {
+      n = send(fd_, frame.data() + sent, frame.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
     if (n > 0) {
       sent += static_cast<size_t>(n);
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return lose("send failed: " + errnoText(errno));
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+      return lose(std::string(tls_ ? "TLS write failed: " + tls_->error() : "send failed: " + errnoText(errno)));
     if (replyDeadline.expired()) {
       // Half a frame on the wire cannot be taken back: the stream is unusable.
       if (sent > 0) return lose("timed out in the middle of sending a request");
       return Status(Code::kTimeout, "store at " + address_ + " did not accept a " + proto::opName(req.op) +
                                         " request in time; is it stalled?");
     }
-    pollfd p{fd_, POLLOUT, 0};
+    pollfd p{fd_, tls_ ? tls_->wantEvents() : static_cast<short>(POLLOUT), 0};
     if (poll(&p, 1, replyDeadline.remainingMillis(1000)) < 0 && errno != EINTR)
       return lose("poll failed: " + errnoText(errno));
   }

@@ -16,6 +16,7 @@
 #include "bootstrap/store.h"
 #include "bootstrap/store_protocol.h"
 #include "common/auth.h"
+#include "common/tls.h"
 
 namespace braid::bootstrap {
 
@@ -35,8 +36,11 @@ class TcpStoreServer {
   // clients that prove it are served (store_protocol.h); the others are refused, logged with
   // their address. Does not block beyond the bind. kSystemError naming host:port if the
   // address cannot be bound.
+  // With `tls` (BRAID_TLS=1, needs `key`) an admitted connection continues over TLS 1.3
+  // keyed by the job key and both challenges (common/tls.h).
   static StatusOr<std::unique_ptr<TcpStoreServer>> start(const std::string& host, int port,
-                                                         uint64_t expectedNonce, const AuthKey& key = AuthKey{});
+                                                         uint64_t expectedNonce, const AuthKey& key = AuthKey{},
+                                                         bool tls = false);
 
   // Stops the serving thread and closes every connection; clients then see kRemoteError.
   // Blocks until the thread has exited (at most one loop iteration).
@@ -76,7 +80,7 @@ class TcpStoreClient : public Store {
   static StatusOr<std::unique_ptr<TcpStoreClient>> connect(const std::string& host, int port, uint64_t nonce,
                                                            Deadline deadline,
                                                            double opTimeoutSec = kDefaultOpTimeoutSec,
-                                                           const AuthKey& key = AuthKey{});
+                                                           const AuthKey& key = AuthKey{}, bool tls = false);
   ~TcpStoreClient() override;
   TcpStoreClient(const TcpStoreClient&) = delete;
   TcpStoreClient& operator=(const TcpStoreClient&) = delete;
@@ -103,7 +107,10 @@ class TcpStoreClient : public Store {
   // HELLO (and the key's proofs) on a connected socket `fd`, which the client then owns.
   // `*dropped` says whether the store closed the connection without an answer.
   static StatusOr<std::unique_ptr<TcpStoreClient>> handshake(const std::string& address, int fd, uint64_t nonce,
-                                                             const AuthKey& key, double opTimeoutSec, bool* dropped);
+                                                             const AuthKey& key, double opTimeoutSec, bool tls,
+                                                             bool* dropped);
+  // Runs the TLS handshake on the admitted connection (blocking up to the op timeout).
+  Status startTls(const AuthKey& key, const std::string& binding);
 
   // Sends `req` and reads its reply; `replyDeadline` bounds the whole exchange. An ERROR
   // reply becomes its Status; a TIMEOUT reply is returned for the caller to word. Takes mu_.
@@ -121,6 +128,7 @@ class TcpStoreClient : public Store {
   Status broken_;         // guarded by mu_; why the connection was lost
   int owedReplies_ = 0;   // guarded by mu_; replies to requests we stopped waiting for
   bool closedByPeer_ = false;  // guarded by mu_; the store closed or reset the connection
+  std::unique_ptr<TlsStream> tls_;  // guarded by mu_; BRAID_TLS: requests and replies go through it
   std::string inbuf_;     // guarded by mu_; received bytes not yet decoded
 };
 

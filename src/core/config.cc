@@ -41,7 +41,7 @@ const std::vector<ConfigEntry>& configTable() {
       {"BRAID_PORT_RANGE", "string", "", "tcp: listen for peers' data connections on a port in LO-HI (firewalled clusters); empty = any free port"},
       {"BRAID_STORE_EXTERNAL", "bool", "0", "launcher: the store is served outside the ranks (braidrun)"},
       {"BRAID_AUTH_KEY", "string", "", "the job's secret key: 64 hex digits or a passphrase of 16+ characters; store and tcp connections must prove it (braidrun sets a fresh one per job)"},
-      {"BRAID_TLS", "bool", "0", "tcp: encrypt and integrity-protect data connections with TLS 1.3 keyed by the job key (needs BRAID_AUTH_KEY, braidrun or a unique id; OpenSSL)"},
+      {"BRAID_TLS", "bool", "0", "encrypt and integrity-protect store and tcp data connections with TLS 1.3 keyed by the job key (needs BRAID_AUTH_KEY, braidrun or a unique id; OpenSSL); set it the same for every rank and braidrun"},
       {"BRAID_AUTH_KEY_FILE", "string", "", "a file (mode 0600, owned by the user) holding the job's key, instead of BRAID_AUTH_KEY"},
       {"BRAID_STORE_HELLO_SEC", "seconds", "10", "store: close a connection that has not authenticated (or said HELLO) within this long"},
       {"BRAID_STORE_MAX_PENDING", "int", "1024", "store: connections allowed at once before they authenticate; the oldest is dropped past it"},

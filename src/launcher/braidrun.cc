@@ -444,7 +444,7 @@ class Launcher {
     if (!resolveKey()) return kUsageExit;
     // Other hosts reach the store over the network; a job on this host alone keeps it on
     // the loopback interface.
-    auto server = bootstrap::TcpStoreServer::start(anyRemote_ ? "0.0.0.0" : "127.0.0.1", 0, 0, key_);
+    auto server = bootstrap::TcpStoreServer::start(anyRemote_ ? "0.0.0.0" : "127.0.0.1", 0, 0, key_, tls_);
     if (!server.isOk()) {
       std::fprintf(stderr, "braidrun: cannot start the rendezvous store: %s\n", server.status().toString().c_str());
       return 1;
@@ -625,6 +625,12 @@ class Launcher {
       return false;
     }
     key_ = k.value().present ? k.value() : randomAuthKey();
+    // BRAID_TLS=1 for the ranks: their store connections are TLS too, so braidrun's store
+    // must speak it.
+    if (const char* t = lookup("BRAID_TLS")) {
+      const std::string v = t;
+      tls_ = v == "1" || v == "true";  // what the ranks' config reads as on
+    }
     return true;
   }
 
@@ -1053,6 +1059,7 @@ class Launcher {
 
   Options opts_;
   AuthKey key_;  // the job's key (resolveKey)
+  bool tls_ = false;  // BRAID_TLS for the job (resolveKey)
   rlimit origNofile_{};  // RLIMIT_NOFILE as braidrun was started, which its ranks get
   bool nofileRaised_ = false;
   double graceSec_ = kDefaultGraceSec;

@@ -894,7 +894,8 @@ TEST_CASE("a job launched without a key runs and rank 0 says once that it is not
   CHECK(r.out.find("not authenticated", first + line.size()) == std::string::npos);
 }
 
-// BRAID_TLS=1: every tcp data connection runs TLS keyed by the job key; results are exact.
+// BRAID_TLS=1: every store connection and tcp data connection runs TLS keyed by the job key;
+// results are exact (braidrun, and braidGetUniqueId's store).
 // Without a key there is nothing to key it with: init fails saying so.
 TEST_CASE("BRAID_TLS=1 over tcp checks its results with zero wrong, and needs the job key", "[multiproc][tls]") {
   Run r = run(braidrun(3) + "-x BRAID_TLS=1 -x BRAID_TRANSPORT=tcp -x BRAID_SOCKETS_PER_PEER=2 " ALLREDUCE_PERF
@@ -910,6 +911,11 @@ TEST_CASE("BRAID_TLS=1 over tcp checks its results with zero wrong, and needs th
   INFO(c.out);
   CHECK(c.status == 0);
   for (int i = 0; i < 3; ++i) CHECK(c.out.find("collectives ok rank " + std::to_string(i)) != std::string::npos);
+  // braidGetUniqueId + braidCommInitRank: the id's key keys the store's TLS and the data's.
+  Run u = run("BRAID_TLS=1 BRAID_TRANSPORT=tcp " MP_DIR "/mp_unique_id 3");
+  INFO(u.out);
+  CHECK(u.status == 0);
+  CHECK(u.out.find("unique id ok") != std::string::npos);
 
   const std::string port = freeLoopbackPort();
   Run nokey = run("bash -c 'pids=; for r in 0 1; do env -u BRAID_RANK -u BRAID_WORLD_SIZE -u BRAID_STORE_ADDR "

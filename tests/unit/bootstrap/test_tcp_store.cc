@@ -7,18 +7,21 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstring>
 #include <functional>
+#include <mutex>
 #include <random>
 #include <string>
 #include <thread>
 
 #include "bootstrap/store_protocol.h"
 #include "bootstrap/tcp_store.h"
+#include "common/tls.h"
 #include "test_util.h"
 
 using namespace braid;
@@ -689,4 +692,138 @@ TEST_CASE("tcp store: connections not admitted yet are capped per source address
   auto bad = TcpStoreServer::start("127.0.0.1", 0, 0);
   unsetenv("BRAID_STORE_MAX_PENDING_PER_SOURCE");
   CHECK(bad.status().message().find("BRAID_STORE_MAX_PENDING_PER_SOURCE") != std::string::npos);
+}
+
+namespace {
+
+// Forwards one client connection to the store on loopback and records what the client sends.
+class StoreTap {
+ public:
+  explicit StoreTap(int storePort) {
+    listen_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(bind(listen_, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0);
+    REQUIRE(::listen(listen_, 4) == 0);
+    socklen_t len = sizeof(sa);
+    REQUIRE(getsockname(listen_, reinterpret_cast<sockaddr*>(&sa), &len) == 0);
+    port_ = ntohs(sa.sin_port);
+    thread_ = std::thread([this, storePort] { run(storePort); });
+  }
+  ~StoreTap() {
+    stop_ = true;
+    thread_.join();
+    close(listen_);
+  }
+  int port() const { return port_; }
+  std::string seen() {
+    std::lock_guard<std::mutex> l(mu_);
+    return seen_;
+  }
+
+ private:
+  void run(int storePort) {
+    pollfd lp{listen_, POLLIN, 0};
+    while (!stop_ && poll(&lp, 1, 50) <= 0) {
+    }
+    if (stop_) return;
+    int a = accept(listen_, nullptr, nullptr);
+    int b = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(static_cast<uint16_t>(storePort));
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (a < 0 || connect(b, reinterpret_cast<sockaddr*>(&to), sizeof(to)) != 0) return;
+    char buf[65536];
+    while (!stop_) {
+      pollfd p[2] = {{a, POLLIN, 0}, {b, POLLIN, 0}};
+      if (poll(p, 2, 50) <= 0) continue;
+      for (int i = 0; i < 2 && !stop_; ++i) {
+        if (!(p[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+        ssize_t n = recv(p[i].fd, buf, sizeof(buf), 0);
+        if (n <= 0) {
+          stop_ = true;
+          break;
+        }
+        if (i == 0) {
+          std::lock_guard<std::mutex> l(mu_);
+          seen_.append(buf, static_cast<size_t>(n));
+        }
+        for (ssize_t off = 0; off < n;) {
+          ssize_t w = ::send(i == 0 ? b : a, buf + off, static_cast<size_t>(n - off), MSG_NOSIGNAL);
+          if (w <= 0) break;
+          off += w;
+        }
+      }
+    }
+    close(a);
+    close(b);
+  }
+
+  int listen_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  std::mutex mu_;
+  std::string seen_;
+};
+
+}  // namespace
+
+// BRAID_TLS=1: an admitted connection continues over TLS; requests and replies of every size
+// work, a tap on the path reads none of them, and a client that does not speak TLS to a TLS
+// store (or the reverse) fails with a message.
+TEST_CASE("tcp store: with BRAID_TLS requests and replies go over TLS", "[bootstrap][tcp][auth][tls]") {
+  if (!tlsAvailable()) {
+    WARN("skipped: built without OpenSSL");
+    return;
+  }
+  const AuthKey key = randomAuthKey();
+  auto srv = TcpStoreServer::start("127.0.0.1", 0, 0x77, key, /*tls=*/true);
+  REQUIRE(srv.isOk());
+  auto& server = srv.value();
+  StoreTap tap(server->port());
+  auto c = TcpStoreClient::connect("127.0.0.1", tap.port(), 0x77, Deadline::after(5),
+                                   TcpStoreClient::kDefaultOpTimeoutSec, key, /*tls=*/true);
+  INFO(c.status().toString());
+  REQUIRE(c.isOk());
+  const std::string secret = "BRAID-STORE-SECRET-VALUE";
+  std::string big;
+  while (big.size() < (3u << 20)) big += secret;  // several TLS records and socket buffers
+  REQUIRE(c.value()->set("small", secret).isOk());
+  REQUIRE(c.value()->set("big", big).isOk());
+  auto v = c.value()->get("big", Deadline::after(5));
+  REQUIRE(v.isOk());
+  CHECK(v.value() == big);
+  auto n = c.value()->add("counter", 5);
+  REQUIRE(n.isOk());
+  CHECK(n.value() == 5);
+  // A parked GET, answered when another TLS client sets the key.
+  std::thread setter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    auto other = TcpStoreClient::connect("127.0.0.1", server->port(), 0x77, Deadline::after(5),
+                                         TcpStoreClient::kDefaultOpTimeoutSec, key, true);
+    if (other.isOk()) (void)other.value()->set("late", "here");
+  });
+  auto late = c.value()->get("late", Deadline::after(5));
+  setter.join();
+  REQUIRE(late.isOk());
+  CHECK(late.value() == "here");
+  CHECK(tap.seen().size() > big.size());
+  CHECK(tap.seen().find(secret) == std::string::npos);
+
+  // A client without TLS is refused at its first request; one with TLS facing a store
+  // without it fails at connect, naming BRAID_TLS.
+  auto plain = TcpStoreClient::connect("127.0.0.1", server->port(), 0x77, Deadline::after(5),
+                                       TcpStoreClient::kDefaultOpTimeoutSec, key, /*tls=*/false);
+  REQUIRE(plain.isOk());
+  CHECK_FALSE(plain.value()->set("x", "y").isOk());
+  auto plainServer = TcpStoreServer::start("127.0.0.1", 0, 0x77, key, /*tls=*/false);
+  REQUIRE(plainServer.isOk());
+  auto mismatch = TcpStoreClient::connect("127.0.0.1", plainServer.value()->port(), 0x77, Deadline::after(5),
+                                          TcpStoreClient::kDefaultOpTimeoutSec, key, /*tls=*/true);
+  REQUIRE_FALSE(mismatch.isOk());
+  CHECK(mismatch.status().message().find("BRAID_TLS") != std::string::npos);
+  CHECK(TcpStoreServer::start("127.0.0.1", 0, 0, AuthKey{}, true).status().message().find("key") != std::string::npos);
 }

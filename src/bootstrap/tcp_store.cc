@@ -374,16 +374,35 @@ struct TcpStoreServer::Impl {
     if (events & EPOLLOUT) flush(c);
   }
 
-  // Reads whatever the socket has. False if the connection was closed.
+  // Reads whatever the socket has. False if the connection was closed. Over TLS it finishes
+  // the handshake first, and reads until the session has nothing decrypted and the socket
+  // nothing new (epoll would not report data left inside the session).
   bool readInput(Conn& c) {
-    if (c.tls) return readTls(c);
+    if (c.tls && !c.tls->handshakeDone()) {
+      const int r = c.tls->handshake();
+      if (r < 0) {
+        BRAID_SECURITY("store %s: TLS with client %s failed: %s", name.c_str(), c.peer.c_str(), c.tls->error().c_str());
+        closeConn(c, nullptr, true);
+        return false;
+      }
+      if (r == 0) {
+        updateInterest(c);
+        return true;
+      }
+    }
     for (;;) {
       // Before its HELLO a connection gets room for a HELLO and one byte more (which is
       // already too much).
       const size_t chunk = c.hello ? kReadChunk : kMaxPreHelloIn + 1;
       size_t old = c.in.size();
       c.in.resize(old + chunk);
-      ssize_t n = recv(c.fd, &c.in[old], chunk, 0);
+      ssize_t n;
+      if (c.tls) {
+        iovec v{&c.in[old], chunk};
+        n = c.tls->readv(&v, 1);
+      } else {
+        n = recv(c.fd, &c.in[old], chunk, 0);
+      }
       c.in.resize(old + (n > 0 ? static_cast<size_t>(n) : 0));
       if (n > 0) {
         if (!c.hello && c.in.size() - c.inOff > kMaxPreHelloIn) {
@@ -402,47 +421,7 @@ struct TcpStoreServer::Impl {
       }
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
-      closeConn(c, ("recv failed: " + errnoText(errno)).c_str(), false);
-      return false;
-    }
-  }
-
-  // readInput over TLS: finishes the handshake first, then reads until the session has
-  // nothing decrypted and the socket nothing new (epoll would not report data left inside
-  // the session).
-  bool readTls(Conn& c) {
-    if (!c.tls->handshakeDone()) {
-      const int r = c.tls->handshake();
-      if (r < 0) {
-        BRAID_SECURITY("store %s: TLS with client %s failed: %s", name.c_str(), c.peer.c_str(), c.tls->error().c_str());
-        closeConn(c, nullptr, true);
-        return false;
-      }
-      if (r == 0) {
-        updateInterest(c);
-        return true;
-      }
-    }
-    for (;;) {
-      size_t old = c.in.size();
-      c.in.resize(old + kReadChunk);
-      iovec v{&c.in[old], kReadChunk};
-      ssize_t n = c.tls->readv(&v, 1);
-      c.in.resize(old + (n > 0 ? static_cast<size_t>(n) : 0));
-      if (n > 0) {
-        if (c.in.size() - c.inOff > kMaxBufferedIn) {
-          violation(c, "more than one frame of unprocessed input (client pipelines without reading replies)");
-          return false;
-        }
-        continue;
-      }
-      if (n == 0) {
-        closeConn(c, "closed by the client", false);
-        return false;
-      }
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
-      closeConn(c, ("TLS read failed: " + c.tls->error()).c_str(), false);
+      closeConn(c, (c.tls ? "TLS read failed: " + c.tls->error() : "recv failed: " + errnoText(errno)).c_str(), false);
       return false;
     }
   }

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <mutex>
@@ -60,6 +61,22 @@ void setLogSink(LogLevel level, void (*sink)(int level, const char* message)) {
   state().sink.store(sink, std::memory_order_relaxed);
 }
 
+namespace {
+
+// One line to the sink (a plugin's host) at `sinkLevel`, or to the log file tagged `tag`.
+void emit(LogState& s, int sinkLevel, const char* tag, const char* msg) {
+  if (auto sink = s.sink.load(std::memory_order_relaxed)) {
+    sink(sinkLevel, msg);
+    return;
+  }
+  std::lock_guard<std::mutex> lock(s.mu);
+  std::fprintf(s.out, "%s:%d:%d [braid] %s %s\n", s.host, static_cast<int>(getpid()), s.rank.load(std::memory_order_relaxed), tag,
+               msg);
+  std::fflush(s.out);
+}
+
+}  // namespace
+
 void logf(LogLevel level, const char* fmt, ...) {
   LogState& s = state();
   char msg[2048];
@@ -67,15 +84,7 @@ void logf(LogLevel level, const char* fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(msg, sizeof(msg), fmt, ap);
   va_end(ap);
-  if (auto sink = s.sink.load(std::memory_order_relaxed)) {
-    sink(static_cast<int>(level), msg);
-    return;
-  }
-  const char* tag = level == LogLevel::kWarn ? "WARN" : level == LogLevel::kInfo ? "INFO" : "TRACE";
-  std::lock_guard<std::mutex> lock(s.mu);
-  std::fprintf(s.out, "%s:%d:%d [braid] %s %s\n", s.host, static_cast<int>(getpid()), s.rank.load(std::memory_order_relaxed), tag,
-               msg);
-  std::fflush(s.out);
+  emit(s, static_cast<int>(level), level == LogLevel::kWarn ? "WARN" : level == LogLevel::kInfo ? "INFO" : "TRACE", msg);
 }
 
 void logSecurity(const char* fmt, ...) {
@@ -85,14 +94,9 @@ void logSecurity(const char* fmt, ...) {
   static int64_t windowStart = 0;
   static int lines = 0;
   static long held = 0;
-  LogState& s = state();
-  char msg[2048];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof(msg), fmt, ap);
-  va_end(ap);
   long heldBefore = 0;
   {
+    // Counted before anything is formatted: a flood costs little more than the count.
     std::lock_guard<std::mutex> lock(mu);
     const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
                             std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -108,16 +112,13 @@ void logSecurity(const char* fmt, ...) {
     held = 0;
   }
   char line[2200];
-  if (heldBefore > 0) snprintf(line, sizeof(line), "%s (%ld similar lines held back)", msg, heldBefore);
-  else snprintf(line, sizeof(line), "%s", msg);
-  if (auto sink = s.sink.load(std::memory_order_relaxed)) {
-    sink(static_cast<int>(LogLevel::kWarn), line);
-    return;
-  }
-  std::lock_guard<std::mutex> lock(s.mu);
-  std::fprintf(s.out, "%s:%d:%d [braid] SECURITY %s\n", s.host, static_cast<int>(getpid()),
-               s.rank.load(std::memory_order_relaxed), line);
-  std::fflush(s.out);
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(line, 2048, fmt, ap);
+  va_end(ap);
+  if (heldBefore > 0 && n >= 0)
+    snprintf(line + std::min(n, 2047), sizeof(line) - std::min(n, 2047), " (%ld similar lines held back)", heldBefore);
+  emit(state(), static_cast<int>(LogLevel::kWarn), "SECURITY", line);
 }
 
 }  // namespace braid

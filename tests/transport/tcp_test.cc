@@ -19,6 +19,7 @@
 
 #include "common/tls.h"
 #include "harness.h"
+#include "support/wiretap.h"
 #include "transports/tcp/socket_util.h"
 #include "transports/tcp/tcp_transport.h"
 
@@ -578,75 +579,7 @@ TEST_CASE("tcp: rejects bad arguments", "[transport][tcp]") {
 namespace braid::transport::test {
 namespace {
 
-// A TCP forwarder between a sender and a receiver on loopback: records what the sender
-// sends, and can flip one byte of it on the way (an attacker on the path).
-class Wiretap {
- public:
-  Wiretap(const sockaddr_in& to, long flipAt) : to_(to), flipAt_(flipAt) {
-    listen_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in sa{};
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(bind(listen_, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0);
-    REQUIRE(::listen(listen_, 4) == 0);
-    socklen_t len = sizeof(addr_);
-    REQUIRE(getsockname(listen_, reinterpret_cast<sockaddr*>(&addr_), &len) == 0);
-    thread_ = std::thread([this] { run(); });
-  }
-  ~Wiretap() {
-    stop_ = true;
-    thread_.join();
-    close(listen_);
-  }
-  const sockaddr_in& address() const { return addr_; }
-  std::string seen() {
-    std::lock_guard<std::mutex> l(mu_);
-    return seen_;
-  }
-
- private:
-  void run() {
-    pollfd lp{listen_, POLLIN, 0};
-    while (!stop_ && poll(&lp, 1, 50) <= 0) {
-    }
-    if (stop_) return;
-    int a = accept(listen_, nullptr, nullptr);
-    int b = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (a < 0 || connect(b, reinterpret_cast<const sockaddr*>(&to_), sizeof(to_)) != 0) return;
-    char buf[65536];
-    long forwarded = 0;
-    while (!stop_) {
-      pollfd p[2] = {{a, POLLIN, 0}, {b, POLLIN, 0}};
-      if (poll(p, 2, 50) <= 0) continue;
-      for (int i = 0; i < 2; ++i) {
-        if (!(p[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-        ssize_t n = recv(p[i].fd, buf, sizeof(buf), 0);
-        if (n <= 0) {
-          stop_ = true;
-          break;
-        }
-        if (i == 0) {
-          if (flipAt_ >= forwarded && flipAt_ < forwarded + n) buf[flipAt_ - forwarded] ^= 0x40;
-          forwarded += n;
-          std::lock_guard<std::mutex> l(mu_);
-          seen_.append(buf, static_cast<size_t>(n));
-        }
-        (void)sendAll(i == 0 ? b : a, buf, static_cast<size_t>(n));
-      }
-    }
-    close(a);
-    close(b);
-  }
-
-  sockaddr_in to_{};
-  sockaddr_in addr_{};
-  long flipAt_;
-  int listen_ = -1;
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
-  std::mutex mu_;
-  std::string seen_;
-};
+using braid::testing::Wiretap;
 
 struct TappedPair {
   std::unique_ptr<Transport> t0, t1;
@@ -671,6 +604,7 @@ Status tappedPair(bool tls0, bool tls1, long flipAt, TappedPair* p) {
   std::string challenge;
   if (!tcp::parseBlob(blob, &real, &challenge)) return invalidArgument("blob " + blob);
   p->tap = std::make_unique<Wiretap>(real, flipAt);
+  if (!p->tap->ok()) return internalError("wiretap: cannot listen");
   BRAID_ASSIGN_OR_RETURN(p->send, p->t1->connectSend(0, 0, tcp::formatBlob(p->tap->address(), challenge)));
   Status s1;
   std::thread other([&] { s1 = p->t1->establish(Deadline::after(5)); });

@@ -22,6 +22,7 @@
 #include "bootstrap/store_protocol.h"
 #include "bootstrap/tcp_store.h"
 #include "common/tls.h"
+#include "support/wiretap.h"
 #include "test_util.h"
 
 using namespace braid;
@@ -83,12 +84,37 @@ proto::Reply readReply(RawSocket& s) {
 }
 
 // A good client must still be served after each bad connection.
+// Opens `count` idle connections (no HELLO) to the store, then checks that the first
+// `dropped` were closed for the later ones and that `open` connections remain.
+void idleFlood(TcpStoreServer& server, int count, int dropped, uint64_t open,
+               std::vector<std::unique_ptr<RawSocket>>* idle) {
+  for (int i = 0; i < count; ++i) {
+    idle->push_back(std::make_unique<RawSocket>(server.port()));
+    REQUIRE(idle->back()->ok());
+  }
+  for (int i = 0; i < dropped; ++i) CHECK((*idle)[static_cast<size_t>(i)]->closedByPeer(2000));
+  for (int i = 0; i < 100 && server.stats().open > open; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  CHECK(server.stats().open == open);
+}
+
 void checkGoodClient(TcpStoreClient& good, int round) {
   std::string key = "good/" + std::to_string(round);
   REQUIRE(good.set(key, "ok").isOk());
   auto v = good.get(key, Deadline::after(2));
   REQUIRE(v.isOk());
   CHECK(v.value() == "ok");
+}
+
+// Sends a HELLO with a client challenge, as a client with a key does, and returns the reply.
+proto::Reply sendKeyedHello(RawSocket& s, uint64_t nonce) {
+  proto::Request hello;
+  hello.op = proto::Op::kHello;
+  hello.nonce = nonce;
+  hello.challenge = std::string(proto::kChallengeBytes, 'c');
+  std::string out;
+  REQUIRE(proto::encodeRequest(hello, &out).isOk());
+  REQUIRE(s.send(out));
+  return readReply(s);
 }
 
 // A one-connection fake store for client-side tests: accepts one client and runs `script`
@@ -544,15 +570,10 @@ TEST_CASE("tcp store: connections without a HELLO are bounded in size, time and 
     CHECK(sec < 4);
   }
   SECTION("past the pending bound the oldest silent connection goes first") {
+    // The first four are dropped for the last four; eight silent ones and the good client
+    // remain, waiting for their timeout.
     std::vector<std::unique_ptr<RawSocket>> idle;
-    for (int i = 0; i < 12; ++i) {
-      idle.push_back(std::make_unique<RawSocket>(server->port()));
-      REQUIRE(idle.back()->ok());
-    }
-    // The first four were dropped for the last four; the rest wait for their timeout.
-    for (int i = 0; i < 4; ++i) CHECK(idle[static_cast<size_t>(i)]->closedByPeer(2000));
-    for (int i = 0; i < 100 && server->stats().open > 9; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    CHECK(server->stats().open == 9);  // eight silent ones and the good client
+    idleFlood(*server, 12, 4, 9, &idle);
   }
   // The job's own client was never disturbed; and one that says HELLO in time is served.
   checkGoodClient(*good, 1);
@@ -597,20 +618,13 @@ TEST_CASE("tcp store: with a key only clients that prove it are served", "[boots
   SECTION("a client that answers the challenge with a wrong proof is refused and closed") {
     const auto before = server->stats().rejected;
     RawSocket s(server->port());
-    proto::Request hello;
-    hello.op = proto::Op::kHello;
-    hello.nonce = 0x77;
-    hello.challenge = std::string(proto::kChallengeBytes, 'c');
-    std::string out;
-    REQUIRE(proto::encodeRequest(hello, &out).isOk());
-    REQUIRE(s.send(out));
-    proto::Reply ch = readReply(s);
+    proto::Reply ch = sendKeyedHello(s, 0x77);
     REQUIRE(ch.op == proto::Op::kChallenge);
     // Replaying the store's own proof as the client's must not work (labels differ).
     proto::Request auth;
     auth.op = proto::Op::kAuth;
     auth.proof = ch.proof;
-    out.clear();
+    std::string out;
     REQUIRE(proto::encodeRequest(auth, &out).isOk());
     REQUIRE(s.send(out));
     proto::Reply no = readReply(s);
@@ -622,14 +636,8 @@ TEST_CASE("tcp store: with a key only clients that prove it are served", "[boots
   SECTION("requests before the proof close the connection and change nothing") {
     for (proto::Op op : {proto::Op::kSet, proto::Op::kAdd, proto::Op::kDelete}) {
       RawSocket s(server->port());
-      proto::Request hello;
-      hello.op = proto::Op::kHello;
-      hello.nonce = 0x77;
-      hello.challenge = std::string(proto::kChallengeBytes, 'c');
+      REQUIRE(sendKeyedHello(s, 0x77).op == proto::Op::kChallenge);
       std::string out;
-      REQUIRE(proto::encodeRequest(hello, &out).isOk());
-      REQUIRE(s.send(out));
-      REQUIRE(readReply(s).op == proto::Op::kChallenge);
       proto::Request req;
       req.op = op;
       req.keys = {"good/0"};  // checkGoodClient's key
@@ -676,15 +684,9 @@ TEST_CASE("tcp store: connections not admitted yet are capped per source address
   auto server = startServer();
   unsetenv("BRAID_STORE_MAX_PENDING_PER_SOURCE");
   auto good = connectTo(server->port());
+  // The first three go for the last three; four idle ones and the good client remain.
   std::vector<std::unique_ptr<RawSocket>> idle;
-  for (int i = 0; i < 7; ++i) {
-    idle.push_back(std::make_unique<RawSocket>(server->port()));
-    REQUIRE(idle.back()->ok());
-  }
-  // The first three went for the last three.
-  for (int i = 0; i < 3; ++i) CHECK(idle[static_cast<size_t>(i)]->closedByPeer(2000));
-  for (int i = 0; i < 100 && server->stats().open > 5; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  CHECK(server->stats().open == 5);  // four idle ones and the good client
+  idleFlood(*server, 7, 3, 5, &idle);
   checkGoodClient(*good, 0);
   auto late = connectTo(server->port());
   checkGoodClient(*late, 1);
@@ -693,83 +695,6 @@ TEST_CASE("tcp store: connections not admitted yet are capped per source address
   unsetenv("BRAID_STORE_MAX_PENDING_PER_SOURCE");
   CHECK(bad.status().message().find("BRAID_STORE_MAX_PENDING_PER_SOURCE") != std::string::npos);
 }
-
-namespace {
-
-// Forwards one client connection to the store on loopback and records what the client sends.
-class StoreTap {
- public:
-  explicit StoreTap(int storePort) {
-    listen_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in sa{};
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(bind(listen_, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0);
-    REQUIRE(::listen(listen_, 4) == 0);
-    socklen_t len = sizeof(sa);
-    REQUIRE(getsockname(listen_, reinterpret_cast<sockaddr*>(&sa), &len) == 0);
-    port_ = ntohs(sa.sin_port);
-    thread_ = std::thread([this, storePort] { run(storePort); });
-  }
-  ~StoreTap() {
-    stop_ = true;
-    thread_.join();
-    close(listen_);
-  }
-  int port() const { return port_; }
-  std::string seen() {
-    std::lock_guard<std::mutex> l(mu_);
-    return seen_;
-  }
-
- private:
-  void run(int storePort) {
-    pollfd lp{listen_, POLLIN, 0};
-    while (!stop_ && poll(&lp, 1, 50) <= 0) {
-    }
-    if (stop_) return;
-    int a = accept(listen_, nullptr, nullptr);
-    int b = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in to{};
-    to.sin_family = AF_INET;
-    to.sin_port = htons(static_cast<uint16_t>(storePort));
-    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (a < 0 || connect(b, reinterpret_cast<sockaddr*>(&to), sizeof(to)) != 0) return;
-    char buf[65536];
-    while (!stop_) {
-      pollfd p[2] = {{a, POLLIN, 0}, {b, POLLIN, 0}};
-      if (poll(p, 2, 50) <= 0) continue;
-      for (int i = 0; i < 2 && !stop_; ++i) {
-        if (!(p[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-        ssize_t n = recv(p[i].fd, buf, sizeof(buf), 0);
-        if (n <= 0) {
-          stop_ = true;
-          break;
-        }
-        if (i == 0) {
-          std::lock_guard<std::mutex> l(mu_);
-          seen_.append(buf, static_cast<size_t>(n));
-        }
-        for (ssize_t off = 0; off < n;) {
-          ssize_t w = ::send(i == 0 ? b : a, buf + off, static_cast<size_t>(n - off), MSG_NOSIGNAL);
-          if (w <= 0) break;
-          off += w;
-        }
-      }
-    }
-    close(a);
-    close(b);
-  }
-
-  int listen_ = -1;
-  int port_ = 0;
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
-  std::mutex mu_;
-  std::string seen_;
-};
-
-}  // namespace
 
 // BRAID_TLS=1: an admitted connection continues over TLS; requests and replies of every size
 // work, a tap on the path reads none of them, and a client that does not speak TLS to a TLS
@@ -783,7 +708,8 @@ TEST_CASE("tcp store: with BRAID_TLS requests and replies go over TLS", "[bootst
   auto srv = TcpStoreServer::start("127.0.0.1", 0, 0x77, key, /*tls=*/true);
   REQUIRE(srv.isOk());
   auto& server = srv.value();
-  StoreTap tap(server->port());
+  braid::testing::Wiretap tap(braid::testing::Wiretap::loopback(server->port()));
+  REQUIRE(tap.ok());
   auto c = TcpStoreClient::connect("127.0.0.1", tap.port(), 0x77, Deadline::after(5),
                                    TcpStoreClient::kDefaultOpTimeoutSec, key, /*tls=*/true);
   INFO(c.status().toString());

@@ -4,9 +4,13 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 
+#include <sys/socket.h>
+
 #ifdef BRAID_HAVE_OPENSSL
+#include <openssl/bio.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #endif
@@ -74,6 +78,59 @@ int findSession(SSL* ssl, const unsigned char* id, size_t idlen, SSL_SESSION** s
   return *sess ? 1 : 0;
 }
 
+// The session's socket I/O. OpenSSL's own socket BIO writes with write(), which raises
+// SIGPIPE when the peer is gone, and the process (a rank, whose signals are the
+// application's) would die of it instead of reporting the peer; this one sends with
+// MSG_NOSIGNAL.
+int bioWrite(BIO* b, const char* data, int len) {
+  const int fd = static_cast<int>(reinterpret_cast<intptr_t>(BIO_get_data(b)));
+  BIO_clear_retry_flags(b);
+  const ssize_t n = ::send(fd, data, static_cast<size_t>(len), MSG_NOSIGNAL);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) BIO_set_retry_write(b);
+  return static_cast<int>(n);
+}
+
+int bioRead(BIO* b, char* out, int len) {
+  const int fd = static_cast<int>(reinterpret_cast<intptr_t>(BIO_get_data(b)));
+  BIO_clear_retry_flags(b);
+  const ssize_t n = ::recv(fd, out, static_cast<size_t>(len), 0);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) BIO_set_retry_read(b);
+  // The peer closed: with SSL_OP_IGNORE_UNEXPECTED_EOF OpenSSL then ends the session as a
+  // clean close (a peer that finished and exited), which it learns through BIO_CTRL_EOF.
+  if (n == 0) BIO_set_flags(b, BIO_FLAGS_IN_EOF);
+  return static_cast<int>(n);
+}
+
+long bioCtrl(BIO* b, int cmd, long, void*) {
+  switch (cmd) {
+    case BIO_CTRL_FLUSH: return 1;
+    case BIO_CTRL_EOF: return BIO_test_flags(b, BIO_FLAGS_IN_EOF) != 0;
+    default: return 0;
+  }
+}
+
+int bioCreate(BIO* b) {
+  BIO_set_init(b, 1);
+  return 1;
+}
+
+int bioDestroy(BIO*) { return 1; }
+
+BIO_METHOD* socketMethod() {
+  static BIO_METHOD* m = [] {
+    BIO_METHOD* meth = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK | BIO_TYPE_DESCRIPTOR, "braid socket");
+    if (meth) {
+      BIO_meth_set_write(meth, bioWrite);
+      BIO_meth_set_read(meth, bioRead);
+      BIO_meth_set_ctrl(meth, bioCtrl);
+      BIO_meth_set_create(meth, bioCreate);
+      BIO_meth_set_destroy(meth, bioDestroy);
+    }
+    return meth;
+  }();
+  return m;
+}
+
 SSL_CTX* makeContext(bool server) {
   SSL_CTX* ctx = SSL_CTX_new(server ? TLS_server_method() : TLS_client_method());
   if (!ctx) return nullptr;
@@ -117,8 +174,10 @@ StatusOr<std::unique_ptr<TlsStream>> TlsStream::create(int fd, Role role, const 
   t->impl_ = std::make_unique<Impl>();
   t->impl_->psk = authProof(key, "braid tls psk v1", {binding});
   t->impl_->ssl = SSL_new(ctx);
-  if (!t->impl_->ssl || SSL_set_fd(t->impl_->ssl, fd) != 1)
-    return Status(Code::kSystemError, "TLS: cannot start a session: " + opensslError());
+  BIO* bio = t->impl_->ssl && socketMethod() ? BIO_new(socketMethod()) : nullptr;
+  if (!bio) return Status(Code::kSystemError, "TLS: cannot start a session: " + opensslError());
+  BIO_set_data(bio, reinterpret_cast<void*>(static_cast<intptr_t>(fd)));
+  SSL_set_bio(t->impl_->ssl, bio, bio);  // the session owns it
   SSL_set_app_data(t->impl_->ssl, &t->impl_->psk);  // what the PSK callbacks read
   if (role == Role::kServer) SSL_set_accept_state(t->impl_->ssl);
   else SSL_set_connect_state(t->impl_->ssl);

@@ -911,6 +911,17 @@ TEST_CASE("BRAID_TLS=1 over tcp checks its results with zero wrong, and needs th
   INFO(c.out);
   CHECK(c.status == 0);
   for (int i = 0; i < 3; ++i) CHECK(c.out.find("collectives ok rank " + std::to_string(i)) != std::string::npos);
+  // A killed rank: every survivor reports it, as over plain tcp (none dies of SIGPIPE
+  // writing to it through the TLS session).
+  Run k = run(braidrun(3) + "-x BRAID_TLS=1 -x BRAID_TRANSPORT=tcp -x BRAID_TIMEOUT=20 " MP_DIR
+                            "/mp_fault kill 1 20 262144");
+  INFO(k.out);
+  auto res = results(k.out);
+  CHECK(res.size() == 2);
+  for (int surv : {0, 2}) {
+    REQUIRE(res.count(surv));
+    CHECK(res[surv].failedRank == 1);
+  }
   // braidGetUniqueId + braidCommInitRank: the id's key keys the store's TLS and the data's.
   Run u = run("BRAID_TLS=1 BRAID_TRANSPORT=tcp " MP_DIR "/mp_unique_id 3");
   INFO(u.out);

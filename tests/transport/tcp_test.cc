@@ -10,6 +10,7 @@
 #include <catch2/catch.hpp>
 #include <atomic>
 #include <cerrno>
+#include <csignal>
 #include <chrono>
 #include <cstring>
 #include <mutex>
@@ -674,6 +675,85 @@ TEST_CASE("tcp: with BRAID_TLS a byte changed on the way is an error naming the 
   CHECK(rs.code() == Code::kRemoteError);
   CHECK(rs.rank() == 1);
   CHECK(rs.message().find("TLS") != std::string::npos);
+}
+
+TEST_CASE("tcp: with BRAID_TLS a sender whose receiver is gone gets an error naming it, not SIGPIPE",
+          "[transport][tcp][tls]") {
+  if (!tlsAvailable()) {
+    WARN("skipped: built without OpenSSL");
+    return;
+  }
+  // SIGPIPE as a rank has it: the default, which ends the process.
+  signal(SIGPIPE, SIG_DFL);
+  const uint64_t nonce = freshNonce();
+  TransportConfig c0 = tcpConfig(0, nonce), c1 = tcpConfig(1, nonce);
+  c0.authKey = c1.authKey = randomAuthKey();
+  c0.tls = c1.tls = true;
+  auto t0 = createTcpTransport(c0);
+  auto t1 = createTcpTransport(c1);
+  std::string blob;
+  auto r = t0->createRecv(1, 0, &blob);
+  REQUIRE(r.isOk());
+  std::unique_ptr<Connection> recv = std::move(r).value();
+  auto sc = t1->connectSend(0, 0, blob);
+  REQUIRE(sc.isOk());
+  std::unique_ptr<Connection> send = std::move(sc).value();
+  Status s1;
+  std::thread other([&] { s1 = t1->establish(Deadline::after(5)); });
+  Status s0 = t0->establish(Deadline::after(5));
+  other.join();
+  REQUIRE(s0.isOk());
+  REQUIRE(s1.isOk());
+  // The receiver goes away cleanly (its sockets close with nothing unread); the sender
+  // keeps writing: the first write still succeeds, the next meets the peer's reset, which
+  // through OpenSSL's own socket I/O raises SIGPIPE and ends this process.
+  recv.reset();
+  t0.reset();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  uint8_t payload[4000];
+  fillPattern(payload, sizeof(payload), 5);
+  Status st;
+  for (int i = 0; i < 200 && st.isOk(); ++i) {
+    st = sendSlot(*send, payload, sizeof(payload), 1, Deadline::after(5));
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  signal(SIGPIPE, SIG_IGN);
+  INFO(describe(st));
+  CHECK(st.code() == Code::kRemoteError);
+  CHECK(st.rank() == 0);
+}
+
+TEST_CASE("tcp: with BRAID_TLS frames sent before a clean close arrive, then the end of the stream",
+          "[transport][tcp][tls]") {
+  if (!tlsAvailable()) {
+    WARN("skipped: built without OpenSSL");
+    return;
+  }
+  TappedPair p;
+  Status s = tappedPair(true, true, -1, &p);
+  INFO(describe(s));
+  REQUIRE(s.isOk());
+  uint8_t payload[3000];
+  for (int i = 0; i < 3; ++i) {
+    fillPattern(payload, sizeof(payload), 20 + i);
+    REQUIRE(sendSlot(*p.send, payload, sizeof(payload), 20 + i, Deadline::after(5)).isOk());
+  }
+  // A peer that finished and exited: its sockets close without a TLS close_notify.
+  p.send.reset();
+  p.t1.reset();
+  for (int i = 0; i < 3; ++i) {
+    Slot got;
+    Status rs = recvSlot(*p.recv, &got, Deadline::after(5));
+    INFO(describe(rs));
+    REQUIRE(rs.isOk());
+    CHECK(checkPattern(got.data, got.bytes, 20 + i) < 0);
+    REQUIRE(p.recv->releaseRecv(got).isOk());
+  }
+  Slot none;
+  Status end = recvSlot(*p.recv, &none, Deadline::after(5));
+  INFO(describe(end));
+  CHECK(end.code() == Code::kRemoteError);
+  CHECK(end.message().find("end of stream") != std::string::npos);
 }
 
 TEST_CASE("tcp: a receiver with BRAID_TLS and a sender without it fail establish naming the sender",

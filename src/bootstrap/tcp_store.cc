@@ -798,6 +798,7 @@ StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::start(const std::strin
   if (tls && !key.present) return invalidArgument("store server: BRAID_TLS=1 needs the job's key");
   if (tls && !tlsAvailable())
     return invalidArgument("store server: BRAID_TLS=1, but this braid was built without OpenSSL");
+  if (tls) tlsWarmUp();
   const std::string where = (host.empty() ? std::string("0.0.0.0") : host) + ":" + std::to_string(port);
   if (port < 0 || port > 65535) return invalidArgument("store server: port " + std::to_string(port) + " is out of range");
   sockaddr_in sa;

@@ -146,11 +146,20 @@ SSL_CTX* makeContext(bool server) {
   return ctx;
 }
 
-SSL_CTX* context(bool server) {
-  static SSL_CTX* client = makeContext(false);
-  static SSL_CTX* serverCtx = makeContext(true);
-  return server ? serverCtx : client;
+// One context per role, each made once. Separate, so that a client never waits on the
+// server's being made (a process that forks while its store thread makes one must not leave
+// a child stuck on that initialization; tlsWarmUp() makes both before such threads start).
+SSL_CTX* clientContext() {
+  static SSL_CTX* ctx = makeContext(false);
+  return ctx;
 }
+
+SSL_CTX* serverContext() {
+  static SSL_CTX* ctx = makeContext(true);
+  return ctx;
+}
+
+SSL_CTX* context(bool server) { return server ? serverContext() : clientContext(); }
 
 std::string opensslError() {
   unsigned long e = ERR_get_error();
@@ -164,6 +173,12 @@ std::string opensslError() {
 }  // namespace
 
 bool tlsAvailable() { return true; }
+
+void tlsWarmUp() {
+  (void)clientContext();
+  (void)serverContext();
+  (void)socketMethod();
+}
 
 StatusOr<std::unique_ptr<TlsStream>> TlsStream::create(int fd, Role role, const AuthKey& key,
                                                        std::string_view binding) {
@@ -287,6 +302,7 @@ ssize_t TlsStream::readv(const iovec* iov, int iovcnt) {
 struct TlsStream::Impl {};
 
 bool tlsAvailable() { return false; }
+void tlsWarmUp() {}
 
 StatusOr<std::unique_ptr<TlsStream>> TlsStream::create(int, Role, const AuthKey&, std::string_view) {
   return invalidArgument("BRAID_TLS=1, but this braid was built without OpenSSL (install libssl-dev and rebuild)");

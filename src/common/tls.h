@@ -23,6 +23,11 @@ namespace braid {
 // Whether this build has TLS (OpenSSL was found).
 bool tlsAvailable();
 
+// Makes OpenSSL's per-process state now, on the calling thread. A server that will start
+// sessions on a thread of its own calls it first, so that a fork() meanwhile (a launcher
+// forking ranks after braidGetUniqueId) never copies that state half made.
+void tlsWarmUp();
+
 // One TLS session on one socket. Not thread-safe: one owner drives it, like the socket.
 // The socket stays owned by the caller.
 class TlsStream {

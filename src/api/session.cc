@@ -110,6 +110,15 @@ Status exchangeStoreAddressPmix(bootstrap::LaunchEnv* env, uint64_t init, const 
   return bootstrap::parseStoreAddress("PMIx key " + key, value, &env->storeHost, &env->storePort);
 }
 
+// The job's key from the environment, for a rank of a job started by a launcher (not a
+// unique id); rank 0 of a job without one says once that it is unauthenticated.
+StatusOr<AuthKey> jobKey(int rank, int nranks) {
+  StatusOr<AuthKey> key = authKeyFromEnv();
+  if (!key.isOk()) return key.status().withContext("rank " + std::to_string(rank));
+  if (!key.value().present && nranks > 1 && rank == 0) warnUnauthenticatedOnce("rank 0");
+  return key;
+}
+
 }  // namespace
 
 braidResult_t toResult(Code c) {
@@ -133,7 +142,7 @@ Status createUniqueId(braidUniqueId* id) {
   u.host = advertisedAddress();
   // The job's key travels inside the id: the user's own when set, else a fresh one, so
   // braidGetUniqueId jobs are authenticated with nothing to configure.
-  BRAID_ASSIGN_OR_RETURN(u.key, authKeyFromEnv([](const char* n) { return std::getenv(n); }));
+  BRAID_ASSIGN_OR_RETURN(u.key, authKeyFromEnv());
   if (!u.key.present) u.key = randomAuthKey();
   BRAID_ASSIGN_OR_RETURN(core::Config cfg, core::Config::fromEnv());
   BRAID_ASSIGN_OR_RETURN(auto server, bootstrap::TcpStoreServer::start("0.0.0.0", 0, u.nonce, u.key, cfg.tls));
@@ -200,9 +209,8 @@ StatusOr<std::unique_ptr<Session>> Session::fromEnv() {
     opts.config = cfg;
     return join(std::make_shared<bootstrap::MemoryStore>(), 0, 1, std::move(opts));
   }
-  StatusOr<AuthKey> key = authKeyFromEnv([](const char* n) { return std::getenv(n); });
-  if (!key.isOk()) return key.status().withContext("rank " + std::to_string(env.rank));
-  if (!key.value().present && env.worldSize > 1 && env.rank == 0) warnUnauthenticatedOnce("rank 0");
+  StatusOr<AuthKey> key = jobKey(env.rank, env.worldSize);
+  if (!key.isOk()) return key.status();
   Deadline deadline = Deadline::after(cfg.timeoutSec);
   const uint64_t init = gEnvInits.fetch_add(1);
   // A store that rank 0 serves on a fixed port (torchrun, mpirun, Slurm) is served again by
@@ -282,10 +290,7 @@ StatusOr<std::unique_ptr<Session>> Session::fromStore(std::shared_ptr<bootstrap:
   opts.config = cfg;
   opts.keyPrefix = keyPrefix;
   // The store is the caller's (torch's); the data connections still prove the job's key.
-  StatusOr<AuthKey> key = authKeyFromEnv([](const char* n) { return std::getenv(n); });
-  if (!key.isOk()) return key.status().withContext("rank " + std::to_string(rank));
-  if (!key.value().present && nranks > 1 && rank == 0) warnUnauthenticatedOnce("rank 0");
-  opts.authKey = key.value();
+  BRAID_ASSIGN_OR_RETURN(opts.authKey, jobKey(rank, nranks));
   return join(std::move(store), rank, nranks, std::move(opts));
 }
 

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cctype>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -122,8 +123,9 @@ StatusOr<AuthKey> readAuthKeyFile(const std::string& path) {
 }
 
 StatusOr<AuthKey> authKeyFromEnv(const std::function<const char*(const char*)>& getenv) {
-  const char* key = getenv("BRAID_AUTH_KEY");
-  const char* file = getenv("BRAID_AUTH_KEY_FILE");
+  auto get = [&getenv](const char* name) { return getenv ? getenv(name) : std::getenv(name); };
+  const char* key = get("BRAID_AUTH_KEY");
+  const char* file = get("BRAID_AUTH_KEY_FILE");
   if (key && *key && file && *file)
     return invalidArgument("both BRAID_AUTH_KEY and BRAID_AUTH_KEY_FILE are set: set one");
   if (key && *key) return parseAuthKey(key, "BRAID_AUTH_KEY");

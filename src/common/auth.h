@@ -49,9 +49,10 @@ StatusOr<AuthKey> parseAuthKey(std::string_view text, const std::string& source)
 // reads it. kInvalidArgument naming the file and what is wrong otherwise.
 StatusOr<AuthKey> readAuthKeyFile(const std::string& path);
 
-// The key from BRAID_AUTH_KEY or BRAID_AUTH_KEY_FILE (looked up with `getenv`); setting both
-// is an error, setting neither gives a key with present = false.
-StatusOr<AuthKey> authKeyFromEnv(const std::function<const char*(const char*)>& getenv);
+// The key from BRAID_AUTH_KEY or BRAID_AUTH_KEY_FILE (looked up with `getenv`, the process
+// environment by default); setting both is an error, setting neither gives a key with
+// present = false.
+StatusOr<AuthKey> authKeyFromEnv(const std::function<const char*(const char*)>& getenv = nullptr);
 
 // Logs (whatever BRAID_DEBUG says), once per process, that a job runs without a key. The
 // caller says it only on one rank of a job of more than one.

@@ -47,6 +47,22 @@ std::string braidrun(int np, const std::string& env = "") {
   return env + " " BRAIDRUN " -np " + std::to_string(np) + " --timeout 120 ";
 }
 
+// `n` ranks started as torchrun starts them: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+// MASTER_ADDR and a free MASTER_PORT, none of braidrun's variables. Each runs `program` with
+// `env` (which may use $r, the rank; no single quotes); the output comes back with each line
+// tagged "[r] ". The status is non-zero if any rank failed.
+Run torchrunJob(int n, const std::string& env, const std::string& program) {
+  const std::string port = freeLoopbackPort();
+  const std::string size = std::to_string(n);
+  std::string ranks;
+  for (int r = 0; r < n; ++r) ranks += (r ? " " : "") + std::to_string(r);
+  return run("bash -c 'set -o pipefail; pids=; for r in " + ranks +
+             "; do ( env -u BRAID_RANK -u BRAID_WORLD_SIZE -u BRAID_STORE_ADDR " + env + " RANK=$r WORLD_SIZE=" + size +
+             " LOCAL_RANK=$r LOCAL_WORLD_SIZE=" + size + " MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port + " " + program +
+             " 2>&1 | sed \"s/^/[$r] /\" ) & pids=\"$pids $!\"; done; rc=0; for p in $pids; do wait $p || rc=1; done; "
+             "exit $rc' 2>&1");
+}
+
 struct Result {
   int code, failedRank;
   double elapsedMs;
@@ -785,12 +801,7 @@ TEST_CASE("under braidrun, a communicator made again in the same processes meets
 // again: rank 0 serves a new store on the same port while a faster rank may still reach the
 // previous one, which refuses it (its init's number differs) instead of holding it there.
 TEST_CASE("under torchrun, a communicator made again in the same processes meets on the new store", "[multiproc]") {
-  const std::string port = freeLoopbackPort();
-  std::string cmd = "bash -c 'pids=; for r in 0 1 2; do env -u BRAID_RANK -u BRAID_WORLD_SIZE -u BRAID_STORE_ADDR "
-                    "RANK=$r WORLD_SIZE=3 LOCAL_RANK=$r LOCAL_WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
-                    port + " BRAID_TIMEOUT=20 " MP_DIR "/mp_reinit 5 & pids=\"$pids $!\"; done; rc=0; "
-                    "for p in $pids; do wait $p || rc=1; done; exit $rc'";
-  Run r = run(cmd);
+  Run r = torchrunJob(3, "BRAID_TIMEOUT=20", MP_DIR "/mp_reinit 5");
   INFO(r.out);
   CHECK(r.status == 0);
   for (int i = 0; i < 3; ++i)
@@ -820,26 +831,20 @@ TEST_CASE("a stranger cannot get into a braidrun job's store, and the job's resu
 // miss, instead of running with a stranger.
 TEST_CASE("with BRAID_AUTH_KEY from another launcher, a rank with a wrong key fails fast and clearly",
           "[multiproc][auth]") {
-  auto launch = [](const std::string& port, const std::string& keyOfRank2) {
-    std::string cmd = "bash -c 'pids=; for r in 0 1 2; do k=\"job key for the test, long enough\"; [ $r = 2 ] && k=\"" +
-                      keyOfRank2 +
-                      "\"; env -u BRAID_RANK -u BRAID_WORLD_SIZE -u BRAID_STORE_ADDR -u BRAID_AUTH_KEY_FILE "
-                      "BRAID_AUTH_KEY=\"$k\" BRAID_TRANSPORT=tcp RANK=$r WORLD_SIZE=3 LOCAL_RANK=$r "
-                      "LOCAL_WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
-                      port + " BRAID_TIMEOUT=6 " MP_DIR
-                             "/mp_collectives > /tmp/braid-auth-$$-$r.out 2>&1 & pids=\"$pids $!\"; done; rc=0; "
-                             "for p in $pids; do wait $p || rc=1; done; for r in 0 1 2; do sed \"s/^/[$r] /\" "
-                             "/tmp/braid-auth-$$-$r.out; rm -f /tmp/braid-auth-$$-$r.out; done; exit $rc'";
-    return run(cmd);
+  auto launch = [](const std::string& keyOfRank2) {
+    return torchrunJob(3,
+                       "-u BRAID_AUTH_KEY_FILE BRAID_TRANSPORT=tcp BRAID_TIMEOUT=6 BRAID_AUTH_KEY=\"$([ $r = 2 ] && "
+                       "echo " + keyOfRank2 + " || echo job key for the test long enough)\"",
+                       MP_DIR "/mp_collectives");
   };
-  Run good = launch(freeLoopbackPort(), "job key for the test, long enough");
+  Run good = launch("job key for the test long enough");
   INFO(good.out);
   CHECK(good.status == 0);
   for (int i = 0; i < 3; ++i) CHECK(good.out.find("collectives ok rank " + std::to_string(i)) != std::string::npos);
   CHECK(good.out.find("not authenticated") == std::string::npos);
 
   const auto start = std::chrono::steady_clock::now();
-  Run bad = launch(freeLoopbackPort(), "another key, also long enough");
+  Run bad = launch("another key also long enough");
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   INFO(bad.out);
   CHECK(bad.status != 0);
@@ -879,12 +884,7 @@ TEST_CASE("braidrun's store under a stranger's flood, huge frames and slow loris
 // Without a key a job runs as before, and says so once: one SECURITY line, from rank 0,
 // whatever BRAID_DEBUG says.
 TEST_CASE("a job launched without a key runs and rank 0 says once that it is not authenticated", "[multiproc][auth]") {
-  const std::string port = freeLoopbackPort();
-  Run r = run("bash -c 'pids=; for r in 0 1 2; do env -u BRAID_RANK -u BRAID_WORLD_SIZE -u BRAID_STORE_ADDR "
-              "-u BRAID_AUTH_KEY -u BRAID_AUTH_KEY_FILE -u BRAID_DEBUG RANK=$r WORLD_SIZE=3 LOCAL_RANK=$r "
-              "LOCAL_WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
-              port + " " MP_DIR "/mp_collectives & pids=\"$pids $!\"; done; rc=0; "
-                     "for p in $pids; do wait $p || rc=1; done; exit $rc' 2>&1");
+  Run r = torchrunJob(3, "-u BRAID_AUTH_KEY -u BRAID_AUTH_KEY_FILE -u BRAID_DEBUG", MP_DIR "/mp_collectives");
   INFO(r.out);
   CHECK(r.status == 0);
   for (int i = 0; i < 3; ++i) CHECK(r.out.find("collectives ok rank " + std::to_string(i)) != std::string::npos);
@@ -928,12 +928,8 @@ TEST_CASE("BRAID_TLS=1 over tcp checks its results with zero wrong, and needs th
   CHECK(u.status == 0);
   CHECK(u.out.find("unique id ok") != std::string::npos);
 
-  const std::string port = freeLoopbackPort();
-  Run nokey = run("bash -c 'pids=; for r in 0 1; do env -u BRAID_RANK -u BRAID_WORLD_SIZE -u BRAID_STORE_ADDR "
-                  "-u BRAID_AUTH_KEY -u BRAID_AUTH_KEY_FILE BRAID_TLS=1 RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r "
-                  "LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
-                  port + " BRAID_TIMEOUT=10 " MP_DIR "/mp_collectives & pids=\"$pids $!\"; done; rc=0; "
-                         "for p in $pids; do wait $p || rc=1; done; exit $rc' 2>&1");
+  Run nokey = torchrunJob(2, "-u BRAID_AUTH_KEY -u BRAID_AUTH_KEY_FILE BRAID_TLS=1 BRAID_TIMEOUT=10",
+                          MP_DIR "/mp_collectives");
   INFO(nokey.out);
   CHECK(nokey.status != 0);
   CHECK(nokey.out.find("BRAID_TLS=1 needs the job's key") != std::string::npos);

@@ -80,6 +80,7 @@ TcpSendConnection::TcpSendConnection(const TransportConfig& cfg, int peer, std::
     streams_[i].nextSeq = i;
     if (i < tls.size()) streams_[i].tls = std::move(tls[i]);
   }
+  hasTls_ = !tls.empty();
   if (!memory_) error_ = systemError("posix_memalign", ENOMEM);
 }
 

@@ -93,6 +93,7 @@ class TcpSendConnection final : public Connection {
     std::shared_ptr<TlsStream> tls;  // BRAID_TLS: frames go through it
   };
   bool tlsPending() const {
+    if (!hasTls_) return false;  // plain tcp: nothing to look at on every flushed()
     for (const Stream& st : streams_)
       if (st.tls && st.tls->pending() > 0) return true;
     return false;
@@ -113,6 +114,7 @@ class TcpSendConnection final : public Connection {
   std::vector<Stream> streams_;
   uint64_t postSeq_ = 0;  // sequence number of the next frame to reserve and post
   uint32_t queued_ = 0;   // frames posted and not completely written, all sockets
+  bool hasTls_ = false;   // BRAID_TLS: the streams write through TLS sessions
   Status error_;          // sticky: a connection that lost its peer stays failed
 };
 

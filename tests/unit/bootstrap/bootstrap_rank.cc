@@ -33,7 +33,7 @@ int main(int argc, char** argv) {
   const LaunchEnv& e = env.value();
   if (e.serveStore) return fail(e.rank, Status(Code::kInternal, "braidrun should host the store"));
   // braidrun's store admits only clients that prove the job's key, which it gave us.
-  auto key = authKeyFromEnv([](const char* n) { return std::getenv(n); });
+  auto key = authKeyFromEnv();
   if (!key.isOk()) return fail(e.rank, key.status());
   if (!key.value().present) return fail(e.rank, Status(Code::kInternal, "braidrun gave no BRAID_AUTH_KEY"));
   auto client = TcpStoreClient::connect(e.storeHost, e.storePort, 0, Deadline::after(20),

@@ -923,7 +923,7 @@ TEST_CASE("BRAID_TLS=1 over tcp checks its results with zero wrong, and needs th
     CHECK(res[surv].failedRank == 1);
   }
   // braidGetUniqueId + braidCommInitRank: the id's key keys the store's TLS and the data's.
-  Run u = run("BRAID_TLS=1 BRAID_TRANSPORT=tcp " MP_DIR "/mp_unique_id 3");
+  Run u = run("BRAID_TLS=1 BRAID_TRANSPORT=tcp timeout 120 " MP_DIR "/mp_unique_id 3");
   INFO(u.out);
   CHECK(u.status == 0);
   CHECK(u.out.find("unique id ok") != std::string::npos);

@@ -106,6 +106,27 @@ bool closedByPeer(int fd, double secs) {
   return false;
 }
 
+// After establish: every stranger's socket (anything with `what` and `fd`) was closed, and
+// one slot from the real peer arrives whole, with its tag and its bytes, not a stranger's.
+template <typename Strangers>
+void checkStrangersOutRealPeerIn(Strangers& strangers, Connection& send, Connection& recv, uint64_t seed) {
+  for (auto& st : strangers) {
+    INFO(st.what);
+    CHECK(closedByPeer(st.fd, 2));
+    close(st.fd);
+  }
+  uint8_t payload[100];
+  fillPattern(payload, sizeof(payload), seed);
+  REQUIRE(sendSlot(send, payload, sizeof(payload), 42, Deadline::after(5)).isOk());
+  Slot got;
+  Status rs = recvSlot(recv, &got, Deadline::after(5));
+  INFO(describe(rs));
+  REQUIRE(rs.isOk());
+  CHECK(got.tag == 42);
+  CHECK(got.bytes == sizeof(payload));
+  CHECK(checkPattern(got.data, got.bytes, seed) < 0);
+}
+
 // A receive connection from rank 1 on channel 0, fed by a raw socket that already sent a
 // valid handshake; `establish` has completed.
 struct RawPeer {
@@ -332,22 +353,7 @@ TEST_CASE("tcp: strangers are refused and the real peer still connects", "[trans
   INFO(describe(est));
   REQUIRE(est.isOk());
   CHECK(static_cast<double>(nowNanos() - start) / 1e9 < 2);  // silent strangers must not stall it
-  for (Stranger& st : strangers) {
-    INFO(st.what);
-    CHECK(closedByPeer(st.fd, 2));
-    close(st.fd);
-  }
-
-  uint8_t payload[100];
-  fillPattern(payload, sizeof(payload), 3);
-  REQUIRE(sendSlot(*send, payload, sizeof(payload), 42, Deadline::after(5)).isOk());
-  Slot got;
-  Status rs = recvSlot(*recv, &got, Deadline::after(5));
-  INFO(describe(rs));
-  REQUIRE(rs.isOk());
-  CHECK(got.tag == 42);
-  CHECK(got.bytes == sizeof(payload));
-  CHECK(checkPattern(got.data, got.bytes, 3) < 0);
+  checkStrangersOutRealPeerIn(strangers, *send, *recv, 3);
 }
 
 TEST_CASE("tcp: with a job key only a peer that proves it binds, and a stranger who knows the nonce cannot feed frames",
@@ -400,20 +406,7 @@ TEST_CASE("tcp: with a job key only a peer that proves it binds, and a stranger 
   Status est = t0->establish(Deadline::after(5));
   INFO(describe(est));
   REQUIRE(est.isOk());
-  for (Stranger& st : strangers) {
-    INFO(st.what);
-    CHECK(closedByPeer(st.fd, 2));
-    close(st.fd);
-  }
-  uint8_t payload[100];
-  fillPattern(payload, sizeof(payload), 9);
-  REQUIRE(sendSlot(*send, payload, sizeof(payload), 42, Deadline::after(5)).isOk());
-  Slot got;
-  Status rs = recvSlot(*recv, &got, Deadline::after(5));
-  INFO(describe(rs));
-  REQUIRE(rs.isOk());
-  CHECK(got.bytes == sizeof(payload));
-  CHECK(checkPattern(got.data, got.bytes, 9) < 0);  // the real peer's bytes, not a stranger's
+  checkStrangersOutRealPeerIn(strangers, *send, *recv, 9);
 }
 
 TEST_CASE("tcp: a peer with another key or none is named in the establish timeout as failing authentication",
@@ -582,6 +575,15 @@ namespace {
 
 using braid::testing::Wiretap;
 
+// The TLS tests report themselves skipped in a build without OpenSSL.
+#define SKIP_WITHOUT_TLS()                      \
+  do {                                          \
+    if (!tlsAvailable()) {                      \
+      WARN("skipped: built without OpenSSL");   \
+      return;                                   \
+    }                                           \
+  } while (0)
+
 struct TappedPair {
   std::unique_ptr<Transport> t0, t1;
   std::unique_ptr<Connection> recv, send;
@@ -626,10 +628,7 @@ std::string secretPayload(size_t bytes) {
 
 TEST_CASE("tcp: with BRAID_TLS the bytes arrive intact and the wire never carries them in the clear",
           "[transport][tcp][tls]") {
-  if (!tlsAvailable()) {
-    WARN("skipped: built without OpenSSL");
-    return;
-  }
+  SKIP_WITHOUT_TLS();
   for (bool tls : {false, true}) {
     INFO("tls " << tls);
     TappedPair p;
@@ -658,10 +657,7 @@ TEST_CASE("tcp: with BRAID_TLS the bytes arrive intact and the wire never carrie
 
 TEST_CASE("tcp: with BRAID_TLS a byte changed on the way is an error naming the sender, never wrong data",
           "[transport][tcp][tls]") {
-  if (!tlsAvailable()) {
-    WARN("skipped: built without OpenSSL");
-    return;
-  }
+  SKIP_WITHOUT_TLS();
   TappedPair p;
   // Well past the handshakes (under 2 KB), inside the first payload's records.
   Status s = tappedPair(true, true, 30000, &p);
@@ -679,10 +675,7 @@ TEST_CASE("tcp: with BRAID_TLS a byte changed on the way is an error naming the 
 
 TEST_CASE("tcp: with BRAID_TLS a sender whose receiver is gone gets an error naming it, not SIGPIPE",
           "[transport][tcp][tls]") {
-  if (!tlsAvailable()) {
-    WARN("skipped: built without OpenSSL");
-    return;
-  }
+  SKIP_WITHOUT_TLS();
   // SIGPIPE as a rank has it: the default, which ends the process.
   signal(SIGPIPE, SIG_DFL);
   const uint64_t nonce = freshNonce();
@@ -725,10 +718,7 @@ TEST_CASE("tcp: with BRAID_TLS a sender whose receiver is gone gets an error nam
 
 TEST_CASE("tcp: with BRAID_TLS frames sent before a clean close arrive, then the end of the stream",
           "[transport][tcp][tls]") {
-  if (!tlsAvailable()) {
-    WARN("skipped: built without OpenSSL");
-    return;
-  }
+  SKIP_WITHOUT_TLS();
   TappedPair p;
   Status s = tappedPair(true, true, -1, &p);
   INFO(describe(s));
@@ -758,10 +748,7 @@ TEST_CASE("tcp: with BRAID_TLS frames sent before a clean close arrive, then the
 
 TEST_CASE("tcp: a receiver with BRAID_TLS and a sender without it fail establish naming the sender",
           "[transport][tcp][tls]") {
-  if (!tlsAvailable()) {
-    WARN("skipped: built without OpenSSL");
-    return;
-  }
+  SKIP_WITHOUT_TLS();
   TappedPair p;
   const auto start = std::chrono::steady_clock::now();
   Status s = tappedPair(true, false, -1, &p);

@@ -1,10 +1,11 @@
-/* braid transport plugin ABI, versions 1 and 2.
+/* braid transport plugin ABI, versions 1 to 3.
  *
  * A transport plugin is a shared library that exports a table of function pointers that
  * mirrors braid's transport seam one to one:
- *     const braidTransportPlugin_v2_t braidTransportPlugin_v2;   (zero copy; current)
+ *     const braidTransportPlugin_v3_t braidTransportPlugin_v3;   (the job key; current)
+ *     const braidTransportPlugin_v2_t braidTransportPlugin_v2;   (zero copy)
  *     const braidTransportPlugin_v1_t braidTransportPlugin_v1;   (the first version)
- * braid looks for v2 first, then v1, and speaks both. braid finds plugins through
+ * braid looks for v3 first, then v2, then v1, and speaks all three. braid finds plugins through
  * BRAID_TRANSPORT_PLUGIN (a ':'-separated list of files) and in the plugin folder next to
  * libbraid.so (<libdir>/braid/libbraid-net-<name>.so).
  *
@@ -36,9 +37,10 @@
 extern "C" {
 #endif
 
-#define BRAID_TRANSPORT_PLUGIN_ABI_VERSION 2
+#define BRAID_TRANSPORT_PLUGIN_ABI_VERSION 3
 #define BRAID_TRANSPORT_PLUGIN_SYMBOL_V1 "braidTransportPlugin_v1"
 #define BRAID_TRANSPORT_PLUGIN_SYMBOL_V2 "braidTransportPlugin_v2"
+#define BRAID_TRANSPORT_PLUGIN_SYMBOL_V3 "braidTransportPlugin_v3"
 
 typedef enum {
   braidPluginOk = 0,
@@ -55,7 +57,8 @@ typedef struct {
   char message[512];    /* NUL-terminated */
 } braidPluginError_v1;
 
-/* What braid logs for the plugin: level 1 warn, 2 info, 3 trace. */
+/* What braid logs for the plugin: level 1 warn, 2 info, 3 trace; from version 3, level 0 is a
+ * SECURITY line (a refused connection), logged whatever BRAID_DEBUG says. */
 typedef void (*braidPluginLogFn)(int level, const char* message);
 
 typedef struct {
@@ -104,7 +107,7 @@ typedef struct {
 } braidWaitHandle_v1;
 
 typedef struct braidTransportPlugin_v1_s {
-  uint32_t abi_version;     /* 1 in a v1 table; 2 in the base of a v2 table */
+  uint32_t abi_version;     /* 1 in a v1 table; 2 or 3 in the base of a v2 or v3 table */
   const char* name;         /* what BRAID_TRANSPORT selects, e.g. "ucx" */
   const char* version;      /* the plugin's own version and its library's, for braid-info */
 
@@ -170,6 +173,26 @@ typedef struct braidTransportPlugin_v2_s {
   /* The bits of a slot's tag this connection carries (a receiver compares under it). */
   uint64_t (*tag_mask)(void* connection);
 } braidTransportPlugin_v2_t;
+
+/* The job's key (version 3): the secret every rank of an authenticated job holds
+ * (BRAID_AUTH_KEY, or drawn by braidrun). A transport whose peers reach it directly (its
+ * own hellos, handshakes or sockets, rather than the blobs braid passes through its
+ * authenticated store) admits only peers that prove they hold it, for example with an
+ * HMAC-SHA256 over a challenge it put in its blob, and logs every refusal at level 0. */
+typedef struct {
+  const uint8_t* key;       /* key_bytes bytes, or NULL when the job has no key */
+  size_t key_bytes;
+  int tls;                  /* BRAID_TLS=1: encrypt the traffic where the transport can */
+} braidJobKey_v1;
+
+/* Version 3: version 2 (its base, with abi_version 3) and the job key. braid calls
+ * init_keyed instead of base.base.init; the key outlives the call only as the plugin copies
+ * it. */
+typedef struct braidTransportPlugin_v3_s {
+  braidTransportPlugin_v2_t base;
+  braidPluginResult_t (*init_keyed)(const braidTransportConfig_v1* config, const braidJobKey_v1* key,
+                                    void** transport, braidPluginError_v1* error);
+} braidTransportPlugin_v3_t;
 
 #ifdef __cplusplus
 }

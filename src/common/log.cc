@@ -118,7 +118,8 @@ void logSecurity(const char* fmt, ...) {
   va_end(ap);
   if (heldBefore > 0 && n >= 0)
     snprintf(line + std::min(n, 2047), sizeof(line) - std::min(n, 2047), " (%ld similar lines held back)", heldBefore);
-  emit(state(), static_cast<int>(LogLevel::kWarn), "SECURITY", line);
+  // Through a plugin's host at level 0, which it logs as SECURITY too.
+  emit(state(), 0, "SECURITY", line);
 }
 
 }  // namespace braid

@@ -6,8 +6,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "common/auth.h"
+#include "common/clock.h"
 #include "harness.h"
 #include "transports/plugin/plugin_loader.h"
 
@@ -52,7 +55,7 @@ TEST_CASE("plugin loader: a missing file, a missing symbol and a wrong version n
   INFO(badVersion.status().message());
   CHECK(badVersion.status().message().find("libbraid-net-bad-version.so") != std::string::npos);
   CHECK(badVersion.status().message().find("version 99") != std::string::npos);
-  CHECK(badVersion.status().message().find("versions 1 and 2") != std::string::npos);
+  CHECK(badVersion.status().message().find("versions 1 to 3") != std::string::npos);
 }
 
 TEST_CASE("plugin loader: tcp behind the ABI loads, names itself and scores like tcp", "[plugin]") {
@@ -228,6 +231,98 @@ TEST_CASE("plugin adapter: what a wrong plugin returns becomes an error, not a c
   CHECK(h.fd == 42);
   CHECK(c.flushed());
   CHECK(c.seesPeerFailure());
+}
+
+// Plugin ABI v3 hands the job's key to the plugin; a plugin whose peers reach it directly
+// (tcp's sockets, UCX's hellos) then admits only a peer that proves the key. Checked for
+// every such plugin in the build, through the ABI: tcp behind it, and UCX.
+const TransportFactory* factoryNamed(const char* name) {
+  static const StatusOr<TransportFactory> tcpAbi = plugin::loadPlugin(kDir + "/libbraid-net-tcp-abi.so");
+  if (std::string(name) == "tcp-abi") return tcpAbi.isOk() ? &tcpAbi.value() : nullptr;
+  for (const TransportFactory& f : registry())
+    if (std::string(f.name) == name) return &f;
+  return nullptr;
+}
+
+TransportConfig keyedConfig(int rank, uint64_t nonce, const AuthKey& key) {
+  TransportConfig cfg;
+  cfg.rank = rank;
+  cfg.nranks = 2;
+  cfg.nonce = nonce;
+  cfg.slotBytes = 4096;
+  cfg.nslots = 4;
+  cfg.connectTimeoutSec = 5;
+  cfg.netIf = "127.0.0.1";
+  cfg.authKey = key;
+  return cfg;
+}
+
+TEST_CASE("plugin ABI v3: the job key reaches the plugin, a peer with another key is refused, the real one connects",
+          "[plugin][auth]") {
+  for (const char* name : {"tcp-abi", "ucx"}) {
+    const TransportFactory* f = factoryNamed(name);
+    if (!f) {
+      WARN("skipped for " << name << ": not in this build");
+      continue;
+    }
+    INFO(name);
+    const uint64_t nonce = freshNonce();
+    const AuthKey key = randomAuthKey();
+    auto t0 = f->create(keyedConfig(0, nonce, key));
+    auto t1 = f->create(keyedConfig(1, nonce, key));
+    auto stranger = f->create(keyedConfig(1, nonce, randomAuthKey()));   // knows the nonce, not the key
+    auto keyless = f->create(keyedConfig(1, nonce, AuthKey{}));
+    REQUIRE(t0.isOk());
+    REQUIRE(t1.isOk());
+    REQUIRE(stranger.isOk());
+    REQUIRE(keyless.isOk());
+    std::string blob;
+    auto r = t0.value()->createRecv(1, 0, &blob);
+    REQUIRE(r.isOk());
+    std::unique_ptr<Connection> recv = std::move(r).value();
+    // Both pose as rank 1 before the real rank 1 turns up.
+    auto s1 = stranger.value()->connectSend(0, 0, blob);
+    auto s2 = keyless.value()->connectSend(0, 0, blob);
+    REQUIRE(s1.isOk());
+    REQUIRE(s2.isOk());
+    // The strangers' sides are driven too, as a stranger's process would be.
+    auto driveStrangers = [&] {
+      return std::thread([&] {
+        (void)stranger.value()->establish(Deadline::after(1.5));
+        (void)keyless.value()->establish(Deadline::after(1.5));
+      });
+    };
+    std::thread others = driveStrangers();
+    Status early = t0.value()->establish(Deadline::after(1.5));
+    others.join();
+    INFO(describe(early));
+    CHECK(early.code() == Code::kTimeout);
+    CHECK(early.rank() == 1);
+    CHECK(early.message().find("authentication failed") != std::string::npos);
+
+    auto s = t1.value()->connectSend(0, 0, blob);
+    REQUIRE(s.isOk());
+    std::unique_ptr<Connection> send = std::move(s).value();
+    Deadline d = Deadline::after(10);
+    Status est;
+    others = driveStrangers();
+    std::thread sender([&] { CHECK(t1.value()->establish(d).isOk()); });
+    est = t0.value()->establish(d);
+    sender.join();
+    others.join();
+    INFO(describe(est));
+    REQUIRE(est.isOk());
+    uint8_t payload[100];
+    fillPattern(payload, sizeof(payload), 7);
+    REQUIRE(sendSlot(*send, payload, sizeof(payload), 42, Deadline::after(5)).isOk());
+    Slot got;
+    Status rs = recvSlot(*recv, &got, Deadline::after(5));
+    INFO(describe(rs));
+    REQUIRE(rs.isOk());
+    CHECK(got.tag == 42);
+    CHECK(got.bytes == sizeof(payload));
+    CHECK(checkPattern(got.data, got.bytes, 7) < 0);
+  }
 }
 
 // The UCX plugin chooses UCX's rendezvous threshold only where the user did not

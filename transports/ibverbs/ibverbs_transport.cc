@@ -5,10 +5,13 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <string>
 #include <vector>
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/random.h"
 #include "transports/ibverbs/ibverbs_device.h"
 #include "transports/ibverbs/rdma_protocol.h"
 
@@ -128,6 +131,8 @@ class IbverbsTransport final : public Transport {
     IbRecvConnection* conn;
     int peer;
     int channel;
+    std::array<uint8_t, 16> challenge;
+    std::string refused;  // why the last hello claiming to be this peer's was refused
   };
   Status takeHellos(bool* busy);
 
@@ -154,8 +159,10 @@ StatusOr<std::unique_ptr<Connection>> IbverbsTransport::createRecv(int peer, int
   b.data = q->address();
   b.hello = dev_->helloAddress();
   b.helloQkey = dev_->helloQkey();
+  const std::string challenge = randomString(b.challenge.size());
+  std::memcpy(b.challenge.data(), challenge.data(), b.challenge.size());
   auto conn = std::make_unique<IbRecvConnection>(this, std::move(q), peer, cfg_.nslots, cfg_.slotBytes);
-  pendingRecv_.push_back(PendingRecv{conn.get(), peer, channel});
+  pendingRecv_.push_back(PendingRecv{conn.get(), peer, channel, b.challenge, ""});
   *blob = encodeRecvBlob(b);
   return std::unique_ptr<Connection>(std::move(conn));
 }
@@ -175,6 +182,7 @@ StatusOr<std::unique_ptr<Connection>> IbverbsTransport::connectSend(int peer, in
   h.data = q->address();
   h.creditAddr = q->creditAddr();
   h.creditRkey = q->creditRkey();
+  if (cfg_.authKey.present) h.proof = helloProof(cfg_.authKey, h, peer, b.challenge);
   std::string hello = encodeHello(h);
   BRAID_RETURN_IF_ERROR(dev_->sendHello(b.hello, b.helloQkey, hello));
   auto conn = std::make_unique<IbSendConnection>(this, std::move(q), peer, cfg_.nslots, cfg_.slotBytes);
@@ -196,6 +204,14 @@ Status IbverbsTransport::takeHellos(bool* busy) {
       return p.peer == h->rank && p.channel == h->channel && p.conn->queue()->qpn() == h->recvQpn;
     });
     if (it == pendingRecv_.end()) continue;  // a repeat of a hello already answered
+    const std::string refused = checkHelloProof(cfg_.authKey, h.value(), cfg_.rank, it->challenge);
+    if (!refused.empty()) {
+      // The queue pair stays unconnected, for the real sender's hello.
+      BRAID_SECURITY("ibverbs: refused a hello claiming to be rank %d on channel %d: %s", h->rank, h->channel,
+                     refused.c_str());
+      it->refused = refused;
+      continue;
+    }
     BRAID_RETURN_IF_ERROR(it->conn->accept(h.value()));
     pendingRecv_.erase(it);
     *busy = true;
@@ -228,7 +244,8 @@ Status IbverbsTransport::establish(Deadline deadline) {
         const PendingRecv& p = pendingRecv_.front();
         return Status(Code::kTimeout,
                       "ibverbs: no hello from rank " + std::to_string(p.peer) + " for channel " +
-                          std::to_string(p.channel) + " before the deadline",
+                          std::to_string(p.channel) + " before the deadline" +
+                          (p.refused.empty() ? "" : " (a hello claiming to be it was refused: " + p.refused + ")"),
                       p.peer);
       }
       const PendingSend& p = pendingSend_.front();

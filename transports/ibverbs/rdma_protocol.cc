@@ -8,7 +8,8 @@ namespace {
 
 constexpr uint32_t kBlobMagic = 0x56424942;   // "BIBV"
 constexpr uint32_t kHelloMagic = 0x48424942;  // "BIBH"
-constexpr uint32_t kWireVersion = 1;
+// 2: blobs carry a challenge and hellos a proof of the job's key.
+constexpr uint32_t kWireVersion = 2;
 // Completions taken per poll call; a batch keeps the per-call cost of the device low.
 constexpr int kPollBatch = 16;
 
@@ -373,6 +374,7 @@ std::string encodeRecvBlob(const RecvBlob& b) {
   w.put(b.data);
   w.put(b.hello);
   w.put(b.helloQkey);
+  w.put(b.challenge);
   return w.take();
 }
 
@@ -401,6 +403,7 @@ StatusOr<RecvBlob> decodeRecvBlob(const std::string& blob, int peer, int channel
   r.get(&b.data);
   r.get(&b.hello);
   r.get(&b.helloQkey);
+  r.get(&b.challenge);
   if (!r.ok()) return malformed("truncated");
   if (magic != kBlobMagic) return malformed("not an ibverbs address");
   if (version != kWireVersion) return malformed("wire version " + std::to_string(version) + ", this build speaks " +
@@ -422,7 +425,9 @@ StatusOr<RecvBlob> decodeRecvBlob(const std::string& blob, int peer, int channel
   return b;
 }
 
-std::string encodeHello(const SenderHello& h) {
+namespace {
+
+std::string helloFields(const SenderHello& h) {
   Writer w;
   w.put(kHelloMagic);
   w.put(kWireVersion);
@@ -433,9 +438,33 @@ std::string encodeHello(const SenderHello& h) {
   w.put(h.data);
   w.put(h.creditAddr);
   w.put(h.creditRkey);
-  std::string s = w.take();
+  return w.take();
+}
+
+}  // namespace
+
+std::string encodeHello(const SenderHello& h) {
+  std::string s = helloFields(h);
+  s.append(reinterpret_cast<const char*>(h.proof.data()), h.proof.size());
   s.resize(kHelloBytes, '\0');
   return s;
+}
+
+Digest helloProof(const AuthKey& key, const SenderHello& h, int receiver, const std::array<uint8_t, 16>& challenge) {
+  const int32_t r = receiver;
+  return authProof(key, "braid ibverbs hello",
+                   {helloFields(h), std::string_view(reinterpret_cast<const char*>(&r), sizeof(r)),
+                    std::string_view(reinterpret_cast<const char*>(challenge.data()), challenge.size())});
+}
+
+std::string checkHelloProof(const AuthKey& key, const SenderHello& h, int receiver,
+                            const std::array<uint8_t, 16>& challenge) {
+  if (!key.present) return "";
+  const std::string_view proof(reinterpret_cast<const char*>(h.proof.data()), h.proof.size());
+  if (checkAuthProof(helloProof(key, h, receiver, challenge), proof)) return "";
+  const bool keyless = proof.find_first_not_of('\0') == std::string_view::npos;
+  return keyless ? "authentication failed: its hello has no key and this job has one"
+                 : "authentication failed: its hello does not prove this job's key";
 }
 
 StatusOr<SenderHello> decodeHello(const void* data, size_t bytes, uint64_t nonce) {
@@ -452,6 +481,7 @@ StatusOr<SenderHello> decodeHello(const void* data, size_t bytes, uint64_t nonce
   r.get(&h.data);
   r.get(&h.creditAddr);
   r.get(&h.creditRkey);
+  r.get(&h.proof);
   if (!r.ok() || magic != kHelloMagic) return invalidArgument("ibverbs: a datagram that is not a hello");
   if (version != kWireVersion) return invalidArgument("ibverbs: hello of wire version " + std::to_string(version));
   if (h.nonce != nonce) {

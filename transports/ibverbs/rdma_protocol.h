@@ -41,11 +41,13 @@
 // most nslots data writes ahead of its releases; it never posts more than
 // kMaxCreditsInFlight credit writes at once and folds further releases into the next one.
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "common/auth.h"
 #include "common/status.h"
 #include "transports/transport.h"
 
@@ -243,6 +245,9 @@ struct RecvBlob {
   QpAddress data;             // the connection's RC queue pair
   QpAddress hello;            // the receiving transport's UD queue pair for hellos
   uint32_t helloQkey = 0;
+  // Drawn for this connection; in a job with a key the sender's hello proves the key over
+  // it (helloProof), so that a datagram from outside the job cannot connect this queue pair.
+  std::array<uint8_t, 16> challenge{};
 };
 
 // What a sender tells the receiver (a datagram to RecvBlob::hello) so it can connect its
@@ -255,6 +260,7 @@ struct SenderHello {
   QpAddress data;
   uint64_t creditAddr = 0;
   uint32_t creditRkey = 0;
+  Digest proof{};             // helloProof, or all zeros in a job without a key
 };
 
 std::string encodeRecvBlob(const RecvBlob& b);
@@ -270,5 +276,13 @@ std::string encodeHello(const SenderHello& h);
 // datagram of another job or program is not this job's failure). Checks the nonce.
 StatusOr<SenderHello> decodeHello(const void* data, size_t bytes, uint64_t nonce);
 constexpr size_t kHelloBytes = 128;
+
+// The proof a hello carries: authProof under the job's key over the hello's fields (its own
+// proof left out), the receiver's rank and the challenge of the receiver's blob.
+Digest helloProof(const AuthKey& key, const SenderHello& h, int receiver, const std::array<uint8_t, 16>& challenge);
+// Whether `h` proves `key` for this receiver and challenge ("" if it does, else why not, as
+// a SECURITY line says it).
+std::string checkHelloProof(const AuthKey& key, const SenderHello& h, int receiver,
+                            const std::array<uint8_t, 16>& challenge);
 
 }  // namespace braid::transport::ibverbs

@@ -48,17 +48,33 @@ PeerInfo peerOf(const braidPeerInfo_v1* p) {
   return r;
 }
 
-braidPluginResult_t init(const braidTransportConfig_v1* config, void** out, braidPluginError_v1* e) {
+braidPluginResult_t initKeyed(const braidTransportConfig_v1* config, const braidJobKey_v1* key, void** out,
+                              braidPluginError_v1* e) {
   return guarded(e, [&] {
     if (!config || !out) return report(invalidArgument("init: null config or output"), e);
     if (config->log) setLogSink(static_cast<LogLevel>(config->log_level), config->log);
-    auto t = gCreate(configFromV1(*config));
+    TransportConfig cfg = configFromV1(*config);
+    if (key && key->key) {
+      if (key->key_bytes != cfg.authKey.bytes.size()) {
+        return report(invalidArgument("init: a job key of " + std::to_string(key->key_bytes) + " bytes, expected " +
+                                      std::to_string(cfg.authKey.bytes.size())),
+                      e);
+      }
+      cfg.authKey.present = true;
+      std::memcpy(cfg.authKey.bytes.data(), key->key, key->key_bytes);
+    }
+    cfg.tls = key && key->tls != 0;
+    auto t = gCreate(cfg);
     if (!t.isOk()) return report(t.status(), e);
     auto* et = new ExportedTransport{std::move(t).value(), ""};
     et->description = et->impl->describe();
     *out = et;
     return braidPluginOk;
   });
+}
+
+braidPluginResult_t init(const braidTransportConfig_v1* config, void** out, braidPluginError_v1* e) {
+  return initKeyed(config, nullptr, out, e);
 }
 
 void finalize(void* t) { delete static_cast<ExportedTransport*>(t); }
@@ -218,6 +234,14 @@ braidTransportPlugin_v2_t exportTableV2(const char* name, const char* version, C
   t.post_send_from = &postSendFrom;
   t.peek_recv_into = &peekRecvInto;
   t.tag_mask = &tagMask;
+  return t;
+}
+
+braidTransportPlugin_v3_t exportTableV3(const char* name, const char* version, CreateFn create) {
+  braidTransportPlugin_v3_t t{};
+  t.base = exportTableV2(name, version, create);
+  t.base.base.abi_version = 3;
+  t.init_keyed = &initKeyed;
   return t;
 }
 

@@ -19,8 +19,9 @@ namespace braid::transport::plugin {
 
 using CreateFn = StatusOr<std::unique_ptr<Transport>> (*)(const TransportConfig& cfg);
 
-// Builds the table for one transport; a library exports one (v2, or v1 for a library that
-// must also load into a braid that speaks only v1).
+// Builds the table for one transport; a library exports one (v3; v2 or v1 for a library
+// that must also load into an older braid). Only a v3 transport is given the job's key.
+braidTransportPlugin_v3_t exportTableV3(const char* name, const char* version, CreateFn create);
 braidTransportPlugin_v2_t exportTableV2(const char* name, const char* version, CreateFn create);
 braidTransportPlugin_v1_t exportTableV1(const char* name, const char* version, CreateFn create);
 
@@ -30,6 +31,11 @@ TransportConfig configFromV1(const braidTransportConfig_v1& c);
 }  // namespace braid::transport::plugin
 
 #define BRAID_EXPORT_TRANSPORT_PLUGIN(NAME, VERSION, CREATE)                                 \
+  extern "C" __attribute__((visibility("default"))) const braidTransportPlugin_v3_t         \
+      braidTransportPlugin_v3 = ::braid::transport::plugin::exportTableV3(NAME, VERSION, CREATE)
+
+// The second ABI: zero copy, no job key.
+#define BRAID_EXPORT_TRANSPORT_PLUGIN_V2(NAME, VERSION, CREATE)                              \
   extern "C" __attribute__((visibility("default"))) const braidTransportPlugin_v2_t         \
       braidTransportPlugin_v2 = ::braid::transport::plugin::exportTableV2(NAME, VERSION, CREATE)
 

@@ -26,8 +26,12 @@ braidPluginResult_t runAbortCheck(void* context, braidPluginError_v1* e) {
 }
 
 void logFromPlugin(int level, const char* message) {
-  if (level < 1 || level > 3 || !message) return;
-  logf(static_cast<LogLevel>(level), "%s", message);
+  if (!message) return;
+  if (level == 0) {
+    logSecurity("%s", message);
+  } else if (level >= 1 && level <= 3) {
+    logf(static_cast<LogLevel>(level), "%s", message);
+  }
 }
 
 // Calls `f(error)` and turns its result into a Status that names the plugin.
@@ -207,6 +211,13 @@ std::string missingEntry(const braidTransportPlugin_v2_t* t) {
   return "";
 }
 
+std::string missingEntry(const braidTransportPlugin_v3_t* t) {
+  std::string m = missingEntry(&t->base);
+  if (!m.empty()) return m;
+  if (!t->init_keyed) return "init_keyed";
+  return "";
+}
+
 std::string folderOf(const void* addr) {
   Dl_info info{};
   if (!dladdr(addr, &info) || !info.dli_fname) return "";
@@ -289,12 +300,12 @@ std::vector<std::string> pluginFiles(const char* pluginList, const char* pluginD
 }
 
 TransportFactory factoryFromTable(const braidTransportPlugin_v1_t* table, const std::string& origin,
-                                  const braidTransportPlugin_v2_t* v2) {
+                                  const braidTransportPlugin_v2_t* v2, const braidTransportPlugin_v3_t* v3) {
   TransportFactory f;
   f.name = table->name;
   f.origin = origin;
   f.version = table->version ? table->version : "";
-  f.create = [table, v2](const TransportConfig& cfg) -> StatusOr<std::unique_ptr<Transport>> {
+  f.create = [table, v2, v3](const TransportConfig& cfg) -> StatusOr<std::unique_ptr<Transport>> {
     std::vector<const char*> ifs;
     for (const std::string& s : cfg.channelNetIfs) ifs.push_back(s.c_str());
     braidTransportConfig_v1 c{};
@@ -320,7 +331,14 @@ TransportFactory factoryFromTable(const braidTransportPlugin_v1_t* table, const 
     }
     void* h = nullptr;
     std::string name = table->name;
-    Status st = call(name, [&](braidPluginError_v1* e) { return table->init(&c, &h, e); });
+    // A v3 plugin gets the job's key (a copy on this stack: the plugin keeps its own).
+    braidJobKey_v1 key{};
+    key.key = cfg.authKey.present ? cfg.authKey.bytes.data() : nullptr;
+    key.key_bytes = cfg.authKey.present ? cfg.authKey.bytes.size() : 0;
+    key.tls = cfg.tls ? 1 : 0;
+    Status st = call(name, [&](braidPluginError_v1* e) {
+      return v3 ? v3->init_keyed(&c, &key, &h, e) : table->init(&c, &h, e);
+    });
     if (!st.isOk()) return st;
     if (!h) return internalError(name + ": init returned no transport");
     return std::unique_ptr<Transport>(new PluginTransport(table, v2, name, h, std::move(abortCheck)));
@@ -337,31 +355,35 @@ StatusOr<TransportFactory> loadPlugin(const std::string& file) {
     return Status(Code::kSystemError, "cannot load transport plugin " + file + ": " + (err ? err : "unknown error"));
   }
   // The newest table the library offers; its abi_version must match the symbol's.
-  auto* v2 = static_cast<const braidTransportPlugin_v2_t*>(dlsym(lib, BRAID_TRANSPORT_PLUGIN_SYMBOL_V2));
+  auto* v3 = static_cast<const braidTransportPlugin_v3_t*>(dlsym(lib, BRAID_TRANSPORT_PLUGIN_SYMBOL_V3));
+  auto* v2 = v3 ? &v3->base : static_cast<const braidTransportPlugin_v2_t*>(dlsym(lib, BRAID_TRANSPORT_PLUGIN_SYMBOL_V2));
   auto* table = v2 ? &v2->base
                    : static_cast<const braidTransportPlugin_v1_t*>(dlsym(lib, BRAID_TRANSPORT_PLUGIN_SYMBOL_V1));
   if (!table) {
     dlclose(lib);
     return Status(Code::kInvalidArgument, "transport plugin " + file +
-                                              " exports neither " BRAID_TRANSPORT_PLUGIN_SYMBOL_V2
-                                              " nor " BRAID_TRANSPORT_PLUGIN_SYMBOL_V1
-                                              " (this braid speaks plugin ABI versions 1 and 2)");
+                                              " exports none of " BRAID_TRANSPORT_PLUGIN_SYMBOL_V3
+                                              ", " BRAID_TRANSPORT_PLUGIN_SYMBOL_V2
+                                              " and " BRAID_TRANSPORT_PLUGIN_SYMBOL_V1
+                                              " (this braid speaks plugin ABI versions 1 to 3)");
   }
-  const uint32_t expected = v2 ? 2 : 1;
+  const uint32_t expected = v3 ? 3 : v2 ? 2 : 1;
   if (table->abi_version != expected) {
     uint32_t v = table->abi_version;
     dlclose(lib);
     return Status(Code::kInvalidArgument, "transport plugin " + file + " exports " +
-                                              (v2 ? BRAID_TRANSPORT_PLUGIN_SYMBOL_V2 : BRAID_TRANSPORT_PLUGIN_SYMBOL_V1) +
+                                              (v3   ? BRAID_TRANSPORT_PLUGIN_SYMBOL_V3
+                                               : v2 ? BRAID_TRANSPORT_PLUGIN_SYMBOL_V2
+                                                    : BRAID_TRANSPORT_PLUGIN_SYMBOL_V1) +
                                               " with ABI version " + std::to_string(v) +
-                                              " but this braid speaks versions 1 and 2");
+                                              " but this braid speaks versions 1 to 3");
   }
-  std::string missing = v2 ? missingEntry(v2) : missingEntry(table);
+  std::string missing = v3 ? missingEntry(v3) : v2 ? missingEntry(v2) : missingEntry(table);
   if (!missing.empty()) {
     dlclose(lib);
     return Status(Code::kInvalidArgument, "transport plugin " + file + ": its table has no '" + missing + "'");
   }
-  return factoryFromTable(table, file, v2);
+  return factoryFromTable(table, file, v2, v3);
 }
 
 }  // namespace braid::transport::plugin

@@ -70,7 +70,9 @@ UcxSendConnection::UcxSendConnection(const TransportConfig& cfg, int peer, Worke
       slotBytes_(cfg.slotBytes),
       worker_(worker),
       ep_(ep),
-      slots_(static_cast<size_t>(cfg.nslots)) {
+      slots_(static_cast<size_t>(cfg.nslots)),
+      nonce_(cfg.nonce),
+      key_(cfg.authKey) {
   const size_t step = stride(slotBytes_);
   memory_.reset(new uint8_t[step * slots_.size() + 64]);
   uint8_t* base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(memory_.get()) + 63) & ~uintptr_t{63});
@@ -221,16 +223,20 @@ Status UcxSendConnection::progress() {
 
 WaitHandle UcxSendConnection::waitHandle(bool) { return armedHandle(worker_); }
 
-Status UcxSendConnection::sendHello() {
+Status UcxSendConnection::sendHello(int channel, const std::string& challenge) {
   BRAID_RETURN_IF_ERROR(postCreditRecv());
-  // [nonce][rank][address]: the receiver opens an endpoint back to this worker with it.
+  // The receiver opens an endpoint back to this worker with the address.
   const std::string& addr = worker_->address;
-  helloBuf_.resize(16 + addr.size());
+  helloBuf_.assign(kHelloHeaderBytes + addr.size(), 0);
   const uint64_t nonceWord = job_;
   const uint64_t rank = static_cast<uint64_t>(rank_);
   std::memcpy(helloBuf_.data(), &nonceWord, 8);
   std::memcpy(helloBuf_.data() + 8, &rank, 8);
-  std::memcpy(helloBuf_.data() + 16, addr.data(), addr.size());
+  if (key_.present) {
+    const Digest proof = helloProof(key_, nonce_, rank_, peer_, channel, challenge, addr);
+    std::memcpy(helloBuf_.data() + 16, proof.data(), proof.size());
+  }
+  std::memcpy(helloBuf_.data() + kHelloHeaderBytes, addr.data(), addr.size());
   ucp_request_param_t param;
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   param.cb.send = &UcxSendConnection::sendDone;
@@ -264,7 +270,10 @@ UcxRecvConnection::UcxRecvConnection(const TransportConfig& cfg, int peer, Worke
       worker_(worker),
       slots_(static_cast<size_t>(cfg.nslots)),
       creditTag_(ucxTag(kKindCredit, cfg.rank, jobBits(cfg.nonce))),
-      creditBatch_(std::max<uint64_t>(1, static_cast<uint64_t>(cfg.nslots) / 4)) {
+      creditBatch_(std::max<uint64_t>(1, static_cast<uint64_t>(cfg.nslots) / 4)),
+      rank_(cfg.rank),
+      nonce_(cfg.nonce),
+      key_(cfg.authKey) {
   const size_t step = stride(slotBytes_);
   memory_.reset(new uint8_t[step * slots_.size() + 64]);
   uint8_t* base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(memory_.get()) + 63) & ~uintptr_t{63});
@@ -326,7 +335,9 @@ Status UcxRecvConnection::post(Landing& l, uint64_t tag, void* into, size_t capa
   return Status::ok();
 }
 
-Status UcxRecvConnection::start() {
+Status UcxRecvConnection::start(int channel, std::string challenge) {
+  channel_ = channel;
+  challenge_ = std::move(challenge);
   BRAID_RETURN_IF_ERROR(post(*hello_, helloTag_, hello_->buf, kHelloBytes));
   if (onDemand_) return Status::ok();
   for (Landing& l : slots_) BRAID_RETURN_IF_ERROR(post(l, tag_, l.buf, slotBytes_));
@@ -341,14 +352,41 @@ StatusOr<std::string> UcxRecvConnection::hello() {
   }
   if (h.status != UCS_OK) return peerFailure(peer_, "the hello of", h.status);
   uint64_t nonceWord = 0, rank = 0;
-  if (h.length > 16) {
+  if (h.length > kHelloHeaderBytes) {
     std::memcpy(&nonceWord, h.buf, 8);
     std::memcpy(&rank, h.buf + 8, 8);
   }
-  if (h.length <= 16 || nonceWord != (helloTag_ & kLowMask) || rank != static_cast<uint64_t>(peer_)) {
+  if (h.length <= kHelloHeaderBytes || nonceWord != (helloTag_ & kLowMask) || rank != static_cast<uint64_t>(peer_)) {
     return Status(Code::kRemoteError, "ucx: malformed hello from rank " + std::to_string(peer_), peer_);
   }
-  return std::string(reinterpret_cast<const char*>(h.buf) + 16, h.length - 16);
+  std::string address(reinterpret_cast<const char*>(h.buf) + kHelloHeaderBytes, h.length - kHelloHeaderBytes);
+  if (key_.present) {
+    const std::string_view proof(reinterpret_cast<const char*>(h.buf) + 16, 32);
+    const Digest expected = helloProof(key_, nonce_, peer_, rank_, channel_, challenge_, address);
+    if (!checkAuthProof(expected, proof)) {
+      // Anyone who can reach this worker can send a hello with the right tag: refuse it
+      // and wait on for the real one.
+      const bool keyless = proof.find_first_not_of('\0') == std::string_view::npos;
+      refusal_ = keyless ? "authentication failed: its hello has no key and this job has one"
+                         : "authentication failed: its hello does not prove this job's key";
+      BRAID_SECURITY("ucx: refused a hello claiming to be rank %d on channel %d: %s", peer_, channel_,
+                     refusal_.c_str());
+      BRAID_RETURN_IF_ERROR(post(*hello_, helloTag_, hello_->buf, kHelloBytes));
+      return std::string();
+    }
+  }
+  return address;
+}
+
+Digest helloProof(const AuthKey& key, uint64_t nonce, int sender, int receiver, int channel,
+                  std::string_view challenge, std::string_view address) {
+  char ids[20];
+  const int32_t s = sender, r = receiver, c = channel;
+  std::memcpy(ids, &nonce, 8);
+  std::memcpy(ids + 8, &s, 4);
+  std::memcpy(ids + 12, &r, 4);
+  std::memcpy(ids + 16, &c, 4);
+  return authProof(key, "braid ucx hello", {std::string_view(ids, sizeof(ids)), challenge, address});
 }
 
 Status UcxRecvConnection::failed() const {

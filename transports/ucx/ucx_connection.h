@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/auth.h"
 #include "common/status.h"
 #include "transports/transport.h"
 
@@ -34,6 +35,14 @@ inline uint64_t ucxTag(uint64_t kind, int rank, uint64_t low) {
   return kind << 62 | (static_cast<uint64_t>(rank) & (kMaxRanks - 1)) << 42 | (low & kLowMask);
 }
 inline uint64_t jobBits(uint64_t nonce) { return (nonce ^ (nonce >> 32)) & kLowMask; }
+
+// A hello: [job bits: 8][sender's rank: 8][proof: 32][the sender's worker address]. The proof
+// is authProof under the job's key over the nonce, both ranks, the channel, the receiver's
+// challenge (from its blob) and the address; all zeros in a job without a key.
+constexpr size_t kHelloHeaderBytes = 48;
+constexpr size_t kChallengeBytes = 16;
+Digest helloProof(const AuthKey& key, uint64_t nonce, int sender, int receiver, int channel,
+                  std::string_view challenge, std::string_view address);
 
 // An endpoint to one remote worker, shared by the send connection to that worker and the
 // receive connection from it. UCX reports a failed peer through the error callback, which
@@ -89,8 +98,9 @@ class UcxSendConnection final : public Connection {
   WaitHandle waitHandle(bool forSend) override;
   int peer() const override { return peer_; }
 
-  // Sends this side's hello (its worker's address) so the receiver can watch it.
-  Status sendHello();
+  // Sends this side's hello (its worker's address) so the receiver can watch it; in a job
+  // with a key, with the proof over the receiver's challenge (helloProof).
+  Status sendHello(int channel, const std::string& challenge);
   // Whether the hello has left; fails if UCX failed it.
   StatusOr<bool> helloSent();
 
@@ -132,6 +142,8 @@ class UcxSendConnection final : public Connection {
   std::unique_ptr<Staging> hello_ = std::make_unique<Staging>();
   std::unique_ptr<CreditLanding> credit_ = std::make_unique<CreditLanding>();
   std::vector<uint8_t> helloBuf_;
+  uint64_t nonce_;
+  AuthKey key_;
 };
 
 class UcxRecvConnection final : public Connection {
@@ -155,10 +167,15 @@ class UcxRecvConnection final : public Connection {
   int peer() const override { return peer_; }
 
   // Posts the receive of the sender's hello, and those of every slot unless receives are
-  // posted on demand.
-  Status start();
-  // The sender's worker address once its hello arrived, else "".
+  // posted on demand. `challenge` goes into this connection's blob; in a job with a key,
+  // only a hello that proves the key over it is taken.
+  Status start(int channel, std::string challenge);
+  // The sender's worker address once its hello arrived, else "". A hello without the proof
+  // the job's key asks for is refused (a SECURITY line, and refusal() says why) and the
+  // receive posted again: the real sender's may still come.
   StatusOr<std::string> hello();
+  // Why the last hello claiming to be from the peer was refused, or "".
+  const std::string& refusal() const { return refusal_; }
   // The endpoint back to the sender: watched for its failure, and what credits travel on.
   void watch(Endpoint* ep) { ep_ = ep; }
 
@@ -206,6 +223,12 @@ class UcxRecvConnection final : public Connection {
   std::unique_ptr<CreditOut> creditOut_ = std::make_unique<CreditOut>();
   std::unique_ptr<Landing> hello_ = std::make_unique<Landing>();
   std::unique_ptr<uint8_t[]> helloMemory_;
+  int rank_;
+  int channel_ = -1;
+  uint64_t nonce_;
+  AuthKey key_;
+  std::string challenge_;
+  std::string refusal_;
 };
 
 }  // namespace braid::transport::ucx

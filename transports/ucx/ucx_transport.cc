@@ -13,13 +13,16 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/random.h"
 #include "transports/ucx/ucx_connection.h"
 
 namespace braid::transport::ucx {
 namespace {
 
 constexpr uint32_t kBlobMagic = 0x58435542;  // "BUCX"
-constexpr uint32_t kBlobVersion = 1;
+// 2: the receiver's challenge follows the address length, and hellos carry a proof.
+constexpr uint32_t kBlobVersion = 2;
+constexpr size_t kBlobHeaderBytes = 28 + kChallengeBytes;
 
 // What UCX's own settings say, for error messages: a user who set UCX_TLS wants to see it.
 std::string ucxSettings() {
@@ -314,9 +317,10 @@ StatusOr<Endpoint*> UcxTransport::endpoint(Worker* w, int peer, const std::strin
 StatusOr<std::unique_ptr<Connection>> UcxTransport::createRecv(int peer, int channel, std::string* blob) {
   BRAID_ASSIGN_OR_RETURN(Worker * w, worker(channel));
   auto conn = std::make_unique<UcxRecvConnection>(cfg_, peer, w);
-  BRAID_RETURN_IF_ERROR(conn->start());
+  const std::string challenge = randomString(kChallengeBytes);
+  BRAID_RETURN_IF_ERROR(conn->start(channel, challenge));
   pendingRecv_.push_back(PendingRecv{conn.get(), w, peer});
-  // [magic][version][nonce][rank][channel][address length][address]
+  // [magic][version][nonce][rank][channel][address length][challenge][address]
   std::string b(28, '\0');
   const uint32_t len = static_cast<uint32_t>(w->address.size());
   const int32_t rank = cfg_.rank, ch = channel;
@@ -326,6 +330,7 @@ StatusOr<std::unique_ptr<Connection>> UcxTransport::createRecv(int peer, int cha
   std::memcpy(&b[16], &rank, 4);
   std::memcpy(&b[20], &ch, 4);
   std::memcpy(&b[24], &len, 4);
+  b += challenge;
   b += w->address;
   *blob = std::move(b);
   return std::unique_ptr<Connection>(std::move(conn));
@@ -338,7 +343,7 @@ StatusOr<std::unique_ptr<Connection>> UcxTransport::connectSend(int peer, int ch
   auto malformed = [&](const std::string& why) {
     return invalidArgument("ucx: malformed address from rank " + std::to_string(peer) + ": " + why);
   };
-  if (blob.size() < 28) return malformed(std::to_string(blob.size()) + " bytes");
+  if (blob.size() < kBlobHeaderBytes) return malformed(std::to_string(blob.size()) + " bytes");
   std::memcpy(&magic, &blob[0], 4);
   std::memcpy(&version, &blob[4], 4);
   std::memcpy(&nonce, &blob[8], 8);
@@ -347,15 +352,15 @@ StatusOr<std::unique_ptr<Connection>> UcxTransport::connectSend(int peer, int ch
   std::memcpy(&len, &blob[24], 4);
   if (magic != kBlobMagic) return malformed("not a ucx address");
   if (version != kBlobVersion) return malformed("version " + std::to_string(version));
-  if (len != blob.size() - 28) return malformed("length " + std::to_string(len) + " of " + std::to_string(blob.size()));
+  if (len != blob.size() - kBlobHeaderBytes) return malformed("length " + std::to_string(len) + " of " + std::to_string(blob.size()));
   if (rank != peer || ch != channel) {
     return malformed("it is rank " + std::to_string(rank) + "'s, channel " + std::to_string(ch));
   }
   if (nonce != cfg_.nonce) return invalidArgument("ucx: rank " + std::to_string(peer) + " belongs to another job");
   BRAID_ASSIGN_OR_RETURN(Worker * w, worker(channel));
-  BRAID_ASSIGN_OR_RETURN(Endpoint * e, endpoint(w, peer, blob.substr(28)));
+  BRAID_ASSIGN_OR_RETURN(Endpoint * e, endpoint(w, peer, blob.substr(kBlobHeaderBytes)));
   auto conn = std::make_unique<UcxSendConnection>(cfg_, peer, w, e);
-  BRAID_RETURN_IF_ERROR(conn->sendHello());
+  BRAID_RETURN_IF_ERROR(conn->sendHello(channel, blob.substr(28, kChallengeBytes)));
   pendingSend_.push_back(PendingSend{conn.get(), peer});
   return std::unique_ptr<Connection>(std::move(conn));
 }
@@ -386,9 +391,12 @@ Status UcxTransport::establish(Deadline deadline) {
     if (pendingRecv_.empty() && pendingSend_.empty()) break;
     if (deadline.expired()) {
       if (!pendingRecv_.empty()) {
-        int peer = pendingRecv_.front().peer;
-        return Status(Code::kTimeout, "ucx: no hello from rank " + std::to_string(peer) + " before the deadline",
-                      peer);
+        const PendingRecv& p = pendingRecv_.front();
+        const std::string& refused = p.conn->refusal();
+        return Status(Code::kTimeout,
+                      "ucx: no hello from rank " + std::to_string(p.peer) + " before the deadline" +
+                          (refused.empty() ? "" : " (a hello claiming to be it was refused: " + refused + ")"),
+                      p.peer);
       }
       int peer = pendingSend_.front().peer;
       return Status(Code::kTimeout, "ucx: hello to rank " + std::to_string(peer) + " not delivered before the deadline",

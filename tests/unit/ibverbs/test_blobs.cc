@@ -1,10 +1,14 @@
 // The verbs transport's address blob (receiver -> sender, through braid's bootstrap) and
-// hello datagram (sender -> receiver): round trips, and every way a blob can be wrong.
+// hello datagram (sender -> receiver): round trips, every way a blob can be wrong, and the
+// proof of the job's key a hello carries.
 
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "common/auth.h"
 #include "transports/ibverbs/rdma_protocol.h"
 
 namespace braid::transport::ibverbs::test {
@@ -40,6 +44,7 @@ RecvBlob someBlob() {
   b.data = someAddress(0x111);
   b.hello = someAddress(0x222);
   b.helloQkey = 0x5555;
+  for (size_t i = 0; i < b.challenge.size(); ++i) b.challenge[i] = static_cast<uint8_t>(0xC0 + i);
   return b;
 }
 
@@ -84,6 +89,7 @@ TEST_CASE("ibverbs blob: round trip", "[ibverbs]") {
   CHECK(sameAddress(d.data, b.data));
   CHECK(sameAddress(d.hello, b.hello));
   CHECK(d.helloQkey == b.helloQkey);
+  CHECK(d.challenge == b.challenge);
 }
 
 TEST_CASE("ibverbs blob: every truncation and any extra byte is refused naming the rank", "[ibverbs]") {
@@ -98,7 +104,7 @@ TEST_CASE("ibverbs blob: every truncation and any extra byte is refused naming t
 TEST_CASE("ibverbs blob: another format, version, rank or channel is refused", "[ibverbs]") {
   const std::string full = encodeRecvBlob(someBlob());
   expectRefused(decode(patched(full, 0, 0x58435542)), "not an ibverbs address");
-  expectRefused(decode(patched(full, 4, 2)), "wire version 2");
+  expectRefused(decode(patched(full, 4, 1)), "wire version 1");
   expectRefused(decode(std::string(full.size(), '\0')), "not an ibverbs address");
 
   RecvBlob b = someBlob();
@@ -161,6 +167,65 @@ TEST_CASE("ibverbs hello: round trip, fixed size", "[ibverbs]") {
   CHECK(sameAddress(r->data, h.data));
   CHECK(r->creditAddr == h.creditAddr);
   CHECK(r->creditRkey == h.creditRkey);
+  CHECK(r->proof == h.proof);
+}
+
+// What a receiver checks before it connects its queue pair to the sender a hello names: a
+// datagram from outside the job, or from a rank with another key, must not connect it.
+TEST_CASE("ibverbs hello: the proof binds the key, the receiver, the challenge and every field", "[ibverbs][auth]") {
+  const AuthKey key = randomAuthKey();
+  std::array<uint8_t, 16> challenge{};
+  for (size_t i = 0; i < challenge.size(); ++i) challenge[i] = static_cast<uint8_t>(i * 7 + 1);
+  SenderHello h;
+  h.nonce = kNonce;
+  h.rank = 5;
+  h.channel = 1;
+  h.recvQpn = 0x111;
+  h.data = someAddress(0x333);
+  h.creditAddr = 0x7F00AAAA0000ull;
+  h.creditRkey = 0x99;
+  h.proof = helloProof(key, h, 2, challenge);
+  // Through the wire and back, as the receiver sees it.
+  const std::string m = encodeHello(h);
+  REQUIRE(m.size() == kHelloBytes);
+  auto got = decodeHello(m.data(), m.size(), kNonce);
+  REQUIRE(got.isOk());
+  CHECK(checkHelloProof(key, got.value(), 2, challenge).empty());
+  // A job without a key takes any well-formed hello of its nonce, as before.
+  CHECK(checkHelloProof(AuthKey{}, got.value(), 2, challenge).empty());
+
+  auto refusedFor = [&](const SenderHello& x, const AuthKey& k, int receiver, const std::array<uint8_t, 16>& c) {
+    const std::string enc = encodeHello(x);
+    auto d = decodeHello(enc.data(), enc.size(), kNonce);
+    REQUIRE(d.isOk());
+    return checkHelloProof(k, d.value(), receiver, c);
+  };
+  CHECK(refusedFor(h, randomAuthKey(), 2, challenge).find("does not prove this job's key") != std::string::npos);
+  CHECK(refusedFor(h, key, 3, challenge).find("does not prove") != std::string::npos);  // meant for another rank
+  std::array<uint8_t, 16> other = challenge;
+  other[15] ^= 1;
+  CHECK(refusedFor(h, key, 2, other).find("does not prove") != std::string::npos);  // another connection's
+  SenderHello keyless = h;
+  keyless.proof = Digest{};
+  CHECK(refusedFor(keyless, key, 2, challenge).find("has no key and this job has one") != std::string::npos);
+  // Every field is covered: a stranger cannot take a real hello and point it elsewhere.
+  std::vector<std::pair<const char*, SenderHello>> changed;
+  auto with = [&](const char* what, auto change) {
+    SenderHello x = h;
+    change(x);
+    changed.emplace_back(what, x);
+  };
+  with("rank", [](SenderHello& x) { x.rank = 6; });
+  with("channel", [](SenderHello& x) { x.channel = 2; });
+  with("receiver's queue pair", [](SenderHello& x) { x.recvQpn = 0x112; });
+  with("sender's queue pair", [](SenderHello& x) { x.data.qpn = 0x334; });
+  with("sender's GID", [](SenderHello& x) { x.data.gid[3] ^= 1; });
+  with("credit address", [](SenderHello& x) { x.creditAddr += 64; });
+  with("credit key", [](SenderHello& x) { x.creditRkey = 0x98; });
+  for (const auto& [what, x] : changed) {
+    INFO(what);
+    CHECK_FALSE(refusedFor(x, key, 2, challenge).empty());
+  }
 }
 
 TEST_CASE("ibverbs hello: short, foreign and malformed datagrams are refused", "[ibverbs]") {

@@ -1,8 +1,7 @@
 // Real processes launched with braidrun: collectives over shm and forced tcp, the perf tool's
 // own result check, bad input, init through a unique id, and peers that die or stall.
 
-#include <catch2/catch.hpp>
-
+#include "support/catch.h"
 #include "support/run_command.h"
 
 #include <arpa/inet.h>

@@ -2,13 +2,13 @@
 // Runs a shell command line for tests that drive real processes (braidrun and the ranks it
 // launches), capturing stdout and stderr together.
 
-#include <catch2/catch.hpp>
-
 #include <sys/wait.h>
 
 #include <chrono>
 #include <cstdio>
 #include <string>
+
+#include "support/catch.h"
 
 namespace braid::testing {
 

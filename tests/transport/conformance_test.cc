@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <catch2/catch.hpp>
 #include <cstdio>
 #include <cstring>
 #include <deque>
@@ -16,6 +15,7 @@
 #include <vector>
 
 #include "harness.h"
+#include "support/catch.h"
 #include "transports/plugin/plugin_loader.h"
 
 namespace braid::transport::test {

@@ -2,7 +2,6 @@
 // and the adapter's checks on what a plugin hands back (a plugin may be wrong; braid must
 // not crash for it).
 
-#include <catch2/catch.hpp>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -12,6 +11,7 @@
 #include "common/auth.h"
 #include "common/clock.h"
 #include "harness.h"
+#include "support/catch.h"
 #include "transports/plugin/plugin_loader.h"
 
 namespace braid::transport::test {

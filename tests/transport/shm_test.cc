@@ -6,12 +6,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "common/shm_names.h"
+#include "support/catch.h"
 #include "transports/shm/shm_connection.h"
 
 using namespace braid;

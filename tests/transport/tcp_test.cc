@@ -7,7 +7,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
 #include <atomic>
 #include <cerrno>
 #include <csignal>
@@ -20,6 +19,7 @@
 
 #include "common/tls.h"
 #include "harness.h"
+#include "support/catch.h"
 #include "support/wiretap.h"
 #include "transports/tcp/socket_util.h"
 #include "transports/tcp/tcp_transport.h"

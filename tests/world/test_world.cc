@@ -2,13 +2,12 @@
 // several channel counts and slot sizes, counts from 0 to 1M+3, every dtype and op, in
 // place and out of place. Every element is compared with an independently computed value.
 
-#include <catch2/catch.hpp>
-
 #include <atomic>
 #include <mutex>
 #include <sstream>
 #include <vector>
 
+#include "support/catch.h"
 #include "world/reference.h"
 #include "world/world.h"
 

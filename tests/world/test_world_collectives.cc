@@ -5,8 +5,6 @@
 // with an independently computed value, and guard bytes around every buffer (and the gaps
 // of v-outputs) must stay untouched.
 
-#include <catch2/catch.hpp>
-
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -15,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "support/catch.h"
 #include "world/reference.h"
 #include "world/world.h"
 

@@ -1,14 +1,13 @@
 // Point-to-point groups, split and pre-multiplied sums in the in-process world: the engine
 // pieces the collectives' API builds on. Every element is checked against its sender.
 
-#include <catch2/catch.hpp>
-
 #include <atomic>
 #include <cstring>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include "support/catch.h"
 #include "world/world.h"
 
 using namespace braid;

@@ -7,8 +7,6 @@
 // Hierarchical runs pretend several hosts (WorldOptions::ranksPerHost); the loopback transport
 // only links ranks of one host, so those worlds let the registry pick TCP between "hosts".
 
-#include <catch2/catch.hpp>
-
 #include <algorithm>
 #include <cstring>
 #include <mutex>
@@ -17,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "support/catch.h"
 #include "world/reference.h"
 #include "world/world.h"
 

@@ -2,8 +2,6 @@
 // "which ranks' contributions" instead of numbers, so it proves that every output element
 // ends up with exactly one contribution from every rank, for any rank count.
 
-#include <catch2/catch.hpp>
-
 #include <algorithm>
 #include <deque>
 #include <map>
@@ -12,6 +10,7 @@
 
 #include "algorithms/algorithm.h"
 #include "plan/planner.h"
+#include "support/catch.h"
 
 using namespace braid;
 using exec::Buf;

@@ -5,8 +5,6 @@
 // reference, every byte outside the output must stay untouched, and each rank tracks which
 // ranks it has (transitively) heard from, which proves the barrier waits for everyone.
 
-#include <catch2/catch.hpp>
-
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -20,6 +18,7 @@
 #include "algorithms/algorithm.h"
 #include "plan/planner.h"
 #include "reduce/reduce.h"
+#include "support/catch.h"
 
 using namespace braid;
 using algorithms::Collective;

@@ -6,8 +6,6 @@
 // as well as the result: every output element must hold exactly one contribution of every
 // rank, for every rank count 1..33.
 
-#include <catch2/catch.hpp>
-
 #include <algorithm>
 #include <array>
 #include <deque>
@@ -19,6 +17,7 @@
 
 #include "algorithms/algorithm.h"
 #include "plan/planner.h"
+#include "support/catch.h"
 
 using namespace braid;
 using algorithms::Collective;

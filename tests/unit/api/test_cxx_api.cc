@@ -2,8 +2,6 @@
 // (Communicator::fromStore), synchronous and asynchronous collectives, and errors as
 // exceptions. Ranks are threads of this process.
 
-#include <catch2/catch.hpp>
-
 #include <condition_variable>
 #include <cstdlib>
 #include <map>
@@ -13,6 +11,7 @@
 #include <vector>
 
 #include "braid/braid.hpp"
+#include "support/catch.h"
 
 namespace {
 

@@ -2,10 +2,6 @@
 // propagation, the grace period and termination escalation, --timeout, signal forwarding,
 // and ranks rendezvousing through the store braidrun hosts.
 
-#include <catch2/catch.hpp>
-
-#include "support/run_command.h"
-
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -18,6 +14,8 @@
 #include <string>
 #include <thread>
 
+#include "support/catch.h"
+#include "support/run_command.h"
 #include "test_util.h"
 
 

@@ -1,7 +1,5 @@
 // hostId(): BRAID_HOST_ID wins; otherwise hostname and boot id.
 
-#include <catch2/catch.hpp>
-
 #include <unistd.h>
 
 #include <cstdlib>
@@ -9,6 +7,7 @@
 #include <string>
 
 #include "bootstrap/host_id.h"
+#include "support/catch.h"
 
 using namespace braid::bootstrap;
 

@@ -3,8 +3,6 @@
 // and the failures that must not be retried (a reply that is not HTTP, an oversized reply,
 // an unexpected status), each naming the server.
 
-#include <catch2/catch.hpp>
-
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -20,6 +18,7 @@
 #include <thread>
 
 #include "bootstrap/http_kv.h"
+#include "support/catch.h"
 
 using namespace braid;
 using namespace braid::bootstrap;

@@ -1,12 +1,11 @@
 // detectLaunchEnv with injected environments: every launcher, precedence between them, and
 // every malformed value (the message must name the variable and its value).
 
-#include <catch2/catch.hpp>
-
 #include <map>
 #include <string>
 
 #include "bootstrap/launch_env.h"
+#include "support/catch.h"
 
 using namespace braid;
 using namespace braid::bootstrap;

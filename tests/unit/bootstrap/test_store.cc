@@ -1,8 +1,6 @@
 // Store semantics, the same checks on MemoryStore and on the TCP store (one client per
 // "rank" thread), plus allGather and barrier with 8 ranks on each.
 
-#include <catch2/catch.hpp>
-
 #include <atomic>
 #include <memory>
 #include <string>
@@ -12,6 +10,7 @@
 #include "bootstrap/memory_store.h"
 #include "bootstrap/store.h"
 #include "bootstrap/tcp_store.h"
+#include "support/catch.h"
 #include "test_util.h"
 
 using namespace braid;

@@ -1,14 +1,13 @@
 // The store's wire format as pure functions: round trips, and every malformed input the
 // decoder must reject (crafted byte buffers and seeded random mutations).
 
-#include <catch2/catch.hpp>
-
 #include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "bootstrap/store_protocol.h"
+#include "support/catch.h"
 
 using namespace braid;
 using namespace braid::bootstrap::proto;

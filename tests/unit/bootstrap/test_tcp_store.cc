@@ -3,8 +3,6 @@
 // bad connection is closed while a good client keeps working), and a client facing a
 // stalled or misbehaving server.
 
-#include <catch2/catch.hpp>
-
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -22,6 +20,7 @@
 #include "bootstrap/store_protocol.h"
 #include "bootstrap/tcp_store.h"
 #include "common/tls.h"
+#include "support/catch.h"
 #include "support/wiretap.h"
 #include "test_util.h"
 

@@ -1,11 +1,10 @@
 // The 128-byte unique id: round trips, and every kind of corruption is detected.
 
-#include <catch2/catch.hpp>
-
 #include <cstring>
 #include <set>
 
 #include "bootstrap/unique_id.h"
+#include "support/catch.h"
 
 using namespace braid;
 using namespace braid::bootstrap;

@@ -1,7 +1,5 @@
 // SHA-256 and HMAC-SHA256 against published vectors, and how a job key is read.
 
-#include <catch2/catch.hpp>
-
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,6 +10,7 @@
 
 #include "common/auth.h"
 #include "common/sha256.h"
+#include "support/catch.h"
 
 using namespace braid;
 

@@ -1,13 +1,12 @@
 // The environment knob table: defaults, parsing, and errors that name the variable.
 
-#include <catch2/catch.hpp>
-
 #include <map>
 #include <set>
 #include <string>
 
 #include "common/status.h"
 #include "core/config.h"
+#include "support/catch.h"
 
 using braid::Code;
 using braid::core::Config;

@@ -6,9 +6,8 @@
 #include <cstdint>
 #include <vector>
 
-#include <catch2/catch.hpp>
-
 #include "cuda/cpu_executor.h"
+#include "support/catch.h"
 
 namespace sim = braid::cuda::sim;
 

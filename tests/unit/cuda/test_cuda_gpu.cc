@@ -10,7 +10,6 @@
 // operand's payload.
 
 #define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
 
 #include <cstdint>
 #include <cstdio>
@@ -22,6 +21,7 @@
 
 #include "cuda/device_launch.h"
 #include "cuda/host_kernels.h"
+#include "support/catch.h"
 #include "unit/cuda/cuda_test_util.h"
 
 namespace bc = braid::cuda;

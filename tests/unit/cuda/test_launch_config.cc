@@ -5,10 +5,9 @@
 #include <cstring>
 #include <vector>
 
-#include <catch2/catch.hpp>
-
 #include "cuda/host_kernels.h"
 #include "cuda/reduce_copy.h"
+#include "support/catch.h"
 
 namespace bc = braid::cuda;
 using bc::DeviceDataType;

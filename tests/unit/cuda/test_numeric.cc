@@ -11,11 +11,10 @@
 #include <random>
 #include <vector>
 
-#include <catch2/catch.hpp>
-
 #include "cuda/host_kernels.h"
 #include "cuda/numeric.cuh"
 #include "reduce/reduce.h"
+#include "support/catch.h"
 #include "unit/cuda/cuda_test_util.h"
 
 namespace bc = braid::cuda;

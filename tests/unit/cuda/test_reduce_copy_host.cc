@@ -12,11 +12,10 @@
 #include <string>
 #include <vector>
 
-#include <catch2/catch.hpp>
-
 #include "common/types.h"
 #include "cuda/host_kernels.h"
 #include "reduce/reduce.h"
+#include "support/catch.h"
 #include "unit/cuda/cuda_test_util.h"
 
 namespace bc = braid::cuda;

@@ -2,8 +2,6 @@
 // the staging queue and return at once; bad mixes are clear errors; without a GPU a stream
 // is refused with the reason. Ranks are threads on the loopback transport.
 
-#include <catch2/catch.hpp>
-
 #include <chrono>
 #include <cstdlib>
 #include <string>
@@ -14,6 +12,7 @@
 #include "braid/braid.hpp"
 #include "device/runtime.h"
 #include "fake_runtime.h"
+#include "support/catch.h"
 
 using braid::device::test::FakeRuntime;
 using braid::device::test::FakeStream;

@@ -5,8 +5,6 @@
 // work queued before it and later work sees its result, in place stays in place, untouched
 // output bytes stay untouched, and a failure never leaves a stream waiting.
 
-#include <catch2/catch.hpp>
-
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -16,6 +14,7 @@
 
 #include "device/device_queue.h"
 #include "fake_runtime.h"
+#include "support/catch.h"
 #include "world/world.h"
 
 using namespace braid;

@@ -2,13 +2,13 @@
 // hello datagram (sender -> receiver): round trips, every way a blob can be wrong, and the
 // proof of the job's key a hello carries.
 
-#include <catch2/catch.hpp>
 #include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "common/auth.h"
+#include "support/catch.h"
 #include "transports/ibverbs/rdma_protocol.h"
 
 namespace braid::transport::ibverbs::test {

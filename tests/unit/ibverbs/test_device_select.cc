@@ -4,11 +4,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
 #include <cstdlib>
 #include <fstream>
 #include <string>
 
+#include "support/catch.h"
 #include "transports/ibverbs/device_select.h"
 
 namespace braid::transport::ibverbs::test {

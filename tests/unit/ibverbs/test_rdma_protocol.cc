@@ -2,12 +2,12 @@
 // ordering checks and error translation, with the same assertions the conformance suite
 // makes of a real transport plus the failures only a fake can produce on demand.
 
-#include <catch2/catch.hpp>
 #include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "support/catch.h"
 #include "transports/ibverbs/ibverbs_transport.h"
 #include "transports/ibverbs/rdma_protocol.h"
 #include "unit/ibverbs/fake_rdma.h"

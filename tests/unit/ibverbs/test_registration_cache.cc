@@ -1,7 +1,6 @@
 // The registration cache for user buffers, over a fake registrar that records what is
 // registered (addresses are never touched, so made-up ones do).
 
-#include <catch2/catch.hpp>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -9,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "support/catch.h"
 #include "transports/ibverbs/registration_cache.h"
 
 namespace braid::transport::ibverbs::test {

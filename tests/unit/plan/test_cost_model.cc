@@ -1,11 +1,10 @@
 // The cost model covers every algorithm of the table and answers in the directions the
 // alpha-beta argument says it must.
 
-#include <catch2/catch.hpp>
-
 #include <string>
 
 #include "plan/cost_model.h"
+#include "support/catch.h"
 
 using namespace braid;
 using algorithms::Collective;

@@ -2,8 +2,6 @@
 // skipped, and at 64 hosts x 8 ranks the model's choice is within 10 % of the best the
 // simulator finds among all algorithms that build.
 
-#include <catch2/catch.hpp>
-
 #include <chrono>
 #include <map>
 #include <cstdio>
@@ -11,6 +9,7 @@
 
 #include "plan/planner.h"
 #include "plan/simulator.h"
+#include "support/catch.h"
 
 using namespace braid;
 using algorithms::Collective;

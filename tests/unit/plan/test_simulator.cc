@@ -2,10 +2,9 @@
 // deadlock and a slice-size disagreement, and that its times grow the way the algorithms'
 // structure says they must (ring latency O(n), recursive doubling O(log n)).
 
-#include <catch2/catch.hpp>
-
 #include "algorithms/algorithm.h"
 #include "plan/simulator.h"
+#include "support/catch.h"
 
 using namespace braid;
 using algorithms::Collective;

@@ -26,9 +26,8 @@
 #include <type_traits>
 #include <vector>
 
-#include <catch2/catch.hpp>
-
 #if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define BRAID_TEST_X86 1
 #endif
@@ -36,6 +35,7 @@
 #include "common/types.h"
 #include "reduce/reduce.h"
 #include "reduce/reduce_testing.h"
+#include "support/catch.h"
 #include "support/fp8_reference.h"
 
 namespace rd = braid::reduce;
@@ -194,9 +194,11 @@ __attribute__((target("f16c"))) uint16_t hwFloatToHalf(float f) {
   return static_cast<uint16_t>(_cvtss_sh(f, 0));
 }
 __attribute__((target("f16c"))) float hwHalfToFloat(uint16_t h) { return _cvtsh_ss(h); }
+// CPUID leaf 1, ECX bit 29, as the library asks it (clang before 15 has no "f16c" for
+// __builtin_cpu_supports).
 bool cpuHasF16c() {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("f16c");
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29));
 }
 #endif
 

@@ -1,8 +1,6 @@
 // Discovery on the machine running the tests, JSON dump/reload, placement, and the sysfs
 // reader against a fake /sys tree.
 
-#include <catch2/catch.hpp>
-
 #include <sched.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -14,11 +12,12 @@
 #include <fstream>
 #include <vector>
 
+#include "support/catch.h"
 #include "topo_test_util.h"
 #include "topology/graph_json.h"
 #include "topology/placement.h"
-#include "topology/rings.h"
 #include "topology/render.h"
+#include "topology/rings.h"
 #include "topology/sysfs_net.h"
 
 using namespace braid::topology;

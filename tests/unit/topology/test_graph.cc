@@ -1,8 +1,7 @@
 // The graph model on small hand-built graphs: path classification, best-path choice,
 // canonical order, helpers.
 
-#include <catch2/catch.hpp>
-
+#include "support/catch.h"
 #include "topology/graph.h"
 
 using namespace braid::topology;

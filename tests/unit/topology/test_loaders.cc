@@ -1,10 +1,9 @@
 // Each fixture machine: the devices found and the path types between them.
 
-#include <catch2/catch.hpp>
-
 #include <map>
 #include <set>
 
+#include "support/catch.h"
 #include "topo_test_util.h"
 #include "topology/graph_json.h"
 #include "topology/rings.h"

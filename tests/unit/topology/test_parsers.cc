@@ -1,8 +1,7 @@
 // The XML and JSON readers, and what each loader says about malformed input: every error
 // names the file and the line.
 
-#include <catch2/catch.hpp>
-
+#include "support/catch.h"
 #include "topo_test_util.h"
 #include "topology/graph_json.h"
 #include "topology/json.h"

@@ -1,12 +1,11 @@
 // Rings, trees and NIC choice per channel, on fixture machines, for 8 and 16 ranks.
 
-#include <catch2/catch.hpp>
-
 #include <algorithm>
 #include <map>
 #include <numeric>
 #include <set>
 
+#include "support/catch.h"
 #include "topo_test_util.h"
 #include "topology/rings.h"
 

@@ -1,10 +1,9 @@
 #pragma once
 // Helpers shared by the topology tests: fixture paths and loading with a clear failure.
 
-#include <catch2/catch.hpp>
-
 #include <string>
 
+#include "support/catch.h"
 #include "topology/discover.h"
 #include "topology/graph.h"
 

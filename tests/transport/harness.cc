@@ -345,6 +345,18 @@ std::string runPair(const TransportFactory& factory, Mode mode, const TransportC
                                 : runProcesses(factory, cfg, scenario, timeoutSec);
 }
 
+TransportConfig loopbackPairConfig(int rank, uint64_t nonce) {
+  TransportConfig cfg;
+  cfg.rank = rank;
+  cfg.nranks = 2;
+  cfg.nonce = nonce;
+  cfg.slotBytes = 4096;
+  cfg.nslots = 4;
+  cfg.connectTimeoutSec = 5;
+  cfg.netIf = "127.0.0.1";
+  return cfg;
+}
+
 uint64_t freshNonce() {
   static std::atomic<uint64_t> counter{0};
   static const uint64_t base = [] {

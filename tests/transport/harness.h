@@ -72,6 +72,10 @@ std::string runPair(const TransportFactory& factory, Mode mode, const TransportC
 // A nonce no other test in this run (or a concurrent one) uses.
 uint64_t freshNonce();
 
+// One side of a two-rank pair for the transport-specific tests: 4 slots of 4 KiB, a 5 s
+// connect timeout, on 127.0.0.1 (off the host's real network).
+TransportConfig loopbackPairConfig(int rank, uint64_t nonce);
+
 // Sleeps until `c` may be ready (forSend: to send; else to receive), at most `capMillis`.
 // Uses the connection's WaitHandle: poll for an fd, futex for a futex word.
 void waitReady(Connection& c, bool forSend, int capMillis);

@@ -245,14 +245,7 @@ const TransportFactory* factoryNamed(const char* name) {
 }
 
 TransportConfig keyedConfig(int rank, uint64_t nonce, const AuthKey& key) {
-  TransportConfig cfg;
-  cfg.rank = rank;
-  cfg.nranks = 2;
-  cfg.nonce = nonce;
-  cfg.slotBytes = 4096;
-  cfg.nslots = 4;
-  cfg.connectTimeoutSec = 5;
-  cfg.netIf = "127.0.0.1";
+  TransportConfig cfg = loopbackPairConfig(rank, nonce);
   cfg.authKey = key;
   return cfg;
 }

@@ -30,15 +30,8 @@ namespace {
 using tcp::Handshake;
 
 TransportConfig tcpConfig(int rank, uint64_t nonce, int sockets = 1) {
-  TransportConfig cfg;
-  cfg.rank = rank;
-  cfg.nranks = 2;
-  cfg.nonce = nonce;
-  cfg.slotBytes = 4096;
-  cfg.nslots = 4;
+  TransportConfig cfg = loopbackPairConfig(rank, nonce);
   cfg.socketsPerPeer = sockets;
-  cfg.connectTimeoutSec = 5;
-  cfg.netIf = "127.0.0.1";  // keep these tests off the host's real network
   return cfg;
 }
 

@@ -48,6 +48,19 @@ RecvBlob someBlob() {
   return b;
 }
 
+// What rank 5 says to the receiver of its channel 1 connection (no proof).
+SenderHello someHello() {
+  SenderHello h;
+  h.nonce = kNonce;
+  h.rank = 5;
+  h.channel = 1;
+  h.recvQpn = 0x111;
+  h.data = someAddress(0x333);
+  h.creditAddr = 0x7F00AAAA0000ull;
+  h.creditRkey = 0x99;
+  return h;
+}
+
 StatusOr<RecvBlob> decode(const std::string& blob) {
   return decodeRecvBlob(blob, kPeer, kChannel, kNonce, kSlots, kSlotBytes);
 }
@@ -149,14 +162,7 @@ TEST_CASE("ibverbs blob: impossible queue pair fields are refused", "[ibverbs]")
 }
 
 TEST_CASE("ibverbs hello: round trip, fixed size", "[ibverbs]") {
-  SenderHello h;
-  h.nonce = kNonce;
-  h.rank = 5;
-  h.channel = 1;
-  h.recvQpn = 0x111;
-  h.data = someAddress(0x333);
-  h.creditAddr = 0x7F00AAAA0000ull;
-  h.creditRkey = 0x99;
+  SenderHello h = someHello();
   const std::string m = encodeHello(h);
   CHECK(m.size() == kHelloBytes);
   auto r = decodeHello(m.data(), m.size(), kNonce);
@@ -176,14 +182,7 @@ TEST_CASE("ibverbs hello: the proof binds the key, the receiver, the challenge a
   const AuthKey key = randomAuthKey();
   std::array<uint8_t, 16> challenge{};
   for (size_t i = 0; i < challenge.size(); ++i) challenge[i] = static_cast<uint8_t>(i * 7 + 1);
-  SenderHello h;
-  h.nonce = kNonce;
-  h.rank = 5;
-  h.channel = 1;
-  h.recvQpn = 0x111;
-  h.data = someAddress(0x333);
-  h.creditAddr = 0x7F00AAAA0000ull;
-  h.creditRkey = 0x99;
+  SenderHello h = someHello();
   h.proof = helloProof(key, h, 2, challenge);
   // Through the wire and back, as the receiver sees it.
   const std::string m = encodeHello(h);
@@ -229,13 +228,7 @@ TEST_CASE("ibverbs hello: the proof binds the key, the receiver, the challenge a
 }
 
 TEST_CASE("ibverbs hello: short, foreign and malformed datagrams are refused", "[ibverbs]") {
-  SenderHello h;
-  h.nonce = kNonce;
-  h.rank = 5;
-  h.channel = 1;
-  h.recvQpn = 0x111;
-  h.data = someAddress(0x333);
-  h.creditAddr = 0x7F00AAAA0000ull;
+  SenderHello h = someHello();
   const std::string m = encodeHello(h);
 
   auto shortOne = decodeHello(m.data(), kHelloBytes - 1, kNonce);

@@ -356,26 +356,34 @@ StatusOr<std::string> UcxRecvConnection::hello() {
     std::memcpy(&nonceWord, h.buf, 8);
     std::memcpy(&rank, h.buf + 8, 8);
   }
+  // Anyone who can reach this worker and knows the nonce can send a hello with the right
+  // tag: one that is malformed or does not prove the key is refused, and the receive posted
+  // again for the real sender's.
   if (h.length <= kHelloHeaderBytes || nonceWord != (helloTag_ & kLowMask) || rank != static_cast<uint64_t>(peer_)) {
-    return Status(Code::kRemoteError, "ucx: malformed hello from rank " + std::to_string(peer_), peer_);
+    return refuseHello("malformed (" + std::to_string(h.length) + " bytes)");
   }
   std::string address(reinterpret_cast<const char*>(h.buf) + kHelloHeaderBytes, h.length - kHelloHeaderBytes);
   if (key_.present) {
     const std::string_view proof(reinterpret_cast<const char*>(h.buf) + 16, 32);
     const Digest expected = helloProof(key_, nonce_, peer_, rank_, channel_, challenge_, address);
     if (!checkAuthProof(expected, proof)) {
-      // Anyone who can reach this worker can send a hello with the right tag: refuse it
-      // and wait on for the real one.
       const bool keyless = proof.find_first_not_of('\0') == std::string_view::npos;
-      refusal_ = keyless ? "authentication failed: its hello has no key and this job has one"
-                         : "authentication failed: its hello does not prove this job's key";
-      BRAID_SECURITY("ucx: refused a hello claiming to be rank %d on channel %d: %s", peer_, channel_,
-                     refusal_.c_str());
-      BRAID_RETURN_IF_ERROR(post(*hello_, helloTag_, hello_->buf, kHelloBytes));
-      return std::string();
+      return refuseHello(keyless ? "authentication failed: its hello has no key and this job has one"
+                                 : "authentication failed: its hello does not prove this job's key");
     }
   }
   return address;
+}
+
+StatusOr<std::string> UcxRecvConnection::refuseHello(const std::string& why) {
+  refusal_ = why;
+  if (key_.present) {
+    BRAID_SECURITY("ucx: refused a hello claiming to be rank %d on channel %d: %s", peer_, channel_, why.c_str());
+  } else {
+    BRAID_WARN("ucx: refused a hello claiming to be rank %d on channel %d: %s", peer_, channel_, why.c_str());
+  }
+  BRAID_RETURN_IF_ERROR(post(*hello_, helloTag_, hello_->buf, kHelloBytes));
+  return std::string();
 }
 
 Digest helloProof(const AuthKey& key, uint64_t nonce, int sender, int receiver, int channel,

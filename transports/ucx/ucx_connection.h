@@ -170,9 +170,10 @@ class UcxRecvConnection final : public Connection {
   // posted on demand. `challenge` goes into this connection's blob; in a job with a key,
   // only a hello that proves the key over it is taken.
   Status start(int channel, std::string challenge);
-  // The sender's worker address once its hello arrived, else "". A hello without the proof
-  // the job's key asks for is refused (a SECURITY line, and refusal() says why) and the
-  // receive posted again: the real sender's may still come.
+  // The sender's worker address once its hello arrived, else "". A malformed hello, or one
+  // without the proof the job's key asks for, is refused (logged, a SECURITY line in a job
+  // with a key, and refusal() says why) and the receive posted again: the real sender's may
+  // still come.
   StatusOr<std::string> hello();
   // Why the last hello claiming to be from the peer was refused, or "".
   const std::string& refusal() const { return refusal_; }
@@ -195,6 +196,8 @@ class UcxRecvConnection final : public Connection {
   static void creditSent(void* request, ucs_status_t status, void* user);
   Status post(Landing& l, uint64_t tag, void* into, size_t capacity);
   Status peek(Slot* s, void* dst, size_t bytes);
+  // Logs why the hello that arrived is not taken, and posts the hello's receive again.
+  StatusOr<std::string> refuseHello(const std::string& why);
   // Tells the sender how many slots have been released once enough have been since the
   // last credit message (and none is still in flight).
   Status maybeSendCredit();

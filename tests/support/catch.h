@@ -22,15 +22,23 @@ inline std::recursive_mutex& catchMutex() {
   return m;
 }
 
-// INFO's scoped message, built, pushed and popped under the lock.
+// Holds the lock for the rest of a full-expression: INFO creates one before Catch's message
+// builder, so the builder (which borrows from Catch's string-stream pool) is made and
+// destroyed under the lock.
+class CatchGuard {
+ public:
+  CatchGuard() { catchMutex().lock(); }
+  ~CatchGuard() { catchMutex().unlock(); }
+  CatchGuard(const CatchGuard&) = delete;
+  CatchGuard& operator=(const CatchGuard&) = delete;
+};
+
+// INFO's scoped message, pushed (under the CatchGuard of its full-expression) and popped
+// under the lock.
 class LockedScopedMessage {
  public:
-  // `make` returns the message (Catch's builder is neither copied nor moved).
-  template <typename Make>
-  explicit LockedScopedMessage(Make&& make) {
-    std::lock_guard<std::recursive_mutex> lock(catchMutex());
-    message_ = make();
-  }
+  explicit LockedScopedMessage(const Catch::MessageBuilder& builder)
+      : message_(std::make_unique<Catch::ScopedMessage>(builder)) {}
   ~LockedScopedMessage() {
     std::lock_guard<std::recursive_mutex> lock(catchMutex());
     message_.reset();
@@ -87,7 +95,7 @@ class LockedScopedMessage {
 #define CHECK_THROWS_WITH(expr, matcher) BRAID_CATCH_LOCKED_(INTERNAL_CATCH_THROWS_STR_MATCHES("CHECK_THROWS_WITH", Catch::ResultDisposition::ContinueOnFailure, matcher, expr))
 #define CHECK_NOTHROW(...) BRAID_CATCH_LOCKED_(INTERNAL_CATCH_NO_THROW("CHECK_NOTHROW", Catch::ResultDisposition::ContinueOnFailure, __VA_ARGS__))
 #define CHECK_THAT(arg, matcher) BRAID_CATCH_LOCKED_(INTERNAL_CHECK_THAT("CHECK_THAT", matcher, Catch::ResultDisposition::ContinueOnFailure, arg))
-#define INFO(msg) ::braid::test::LockedScopedMessage INTERNAL_CATCH_UNIQUE_NAME(braidScopedMessage)([&] { return std::make_unique<Catch::ScopedMessage>(Catch::MessageBuilder("INFO"_catch_sr, CATCH_INTERNAL_LINEINFO, Catch::ResultWas::Info) << msg); })
+#define INFO(msg) ::braid::test::LockedScopedMessage INTERNAL_CATCH_UNIQUE_NAME(braidScopedMessage)((::braid::test::CatchGuard(), Catch::MessageBuilder("INFO"_catch_sr, CATCH_INTERNAL_LINEINFO, Catch::ResultWas::Info) << msg))
 #define WARN(msg) BRAID_CATCH_LOCKED_(INTERNAL_CATCH_MSG("WARN", Catch::ResultWas::Warning, Catch::ResultDisposition::ContinueOnFailure, msg))
 #define FAIL(...) BRAID_CATCH_LOCKED_(INTERNAL_CATCH_MSG("FAIL", Catch::ResultWas::ExplicitFailure, Catch::ResultDisposition::Normal, __VA_ARGS__))
 #define FAIL_CHECK(...) BRAID_CATCH_LOCKED_(INTERNAL_CATCH_MSG("FAIL_CHECK", Catch::ResultWas::ExplicitFailure, Catch::ResultDisposition::ContinueOnFailure, __VA_ARGS__))

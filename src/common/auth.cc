@@ -159,4 +159,12 @@ bool checkAuthProof(const Digest& expected, std::string_view proof) {
          equalConstantTime(expected.data(), reinterpret_cast<const uint8_t*>(proof.data()), expected.size());
 }
 
+std::string authRefusal(const Digest& expected, std::string_view proof, const std::string& what) {
+  if (checkAuthProof(expected, proof)) return "";
+  if (proof.find_first_not_of('\0') == std::string_view::npos) {
+    return "authentication failed: " + what + " has no key and this job has one";
+  }
+  return "authentication failed: " + what + " does not prove this job's key";
+}
+
 }  // namespace braid

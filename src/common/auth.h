@@ -65,4 +65,9 @@ Digest authProof(const AuthKey& key, std::string_view label, std::initializer_li
 // Whether `proof` (any length) equals the expected one, in constant time.
 bool checkAuthProof(const Digest& expected, std::string_view proof);
 
+// Why a peer's `proof`, carried in `what` (e.g. "its hello"), is refused: "" when it is the
+// expected one; else "authentication failed: ...", saying whether `what` carried no proof
+// (all zeros: a peer without a key) or a wrong one.
+std::string authRefusal(const Digest& expected, std::string_view proof, const std::string& what);
+
 }  // namespace braid

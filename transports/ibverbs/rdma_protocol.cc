@@ -461,10 +461,7 @@ std::string checkHelloProof(const AuthKey& key, const SenderHello& h, int receiv
                             const std::array<uint8_t, 16>& challenge) {
   if (!key.present) return "";
   const std::string_view proof(reinterpret_cast<const char*>(h.proof.data()), h.proof.size());
-  if (checkAuthProof(helloProof(key, h, receiver, challenge), proof)) return "";
-  const bool keyless = proof.find_first_not_of('\0') == std::string_view::npos;
-  return keyless ? "authentication failed: its hello has no key and this job has one"
-                 : "authentication failed: its hello does not prove this job's key";
+  return authRefusal(helloProof(key, h, receiver, challenge), proof, "its hello");
 }
 
 StatusOr<SenderHello> decodeHello(const void* data, size_t bytes, uint64_t nonce) {

@@ -365,12 +365,9 @@ StatusOr<std::string> UcxRecvConnection::hello() {
   std::string address(reinterpret_cast<const char*>(h.buf) + kHelloHeaderBytes, h.length - kHelloHeaderBytes);
   if (key_.present) {
     const std::string_view proof(reinterpret_cast<const char*>(h.buf) + 16, 32);
-    const Digest expected = helloProof(key_, nonce_, peer_, rank_, channel_, challenge_, address);
-    if (!checkAuthProof(expected, proof)) {
-      const bool keyless = proof.find_first_not_of('\0') == std::string_view::npos;
-      return refuseHello(keyless ? "authentication failed: its hello has no key and this job has one"
-                                 : "authentication failed: its hello does not prove this job's key");
-    }
+    const std::string why =
+        authRefusal(helloProof(key_, nonce_, peer_, rank_, channel_, challenge_, address), proof, "its hello");
+    if (!why.empty()) return refuseHello(why);
   }
   return address;
 }

@@ -173,4 +173,10 @@ TEST_CASE("auth proofs: labels and parts keep proofs apart", "[common][auth]") {
   std::string flipped(reinterpret_cast<const char*>(a.data()), a.size());
   flipped[31] ^= 1;
   CHECK_FALSE(checkAuthProof(a, flipped));
+  // What a refused peer is told, and the log says: no proof at all, or a wrong one.
+  const std::string_view good(reinterpret_cast<const char*>(a.data()), a.size());
+  CHECK(authRefusal(a, good, "its hello").empty());
+  CHECK(authRefusal(a, std::string(32, '\0'), "its hello") ==
+        "authentication failed: its hello has no key and this job has one");
+  CHECK(authRefusal(a, flipped, "its hello") == "authentication failed: its hello does not prove this job's key");
 }

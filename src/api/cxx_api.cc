@@ -27,7 +27,7 @@ class StoreAdapter : public bootstrap::Store {
  public:
   explicit StoreAdapter(std::shared_ptr<braid::Store> s) : s_(std::move(s)) {}
 
-  Status set(const std::string& key, const std::string& value) override {
+  Status set(const std::string& key, const std::string& value, Deadline /*deadline*/ = Deadline()) override {
     return guard([&] { s_->set(key, value); });
   }
   StatusOr<std::string> get(const std::string& key, Deadline deadline) override {
@@ -36,7 +36,7 @@ class StoreAdapter : public bootstrap::Store {
     if (!st.isOk()) return st;
     return v;
   }
-  StatusOr<int64_t> add(const std::string& key, int64_t delta) override {
+  StatusOr<int64_t> add(const std::string& key, int64_t delta, Deadline /*deadline*/ = Deadline()) override {
     int64_t v = 0;
     Status st = guard([&] { v = s_->add(key, delta); });
     if (!st.isOk()) return st;
@@ -45,13 +45,13 @@ class StoreAdapter : public bootstrap::Store {
   Status wait(const std::vector<std::string>& keys, Deadline deadline) override {
     return guard([&] { s_->wait(keys, std::chrono::milliseconds(deadline.remainingMillis(INT32_MAX))); });
   }
-  StatusOr<bool> check(const std::vector<std::string>& keys) override {
+  StatusOr<bool> check(const std::vector<std::string>& keys, Deadline /*deadline*/ = Deadline()) override {
     bool v = false;
     Status st = guard([&] { v = s_->check(keys); });
     if (!st.isOk()) return st;
     return v;
   }
-  StatusOr<bool> deleteKey(const std::string& key) override {
+  StatusOr<bool> deleteKey(const std::string& key, Deadline /*deadline*/ = Deadline()) override {
     bool v = false;
     Status st = guard([&] { v = s_->deleteKey(key); });
     if (!st.isOk()) return st;

@@ -158,17 +158,20 @@ Session::~Session() {
   // streams have reached, bounded by the timeout).
   deviceQueue_.reset();
   const bool broken = comm_ && !comm_->brokenStatus().isOk();
+  // A store that failed a call already is not asked again: each request would wait out
+  // its timeout, and nothing here needs the answer.
+  const bool storeLost = comm_ && comm_->storeLost();
   comm_.reset();
-  if (store_ && counted_) {
+  if (store_ && counted_ && !storeLost) {
     // The process serving the store keeps it up until every session of the job (children
     // of splits included) has left, so that a slower rank's last operation never mistakes
     // the store's shutdown for a failure. Only the last session here holding the server
     // waits: the others leave it running.
-    (void)store_->add(rootPrefix_ + "/live", -1);
+    Deadline d = Deadline::after(broken ? 2.0 : 30.0);
+    (void)store_->add(rootPrefix_ + "/live", -1, d);
     if (server_ && server_.use_count() == 1) {
-      Deadline d = Deadline::after(broken ? 2.0 : 30.0);
       while (!d.expired()) {
-        auto v = store_->add(rootPrefix_ + "/live", 0);
+        auto v = store_->add(rootPrefix_ + "/live", 0, d);
         if (!v.isOk() || v.value() <= 0) break;
         usleep(2000);
       }
@@ -258,7 +261,7 @@ StatusOr<std::unique_ptr<Session>> Session::fromEnv() {
   core::CommOptions opts;
   opts.config = cfg;
   opts.authKey = key.value();
-  opts.storeOwnerRank = env.serveStore ? 0 : -1;
+  opts.storeOwnerRank = env.rankZeroServes ? 0 : -1;
   if (init > 0) opts.keyPrefix += ".i" + std::to_string(init);
   BRAID_ASSIGN_OR_RETURN(auto s, join(std::shared_ptr<bootstrap::Store>(std::move(client).value()), env.rank,
                                       env.worldSize, std::move(opts), env.rankZeroServes));

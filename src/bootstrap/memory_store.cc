@@ -7,7 +7,7 @@
 
 namespace braid::bootstrap {
 
-Status MemoryStore::set(const std::string& key, const std::string& value) {
+Status MemoryStore::set(const std::string& key, const std::string& value, Deadline /*deadline*/) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     data_[key] = value;
@@ -44,7 +44,7 @@ StatusOr<std::vector<std::string>> MemoryStore::multiGet(const std::vector<std::
   return values;
 }
 
-StatusOr<int64_t> MemoryStore::add(const std::string& key, int64_t delta) {
+StatusOr<int64_t> MemoryStore::add(const std::string& key, int64_t delta, Deadline /*deadline*/) {
   int64_t now;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -64,14 +64,14 @@ Status MemoryStore::wait(const std::vector<std::string>& keys, Deadline deadline
   return waitLocked(lock, keys, deadline);
 }
 
-StatusOr<bool> MemoryStore::check(const std::vector<std::string>& keys) {
+StatusOr<bool> MemoryStore::check(const std::vector<std::string>& keys, Deadline /*deadline*/) {
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& k : keys)
     if (data_.find(k) == data_.end()) return false;
   return true;
 }
 
-StatusOr<bool> MemoryStore::deleteKey(const std::string& key) {
+StatusOr<bool> MemoryStore::deleteKey(const std::string& key, Deadline /*deadline*/) {
   std::lock_guard<std::mutex> lock(mu_);
   return data_.erase(key) > 0;
 }

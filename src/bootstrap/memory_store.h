@@ -22,12 +22,12 @@ class MemoryStore : public Store {
   // passes (kTimeout naming the first missing key); the others never block beyond the lock.
   // add() fails with kInvalidArgument if the key holds something other than a decimal
   // integer, which is how add() itself stores values (so get() on a counter reads "3").
-  Status set(const std::string& key, const std::string& value) override;
+  Status set(const std::string& key, const std::string& value, Deadline deadline = Deadline()) override;
   StatusOr<std::string> get(const std::string& key, Deadline deadline) override;
-  StatusOr<int64_t> add(const std::string& key, int64_t delta) override;
+  StatusOr<int64_t> add(const std::string& key, int64_t delta, Deadline deadline = Deadline()) override;
   Status wait(const std::vector<std::string>& keys, Deadline deadline) override;
-  StatusOr<bool> check(const std::vector<std::string>& keys) override;
-  StatusOr<bool> deleteKey(const std::string& key) override;
+  StatusOr<bool> check(const std::vector<std::string>& keys, Deadline deadline = Deadline()) override;
+  StatusOr<bool> deleteKey(const std::string& key, Deadline deadline = Deadline()) override;
   StatusOr<std::vector<std::string>> multiGet(const std::vector<std::string>& keys, Deadline deadline) override;
 
   // Number of keys stored; for tests. Thread-safe.

@@ -1,5 +1,7 @@
 #include "bootstrap/store.h"
 
+#include <algorithm>
+
 namespace braid::bootstrap {
 
 StatusOr<std::vector<std::string>> Store::multiGet(const std::vector<std::string>& keys, Deadline deadline) {
@@ -36,8 +38,21 @@ Status missingRanks(Store& store, const std::string& prefix, int nranks, const S
 
 }  // namespace
 
+namespace {
+
+constexpr double kPollSec = 0.2;
+
+// The earlier of `deadline` and one poll period from now.
+Deadline slice(Deadline deadline, double sec = kPollSec) {
+  Deadline next = Deadline::after(sec);
+  return !deadline.never() && deadline.nanos() < next.nanos() ? deadline : next;
+}
+
+}  // namespace
+
 StatusOr<std::vector<std::string>> allGather(Store& store, const std::string& prefix, int rank, int nranks,
-                                             const std::string& value, Deadline deadline) {
+                                             const std::string& value, Deadline deadline,
+                                             const std::function<Status()>& poll) {
   if (nranks < 1 || rank < 0 || rank >= nranks)
     return invalidArgument("allGather '" + prefix + "': rank " + std::to_string(rank) + " is outside [0, " +
                            std::to_string(nranks) + ")");
@@ -45,7 +60,15 @@ StatusOr<std::vector<std::string>> allGather(Store& store, const std::string& pr
   std::vector<std::string> keys;
   keys.reserve(static_cast<size_t>(nranks));
   for (int r = 0; r < nranks; ++r) keys.push_back(rankKey(prefix, r));
-  auto values = store.multiGet(keys, deadline);
+  // Each slice asks for every key again: with many ranks, slices grow (at most 2 s) so that
+  // the waiting ranks do not flood the store.
+  const double sliceSec = std::min(2.0, kPollSec * std::max(1.0, nranks / 64.0));
+  StatusOr<std::vector<std::string>> values = Status(Code::kTimeout, "not started");
+  for (;;) {
+    values = store.multiGet(keys, poll ? slice(deadline, sliceSec) : deadline);
+    if (values.isOk() || values.status().code() != Code::kTimeout || deadline.expired() || !poll) break;
+    BRAID_RETURN_IF_ERROR(poll());
+  }
   if (!values.isOk()) {
     if (values.status().code() == Code::kTimeout) return missingRanks(store, prefix, nranks, values.status());
     return values.status().withContext("allGather '" + prefix + "'");
@@ -56,17 +79,6 @@ StatusOr<std::vector<std::string>> allGather(Store& store, const std::string& pr
   return values;
 }
 
-namespace {
-
-constexpr double kPollSec = 0.2;
-
-// The earlier of `deadline` and one poll period from now.
-Deadline slice(Deadline deadline) {
-  Deadline next = Deadline::after(kPollSec);
-  return !deadline.never() && deadline.nanos() < next.nanos() ? deadline : next;
-}
-
-// store.wait(keys) in slices, running `poll` between them.
 Status waitPolling(Store& store, const std::vector<std::string>& keys, Deadline deadline,
                    const std::function<Status()>& poll) {
   if (!poll) return store.wait(keys, deadline);
@@ -76,8 +88,6 @@ Status waitPolling(Store& store, const std::vector<std::string>& keys, Deadline 
     BRAID_RETURN_IF_ERROR(poll());
   }
 }
-
-}  // namespace
 
 StatusOr<std::string> getPolling(Store& store, const std::string& key, Deadline deadline,
                                  const std::function<Status()>& poll) {

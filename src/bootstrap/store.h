@@ -1,7 +1,9 @@
 #pragma once
 // The key-value store that ranks rendezvous through: braid's own TCP store, an in-memory
 // store for the in-process world, or an adapter to a foreign store (PyTorch's c10d::Store).
-// Values are opaque bytes. All methods are thread-safe and block at most until `timeout`.
+// Values are opaque bytes. All methods are thread-safe. Those with a `deadline` return by
+// then at the latest (kTimeout when the store has not answered); a never-expiring Deadline()
+// leaves the bound to the store (a networked store's own per-request timeout).
 
 #include <cstdint>
 #include <functional>
@@ -18,17 +20,17 @@ class Store {
   virtual ~Store() = default;
 
   // Sets `key` to `value`, waking every waiter on it.
-  virtual Status set(const std::string& key, const std::string& value) = 0;
+  virtual Status set(const std::string& key, const std::string& value, Deadline deadline = Deadline()) = 0;
   // Waits until `key` exists, then returns its value; kTimeout naming the key otherwise.
   virtual StatusOr<std::string> get(const std::string& key, Deadline deadline) = 0;
   // Adds `delta` to the integer stored at `key` (absent = 0) and returns the new value.
-  virtual StatusOr<int64_t> add(const std::string& key, int64_t delta) = 0;
+  virtual StatusOr<int64_t> add(const std::string& key, int64_t delta, Deadline deadline = Deadline()) = 0;
   // Waits until every key exists.
   virtual Status wait(const std::vector<std::string>& keys, Deadline deadline) = 0;
   // Whether every key exists, without waiting.
-  virtual StatusOr<bool> check(const std::vector<std::string>& keys) = 0;
+  virtual StatusOr<bool> check(const std::vector<std::string>& keys, Deadline deadline = Deadline()) = 0;
   // Removes `key`; returns whether it existed.
-  virtual StatusOr<bool> deleteKey(const std::string& key) = 0;
+  virtual StatusOr<bool> deleteKey(const std::string& key, Deadline deadline = Deadline()) = 0;
 
   // Waits until every key exists, then returns their values in `keys` order; kTimeout
   // naming a missing key otherwise. The default calls get() per key; a networked store
@@ -39,9 +41,10 @@ class Store {
 // Every rank's `value` for `prefix`, in rank order, once all `nranks` have published.
 // Blocks until then or `deadline`; on timeout the Status is kTimeout naming the first rank
 // that has not published (Status::rank()). Each rank sets "<prefix>/<rank>".
+// `poll`, when given, runs about every 200 ms while waiting, as in barrier() below.
 StatusOr<std::vector<std::string>> allGather(Store& store, const std::string& prefix, int rank,
                                              int nranks, const std::string& value,
-                                             Deadline deadline);
+                                             Deadline deadline, const std::function<Status()>& poll = nullptr);
 // Returns once all `nranks` ranks have entered the barrier named `name`. A name is used
 // once: the keys under it stay behind, so a second barrier needs a distinct name (callers
 // append a sequence number or epoch). On timeout, the message says how many ranks arrived.
@@ -49,6 +52,9 @@ StatusOr<std::vector<std::string>> allGather(Store& store, const std::string& pr
 // wait with that Status (the communicator checks for a peer's abort record this way).
 Status barrier(Store& store, const std::string& name, int nranks, Deadline deadline,
                const std::function<Status()>& poll = nullptr);
+// store.wait(keys) that also runs `poll` about every 200 ms while waiting, as above.
+Status waitPolling(Store& store, const std::vector<std::string>& keys, Deadline deadline,
+                   const std::function<Status()>& poll);
 // store.get(key) that also runs `poll` about every 200 ms while waiting, as above.
 StatusOr<std::string> getPolling(Store& store, const std::string& key, Deadline deadline,
                                  const std::function<Status()>& poll);

@@ -1188,13 +1188,13 @@ Status waitTimeout(const std::string& what, const std::string& missingKey) {
 
 }  // namespace
 
-Status TcpStoreClient::set(const std::string& key, const std::string& value) {
+Status TcpStoreClient::set(const std::string& key, const std::string& value, Deadline deadline) {
   proto::Request req;
   req.op = proto::Op::kSet;
   req.keys = {key};
   req.value = value;
   proto::Reply rep;
-  BRAID_RETURN_IF_ERROR(roundTrip(req, opDeadline(), &rep));
+  BRAID_RETURN_IF_ERROR(roundTrip(req, bounded(deadline), &rep));
   if (rep.op != proto::Op::kOk) return unexpected(address_, req.op, rep.op);
   return Status::ok();
 }
@@ -1211,13 +1211,13 @@ StatusOr<std::string> TcpStoreClient::get(const std::string& key, Deadline deadl
   return std::move(rep.value);
 }
 
-StatusOr<int64_t> TcpStoreClient::add(const std::string& key, int64_t delta) {
+StatusOr<int64_t> TcpStoreClient::add(const std::string& key, int64_t delta, Deadline deadline) {
   proto::Request req;
   req.op = proto::Op::kAdd;
   req.keys = {key};
   req.delta = delta;
   proto::Reply rep;
-  BRAID_RETURN_IF_ERROR(roundTrip(req, opDeadline(), &rep));
+  BRAID_RETURN_IF_ERROR(roundTrip(req, bounded(deadline), &rep));
   if (rep.op != proto::Op::kInt) return unexpected(address_, req.op, rep.op);
   return rep.number;
 }
@@ -1236,25 +1236,25 @@ Status TcpStoreClient::wait(const std::vector<std::string>& keys, Deadline deadl
   return Status::ok();
 }
 
-StatusOr<bool> TcpStoreClient::check(const std::vector<std::string>& keys) {
+StatusOr<bool> TcpStoreClient::check(const std::vector<std::string>& keys, Deadline deadline) {
   for (auto [begin, end] : keyBatches(keys)) {
     proto::Request req;
     req.op = proto::Op::kCheck;
     req.keys.assign(keys.begin() + begin, keys.begin() + end);
     proto::Reply rep;
-    BRAID_RETURN_IF_ERROR(roundTrip(req, opDeadline(), &rep));
+    BRAID_RETURN_IF_ERROR(roundTrip(req, bounded(deadline), &rep));
     if (rep.op != proto::Op::kBool) return unexpected(address_, req.op, rep.op);
     if (!rep.flag) return false;
   }
   return true;
 }
 
-StatusOr<bool> TcpStoreClient::deleteKey(const std::string& key) {
+StatusOr<bool> TcpStoreClient::deleteKey(const std::string& key, Deadline deadline) {
   proto::Request req;
   req.op = proto::Op::kDelete;
   req.keys = {key};
   proto::Reply rep;
-  BRAID_RETURN_IF_ERROR(roundTrip(req, opDeadline(), &rep));
+  BRAID_RETURN_IF_ERROR(roundTrip(req, bounded(deadline), &rep));
   if (rep.op != proto::Op::kBool) return unexpected(address_, req.op, rep.op);
   return rep.flag;
 }

@@ -87,16 +87,17 @@ class TcpStoreClient : public Store {
 
   // Store methods: thread-safe (one request in flight at a time, serialized by a mutex, so a
   // long get() delays other threads' calls on the same client). get/wait/multiGet wait
-  // server-side until `deadline`; the others are bounded by the op timeout. Once the
+  // server-side until `deadline`; the others until the earlier of `deadline` and the op
+  // timeout (a caller in a collective passes the operation's deadline). Once the
   // connection is lost every call fails fast with kRemoteError "store at host:port is
   // unreachable"; the client does not reconnect, because a store that comes back has lost
   // its keys and a request whose reply was lost cannot safely be repeated (add()).
-  Status set(const std::string& key, const std::string& value) override;
+  Status set(const std::string& key, const std::string& value, Deadline deadline = Deadline()) override;
   StatusOr<std::string> get(const std::string& key, Deadline deadline) override;
-  StatusOr<int64_t> add(const std::string& key, int64_t delta) override;
+  StatusOr<int64_t> add(const std::string& key, int64_t delta, Deadline deadline = Deadline()) override;
   Status wait(const std::vector<std::string>& keys, Deadline deadline) override;
-  StatusOr<bool> check(const std::vector<std::string>& keys) override;
-  StatusOr<bool> deleteKey(const std::string& key) override;
+  StatusOr<bool> check(const std::vector<std::string>& keys, Deadline deadline = Deadline()) override;
+  StatusOr<bool> deleteKey(const std::string& key, Deadline deadline = Deadline()) override;
   StatusOr<std::vector<std::string>> multiGet(const std::vector<std::string>& keys, Deadline deadline) override;
 
   // "host:port", for messages. Thread-safe.
@@ -120,6 +121,11 @@ class TcpStoreClient : public Store {
   // Closes the socket and records why; every later call returns it. Caller holds mu_.
   Status lose(const std::string& why);
   Deadline opDeadline() const { return Deadline::after(opTimeoutSec_); }
+  // The earlier of the caller's deadline and the op timeout.
+  Deadline bounded(Deadline deadline) const {
+    Deadline op = opDeadline();
+    return !deadline.never() && deadline.nanos() < op.nanos() ? deadline : op;
+  }
 
   const std::string address_;
   const double opTimeoutSec_;

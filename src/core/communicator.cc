@@ -32,6 +32,8 @@ namespace braid::core {
 namespace {
 
 constexpr int64_t kStoreCheckPeriodNs = 100 * 1000 * 1000;
+// The least time a store call of the failure checks is given, whatever the deadline left.
+constexpr double kStoreMinWaitSec = 1.0;
 // Results at least this large are written with streaming stores: they outgrow a typical
 // L2 + share of L3 and would otherwise cost a read for ownership per line.
 constexpr size_t kStreamOutputBytes = 8u << 20;
@@ -270,7 +272,8 @@ Status Communicator::init() {
   // Channel counts must agree: a rank computes it from host-local facts, so take the min.
   {
     BRAID_ASSIGN_OR_RETURN(auto all, bootstrap::allGather(*store_, key("nch"), rank_, nranks_,
-                                                          std::to_string(nchannels_), deadline));
+                                                          std::to_string(nchannels_), deadline,
+                                                          [&] { return initPoll(deadline); }));
     for (const auto& v : all) nchannels_ = std::min(nchannels_, std::max(1, std::atoi(v.c_str())));
   }
   // Spinning pays only while every busy thread has a core. An op on several channels keeps
@@ -385,7 +388,8 @@ Status Communicator::probeLinks() {
     }
   }
   if (rank_ != 0) {
-    BRAID_ASSIGN_OR_RETURN(text, store_->get(key("probe"), deadline));
+    BRAID_ASSIGN_OR_RETURN(text, bootstrap::getPolling(*store_, key("probe"), deadline,
+                                                       [&] { return initPoll(deadline); }));
   }
   double alpha = 0, beta = 0;
   if (std::sscanf(text.c_str(), "%lf %lf", &alpha, &beta) != 2 || !(alpha > 0) || !(alpha < 60) || !(beta >= 0))
@@ -473,6 +477,7 @@ Status Communicator::loadTopology() {
     if (nhosts > 1) {
       std::vector<std::string> keys;
       for (int h = 1; h < nhosts; ++h) keys.push_back(hostKey(h));
+      BRAID_RETURN_IF_ERROR(bootstrap::waitPolling(*store_, keys, deadline, [&] { return initPoll(deadline); }));
       BRAID_ASSIGN_OR_RETURN(auto rest, store_->multiGet(keys, deadline));
       for (int h = 1; h < nhosts; ++h) records[h] = rest[h - 1];
     }
@@ -488,7 +493,8 @@ Status Communicator::loadTopology() {
     }
     if (nranks_ > 1) BRAID_RETURN_IF_ERROR(store_->set(key("topo/ring"), ringText));
   } else {
-    BRAID_ASSIGN_OR_RETURN(ringText, store_->get(key("topo/ring"), deadline));
+    BRAID_ASSIGN_OR_RETURN(ringText, bootstrap::getPolling(*store_, key("topo/ring"), deadline,
+                                                           [&] { return initPoll(deadline); }));
   }
   BRAID_RETURN_IF_ERROR(topology::decodeClusterPlan(ringText, nranks_, &topoPlan_));
   topoRing_ = topoPlan_.ring;
@@ -503,7 +509,8 @@ Status Communicator::loadTopology() {
     bool known = false;
     std::string rec = myRecord;
     if (rec.empty()) {
-      BRAID_ASSIGN_OR_RETURN(rec, store_->get(hostKey(myHost), deadline));
+      BRAID_ASSIGN_OR_RETURN(rec, bootstrap::getPolling(*store_, hostKey(myHost), deadline,
+                                                        [&] { return initPoll(deadline); }));
     }
     BRAID_RETURN_IF_ERROR(topology::decodeHostRecord(rec, "topology of host " + ids[rank_], &g, &known));
     if (!known) return internalError("ring published for a host without a topology");
@@ -540,9 +547,40 @@ Status Communicator::exchangePeers() {
       if (!std::isspace(static_cast<unsigned char>(*p))) where.visible += *p;
   }
   where.numa = numaNode_ >= 0 ? numaNode_ : topology::Placement::local().numaNodeOfCaller();
+  // Ranks on one host sign a roster before the exchange: a rank that dies while the others
+  // still wait for the exchange's last records is then noticed by its neighbours on the host
+  // (its pid is gone), who fail and publish why, instead of everybody waiting for the timeout.
+  const std::string roster = key("roster/" + me.hostId);
+  if (nranks_ > 1) {
+    BRAID_ASSIGN_OR_RETURN(int64_t entry, store_->add(roster + "/n", 1, deadline));
+    BRAID_RETURN_IF_ERROR(store_->set(roster + "/" + std::to_string(entry),
+                                      std::to_string(rank_) + " " + std::to_string(me.pid), deadline));
+  }
+  auto poll = [&]() -> Status {
+    BRAID_RETURN_IF_ERROR(abortRecord(deadline));
+    auto n = store_->add(roster + "/n", 0, deadline);
+    if (!n.isOk()) return storeLoss(n.status());
+    for (int64_t i = 1; i <= n.value(); ++i) {
+      const std::string k = roster + "/" + std::to_string(i);
+      auto there = store_->check({k}, deadline);
+      if (!there.isOk()) return storeLoss(there.status());
+      if (!there.value()) continue;  // added, not yet signed
+      auto v = store_->get(k, deadline);
+      if (!v.isOk()) return storeLoss(v.status());
+      int r = -1;
+      long long pid = 0;
+      if (std::sscanf(v.value().c_str(), "%d %lld", &r, &pid) != 2 || pid == me.pid) continue;
+      if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH)
+        return Status(Code::kRemoteError,
+                      "rank " + std::to_string(r) + " (pid " + std::to_string(pid) + " on host " + me.hostId +
+                          ") exited while the ranks were exchanging their addresses",
+                      r);
+    }
+    return Status::ok();
+  };
   BRAID_ASSIGN_OR_RETURN(auto all, bootstrap::allGather(*store_, key("peer"), rank_, nranks_,
                                                         encodePeer(me) + "\n" + topology::encodeRankRecord(where),
-                                                        deadline));
+                                                        deadline, poll));
   peers_.resize(static_cast<size_t>(nranks_));
   rankRecords_.resize(static_cast<size_t>(nranks_));
   for (int r = 0; r < nranks_; ++r) {
@@ -559,9 +597,34 @@ Status Communicator::exchangePeers() {
     if (r < rank_) ++localRank_;
     ++localSize_;
     // Watch local peers in other processes; a pidfd reports exit even while a zombie.
-    if (peers_[r].pid != me.pid) peerPidFds_[r] = pidfdOpen(peers_[r].pid);
+    if (peers_[r].pid == me.pid) continue;
+    peerPidFds_[r] = pidfdOpen(peers_[r].pid);
+    if (peerPidFds_[r] < 0 && errno == ESRCH) {
+      BRAID_RETURN_IF_ERROR(abortRecord(deadline));  // its own reason, or the one that ended it
+      return Status(Code::kRemoteError,
+                    "rank " + std::to_string(r) + " (pid " + std::to_string(peers_[r].pid) + " on host " +
+                        me.hostId + ") exited during init, after publishing its address",
+                    r);
+    }
   }
   return Status::ok();
+}
+
+Status Communicator::initPoll(Deadline deadline) {
+  // No rank can have left cleanly during init: any local exit is a failure.
+  for (int r = 0; r < static_cast<int>(peerPidFds_.size()); ++r) {
+    int fd = peerPidFds_[r];
+    if (fd < 0) continue;
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 0) > 0) {
+      BRAID_RETURN_IF_ERROR(abortRecord(deadline));  // its own reason, if it left one
+      return Status(Code::kRemoteError,
+                    "rank " + std::to_string(r) + " (pid " + std::to_string(peers_[r].pid) + " on host " +
+                        peers_[r].hostId + ") exited during init",
+                    r);
+    }
+  }
+  return abortRecord(deadline);
 }
 
 Status Communicator::connect() {
@@ -581,7 +644,7 @@ Status Communicator::connect() {
   tc.netIf = cfg.netIf;
   tc.portLo = cfg.portLo;
   tc.portHi = cfg.portHi;
-  tc.abortCheck = [this] { return abortRecord(); };
+  tc.abortCheck = [this, deadline] { return initPoll(deadline); };
   tc.ibHca = cfg.ibHca;
   tc.ibGidIndex = cfg.ibGidIndex;
   if (topology_) {
@@ -732,7 +795,7 @@ Status Communicator::connect() {
     for (int to : w.to) {
       if (w.links->sendTo[to]) continue;
       BRAID_ASSIGN_OR_RETURN(std::string v, bootstrap::getPolling(*store_, connKey(rank_, to, w.channel), deadline,
-                                                                  [this] { return abortRecord(); }));
+                                                                  [&] { return initPoll(deadline); }));
       size_t bar = v.find('|');
       std::string tname = bar == std::string::npos ? "" : v.substr(0, bar);
       if (tname != transportNames_[to]) {
@@ -751,7 +814,7 @@ Status Communicator::connect() {
     }
   }
   // Phase 3: everyone attached; transports finish (accept, unlink).
-  BRAID_RETURN_IF_ERROR(bootstrap::barrier(*store_, key("connected"), nranks_, deadline, [this] { return abortRecord(); }));
+  BRAID_RETURN_IF_ERROR(bootstrap::barrier(*store_, key("connected"), nranks_, deadline, [&] { return initPoll(deadline); }));
   for (auto& t : transports_)
     if (t) BRAID_RETURN_IF_ERROR(t->establish(deadline));
   for (auto& t : meshTransports_)
@@ -772,8 +835,8 @@ Communicator::~Communicator() {
   // A clean goodbye: every operation of this rank is done. A peer still finishing the last
   // one (waiting on a third rank, or a slower transport) then does not take this process's
   // exit for a failure. Best effort: a lost store only means the peer sees an exit.
-  if (store_ && !brokenFlag_.load(std::memory_order_acquire))
-    (void)store_->set(key("bye/" + std::to_string(rank_)), "1");
+  if (store_ && !brokenFlag_.load(std::memory_order_acquire) && !storeLost())
+    (void)store_->set(key("bye/" + std::to_string(rank_)), "1", Deadline::after(opts_.config.timeoutSec));
   connections_.clear();
   transports_.clear();
   meshTransports_.clear();
@@ -919,7 +982,7 @@ void Communicator::runChannel(const std::shared_ptr<Op>& op, int channel) {
     ctx.wait = op->channels_.size() == 1 ? waitOneChannel_ : wait_;
     ctx.streamOutput = op->outputBytes_ >= kStreamOutputBytes;
     ctx.abortFlag = &abortFlag_;
-    ctx.healthCheck = [this] { return healthCheck(); };
+    ctx.healthCheck = [this](Deadline d) { return healthCheck(d); };
     const int64_t t0 = timeline::on() ? timeline::nowUs() : 0;
     s = exec::runChannel(*op->schedule_, channel, op->buffers_, mesh ? meshLinks_ : links_[channel], ctx);
     if (t0) {
@@ -956,7 +1019,7 @@ Status Communicator::brokenStatus() const {
   return broken_;
 }
 
-Status Communicator::healthCheck() {
+Status Communicator::healthCheck(Deadline deadline) {
   // Local peers first: a pidfd becomes readable when its process exits.
   for (int r = 0; r < nranks_; ++r) {
     int fd = peerPidFds_[r];
@@ -965,13 +1028,18 @@ Status Communicator::healthCheck() {
     if (::poll(&p, 1, 0) > 0) {
       // A peer that destroyed its communicator first has finished every operation: its exit
       // is no failure (whatever it still owed us is in the socket or shared memory already).
-      auto bye = store_->check({key("bye/" + std::to_string(r))});
-      if (bye.isOk() && bye.value()) {
-        peerBye_[r].store(true, std::memory_order_relaxed);
-        continue;
+      if (!storeLost()) {
+        Deadline floor = Deadline::after(kStoreMinWaitSec);
+        auto bye = store_->check({key("bye/" + std::to_string(r))},
+                                 !deadline.never() && deadline.nanos() < floor.nanos() ? floor : deadline);
+        if (bye.isOk() && bye.value()) {
+          peerBye_[r].store(true, std::memory_order_relaxed);
+          continue;
+        }
       }
-      // A peer that aborted on purpose left a record before exiting: prefer its reason.
-      auto rec = abortRecord();
+      // A peer that aborted on purpose left a record before exiting: prefer its reason. A
+      // store that is gone names its host, whose exit may be what ended this peer too.
+      auto rec = abortRecord(deadline);
       if (!rec.isOk()) return rec;
       return Status(Code::kRemoteError,
                     "rank " + std::to_string(r) + " (pid " + std::to_string(peers_[r].pid) + " on host " +
@@ -986,23 +1054,48 @@ Status Communicator::healthCheck() {
   int64_t now = nowNanos();
   if (now < nextStoreCheckNs_) return Status::ok();
   nextStoreCheckNs_ = now + kStoreCheckPeriodNs;
-  return abortRecord();
+  return abortRecord(deadline);
 }
 
-Status Communicator::abortRecord() {
-  auto present = store_->check({key("abort")});
-  if (!present.isOk()) {
-    int owner = opts_.storeOwnerRank;
-    return Status(Code::kRemoteError,
-                  (owner >= 0 ? "lost the store served by rank " + std::to_string(owner) : std::string("lost the store")) +
-                      ": " + present.status().message(),
-                  owner);
+Status Communicator::abortRecord(Deadline deadline) {
+  if (storeLost()) {
+    std::lock_guard<std::mutex> lock(errorMu_);
+    return storeLost_;
   }
+  // A check issued just before the operation's deadline still gets a fair chance: a store
+  // that misses only that deadline is not thereby lost.
+  Deadline floor = Deadline::after(kStoreMinWaitSec);
+  if (!deadline.never() && deadline.nanos() < floor.nanos()) deadline = floor;
+  auto present = store_->check({key("abort")}, deadline);
+  if (!present.isOk()) return storeLoss(present.status());
   if (present.value()) {
-    auto v = store_->get(key("abort"), Deadline::after(5));
+    Deadline five = Deadline::after(5);
+    auto v = store_->get(key("abort"), !deadline.never() && deadline.nanos() < five.nanos() ? deadline : five);
     if (v.isOk()) return decodeError(v.value());
   }
   return Status::ok();
+}
+
+Status Communicator::storeLoss(const Status& why) {
+  const int owner = opts_.storeOwnerRank;
+  const std::string who = owner >= 0 ? "rank " + std::to_string(owner) + ", which serves the job's store" : "";
+  // A store that stopped answering is stalled (a stopped or overloaded host); one whose
+  // connection broke is gone.
+  const bool stalled = why.code() == Code::kTimeout;
+  std::string text;
+  if (stalled) text = (owner >= 0 ? who + ", does not answer: " : "the job's store does not answer: ") + why.message();
+  else text = (owner >= 0 ? "lost " + who + ": " : "lost the job's store: ") + why.message();
+  Status s(stalled ? Code::kTimeout : Code::kRemoteError, text, owner);
+  std::lock_guard<std::mutex> lock(errorMu_);
+  if (!storeLostFlag_.load(std::memory_order_relaxed)) {
+    storeLost_ = s;
+    storeLostFlag_.store(true, std::memory_order_release);
+  }
+  return storeLost_;
+}
+
+Deadline Communicator::graceDeadline() const {
+  return Deadline::after(std::min(3.0, std::max(0.5, opts_.config.timeoutSec / 2)));
 }
 
 Status Communicator::findStalledRank(const Status& timeout) {
@@ -1010,15 +1103,20 @@ Status Communicator::findStalledRank(const Status& timeout) {
   // rank we waited for ends at the one rank that records nothing: the one that stalled.
   const int waitedFor = timeout.rank();
   if (waitedFor < 0) return timeout;
-  (void)store_->set(key("stall/" + std::to_string(rank_)), std::to_string(waitedFor));
-  double grace = std::min(3.0, std::max(0.5, opts_.config.timeoutSec / 2));
-  Deadline deadline = Deadline::after(grace);
+  if (storeLost()) return abortRecord(Deadline());  // the store's loss, naming its host
+  Deadline deadline = graceDeadline();
+  Status published = store_->set(key("stall/" + std::to_string(rank_)), std::to_string(waitedFor), deadline);
+  if (!published.isOk()) return storeLoss(published);
   std::set<int> visited{rank_};
   int cur = waitedFor;
   while (!visited.count(cur)) {
     visited.insert(cur);
     auto v = store_->get(key("stall/" + std::to_string(cur)), deadline);
     if (!v.isOk()) {
+      // A store that fails here (rather than answering "not there") is itself the problem.
+      if (v.status().code() != Code::kTimeout || v.status().message().find("timed out waiting for store key") ==
+                                                     std::string::npos)
+        return storeLoss(v.status());
       return Status(Code::kTimeout,
                     "rank " + std::to_string(cur) + " made no progress for " +
                         std::to_string(static_cast<int>(opts_.config.timeoutSec)) + " s (BRAID_TIMEOUT); " +
@@ -1040,9 +1138,9 @@ Status Communicator::fail(const Status& s) {
   if (s.code() == Code::kTimeout) report = findStalledRank(s);
   if (s.code() == Code::kRemoteError) {
     // A neighbour that closed its connection may only have been reacting to the real
-    // failure; its published record names the root cause.
-    Status rec = abortRecord();
-    if (!rec.isOk() && rec.code() != Code::kRemoteError) report = rec;
+    // failure; its published record, or the store's loss, names the root cause.
+    Status rec = abortRecord(graceDeadline());
+    if (!rec.isOk() && (rec.code() != Code::kRemoteError || storeLost())) report = rec;
     else if (!rec.isOk() && rec.message().find(" reported: ") != std::string::npos) report = rec;
   }
   bool first = false;
@@ -1059,9 +1157,10 @@ Status Communicator::fail(const Status& s) {
   abortFlag_.store(1);
   if (first) {
     BRAID_WARN("%s", report.toString().c_str());
-    // Errors that came from another rank's record need not be re-published.
-    if (report.message().find(" reported: ") == std::string::npos)
-      (void)store_->set(key("abort"), encodeError(report, rank_));
+    // Errors that came from another rank's record need not be re-published, nor can
+    // anything be through a lost store.
+    if (report.message().find(" reported: ") == std::string::npos && !storeLost())
+      (void)store_->set(key("abort"), encodeError(report, rank_), graceDeadline());
   }
   return report;
 }
@@ -1080,8 +1179,8 @@ void Communicator::abort(const Status& why) {
   abortFlag_.store(1);
   // A failure that came from another rank's record is already published; overwriting it
   // would hide the root cause from the ranks that have not read it yet.
-  if (first && s.message().find(" reported: ") == std::string::npos)
-    (void)store_->set(key("abort"), encodeError(s, rank_));
+  if (first && s.message().find(" reported: ") == std::string::npos && !storeLost())
+    (void)store_->set(key("abort"), encodeError(s, rank_), graceDeadline());
 }
 
 }  // namespace braid::core

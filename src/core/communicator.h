@@ -109,6 +109,9 @@ class Communicator {
 
   // The error that broke the communicator, or Ok.
   Status brokenStatus() const;
+  // Whether a call to the store failed (timed out or lost the connection): the store's
+  // host is dead or stalled, and teardown should not wait on it.
+  bool storeLost() const { return storeLostFlag_.load(std::memory_order_acquire); }
 
   // Transport chosen for each peer ("self" for this rank), for logs and tests.
   const std::vector<std::string>& transportPerPeer() const { return transportNames_; }
@@ -142,9 +145,21 @@ class Communicator {
   // BRAID_TIMELINE: the span of one blocking call, from issue to completion.
   void traceCall(const Op& op, int64_t t0, const Status& s) const;
   void workerLoop(int channel);
-  Status healthCheck();
-  // A peer's published failure as a Status (Ok when there is none).
-  Status abortRecord();
+  // Reports a local peer's exit, a peer's abort record or the store's loss; store calls
+  // wait no longer than `deadline` (the running operation's).
+  Status healthCheck(Deadline deadline);
+  // While joining: a local peer's exit (none may leave during init), a peer's abort record
+  // or the store's loss.
+  Status initPoll(Deadline deadline);
+  // A peer's published failure as a Status (Ok when there is none), or the store's loss.
+  Status abortRecord(Deadline deadline);
+  // Records that the store failed a call with `why` and returns the error every later check
+  // reports instead of asking the store again: it names the rank that serves the store, when
+  // one does.
+  Status storeLoss(const Status& why);
+  // Bounds the store calls of failure handling: long enough for a live store to answer,
+  // short next to the operation's timeout.
+  Deadline graceDeadline() const;
   Status fail(const Status& s);
   Status findStalledRank(const Status& timeout);
   std::string key(const std::string& k) const { return opts_.keyPrefix + "/" + k; }
@@ -203,6 +218,8 @@ class Communicator {
   Status broken_;
   std::mutex healthMu_;
   int64_t nextStoreCheckNs_ = 0;
+  std::atomic<bool> storeLostFlag_{false};
+  Status storeLost_;  // under errorMu_
 };
 
 // FNV-1a of a call's shape; travels in every slot with the sequence number.

@@ -340,7 +340,7 @@ class ChannelRunner {
     }
     if (ctx_.healthCheck && now >= nextHealthNs_) {
       nextHealthNs_ = now + kHealthPeriodNs;
-      BRAID_RETURN_IF_ERROR(ctx_.healthCheck());
+      BRAID_RETURN_IF_ERROR(ctx_.healthCheck(ctx_.deadline));
     }
     return Status::ok();
   }

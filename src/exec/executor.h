@@ -46,8 +46,9 @@ struct RunContext {
   // that writing it does not first read every destination line.
   bool streamOutput = false;
   const std::atomic<int>* abortFlag = nullptr;  // nonzero: stop with kAborted
-  // Called while sleeping, about every 100 ms: reports a dead peer or a peer's abort.
-  std::function<Status()> healthCheck;
+  // Called while waiting, about every 100 ms, with `deadline`: reports a dead peer, a peer's
+  // abort or a lost store, returning by the deadline at the latest.
+  std::function<Status(Deadline)> healthCheck;
 };
 
 // Runs channel `channel` of `schedule` to completion (all sends flushed). Blocks; uses only

@@ -419,6 +419,86 @@ TEST_CASE("a stopped rank makes survivors time out", "[multiproc][chaos]") {
   }
 }
 
+// How long each survivor's braidCommDestroy took ("DESTROYED rank=R ms=T" from mp_fault).
+std::map<int, double> destroyTimes(const std::string& out) {
+  std::map<int, double> m;
+  std::regex re(R"(DESTROYED rank=(\d+) ms=(\d+))");
+  for (auto it = std::sregex_iterator(out.begin(), out.end(), re); it != std::sregex_iterator(); ++it)
+    m[std::stoi((*it)[1])] = std::stod((*it)[2]);
+  return m;
+}
+
+// Rank 0 serves the store (torchrun's layout) and stalls: every wait on the store is bounded
+// by the operation's deadline, the error names rank 0 as the store's host, and destroy does
+// not wait on the stalled store again.
+TEST_CASE("a stopped rank 0 that serves the store: survivors fail within the timeout, naming it", "[multiproc][chaos]") {
+  for (const char* transport : {"", "BRAID_TRANSPORT=tcp"}) {
+    INFO(transport);
+    // The stopped rank is killed by `timeout` once the survivors are long done.
+    Run r = torchrunJob(3, std::string("BRAID_TIMEOUT=3 ") + transport, "timeout -s KILL 10 " MP_DIR "/mp_fault stop 0 5");
+    INFO(r.out);
+    auto res = results(r.out);
+    auto destroyed = destroyTimes(r.out);
+    CHECK(res.size() == 2u);
+    for (const auto& [rank, x] : res) {
+      INFO("survivor " << rank);
+      CHECK(x.code == kTimeout);
+      CHECK(x.failedRank == 0);
+      CHECK(x.elapsedMs >= 2900);
+      CHECK(x.elapsedMs < 9000);
+      REQUIRE(destroyed.count(rank));
+      CHECK(destroyed[rank] < 3000);
+    }
+    CHECK(r.out.find("rank 0, which serves the job's store, does not answer") != std::string::npos);
+  }
+}
+
+TEST_CASE("a killed rank 0 that serves the store is named as the store's host", "[multiproc][chaos]") {
+  for (const char* transport : {"", "BRAID_TRANSPORT=tcp"}) {
+    INFO(transport);
+    Run r = torchrunJob(3, std::string("BRAID_TIMEOUT=10 ") + transport, MP_DIR "/mp_fault kill 0 5");
+    INFO(r.out);
+    auto res = results(r.out);
+    CHECK(res.size() == 2u);
+    for (const auto& [rank, x] : res) {
+      INFO("survivor " << rank);
+      CHECK(x.failedRank == 0);
+      CHECK(x.elapsedMs < 5000);
+    }
+  }
+}
+
+// A rank that dies while the others wait inside the join (rank 2 starts late, rank 1 dies
+// 400 ms in): its neighbours on the host notice its pid is gone and fail at once, and the
+// record they leave fails the late rank too, long before BRAID_TIMEOUT.
+TEST_CASE("a rank that dies while joining fails the others' join, naming it", "[multiproc][chaos]") {
+  for (const char* transport : {"", "BRAID_TRANSPORT=tcp"}) {
+    INFO(transport);
+    Run r = run(braidrun(3, std::string("BRAIDRUN_GRACE_SEC=20 BRAID_TIMEOUT=30 MP_LATE_RANK=2 MP_LATE_MS=1500 ") +
+                                transport) +
+                MP_DIR "/mp_fault initkill 1 400");
+    INFO(r.out);
+    auto res = results(r.out);
+    CHECK(res.size() == 2u);
+    for (const auto& [rank, x] : res) {
+      INFO("survivor " << rank);
+      CHECK(x.code == kRemoteError);
+      CHECK(x.failedRank == 1);
+      CHECK(x.elapsedMs < 5000);
+    }
+    CHECK(r.out.find("rank 1 (pid ") != std::string::npos);
+  }
+  // Rank 0 serving the store notices the same; the late rank, which finds no store at all
+  // (it left with rank 0), can only wait for its timeout: not checked here.
+  Run r = torchrunJob(3, "BRAID_TIMEOUT=6 MP_LATE_RANK=2 MP_LATE_MS=1500", MP_DIR "/mp_fault initkill 1 400");
+  INFO(r.out);
+  auto res = results(r.out);
+  REQUIRE(res.count(0));
+  CHECK(res[0].code == kRemoteError);
+  CHECK(res[0].failedRank == 1);
+  CHECK(res[0].elapsedMs < 5000);
+}
+
 TEST_CASE("braidCommAbort on one rank fails the others", "[multiproc][chaos]") {
   Run r = run(braidrun(3, "BRAIDRUN_GRACE_SEC=20") + MP_DIR "/mp_fault abort 2 5");
   INFO(r.out);

@@ -1,7 +1,12 @@
 // Store semantics, the same checks on MemoryStore and on the TCP store (one client per
 // "rank" thread), plus allGather and barrier with 8 ranks on each.
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <string>
 #include <thread>
@@ -328,4 +333,49 @@ TEST_CASE("allGather and barrier failures on MemoryStore", "[bootstrap][store]")
 TEST_CASE("allGather and barrier failures on TcpStore", "[bootstrap][store][tcp]") {
   TcpWorld w;
   checkCollectiveTimeouts(w);
+}
+
+// A store whose process is stopped (SIGSTOP) still accepts bytes into its socket but never
+// answers: every call returns by the caller's deadline, not the client's 30 s op timeout,
+// so that a collective waiting on the store fails within its own timeout.
+TEST_CASE("tcp store: calls return by the caller's deadline while the store is stalled", "[store]") {
+  int ports[2];
+  REQUIRE(pipe(ports) == 0);
+  pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    auto s = TcpStoreServer::start("127.0.0.1", 0, 0);
+    int port = s.isOk() ? s.value()->port() : -1;
+    (void)!write(ports[1], &port, sizeof port);
+    for (;;) pause();
+  }
+  close(ports[1]);
+  int port = -1;
+  REQUIRE(read(ports[0], &port, sizeof port) == static_cast<ssize_t>(sizeof port));
+  close(ports[0]);
+  REQUIRE(port > 0);
+  auto c = TcpStoreClient::connect("127.0.0.1", port, 0, Deadline::after(10));
+  REQUIRE(c.isOk());
+  Store& store = *c.value();
+  REQUIRE(store.set("k", "v").isOk());
+  REQUIRE(kill(child, SIGSTOP) == 0);
+  // `slack`: get() waits on the server until the deadline, then a short grace for the reply.
+  auto bounded = [](const char* what, auto&& call, double slack = 0) {
+    INFO(what);
+    auto t0 = std::chrono::steady_clock::now();
+    Status s = call(Deadline::after(0.3));
+    const double took = secondsSince(t0);
+    CHECK(s.code() == Code::kTimeout);
+    CHECK(took >= 0.25);
+    CHECK(took < 1.5 + slack);
+    // The message says which store and that it may be stalled.
+    CHECK(s.message().find("127.0.0.1:") != std::string::npos);
+  };
+  bounded("set", [&](Deadline d) { return store.set("k2", "v", d); });
+  bounded("check", [&](Deadline d) { return store.check({"k"}, d).status(); });
+  bounded("add", [&](Deadline d) { return store.add("n", 1, d).status(); });
+  bounded("deleteKey", [&](Deadline d) { return store.deleteKey("k", d).status(); });
+  bounded("get", [&](Deadline d) { return store.get("k", d).status(); }, 2.5);
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
 }

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
@@ -152,6 +153,7 @@ bool Op::test(Status* status) {
 }
 
 void Op::finishEmpty() {
+  if (sequenced_) comm_->recorder_.finished(static_cast<uint32_t>(tag_ >> 32), true);
   {
     std::lock_guard<std::mutex> lock(mu_);
     done_ = true;
@@ -161,16 +163,23 @@ void Op::finishEmpty() {
 
 void Op::complete(const Status& s) {
   bool last = false;
+  Status final;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!s.isOk() && status_.isOk()) status_ = s;
     last = --remaining_ == 0;
-    if (last) done_ = true;
+    if (last) final = status_;
   }
-  if (last) {
-    comm_->inflight_.fetch_sub(1);
-    cv_.notify_all();
+  if (!last) return;
+  // Recorded before anyone can see the op done (and perhaps destroy the communicator).
+  if (sequenced_)
+    comm_->recorder_.finished(static_cast<uint32_t>(tag_ >> 32), final.isOk(), final.isOk() ? -1 : final.rank());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    done_ = true;
   }
+  comm_->inflight_.fetch_sub(1);
+  cv_.notify_all();
 }
 
 // ---------------------------------------------------------------- setup
@@ -847,7 +856,7 @@ Communicator::~Communicator() {
 // ---------------------------------------------------------------- running
 
 StatusOr<std::shared_ptr<Op>> Communicator::prepare(const algorithms::Request& req, const void* input, void* output,
-                                                    std::vector<void*> extra, bool reuse) {
+                                                    std::vector<void*> extra, bool reuse, bool startsNow) {
   BRAID_RETURN_IF_ERROR(brokenStatus());
   std::shared_ptr<Op> op;
   if (reuse && spareOp_ && spareOp_.use_count() == 1) {
@@ -874,14 +883,14 @@ StatusOr<std::shared_ptr<Op>> Communicator::prepare(const algorithms::Request& r
     plain.preMul = false;
     plain.inPlace = false;
     plain.op = ReduceOp::kSum;
-    return prepareScheduled(op, plain, input, output, std::move(extra));
+    return prepareScheduled(op, plain, input, output, std::move(extra), startsNow);
   }
-  return prepareScheduled(op, req, input, output, std::move(extra));
+  return prepareScheduled(op, req, input, output, std::move(extra), startsNow);
 }
 
 StatusOr<std::shared_ptr<Op>> Communicator::prepareScheduled(std::shared_ptr<Op> op, const algorithms::Request& req,
                                                              const void* input, void* output,
-                                                             std::vector<void*> extra) {
+                                                             std::vector<void*> extra, bool startsNow) {
   if (!cachedSchedule_ || !sameRequest(req, cachedReq_)) {
     BRAID_ASSIGN_OR_RETURN(exec::Schedule sched, plan::planCollective(req, layout_, &algoRules_, machine_));
     if (sched.channels.empty()) return internalError("planner returned a schedule without channels");
@@ -900,7 +909,9 @@ StatusOr<std::shared_ptr<Op>> Communicator::prepareScheduled(std::shared_ptr<Op>
     op->scratch_.reset(new char[op->schedule_->scratchBytes]);
     op->buffers_.scratch = op->scratch_.get();
   }
-  if (req.coll == algorithms::Collective::kSendRecv) {
+  op->shape_ = CallShape::of(req);
+  op->sequenced_ = req.coll != algorithms::Collective::kSendRecv;
+  if (!op->sequenced_) {
     op->tag_ = kP2PTag;
   } else {
     op->tag_ = (static_cast<uint64_t>(seq_++) << 32) | shapeHash(req);
@@ -916,6 +927,10 @@ StatusOr<std::shared_ptr<Op>> Communicator::prepareScheduled(std::shared_ptr<Op>
   op->remaining_ = static_cast<int>(op->channels_.size());
   op->outputBytes_ = algorithms::outputElems(req, rank_, nranks_) * dataTypeSize(req.dtype);
   op->comm_ = this;
+  op->startedAtQueue_ = startsNow;
+  if (op->sequenced_)
+    recorder_.queued(static_cast<uint32_t>(op->tag_ >> 32), op->shape_, op->outputBytes_, op->schedule_->algorithm,
+                     startsNow);
   inflight_.fetch_add(1);
   return op;
 }
@@ -938,7 +953,7 @@ Status Communicator::run(const algorithms::Request& req, const void* input, void
   {
     std::lock_guard<std::mutex> lock(submitMu_);
     runInline = inflight_.load() == 0;
-    BRAID_ASSIGN_OR_RETURN(op, prepare(req, input, output, std::move(extra), /*reuse=*/true));
+    BRAID_ASSIGN_OR_RETURN(op, prepare(req, input, output, std::move(extra), /*reuse=*/true, runInline));
     if (op->channels_.empty()) {
       op->finishEmpty();
       return Status::ok();
@@ -983,14 +998,29 @@ void Communicator::runChannel(const std::shared_ptr<Op>& op, int channel) {
     ctx.streamOutput = op->outputBytes_ >= kStreamOutputBytes;
     ctx.abortFlag = &abortFlag_;
     ctx.healthCheck = [this](Deadline d) { return healthCheck(d); };
+    uint64_t peerTag = 0;
+    ctx.mismatchTag = &peerTag;
+    // Channel 0's thread owns both connection sets' channel-0 links: a long wait there looks
+    // for a peer's mismatched call on the set this operation does not use, and says what
+    // this rank is running, so that a peer finding the mismatch can decode both calls.
+    if (channel == 0 && nranks_ > 1 && op->sequenced_) {
+      ctx.otherLinks = mesh ? &links_[0] : &meshLinks_;
+      ctx.longWait = [this, &op] { publishCall(*op); };
+    }
+    if (op->sequenced_ && !op->startedAtQueue_) recorder_.started(static_cast<uint32_t>(op->tag_ >> 32));
     const int64_t t0 = timeline::on() ? timeline::nowUs() : 0;
     s = exec::runChannel(*op->schedule_, channel, op->buffers_, mesh ? meshLinks_ : links_[channel], ctx);
+    if (!s.isOk() && peerTag) s = explainMismatch(s, *op, peerTag);
     if (t0) {
       timeline::span(op->name_ + " ch" + std::to_string(channel), "channel", t0, timeline::nowUs() - t0, channel,
                      "\"algorithm\": \"" + op->schedule_->algorithm + "\", \"bytes\": " +
                          std::to_string(op->outputBytes_));
     }
-    if (!s.isOk()) s = fail(s);
+    if (!s.isOk()) {
+      // Marked failed before fail() dumps the recorder; complete() records the final word.
+      if (op->sequenced_) recorder_.finished(static_cast<uint32_t>(op->tag_ >> 32), false, s.rank());
+      s = fail(s);
+    }
   }
   op->complete(s);
 }
@@ -1129,13 +1159,90 @@ Status Communicator::findStalledRank(const Status& timeout) {
   return timeout;  // a cycle: everyone waits on everyone; report what we saw
 }
 
+void Communicator::publishCall(const Op& op) {
+  if (storeLost()) return;
+  const uint32_t seq = static_cast<uint32_t>(op.tag_ >> 32);
+  (void)store_->set(key("call/" + std::to_string(rank_) + "/" + std::to_string(seq)),
+                    "#" + std::to_string(seq) + " " + describeCall(op.shape_), graceDeadline());
+}
+
+Status Communicator::explainMismatch(const Status& s, const Op& op, uint64_t peerTag) {
+  const int peer = s.rank();
+  const uint32_t mySeq = static_cast<uint32_t>(op.tag_ >> 32);
+  const uint32_t peerSeq = static_cast<uint32_t>(peerTag >> 32);
+  const std::string mine = "#" + std::to_string(mySeq) + " " + describeCall(op.shape_);
+  std::string theirs;
+  if (peer >= 0 && peer < nranks_ && !storeLost()) {
+    // Published first, so that a peer doing the same finds this rank's call without waiting.
+    // A peer that finds nothing waits for a while and then publishes its own (publishCall).
+    publishCall(op);
+    Deadline deadline = Deadline::after(std::min(2.0, std::max(0.5, opts_.config.timeoutSec / 2)));
+    auto v = store_->get(key("call/" + std::to_string(peer) + "/" + std::to_string(peerSeq)), deadline);
+    if (v.isOk()) theirs = v.value();
+  }
+  if (theirs.empty())
+    theirs = "#" + std::to_string(peerSeq) + ", another call (shape " + std::to_string(peerTag & 0xffffffffu) +
+             "; it has not said which)";
+  return Status(Code::kInvalidArgument,
+                "collective mismatch: rank " + std::to_string(peer) + ": " + theirs + "; rank " +
+                    std::to_string(rank_) + ": " + mine +
+                    "; every rank must issue the same collectives, with the same count, type, op and root, in the "
+                    "same order",
+                peer);
+}
+
+void Communicator::dumpFlightRecorder(const Status& why) {
+  const std::string& dir = opts_.config.debugDump;
+  if (dir.empty()) return;
+  std::string comm = opts_.keyPrefix;
+  for (char& ch : comm)
+    if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '.' && ch != '-' && ch != '_') ch = '_';
+  const std::string base = dir + "/" + comm + "-rank" + std::to_string(rank_);
+  const std::string host = rank_ < static_cast<int>(peers_.size()) ? peers_[rank_].hostId : std::string();
+  const std::string last = recorder_.lastCompleted();
+  std::string text = "braid flight recorder: rank " + std::to_string(rank_) + " of " + std::to_string(nranks_) +
+                     ", communicator '" + opts_.keyPrefix + "', pid " + std::to_string(getpid()) + ", host " + host +
+                     "\nerror: " + why.toString() + "\nlast completed: " + (last.empty() ? "none" : last) +
+                     "\noperations, oldest first:\n" + recorder_.text();
+  auto quote = [](const std::string& v) {
+    std::string out = "\"";
+    for (char ch : v) {
+      if (ch == '"' || ch == '\\') out += '\\';
+      if (static_cast<unsigned char>(ch) >= 0x20) out += ch;
+    }
+    return out + "\"";
+  };
+  std::string json = "{\"rank\": " + std::to_string(rank_) + ", \"nranks\": " + std::to_string(nranks_) +
+                     ", \"communicator\": " + quote(opts_.keyPrefix) + ", \"pid\": " + std::to_string(getpid()) +
+                     ", \"host\": " + quote(host) + ", \"error\": " + quote(why.message()) +
+                     ", \"error_rank\": " + std::to_string(why.rank()) + ", \"last_completed\": " + quote(last) +
+                     ", \"operations\": " + recorder_.json() + "}\n";
+  for (const auto& [path, body] : {std::pair<std::string, const std::string&>{base + ".txt", text},
+                                   std::pair<std::string, const std::string&>{base + ".json", json}}) {
+    FILE* f = std::fopen(path.c_str(), "w");
+    if (!f) {
+      BRAID_WARN("BRAID_DEBUG_DUMP: cannot write %s: %s", path.c_str(), std::strerror(errno));
+      continue;
+    }
+    std::fwrite(body.data(), 1, body.size(), f);
+    std::fclose(f);
+  }
+}
+
 Status Communicator::fail(const Status& s) {
   Status report = s;
   {
     std::lock_guard<std::mutex> lock(errorMu_);
     if (!broken_.isOk()) return broken_;  // a sibling channel already failed
   }
-  if (s.code() == Code::kTimeout) report = findStalledRank(s);
+  if (s.code() == Code::kTimeout) {
+    report = findStalledRank(s);
+    const std::string last = recorder_.lastCompleted();
+    report = Status(report.code(),
+                    report.message() + "; rank " + std::to_string(rank_) + " last completed " +
+                        (last.empty() ? std::string("no operation") : "operation " + last),
+                    report.rank());
+  }
   if (s.code() == Code::kRemoteError) {
     // A neighbour that closed its connection may only have been reacting to the real
     // failure; its published record, or the store's loss, names the root cause.
@@ -1157,6 +1264,7 @@ Status Communicator::fail(const Status& s) {
   abortFlag_.store(1);
   if (first) {
     BRAID_WARN("%s", report.toString().c_str());
+    dumpFlightRecorder(report);
     // Errors that came from another rank's record need not be re-published, nor can
     // anything be through a lost store.
     if (report.message().find(" reported: ") == std::string::npos && !storeLost())

@@ -27,6 +27,7 @@
 #include "plan/algo_override.h"
 #include "plan/cost_model.h"
 #include "topology/cluster.h"
+#include "core/flight_recorder.h"
 #include "topology/graph.h"
 #include "transports/transport.h"
 
@@ -52,6 +53,9 @@ class Op {
   std::unique_ptr<char[]> scratch_;   // Schedule::scratchBytes
   std::unique_ptr<char[]> scaled_;    // a pre-multiplied copy of the input
   uint64_t tag_ = 0;
+  CallShape shape_;
+  bool sequenced_ = false;  // a collective (point-to-point groups carry no sequence number)
+  bool startedAtQueue_ = false;  // recorded as running when queued (run on the caller's thread)
   size_t outputBytes_ = 0;
   std::string name_;
   std::vector<int> channels_;  // the schedule's channels that have work
@@ -135,10 +139,12 @@ class Communicator {
   Status probeLinks();
   Status connect();
   // `reuse`: the caller blocks until the Op is done (run()), so the Op may be recycled.
+  // `startsNow`: the caller runs it at once (recorded as running from the start).
   StatusOr<std::shared_ptr<Op>> prepare(const algorithms::Request& req, const void* input, void* output,
-                                        std::vector<void*> extra, bool reuse = false);
+                                        std::vector<void*> extra, bool reuse = false, bool startsNow = false);
   StatusOr<std::shared_ptr<Op>> prepareScheduled(std::shared_ptr<Op> op, const algorithms::Request& req,
-                                                 const void* input, void* output, std::vector<void*> extra);
+                                                 const void* input, void* output, std::vector<void*> extra,
+                                                 bool startsNow);
   // Hands op->channels_[first...] to their progress threads.
   void enqueue(const std::shared_ptr<Op>& op, size_t first);
   void runChannel(const std::shared_ptr<Op>& op, int channel);
@@ -161,6 +167,14 @@ class Communicator {
   // short next to the operation's timeout.
   Deadline graceDeadline() const;
   Status fail(const Status& s);
+  // A collective mismatch found by the executor (`peerTag`: what the peer sent) as both
+  // ranks' calls, decoded: each rank that finds one publishes its own call, then reads the
+  // peer's, waiting briefly (the peer usually finds the same mismatch at once).
+  Status explainMismatch(const Status& s, const Op& op, uint64_t peerTag);
+  // Publishes the call `op` runs ("#seq allreduce count=..."), for peers decoding a mismatch.
+  void publishCall(const Op& op);
+  // BRAID_DEBUG_DUMP: writes the flight recorder and `why` to the folder, text and JSON.
+  void dumpFlightRecorder(const Status& why);
   Status findStalledRank(const Status& timeout);
   std::string key(const std::string& k) const { return opts_.keyPrefix + "/" + k; }
 
@@ -218,6 +232,7 @@ class Communicator {
   Status broken_;
   std::mutex healthMu_;
   int64_t nextStoreCheckNs_ = 0;
+  FlightRecorder recorder_;
   std::atomic<bool> storeLostFlag_{false};
   Status storeLost_;  // under errorMu_
 };

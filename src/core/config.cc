@@ -32,6 +32,7 @@ const std::vector<ConfigEntry>& configTable() {
       {"BRAID_TOPO_DUMP_FILE", "string", "", "write the topology this host's ranks see to this JSON file (local rank 0 writes it)"},
       {"BRAID_ALGO", "string", "", "algorithm overrides, e.g. allreduce:0-64K:tree,64K-inf:ring;broadcast:chain"},
       {"BRAID_DEBUG", "string", "", "log level: WARN, INFO or TRACE"},
+      {"BRAID_DEBUG_DUMP", "string", "", "a folder: on a failure each rank writes its flight recorder there (its last operations with state and times, and the error), as <communicator>-rank<R>.txt and .json"},
       {"BRAID_DEBUG_FILE", "string", "", "log to this file instead of stderr (%h host, %p pid)"},
       {"BRAID_SIMD", "string", "", "cap the reduction kernels' instruction set: scalar, avx2 or avx512"},
       {"BRAID_RANK", "int", "", "launcher: this process's rank (set by braidrun)"},
@@ -152,6 +153,7 @@ StatusOr<Config> Config::fromEnv(const std::function<const char*(const char*)>& 
   if (const char* v = get("BRAID_HOST_ID")) c.hostId = v;
   if (const char* v = get("BRAID_TOPO_FILE")) c.topoFile = v;
   if (const char* v = get("BRAID_TOPO_DUMP_FILE")) c.topoDumpFile = v;
+  if (const char* v = get("BRAID_DEBUG_DUMP")) c.debugDump = v;
   if (const char* v = get("BRAID_TOPO"); v && *v) {
     std::string t = v;
     if (t == "auto") c.topo = -1;

@@ -43,6 +43,7 @@ struct Config {
   int topo = -1;              // BRAID_TOPO: -1 auto, 0 never discover, 1 always
   int gpu = -1;               // BRAID_GPU: GPU index on the host, -1 none, -2 the local rank's
   std::string algo;           // BRAID_ALGO overrides (plan/algo_override.h)
+  std::string debugDump;      // BRAID_DEBUG_DUMP: folder for the flight recorder on failure
 
   // Reads every knob through `get` (getenv by default). A malformed value is
   // kInvalidArgument naming the variable and the value.

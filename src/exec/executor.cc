@@ -285,14 +285,7 @@ class ChannelRunner {
   Status receive(int peer, Slot* slot, size_t expectBytes, void* landing = nullptr) {
     Connection* c = links_.recvFrom[peer];
     BRAID_RETURN_IF_ERROR(waitFor(c, /*forSend=*/false, slot, landing, expectBytes));
-    if ((slot->tag ^ ctx_.tag) & c->tagMask()) {
-      return Status(Code::kInvalidArgument,
-                    "collective mismatch: rank " + std::to_string(peer) + " sent " + describeTag(slot->tag) +
-                        " while rank " + std::to_string(ctx_.rank) + " runs " + describeTag(ctx_.tag) +
-                        "; every rank must issue the same collectives, with the same count, type, op "
-                        "and root, in the same order",
-                    peer);
-    }
+    if ((slot->tag ^ ctx_.tag) & c->tagMask()) return mismatchWith(peer, slot->tag, c->tagMask());
     if (slot->bytes != expectBytes) {
       return Status(Code::kInvalidArgument,
                     "collective mismatch: rank " + std::to_string(peer) + " sent a slice of " +
@@ -301,6 +294,40 @@ class ChannelRunner {
                     peer);
     }
     return Status::ok();
+  }
+
+  Status mismatchWith(int peer, uint64_t peerTag, uint64_t mask) {
+    // Bits the transport does not carry (UCX keeps 10 of the sequence number's) are taken
+    // from this rank's own tag: the nearest operation with the bits the peer sent.
+    if (ctx_.mismatchTag) *ctx_.mismatchTag = (peerTag & mask) | (ctx_.tag & ~mask);
+    return Status(Code::kInvalidArgument,
+                  "collective mismatch: rank " + std::to_string(peer) + " sent " + describeTag(peerTag) +
+                      " while rank " + std::to_string(ctx_.rank) + " runs " + describeTag(ctx_.tag) +
+                      "; every rank must issue the same collectives, with the same count, type, op "
+                      "and root, in the same order",
+                  peer);
+  }
+
+  // A long wait looks at every incoming connection this thread owns: a slot of this very
+  // operation (same sequence number) with another shape means a peer issued another call,
+  // perhaps over the other connection set, where nobody here would ever read it.
+  Status scanForeign() {
+    auto scan = [&](const ChannelLinks& l) -> Status {
+      for (size_t p = 0; p < l.recvFrom.size(); ++p) {
+        Connection* c = l.recvFrom[p];
+        if (!c) continue;
+        Slot slot;
+        // A connection that fails here (a peer that left cleanly closes its sockets) is
+        // left to the health check and to the waits that use it.
+        if (!c->peekRecv(&slot).isOk()) continue;
+        const uint64_t mask = c->tagMask();
+        const uint64_t diff = (slot.tag ^ ctx_.tag) & mask;
+        if ((diff >> 32) == 0 && (diff & 0xffffffffu) != 0) return mismatchWith(static_cast<int>(p), slot.tag, mask);
+      }
+      return Status::ok();
+    };
+    BRAID_RETURN_IF_ERROR(scan(links_));
+    return ctx_.otherLinks ? scan(*ctx_.otherLinks) : Status::ok();
   }
 
   Status release(int peer, const Slot& slot) { return links_.recvFrom[peer]->releaseRecv(slot); }
@@ -341,6 +368,11 @@ class ChannelRunner {
     if (ctx_.healthCheck && now >= nextHealthNs_) {
       nextHealthNs_ = now + kHealthPeriodNs;
       BRAID_RETURN_IF_ERROR(ctx_.healthCheck(ctx_.deadline));
+      if (waitStartNs_ && now - waitStartNs_ >= kLongWaitNs) {
+        if (!longWaitSeen_ && ctx_.longWait) ctx_.longWait();
+        longWaitSeen_ = true;
+        BRAID_RETURN_IF_ERROR(scanForeign());
+      }
     }
     return Status::ok();
   }
@@ -373,6 +405,7 @@ class ChannelRunner {
     Status st;
     const char* what = forSend ? "send to" : "receive from";
     int64_t start = nowNanos();
+    waitStartNs_ = start;
     int64_t spinEnd = start + int64_t{ctx_.wait.spinMicros} * 1000;
     int64_t yieldEnd = spinEnd + int64_t{ctx_.wait.yieldMicros} * 1000;
     if (nextHealthNs_ == 0) nextHealthNs_ = start + kHealthPeriodNs;
@@ -428,6 +461,7 @@ class ChannelRunner {
   }
 
   Status flushAll() {
+    waitStartNs_ = nowNanos();
     for (uint32_t iter = 1;; ++iter) {
       BRAID_RETURN_IF_ERROR(progressAll());
       bool done = true;
@@ -480,6 +514,8 @@ class ChannelRunner {
   int channel_;
   std::vector<bool> directSend_;  // per step; empty when no connection sends from user memory
   int64_t nextHealthNs_ = 0;
+  int64_t waitStartNs_ = 0;    // when the current wait began
+  bool longWaitSeen_ = false;  // RunContext::longWait was called
 };
 
 }  // namespace

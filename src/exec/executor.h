@@ -49,7 +49,20 @@ struct RunContext {
   // Called while waiting, about every 100 ms, with `deadline`: reports a dead peer, a peer's
   // abort or a lost store, returning by the deadline at the latest.
   std::function<Status(Deadline)> healthCheck;
+  // Set (when not null) to the tag a peer sent when the executor fails with a collective
+  // mismatch, so that the caller can decode both calls.
+  uint64_t* mismatchTag = nullptr;
+  // The other connection set's links owned by this thread (the mesh while running on the
+  // rings, channel 0's rings while running on the mesh), or null. A peer that issued a
+  // different collective may be sending on them: a wait longer than kLongWaitNs scans them,
+  // and this channel's own links, for a slot of this operation with another shape.
+  const ChannelLinks* otherLinks = nullptr;
+  // Called once per channel run when a wait has lasted kLongWaitNs.
+  std::function<void()> longWait;
 };
+
+// How long a wait lasts before it looks for a mismatched peer (RunContext::otherLinks).
+constexpr int64_t kLongWaitNs = 500 * 1000 * 1000;
 
 // Runs channel `channel` of `schedule` to completion (all sends flushed). Blocks; uses only
 // the calling thread. On error the connections are left in an undefined state and the

@@ -3,6 +3,11 @@
 // place and out of place. Every element is compared with an independently computed value.
 
 #include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <string>
 #include <mutex>
 #include <sstream>
 #include <vector>
@@ -229,4 +234,120 @@ TEST_CASE("collectives issued in a different order fail cleanly on every rank", 
   });
   REQUIRE(init.isOk());
   CHECK(mismatches.load() == 3);
+}
+
+// Each rank's error, by rank, from one run of `body`.
+std::vector<std::string> errorsOf(const WorldOptions& o, const std::function<Status(core::Communicator&)>& body,
+                                  std::vector<double>* seconds = nullptr) {
+  std::vector<std::string> errors(static_cast<size_t>(o.nranks));
+  if (seconds) seconds->assign(static_cast<size_t>(o.nranks), 0);
+  Status init = braid::testing::runWorld(o, [&](core::Communicator& comm) {
+    auto t0 = std::chrono::steady_clock::now();
+    Status s = body(comm);
+    if (seconds)
+      (*seconds)[comm.rank()] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    errors[comm.rank()] = s.isOk() ? "" : s.toString();
+  });
+  REQUIRE(init.isOk());
+  return errors;
+}
+
+TEST_CASE("a count mismatch names both ranks' calls, decoded, within seconds", "[world]") {
+  for (const char* transport : {"loopback", "shm", "tcp"}) {
+    INFO(transport);
+    WorldOptions o;
+    o.nranks = 3;
+    o.timeoutSec = 30;
+    o.transport = transport;
+    std::vector<double> seconds;
+    auto errors = errorsOf(o, [](core::Communicator& comm) {
+      std::vector<float> buf(1000, 1.0f);
+      algorithms::Request req;
+      req.coll = algorithms::Collective::kAllReduce;
+      req.count = comm.rank() == 1 ? 999 : 1000;  // rank 1 disagrees on the count
+      req.dtype = DataType::kFloat32;
+      req.inPlace = true;
+      return comm.run(req, buf.data(), buf.data());
+    }, &seconds);
+    for (int r = 0; r < o.nranks; ++r) {
+      INFO("rank " << r << ": " << errors[r]);
+      CHECK(!errors[r].empty());
+      CHECK(seconds[r] < 10);
+      // Every error, found here or reported by a peer, shows both calls.
+      CHECK(errors[r].find("rank 1: #0 allreduce count=999 float sum") != std::string::npos);
+      CHECK(errors[r].find("allreduce count=1000 float sum") != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("a root mismatch and a different collective are decoded too", "[world]") {
+  WorldOptions o;
+  o.nranks = 2;
+  o.timeoutSec = 30;
+  // Rank 1 runs a reduce where rank 0 runs an allreduce of the same size.
+  auto errors = errorsOf(o, [](core::Communicator& comm) {
+    std::vector<float> in(4096, 1.0f), out(4096, 0.0f);
+    algorithms::Request req;
+    req.coll = comm.rank() == 1 ? algorithms::Collective::kReduce : algorithms::Collective::kAllReduce;
+    req.count = 4096;
+    req.dtype = DataType::kFloat32;
+    req.root = 1;
+    return comm.run(req, in.data(), out.data());
+  });
+  bool decoded = false;
+  for (const auto& e : errors) {
+    INFO(e);
+    CHECK(!e.empty());
+    if (e.find("reduce count=4096 float sum root=1") != std::string::npos &&
+        e.find("allreduce count=4096 float sum") != std::string::npos)
+      decoded = true;
+  }
+  CHECK(decoded);
+}
+
+TEST_CASE("BRAID_DEBUG_DUMP writes each rank's flight recorder on a failure", "[world]") {
+  char tmpl[] = "/tmp/braid-dump-XXXXXX";
+  REQUIRE(mkdtemp(tmpl) != nullptr);
+  const std::string dir = tmpl;
+  WorldOptions o;
+  o.nranks = 2;
+  o.timeoutSec = 30;
+  o.debugDump = dir;
+  auto errors = errorsOf(o, [](core::Communicator& comm) {
+    std::vector<int32_t> buf(64, 1);
+    algorithms::Request req;
+    req.coll = algorithms::Collective::kAllReduce;
+    req.dtype = DataType::kInt32;
+    req.inPlace = true;
+    req.count = 64;
+    for (int i = 0; i < 3; ++i) {
+      Status s = comm.run(req, buf.data(), buf.data());
+      if (!s.isOk()) return s;
+    }
+    req.count = comm.rank() == 0 ? 64 : 32;  // the fourth call disagrees
+    return comm.run(req, buf.data(), buf.data());
+  });
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r);
+    CHECK(!errors[r].empty());
+    std::ifstream txt(dir + "/braid-rank" + std::to_string(r) + ".txt");
+    REQUIRE(txt.good());
+    std::stringstream t;
+    t << txt.rdbuf();
+    INFO(t.str());
+    CHECK(t.str().find("rank " + std::to_string(r) + " of 2") != std::string::npos);
+    CHECK(t.str().find("collective mismatch") != std::string::npos);
+    CHECK(t.str().find("last completed: #2 allreduce count=64 int32 sum") != std::string::npos);
+    CHECK(t.str().find("#3 allreduce count=" + std::string(r == 0 ? "64" : "32") + " int32 sum") !=
+          std::string::npos);
+    CHECK(t.str().find("state=failed") != std::string::npos);
+    std::ifstream js(dir + "/braid-rank" + std::to_string(r) + ".json");
+    REQUIRE(js.good());
+    std::stringstream j;
+    j << js.rdbuf();
+    CHECK(j.str().find("\"rank\": " + std::to_string(r)) != std::string::npos);
+    CHECK(j.str().find("\"state\": \"done\"") != std::string::npos);
+    CHECK(j.str().find("\"last_completed\": \"#2 allreduce") != std::string::npos);
+  }
+  std::system(("rm -rf " + dir).c_str());
 }

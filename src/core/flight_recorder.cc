@@ -100,6 +100,7 @@ void FlightRecorder::queued(uint32_t seq, const CallShape& shape, size_t bytes, 
   Entry& e = ring_[seq % ring_.size()];
   e.used = true;
   e.seq = seq;
+  lastQueued_ = seq;
   e.shape = shape;
   e.bytes = bytes;
   if (e.algorithm != algorithm) e.algorithm = algorithm;  // usually the same: no allocation
@@ -152,7 +153,11 @@ std::vector<const FlightRecorder::Entry*> FlightRecorder::ordered() const {
   std::vector<const Entry*> v;
   for (const Entry& e : ring_)
     if (e.used) v.push_back(&e);
-  std::sort(v.begin(), v.end(), [](const Entry* a, const Entry* b) { return a->queuedNs < b->queuedNs; });
+  // By sequence number, oldest first, across wrap-around (the coarse clock ties often).
+  const uint32_t newest = lastQueued_;
+  std::sort(v.begin(), v.end(), [newest](const Entry* a, const Entry* b) {
+    return static_cast<int32_t>(a->seq - newest) < static_cast<int32_t>(b->seq - newest);
+  });
   return v;
 }
 

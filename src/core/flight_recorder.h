@@ -85,6 +85,7 @@ class FlightRecorder {
 
   mutable std::atomic_flag busy_ = ATOMIC_FLAG_INIT;
   std::vector<Entry> ring_;
+  uint32_t lastQueued_ = 0;
   bool anyDone_ = false;
   uint32_t lastDone_ = 0;
 };

@@ -4,8 +4,13 @@
  * Every rank runs allreduces of COUNT floats in a loop; the victim injects the fault at
  * iteration ITER. With initkill the rank is read from RANK (or BRAID_RANK) before joining,
  * and rank MP_LATE_RANK, if set, starts joining MP_LATE_MS milliseconds late, so the others
- * wait for it inside the join when the victim dies. Each survivor prints one line:
- *   RESULT rank=R code=C failed_rank=F elapsed_ms=T
+ * wait for it inside the join when the victim dies.
+ * MP_COLL picks the collective (allreduce, the default; broadcast, allgather, reduce_scatter,
+ * alltoall); MP_CHECK=1 checks every result (a wrong one prints "WRONG rank=R iter=I" and
+ * exits 2). The victim prints "FAULT rank=R mono_ms=T" just before its fault, T on the host's
+ * monotonic clock, which the survivors' RESULT lines also carry (scripts/chaos.sh measures
+ * fault-to-error times with them). Each survivor prints one line:
+ *   RESULT rank=R code=C failed_rank=F elapsed_ms=T mono_ms=M
  * where C is the braidResult_t of the call that failed, F the rank named in its error and T
  * how long that call took, then "DESTROYED rank=R ms=T" with how long braidCommDestroy took.
  * Survivors then exit with status 1, as a job that lost a peer
@@ -72,9 +77,17 @@ int main(int argc, char** argv) {
     return 1;
   }
   braidCommUserRank(comm, &rank);
-  float* buf = calloc(count, sizeof(float));
+  int nranks = 1;
+  braidCommCount(comm, &nranks);
+  const char* coll = getenv("MP_COLL") && *getenv("MP_COLL") ? getenv("MP_COLL") : "allreduce";
+  const int check = envInt("MP_CHECK", 0);
+  /* Large enough for every collective's input and output (alltoall: n blocks of count). */
+  float* in = calloc(count * (size_t)nranks, sizeof(float));
+  float* out = calloc(count * (size_t)nranks, sizeof(float));
   for (int i = 0; i < 1000000; ++i) {
     if (rank == victim && i == iter) {
+      printf("FAULT rank=%d mono_ms=%.3f\n", rank, nowMs());
+      fflush(stdout);
       if (!strcmp(mode, "kill")) raise(SIGKILL);
       if (!strcmp(mode, "stop")) raise(SIGSTOP);
       if (!strcmp(mode, "exit")) _exit(3);
@@ -84,14 +97,50 @@ int main(int argc, char** argv) {
         return 0;
       }
     }
+    /* Small integers, exact in float: element j of rank r's input is r + i + j % 7. */
+    if (check)
+      for (size_t j = 0; j < count * (size_t)nranks; ++j) in[j] = (float)(rank + i % 5 + (int)(j % 7));
     double t0 = nowMs();
-    braidResult_t r = braidAllReduce(buf, buf, count, braidFloat32, braidSum, comm, NULL);
+    braidResult_t r;
+    if (!strcmp(coll, "broadcast")) r = braidBroadcast(in, out, count, braidFloat32, i % nranks, comm, NULL);
+    else if (!strcmp(coll, "allgather")) r = braidAllGather(in, out, count, braidFloat32, comm, NULL);
+    else if (!strcmp(coll, "reduce_scatter")) r = braidReduceScatter(in, out, count, braidFloat32, braidSum, comm, NULL);
+    else if (!strcmp(coll, "alltoall")) r = braidAllToAll(in, out, count, braidFloat32, comm, NULL);
+    else r = braidAllReduce(in, out, count, braidFloat32, braidSum, comm, NULL);
+    if (r == braidSuccess && check) {
+      for (size_t j = 0; j < count; ++j) {
+        const float base = (float)(i % 5 + (int)(j % 7));
+        float want = 0;
+        size_t at = j;
+        if (!strcmp(coll, "broadcast")) {
+          want = (float)(i % nranks) + base;
+        } else if (!strcmp(coll, "allgather")) {
+          at = (size_t)(i % nranks) * count + j; /* block of rank i % nranks */
+          want = (float)(i % nranks) + base;
+        } else if (!strcmp(coll, "alltoall")) {
+          /* Block s of the output came from rank s, its block `rank`: elements rank*count + j. */
+          int src = i % nranks;
+          at = (size_t)src * count + j;
+          want = (float)(src + i % 5 + (int)(((size_t)rank * count + j) % 7));
+        } else if (!strcmp(coll, "reduce_scatter")) {
+          size_t g = (size_t)rank * count + j;
+          want = (float)nranks * (float)(i % 5 + (int)(g % 7)) + (float)(nranks * (nranks - 1) / 2);
+        } else {
+          want = (float)nranks * base + (float)(nranks * (nranks - 1) / 2);
+        }
+        if (out[at] != want) {
+          printf("WRONG rank=%d iter=%d at=%zu got=%g want=%g\n", rank, i, at, out[at], want);
+          fflush(stdout);
+          return 2;
+        }
+      }
+    }
     if (r != braidSuccess) {
       double t1 = nowMs();
       const char* msg = braidGetLastError(comm);
       const char* fr = strstr(msg, "failed rank ");
       int failed = fr ? atoi(fr + strlen("failed rank ")) : -1;
-      printf("RESULT rank=%d code=%d failed_rank=%d elapsed_ms=%.0f\n", rank, (int)r, failed, t1 - t0);
+      printf("RESULT rank=%d code=%d failed_rank=%d elapsed_ms=%.0f mono_ms=%.3f\n", rank, (int)r, failed, t1 - t0, t1);
       fprintf(stderr, "rank %d: %s\n", rank, msg);
       fflush(stdout);
       t1 = nowMs();

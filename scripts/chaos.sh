@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# Chaos trials: N jobs, each a random collective, size, transport, launcher, job size and
+# victim; the victim is killed (SIGKILL) or stopped (SIGSTOP) at a random iteration while the
+# others keep calling. Every result is checked (MP_CHECK=1). Reported: hangs (a survivor that
+# never returned), survivors that reported no error, wrong results, leftover processes and
+# /dev/shm entries, and the time from the fault to each survivor's error (p50/p99/max), for
+# kills and for stops (a stop is noticed at BRAID_TIMEOUT, so its time is shown past that).
+#
+#   scripts/chaos.sh [N]          N trials (default 20), build in ./build
+#
+# Environment: BUILD (build folder; or BRAIDRUN and RANKPROG, the programs themselves), SEED (random seed; default from the clock), TRANSPORTS
+# (default "shm tcp", add ucx when the plugin is built), LAUNCHERS (default "braidrun env":
+# env starts ranks as torchrun does, rank 0 serving the store), TIMEOUT (BRAID_TIMEOUT for the
+# ranks, default 2), LOG (folder for each trial's output; default a temporary one).
+# Exits non-zero when any trial hung, lost a survivor's report, returned a wrong result or left
+# something behind.
+set -uo pipefail
+
+N=${1:-20}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=${BUILD:-$ROOT/build}
+BRAIDRUN=${BRAIDRUN:-$BUILD/src/launcher/braidrun}
+RANKPROG=${RANKPROG:-$BUILD/tests/multiproc/mp_fault}
+TRANSPORTS=${TRANSPORTS:-"shm tcp"}
+LAUNCHERS=${LAUNCHERS:-"braidrun env"}
+TIMEOUT=${TIMEOUT:-2}
+SEED=${SEED:-$(date +%s)}
+LOG=${LOG:-$(mktemp -d /tmp/braid-chaos-XXXXXX)}
+# A trial that takes longer than this has hung.
+WALL=$((TIMEOUT * 4 + 30))
+
+for f in "$BRAIDRUN" "$RANKPROG"; do
+  [[ -x $f ]] || { echo "chaos: $f is missing; build first (cmake --build $BUILD)" >&2; exit 2; }
+done
+mkdir -p "$LOG"
+RANDOM=$SEED
+# pick VAR "a b c": one at random (no subshell, so the seed decides every choice).
+pick() {
+  local -a a=($2)
+  printf -v "$1" '%s' "${a[RANDOM % ${#a[@]}]}"
+}
+shmCount() { find /dev/shm -maxdepth 1 -name 'braid*' 2>/dev/null | wc -l; }
+leftovers() { pgrep -f "$RANKPROG" | wc -l; }
+
+pkill -9 -f "$RANKPROG" 2>/dev/null
+echo "# chaos: $N trials, seed $SEED, transports '$TRANSPORTS', launchers '$LAUNCHERS', BRAID_TIMEOUT=$TIMEOUT, logs in $LOG"
+start=$(date +%s)
+for ((t = 1; t <= N; ++t)); do
+  pick coll "allreduce broadcast allgather reduce_scatter alltoall"
+  pick count "1 1000 65536 1048576"
+  pick transport "$TRANSPORTS"
+  pick launcher "$LAUNCHERS"
+  pick np "2 3 4"
+  victim=$((RANDOM % np))
+  pick fault "kill stop"
+  at=$((2 + RANDOM % 20))
+  shm0=$(shmCount)
+  out=$LOG/trial-$t.log
+  envs=(BRAID_TIMEOUT=$TIMEOUT BRAID_TRANSPORT=$transport MP_COLL=$coll MP_CHECK=1)
+  t0=$(date +%s.%N)
+  if [[ $launcher == braidrun ]]; then
+    env "${envs[@]}" BRAIDRUN_GRACE_SEC=$((TIMEOUT + 3)) timeout -s KILL $WALL \
+      "$BRAIDRUN" -np "$np" "$RANKPROG" "$fault" "$victim" "$at" "$count" >"$out" 2>&1
+    rc=$?  # braidrun's: the first failure's (137 for the killed victim)
+    hung=0
+  else
+    # As torchrun starts ranks: rank 0 serves the store. Survivors are bounded by WALL; the
+    # victim, stopped or dead, is killed once they are done.
+    port=$((20000 + RANDOM % 30000))
+    pids=()
+    for ((r = 0; r < np; ++r)); do
+      env "${envs[@]}" RANK=$r WORLD_SIZE=$np LOCAL_RANK=$r LOCAL_WORLD_SIZE=$np MASTER_ADDR=127.0.0.1 \
+        MASTER_PORT=$port timeout -s KILL $WALL "$RANKPROG" "$fault" "$victim" "$at" "$count" >"$out.$r" 2>&1 &
+      pids+=($!)
+    done
+    rc=0
+    hung=0
+    for ((r = 0; r < np; ++r)); do
+      [[ $r == "$victim" ]] && continue
+      wait "${pids[r]}"
+      rc=$?
+      [[ $rc == 137 ]] && hung=1  # survivors exit 1 or 2; 137 is `timeout` ending one
+    done
+    # `timeout` runs the rank as its child: that goes first, or it would outlive its parent.
+    pkill -9 -P "${pids[victim]}" 2>/dev/null
+    kill -9 "${pids[victim]}" 2>/dev/null
+    wait "${pids[victim]}" 2>/dev/null
+    cat "$out".* >"$out"
+    rm -f "$out".*
+  fi
+  wall=$(awk -v a="$(date +%s.%N)" -v b="$t0" 'BEGIN { printf "%.2f", a - b }')
+  awk -v w="$wall" -v lim="$WALL" 'BEGIN { exit !(w >= lim - 0.5) }' && hung=1
+  sleep 0.2
+  left=$(leftovers)
+  [[ $left -gt 0 ]] && pkill -9 -f "$RANKPROG"
+  shm1=$(shmCount)
+  echo "TRIAL $t coll=$coll count=$count transport=$transport launcher=$launcher np=$np victim=$victim" \
+    "fault=$fault at=$at rc=$rc hung=$hung wall_s=$wall leftover_procs=$left shm_delta=$((shm1 - shm0))" >>"$out"
+done 2>>"$LOG/shell.log"  # the shell's notices of the victims it killed
+
+python3 - "$LOG" "$N" "$TIMEOUT" "$(($(date +%s) - start))" <<'EOF'
+import glob, re, sys
+log, n, timeout, took = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+lat = {"kill": [], "stop": []}
+hangs = unreported = wrong = leftover = shm = nofault = 0
+bad = []
+for path in sorted(glob.glob(log + "/trial-*.log"), key=lambda p: int(re.search(r"(\d+)\.log$", p).group(1))):
+    text = open(path, errors="replace").read()
+    m = re.search(r"TRIAL (\d+) .*np=(\d+) victim=(\d+) fault=(\w+) .* hung=(\d) .*leftover_procs=(\d+) shm_delta=(-?\d+)", text)
+    if not m:
+        continue
+    trial, np_, victim, fault, hung, left, dshm = m.groups()
+    np_, hung, left, dshm = int(np_), int(hung), int(left), int(dshm)
+    problems = []
+    fm = re.search(r"FAULT rank=\d+ mono_ms=([\d.]+)", text)
+    results = {int(r): float(t) for r, t in re.findall(r"RESULT rank=(\d+) code=\d+ failed_rank=-?\d+ elapsed_ms=\d+ mono_ms=([\d.]+)", text)}
+    if "WRONG" in text:
+        wrong += 1; problems.append("wrong result")
+    if not fm:
+        nofault += 1; problems.append("no fault injected (the job ended first)")
+    if hung:
+        hangs += 1; problems.append("hang")
+    missing = np_ - 1 - len(results)
+    if fm and missing > 0:
+        unreported += missing; problems.append(f"{missing} survivor(s) without an error")
+    if left:
+        leftover += left; problems.append(f"{left} leftover process(es)")
+    if dshm > 0:
+        shm += dshm; problems.append(f"{dshm} /dev/shm entries left")
+    if fm:
+        for t in results.values():
+            lat[fault].append(t - float(fm.group(1)))
+    if problems:
+        bad.append(f"trial {trial}: " + ", ".join(problems) + f" ({path})")
+def pct(v, p):
+    v = sorted(v)
+    return v[min(len(v) - 1, int(round(p / 100 * (len(v) - 1))))] if v else float("nan")
+print(f"trials {n} in {took} s; hangs {hangs}; survivors without an error {unreported}; wrong results {wrong}; "
+      f"leftover processes {leftover}; /dev/shm entries left {shm}; trials where the job ended before the fault {nofault}")
+for fault, v in lat.items():
+    if v:
+        print(f"fault to error, {fault} ({len(v)} survivors): p50 {pct(v, 50):.0f} ms, p99 {pct(v, 99):.0f} ms, max {max(v):.0f} ms"
+              + (f" (BRAID_TIMEOUT {timeout:.0f} s included)" if fault == "stop" else ""))
+for b in bad:
+    print(b)
+sys.exit(1 if hangs or unreported or wrong or leftover or shm else 0)
+EOF

@@ -66,7 +66,7 @@ for ((t = 1; t <= N; ++t)); do
   else
     # As torchrun starts ranks: rank 0 serves the store. Survivors are bounded by WALL; the
     # victim, stopped or dead, is killed once they are done.
-    port=$((20000 + RANDOM % 30000))
+    port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
     pids=()
     for ((r = 0; r < np; ++r)); do
       env "${envs[@]}" RANK=$r WORLD_SIZE=$np LOCAL_RANK=$r LOCAL_WORLD_SIZE=$np MASTER_ADDR=127.0.0.1 \

@@ -88,6 +88,7 @@ UcxSendConnection::~UcxSendConnection() {
     return false;
   };
   if (drain(worker_, pending, 2.0)) return;
+  if (ep_) ep_->stuck = true;
   for (Staging& s : slots_)
     if (s.request) ucp_request_cancel(worker_->worker, s.request);
   if (hello_->request) ucp_request_cancel(worker_->worker, hello_->request);
@@ -294,6 +295,7 @@ UcxRecvConnection::~UcxRecvConnection() {
     return false;
   };
   if (drain(worker_, pending, 2.0)) return;
+  if (ep_ && creditOut_->request) ep_->stuck = true;
   BRAID_WARN("ucx: receive connection from rank %d torn down with receives UCX did not cancel", peer_);
   (void)memory_.release();
   (void)helloMemory_.release();

@@ -54,6 +54,10 @@ struct Endpoint {
   // Created with peer error handling. UCX 1.13's shared-memory transports cannot offer it;
   // their endpoints are created without, and braid's own liveness checks watch the peer.
   bool watched = false;
+  // A message to the peer never completed (a stopped peer): the endpoint is closed by force,
+  // which fails what UCX still holds, instead of flushed (UCX asserts when a worker goes with
+  // sends still queued on an endpoint).
+  bool stuck = false;
 };
 
 // One channel's worker, its endpoints and the hellos it is waiting for.

@@ -187,12 +187,12 @@ class UcxTransport final : public Transport {
 UcxTransport::~UcxTransport() {
   // Close gracefully so what this side still owes a peer (its last credit message, a
   // message still in UCX's send queue) leaves before the socket does; force it if a peer
-  // is gone.
+  // is gone or stopped taking messages.
   for (auto& [channel, w] : workers_) {
     for (auto& e : w->endpoints) {
       ucp_request_param_t param;
       param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-      param.flags = e->failure == UCS_OK ? 0 : UCP_EP_CLOSE_FLAG_FORCE;
+      param.flags = e->failure == UCS_OK && !e->stuck ? 0 : UCP_EP_CLOSE_FLAG_FORCE;
       ucs_status_ptr_t r = ucp_ep_close_nbx(e->ep, &param);
       if (UCS_PTR_IS_PTR(r)) {
         Deadline d = Deadline::after(1.0);

@@ -102,10 +102,8 @@ Status decodeError(const std::string& v) {
 
 uint32_t shapeHash(const algorithms::Request& req) {
   using C = algorithms::Collective;
-  const bool hasOp = req.coll == C::kAllReduce || req.coll == C::kReduce || req.coll == C::kReduceScatter ||
-                     req.coll == C::kReduceScatterV;
-  const bool hasRoot = req.coll == C::kBroadcast || req.coll == C::kReduce || req.coll == C::kGather ||
-                       req.coll == C::kScatter;
+  const bool hasOp = callHasOp(req.coll);
+  const bool hasRoot = callHasRoot(req.coll);
   // What every rank must agree on; alltoallv's counts and every displacement are local.
   // A word-at-a-time multiply-xorshift mix, computed in place: this runs on every call, so
   // it must neither allocate nor loop over bytes.

@@ -11,16 +11,6 @@ namespace {
 
 using algorithms::Collective;
 
-bool hasOp(Collective c) {
-  return c == Collective::kAllReduce || c == Collective::kReduce || c == Collective::kReduceScatter ||
-         c == Collective::kReduceScatterV;
-}
-
-bool hasRoot(Collective c) {
-  return c == Collective::kBroadcast || c == Collective::kReduce || c == Collective::kGather ||
-         c == Collective::kScatter;
-}
-
 // CLOCK_MONOTONIC at the kernel tick's resolution: a few nanoseconds to read, where the
 // precise clock costs about twenty.
 int64_t coarseNanos() {
@@ -47,6 +37,16 @@ std::string jsonString(const std::string& s) {
 
 }  // namespace
 
+bool callHasOp(Collective c) {
+  return c == Collective::kAllReduce || c == Collective::kReduce || c == Collective::kReduceScatter ||
+         c == Collective::kReduceScatterV;
+}
+
+bool callHasRoot(Collective c) {
+  return c == Collective::kBroadcast || c == Collective::kReduce || c == Collective::kGather ||
+         c == Collective::kScatter;
+}
+
 CallShape CallShape::of(const algorithms::Request& req) {
   CallShape c;
   c.coll = req.coll;
@@ -66,8 +66,8 @@ std::string describeCall(const CallShape& c) {
                       c.coll == Collective::kAllToAllV;
   if (!vector) s += " count=" + std::to_string(c.count);
   s += std::string(" ") + dataTypeName(c.dtype);
-  if (hasOp(c.coll)) s += std::string(" ") + (c.preMul ? "premul_sum" : reduceOpName(c.op));
-  if (hasRoot(c.coll)) s += " root=" + std::to_string(c.root);
+  if (callHasOp(c.coll)) s += std::string(" ") + (c.preMul ? "premul_sum" : reduceOpName(c.op));
+  if (callHasRoot(c.coll)) s += " root=" + std::to_string(c.root);
   return s;
 }
 

@@ -29,6 +29,10 @@ struct CallShape {
   static CallShape of(const algorithms::Request& req);
 };
 
+// Whether `c` takes a reduction op, a root: the fields that then belong to its shape.
+bool callHasOp(algorithms::Collective c);
+bool callHasRoot(algorithms::Collective c);
+
 // "allreduce count=1000 float sum", "broadcast count=10 int32 root=2", "barrier": the fields
 // the collective uses, in the perf tools' names.
 std::string describeCall(const CallShape& c);

@@ -59,7 +59,9 @@ for ((t = 1; t <= N; ++t)); do
   envs=(BRAID_TIMEOUT=$TIMEOUT BRAID_TRANSPORT=$transport MP_COLL=$coll MP_CHECK=1)
   t0=$(date +%s.%N)
   if [[ $launcher == braidrun ]]; then
-    env "${envs[@]}" BRAIDRUN_GRACE_SEC=$((TIMEOUT + 3)) timeout -s KILL $WALL \
+    # braidrun's grace after the first failure covers the survivors' reports of a kill
+    # (milliseconds); after a stop, the survivors' exits start it and it ends the stopped rank.
+    env "${envs[@]}" BRAIDRUN_GRACE_SEC=2 timeout -s KILL $WALL \
       "$BRAIDRUN" -np "$np" "$RANKPROG" "$fault" "$victim" "$at" "$count" >"$out" 2>&1
     rc=$?  # braidrun's: the first failure's (137 for the killed victim)
     hung=0

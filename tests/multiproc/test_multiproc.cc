@@ -435,7 +435,7 @@ TEST_CASE("a stopped rank 0 that serves the store: survivors fail within the tim
   for (const char* transport : {"", "BRAID_TRANSPORT=tcp"}) {
     INFO(transport);
     // The stopped rank is killed by `timeout` once the survivors are long done.
-    Run r = torchrunJob(3, std::string("BRAID_TIMEOUT=3 ") + transport, "timeout -s KILL 10 " MP_DIR "/mp_fault stop 0 5");
+    Run r = torchrunJob(3, std::string("BRAID_TIMEOUT=3 ") + transport, "timeout -s KILL 6 " MP_DIR "/mp_fault stop 0 5");
     INFO(r.out);
     auto res = results(r.out);
     auto destroyed = destroyTimes(r.out);
@@ -490,7 +490,7 @@ TEST_CASE("a rank that dies while joining fails the others' join, naming it", "[
   }
   // Rank 0 serving the store notices the same; the late rank, which finds no store at all
   // (it left with rank 0), can only wait for its timeout: not checked here.
-  Run r = torchrunJob(3, "BRAID_TIMEOUT=6 MP_LATE_RANK=2 MP_LATE_MS=1500", MP_DIR "/mp_fault initkill 1 400");
+  Run r = torchrunJob(3, "BRAID_TIMEOUT=4 MP_LATE_RANK=2 MP_LATE_MS=1500", MP_DIR "/mp_fault initkill 1 400");
   INFO(r.out);
   auto res = results(r.out);
   REQUIRE(res.count(0));

@@ -359,6 +359,10 @@ TEST_CASE("tcp store: calls return by the caller's deadline while the store is s
   Store& store = *c.value();
   REQUIRE(store.set("k", "v").isOk());
   REQUIRE(kill(child, SIGSTOP) == 0);
+  // The signal is delivered asynchronously: wait until the store has really stopped.
+  int st = 0;
+  REQUIRE(waitpid(child, &st, WUNTRACED) == child);
+  REQUIRE(WIFSTOPPED(st));
   // `slack`: get() waits on the server until the deadline, then a short grace for the reply.
   auto bounded = [](const char* what, auto&& call, double slack = 0) {
     INFO(what);

@@ -25,6 +25,7 @@
 #include "reduce/reduce.h"
 #include "topology/discover.h"
 #include "topology/graph_json.h"
+#include "topology/json.h"
 #include "topology/placement.h"
 #include "topology/rings.h"
 
@@ -1202,18 +1203,10 @@ void Communicator::dumpFlightRecorder(const Status& why) {
                      ", communicator '" + opts_.keyPrefix + "', pid " + std::to_string(getpid()) + ", host " + host +
                      "\nerror: " + why.toString() + "\nlast completed: " + (last.empty() ? "none" : last) +
                      "\noperations, oldest first:\n" + recorder_.text();
-  auto quote = [](const std::string& v) {
-    std::string out = "\"";
-    for (char ch : v) {
-      if (ch == '"' || ch == '\\') out += '\\';
-      if (static_cast<unsigned char>(ch) >= 0x20) out += ch;
-    }
-    return out + "\"";
-  };
   std::string json = "{\"rank\": " + std::to_string(rank_) + ", \"nranks\": " + std::to_string(nranks_) +
-                     ", \"communicator\": " + quote(opts_.keyPrefix) + ", \"pid\": " + std::to_string(getpid()) +
-                     ", \"host\": " + quote(host) + ", \"error\": " + quote(why.message()) +
-                     ", \"error_rank\": " + std::to_string(why.rank()) + ", \"last_completed\": " + quote(last) +
+                     ", \"communicator\": " + topology::jsonQuote(opts_.keyPrefix) + ", \"pid\": " + std::to_string(getpid()) +
+                     ", \"host\": " + topology::jsonQuote(host) + ", \"error\": " + topology::jsonQuote(why.message()) +
+                     ", \"error_rank\": " + std::to_string(why.rank()) + ", \"last_completed\": " + topology::jsonQuote(last) +
                      ", \"operations\": " + recorder_.json() + "}\n";
   for (const auto& [path, body] : {std::pair<std::string, const std::string&>{base + ".txt", text},
                                    std::pair<std::string, const std::string&>{base + ".json", json}}) {

@@ -4,12 +4,14 @@
 #include <cstdio>
 #include <ctime>
 
+#include "topology/json.h"
 
 namespace braid::core {
 
 namespace {
 
 using algorithms::Collective;
+using topology::jsonQuote;
 
 // CLOCK_MONOTONIC at the kernel tick's resolution: a few nanoseconds to read, where the
 // precise clock costs about twenty.
@@ -25,15 +27,6 @@ std::string millis(int64_t fromNs, int64_t toNs) {
   return buf;
 }
 
-std::string jsonString(const std::string& s) {
-  std::string out = "\"";
-  for (char ch : s) {
-    if (ch == '"' || ch == '\\') out += '\\';
-    if (static_cast<unsigned char>(ch) < 0x20) continue;
-    out += ch;
-  }
-  return out + "\"";
-}
 
 }  // namespace
 
@@ -186,10 +179,10 @@ std::string FlightRecorder::json() const {
     out += first ? "\n  " : ",\n  ";
     first = false;
     out += "{\"seq\": " + std::to_string(e->seq) + ", \"collective\": " +
-           jsonString(algorithms::collectiveName(e->shape.coll)) + ", \"call\": " + jsonString(describeCall(e->shape)) +
-           ", \"count\": " + std::to_string(e->shape.count) + ", \"dtype\": " + jsonString(dataTypeName(e->shape.dtype)) +
-           ", \"bytes\": " + std::to_string(e->bytes) + ", \"algorithm\": " + jsonString(e->algorithm) +
-           ", \"state\": " + jsonString(flightStateName(e->state)) + ", \"waiting_for\": " + std::to_string(e->peer) +
+           jsonQuote(algorithms::collectiveName(e->shape.coll)) + ", \"call\": " + jsonQuote(describeCall(e->shape)) +
+           ", \"count\": " + std::to_string(e->shape.count) + ", \"dtype\": " + jsonQuote(dataTypeName(e->shape.dtype)) +
+           ", \"bytes\": " + std::to_string(e->bytes) + ", \"algorithm\": " + jsonQuote(e->algorithm) +
+           ", \"state\": " + jsonQuote(flightStateName(e->state)) + ", \"waiting_for\": " + std::to_string(e->peer) +
            ", \"queued_ms_ago\": " + millis(e->queuedNs, now) +
            ", \"started_after_ms\": " + (e->startNs ? millis(e->queuedNs, e->startNs) : std::string("null")) +
            ", \"took_ms\": " + (e->endNs ? millis(e->startNs, e->endNs) : std::string("null")) + "}";

@@ -30,7 +30,10 @@ typedef enum {
   braidTimeout = 4,
   braidAborted = 5,
   braidInternalError = 6,
-  braidInProgress = 7
+  braidInProgress = 7,
+  /* The communicator was revoked (braidCommRevoke on any rank): every pending and later
+   * operation fails with this; braidCommShrink, braidCommSplit and destroy still work. */
+  braidRevoked = 8
 } braidResult_t;
 
 typedef enum {
@@ -80,6 +83,26 @@ typedef struct braidComm* braidComm_t;
  * with a NULL stream run on the calling thread, as before. */
 typedef void* braidStream_t;
 
+/* Per-communicator settings, as NCCL's ncclConfig_t: start from BRAID_CONFIG_INITIALIZER and
+ * set the fields wanted; a field left undefined keeps its default (or environment). */
+#define BRAID_CONFIG_UNDEF_INT (-2147483647 - 1)
+#define BRAID_CONFIG_MAGIC 0x62726366u
+typedef struct {
+  size_t size;          /* set by the initializer */
+  unsigned int magic;   /* set by the initializer */
+  unsigned int version; /* set by the initializer */
+  /* 1: every call returns once done (the default, or BRAID_COMM_BLOCKING). 0: init and calls
+   * on host buffers (collectives, sends, receives, groups) return braidInProgress and
+   * complete in the background, in issue order; buffers must stay valid until
+   * braidCommGetAsyncError stops returning braidInProgress. No other call may use a
+   * communicator that is still joining (braidInvalidArgument). Children inherit the mode. */
+  int blocking;
+  /* > 0: seconds without progress before an operation fails, instead of BRAID_TIMEOUT. */
+  int timeoutSeconds;
+} braidConfig_t;
+#define BRAID_CONFIG_INITIALIZER \
+  { sizeof(braidConfig_t), BRAID_CONFIG_MAGIC, BRAID_VERSION_CODE, BRAID_CONFIG_UNDEF_INT, BRAID_CONFIG_UNDEF_INT }
+
 /* Writes BRAID_VERSION_CODE to *version. */
 braidResult_t braidGetVersion(int* version);
 
@@ -98,15 +121,25 @@ braidResult_t braidCommInitRank(braidComm_t* comm, int nranks, braidUniqueId com
  * SLURM_PROCID/SLURM_NTASKS (these two with BRAID_STORE_ADDR or MASTER_ADDR/MASTER_PORT). */
 braidResult_t braidCommInitFromEnv(braidComm_t* comm);
 
-/* Waits for pending operations, then frees the communicator. */
+/* The same with a configuration (NULL: the defaults). In non-blocking mode they return
+ * braidInProgress with *comm set at once; poll braidCommGetAsyncError(*comm) until it returns
+ * something else: braidSuccess once joined, else the init's error. */
+braidResult_t braidCommInitRankConfig(braidComm_t* comm, int nranks, braidUniqueId commId, int rank,
+                                      const braidConfig_t* config);
+braidResult_t braidCommInitFromEnvConfig(braidComm_t* comm, const braidConfig_t* config);
+
+/* Waits for pending operations (and a non-blocking init), then frees the communicator. */
 braidResult_t braidCommDestroy(braidComm_t comm);
 
 /* Fails pending operations on this rank and tells the other ranks, then frees the
- * communicator. Never blocks on peers. */
+ * communicator. Never blocks on peers; a non-blocking init still running is stopped at its
+ * next check (within about 200 ms, or the timeout while the store is unreachable). */
 braidResult_t braidCommAbort(braidComm_t comm);
 
 /* The first failure of work enqueued on a stream (device buffers), or of the communicator
- * itself; braidSuccess when there is none. Never blocks. */
+ * itself; braidSuccess when there is none. Never blocks. In non-blocking mode also
+ * braidInProgress while the init or any call is still running, and the first failure of a
+ * call that ran in the background. */
 braidResult_t braidCommGetAsyncError(braidComm_t comm, braidResult_t* asyncError);
 
 braidResult_t braidCommCount(const braidComm_t comm, int* count);
@@ -202,6 +235,38 @@ braidResult_t braidGroupEnd(void);
  * (key, rank in comm). color BRAID_SPLIT_NOCOLOR gives *newcomm = NULL. Collective over comm. */
 #define BRAID_SPLIT_NOCOLOR (-1)
 braidResult_t braidCommSplit(braidComm_t comm, int color, int key, braidComm_t* newcomm);
+
+/* ---- recovery: going on without a failed rank (NCCL 2.27-2.28's revoke and shrink, ULFM's
+ * agree). A typical loop: a collective fails (braidRemoteError / braidTimeout naming a
+ * rank); every survivor calls braidCommAgree to learn the same set of failed ranks, then
+ * braidCommShrink with that set, destroys the old communicator and goes on with the new one. */
+
+/* Revokes `comm` on every rank: pending and later operations fail with braidRevoked, here at
+ * once and on the other ranks within about 100 ms of their next wait. Resources stay, so
+ * the communicator can still be shrunk or split. Any thread; never blocks on peers. */
+braidResult_t braidCommRevoke(braidComm_t comm);
+
+#define BRAID_SHRINK_DEFAULT 0x00 /* pending operations are waited for (they end by the timeout) */
+#define BRAID_SHRINK_ABORT 0x01   /* revoke `comm` first: pending operations fail at once */
+/* *newcomm = `comm` without the `excludeCount` ranks in `excludeRanks` (ncclCommShrink):
+ * every other rank calls it with the same list and gets contiguous ranks in the old order;
+ * the excluded ranks do not take part. Works on a failed or revoked communicator (that is
+ * what it is for); `comm` stays valid until destroyed. Blocks until the new communicator is
+ * wired up or BRAID_TIMEOUT passes; a survivor that dies meanwhile fails it on the others. */
+braidResult_t braidCommShrink(braidComm_t comm, const int* excludeRanks, int excludeCount, braidComm_t* newcomm,
+                              int flags);
+
+/* Fault-tolerant agreement (MPIX_Comm_agree): *flag becomes the bitwise AND of the flags of
+ * every rank that voted, the same on every rank that returns success, even when ranks die
+ * during the call. Ranks that died, stalled, were named as failed by an error, or did not
+ * vote within BRAID_TIMEOUT are counted as failed instead (braidCommGetFailedRanks). A rank
+ * counted as failed before it voted gets braidAborted. Works on failed and revoked
+ * communicators; collective over the ranks still alive. */
+braidResult_t braidCommAgree(braidComm_t comm, int* flag);
+
+/* The ranks the last braidCommAgree on `comm` counted as failed, ascending: the first
+ * `capacity` into failedRanks (may be NULL when capacity is 0), their number into *count. */
+braidResult_t braidCommGetFailedRanks(braidComm_t comm, int* failedRanks, int capacity, int* count);
 
 /* Creates a reduction op that multiplies each rank's input by *scalar (of `datatype`) and
  * sums: PyTorch's PREMUL_SUM. Valid for that datatype on `comm` until braidRedOpDestroy. */

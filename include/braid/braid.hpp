@@ -75,6 +75,14 @@ class Store {
   virtual void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) = 0;
   virtual bool check(const std::vector<std::string>& keys) = 0;
   virtual bool deleteKey(const std::string& key) = 0;
+  // Sets `key` to `desired` if it holds `expected` (absent counts as ""), atomically, and
+  // returns the value it holds afterwards: c10d::Store::compareSet. Communicator::agree
+  // needs it; the default throws, so a store without it can do everything else.
+  virtual std::string compareSet(const std::string& key, const std::string& expected, const std::string& desired) {
+    (void)expected;
+    (void)desired;
+    throw Error(braidInvalidArgument, "this store has no compare-and-set operation (needed by agree), for key '" + key + "'");
+  }
 };
 
 // An operation in flight. wait() blocks and throws the operation's error; test() polls.
@@ -290,6 +298,15 @@ class Communicator {
 
   // Fails pending operations here and on every other rank; the communicator is unusable after.
   void abort();
+
+  // Recovery (braid.h has the details): revoke() fails every rank's operations with
+  // braidRevoked (an Error of that code); shrink() returns the survivors' communicator
+  // without `exclude` (every survivor passes the same list); agree() returns the AND of
+  // the surviving ranks' flags and fills `failed` (when given) with the ranks counted as
+  // failed, the same on every rank.
+  void revoke();
+  Communicator shrink(const std::vector<int>& exclude, bool abortPending = false);
+  int agree(int flag, std::vector<int>* failed = nullptr);
 
  public:
   struct Impl;  // opaque

@@ -310,7 +310,7 @@ NB_MODULE(_core, m) {
     } catch (const braid::InvalidArgument& e) {
       PyErr_SetString(PyExc_ValueError, e.what());
     } catch (const braid::Error& e) {
-      raiseBraidError("Error", e, -1);
+      raiseBraidError(e.code() == braidRevoked ? "RevokedError" : "Error", e, -1);
     }
   });
 
@@ -583,6 +583,39 @@ NB_MODULE(_core, m) {
           "color returns None. Collective over this communicator.")
       .def("abort", [](PyComm& c) { c.get().abort(); },
            "Fail pending operations here and on every other rank; the communicator is unusable after.")
+      .def("revoke", [](PyComm& c) { c.get().revoke(); },
+           "Fail every rank's pending and later operations with RevokedError; the communicator can still be "
+           "shrunk or split. Any thread; never blocks on peers.")
+      .def(
+          "shrink",
+          [](PyComm& c, const std::vector<int>& exclude, bool abort) -> PyComm* {
+            braid::Communicator& comm = c.get();
+            std::unique_ptr<braid::Communicator> child;
+            {
+              nb::gil_scoped_release nogil;
+              child = std::make_unique<braid::Communicator>(comm.shrink(exclude, abort));
+            }
+            return new PyComm{std::move(child)};
+          },
+          nb::arg("exclude"), nb::arg("abort") = false, nb::rv_policy::take_ownership,
+          "ncclCommShrink: the survivors' new Communicator without the ranks in `exclude` (every survivor passes "
+          "the same list; ranks stay in order). abort=True revokes this one first. Works on a failed or revoked "
+          "communicator.")
+      .def(
+          "agree",
+          [](PyComm& c, int flag) {
+            braid::Communicator& comm = c.get();
+            std::vector<int> failed;
+            int v = 0;
+            {
+              nb::gil_scoped_release nogil;
+              v = comm.agree(flag, &failed);
+            }
+            return nb::make_tuple(v, failed);
+          },
+          nb::arg("flag"),
+          "MPIX_Comm_agree: (AND of the surviving ranks' flags, failed ranks), the same on every rank, even when "
+          "ranks die meanwhile; a rank counted as failed before it voted gets braid.Error.")
       .def(
           "close",
           [](PyComm& c) {

@@ -2,19 +2,38 @@
 // its message is kept for braidGetLastError.
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <mutex>
 #include <new>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "api/session.h"
 #include "braid/braid.h"
+#include "core/config.h"
 
 struct braidComm {
+  // Set once joined; a non-blocking init sets it on its own thread, then `joined`.
   std::unique_ptr<braid::api::Session> session;
   std::mutex mu;
   std::string lastError;
+  bool blocking = true;
+  // Non-blocking mode: the init's thread (joined before anything else goes), its outcome,
+  // and the calls that run in the background until braidCommGetAsyncError reaps them.
+  std::thread joiner;
+  std::atomic<bool> joined{true};
+  std::shared_ptr<std::atomic<bool>> cancel;
+  braid::Status initError;                                // under mu
+  std::vector<std::shared_ptr<braid::core::Op>> pending;  // under mu
+  braid::Status asyncError;                               // under mu: a background call's failure
+
+  ~braidComm() {
+    if (joiner.joinable()) joiner.join();
+    // Background calls end before their communicator does.
+    for (auto& op : pending) (void)op->wait();
+  }
 };
 
 namespace {
@@ -26,12 +45,19 @@ using braid::api::toResult;
 
 thread_local std::string tlsLastError;
 
-braidResult_t report(braidComm_t comm, const Status& s) {
-  if (s.isOk()) return braidSuccess;
-  std::string msg = s.message();  // the code itself is the return value
-  // A fixed, parseable suffix lets C callers (and tests) tell which peer failed.
+// The message braidGetLastError shows: the code itself is the return value; a fixed,
+// parseable suffix lets C callers (and tests) tell which peer failed.
+std::string errorText(const Status& s) {
+  std::string msg = s.message();
   if (s.rank() >= 0 && (s.code() == Code::kRemoteError || s.code() == Code::kTimeout || s.code() == Code::kAborted))
     msg += " (failed rank " + std::to_string(s.rank()) + ")";
+  return msg;
+}
+
+braidResult_t report(braidComm_t comm, const Status& s) {
+  if (s.isOk()) return braidSuccess;
+  if (s.code() == Code::kInProgress) return braidInProgress;  // not an error: nothing to keep
+  std::string msg = errorText(s);
   if (comm) {
     std::lock_guard<std::mutex> lock(comm->mu);
     comm->lastError = msg;
@@ -69,10 +95,103 @@ braidResult_t initComm(braidComm_t* comm, const char* fn, MakeSession&& make) {
 
 Status nullComm(const char* fn) { return braid::invalidArgument(std::string(fn) + ": comm is NULL"); }
 
+// Whether `comm` can be used: joined, and joined successfully (a non-blocking init may still
+// run, or have failed).
+Status ready(braidComm_t comm, const char* fn) {
+  if (!comm->joined.load(std::memory_order_acquire))
+    return braid::invalidArgument(std::string(fn) +
+                                  ": the communicator is still joining (non-blocking init); poll "
+                                  "braidCommGetAsyncError until it no longer returns braidInProgress");
+  if (!comm->session) {
+    std::lock_guard<std::mutex> lock(comm->mu);
+    return Status(comm->initError.code(), std::string(fn) + ": the communicator failed to join: " +
+                                              comm->initError.message(), comm->initError.rank());
+  }
+  return Status::ok();
+}
+
 // A bad argument of a call on a valid communicator: the message names the rank as well.
 Status badArg(braidComm_t comm, const char* fn, const std::string& what) {
-  return braid::invalidArgument(std::string(fn) + " on rank " + std::to_string(comm->session->comm().rank()) + ": " +
+  const bool known = comm->joined.load(std::memory_order_acquire) && comm->session;
+  return braid::invalidArgument(std::string(fn) + " on rank " +
+                                (known ? std::to_string(comm->session->comm().rank()) : std::string("?")) + ": " +
                                 what);
+}
+
+// Non-blocking mode: keeps `op` for braidCommGetAsyncError and says braidInProgress, unless
+// it finished already.
+braidResult_t inBackground(braidComm_t comm, const std::shared_ptr<braid::core::Op>& op) {
+  Status s;
+  if (op->test(&s)) {
+    if (s.isOk()) return braidSuccess;
+    std::lock_guard<std::mutex> lock(comm->mu);
+    if (comm->asyncError.isOk()) comm->asyncError = s;
+    return braidSuccess;  // reported by braidCommGetAsyncError, as a failure in the background
+  }
+  std::lock_guard<std::mutex> lock(comm->mu);
+  comm->pending.push_back(op);
+  return braidInProgress;
+}
+
+// The settings a config and the environment give a new communicator.
+struct InitMode {
+  bool blocking = true;
+  double timeoutSec = 0;  // 0: BRAID_TIMEOUT
+};
+
+Status initMode(const braidConfig_t* config, const char* fn, InitMode* m) {
+  auto env = braid::core::Config::fromEnv();
+  m->blocking = env.isOk() ? env.value().blocking : true;  // a bad variable fails the join itself
+  if (!config) return Status::ok();
+  const std::string where = std::string(fn) + ": config";
+  if (config->magic != BRAID_CONFIG_MAGIC || config->size < offsetof(braidConfig_t, timeoutSeconds) + sizeof(int))
+    return braid::invalidArgument(where + " was not set up with BRAID_CONFIG_INITIALIZER");
+  if (config->blocking != BRAID_CONFIG_UNDEF_INT) {
+    if (config->blocking != 0 && config->blocking != 1)
+      return braid::invalidArgument(where + "->blocking=" + std::to_string(config->blocking) + " must be 0 or 1");
+    m->blocking = config->blocking == 1;
+  }
+  if (config->timeoutSeconds != BRAID_CONFIG_UNDEF_INT) {
+    if (config->timeoutSeconds <= 0)
+      return braid::invalidArgument(where + "->timeoutSeconds=" + std::to_string(config->timeoutSeconds) +
+                                    " must be positive");
+    m->timeoutSec = config->timeoutSeconds;
+  }
+  return Status::ok();
+}
+
+// Creates the communicator with `make(timeoutSec, cancel)`: at once, or on a thread of its
+// own in non-blocking mode (*comm is then set at once and the call says braidInProgress).
+template <typename MakeSession>
+braidResult_t initConfigured(braidComm_t* comm, const char* fn, const braidConfig_t* config, MakeSession make) {
+  if (!comm) return report(nullptr, braid::invalidArgument(std::string(fn) + ": comm is NULL"));
+  *comm = nullptr;
+  InitMode mode;
+  Status bad = initMode(config, fn, &mode);
+  if (!bad.isOk()) return report(nullptr, bad);
+  if (mode.blocking) {
+    return initComm(comm, fn, [&] { return make(mode.timeoutSec, nullptr); });
+  }
+  return guarded(nullptr, [&]() -> Status {
+    auto* c = new braidComm();
+    c->blocking = false;
+    c->joined.store(false);
+    c->cancel = std::make_shared<std::atomic<bool>>(false);
+    c->joiner = std::thread([c, make, fn, timeoutSec = mode.timeoutSec] {
+      braid::StatusOr<std::unique_ptr<Session>> s = Status(braid::Code::kInternal, "not joined");
+      try {
+        s = make(timeoutSec, c->cancel);
+      } catch (const std::bad_alloc&) {
+        s = Status(braid::Code::kSystemError, "out of memory");
+      }
+      std::lock_guard<std::mutex> lock(c->mu);
+      if (s.isOk()) c->session = std::move(s).value();
+      else c->initError = s.status().withContext(fn);
+      c->joined.store(true, std::memory_order_release);
+    });
+    *comm = c;
+    return Status(braid::Code::kInProgress, "");
+  });
 }
 
 using braid::algorithms::Collective;
@@ -116,6 +235,7 @@ Status noteInGroup(braidComm_t comm, const Status& s) {
 braidResult_t collective(braidComm_t comm, const CallArgs& a) {
   if (!comm) return report(nullptr, nullComm(a.fn));
   return guarded(comm, [&]() -> Status {
+    BRAID_RETURN_IF_ERROR(ready(comm, a.fn));
     Call call;
     Status s = comm->session->prepare(a, &call);
     if (tlsGroup.depth > 0) {
@@ -124,6 +244,11 @@ braidResult_t collective(braidComm_t comm, const CallArgs& a) {
       return Status::ok();
     }
     if (!s.isOk()) return s;
+    if (!comm->blocking && !call.onDevice) {
+      auto op = comm->session->submit(std::move(call));
+      if (!op.isOk()) return op.status();
+      return inBackground(comm, op.value()) == braidInProgress ? Status(Code::kInProgress, "") : Status::ok();
+    }
     return comm->session->run(std::move(call));
   });
 }
@@ -133,6 +258,7 @@ braidResult_t pointToPoint(braidComm_t comm, const char* fn, bool isSend, const 
                            braidDataType_t datatype, int peer, braidStream_t stream) {
   if (!comm) return report(nullptr, nullComm(fn));
   return guarded(comm, [&]() -> Status {
+    BRAID_RETURN_IF_ERROR(ready(comm, fn));
     auto m = comm->session->prepareP2P(fn, isSend, buf, count, datatype, peer, stream);
     if (tlsGroup.depth > 0) {
       if (!m.isOk()) return noteInGroup(comm, m.status());
@@ -140,6 +266,11 @@ braidResult_t pointToPoint(braidComm_t comm, const char* fn, bool isSend, const 
       return Status::ok();
     }
     if (!m.isOk()) return m.status();
+    if (!comm->blocking && !m.value().onDevice) {
+      auto op = comm->session->submit(Session::p2pCall({m.value()}, fn));
+      if (!op.isOk()) return op.status();
+      return inBackground(comm, op.value()) == braidInProgress ? Status(Code::kInProgress, "") : Status::ok();
+    }
     return comm->session->run(Session::p2pCall({m.value()}, fn));
   });
 }
@@ -183,6 +314,13 @@ std::vector<Status> runGroup(std::vector<GroupEntry>& entries) {
     }
   }
   for (Pending& p : pending) {
+    braidComm_t comm = entries[p.entry].comm;
+    if (!comm->blocking) {
+      // In the background; the group's result says so unless something failed already.
+      if (inBackground(comm, p.op) == braidInProgress && result[p.entry].isOk())
+        result[p.entry] = Status(Code::kInProgress, "");
+      continue;
+    }
     Status s = p.op->wait();
     if (!s.isOk() && result[p.entry].isOk()) result[p.entry] = s.withContext(p.name);
   }
@@ -210,12 +348,39 @@ braidResult_t braidGetUniqueId(braidUniqueId* uniqueId) {
   return guarded(nullptr, [&] { return braid::api::createUniqueId(uniqueId).withContext("braidGetUniqueId"); });
 }
 
+namespace {
+braidResult_t initRank(braidComm_t* comm, const char* fn, int nranks, const braidUniqueId& id, int rank,
+                       const braidConfig_t* config) {
+  // Checked here, so that a non-blocking init reports them at once too.
+  if (nranks < 1)
+    return report(nullptr, braid::invalidArgument(std::string(fn) + ": nranks=" + std::to_string(nranks) +
+                                                  " must be at least 1"));
+  if (rank < 0 || rank >= nranks)
+    return report(nullptr, braid::invalidArgument(std::string(fn) + ": rank=" + std::to_string(rank) +
+                                                  " is outside [0, nranks=" + std::to_string(nranks) + ")"));
+  return initConfigured(comm, fn, config,
+                        [id, nranks, rank](double timeoutSec, std::shared_ptr<std::atomic<bool>> cancel) {
+                          return Session::fromUniqueId(id, nranks, rank, timeoutSec, std::move(cancel));
+                        });
+}
+}  // namespace
+
 braidResult_t braidCommInitRank(braidComm_t* comm, int nranks, braidUniqueId commId, int rank) {
-  return initComm(comm, "braidCommInitRank", [&] { return Session::fromUniqueId(commId, nranks, rank); });
+  return initRank(comm, "braidCommInitRank", nranks, commId, rank, nullptr);
 }
 
-braidResult_t braidCommInitFromEnv(braidComm_t* comm) {
-  return initComm(comm, "braidCommInitFromEnv", [] { return Session::fromEnv(); });
+braidResult_t braidCommInitRankConfig(braidComm_t* comm, int nranks, braidUniqueId commId, int rank,
+                                      const braidConfig_t* config) {
+  return initRank(comm, "braidCommInitRankConfig", nranks, commId, rank, config);
+}
+
+braidResult_t braidCommInitFromEnv(braidComm_t* comm) { return braidCommInitFromEnvConfig(comm, nullptr); }
+
+braidResult_t braidCommInitFromEnvConfig(braidComm_t* comm, const braidConfig_t* config) {
+  return initConfigured(comm, config ? "braidCommInitFromEnvConfig" : "braidCommInitFromEnv", config,
+                        [](double timeoutSec, std::shared_ptr<std::atomic<bool>> cancel) {
+                          return Session::fromEnv(timeoutSec, std::move(cancel));
+                        });
 }
 
 braidResult_t braidCommDestroy(braidComm_t comm) {
@@ -228,7 +393,9 @@ braidResult_t braidCommDestroy(braidComm_t comm) {
 braidResult_t braidCommAbort(braidComm_t comm) {
   if (!comm) return report(nullptr, nullComm("braidCommAbort"));
   dropFromGroup(comm);
-  comm->session->abort();
+  if (comm->cancel) comm->cancel->store(true);
+  if (comm->joiner.joinable()) comm->joiner.join();
+  if (comm->session) comm->session->abort();
   delete comm;
   return braidSuccess;
 }
@@ -236,11 +403,35 @@ braidResult_t braidCommAbort(braidComm_t comm) {
 braidResult_t braidCommGetAsyncError(braidComm_t comm, braidResult_t* asyncError) {
   if (!comm) return report(nullptr, nullComm("braidCommGetAsyncError"));
   if (!asyncError) return report(comm, badArg(comm, "braidCommGetAsyncError", "asyncError is NULL"));
-  Status s = comm->session->asyncError();
+  if (!comm->joined.load(std::memory_order_acquire)) {
+    *asyncError = braidInProgress;
+    return braidSuccess;
+  }
+  Status s = ready(comm, "braidCommGetAsyncError");
+  if (s.isOk()) {
+    // Reaps the background calls that finished: the first failure stays.
+    std::lock_guard<std::mutex> lock(comm->mu);
+    auto& v = comm->pending;
+    v.erase(std::remove_if(v.begin(), v.end(),
+                           [&](const std::shared_ptr<braid::core::Op>& op) {
+                             Status done;
+                             if (!op->test(&done)) return false;
+                             if (!done.isOk() && comm->asyncError.isOk()) comm->asyncError = done;
+                             return true;
+                           }),
+            v.end());
+    if (!comm->asyncError.isOk()) s = comm->asyncError;
+    else if (!v.empty()) s = Status(Code::kInProgress, "");
+  }
+  if (s.isOk()) s = comm->session->asyncError();
+  if (s.code() == Code::kInProgress) {
+    *asyncError = braidInProgress;
+    return braidSuccess;
+  }
   *asyncError = s.isOk() ? braidSuccess : braid::api::toResult(s.code());
   if (!s.isOk()) {
     std::lock_guard<std::mutex> lock(comm->mu);
-    comm->lastError = s.message();
+    comm->lastError = errorText(s);
   }
   return braidSuccess;
 }
@@ -248,6 +439,7 @@ braidResult_t braidCommGetAsyncError(braidComm_t comm, braidResult_t* asyncError
 braidResult_t braidCommCount(const braidComm_t comm, int* count) {
   if (!comm) return report(nullptr, nullComm("braidCommCount"));
   if (!count) return report(comm, badArg(comm, "braidCommCount", "count is NULL"));
+  if (Status r = ready(comm, "braidCommCount"); !r.isOk()) return report(comm, r);
   *count = comm->session->comm().size();
   return braidSuccess;
 }
@@ -255,6 +447,7 @@ braidResult_t braidCommCount(const braidComm_t comm, int* count) {
 braidResult_t braidCommUserRank(const braidComm_t comm, int* rank) {
   if (!comm) return report(nullptr, nullComm("braidCommUserRank"));
   if (!rank) return report(comm, badArg(comm, "braidCommUserRank", "rank is NULL"));
+  if (Status r = ready(comm, "braidCommUserRank"); !r.isOk()) return report(comm, r);
   *rank = comm->session->comm().rank();
   return braidSuccess;
 }
@@ -269,6 +462,7 @@ const char* braidGetErrorString(braidResult_t result) {
     case braidAborted: return "aborted";
     case braidInternalError: return "internal error";
     case braidInProgress: return "operation in progress";
+    case braidRevoked: return "communicator revoked (shrink it, or destroy it)";
   }
   return "unknown result code";
 }
@@ -423,9 +617,12 @@ braidResult_t braidGroupEnd(void) {
   // Each failing communicator keeps its own error; walking backwards leaves the first
   // failure as the one braidGetLastError(NULL) shows.
   braidResult_t first = braidSuccess;
-  for (size_t i = entries.size(); i-- > 0;)
-    if (!statuses[i].isOk()) first = report(entries[i].comm, statuses[i]);
-  return first;
+  bool background = false;
+  for (size_t i = entries.size(); i-- > 0;) {
+    if (statuses[i].code() == Code::kInProgress) background = true;
+    else if (!statuses[i].isOk()) first = report(entries[i].comm, statuses[i]);
+  }
+  return first == braidSuccess && background ? braidInProgress : first;
 }
 
 // ---- communicators derived from others, and reduction ops
@@ -434,13 +631,74 @@ braidResult_t braidCommSplit(braidComm_t comm, int color, int key, braidComm_t* 
   if (!comm) return report(nullptr, nullComm("braidCommSplit"));
   if (!newcomm) return report(comm, badArg(comm, "braidCommSplit", "newcomm is NULL"));
   *newcomm = nullptr;
+  if (Status r = ready(comm, "braidCommSplit"); !r.isOk()) return report(comm, r);
   return guarded(comm, [&]() -> Status {
     auto child = comm->session->split("braidCommSplit", color, key);
     if (!child.isOk()) return child.status();
     if (!child.value()) return Status::ok();  // BRAID_SPLIT_NOCOLOR
     auto* c = new braidComm();
     c->session = std::move(child).value();
+    c->blocking = comm->blocking;
     *newcomm = c;
+    return Status::ok();
+  });
+}
+
+braidResult_t braidCommRevoke(braidComm_t comm) {
+  if (!comm) return report(nullptr, nullComm("braidCommRevoke"));
+  if (Status r = ready(comm, "braidCommRevoke"); !r.isOk()) return report(comm, r);
+  return guarded(comm, [&] {
+    comm->session->revoke();
+    return Status::ok();
+  });
+}
+
+braidResult_t braidCommShrink(braidComm_t comm, const int* excludeRanks, int excludeCount, braidComm_t* newcomm,
+                              int flags) {
+  if (!comm) return report(nullptr, nullComm("braidCommShrink"));
+  if (!newcomm) return report(comm, badArg(comm, "braidCommShrink", "newcomm is NULL"));
+  *newcomm = nullptr;
+  if (excludeCount < 0)
+    return report(comm, badArg(comm, "braidCommShrink", "excludeCount=" + std::to_string(excludeCount) + " is negative"));
+  if (excludeCount > 0 && !excludeRanks)
+    return report(comm, badArg(comm, "braidCommShrink",
+                               "excludeRanks is NULL with excludeCount=" + std::to_string(excludeCount)));
+  if (flags != BRAID_SHRINK_DEFAULT && flags != BRAID_SHRINK_ABORT)
+    return report(comm, badArg(comm, "braidCommShrink",
+                               "flags=" + std::to_string(flags) + " is not BRAID_SHRINK_DEFAULT or BRAID_SHRINK_ABORT"));
+  if (Status r = ready(comm, "braidCommShrink"); !r.isOk()) return report(comm, r);
+  return guarded(comm, [&]() -> Status {
+    std::vector<int> exclude(excludeRanks, excludeRanks + excludeCount);
+    auto child = comm->session->shrink("braidCommShrink", exclude, flags == BRAID_SHRINK_ABORT);
+    if (!child.isOk()) return child.status();
+    auto* c = new braidComm();
+    c->session = std::move(child).value();
+    c->blocking = comm->blocking;
+    *newcomm = c;
+    return Status::ok();
+  });
+}
+
+braidResult_t braidCommAgree(braidComm_t comm, int* flag) {
+  if (!comm) return report(nullptr, nullComm("braidCommAgree"));
+  if (!flag) return report(comm, badArg(comm, "braidCommAgree", "flag is NULL"));
+  if (Status r = ready(comm, "braidCommAgree"); !r.isOk()) return report(comm, r);
+  return guarded(comm, [&] { return comm->session->agree("braidCommAgree", flag); });
+}
+
+braidResult_t braidCommGetFailedRanks(braidComm_t comm, int* failedRanks, int capacity, int* count) {
+  if (!comm) return report(nullptr, nullComm("braidCommGetFailedRanks"));
+  if (!count) return report(comm, badArg(comm, "braidCommGetFailedRanks", "count is NULL"));
+  if (capacity < 0)
+    return report(comm, badArg(comm, "braidCommGetFailedRanks", "capacity=" + std::to_string(capacity) + " is negative"));
+  if (capacity > 0 && !failedRanks)
+    return report(comm, badArg(comm, "braidCommGetFailedRanks",
+                               "failedRanks is NULL with capacity=" + std::to_string(capacity)));
+  if (Status r = ready(comm, "braidCommGetFailedRanks"); !r.isOk()) return report(comm, r);
+  return guarded(comm, [&] {
+    std::vector<int> failed = comm->session->failedRanks();
+    for (size_t i = 0; i < failed.size() && i < static_cast<size_t>(capacity); ++i) failedRanks[i] = failed[i];
+    *count = static_cast<int>(failed.size());
     return Status::ok();
   });
 }
@@ -448,6 +706,7 @@ braidResult_t braidCommSplit(braidComm_t comm, int color, int key, braidComm_t* 
 braidResult_t braidRedOpCreatePreMulSum(braidRedOp_t* op, void* scalar, braidDataType_t datatype, braidComm_t comm) {
   if (!comm) return report(nullptr, nullComm("braidRedOpCreatePreMulSum"));
   if (!op) return report(comm, badArg(comm, "braidRedOpCreatePreMulSum", "op is NULL"));
+  if (Status r = ready(comm, "braidRedOpCreatePreMulSum"); !r.isOk()) return report(comm, r);
   return guarded(comm, [&]() -> Status {
     auto v = comm->session->createPreMulSum(scalar, datatype);
     if (!v.isOk()) return v.status();
@@ -458,6 +717,7 @@ braidResult_t braidRedOpCreatePreMulSum(braidRedOp_t* op, void* scalar, braidDat
 
 braidResult_t braidRedOpDestroy(braidRedOp_t op, braidComm_t comm) {
   if (!comm) return report(nullptr, nullComm("braidRedOpDestroy"));
+  if (Status r = ready(comm, "braidRedOpDestroy"); !r.isOk()) return report(comm, r);
   return guarded(comm, [&] { return comm->session->destroyPreMulSum(op); });
 }
 

@@ -57,6 +57,13 @@ class StoreAdapter : public bootstrap::Store {
     if (!st.isOk()) return st;
     return v;
   }
+  StatusOr<std::string> compareSet(const std::string& key, const std::string& expected, const std::string& desired,
+                                   Deadline /*deadline*/ = Deadline()) override {
+    std::string v;
+    Status st = guard([&] { v = s_->compareSet(key, expected, desired); });
+    if (!st.isOk()) return st;
+    return v;
+  }
 
  private:
   template <typename F>
@@ -418,5 +425,22 @@ Communicator Communicator::split(int color, int key) {
 }
 
 void Communicator::abort() { sessionOf(impl_, "abort").abort(); }
+
+void Communicator::revoke() { sessionOf(impl_, "revoke").revoke(); }
+
+Communicator Communicator::shrink(const std::vector<int>& exclude, bool abortPending) {
+  auto child = sessionOf(impl_, "shrink").shrink("shrink", exclude, abortPending);
+  if (!child.isOk()) throwStatus(child.status());
+  auto impl = std::make_unique<Impl>();
+  impl->session = std::move(child).value();
+  return Communicator(std::move(impl));
+}
+
+int Communicator::agree(int flag, std::vector<int>* failed) {
+  api::Session& s = sessionOf(impl_, "agree");
+  check(s.agree("agree", &flag));
+  if (failed) *failed = s.failedRanks();
+  return flag;
+}
 
 }  // namespace braid

@@ -130,6 +130,7 @@ braidResult_t toResult(Code c) {
     case Code::kTimeout: return braidTimeout;
     case Code::kAborted: return braidAborted;
     case Code::kInProgress: return braidInProgress;
+    case Code::kRevoked: return braidRevoked;
     case Code::kInternal:
     case Code::kWouldBlock: return braidInternalError;
   }
@@ -203,8 +204,9 @@ StatusOr<std::unique_ptr<Session>> Session::join(std::shared_ptr<bootstrap::Stor
   return s;
 }
 
-StatusOr<std::unique_ptr<Session>> Session::fromEnv() {
+StatusOr<std::unique_ptr<Session>> Session::fromEnv(double timeoutSec, std::shared_ptr<std::atomic<bool>> cancel) {
   BRAID_ASSIGN_OR_RETURN(core::Config cfg, core::Config::fromEnv());
+  if (timeoutSec > 0) cfg.timeoutSec = timeoutSec;
   BRAID_ASSIGN_OR_RETURN(bootstrap::LaunchEnv env, bootstrap::detectLaunchEnv([](const char* n) { return std::getenv(n); }));
   if (env.source == "none") {
     BRAID_INFO("no launcher environment (looked for %s): a world of size 1", bootstrap::kLauncherVariables);
@@ -262,6 +264,7 @@ StatusOr<std::unique_ptr<Session>> Session::fromEnv() {
   opts.config = cfg;
   opts.authKey = key.value();
   opts.storeOwnerRank = env.rankZeroServes ? 0 : -1;
+  opts.cancel = std::move(cancel);
   if (init > 0) opts.keyPrefix += ".i" + std::to_string(init);
   BRAID_ASSIGN_OR_RETURN(auto s, join(std::shared_ptr<bootstrap::Store>(std::move(client).value()), env.rank,
                                       env.worldSize, std::move(opts), env.rankZeroServes));
@@ -269,12 +272,14 @@ StatusOr<std::unique_ptr<Session>> Session::fromEnv() {
   return s;
 }
 
-StatusOr<std::unique_ptr<Session>> Session::fromUniqueId(const braidUniqueId& id, int nranks, int rank) {
+StatusOr<std::unique_ptr<Session>> Session::fromUniqueId(const braidUniqueId& id, int nranks, int rank,
+                                                         double timeoutSec, std::shared_ptr<std::atomic<bool>> cancel) {
   if (nranks < 1) return invalidArgument("nranks=" + std::to_string(nranks) + " must be at least 1");
   if (rank < 0 || rank >= nranks)
     return invalidArgument("rank=" + std::to_string(rank) + " is outside [0, nranks=" + std::to_string(nranks) + ")");
   BRAID_ASSIGN_OR_RETURN(bootstrap::UniqueId u, bootstrap::decodeUniqueId(id.internal));
   BRAID_ASSIGN_OR_RETURN(core::Config cfg, core::Config::fromEnv());
+  if (timeoutSec > 0) cfg.timeoutSec = timeoutSec;
   BRAID_ASSIGN_OR_RETURN(auto client, bootstrap::TcpStoreClient::connect(
                                           u.host, u.port, u.nonce, Deadline::after(cfg.timeoutSec),
                                           bootstrap::TcpStoreClient::kDefaultOpTimeoutSec, u.key, cfg.tls));
@@ -282,6 +287,7 @@ StatusOr<std::unique_ptr<Session>> Session::fromUniqueId(const braidUniqueId& id
   opts.config = cfg;
   opts.nonce = u.nonce;
   opts.authKey = u.key;
+  opts.cancel = std::move(cancel);
   return join(std::shared_ptr<bootstrap::Store>(std::move(client)), rank, nranks, std::move(opts));
 }
 
@@ -758,6 +764,38 @@ Status Session::destroyPreMulSum(int op) {
   // Kept (not erased), so that a later use says "destroyed" rather than "unknown".
   it->second.live = false;
   return Status::ok();
+}
+
+void Session::revoke() { comm_->revoke(); }
+
+StatusOr<std::unique_ptr<Session>> Session::shrink(const char* fn, const std::vector<int>& exclude,
+                                                   bool abortPending) {
+  // The device queue's work runs on the communicator being shrunk: it ends first.
+  if (device::DeviceQueue* q = deviceQueueMade_.load(std::memory_order_acquire)) q->drain();
+  std::unique_ptr<Session> child(new Session());
+  child->server_ = server_;
+  child->store_ = store_;
+  child->rootPrefix_ = rootPrefix_;
+  child->trackLive_ = trackLive_;
+  child->countLive(+1);
+  auto c = comm_->shrink(exclude, abortPending);
+  if (!c.isOk()) return c.status().withContext(std::string(fn) + " on rank " + std::to_string(comm_->rank()));
+  child->comm_ = std::move(c).value();
+  return child;
+}
+
+Status Session::agree(const char* fn, int* flag) {
+  auto a = comm_->agree(*flag);
+  if (!a.isOk()) return a.status().withContext(std::string(fn) + " on rank " + std::to_string(comm_->rank()));
+  *flag = a.value().flag;
+  std::lock_guard<std::mutex> lock(agreeMu_);
+  failedRanks_ = a.value().failed;
+  return Status::ok();
+}
+
+std::vector<int> Session::failedRanks() const {
+  std::lock_guard<std::mutex> lock(agreeMu_);
+  return failedRanks_;
 }
 
 void Session::abort() { comm_->abort(Status(Code::kAborted, "rank " + std::to_string(comm_->rank()) + " aborted the communicator", comm_->rank())); }

@@ -75,8 +75,13 @@ class Session {
  public:
   ~Session();
 
-  static StatusOr<std::unique_ptr<Session>> fromEnv();
-  static StatusOr<std::unique_ptr<Session>> fromUniqueId(const braidUniqueId& id, int nranks, int rank);
+  // `timeoutSec` > 0 replaces BRAID_TIMEOUT (braidConfig_t.timeoutSeconds); `cancel`, when
+  // given and set while joining, ends the join with kAborted at its next poll.
+  static StatusOr<std::unique_ptr<Session>> fromEnv(double timeoutSec = 0,
+                                                    std::shared_ptr<std::atomic<bool>> cancel = nullptr);
+  static StatusOr<std::unique_ptr<Session>> fromUniqueId(const braidUniqueId& id, int nranks, int rank,
+                                                         double timeoutSec = 0,
+                                                         std::shared_ptr<std::atomic<bool>> cancel = nullptr);
   // `timeoutSec` > 0 replaces BRAID_TIMEOUT.
   static StatusOr<std::unique_ptr<Session>> fromStore(std::shared_ptr<bootstrap::Store> store, int rank,
                                                       int nranks, const std::string& keyPrefix,
@@ -116,6 +121,17 @@ class Session {
   // Fails everything now and tells the peers.
   void abort();
 
+  // braidCommRevoke: this communicator's operations fail with kRevoked on every rank.
+  void revoke();
+  // braidCommShrink over this communicator: the survivors' new session without `exclude`,
+  // sharing this one's store (and server), as split's children do.
+  StatusOr<std::unique_ptr<Session>> shrink(const char* fn, const std::vector<int>& exclude, bool abortPending);
+  // braidCommAgree: `*flag` becomes the AND over the ranks that voted; the failed ranks are
+  // kept for failedRanks().
+  Status agree(const char* fn, int* flag);
+  // The ranks the last agreement counted as failed, ascending.
+  std::vector<int> failedRanks() const;
+
  private:
   struct PreMul {
     double scalar;
@@ -154,6 +170,8 @@ class Session {
   std::atomic<device::DeviceQueue*> deviceQueueMade_{nullptr};
   mutable std::mutex preMulMu_;
   std::map<int, PreMul> preMuls_;  // by op handle
+  mutable std::mutex agreeMu_;
+  std::vector<int> failedRanks_;  // the last agreement's, under agreeMu_
 };
 
 braidResult_t toResult(Code c);

@@ -59,6 +59,23 @@ StatusOr<int64_t> MemoryStore::add(const std::string& key, int64_t delta, Deadli
   return now;
 }
 
+StatusOr<std::string> MemoryStore::compareSet(const std::string& key, const std::string& expected,
+                                              const std::string& desired, Deadline /*deadline*/) {
+  std::string now;
+  bool changed = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = data_.find(key);
+    if (it == data_.end() ? expected.empty() : it->second == expected) {
+      it = data_.insert_or_assign(key, desired).first;
+      changed = true;
+    }
+    if (it != data_.end()) now = it->second;
+  }
+  if (changed) changed_.notify_all();
+  return now;
+}
+
 Status MemoryStore::wait(const std::vector<std::string>& keys, Deadline deadline) {
   std::unique_lock<std::mutex> lock(mu_);
   return waitLocked(lock, keys, deadline);

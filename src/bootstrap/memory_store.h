@@ -25,6 +25,8 @@ class MemoryStore : public Store {
   Status set(const std::string& key, const std::string& value, Deadline deadline = Deadline()) override;
   StatusOr<std::string> get(const std::string& key, Deadline deadline) override;
   StatusOr<int64_t> add(const std::string& key, int64_t delta, Deadline deadline = Deadline()) override;
+  StatusOr<std::string> compareSet(const std::string& key, const std::string& expected, const std::string& desired,
+                                   Deadline deadline = Deadline()) override;
   Status wait(const std::vector<std::string>& keys, Deadline deadline) override;
   StatusOr<bool> check(const std::vector<std::string>& keys, Deadline deadline = Deadline()) override;
   StatusOr<bool> deleteKey(const std::string& key, Deadline deadline = Deadline()) override;

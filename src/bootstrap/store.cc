@@ -4,6 +4,11 @@
 
 namespace braid::bootstrap {
 
+StatusOr<std::string> Store::compareSet(const std::string& key, const std::string& /*expected*/,
+                                        const std::string& /*desired*/, Deadline /*deadline*/) {
+  return invalidArgument("compareSet('" + key + "'): this store has no compare-and-set operation");
+}
+
 StatusOr<std::vector<std::string>> Store::multiGet(const std::vector<std::string>& keys, Deadline deadline) {
   std::vector<std::string> values;
   values.reserve(keys.size());

@@ -25,6 +25,13 @@ class Store {
   virtual StatusOr<std::string> get(const std::string& key, Deadline deadline) = 0;
   // Adds `delta` to the integer stored at `key` (absent = 0) and returns the new value.
   virtual StatusOr<int64_t> add(const std::string& key, int64_t delta, Deadline deadline = Deadline()) = 0;
+  // Sets `key` to `desired` if it holds `expected` (an absent key counts as holding ""), as
+  // one atomic step, and returns the value it holds afterwards (what it held when it did not
+  // match; "" when absent). The one primitive with which ranks agree on a single winner
+  // while some of them may die (braid's agreement): add() cannot decide among more than two.
+  // The default fails with kInvalidArgument (a foreign store that has no such operation).
+  virtual StatusOr<std::string> compareSet(const std::string& key, const std::string& expected,
+                                           const std::string& desired, Deadline deadline = Deadline());
   // Waits until every key exists.
   virtual Status wait(const std::vector<std::string>& keys, Deadline deadline) = 0;
   // Whether every key exists, without waiting.

@@ -80,7 +80,7 @@ Status encodeChecked(Op op, const std::vector<std::string_view>& fields, std::st
 
 }  // namespace
 
-bool isRequestOp(uint16_t op) { return op >= 1 && op <= 9; }
+bool isRequestOp(uint16_t op) { return op >= 1 && op <= 10; }
 bool isReplyOp(uint16_t op) { return op >= 0x81 && op <= 0x88; }
 
 const char* opName(Op op) {
@@ -89,6 +89,7 @@ const char* opName(Op op) {
     case Op::kSet: return "SET";
     case Op::kGet: return "GET";
     case Op::kAdd: return "ADD";
+    case Op::kCompareSet: return "COMPARE_SET";
     case Op::kWait: return "WAIT";
     case Op::kCheck: return "CHECK";
     case Op::kDelete: return "DELETE";
@@ -290,6 +291,13 @@ StatusOr<Request> parseRequest(const Frame& f) {
       BRAID_RETURN_IF_ERROR(checkKey(f.op, fs[0]));
       req.keys = {fs[0]};
       return req;
+    case Op::kCompareSet:
+      BRAID_RETURN_IF_ERROR(wantFields(3));
+      BRAID_RETURN_IF_ERROR(checkKey(f.op, fs[0]));
+      req.keys = {fs[0]};
+      req.expected = fs[1];
+      req.value = fs[2];
+      return req;
     default:
       return bad(f.op, "not a request opcode");
   }
@@ -340,7 +348,7 @@ StatusOr<Reply> parseReply(const Frame& f) {
       uint32_t c;
       if (!fieldU32(fs[0], &c)) return bad(f.op, "code field is not 4 bytes");
       // Only failure codes travel: anything else would make an error look like success.
-      if (c == 0 || c > static_cast<uint32_t>(Code::kInProgress)) return bad(f.op, "code " + std::to_string(c) + " is not an error code");
+      if (c == 0 || c > static_cast<uint32_t>(Code::kRevoked)) return bad(f.op, "code " + std::to_string(c) + " is not an error code");
       rep.code = static_cast<Code>(c);
       rep.message = fs[1];
       return rep;
@@ -400,6 +408,10 @@ Status encodeRequest(const Request& req, std::string* out) {
     case Op::kDelete:
       BRAID_RETURN_IF_ERROR(needOneKey());
       fields = {req.keys[0]};
+      break;
+    case Op::kCompareSet:
+      BRAID_RETURN_IF_ERROR(needOneKey());
+      fields = {req.keys[0], req.expected, req.value};
       break;
     default:
       return bad(req.op, "not a request opcode");

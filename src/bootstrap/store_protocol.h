@@ -54,6 +54,8 @@ enum class Op : uint16_t {
   kDelete = 7,    // key
   kMultiGet = 8,  // u64 timeout ms, key...
   kAuth = 9,      // 32-byte client proof (after CHALLENGE)
+  kCompareSet = 10,  // key, expected, desired: set when the key holds `expected` (absent
+                     // counts as ""); the reply is the value it holds afterwards
   // Replies (server to client).
   kOk = 0x81,       // (no fields)
   kValue = 0x82,    // value
@@ -114,7 +116,8 @@ struct Request {
   std::string challenge;        // kHello: empty, or kChallengeBytes from a client with a key
   std::string proof;            // kAuth: kProofBytes
   std::vector<std::string> keys;  // one for kSet/kGet/kAdd/kDelete; any number otherwise
-  std::string value;            // kSet
+  std::string value;            // kSet; kCompareSet: the desired value
+  std::string expected;         // kCompareSet
   int64_t delta = 0;            // kAdd
   uint64_t timeoutMs = kNoTimeout;  // kGet/kWait/kMultiGet
 };

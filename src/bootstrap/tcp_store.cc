@@ -527,6 +527,18 @@ struct TcpStoreServer::Impl {
         rep.number = now;
         return reply(c, rep);
       }
+      case Op::kCompareSet: {
+        auto it = data.find(req.keys[0]);
+        const bool matches = it == data.end() ? req.expected.empty() : it->second == req.expected;
+        if (matches) {
+          data[req.keys[0]] = std::move(req.value);
+          notify(req.keys[0]);
+          it = data.find(req.keys[0]);
+        }
+        rep.op = Op::kValue;
+        if (it != data.end()) rep.value = it->second;
+        return reply(c, rep);
+      }
       case Op::kCheck:
         rep.op = Op::kBool;
         rep.flag = firstMissing(req.keys) == nullptr;
@@ -1220,6 +1232,19 @@ StatusOr<int64_t> TcpStoreClient::add(const std::string& key, int64_t delta, Dea
   BRAID_RETURN_IF_ERROR(roundTrip(req, bounded(deadline), &rep));
   if (rep.op != proto::Op::kInt) return unexpected(address_, req.op, rep.op);
   return rep.number;
+}
+
+StatusOr<std::string> TcpStoreClient::compareSet(const std::string& key, const std::string& expected,
+                                                 const std::string& desired, Deadline deadline) {
+  proto::Request req;
+  req.op = proto::Op::kCompareSet;
+  req.keys = {key};
+  req.expected = expected;
+  req.value = desired;
+  proto::Reply rep;
+  BRAID_RETURN_IF_ERROR(roundTrip(req, bounded(deadline), &rep));
+  if (rep.op != proto::Op::kValue) return unexpected(address_, req.op, rep.op);
+  return std::move(rep.value);
 }
 
 Status TcpStoreClient::wait(const std::vector<std::string>& keys, Deadline deadline) {

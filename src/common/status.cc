@@ -15,6 +15,7 @@ const char* codeName(Code c) {
     case Code::kInternal: return "internal error";
     case Code::kWouldBlock: return "would block";
     case Code::kInProgress: return "in progress";
+    case Code::kRevoked: return "revoked";
   }
   return "unknown";
 }

@@ -19,6 +19,7 @@ enum class Code : int {
   kInternal,
   kWouldBlock,    // transports only: retry after progress; never leaves the executor
   kInProgress,
+  kRevoked,       // the communicator was revoked (on any rank): only shrink, split and destroy remain
 };
 
 const char* codeName(Code c);

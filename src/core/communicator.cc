@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
@@ -94,7 +95,8 @@ Status decodeError(const std::string& v) {
   std::getline(in, reporter);
   std::getline(in, msg, '\0');
   int c = std::atoi(code.c_str());
-  if (c <= 0 || c > static_cast<int>(Code::kInternal)) c = static_cast<int>(Code::kRemoteError);
+  if (c <= 0 || (c > static_cast<int>(Code::kInternal) && c != static_cast<int>(Code::kRevoked)))
+    c = static_cast<int>(Code::kRemoteError);
   int r = std::atoi(rank.c_str());
   return Status(static_cast<Code>(c), "rank " + reporter + " reported: " + msg, r);
 }
@@ -619,6 +621,8 @@ Status Communicator::exchangePeers() {
 }
 
 Status Communicator::initPoll(Deadline deadline) {
+  if (opts_.cancel && opts_.cancel->load())
+    return Status(Code::kAborted, "rank " + std::to_string(rank_) + " was aborted while joining", rank_);
   // No rank can have left cleanly during init: any local exit is a failure.
   for (int r = 0; r < static_cast<int>(peerPidFds_.size()); ++r) {
     int fd = peerPidFds_[r];
@@ -1142,10 +1146,11 @@ Status Communicator::findStalledRank(const Status& timeout) {
     visited.insert(cur);
     auto v = store_->get(key("stall/" + std::to_string(cur)), deadline);
     if (!v.isOk()) {
-      // A store that fails here (rather than answering "not there") is itself the problem.
-      if (v.status().code() != Code::kTimeout || v.status().message().find("timed out waiting for store key") ==
-                                                     std::string::npos)
-        return storeLoss(v.status());
+      // A store that fails here (rather than answering "not there") is itself the problem:
+      // a live one answers whether the key exists at once.
+      if (v.status().code() != Code::kTimeout) return storeLoss(v.status());
+      auto there = store_->check({key("stall/" + std::to_string(cur))}, Deadline::after(kStoreMinWaitSec));
+      if (!there.isOk()) return storeLoss(there.status());
       return Status(Code::kTimeout,
                     "rank " + std::to_string(cur) + " made no progress for " +
                         std::to_string(static_cast<int>(opts_.config.timeoutSec)) + " s (BRAID_TIMEOUT); " +
@@ -1310,12 +1315,224 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::split(int color, int sortK
   CommOptions child;
   child.config = opts_.config;
   child.nonce = 0;  // the child's rank 0 draws a fresh one
+  child.authKey = opts_.authKey;
   // The store's owner, renumbered for the child (-1 when it is not a member).
   child.storeOwnerRank = -1;
   for (size_t i = 0; i < members.size(); ++i)
     if (members[i].second == opts_.storeOwnerRank) child.storeOwnerRank = static_cast<int>(i);
   child.keyPrefix = key(base + "/c" + std::to_string(color));
   return create(store_, newRank, static_cast<int>(members.size()), std::move(child));
+}
+
+void Communicator::revoke() {
+  abort(Status(Code::kRevoked,
+               "the communicator was revoked by rank " + std::to_string(rank_) +
+                   " (braidCommRevoke); shrink or split it, or destroy it",
+               rank_));
+}
+
+namespace {
+std::string rankList(const std::vector<int>& ranks) {
+  std::string s = "[";
+  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? "," : "") + std::to_string(ranks[i]);
+  return s + "]";
+}
+}  // namespace
+
+StatusOr<std::unique_ptr<Communicator>> Communicator::shrink(const std::vector<int>& exclude, bool abortPending) {
+  const std::string me = "rank " + std::to_string(rank_);
+  std::vector<bool> gone(static_cast<size_t>(nranks_), false);
+  for (int r : exclude) {
+    if (r < 0 || r >= nranks_)
+      return invalidArgument("excludeRanks on " + me + ": " + std::to_string(r) + " is not a rank of this " +
+                             std::to_string(nranks_) + "-rank communicator");
+    if (gone[r]) return invalidArgument("excludeRanks on " + me + ": rank " + std::to_string(r) + " is listed twice");
+    gone[r] = true;
+  }
+  if (gone[rank_])
+    return invalidArgument("excludeRanks on " + me + " lists rank " + std::to_string(rank_) +
+                           " itself: only the ranks that stay call shrink");
+  std::vector<int> sorted;
+  for (int r = 0; r < nranks_; ++r)
+    if (gone[r]) sorted.push_back(r);
+  const Config& cfg = opts_.config;
+  if (abortPending) revoke();
+  // Pending operations end on their own: completed, or failed by the timeout at the latest.
+  {
+    Deadline drain = Deadline::after(cfg.timeoutSec > 0 ? cfg.timeoutSec + 5 : 0);
+    while (inflight_.load() > 0) {
+      if (drain.expired())
+        return Status(Code::kTimeout, me + ": operations still pending on the communicator being shrunk", rank_);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  Deadline deadline = Deadline::after(cfg.timeoutSec);
+  const std::string base = "shrink" + std::to_string(shrinkSeq_++);
+  // The survivors check that they exclude the same ranks: each publishes its list and reads
+  // every other survivor's. Only the survivors' own exits are watched (the parent may be
+  // broken, and its records would fail every wait).
+  if (storeLost()) return abortRecord(Deadline());
+  Status put = store_->set(key(base + "/x/" + std::to_string(rank_)), rankList(sorted), deadline);
+  if (!put.isOk()) return storeLoss(put);
+  std::vector<std::string> keys;
+  std::vector<int> survivors;
+  for (int r = 0; r < nranks_; ++r) {
+    if (gone[r]) continue;
+    survivors.push_back(r);
+    keys.push_back(key(base + "/x/" + std::to_string(r)));
+  }
+  auto watch = [&]() -> Status {
+    for (int r : survivors) {
+      int fd = r < static_cast<int>(peerPidFds_.size()) ? peerPidFds_[r] : -1;
+      if (fd < 0) continue;
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 0) > 0)
+        return Status(Code::kRemoteError,
+                      "rank " + std::to_string(r) + " (pid " + std::to_string(peers_[r].pid) + " on host " +
+                          peers_[r].hostId + ") exited during shrink; shrink again without it",
+                      r);
+    }
+    return Status::ok();
+  };
+  Status waited = bootstrap::waitPolling(*store_, keys, deadline, watch);
+  if (!waited.isOk()) {
+    if (waited.code() == Code::kTimeout) {
+      for (size_t i = 0; i < keys.size(); ++i) {
+        auto there = store_->check({keys[i]}, graceDeadline());
+        if (there.isOk() && !there.value())
+          return Status(Code::kTimeout,
+                        "rank " + std::to_string(survivors[i]) + " did not join the shrink within " +
+                            std::to_string(static_cast<int>(cfg.timeoutSec)) +
+                            " s (BRAID_TIMEOUT); exclude it too, or check that it calls shrink",
+                        survivors[i]);
+      }
+    }
+    return waited.code() == Code::kRemoteError && waited.rank() < 0 ? storeLoss(waited) : waited;
+  }
+  auto lists = store_->multiGet(keys, deadline);
+  if (!lists.isOk()) return storeLoss(lists.status());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (lists.value()[i] != rankList(sorted))
+      return invalidArgument("excludeRanks differ: rank " + std::to_string(survivors[i]) + " excludes " +
+                             lists.value()[i] + ", " + me + " excludes " + rankList(sorted) +
+                             "; every surviving rank must pass the same list");
+  }
+  CommOptions child;
+  child.config = cfg;
+  child.nonce = 0;  // the child's rank 0 draws a fresh one
+  child.authKey = opts_.authKey;
+  child.storeOwnerRank = -1;
+  int newRank = -1;
+  for (size_t i = 0; i < survivors.size(); ++i) {
+    if (survivors[i] == rank_) newRank = static_cast<int>(i);
+    if (survivors[i] == opts_.storeOwnerRank) child.storeOwnerRank = static_cast<int>(i);
+  }
+  child.keyPrefix = key(base);
+  return create(store_, newRank, static_cast<int>(survivors.size()), std::move(child));
+}
+
+std::vector<bool> Communicator::knownFailed() {
+  std::vector<bool> failed(static_cast<size_t>(nranks_), false);
+  for (int r = 0; r < static_cast<int>(peerPidFds_.size()); ++r) {
+    int fd = peerPidFds_[r];
+    if (fd < 0) continue;
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 0) > 0) failed[r] = true;
+  }
+  // A dead or stalled peer named by this rank's own failure or by a published one.
+  auto names = [&](const Status& s) {
+    if ((s.code() == Code::kRemoteError || s.code() == Code::kTimeout) && s.rank() >= 0 && s.rank() < nranks_ &&
+        s.rank() != rank_)
+      failed[s.rank()] = true;
+  };
+  names(brokenStatus());
+  if (!storeLost()) {
+    auto present = store_->check({key("abort")}, graceDeadline());
+    if (present.isOk() && present.value()) {
+      auto v = store_->get(key("abort"), graceDeadline());
+      if (v.isOk()) names(decodeError(v.value()));
+    }
+  }
+  return failed;
+}
+
+StatusOr<Communicator::Agreement> Communicator::agree(int flag) {
+  const Config& cfg = opts_.config;
+  const std::string base = key("agree" + std::to_string(agreeSeq_++));
+  const std::string me = "rank " + std::to_string(rank_);
+  auto vote = [&](int r) { return base + "/" + std::to_string(r); };
+  if (storeLost()) return abortRecord(Deadline());
+  // Every rank's vote key is written once, by compare-and-set: by the rank itself ("V" and
+  // its flag), or by a survivor that gave up on it ("F"). Whichever comes first stays, so
+  // every rank that reads all the keys computes the same outcome, whoever dies meanwhile.
+  auto settle = [&](int r, const std::string& value) -> StatusOr<std::string> {
+    auto v = store_->compareSet(vote(r), "", value, graceDeadline());
+    if (!v.isOk()) {
+      if (v.status().code() == Code::kInvalidArgument) return v.status();  // a store without compare-and-set
+      return storeLoss(v.status());
+    }
+    return std::move(v).value();
+  };
+  BRAID_ASSIGN_OR_RETURN(std::string mine, settle(rank_, "V" + std::to_string(flag)));
+  if (mine == "F")
+    return Status(Code::kAborted,
+                  me + " was counted as failed by the other ranks' agreement (it voted after they gave up on it, " +
+                      std::to_string(static_cast<int>(cfg.timeoutSec)) +
+                      " s, BRAID_TIMEOUT): it must leave the communicator",
+                  rank_);
+  Deadline deadline = Deadline::after(cfg.timeoutSec);
+  std::vector<std::string> votes(static_cast<size_t>(nranks_));
+  votes[rank_] = mine;
+  int64_t nextFailureCheck = 0;
+  for (;;) {
+    std::vector<int> open;
+    for (int r = 0; r < nranks_; ++r)
+      if (votes[r].empty()) open.push_back(r);
+    if (open.empty()) break;
+    std::vector<bool> failed;
+    const bool late = deadline.expired();
+    if (late || nowNanos() >= nextFailureCheck) {
+      failed = knownFailed();
+      nextFailureCheck = nowNanos() + kStoreCheckPeriodNs;
+    }
+    for (int r : open) {
+      if (late || (!failed.empty() && failed[r])) {
+        BRAID_ASSIGN_OR_RETURN(votes[r], settle(r, "F"));
+        continue;
+      }
+      auto there = store_->check({vote(r)}, graceDeadline());
+      if (!there.isOk()) return storeLoss(there.status());
+      if (there.value()) {
+        auto v = store_->get(vote(r), graceDeadline());
+        if (!v.isOk()) return storeLoss(v.status());
+        votes[r] = v.value();
+      }
+    }
+    bool all = true;
+    for (const auto& v : votes) all = all && !v.empty();
+    if (all) break;
+    // Waits for the first open vote to appear (a short wait: failures are checked between).
+    for (int r = 0; r < nranks_; ++r) {
+      if (!votes[r].empty()) continue;
+      Deadline shortWait = Deadline::after(0.02);
+      if (!deadline.never() && deadline.nanos() < shortWait.nanos()) shortWait = deadline;
+      Status w = store_->wait({vote(r)}, shortWait);
+      if (!w.isOk() && w.code() != Code::kTimeout) return storeLoss(w);
+      break;
+    }
+  }
+  Agreement a;
+  for (int r = 0; r < nranks_; ++r) {
+    const std::string& v = votes[r];
+    if (v == "F") {
+      a.failed.push_back(r);
+    } else if (v.size() > 1 && v[0] == 'V') {
+      a.flag &= std::atoi(v.c_str() + 1);
+    } else {
+      return Status(Code::kRemoteError, "malformed agreement vote '" + v.substr(0, 32) + "' of rank " + std::to_string(r), r);
+    }
+  }
+  return a;
 }
 
 }  // namespace braid::core

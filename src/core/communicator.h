@@ -77,6 +77,9 @@ struct CommOptions {
   int storeOwnerRank = -1;
   // Namespace for this communicator's keys in the store.
   std::string keyPrefix = "braid";
+  // Set from another thread while joining (a non-blocking init being aborted): the join
+  // ends with kAborted at its next poll.
+  std::shared_ptr<std::atomic<bool>> cancel;
 };
 
 class Communicator {
@@ -110,6 +113,33 @@ class Communicator {
   // Fails pending and future operations with `why` and tells every other rank. Idempotent;
   // does not block on peers.
   void abort(const Status& why);
+
+  // Revokes the communicator on every rank (NCCL's ncclCommRevoke, ULFM's MPIX_Comm_revoke):
+  // this rank's pending and later operations fail at once with kRevoked, and the other ranks'
+  // within about 100 ms of their next wait (they read the published record). Connections and
+  // the store stay, so the communicator can still be shrunk or split. Any thread; idempotent;
+  // never blocks on peers (one store write, bounded by a short grace).
+  void revoke();
+
+  // The survivors' new communicator without `exclude` (NCCL's ncclCommShrink): every rank
+  // not excluded calls it with the same list and gets contiguous ranks in the old order. It
+  // meets through this communicator's store, without the excluded ranks and whatever state
+  // this one is in (broken, revoked). `abortPending` revokes this one first; otherwise
+  // pending operations are waited for (they end within the timeout). Blocks until the new
+  // communicator is wired up, or the timeout.
+  StatusOr<std::unique_ptr<Communicator>> shrink(const std::vector<int>& exclude, bool abortPending);
+
+  // ULFM's MPIX_Comm_agree: every rank that takes part gets the same AND of the `flag`s of
+  // the ranks that voted, and the same ranks counted as failed — those that had died, were
+  // stalled or named as failed by a published error, or had not voted by the timeout — even
+  // when ranks die during the agreement. Works on a broken or revoked communicator; needs
+  // the store (and its compare-and-set). A rank the others counted as failed before it
+  // voted gets kAborted: it must leave.
+  struct Agreement {
+    int flag = ~0;
+    std::vector<int> failed;  // ascending
+  };
+  StatusOr<Agreement> agree(int flag);
 
   // The error that broke the communicator, or Ok.
   Status brokenStatus() const;
@@ -176,6 +206,9 @@ class Communicator {
   // BRAID_DEBUG_DUMP: writes the flight recorder and `why` to the folder, text and JSON.
   void dumpFlightRecorder(const Status& why);
   Status findStalledRank(const Status& timeout);
+  // A rank agree() may count as failed without waiting for its vote: a local peer whose
+  // process exited, or the rank a published or local error names as dead or stalled.
+  std::vector<bool> knownFailed();
   std::string key(const std::string& k) const { return opts_.keyPrefix + "/" + k; }
 
   std::shared_ptr<bootstrap::Store> store_;
@@ -218,6 +251,8 @@ class Communicator {
   std::shared_ptr<Op> spareOp_;  // run()'s last Op, recycled once nobody else holds it
   uint32_t seq_ = 0;       // collectives issued (point-to-point groups do not count)
   uint32_t splitSeq_ = 0;  // splits issued, to name each child's keys
+  uint32_t shrinkSeq_ = 0;  // shrinks issued, to name each child's keys
+  uint32_t agreeSeq_ = 0;   // agreements, to name each one's votes
   std::atomic<int> inflight_{0};
   std::vector<std::unique_ptr<Worker>> workers_;
 

@@ -11,6 +11,7 @@ namespace braid::core {
 const std::vector<ConfigEntry>& configTable() {
   static const std::vector<ConfigEntry> kTable = {
       {"BRAID_TIMEOUT", "seconds", "300", "fail a pending operation after this long without progress (0 = never)"},
+      {"BRAID_COMM_BLOCKING", "bool", "1", "C API: 0 makes communicators non-blocking (as NCCL_COMM_BLOCKING=0): init and host collectives return braidInProgress and complete in the background; poll braidCommGetAsyncError. braidConfig_t.blocking overrides it"},
       {"BRAID_NCHANNELS", "int", "0", "channels (rings run in parallel, one progress thread each); 0 = from cores per local rank"},
       {"BRAID_TRANSPORT", "string", "", "force one transport for every peer: loopback, shm, tcp, or a plugin's (ucx, ibverbs); braid-info lists them"},
       {"BRAID_TRANSPORT_PLUGIN", "string", "", "transport plugin libraries to load, ':'-separated paths (in addition to the plugin folder)"},
@@ -150,6 +151,7 @@ StatusOr<Config> Config::fromEnv(const std::function<const char*(const char*)>& 
   BRAID_RETURN_IF_ERROR(readBool(get, "BRAID_PROBE", &c.probe));
   BRAID_RETURN_IF_ERROR(readBool(get, "BRAID_TLS", &c.tls));
   BRAID_RETURN_IF_ERROR(readBool(get, "BRAID_BIND", &c.bind));
+  BRAID_RETURN_IF_ERROR(readBool(get, "BRAID_COMM_BLOCKING", &c.blocking));
   if (const char* v = get("BRAID_HOST_ID")) c.hostId = v;
   if (const char* v = get("BRAID_TOPO_FILE")) c.topoFile = v;
   if (const char* v = get("BRAID_TOPO_DUMP_FILE")) c.topoDumpFile = v;

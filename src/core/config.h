@@ -35,6 +35,7 @@ struct Config {
   std::string ibHca;           // BRAID_IB_HCA: NCCL_IB_HCA-style list of RDMA NICs
   int ibGidIndex = -1;         // BRAID_IB_GID_INDEX: RoCE GID index, -1 = from sysfs
   bool bind = true;
+  bool blocking = true;        // BRAID_COMM_BLOCKING: the C API's default mode (braidConfig_t)
   bool probe = true;           // BRAID_PROBE: measure the inter-host link at init
   bool tls = false;            // BRAID_TLS: TLS on tcp data connections (needs the job key)
   std::string hostId;         // "" = hostname + boot id

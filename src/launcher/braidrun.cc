@@ -24,6 +24,8 @@
 //     the grace period, then the same termination;
 //   - SIGINT/SIGTERM sent to braidrun are forwarded to the ranks;
 //   - --timeout SEC ends everything after SEC seconds;
+//   - with --min-np N a rank's failure does not end the job while N ranks still run: the
+//     survivors are expected to recover (agree, shrink) and the job succeeds if they finish;
 //   - like mpirun, each rank is bound to a core of its own when there are at least as many
 //     usable cores as ranks (--bind-to none to leave placement to the kernel): two ranks
 //     that wake each other otherwise tend to be stacked on one core by the scheduler, and
@@ -92,6 +94,7 @@ struct Options {
   std::vector<std::pair<std::string, std::string>> env;  // -x
   bool tagOutput = false;
   double timeoutSec = 0;
+  int minNp = 0;  // --min-np: the job goes on while at least this many ranks run
   std::string bindTo = "auto";  // auto (core when ranks fit the cores), core, none
   std::vector<std::string> cmd;
 };
@@ -113,6 +116,10 @@ void usage(FILE* f) {
                "  -x VAR=VAL       set VAR in every rank's environment; -x VAR passes braidrun's value\n"
                "  --tag-output     prefix every output line with [rank]\n"
                "  --timeout SEC    kill every rank after SEC seconds (exit status 124)\n"
+               "  --min-np N       a rank that fails does not end the job while at least N ranks\n"
+               "                   still run: the survivors recover (braidCommAgree/Shrink) and\n"
+               "                   the job succeeds if they do; a stopped rank left alone at the\n"
+               "                   end is terminated as lost\n"
                "  --bind-to WHAT   core: bind rank i to the i-th usable core; none: do not bind\n"
                "                   (default: core when there are at least as many cores as ranks)\n"
                "environment: BRAIDRUN_GRACE_SEC (default 15): how long the other ranks may run on\n"
@@ -300,6 +307,16 @@ int parseArgs(int argc, char** argv, Options* o) {
       o->storeAddr = v;
     } else if (a == "--tag-output") {
       o->tagOutput = true;
+    } else if (a == "--min-np") {
+      const char* v = need("--min-np");
+      if (!v) return kUsageExit;
+      char* end = nullptr;
+      long n = std::strtol(v, &end, 10);
+      if (end == v || *end || n < 1 || n > 4096) {
+        std::fprintf(stderr, "braidrun: --min-np '%s' is not a number of ranks in [1, 4096]\n", v);
+        return kUsageExit;
+      }
+      o->minNp = static_cast<int>(n);
     } else if (a == "--timeout") {
       const char* v = need("--timeout");
       if (!v) return kUsageExit;
@@ -320,6 +337,10 @@ int parseArgs(int argc, char** argv, Options* o) {
   if (o->np == 0) {
     std::fprintf(stderr, "braidrun: -np N is required (or hosts with -H / --hostfile)\n");
     usage(stderr);
+    return kUsageExit;
+  }
+  if (o->minNp > o->np) {
+    std::fprintf(stderr, "braidrun: --min-np %d is more than -np %d\n", o->minNp, o->np);
     return kUsageExit;
   }
   if (!o->hosts.empty() && o->np > slots) {
@@ -468,6 +489,9 @@ class Launcher {
     }
     loop();
     store_.reset();
+    if (lost_ > 0 && firstFailure_ < 0)
+      std::fprintf(stderr, "braidrun: the job finished with %d of %d rank(s); %d lost (--min-np %d)\n", opts_.np - lost_,
+                   opts_.np, lost_, opts_.minNp);
     return firstFailure_ < 0 ? 0 : firstFailure_;
   }
 
@@ -885,6 +909,13 @@ class Launcher {
       std::fprintf(stderr, "braidrun: rank %d exited with status %d\n", r.rank, code);
     else
       std::fprintf(stderr, "braidrun: rank %d killed by signal %s\n", r.rank, signalName(WTERMSIG(status)).c_str());
+    if (firstFailure_ < 0 && opts_.minNp > 0 && running() >= opts_.minNp) {
+      // An elastic job: the survivors notice the failure and recover without this rank.
+      ++lost_;
+      std::fprintf(stderr, "braidrun: %d rank(s) still running (--min-np %d): the job goes on without rank %d\n",
+                   running(), opts_.minNp, r.rank);
+      return;
+    }
     if (firstFailure_ < 0) {
       firstFailure_ = code;
       // The survivors are expected to notice the failure and report it themselves.
@@ -934,6 +965,17 @@ class Launcher {
     }
     if (run == 0 || stopped < run || run == static_cast<int>(ranks_.size())) return;
     stallReported_ = true;
+    if (opts_.minNp > 0 && firstFailure_ < 0) {
+      // The others finished without the stopped ranks (they shrank them away): lost ranks,
+      // not a failure of the job.
+      lost_ += stopped;
+      std::fprintf(stderr,
+                   "braidrun: rank %d is stopped (%s) and every other rank has exited; terminating %d stopped "
+                   "rank(s), lost to the job (--min-np %d)\n",
+                   victim->rank, signalName(victim->stopSignal).c_str(), stopped, opts_.minNp);
+      beginShutdown(0);
+      return;
+    }
     std::fprintf(stderr,
                  "braidrun: rank %d is stopped (%s) and every other rank has exited; terminating %d stopped rank(s) "
                  "in %g s\n",
@@ -1076,6 +1118,7 @@ class Launcher {
   std::vector<TaggedStream> streams_;
   int64_t start_ = 0;
   int firstFailure_ = -1;  // exit status to return; -1 while all is well
+  int lost_ = 0;           // ranks lost while --min-np let the job go on
   int64_t termAtNs_ = 0;   // when to send SIGTERM (0 = not scheduled)
   int64_t killAtNs_ = 0;
   bool termSent_ = false;

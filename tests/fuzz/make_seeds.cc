@@ -78,6 +78,9 @@ void storeSeeds() {
   check.keys = {"a"};
   proto::Request del = req(Op::kDelete);
   del.keys = {"a"};
+  proto::Request cas = req(Op::kCompareSet);
+  cas.keys = {"braid/agree0/vote/1"};
+  cas.value = "V1";
   proto::Request mget = req(Op::kMultiGet);
   mget.keys = {"k0", "k1"};
   mget.timeoutMs = 0;
@@ -85,7 +88,7 @@ void storeSeeds() {
   write("fuzz_store_protocol", "hello", r0 + request(hello));
   write("fuzz_store_protocol", "hello_auth", r0 + request(keyed) + request(auth));
   write("fuzz_store_protocol", "session", r0 + request(hello) + request(set) + request(get) + request(add) +
-                                              request(wait) + request(check) + request(del) + request(mget));
+                                              request(wait) + request(check) + request(del) + request(cas) + request(mget));
   proto::Reply ok;
   proto::Reply value;
   value.op = Op::kValue;

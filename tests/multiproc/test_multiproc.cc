@@ -17,8 +17,10 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <regex>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -509,6 +511,87 @@ TEST_CASE("braidCommAbort on one rank fails the others", "[multiproc][chaos]") {
     CHECK(x.failedRank == 2);
     CHECK(x.elapsedMs < 5000);
   }
+}
+
+// A training loop under braidrun --min-np that loses ranks (killed or stopped) at given
+// steps: the survivors agree on who failed, shrink, redo the step and finish every step with
+// the parameters of a run without failures (mp_recover checks them), and the job succeeds.
+TEST_CASE("survivors agree, shrink and finish every step after ranks are killed or stopped", "[multiproc][recovery]") {
+  struct Scenario {
+    const char* env;
+    int np, minNp;
+    const char* victims;
+    int survivors;
+    std::vector<std::string> shrinks;  // "step from to failed"
+  };
+  const Scenario scenarios[] = {
+      {"", 4, 2, "2:5,0:12", 2, {"5 4 3 2", "12 3 2 0"}},
+      {"BRAID_TRANSPORT=tcp", 3, 2, "1:7", 2, {"7 3 2 1"}},
+      {"BRAID_TIMEOUT=3", 3, 2, "2:4:stop", 2, {"4 3 2 2"}},
+  };
+  for (const Scenario& sc : scenarios) {
+    INFO(sc.env << " np " << sc.np << " victims " << sc.victims);
+    Run r = run(std::string(sc.env) + " MP_VICTIMS=" + sc.victims + " BRAIDRUN_GRACE_SEC=5 " BRAIDRUN " -np " +
+                std::to_string(sc.np) + " --min-np " + std::to_string(sc.minNp) + " --timeout 120 " MP_DIR
+                "/mp_recover 20 2>&1");
+    INFO(r.out);
+    CHECK(r.status == 0);
+    CHECK(r.out.find("ERROR") == std::string::npos);
+    std::regex fin(R"(FINAL rank=(\d+) newrank=(\d+) size=(\d+) steps=(\d+) checksum=(\S+) match=1 same=1)");
+    int finals = 0;
+    std::string checksum;
+    for (auto it = std::sregex_iterator(r.out.begin(), r.out.end(), fin); it != std::sregex_iterator(); ++it) {
+      ++finals;
+      CHECK(std::stoi((*it)[3]) == sc.survivors);
+      CHECK(std::stoi((*it)[4]) == 20);
+      if (checksum.empty()) checksum = (*it)[5];
+      CHECK((*it)[5] == checksum);
+    }
+    CHECK(finals == sc.survivors);
+    for (const std::string& shrink : sc.shrinks) {
+      std::istringstream in(shrink);
+      std::string step, from, to, failed;
+      in >> step >> from >> to >> failed;
+      std::regex line("SHRUNK rank=\\d+ step=" + step + " from=" + from + " to=" + to + " failed=" + failed + " ms=");
+      // Every rank still alive at that point prints it.
+      CHECK(std::distance(std::sregex_iterator(r.out.begin(), r.out.end(), line), std::sregex_iterator()) ==
+            std::stol(to));
+    }
+    CHECK(r.out.find("the job finished with " + std::to_string(sc.survivors) + " of " + std::to_string(sc.np)) !=
+          std::string::npos);
+  }
+}
+
+// braidConfig_t.blocking = 0: init and calls return braidInProgress and finish in the
+// background; braidCommGetAsyncError polls them, and reports a stalled peer within the
+// config's timeout (mp_nonblocking checks the results itself).
+TEST_CASE("non-blocking communicators: init, calls and groups complete in the background", "[multiproc][recovery]") {
+  Run ok = run(braidrun(3, "BRAIDRUN_GRACE_SEC=5") + MP_DIR "/mp_nonblocking ok 2>&1");
+  INFO(ok.out);
+  CHECK(ok.status == 0);
+  CHECK(ok.out.find("BAD") == std::string::npos);
+  std::regex okLine(R"(OK rank=\d+ polls=\d+ in_progress=(\d+))");
+  int oks = 0, background = 0;
+  for (auto it = std::sregex_iterator(ok.out.begin(), ok.out.end(), okLine); it != std::sregex_iterator(); ++it) {
+    ++oks;
+    background += std::stoi((*it)[1]);
+  }
+  CHECK(oks == 3);
+  CHECK(background > 0);  // at least some calls really returned before they were done
+
+  Run stop = run(braidrun(3, "BRAIDRUN_GRACE_SEC=3") + MP_DIR "/mp_nonblocking stop 2>&1");
+  INFO(stop.out);
+  CHECK(stop.out.find("BAD") == std::string::npos);
+  std::regex async(R"(ASYNC rank=(\d+) code=(\d+) failed_rank=(-?\d+) ms=(\d+))");
+  int survivors = 0;
+  for (auto it = std::sregex_iterator(stop.out.begin(), stop.out.end(), async); it != std::sregex_iterator(); ++it) {
+    ++survivors;
+    CHECK(std::stoi((*it)[2]) == kTimeout);
+    CHECK(std::stoi((*it)[3]) == 1);
+    CHECK(std::stod((*it)[4]) >= 1900);
+    CHECK(std::stod((*it)[4]) < 9000);  // the config's 2 s, not BRAID_TIMEOUT's default 300
+  }
+  CHECK(survivors == 2);
 }
 
 TEST_CASE("BRAID_TOPO_DUMP_FILE writes the topology and BRAID_TOPO_FILE reads it back", "[multiproc]") {

@@ -82,6 +82,13 @@ def test_core_killed_rank_raises_remote_error(n):
         print(f"rank {r}: {extra['error_type']} (rank {extra['error_rank']}) after {extra['elapsed']:.2f} s")
 
 
+@pytest.mark.parametrize("n", [3])
+def test_core_agree_shrink_and_revoke_after_a_rank_dies(n):
+    res = launch("core_recover", n, timeout=90, env={"BRAID_TIMEOUT": "10"})
+    assert res.codes[n - 1] != 0
+    res.assert_all_ok(expect_ranks=range(n - 1))
+
+
 @requires_torch
 def test_torchrun_launches_an_unchanged_script():
     # The user's path: torchrun (torch.distributed.run) starts the ranks and its c10d store

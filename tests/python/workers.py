@@ -1134,6 +1134,47 @@ def scenario_core_kill():
     os._exit(0)
 
 
+def scenario_core_recover():
+    """Core bindings: the last rank dies; the survivors agree on who failed, shrink it away
+    and go on with a correct allreduce; then revoke makes every rank raise RevokedError."""
+    import numpy as np
+    import braid
+
+    comm = braid.Communicator.from_env()
+    x = np.ones(1 << 12, dtype=np.float32)
+    comm.allreduce(x)
+    if RANK == WORLD - 1:
+        write_result()
+        os.kill(os.getpid(), 9)
+    ok = 1
+    try:
+        for _ in range(1000):
+            comm.allreduce(x)
+    except braid.Error:
+        ok = 0
+    with check("agree names the dead rank on every survivor"):
+        flag, failed = comm.agree(ok)
+        extra["failed"] = failed
+        assert flag == 0 and failed == [WORLD - 1], (flag, failed)
+    with check("shrink gives the survivors a working communicator"):
+        small = comm.shrink(failed)
+        assert small.size == WORLD - 1 and small.rank == RANK, (small.size, small.rank)
+        y = np.full(8, RANK + 1, dtype=np.float32)
+        small.allreduce(y)
+        assert y[0] == (WORLD - 1) * WORLD / 2, y
+    with check("revoke makes every rank raise RevokedError"):
+        if small.rank == 0:
+            small.revoke()
+        try:
+            for _ in range(1000):
+                small.allreduce(y)
+            raise AssertionError("no error after revoke")
+        except braid.RevokedError as e:
+            extra["revoked"] = str(e)[:300]
+    write_result()
+    os._exit(0)
+
+
 if __name__ == "__main__":
     scenario = sys.argv[1]
     try:

@@ -66,6 +66,15 @@ class C10dStoreAdapter : public braid::Store {
     return translate([&] { return store_->deleteKey(key); });
   }
 
+  // c10d's compareSet sets a missing key when `expected` is empty, as braid's does.
+  std::string compareSet(const std::string& key, const std::string& expected, const std::string& desired) override {
+    std::vector<uint8_t> v = translate([&] {
+      return store_->compareSet(key, std::vector<uint8_t>(expected.begin(), expected.end()),
+                                std::vector<uint8_t>(desired.begin(), desired.end()));
+    });
+    return std::string(v.begin(), v.end());
+  }
+
  private:
   // A c10d store reports an expired wait as DistStoreError whose message says "timeout";
   // braid's bootstrap needs braid::TimeoutError for that case to report it as one.

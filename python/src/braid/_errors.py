@@ -21,3 +21,7 @@ class RemoteError(Error):
 
 class TimeoutError(Error, TimeoutError):  # noqa: A001 - deliberately shadows the builtin name
     """No progress within the timeout (BRAID_TIMEOUT); ``rank`` is the rank that stalled, or -1."""
+
+
+class RevokedError(Error):
+    """The communicator was revoked (``revoke()`` on any rank); shrink it or close it."""

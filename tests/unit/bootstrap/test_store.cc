@@ -75,6 +75,37 @@ void checkSemantics(StoreWorld& w) {
     CHECK(b->get("k", Deadline::after(1)).value() == "v2");
   }
 
+  SECTION("compareSet sets an absent key or a matching one, and says what the key holds") {
+    CHECK(a->compareSet("cas", "", "first").value() == "first");   // absent counts as ""
+    CHECK(b->compareSet("cas", "", "second").value() == "first");  // taken: unchanged
+    CHECK(b->get("cas", Deadline::after(1)).value() == "first");
+    CHECK(b->compareSet("cas", "first", "third").value() == "third");
+    CHECK(a->compareSet("cas", "nope", "x").value() == "third");
+    CHECK(a->compareSet("absent", "something", "x").value().empty());  // no match, still absent
+    CHECK(!a->check({"absent"}).value());
+    // A waiter on the key wakes when compareSet writes it.
+    std::thread t([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      (void)a->compareSet("woken", "", "yes");
+    });
+    auto v = b->get("woken", Deadline::after(5));
+    t.join();
+    REQUIRE(v.isOk());
+    CHECK(v.value() == "yes");
+  }
+
+  SECTION("compareSet elects exactly one winner among racing clients") {
+    constexpr int kClients = 8;
+    std::vector<std::shared_ptr<Store>> clients;
+    for (int i = 0; i < kClients; ++i) clients.push_back(w.client());
+    std::vector<std::string> seen(kClients);
+    std::vector<std::thread> ts;
+    for (int i = 0; i < kClients; ++i)
+      ts.emplace_back([&, i] { seen[i] = clients[i]->compareSet("race", "", std::to_string(i)).value(); });
+    for (auto& t : ts) t.join();
+    for (int i = 1; i < kClients; ++i) CHECK(seen[i] == seen[0]);
+  }
+
   SECTION("values are opaque bytes, empty and binary included") {
     std::string bin("\0\1\2\xff\n", 5);
     REQUIRE(a->set("bin", bin).isOk());

@@ -129,6 +129,16 @@ TEST_CASE("protocol: requests round trip", "[bootstrap][protocol]") {
   del.op = Op::kDelete;
   del.keys = {"d"};
   CHECK(roundTrip(del).keys == std::vector<std::string>{"d"});
+
+  Request cas;
+  cas.op = Op::kCompareSet;
+  cas.keys = {"c"};
+  cas.expected = "";
+  cas.value = std::string("v\0w", 3);
+  Request back = roundTrip(cas);
+  CHECK(back.keys == std::vector<std::string>{"c"});
+  CHECK(back.expected.empty());
+  CHECK(back.value == cas.value);
 }
 
 TEST_CASE("protocol: replies round trip", "[bootstrap][protocol]") {
@@ -201,7 +211,7 @@ TEST_CASE("protocol: malformed headers are rejected before their payload arrives
     CHECK(r.error.find("version") != std::string::npos);
   }
   SECTION("unknown opcode") {
-    for (uint16_t op : {0, 10, 99, 0x80, 0x89, 0xffff}) {
+    for (uint16_t op : {0, 11, 99, 0x80, 0x89, 0xffff}) {
       DecodeResult r = decodeReq(header(kMagic, kVersion, op, 4), &f);
       INFO("op " << op);
       CHECK(r.kind == DecodeResult::kMalformed);
@@ -289,6 +299,7 @@ TEST_CASE("protocol: well-formed frames with the wrong fields for their opcode",
   CHECK_FALSE(parse(frame(Op::kWait, {})).isOk());
   CHECK(parse(frame(Op::kWait, {u64(5)})).isOk());  // waiting on no keys is fine
   CHECK_FALSE(parse(frame(Op::kDelete, {"a", "b"})).isOk());
+  CHECK_FALSE(parse(frame(Op::kCompareSet, {"k", "expected"})).isOk());  // the desired value missing
 
   auto parseRep = [](const std::string& p, Op op) {
     std::string bytes = header(kMagic, kVersion, static_cast<uint16_t>(op), static_cast<uint32_t>(p.size())) + p;

@@ -1,0 +1,140 @@
+/* A training loop that loses ranks and goes on: usage mp_recover STEPS [COUNT].
+ * MP_VICTIMS="R:S[:MODE],..." makes rank R (its rank at start) kill itself (MODE kill, the
+ * default) or stop itself (stop) when it reaches global step S.
+ *
+ * Every step allreduces (average) a synthetic gradient that is the same on every rank, votes
+ * with braidCommAgree on whether the step succeeded everywhere, and applies it only then.
+ * When the vote names failed ranks, the survivors shrink them away and redo the step on the
+ * new communicator. So however many ranks are lost, the survivors finish exactly STEPS
+ * global steps, and their parameters equal those of a run without failures, which each rank
+ * computes on its own to check. Each survivor prints
+ *   SHRUNK rank=R step=S from=N to=M failed=F1,F2 ms=T mono_ms=M
+ * per shrink (T: from the vote to the new communicator; M: when, on the host's monotonic
+ * clock, which the victim's "FAULT rank=R step=S mono_ms=M" line also uses), then
+ *   FINAL rank=R newrank=Q size=M steps=S checksum=C match=1 same=1
+ * and exits 0; a rank that cannot go on prints ERROR and exits 1. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "braid/braid.h"
+
+static double nowMs(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* The fault this rank injects at `step`, if any: 0 none, 1 kill, 2 stop. */
+static int faultAt(int rank, int step) {
+  const char* v = getenv("MP_VICTIMS");
+  if (!v) return 0;
+  while (*v) {
+    int r = -1, s = -1, n = 0;
+    char mode[8] = "kill";
+    if (sscanf(v, "%d:%d%n", &r, &s, &n) < 2) return 0;
+    v += n;
+    if (*v == ':') {
+      int m = 0;
+      if (sscanf(v, ":%7[a-z]%n", mode, &m) < 1) return 0;
+      v += m;
+    }
+    if (r == rank && s == step) return strcmp(mode, "stop") == 0 ? 2 : 1;
+    if (*v == ',') ++v;
+  }
+  return 0;
+}
+
+/* The gradient of step `s`: small integers, the same on every rank, so their average is
+ * exact whatever the number of ranks. */
+static float grad(int s, size_t j) { return (float)((s + (int)(j % 13)) % 7 + 1); }
+
+static int fail(int rank, const char* what, braidResult_t rc, braidComm_t comm) {
+  printf("ERROR rank=%d %s: %s (%s)\n", rank, what, braidGetErrorString(rc), braidGetLastError(comm));
+  fflush(stdout);
+  return 1;
+}
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    fprintf(stderr, "usage: %s STEPS [COUNT]\n", argv[0]);
+    return 2;
+  }
+  const int steps = atoi(argv[1]);
+  const size_t count = argc > 2 ? (size_t)atol(argv[2]) : 65536;
+  braidComm_t comm = NULL;
+  braidResult_t rc = braidCommInitFromEnv(&comm);
+  if (rc != braidSuccess) return fail(-1, "init", rc, NULL);
+  int rank = 0, nranks = 0;
+  braidCommUserRank(comm, &rank);
+  braidCommCount(comm, &nranks);
+  const int origRank = rank;
+  float* params = calloc(count, sizeof(float));
+  float* expect = calloc(count, sizeof(float));
+  float* buf = calloc(count, sizeof(float));
+  int* failed = calloc((size_t)nranks, sizeof(int));
+  for (int s = 0; s < steps; ++s)
+    for (size_t j = 0; j < count; ++j) expect[j] -= 0.5f * grad(s, j);
+
+  int step = 0, retries = 0;
+  while (step < steps) {
+    int fault = faultAt(origRank, step);
+    if (fault) {
+      printf("FAULT rank=%d step=%d mono_ms=%.3f\n", origRank, step, nowMs());
+      fflush(stdout);
+      raise(fault == 2 ? SIGSTOP : SIGKILL);
+    }
+    for (size_t j = 0; j < count; ++j) buf[j] = grad(step, j);
+    rc = braidAllReduce(buf, buf, count, braidFloat32, braidAvg, comm, NULL);
+    int ok = rc == braidSuccess;
+    double t0 = nowMs();
+    braidResult_t arc = braidCommAgree(comm, &ok);
+    if (arc != braidSuccess) return fail(origRank, "agree", arc, comm);
+    int nfailed = 0;
+    braidCommGetFailedRanks(comm, failed, nranks, &nfailed);
+    if (ok && nfailed == 0) {
+      for (size_t j = 0; j < count; ++j) params[j] -= 0.5f * buf[j];
+      ++step;
+      retries = 0;
+      continue;
+    }
+    /* Every rank voted, and one failed its allreduce anyway (a peer's error that named no
+     * dead rank): the step is redone on a fresh communicator of the same ranks. */
+    if (nfailed == 0 && ++retries > 3) return fail(origRank, "allreduce", rc, comm);
+    braidComm_t next = NULL;
+    braidResult_t src = braidCommShrink(comm, failed, nfailed, &next, BRAID_SHRINK_ABORT);
+    if (src != braidSuccess) return fail(origRank, "shrink", src, comm);
+    braidCommDestroy(comm);
+    comm = next;
+    int newSize = 0;
+    braidCommUserRank(comm, &rank);
+    braidCommCount(comm, &newSize);
+    printf("SHRUNK rank=%d step=%d from=%d to=%d failed=", origRank, step, nranks, newSize);
+    for (int i = 0; i < nfailed; ++i) printf("%s%d", i ? "," : "", failed[i]);
+    printf(" ms=%.0f mono_ms=%.3f\n", nowMs() - t0, nowMs());
+    fflush(stdout);
+    nranks = newSize;
+  }
+  /* Every survivor must hold the same parameters: compare checksums through the communicator. */
+  double sum = 0;
+  int match = 1;
+  for (size_t j = 0; j < count; ++j) {
+    sum += params[j];
+    if (params[j] != expect[j]) match = 0;
+  }
+  double lo = sum, hi = sum;
+  braidAllReduce(&lo, &lo, 1, braidFloat64, braidMin, comm, NULL);
+  rc = braidAllReduce(&hi, &hi, 1, braidFloat64, braidMax, comm, NULL);
+  if (rc != braidSuccess) return fail(origRank, "final allreduce", rc, comm);
+  printf("FINAL rank=%d newrank=%d size=%d steps=%d checksum=%.3f match=%d same=%d\n", origRank, rank, nranks, step,
+         sum, match, lo == hi);
+  fflush(stdout);
+  braidCommDestroy(comm);
+  free(params);
+  free(expect);
+  free(buf);
+  free(failed);
+  return match && lo == hi ? 0 : 1;
+}

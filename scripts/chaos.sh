@@ -14,6 +14,13 @@
 # ranks, default 2), LOG (folder for each trial's output; default a temporary one).
 # Exits non-zero when any trial hung, lost a survivor's report, returned a wrong result or left
 # something behind.
+#
+# MODE=elastic runs recovery trials instead: each a training loop (tests/multiproc/mp_recover,
+# RECOVERPROG) of STEPS steps under braidrun --min-np on a random transport and job size, with
+# one or two victims killed or stopped at random steps; the survivors agree, shrink and go on.
+# Reported: hangs, failed jobs, survivors that did not finish every step or whose parameters
+# differ from a run without failures (steps lost or repeated), leftovers, and the time from
+# each fault to each survivor's new communicator (p50/p99/max).
 set -uo pipefail
 
 N=${1:-20}
@@ -41,6 +48,93 @@ pick() {
 }
 shmCount() { find /dev/shm -maxdepth 1 -name 'braid*' 2>/dev/null | wc -l; }
 leftovers() { pgrep -f "$RANKPROG" | wc -l; }
+
+if [[ ${MODE:-fault} == elastic ]]; then
+  RECOVERPROG=${RECOVERPROG:-$(dirname "$RANKPROG")/mp_recover}
+  STEPS=${STEPS:-30}
+  [[ -x $RECOVERPROG ]] || { echo "chaos: $RECOVERPROG is missing; build first" >&2; exit 2; }
+  pkill -9 -f "$RECOVERPROG" 2>/dev/null
+  echo "# chaos (elastic): $N trials of $STEPS steps, seed $SEED, transports '$TRANSPORTS', BRAID_TIMEOUT=$TIMEOUT, logs in $LOG"
+  start=$(date +%s)
+  for ((t = 1; t <= N; ++t)); do
+    pick transport "$TRANSPORTS"
+    pick np "3 4 5"
+    nv=$((1 + RANDOM % 2))
+    victims=""
+    v1=$((RANDOM % np))
+    v2=$(((v1 + 1 + RANDOM % (np - 1)) % np))
+    for v in $v1 $v2; do
+      [[ $nv == 1 && $v == "$v2" ]] && continue
+      pick fault "kill kill stop"
+      victims+="${victims:+,}$v:$((1 + RANDOM % (STEPS - 2))):$fault"
+    done
+    count=$((1 << (10 + RANDOM % 8)))
+    shm0=$(shmCount)
+    out=$LOG/trial-$t.log
+    t0=$(date +%s.%N)
+    env BRAID_TIMEOUT=$TIMEOUT BRAID_TRANSPORT=$transport MP_VICTIMS=$victims BRAIDRUN_GRACE_SEC=2 \
+      timeout -s KILL $((WALL * 2)) "$BRAIDRUN" -np "$np" --min-np $((np - nv)) "$RECOVERPROG" "$STEPS" "$count" >"$out" 2>&1
+    rc=$?
+    wall=$(awk -v a="$(date +%s.%N)" -v b="$t0" 'BEGIN { printf "%.2f", a - b }')
+    sleep 0.2
+    left=$(pgrep -f "$RECOVERPROG" | wc -l)
+    [[ $left -gt 0 ]] && pkill -9 -f "$RECOVERPROG"
+    shm1=$(shmCount)
+    echo "TRIAL $t transport=$transport np=$np victims=$victims count=$count rc=$rc wall_s=$wall" \
+      "leftover_procs=$left shm_delta=$((shm1 - shm0))" >>"$out"
+  done 2>>"$LOG/shell.log"
+  python3 - "$LOG" "$N" "$STEPS" "$(($(date +%s) - start))" <<'EOF2'
+import glob, re, sys
+log, n, steps, took = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+lat = {"kill": [], "stop": []}
+failed = unfinished = lost = leftover = shm = 0
+bad = []
+for path in sorted(glob.glob(log + "/trial-*.log"), key=lambda p: int(re.search(r"(\d+)\.log$", p).group(1))):
+    text = open(path, errors="replace").read()
+    m = re.search(r"TRIAL (\d+) .*np=(\d+) victims=(\S+) .*rc=(\d+) .*leftover_procs=(\d+) shm_delta=(-?\d+)", text)
+    if not m:
+        continue
+    trial, np_, victims, rc, left, dshm = m.groups()
+    np_, rc, left, dshm = int(np_), int(rc), int(left), int(dshm)
+    faults = {int(r): (int(s), f) for r, s, f in re.findall(r"(\d+):(\d+):(\w+)", victims)}
+    problems = []
+    fired = {int(r): float(t) for r, t in re.findall(r"FAULT rank=(\d+) step=\d+ mono_ms=([\d.]+)", text)}
+    finals = re.findall(r"FINAL rank=(\d+) newrank=\d+ size=(\d+) steps=(\d+) checksum=\S+ match=(\d) same=(\d)", text)
+    want = np_ - len(fired)
+    if rc != 0:
+        failed += 1; problems.append(f"job exit status {rc}")
+    if len(finals) != want:
+        unfinished += want - len(finals); problems.append(f"{len(finals)} of {want} survivors finished")
+    for r, size, st, match, same in finals:
+        if int(st) != steps or match != "1" or same != "1":
+            lost += 1; problems.append(f"rank {r}: steps {st}, match {match}, same {same}")
+    if left:
+        leftover += left; problems.append(f"{left} leftover process(es)")
+    if dshm > 0:
+        shm += dshm; problems.append(f"{dshm} /dev/shm entries left")
+    # Each shrink that removed a victim: its time from that victim's fault.
+    for r, st, frm, to, fl, mono in re.findall(r"SHRUNK rank=(\d+) step=(\d+) from=(\d+) to=(\d+) failed=(\S+) ms=\d+ mono_ms=([\d.]+)", text):
+        times = [float(mono) - fired[v] for v in fired if float(mono) >= fired[v]]
+        if times:
+            kind = faults.get(min(fired, key=lambda v: float(mono) - fired[v] if float(mono) >= fired[v] else 1e18), (0, "kill"))[1]
+            lat[kind].append(min(times))
+    if problems:
+        bad.append(f"trial {trial}: " + ", ".join(problems) + f" ({path})")
+def pct(v, p):
+    v = sorted(v)
+    return v[min(len(v) - 1, int(round(p / 100 * (len(v) - 1))))] if v else float("nan")
+print(f"elastic trials {n} in {took} s; failed jobs {failed}; survivors that did not finish {unfinished}; "
+      f"steps lost or repeated {lost}; leftover processes {leftover}; /dev/shm entries left {shm}")
+for kind, v in lat.items():
+    if v:
+        print(f"fault to new communicator, {kind} ({len(v)} survivor shrinks): p50 {pct(v, 50):.0f} ms, "
+              f"p99 {pct(v, 99):.0f} ms, max {max(v):.0f} ms")
+for b in bad:
+    print(b)
+sys.exit(1 if failed or unfinished or lost or leftover or shm else 0)
+EOF2
+  exit $?
+fi
 
 pkill -9 -f "$RANKPROG" 2>/dev/null
 echo "# chaos: $N trials, seed $SEED, transports '$TRANSPORTS', launchers '$LAUNCHERS', BRAID_TIMEOUT=$TIMEOUT, logs in $LOG"

@@ -268,6 +268,33 @@ braidResult_t braidCommAgree(braidComm_t comm, int* flag);
  * `capacity` into failedRanks (may be NULL when capacity is 0), their number into *count. */
 braidResult_t braidCommGetFailedRanks(braidComm_t comm, int* failedRanks, int capacity, int* count);
 
+/* Growing (NCCL 2.29's ncclCommGrow). One rank of `comm` makes a single-use grow id for a
+ * communicator of `newSize` ranks (more than comm's) and shares it with the other ranks of
+ * comm (a braidBroadcast of its bytes) and with the new processes (out of band, as a unique
+ * id: it carries the job's key). Then every rank of comm calls braidCommGrow(comm, newSize,
+ * &growId, -1, &newcomm) and keeps its rank, and each new process calls
+ * braidCommGrow(NULL, newSize, &growId, rank, &newcomm) with its own rank in
+ * [size of comm, newSize); each new rank is admitted once. All block until the grown
+ * communicator is wired up or BRAID_TIMEOUT passes. Needs braid's own store (braidrun,
+ * a unique id, BRAID_STORE_ADDR or MASTER_ADDR), which new processes connect to. */
+braidResult_t braidCommGetGrowId(braidComm_t comm, int newSize, braidUniqueId* growId);
+braidResult_t braidCommGrow(braidComm_t comm, int newSize, const braidUniqueId* growId, int rank,
+                            braidComm_t* newcomm);
+
+/* Elastic jobs under braidrun --min-np/--max-np: braidrun starts a replacement for a lost
+ * rank, whose braidCommInitFromEnv waits until the running ranks admit it. *waiting is the
+ * number of replacements waiting now (a store read; any rank, any time). braidCommGrowJoiners
+ * is collective over `comm`: it admits every replacement waiting when rank 0 looks, giving
+ * them the ranks after comm's, and returns the grown communicator (NULL when none waited;
+ * comm stays valid either way). Ranks usually fold "someone waits" into their per-step
+ * braidCommAgree, so that they all grow at the same step. */
+braidResult_t braidCommGetJoiners(braidComm_t comm, int* waiting);
+braidResult_t braidCommGrowJoiners(braidComm_t comm, braidComm_t* newcomm);
+
+/* How many shrinks and grows lie between `comm` and the communicator its job started with:
+ * 0 for one made by init, its parent's plus one for one made by shrink or grow. */
+braidResult_t braidCommGetEpoch(braidComm_t comm, int* epoch);
+
 /* Creates a reduction op that multiplies each rank's input by *scalar (of `datatype`) and
  * sums: PyTorch's PREMUL_SUM. Valid for that datatype on `comm` until braidRedOpDestroy. */
 braidResult_t braidRedOpCreatePreMulSum(braidRedOp_t* op, void* scalar, braidDataType_t datatype, braidComm_t comm);

@@ -307,6 +307,17 @@ class Communicator {
   void revoke();
   Communicator shrink(const std::vector<int>& exclude, bool abortPending = false);
   int agree(int flag, std::vector<int>* failed = nullptr);
+  // Growing: growId() on one rank (share it with the other ranks and the new processes),
+  // grow() on every rank (keeps its rank), joinGrow() in each new process with its rank in
+  // [size(), newSize). Elastic jobs (braidrun --max-np): joinersWaiting() counts the
+  // replacements waiting, growJoiners() (collective) admits them; it returns an invalid
+  // Communicator when none waited. epoch(): shrinks and grows since init.
+  braidUniqueId growId(int newSize);
+  Communicator grow(int newSize, const braidUniqueId& growId);
+  static Communicator joinGrow(int newSize, const braidUniqueId& growId, int rank);
+  int joinersWaiting();
+  Communicator growJoiners();
+  int epoch() const;
 
  public:
   struct Impl;  // opaque

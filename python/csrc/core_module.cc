@@ -583,6 +583,26 @@ NB_MODULE(_core, m) {
           "color returns None. Collective over this communicator.")
       .def("abort", [](PyComm& c) { c.get().abort(); },
            "Fail pending operations here and on every other rank; the communicator is unusable after.")
+      .def_prop_ro("epoch", [](PyComm& c) { return c.get().epoch(); },
+                   "Shrinks and grows between this communicator and the one its job started with.")
+      .def("joiners_waiting", [](PyComm& c) { return c.get().joinersWaiting(); },
+           "Replacements (braidrun --max-np) waiting to be admitted by grow_joiners().")
+      .def(
+          "grow_joiners",
+          [](PyComm& c) -> PyComm* {
+            braid::Communicator& comm = c.get();
+            std::unique_ptr<braid::Communicator> child;
+            {
+              nb::gil_scoped_release nogil;
+              braid::Communicator grown = comm.growJoiners();
+              if (grown.valid()) child = std::make_unique<braid::Communicator>(std::move(grown));
+            }
+            if (!child) return nullptr;
+            return new PyComm{std::move(child)};
+          },
+          nb::rv_policy::take_ownership,
+          "Collective: admit every waiting replacement and return the grown Communicator (None when none "
+          "waited; this one stays valid).")
       .def("revoke", [](PyComm& c) { c.get().revoke(); },
            "Fail every rank's pending and later operations with RevokedError; the communicator can still be "
            "shrunk or split. Any thread; never blocks on peers.")

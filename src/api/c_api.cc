@@ -703,6 +703,71 @@ braidResult_t braidCommGetFailedRanks(braidComm_t comm, int* failedRanks, int ca
   });
 }
 
+braidResult_t braidCommGetGrowId(braidComm_t comm, int newSize, braidUniqueId* growId) {
+  if (!comm) return report(nullptr, nullComm("braidCommGetGrowId"));
+  if (!growId) return report(comm, badArg(comm, "braidCommGetGrowId", "growId is NULL"));
+  if (Status r = ready(comm, "braidCommGetGrowId"); !r.isOk()) return report(comm, r);
+  return guarded(comm, [&] { return comm->session->growId(newSize, growId); });
+}
+
+braidResult_t braidCommGrow(braidComm_t comm, int newSize, const braidUniqueId* growId, int rank,
+                            braidComm_t* newcomm) {
+  const char* fn = "braidCommGrow";
+  if (!newcomm) return report(comm, comm ? badArg(comm, fn, "newcomm is NULL") : braid::invalidArgument(std::string(fn) + ": newcomm is NULL"));
+  *newcomm = nullptr;
+  if (!growId)
+    return report(comm, comm ? badArg(comm, fn, "growId is NULL") : braid::invalidArgument(std::string(fn) + ": growId is NULL"));
+  if (comm) {
+    if (Status r = ready(comm, fn); !r.isOk()) return report(comm, r);
+  }
+  return guarded(comm, [&]() -> Status {
+    auto child = comm ? comm->session->grow(fn, newSize, *growId) : Session::joinGrow(fn, newSize, *growId, rank);
+    if (!child.isOk()) return child.status();
+    auto* c = new braidComm();
+    c->session = std::move(child).value();
+    if (comm) c->blocking = comm->blocking;
+    *newcomm = c;
+    return Status::ok();
+  });
+}
+
+braidResult_t braidCommGetJoiners(braidComm_t comm, int* waiting) {
+  if (!comm) return report(nullptr, nullComm("braidCommGetJoiners"));
+  if (!waiting) return report(comm, badArg(comm, "braidCommGetJoiners", "waiting is NULL"));
+  if (Status r = ready(comm, "braidCommGetJoiners"); !r.isOk()) return report(comm, r);
+  return guarded(comm, [&]() -> Status {
+    auto n = comm->session->joinersWaiting();
+    if (!n.isOk()) return n.status().withContext("braidCommGetJoiners");
+    *waiting = n.value();
+    return Status::ok();
+  });
+}
+
+braidResult_t braidCommGrowJoiners(braidComm_t comm, braidComm_t* newcomm) {
+  if (!comm) return report(nullptr, nullComm("braidCommGrowJoiners"));
+  if (!newcomm) return report(comm, badArg(comm, "braidCommGrowJoiners", "newcomm is NULL"));
+  *newcomm = nullptr;
+  if (Status r = ready(comm, "braidCommGrowJoiners"); !r.isOk()) return report(comm, r);
+  return guarded(comm, [&]() -> Status {
+    auto child = comm->session->growJoiners("braidCommGrowJoiners");
+    if (!child.isOk()) return child.status();
+    if (!child.value()) return Status::ok();
+    auto* c = new braidComm();
+    c->session = std::move(child).value();
+    c->blocking = comm->blocking;
+    *newcomm = c;
+    return Status::ok();
+  });
+}
+
+braidResult_t braidCommGetEpoch(braidComm_t comm, int* epoch) {
+  if (!comm) return report(nullptr, nullComm("braidCommGetEpoch"));
+  if (!epoch) return report(comm, badArg(comm, "braidCommGetEpoch", "epoch is NULL"));
+  if (Status r = ready(comm, "braidCommGetEpoch"); !r.isOk()) return report(comm, r);
+  *epoch = comm->session->comm().epoch();
+  return braidSuccess;
+}
+
 braidResult_t braidRedOpCreatePreMulSum(braidRedOp_t* op, void* scalar, braidDataType_t datatype, braidComm_t comm) {
   if (!comm) return report(nullptr, nullComm("braidRedOpCreatePreMulSum"));
   if (!op) return report(comm, badArg(comm, "braidRedOpCreatePreMulSum", "op is NULL"));

@@ -428,6 +428,41 @@ void Communicator::abort() { sessionOf(impl_, "abort").abort(); }
 
 void Communicator::revoke() { sessionOf(impl_, "revoke").revoke(); }
 
+braidUniqueId Communicator::growId(int newSize) {
+  braidUniqueId id{};
+  check(sessionOf(impl_, "growId").growId(newSize, &id));
+  return id;
+}
+
+Communicator Communicator::grow(int newSize, const braidUniqueId& growId) {
+  auto child = sessionOf(impl_, "grow").grow("grow", newSize, growId);
+  if (!child.isOk()) throwStatus(child.status());
+  auto impl = std::make_unique<Impl>();
+  impl->session = std::move(child).value();
+  return Communicator(std::move(impl));
+}
+
+Communicator Communicator::joinGrow(int newSize, const braidUniqueId& growId, int rank) {
+  return Communicator(std::unique_ptr<Impl>(fromSession(api::Session::joinGrow("joinGrow", newSize, growId, rank))));
+}
+
+int Communicator::joinersWaiting() {
+  auto n = sessionOf(impl_, "joinersWaiting").joinersWaiting();
+  if (!n.isOk()) throwStatus(n.status());
+  return n.value();
+}
+
+Communicator Communicator::growJoiners() {
+  auto child = sessionOf(impl_, "growJoiners").growJoiners("growJoiners");
+  if (!child.isOk()) throwStatus(child.status());
+  if (!child.value()) return Communicator(std::unique_ptr<Impl>());
+  auto impl = std::make_unique<Impl>();
+  impl->session = std::move(child).value();
+  return Communicator(std::move(impl));
+}
+
+int Communicator::epoch() const { return sessionOf(impl_, "epoch").comm().epoch(); }
+
 Communicator Communicator::shrink(const std::vector<int>& exclude, bool abortPending) {
   auto child = sessionOf(impl_, "shrink").shrink("shrink", exclude, abortPending);
   if (!child.isOk()) throwStatus(child.status());

@@ -1,5 +1,7 @@
 #include "api/session.h"
 
+#include <sstream>
+
 #include <arpa/inet.h>
 #include <ifaddrs.h>
 #include <net/if.h>
@@ -260,6 +262,16 @@ StatusOr<std::unique_ptr<Session>> Session::fromEnv(double timeoutSec, std::shar
   }
   if (!client.isOk())
     return client.status().withContext("rank " + std::to_string(env.rank) + " (from " + env.source + " environment)");
+  if (const char* j = std::getenv("BRAID_ELASTIC_JOIN"); j && std::string(j) == "1") {
+    // A replacement braidrun started for an elastic job: it joins the running ranks at
+    // their next grow instead of starting a communicator of its own.
+    bootstrap::UniqueId where;
+    where.host = env.storeHost;
+    where.port = env.storePort;
+    where.nonce = generation;
+    where.key = key.value();
+    return joinAsReplacement(std::shared_ptr<bootstrap::Store>(std::move(client).value()), where, cfg);
+  }
   core::CommOptions opts;
   opts.config = cfg;
   opts.authKey = key.value();
@@ -269,6 +281,10 @@ StatusOr<std::unique_ptr<Session>> Session::fromEnv(double timeoutSec, std::shar
   BRAID_ASSIGN_OR_RETURN(auto s, join(std::shared_ptr<bootstrap::Store>(std::move(client).value()), env.rank,
                                       env.worldSize, std::move(opts), env.rankZeroServes));
   s->server_ = std::move(server);
+  s->storeId_.host = env.storeHost;
+  s->storeId_.port = env.storePort;
+  s->storeId_.nonce = generation;
+  s->storeId_.key = key.value();
   return s;
 }
 
@@ -278,6 +294,8 @@ StatusOr<std::unique_ptr<Session>> Session::fromUniqueId(const braidUniqueId& id
   if (rank < 0 || rank >= nranks)
     return invalidArgument("rank=" + std::to_string(rank) + " is outside [0, nranks=" + std::to_string(nranks) + ")");
   BRAID_ASSIGN_OR_RETURN(bootstrap::UniqueId u, bootstrap::decodeUniqueId(id.internal));
+  if (u.growToken != 0)
+    return invalidArgument("the id is a grow id (braidCommGetGrowId): new processes pass it to braidCommGrow");
   BRAID_ASSIGN_OR_RETURN(core::Config cfg, core::Config::fromEnv());
   if (timeoutSec > 0) cfg.timeoutSec = timeoutSec;
   BRAID_ASSIGN_OR_RETURN(auto client, bootstrap::TcpStoreClient::connect(
@@ -288,7 +306,9 @@ StatusOr<std::unique_ptr<Session>> Session::fromUniqueId(const braidUniqueId& id
   opts.nonce = u.nonce;
   opts.authKey = u.key;
   opts.cancel = std::move(cancel);
-  return join(std::shared_ptr<bootstrap::Store>(std::move(client)), rank, nranks, std::move(opts));
+  BRAID_ASSIGN_OR_RETURN(auto s, join(std::shared_ptr<bootstrap::Store>(std::move(client)), rank, nranks, std::move(opts)));
+  s->storeId_ = u;
+  return s;
 }
 
 StatusOr<std::unique_ptr<Session>> Session::fromStore(std::shared_ptr<bootstrap::Store> store, int rank, int nranks,
@@ -729,6 +749,7 @@ StatusOr<std::unique_ptr<Session>> Session::split(const char* fn, int color, int
   child->store_ = store_;
   child->rootPrefix_ = rootPrefix_;
   child->trackLive_ = trackLive_;
+  child->storeId_ = storeId_;
   // Counted before the split's exchange, for the same reason as in join().
   if (color >= 0) child->countLive(+1);
   auto c = comm_->split(color, key);
@@ -777,6 +798,7 @@ StatusOr<std::unique_ptr<Session>> Session::shrink(const char* fn, const std::ve
   child->store_ = store_;
   child->rootPrefix_ = rootPrefix_;
   child->trackLive_ = trackLive_;
+  child->storeId_ = storeId_;
   child->countLive(+1);
   auto c = comm_->shrink(exclude, abortPending);
   if (!c.isOk()) return c.status().withContext(std::string(fn) + " on rank " + std::to_string(comm_->rank()));
@@ -796,6 +818,175 @@ Status Session::agree(const char* fn, int* flag) {
 std::vector<int> Session::failedRanks() const {
   std::lock_guard<std::mutex> lock(agreeMu_);
   return failedRanks_;
+}
+
+Status Session::growId(int newSize, braidUniqueId* id) {
+  const std::string where = "braidCommGetGrowId on rank " + std::to_string(comm_->rank()) + ": ";
+  if (storeId_.port == 0)
+    return invalidArgument(where + "this communicator's store is the caller's (a PyTorch store), which new processes "
+                                   "cannot be sent to; grow needs braid's store (braidrun, a unique id, "
+                                   "BRAID_STORE_ADDR or MASTER_ADDR)");
+  if (storeId_.host.size() > bootstrap::kGrowIdMaxHost)
+    return invalidArgument(where + "the store's host name '" + storeId_.host + "' is longer than a grow id holds (" +
+                           std::to_string(bootstrap::kGrowIdMaxHost) + " bytes); give its address instead");
+  bootstrap::UniqueId g = storeId_;
+  g.growToken = bootstrap::randomNonce();
+  BRAID_RETURN_IF_ERROR(comm_->openGrow(g.growToken, newSize).withContext(where));
+  bootstrap::encodeUniqueId(g, id->internal);
+  return Status::ok();
+}
+
+namespace {
+StatusOr<bootstrap::UniqueId> decodeGrowId(const char* fn, const braidUniqueId& id) {
+  auto u = bootstrap::decodeUniqueId(id.internal);
+  if (!u.isOk()) return u.status().withContext(fn);
+  if (u.value().growToken == 0)
+    return invalidArgument(std::string(fn) + ": growId is a unique id for init, not a grow id (braidCommGetGrowId)");
+  return u;
+}
+}  // namespace
+
+StatusOr<std::unique_ptr<Session>> Session::grow(const char* fn, int newSize, const braidUniqueId& id) {
+  BRAID_ASSIGN_OR_RETURN(bootstrap::UniqueId u, decodeGrowId(fn, id));
+  std::unique_ptr<Session> child(new Session());
+  child->server_ = server_;
+  child->store_ = store_;
+  child->rootPrefix_ = rootPrefix_;
+  child->trackLive_ = trackLive_;
+  child->storeId_ = storeId_;
+  child->countLive(+1);
+  auto c = comm_->grow(u.growToken, newSize);
+  if (!c.isOk()) return c.status().withContext(std::string(fn) + " on rank " + std::to_string(comm_->rank()));
+  child->comm_ = std::move(c).value();
+  return child;
+}
+
+StatusOr<std::unique_ptr<Session>> Session::joinGrow(const char* fn, int newSize, const braidUniqueId& id, int rank) {
+  BRAID_ASSIGN_OR_RETURN(bootstrap::UniqueId u, decodeGrowId(fn, id));
+  BRAID_ASSIGN_OR_RETURN(core::Config cfg, core::Config::fromEnv());
+  auto client = bootstrap::TcpStoreClient::connect(u.host, u.port, u.nonce, Deadline::after(cfg.timeoutSec),
+                                                   bootstrap::TcpStoreClient::kDefaultOpTimeoutSec, u.key,
+                                                   cfg.tls && u.key.present);
+  if (!client.isOk()) return client.status().withContext(std::string(fn) + " (rank " + std::to_string(rank) + ")");
+  auto s = joinGrowWith(std::shared_ptr<bootstrap::Store>(std::move(client).value()), u, newSize, rank, cfg);
+  if (!s.isOk()) return s.status().withContext(std::string(fn) + " (new rank " + std::to_string(rank) + ")");
+  return s;
+}
+
+StatusOr<std::unique_ptr<Session>> Session::joinGrowWith(std::shared_ptr<bootstrap::Store> store,
+                                                          const bootstrap::UniqueId& u, int newSize, int rank,
+                                                          const core::Config& cfg) {
+  core::CommOptions opts;
+  opts.config = cfg;
+  opts.authKey = u.key;
+  std::unique_ptr<Session> s(new Session());
+  s->store_ = std::move(store);
+  s->storeId_ = u;
+  s->storeId_.growToken = 0;
+  BRAID_ASSIGN_OR_RETURN(s->comm_, core::Communicator::joinGrow(s->store_, u.growToken, newSize, rank, std::move(opts)));
+  return s;
+}
+
+namespace {
+constexpr const char* kJoiners = "braid-elastic/joiners";    // tickets drawn by replacements
+constexpr const char* kAdmitted = "braid-elastic/admitted";  // tickets given a rank so far
+std::string joinerKey(int64_t ticket) { return "braid-elastic/joiner/" + std::to_string(ticket); }
+
+std::string toHex(const char* p, size_t n) {
+  static const char* d = "0123456789abcdef";
+  std::string s;
+  for (size_t i = 0; i < n; ++i) {
+    s += d[(static_cast<unsigned char>(p[i]) >> 4) & 15];
+    s += d[static_cast<unsigned char>(p[i]) & 15];
+  }
+  return s;
+}
+
+bool fromHex(const std::string& s, char* out, size_t n) {
+  if (s.size() != 2 * n) return false;
+  auto v = [](char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1; };
+  for (size_t i = 0; i < n; ++i) {
+    int hi = v(s[2 * i]), lo = v(s[2 * i + 1]);
+    if (hi < 0 || lo < 0) return false;
+    out[i] = static_cast<char>(hi << 4 | lo);
+  }
+  return true;
+}
+}  // namespace
+
+StatusOr<std::unique_ptr<Session>> Session::joinAsReplacement(std::shared_ptr<bootstrap::Store> store,
+                                                               const bootstrap::UniqueId& where,
+                                                               const core::Config& cfg) {
+  Deadline deadline = Deadline::after(cfg.timeoutSec);
+  BRAID_ASSIGN_OR_RETURN(int64_t ticket, store->add(kJoiners, 1, deadline));
+  BRAID_RETURN_IF_ERROR(store->set(joinerKey(ticket), std::to_string(getpid()), deadline));
+  // The running ranks admit waiting replacements when they next grow (braidCommGrowJoiners).
+  auto admission = store->get(joinerKey(ticket) + "/admit", deadline);
+  if (!admission.isOk()) {
+    if (admission.status().code() == Code::kTimeout)
+      return Status(Code::kTimeout,
+                    "this replacement (ticket " + std::to_string(ticket) + ") was not admitted within " +
+                        std::to_string(static_cast<int>(cfg.timeoutSec)) +
+                        " s (BRAID_TIMEOUT): the running ranks did not call braidCommGrowJoiners");
+    return admission.status();
+  }
+  std::istringstream in(admission.value());
+  std::string idHex, rank, size;
+  braidUniqueId id;
+  if (!std::getline(in, idHex) || !std::getline(in, rank) || !std::getline(in, size) ||
+      !fromHex(idHex, id.internal, sizeof id.internal))
+    return Status(Code::kRemoteError, "malformed admission record for replacement ticket " + std::to_string(ticket));
+  BRAID_ASSIGN_OR_RETURN(bootstrap::UniqueId u, decodeGrowId("braidCommInitFromEnv", id));
+  (void)where;  // the id names the same store this process reached through the environment
+  return joinGrowWith(std::move(store), u, std::atoi(size.c_str()), std::atoi(rank.c_str()), cfg);
+}
+
+StatusOr<int> Session::joinersWaiting() {
+  Deadline d = Deadline::after(std::min(5.0, std::max(1.0, comm_->timeoutSeconds())));
+  auto drawn = store_->add(kJoiners, 0, d);
+  if (!drawn.isOk()) return drawn.status();
+  auto admitted = store_->add(kAdmitted, 0, d);
+  if (!admitted.isOk()) return admitted.status();
+  return static_cast<int>(std::max<int64_t>(0, drawn.value() - admitted.value()));
+}
+
+StatusOr<std::unique_ptr<Session>> Session::growJoiners(const char* fn) {
+  core::Communicator& c = *comm_;
+  const std::string where = std::string(fn) + " on rank " + std::to_string(c.rank());
+  const double timeout = c.timeoutSeconds();
+  // Rank 0 decides how many replacements come in and tells the others: one grow id.
+  const std::string decision = c.keyPrefix() + "/elastic" + std::to_string(growCalls_++);
+  braidUniqueId id{};
+  int k = 0;
+  if (c.rank() == 0) {
+    BRAID_ASSIGN_OR_RETURN(k, joinersWaiting());
+    std::string text = "0";
+    if (k > 0) {
+      BRAID_ASSIGN_OR_RETURN(auto admitted, store_->add(kAdmitted, 0, Deadline::after(5)));
+      BRAID_RETURN_IF_ERROR(growId(c.size() + k, &id).withContext(where));
+      for (int i = 0; i < k; ++i) {
+        const int64_t ticket = admitted + 1 + i;
+        BRAID_RETURN_IF_ERROR(store_->set(joinerKey(ticket) + "/admit",
+                                          toHex(id.internal, sizeof id.internal) + "\n" +
+                                              std::to_string(c.size() + i) + "\n" + std::to_string(c.size() + k),
+                                          Deadline::after(5)));
+      }
+      BRAID_RETURN_IF_ERROR(store_->add(kAdmitted, k, Deadline::after(5)).status());
+      text = std::to_string(k) + "\n" + toHex(id.internal, sizeof id.internal);
+    }
+    BRAID_RETURN_IF_ERROR(store_->set(decision, text, Deadline::after(5)));
+  } else {
+    auto v = store_->get(decision, Deadline::after(timeout));
+    if (!v.isOk()) return v.status().withContext(where + ": waiting for rank 0's decision");
+    std::istringstream in(v.value());
+    std::string count, idHex;
+    std::getline(in, count);
+    k = std::atoi(count.c_str());
+    if (k > 0 && (!std::getline(in, idHex) || !fromHex(idHex, id.internal, sizeof id.internal)))
+      return Status(Code::kRemoteError, where + ": malformed grow decision from rank 0", 0);
+  }
+  if (k == 0) return std::unique_ptr<Session>();
+  return grow(fn, c.size() + k, id);
 }
 
 void Session::abort() { comm_->abort(Status(Code::kAborted, "rank " + std::to_string(comm_->rank()) + " aborted the communicator", comm_->rank())); }

@@ -12,6 +12,7 @@
 
 #include "algorithms/algorithm.h"
 #include "bootstrap/store.h"
+#include "bootstrap/unique_id.h"
 #include "core/communicator.h"
 #include "braid/braid.h"
 #include "device/device_queue.h"
@@ -132,6 +133,21 @@ class Session {
   // The ranks the last agreement counted as failed, ascending.
   std::vector<int> failedRanks() const;
 
+  // braidCommGetGrowId: opens a grow to `newSize` ranks and describes it in `*id` (where
+  // this job's store is, its key, the grow's token).
+  Status growId(int newSize, braidUniqueId* id);
+  // braidCommGrow on a rank of this communicator (keeps its rank) ...
+  StatusOr<std::unique_ptr<Session>> grow(const char* fn, int newSize, const braidUniqueId& id);
+  // ... and in a new process, as rank `rank` of the grown communicator.
+  static StatusOr<std::unique_ptr<Session>> joinGrow(const char* fn, int newSize, const braidUniqueId& id, int rank);
+
+  // Elastic jobs (braidrun --max-np): replacements wait in the store until the running
+  // ranks admit them. How many wait now (any rank may ask; cheap) ...
+  StatusOr<int> joinersWaiting();
+  // ... and the collective that admits them: rank 0 takes every waiting one, gives each a
+  // rank after the current ones and grows; null when none waited.
+  StatusOr<std::unique_ptr<Session>> growJoiners(const char* fn);
+
  private:
   struct PreMul {
     double scalar;
@@ -144,6 +160,13 @@ class Session {
   // session has left (see ~Session); only then do sessions count themselves in it.
   static StatusOr<std::unique_ptr<Session>> join(std::shared_ptr<bootstrap::Store> store, int rank, int nranks,
                                                  core::CommOptions opts, bool trackLive = false);
+  static StatusOr<std::unique_ptr<Session>> joinGrowWith(std::shared_ptr<bootstrap::Store> store,
+                                                         const bootstrap::UniqueId& u, int newSize, int rank,
+                                                         const core::Config& cfg);
+  // BRAID_ELASTIC_JOIN=1 (a replacement braidrun started): waits to be admitted, then joins.
+  static StatusOr<std::unique_ptr<Session>> joinAsReplacement(std::shared_ptr<bootstrap::Store> store,
+                                                              const bootstrap::UniqueId& where,
+                                                              const core::Config& cfg);
   // Records one more live session of this job in the store (see ~Session); nothing unless
   // trackLive_.
   void countLive(int delta);
@@ -170,6 +193,10 @@ class Session {
   std::atomic<device::DeviceQueue*> deviceQueueMade_{nullptr};
   mutable std::mutex preMulMu_;
   std::map<int, PreMul> preMuls_;  // by op handle
+  // Where this job's store is (host, port, the nonce its HELLO wants, the key), for grow
+  // ids; port 0 when the store is the caller's (a foreign store new processes cannot reach).
+  bootstrap::UniqueId storeId_;
+  uint32_t growCalls_ = 0;  // growJoiners calls on this session, to name each decision
   mutable std::mutex agreeMu_;
   std::vector<int> failedRanks_;  // the last agreement's, under agreeMu_
 };

@@ -9,6 +9,8 @@ namespace braid::bootstrap {
 namespace {
 
 constexpr uint8_t kMagic[4] = {'B', 'R', 'I', 'D'};
+constexpr uint8_t kGrowMagic[4] = {'B', 'R', 'I', 'G'};
+constexpr size_t kGrowTokenAt = 116;
 constexpr uint16_t kVersion = 2;
 constexpr size_t kKeyAt = 16;
 constexpr size_t kHostLenAt = 48;
@@ -44,17 +46,19 @@ bool hostCharOk(uint8_t c) {
 void encodeUniqueId(const UniqueId& id, char out[kUniqueIdBytes]) {
   uint8_t* p = reinterpret_cast<uint8_t*>(out);
   std::memset(p, 0, kUniqueIdBytes);
-  std::memcpy(p, kMagic, 4);
+  const bool grow = id.growToken != 0;
+  std::memcpy(p, grow ? kGrowMagic : kMagic, 4);
   putLe(p + 4, kVersion, 2);
   putLe(p + 6, static_cast<uint16_t>(id.port), 2);
   putLe(p + 8, id.nonce, 8);
   std::memcpy(p + kKeyAt, id.key.bytes.data(), id.key.bytes.size());
-  if (id.host.size() > kUniqueIdMaxHost) {
+  if (id.host.size() > (grow ? kGrowIdMaxHost : kUniqueIdMaxHost)) {
     p[kHostLenAt] = kHostTooLong;
   } else {
     p[kHostLenAt] = static_cast<uint8_t>(id.host.size());
     std::memcpy(p + kHostAt, id.host.data(), id.host.size());
   }
+  if (grow) putLe(p + kGrowTokenAt, id.growToken, 8);
   putLe(p + kChecksumAt, fnv1a(p, kChecksumAt), 4);
 }
 
@@ -64,7 +68,11 @@ StatusOr<UniqueId> decodeUniqueId(const char in[kUniqueIdBytes]) {
   for (size_t i = 0; i < kUniqueIdBytes && allZero; ++i) allZero = p[i] == 0;
   if (allZero)
     return invalidArgument("unique id is all zeros: it was not filled by braidGetUniqueId or not shared with this rank");
-  if (std::memcmp(p, kMagic, 4) != 0) return invalidArgument("unique id has a bad magic: not a braid unique id, or corrupted");
+  const bool grow = std::memcmp(p, kGrowMagic, 4) == 0;
+  if (!grow && std::memcmp(p, kMagic, 4) != 0)
+    return invalidArgument("unique id has a bad magic: not a braid unique id, or corrupted");
+  const size_t maxHost = grow ? kGrowIdMaxHost : kUniqueIdMaxHost;
+  const size_t paddingEnd = grow ? kGrowTokenAt : kChecksumAt;
   uint16_t version = static_cast<uint16_t>(getLe(p + 4, 2));
   if (version != kVersion)
     return invalidArgument("unique id has format version " + std::to_string(version) + "; this braid reads version " +
@@ -80,17 +88,22 @@ StatusOr<UniqueId> decodeUniqueId(const char in[kUniqueIdBytes]) {
   for (uint8_t b : id.key.bytes) id.key.present |= b != 0;
   size_t hostLen = p[kHostLenAt];
   if (hostLen == kHostTooLong)
-    return invalidArgument("unique id was created with a store host name longer than " +
-                           std::to_string(kUniqueIdMaxHost) + " bytes");
-  if (hostLen == 0 || hostLen > kUniqueIdMaxHost)
+    return invalidArgument("unique id was created with a store host name longer than " + std::to_string(maxHost) +
+                           " bytes");
+  if (hostLen == 0 || hostLen > maxHost)
     return invalidArgument("unique id has an invalid host length " + std::to_string(hostLen));
   for (size_t i = 0; i < hostLen; ++i)
     if (!hostCharOk(p[kHostAt + i])) return invalidArgument("unique id host contains an invalid byte");
-  for (size_t i = kHostAt + hostLen; i < kChecksumAt; ++i)
+  for (size_t i = kHostAt + hostLen; i < paddingEnd; ++i)
     if (p[i] != 0) return invalidArgument("unique id has non-zero padding");
   if (id.port == 0) return invalidArgument("unique id has store port 0");
-  if (id.nonce == 0) return invalidArgument("unique id has a zero session nonce");
-  if (!id.key.present) return invalidArgument("unique id has an all-zero job key");
+  if (grow) {
+    id.growToken = getLe(p + kGrowTokenAt, 8);
+    if (id.growToken == 0) return invalidArgument("grow id has a zero token");
+  } else {
+    if (id.nonce == 0) return invalidArgument("unique id has a zero session nonce");
+    if (!id.key.present) return invalidArgument("unique id has an all-zero job key");
+  }
   id.host.assign(reinterpret_cast<const char*>(p + kHostAt), hostLen);
   return id;
 }

@@ -14,6 +14,9 @@
 //   [48]       host length n (1..kUniqueIdMaxHost)
 //   [49, 49+n) host bytes (IPv4 literal or host name), then zeros
 //   [124, 128) FNV-1a checksum of bytes [0, 124)
+// A grow id (braidCommGetGrowId) has the magic "BRIG", a host of at most kGrowIdMaxHost
+// bytes, its single-use token at [116, 124), and may carry a zero nonce or key (the store of
+// a job without them).
 // The checksum catches ids truncated or mangled on their way between processes (an MPI
 // broadcast of the wrong size, a string copy that stopped at a zero byte).
 
@@ -27,12 +30,14 @@ namespace braid::bootstrap {
 
 constexpr size_t kUniqueIdBytes = 128;
 constexpr size_t kUniqueIdMaxHost = 75;
+constexpr size_t kGrowIdMaxHost = 67;
 
 struct UniqueId {
   std::string host;
   int port = 0;
   uint64_t nonce = 0;
   AuthKey key;
+  uint64_t growToken = 0;  // non-zero: a grow id
 };
 
 // Writes `id` into `out`. A host longer than kUniqueIdMaxHost cannot be represented: the id
@@ -41,7 +46,8 @@ struct UniqueId {
 void encodeUniqueId(const UniqueId& id, char out[kUniqueIdBytes]);
 
 // Validates and decodes an id: magic, version, checksum, port range, host length and
-// characters, non-zero nonce and key. kInvalidArgument saying what is wrong otherwise. Pure.
+// characters, non-zero nonce and key (for a grow id: a non-zero token). kInvalidArgument
+// saying what is wrong otherwise. Either kind decodes; callers check which they got. Pure.
 StatusOr<UniqueId> decodeUniqueId(const char in[kUniqueIdBytes]);
 
 // 64 random bits from getrandom(), never 0 (0 means "no nonce" to the store). Thread-safe;

@@ -1428,7 +1428,9 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::shrink(const std::vector<i
     if (survivors[i] == opts_.storeOwnerRank) child.storeOwnerRank = static_cast<int>(i);
   }
   child.keyPrefix = key(base);
-  return create(store_, newRank, static_cast<int>(survivors.size()), std::move(child));
+  auto made = create(store_, newRank, static_cast<int>(survivors.size()), std::move(child));
+  if (made.isOk()) made.value()->epoch_ = epoch_ + 1;
+  return made;
 }
 
 std::vector<bool> Communicator::knownFailed() {
@@ -1533,6 +1535,109 @@ StatusOr<Communicator::Agreement> Communicator::agree(int flag) {
     }
   }
   return a;
+}
+
+namespace {
+
+// The root-level record that maps a grow token to the communicator being grown.
+std::string growKey(uint64_t token) {
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016" PRIx64, token);
+  return std::string("braid-grow/") + hex;
+}
+
+struct GrowRecord {
+  std::string prefix;  // the grown communicator's keys
+  int oldSize = 0, newSize = 0, storeOwner = -1, epoch = 0;
+};
+
+StatusOr<GrowRecord> readGrow(bootstrap::Store& store, uint64_t token, Deadline deadline) {
+  auto v = store.get(growKey(token), deadline);
+  if (!v.isOk()) {
+    if (v.status().code() == Code::kTimeout)
+      return invalidArgument("the grow id names no open grow in this job's store (made by braidCommGetGrowId of "
+                             "another job, or the store was restarted)");
+    return v.status();
+  }
+  GrowRecord g;
+  std::istringstream in(v.value());
+  std::string oldSize, newSize, owner, epoch;
+  if (!std::getline(in, g.prefix) || !std::getline(in, oldSize) || !std::getline(in, newSize) ||
+      !std::getline(in, owner) || !std::getline(in, epoch))
+    return Status(Code::kRemoteError, "malformed grow record in the store");
+  g.epoch = std::atoi(epoch.c_str());
+  g.oldSize = std::atoi(oldSize.c_str());
+  g.newSize = std::atoi(newSize.c_str());
+  g.storeOwner = std::atoi(owner.c_str());
+  return g;
+}
+
+}  // namespace
+
+Status Communicator::openGrow(uint64_t token, int newSize) {
+  if (newSize <= nranks_)
+    return invalidArgument("newSize=" + std::to_string(newSize) + " on rank " + std::to_string(rank_) +
+                           " must be larger than the communicator's " + std::to_string(nranks_) + " ranks");
+  if (storeLost()) return abortRecord(Deadline());
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016" PRIx64, token);
+  const std::string record = key(std::string("grow-") + hex) + "\n" + std::to_string(nranks_) + "\n" +
+                             std::to_string(newSize) + "\n" + std::to_string(opts_.storeOwnerRank) + "\n" +
+                             std::to_string(epoch_ + 1);
+  auto v = store_->compareSet(growKey(token), "", record, graceDeadline());
+  if (!v.isOk()) return v.status().code() == Code::kInvalidArgument ? v.status() : storeLoss(v.status());
+  if (v.value() != record) return internalError("grow token collision");
+  return Status::ok();
+}
+
+StatusOr<std::unique_ptr<Communicator>> Communicator::grow(uint64_t token, int newSize) {
+  const Config& cfg = opts_.config;
+  if (storeLost()) return abortRecord(Deadline());
+  BRAID_ASSIGN_OR_RETURN(GrowRecord g, readGrow(*store_, token, Deadline::after(std::min(5.0, std::max(1.0, cfg.timeoutSec)))));
+  if (g.prefix.rfind(opts_.keyPrefix + "/", 0) != 0 || g.oldSize != nranks_)
+    return invalidArgument("the grow id on rank " + std::to_string(rank_) +
+                           " was made for another communicator (braidCommGetGrowId on a rank of this one)");
+  if (newSize != g.newSize)
+    return invalidArgument("newSize=" + std::to_string(newSize) + " on rank " + std::to_string(rank_) +
+                           ", but the grow id was made for " + std::to_string(g.newSize));
+  CommOptions child;
+  child.config = cfg;
+  child.nonce = 0;
+  child.authKey = opts_.authKey;
+  child.storeOwnerRank = opts_.storeOwnerRank;
+  child.keyPrefix = g.prefix;
+  auto made = create(store_, rank_, newSize, std::move(child));
+  if (made.isOk()) made.value()->epoch_ = g.epoch;
+  return made;
+}
+
+StatusOr<std::unique_ptr<Communicator>> Communicator::joinGrow(std::shared_ptr<bootstrap::Store> store,
+                                                               uint64_t token, int newSize, int rank,
+                                                               CommOptions opts) {
+  if (!store) return invalidArgument("store is null");
+  Deadline deadline = Deadline::after(std::min(5.0, std::max(1.0, opts.config.timeoutSec)));
+  BRAID_ASSIGN_OR_RETURN(GrowRecord g, readGrow(*store, token, deadline));
+  if (newSize != g.newSize)
+    return invalidArgument("newSize=" + std::to_string(newSize) + ", but the grow id was made for " +
+                           std::to_string(g.newSize));
+  if (rank < g.oldSize || rank >= g.newSize)
+    return invalidArgument("rank=" + std::to_string(rank) + " must be one of the new ranks [" +
+                           std::to_string(g.oldSize) + ", " + std::to_string(g.newSize) + ")");
+  // Each new rank is taken once: a second process with the same rank (or a grow id used
+  // twice) is refused here instead of corrupting the new communicator.
+  const std::string me = "pid " + std::to_string(getpid()) + " on " + bootstrap::hostId() + ", claim " +
+                         std::to_string(bootstrap::randomNonce() % 1000000);
+  auto claimed = store->compareSet(g.prefix + "/claim/" + std::to_string(rank), "", me, deadline);
+  if (!claimed.isOk()) return claimed.status();
+  if (claimed.value() != me)
+    return invalidArgument("rank " + std::to_string(rank) + " of this grow is taken already (by " + claimed.value() +
+                           "): a grow id admits each new rank once");
+  opts.nonce = 0;
+  opts.keyPrefix = g.prefix;
+  opts.storeOwnerRank = g.storeOwner;
+  auto made = create(std::move(store), rank, newSize, std::move(opts));
+  if (made.isOk()) made.value()->epoch_ = g.epoch;
+  return made;
 }
 
 }  // namespace braid::core

@@ -141,6 +141,20 @@ class Communicator {
   };
   StatusOr<Agreement> agree(int flag);
 
+  // Growing (NCCL 2.29's ncclCommGrow): one rank opens grow `token` for a communicator of
+  // `newSize` ranks (a record at the store's root, so that new processes holding only the
+  // token find this communicator); then every rank of this one calls grow() and keeps its
+  // rank, and each new process calls joinGrow() with a rank in [size(), newSize). Each new
+  // rank can be claimed once. Both block until the new communicator is wired up.
+  Status openGrow(uint64_t token, int newSize);
+  StatusOr<std::unique_ptr<Communicator>> grow(uint64_t token, int newSize);
+  static StatusOr<std::unique_ptr<Communicator>> joinGrow(std::shared_ptr<bootstrap::Store> store, uint64_t token,
+                                                          int newSize, int rank, CommOptions opts);
+  // 0 for a communicator made by init; each shrink or grow adds one to its parent's.
+  int epoch() const { return epoch_; }
+  // The namespace of this communicator's keys in the store.
+  const std::string& keyPrefix() const { return opts_.keyPrefix; }
+
   // The error that broke the communicator, or Ok.
   Status brokenStatus() const;
   // Whether a call to the store failed (timed out or lost the connection): the store's
@@ -253,6 +267,7 @@ class Communicator {
   uint32_t splitSeq_ = 0;  // splits issued, to name each child's keys
   uint32_t shrinkSeq_ = 0;  // shrinks issued, to name each child's keys
   uint32_t agreeSeq_ = 0;   // agreements, to name each one's votes
+  int epoch_ = 0;
   std::atomic<int> inflight_{0};
   std::vector<std::unique_ptr<Worker>> workers_;
 

@@ -62,6 +62,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <vector>
@@ -95,6 +96,7 @@ struct Options {
   bool tagOutput = false;
   double timeoutSec = 0;
   int minNp = 0;  // --min-np: the job goes on while at least this many ranks run
+  int maxNp = 0;  // --max-np: replacements are started while fewer ranks than this run
   std::string bindTo = "auto";  // auto (core when ranks fit the cores), core, none
   std::vector<std::string> cmd;
 };
@@ -120,6 +122,10 @@ void usage(FILE* f) {
                "                   still run: the survivors recover (braidCommAgree/Shrink) and\n"
                "                   the job succeeds if they do; a stopped rank left alone at the\n"
                "                   end is terminated as lost\n"
+               "  --max-np N       (with --min-np) start a replacement for each lost rank while\n"
+               "                   fewer than N run; it waits until the running ranks admit it\n"
+               "                   (braidCommGrowJoiners), and is stopped, as not needed, once a\n"
+               "                   rank has finished\n"
                "  --bind-to WHAT   core: bind rank i to the i-th usable core; none: do not bind\n"
                "                   (default: core when there are at least as many cores as ranks)\n"
                "environment: BRAIDRUN_GRACE_SEC (default 15): how long the other ranks may run on\n"
@@ -317,6 +323,16 @@ int parseArgs(int argc, char** argv, Options* o) {
         return kUsageExit;
       }
       o->minNp = static_cast<int>(n);
+    } else if (a == "--max-np") {
+      const char* v = need("--max-np");
+      if (!v) return kUsageExit;
+      char* end = nullptr;
+      long n = std::strtol(v, &end, 10);
+      if (end == v || *end || n < 1 || n > 4096) {
+        std::fprintf(stderr, "braidrun: --max-np '%s' is not a number of ranks in [1, 4096]\n", v);
+        return kUsageExit;
+      }
+      o->maxNp = static_cast<int>(n);
     } else if (a == "--timeout") {
       const char* v = need("--timeout");
       if (!v) return kUsageExit;
@@ -337,6 +353,14 @@ int parseArgs(int argc, char** argv, Options* o) {
   if (o->np == 0) {
     std::fprintf(stderr, "braidrun: -np N is required (or hosts with -H / --hostfile)\n");
     usage(stderr);
+    return kUsageExit;
+  }
+  if (o->maxNp > 0 && o->minNp == 0) {
+    std::fprintf(stderr, "braidrun: --max-np needs --min-np (the fewest ranks the job may go on with)\n");
+    return kUsageExit;
+  }
+  if (o->maxNp > 0 && o->maxNp < o->np) {
+    std::fprintf(stderr, "braidrun: --max-np %d is less than -np %d\n", o->maxNp, o->np);
     return kUsageExit;
   }
   if (o->minNp > o->np) {
@@ -490,8 +514,8 @@ class Launcher {
     loop();
     store_.reset();
     if (lost_ > 0 && firstFailure_ < 0)
-      std::fprintf(stderr, "braidrun: the job finished with %d of %d rank(s); %d lost (--min-np %d)\n", opts_.np - lost_,
-                   opts_.np, lost_, opts_.minNp);
+      std::fprintf(stderr, "braidrun: the job finished with %d rank(s), %d at its start; %d lost, %d replacement(s) started (--min-np %d)\n",
+                   finished_, opts_.np, lost_, replacements_, opts_.minNp);
     return firstFailure_ < 0 ? 0 : firstFailure_;
   }
 
@@ -610,8 +634,12 @@ class Launcher {
   std::map<std::string, std::string> jobVars(int rank) const {
     const Where& w = where_[static_cast<size_t>(rank)];
     auto addr = storeAddrOf_.find(w.host);
+    // A replacement (--max-np) carries the rank it replaces, which keeps every variable in
+    // range; its own rank comes when the running ranks admit it.
+    const auto replaced = replacedOf_.find(rank);
+    const int named = replaced != replacedOf_.end() ? replaced->second : rank;
     std::map<std::string, std::string> set = {
-        {"BRAID_RANK", std::to_string(rank)},
+        {"BRAID_RANK", std::to_string(named)},
         {"BRAID_WORLD_SIZE", std::to_string(opts_.np)},
         {"BRAID_LOCAL_RANK", std::to_string(w.localRank)},
         {"BRAID_LOCAL_SIZE", std::to_string(w.localSize)},
@@ -620,7 +648,7 @@ class Launcher {
         // What horovodrun would give the same rank (its cross rank: this host's index among
         // the hosts that have this local rank). They replace inherited values as BRAID_* do:
         // a HOROVOD_RANK left from an enclosing horovodrun would name the wrong rank.
-        {"HOROVOD_RANK", std::to_string(rank)},
+        {"HOROVOD_RANK", std::to_string(named)},
         {"HOROVOD_SIZE", std::to_string(opts_.np)},
         {"HOROVOD_LOCAL_RANK", std::to_string(w.localRank)},
         {"HOROVOD_LOCAL_SIZE", std::to_string(w.localSize)},
@@ -628,6 +656,11 @@ class Launcher {
         {"HOROVOD_CROSS_SIZE", std::to_string(w.crossSize)},
         {"HOROVOD_HOSTNAME", w.remote ? hostNames_[static_cast<size_t>(w.host)] : hostName_},
     };
+    // A replacement (--max-np) joins the running ranks instead of starting a job of its own.
+    if (rank >= opts_.np) {
+      set["BRAID_ELASTIC_JOIN"] = "1";
+      set["BRAID_REPLACEMENT"] = std::to_string(rank);
+    }
     // -x may override, e.g. for tests; a key given with -x was read into key_ already.
     for (const auto& [k, v] : opts_.env)
       if (k != "BRAID_AUTH_KEY" && k != "BRAID_AUTH_KEY_FILE") set[k] = v;
@@ -889,7 +922,20 @@ class Launcher {
     r.status = status;
     if (r.stdinFd >= 0) close(r.stdinFd), r.stdinFd = -1;
     int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    if (code == 0) return;
+    if (code == 0) {
+      ++finished_;
+      // A rank that finished: the job is ending, so replacements still waiting to be
+      // admitted are not needed.
+      if (opts_.maxNp > 0 && !closed_) {
+        closed_ = true;
+        dismissWaitingReplacements();
+      }
+      return;
+    }
+    if (dismissed_.count(r.rank)) {
+      std::fprintf(stderr, "braidrun: replacement %d was not admitted before the job finished; stopped\n", r.rank);
+      return;
+    }
     // A rank killed (or failing) during init may leave shared-memory segments it created
     // and no peer opened yet: their names carry its pid (common/shm_names.h).
     if (!where_[static_cast<size_t>(r.rank)].remote) {
@@ -914,12 +960,60 @@ class Launcher {
       ++lost_;
       std::fprintf(stderr, "braidrun: %d rank(s) still running (--min-np %d): the job goes on without rank %d\n",
                    running(), opts_.minNp, r.rank);
+      replace(r.rank);
       return;
     }
     if (firstFailure_ < 0) {
       firstFailure_ = code;
       // The survivors are expected to notice the failure and report it themselves.
       beginShutdown(graceSec_);
+    }
+  }
+
+  // --max-np: starts a replacement for lost rank `lost` (on its host), which waits in the
+  // store until the running ranks admit it.
+  void replace(int lost) {
+    if (opts_.maxNp == 0 || closed_ || running() >= opts_.maxNp) return;
+    if (replacements_ >= 2 * opts_.np) {
+      std::fprintf(stderr, "braidrun: %d replacements started already; no more\n", replacements_);
+      return;
+    }
+    const int idx = opts_.np + replacements_++;
+    where_.push_back(where_[static_cast<size_t>(lost)]);
+    auto orig = replacedOf_.find(lost);
+    replacedOf_[idx] = orig != replacedOf_.end() ? orig->second : lost;
+    if (!spawnRank(idx)) return;
+    std::fprintf(stderr, "braidrun: started replacement %d for rank %d; it joins when the running ranks admit it\n",
+                 idx, lost);
+  }
+
+  // Stops the replacements that have not been admitted (no admission record for their
+  // pid, or no ticket drawn yet): the job is finishing without them. Admitted ones are
+  // members now and finish with the others.
+  void dismissWaitingReplacements() {
+    if (replacements_ == 0) return;
+    if (!storeClient_) {
+      auto c = bootstrap::TcpStoreClient::connect("127.0.0.1", store_->port(), 0, Deadline::after(5), 5, key_, tls_);
+      if (!c.isOk()) {
+        std::fprintf(stderr, "braidrun: cannot read the store: %s\n", c.status().toString().c_str());
+        return;
+      }
+      storeClient_ = std::move(c).value();
+    }
+    auto drawn = storeClient_->add("braid-elastic/joiners", 0, Deadline::after(5));
+    if (!drawn.isOk()) return;
+    std::set<pid_t> admitted;
+    for (int64_t t = 1; t <= drawn.value(); ++t) {
+      const std::string k = "braid-elastic/joiner/" + std::to_string(t);
+      auto there = storeClient_->check({k + "/admit"}, Deadline::after(5));
+      if (!there.isOk() || !there.value()) continue;
+      auto pid = storeClient_->get(k, Deadline::after(1));
+      if (pid.isOk()) admitted.insert(static_cast<pid_t>(std::atoll(pid.value().c_str())));
+    }
+    for (auto& r : ranks_) {
+      if (!r.running || r.rank < opts_.np || admitted.count(r.pid)) continue;
+      dismissed_.insert(r.rank);
+      kill(r.pid, SIGTERM);
     }
   }
 
@@ -1119,6 +1213,12 @@ class Launcher {
   int64_t start_ = 0;
   int firstFailure_ = -1;  // exit status to return; -1 while all is well
   int lost_ = 0;           // ranks lost while --min-np let the job go on
+  int replacements_ = 0;   // replacements started (--max-np); process indices np, np+1, ...
+  bool closed_ = false;    // a rank has finished: no more replacements
+  std::set<int> dismissed_;  // replacements stopped because the job finished first
+  std::map<int, int> replacedOf_;  // replacement's process index -> the rank it replaces
+  int finished_ = 0;         // ranks (replacements included) that exited 0
+  std::unique_ptr<bootstrap::TcpStoreClient> storeClient_;  // braidrun's own view of its store
   int64_t termAtNs_ = 0;   // when to send SIGTERM (0 = not scheduled)
   int64_t killAtNs_ = 0;
   bool termSent_ = false;

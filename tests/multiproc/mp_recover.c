@@ -7,7 +7,13 @@
  * When the vote names failed ranks, the survivors shrink them away and redo the step on the
  * new communicator. So however many ranks are lost, the survivors finish exactly STEPS
  * global steps, and their parameters equal those of a run without failures, which each rank
- * computes on its own to check. Each survivor prints
+ * computes on its own to check. Under braidrun --max-np, braidrun starts a replacement for
+ * each lost rank (BRAID_ELASTIC_JOIN=1); the running ranks fold "a replacement waits" into
+ * their vote, admit it after the step with braidCommGrowJoiners, and hand it the step count
+ * and the parameters with a broadcast, so it finishes the remaining steps with them and
+ * prints the same FINAL line ("GROWN rank=R step=S from=N to=M epoch=E" per grow; a
+ * replacement is named by its process index, BRAID_REPLACEMENT).
+ * Each survivor prints
  *   SHRUNK rank=R step=S from=N to=M failed=F1,F2 ms=T mono_ms=M
  * per shrink (T: from the vote to the new communicator; M: when, on the host's monotonic
  * clock, which the victim's "FAULT rank=R step=S mono_ms=M" line also uses), then
@@ -65,12 +71,15 @@ int main(int argc, char** argv) {
   const int steps = atoi(argv[1]);
   const size_t count = argc > 2 ? (size_t)atol(argv[2]) : 65536;
   braidComm_t comm = NULL;
+  const char* joinVar = getenv("BRAID_ELASTIC_JOIN");
+  const int joiner = joinVar && !strcmp(joinVar, "1");
   braidResult_t rc = braidCommInitFromEnv(&comm);
   if (rc != braidSuccess) return fail(-1, "init", rc, NULL);
   int rank = 0, nranks = 0;
   braidCommUserRank(comm, &rank);
   braidCommCount(comm, &nranks);
-  const int origRank = rank;
+  /* A replacement is named by its process index (BRAID_RANK) in the output. */
+  const int origRank = joiner && getenv("BRAID_REPLACEMENT") ? atoi(getenv("BRAID_REPLACEMENT")) : rank;
   float* params = calloc(count, sizeof(float));
   float* expect = calloc(count, sizeof(float));
   float* buf = calloc(count, sizeof(float));
@@ -79,6 +88,20 @@ int main(int argc, char** argv) {
     for (size_t j = 0; j < count; ++j) expect[j] -= 0.5f * grad(s, j);
 
   int step = 0, retries = 0;
+  double state[2] = {0, 0};
+  if (joiner) {
+    /* Admitted into a grown communicator: the others hand over where they are. */
+    rc = braidBroadcast(state, state, 2, braidFloat64, 0, comm, NULL);
+    if (rc == braidSuccess) rc = braidBroadcast(params, params, count, braidFloat32, 0, comm, NULL);
+    if (rc != braidSuccess) return fail(origRank, "state broadcast", rc, comm);
+    step = (int)state[0];
+    int epoch = -1;
+    braidCommGetEpoch(comm, &epoch);
+    printf("JOINED rank=%d newrank=%d size=%d step=%d epoch=%d\n", origRank, rank, nranks, step, epoch);
+    fflush(stdout);
+    free(failed);
+    failed = calloc((size_t)nranks, sizeof(int));
+  }
   while (step < steps) {
     int fault = faultAt(origRank, step);
     if (fault) {
@@ -88,16 +111,43 @@ int main(int argc, char** argv) {
     }
     for (size_t j = 0; j < count; ++j) buf[j] = grad(step, j);
     rc = braidAllReduce(buf, buf, count, braidFloat32, braidAvg, comm, NULL);
-    int ok = rc == braidSuccess;
+    /* Bit 0: this step succeeded here; bit 1: no replacement is waiting to be admitted. */
+    int waiting = 0;
+    braidCommGetJoiners(comm, &waiting);
+    int vote = (rc == braidSuccess) | (waiting == 0) << 1;
     double t0 = nowMs();
-    braidResult_t arc = braidCommAgree(comm, &ok);
+    braidResult_t arc = braidCommAgree(comm, &vote);
     if (arc != braidSuccess) return fail(origRank, "agree", arc, comm);
     int nfailed = 0;
     braidCommGetFailedRanks(comm, failed, nranks, &nfailed);
+    const int ok = vote & 1;
     if (ok && nfailed == 0) {
       for (size_t j = 0; j < count; ++j) params[j] -= 0.5f * buf[j];
       ++step;
       retries = 0;
+      if (!(vote & 2)) {
+        braidComm_t grown = NULL;
+        braidResult_t grc = braidCommGrowJoiners(comm, &grown);
+        if (grc != braidSuccess) return fail(origRank, "grow", grc, comm);
+        if (grown) {
+          braidCommDestroy(comm);
+          comm = grown;
+          int newSize = 0, epoch = -1;
+          braidCommUserRank(comm, &rank);
+          braidCommCount(comm, &newSize);
+          braidCommGetEpoch(comm, &epoch);
+          state[0] = step;
+          rc = braidBroadcast(state, state, 2, braidFloat64, 0, comm, NULL);
+          if (rc == braidSuccess) rc = braidBroadcast(params, params, count, braidFloat32, 0, comm, NULL);
+          if (rc != braidSuccess) return fail(origRank, "state broadcast", rc, comm);
+          printf("GROWN rank=%d step=%d from=%d to=%d epoch=%d mono_ms=%.3f\n", origRank, step, nranks, newSize, epoch,
+                 nowMs());
+          fflush(stdout);
+          nranks = newSize;
+          free(failed);
+          failed = calloc((size_t)nranks, sizeof(int));
+        }
+      }
       continue;
     }
     /* Every rank voted, and one failed its allreduce anyway (a peer's error that named no

@@ -20,6 +20,7 @@
 #include <iterator>
 #include <map>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -557,9 +558,57 @@ TEST_CASE("survivors agree, shrink and finish every step after ranks are killed 
       CHECK(std::distance(std::sregex_iterator(r.out.begin(), r.out.end(), line), std::sregex_iterator()) ==
             std::stol(to));
     }
-    CHECK(r.out.find("the job finished with " + std::to_string(sc.survivors) + " of " + std::to_string(sc.np)) !=
+    CHECK(r.out.find("the job finished with " + std::to_string(sc.survivors) + " rank(s), " + std::to_string(sc.np) +
+                     " at its start") !=
           std::string::npos);
   }
+}
+
+// braidrun --max-np starts a replacement for each lost rank; the running ranks admit it at
+// the next step (braidCommGrowJoiners) and hand it the step and the parameters, so the job
+// ends at full size, every step done once, every rank with the failure-free parameters.
+TEST_CASE("replacements join the survivors, who grow back and finish every step", "[multiproc][recovery]") {
+  for (const char* env : {"", "BRAID_TRANSPORT=tcp"}) {
+    INFO(env);
+    Run r = run(std::string(env) + " MP_VICTIMS=2:5,0:12 BRAIDRUN_GRACE_SEC=5 " BRAIDRUN
+                " -np 4 --min-np 2 --max-np 4 --timeout 120 " MP_DIR "/mp_recover 20 2>&1");
+    INFO(r.out);
+    CHECK(r.status == 0);
+    CHECK(r.out.find("ERROR") == std::string::npos);
+    std::regex fin(R"(FINAL rank=(\d+) newrank=\d+ size=4 steps=20 checksum=(\S+) match=1 same=1)");
+    std::set<std::string> checksums;
+    int finals = 0;
+    for (auto it = std::sregex_iterator(r.out.begin(), r.out.end(), fin); it != std::sregex_iterator(); ++it) {
+      ++finals;
+      checksums.insert((*it)[2]);
+    }
+    CHECK(finals == 4);
+    CHECK(checksums.size() == 1u);
+    // Two shrinks and two grows, each seen by every rank taking part; the replacements say
+    // where they joined.
+    auto count = [&](const std::string& re) {
+      std::regex x(re);
+      return std::distance(std::sregex_iterator(r.out.begin(), r.out.end(), x), std::sregex_iterator());
+    };
+    CHECK(count("SHRUNK rank=\\d+ step=5 from=4 to=3 failed=2 ") == 3);
+    CHECK(count("GROWN rank=\\d+ step=6 from=3 to=4 epoch=2 ") == 3);
+    CHECK(count("JOINED rank=4 newrank=3 size=4 step=6 epoch=2") == 1);
+    CHECK(count("SHRUNK rank=\\d+ step=12 from=4 to=3 failed=0 ") == 3);
+    CHECK(count("GROWN rank=\\d+ step=13 from=3 to=4 epoch=4 ") == 3);
+    CHECK(count("JOINED rank=5 newrank=3 size=4 step=13 epoch=4") == 1);
+    CHECK(r.out.find("the job finished with 4 rank(s), 4 at its start; 2 lost, 2 replacement(s) started") !=
+          std::string::npos);
+  }
+}
+
+TEST_CASE("braidCommGetGrowId and braidCommGrow: new processes join a running communicator once", "[multiproc][recovery]") {
+  Run r = run("timeout 120 " MP_DIR "/mp_grow 2 2 2>&1");
+  INFO(r.out);
+  CHECK(r.status == 0);
+  std::regex ok(R"(GROWN rank=\d size=4 epoch=1 ok=1)");
+  CHECK(std::distance(std::sregex_iterator(r.out.begin(), r.out.end(), ok), std::sregex_iterator()) == 4);
+  CHECK(r.out.find("LATE rc=1 refused=1") != std::string::npos);
+  CHECK(r.out.find("KINDS plain_refused=1 grow_refused=1") != std::string::npos);
 }
 
 // braidConfig_t.blocking = 0: init and calls return braidInProgress and finish in the

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "support/catch.h"
+#include "bootstrap/memory_store.h"
 #include "world/world.h"
 
 using namespace braid;
@@ -236,4 +237,82 @@ TEST_CASE("shrink rejects bad lists and lists that differ between ranks, naming 
   // difference; rank 2 waits for rank 1 too, which never joins: a timeout naming rank 1.
   CHECK(errors[0].find("excludeRanks differ: rank 2 excludes [], rank 0 excludes [1]") != std::string::npos);
   CHECK(errors[2].find("rank 1 did not join the shrink") != std::string::npos);
+}
+
+TEST_CASE("grow: the ranks keep theirs, new ones join with the token, each new rank once", "[world][recovery]") {
+  auto store = std::make_shared<bootstrap::MemoryStore>();
+  core::CommOptions base;
+  base.config.timeoutSec = 20;
+  base.config.transport = "loopback";
+  base.config.bind = false;
+  base.nonce = 0x6709;
+  constexpr uint64_t kToken = 0x1234abcd5678ef01ull;
+  std::mutex mu;
+  std::vector<std::string> log(5);
+  std::vector<int32_t> sums(5, -1);
+  std::vector<int> epochs(5, -1);
+  std::atomic<bool> opened{false};
+  auto runOn = [&](core::Communicator& grown, int slot) {
+    std::vector<int32_t> one(3, grown.rank() + 1);
+    Status s = sum(grown, one);
+    std::lock_guard<std::mutex> lock(mu);
+    sums[slot] = s.isOk() ? one[2] : -1;
+    epochs[slot] = grown.epoch();
+    if (!s.isOk()) log[slot] += s.toString();
+  };
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      auto comm = core::Communicator::create(store, r, 2, base);
+      if (!comm.isOk()) {
+        log[r] = comm.status().toString();
+        return;
+      }
+      if (r == 0) {
+        Status bad = comm.value()->openGrow(kToken + 1, 2);  // not larger
+        log[r] += bad.isOk() ? "opened a grow to the same size; " : "";
+        REQUIRE(comm.value()->openGrow(kToken, 4).isOk());
+        opened = true;
+      }
+      while (!opened) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      auto wrong = comm.value()->grow(kToken, 5);
+      if (wrong.isOk() || wrong.status().message().find("made for 4") == std::string::npos)
+        log[r] += "a wrong newSize was not refused; ";
+      auto grown = comm.value()->grow(kToken, 4);
+      if (!grown.isOk()) {
+        log[r] += grown.status().toString();
+        return;
+      }
+      if (grown.value()->rank() != r) log[r] += "rank changed; ";
+      runOn(*grown.value(), r);
+    });
+  }
+  for (int r = 2; r < 4; ++r) {
+    threads.emplace_back([&, r] {
+      while (!opened) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      auto grown = core::Communicator::joinGrow(store, kToken, 4, r, base);
+      if (!grown.isOk()) {
+        log[r] = grown.status().toString();
+        return;
+      }
+      runOn(*grown.value(), r);
+    });
+  }
+  for (auto& t : threads) t.join();
+  // A second process claiming a new rank that is taken, and a rank outside the new ones.
+  auto again = core::Communicator::joinGrow(store, kToken, 4, 3, base);
+  REQUIRE(!again.isOk());
+  CHECK(again.status().message().find("rank 3 of this grow is taken already") != std::string::npos);
+  auto old = core::Communicator::joinGrow(store, kToken, 4, 1, base);
+  REQUIRE(!old.isOk());
+  CHECK(old.status().message().find("must be one of the new ranks [2, 4)") != std::string::npos);
+  auto unknown = core::Communicator::joinGrow(store, 42, 4, 2, base);
+  REQUIRE(!unknown.isOk());
+  CHECK(unknown.status().message().find("names no open grow") != std::string::npos);
+  for (int r = 0; r < 4; ++r) {
+    INFO("rank " << r << ": " << log[r]);
+    CHECK(log[r].empty());
+    CHECK(sums[r] == 1 + 2 + 3 + 4);
+    CHECK(epochs[r] == 1);
+  }
 }

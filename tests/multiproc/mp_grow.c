@@ -1,0 +1,103 @@
+/* braidCommGetGrowId + braidCommGrow without a launcher: the parent creates a unique id and
+ * forks N ranks; rank 0 makes a grow id for N+M ranks, shares it with the other ranks (a
+ * broadcast) and with the parent (a pipe), which forks M new processes that join with it.
+ * All N+M check an allreduce on the grown communicator, its size, their rank and its epoch;
+ * then a new process that reuses the id for a taken rank must be refused.
+ * Usage: mp_grow N M. Exits 0 when every check held. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "braid/braid.h"
+
+static int checkGrown(braidComm_t grown, int wantRank, int total) {
+  int rank = -1, size = 0, epoch = -1;
+  braidCommUserRank(grown, &rank);
+  braidCommCount(grown, &size);
+  braidCommGetEpoch(grown, &epoch);
+  double v[2] = {rank, 1.0};
+  if (braidAllReduce(v, v, 2, braidFloat64, braidSum, grown, NULL) != braidSuccess) {
+    fprintf(stderr, "rank %d: allreduce: %s\n", wantRank, braidGetLastError(grown));
+    return 1;
+  }
+  int ok = rank == wantRank && size == total && epoch == 1 && v[0] == total * (total - 1) / 2.0 && v[1] == total;
+  if (!ok) fprintf(stderr, "rank %d: rank %d size %d epoch %d sum %g count %g\n", wantRank, rank, size, epoch, v[0], v[1]);
+  printf("GROWN rank=%d size=%d epoch=%d ok=%d\n", rank, size, epoch, ok);
+  fflush(stdout);
+  braidCommDestroy(grown);
+  return ok ? 0 : 1;
+}
+
+int main(int argc, char** argv) {
+  int n = argc > 1 ? atoi(argv[1]) : 2;
+  int m = argc > 2 ? atoi(argv[2]) : 2;
+  braidUniqueId id;
+  if (braidGetUniqueId(&id) != braidSuccess) {
+    fprintf(stderr, "braidGetUniqueId: %s\n", braidGetLastError(NULL));
+    return 1;
+  }
+  int fds[2];
+  if (pipe(fds) != 0) return 1;
+  for (int r = 0; r < n; ++r) {
+    if (fork() == 0) {
+      close(fds[0]);
+      braidComm_t comm;
+      if (braidCommInitRank(&comm, n, id, r) != braidSuccess) {
+        fprintf(stderr, "rank %d init: %s\n", r, braidGetLastError(NULL));
+        _exit(1);
+      }
+      braidUniqueId grow;
+      memset(&grow, 0, sizeof grow);
+      if (r == 0) {
+        if (braidCommGetGrowId(comm, n + m, &grow) != braidSuccess) {
+          fprintf(stderr, "grow id: %s\n", braidGetLastError(comm));
+          _exit(1);
+        }
+        if (write(fds[1], &grow, sizeof grow) != (ssize_t)sizeof grow) _exit(1);
+      }
+      close(fds[1]);
+      if (braidBroadcast(&grow, &grow, sizeof grow, braidUint8, 0, comm, NULL) != braidSuccess) _exit(1);
+      braidComm_t grown;
+      if (braidCommGrow(comm, n + m, &grow, -1, &grown) != braidSuccess) {
+        fprintf(stderr, "rank %d grow: %s\n", r, braidGetLastError(comm));
+        _exit(1);
+      }
+      braidCommDestroy(comm);
+      _exit(checkGrown(grown, r, n + m));
+    }
+  }
+  close(fds[1]);
+  braidUniqueId grow;
+  if (read(fds[0], &grow, sizeof grow) != (ssize_t)sizeof grow) {
+    fprintf(stderr, "no grow id from rank 0\n");
+    return 1;
+  }
+  for (int r = n; r < n + m; ++r) {
+    if (fork() == 0) {
+      braidComm_t grown;
+      if (braidCommGrow(NULL, n + m, &grow, r, &grown) != braidSuccess) {
+        fprintf(stderr, "new rank %d: %s\n", r, braidGetLastError(NULL));
+        _exit(1);
+      }
+      _exit(checkGrown(grown, r, n + m));
+    }
+  }
+  int failed = 0, status = 0;
+  while (wait(&status) > 0) failed |= !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+  /* The id is single-use: a latecomer claiming a taken rank is refused, at once. */
+  braidComm_t late = NULL;
+  braidResult_t rc = braidCommGrow(NULL, n + m, &grow, n, &late);
+  const char* msg = braidGetLastError(NULL);
+  int refused = rc == braidInvalidArgument && strstr(msg, "taken already") != NULL;
+  printf("LATE rc=%d refused=%d (%s)\n", (int)rc, refused, msg);
+  /* A plain unique id is not a grow id, and a grow id is not a unique id for init. */
+  rc = braidCommGrow(NULL, n + m, &id, n, &late);
+  int plainRefused = rc == braidInvalidArgument && strstr(braidGetLastError(NULL), "not a grow id") != NULL;
+  braidComm_t wrong = NULL;
+  rc = braidCommInitRank(&wrong, n + m, grow, 0);
+  int growRefused = rc == braidInvalidArgument && strstr(braidGetLastError(NULL), "is a grow id") != NULL;
+  printf("KINDS plain_refused=%d grow_refused=%d\n", plainRefused, growRefused);
+  return failed || !refused || !plainRefused || !growRefused ? 1 : 0;
+}

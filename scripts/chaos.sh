@@ -17,7 +17,8 @@
 #
 # MODE=elastic runs recovery trials instead: each a training loop (tests/multiproc/mp_recover,
 # RECOVERPROG) of STEPS steps under braidrun --min-np on a random transport and job size, with
-# one or two victims killed or stopped at random steps; the survivors agree, shrink and go on.
+# one or two victims killed or stopped at random steps; the survivors agree, shrink and go on,
+# and in half the trials (--max-np) admit the replacements braidrun starts and grow back.
 # Reported: hangs, failed jobs, survivors that did not finish every step or whose parameters
 # differ from a run without failures (steps lost or repeated), leftovers, and the time from
 # each fault to each survivor's new communicator (p50/p99/max).
@@ -69,25 +70,30 @@ if [[ ${MODE:-fault} == elastic ]]; then
       victims+="${victims:+,}$v:$((1 + RANDOM % (STEPS - 2))):$fault"
     done
     count=$((1 << (10 + RANDOM % 8)))
+    # Half the trials run with --max-np: braidrun starts replacements, the ranks grow back.
+    pick grow "0 1"
+    growArgs=()
+    [[ $grow == 1 ]] && growArgs=(--max-np "$np")
     shm0=$(shmCount)
     out=$LOG/trial-$t.log
     t0=$(date +%s.%N)
     env BRAID_TIMEOUT=$TIMEOUT BRAID_TRANSPORT=$transport MP_VICTIMS=$victims BRAIDRUN_GRACE_SEC=2 \
-      timeout -s KILL $((WALL * 2)) "$BRAIDRUN" -np "$np" --min-np $((np - nv)) "$RECOVERPROG" "$STEPS" "$count" >"$out" 2>&1
+      timeout -s KILL $((WALL * 2)) "$BRAIDRUN" -np "$np" --min-np $((np - nv)) "${growArgs[@]}" "$RECOVERPROG" "$STEPS" \
+      "$count" >"$out" 2>&1
     rc=$?
     wall=$(awk -v a="$(date +%s.%N)" -v b="$t0" 'BEGIN { printf "%.2f", a - b }')
     sleep 0.2
     left=$(pgrep -f "$RECOVERPROG" | wc -l)
     [[ $left -gt 0 ]] && pkill -9 -f "$RECOVERPROG"
     shm1=$(shmCount)
-    echo "TRIAL $t transport=$transport np=$np victims=$victims count=$count rc=$rc wall_s=$wall" \
+    echo "TRIAL $t transport=$transport np=$np victims=$victims grow=$grow count=$count rc=$rc wall_s=$wall" \
       "leftover_procs=$left shm_delta=$((shm1 - shm0))" >>"$out"
   done 2>>"$LOG/shell.log"
   python3 - "$LOG" "$N" "$STEPS" "$(($(date +%s) - start))" <<'EOF2'
 import glob, re, sys
 log, n, steps, took = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 lat = {"kill": [], "stop": []}
-failed = unfinished = lost = leftover = shm = 0
+failed = unfinished = lost = leftover = shm = grown = 0
 bad = []
 for path in sorted(glob.glob(log + "/trial-*.log"), key=lambda p: int(re.search(r"(\d+)\.log$", p).group(1))):
     text = open(path, errors="replace").read()
@@ -100,7 +106,9 @@ for path in sorted(glob.glob(log + "/trial-*.log"), key=lambda p: int(re.search(
     problems = []
     fired = {int(r): float(t) for r, t in re.findall(r"FAULT rank=(\d+) step=\d+ mono_ms=([\d.]+)", text)}
     finals = re.findall(r"FINAL rank=(\d+) newrank=\d+ size=(\d+) steps=(\d+) checksum=\S+ match=(\d) same=(\d)", text)
-    want = np_ - len(fired)
+    joined = len(re.findall(r"JOINED rank=\d+", text))
+    grown += joined
+    want = np_ - len(fired) + joined
     if rc != 0:
         failed += 1; problems.append(f"job exit status {rc}")
     if len(finals) != want:
@@ -112,19 +120,26 @@ for path in sorted(glob.glob(log + "/trial-*.log"), key=lambda p: int(re.search(
         leftover += left; problems.append(f"{left} leftover process(es)")
     if dshm > 0:
         shm += dshm; problems.append(f"{dshm} /dev/shm entries left")
-    # Each shrink that removed a victim: its time from that victim's fault.
+    # Each survivor's shrink handles the faults since its previous one: timed from the
+    # earliest of them, as a stop when one of them is (a stop is noticed at the timeout).
+    previous = {}
     for r, st, frm, to, fl, mono in re.findall(r"SHRUNK rank=(\d+) step=(\d+) from=(\d+) to=(\d+) failed=(\S+) ms=\d+ mono_ms=([\d.]+)", text):
-        times = [float(mono) - fired[v] for v in fired if float(mono) >= fired[v]]
-        if times:
-            kind = faults.get(min(fired, key=lambda v: float(mono) - fired[v] if float(mono) >= fired[v] else 1e18), (0, "kill"))[1]
-            lat[kind].append(min(times))
+        at = float(mono)
+        since = [v for v in fired if previous.get(r, 0) < fired[v] <= at]
+        previous[r] = at
+        if not since:
+            continue
+        stops = [v for v in since if faults.get(v, (0, "kill"))[1] == "stop"]
+        kind = "stop" if stops else "kill"
+        lat[kind].append(at - min(fired[v] for v in (stops or since)))
     if problems:
         bad.append(f"trial {trial}: " + ", ".join(problems) + f" ({path})")
 def pct(v, p):
     v = sorted(v)
     return v[min(len(v) - 1, int(round(p / 100 * (len(v) - 1))))] if v else float("nan")
 print(f"elastic trials {n} in {took} s; failed jobs {failed}; survivors that did not finish {unfinished}; "
-      f"steps lost or repeated {lost}; leftover processes {leftover}; /dev/shm entries left {shm}")
+      f"steps lost or repeated {lost}; leftover processes {leftover}; /dev/shm entries left {shm}; "
+      f"replacements admitted {grown}")
 for kind, v in lat.items():
     if v:
         print(f"fault to new communicator, {kind} ({len(v)} survivor shrinks): p50 {pct(v, 50):.0f} ms, "

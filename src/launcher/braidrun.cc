@@ -970,10 +970,16 @@ class Launcher {
     }
   }
 
-  // --max-np: starts a replacement for lost rank `lost` (on its host), which waits in the
-  // store until the running ranks admit it.
+  // --max-np: queues a replacement for lost rank `lost`; reap() starts it once it has
+  // walked ranks_ (starting one appends to ranks_).
   void replace(int lost) {
-    if (opts_.maxNp == 0 || closed_ || running() >= opts_.maxNp) return;
+    if (opts_.maxNp > 0) toReplace_.push_back(lost);
+  }
+
+  // Starts a replacement for lost rank `lost` (on its host), which waits in the store until
+  // the running ranks admit it.
+  void startReplacement(int lost) {
+    if (opts_.maxNp == 0 || closed_ || termAtNs_ != 0 || running() >= opts_.maxNp) return;
     if (replacements_ >= 2 * opts_.np) {
       std::fprintf(stderr, "braidrun: %d replacements started already; no more\n", replacements_);
       return;
@@ -1039,6 +1045,9 @@ class Launcher {
         }
       }
     }
+    std::vector<int> lost;
+    lost.swap(toReplace_);
+    for (int r : lost) startReplacement(r);
     checkStalled();
   }
 
@@ -1217,6 +1226,7 @@ class Launcher {
   bool closed_ = false;    // a rank has finished: no more replacements
   std::set<int> dismissed_;  // replacements stopped because the job finished first
   std::map<int, int> replacedOf_;  // replacement's process index -> the rank it replaces
+  std::vector<int> toReplace_;     // lost ranks whose replacements reap() starts
   int finished_ = 0;         // ranks (replacements included) that exited 0
   std::unique_ptr<bootstrap::TcpStoreClient> storeClient_;  // braidrun's own view of its store
   int64_t termAtNs_ = 0;   // when to send SIGTERM (0 = not scheduled)

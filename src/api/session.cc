@@ -744,12 +744,7 @@ StatusOr<std::shared_ptr<core::Op>> Session::submit(Call&& call) {
 }
 
 StatusOr<std::unique_ptr<Session>> Session::split(const char* fn, int color, int key) {
-  std::unique_ptr<Session> child(new Session());
-  child->server_ = server_;
-  child->store_ = store_;
-  child->rootPrefix_ = rootPrefix_;
-  child->trackLive_ = trackLive_;
-  child->storeId_ = storeId_;
+  std::unique_ptr<Session> child = derived();
   // Counted before the split's exchange, for the same reason as in join().
   if (color >= 0) child->countLive(+1);
   auto c = comm_->split(color, key);
@@ -789,16 +784,21 @@ Status Session::destroyPreMulSum(int op) {
 
 void Session::revoke() { comm_->revoke(); }
 
-StatusOr<std::unique_ptr<Session>> Session::shrink(const char* fn, const std::vector<int>& exclude,
-                                                   bool abortPending) {
-  // The device queue's work runs on the communicator being shrunk: it ends first.
-  if (device::DeviceQueue* q = deviceQueueMade_.load(std::memory_order_acquire)) q->drain();
+std::unique_ptr<Session> Session::derived() const {
   std::unique_ptr<Session> child(new Session());
   child->server_ = server_;
   child->store_ = store_;
   child->rootPrefix_ = rootPrefix_;
   child->trackLive_ = trackLive_;
   child->storeId_ = storeId_;
+  return child;
+}
+
+StatusOr<std::unique_ptr<Session>> Session::shrink(const char* fn, const std::vector<int>& exclude,
+                                                   bool abortPending) {
+  // The device queue's work runs on the communicator being shrunk: it ends first.
+  if (device::DeviceQueue* q = deviceQueueMade_.load(std::memory_order_acquire)) q->drain();
+  std::unique_ptr<Session> child = derived();
   child->countLive(+1);
   auto c = comm_->shrink(exclude, abortPending);
   if (!c.isOk()) return c.status().withContext(std::string(fn) + " on rank " + std::to_string(comm_->rank()));
@@ -848,12 +848,7 @@ StatusOr<bootstrap::UniqueId> decodeGrowId(const char* fn, const braidUniqueId& 
 
 StatusOr<std::unique_ptr<Session>> Session::grow(const char* fn, int newSize, const braidUniqueId& id) {
   BRAID_ASSIGN_OR_RETURN(bootstrap::UniqueId u, decodeGrowId(fn, id));
-  std::unique_ptr<Session> child(new Session());
-  child->server_ = server_;
-  child->store_ = store_;
-  child->rootPrefix_ = rootPrefix_;
-  child->trackLive_ = trackLive_;
-  child->storeId_ = storeId_;
+  std::unique_ptr<Session> child = derived();
   child->countLive(+1);
   auto c = comm_->grow(u.growToken, newSize);
   if (!c.isOk()) return c.status().withContext(std::string(fn) + " on rank " + std::to_string(comm_->rank()));

@@ -160,6 +160,9 @@ class Session {
   // session has left (see ~Session); only then do sessions count themselves in it.
   static StatusOr<std::unique_ptr<Session>> join(std::shared_ptr<bootstrap::Store> store, int rank, int nranks,
                                                  core::CommOptions opts, bool trackLive = false);
+  // A session for a communicator derived from this one's (split, shrink, grow): the same
+  // store, server and job, not counted live yet, no communicator yet.
+  std::unique_ptr<Session> derived() const;
   static StatusOr<std::unique_ptr<Session>> joinGrowWith(std::shared_ptr<bootstrap::Store> store,
                                                          const bootstrap::UniqueId& u, int newSize, int rank,
                                                          const core::Config& cfg);

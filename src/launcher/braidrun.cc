@@ -238,6 +238,19 @@ int parseArgs(int argc, char** argv, Options* o) {
     }
     return argv[++i];
   };
+  // A number of ranks in [1, 4096] for `flag` (named as `shown`), into *out.
+  auto ranks = [&](const char* flag, const char* shown, int* out) -> bool {
+    const char* v = need(flag);
+    if (!v) return false;
+    char* end = nullptr;
+    long n = std::strtol(v, &end, 10);
+    if (end == v || *end || n < 1 || n > 4096) {
+      std::fprintf(stderr, "braidrun: %s '%s' is not a number of ranks in [1, 4096]\n", shown, v);
+      return false;
+    }
+    *out = static_cast<int>(n);
+    return true;
+  };
   for (; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--") {
@@ -252,15 +265,7 @@ int parseArgs(int argc, char** argv, Options* o) {
       std::printf("braidrun (braid) %d.%d.%d\n", BRAID_MAJOR, BRAID_MINOR, BRAID_PATCH);
       return 0;
     } else if (a == "-np" || a == "-n" || a == "--np") {
-      const char* v = need(a.c_str());
-      if (!v) return kUsageExit;
-      char* end = nullptr;
-      long n = std::strtol(v, &end, 10);
-      if (end == v || *end || n < 1 || n > 4096) {
-        std::fprintf(stderr, "braidrun: -np '%s' is not a number of ranks in [1, 4096]\n", v);
-        return kUsageExit;
-      }
-      o->np = static_cast<int>(n);
+      if (!ranks(a.c_str(), "-np", &o->np)) return kUsageExit;
     } else if (a == "-x") {
       const char* v = need("-x");
       if (!v) return kUsageExit;
@@ -314,25 +319,9 @@ int parseArgs(int argc, char** argv, Options* o) {
     } else if (a == "--tag-output") {
       o->tagOutput = true;
     } else if (a == "--min-np") {
-      const char* v = need("--min-np");
-      if (!v) return kUsageExit;
-      char* end = nullptr;
-      long n = std::strtol(v, &end, 10);
-      if (end == v || *end || n < 1 || n > 4096) {
-        std::fprintf(stderr, "braidrun: --min-np '%s' is not a number of ranks in [1, 4096]\n", v);
-        return kUsageExit;
-      }
-      o->minNp = static_cast<int>(n);
+      if (!ranks("--min-np", "--min-np", &o->minNp)) return kUsageExit;
     } else if (a == "--max-np") {
-      const char* v = need("--max-np");
-      if (!v) return kUsageExit;
-      char* end = nullptr;
-      long n = std::strtol(v, &end, 10);
-      if (end == v || *end || n < 1 || n > 4096) {
-        std::fprintf(stderr, "braidrun: --max-np '%s' is not a number of ranks in [1, 4096]\n", v);
-        return kUsageExit;
-      }
-      o->maxNp = static_cast<int>(n);
+      if (!ranks("--max-np", "--max-np", &o->maxNp)) return kUsageExit;
     } else if (a == "--timeout") {
       const char* v = need("--timeout");
       if (!v) return kUsageExit;

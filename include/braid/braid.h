@@ -259,7 +259,7 @@ braidResult_t braidCommShrink(braidComm_t comm, const int* excludeRanks, int exc
 /* Fault-tolerant agreement (MPIX_Comm_agree): *flag becomes the bitwise AND of the flags of
  * every rank that voted, the same on every rank that returns success, even when ranks die
  * during the call. Ranks that died, stalled, were named as failed by an error, or did not
- * vote within BRAID_TIMEOUT are counted as failed instead (braidCommGetFailedRanks). A rank
+ * vote within twice BRAID_TIMEOUT plus 3 s are counted as failed instead (braidCommGetFailedRanks). A rank
  * counted as failed before it voted gets braidAborted. Works on failed and revoked
  * communicators; collective over the ranks still alive. */
 braidResult_t braidCommAgree(braidComm_t comm, int* flag);

@@ -1,6 +1,12 @@
 #include "api/session.h"
 
+#include <signal.h>
+
+#include <cerrno>
+#include <cstdio>
 #include <sstream>
+
+#include "bootstrap/host_id.h"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
@@ -884,7 +890,7 @@ StatusOr<std::unique_ptr<Session>> Session::joinGrowWith(std::shared_ptr<bootstr
 
 namespace {
 constexpr const char* kJoiners = "braid-elastic/joiners";    // tickets drawn by replacements
-constexpr const char* kAdmitted = "braid-elastic/admitted";  // tickets given a rank so far
+constexpr const char* kSettled = "braid-elastic/settled";  // tickets admitted or found gone so far
 std::string joinerKey(int64_t ticket) { return "braid-elastic/joiner/" + std::to_string(ticket); }
 
 std::string toHex(const char* p, size_t n) {
@@ -914,17 +920,20 @@ StatusOr<std::unique_ptr<Session>> Session::joinAsReplacement(std::shared_ptr<bo
                                                                const core::Config& cfg) {
   Deadline deadline = Deadline::after(cfg.timeoutSec);
   BRAID_ASSIGN_OR_RETURN(int64_t ticket, store->add(kJoiners, 1, deadline));
-  BRAID_RETURN_IF_ERROR(store->set(joinerKey(ticket), std::to_string(getpid()), deadline));
-  // The running ranks admit waiting replacements when they next grow (braidCommGrowJoiners).
-  auto admission = store->get(joinerKey(ticket) + "/admit", deadline);
-  if (!admission.isOk()) {
-    if (admission.status().code() == Code::kTimeout)
-      return Status(Code::kTimeout,
-                    "this replacement (ticket " + std::to_string(ticket) + ") was not admitted within " +
-                        std::to_string(static_cast<int>(cfg.timeoutSec)) +
-                        " s (BRAID_TIMEOUT): the running ranks did not call braidCommGrowJoiners");
-    return admission.status();
+  BRAID_RETURN_IF_ERROR(store->set(joinerKey(ticket), std::to_string(getpid()) + " " + bootstrap::hostId(), deadline));
+  // The running ranks admit waiting replacements when they next grow (braidCommGrowJoiners),
+  // at a step boundary that may be far off: no deadline here (braidrun stops replacements
+  // nobody needs, and a replacement dies with braidrun).
+  const std::string admitKey = joinerKey(ticket) + "/admit";
+  StatusOr<std::string> admission = Status(Code::kTimeout, "");
+  for (;;) {
+    admission = store->get(admitKey, Deadline::after(1));
+    if (admission.isOk() || admission.status().code() != Code::kTimeout) break;
   }
+  if (!admission.isOk()) return admission.status();
+  if (admission.value() == "gone")
+    return Status(Code::kAborted, "this replacement (ticket " + std::to_string(ticket) +
+                                      ") was taken for dead by the running ranks and not admitted");
   std::istringstream in(admission.value());
   std::string idHex, rank, size;
   braidUniqueId id;
@@ -940,36 +949,66 @@ StatusOr<int> Session::joinersWaiting() {
   Deadline d = Deadline::after(std::min(5.0, std::max(1.0, comm_->timeoutSeconds())));
   auto drawn = store_->add(kJoiners, 0, d);
   if (!drawn.isOk()) return drawn.status();
-  auto admitted = store_->add(kAdmitted, 0, d);
-  if (!admitted.isOk()) return admitted.status();
-  return static_cast<int>(std::max<int64_t>(0, drawn.value() - admitted.value()));
+  auto settled = store_->add(kSettled, 0, d);
+  if (!settled.isOk()) return settled.status();
+  return static_cast<int>(std::max<int64_t>(0, drawn.value() - settled.value()));
+}
+
+StatusOr<std::vector<int64_t>> Session::settleJoiners() {
+  // Every ticket not settled yet, in order: a replacement still alive is kept for admission;
+  // one whose process is gone (on this host: no such pid) is marked "gone" so that it is
+  // never waited for. A ticket whose record is not written yet ends the walk (next time).
+  Deadline d = Deadline::after(5);
+  BRAID_ASSIGN_OR_RETURN(int64_t drawn, store_->add(kJoiners, 0, d));
+  BRAID_ASSIGN_OR_RETURN(int64_t settled, store_->add(kSettled, 0, d));
+  const std::string here = bootstrap::hostId();
+  std::vector<int64_t> live;
+  int64_t t = settled + 1;
+  for (; t <= drawn; ++t) {
+    BRAID_ASSIGN_OR_RETURN(bool written, store_->check({joinerKey(t)}, d));
+    if (!written) break;
+    BRAID_ASSIGN_OR_RETURN(std::string rec, store_->get(joinerKey(t), d));
+    long long pid = 0;
+    char host[256] = "";
+    const bool parsed = std::sscanf(rec.c_str(), "%lld %255s", &pid, host) == 2;
+    if (parsed && here == host && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
+      BRAID_RETURN_IF_ERROR(store_->compareSet(joinerKey(t) + "/admit", "", "gone", d).status());
+      continue;
+    }
+    live.push_back(t);
+  }
+  if (t - 1 > settled) BRAID_RETURN_IF_ERROR(store_->add(kSettled, t - 1 - settled, d).status());
+  return live;
 }
 
 StatusOr<std::unique_ptr<Session>> Session::growJoiners(const char* fn) {
   core::Communicator& c = *comm_;
   const std::string where = std::string(fn) + " on rank " + std::to_string(c.rank());
   const double timeout = c.timeoutSeconds();
-  // Rank 0 decides how many replacements come in and tells the others: one grow id.
+  // Rank 0 decides which replacements come in and tells the others: one grow id. It always
+  // writes a decision, so that the others never wait on one that did not come.
   const std::string decision = c.keyPrefix() + "/elastic" + std::to_string(growCalls_++);
   braidUniqueId id{};
   int k = 0;
   if (c.rank() == 0) {
-    BRAID_ASSIGN_OR_RETURN(k, joinersWaiting());
+    Status failed;
     std::string text = "0";
+    auto live = settleJoiners();
+    if (!live.isOk()) failed = live.status();
+    k = live.isOk() ? static_cast<int>(live.value().size()) : 0;
     if (k > 0) {
-      BRAID_ASSIGN_OR_RETURN(auto admitted, store_->add(kAdmitted, 0, Deadline::after(5)));
-      BRAID_RETURN_IF_ERROR(growId(c.size() + k, &id).withContext(where));
-      for (int i = 0; i < k; ++i) {
-        const int64_t ticket = admitted + 1 + i;
-        BRAID_RETURN_IF_ERROR(store_->set(joinerKey(ticket) + "/admit",
-                                          toHex(id.internal, sizeof id.internal) + "\n" +
-                                              std::to_string(c.size() + i) + "\n" + std::to_string(c.size() + k),
-                                          Deadline::after(5)));
+      failed = growId(c.size() + k, &id);
+      for (int i = 0; i < k && failed.isOk(); ++i) {
+        const std::string record = toHex(id.internal, sizeof id.internal) + "\n" + std::to_string(c.size() + i) +
+                                   "\n" + std::to_string(c.size() + k);
+        failed = store_->compareSet(joinerKey(live.value()[i]) + "/admit", "", record, Deadline::after(5)).status();
       }
-      BRAID_RETURN_IF_ERROR(store_->add(kAdmitted, k, Deadline::after(5)).status());
-      text = std::to_string(k) + "\n" + toHex(id.internal, sizeof id.internal);
+      if (failed.isOk()) text = std::to_string(k) + "\n" + toHex(id.internal, sizeof id.internal);
+      else k = 0;
     }
-    BRAID_RETURN_IF_ERROR(store_->set(decision, text, Deadline::after(5)));
+    Status told = store_->set(decision, text, Deadline::after(5));
+    if (!failed.isOk()) return failed.withContext(where);
+    BRAID_RETURN_IF_ERROR(told.withContext(where));
   } else {
     auto v = store_->get(decision, Deadline::after(timeout));
     if (!v.isOk()) return v.status().withContext(where + ": waiting for rank 0's decision");

@@ -170,6 +170,9 @@ class Session {
   static StatusOr<std::unique_ptr<Session>> joinAsReplacement(std::shared_ptr<bootstrap::Store> store,
                                                               const bootstrap::UniqueId& where,
                                                               const core::Config& cfg);
+  // Rank 0 of growJoiners: the tickets of the replacements to admit now (those found dead
+  // are marked gone); every ticket walked is counted settled.
+  StatusOr<std::vector<int64_t>> settleJoiners();
   // Records one more live session of this job in the store (see ~Session); nothing unless
   // trackLive_.
   void countLive(int delta);

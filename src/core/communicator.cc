@@ -1433,6 +1433,23 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::shrink(const std::vector<i
   return made;
 }
 
+namespace {
+// Whether process `pid` (on this host) is stopped (SIGSTOP, a debugger): its state in
+// /proc/<pid>/stat is T or t.
+bool processStopped(int64_t pid) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%lld/stat", static_cast<long long>(pid));
+  FILE* f = std::fopen(path, "r");
+  if (!f) return false;
+  char buf[512];
+  size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  buf[n] = 0;
+  const char* close = std::strrchr(buf, ')');  // the command name may hold spaces and parentheses
+  return close && close[1] == ' ' && (close[2] == 'T' || close[2] == 't');
+}
+}  // namespace
+
 std::vector<bool> Communicator::knownFailed() {
   std::vector<bool> failed(static_cast<size_t>(nranks_), false);
   for (int r = 0; r < static_cast<int>(peerPidFds_.size()); ++r) {
@@ -1441,11 +1458,16 @@ std::vector<bool> Communicator::knownFailed() {
     pollfd p{fd, POLLIN, 0};
     if (::poll(&p, 1, 0) > 0) failed[r] = true;
   }
-  // A dead or stalled peer named by this rank's own failure or by a published one.
+  // A dead or stalled peer named by this rank's own failure or by a published one. An error
+  // may name a survivor (a peer that closed its connections after failing itself): a named
+  // rank on this host counts only if its process is gone or stopped.
   auto names = [&](const Status& s) {
-    if ((s.code() == Code::kRemoteError || s.code() == Code::kTimeout) && s.rank() >= 0 && s.rank() < nranks_ &&
-        s.rank() != rank_)
-      failed[s.rank()] = true;
+    const int r = s.rank();
+    if ((s.code() != Code::kRemoteError && s.code() != Code::kTimeout) || r < 0 || r >= nranks_ || r == rank_) return;
+    if (r < static_cast<int>(peerPidFds_.size()) && peerPidFds_[r] >= 0 && !failed[r] &&
+        !processStopped(peers_[r].pid))
+      return;
+    failed[r] = true;
   };
   names(brokenStatus());
   if (!storeLost()) {
@@ -1478,11 +1500,16 @@ StatusOr<Communicator::Agreement> Communicator::agree(int flag) {
   BRAID_ASSIGN_OR_RETURN(std::string mine, settle(rank_, "V" + std::to_string(flag)));
   if (mine == "F")
     return Status(Code::kAborted,
-                  me + " was counted as failed by the other ranks' agreement (it voted after they gave up on it, " +
-                      std::to_string(static_cast<int>(cfg.timeoutSec)) +
-                      " s, BRAID_TIMEOUT): it must leave the communicator",
+                  me + " was counted as failed by the other ranks' agreement (it voted after they gave up on it: "
+                       "an error named it, or it had not voted by twice BRAID_TIMEOUT plus 3 s): it must leave the "
+                       "communicator",
                   rank_);
-  Deadline deadline = Deadline::after(cfg.timeoutSec);
+  // A live rank votes once its own failing call returns, which is bounded by the timeout
+  // from when it started waiting, plus the stall search (at most 3 s); ranks notice a failure
+  // at different times (UCX may take seconds longer than a socket). Giving up on a silent
+  // rank only after twice that keeps slow survivors in; dead and stalled ranks named by an
+  // error are given up on at once.
+  Deadline deadline = Deadline::after(cfg.timeoutSec > 0 ? 2 * cfg.timeoutSec + 3 : 0);
   std::vector<std::string> votes(static_cast<size_t>(nranks_));
   votes[rank_] = mine;
   int64_t nextFailureCheck = 0;

@@ -131,7 +131,8 @@ class Communicator {
 
   // ULFM's MPIX_Comm_agree: every rank that takes part gets the same AND of the `flag`s of
   // the ranks that voted, and the same ranks counted as failed — those that had died, were
-  // stalled or named as failed by a published error, or had not voted by the timeout — even
+  // stalled or named as failed by a published error, or had not voted by twice the timeout
+  // plus 3 s — even
   // when ranks die during the agreement. Works on a broken or revoked communicator; needs
   // the store (and its compare-and-set). A rank the others counted as failed before it
   // voted gets kAborted: it must leave.

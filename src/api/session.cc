@@ -271,12 +271,7 @@ StatusOr<std::unique_ptr<Session>> Session::fromEnv(double timeoutSec, std::shar
   if (const char* j = std::getenv("BRAID_ELASTIC_JOIN"); j && std::string(j) == "1") {
     // A replacement braidrun started for an elastic job: it joins the running ranks at
     // their next grow instead of starting a communicator of its own.
-    bootstrap::UniqueId where;
-    where.host = env.storeHost;
-    where.port = env.storePort;
-    where.nonce = generation;
-    where.key = key.value();
-    return joinAsReplacement(std::shared_ptr<bootstrap::Store>(std::move(client).value()), where, cfg);
+    return joinAsReplacement(std::shared_ptr<bootstrap::Store>(std::move(client).value()), cfg);
   }
   core::CommOptions opts;
   opts.config = cfg;
@@ -916,7 +911,6 @@ bool fromHex(const std::string& s, char* out, size_t n) {
 }  // namespace
 
 StatusOr<std::unique_ptr<Session>> Session::joinAsReplacement(std::shared_ptr<bootstrap::Store> store,
-                                                               const bootstrap::UniqueId& where,
                                                                const core::Config& cfg) {
   Deadline deadline = Deadline::after(cfg.timeoutSec);
   BRAID_ASSIGN_OR_RETURN(int64_t ticket, store->add(kJoiners, 1, deadline));
@@ -941,7 +935,6 @@ StatusOr<std::unique_ptr<Session>> Session::joinAsReplacement(std::shared_ptr<bo
       !fromHex(idHex, id.internal, sizeof id.internal))
     return Status(Code::kRemoteError, "malformed admission record for replacement ticket " + std::to_string(ticket));
   BRAID_ASSIGN_OR_RETURN(bootstrap::UniqueId u, decodeGrowId("braidCommInitFromEnv", id));
-  (void)where;  // the id names the same store this process reached through the environment
   return joinGrowWith(std::move(store), u, std::atoi(size.c_str()), std::atoi(rank.c_str()), cfg);
 }
 

@@ -167,8 +167,8 @@ class Session {
                                                          const bootstrap::UniqueId& u, int newSize, int rank,
                                                          const core::Config& cfg);
   // BRAID_ELASTIC_JOIN=1 (a replacement braidrun started): waits to be admitted, then joins.
+  // The admission's grow id names the store this process reached through the environment.
   static StatusOr<std::unique_ptr<Session>> joinAsReplacement(std::shared_ptr<bootstrap::Store> store,
-                                                              const bootstrap::UniqueId& where,
                                                               const core::Config& cfg);
   // Rank 0 of growJoiners: the tickets of the replacements to admit now (those found dead
   // are marked gone); every ticket walked is counted settled.

@@ -620,15 +620,18 @@ Status Communicator::exchangePeers() {
   return Status::ok();
 }
 
+bool Communicator::peerExited(int r) const {
+  if (r < 0 || r >= static_cast<int>(peerPidFds_.size()) || peerPidFds_[r] < 0) return false;
+  pollfd p{peerPidFds_[r], POLLIN, 0};
+  return ::poll(&p, 1, 0) > 0;
+}
+
 Status Communicator::initPoll(Deadline deadline) {
   if (opts_.cancel && opts_.cancel->load())
     return Status(Code::kAborted, "rank " + std::to_string(rank_) + " was aborted while joining", rank_);
   // No rank can have left cleanly during init: any local exit is a failure.
   for (int r = 0; r < static_cast<int>(peerPidFds_.size()); ++r) {
-    int fd = peerPidFds_[r];
-    if (fd < 0) continue;
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, 0) > 0) {
+    if (peerExited(r)) {
       BRAID_RETURN_IF_ERROR(abortRecord(deadline));  // its own reason, if it left one
       return Status(Code::kRemoteError,
                     "rank " + std::to_string(r) + " (pid " + std::to_string(peers_[r].pid) + " on host " +
@@ -1055,10 +1058,8 @@ Status Communicator::brokenStatus() const {
 Status Communicator::healthCheck(Deadline deadline) {
   // Local peers first: a pidfd becomes readable when its process exits.
   for (int r = 0; r < nranks_; ++r) {
-    int fd = peerPidFds_[r];
-    if (fd < 0 || peerBye_[r].load(std::memory_order_relaxed)) continue;
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, 0) > 0) {
+    if (peerBye_[r].load(std::memory_order_relaxed)) continue;
+    if (peerExited(r)) {
       // A peer that destroyed its communicator first has finished every operation: its exit
       // is no failure (whatever it still owed us is in the socket or shared memory already).
       if (!storeLost()) {
@@ -1383,10 +1384,7 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::shrink(const std::vector<i
   }
   auto watch = [&]() -> Status {
     for (int r : survivors) {
-      int fd = r < static_cast<int>(peerPidFds_.size()) ? peerPidFds_[r] : -1;
-      if (fd < 0) continue;
-      pollfd p{fd, POLLIN, 0};
-      if (::poll(&p, 1, 0) > 0)
+      if (peerExited(r))
         return Status(Code::kRemoteError,
                       "rank " + std::to_string(r) + " (pid " + std::to_string(peers_[r].pid) + " on host " +
                           peers_[r].hostId + ") exited during shrink; shrink again without it",
@@ -1452,12 +1450,7 @@ bool processStopped(int64_t pid) {
 
 std::vector<bool> Communicator::knownFailed() {
   std::vector<bool> failed(static_cast<size_t>(nranks_), false);
-  for (int r = 0; r < static_cast<int>(peerPidFds_.size()); ++r) {
-    int fd = peerPidFds_[r];
-    if (fd < 0) continue;
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, 0) > 0) failed[r] = true;
-  }
+  for (int r = 0; r < nranks_; ++r) failed[r] = peerExited(r);
   // A dead or stalled peer named by this rank's own failure or by a published one. An error
   // may name a survivor (a peer that closed its connections after failing itself): a named
   // rank on this host counts only if its process is gone or stopped.
@@ -1471,11 +1464,8 @@ std::vector<bool> Communicator::knownFailed() {
   };
   names(brokenStatus());
   if (!storeLost()) {
-    auto present = store_->check({key("abort")}, graceDeadline());
-    if (present.isOk() && present.value()) {
-      auto v = store_->get(key("abort"), graceDeadline());
-      if (v.isOk()) names(decodeError(v.value()));
-    }
+    Status published = abortRecord(graceDeadline());
+    if (!storeLost()) names(published);  // a store that failed just now names only its host
   }
   return failed;
 }
@@ -1566,12 +1556,17 @@ StatusOr<Communicator::Agreement> Communicator::agree(int flag) {
 
 namespace {
 
-// The root-level record that maps a grow token to the communicator being grown.
-std::string growKey(uint64_t token) {
+std::string tokenHex(uint64_t token) {
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016" PRIx64, token);
-  return std::string("braid-grow/") + hex;
+  return hex;
 }
+
+// The root-level record that maps a grow token to the communicator being grown.
+std::string growKey(uint64_t token) { return "braid-grow/" + tokenHex(token); }
+
+// How long grow waits for its record, which the rank that made the id wrote before sharing it.
+Deadline growRecordDeadline(double timeoutSec) { return Deadline::after(std::min(5.0, std::max(1.0, timeoutSec))); }
 
 struct GrowRecord {
   std::string prefix;  // the grown communicator's keys
@@ -1606,9 +1601,7 @@ Status Communicator::openGrow(uint64_t token, int newSize) {
     return invalidArgument("newSize=" + std::to_string(newSize) + " on rank " + std::to_string(rank_) +
                            " must be larger than the communicator's " + std::to_string(nranks_) + " ranks");
   if (storeLost()) return abortRecord(Deadline());
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016" PRIx64, token);
-  const std::string record = key(std::string("grow-") + hex) + "\n" + std::to_string(nranks_) + "\n" +
+  const std::string record = key("grow-" + tokenHex(token)) + "\n" + std::to_string(nranks_) + "\n" +
                              std::to_string(newSize) + "\n" + std::to_string(opts_.storeOwnerRank) + "\n" +
                              std::to_string(epoch_ + 1);
   auto v = store_->compareSet(growKey(token), "", record, graceDeadline());
@@ -1620,7 +1613,7 @@ Status Communicator::openGrow(uint64_t token, int newSize) {
 StatusOr<std::unique_ptr<Communicator>> Communicator::grow(uint64_t token, int newSize) {
   const Config& cfg = opts_.config;
   if (storeLost()) return abortRecord(Deadline());
-  BRAID_ASSIGN_OR_RETURN(GrowRecord g, readGrow(*store_, token, Deadline::after(std::min(5.0, std::max(1.0, cfg.timeoutSec)))));
+  BRAID_ASSIGN_OR_RETURN(GrowRecord g, readGrow(*store_, token, growRecordDeadline(cfg.timeoutSec)));
   if (g.prefix.rfind(opts_.keyPrefix + "/", 0) != 0 || g.oldSize != nranks_)
     return invalidArgument("the grow id on rank " + std::to_string(rank_) +
                            " was made for another communicator (braidCommGetGrowId on a rank of this one)");
@@ -1642,7 +1635,7 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::joinGrow(std::shared_ptr<b
                                                                uint64_t token, int newSize, int rank,
                                                                CommOptions opts) {
   if (!store) return invalidArgument("store is null");
-  Deadline deadline = Deadline::after(std::min(5.0, std::max(1.0, opts.config.timeoutSec)));
+  Deadline deadline = growRecordDeadline(opts.config.timeoutSec);
   BRAID_ASSIGN_OR_RETURN(GrowRecord g, readGrow(*store, token, deadline));
   if (newSize != g.newSize)
     return invalidArgument("newSize=" + std::to_string(newSize) + ", but the grow id was made for " +

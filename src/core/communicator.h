@@ -221,6 +221,9 @@ class Communicator {
   // BRAID_DEBUG_DUMP: writes the flight recorder and `why` to the folder, text and JSON.
   void dumpFlightRecorder(const Status& why);
   Status findStalledRank(const Status& timeout);
+  // Whether local peer `r`'s process has exited (its pidfd is readable); false for a peer
+  // not watched (another host, this process).
+  bool peerExited(int r) const;
   // A rank agree() may count as failed without waiting for its vote: a local peer whose
   // process exited, or the rank a published or local error names as dead or stalled.
   std::vector<bool> knownFailed();

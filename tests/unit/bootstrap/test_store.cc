@@ -1,5 +1,6 @@
-// Store semantics, the same checks on MemoryStore and on the TCP store (one client per
-// "rank" thread), plus allGather and barrier with 8 ranks on each.
+// Store semantics, the same checks on MemoryStore, on the TCP store (one client per "rank"
+// thread) and on an etcd store (a real etcd started for the test), plus allGather and
+// barrier with 8 ranks on each.
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -12,10 +13,12 @@
 #include <thread>
 #include <vector>
 
+#include "bootstrap/etcd_store.h"
 #include "bootstrap/memory_store.h"
 #include "bootstrap/store.h"
 #include "bootstrap/tcp_store.h"
 #include "support/catch.h"
+#include "support/etcd_server.h"
 #include "test_util.h"
 
 using namespace braid;
@@ -60,6 +63,44 @@ class TcpWorld : public StoreWorld {
  private:
   std::unique_ptr<TcpStoreServer> server_;
 };
+
+// One etcd for the whole test program (started at first use); each world takes keys
+// under a prefix of its own, as jobs sharing an etcd cluster do.
+testing::EtcdServer& sharedEtcd() {
+  static testing::EtcdServer server;
+  return server;
+}
+
+class EtcdWorld : public StoreWorld {
+ public:
+  EtcdWorld() {
+    static int next = 0;
+    url_ = sharedEtcd().endpoint() + "/test/w" + std::to_string(getpid()) + "-" + std::to_string(next++);
+  }
+  std::shared_ptr<Store> client() override {
+    auto u = parseEtcdUrl("url", url_);
+    REQUIRE(u.isOk());
+    auto c = EtcdStore::connect(u.value(), Deadline::after(10));
+    INFO(c.status().toString());
+    REQUIRE(c.isOk());
+    return std::shared_ptr<Store>(std::move(c).value());
+  }
+  const char* name() const override { return "etcd"; }
+
+ private:
+  std::string url_;
+};
+
+// Catch2 v2 has no SKIP: the test says so and passes where no etcd is installed (CI
+// installs one, scripts/setup.sh).
+#define REQUIRE_ETCD()                                                \
+  do {                                                                \
+    if (testing::EtcdServer::binary().empty()) {                      \
+      WARN("skipped: " << testing::EtcdServer::missing());            \
+      return;                                                         \
+    }                                                                 \
+    REQUIRE(sharedEtcd().ok());                                       \
+  } while (0)
 
 void checkSemantics(StoreWorld& w) {
   INFO("store " << w.name());
@@ -339,6 +380,109 @@ TEST_CASE("MemoryStore semantics", "[bootstrap][store]") {
 TEST_CASE("TcpStore semantics", "[bootstrap][store][tcp]") {
   TcpWorld w;
   checkSemantics(w);
+}
+
+TEST_CASE("EtcdStore semantics", "[bootstrap][store][etcd]") {
+  REQUIRE_ETCD();
+  EtcdWorld w;
+  checkSemantics(w);
+}
+
+TEST_CASE("allGather and barrier with 8 threads on EtcdStore", "[bootstrap][store][etcd]") {
+  REQUIRE_ETCD();
+  EtcdWorld w;
+  checkCollectives(w, 8);
+}
+
+TEST_CASE("allGather and barrier failures on EtcdStore", "[bootstrap][store][etcd]") {
+  REQUIRE_ETCD();
+  EtcdWorld w;
+  checkCollectiveTimeouts(w);
+}
+
+TEST_CASE("etcd store URLs", "[bootstrap][store][etcd]") {
+  auto u = parseEtcdUrl("BRAID_STORE", "etcd://10.0.0.1:2379,etcd-b.example:23790/jobs/run-7/");
+  REQUIRE(u.isOk());
+  REQUIRE(u.value().endpoints.size() == 2);
+  CHECK(u.value().endpoints[0] == std::make_pair(std::string("10.0.0.1"), 2379));
+  CHECK(u.value().endpoints[1] == std::make_pair(std::string("etcd-b.example"), 23790));
+  CHECK(u.value().prefix == "/jobs/run-7");
+  for (const char* bad : {"http://h:1/p", "etcd://h:1", "etcd://h:1/", "etcd://h/p", "etcd://h:0/p", "etcd://h:99999/p",
+                          "etcd://:1/p", "etcd://h:1,/p", "etcd://h:1/p q", "etcd://h h:1/p"}) {
+    INFO(bad);
+    auto b = parseEtcdUrl("BRAID_STORE", bad);
+    REQUIRE_FALSE(b.isOk());
+    CHECK(b.status().code() == Code::kInvalidArgument);
+    CHECK(b.status().message().find("BRAID_STORE") != std::string::npos);
+  }
+}
+
+TEST_CASE("etcd store: a dead endpoint is passed over, oversized values and lost etcds are named",
+          "[bootstrap][store][etcd]") {
+  REQUIRE_ETCD();
+  const int dead = testing::EtcdServer::freePort();
+  SECTION("the first endpoint refuses: the next one serves") {
+    auto u = parseEtcdUrl("url", "etcd://127.0.0.1:" + std::to_string(dead) + ",127.0.0.1:" +
+                                     std::to_string(sharedEtcd().port()) + "/test/failover" + std::to_string(getpid()));
+    REQUIRE(u.isOk());
+    auto c = EtcdStore::connect(u.value(), Deadline::after(10));
+    INFO(c.status().toString());
+    REQUIRE(c.isOk());
+    REQUIRE(c.value()->set("k", "v").isOk());
+    CHECK(c.value()->get("k", Deadline::after(1)).value() == "v");
+    CHECK(c.value()->deletePrefix("").value() == 1);
+  }
+  SECTION("nothing answers: kTimeout by the deadline, naming the endpoints") {
+    auto u = parseEtcdUrl("url", "etcd://127.0.0.1:" + std::to_string(dead) + "/x");
+    auto t0 = std::chrono::steady_clock::now();
+    auto c = EtcdStore::connect(u.value(), Deadline::after(0.5));
+    REQUIRE_FALSE(c.isOk());
+    CHECK(c.status().code() == Code::kTimeout);
+    CHECK(c.status().message().find("127.0.0.1:" + std::to_string(dead)) != std::string::npos);
+    CHECK(secondsSince(t0) < 2);
+  }
+  SECTION("a value over etcd's request limit is an invalid argument naming the key") {
+    EtcdWorld w;
+    auto c = w.client();
+    Status s = c->set("big", std::string(3 << 20, 'x'));
+    CHECK(s.code() == Code::kInvalidArgument);
+    CHECK(s.message().find("big") != std::string::npos);
+    REQUIRE(c->set("small", "ok").isOk());  // the connection still works
+  }
+}
+
+// etcd stopped (SIGSTOP) or killed under a waiting client: calls end by the caller's
+// deadline, naming etcd. A private etcd, so the shared one is not disturbed.
+TEST_CASE("etcd store: calls return by the caller's deadline while etcd is stalled or gone", "[bootstrap][store][etcd]") {
+  REQUIRE_ETCD();
+  testing::EtcdServer etcd;
+  REQUIRE(etcd.ok());
+  auto u = parseEtcdUrl("url", etcd.endpoint() + "/stall");
+  auto c = EtcdStore::connect(u.value(), Deadline::after(10));
+  REQUIRE(c.isOk());
+  REQUIRE(c.value()->set("k", "v").isOk());
+  kill(etcd.pid(), SIGSTOP);
+  // Every thread of etcd stops on its way back to user space: a request in flight before
+  // that may still be answered.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  for (int which = 0; which < 3; ++which) {
+    INFO("call " << which);
+    auto t0 = std::chrono::steady_clock::now();
+    Status s = which == 0   ? c.value()->get("k", Deadline::after(0.5)).status()
+               : which == 1 ? c.value()->add("n", 1, Deadline::after(0.5)).status()
+                            : c.value()->set("k", "w", Deadline::after(0.5));
+    CHECK_FALSE(s.isOk());
+    CHECK(s.message().find("etcd") != std::string::npos);
+    CHECK(secondsSince(t0) < 1.5);
+  }
+  kill(etcd.pid(), SIGCONT);
+  CHECK(c.value()->get("k", Deadline::after(5)).isOk());
+  kill(etcd.pid(), SIGKILL);
+  auto t0 = std::chrono::steady_clock::now();
+  Status s = c.value()->get("k", Deadline::after(0.5)).status();
+  CHECK(s.code() == Code::kTimeout);
+  CHECK(s.message().find("127.0.0.1:" + std::to_string(etcd.port())) != std::string::npos);
+  CHECK(secondsSince(t0) < 1.5);
 }
 
 TEST_CASE("allGather and barrier with 8 threads on MemoryStore", "[bootstrap][store]") {

@@ -1,0 +1,629 @@
+#include "bootstrap/etcd_store.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "bootstrap/store_value.h"
+#include "common/log.h"
+#include "topology/json.h"
+
+namespace braid::bootstrap {
+
+namespace {
+
+using topology::JsonValue;
+
+constexpr size_t kKeysPerTxn = 64;  // etcd's --max-txn-ops defaults to 128
+constexpr int kFirstPauseUs = 1000;
+constexpr int kMaxPauseUs = 20000;
+constexpr int kMaxReconnectPauseMs = 250;
+constexpr int kMinRequestMs = 100;
+
+const char kB64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+std::string base64(const std::string& in) {
+  std::string out;
+  out.reserve((in.size() + 2) / 3 * 4);
+  size_t i = 0;
+  for (; i + 2 < in.size(); i += 3) {
+    uint32_t v = uint32_t(uint8_t(in[i])) << 16 | uint32_t(uint8_t(in[i + 1])) << 8 | uint8_t(in[i + 2]);
+    out += kB64[v >> 18];
+    out += kB64[(v >> 12) & 63];
+    out += kB64[(v >> 6) & 63];
+    out += kB64[v & 63];
+  }
+  if (i + 1 == in.size()) {
+    uint32_t v = uint32_t(uint8_t(in[i])) << 16;
+    out += kB64[v >> 18];
+    out += kB64[(v >> 12) & 63];
+    out += "==";
+  } else if (i + 2 == in.size()) {
+    uint32_t v = uint32_t(uint8_t(in[i])) << 16 | uint32_t(uint8_t(in[i + 1])) << 8;
+    out += kB64[v >> 18];
+    out += kB64[(v >> 12) & 63];
+    out += kB64[(v >> 6) & 63];
+    out += '=';
+  }
+  return out;
+}
+
+bool unbase64(const std::string& in, std::string* out) {
+  auto val = [](char c) -> int {
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    if (c == '+' || c == '-') return 62;
+    if (c == '/' || c == '_') return 63;
+    return -1;
+  };
+  out->clear();
+  uint32_t acc = 0;
+  int bits = 0;
+  size_t i = 0;
+  for (; i < in.size() && in[i] != '='; ++i) {
+    int v = val(in[i]);
+    if (v < 0) return false;
+    acc = (acc << 6) | uint32_t(v);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out->push_back(static_cast<char>((acc >> bits) & 0xff));
+    }
+  }
+  for (; i < in.size(); ++i)
+    if (in[i] != '=') return false;
+  return true;
+}
+
+// The byte string just past every key that starts with `p`: etcd's range_end for a prefix.
+std::string prefixEnd(std::string p) {
+  while (!p.empty()) {
+    if (static_cast<uint8_t>(p.back()) < 0xff) {
+      p.back() = static_cast<char>(p.back() + 1);
+      return p;
+    }
+    p.pop_back();
+  }
+  return std::string(1, '\0');  // every key
+}
+
+// etcd's JSON writes 64-bit integers as strings and leaves out fields that are zero.
+int64_t intField(const JsonValue& o, const char* name) {
+  const JsonValue* v = o.find(name);
+  if (!v) return 0;
+  if (v->isNumber()) return static_cast<int64_t>(v->numberValue());
+  if (v->isString()) return std::strtoll(v->stringValue().c_str(), nullptr, 10);
+  return 0;
+}
+
+std::string rangeBody(const std::string& key, bool countOnly) {
+  return std::string("{\"key\":\"") + base64(key) + "\"" + (countOnly ? ",\"count_only\":true" : "") + "}";
+}
+
+std::string putOp(const std::string& key, const std::string& value) {
+  return "{\"request_put\":{\"key\":\"" + base64(key) + "\",\"value\":\"" + base64(value) + "\"}}";
+}
+
+std::string rangeOp(const std::string& key, bool countOnly) {
+  return "{\"request_range\":" + rangeBody(key, countOnly) + "}";
+}
+
+std::string printable(const std::string& s, size_t max = 120) {
+  std::string out;
+  for (char c : s) {
+    if (out.size() >= max) {
+      out += "...";
+      break;
+    }
+    out += std::isprint(static_cast<unsigned char>(c)) ? c : '?';
+  }
+  return out;
+}
+
+Status resolve(const std::string& host, int port, sockaddr_in* out) {
+  std::memset(out, 0, sizeof(*out));
+  out->sin_family = AF_INET;
+  out->sin_port = htons(static_cast<uint16_t>(port));
+  if (inet_pton(AF_INET, host.c_str(), &out->sin_addr) == 1) return Status::ok();
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  int rc = getaddrinfo(host.c_str(), nullptr, &hints, &res);
+  if (rc != 0 || !res)
+    return Status(Code::kRemoteError, "cannot resolve '" + host + "': " +
+                                          (rc == EAI_SYSTEM ? std::string(std::strerror(errno)) : gai_strerror(rc)));
+  out->sin_addr = reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr;
+  freeaddrinfo(res);
+  return Status::ok();
+}
+
+// Waits for `events` on `fd` until `deadline`; kTimeout naming `what` when it passes.
+Status waitFd(int fd, short events, Deadline deadline, const char* what) {
+  for (;;) {
+    pollfd p{fd, events, 0};
+    int ms = deadline.remainingMillis(1000);
+    int rc = ::poll(&p, 1, ms);
+    if (rc > 0) return Status::ok();
+    if (rc < 0 && errno != EINTR) return systemError("poll", errno);
+    if (rc == 0 && deadline.expired()) return Status(Code::kTimeout, std::string(what) + " timed out");
+  }
+}
+
+// The reply of one successful call as a JSON object.
+StatusOr<JsonValue> parseReply(const std::string& text, const std::string& where) {
+  auto v = topology::parseJson(text, where);
+  if (!v.isOk() || !v.value().isObject())
+    return Status(Code::kRemoteError, where + " answered with something other than a JSON object: '" +
+                                          printable(text) + "'");
+  return v;
+}
+
+// The kvs[0] of a range reply (response_range inside a transaction, or a range call's own).
+void kvFrom(const JsonValue& range, bool values, std::string* value, bool* present, int64_t* mod) {
+  *present = false;
+  const JsonValue* kvs = range.find("kvs");
+  if (kvs && kvs->isArray() && !kvs->items().empty()) {
+    const JsonValue& kv = kvs->items()[0];
+    *present = true;
+    *mod = intField(kv, "mod_revision");
+    if (values) {
+      const JsonValue* v = kv.find("value");
+      if (v && v->isString()) unbase64(v->stringValue(), value);
+    }
+  } else if (intField(range, "count") > 0) {
+    *present = true;  // a count-only range
+  }
+}
+
+}  // namespace
+
+StatusOr<EtcdUrl> parseEtcdUrl(const std::string& what, const std::string& value) {
+  auto bad = [&](const std::string& why) {
+    return invalidArgument(what + "='" + printable(value) + "' " + why +
+                           " (want etcd://host:port[,host:port...]/prefix, the prefix naming the job)");
+  };
+  static const std::string kScheme = "etcd://";
+  if (value.compare(0, kScheme.size(), kScheme) != 0) return bad("is not an etcd:// URL");
+  const std::string rest = value.substr(kScheme.size());
+  const size_t slash = rest.find('/');
+  if (slash == std::string::npos || slash + 1 >= rest.size()) return bad("names no prefix");
+  EtcdUrl u;
+  std::string prefix = rest.substr(slash);
+  while (prefix.size() > 1 && prefix.back() == '/') prefix.pop_back();
+  if (prefix == "/") return bad("names no prefix");
+  for (char c : prefix)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-' || c == '/'))
+      return bad("has a prefix character outside [A-Za-z0-9._/-]");
+  u.prefix = prefix;
+  const std::string hosts = rest.substr(0, slash);
+  size_t start = 0;
+  while (start <= hosts.size()) {
+    size_t comma = hosts.find(',', start);
+    if (comma == std::string::npos) comma = hosts.size();
+    const std::string hp = hosts.substr(start, comma - start);
+    const size_t colon = hp.rfind(':');
+    if (hp.empty() || colon == std::string::npos || colon == 0 || colon + 1 == hp.size())
+      return bad("has an endpoint '" + printable(hp) + "' that is not host:port");
+    const std::string host = hp.substr(0, colon);
+    for (char c : host)
+      if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_'))
+        return bad("has a host '" + printable(host) + "' that is not a name or IPv4 address");
+    char* end = nullptr;
+    const long port = std::strtol(hp.c_str() + colon + 1, &end, 10);
+    if (*end != '\0' || port < 1 || port > 65535) return bad("has a port outside [1, 65535] in '" + hp + "'");
+    u.endpoints.emplace_back(host, static_cast<int>(port));
+    start = comma + 1;
+  }
+  return u;
+}
+
+EtcdStore::~EtcdStore() { dropConnection(); }
+
+void EtcdStore::dropConnection() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+  usedBefore_ = false;
+}
+
+std::string EtcdStore::where() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto& ep = url_.endpoints[endpoint_];
+  return "etcd at " + ep.first + ":" + std::to_string(ep.second);
+}
+
+StatusOr<std::unique_ptr<EtcdStore>> EtcdStore::connect(const EtcdUrl& url, Deadline deadline) {
+  if (url.endpoints.empty()) return invalidArgument("etcd store: no endpoints");
+  std::unique_ptr<EtcdStore> s(new EtcdStore(url));
+  auto r = s->call("/v3/kv/range", rangeBody(s->fullKey(""), true), deadline, true);
+  if (!r.isOk()) return r.status();
+  auto v = parseReply(r.value(), s->where());
+  if (!v.isOk()) return v.status();
+  if (!v.value().find("header"))
+    return Status(Code::kRemoteError, s->where() + " does not answer as etcd's v3 API: '" + printable(r.value()) + "'");
+  BRAID_INFO("store: %s, keys under %s/", s->where().c_str(), url.prefix.c_str());
+  return s;
+}
+
+Status EtcdStore::exchange(const char* path, const std::string& body, Deadline deadline, std::string* reply,
+                           int* httpStatus, bool* sent, bool* reused) {
+  *sent = false;
+  *reused = fd_ >= 0 && usedBefore_;
+  const auto& ep = url_.endpoints[endpoint_];
+  const std::string hostPort = ep.first + ":" + std::to_string(ep.second);
+  if (fd_ < 0) {
+    sockaddr_in sa;
+    BRAID_RETURN_IF_ERROR(resolve(ep.first, ep.second, &sa));
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) return systemError("socket", errno);
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    int rc = ::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
+    if (rc != 0 && errno == EINPROGRESS) {
+      Status w = waitFd(fd, POLLOUT, deadline, "connect");
+      int err = 0;
+      socklen_t len = sizeof(err);
+      if (w.isOk()) getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+      if (!w.isOk() || err != 0) {
+        ::close(fd);
+        return w.isOk() ? Status(Code::kRemoteError, std::string("connect: ") + std::strerror(err)) : w;
+      }
+    } else if (rc != 0) {
+      int err = errno;
+      ::close(fd);
+      return Status(Code::kRemoteError, std::string("connect: ") + std::strerror(err));
+    }
+    fd_ = fd;
+    usedBefore_ = false;
+  }
+  std::string req = std::string("POST ") + path + " HTTP/1.1\r\nHost: " + hostPort +
+                    "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+                    "\r\n\r\n" + body;
+  for (size_t off = 0; off < req.size();) {
+    ssize_t n = ::send(fd_, req.data() + off, req.size() - off, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) {
+      BRAID_RETURN_IF_ERROR(waitFd(fd_, POLLOUT, deadline, "sending a request"));
+      continue;
+    }
+    if (n < 0) return Status(Code::kRemoteError, std::string("send: ") + std::strerror(errno));
+    *sent = true;
+    off += static_cast<size_t>(n);
+  }
+  usedBefore_ = true;
+
+  // The reply: a status line and headers, then Content-Length bytes or chunks.
+  std::string in;
+  size_t headEnd = std::string::npos;
+  bool chunked = false, closeAfter = false;
+  size_t contentLength = std::string::npos;
+  size_t scan = 0;  // chunked: where the next chunk's size line starts
+  std::string payload;
+  char buf[16384];
+  for (;;) {
+    if (headEnd == std::string::npos) {
+      headEnd = in.find("\r\n\r\n");
+      if (headEnd != std::string::npos) {
+        int minor = 0, status = 0;
+        char sp = 0;
+        if (std::sscanf(in.c_str(), "HTTP/1.%d %3d%c", &minor, &status, &sp) != 3 || sp != ' ')
+          return Status(Code::kRemoteError, "not an HTTP reply: '" + printable(in.substr(0, in.find('\r'))) + "'");
+        *httpStatus = status;
+        for (size_t pos = in.find("\r\n"); pos < headEnd;) {
+          const size_t next = in.find("\r\n", pos + 2);
+          std::string line = in.substr(pos + 2, next - pos - 2);
+          for (auto& c : line) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+          if (line.rfind("content-length:", 0) == 0)
+            contentLength = std::strtoull(line.c_str() + 15, nullptr, 10);
+          else if (line.rfind("transfer-encoding:", 0) == 0 && line.find("chunked") != std::string::npos)
+            chunked = true;
+          else if (line.rfind("connection:", 0) == 0 && line.find("close") != std::string::npos)
+            closeAfter = true;
+          pos = next;
+        }
+        if (contentLength != std::string::npos && contentLength > kMaxReplyBytes)
+          return Status(Code::kRemoteError, "a reply of " + std::to_string(contentLength) + " bytes is too long");
+        scan = headEnd + 4;
+      }
+    }
+    if (headEnd != std::string::npos) {
+      if (chunked) {
+        bool done = false;
+        for (;;) {
+          const size_t eol = in.find("\r\n", scan);
+          if (eol == std::string::npos) break;
+          const size_t len = std::strtoull(in.c_str() + scan, nullptr, 16);
+          if (len == 0) {
+            if (in.find("\r\n\r\n", eol) != std::string::npos || in.size() >= eol + 4) done = true;
+            break;
+          }
+          if (payload.size() + len > kMaxReplyBytes)
+            return Status(Code::kRemoteError, "a chunked reply longer than " + std::to_string(kMaxReplyBytes) + " bytes");
+          if (in.size() < eol + 2 + len + 2) break;
+          payload.append(in, eol + 2, len);
+          scan = eol + 2 + len + 2;
+        }
+        if (done) break;
+      } else if (contentLength != std::string::npos) {
+        if (in.size() >= headEnd + 4 + contentLength) {
+          payload = in.substr(headEnd + 4, contentLength);
+          break;
+        }
+      }
+    } else if (in.size() > 65536) {
+      return Status(Code::kRemoteError, "reply headers longer than 64 KiB");
+    }
+    ssize_t n = ::recv(fd_, buf, sizeof(buf), 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) {
+      BRAID_RETURN_IF_ERROR(waitFd(fd_, POLLIN, deadline, "waiting for the reply"));
+      continue;
+    }
+    if (n < 0) return Status(Code::kRemoteError, std::string("receive: ") + std::strerror(errno));
+    if (n == 0) {
+      if (headEnd != std::string::npos && !chunked && contentLength == std::string::npos) {
+        payload = in.substr(headEnd + 4);  // the reply ends where the server closes
+        closeAfter = true;
+        break;
+      }
+      return Status(Code::kRemoteError, in.empty() ? "connection closed without a reply" : "reply cut before its end");
+    }
+    in.append(buf, static_cast<size_t>(n));
+    if (in.size() > kMaxReplyBytes + 65536)
+      return Status(Code::kRemoteError, "a reply longer than " + std::to_string(kMaxReplyBytes) + " bytes");
+  }
+  if (closeAfter) dropConnection();
+  *reply = std::move(payload);
+  return Status::ok();
+}
+
+StatusOr<std::string> EtcdStore::call(const char* path, const std::string& body, Deadline deadline,
+                                      bool retryAfterSend) {
+  // A request never waits longer than the default bound, so that a stalled endpoint is
+  // left for the next one rather than waited on forever; and it gets at least 100 ms, so
+  // that a deadline that has just passed still reads a key that is there.
+  Deadline bound = deadline.never() ? Deadline::after(kDefaultOpTimeoutSec) : deadline;
+  if (bound.remainingMillis(kMinRequestMs) < kMinRequestMs) bound = Deadline::after(kMinRequestMs / 1000.0);
+  int pauseMs = 10;
+  std::string last;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (int attempt = 0;; ++attempt) {
+    std::string reply;
+    int status = 0;
+    bool sent = false, reused = false;
+    Status s = exchange(path, body, bound, &reply, &status, &sent, &reused);
+    const auto& ep = url_.endpoints[endpoint_];
+    const std::string at = "etcd at " + ep.first + ":" + std::to_string(ep.second);
+    if (s.isOk()) {
+      if (status == 200) return reply;
+      // The gateway's errors: {"error": "...", "code": N, "message": "..."}.
+      std::string msg = printable(reply, 300);
+      auto v = topology::parseJson(reply, at);
+      if (v.isOk() && v.value().isObject()) {
+        const JsonValue* m = v.value().find("message");
+        if (!m) m = v.value().find("error");
+        if (m && m->isString()) msg = m->stringValue();
+      }
+      // A member without a leader (an election under way) answers 503: worth asking again.
+      const bool transient = status == 503 || msg.find("leader changed") != std::string::npos ||
+                             msg.find("no leader") != std::string::npos;
+      // etcd refuses requests over --max-request-bytes ("request is too large"), its gRPC
+      // gateway those over 2 MiB ("received message larger than max").
+      const bool tooLarge = msg.find("too large") != std::string::npos || msg.find("larger than max") != std::string::npos;
+      const Code code = tooLarge ? Code::kInvalidArgument : Code::kRemoteError;
+      if (!transient || tooLarge || bound.expired())
+        return Status(code, at + " answered " + path + " with HTTP " + std::to_string(status) + ": " + msg);
+      last = "HTTP " + std::to_string(status) + ": " + msg;
+    } else {
+      dropConnection();
+      // A write that may have reached etcd is not repeated, except on a kept-alive
+      // connection that the server had closed before this request (nothing came back):
+      // etcd never saw it.
+      if (sent && !retryAfterSend && !(reused && s.message() == "connection closed without a reply"))
+        return Status(Code::kRemoteError, at + ": " + path + " failed after it was sent (" + s.message() +
+                                              "); it may or may not have taken effect");
+      last = at + ": " + s.message();
+      if (s.code() == Code::kTimeout && bound.expired())
+        return Status(Code::kTimeout, at + " did not answer " + path + " in time (" + s.message() + ")");
+      // The next endpoint, when there are several: a member that fails may be down.
+      if (url_.endpoints.size() > 1 && !(reused && !sent)) endpoint_ = (endpoint_ + 1) % url_.endpoints.size();
+      if (reused && attempt == 0) continue;  // a stale kept-alive connection: at once
+    }
+    if (bound.expired()) {
+      std::string all;
+      for (const auto& e : url_.endpoints) all += (all.empty() ? "" : ", ") + e.first + ":" + std::to_string(e.second);
+      return Status(Code::kTimeout, "the etcd store (" + all + ") did not answer " + path + " in time (last: " + last + ")");
+    }
+    BRAID_TRACE("etcd store: %s: %s; asking again", path, last.c_str());
+    usleep(static_cast<useconds_t>(std::max(1, bound.remainingMillis(pauseMs))) * 1000);
+    pauseMs = std::min(pauseMs * 2, kMaxReconnectPauseMs);
+  }
+}
+
+StatusOr<EtcdStore::Kv> EtcdStore::read(const std::string& key, Deadline deadline) {
+  BRAID_ASSIGN_OR_RETURN(std::string r, call("/v3/kv/range", rangeBody(fullKey(key), false), deadline, true));
+  BRAID_ASSIGN_OR_RETURN(JsonValue v, parseReply(r, where()));
+  Kv kv;
+  kvFrom(v, true, &kv.value, &kv.present, &kv.modRevision);
+  return kv;
+}
+
+Status EtcdStore::readMany(const std::vector<std::string>& keys, bool values, Deadline deadline,
+                           std::vector<Kv>* out) {
+  out->assign(keys.size(), Kv{});
+  for (size_t first = 0; first < keys.size(); first += kKeysPerTxn) {
+    const size_t n = std::min(kKeysPerTxn, keys.size() - first);
+    std::string body = "{\"success\":[";
+    for (size_t i = 0; i < n; ++i) body += (i ? "," : "") + rangeOp(fullKey(keys[first + i]), !values);
+    body += "]}";
+    BRAID_ASSIGN_OR_RETURN(std::string r, call("/v3/kv/txn", body, deadline, true));
+    BRAID_ASSIGN_OR_RETURN(JsonValue v, parseReply(r, where()));
+    const JsonValue* rs = v.find("responses");
+    if (!rs || !rs->isArray() || rs->items().size() != n)
+      return Status(Code::kRemoteError, where() + " answered a transaction of " + std::to_string(n) +
+                                            " reads with another number of replies");
+    for (size_t i = 0; i < n; ++i) {
+      const JsonValue* range = rs->items()[i].find("response_range");
+      if (!range) return Status(Code::kRemoteError, where() + " answered a read with something else");
+      Kv& kv = (*out)[first + i];
+      kvFrom(*range, values, &kv.value, &kv.present, &kv.modRevision);
+    }
+  }
+  return Status::ok();
+}
+
+Status EtcdStore::set(const std::string& key, const std::string& value, Deadline deadline) {
+  const std::string body = "{\"key\":\"" + base64(fullKey(key)) + "\",\"value\":\"" + base64(value) + "\"}";
+  auto r = call("/v3/kv/put", body, deadline, true);
+  return r.isOk() ? Status::ok() : r.status().withContext("setting '" + key + "'");
+}
+
+StatusOr<std::string> EtcdStore::get(const std::string& key, Deadline deadline) {
+  const Deadline bound = deadline.never() ? Deadline::after(kDefaultOpTimeoutSec) : deadline;
+  int pauseUs = kFirstPauseUs;
+  for (;;) {
+    auto kv = read(key, bound);
+    if (!kv.isOk() && kv.status().code() == Code::kTimeout)
+      return Status(Code::kTimeout, "key '" + key + "' was not read in time: " + kv.status().message());
+    if (!kv.isOk()) return kv.status();
+    if (kv.value().present) return kv.value().value;
+    if (bound.expired()) return Status(Code::kTimeout, "key '" + key + "' was not set in time (" + where() + ")");
+    usleep(static_cast<useconds_t>(std::min<int64_t>(pauseUs, bound.remainingMillis(1000) * 1000 + 1)));
+    pauseUs = std::min(pauseUs * 2, kMaxPauseUs);
+  }
+}
+
+StatusOr<int64_t> EtcdStore::add(const std::string& key, int64_t delta, Deadline deadline) {
+  const Deadline bound = deadline.never() ? Deadline::after(kDefaultOpTimeoutSec) : deadline;
+  BRAID_ASSIGN_OR_RETURN(Kv kv, read(key, bound));
+  for (;;) {
+    int64_t cur = 0;
+    if (kv.present && !parseCounter(kv.value, &cur))
+      return invalidArgument("add on key '" + key + "', which holds '" + printable(kv.value, 40) +
+                             "', not an integer (" + where() + ")");
+    const int64_t next = cur + delta;
+    const std::string k64 = base64(fullKey(key));
+    const std::string compare =
+        kv.present ? "{\"key\":\"" + k64 + "\",\"target\":\"MOD\",\"result\":\"EQUAL\",\"mod_revision\":\"" +
+                         std::to_string(kv.modRevision) + "\"}"
+                   : "{\"key\":\"" + k64 + "\",\"target\":\"CREATE\",\"result\":\"EQUAL\",\"create_revision\":\"0\"}";
+    const std::string body = "{\"compare\":[" + compare + "],\"success\":[" + putOp(fullKey(key), std::to_string(next)) +
+                             "],\"failure\":[" + rangeOp(fullKey(key), false) + "]}";
+    BRAID_ASSIGN_OR_RETURN(std::string r, call("/v3/kv/txn", body, bound, false));
+    BRAID_ASSIGN_OR_RETURN(JsonValue v, parseReply(r, where()));
+    const JsonValue* ok = v.find("succeeded");
+    if (ok && ok->isBool() && ok->boolValue()) return next;
+    // Another writer came first: its value is in the failure branch's read.
+    const JsonValue* rs = v.find("responses");
+    const JsonValue* range = rs && rs->isArray() && rs->items().size() == 1 ? rs->items()[0].find("response_range")
+                                                                             : nullptr;
+    if (!range) return Status(Code::kRemoteError, where() + " answered a failed add transaction without its read");
+    kv = Kv{};
+    kvFrom(*range, true, &kv.value, &kv.present, &kv.modRevision);
+    if (bound.expired()) return Status(Code::kTimeout, "add on key '" + key + "' kept losing races until the deadline");
+  }
+}
+
+StatusOr<std::string> EtcdStore::compareSet(const std::string& key, const std::string& expected,
+                                            const std::string& desired, Deadline deadline) {
+  const std::string k64 = base64(fullKey(key));
+  // An absent key counts as holding "": for expected "" the key must not exist yet, or
+  // exist holding "" (the second transaction).
+  std::vector<std::string> compares;
+  if (expected.empty())
+    compares.push_back("{\"key\":\"" + k64 + "\",\"target\":\"CREATE\",\"result\":\"EQUAL\",\"create_revision\":\"0\"}");
+  compares.push_back("{\"key\":\"" + k64 + "\",\"target\":\"VALUE\",\"result\":\"EQUAL\",\"value\":\"" +
+                     base64(expected) + "\"}");
+  std::string current;
+  for (const std::string& c : compares) {
+    const std::string body = "{\"compare\":[" + c + "],\"success\":[" + putOp(fullKey(key), desired) + "],\"failure\":[" +
+                             rangeOp(fullKey(key), false) + "]}";
+    BRAID_ASSIGN_OR_RETURN(std::string r, call("/v3/kv/txn", body, deadline, true));
+    BRAID_ASSIGN_OR_RETURN(JsonValue v, parseReply(r, where()));
+    const JsonValue* ok = v.find("succeeded");
+    if (ok && ok->isBool() && ok->boolValue()) return desired;
+    const JsonValue* rs = v.find("responses");
+    const JsonValue* range = rs && rs->isArray() && rs->items().size() == 1 ? rs->items()[0].find("response_range")
+                                                                             : nullptr;
+    if (!range) return Status(Code::kRemoteError, where() + " answered a failed compare-and-set without its read");
+    bool present = false;
+    int64_t mod = 0;
+    current.clear();
+    kvFrom(*range, true, &current, &present, &mod);
+    // Absent after a failed CREATE comparison cannot be; present and not "": no match.
+    if (!present || !current.empty()) return current;
+  }
+  return current;
+}
+
+Status EtcdStore::wait(const std::vector<std::string>& keys, Deadline deadline) {
+  auto v = multiGet(keys, deadline);
+  return v.isOk() ? Status::ok() : v.status();
+}
+
+StatusOr<bool> EtcdStore::check(const std::vector<std::string>& keys, Deadline deadline) {
+  std::vector<Kv> kvs;
+  BRAID_RETURN_IF_ERROR(readMany(keys, false, deadline, &kvs));
+  for (const Kv& kv : kvs)
+    if (!kv.present) return false;
+  return true;
+}
+
+StatusOr<bool> EtcdStore::deleteKey(const std::string& key, Deadline deadline) {
+  BRAID_ASSIGN_OR_RETURN(std::string r, call("/v3/kv/deleterange", rangeBody(fullKey(key), false), deadline, true));
+  BRAID_ASSIGN_OR_RETURN(JsonValue v, parseReply(r, where()));
+  return intField(v, "deleted") > 0;
+}
+
+StatusOr<std::vector<std::string>> EtcdStore::multiGet(const std::vector<std::string>& keys, Deadline deadline) {
+  const Deadline bound = deadline.never() ? Deadline::after(kDefaultOpTimeoutSec) : deadline;
+  std::vector<std::string> values(keys.size());
+  std::vector<size_t> missing(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) missing[i] = i;
+  int pauseUs = kFirstPauseUs;
+  for (;;) {
+    std::vector<std::string> ask;
+    for (size_t i : missing) ask.push_back(keys[i]);
+    std::vector<Kv> kvs;
+    Status r = readMany(ask, true, bound, &kvs);
+    if (r.code() == Code::kTimeout)
+      return Status(Code::kTimeout, "key '" + ask[0] + "' was not read in time: " + r.message());
+    BRAID_RETURN_IF_ERROR(r);
+    std::vector<size_t> still;
+    for (size_t j = 0; j < missing.size(); ++j) {
+      if (kvs[j].present)
+        values[missing[j]] = std::move(kvs[j].value);
+      else
+        still.push_back(missing[j]);
+    }
+    missing.swap(still);
+    if (missing.empty()) return values;
+    if (bound.expired())
+      return Status(Code::kTimeout, "key '" + keys[missing[0]] + "' was not set in time (" + where() + ")");
+    usleep(static_cast<useconds_t>(std::min<int64_t>(pauseUs, bound.remainingMillis(1000) * 1000 + 1)));
+    pauseUs = std::min(pauseUs * 2, kMaxPauseUs);
+  }
+}
+
+StatusOr<int64_t> EtcdStore::deletePrefix(const std::string& prefix, Deadline deadline) {
+  const std::string k = fullKey(prefix);
+  const std::string body = "{\"key\":\"" + base64(k) + "\",\"range_end\":\"" + base64(prefixEnd(k)) + "\"}";
+  BRAID_ASSIGN_OR_RETURN(std::string r, call("/v3/kv/deleterange", body, deadline, true));
+  BRAID_ASSIGN_OR_RETURN(JsonValue v, parseReply(r, where()));
+  return intField(v, "deleted");
+}
+
+}  // namespace braid::bootstrap

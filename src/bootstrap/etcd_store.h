@@ -1,0 +1,110 @@
+#pragma once
+// A store kept in an etcd cluster (BRAID_STORE=etcd://host:port[,host:port...]/prefix), the
+// store TorchElastic and many clusters already run. Unlike a store that rank 0 serves, it
+// outlives every rank, so survivors can still agree, shrink and grow after any one of them
+// is lost.
+//
+// It speaks etcd's v3 API through the JSON gateway that every etcd server since 3.4 serves
+// on its client port (POST /v3/kv/range, /v3/kv/put, /v3/kv/txn, /v3/kv/deleterange; keys
+// and values base64). One keep-alive HTTP/1.1 connection per store, to one endpoint at a
+// time; a connection that fails moves to the next endpoint of the list. Keys live under
+// `prefix` + "/", which names the job (as torchrun's --rdzv-id does): two jobs that share a
+// prefix share keys.
+//
+// How each operation maps onto etcd:
+//   set          put
+//   get, wait,   range requests, repeated with a growing pause (1 ms up to 20 ms) until
+//   multiGet     the keys exist: etcd has no blocking get, and its watch would need a
+//                streaming reply for the same effect at rendezvous sizes
+//   add          read, then a transaction that writes value+delta if the key's revision is
+//                still the one read (absent: if it is still absent); repeated on a lost race
+//   compareSet   a transaction comparing the value (an absent key: its creation revision 0)
+//   check        one transaction of count-only ranges (64 keys per transaction)
+// Requests that write are sent once on a fresh failure of the connection (an add that
+// reached etcd and lost its reply must not add twice); reads and puts are retried.
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "bootstrap/store.h"
+
+namespace braid::bootstrap {
+
+struct EtcdUrl {
+  std::vector<std::pair<std::string, int>> endpoints;  // host (IPv4 or name), port
+  std::string prefix;                                  // "/jobs/run7": starts with '/', no trailing '/'
+};
+
+// Parses "etcd://host:port[,host:port...]/prefix". `what` names where the value came from
+// (an environment variable) in the kInvalidArgument message. The prefix is required and
+// keeps to [A-Za-z0-9._/-]. Pure.
+StatusOr<EtcdUrl> parseEtcdUrl(const std::string& what, const std::string& value);
+
+class EtcdStore : public Store {
+ public:
+  // Bounds requests whose deadline never expires, as TcpStoreClient does.
+  static constexpr double kDefaultOpTimeoutSec = 30;
+  // Replies longer than this are refused.
+  static constexpr size_t kMaxReplyBytes = size_t(256) << 20;
+
+  // Connects to the first endpoint that answers and checks that it speaks etcd's v3 JSON
+  // API (a range request on the prefix). Endpoints that refuse are retried, in turn, until
+  // `deadline`; then kTimeout naming every endpoint and the last failure. Blocks.
+  static StatusOr<std::unique_ptr<EtcdStore>> connect(const EtcdUrl& url, Deadline deadline);
+
+  ~EtcdStore() override;
+  EtcdStore(const EtcdStore&) = delete;
+  EtcdStore& operator=(const EtcdStore&) = delete;
+
+  Status set(const std::string& key, const std::string& value, Deadline deadline = Deadline()) override;
+  StatusOr<std::string> get(const std::string& key, Deadline deadline) override;
+  StatusOr<int64_t> add(const std::string& key, int64_t delta, Deadline deadline = Deadline()) override;
+  StatusOr<std::string> compareSet(const std::string& key, const std::string& expected, const std::string& desired,
+                                   Deadline deadline = Deadline()) override;
+  Status wait(const std::vector<std::string>& keys, Deadline deadline) override;
+  StatusOr<bool> check(const std::vector<std::string>& keys, Deadline deadline = Deadline()) override;
+  StatusOr<bool> deleteKey(const std::string& key, Deadline deadline = Deadline()) override;
+  StatusOr<std::vector<std::string>> multiGet(const std::vector<std::string>& keys, Deadline deadline) override;
+
+  // Removes every key that starts with `prefix` (in the store's namespace); returns how
+  // many there were. For a job's last rank to leave nothing behind.
+  StatusOr<int64_t> deletePrefix(const std::string& prefix, Deadline deadline = Deadline());
+
+  // The URL it was made from, for messages and for new processes to find the same store.
+  const EtcdUrl& url() const { return url_; }
+  // "etcd at host:port" of the endpoint in use now, for messages. Thread-safe.
+  std::string where() const;
+
+ private:
+  struct Kv {
+    bool present = false;
+    std::string value;
+    int64_t modRevision = 0;
+  };
+
+  explicit EtcdStore(EtcdUrl url) : url_(std::move(url)) {}
+  // POSTs `body` to `path` and returns the parsed reply body (a JSON object as text).
+  // `retryAfterSend`: whether the request may be sent again once it may have reached etcd.
+  StatusOr<std::string> call(const char* path, const std::string& body, Deadline deadline, bool retryAfterSend);
+  // One request on the current connection (made if there is none). `sent` says whether any
+  // byte of the request left; `reused` whether the connection carried an earlier request.
+  Status exchange(const char* path, const std::string& body, Deadline deadline, std::string* reply, int* httpStatus,
+                  bool* sent, bool* reused);
+  void dropConnection();
+  std::string fullKey(const std::string& key) const { return url_.prefix + "/" + key; }
+  StatusOr<Kv> read(const std::string& key, Deadline deadline);
+  // For each key, whether it exists (and its value when `values`), in one round trip per 64.
+  Status readMany(const std::vector<std::string>& keys, bool values, Deadline deadline, std::vector<Kv>* out);
+
+  EtcdUrl url_;
+  mutable std::mutex mu_;  // the connection; one request at a time
+  int fd_ = -1;
+  size_t endpoint_ = 0;
+  bool usedBefore_ = false;
+};
+
+}  // namespace braid::bootstrap

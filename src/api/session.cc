@@ -23,6 +23,7 @@
 #include <mutex>
 #include <vector>
 
+#include "bootstrap/etcd_store.h"
 #include "bootstrap/http_kv.h"
 #include "bootstrap/launch_env.h"
 #include "bootstrap/memory_store.h"
@@ -177,7 +178,12 @@ Session::~Session() {
     // the store's shutdown for a failure. Only the last session here holding the server
     // waits: the others leave it running.
     Deadline d = Deadline::after(broken ? 2.0 : 30.0);
-    (void)store_->add(rootPrefix_ + "/live", -1, d);
+    auto left = store_->add(rootPrefix_ + "/live", -1, d);
+    // An etcd store outlives the job: the last session to leave takes the job's keys
+    // away, so that nothing is left behind a run that finished (a run that lost a rank
+    // never counts down to 0 and leaves them, for `etcdctl del --prefix`).
+    if (auto* etcd = dynamic_cast<bootstrap::EtcdStore*>(store_.get()); etcd && left.isOk() && left.value() <= 0)
+      (void)etcd->deletePrefix(rootPrefix_ + "/", Deadline::after(5));
     if (server_ && server_.use_count() == 1) {
       while (!d.expired()) {
         auto v = store_->add(rootPrefix_ + "/live", 0, d);
@@ -226,6 +232,7 @@ StatusOr<std::unique_ptr<Session>> Session::fromEnv(double timeoutSec, std::shar
   if (!key.isOk()) return key.status();
   Deadline deadline = Deadline::after(cfg.timeoutSec);
   const uint64_t init = gEnvInits.fetch_add(1);
+  if (!env.storeUrl.empty()) return fromEtcd(env, cfg, key.value(), init, std::move(cancel));
   // A store that rank 0 serves on a fixed port (torchrun, mpirun, Slurm) is served again by
   // the next init, on the same port, while a faster rank may already be connecting: the store
   // checks the init's number in the handshake (a generation tag, not a secret), so a rank that
@@ -286,6 +293,37 @@ StatusOr<std::unique_ptr<Session>> Session::fromEnv(double timeoutSec, std::shar
   s->storeId_.port = env.storePort;
   s->storeId_.nonce = generation;
   s->storeId_.key = key.value();
+  return s;
+}
+
+StatusOr<std::unique_ptr<Session>> Session::fromEtcd(const bootstrap::LaunchEnv& env, const core::Config& cfg,
+                                                     const AuthKey& key, uint64_t init,
+                                                     std::shared_ptr<std::atomic<bool>> cancel) {
+  const std::string who = "rank " + std::to_string(env.rank) + " (from " + env.source + " environment, BRAID_STORE)";
+  auto url = bootstrap::etcdUrlForJob(env.storeUrl, env.jobTag);
+  if (!url.isOk()) return url.status().withContext(who);
+  auto etcd = bootstrap::EtcdStore::connect(url.value(), Deadline::after(cfg.timeoutSec));
+  if (!etcd.isOk()) return etcd.status().withContext(who);
+  std::shared_ptr<bootstrap::Store> store(std::move(etcd).value());
+  // New processes find this store again through their own BRAID_STORE (grow ids).
+  bootstrap::UniqueId storeId;
+  storeId.host = "etcd";
+  storeId.port = 2379;
+  storeId.nonce = bootstrap::kEtcdStoreNonce;
+  storeId.key = key;
+  if (const char* j = std::getenv("BRAID_ELASTIC_JOIN"); j && std::string(j) == "1") {
+    auto s = joinAsReplacement(std::move(store), cfg);
+    if (s.isOk()) s.value()->storeId_ = storeId;
+    return s;
+  }
+  core::CommOptions opts;
+  opts.config = cfg;
+  opts.authKey = key;
+  opts.storeOwnerRank = -1;  // nobody in the job serves it
+  opts.cancel = std::move(cancel);
+  if (init > 0) opts.keyPrefix += ".i" + std::to_string(init);
+  BRAID_ASSIGN_OR_RETURN(auto s, join(std::move(store), env.rank, env.worldSize, std::move(opts), true));
+  s->storeId_ = storeId;
   return s;
 }
 
@@ -860,11 +898,28 @@ StatusOr<std::unique_ptr<Session>> Session::grow(const char* fn, int newSize, co
 StatusOr<std::unique_ptr<Session>> Session::joinGrow(const char* fn, int newSize, const braidUniqueId& id, int rank) {
   BRAID_ASSIGN_OR_RETURN(bootstrap::UniqueId u, decodeGrowId(fn, id));
   BRAID_ASSIGN_OR_RETURN(core::Config cfg, core::Config::fromEnv());
-  auto client = bootstrap::TcpStoreClient::connect(u.host, u.port, u.nonce, Deadline::after(cfg.timeoutSec),
-                                                   bootstrap::TcpStoreClient::kDefaultOpTimeoutSec, u.key,
-                                                   cfg.tls && u.key.present);
-  if (!client.isOk()) return client.status().withContext(std::string(fn) + " (rank " + std::to_string(rank) + ")");
-  auto s = joinGrowWith(std::shared_ptr<bootstrap::Store>(std::move(client).value()), u, newSize, rank, cfg);
+  std::shared_ptr<bootstrap::Store> store;
+  if (u.nonce == bootstrap::kEtcdStoreNonce) {
+    // The running ranks' store is an etcd cluster: this process names it as they do.
+    const std::string who = std::string(fn) + " (rank " + std::to_string(rank) + ")";
+    const char* url = std::getenv("BRAID_STORE");
+    if (!url)
+      return invalidArgument(who + ": the grow id is of a job whose store is etcd; set BRAID_STORE (and BRAID_JOB_ID "
+                                   "or the launcher's job variables) as the running ranks have them");
+    auto env = bootstrap::detectLaunchEnv([](const char* n) { return std::getenv(n); });
+    auto parsed = bootstrap::etcdUrlForJob(url, env.isOk() ? env.value().jobTag : "");
+    if (!parsed.isOk()) return parsed.status().withContext(who);
+    auto etcd = bootstrap::EtcdStore::connect(parsed.value(), Deadline::after(cfg.timeoutSec));
+    if (!etcd.isOk()) return etcd.status().withContext(who);
+    store = std::move(etcd).value();
+  } else {
+    auto client = bootstrap::TcpStoreClient::connect(u.host, u.port, u.nonce, Deadline::after(cfg.timeoutSec),
+                                                     bootstrap::TcpStoreClient::kDefaultOpTimeoutSec, u.key,
+                                                     cfg.tls && u.key.present);
+    if (!client.isOk()) return client.status().withContext(std::string(fn) + " (rank " + std::to_string(rank) + ")");
+    store = std::move(client).value();
+  }
+  auto s = joinGrowWith(std::move(store), u, newSize, rank, cfg);
   if (!s.isOk()) return s.status().withContext(std::string(fn) + " (new rank " + std::to_string(rank) + ")");
   return s;
 }

@@ -19,6 +19,7 @@
 
 namespace braid::bootstrap {
 class TcpStoreServer;
+struct LaunchEnv;
 }
 
 namespace braid::api {
@@ -163,6 +164,10 @@ class Session {
   // A session for a communicator derived from this one's (split, shrink, grow): the same
   // store, server and job, not counted live yet, no communicator yet.
   std::unique_ptr<Session> derived() const;
+  // A rank of a job whose store is an etcd cluster (BRAID_STORE, in `env`).
+  static StatusOr<std::unique_ptr<Session>> fromEtcd(const bootstrap::LaunchEnv& env, const core::Config& cfg,
+                                                     const AuthKey& key, uint64_t init,
+                                                     std::shared_ptr<std::atomic<bool>> cancel);
   static StatusOr<std::unique_ptr<Session>> joinGrowWith(std::shared_ptr<bootstrap::Store> store,
                                                          const bootstrap::UniqueId& u, int newSize, int rank,
                                                          const core::Config& cfg);

@@ -231,6 +231,12 @@ StatusOr<EtcdUrl> parseEtcdUrl(const std::string& what, const std::string& value
   return u;
 }
 
+StatusOr<EtcdUrl> etcdUrlForJob(const std::string& value, const std::string& jobTag) {
+  BRAID_ASSIGN_OR_RETURN(EtcdUrl u, parseEtcdUrl("BRAID_STORE", value));
+  if (!jobTag.empty()) u.prefix += "/" + jobTag;
+  return u;
+}
+
 EtcdStore::~EtcdStore() { dropConnection(); }
 
 void EtcdStore::dropConnection() {

@@ -44,6 +44,10 @@ struct EtcdUrl {
 // keeps to [A-Za-z0-9._/-]. Pure.
 StatusOr<EtcdUrl> parseEtcdUrl(const std::string& what, const std::string& value);
 
+// The URL in BRAID_STORE (`value`) with the run's tag (LaunchEnv::jobTag) appended to its
+// prefix when there is one, so that runs sharing a prefix do not meet each other's keys.
+StatusOr<EtcdUrl> etcdUrlForJob(const std::string& value, const std::string& jobTag);
+
 class EtcdStore : public Store {
  public:
   // Bounds requests whose deadline never expires, as TcpStoreClient does.

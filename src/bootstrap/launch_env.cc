@@ -1,9 +1,12 @@
 #include "bootstrap/launch_env.h"
 
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <utility>
+
+#include "bootstrap/etcd_store.h"
 
 namespace braid::bootstrap {
 
@@ -89,6 +92,38 @@ Status checkRanks(LaunchEnv& e, const char* rankVar, const char* sizeVar, const 
   return Status::ok();
 }
 
+// BRAID_STORE=etcd://...: a store outside the job, which nobody serves. Returns whether
+// it is set (a malformed URL is an error in `status`).
+bool externalStore(const Getenv& getenv, LaunchEnv* e, Status* status) {
+  const char* url = lookup(getenv, "BRAID_STORE");
+  if (!url) return false;
+  auto u = parseEtcdUrl("BRAID_STORE", url);
+  if (!u.isOk()) {
+    *status = u.status();
+    return true;
+  }
+  e->storeUrl = url;
+  e->storeHost.clear();
+  e->storePort = 0;
+  e->serveStore = false;
+  e->rankZeroServes = false;
+  return true;
+}
+
+// The run's tag from `parts`' values that are set, joined with '.', outside
+// [A-Za-z0-9._-] replaced by '_'.
+std::string tagFrom(const Getenv& getenv, std::initializer_list<const char*> parts) {
+  std::string tag;
+  for (const char* name : parts) {
+    const char* v = lookup(getenv, name);
+    if (!v || !*v) continue;
+    if (!tag.empty()) tag += '.';
+    for (const char* c = v; *c && tag.size() < 96; ++c)
+      tag += std::isalnum(static_cast<unsigned char>(*c)) || *c == '.' || *c == '_' || *c == '-' ? *c : '_';
+  }
+  return tag;
+}
+
 // BRAID_STORE_ADDR (honouring BRAID_STORE_EXTERNAL), else MASTER_ADDR:MASTER_PORT.
 // A store the launcher's own variables locate when neither BRAID_STORE_ADDR nor MASTER_ADDR
 // is set: a host rank 0 runs on, and a port derived from the job's id (the same on every
@@ -106,6 +141,8 @@ int derivedPort(uint64_t job, uint64_t step) { return 20000 + static_cast<int>((
 
 Status storeFromBraidOrMaster(const Getenv& getenv, const std::string& launcher, LaunchEnv* e,
                               const Deriver& derive = nullptr) {
+  Status external;
+  if (externalStore(getenv, e, &external)) return external;
   if (const char* addr = lookup(getenv, "BRAID_STORE_ADDR")) {
     BRAID_RETURN_IF_ERROR(parseStoreAddr("BRAID_STORE_ADDR", addr, &e->storeHost, &e->storePort));
     bool external = false;
@@ -179,6 +216,12 @@ StatusOr<LaunchEnv> fromBraid(const Getenv& getenv) {
   BRAID_RETURN_IF_ERROR(optionalInt(getenv, "BRAID_LOCAL_RANK", 0, kMaxRanks, &e.localRank));
   BRAID_RETURN_IF_ERROR(optionalInt(getenv, "BRAID_LOCAL_SIZE", 1, kMaxRanks, &e.localSize));
   BRAID_RETURN_IF_ERROR(checkRanks(e, "BRAID_RANK", "BRAID_WORLD_SIZE", "BRAID_LOCAL_RANK", "BRAID_LOCAL_SIZE"));
+  e.jobTag = tagFrom(getenv, {"BRAID_JOB_ID"});
+  Status external;
+  if (externalStore(getenv, &e, &external)) {
+    BRAID_RETURN_IF_ERROR(external);
+    return e;
+  }
   const char* addr = lookup(getenv, "BRAID_STORE_ADDR");
   if (!addr) return invalidArgument("braid launch: BRAID_STORE_ADDR is not set (want host:port of the rendezvous store)");
   BRAID_RETURN_IF_ERROR(storeFromBraidOrMaster(getenv, "braid", &e));
@@ -213,6 +256,11 @@ StatusOr<LaunchEnv> fromHorovod(const Getenv& getenv) {
   if (elastic)
     return invalidArgument("horovod launch: HOROVOD_ELASTIC=1 (horovodrun --elastic) is not supported: an elastic "
                            "job renumbers its ranks through horovodrun's own rendezvous, so HOROVOD_RANK is stale");
+  Status external;
+  if (externalStore(getenv, &e, &external)) {
+    BRAID_RETURN_IF_ERROR(external);
+    return e;
+  }
   e.rankZeroServes = true;
   e.serveStore = e.rank == 0;
   if (const char* addr = lookup(getenv, "BRAID_STORE_ADDR")) {
@@ -242,6 +290,14 @@ StatusOr<LaunchEnv> fromTorchrun(const Getenv& getenv) {
   BRAID_RETURN_IF_ERROR(optionalInt(getenv, "LOCAL_RANK", 0, kMaxRanks, &e.localRank));
   BRAID_RETURN_IF_ERROR(optionalInt(getenv, "LOCAL_WORLD_SIZE", 1, kMaxRanks, &e.localSize));
   BRAID_RETURN_IF_ERROR(checkRanks(e, "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"));
+  // torchrun's default run id is "none": the same for every run.
+  if (const char* id = lookup(getenv, "TORCHELASTIC_RUN_ID"); id && std::string(id) != "none")
+    e.jobTag = tagFrom(getenv, {"TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT"});
+  Status external;
+  if (externalStore(getenv, &e, &external)) {
+    BRAID_RETURN_IF_ERROR(external);
+    return e;
+  }
   const char* host = lookup(getenv, "MASTER_ADDR");
   if (!host) return invalidArgument("torchrun launch: MASTER_ADDR is not set");
   const char* port = lookup(getenv, "MASTER_PORT");
@@ -269,6 +325,7 @@ StatusOr<LaunchEnv> fromOpenMpi(const Getenv& getenv) {
   BRAID_RETURN_IF_ERROR(optionalInt(getenv, "OMPI_COMM_WORLD_LOCAL_SIZE", 1, kMaxRanks, &e.localSize));
   BRAID_RETURN_IF_ERROR(checkRanks(e, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
                                    "OMPI_COMM_WORLD_LOCAL_SIZE"));
+  e.jobTag = tagFrom(getenv, {"OMPI_MCA_ess_base_jobid"});
   // Every rank on one host (mpirun -np N): the store on the loopback interface, on a port
   // from mpirun's job id. Across hosts OpenMPI's variables do not say where rank 0 runs, but
   // every rank is a client of its host's PMIx server: rank 0 publishes the address there.
@@ -300,6 +357,7 @@ StatusOr<LaunchEnv> fromSlurm(const Getenv& getenv) {
   BRAID_RETURN_IF_ERROR(requireInt(getenv, "SLURM_PROCID", "Slurm", 0, kMaxRanks, &e.rank));
   BRAID_RETURN_IF_ERROR(optionalInt(getenv, "SLURM_LOCALID", 0, kMaxRanks, &e.localRank));
   BRAID_RETURN_IF_ERROR(checkRanks(e, "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"));
+  e.jobTag = tagFrom(getenv, {"SLURM_JOB_ID", "SLURM_STEP_ID"});
   // srun places task 0 on the first node of the step: the store is there, on a port from
   // the job and step ids.
   Deriver firstNode = [&]() {

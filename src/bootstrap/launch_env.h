@@ -21,6 +21,15 @@ struct LaunchEnv {
   bool rankZeroServes = false;  // rank 0 of the job hosts the store (the same on every rank)
   std::string source;       // "braid", "horovod", "torchrun", "openmpi", "slurm" or "none"
 
+  // BRAID_STORE=etcd://...: the store is outside the job (nobody serves one; storeHost is
+  // empty), with its keys under the URL's prefix and then `jobTag`.
+  std::string storeUrl;
+  // What tells this run from an earlier one under the same launcher, as far as its
+  // variables say ("" when they do not): BRAID_JOB_ID (braidrun), torchrun's
+  // TORCHELASTIC_RUN_ID and TORCHELASTIC_RESTART_COUNT, mpirun's job id, Slurm's job and
+  // step. Only characters in [A-Za-z0-9._-].
+  std::string jobTag;
+
   // Set when the launcher names a key-value server rather than the store's address
   // (horovodrun's HTTP rendezvous server): the store's owner serves on an ephemeral port
   // and publishes "host:port" under kvScope/kvKey there, and the other ranks read it back
@@ -61,6 +70,9 @@ struct LaunchEnv {
 //            the first node of SLURM_STEP_NODELIST (or SLURM_JOB_NODELIST), where srun puts
 //            task 0, on a port from SLURM_JOB_ID and SLURM_STEP_ID (rank 0 serves). Derived
 //            ports are 20000 + (job * 64 + step) % 40000.
+// BRAID_STORE=etcd://host:port[,host:port...]/prefix, under any launcher, names an etcd
+// cluster as the store instead (bootstrap/etcd_store.h): nobody serves one, and the
+// variables above that locate a store are not needed.
 // Horovod comes second because its variables are specific: only a Horovod launcher sets
 // them (braidrun sets them too, for Horovod's front end, beside its own BRAID_* which win),
 // while the generic RANK or SLURM_PROCID leak into horovodrun's children from around it

@@ -32,6 +32,10 @@ constexpr size_t kUniqueIdBytes = 128;
 constexpr size_t kUniqueIdMaxHost = 75;
 constexpr size_t kGrowIdMaxHost = 67;
 
+// The nonce of a grow id whose store is an etcd cluster (BRAID_STORE) rather than braid's
+// TCP store at host:port: new processes find it in their own BRAID_STORE.
+constexpr uint64_t kEtcdStoreNonce = 0x726f7473'64637465ull;  // "etcdstor"
+
 struct UniqueId {
   std::string host;
   int port = 0;

@@ -68,7 +68,9 @@
 #include <vector>
 
 #include "braid/braid.h"
+#include "bootstrap/etcd_store.h"
 #include "bootstrap/tcp_store.h"
+#include "bootstrap/unique_id.h"
 #include "common/clock.h"
 #include "common/shm_names.h"
 
@@ -634,6 +636,9 @@ class Launcher {
         {"BRAID_LOCAL_SIZE", std::to_string(w.localSize)},
         {"BRAID_STORE_ADDR", addr != storeAddrOf_.end() ? addr->second : storeAddr_},
         {"BRAID_STORE_EXTERNAL", "1"},
+        // Tells this run's keys from an earlier run's in a store that outlives both
+        // (BRAID_STORE=etcd://...).
+        {"BRAID_JOB_ID", jobId_},
         // What horovodrun would give the same rank (its cross rank: this host's index among
         // the hosts that have this local rank). They replace inherited values as BRAID_* do:
         // a HOROVOD_RANK left from an enclosing horovodrun would name the wrong rank.
@@ -678,6 +683,13 @@ class Launcher {
       tls_ = v == "1" || v == "true";  // what the ranks' config reads as on
     }
     return true;
+  }
+
+  // A variable as the ranks see it: from -x (the last one given), else braidrun's own.
+  const char* envOf(const char* name) const {
+    for (auto it = opts_.env.rbegin(); it != opts_.env.rend(); ++it)
+      if (it->first == name) return it->second.c_str();
+    return std::getenv(name);
   }
 
   std::vector<std::string> childEnv(int rank) const {
@@ -988,7 +1000,27 @@ class Launcher {
   void dismissWaitingReplacements() {
     if (replacements_ == 0) return;
     if (!storeClient_) {
-      auto c = bootstrap::TcpStoreClient::connect("127.0.0.1", store_->port(), 0, Deadline::after(5), 5, key_, tls_);
+      // The ranks' store: an etcd cluster when they were given one (BRAID_STORE), else
+      // braidrun's own.
+      const char* url = envOf("BRAID_STORE");
+      StatusOr<std::unique_ptr<bootstrap::Store>> c = Status(Code::kInternal, "");
+      if (url) {
+        std::string job = jobId_;  // -x BRAID_JOB_ID overrides it for the ranks
+        for (const auto& [k, v] : opts_.env)
+          if (k == "BRAID_JOB_ID") job = v;
+        auto u = bootstrap::etcdUrlForJob(url, job);
+        if (u.isOk()) {
+          auto e = bootstrap::EtcdStore::connect(u.value(), Deadline::after(5));
+          c = e.isOk() ? StatusOr<std::unique_ptr<bootstrap::Store>>(std::move(e).value())
+                       : StatusOr<std::unique_ptr<bootstrap::Store>>(e.status());
+        } else {
+          c = u.status();
+        }
+      } else {
+        auto t = bootstrap::TcpStoreClient::connect("127.0.0.1", store_->port(), 0, Deadline::after(5), 5, key_, tls_);
+        c = t.isOk() ? StatusOr<std::unique_ptr<bootstrap::Store>>(std::move(t).value())
+                     : StatusOr<std::unique_ptr<bootstrap::Store>>(t.status());
+      }
       if (!c.isOk()) {
         std::fprintf(stderr, "braidrun: cannot read the store: %s\n", c.status().toString().c_str());
         return;
@@ -1217,7 +1249,13 @@ class Launcher {
   std::map<int, int> replacedOf_;  // replacement's process index -> the rank it replaces
   std::vector<int> toReplace_;     // lost ranks whose replacements reap() starts
   int finished_ = 0;         // ranks (replacements included) that exited 0
-  std::unique_ptr<bootstrap::TcpStoreClient> storeClient_;  // braidrun's own view of its store
+  std::unique_ptr<bootstrap::Store> storeClient_;  // braidrun's own view of the ranks' store
+  // BRAID_JOB_ID: random per braidrun, the same for every rank and replacement.
+  std::string jobId_ = [] {
+    char b[17];
+    std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(bootstrap::randomNonce()));
+    return std::string(b);
+  }();
   int64_t termAtNs_ = 0;   // when to send SIGTERM (0 = not scheduled)
   int64_t killAtNs_ = 0;
   bool termSent_ = false;

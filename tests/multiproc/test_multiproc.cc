@@ -2,6 +2,7 @@
 // own result check, bad input, init through a unique id, and peers that die or stall.
 
 #include "support/catch.h"
+#include "support/etcd_server.h"
 #include "support/run_command.h"
 
 #include <arpa/inet.h>
@@ -598,6 +599,63 @@ TEST_CASE("replacements join the survivors, who grow back and finish every step"
     CHECK(count("JOINED rank=5 newrank=3 size=4 step=13 epoch=4") == 1);
     CHECK(r.out.find("the job finished with 4 rank(s), 4 at its start; 2 lost, 2 replacement(s) started") !=
           std::string::npos);
+  }
+}
+
+// With the store in etcd (BRAID_STORE), recovery does not depend on any one rank: ranks
+// started as torchrun starts them, where rank 0 would otherwise serve the store, lose rank 2
+// and then rank 0, and the survivors still agree, shrink and finish every step; and under
+// braidrun --max-np, replacements join through etcd. A run that loses no rank leaves no
+// keys behind.
+TEST_CASE("with an etcd store, survivors recover from losing rank 0 and replacements join through it",
+          "[multiproc][recovery][etcd]") {
+  if (braid::testing::EtcdServer::binary().empty()) {
+    WARN("skipped: " << braid::testing::EtcdServer::missing());
+    return;
+  }
+  braid::testing::EtcdServer etcd;
+  REQUIRE(etcd.ok());
+  const std::string store = "BRAID_STORE=" + etcd.endpoint() + "/jobs";
+  auto count = [](const std::string& out, const std::string& re) {
+    std::regex x(re);
+    return std::distance(std::sregex_iterator(out.begin(), out.end(), x), std::sregex_iterator());
+  };
+  SECTION("ranks started by hand, as torchrun would, lose rank 0") {
+    // MASTER_ADDR is deliberately absent: nobody in the job serves a store.
+    Run r = run("for r in 0 1 2 3; do " + store +
+                " RANK=$r WORLD_SIZE=4 LOCAL_RANK=$r LOCAL_WORLD_SIZE=4 TORCHELASTIC_RUN_ID=lose0 "
+                "BRAID_TIMEOUT=20 MP_VICTIMS=2:5,0:12 timeout 120 " MP_DIR "/mp_recover 20 & done; wait");
+    INFO(r.out);
+    CHECK(r.out.find("ERROR") == std::string::npos);
+    CHECK(count(r.out, "SHRUNK rank=\\d+ step=5 from=4 to=3 failed=2 ") == 3);
+    CHECK(count(r.out, "SHRUNK rank=\\d+ step=12 from=3 to=2 failed=0 ") == 2);
+    std::regex fin(R"(FINAL rank=(1|3) newrank=\d size=2 steps=20 checksum=(\S+) match=1 same=1)");
+    std::set<std::string> checksums;
+    for (auto it = std::sregex_iterator(r.out.begin(), r.out.end(), fin); it != std::sregex_iterator(); ++it)
+      checksums.insert((*it)[2]);
+    CHECK(count(r.out, "FINAL rank=") == 2);
+    CHECK(checksums.size() == 1u);
+  }
+  SECTION("braidrun --max-np: replacements are admitted through etcd") {
+    Run r = run("MP_VICTIMS=2:5,0:12 BRAIDRUN_GRACE_SEC=5 " BRAIDRUN " -x " + store +
+                " -np 4 --min-np 2 --max-np 4 --timeout 120 " MP_DIR "/mp_recover 20 2>&1");
+    INFO(r.out);
+    CHECK(r.status == 0);
+    CHECK(count(r.out, "FINAL rank=\\d+ newrank=\\d+ size=4 steps=20 checksum=\\S+ match=1 same=1") == 4);
+    CHECK(count(r.out, "JOINED rank=4 newrank=3 size=4 step=6 epoch=2") == 1);
+    CHECK(count(r.out, "JOINED rank=5 newrank=3 size=4 step=13 epoch=4") == 1);
+  }
+  SECTION("a run that loses no rank takes its keys away") {
+    Run r = run("for r in 0 1 2; do " + store +
+                " RANK=$r WORLD_SIZE=3 TORCHELASTIC_RUN_ID=clean timeout 60 " MP_DIR "/mp_recover 5 & done; wait");
+    INFO(r.out);
+    CHECK(count(r.out, "FINAL rank=\\d newrank=\\d size=3 steps=5 checksum=\\S+ match=1 same=1") == 3);
+    auto u = braid::bootstrap::parseEtcdUrl("url", etcd.endpoint() + "/jobs/clean");
+    REQUIRE(u.isOk());
+    auto c = braid::bootstrap::EtcdStore::connect(u.value(), braid::Deadline::after(10));
+    REQUIRE(c.isOk());
+    CHECK_FALSE(c.value()->check({"braid/live"}).value());
+    CHECK(c.value()->deletePrefix("braid/").value() == 0);
   }
 }
 

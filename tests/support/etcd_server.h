@@ -3,6 +3,7 @@
 // (scripts/setup.sh installs it), on free loopback ports, with its data in a temporary
 // folder that goes with it. Tests skip, saying why, where no etcd binary is installed.
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -38,11 +39,15 @@ class EtcdServer {
     const int peer = freePort();
     const std::string client = "http://127.0.0.1:" + std::to_string(port_);
     const std::string peerUrl = "http://127.0.0.1:" + std::to_string(peer);
+    const std::string log = dir_ + "/etcd.log";
     pid_ = fork();
     if (pid_ == 0) {
+      // dup2, not freopen: closing the inherited stdio streams would flush the test's
+      // unwritten output a second time.
       setpgid(0, 0);
-      freopen("/dev/null", "w", stdout);
-      freopen((dir_ + "/etcd.log").c_str(), "w", stderr);
+      int out = open("/dev/null", O_WRONLY), err = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      dup2(out, 1);
+      dup2(err, 2);
       execl(bin.c_str(), "etcd", "--name", "t", "--data-dir", (dir_ + "/data").c_str(), "--listen-client-urls",
             client.c_str(), "--advertise-client-urls", client.c_str(), "--listen-peer-urls", peerUrl.c_str(),
             "--initial-advertise-peer-urls", peerUrl.c_str(), "--initial-cluster", ("t=" + peerUrl).c_str(),

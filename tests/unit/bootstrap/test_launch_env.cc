@@ -415,3 +415,50 @@ TEST_CASE("launch env: a published store address is split like BRAID_STORE_ADDR"
   CHECK(host == "10.0.0.7");  // left alone by the failures
   CHECK(port == 41000);
 }
+
+TEST_CASE("launch env: BRAID_STORE names an etcd store under every launcher", "[bootstrap][launch_env][etcd]") {
+  const std::string url = "etcd://10.0.0.9:2379,10.0.0.10:2379/jobs";
+  struct Case {
+    Env env;
+    std::string tag;
+  };
+  const Case cases[] = {
+      // braidrun's variables, its store address ignored.
+      {{{"BRAID_RANK", "1"}, {"BRAID_WORLD_SIZE", "4"}, {"BRAID_STORE_ADDR", "10.0.0.1:29400"},
+        {"BRAID_JOB_ID", "0123abcd"}},
+       "0123abcd"},
+      // By hand: no store address at all.
+      {{{"BRAID_RANK", "1"}, {"BRAID_WORLD_SIZE", "4"}}, ""},
+      // torchrun without MASTER_ADDR; its default run id "none" tells no runs apart.
+      {{{"RANK", "1"}, {"WORLD_SIZE", "4"}, {"TORCHELASTIC_RUN_ID", "none"}}, ""},
+      {{{"RANK", "1"}, {"WORLD_SIZE", "4"}, {"TORCHELASTIC_RUN_ID", "job/7 x"}, {"TORCHELASTIC_RESTART_COUNT", "2"}},
+       "job_7_x.2"},
+      {{{"HOROVOD_RANK", "1"}, {"HOROVOD_SIZE", "4"}}, ""},
+      // mpirun across hosts, with no PMIx server and no MASTER_ADDR.
+      {{{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "4"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+        {"OMPI_MCA_ess_base_jobid", "3735879681"}},
+       "3735879681"},
+      {{{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "4"}, {"SLURM_JOB_ID", "881"}, {"SLURM_STEP_ID", "3"}}, "881.3"},
+  };
+  for (const Case& c : cases) {
+    Env env = c.env;
+    env["BRAID_STORE"] = url;
+    auto e = detect(env);
+    INFO(e.status().toString());
+    REQUIRE(e.isOk());
+    CHECK(e.value().rank == 1);
+    CHECK(e.value().worldSize == 4);
+    CHECK(e.value().storeUrl == url);
+    CHECK(e.value().storeHost.empty());
+    CHECK(e.value().kvHost.empty());
+    CHECK(e.value().pmixKey.empty());
+    CHECK_FALSE(e.value().serveStore);
+    CHECK_FALSE(e.value().rankZeroServes);
+    CHECK(e.value().jobTag == c.tag);
+  }
+  Env bad = braidEnv();
+  bad["BRAID_STORE"] = "etcd://10.0.0.9:2379";
+  checkFails(bad, {"BRAID_STORE", "etcd://10.0.0.9:2379", "prefix"});
+  bad["BRAID_STORE"] = "redis://h:1/x";
+  checkFails(bad, {"BRAID_STORE", "redis://h:1/x"});
+}

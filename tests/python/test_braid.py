@@ -90,6 +90,13 @@ def test_core_agree_shrink_and_revoke_after_a_rank_dies(n):
 
 
 @requires_torch
+def test_ddp_survivors_shrink_and_finish_with_the_failure_free_parameters():
+    res = launch("ddp_recover", 4, timeout=150, env={"BRAID_TIMEOUT": "10"})
+    assert res.codes[2] != 0
+    res.assert_all_ok(expect_ranks=[0, 1, 3])
+
+
+@requires_torch
 def test_torchrun_launches_an_unchanged_script():
     # The user's path: torchrun (torch.distributed.run) starts the ranks and its c10d store
     # does the rendezvous; the script only names the backend.

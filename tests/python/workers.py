@@ -624,6 +624,90 @@ def scenario_ddp():
     dist.destroy_process_group()
 
 
+def scenario_ddp_recover():
+    """DDP on the braid backend loses rank 2 of 4 at step 5 of 12. Every step ends with an
+    agreement on whether every rank's backward succeeded; the survivors agree on who failed,
+    torch.distributed.shrink_group drops it, DDP is rebuilt on the new default group and the
+    step is done again. The global batch is split among the ranks alive, so the survivors
+    must end with the parameters of the same training on one process, without failures."""
+    torch, dist = init_torch()
+    import braid.torch
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.set_default_dtype(torch.float64)
+    steps, victim, fault_step, batch = 12, 2, 5, 12
+    gen = torch.Generator().manual_seed(7)
+    x = torch.randn(batch, 32, generator=gen)
+    y = torch.randn(batch, 8, generator=gen)
+
+    def fresh():
+        return _mlp(torch, 0).double()
+
+    # The reference: the whole batch on this process alone.
+    ref = fresh()
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.05, momentum=0.9)
+    for _ in range(steps):
+        ref_opt.zero_grad()
+        torch.nn.functional.mse_loss(ref(x), y).backward()
+        ref_opt.step()
+
+    model = fresh()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    ddp = DDP(model, bucket_cap_mb=0.001)  # several buckets: several allreduces per step
+    step, redone, shrinks = 0, 0, []
+    while step < steps:
+        if RANK == victim and step == fault_step:
+            write_result()
+            os.kill(os.getpid(), 9)
+        size, rank = dist.get_world_size(), dist.get_rank()
+        share = batch // size
+        rows = slice(rank * share, (rank + 1) * share)
+        opt.zero_grad()
+        ok = 1
+        try:
+            torch.nn.functional.mse_loss(ddp(x[rows]), y[rows]).backward()
+        except RuntimeError as e:
+            ok = 0
+            extra["error"] = str(e)[:400]
+        flag, failed = braid.torch.agree(ok)
+        if flag:
+            opt.step()
+            step += 1
+            continue
+        redone += 1
+        if failed:
+            dist.shrink_group(failed)
+            shrinks.append((step, size, dist.get_world_size(), failed))
+        ddp = DDP(model, bucket_cap_mb=0.001)
+    extra["shrinks"] = shrinks
+    with check("the survivors agreed that rank 2 failed, and shrank once at step 5"):
+        assert shrinks == [(fault_step, 4, 3, [victim])], shrinks
+    with check("the new group renumbers the survivors 0, 1, 2"):
+        assert dist.get_world_size() == 3 and dist.get_rank() == [0, 1, None, 2][RANK], dist.get_rank()
+    with check("every survivor ends with the parameters of a run without failures"):
+        for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+            torch.testing.assert_close(p, q, rtol=1e-9, atol=1e-12, msg=f"{name} differs")
+    with check("the survivors hold identical parameters"):
+        flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+        first = flat.clone()
+        dist.broadcast(first, 0)
+        assert torch.equal(flat, first)
+    with check("braid.torch.revoke fails every survivor's next call"):
+        if dist.get_rank() == 1:
+            braid.torch.revoke()
+        try:
+            t = torch.ones(4)
+            for _ in range(1000):
+                dist.all_reduce(t)
+            raise AssertionError("no error after revoke")
+        except RuntimeError as e:
+            assert "revoked" in str(e), str(e)[:400]
+    write_result()
+    if RANK == 0:
+        time.sleep(2)  # rank 0 serves torch's store: the others finish reading it first
+    os._exit(0)
+
+
 def scenario_cuda():
     """CUDA tensors through the braid backend (needs a GPU; ranks share GPUs round-robin):
     every collective on device tensors, stream order, Work.wait() on another stream,

@@ -376,6 +376,12 @@ BraidBackend::BraidBackend(const c10::intrusive_ptr<c10d::Store>& store, int ran
   issuer_ = std::make_shared<Issuer>(comm_, "rank " + std::to_string(rank));
 }
 
+BraidBackend::BraidBackend(const c10::intrusive_ptr<c10d::Store>& store, braid::Communicator comm)
+    : c10d::Backend(comm.rank(), comm.size()), store_(store) {
+  comm_ = std::make_shared<braid::Communicator>(std::move(comm));
+  issuer_ = std::make_shared<Issuer>(comm_, "rank " + std::to_string(rank_));
+}
+
 BraidBackend::~BraidBackend() { shutdown(); }
 
 std::exception_ptr BraidBackend::closedError(const char* why) const {
@@ -908,6 +914,59 @@ void BraidBackend::abort() {
   if (issuer_) {
     issuer_->failPending(err);
     issuer_->stop();
+  }
+}
+
+c10::intrusive_ptr<c10d::Backend> BraidBackend::shrink(const std::vector<int64_t>& ranksToExclude, int shrinkFlags,
+                                                      const c10::intrusive_ptr<Options>& /*optsOverride*/) {
+  std::shared_ptr<braid::Communicator> comm;
+  {
+    std::lock_guard<std::mutex> lock(stateMu_);
+    comm = comm_;
+  }
+  TORCH_CHECK(comm, "braid shrink on rank ", rank_, ": the process group was shut down");
+  TORCH_CHECK_VALUE((shrinkFlags & ~1) == 0, "braid shrink on rank ", rank_, ": shrink_flags=", shrinkFlags,
+                    " is neither SHRINK_DEFAULT (0) nor SHRINK_ABORT (1)");
+  std::vector<int> exclude;
+  for (int64_t r : ranksToExclude) {
+    TORCH_CHECK_VALUE(r >= 0 && r < size_, "braid shrink on rank ", rank_, ": rank ", r, " to exclude is outside [0, ",
+                      size_, ")");
+    exclude.push_back(static_cast<int>(r));
+  }
+  const bool abortPending = (shrinkFlags & 1) != 0;
+  // What is queued here has not started: with SHRINK_ABORT it fails without running. The
+  // communicator itself fails what is running (every rank's, through the revocation).
+  if (abortPending && issuer_) issuer_->failPending(closedError("shrunk with SHRINK_ABORT"));
+  try {
+    return c10::make_intrusive<BraidBackend>(store_, comm->shrink(exclude, abortPending));
+  } catch (...) {
+    std::rethrow_exception(toTorchError("shrink", std::current_exception()));
+  }
+}
+
+void BraidBackend::revoke() {
+  std::shared_ptr<braid::Communicator> comm;
+  {
+    std::lock_guard<std::mutex> lock(stateMu_);
+    comm = comm_;
+  }
+  TORCH_CHECK(comm, "braid revoke on rank ", rank_, ": the process group was shut down");
+  comm->revoke();
+}
+
+std::pair<int, std::vector<int>> BraidBackend::agree(int flag) {
+  std::shared_ptr<braid::Communicator> comm;
+  {
+    std::lock_guard<std::mutex> lock(stateMu_);
+    comm = comm_;
+  }
+  TORCH_CHECK(comm, "braid agree on rank ", rank_, ": the process group was shut down");
+  std::vector<int> failed;
+  try {
+    int out = comm->agree(flag, &failed);
+    return {out, failed};
+  } catch (...) {
+    std::rethrow_exception(toTorchError("agree", std::current_exception()));
   }
 }
 

@@ -241,6 +241,23 @@ class BraidBackend : public c10d::Backend {
   void abort() override;
   void shutdown() override;
 
+  // dist.shrink_group: the survivors' backend without `ranksToExclude`, which every
+  // survivor passes alike (braidCommShrink; no fresh rendezvous, the excluded ranks take no
+  // part). SHRINK_ABORT (1) fails this group's queued and running work first.
+  bool supportsShrinking() const override { return true; }
+  c10::intrusive_ptr<c10d::Backend> shrink(const std::vector<int64_t>& ranksToExclude, int shrinkFlags = 0,
+                                           const c10::intrusive_ptr<Options>& optsOverride = nullptr) override;
+
+  // braid's recovery calls that c10d has no name for (braid.torch.revoke / agree):
+  // revoke() fails every rank's pending and later calls on this group with braid's
+  // "revoked" error; agree(flag) returns the AND of `flag` over the live ranks and the
+  // ranks found failed, the same on every survivor (braidCommAgree).
+  void revoke();
+  std::pair<int, std::vector<int>> agree(int flag);
+
+  // A backend on a communicator made already (shrink's child).
+  BraidBackend(const c10::intrusive_ptr<c10d::Store>& store, braid::Communicator comm);
+
  private:
   // Queues `fn` for the worker (CPU tensors) or issues it on the stream (CUDA tensors: every
   // tensor of `outputs` and `inputs` on one device).

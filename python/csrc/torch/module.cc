@@ -22,10 +22,31 @@ c10::intrusive_ptr<c10d::Backend> createBackend(const c10::intrusive_ptr<c10d::S
   return c10::make_intrusive<braid_torch::BraidBackend>(store, rank, size, ms);
 }
 
+// The braid backend behind a process group's backend object (pg._get_backend(device)).
+braid_torch::BraidBackend& braidOf(const c10::intrusive_ptr<c10d::Backend>& backend, const char* fn) {
+  auto* b = dynamic_cast<braid_torch::BraidBackend*>(backend.get());
+  TORCH_CHECK_TYPE(b != nullptr, "braid.torch.", fn, ": the group's backend is ",
+                   backend ? backend->getBackendName() : std::string("none"), ", not braid");
+  return *b;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_torch_backend, m) {
   m.doc() = "braid's c10d::Backend for torch.distributed (CPU tensors)";
   m.def("create_backend", &createBackend, py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
         "Creates the braid backend of one process group; called by torch.distributed.");
+  m.def(
+      "revoke", [](const c10::intrusive_ptr<c10d::Backend>& b) { braidOf(b, "revoke").revoke(); }, py::arg("backend"),
+      "Fails every rank's pending and later calls on the group (braidCommRevoke).");
+  m.def(
+      "agree",
+      [](const c10::intrusive_ptr<c10d::Backend>& b, int flag) {
+        braid_torch::BraidBackend& backend = braidOf(b, "agree");
+        // Agreement waits for the other survivors: let other Python threads run.
+        py::gil_scoped_release nogil;
+        return backend.agree(flag);
+      },
+      py::arg("backend"), py::arg("flag"),
+      "The AND of flag over the live ranks and the failed ranks, the same on every survivor (braidCommAgree).");
 }

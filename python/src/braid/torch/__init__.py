@@ -14,6 +14,10 @@ make the current stream wait for it, and later work on that stream sees its resu
 process group serves both kinds of tensor (one call takes tensors of one device). Where
 braid cannot use the GPU (a build without the CUDA toolkit, no driver), a CUDA tensor fails
 its call with the reason.
+
+Recovery: ``torch.distributed.shrink_group(failed)`` works on braid groups (the survivors
+go on without the failed ranks, no new rendezvous), ``pg.abort()`` fails a group's work,
+and ``braid.torch.agree`` / ``braid.torch.revoke`` give braid's agreement and revocation.
 """
 
 import torch  # noqa: F401  (loads libtorch before the extension that links it)
@@ -30,6 +34,39 @@ except ImportError as e:  # pragma: no cover - depends on how the package was bu
 BACKEND_NAME = "braid"
 
 
+def _backend(group):
+    pg = group if group is not None else dist.group.WORLD
+    return pg._get_backend(torch.device("cpu"))
+
+
+def revoke(group=None):
+    """Fails every rank's pending and later calls on ``group`` (default: the world) with
+    braid's "revoked" error, which reaches every rank of the group within moments. The group
+    can still agree and be shrunk (``braidCommRevoke``)."""
+    _torch_backend.revoke(_backend(group))
+
+
+def agree(flag=1, group=None):
+    """Returns ``(flag, failed)``: the bitwise AND of ``flag`` over the ranks of ``group``
+    that are alive, and the sorted ranks found failed, the same on every survivor even when
+    ranks die meanwhile (ULFM's ``MPIX_Comm_agree``, ``braidCommAgree``). Works on a group
+    whose calls fail. Pass ``failed`` to ``torch.distributed.shrink_group`` to go on without
+    them::
+
+        try:
+            loss.backward()                      # DDP's allreduce fails: a rank died
+            ok = 1
+        except RuntimeError:
+            ok = 0
+        ok, failed = braid.torch.agree(ok)
+        if failed:
+            dist.shrink_group(failed)            # the new default group
+    """
+    out, failed = _torch_backend.agree(_backend(group), int(flag))
+    return out, list(failed)
+
+
+
 def _create_backend(store, rank, size, timeout):
     return _torch_backend.create_backend(store, rank, size, timeout)
 
@@ -43,4 +80,4 @@ def _register():
 
 _register()
 
-__all__ = ["BACKEND_NAME"]
+__all__ = ["BACKEND_NAME", "agree", "revoke"]

@@ -21,7 +21,9 @@
 # and in half the trials (--max-np) admit the replacements braidrun starts and grow back.
 # Reported: hangs, failed jobs, survivors that did not finish every step or whose parameters
 # differ from a run without failures (steps lost or repeated), leftovers, and the time from
-# each fault to each survivor's new communicator (p50/p99/max).
+# each fault to each survivor's new communicator (p50/p99/max). STORE=etcd keeps the ranks'
+# store in an etcd the script starts (BRAID_STORE; Debian's etcd-server) instead of
+# braidrun's.
 set -uo pipefail
 
 N=${1:-20}
@@ -55,7 +57,20 @@ if [[ ${MODE:-fault} == elastic ]]; then
   STEPS=${STEPS:-30}
   [[ -x $RECOVERPROG ]] || { echo "chaos: $RECOVERPROG is missing; build first" >&2; exit 2; }
   pkill -9 -f "$RECOVERPROG" 2>/dev/null
-  echo "# chaos (elastic): $N trials of $STEPS steps, seed $SEED, transports '$TRANSPORTS', BRAID_TIMEOUT=$TIMEOUT, logs in $LOG"
+  storeArgs=()
+  if [[ ${STORE:-braidrun} == etcd ]]; then
+    command -v etcd >/dev/null || { echo "chaos: STORE=etcd needs etcd (apt-get install etcd-server)" >&2; exit 2; }
+    etcdPort=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    etcdPeer=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    etcd --data-dir "$LOG/etcd" --listen-client-urls "http://127.0.0.1:$etcdPort" \
+      --advertise-client-urls "http://127.0.0.1:$etcdPort" --listen-peer-urls "http://127.0.0.1:$etcdPeer" \
+      --log-level error >"$LOG/etcd.log" 2>&1 &
+    etcdPid=$!
+    for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$etcdPort") 2>/dev/null && break; sleep 0.1; done
+    trap 'kill $etcdPid 2>/dev/null' EXIT
+    storeArgs=(-x "BRAID_STORE=etcd://127.0.0.1:$etcdPort/chaos")
+  fi
+  echo "# chaos (elastic): $N trials of $STEPS steps, seed $SEED, transports '$TRANSPORTS', store ${STORE:-braidrun}, BRAID_TIMEOUT=$TIMEOUT, logs in $LOG"
   start=$(date +%s)
   for ((t = 1; t <= N; ++t)); do
     pick transport "$TRANSPORTS"
@@ -78,7 +93,7 @@ if [[ ${MODE:-fault} == elastic ]]; then
     out=$LOG/trial-$t.log
     t0=$(date +%s.%N)
     env BRAID_TIMEOUT=$TIMEOUT BRAID_TRANSPORT=$transport MP_VICTIMS=$victims BRAIDRUN_GRACE_SEC=2 \
-      timeout -s KILL $((WALL * 2)) "$BRAIDRUN" -np "$np" --min-np $((np - nv)) "${growArgs[@]}" "$RECOVERPROG" "$STEPS" \
+      timeout -s KILL $((WALL * 2)) "$BRAIDRUN" -np "$np" --min-np $((np - nv)) "${growArgs[@]}" "${storeArgs[@]}" "$RECOVERPROG" "$STEPS" \
       "$count" >"$out" 2>&1
     rc=$?
     wall=$(awk -v a="$(date +%s.%N)" -v b="$t0" 'BEGIN { printf "%.2f", a - b }')

@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "bootstrap/http_kv.h"
 #include "bootstrap/store_value.h"
 #include "common/log.h"
 #include "topology/json.h"
@@ -131,24 +132,6 @@ std::string printable(const std::string& s, size_t max = 120) {
     out += std::isprint(static_cast<unsigned char>(c)) ? c : '?';
   }
   return out;
-}
-
-Status resolve(const std::string& host, int port, sockaddr_in* out) {
-  std::memset(out, 0, sizeof(*out));
-  out->sin_family = AF_INET;
-  out->sin_port = htons(static_cast<uint16_t>(port));
-  if (inet_pton(AF_INET, host.c_str(), &out->sin_addr) == 1) return Status::ok();
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  int rc = getaddrinfo(host.c_str(), nullptr, &hints, &res);
-  if (rc != 0 || !res)
-    return Status(Code::kRemoteError, "cannot resolve '" + host + "': " +
-                                          (rc == EAI_SYSTEM ? std::string(std::strerror(errno)) : gai_strerror(rc)));
-  out->sin_addr = reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr;
-  freeaddrinfo(res);
-  return Status::ok();
 }
 
 // Waits for `events` on `fd` until `deadline`; kTimeout naming `what` when it passes.
@@ -272,7 +255,7 @@ Status EtcdStore::exchange(const char* path, const std::string& body, Deadline d
   const std::string hostPort = ep.first + ":" + std::to_string(ep.second);
   if (fd_ < 0) {
     sockaddr_in sa;
-    BRAID_RETURN_IF_ERROR(resolve(ep.first, ep.second, &sa));
+    BRAID_RETURN_IF_ERROR(resolveIpv4(ep.first, ep.second, &sa));
     int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) return systemError("socket", errno);
     int one = 1;
@@ -459,6 +442,17 @@ StatusOr<std::string> EtcdStore::call(const char* path, const std::string& body,
   }
 }
 
+StatusOr<EtcdStore::Kv> EtcdStore::failureRead(const JsonValue& reply, const char* what) const {
+  const JsonValue* rs = reply.find("responses");
+  const JsonValue* range =
+      rs && rs->isArray() && rs->items().size() == 1 ? rs->items()[0].find("response_range") : nullptr;
+  if (!range)
+    return Status(Code::kRemoteError, where() + " answered a failed " + what + " transaction without its read");
+  Kv kv;
+  kvFrom(*range, true, &kv.value, &kv.present, &kv.modRevision);
+  return kv;
+}
+
 StatusOr<EtcdStore::Kv> EtcdStore::read(const std::string& key, Deadline deadline) {
   BRAID_ASSIGN_OR_RETURN(std::string r, call("/v3/kv/range", rangeBody(fullKey(key), false), deadline, true));
   BRAID_ASSIGN_OR_RETURN(JsonValue v, parseReply(r, where()));
@@ -533,12 +527,7 @@ StatusOr<int64_t> EtcdStore::add(const std::string& key, int64_t delta, Deadline
     const JsonValue* ok = v.find("succeeded");
     if (ok && ok->isBool() && ok->boolValue()) return next;
     // Another writer came first: its value is in the failure branch's read.
-    const JsonValue* rs = v.find("responses");
-    const JsonValue* range = rs && rs->isArray() && rs->items().size() == 1 ? rs->items()[0].find("response_range")
-                                                                             : nullptr;
-    if (!range) return Status(Code::kRemoteError, where() + " answered a failed add transaction without its read");
-    kv = Kv{};
-    kvFrom(*range, true, &kv.value, &kv.present, &kv.modRevision);
+    BRAID_ASSIGN_OR_RETURN(kv, failureRead(v, "add"));
     if (bound.expired()) return Status(Code::kTimeout, "add on key '" + key + "' kept losing races until the deadline");
   }
 }
@@ -561,16 +550,10 @@ StatusOr<std::string> EtcdStore::compareSet(const std::string& key, const std::s
     BRAID_ASSIGN_OR_RETURN(JsonValue v, parseReply(r, where()));
     const JsonValue* ok = v.find("succeeded");
     if (ok && ok->isBool() && ok->boolValue()) return desired;
-    const JsonValue* rs = v.find("responses");
-    const JsonValue* range = rs && rs->isArray() && rs->items().size() == 1 ? rs->items()[0].find("response_range")
-                                                                             : nullptr;
-    if (!range) return Status(Code::kRemoteError, where() + " answered a failed compare-and-set without its read");
-    bool present = false;
-    int64_t mod = 0;
-    current.clear();
-    kvFrom(*range, true, &current, &present, &mod);
+    BRAID_ASSIGN_OR_RETURN(Kv kv, failureRead(v, "compare-and-set"));
+    current = kv.value;
     // Absent after a failed CREATE comparison cannot be; present and not "": no match.
-    if (!present || !current.empty()) return current;
+    if (!kv.present || !current.empty()) return current;
   }
   return current;
 }

@@ -32,6 +32,10 @@
 
 #include "bootstrap/store.h"
 
+namespace braid::topology {
+class JsonValue;
+}
+
 namespace braid::bootstrap {
 
 struct EtcdUrl {
@@ -101,6 +105,8 @@ class EtcdStore : public Store {
   void dropConnection();
   std::string fullKey(const std::string& key) const { return url_.prefix + "/" + key; }
   StatusOr<Kv> read(const std::string& key, Deadline deadline);
+  // The key as the failure branch of a transaction read it (add, compareSet).
+  StatusOr<Kv> failureRead(const topology::JsonValue& reply, const char* what) const;
   // For each key, whether it exists (and its value when `values`), in one round trip per 64.
   Status readMany(const std::vector<std::string>& keys, bool values, Deadline deadline, std::vector<Kv>* out);
 

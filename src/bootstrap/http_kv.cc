@@ -42,23 +42,6 @@ class Fd {
 
 std::string errnoText(int err) { return std::strerror(err); }
 
-Status resolve(const std::string& host, int port, sockaddr_in* out) {
-  std::memset(out, 0, sizeof(*out));
-  out->sin_family = AF_INET;
-  out->sin_port = htons(static_cast<uint16_t>(port));
-  if (inet_pton(AF_INET, host.c_str(), &out->sin_addr) == 1) return Status::ok();
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  int rc = getaddrinfo(host.c_str(), nullptr, &hints, &res);
-  if (rc != 0 || !res)
-    return Status(Code::kSystemError, "cannot resolve host '" + host + "': " +
-                                          (rc == EAI_SYSTEM ? errnoText(errno) : std::string(gai_strerror(rc))));
-  out->sin_addr = reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr;
-  freeaddrinfo(res);
-  return Status::ok();
-}
 
 // Scope and key go into the path unescaped, and Horovod's server splits the path on '/'
 // into exactly two parts, so both keep to characters that need no escaping.
@@ -82,6 +65,24 @@ std::string firstLine(const std::string& s) {
 
 }  // namespace
 
+Status resolveIpv4(const std::string& host, int port, sockaddr_in* out) {
+  std::memset(out, 0, sizeof(*out));
+  out->sin_family = AF_INET;
+  out->sin_port = htons(static_cast<uint16_t>(port));
+  if (inet_pton(AF_INET, host.c_str(), &out->sin_addr) == 1) return Status::ok();
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  int rc = getaddrinfo(host.c_str(), nullptr, &hints, &res);
+  if (rc != 0 || !res)
+    return Status(Code::kSystemError, "cannot resolve host '" + host + "': " +
+                                          (rc == EAI_SYSTEM ? errnoText(errno) : std::string(gai_strerror(rc))));
+  out->sin_addr = reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr;
+  freeaddrinfo(res);
+  return Status::ok();
+}
+
 HttpKvClient::HttpKvClient(std::string host, int port)
     : host_(std::move(host)), port_(port), address_(host_ + ":" + std::to_string(port)) {}
 
@@ -89,7 +90,7 @@ Status HttpKvClient::exchange(const std::string& method, const std::string& path
                               Deadline deadline, Reply* reply, bool* transient) const {
   *transient = true;
   sockaddr_in sa;
-  BRAID_RETURN_IF_ERROR(resolve(host_, port_, &sa));
+  BRAID_RETURN_IF_ERROR(resolveIpv4(host_, port_, &sa));
   Fd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (fd.get() < 0) return systemError("socket", errno);
   // Blocking calls bounded by socket timeouts (connect honours SO_SNDTIMEO on Linux): one
@@ -213,7 +214,7 @@ StatusOr<std::string> HttpKvClient::waitGet(const std::string& scope, const std:
 
 StatusOr<std::string> HttpKvClient::localAddress() const {
   sockaddr_in sa;
-  Status rs = resolve(host_, port_, &sa);
+  Status rs = resolveIpv4(host_, port_, &sa);
   if (!rs.isOk()) return rs.withContext("key-value server at " + address_);
   Fd fd(socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
   if (fd.get() < 0) return systemError("socket", errno);

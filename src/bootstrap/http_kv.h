@@ -5,12 +5,18 @@
 // others, so the client stays small: one blocking connection per request, HTTP/1.0 (the
 // server closes after each reply), a bounded reply, and no keep-alive or redirects.
 
+#include <netinet/in.h>
+
 #include <string>
 
 #include "common/clock.h"
 #include "common/status.h"
 
 namespace braid::bootstrap {
+
+// `host` (an IPv4 literal, else resolved to its first IPv4 address) and `port` as a
+// sockaddr_in; kSystemError naming the host when it cannot be resolved.
+Status resolveIpv4(const std::string& host, int port, sockaddr_in* out);
 
 class HttpKvClient {
  public:

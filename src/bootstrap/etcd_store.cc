@@ -336,7 +336,8 @@ Status EtcdStore::exchange(const char* path, const std::string& body, Deadline d
           if (eol == std::string::npos) break;
           const size_t len = std::strtoull(in.c_str() + scan, nullptr, 16);
           if (len == 0) {
-            if (in.find("\r\n\r\n", eol) != std::string::npos || in.size() >= eol + 4) done = true;
+            // The last chunk, then trailer lines (none from etcd) and an empty line.
+            done = in.find("\r\n\r\n", eol) != std::string::npos;
             break;
           }
           if (payload.size() + len > kMaxReplyBytes)

@@ -300,9 +300,7 @@ StatusOr<std::unique_ptr<Session>> Session::fromEtcd(const bootstrap::LaunchEnv&
                                                      const AuthKey& key, uint64_t init,
                                                      std::shared_ptr<std::atomic<bool>> cancel) {
   const std::string who = "rank " + std::to_string(env.rank) + " (from " + env.source + " environment, BRAID_STORE)";
-  auto url = bootstrap::etcdUrlForJob(env.storeUrl, env.jobTag);
-  if (!url.isOk()) return url.status().withContext(who);
-  auto etcd = bootstrap::EtcdStore::connect(url.value(), Deadline::after(cfg.timeoutSec));
+  auto etcd = bootstrap::EtcdStore::connectForJob(env.storeUrl, env.jobTag, Deadline::after(cfg.timeoutSec));
   if (!etcd.isOk()) return etcd.status().withContext(who);
   std::shared_ptr<bootstrap::Store> store(std::move(etcd).value());
   // New processes find this store again through their own BRAID_STORE (grow ids).
@@ -907,9 +905,8 @@ StatusOr<std::unique_ptr<Session>> Session::joinGrow(const char* fn, int newSize
       return invalidArgument(who + ": the grow id is of a job whose store is etcd; set BRAID_STORE (and BRAID_JOB_ID "
                                    "or the launcher's job variables) as the running ranks have them");
     auto env = bootstrap::detectLaunchEnv([](const char* n) { return std::getenv(n); });
-    auto parsed = bootstrap::etcdUrlForJob(url, env.isOk() ? env.value().jobTag : "");
-    if (!parsed.isOk()) return parsed.status().withContext(who);
-    auto etcd = bootstrap::EtcdStore::connect(parsed.value(), Deadline::after(cfg.timeoutSec));
+    auto etcd = bootstrap::EtcdStore::connectForJob(url, env.isOk() ? env.value().jobTag : "",
+                                                    Deadline::after(cfg.timeoutSec));
     if (!etcd.isOk()) return etcd.status().withContext(who);
     store = std::move(etcd).value();
   } else {

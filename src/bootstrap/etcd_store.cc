@@ -214,12 +214,6 @@ StatusOr<EtcdUrl> parseEtcdUrl(const std::string& what, const std::string& value
   return u;
 }
 
-StatusOr<EtcdUrl> etcdUrlForJob(const std::string& value, const std::string& jobTag) {
-  BRAID_ASSIGN_OR_RETURN(EtcdUrl u, parseEtcdUrl("BRAID_STORE", value));
-  if (!jobTag.empty()) u.prefix += "/" + jobTag;
-  return u;
-}
-
 EtcdStore::~EtcdStore() { dropConnection(); }
 
 void EtcdStore::dropConnection() {
@@ -245,6 +239,13 @@ StatusOr<std::unique_ptr<EtcdStore>> EtcdStore::connect(const EtcdUrl& url, Dead
     return Status(Code::kRemoteError, s->where() + " does not answer as etcd's v3 API: '" + printable(r.value()) + "'");
   BRAID_INFO("store: %s, keys under %s/", s->where().c_str(), url.prefix.c_str());
   return s;
+}
+
+StatusOr<std::unique_ptr<EtcdStore>> EtcdStore::connectForJob(const std::string& braidStore,
+                                                              const std::string& jobTag, Deadline deadline) {
+  BRAID_ASSIGN_OR_RETURN(EtcdUrl u, parseEtcdUrl("BRAID_STORE", braidStore));
+  if (!jobTag.empty()) u.prefix += "/" + jobTag;
+  return connect(u, deadline);
 }
 
 Status EtcdStore::exchange(const char* path, const std::string& body, Deadline deadline, std::string* reply,

@@ -48,10 +48,6 @@ struct EtcdUrl {
 // keeps to [A-Za-z0-9._/-]. Pure.
 StatusOr<EtcdUrl> parseEtcdUrl(const std::string& what, const std::string& value);
 
-// The URL in BRAID_STORE (`value`) with the run's tag (LaunchEnv::jobTag) appended to its
-// prefix when there is one, so that runs sharing a prefix do not meet each other's keys.
-StatusOr<EtcdUrl> etcdUrlForJob(const std::string& value, const std::string& jobTag);
-
 class EtcdStore : public Store {
  public:
   // Bounds requests whose deadline never expires, as TcpStoreClient does.
@@ -63,6 +59,11 @@ class EtcdStore : public Store {
   // API (a range request on the prefix). Endpoints that refuse are retried, in turn, until
   // `deadline`; then kTimeout naming every endpoint and the last failure. Blocks.
   static StatusOr<std::unique_ptr<EtcdStore>> connect(const EtcdUrl& url, Deadline deadline);
+  // The same for the URL in BRAID_STORE (`braidStore`), with the run's tag
+  // (LaunchEnv::jobTag) appended to its prefix when there is one, so that runs sharing a
+  // prefix do not meet each other's keys.
+  static StatusOr<std::unique_ptr<EtcdStore>> connectForJob(const std::string& braidStore, const std::string& jobTag,
+                                                            Deadline deadline);
 
   ~EtcdStore() override;
   EtcdStore(const EtcdStore&) = delete;

@@ -665,11 +665,7 @@ class Launcher {
   // braidrun's environment, else a fresh random one. False (after a message) if the one
   // given cannot be read.
   bool resolveKey() {
-    auto lookup = [this](const char* name) -> const char* {
-      for (auto it = opts_.env.rbegin(); it != opts_.env.rend(); ++it)
-        if (it->first == name) return it->second.c_str();
-      return std::getenv(name);
-    };
+    auto lookup = [this](const char* name) { return envOf(name); };
     StatusOr<AuthKey> k = authKeyFromEnv(lookup);
     if (!k.isOk()) {
       std::fprintf(stderr, "braidrun: %s\n", k.status().message().c_str());
@@ -685,11 +681,16 @@ class Launcher {
     return true;
   }
 
-  // A variable as the ranks see it: from -x (the last one given), else braidrun's own.
-  const char* envOf(const char* name) const {
+  // A variable given with -x (the last one), else nullptr.
+  const char* xOf(const char* name) const {
     for (auto it = opts_.env.rbegin(); it != opts_.env.rend(); ++it)
       if (it->first == name) return it->second.c_str();
-    return std::getenv(name);
+    return nullptr;
+  }
+  // A variable as the ranks see it: from -x, else braidrun's own.
+  const char* envOf(const char* name) const {
+    const char* x = xOf(name);
+    return x ? x : std::getenv(name);
   }
 
   std::vector<std::string> childEnv(int rank) const {
@@ -1005,17 +1006,10 @@ class Launcher {
       const char* url = envOf("BRAID_STORE");
       StatusOr<std::unique_ptr<bootstrap::Store>> c = Status(Code::kInternal, "");
       if (url) {
-        std::string job = jobId_;  // -x BRAID_JOB_ID overrides it for the ranks
-        for (const auto& [k, v] : opts_.env)
-          if (k == "BRAID_JOB_ID") job = v;
-        auto u = bootstrap::etcdUrlForJob(url, job);
-        if (u.isOk()) {
-          auto e = bootstrap::EtcdStore::connect(u.value(), Deadline::after(5));
-          c = e.isOk() ? StatusOr<std::unique_ptr<bootstrap::Store>>(std::move(e).value())
-                       : StatusOr<std::unique_ptr<bootstrap::Store>>(e.status());
-        } else {
-          c = u.status();
-        }
+        const char* job = xOf("BRAID_JOB_ID");  // -x overrides jobId_ for the ranks
+        auto e = bootstrap::EtcdStore::connectForJob(url, job ? job : jobId_, Deadline::after(5));
+        c = e.isOk() ? StatusOr<std::unique_ptr<bootstrap::Store>>(std::move(e).value())
+                     : StatusOr<std::unique_ptr<bootstrap::Store>>(e.status());
       } else {
         auto t = bootstrap::TcpStoreClient::connect("127.0.0.1", store_->port(), 0, Deadline::after(5), 5, key_, tls_);
         c = t.isOk() ? StatusOr<std::unique_ptr<bootstrap::Store>>(std::move(t).value())

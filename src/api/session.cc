@@ -94,6 +94,40 @@ Status exchangeStoreAddress(bootstrap::LaunchEnv* env, uint64_t init, const boot
                                       &env->storePort);
 }
 
+// A process of a Horovod elastic job initializing again asks horovodrun's driver for its
+// place, as Horovod's own core does (gloo_context.cc): one GET of rank_and_size/<host>:<local
+// rank>, which the driver answers once every worker of the job has asked or ended, with the
+// new numbering. The answer is exported as horovodrun exports a new worker's (HOROVOD_RANK
+// ...), so that the next reset asks under the new local rank. Waits up to
+// HOROVOD_ELASTIC_TIMEOUT (Horovod's variable for its driver's waits; 600 s by default).
+Status horovodElasticSlot(bootstrap::LaunchEnv* env) {
+  double waitSec = 600;
+  if (const char* t = std::getenv("HOROVOD_ELASTIC_TIMEOUT")) {
+    char* end = nullptr;
+    double v = std::strtod(t, &end);
+    if (end == t || *end != '\0' || !(v > 0))
+      return invalidArgument(std::string("HOROVOD_ELASTIC_TIMEOUT='") + t + "' is not a positive number of seconds");
+    waitSec = v;
+  }
+  bootstrap::HttpKvClient kv(env->kvHost, env->kvPort);
+  const std::string key = env->hvdHostname + ":" + std::to_string(env->localRank);
+  const std::string what = "rank_and_size/" + key + " at horovodrun's server " + kv.address();
+  BRAID_TRACE("asking %s for this worker's place after a reset", what.c_str());
+  auto answer = kv.getOnce("rank_and_size", key, Deadline::after(waitSec));
+  if (!answer.isOk())
+    return answer.status().withContext("horovod elastic worker " + key + " (rank " + std::to_string(env->rank) +
+                                       " before the reset)");
+  int cross[2];
+  BRAID_RETURN_IF_ERROR(bootstrap::parseHorovodSlot(what, answer.value(), env, cross));
+  env->serveStore = env->rank == 0;
+  const std::pair<const char*, int> vars[] = {{"HOROVOD_RANK", env->rank},           {"HOROVOD_SIZE", env->worldSize},
+                                              {"HOROVOD_LOCAL_RANK", env->localRank}, {"HOROVOD_LOCAL_SIZE", env->localSize},
+                                              {"HOROVOD_CROSS_RANK", cross[0]},      {"HOROVOD_CROSS_SIZE", cross[1]}};
+  for (const auto& [name, v] : vars) setenv(name, std::to_string(v).c_str(), 1);
+  BRAID_INFO("horovod elastic: %s is now rank %d of %d", key.c_str(), env->rank, env->worldSize);
+  return Status::ok();
+}
+
 // The same through the launcher's PMIx server (mpirun across hosts): every rank fences, the
 // store's owner having put the address of the interface braid's tcp transport listens on
 // (BRAID_NET_IF when set, else the first non-loopback one).
@@ -231,7 +265,20 @@ StatusOr<std::unique_ptr<Session>> Session::fromEnv(double timeoutSec, std::shar
   StatusOr<AuthKey> key = jobKey(env.rank, env.worldSize);
   if (!key.isOk()) return key.status();
   Deadline deadline = Deadline::after(cfg.timeoutSec);
-  const uint64_t init = gEnvInits.fetch_add(1);
+  uint64_t init = gEnvInits.fetch_add(1);
+  if (env.horovodElastic) {
+    // horovodrun --min-np/--max-np: after a reset the driver renumbers the survivors and
+    // starts new workers, and clears its key-value server, so every init of an elastic job
+    // meets there as a first one (a worker just started has made no init before).
+    if (init > 0) {
+      Status s = horovodElasticSlot(&env);
+      if (!s.isOk()) return s;
+      key = jobKey(env.rank, env.worldSize);
+      if (!key.isOk()) return key.status();
+      deadline = Deadline::after(cfg.timeoutSec);  // the driver's answer may take long
+    }
+    init = 0;
+  }
   if (!env.storeUrl.empty()) return fromEtcd(env, cfg, key.value(), init, std::move(cancel));
   // A store that rank 0 serves on a fixed port (torchrun, mpirun, Slurm) is served again by
   // the next init, on the same port, while a faster rank may already be connecting: the store

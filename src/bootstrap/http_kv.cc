@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <strings.h>
 #include <utility>
 
@@ -48,8 +49,8 @@ std::string errnoText(int err) { return std::strerror(err); }
 Status checkPathPart(const char* what, const std::string& s) {
   if (s.empty()) return invalidArgument(std::string("key-value ") + what + " is empty");
   for (char c : s)
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-'))
-      return invalidArgument(std::string("key-value ") + what + " '" + s + "' has a character outside [A-Za-z0-9._-]");
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-' || c == ':'))
+      return invalidArgument(std::string("key-value ") + what + " '" + s + "' has a character outside [A-Za-z0-9._:-]");
   return Status::ok();
 }
 
@@ -87,15 +88,16 @@ HttpKvClient::HttpKvClient(std::string host, int port)
     : host_(std::move(host)), port_(port), address_(host_ + ":" + std::to_string(port)) {}
 
 Status HttpKvClient::exchange(const std::string& method, const std::string& path, const std::string& body,
-                              Deadline deadline, Reply* reply, bool* transient) const {
+                              Deadline deadline, Reply* reply, bool* transient, int capMs, bool* sent) const {
   *transient = true;
+  if (sent) *sent = false;
   sockaddr_in sa;
   BRAID_RETURN_IF_ERROR(resolveIpv4(host_, port_, &sa));
   Fd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (fd.get() < 0) return systemError("socket", errno);
   // Blocking calls bounded by socket timeouts (connect honours SO_SNDTIMEO on Linux): one
   // request is short, and this keeps the client free of a poll loop.
-  const int ms = std::max(1, deadline.remainingMillis(kRequestCapMs));
+  const int ms = std::max(1, deadline.remainingMillis(capMs));
   timeval tv{ms / 1000, (ms % 1000) * 1000};
   setsockopt(fd.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
   setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
@@ -113,6 +115,7 @@ Status HttpKvClient::exchange(const std::string& method, const std::string& path
     if (n < 0) return Status(Code::kRemoteError, "send: " + errnoText(errno));
     off += static_cast<size_t>(n);
   }
+  if (sent) *sent = true;
 
   // HTTP/1.0: the reply ends where the server closes the connection.
   std::string in;
@@ -171,7 +174,7 @@ StatusOr<HttpKvClient::Reply> HttpKvClient::retrying(const std::string& method, 
   for (;;) {
     Reply r;
     bool transient = false;
-    Status s = exchange(method, path, body, deadline, &r, &transient);
+    Status s = exchange(method, path, body, deadline, &r, &transient, kRequestCapMs);
     if (s.isOk()) {
       if (r.status == 200) return r;
       // 408 is Horovod's server giving up on a slow request body: worth another try.
@@ -194,6 +197,31 @@ StatusOr<HttpKvClient::Reply> HttpKvClient::retrying(const std::string& method, 
                 last.c_str());
     usleep(static_cast<useconds_t>(std::max(1, deadline.remainingMillis(backoffMs))) * 1000);
     backoffMs = std::min(backoffMs * 2, kMaxBackoffMs);
+  }
+}
+
+StatusOr<std::string> HttpKvClient::getOnce(const std::string& scope, const std::string& key, Deadline deadline) {
+  BRAID_RETURN_IF_ERROR(checkPathPart("scope", scope));
+  BRAID_RETURN_IF_ERROR(checkPathPart("key", key));
+  const std::string path = "/" + scope + "/" + key;
+  const int64_t t0 = nowNanos();
+  for (;;) {
+    Reply r;
+    bool transient = false, sent = false;
+    Status s = exchange("GET", path, "", deadline, &r, &transient, std::numeric_limits<int>::max(), &sent);
+    if (s.isOk()) {
+      if (r.status == 200) return std::move(r.body);
+      return Status(Code::kRemoteError,
+                    "key-value server at " + address_ + " answered GET " + path + " with HTTP " + std::to_string(r.status));
+    }
+    if (sent || !transient || deadline.expired()) {
+      char secs[32];
+      std::snprintf(secs, sizeof(secs), "%.1f", (nowNanos() - t0) / 1e9);
+      return Status(deadline.expired() ? Code::kTimeout : s.code(),
+                    "GET " + path + " at key-value server " + address_ + " got no answer in " + secs + " s (" +
+                        s.message() + ")");
+    }
+    usleep(static_cast<useconds_t>(std::max(1, deadline.remainingMillis(100))) * 1000);
   }
 }
 

@@ -30,13 +30,20 @@ class HttpKvClient {
   // not resolvable yet) or answers 408, retries with backoff until `deadline`, then
   // kTimeout naming the server and the last failure; any other reply than 200 fails at once
   // with kRemoteError quoting it. kInvalidArgument for a scope or key outside
-  // [A-Za-z0-9._-]. Blocks; thread-safe (no shared state).
+  // [A-Za-z0-9._:-]. Blocks; thread-safe (no shared state).
   Status put(const std::string& scope, const std::string& key, const std::string& value, Deadline deadline);
 
   // The value under /`scope`/`key`, asking again while the server answers 404 or cannot be
   // reached, until `deadline` (then kTimeout naming the key, the server and what it last
   // answered). Other replies fail as for put(). Blocks; thread-safe.
   StatusOr<std::string> waitGet(const std::string& scope, const std::string& key, Deadline deadline);
+
+  // One GET of /`scope`/`key` that waits for its answer until `deadline`, for a server that
+  // holds the request until it can answer (horovodrun's elastic driver answers
+  // rank_and_size only once every worker has asked, and counts each request it gets, so a
+  // request is sent again only when connecting failed). Any reply but 200 is kRemoteError
+  // quoting it; no reply by `deadline` is kTimeout. Blocks; thread-safe.
+  StatusOr<std::string> getOnce(const std::string& scope, const std::string& key, Deadline deadline);
 
   // The address of this host's interface that routes to the server (a UDP connect picks
   // the route; nothing is sent). Whoever can reach the server reaches this host there too,
@@ -54,8 +61,10 @@ class HttpKvClient {
     int status = 0;
     std::string body;
   };
+  // `capMs` bounds how long one request waits for its reply (and for connecting); `sent`,
+  // when given, tells whether the request left before a failure.
   Status exchange(const std::string& method, const std::string& path, const std::string& body, Deadline deadline,
-                  Reply* reply, bool* transient) const;
+                  Reply* reply, bool* transient, int capMs, bool* sent = nullptr) const;
   // Polls `method` on `path` until a reply other than those `retryStatus` accepts, or
   // `deadline`; returns the final reply (200 only).
   StatusOr<Reply> retrying(const std::string& method, const std::string& path, const std::string& body,

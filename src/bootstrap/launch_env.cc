@@ -253,17 +253,22 @@ StatusOr<LaunchEnv> fromHorovod(const Getenv& getenv) {
                            std::to_string(crossSize));
   bool elastic = false;
   if (const char* x = lookup(getenv, "HOROVOD_ELASTIC")) BRAID_RETURN_IF_ERROR(parseBool("HOROVOD_ELASTIC", x, &elastic));
-  if (elastic)
-    return invalidArgument("horovod launch: HOROVOD_ELASTIC=1 (horovodrun --elastic) is not supported: an elastic "
-                           "job renumbers its ranks through horovodrun's own rendezvous, so HOROVOD_RANK is stale");
   Status external;
   if (externalStore(getenv, &e, &external)) {
     BRAID_RETURN_IF_ERROR(external);
+    if (elastic)
+      return invalidArgument("horovod launch: HOROVOD_ELASTIC=1 (horovodrun --min-np/--max-np) finds the store "
+                             "through horovodrun's key-value server, which starts afresh at every reset; unset "
+                             "BRAID_STORE");
     return e;
   }
   e.rankZeroServes = true;
   e.serveStore = e.rank == 0;
   if (const char* addr = lookup(getenv, "BRAID_STORE_ADDR")) {
+    if (elastic)
+      return invalidArgument("horovod launch: HOROVOD_ELASTIC=1 (horovodrun --min-np/--max-np) finds the store "
+                             "through horovodrun's key-value server, which starts afresh at every reset; unset "
+                             "BRAID_STORE_ADDR");
     BRAID_RETURN_IF_ERROR(parseStoreAddr("BRAID_STORE_ADDR", addr, &e.storeHost, &e.storePort));
     return e;
   }
@@ -279,8 +284,12 @@ StatusOr<LaunchEnv> fromHorovod(const Getenv& getenv) {
   BRAID_RETURN_IF_ERROR(parseInt("HOROVOD_GLOO_RENDEZVOUS_PORT", port, 1, 65535, &e.kvPort));
   e.kvScope = "braid";
   e.kvKey = "store.n" + std::to_string(e.worldSize);
+  e.horovodElastic = elastic;
+  const char* hn = lookup(getenv, "HOROVOD_HOSTNAME");
+  e.hvdHostname = hn && *hn ? hn : "localhost";  // Horovod's default (gloo_context.cc)
   return e;
 }
+
 
 StatusOr<LaunchEnv> fromTorchrun(const Getenv& getenv) {
   LaunchEnv e;
@@ -421,6 +430,43 @@ Status parseStoreAddress(const std::string& what, const std::string& value, std:
   *host = std::move(h);
   *port = p;
   return Status::ok();
+}
+
+Status parseHorovodSlot(const std::string& what, const std::string& value, LaunchEnv* env, int cross[2]) {
+  int v[6];
+  size_t pos = 0;
+  for (int i = 0; i < 6; ++i) {
+    size_t end = value.find(',', pos);
+    if ((end == std::string::npos) != (i == 5)) break;
+    const std::string field = value.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
+    char* stop = nullptr;
+    errno = 0;
+    long x = std::strtol(field.c_str(), &stop, 10);
+    if (field.empty() || *stop != '\0' || errno != 0 || x < -1 || x > kMaxRanks) break;
+    v[i] = static_cast<int>(x);
+    if (i == 5) {
+      if (v[0] == -1)
+        return invalidArgument(what + ": horovodrun removed this slot from the elastic job (rank -1)");
+      if (v[0] < 0 || v[1] < 1 || v[0] >= v[1] || v[2] < 0 || v[3] < 1 || v[2] >= v[3] || v[3] > v[1] ||
+          v[4] < 0 || v[5] < 1 || v[4] >= v[5] || v[5] > v[1])
+        return invalidArgument(what + ": '" + value + "' is not a place in a job (rank " + std::to_string(v[0]) +
+                               " of " + std::to_string(v[1]) + ", local " + std::to_string(v[2]) + " of " +
+                               std::to_string(v[3]) + ", cross " + std::to_string(v[4]) + " of " +
+                               std::to_string(v[5]) + ")");
+      env->rank = v[0];
+      env->worldSize = v[1];
+      env->localRank = v[2];
+      env->localSize = v[3];
+      cross[0] = v[4];
+      cross[1] = v[5];
+      env->kvKey = "store.n" + std::to_string(env->worldSize);
+      return Status::ok();
+    }
+    pos = end + 1;
+  }
+  return invalidArgument(what + ": '" + value.substr(0, 80) +
+                         "' is not horovodrun's rank_and_size answer (six integers: rank,size,local_rank,local_size,"
+                         "cross_rank,cross_size)");
 }
 
 }  // namespace braid::bootstrap

@@ -38,6 +38,11 @@ struct LaunchEnv {
   int kvPort = 0;
   std::string kvScope;
   std::string kvKey;
+  // horovodrun --min-np/--max-np (HOROVOD_ELASTIC=1, with its key-value server): a process
+  // that initializes again asks the driver for its new place (horovodElasticSlot) under
+  // "rank_and_size/<hvdHostname>:<localRank>".
+  bool horovodElastic = false;
+  std::string hvdHostname;
 
   // Set when the store's address goes through the launcher's PMIx server instead (mpirun
   // across hosts, bootstrap/pmix_kv.h): rank 0 serves on an ephemeral port and puts
@@ -55,8 +60,8 @@ struct LaunchEnv {
 //            address published through horovodrun's key-value server at
 //            HOROVOD_GLOO_RENDEZVOUS_ADDR:HOROVOD_GLOO_RENDEZVOUS_PORT (scope "braid", key
 //            "store.n<size>"); BRAID_STORE_ADDR, when set, names the store instead. Rank 0
-//            serves. HOROVOD_ELASTIC=1 is refused: an elastic job renumbers its ranks
-//            through horovodrun's own protocol, which braid does not follow.
+//            serves. HOROVOD_ELASTIC=1 (horovodrun --min-np/--max-np) sets horovodElastic;
+//            it needs the key-value server (a store of its own is refused).
 //   torchrun RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, LOCAL_RANK, LOCAL_WORLD_SIZE; the
 //            store listens on MASTER_PORT+1 when TORCHELASTIC_USE_AGENT_STORE=True (torch's
 //            own store holds MASTER_PORT then), else on MASTER_PORT; rank 0 serves.
@@ -89,6 +94,12 @@ extern const char* kLauncherVariables;
 // Splits "host:port" (an IPv4 address or a name, a port in [1, 65535]) as BRAID_STORE_ADDR
 // is split; `what` names where the value came from in the kInvalidArgument message. Writes
 // `host` and `port` only on success. Pure.
+// Horovod's elastic driver's answer to rank_and_size, "rank,size,local_rank,local_size,
+// cross_rank,cross_size" (horovod/runner/common/util/hosts.py, SlotInfo), into `env`'s rank,
+// worldSize, localRank and localSize and `cross` (two ints). kInvalidArgument naming `what`
+// for anything else, and for rank -1: the driver's word that this slot left the job.
+Status parseHorovodSlot(const std::string& what, const std::string& value, LaunchEnv* env, int cross[2]);
+
 Status parseStoreAddress(const std::string& what, const std::string& value, std::string* host, int* port);
 
 }  // namespace braid::bootstrap

@@ -137,7 +137,7 @@ void usage(FILE* f) {
                "HOROVOD_RANK, HOROVOD_SIZE, HOROVOD_LOCAL_RANK, HOROVOD_LOCAL_SIZE,\n"
                "HOROVOD_CROSS_RANK, HOROVOD_CROSS_SIZE and HOROVOD_HOSTNAME (the rank's host);\n"
                "these replace inherited values, and -x replaces these; the local ranks and sizes\n"
-               "count the ranks of the rank's host\n");
+               "count the ranks of the rank's host; with --min-np also BRAID_ELASTIC=1\n");
 }
 
 bool parseSeconds(const char* s, double* out) {
@@ -650,6 +650,9 @@ class Launcher {
         {"HOROVOD_CROSS_SIZE", std::to_string(w.crossSize)},
         {"HOROVOD_HOSTNAME", w.remote ? hostNames_[static_cast<size_t>(w.host)] : hostName_},
     };
+    // The job goes on without lost ranks (--min-np): front ends that recover on their own
+    // (Horovod's elastic loop on braid's core) shrink and grow instead of starting afresh.
+    if (opts_.minNp > 0) set["BRAID_ELASTIC"] = "1";
     // A replacement (--max-np) joins the running ranks instead of starting a job of its own.
     if (rank >= opts_.np) {
       set["BRAID_ELASTIC_JOIN"] = "1";

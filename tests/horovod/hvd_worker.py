@@ -7,6 +7,8 @@ None (passed) or its error; the rank writes them as JSON to $BRAID_TEST_OUT/rank
     hvd_worker.py kill     the last rank dies mid-training; the others must raise
                            HorovodInternalError within BRAID_TIMEOUT
     hvd_worker.py stop     the same with the last rank stopped (SIGSTOP) instead: alive, silent
+    hvd_worker.py elastic  Horovod's elastic loop (hvd.elastic.run, TorchState) losing and gaining
+                           workers; writes $BRAID_TEST_OUT/pid<P>.json (see scenario_elastic)
 """
 
 import json
@@ -342,6 +344,77 @@ def scenario_kill(sig=signal.SIGKILL):
     write_result({"error": err, "elapsed": elapsed})
 
 
+def elastic_grad(step, index, rank, size, like):
+    """Rank `rank`'s gradient for parameter `index` at `step`: the ranks' values average to
+    step + 1 + index whatever the world size (their offsets 2r - (size - 1) cancel), in
+    integers, so the parameters after the committed steps are known exactly and a rank
+    counted twice or missed shows."""
+    return torch.full_like(like, float(step + 1 + index + 2 * rank - (size - 1)))
+
+
+def scenario_elastic():
+    """Horovod's elastic loop over a small model, one committed step at a time. Faults come
+    from the environment:
+      ELASTIC_STEPS=N         steps to run (default 30)
+      ELASTIC_KILL=R:S        the process that began the run as rank R kills itself at step S
+      ELASTIC_KILL_HOST=H:S   a process on host H (HOROVOD_HOSTNAME) kills itself at step S
+      ELASTIC_ADD=S:FILE      rank 0 appends FILE.add to FILE at step S (a host discovery
+                              script that prints FILE then offers more slots)
+    Every process that finishes writes pid<P>.json: its final rank and size, the sizes it
+    saw, its resets, the last step and whether the parameters are the exact expected ones."""
+    steps = int(os.environ.get("ELASTIC_STEPS", "30"))
+    kill = os.environ.get("ELASTIC_KILL")
+    kill_host = os.environ.get("ELASTIC_KILL_HOST")
+    add = os.environ.get("ELASTIC_ADD")
+    hvd.init()
+    torch.manual_seed(1234)
+    model = torch.nn.Linear(4, 3).double()
+    initial = [p.detach().clone() for p in model.parameters()]
+    opt = torch.optim.SGD(model.parameters(), lr=1.0)
+    state = hvd.elastic.TorchState(model=model, optimizer=opt, step=0)
+    log = {"first_rank": hvd.rank(), "joined": os.environ.get("BRAID_ELASTIC_JOIN") == "1", "started_at": None,
+           "sizes": [hvd.size()], "resets": 0, "added": False}
+
+    def on_reset():
+        log["resets"] += 1
+        log["sizes"].append(hvd.size())
+    state.register_reset_callbacks([on_reset])
+
+    @hvd.elastic.run
+    def train(state):
+        if log["started_at"] is None:
+            log["started_at"] = state.step
+        while state.step < steps:
+            s = state.step
+            original = log["started_at"] == 0 and not log["joined"]
+            if kill and original and "%d:%d" % (log["first_rank"], s) == kill:
+                os.kill(os.getpid(), signal.SIGKILL)
+            if kill_host and "%s:%d" % (os.environ.get("HOROVOD_HOSTNAME"), s) == kill_host:
+                os.kill(os.getpid(), signal.SIGKILL)
+            if add and hvd.rank() == 0 and not log["added"] and s == int(add.split(":", 1)[0]):
+                path = add.split(":", 1)[1]
+                with open(path + ".add") as src, open(path, "a") as dst:
+                    dst.write(src.read())
+                log["added"] = True
+            rank, size = hvd.rank(), hvd.size()
+            for i, p in enumerate(model.parameters()):
+                p.grad = hvd.allreduce(elastic_grad(s, i, rank, size, p), name="grad%d" % i, op=hvd.Average)
+            opt.step()
+            time.sleep(0.05)
+            state.step = s + 1
+            state.commit()
+
+    train(state)
+    expected = [p0 - sum(float(s + 1 + i) for s in range(steps)) for i, p0 in enumerate(initial)]
+    exact = all(torch.equal(p.detach(), e) for p, e in zip(model.parameters(), expected))
+    out = os.environ["BRAID_TEST_OUT"]
+    res = dict(log, pid=os.getpid(), rank=hvd.rank(), size=hvd.size(), step=state.step, params_exact=exact,
+               checksum=float(sum(p.detach().sum() for p in model.parameters())))
+    with open(os.path.join(out, "pid%d.json" % os.getpid()), "w") as f:
+        json.dump(res, f)
+    hvd.shutdown()
+
+
 if __name__ == "__main__":
-    {"ops": scenario_ops, "kill": scenario_kill,
+    {"ops": scenario_ops, "kill": scenario_kill, "elastic": scenario_elastic,
      "stop": lambda: scenario_kill(signal.SIGSTOP)}[sys.argv[1]]()

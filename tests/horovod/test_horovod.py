@@ -89,6 +89,85 @@ def test_a_dead_or_stopped_rank_raises_horovod_internal_error_on_every_survivor(
         assert res["elapsed"] < timeout + 5, res
 
 
+ELASTIC_STEPS = 80
+
+
+def run_elastic(cmd, env, timeout=300):
+    """Runs hvd_worker.py elastic; returns the launcher's outcome and every finished process's
+    record (pid<P>.json), ordered by final rank."""
+    out = tempfile.mkdtemp(prefix="braid-hvd-elastic-")
+    e = dict(os.environ, BRAID_TEST_OUT=out, OMP_NUM_THREADS="1", ELASTIC_STEPS=str(ELASTIC_STEPS),
+             BRAID_TIMEOUT="10", PYTHONUNBUFFERED="1")
+    e.update(env)
+    p = subprocess.run(cmd, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout, text=True)
+    results = []
+    for name in os.listdir(out):
+        with open(os.path.join(out, name)) as f:
+            results.append(json.load(f))
+    shutil.rmtree(out, ignore_errors=True)
+    return p, sorted(results, key=lambda r: r["rank"])
+
+
+def assert_elastic_finished(p, results, size):
+    """The job succeeded and `size` processes finished every step as ranks 0..size-1 with the
+    exact parameters of a run without faults (each committed step applied once)."""
+    log = p.stdout[-6000:]
+    assert p.returncode == 0, log
+    assert [r["rank"] for r in results] == list(range(size)), (results, log)
+    for r in results:
+        assert r["size"] == size, (r, log)
+        assert r["step"] == ELASTIC_STEPS, (r, log)
+        assert r["params_exact"], (r, log)
+    assert len({r["checksum"] for r in results}) == 1, results
+
+
+@pytest.mark.parametrize("victim", [1, 0])
+def test_elastic_under_braidrun_survives_a_lost_rank_and_admits_its_replacement(victim):
+    # hvd.elastic.run on braid's own recovery: braidrun --min-np keeps the job, the survivors
+    # agree and shrink (also when the lost rank is rank 0, Horovod's coordinator), and the
+    # replacement braidrun starts (--max-np) is admitted at a commit, as new hosts are.
+    cmd = [os.environ["BRAIDRUN"], "-np", "3", "--min-np", "2", "--max-np", "3", sys.executable, WORKER, "elastic"]
+    p, results = run_elastic(cmd, {"ELASTIC_KILL": "%d:8" % victim})
+    assert_elastic_finished(p, results, 3)
+    assert "going on without rank(s) %d" % victim in p.stdout, p.stdout[-4000:]
+    assert "admitted 1 replacement(s): 3 ranks" in p.stdout, p.stdout[-4000:]
+    joined = [r for r in results if r["joined"]]
+    assert len(joined) == 1 and joined[0]["started_at"] > 8, results
+    for r in results:
+        if not r["joined"]:
+            assert r["resets"] >= 1 and r["first_rank"] != victim, r
+
+
+def test_elastic_under_horovodrun_grows_and_shrinks_with_its_hosts():
+    # horovodrun's own elastic driver (--min-np/--max-np, a host discovery script) renumbers
+    # the workers at every reset; braid's core asks it for the new place (rank_and_size).
+    # Two names for this machine are two hosts to it: a host is added at step 5, and its
+    # worker is killed at step 50, which removes the host again.
+    horovodrun = shutil.which("horovodrun")
+    if horovodrun is None:
+        pytest.skip("horovodrun is not on PATH")
+    work = tempfile.mkdtemp(prefix="braid-hvd-hosts-")
+    hosts = os.path.join(work, "hosts")
+    with open(hosts, "w") as f:
+        f.write("localhost:2\n")
+    with open(hosts + ".add", "w") as f:
+        f.write("127.0.0.1:1\n")
+    discover = os.path.join(work, "discover.sh")
+    with open(discover, "w") as f:
+        f.write("#!/bin/sh\ncat '%s'\n" % hosts)
+    os.chmod(discover, 0o755)
+    cmd = [horovodrun, "--network-interface", "lo", "-np", "2", "--min-np", "2", "--max-np", "3",
+           "--host-discovery-script", discover, "--gloo", sys.executable, WORKER, "elastic"]
+    try:
+        p, results = run_elastic(cmd, {"ELASTIC_ADD": "5:" + hosts, "ELASTIC_KILL_HOST": "127.0.0.1:50"})
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    assert_elastic_finished(p, results, 2)
+    assert "exit with status code 137" in p.stdout, p.stdout[-4000:]
+    for r in results:
+        assert r["sizes"] == [2, 3, 2], r
+
+
 def test_install_status_reports_the_link():
     env = dict(os.environ)
     out = subprocess.run([sys.executable, "-m", "braid.horovod", "status"], env=env, stdout=subprocess.PIPE,

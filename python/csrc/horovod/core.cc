@@ -284,8 +284,23 @@ Core& Core::instance() {
 bool Core::init(const std::vector<int32_t>& ranks, const std::vector<std::vector<int32_t>>& sets) {
   if (running_) return true;
   try {
-    auto world = std::make_unique<braid::Communicator>(braid::Communicator::fromEnv());
-    if (!ranks.empty()) {
+    const char* el = std::getenv("BRAID_ELASTIC");
+    const char* hel = std::getenv("HOROVOD_ELASTIC");
+    // horovodrun's own elastic driver renumbers the workers itself (braid's launch
+    // environment asks it); braid's recovery is for braidrun --min-np.
+    elastic_ = el && std::string(el) == "1" && !(hel && std::string(hel) == "1");
+    std::unique_ptr<braid::Communicator> world;
+    if (kept_) {
+      auto kept = std::move(kept_);
+      if (elastic_) {
+        world = recover(std::move(kept));
+      } else {
+        kept.reset();
+      }
+    }
+    bool recovered = world != nullptr;
+    if (!world) world = std::make_unique<braid::Communicator>(braid::Communicator::fromEnv());
+    if (!ranks.empty() && !recovered) {
       auto it = std::find(ranks.begin(), ranks.end(), world->rank());
       int color = it == ranks.end() ? -1 : 0;
       auto sub = world->split(color, static_cast<int>(it - ranks.begin()));
@@ -381,7 +396,12 @@ bool Core::init(const std::vector<int32_t>& ranks, const std::vector<std::vector
     joinEntry_.reset();
     joinCycle_ = 0;
     running_ = true;
+    joinersNotified_ = false;
+    nextJoinersLook_ = Clock::now();
+    notifyPending_ = false;
+    notifierStop_ = false;
     thread_ = std::thread([this] { loop(); });
+    if (elastic_ && rank_ == 0 && joinersNotifier_) notifier_ = std::thread([this] { watchJoiners(); });
     return true;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "braid horovod: initialization failed: %s\n", e.what());
@@ -396,6 +416,7 @@ void Core::shutdown() {
     stopRequested_ = true;
   }
   if (thread_.joinable()) thread_.join();
+  stopNotifier();
   std::map<int32_t, std::shared_ptr<ProcessSet>> sets;
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -403,9 +424,77 @@ void Core::shutdown() {
     running_ = false;
   }
   sets.clear();  // the communicators, then the world
+  if (elastic_) {
+    // Horovod's elastic loop calls init() next, which recovers this world; a process that
+    // ends instead destroys it at exit.
+    static std::once_flag atExit;
+    std::call_once(atExit, [] { std::atexit([] { Core::instance().dropKeptWorld(); }); });
+    kept_ = std::move(world_);
+  }
   world_.reset();
   timeline_.stop();
   fusion_ = at::Tensor();
+}
+
+void Core::dropKeptWorld() { kept_.reset(); }
+
+// The world after a failure or a change of hosts: the survivors agree on who is lost (a
+// rank that died or stalled is counted by braid's agreement even if no collective saw it),
+// shrink without them, then admit the replacements waiting. A rank lost during this is
+// handled by agreeing again on what is left.
+std::unique_ptr<braid::Communicator> Core::recover(std::unique_ptr<braid::Communicator> world) {
+  for (int attempt = 1;; ++attempt) {
+    try {
+      std::vector<int> failed;
+      world->agree(1, &failed);
+      if (!failed.empty()) {
+        std::string lost;
+        for (int r : failed) lost += (lost.empty() ? "" : ",") + std::to_string(r);
+        auto next = std::make_unique<braid::Communicator>(world->shrink(failed, true));
+        std::fprintf(stderr, "braid horovod: rank %d: going on without rank(s) %s: now rank %d of %d\n",
+                     world->rank(), lost.c_str(), next->rank(), next->size());
+        world = std::move(next);
+      }
+      braid::Communicator grown = world->growJoiners();
+      if (grown.valid()) {
+        if (grown.rank() == 0)
+          std::fprintf(stderr, "braid horovod: admitted %d replacement(s): %d ranks\n", grown.size() - world->size(),
+                       grown.size());
+        world = std::make_unique<braid::Communicator>(std::move(grown));
+      }
+      return world;
+    } catch (const braid::Error& e) {
+      if (e.code() == braidAborted || attempt >= 3) throw;
+      std::fprintf(stderr, "braid horovod: recovering: %s; agreeing again\n", e.what());
+    }
+  }
+}
+
+// Rank 0 of an elastic job: tells Horovod's front end, from this thread, that replacements
+// wait (the notifier takes Python's lock, which the background thread must never wait for).
+void Core::watchJoiners() {
+  std::unique_lock<std::mutex> lk(mu_);
+  for (;;) {
+    wake_.wait(lk, [&] { return notifyPending_ || notifierStop_; });
+    if (notifierStop_) return;
+    notifyPending_ = false;
+    lk.unlock();
+    try {
+      joinersNotifier_();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "braid horovod: could not tell Horovod that replacements wait: %s\n", e.what());
+    }
+    lk.lock();
+  }
+}
+
+void Core::stopNotifier() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    notifierStop_ = true;
+  }
+  wake_.notify_all();
+  if (notifier_.joinable()) notifier_.join();
 }
 
 std::shared_ptr<ProcessSet> Core::findSet(int32_t id) {
@@ -525,6 +614,23 @@ void Core::loop() {
         if (ps->id == 0 && stopAgreed_) {
           stop = true;
           break;
+        }
+      }
+      if (elastic_ && rank_ == 0 && joinersNotifier_ && !joinersNotified_ && !stop && Clock::now() >= nextJoinersLook_) {
+        nextJoinersLook_ = Clock::now() + std::chrono::milliseconds(500);
+        int waiting = 0;
+        try {
+          waiting = world_->joinersWaiting();
+        } catch (const braid::Error&) {
+          // A store that cannot be read fails the next collective, with its reason.
+        }
+        if (waiting > 0) {
+          joinersNotified_ = true;
+          {
+            std::lock_guard<std::mutex> lk(mu_);
+            notifyPending_ = true;
+          }
+          wake_.notify_all();
         }
       }
       if (!worked && !stop) {

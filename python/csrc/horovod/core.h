@@ -33,6 +33,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -163,6 +164,18 @@ class Core {
   int startTimeline(const std::string& path, bool markCycles);
   int stopTimeline();
 
+  // Elastic jobs under braidrun --min-np (BRAID_ELASTIC=1), for Horovod's elastic loop
+  // (hvd.elastic.run), which on a failure or a change of hosts calls shutdown() and init():
+  // shutdown() keeps the world, and the next init() recovers it instead of starting a new
+  // job: the survivors agree on the lost ranks, shrink without them, and grow with the
+  // replacements braidrun started (--max-np). On rank 0 the background thread looks for
+  // waiting replacements every half second and, once per wait, calls `notify` from a thread
+  // of its own: Horovod's front end raises HostsUpdatedInterrupt at the next commit then.
+  // Set before init.
+  void setJoinersNotifier(std::function<void()> notify) { joinersNotifier_ = std::move(notify); }
+  // Destroys the world shutdown() kept (at exit).
+  void dropKeptWorld();
+
  private:
   Core() = default;
   void loop();
@@ -180,6 +193,9 @@ class Core {
   void runOne(ProcessSet& ps, Response& r);
   void complete(ProcessSet& ps, const std::shared_ptr<Entry>& e, const std::string& err);
   void remember(ProcessSet& ps, const std::string& name, const std::string& signature);
+  std::unique_ptr<braid::Communicator> recover(std::unique_ptr<braid::Communicator> world);
+  void watchJoiners();
+  void stopNotifier();
 
   mutable std::mutex mu_;
   std::condition_variable wake_;
@@ -200,6 +216,16 @@ class Core {
   size_t fuseBelow_ = 1u << 20;  // BRAID_HOROVOD_FUSE_BELOW: bigger tensors reduce in place
   size_t cacheCapacity_ = 1024;
   std::chrono::seconds stallWarning_{60};
+
+  // Elastic recovery (see setJoinersNotifier).
+  bool elastic_ = false;
+  std::unique_ptr<braid::Communicator> kept_;  // the world the last shutdown() kept
+  std::function<void()> joinersNotifier_;
+  std::chrono::steady_clock::time_point nextJoinersLook_{};  // background thread
+  bool joinersNotified_ = false;                              // background thread
+  std::thread notifier_;
+  bool notifyPending_ = false;  // guarded by mu_
+  bool notifierStop_ = false;   // guarded by mu_
 
   // Join (global set only), used by the background thread.
   std::shared_ptr<Entry> joinEntry_;  // guarded by mu_

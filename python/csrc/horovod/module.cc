@@ -350,8 +350,28 @@ BRAID_HVD_EXPORT int horovod_comm_process_set(void*) { return Core::instance().i
 
 }  // extern "C"
 
+// Elastic jobs under braidrun --max-np: replacements wait to be admitted. Horovod's front end
+// learns of new hosts from its driver's notification service (horovodrun), which braidrun
+// does not run; the core tells the same listener (the elastic State objects registered by
+// hvd.elastic.run) directly, so that their next commit() raises HostsUpdatedInterrupt on
+// every rank and the reset admits the replacements. Called from the core's own thread.
+static void notifyHostsAdded() {
+  if (!Py_IsInitialized()) return;
+  py::gil_scoped_acquire gil;
+  try {
+    py::object added = py::module_::import("horovod.runner.elastic.worker").attr("HostUpdateResult").attr("added");
+    py::object manager = py::module_::import("horovod.common.elastic").attr("notification_manager");
+    double now = py::module_::import("time").attr("time")().cast<double>();
+    manager.attr("handle_hosts_updated")(now, added);
+  } catch (py::error_already_set& e) {
+    std::fprintf(stderr, "braid horovod: could not tell Horovod's elastic loop that replacements wait: %s\n",
+                 e.what());
+  }
+}
+
 PYBIND11_MODULE(mpi_lib_v2, m) {
   m.doc() = "Horovod's native core for PyTorch, implemented by braid";
+  Core::instance().setJoinersNotifier(notifyHostsAdded);
   m.attr("built_with_torch") = BRAID_HVD_TORCH_VERSION;
   // Reductions: the dtypes braid reduces; data movement: every dtype, moved as bytes.
   const char* reduceTypes[] = {"IntTensor", "LongTensor", "HalfTensor", "FloatTensor", "DoubleTensor",

@@ -225,3 +225,54 @@ TEST_CASE("http kv: scope and key stay within characters a path needs no escapin
   }
   CHECK(c.put("br/aid", "k", "v", Deadline::after(1)).code() == Code::kInvalidArgument);
 }
+
+TEST_CASE("http kv: getOnce sends one request and waits for the answer, however long", "[bootstrap][http_kv]") {
+  // horovodrun's elastic driver holds rank_and_size until every worker has asked, and
+  // counts each request: a second one from the same worker would be counted twice.
+  std::atomic<int> holdMs{1500};
+  std::string answer = reply(200, "1,3,1,2,0,2");
+  std::string path;
+  ScriptedServer srv([&](const std::string&, const std::string& p, const std::string&) {
+    path = p;
+    std::this_thread::sleep_for(std::chrono::milliseconds(holdMs.load()));
+    return answer;
+  });
+  HttpKvClient c("127.0.0.1", srv.port());
+  auto v = c.getOnce("rank_and_size", "localhost:1", Deadline::after(30));
+  REQUIRE(v.isOk());
+  CHECK(v.value() == "1,3,1,2,0,2");
+  CHECK(path == "/rank_and_size/localhost:1");
+  CHECK(srv.requests() == 1);
+
+  // A 404 is not polled for: the driver answers this key or nothing.
+  holdMs = 0;
+  answer = reply(404);
+  auto missing = c.getOnce("rank_and_size", "localhost:1", Deadline::after(5));
+  REQUIRE_FALSE(missing.isOk());
+  CHECK(missing.status().code() == Code::kRemoteError);
+  CHECK(contains(missing.status().message(), "HTTP 404"));
+  CHECK(srv.requests() == 2);
+
+  // No answer by the deadline: a timeout naming the request, after that one request.
+  holdMs = 1500;
+  answer = reply(200, "0,1,0,1,0,1");
+  auto late = c.getOnce("rank_and_size", "localhost:1", Deadline::after(0.4));
+  REQUIRE_FALSE(late.isOk());
+  INFO(late.status().message());
+  CHECK(late.status().code() == Code::kTimeout);
+  CHECK(contains(late.status().message(), "GET /rank_and_size/localhost:1"));
+  CHECK(contains(late.status().message(), c.address()));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1300));
+  CHECK(srv.requests() == 3);
+}
+
+TEST_CASE("http kv: getOnce tries to connect until the deadline", "[bootstrap][http_kv]") {
+  HttpKvClient c("127.0.0.1", deadPort());
+  auto t0 = std::chrono::steady_clock::now();
+  auto v = c.getOnce("rank_and_size", "h:0", Deadline::after(0.5));
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  REQUIRE_FALSE(v.isOk());
+  CHECK(v.status().code() == Code::kTimeout);
+  CHECK(secs >= 0.45);
+  CHECK(secs < 3);
+}

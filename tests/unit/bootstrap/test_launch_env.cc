@@ -107,6 +107,23 @@ TEST_CASE("launch env: horovodrun --gloo", "[bootstrap][launch_env]") {
   CHECK(r0->storePort == 0);
   env["HOROVOD_ELASTIC"] = "0";
   CHECK(detect(env).isOk());
+  CHECK_FALSE(detect(env)->horovodElastic);
+  // horovodrun --min-np/--max-np: a later init asks its driver for its place, under its host
+  // name (Horovod's default "localhost" when it gives none).
+  env["HOROVOD_ELASTIC"] = "1";
+  auto el = detect(env);
+  REQUIRE(el.isOk());
+  CHECK(el->horovodElastic);
+  CHECK(el->hvdHostname == "localhost");
+  env["HOROVOD_HOSTNAME"] = "node7";
+  CHECK(detect(env)->hvdHostname == "node7");
+  env["BRAID_STORE_ADDR"] = "head:6000";
+  auto refused = detect(env);
+  REQUIRE_FALSE(refused.isOk());
+  CHECK(refused.status().message().find("unset BRAID_STORE_ADDR") != std::string::npos);
+  env.erase("BRAID_STORE_ADDR");
+  env.erase("HOROVOD_HOSTNAME");
+  env["HOROVOD_ELASTIC"] = "0";
 
   // BRAID_STORE_ADDR names the store outright; the key-value server is not used.
   env["BRAID_STORE_ADDR"] = "head:6000";
@@ -268,7 +285,6 @@ TEST_CASE("launch env: malformed values name the variable and value", "[bootstra
     checkFails(with(horovodEnv(), "HOROVOD_CROSS_RANK", "2"), {"HOROVOD_CROSS_RANK=2", "HOROVOD_CROSS_SIZE=2"});
     checkFails(with(horovodEnv(), "HOROVOD_CROSS_SIZE", "5"), {"HOROVOD_CROSS_SIZE=5", "HOROVOD_SIZE=4"});
     checkFails(with(horovodEnv(), "HOROVOD_CROSS_SIZE", "0"), {"HOROVOD_CROSS_SIZE='0'"});
-    checkFails(with(horovodEnv(), "HOROVOD_ELASTIC", "1"), {"HOROVOD_ELASTIC=1", "not supported"});
     checkFails(with(horovodEnv(), "HOROVOD_ELASTIC", "sometimes"), {"HOROVOD_ELASTIC='sometimes'"});
     checkFails(without(horovodEnv(), "HOROVOD_GLOO_RENDEZVOUS_ADDR"),
                {"HOROVOD_GLOO_RENDEZVOUS_ADDR is not set", "BRAID_STORE_ADDR"});
@@ -461,4 +477,38 @@ TEST_CASE("launch env: BRAID_STORE names an etcd store under every launcher", "[
   checkFails(bad, {"BRAID_STORE", "etcd://10.0.0.9:2379", "prefix"});
   bad["BRAID_STORE"] = "redis://h:1/x";
   checkFails(bad, {"BRAID_STORE", "redis://h:1/x"});
+}
+
+TEST_CASE("horovodrun's elastic answer to rank_and_size becomes the rank's place", "[launch]") {
+  LaunchEnv e;
+  e.rank = 3;
+  e.worldSize = 4;
+  int cross[2] = {-1, -1};
+  REQUIRE(parseHorovodSlot("rank_and_size", "2,5,0,2,1,3", &e, cross).isOk());
+  CHECK(e.rank == 2);
+  CHECK(e.worldSize == 5);
+  CHECK(e.localRank == 0);
+  CHECK(e.localSize == 2);
+  CHECK(cross[0] == 1);
+  CHECK(cross[1] == 3);
+  CHECK(e.kvKey == "store.n5");
+
+  auto fails = [&](const std::string& v, const char* needle) {
+    LaunchEnv x;
+    auto s = parseHorovodSlot("rank_and_size/h:0", v, &x, cross);
+    REQUIRE_FALSE(s.isOk());
+    CHECK(s.code() == Code::kInvalidArgument);
+    INFO(s.message());
+    CHECK(s.message().find("rank_and_size/h:0") != std::string::npos);
+    CHECK(s.message().find(needle) != std::string::npos);
+  };
+  fails("-1,-1,-1,-1,-1,-1", "removed this slot");
+  fails("5,5,0,1,0,1", "rank 5 of 5");
+  fails("0,2,2,2,0,1", "local 2 of 2");
+  fails("0,2,0,1,0,3", "cross 0 of 3");
+  fails("1,2,0,1,0", "six integers");
+  fails("1,2,0,1,0,1,7", "six integers");
+  fails("1,2,x,1,0,1", "six integers");
+  fails("", "six integers");
+  fails("1,,0,1,0,1", "six integers");
 }

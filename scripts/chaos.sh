@@ -24,6 +24,16 @@
 # each fault to each survivor's new communicator (p50/p99/max). STORE=etcd keeps the ranks'
 # store in an etcd the script starts (BRAID_STORE; Debian's etcd-server) instead of
 # braidrun's.
+#
+# MODE=netns runs each job across two emulated hosts (network namespaces joined by a bridge,
+# tests/netns/netns_run.sh; needs root), one or two ranks per host, shared memory within a
+# host and tcp between them, with one fault from FAULTS (default "linkdown kill stop delay"):
+# linkdown pulls host 1's cable (its port on the bridge goes down, so both sides see silence,
+# not an error) once every rank has completed a call, and every rank must then report an
+# error; kill and stop as above, of a random rank; delay adds DELAY (default 2ms) to every
+# packet leaving a host for the whole job, which must then finish with correct results and no
+# error. Reported as above, plus the namespaces left behind; exits 77 when no trial could
+# make its namespaces (no root, no veth).
 set -uo pipefail
 
 N=${1:-20}
@@ -162,6 +172,137 @@ for kind, v in lat.items():
 for b in bad:
     print(b)
 sys.exit(1 if failed or unfinished or lost or leftover or shm else 0)
+EOF2
+  exit $?
+fi
+
+if [[ ${MODE:-fault} == netns ]]; then
+  NETNS_RUN=${NETNS_RUN:-$ROOT/tests/netns/netns_run.sh}
+  export NFQ_DELAY=${NFQ_DELAY:-$BUILD/tests/netns/nfq_delay}
+  FAULTS=${FAULTS:-"linkdown kill stop delay"}
+  DELAY=${DELAY:-2ms}
+  pkill -9 -f "$RANKPROG" 2>/dev/null
+  echo "# chaos (netns): $N trials, seed $SEED, faults '$FAULTS', delay $DELAY, BRAID_TIMEOUT=$TIMEOUT, logs in $LOG"
+  start=$(date +%s)
+  for ((t = 1; t <= N; ++t)); do
+    pick coll "allreduce broadcast allgather reduce_scatter alltoall"
+    pick count "1 1000 65536"
+    pick rph "1 2"
+    pick fault "$FAULTS"
+    np=$((2 * rph))
+    victim=$((RANDOM % np))
+    at=$((2 + RANDOM % 20))
+    shm0=$(shmCount)
+    out=$LOG/trial-$t.log
+    envs=(BRAID_TIMEOUT=$TIMEOUT MP_COLL=$coll MP_CHECK=1)
+    # The survivors of a kill or stop report within BRAID_TIMEOUT and a second; netns_run
+    # gives them that before ending them.
+    nr=(--hosts 2 --ranks-per-host "$rph" --timeout "$WALL" --grace $((TIMEOUT + 3)) --tag-output)
+    t0=$(date +%s.%N)
+    case $fault in
+      kill | stop)
+        env "${envs[@]}" "$NETNS_RUN" "${nr[@]}" -- "$RANKPROG" "$fault" "$victim" "$at" "$count" >"$out" 2>&1
+        rc=$?
+        ;;
+      delay)
+        victim=-1
+        env "${envs[@]}" "$NETNS_RUN" "${nr[@]}" --delay "$DELAY" -- "$RANKPROG" none -1 $((at * 3)) "$count" \
+          >"$out" 2>&1
+        rc=$?
+        ;;
+      linkdown)
+        victim=-1
+        env "${envs[@]}" "$NETNS_RUN" "${nr[@]}" -- "$RANKPROG" external -1 0 "$count" >"$out" 2>&1 &
+        nrpid=$!
+        for ((w = 0; w < 400; ++w)); do
+          (($(grep -c "RUNNING rank=" "$out") >= np)) && break
+          kill -0 "$nrpid" 2>/dev/null || break
+          sleep 0.05
+        done
+        sleep "0.$((RANDOM % 10))"
+        sw=$(ip netns list | awk -v p="bnr-$nrpid-" 'index($1, p) == 1 && $1 ~ /-sw$/ { print $1 }')
+        # The fault's time on the clock the ranks' RESULT lines use (CLOCK_MONOTONIC).
+        [[ -n $sw ]] && python3 -c 'import subprocess, sys, time
+t = time.monotonic() * 1000
+subprocess.run(["ip", "-n", sys.argv[1], "link", "set", "h1", "down"], check=True)
+print("FAULT rank=-1 mono_ms=%.3f" % t)' "$sw" >"$out.fault"
+        wait "$nrpid"
+        rc=$?
+        cat "$out.fault" >>"$out" 2>/dev/null
+        rm -f "$out.fault"
+        ;;
+    esac
+    wall=$(awk -v a="$(date +%s.%N)" -v b="$t0" 'BEGIN { printf "%.2f", a - b }')
+    hung=0
+    [[ $rc == 124 ]] && hung=1
+    sleep 0.2
+    left=$(leftovers)
+    [[ $left -gt 0 ]] && pkill -9 -f "$RANKPROG"
+    netns_left=$(ip netns list 2>/dev/null | grep -c "^bnr-")
+    shm1=$(shmCount)
+    echo "TRIAL $t coll=$coll count=$count transport=netns np=$np victim=$victim fault=$fault at=$at rc=$rc" \
+      "hung=$hung wall_s=$wall leftover_procs=$left shm_delta=$((shm1 - shm0)) netns_left=$netns_left" >>"$out"
+  done 2>>"$LOG/shell.log"
+  python3 - "$LOG" "$N" "$TIMEOUT" "$(($(date +%s) - start))" <<'EOF2'
+import glob, re, sys
+log, n, timeout, took = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+lat = {"linkdown": [], "kill": [], "stop": []}
+hangs = unreported = wrong = leftover = shm = netns = spurious = skipped = 0
+bad = []
+for path in sorted(glob.glob(log + "/trial-*.log"), key=lambda p: int(re.search(r"(\d+)\.log$", p).group(1))):
+    text = open(path, errors="replace").read()
+    m = re.search(r"TRIAL (\d+) .*np=(\d+) victim=(-?\d+) fault=(\w+) .*rc=(\d+) hung=(\d) .*leftover_procs=(\d+) "
+                  r"shm_delta=(-?\d+) netns_left=(\d+)", text)
+    if not m:
+        continue
+    trial, np_, victim, fault, rc, hung, left, dshm, nsl = m.groups()
+    np_, rc, hung, left, dshm, nsl = int(np_), int(rc), int(hung), int(left), int(dshm), int(nsl)
+    if rc == 77:
+        skipped += 1
+        bad.append(f"trial {trial}: skipped, netns_run cannot run here ({path})")
+        continue
+    problems = []
+    results = {int(r): float(t) for r, t in re.findall(r"RESULT rank=(\d+) code=\d+ failed_rank=-?\d+ elapsed_ms=\d+ mono_ms=([\d.]+)", text)}
+    fm = re.search(r"FAULT rank=-?\d+ mono_ms=([\d.]+)", text)
+    if "WRONG" in text:
+        wrong += 1; problems.append("wrong result")
+    if hung:
+        hangs += 1; problems.append("hang")
+    if fault == "delay":
+        done = len(re.findall(r"DONE rank=\d+", text))
+        if rc != 0 or done != np_ or results:
+            spurious += 1; problems.append(f"a job across a slow link failed (exit {rc}, {done} of {np_} done)")
+    else:
+        expect = np_ if fault == "linkdown" else np_ - 1
+        missing = expect - len(results)
+        if not fm:
+            problems.append("no fault injected")
+        elif missing > 0:
+            unreported += missing; problems.append(f"{missing} rank(s) without an error")
+        if fm:
+            lat[fault].extend(t - float(fm.group(1)) for t in results.values())
+    if left:
+        leftover += left; problems.append(f"{left} leftover process(es)")
+    if dshm > 0:
+        shm += dshm; problems.append(f"{dshm} /dev/shm entries left")
+    if nsl:
+        netns += nsl; problems.append(f"{nsl} namespaces left")
+    if problems:
+        bad.append(f"trial {trial} ({fault}): " + ", ".join(problems) + f" ({path})")
+def pct(v, p):
+    v = sorted(v)
+    return v[min(len(v) - 1, int(round(p / 100 * (len(v) - 1))))] if v else float("nan")
+print(f"netns trials {n} in {took} s; hangs {hangs}; ranks without an error {unreported}; wrong results {wrong}; "
+      f"slow-link jobs that failed {spurious}; leftover processes {leftover}; /dev/shm entries left {shm}; "
+      f"namespaces left {netns}; skipped {skipped}")
+for fault, v in lat.items():
+    if v:
+        print(f"fault to error, {fault} ({len(v)} ranks): p50 {pct(v, 50):.0f} ms, p99 {pct(v, 99):.0f} ms, max {max(v):.0f} ms")
+for b in bad:
+    print(b)
+if skipped == n:
+    sys.exit(77)  # this machine cannot make the namespaces: nothing was tried
+sys.exit(1 if hangs or unreported or wrong or spurious or leftover or shm or netns else 0)
 EOF2
   exit $?
 fi

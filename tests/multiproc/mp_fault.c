@@ -1,6 +1,11 @@
 /* Fault injection under braidrun. Usage: mp_fault MODE VICTIM ITER [COUNT]
  *   MODE: kill (SIGKILL), stop (SIGSTOP), exit (_exit(3)), abort (braidCommAbort),
- *         initkill (SIGKILL ITER milliseconds after starting, while joining)
+ *         initkill (SIGKILL ITER milliseconds after starting, while joining),
+ *         external (no rank injects anything: the fault comes from outside, a network link
+ *         taken down, and the loop runs until a call fails),
+ *         none (ITER iterations without a fault, then "DONE rank=R" and exit 0: a job that
+ *         must not fail, say across a slow link)
+ * Every rank prints "RUNNING rank=R" once its first call has completed.
  * Every rank runs allreduces of COUNT floats in a loop; the victim injects the fault at
  * iteration ITER. With initkill the rank is read from RANK (or BRAID_RANK) before joining,
  * and rank MP_LATE_RANK, if set, starts joining MP_LATE_MS milliseconds late, so the others
@@ -85,7 +90,12 @@ int main(int argc, char** argv) {
   float* in = calloc(count * (size_t)nranks, sizeof(float));
   float* out = calloc(count * (size_t)nranks, sizeof(float));
   for (int i = 0; i < 1000000; ++i) {
-    if (rank == victim && i == iter) {
+    if (!strcmp(mode, "none") && i == iter) {
+      printf("DONE rank=%d\n", rank);
+      braidCommDestroy(comm);
+      return 0;
+    }
+    if (rank == victim && i == iter && strcmp(mode, "external") != 0) {
       printf("FAULT rank=%d mono_ms=%.3f\n", rank, nowMs());
       fflush(stdout);
       if (!strcmp(mode, "kill")) raise(SIGKILL);
@@ -134,6 +144,10 @@ int main(int argc, char** argv) {
           return 2;
         }
       }
+    }
+    if (r == braidSuccess && i == 0) {
+      printf("RUNNING rank=%d\n", rank);
+      fflush(stdout);
     }
     if (r != braidSuccess) {
       double t1 = nowMs();

@@ -232,6 +232,14 @@ StatusOr<LaunchEnv> fromBraid(const Getenv& getenv) {
 // address of its own HTTP key-value server, but no port for anyone else: rank 0 picks one
 // and publishes it there. The key carries the world size, so a job whose size disagrees
 // between ranks waits on different keys and times out rather than meeting wrongly.
+// horovodrun's elastic driver clears its key-value server at every reset, and the job meets
+// there afresh; a store of its own would hold the previous epoch's keys.
+Status elasticWithStore(const char* var) {
+  return invalidArgument(std::string("horovod launch: HOROVOD_ELASTIC=1 (horovodrun --min-np/--max-np) finds the "
+                                     "store through horovodrun's key-value server, which starts afresh at every "
+                                     "reset; unset ") + var);
+}
+
 StatusOr<LaunchEnv> fromHorovod(const Getenv& getenv) {
   LaunchEnv e;
   e.source = "horovod";
@@ -257,18 +265,14 @@ StatusOr<LaunchEnv> fromHorovod(const Getenv& getenv) {
   if (externalStore(getenv, &e, &external)) {
     BRAID_RETURN_IF_ERROR(external);
     if (elastic)
-      return invalidArgument("horovod launch: HOROVOD_ELASTIC=1 (horovodrun --min-np/--max-np) finds the store "
-                             "through horovodrun's key-value server, which starts afresh at every reset; unset "
-                             "BRAID_STORE");
+      return elasticWithStore("BRAID_STORE");
     return e;
   }
   e.rankZeroServes = true;
   e.serveStore = e.rank == 0;
   if (const char* addr = lookup(getenv, "BRAID_STORE_ADDR")) {
     if (elastic)
-      return invalidArgument("horovod launch: HOROVOD_ELASTIC=1 (horovodrun --min-np/--max-np) finds the store "
-                             "through horovodrun's key-value server, which starts afresh at every reset; unset "
-                             "BRAID_STORE_ADDR");
+      return elasticWithStore("BRAID_STORE_ADDR");
     BRAID_RETURN_IF_ERROR(parseStoreAddr("BRAID_STORE_ADDR", addr, &e.storeHost, &e.storePort));
     return e;
   }

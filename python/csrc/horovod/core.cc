@@ -290,15 +290,9 @@ bool Core::init(const std::vector<int32_t>& ranks, const std::vector<std::vector
     // environment asks it); braid's recovery is for braidrun --min-np.
     elastic_ = el && std::string(el) == "1" && !(hel && std::string(hel) == "1");
     std::unique_ptr<braid::Communicator> world;
-    if (kept_) {
-      auto kept = std::move(kept_);
-      if (elastic_) {
-        world = recover(std::move(kept));
-      } else {
-        kept.reset();
-      }
-    }
-    bool recovered = world != nullptr;
+    if (kept_ && elastic_) world = recover(std::move(kept_));
+    kept_.reset();  // kept by an elastic run this process no longer is
+    const bool recovered = world != nullptr;
     if (!world) world = std::make_unique<braid::Communicator>(braid::Communicator::fromEnv());
     if (!ranks.empty() && !recovered) {
       auto it = std::find(ranks.begin(), ranks.end(), world->rank());

@@ -198,6 +198,8 @@ Status createUniqueId(braidUniqueId* id) {
 }
 
 Session::~Session() {
+  // Nothing may ask the communicator where it is once it starts going away.
+  if (announced_) core::removeLiveStatus(comm_.get());
   // Enqueued device work runs the communicator: it goes first (its proxy finishes what the
   // streams have reached, bounded by the timeout).
   deviceQueue_.reset();
@@ -228,6 +230,27 @@ Session::~Session() {
   }
   store_.reset();
   server_.reset();
+}
+
+void Session::announce() {
+  // braid's own TCP store only: an etcd cluster or a caller's store (PyTorch's) has no
+  // server-side waits to park the responder in.
+  if (!comm_ || storeId_.port == 0 || storeId_.host.empty() || storeId_.nonce == bootstrap::kEtcdStoreNonce ||
+      !comm_->config().liveStatus)
+    return;
+  const bootstrap::UniqueId id = storeId_;
+  const bool tls = comm_->config().tls && id.key.present;
+  core::addLiveStatus(
+      id.host + ":" + std::to_string(id.port) + "#" + std::to_string(id.nonce),
+      [id, tls]() -> StatusOr<std::unique_ptr<bootstrap::Store>> {
+        BRAID_ASSIGN_OR_RETURN(auto c, bootstrap::TcpStoreClient::connect(
+                                           id.host, id.port, id.nonce, Deadline::after(5),
+                                           bootstrap::TcpStoreClient::kDefaultOpTimeoutSec, id.key, tls));
+        c->setQuiet();  // the store going away ends the responder, which is not news
+        return std::unique_ptr<bootstrap::Store>(std::move(c));
+      },
+      comm_.get());
+  announced_ = true;
 }
 
 void Session::countLive(int delta) {
@@ -340,6 +363,7 @@ StatusOr<std::unique_ptr<Session>> Session::fromEnv(double timeoutSec, std::shar
   s->storeId_.port = env.storePort;
   s->storeId_.nonce = generation;
   s->storeId_.key = key.value();
+  s->announce();
   return s;
 }
 
@@ -392,6 +416,7 @@ StatusOr<std::unique_ptr<Session>> Session::fromUniqueId(const braidUniqueId& id
   opts.cancel = std::move(cancel);
   BRAID_ASSIGN_OR_RETURN(auto s, join(std::shared_ptr<bootstrap::Store>(std::move(client)), rank, nranks, std::move(opts)));
   s->storeId_ = u;
+  s->announce();
   return s;
 }
 
@@ -835,6 +860,7 @@ StatusOr<std::unique_ptr<Session>> Session::split(const char* fn, int color, int
   if (!c.isOk()) return c.status().withContext(std::string(fn) + " on rank " + std::to_string(comm_->rank()));
   if (!c.value()) return std::unique_ptr<Session>();
   child->comm_ = std::move(c).value();
+  child->announce();
   return child;
 }
 
@@ -887,6 +913,7 @@ StatusOr<std::unique_ptr<Session>> Session::shrink(const char* fn, const std::ve
   auto c = comm_->shrink(exclude, abortPending);
   if (!c.isOk()) return c.status().withContext(std::string(fn) + " on rank " + std::to_string(comm_->rank()));
   child->comm_ = std::move(c).value();
+  child->announce();
   return child;
 }
 
@@ -937,6 +964,7 @@ StatusOr<std::unique_ptr<Session>> Session::grow(const char* fn, int newSize, co
   auto c = comm_->grow(u.growToken, newSize);
   if (!c.isOk()) return c.status().withContext(std::string(fn) + " on rank " + std::to_string(comm_->rank()));
   child->comm_ = std::move(c).value();
+  child->announce();
   return child;
 }
 
@@ -979,6 +1007,7 @@ StatusOr<std::unique_ptr<Session>> Session::joinGrowWith(std::shared_ptr<bootstr
   s->storeId_ = u;
   s->storeId_.growToken = 0;
   BRAID_ASSIGN_OR_RETURN(s->comm_, core::Communicator::joinGrow(s->store_, u.growToken, newSize, rank, std::move(opts)));
+  s->announce();
   return s;
 }
 

@@ -181,6 +181,9 @@ class Session {
   // Records one more live session of this job in the store (see ~Session); nothing unless
   // trackLive_.
   void countLive(int delta);
+  // Lets braid-info --status ask this communicator where it is (core/live_status.h), when
+  // its store is braid's TCP store and BRAID_LIVE_STATUS allows.
+  void announce();
   // Resolves `a.op` (a plain op or a pre-multiplied sum) into `req`.
   // "fn on rank r: ", the prefix of every argument error, built only when one is reported.
   struct CallSite {
@@ -198,6 +201,7 @@ class Session {
   std::string rootPrefix_ = "braid";
   bool trackLive_ = false;
   bool counted_ = false;
+  bool announced_ = false;  // registered with the live-status responder
   std::mutex deviceMu_;
   std::unique_ptr<device::DeviceQueue> deviceQueue_;  // made by the first device call
   // deviceQueue_.get() once made, for host calls to check without taking deviceMu_.

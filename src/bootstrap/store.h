@@ -43,6 +43,11 @@ class Store {
   // naming a missing key otherwise. The default calls get() per key; a networked store
   // overrides it to fetch all values in one round trip (allGather at scale needs that).
   virtual StatusOr<std::vector<std::string>> multiGet(const std::vector<std::string>& keys, Deadline deadline);
+
+  // Makes a call blocked on this client return at once with an error, and every later call
+  // fail: for a thread that must stop while it waits in the store. Any thread. The default
+  // does nothing (a store whose calls never wait long).
+  virtual void interrupt() {}
 };
 
 // Every rank's `value` for `prefix`, in rank order, once all `nranks` have published.

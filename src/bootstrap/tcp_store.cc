@@ -1051,14 +1051,24 @@ Status TcpStoreClient::startTls(const AuthKey& key, const std::string& binding) 
 
 Status TcpStoreClient::lose(const std::string& why) {
   tls_.reset();
-  if (fd_ >= 0) {
-    close(fd_);
-    fd_ = -1;
+  {
+    std::lock_guard<std::mutex> lock(fdMu_);
+    if (fd_ >= 0) {
+      close(fd_);
+      fd_ = -1;
+    }
   }
-  broken_ = Status(Code::kRemoteError, "store at " + address_ + " is unreachable: " + why);
+  const bool asked = interrupted_.load();
+  broken_ = Status(Code::kRemoteError, "store at " + address_ + " is unreachable: " + (asked ? "interrupted" : why));
   inbuf_.clear();
-  BRAID_WARN("%s", broken_.message().c_str());
+  if (!asked && !quiet_.load()) BRAID_WARN("%s", broken_.message().c_str());
   return broken_;
+}
+
+void TcpStoreClient::interrupt() {
+  std::lock_guard<std::mutex> lock(fdMu_);
+  interrupted_.store(true);
+  if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
 }
 
 Status TcpStoreClient::readReply(Deadline deadline, proto::Reply* reply, bool* timedOut) {

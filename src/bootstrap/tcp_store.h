@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <atomic>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -101,6 +102,11 @@ class TcpStoreClient : public Store {
   StatusOr<bool> check(const std::vector<std::string>& keys, Deadline deadline = Deadline()) override;
   StatusOr<bool> deleteKey(const std::string& key, Deadline deadline = Deadline()) override;
   StatusOr<std::vector<std::string>> multiGet(const std::vector<std::string>& keys, Deadline deadline) override;
+  // Shuts the connection down under a blocked call (which then fails, quietly); later calls
+  // fail at once.
+  void interrupt() override;
+  // A lost connection is not logged (a client whose loss its owner expects and handles).
+  void setQuiet() { quiet_ = true; }
 
   // "host:port", for messages. Thread-safe.
   const std::string& address() const { return address_; }
@@ -132,7 +138,10 @@ class TcpStoreClient : public Store {
   const std::string address_;
   const double opTimeoutSec_;
   std::mutex mu_;
-  int fd_ = -1;           // guarded by mu_; -1 once the connection is lost
+  std::mutex fdMu_;       // orders interrupt()'s shutdown against lose()'s close
+  std::atomic<bool> interrupted_{false};
+  std::atomic<bool> quiet_{false};
+  int fd_ = -1;           // guarded by mu_ (written under fdMu_ too); -1 once the connection is lost
   Status broken_;         // guarded by mu_; why the connection was lost
   int owedReplies_ = 0;   // guarded by mu_; replies to requests we stopped waiting for
   bool closedByPeer_ = false;  // guarded by mu_; the store closed or reset the connection

@@ -765,6 +765,7 @@ Status Communicator::connect() {
     return l;
   };
   links_.assign(static_cast<size_t>(nchannels_), emptyLinks());
+  waitNotes_.reset(new exec::WaitNote[static_cast<size_t>(nchannels_)]);
   meshLinks_ = emptyLinks();
   if (nranks_ == 1) return Status::ok();
 
@@ -1004,6 +1005,7 @@ void Communicator::runChannel(const std::shared_ptr<Op>& op, int channel) {
     ctx.streamOutput = op->outputBytes_ >= kStreamOutputBytes;
     ctx.abortFlag = &abortFlag_;
     ctx.healthCheck = [this](Deadline d) { return healthCheck(d); };
+    if (waitNotes_ && channel < nchannels_) ctx.waitNote = &waitNotes_[channel];
     uint64_t peerTag = 0;
     ctx.mismatchTag = &peerTag;
     // Channel 0's thread owns both connection sets' channel-0 links: a long wait there looks
@@ -1048,6 +1050,39 @@ void Communicator::workerLoop(int channel) {
 }
 
 // ---------------------------------------------------------------- failures
+
+LiveState Communicator::liveState() const {
+  LiveState s;
+  s.comm = opts_.keyPrefix;
+  s.rank = rank_;
+  s.nranks = nranks_;
+  s.epoch = epoch_;
+  s.pid = static_cast<int>(getpid());
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) == 0) s.host = host;
+  const FlightRecorder::Current cur = recorder_.current();
+  s.busy = cur.busy;
+  s.running = cur.running;
+  s.op = cur.op;
+  if (cur.sinceNs) s.opSeconds = (FlightRecorder::clockNanos() - cur.sinceNs) / 1e9;
+  // The longest wait of any channel names the peer this rank depends on most.
+  const int64_t now = nowNanos();
+  for (int c = 0; waitNotes_ && c < nchannels_; ++c) {
+    const exec::WaitNote& n = waitNotes_[c];
+    const int peer = n.peer.load(std::memory_order_acquire);
+    if (peer < 0) continue;
+    const double waited = (now - n.sinceNs.load(std::memory_order_relaxed)) / 1e9;
+    if (s.waitingOn >= 0 && waited <= s.waitSeconds) continue;
+    static const char* const kWhat[] = {"receive from", "send to", "flush data to"};
+    s.waitingOn = peer;
+    s.waitWhat = kWhat[std::min(2, std::max(0, n.what.load(std::memory_order_relaxed)))];
+    s.waitSeconds = waited;
+    s.channel = c;
+  }
+  const Status b = brokenStatus();
+  if (!b.isOk()) s.failed = b.toString();
+  return s;
+}
 
 Status Communicator::brokenStatus() const {
   if (!brokenFlag_.load(std::memory_order_acquire)) return Status::ok();

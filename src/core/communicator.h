@@ -28,6 +28,7 @@
 #include "plan/cost_model.h"
 #include "topology/cluster.h"
 #include "core/flight_recorder.h"
+#include "core/live_status.h"
 #include "topology/graph.h"
 #include "transports/transport.h"
 
@@ -92,6 +93,7 @@ class Communicator {
   ~Communicator();
 
   int rank() const { return rank_; }
+  const Config& config() const { return opts_.config; }
   int size() const { return nranks_; }
   // BRAID_TIMEOUT (or the configured timeout), in seconds.
   double timeoutSeconds() const { return opts_.config.timeoutSec; }
@@ -158,6 +160,10 @@ class Communicator {
 
   // The error that broke the communicator, or Ok.
   Status brokenStatus() const;
+  // What this rank is doing now, for a live view of the job (braid-info --status), from any
+  // thread: the operation in flight and whom each channel has waited for longer than 100 ms,
+  // or "not in a collective" and the last one completed.
+  LiveState liveState() const;
   // Whether a call to the store failed (timed out or lost the connection): the store's
   // host is dead or stalled, and teardown should not wait on it.
   bool storeLost() const { return storeLostFlag_.load(std::memory_order_acquire); }
@@ -247,6 +253,7 @@ class Communicator {
   std::vector<std::unique_ptr<transport::Transport>> transports_;
   std::vector<std::unique_ptr<transport::Connection>> connections_;
   std::vector<exec::ChannelLinks> links_;                 // per channel: ring neighbours
+  std::unique_ptr<exec::WaitNote[]> waitNotes_;           // per channel, for liveState()
   std::vector<std::unique_ptr<transport::Transport>> meshTransports_;
   exec::ChannelLinks meshLinks_;                           // every peer, small slots
   algorithms::Layout layout_;

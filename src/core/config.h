@@ -38,6 +38,7 @@ struct Config {
   bool blocking = true;        // BRAID_COMM_BLOCKING: the C API's default mode (braidConfig_t)
   bool probe = true;           // BRAID_PROBE: measure the inter-host link at init
   bool tls = false;            // BRAID_TLS: TLS on tcp data connections (needs the job key)
+  bool liveStatus = true;      // BRAID_LIVE_STATUS: answer braid-info --status
   std::string hostId;         // "" = hostname + boot id
   std::string topoFile;       // load the topology from this file instead of discovering it
   std::string topoDumpFile;   // write the topology braid sees to this JSON file

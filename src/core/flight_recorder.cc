@@ -142,6 +142,42 @@ std::string FlightRecorder::lastCompleted() const {
   return e ? "#" + std::to_string(lastDone_) + " " + describeCall(e->shape) : "#" + std::to_string(lastDone_);
 }
 
+int64_t FlightRecorder::clockNanos() { return coarseNanos(); }
+
+FlightRecorder::Current FlightRecorder::current() const {
+  Entry pending;
+  bool busy = false;
+  Entry done;
+  bool haveDone = false;
+  {
+    Lock lock(busy_);
+    for (const Entry* e : ordered()) {
+      if (e->state == State::kQueued || e->state == State::kRunning) {
+        pending = *e;
+        busy = true;
+        break;
+      }
+    }
+    if (!busy && anyDone_) {
+      if (const Entry* e = find(lastDone_)) {
+        done = *e;
+        haveDone = true;
+      }
+    }
+  }
+  Current c;
+  if (busy) {
+    c.busy = true;
+    c.running = pending.state == State::kRunning;
+    c.op = "#" + std::to_string(pending.seq) + " " + describeCall(pending.shape);
+    c.sinceNs = pending.queuedNs;
+  } else if (haveDone) {
+    c.op = "#" + std::to_string(done.seq) + " " + describeCall(done.shape);
+    c.sinceNs = done.endNs;
+  }
+  return c;
+}
+
 std::vector<const FlightRecorder::Entry*> FlightRecorder::ordered() const {
   std::vector<const Entry*> v;
   for (const Entry& e : ring_)

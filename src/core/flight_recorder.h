@@ -54,6 +54,19 @@ class FlightRecorder {
   std::string describe(uint32_t seq) const;
   // The newest operation that completed here, described as above; "" when none has.
   std::string lastCompleted() const;
+  // What is in flight now, for a live view: the oldest operation not finished (`busy`), with
+  // whether it runs yet and since when it was queued; otherwise the newest completed, and
+  // when it ended (sinceNs 0 when none has). Times on the coarse monotonic clock.
+  struct Current {
+    bool busy = false;
+    bool running = false;
+    std::string op;  // "#41 allreduce count=1000 float sum", "" when nothing was recorded
+    int64_t sinceNs = 0;
+  };
+  Current current() const;
+  // The clock current() and the records use (CLOCK_MONOTONIC_COARSE, in ns).
+  static int64_t clockNanos();
+
   // Oldest first: one line per operation with its state and times (ms since it was queued).
   std::string text() const;
   // The same as a JSON array of objects.

@@ -367,6 +367,12 @@ class ChannelRunner {
     }
     if (ctx_.healthCheck && now >= nextHealthNs_) {
       nextHealthNs_ = now + kHealthPeriodNs;
+      if (ctx_.waitNote && !noted_ && peer >= 0) {
+        ctx_.waitNote->what.store(what[0] == 'r' ? 0 : what[0] == 's' ? 1 : 2, std::memory_order_relaxed);
+        ctx_.waitNote->sinceNs.store(waitStartNs_, std::memory_order_relaxed);
+        ctx_.waitNote->peer.store(peer, std::memory_order_release);
+        noted_ = true;
+      }
       BRAID_RETURN_IF_ERROR(ctx_.healthCheck(ctx_.deadline));
       if (waitStartNs_ && now - waitStartNs_ >= kLongWaitNs) {
         if (!longWaitSeen_ && ctx_.longWait) ctx_.longWait();
@@ -400,7 +406,19 @@ class ChannelRunner {
     return waitLoop(c, forSend, slot, landing, bytes);
   }
 
+  // Clears the wait note, when one was written, as the wait it describes ends.
+  struct NoteGuard {
+    ChannelRunner* r;
+    ~NoteGuard() {
+      if (r->noted_) {
+        r->ctx_.waitNote->peer.store(-1, std::memory_order_release);
+        r->noted_ = false;
+      }
+    }
+  };
+
   Status waitLoop(Connection* c, bool forSend, Slot* slot, void* landing, size_t bytes) {
+    NoteGuard guard{this};
     auto attempt = [&]() { return tryOnce(c, forSend, slot, landing, bytes); };
     Status st;
     const char* what = forSend ? "send to" : "receive from";
@@ -461,6 +479,7 @@ class ChannelRunner {
   }
 
   Status flushAll() {
+    NoteGuard guard{this};
     waitStartNs_ = nowNanos();
     for (uint32_t iter = 1;; ++iter) {
       BRAID_RETURN_IF_ERROR(progressAll());
@@ -516,6 +535,7 @@ class ChannelRunner {
   int64_t nextHealthNs_ = 0;
   int64_t waitStartNs_ = 0;    // when the current wait began
   bool longWaitSeen_ = false;  // RunContext::longWait was called
+  bool noted_ = false;         // the current wait is in ctx_.waitNote
 };
 
 }  // namespace

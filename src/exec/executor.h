@@ -36,6 +36,15 @@ struct WaitPolicy {
   int yieldMicros = 100;
 };
 
+// What a channel is waiting for right now, for a live view of a running job (braid-info
+// --status) read from another thread. Written only once a wait has lasted a health-check
+// period (100 ms), so short waits cost nothing; cleared when that wait ends.
+struct WaitNote {
+  std::atomic<int> peer{-1};          // the rank waited for; -1 when not waiting
+  std::atomic<int> what{0};           // 0 receive from, 1 send to, 2 flush data to
+  std::atomic<int64_t> sinceNs{0};    // when the wait began (nowNanos)
+};
+
 struct RunContext {
   int rank = 0;
   size_t sliceBytes = 512 * 1024;  // identical on every rank: both ends cut the same slices
@@ -59,6 +68,8 @@ struct RunContext {
   const ChannelLinks* otherLinks = nullptr;
   // Called once per channel run when a wait has lasted kLongWaitNs.
   std::function<void()> longWait;
+  // Where this channel notes a long wait (null: nowhere).
+  WaitNote* waitNote = nullptr;
 };
 
 // How long a wait lasts before it looks for a mismatched peer (RunContext::otherLinks).

@@ -6,6 +6,9 @@
 //                         `braid-info --plan allreduce 8 1K 1M 1G --hosts 4 --latency 1ms`
 //   braid-info --scaling COLL SIZE [world] [--max-ranks N]
 //                         every algorithm's simulated time from 2 ranks up (docs/scaling.md)
+//   braid-info --status [PID | HOST:PORT] [--wait S] [--watch S]
+//                         where each rank of a running job is now, and which rank holds
+//                         the others up (core/live_status.h)
 // A world is --hosts H --ranks-per-host R [--channels C] [--transport T] [--latency T]
 // [--bandwidth B] [--simulate]; without one, a running job's WORLD_SIZE / LOCAL_WORLD_SIZE
 // (torchrun, braidrun) describe it, else one host of 8 ranks.
@@ -18,6 +21,10 @@
 #include <vector>
 
 #include "braid/braid.h"
+#include "bootstrap/job_file.h"
+#include "bootstrap/launch_env.h"
+#include "bootstrap/tcp_store.h"
+#include "core/live_status.h"
 #include "common/timeline.h"
 #include "core/config.h"
 #include "plan/planner.h"
@@ -107,10 +114,15 @@ void printUsage(FILE* f) {
                "       braid-info --plan COLL SIZE... [--hosts H] [--ranks-per-host R] [--channels C]\n"
                "                  [--transport T] [--latency 1ms] [--bandwidth 1.2G] [--simulate]\n"
                "       braid-info --scaling COLL SIZE [--ranks-per-host R] [--max-ranks N] [...]\n"
+               "       braid-info --status [PID | HOST:PORT] [--wait S] [--watch S]\n"
                "  (no argument)  version, reduction kernels, transports (built in and plugins), machine\n"
                "  --config       every environment knob: name, type, default, current value, help\n"
                "  --plan         the algorithm, channels and predicted time braid picks per size\n"
                "  --scaling      the same for growing rank counts\n"
+               "  --status       where each rank of a running job is now and which rank holds the\n"
+               "                 others up: braidrun's PID (default: this user's only braidrun job) or\n"
+               "                 the store's HOST:PORT with the job's BRAID_AUTH_KEY[_FILE]; --wait S\n"
+               "                 for answers (1 s), --watch S to ask again every S seconds\n"
                "  --timeline     merge the per-rank traces BRAID_TIMELINE=DIR wrote into one Chrome\n"
                "                 trace (default DIR/timeline.json; open in ui.perfetto.dev)\n"
                "  --version      braid's version\n");
@@ -332,6 +344,111 @@ void printTransports() {
     std::printf("  %-10s %s: not loaded: %s\n", failed.name.c_str(), failed.file.c_str(), failed.reason.c_str());
 }
 
+// The store of the job `target` names: a braidrun pid, HOST:PORT, or "" (this user's only
+// running braidrun job, else BRAID_STORE_ADDR); `title` says which job it is.
+braid::StatusOr<std::unique_ptr<braid::bootstrap::TcpStoreClient>> statusStore(const std::string& target,
+                                                                              std::string* title) {
+  using braid::Code;
+  using braid::Status;
+  namespace bs = braid::bootstrap;
+  std::string addr;
+  braid::AuthKey key;
+  bool tls = false;
+  const bool isAddr = target.find(':') != std::string::npos;
+  if (!isAddr) {
+    const int pid = target.empty() ? 0 : std::atoi(target.c_str());
+    if (!target.empty() && (pid <= 0 || target.find_first_not_of("0123456789") != std::string::npos))
+      return Status(Code::kInvalidArgument, "'" + target + "' is neither braidrun's pid nor HOST:PORT");
+    auto dir = bs::jobFileDir(false);
+    auto jobs = dir.isOk() ? bs::listJobFiles(pid) : braid::StatusOr<std::vector<bs::JobFile>>(dir.status());
+    const std::string where = dir.isOk() ? dir.value() : std::string("(") + dir.status().message() + ")";
+    if (jobs.isOk() && jobs.value().size() == 1) {
+      const bs::JobFile& j = jobs.value()[0];
+      addr = j.store;
+      key = j.key;
+      tls = j.tls;
+      *title = "braidrun job " + std::to_string(j.pid) + " (" + std::to_string(j.np) + " ranks, started " +
+               std::to_string(static_cast<long long>(time(nullptr)) - j.started) + " s ago): " + j.command;
+    } else if (pid > 0) {
+      return Status(Code::kInvalidArgument, "no running braidrun job with pid " + std::to_string(pid) +
+                                                " of this user in " + where);
+    } else if (jobs.isOk() && jobs.value().size() > 1) {
+      std::string list;
+      for (const auto& j : jobs.value()) list += "\n  " + std::to_string(j.pid) + "  " + j.command;
+      return Status(Code::kInvalidArgument, "several braidrun jobs run; name one by its pid:" + list);
+    } else if (const char* e = std::getenv("BRAID_STORE_ADDR"); e && *e) {
+      addr = e;
+    } else {
+      return Status(Code::kInvalidArgument, "no running braidrun job of this user in " + where +
+                                                "; give the store's HOST:PORT (with the job's BRAID_AUTH_KEY or "
+                                                "BRAID_AUTH_KEY_FILE)");
+    }
+  } else {
+    addr = target;
+  }
+  if (title->empty()) {
+    // Not a braidrun job's file: the key and TLS come from this environment, as a rank's.
+    *title = "job at " + addr;
+    BRAID_ASSIGN_OR_RETURN(key, braid::authKeyFromEnv());
+    auto cfg = braid::core::Config::fromEnv();
+    tls = cfg.isOk() && cfg.value().tls && key.present;
+  }
+  std::string host;
+  int port = 0;
+  BRAID_RETURN_IF_ERROR(bs::parseStoreAddress("the store address", addr, &host, &port));
+  // braidrun's store takes any nonce; a store rank 0 serves (torchrun, mpirun, Slurm) wants
+  // the number of its init: the first few are tried.
+  Status last;
+  for (uint64_t init = 0; init <= 64; ++init) {
+    const uint64_t nonce = init == 0 ? 0 : 0x6272616964000000ull + init;
+    auto c = bs::TcpStoreClient::connect(host, port, nonce, braid::Deadline::after(5), 10, key, tls);
+    if (c.isOk()) return c;
+    last = c.status();
+    if (last.message().find("nonce mismatch") == std::string::npos) break;
+  }
+  return last;
+}
+
+int printStatus(int argc, char** argv) {
+  std::string target;
+  double wait = 1.0, watch = 0;
+  for (int i = 2; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto number = [&](const char* flag) {
+      if (i + 1 >= argc) usage();
+      char* end = nullptr;
+      double v = std::strtod(argv[++i], &end);
+      if (*end || !(v > 0) || v > 3600) {
+        std::fprintf(stderr, "braid-info --status: %s '%s' must be a number of seconds in (0, 3600]\n", flag, argv[i]);
+        std::exit(2);
+      }
+      return v;
+    };
+    if (a == "--wait") wait = number("--wait");
+    else if (a == "--watch") watch = number("--watch");
+    else if (a.rfind("--", 0) == 0 || !target.empty()) usage();
+    else target = a;
+  }
+  std::string title;
+  auto store = statusStore(target, &title);
+  if (!store.isOk()) {
+    std::fprintf(stderr, "braid-info --status: %s\n", store.status().message().c_str());
+    return 1;
+  }
+  for (;;) {
+    auto states = braid::core::askLiveStatus(*store.value(), wait);
+    if (!states.isOk()) {
+      std::fprintf(stderr, "braid-info --status: %s\n", states.status().message().c_str());
+      return 1;
+    }
+    std::printf("%s\n%s", title.c_str(), braid::core::renderLiveStatus(states.value(), wait).c_str());
+    std::fflush(stdout);
+    if (watch <= 0) return 0;
+    usleep(static_cast<useconds_t>(watch * 1e6));
+    std::printf("\n");
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -363,6 +480,7 @@ int main(int argc, char** argv) {
   }
   if (argc > 1 && !std::strcmp(argv[1], "--plan")) return printPlan(argc, argv);
   if (argc > 1 && !std::strcmp(argv[1], "--scaling")) return printScaling(argc, argv);
+  if (argc > 1 && !std::strcmp(argv[1], "--status")) return printStatus(argc, argv);
   if (argc > 1) usage();
   std::printf("braid %d.%d.%d\n", BRAID_MAJOR, BRAID_MINOR, BRAID_PATCH);
   std::printf("reduction kernels: %s\n", braid::reduce::simdLevel());

@@ -69,6 +69,7 @@
 
 #include "braid/braid.h"
 #include "bootstrap/etcd_store.h"
+#include "bootstrap/job_file.h"
 #include "bootstrap/tcp_store.h"
 #include "bootstrap/unique_id.h"
 #include "common/clock.h"
@@ -487,8 +488,10 @@ class Launcher {
     }
     store_ = std::move(server).value();
     storeAddr_ = "127.0.0.1:" + std::to_string(store_->port());
+    writeJobFile();
 
     if (anyRemote_ && !remoteStoreAddrs()) {
+      if (!jobFile_.empty()) unlink(jobFile_.c_str());
       store_.reset();
       return 1;
     }
@@ -503,6 +506,7 @@ class Launcher {
       }
     }
     loop();
+    if (!jobFile_.empty()) unlink(jobFile_.c_str());
     store_.reset();
     if (lost_ > 0 && firstFailure_ < 0)
       std::fprintf(stderr, "braidrun: the job finished with %d rank(s), %d at its start; %d lost, %d replacement(s) started (--min-np %d)\n",
@@ -522,6 +526,25 @@ class Launcher {
     int crossSize = 1;
     bool remote = false;
   };
+
+  // Where `braid-info --status` finds this job's store (bootstrap/job_file.h). A job runs
+  // without it when the folder cannot be used, saying why once.
+  void writeJobFile() {
+    bootstrap::JobFile job;
+    job.pid = static_cast<int>(getpid());
+    job.store = storeAddr_;
+    job.key = key_;
+    job.tls = tls_;
+    job.np = opts_.np;
+    job.started = static_cast<long long>(time(nullptr));
+    for (const std::string& a : opts_.cmd) job.command += (job.command.empty() ? "" : " ") + a;
+    auto path = bootstrap::writeJobFile(job);
+    if (path.isOk()) {
+      jobFile_ = path.value();
+    } else {
+      std::fprintf(stderr, "braidrun: braid-info --status will not find this job: %s\n", path.status().message().c_str());
+    }
+  }
 
   bool isThisHost(const std::string& h) const {
     if (h == "localhost" || h.rfind("127.", 0) == 0 || h == "::1" || h == hostName_) return true;
@@ -1230,6 +1253,7 @@ class Launcher {
   int sigfd_ = -1;
   std::unique_ptr<bootstrap::TcpStoreServer> store_;
   std::string storeAddr_;
+  std::string jobFile_;  // this job's file for braid-info --status, "" when none
   std::string hostName_;  // HOROVOD_HOSTNAME of the ranks on this host
   std::vector<std::string> hostNames_;  // as given (-H / --hostfile), in placement order
   std::vector<Where> where_;            // by rank

@@ -4,7 +4,10 @@
  *         external (no rank injects anything: the fault comes from outside, a network link
  *         taken down, and the loop runs until a call fails),
  *         none (ITER iterations without a fault, then "DONE rank=R" and exit 0: a job that
- *         must not fail, say across a slow link)
+ *         must not fail, say across a slow link),
+ *         compute (the victim's own thread is away for MP_COMPUTE_MS milliseconds, 60000 by
+ *         default, as in a long step of its own, then goes on: the others wait for it; every
+ *         rank ends as with none three iterations later)
  * Every rank prints "RUNNING rank=R" once its first call has completed.
  * Every rank runs allreduces of COUNT floats in a loop; the victim injects the fault at
  * iteration ITER. With initkill the rank is read from RANK (or BRAID_RANK) before joining,
@@ -90,7 +93,7 @@ int main(int argc, char** argv) {
   float* in = calloc(count * (size_t)nranks, sizeof(float));
   float* out = calloc(count * (size_t)nranks, sizeof(float));
   for (int i = 0; i < 1000000; ++i) {
-    if (!strcmp(mode, "none") && i == iter) {
+    if ((!strcmp(mode, "none") && i == iter) || (!strcmp(mode, "compute") && i == iter + 3)) {
       printf("DONE rank=%d\n", rank);
       braidCommDestroy(comm);
       return 0;
@@ -101,6 +104,7 @@ int main(int argc, char** argv) {
       if (!strcmp(mode, "kill")) raise(SIGKILL);
       if (!strcmp(mode, "stop")) raise(SIGSTOP);
       if (!strcmp(mode, "exit")) _exit(3);
+      if (!strcmp(mode, "compute")) sleepMs(envInt("MP_COMPUTE_MS", 60000));
       if (!strcmp(mode, "abort")) {
         braidCommAbort(comm);
         printf("ABORTED rank=%d\n", rank);

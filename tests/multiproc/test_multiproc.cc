@@ -423,6 +423,32 @@ TEST_CASE("a stopped rank makes survivors time out", "[multiproc][chaos]") {
   }
 }
 
+TEST_CASE("braid-info --status shows where every rank is and which rank holds the others up", "[multiproc][status]") {
+  const std::string script = "bash " STATUS_JOB " " BRAIDRUN " " BRAID_INFO " " MP_DIR "/mp_fault ";
+  SECTION("a rank whose own thread is away: not in a collective, the others waiting on it") {
+    Run r = run(script + "compute 2 3");
+    INFO(r.out);
+    CHECK(r.out.find("communicator 'braid' (3 ranks, epoch 0): 3 of 3 answered") != std::string::npos);
+    CHECK(std::regex_search(r.out, std::regex(R"(rank 2  pid \d+ on \S+ +not in a collective; last completed #4 allreduce)")));
+    CHECK(std::regex_search(r.out, std::regex(R"(rank 0  pid \d+ on \S+ +in #5 allreduce count=\d+ float sum for [\d.]+ s; waiting [\d.]+ s to \w+)")));
+    CHECK(r.out.find("=> rank 2 holds up ranks 0, 1: it is not in a collective") != std::string::npos);
+    // Found by braidrun's pid and by the store's address with the job's key alike; refused without it.
+    CHECK(r.out.find("STATUS by pid\n  => rank 2 holds up ranks 0, 1") != std::string::npos);
+    CHECK(r.out.find("STATUS by address\n  => rank 2 holds up ranks 0, 1") != std::string::npos);
+    CHECK(r.out.find("authentication failed") != std::string::npos);
+    CHECK(r.out.find("JOB rc=0") != std::string::npos);  // the job goes on and ends well
+    CHECK(r.out.find("JOB FILE LEFT") == std::string::npos);
+  }
+  SECTION("a stopped rank: no answer, and the chain of waits ends at it") {
+    Run r = run("BRAID_TIMEOUT=6 " + script + "stop 1 4");
+    INFO(r.out);
+    CHECK(r.out.find("3 of 4 answered") != std::string::npos);
+    CHECK(r.out.find("  rank 1  no answer") != std::string::npos);
+    CHECK(r.out.find("=> rank 1 holds up ranks 0, 2, 3: it does not answer") != std::string::npos);
+    CHECK(r.out.find("JOB FILE LEFT") == std::string::npos);
+  }
+}
+
 // How long each survivor's braidCommDestroy took ("DESTROYED rank=R ms=T" from mp_fault).
 std::map<int, double> destroyTimes(const std::string& out) {
   std::map<int, double> m;

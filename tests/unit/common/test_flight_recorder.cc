@@ -77,3 +77,37 @@ TEST_CASE("the flight recorder's last completed operation survives sequence wrap
   rec.finished(0, true);
   CHECK(rec.lastCompleted() == "#0 broadcast count=2 float root=0");
 }
+
+TEST_CASE("the flight recorder says what is in flight now: the oldest unfinished, else the last done", "[flight]") {
+  FlightRecorder rec(8);
+  FlightRecorder::Current none = rec.current();
+  CHECK_FALSE(none.busy);
+  CHECK(none.op.empty());
+  CHECK(none.sinceNs == 0);
+  rec.queued(0, shape(C::kAllReduce, 10), 40, "ring", /*running=*/true);
+  rec.queued(1, shape(C::kBroadcast, 5, DataType::kInt32, ReduceOp::kSum, 1), 20, "chain");
+  FlightRecorder::Current c = rec.current();
+  CHECK(c.busy);
+  CHECK(c.running);
+  CHECK(c.op == "#0 allreduce count=10 float sum");
+  CHECK(c.sinceNs > 0);
+  CHECK(c.sinceNs <= FlightRecorder::clockNanos());
+  rec.finished(0, true);
+  c = rec.current();
+  CHECK(c.busy);
+  CHECK_FALSE(c.running);  // queued behind it, not started
+  CHECK(c.op == "#1 broadcast count=5 int32 root=1");
+  rec.started(1);
+  CHECK(rec.current().running);
+  rec.finished(1, true);
+  c = rec.current();
+  CHECK_FALSE(c.busy);
+  CHECK(c.op == "#1 broadcast count=5 int32 root=1");
+  CHECK(c.sinceNs > 0);
+  // A failed operation is not in flight any more, nor the last completed.
+  rec.queued(2, shape(C::kAllReduce, 3), 12, "ring", true);
+  rec.finished(2, false, 1);
+  c = rec.current();
+  CHECK_FALSE(c.busy);
+  CHECK(c.op == "#1 broadcast count=5 int32 root=1");
+}

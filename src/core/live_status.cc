@@ -1,0 +1,352 @@
+#include "core/live_status.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "common/log.h"
+#include "core/communicator.h"
+
+namespace braid::core {
+
+namespace {
+
+const std::string kRoot = "braid-status/";
+
+std::string clean(const std::string& v) {
+  std::string s = v;
+  for (char& c : s)
+    if (c == '\t' || c == '\n' || c == '\r') c = ' ';
+  return s;
+}
+
+std::string seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f s", s < 0 ? 0.0 : s);
+  return buf;
+}
+
+std::string fixed3(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3f", v);
+  return buf;
+}
+
+bool parseInt(const std::string& v, int* out) {
+  if (v.empty()) return false;
+  char* end = nullptr;
+  long x = std::strtol(v.c_str(), &end, 10);
+  if (*end || x < -1 || x > (1L << 30)) return false;
+  *out = static_cast<int>(x);
+  return true;
+}
+
+bool parseDouble(const std::string& v, double* out) {
+  if (v.empty()) return false;
+  char* end = nullptr;
+  double x = std::strtod(v.c_str(), &end);
+  if (*end || !(x >= -1) || x > 1e9) return false;
+  *out = x;
+  return true;
+}
+
+std::string rankList(const std::vector<int>& ranks) {
+  std::string s;
+  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
+  return s;
+}
+
+}  // namespace
+
+std::string LiveState::encode() const {
+  std::string s = "v=1\tcomm=" + clean(comm) + "\trank=" + std::to_string(rank) + "\tnranks=" + std::to_string(nranks) +
+                  "\tepoch=" + std::to_string(epoch) + "\tpid=" + std::to_string(pid) + "\thost=" + clean(host) +
+                  "\tbusy=" + (busy ? "1" : "0") + "\trunning=" + (running ? "1" : "0") + "\top=" + clean(op) +
+                  "\top_s=" + fixed3(opSeconds) + "\twaiting_on=" + std::to_string(waitingOn) +
+                  "\twait_what=" + clean(waitWhat) + "\twait_s=" + fixed3(waitSeconds) +
+                  "\tchannel=" + std::to_string(channel) + "\tfailed=" + clean(failed);
+  return s;
+}
+
+StatusOr<LiveState> LiveState::decode(const std::string& record) {
+  LiveState s;
+  std::set<std::string> seen;
+  size_t pos = 0;
+  auto bad = [&](const std::string& why) {
+    return Status(Code::kInvalidArgument, "live status record: " + why);
+  };
+  while (pos <= record.size()) {
+    size_t tab = record.find('\t', pos);
+    if (tab == std::string::npos) tab = record.size();
+    const std::string field = record.substr(pos, tab - pos);
+    pos = tab + 1;
+    const size_t eq = field.find('=');
+    if (eq == std::string::npos) return bad("field '" + field + "' has no '='");
+    const std::string k = field.substr(0, eq), v = field.substr(eq + 1);
+    seen.insert(k);
+    bool ok = true;
+    if (k == "v") ok = v == "1";
+    else if (k == "comm") s.comm = v;
+    else if (k == "rank") ok = parseInt(v, &s.rank) && s.rank >= 0;
+    else if (k == "nranks") ok = parseInt(v, &s.nranks) && s.nranks >= 1;
+    else if (k == "epoch") ok = parseInt(v, &s.epoch);
+    else if (k == "pid") ok = parseInt(v, &s.pid);
+    else if (k == "host") s.host = v;
+    else if (k == "busy") s.busy = v == "1";
+    else if (k == "running") s.running = v == "1";
+    else if (k == "op") s.op = v;
+    else if (k == "op_s") ok = parseDouble(v, &s.opSeconds);
+    else if (k == "waiting_on") ok = parseInt(v, &s.waitingOn);
+    else if (k == "wait_what") s.waitWhat = v;
+    else if (k == "wait_s") ok = parseDouble(v, &s.waitSeconds);
+    else if (k == "channel") ok = parseInt(v, &s.channel);
+    else if (k == "failed") s.failed = v;
+    // Unknown fields are a newer braid's: skipped.
+    if (!ok) return bad("field '" + field + "' is not valid");
+    if (tab == record.size()) break;
+  }
+  for (const char* k : {"v", "comm", "rank", "nranks"})
+    if (!seen.count(k)) return bad(std::string("no '") + k + "' field");
+  if (s.rank >= s.nranks) return bad("rank " + std::to_string(s.rank) + " is not below nranks " + std::to_string(s.nranks));
+  if (s.waitingOn >= s.nranks) return bad("waiting_on " + std::to_string(s.waitingOn) + " is not a rank");
+  return s;
+}
+
+std::string LiveState::describe() const {
+  if (!failed.empty()) return "failed: " + failed + (op.empty() ? "" : " (at " + op + ")");
+  if (!busy) {
+    if (op.empty()) return "not in a collective; none completed yet";
+    return "not in a collective; last completed " + op + (opSeconds >= 0 ? ", " + seconds(opSeconds) + " ago" : "");
+  }
+  std::string s = "in " + op + (running ? "" : " (queued)") + (opSeconds >= 0 ? " for " + seconds(opSeconds) : "");
+  if (waitingOn >= 0)
+    s += "; waiting " + seconds(waitSeconds) + " to " + waitWhat + " rank " + std::to_string(waitingOn) +
+         (channel >= 0 ? " (channel " + std::to_string(channel) + ")" : "");
+  return s;
+}
+
+std::string renderLiveStatus(const std::vector<LiveState>& states, double waitedSeconds) {
+  // Grouped by communicator and epoch, ranks in order; the last answer of a rank wins.
+  std::map<std::pair<std::string, int>, std::map<int, LiveState>> groups;
+  std::map<std::pair<std::string, int>, int> sizes;
+  for (const LiveState& s : states) {
+    auto id = std::make_pair(s.comm, s.epoch);
+    groups[id][s.rank] = s;
+    sizes[id] = std::max(sizes[id], s.nranks);
+  }
+  if (groups.empty()) return "no rank answered within " + seconds(waitedSeconds) + "\n";
+  std::string out;
+  for (const auto& [id, ranks] : groups) {
+    const int n = sizes[id];
+    out += "communicator '" + id.first + "' (" + std::to_string(n) + " ranks, epoch " + std::to_string(id.second) +
+           "): " + std::to_string(ranks.size()) + " of " + std::to_string(n) + " answered within " +
+           seconds(waitedSeconds) + "\n";
+    size_t width = 1;
+    for (const auto& [r, s] : ranks) width = std::max(width, std::to_string(s.pid).size() + s.host.size());
+    for (int r = 0; r < n; ++r) {
+      auto it = ranks.find(r);
+      std::string line = "  rank " + std::to_string(r) + "  ";
+      if (it == ranks.end()) {
+        line += "no answer (stopped, hung in the kernel, or its process or host is gone)";
+      } else {
+        std::string where = "pid " + std::to_string(it->second.pid) + " on " + it->second.host;
+        where.resize(std::max(where.size(), width + 8), ' ');
+        line += where + "  " + it->second.describe();
+      }
+      out += line + "\n";
+    }
+    // Follow every waiting rank's chain of waits to a rank that waits for no one.
+    std::map<int, std::vector<int>> heldBy;  // the rank at a chain's end -> the ranks behind it
+    std::set<int> cycles;
+    for (const auto& [r, s] : ranks) {
+      if (s.waitingOn < 0) continue;
+      std::set<int> path{r};
+      int at = s.waitingOn;
+      bool cycle = false;
+      for (;;) {
+        auto next = ranks.find(at);
+        if (next == ranks.end() || next->second.waitingOn < 0) break;
+        if (!path.insert(at).second) {
+          cycle = true;
+          break;
+        }
+        at = next->second.waitingOn;
+      }
+      if (cycle) {
+        cycles.insert(r);
+      } else {
+        heldBy[at].push_back(r);
+      }
+    }
+    for (const auto& [end, behind] : heldBy) {
+      auto it = ranks.find(end);
+      std::string why;
+      if (it == ranks.end()) {
+        why = "it does not answer";
+      } else if (!it->second.failed.empty()) {
+        why = "it failed";
+      } else if (!it->second.busy) {
+        why = "it is not in a collective (its caller is elsewhere: compute, I/O, another communicator)";
+      } else {
+        why = "it is " + it->second.describe();
+      }
+      out += "  => rank " + std::to_string(end) + " holds up rank" + (behind.size() > 1 ? "s " : " ") +
+             rankList(behind) + ": " + why + "\n";
+    }
+    if (!cycles.empty())
+      out += "  => ranks " + rankList(std::vector<int>(cycles.begin(), cycles.end())) +
+             " wait for each other in a cycle (mismatched calls?)\n";
+  }
+  return out;
+}
+
+StatusOr<std::vector<LiveState>> askLiveStatus(bootstrap::Store& store, double waitSeconds) {
+  const Deadline opDeadline = Deadline::after(10);
+  BRAID_ASSIGN_OR_RETURN(int64_t n, store.add(kRoot + "seq", 1, opDeadline));
+  const std::string req = kRoot + "req/" + std::to_string(n);
+  const std::string reply = kRoot + "reply/" + std::to_string(n) + "/";
+  BRAID_RETURN_IF_ERROR(store.set(req, "1", opDeadline));
+  usleep(static_cast<useconds_t>(std::max(0.0, waitSeconds) * 1e6));
+  BRAID_ASSIGN_OR_RETURN(int64_t count, store.add(reply + "count", 0, opDeadline));
+  std::vector<LiveState> states;
+  std::vector<std::string> keys{req, reply + "count"};
+  for (int64_t j = 1; j <= count; ++j) {
+    const std::string k = reply + std::to_string(j);
+    keys.push_back(k);
+    // Counted, so its record is on its way: a short wait for it.
+    auto v = store.get(k, Deadline::after(0.5));
+    if (!v.isOk()) continue;
+    auto s = LiveState::decode(v.value());
+    if (s.isOk()) {
+      states.push_back(std::move(s).value());
+    } else {
+      BRAID_WARN("braid-info --status: ignoring an answer: %s", s.status().message().c_str());
+    }
+  }
+  for (const std::string& k : keys) (void)store.deleteKey(k, Deadline::after(2));
+  return states;
+}
+
+// ---- responders ----
+
+namespace {
+
+struct Responder {
+  std::string storeKey;
+  std::function<StatusOr<std::unique_ptr<bootstrap::Store>>()> connect;
+  std::mutex mu;
+  std::unique_ptr<bootstrap::Store> client;  // under mu: set once by the thread
+  bool stop = false;                          // under mu
+  std::thread thread;
+};
+
+struct Registry {
+  std::mutex mu;
+  std::map<std::string, std::shared_ptr<Responder>> byStore;
+  std::map<const Communicator*, std::string> storeOf;
+};
+
+// Never destroyed: a process that exits without destroying its communicators leaves its
+// responders blocked in the store, where exit ends them (a destructor would have to join).
+Registry& registry() {
+  static Registry* r = new Registry();
+  return *r;
+}
+
+std::vector<std::string> snapshot(const std::string& storeKey) {
+  Registry& reg = registry();
+  std::lock_guard<std::mutex> lock(reg.mu);
+  std::vector<std::string> out;
+  for (const auto& [comm, key] : reg.storeOf)
+    if (key == storeKey) out.push_back(comm->liveState().encode());
+  return out;
+}
+
+void respond(std::shared_ptr<Responder> me) {
+  auto c = me->connect();
+  bootstrap::Store* store = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(me->mu);
+    if (me->stop) return;
+    if (!c.isOk()) {
+      BRAID_INFO("live status: no connection to the store %s: %s", me->storeKey.c_str(),
+                  c.status().message().c_str());
+      return;
+    }
+    me->client = std::move(c).value();
+    store = me->client.get();
+  }
+  auto seq = store->add(kRoot + "seq", 0);
+  if (!seq.isOk()) return;
+  int64_t next = seq.value() + 1;
+  for (;;) {
+    auto got = store->get(kRoot + "req/" + std::to_string(next), Deadline::after(60));
+    {
+      std::lock_guard<std::mutex> lock(me->mu);
+      if (me->stop) return;
+    }
+    if (!got.isOk()) {
+      if (got.status().code() == Code::kTimeout) continue;
+      return;  // the store is gone: nobody can ask any more
+    }
+    const std::string reply = kRoot + "reply/" + std::to_string(next) + "/";
+    for (const std::string& record : snapshot(me->storeKey)) {
+      auto j = store->add(reply + "count", 1);
+      if (!j.isOk()) return;
+      if (!store->set(reply + std::to_string(j.value()), record).isOk()) return;
+    }
+    // Several requests while this one was answered: answer the newest next.
+    auto now = store->add(kRoot + "seq", 0);
+    if (!now.isOk()) return;
+    next = std::max(next + 1, now.value());
+  }
+}
+
+}  // namespace
+
+void addLiveStatus(const std::string& storeKey,
+                   std::function<StatusOr<std::unique_ptr<bootstrap::Store>>()> connect, const Communicator* comm) {
+  Registry& reg = registry();
+  std::lock_guard<std::mutex> lock(reg.mu);
+  if (reg.storeOf.count(comm)) return;
+  reg.storeOf[comm] = storeKey;
+  if (reg.byStore.count(storeKey)) return;
+  auto r = std::make_shared<Responder>();
+  r->storeKey = storeKey;
+  r->connect = std::move(connect);
+  r->thread = std::thread(respond, r);
+  reg.byStore[storeKey] = r;
+}
+
+void removeLiveStatus(const Communicator* comm) {
+  Registry& reg = registry();
+  std::shared_ptr<Responder> last;
+  {
+    std::lock_guard<std::mutex> lock(reg.mu);
+    auto it = reg.storeOf.find(comm);
+    if (it == reg.storeOf.end()) return;
+    const std::string key = it->second;
+    reg.storeOf.erase(it);
+    for (const auto& [c, k] : reg.storeOf)
+      if (k == key) return;  // others still answer through it
+    auto r = reg.byStore.find(key);
+    if (r == reg.byStore.end()) return;
+    last = r->second;
+    reg.byStore.erase(r);
+  }
+  {
+    std::lock_guard<std::mutex> lock(last->mu);
+    last->stop = true;
+    if (last->client) last->client->interrupt();
+  }
+  if (last->thread.joinable()) last->thread.join();
+}
+
+}  // namespace braid::core

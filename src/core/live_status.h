@@ -1,0 +1,76 @@
+#pragma once
+// A live view of a running job (`braid-info --status`): where each rank is, asked through
+// the job's store while the job runs, answered by a thread of each process so that a rank
+// whose user thread is busy elsewhere (compute, I/O) still answers.
+//
+// The protocol, at the root of braid's store:
+//   braid-status/seq             the asker adds 1 and gets the request number n
+//   braid-status/req/<n>         the asker sets it; every responder waits for it
+//   braid-status/reply/<n>/count each responder adds 1 per communicator it answers for ...
+//   braid-status/reply/<n>/<j>   ... and sets the j it got to that communicator's LiveState
+// A rank that does not answer within the asker's wait is stopped, gone, or unreachable; the
+// asker knows it is missing from the ranks that did answer (each gives its communicator's
+// size). The asker removes the request's keys when done.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bootstrap/store.h"
+#include "common/status.h"
+
+namespace braid::core {
+
+class Communicator;
+
+// One rank of one communicator, as it answers.
+struct LiveState {
+  std::string comm;  // the communicator's key prefix ("braid", "braid.s1", ...)
+  int rank = 0;
+  int nranks = 1;
+  int epoch = 0;
+  int pid = 0;
+  std::string host;
+  bool busy = false;     // an operation is queued or running
+  bool running = false;  // ... and it has started
+  std::string op;        // that operation, or the last completed ("" when none was)
+  double opSeconds = -1;  // since it was queued (busy) or since it ended (not busy); -1 unknown
+  int waitingOn = -1;    // the rank its longest wait (over 100 ms) is for, or -1
+  std::string waitWhat;  // "receive from", "send to", "flush data to"
+  double waitSeconds = 0;
+  int channel = -1;      // the channel that waits
+  std::string failed;    // the error that broke the communicator, "" when none
+
+  // One line, tab-separated key=value fields (tabs and newlines in values become spaces).
+  std::string encode() const;
+  // The inverse; kInvalidArgument naming what is wrong for a record that is not one.
+  static StatusOr<LiveState> decode(const std::string& record);
+  // "in #57 allreduce count=1000 float sum for 12.3 s; waiting 12.2 s to receive from
+  // rank 2 (channel 0)", "not in a collective; last completed #56 ... 3.0 s ago".
+  std::string describe() const;
+};
+
+// The report braid-info prints: per communicator, one line per rank (missing ranks as "no
+// answer"), then who holds up whom — each waiting rank's chain of waits followed to a rank
+// that is not waiting for anyone: the one to look at.
+std::string renderLiveStatus(const std::vector<LiveState>& states, double waitedSeconds);
+
+// Asks every process answering at `store` for its ranks' states and collects the answers
+// that arrive within `waitSeconds`. The store must be braid's (a compareSet-free protocol,
+// but the waits are server-side).
+StatusOr<std::vector<LiveState>> askLiveStatus(bootstrap::Store& store, double waitSeconds);
+
+// The responders: one thread per process and store, with a connection of its own (its waits
+// block in the store, never the communicators' calls), answering for every communicator
+// registered at that store. `storeKey` names the store ("host:port#nonce"); `connect` opens
+// the thread's own client (called on that thread, once; its Store::interrupt must end a
+// blocked wait). Any thread.
+void addLiveStatus(const std::string& storeKey, std::function<StatusOr<std::unique_ptr<bootstrap::Store>>()> connect,
+                   const Communicator* comm);
+// Unregisters `comm` (before it is destroyed); the last communicator of a store stops its
+// thread (interrupting its wait) and joins it. Any thread; a no-op for one never added.
+void removeLiveStatus(const Communicator* comm);
+
+}  // namespace braid::core

@@ -478,7 +478,9 @@ void printUsage(const Tool& tool, FILE* out) {
                "                             calls on CUDA's default stream (default 0: host memory)\n"
                "  -t, --nthreads 1, -g, --ngpus 1\n"
                "                             accepted for nccl-tests command lines; braid runs one rank per process\n"
-               "  -h, --help                 this text\n"
+               "  -h, --help                 this text\n");
+  if (tool.extraHelp) std::fprintf(out, "%s", tool.extraHelp);
+  std::fprintf(out,
                "Ranks come from the launcher's environment (braidrun, torchrun, mpirun, srun).\n"
                "Output: nccl-tests' table on rank 0; algbw = size / time, busbw = algbw * %s (GB = 1e9 B).\n",
                tool.busFactorText);

@@ -263,6 +263,9 @@ struct Tool {
 
   // Runs the operation once, blocking until it completes on this rank.
   braidResult_t (*run)(const OpArgs& args, const void* sendbuff, void* recvbuff, braidComm_t comm);
+
+  // Lines of the tool's own options for -h (its main takes them out of argv), or nullptr.
+  const char* extraHelp = nullptr;
 };
 
 // The whole program: parses argv, creates the communicator from the launcher's environment,

@@ -75,6 +75,12 @@ class Connection {
   virtual Status peekRecvInto(Slot* s, void* dst, size_t bytes) { return peekRecv(s); }
   // The bits of Slot::tag this connection carries; a receiver compares tags under it.
   virtual uint64_t tagMask() const { return ~uint64_t{0}; }
+  // Large messages (optional). The largest message this connection carries when it goes
+  // from the caller's memory (postSendFrom) to the caller's memory (peekRecvInto, which then
+  // must land it at dst), never through a slot; the same on both ends of a connection. The
+  // communicator sends messages above slotBytes() only when every connection of every rank
+  // carries them, and only in schedules marked wholeBlocks (exec/schedule.h).
+  virtual size_t maxMessageBytes() const { return slotBytes(); }
 
   // Drives I/O (stream transports) and reports a failed peer as kRemoteError naming it.
   virtual Status progress() = 0;

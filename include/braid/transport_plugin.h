@@ -1,11 +1,12 @@
-/* braid transport plugin ABI, versions 1 to 3.
+/* braid transport plugin ABI, versions 1 to 4.
  *
  * A transport plugin is a shared library that exports a table of function pointers that
  * mirrors braid's transport seam one to one:
- *     const braidTransportPlugin_v3_t braidTransportPlugin_v3;   (the job key; current)
+ *     const braidTransportPlugin_v4_t braidTransportPlugin_v4;   (large messages; current)
+ *     const braidTransportPlugin_v3_t braidTransportPlugin_v3;   (the job key)
  *     const braidTransportPlugin_v2_t braidTransportPlugin_v2;   (zero copy)
  *     const braidTransportPlugin_v1_t braidTransportPlugin_v1;   (the first version)
- * braid looks for v3 first, then v2, then v1, and speaks all three. braid finds plugins through
+ * braid looks for v4 first, then v3, v2, v1, and speaks all four. braid finds plugins through
  * BRAID_TRANSPORT_PLUGIN (a ':'-separated list of files) and in the plugin folder next to
  * libbraid.so (<libdir>/braid/libbraid-net-<name>.so).
  *
@@ -37,10 +38,11 @@
 extern "C" {
 #endif
 
-#define BRAID_TRANSPORT_PLUGIN_ABI_VERSION 3
+#define BRAID_TRANSPORT_PLUGIN_ABI_VERSION 4
 #define BRAID_TRANSPORT_PLUGIN_SYMBOL_V1 "braidTransportPlugin_v1"
 #define BRAID_TRANSPORT_PLUGIN_SYMBOL_V2 "braidTransportPlugin_v2"
 #define BRAID_TRANSPORT_PLUGIN_SYMBOL_V3 "braidTransportPlugin_v3"
+#define BRAID_TRANSPORT_PLUGIN_SYMBOL_V4 "braidTransportPlugin_v4"
 
 typedef enum {
   braidPluginOk = 0,
@@ -107,7 +109,7 @@ typedef struct {
 } braidWaitHandle_v1;
 
 typedef struct braidTransportPlugin_v1_s {
-  uint32_t abi_version;     /* 1 in a v1 table; 2 or 3 in the base of a v2 or v3 table */
+  uint32_t abi_version;     /* 1 in a v1 table; 2, 3 or 4 in the base of a later table */
   const char* name;         /* what BRAID_TRANSPORT selects, e.g. "ucx" */
   const char* version;      /* the plugin's own version and its library's, for braid-info */
 
@@ -193,6 +195,20 @@ typedef struct braidTransportPlugin_v3_s {
   braidPluginResult_t (*init_keyed)(const braidTransportConfig_v1* config, const braidJobKey_v1* key,
                                     void** transport, braidPluginError_v1* error);
 } braidTransportPlugin_v3_t;
+
+/* Version 4: version 3 (its base, with abi_version 4) and messages larger than a slot. */
+typedef struct braidTransportPlugin_v4_s {
+  braidTransportPlugin_v3_t base;
+  /* The largest message this connection carries when the sender posts it with
+   * post_send_from and the receiver asks for it with peek_recv_into (the payload then goes
+   * from braid's caller's memory to braid's caller's memory and never fills a slot); at
+   * least slot_bytes. It must be the same on both ends of a connection. braid sends such
+   * messages only when every connection of every rank of the communicator carries them,
+   * and then only in operations whose steps move whole blocks (allgather, alltoall,
+   * point-to-point groups); otherwise every message fits a slot. A peek_recv_into for a
+   * message larger than slot_bytes must land it at dst. */
+  size_t (*max_message_bytes)(void* connection);
+} braidTransportPlugin_v4_t;
 
 #ifdef __cplusplus
 }

@@ -13,6 +13,12 @@ RingPos ringPosition(const std::vector<int>& ring, int rank) {
   return p;
 }
 
+size_t wholeBlockRound(const Layout& layout, size_t roundBytes) {
+  // One message per step and round then uses one slot where roundBytes of slot-sized
+  // messages used half the FIFO, so no wait that the slot-cut schedule avoided can form.
+  return layout.wholeBlockBytes > roundBytes ? layout.wholeBlockBytes : roundBytes;
+}
+
 int roundsFor(size_t maxStepBytes, size_t roundBytes) {
   if (roundBytes == 0 || maxStepBytes == 0) return 1;
   size_t r = (maxStepBytes + roundBytes - 1) / roundBytes;

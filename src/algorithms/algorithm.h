@@ -92,6 +92,12 @@ struct Layout {
   size_t roundBytes = 2 * 1024 * 1024;
   // The same for the mesh connection set (Schedule::connectionSet 1).
   size_t smallRoundBytes = 64 * 1024;
+  // Where every connection carries messages larger than a slot (Connection::
+  // maxMessageBytes, agreed by all ranks at init), the largest message; 0 elsewhere. A
+  // schedule marked wholeBlocks may then move up to this many bytes per step and round as
+  // one message, which takes one slot of the FIFO whatever its size: its rounds and parts
+  // are cut by wholeBlockRound() instead of roundBytes/smallRoundBytes.
+  size_t wholeBlockBytes = 0;
   // Allreduces up to this many bytes use the small-message algorithm (0 = never).
   size_t smallMaxBytes = 0;
   // The topology's double binary tree (topology::doubleBinaryTree, published by rank 0):
@@ -218,5 +224,8 @@ RingPos ringPosition(const std::vector<int>& ring, int rank);
 
 // Rounds needed so that no step moves more than `roundBytes` per round.
 int roundsFor(size_t maxStepBytes, size_t roundBytes);
+// The round budget of a wholeBlocks schedule (see Layout::wholeBlockBytes): `roundBytes`
+// (the connection set's slot-cut budget) unless large messages are on.
+size_t wholeBlockRound(const Layout& layout, size_t roundBytes);
 
 }  // namespace braid::algorithms

@@ -31,10 +31,13 @@ StatusOr<Schedule> ringAllgather(const Request& req, const Layout& layout, const
   const size_t es = dataTypeSize(req.dtype);
 
   BRAID_ASSIGN_OR_RETURN(Schedule s, ringSchedule(req, "ring", layout));
+  // Every rank sends its block at once and forwards each block whole: no step waits on a
+  // piece of another, so each step's round may travel as one message.
+  s.wholeBlocks = true;
 
   size_t maxCount = 0;
   for (size_t c : counts) maxCount = std::max(maxCount, c);
-  const int rounds = roundsFor((maxCount + nch - 1) / nch * es, layout.roundBytes);
+  const int rounds = roundsFor((maxCount + nch - 1) / nch * es, wholeBlockRound(layout, layout.roundBytes));
 
   for (int c = 0; c < nch; ++c) {
     exec::ChannelPlan& plan = s.channels[c];

@@ -22,8 +22,10 @@ using exec::Step;
 StatusOr<Schedule> sendRecvGroup(const Request& req, const Layout& layout) {
   const size_t es = dataTypeSize(req.dtype);
   Schedule s = meshSchedule(req, "p2p");
+  s.wholeBlocks = true;
   exec::ChannelPlan& plan = s.channels[0];
-  const size_t partElems = std::max<size_t>(1, layout.smallRoundBytes / es);
+  // With large messages on (Layout::wholeBlockBytes) a part is one message, one slot.
+  const size_t partElems = std::max<size_t>(1, wholeBlockRound(layout, layout.smallRoundBytes) / es);
 
   size_t maxParts = 0;
   for (const P2POp& m : req.p2p) {

@@ -243,6 +243,9 @@ class Communicator {
   int nchannels_ = 1;
   // The mesh's slot size (every rank decides it from the same facts, as the rings' slots).
   size_t meshSlotBytes_ = 0;
+  // Messages of wholeBlocks schedules, when every connection of every rank carries messages
+  // larger than a slot (agreed in connect()); 0 = slot-sized slices everywhere.
+  size_t wholeBlockBytes_ = 0;
   int localRank_ = 0;
   int localSize_ = 1;
   int numaNode_ = -1;

@@ -44,6 +44,7 @@ const std::vector<ConfigEntry>& configTable() {
       {"BRAID_STORE_EXTERNAL", "bool", "0", "launcher: the store is served outside the ranks (braidrun)"},
       {"BRAID_AUTH_KEY", "string", "", "the job's secret key: 64 hex digits or a passphrase of 16+ characters; store and tcp connections must prove it (braidrun sets a fresh one per job)"},
       {"BRAID_LIVE_STATUS", "bool", "1", "answer braid-info --status: a thread per process waits in braid's store (its own connection) and, when asked, says where each communicator is; 0 turns it off"},
+      {"BRAID_WHOLE_BLOCKS", "bool", "1", "where every connection of every rank carries messages larger than a slot (UCX with zero copy), send each step of allgather, alltoall and point-to-point groups as one message of up to 64 MiB instead of slot-sized slices; 0 on any rank turns it off for the communicator"},
       {"BRAID_TLS", "bool", "0", "encrypt and integrity-protect store and tcp data connections with TLS 1.3 keyed by the job key (needs BRAID_AUTH_KEY, braidrun or a unique id; OpenSSL); set it the same for every rank and braidrun"},
       {"BRAID_AUTH_KEY_FILE", "string", "", "a file (mode 0600, owned by the user) holding the job's key, instead of BRAID_AUTH_KEY"},
       {"BRAID_STORE_HELLO_SEC", "seconds", "10", "store: close a connection that has not authenticated (or said HELLO) within this long"},
@@ -151,6 +152,7 @@ StatusOr<Config> Config::fromEnv(const std::function<const char*(const char*)>& 
   BRAID_RETURN_IF_ERROR(readInt(get, "BRAID_IB_GID_INDEX", -1, 1023, &c.ibGidIndex));
   BRAID_RETURN_IF_ERROR(readBool(get, "BRAID_PROBE", &c.probe));
   BRAID_RETURN_IF_ERROR(readBool(get, "BRAID_TLS", &c.tls));
+  BRAID_RETURN_IF_ERROR(readBool(get, "BRAID_WHOLE_BLOCKS", &c.wholeBlocks));
   BRAID_RETURN_IF_ERROR(readBool(get, "BRAID_LIVE_STATUS", &c.liveStatus));
   BRAID_RETURN_IF_ERROR(readBool(get, "BRAID_BIND", &c.bind));
   BRAID_RETURN_IF_ERROR(readBool(get, "BRAID_COMM_BLOCKING", &c.blocking));

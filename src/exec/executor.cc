@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "reduce/reduce.h"
 #include "transports/slot_fifo.h"
@@ -50,10 +52,22 @@ class ChannelRunner {
       if (st.peerOut >= 0 && links_.sendTo[st.peerOut]) addActive(links_.sendTo[st.peerOut]);
     }
     sliceBytes_ = std::max(es_, ctx.sliceBytes / es_ * es_);
+    // Whole blocks over connections that carry large messages: a step's round is one message.
+    if (s.wholeBlocks && ctx.wholeBlockBytes > sliceBytes_) sliceBytes_ = ctx.wholeBlockBytes / es_ * es_;
     markDirectSends();
   }
 
   Status run() {
+    Status st = runSteps();
+    // After a failure the transport may still read a copy a large message was sent from;
+    // the connections are abandoned with the communicator, and the copies with them.
+    if (!st.isOk())
+      for (auto& b : bounce_) (void)b.release();
+    return st;
+  }
+
+ private:
+  Status runSteps() {
     for (const Step& st : plan_.steps) BRAID_RETURN_IF_ERROR(checkLinks(st));
     if (plan_.phases.empty()) {
       BRAID_RETURN_IF_ERROR(runPhase(0, plan_.steps.size(), plan_.rounds));
@@ -63,7 +77,6 @@ class ChannelRunner {
     return flushAll();
   }
 
- private:
   Status runPhase(size_t first, size_t count, int nrounds) {
     const size_t rounds = static_cast<size_t>(nrounds);
     for (size_t r = 0; r < rounds; ++r) {
@@ -196,9 +209,7 @@ class ChannelRunner {
     switch (st.prim) {
       case Prim::kSend: {
         BRAID_RETURN_IF_ERROR(reserve(st.peerOut, &out));
-        if (direct) return postFrom(st.peerOut, out, addr(st.src, off), len);
-        std::memcpy(out.data, addr(st.src, off), len);
-        return post(st.peerOut, out, len);
+        return sendCopy(st.peerOut, out, addr(st.src, off), len, direct);
       }
       case Prim::kRecv: {
         char* d = addr(st.dst, off);
@@ -249,12 +260,7 @@ class ChannelRunner {
         if (landed || direct) {
           if (!landed) writeOut(d, in.data, len);
           BRAID_RETURN_IF_ERROR(reserve(st.peerOut, &out));
-          if (direct) {
-            BRAID_RETURN_IF_ERROR(postFrom(st.peerOut, out, d, len));
-          } else {
-            std::memcpy(out.data, d, len);
-            BRAID_RETURN_IF_ERROR(post(st.peerOut, out, len));
-          }
+          BRAID_RETURN_IF_ERROR(sendCopy(st.peerOut, out, d, len, direct));
           return release(st.peerIn, in);
         }
         BRAID_RETURN_IF_ERROR(reserve(st.peerOut, &out));
@@ -281,10 +287,28 @@ class ChannelRunner {
     return internalError("unknown primitive");
   }
 
+  // Sends `len` bytes at `src` as the next message to `peer`, whose slot `out` is reserved:
+  // from `src` itself where the step may (direct), else through the slot, or, for a message
+  // larger than a slot (whole blocks), through a copy this run keeps until it is flushed.
+  Status sendCopy(int peer, Slot& out, const void* src, size_t len, bool direct) {
+    if (direct) return postFrom(peer, out, src, len);
+    if (len <= links_.sendTo[peer]->slotBytes()) {
+      std::memcpy(out.data, src, len);
+      return post(peer, out, len);
+    }
+    bounce_.emplace_back(new char[len]);
+    std::memcpy(bounce_.back().get(), src, len);
+    return postFrom(peer, out, bounce_.back().get(), len);
+  }
+
   // `landing`: where the payload should go if the transport can put it there (zero copy).
   Status receive(int peer, Slot* slot, size_t expectBytes, void* landing = nullptr) {
     Connection* c = links_.recvFrom[peer];
     BRAID_RETURN_IF_ERROR(waitFor(c, /*forSend=*/false, slot, landing, expectBytes));
+    if (expectBytes > c->slotBytes() && slot->data != landing) {
+      return internalError("a message of " + std::to_string(expectBytes) + " bytes from rank " + std::to_string(peer) +
+                           " did not land where it was asked to (larger than a slot)");
+    }
     if ((slot->tag ^ ctx_.tag) & c->tagMask()) return mismatchWith(peer, slot->tag, c->tagMask());
     if (slot->bytes != expectBytes) {
       return Status(Code::kInvalidArgument,
@@ -316,6 +340,10 @@ class ChannelRunner {
       for (size_t p = 0; p < l.recvFrom.size(); ++p) {
         Connection* c = l.recvFrom[p];
         if (!c) continue;
+        // Looking posts the next receive into a slot, where a message larger than a slot
+        // (whole blocks, RunContext::wholeBlockBytes) would not fit when it came: such
+        // connections are left to the tag check of the receive that takes their message.
+        if (ctx_.wholeBlockBytes > 0 && c->maxMessageBytes() > c->slotBytes()) continue;
         Slot slot;
         // A connection that fails here (a peer that left cleanly closes its sockets) is
         // left to the health check and to the waits that use it.
@@ -507,6 +535,8 @@ class ChannelRunner {
   const RunContext& ctx_;
   size_t es_;
   size_t sliceBytes_;
+  // Copies that large messages of non-direct steps are sent from (sendCopy).
+  std::vector<std::unique_ptr<char[]>> bounce_;
   // A handful of connections in practice; a small inline array keeps a small collective
   // free of heap allocations.
   class ConnList {

@@ -48,6 +48,9 @@ struct WaitNote {
 struct RunContext {
   int rank = 0;
   size_t sliceBytes = 512 * 1024;  // identical on every rank: both ends cut the same slices
+  // The slice for a Schedule::wholeBlocks schedule when every connection of every rank
+  // carries messages that large (agreed at init, identical on every rank); 0 = sliceBytes.
+  size_t wholeBlockBytes = 0;
   uint64_t tag = 0;                // operation sequence number and call-shape hash
   Deadline deadline;
   WaitPolicy wait;

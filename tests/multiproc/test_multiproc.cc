@@ -336,6 +336,7 @@ TEST_CASE("every perf tool checks its results with zero wrong", "[multiproc]") {
       {"", 3, "gather_perf -b 8 -e 1M -f 32 -r all"},
       {"", 3, "scatter_perf -b 8 -e 1M -f 32 -r all"},
       {"", 3, "sendrecv_perf -b 8 -e 4M -f 16 -d all"},
+      {"", 4, "sendrecv_perf -b 8 -e 4M -f 16 --one-way"},
       {"BRAID_TRANSPORT=tcp", 4, "sendrecv_perf -b 8 -e 4M -f 64"},
       {"BRAID_TRANSPORT=tcp", 4, "alltoall_perf -b 8 -e 1M -f 64"},
   };
@@ -880,6 +881,27 @@ TEST_CASE("allreduce_perf over ucx checks its results with zero wrong", "[multip
   INFO(r.out);
   CHECK(r.status == 0);
   CHECK(r.out.find("Out of bounds values : 0 OK") != std::string::npos);
+}
+
+// Over UCX every connection carries messages larger than a slot, so the ranks agree at init
+// to send the steps of allgather, alltoall and point-to-point groups whole (BRAID_WHOLE_BLOCKS,
+// on by default): the job says so, and every result checks, up to blocks of 8 MiB; with
+// BRAID_WHOLE_BLOCKS=0 the same runs go in slices.
+TEST_CASE("whole blocks over ucx: allgather, alltoall and sendrecv check with zero wrong", "[multiproc][ucx]") {
+  for (const char* env : kUcxEnvs) {
+    for (const char* whole : {"", " BRAID_WHOLE_BLOCKS=0"}) {
+      for (const char* cmd : {"allgather_perf -b 8 -e 16M -f 64", "alltoall_perf -b 8 -e 16M -f 64",
+                              "sendrecv_perf -b 8 -e 8M -f 32", "sendrecv_perf -b 8 -e 8M -f 32 --one-way"}) {
+        const std::string e = std::string(env) + whole + " BRAID_DEBUG=INFO";
+        INFO(e << " " << cmd);
+        Run r = run(braidrun(3, e) + PERF_DIR "/" + cmd + " -n 2 -w 1 -c 1");
+        INFO(r.out);
+        CHECK(r.status == 0);
+        CHECK(r.out.find("Out of bounds values : 0 OK") != std::string::npos);
+        CHECK(r.out.find(*whole ? "whole blocks off" : "whole blocks 64 MiB") != std::string::npos);
+      }
+    }
+  }
 }
 
 TEST_CASE("a killed or stopped rank over ucx is reported by every survivor", "[multiproc][chaos][ucx]") {

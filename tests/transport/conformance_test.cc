@@ -335,6 +335,65 @@ std::string zeroCopy(Endpoint& ep) {
   return "";
 }
 
+// Large messages (Connection::maxMessageBytes): where a connection carries messages larger
+// than a slot, each goes from the sender's memory straight into the receiver's, in order
+// with slot-sized messages (some through slots), with its tag, and nothing outside the
+// bytes asked for changes. Both ends learn from their own connection whether it carries
+// them; a transport that does not is skipped.
+std::string largeMessages(Endpoint& ep) {
+  T_RUN(setupPair(ep, 1));
+  const size_t slot = ep.cfg.slotBytes;
+  Connection& c = ep.rank == 0 ? *ep.send[0] : *ep.recv[0];
+  if (c.maxMessageBytes() <= slot) {
+    return std::string("skip: ") + ep.factory->name + " carries no message larger than a slot";
+  }
+  const std::vector<size_t> sizes = {slot + 1, 64, 3 * slot + 5, slot, (size_t{4} << 20) + 3, 0, 2 * slot, 100};
+  auto large = [&](size_t n) { return n > slot; };
+  auto tagOf = [](uint64_t seq) { return (seq << 32) | (0x85EBCA6Bu * static_cast<uint32_t>(seq + 3)); };
+  if (ep.rank == 0) {
+    T_EXPECT(c.sendsFromUser(), "a connection carrying large messages must send from the caller's memory");
+    std::vector<std::vector<uint8_t>> bufs(sizes.size());
+    for (uint64_t seq = 0; seq < sizes.size(); ++seq) {
+      const size_t n = sizes[seq];
+      T_EXPECT(n <= c.maxMessageBytes(), "a message larger than the connection says it carries");
+      Slot s;
+      T_OK(reserveSlot(c, &s, Deadline::after(30)));
+      s.tag = tagOf(seq);
+      if (large(n) || seq % 2 == 1) {
+        bufs[seq].resize(n + 1);
+        fillPattern(bufs[seq].data() + 1, n, seq);  // odd address on purpose
+        T_OK(c.postSendFrom(s, bufs[seq].data() + 1, n));
+      } else {
+        fillPattern(s.data, n, seq);
+        T_OK(c.postSend(s, n));
+      }
+    }
+    T_OK(flush(c, Deadline::after(30)));
+  } else {
+    for (uint64_t seq = 0; seq < sizes.size(); ++seq) {
+      const size_t n = sizes[seq];
+      std::vector<uint8_t> dst(n + 64, 0xEE);
+      uint8_t* land = dst.data() + 32;
+      const bool into = large(n) || seq % 3 == 0;
+      Slot s;
+      T_OK(recvSlot(c, &s, Deadline::after(30), into ? land : nullptr, n));
+      if (large(n)) T_EXPECT(s.data == land, "message " + std::to_string(seq) + " of " + std::to_string(n) + " bytes did not land where asked");
+      T_EXPECT(s.bytes == n, "message " + std::to_string(seq) + ": " + std::to_string(s.bytes) + " bytes, expected " +
+                                 std::to_string(n));
+      T_EXPECT(((s.tag ^ tagOf(seq)) & c.tagMask()) == 0, "message " + std::to_string(seq) + ": wrong tag");
+      T_EXPECT(checkPattern(s.data, n, seq) < 0, "message " + std::to_string(seq) + ": payload differs");
+      if (s.data == land) {
+        for (size_t k = 0; k < 32; ++k) {
+          T_EXPECT(dst[k] == 0xEE && dst[32 + n + k] == 0xEE,
+                   "message " + std::to_string(seq) + " wrote outside the bytes asked for");
+        }
+      }
+      T_OK(c.releaseRecv(s));
+    }
+  }
+  return "";
+}
+
 std::string bulk(Endpoint& ep) {
   T_RUN(setupPair(ep, 1));
   const size_t total = 64u << 20;
@@ -683,6 +742,8 @@ const PairCase kPairCases[] = {
     {"zero copy: sends from user memory and receives into it, mixed with slots", zeroCopy, 64 << 10, 4, 1, true,
      true},
     {"zero copy with small slots", zeroCopy, 4096, 3, 1, true, true},
+    {"large messages from user memory into user memory, among slot-sized ones", largeMessages, 64 << 10, 4, 1, true,
+     true},
     {"bulk 64 MiB verified", bulk, 512 << 10, 8, 1, true, true},
     {"bulk 64 MiB verified over 2 sockets per peer", bulk, 512 << 10, 8, 2, false, true},
     {"bidirectional over two connections each way", bidirectional, 32 << 10, 4, 1, true, true},

@@ -55,7 +55,7 @@ TEST_CASE("plugin loader: a missing file, a missing symbol and a wrong version n
   INFO(badVersion.status().message());
   CHECK(badVersion.status().message().find("libbraid-net-bad-version.so") != std::string::npos);
   CHECK(badVersion.status().message().find("version 99") != std::string::npos);
-  CHECK(badVersion.status().message().find("versions 1 to 3") != std::string::npos);
+  CHECK(badVersion.status().message().find("versions 1 to 4") != std::string::npos);
 }
 
 TEST_CASE("plugin loader: tcp behind the ABI loads, names itself and scores like tcp", "[plugin]") {
@@ -233,6 +233,86 @@ TEST_CASE("plugin adapter: what a wrong plugin returns becomes an error, not a c
   CHECK(c.seesPeerFailure());
 }
 
+// Version 4 adds one entry, max_message_bytes: what the adapter makes of it (a table loaded as
+// an older version, or one claiming less than a slot, carries no large messages), and what it
+// makes of a plugin that leaves a large message in a slot instead of where it was asked to land.
+struct FakeV4 {
+  int fromUser = 1;
+  size_t maxMessage = 1 << 20;
+  bool land = true;
+};
+FakeV4 gFakeV4;
+int fakeSendsFromUser(void*) { return gFakeV4.fromUser; }
+braidPluginResult_t fakePostFrom(void*, const braidSlot_v1*, const void*, size_t, braidPluginError_v1*) {
+  return braidPluginOk;
+}
+braidPluginResult_t fakePeekInto(void*, braidSlot_v1* s, void* dst, size_t bytes, braidPluginError_v1*) {
+  s->data = gFakeV4.land ? dst : gFake.slot;
+  s->bytes = bytes;
+  s->tag = 9;
+  return braidPluginOk;
+}
+uint64_t fakeTagMask(void*) { return ~uint64_t{0}; }
+size_t fakeMaxMessage(void*) { return gFakeV4.maxMessage; }
+
+braidTransportPlugin_v4_t fakeTableV4() {
+  braidTransportPlugin_v4_t t{};
+  t.base.base.base = fakeTable();
+  t.base.base.base.abi_version = 4;
+  t.base.base.sends_from_user = fakeSendsFromUser;
+  t.base.base.post_send_from = fakePostFrom;
+  t.base.base.peek_recv_into = fakePeekInto;
+  t.base.base.tag_mask = fakeTagMask;
+  t.base.init_keyed = [](const braidTransportConfig_v1* c, const braidJobKey_v1*, void** h, braidPluginError_v1* e) {
+    return fakeInit(c, h, e);
+  };
+  t.max_message_bytes = fakeMaxMessage;
+  return t;
+}
+
+TEST_CASE("plugin ABI v4: max_message_bytes, never below a slot, none before v4; a large message must land",
+          "[plugin]") {
+  static const braidTransportPlugin_v4_t table = fakeTableV4();
+  auto connection = [&](bool v4) {
+    TransportFactory f = plugin::factoryFromTable(&table.base.base.base, "fake v4 table", &table.base.base,
+                                                  &table.base, v4 ? &table : nullptr);
+    auto t = f.create(TransportConfig{});
+    REQUIRE(t.isOk());
+    std::string blob;
+    gFake.blobMode = 0;
+    auto c = t.value()->createRecv(1, 0, &blob);
+    REQUIRE(c.isOk());
+    return std::make_pair(std::move(t).value(), std::move(c).value());
+  };
+  gFakeV4 = FakeV4{};
+  {
+    auto [t, c] = connection(true);
+    CHECK(c->maxMessageBytes() == (1u << 20));
+    std::vector<uint8_t> dst(4096);
+    Slot s;
+    REQUIRE(c->peekRecvInto(&s, dst.data(), dst.size()).isOk());
+    CHECK(s.data == dst.data());
+    CHECK(s.bytes == dst.size());
+    gFakeV4.land = false;  // a large message left in a 32-byte slot
+    Status st = c->peekRecvInto(&s, dst.data(), dst.size());
+    INFO(st.toString());
+    CHECK(st.code() == Code::kRemoteError);
+    CHECK(st.rank() == 1);
+    CHECK(st.message().find("must land where it was asked to") != std::string::npos);
+  }
+  {
+    auto [t, c] = connection(false);  // the same plugin loaded as v3
+    CHECK(c->maxMessageBytes() == 32);
+  }
+  gFakeV4 = FakeV4{};
+  gFakeV4.maxMessage = 8;
+  {
+    auto [t, c] = connection(true);
+    CHECK(c->maxMessageBytes() == 32);
+  }
+  gFakeV4 = FakeV4{};
+}
+
 // Plugin ABI v3 hands the job's key to the plugin; a plugin whose peers reach it directly
 // (tcp's sockets, UCX's hellos) then admits only a peer that proves the key. Checked for
 // every such plugin in the build, through the ABI: tcp behind it, and UCX.
@@ -364,7 +444,7 @@ TEST_CASE("ucx plugin: the rendezvous threshold follows UCX_TLS and yields to UC
   }
   CHECK(all.find("eager up to 64 KiB (UCX_RNDV_THRESH=65537)") != std::string::npos);
   CHECK(sm.find("eager up to 64 KiB (UCX_RNDV_THRESH=65537)") != std::string::npos);
-  CHECK(tcp.find("every message eager (UCX_RNDV_THRESH=inf)") != std::string::npos);
+  CHECK(tcp.find("eager up to 256 KiB (UCX_RNDV_THRESH=262145)") != std::string::npos);
   CHECK(user.find("UCX_RNDV_THRESH") == std::string::npos);
 }
 

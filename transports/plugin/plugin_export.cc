@@ -172,6 +172,8 @@ braidPluginResult_t peekRecvInto(void* c, braidSlot_v1* slot, void* dst, size_t 
 
 uint64_t tagMask(void* c) { return conn(c)->tagMask(); }
 
+size_t maxMessageBytes(void* c) { return conn(c)->maxMessageBytes(); }
+
 }  // namespace
 
 TransportConfig configFromV1(const braidTransportConfig_v1& c) {
@@ -242,6 +244,14 @@ braidTransportPlugin_v3_t exportTableV3(const char* name, const char* version, C
   t.base = exportTableV2(name, version, create);
   t.base.base.abi_version = 3;
   t.init_keyed = &initKeyed;
+  return t;
+}
+
+braidTransportPlugin_v4_t exportTableV4(const char* name, const char* version, CreateFn create) {
+  braidTransportPlugin_v4_t t{};
+  t.base = exportTableV3(name, version, create);
+  t.base.base.base.abi_version = 4;
+  t.max_message_bytes = &maxMessageBytes;
   return t;
 }
 

@@ -19,8 +19,10 @@ namespace braid::transport::plugin {
 
 using CreateFn = StatusOr<std::unique_ptr<Transport>> (*)(const TransportConfig& cfg);
 
-// Builds the table for one transport; a library exports one (v3; v2 or v1 for a library
-// that must also load into an older braid). Only a v3 transport is given the job's key.
+// Builds the table for one transport; a library exports one (v4; v3, v2 or v1 for a
+// library that must also load into an older braid). Only a v3 or later transport is given
+// the job's key, and only a v4 one may carry messages larger than a slot.
+braidTransportPlugin_v4_t exportTableV4(const char* name, const char* version, CreateFn create);
 braidTransportPlugin_v3_t exportTableV3(const char* name, const char* version, CreateFn create);
 braidTransportPlugin_v2_t exportTableV2(const char* name, const char* version, CreateFn create);
 braidTransportPlugin_v1_t exportTableV1(const char* name, const char* version, CreateFn create);
@@ -31,6 +33,11 @@ TransportConfig configFromV1(const braidTransportConfig_v1& c);
 }  // namespace braid::transport::plugin
 
 #define BRAID_EXPORT_TRANSPORT_PLUGIN(NAME, VERSION, CREATE)                                 \
+  extern "C" __attribute__((visibility("default"))) const braidTransportPlugin_v4_t         \
+      braidTransportPlugin_v4 = ::braid::transport::plugin::exportTableV4(NAME, VERSION, CREATE)
+
+// The third ABI: the job key, every message within a slot.
+#define BRAID_EXPORT_TRANSPORT_PLUGIN_V3(NAME, VERSION, CREATE)                              \
   extern "C" __attribute__((visibility("default"))) const braidTransportPlugin_v3_t         \
       braidTransportPlugin_v3 = ::braid::transport::plugin::exportTableV3(NAME, VERSION, CREATE)
 

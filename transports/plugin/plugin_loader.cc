@@ -49,9 +49,11 @@ Status call(const std::string& name, F&& f) {
 class PluginConnection final : public Connection {
  public:
   PluginConnection(const braidTransportPlugin_v1_t* t, const braidTransportPlugin_v2_t* v2,
-                   const std::string* name, void* c, int peer)
+                   const braidTransportPlugin_v4_t* v4, const std::string* name, void* c, int peer)
       : t_(t), v2_(v2), name_(name), c_(c), peer_(peer), slotBytes_(t->slot_bytes(c)),
-        fromUser_(v2 && v2->sends_from_user(c) != 0), tagMask_(v2 ? v2->tag_mask(c) : ~uint64_t{0}) {}
+        fromUser_(v2 && v2->sends_from_user(c) != 0), tagMask_(v2 ? v2->tag_mask(c) : ~uint64_t{0}),
+        // Below a slot's size means no more than a slot.
+        maxMessage_(v4 ? std::max(slotBytes_, v4->max_message_bytes(c)) : slotBytes_) {}
   ~PluginConnection() override { t_->close(c_); }
 
   size_t slotBytes() const override { return slotBytes_; }
@@ -75,6 +77,7 @@ class PluginConnection final : public Connection {
     return call(*name_, [&](braidPluginError_v1* e) { return v2_->post_send_from(c_, &slot, src, bytes, e); });
   }
   uint64_t tagMask() const override { return tagMask_; }
+  size_t maxMessageBytes() const override { return maxMessage_; }
   Status peekRecv(Slot* s) override { return peek(s, nullptr, 0); }
   Status peekRecvInto(Slot* s, void* dst, size_t bytes) override { return peek(s, dst, bytes); }
 
@@ -86,6 +89,13 @@ class PluginConnection final : public Connection {
     if (!st.isOk()) return st;
     const size_t limit = dst && slot.data == dst ? bytes : slotBytes_;
     if (slot.bytes > limit || (!slot.data && slot.bytes)) {
+      if (dst && bytes > slotBytes_ && slot.data != dst) {
+        return Status(Code::kRemoteError,
+                      *name_ + ": peek_recv_into left a message of " + std::to_string(slot.bytes) + " bytes from rank " +
+                          std::to_string(peer_) + " in a slot of " + std::to_string(slotBytes_) +
+                          " bytes; a message larger than a slot must land where it was asked to",
+                      peer_);
+      }
       return Status(Code::kRemoteError,
                     *name_ + ": peek_recv returned " + std::to_string(slot.bytes) + " bytes from rank " +
                         std::to_string(peer_) + ", more than " +
@@ -121,13 +131,15 @@ class PluginConnection final : public Connection {
   size_t slotBytes_;
   bool fromUser_;
   uint64_t tagMask_;
+  size_t maxMessage_;
 };
 
 class PluginTransport final : public Transport {
  public:
-  PluginTransport(const braidTransportPlugin_v1_t* t, const braidTransportPlugin_v2_t* v2, std::string name,
-                  void* h, std::unique_ptr<std::function<Status()>> abortCheck)
-      : t_(t), v2_(v2), name_(std::move(name)), h_(h), abortCheck_(std::move(abortCheck)) {}
+  PluginTransport(const braidTransportPlugin_v1_t* t, const braidTransportPlugin_v2_t* v2,
+                  const braidTransportPlugin_v4_t* v4, std::string name, void* h,
+                  std::unique_ptr<std::function<Status()>> abortCheck)
+      : t_(t), v2_(v2), v4_(v4), name_(std::move(name)), h_(h), abortCheck_(std::move(abortCheck)) {}
   ~PluginTransport() override { t_->finalize(h_); }
 
   const char* name() const override { return name_.c_str(); }
@@ -161,7 +173,7 @@ class PluginTransport final : public Transport {
       buf.assign(n, '\0');
     }
     *blob = std::move(buf);
-    return std::unique_ptr<Connection>(new PluginConnection(t_, v2_, &name_, c, peer));
+    return std::unique_ptr<Connection>(new PluginConnection(t_, v2_, v4_, &name_, c, peer));
   }
 
   StatusOr<std::unique_ptr<Connection>> connectSend(int peer, int channel, const std::string& blob) override {
@@ -171,7 +183,7 @@ class PluginTransport final : public Transport {
     });
     if (!st.isOk()) return st;
     if (!c) return internalError(name_ + ": connect_send returned no connection");
-    return std::unique_ptr<Connection>(new PluginConnection(t_, v2_, &name_, c, peer));
+    return std::unique_ptr<Connection>(new PluginConnection(t_, v2_, v4_, &name_, c, peer));
   }
 
   Status establish(Deadline deadline) override {
@@ -181,6 +193,7 @@ class PluginTransport final : public Transport {
  private:
   const braidTransportPlugin_v1_t* t_;
   const braidTransportPlugin_v2_t* v2_;
+  const braidTransportPlugin_v4_t* v4_;  // nullptr below version 4
   std::string name_;
   void* h_;
   std::unique_ptr<std::function<Status()>> abortCheck_;
@@ -215,6 +228,13 @@ std::string missingEntry(const braidTransportPlugin_v3_t* t) {
   std::string m = missingEntry(&t->base);
   if (!m.empty()) return m;
   if (!t->init_keyed) return "init_keyed";
+  return "";
+}
+
+std::string missingEntry(const braidTransportPlugin_v4_t* t) {
+  std::string m = missingEntry(&t->base);
+  if (!m.empty()) return m;
+  if (!t->max_message_bytes) return "max_message_bytes";
   return "";
 }
 
@@ -300,12 +320,13 @@ std::vector<std::string> pluginFiles(const char* pluginList, const char* pluginD
 }
 
 TransportFactory factoryFromTable(const braidTransportPlugin_v1_t* table, const std::string& origin,
-                                  const braidTransportPlugin_v2_t* v2, const braidTransportPlugin_v3_t* v3) {
+                                  const braidTransportPlugin_v2_t* v2, const braidTransportPlugin_v3_t* v3,
+                                  const braidTransportPlugin_v4_t* v4) {
   TransportFactory f;
   f.name = table->name;
   f.origin = origin;
   f.version = table->version ? table->version : "";
-  f.create = [table, v2, v3](const TransportConfig& cfg) -> StatusOr<std::unique_ptr<Transport>> {
+  f.create = [table, v2, v3, v4](const TransportConfig& cfg) -> StatusOr<std::unique_ptr<Transport>> {
     std::vector<const char*> ifs;
     for (const std::string& s : cfg.channelNetIfs) ifs.push_back(s.c_str());
     braidTransportConfig_v1 c{};
@@ -341,7 +362,7 @@ TransportFactory factoryFromTable(const braidTransportPlugin_v1_t* table, const 
     });
     if (!st.isOk()) return st;
     if (!h) return internalError(name + ": init returned no transport");
-    return std::unique_ptr<Transport>(new PluginTransport(table, v2, name, h, std::move(abortCheck)));
+    return std::unique_ptr<Transport>(new PluginTransport(table, v2, v4, name, h, std::move(abortCheck)));
   };
   return f;
 }
@@ -355,35 +376,38 @@ StatusOr<TransportFactory> loadPlugin(const std::string& file) {
     return Status(Code::kSystemError, "cannot load transport plugin " + file + ": " + (err ? err : "unknown error"));
   }
   // The newest table the library offers; its abi_version must match the symbol's.
-  auto* v3 = static_cast<const braidTransportPlugin_v3_t*>(dlsym(lib, BRAID_TRANSPORT_PLUGIN_SYMBOL_V3));
+  auto* v4 = static_cast<const braidTransportPlugin_v4_t*>(dlsym(lib, BRAID_TRANSPORT_PLUGIN_SYMBOL_V4));
+  auto* v3 = v4 ? &v4->base : static_cast<const braidTransportPlugin_v3_t*>(dlsym(lib, BRAID_TRANSPORT_PLUGIN_SYMBOL_V3));
   auto* v2 = v3 ? &v3->base : static_cast<const braidTransportPlugin_v2_t*>(dlsym(lib, BRAID_TRANSPORT_PLUGIN_SYMBOL_V2));
   auto* table = v2 ? &v2->base
                    : static_cast<const braidTransportPlugin_v1_t*>(dlsym(lib, BRAID_TRANSPORT_PLUGIN_SYMBOL_V1));
   if (!table) {
     dlclose(lib);
     return Status(Code::kInvalidArgument, "transport plugin " + file +
-                                              " exports none of " BRAID_TRANSPORT_PLUGIN_SYMBOL_V3
+                                              " exports none of " BRAID_TRANSPORT_PLUGIN_SYMBOL_V4
+                                              ", " BRAID_TRANSPORT_PLUGIN_SYMBOL_V3
                                               ", " BRAID_TRANSPORT_PLUGIN_SYMBOL_V2
                                               " and " BRAID_TRANSPORT_PLUGIN_SYMBOL_V1
-                                              " (this braid speaks plugin ABI versions 1 to 3)");
+                                              " (this braid speaks plugin ABI versions 1 to 4)");
   }
-  const uint32_t expected = v3 ? 3 : v2 ? 2 : 1;
+  const uint32_t expected = v4 ? 4 : v3 ? 3 : v2 ? 2 : 1;
   if (table->abi_version != expected) {
     uint32_t v = table->abi_version;
     dlclose(lib);
     return Status(Code::kInvalidArgument, "transport plugin " + file + " exports " +
-                                              (v3   ? BRAID_TRANSPORT_PLUGIN_SYMBOL_V3
+                                              (v4   ? BRAID_TRANSPORT_PLUGIN_SYMBOL_V4
+                                               : v3 ? BRAID_TRANSPORT_PLUGIN_SYMBOL_V3
                                                : v2 ? BRAID_TRANSPORT_PLUGIN_SYMBOL_V2
                                                     : BRAID_TRANSPORT_PLUGIN_SYMBOL_V1) +
                                               " with ABI version " + std::to_string(v) +
-                                              " but this braid speaks versions 1 to 3");
+                                              " but this braid speaks versions 1 to 4");
   }
-  std::string missing = v3 ? missingEntry(v3) : v2 ? missingEntry(v2) : missingEntry(table);
+  std::string missing = v4 ? missingEntry(v4) : v3 ? missingEntry(v3) : v2 ? missingEntry(v2) : missingEntry(table);
   if (!missing.empty()) {
     dlclose(lib);
     return Status(Code::kInvalidArgument, "transport plugin " + file + ": its table has no '" + missing + "'");
   }
-  return factoryFromTable(table, file, v2, v3);
+  return factoryFromTable(table, file, v2, v3, v4);
 }
 
 }  // namespace braid::transport::plugin

@@ -68,6 +68,8 @@ UcxSendConnection::UcxSendConnection(const TransportConfig& cfg, int peer, Worke
       job_(jobBits(cfg.nonce)),
       fromUser_(!zeroCopyOff()),
       slotBytes_(cfg.slotBytes),
+      // The receiver's side of the same rule (UcxRecvConnection::maxMessageBytes).
+      maxMessage_(onDemandFor(cfg.slotBytes) ? kMaxMessageBytes : cfg.slotBytes),
       worker_(worker),
       ep_(ep),
       slots_(static_cast<size_t>(cfg.nslots)),
@@ -415,8 +417,9 @@ Status UcxRecvConnection::peek(Slot* s, void* dst, size_t bytes) {
   Landing& l = slots_[peekSeq_ % slots_.size()];
   if (!l.posted) {
     // On demand: this message's receive goes up now, in message order, into the caller's
-    // buffer when one is given (UCX matches one sender's messages in the order sent).
-    if (dst && bytes <= slotBytes_) BRAID_RETURN_IF_ERROR(post(l, tag_, dst, bytes));
+    // buffer when one is given (UCX matches one sender's messages in the order sent), whatever
+    // its size: a message larger than a slot can only land there.
+    if (dst && bytes <= kMaxMessageBytes) BRAID_RETURN_IF_ERROR(post(l, tag_, dst, bytes));
     else BRAID_RETURN_IF_ERROR(post(l, tag_, l.buf, slotBytes_));
   }
   if (!l.done) {

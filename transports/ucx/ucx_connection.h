@@ -77,6 +77,11 @@ struct Worker {
   }
 };
 
+// The largest message a connection carries from the caller's memory to the caller's memory
+// (Connection::maxMessageBytes), where receives are posted on demand: UCX moves a tagged
+// message of any size, so this only bounds what one step hands it at once.
+constexpr size_t kMaxMessageBytes = size_t{1} << 30;
+
 // What a failed UCX call or completion becomes: kRemoteError naming the peer.
 Status peerFailure(int peer, const char* what, ucs_status_t st);
 
@@ -92,6 +97,9 @@ class UcxSendConnection final : public Connection {
   bool sendsFromUser() const override { return fromUser_; }
   Status postSendFrom(const Slot& s, const void* src, size_t bytes) override;
   uint64_t tagMask() const override { return kExecTagMask; }
+  // Whole messages from the caller's memory when the receiver posts its receives on demand
+  // (it then lands any size at the caller's destination); else a slot.
+  size_t maxMessageBytes() const override { return maxMessage_; }
   Status peekRecv(Slot* s) override;
   Status releaseRecv(const Slot& s) override;
   Status progress() override;
@@ -135,6 +143,7 @@ class UcxSendConnection final : public Connection {
   uint64_t job_;
   bool fromUser_;  // BRAID_UCX_ZCOPY=0 turns zero copy off (both directions), for comparison
   size_t slotBytes_;
+  size_t maxMessage_;
   Worker* worker_;
   Endpoint* ep_;
   std::vector<Staging> slots_;
@@ -163,6 +172,7 @@ class UcxRecvConnection final : public Connection {
   // On demand mode only: the message lands at dst when its receive is posted here.
   Status peekRecvInto(Slot* s, void* dst, size_t bytes) override;
   uint64_t tagMask() const override { return kExecTagMask; }
+  size_t maxMessageBytes() const override { return onDemand_ ? kMaxMessageBytes : slotBytes_; }
   // Re-posts the slot's receive.
   Status releaseRecv(const Slot& s) override;
   Status progress() override;

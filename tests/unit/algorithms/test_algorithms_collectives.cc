@@ -37,6 +37,10 @@ constexpr size_t kRoundBytes = 24;       // ring: half a FIFO of 2 slots of 24 b
 constexpr int kRingSlots = 2;
 constexpr size_t kSmallRoundBytes = 32;  // mesh: 4 slots of 16 bytes
 constexpr int kMeshSlots = 4;
+// Large messages (Layout::wholeBlockBytes): 0 in most tests; set, a wholeBlocks schedule's
+// steps are cut into messages this large, each taking one slot of the FIFO as the executor's
+// would (exec::RunContext::wholeBlockBytes).
+size_t gWholeBlockBytes = 0;
 
 algorithms::Layout layoutOf(int rank, int n, int nch) {
   plan::World w;
@@ -46,7 +50,9 @@ algorithms::Layout layoutOf(int rank, int n, int nch) {
   w.roundBytes = kRoundBytes;
   w.smallRoundBytes = kSmallRoundBytes;
   for (int r = 0; r < n; ++r) w.hostIds.push_back("h" + std::to_string(r % 3));  // rings are not 0,1,2,...
-  return plan::layoutFor(w);
+  algorithms::Layout l = plan::layoutFor(w);
+  l.wholeBlockBytes = gWholeBlockBytes;
+  return l;
 }
 
 int32_t value(int rank, size_t i) { return static_cast<int32_t>((rank * 7919 + i * 104729 + 13) % 2001) - 1000; }
@@ -101,7 +107,8 @@ std::string simulate(const std::vector<exec::Schedule>& sched, std::vector<Memor
                      uint64_t* heardOut = nullptr) {
   const int n = static_cast<int>(sched.size());
   const bool mesh = sched[0].connectionSet == 1;
-  const size_t slice = mesh ? kSmallRoundBytes / (kMeshSlots / 2) : kRoundBytes / (kRingSlots / 2);
+  size_t slice = mesh ? kSmallRoundBytes / (kMeshSlots / 2) : kRoundBytes / (kRingSlots / 2);
+  if (sched[0].wholeBlocks && gWholeBlockBytes > slice) slice = gWholeBlockBytes;
   const size_t cap = mesh ? kMeshSlots : kRingSlots;
   const int nch = static_cast<int>(sched[0].channels.size());
   std::vector<uint64_t> heard(static_cast<size_t>(n));
@@ -528,6 +535,68 @@ TEST_CASE("gather and scatter schedules for every root", "[unit]") {
             INFO(a.name << " n=" << n << " root=" << root << " count=" << count << (ip ? " in place" : ""));
             CHECK(runCall(call, n, 1, a.build) == "");
           }
+}
+
+// Where every connection carries large messages, the schedules marked wholeBlocks send each
+// step's round as one message (one FIFO slot, whatever its size): they must still deliver
+// and never deadlock with the same shallow FIFOs. Chains and trees, whose pipelining needs
+// slices, are not marked.
+TEST_CASE("whole-block schedules with large messages: one message per step and round, no deadlock", "[unit]") {
+  struct A { const char* name; Collective coll; algorithms::Builder build; bool whole; };
+  const A all[] = {
+      {"allgather ring", Collective::kAllGather, &algorithms::allgatherRing, true},
+      {"allgather recursive doubling", Collective::kAllGather, &algorithms::allgatherRecursiveDoubling, true},
+      {"allgather bruck", Collective::kAllGather, &algorithms::allgatherBruck, false},
+      {"alltoall pairwise", Collective::kAllToAll, &algorithms::alltoallPairwise, true},
+      {"alltoall bruck", Collective::kAllToAll, &algorithms::alltoallBruck, false},
+      {"gather tree", Collective::kGather, &algorithms::gatherTree, false},
+      {"scatter tree", Collective::kScatter, &algorithms::scatterTree, false},
+      {"reduce-scatter ring", Collective::kReduceScatter, &algorithms::reduceScatterRing, false},
+  };
+  gWholeBlockBytes = 1024;
+  for (const A& a : all)
+    for (int n : {1, 2, 3, 4, 5, 8, 13})
+      for (size_t count : {size_t{1}, size_t{37}, size_t{600}})
+        for (bool ip : {false, true}) {
+          Call call;
+          call.req.coll = a.coll;
+          call.req.dtype = kType;
+          call.req.count = count;
+          call.req.inPlace = ip;
+          const int nch = a.coll == Collective::kAllGather && a.build == &algorithms::allgatherRing ? 2 : 1;
+          INFO(a.name << " n=" << n << " count=" << count << (ip ? " in place" : ""));
+          auto s = a.build(call.req, layoutOf(0, n, nch));
+          REQUIRE(s.isOk());
+          CHECK(s.value().wholeBlocks == a.whole);
+          if (a.whole && a.build == &algorithms::allgatherRing) {
+            // Rounds of at most one message: a channel's share of a block over gWholeBlockBytes.
+            const size_t share = (count + nch - 1) / nch * kEs;
+            for (const exec::ChannelPlan& p : s.value().channels)
+              CHECK(p.rounds == static_cast<int>(std::max<size_t>(1, (share + gWholeBlockBytes - 1) / gWholeBlockBytes)));
+          }
+          CHECK(runCall(call, n, nch, a.build) == "");
+        }
+  // Point-to-point groups: a ring exchange of messages several FIFOs long, each part one
+  // message, and parts of a message no larger than gWholeBlockBytes.
+  for (int n : {2, 3, 5}) {
+    for (int r = 0; r < n; ++r) {
+      algorithms::Request q;
+      q.coll = Collective::kSendRecv;
+      q.dtype = kType;
+      q.p2p = {{true, (r + 1) % n, 700}, {false, (r + n - 1) % n, 700}};
+      auto s = algorithms::sendRecvGroup(q, layoutOf(r, n, 1));
+      REQUIRE(s.isOk());
+      CHECK(s.value().wholeBlocks);
+      size_t sends = 0;
+      for (const exec::Step& st : s.value().channels[0].steps) {
+        if (st.prim != Prim::kSend) continue;
+        ++sends;
+        CHECK(st.src.bytes <= gWholeBlockBytes);
+      }
+      CHECK(sends == (700 * kEs + gWholeBlockBytes - 1) / gWholeBlockBytes);
+    }
+  }
+  gWholeBlockBytes = 0;
 }
 
 TEST_CASE("dissemination barrier - nobody leaves before hearing from everyone", "[unit]") {

@@ -12,6 +12,7 @@
 # (default "shm tcp", add ucx when the plugin is built), LAUNCHERS (default "braidrun env":
 # env starts ranks as torchrun does, rank 0 serving the store), TIMEOUT (BRAID_TIMEOUT for the
 # ranks, default 2), LOG (folder for each trial's output; default a temporary one).
+# SUMMARIZE_ONLY=1 runs no trials and reports on the ones already in LOG (a run cut short).
 # Exits non-zero when any trial hung, lost a survivor's report, returned a wrong result or left
 # something behind.
 #
@@ -307,6 +308,7 @@ EOF2
   exit $?
 fi
 
+if [[ ${SUMMARIZE_ONLY:-0} != 1 ]]; then
 pkill -9 -f "$RANKPROG" 2>/dev/null
 echo "# chaos: $N trials, seed $SEED, transports '$TRANSPORTS', launchers '$LAUNCHERS', BRAID_TIMEOUT=$TIMEOUT, logs in $LOG"
 start=$(date +%s)
@@ -364,10 +366,12 @@ for ((t = 1; t <= N; ++t)); do
   echo "TRIAL $t coll=$coll count=$count transport=$transport launcher=$launcher np=$np victim=$victim" \
     "fault=$fault at=$at rc=$rc hung=$hung wall_s=$wall leftover_procs=$left shm_delta=$((shm1 - shm0))" >>"$out"
 done 2>>"$LOG/shell.log"  # the shell's notices of the victims it killed
+fi
 
-python3 - "$LOG" "$N" "$TIMEOUT" "$(($(date +%s) - start))" <<'EOF'
+python3 - "$LOG" "$TIMEOUT" "$(($(date +%s) - ${start:-$(date +%s)}))" <<'EOF'
 import glob, re, sys
-log, n, timeout, took = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+log, timeout, took = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+n = 0
 lat = {"kill": [], "stop": []}
 hangs = unreported = wrong = leftover = shm = nofault = 0
 bad = []
@@ -375,7 +379,8 @@ for path in sorted(glob.glob(log + "/trial-*.log"), key=lambda p: int(re.search(
     text = open(path, errors="replace").read()
     m = re.search(r"TRIAL (\d+) .*np=(\d+) victim=(\d+) fault=(\w+) .* hung=(\d) .*leftover_procs=(\d+) shm_delta=(-?\d+)", text)
     if not m:
-        continue
+        continue  # a trial cut short: nothing recorded
+    n += 1
     trial, np_, victim, fault, hung, left, dshm = m.groups()
     np_, hung, left, dshm = int(np_), int(hung), int(left), int(dshm)
     problems = []

@@ -30,7 +30,6 @@ StatusOr<Schedule> allgatherRecursiveDoubling(const Request& req, const Layout& 
   const size_t es = dataTypeSize(req.dtype);
   const size_t blockBytes = req.count * es;
   Schedule s = meshSchedule(req, "recursive-doubling");
-  s.wholeBlocks = true;
   exec::ChannelPlan& plan = s.channels[0];
   if (blockBytes == 0) return s;
 
@@ -46,8 +45,7 @@ StatusOr<Schedule> allgatherRecursiveDoubling(const Request& req, const Layout& 
   auto phase = [&](std::vector<Step> steps, size_t maxStepBytes, int parts) {
     if (steps.empty()) return;
     plan.phases.push_back(exec::Phase{plan.steps.size(), steps.size(),
-                                      roundsFor(maxStepBytes, wholeBlockRound(layout, layout.smallRoundBytes) /
-                                                                  static_cast<size_t>(parts))});
+                                      roundsFor(maxStepBytes, layout.smallRoundBytes / static_cast<size_t>(parts))});
     for (Step& st : steps) plan.steps.push_back(st);
   };
 

@@ -34,7 +34,9 @@ StatusOr<Schedule> pairwise(const Request& req, const Layout& layout, const std:
   const int r = layout.rank;
   const size_t es = dataTypeSize(req.dtype);
   Schedule s = meshSchedule(req, "pairwise");
-  s.wholeBlocks = true;
+  // Out of place every block goes straight from the input; in place it is sent from a
+  // scratch copy, which whole blocks would have to copy once more.
+  s.wholeBlocks = !req.inPlace;
   exec::ChannelPlan& plan = s.channels[0];
 
   if (sendCounts[r] != recvCounts[r])
@@ -58,7 +60,8 @@ StatusOr<Schedule> pairwise(const Request& req, const Layout& layout, const std:
     plan.steps.push_back(Step{Prim::kCopy, -1, -1, sendRegion(r), recvRegion(r)});
   if (n == 1) return s;
 
-  const size_t partElems = std::max<size_t>(1, wholeBlockRound(layout, layout.smallRoundBytes) / es);
+  const size_t partElems =
+      std::max<size_t>(1, (s.wholeBlocks ? wholeBlockRound(layout, layout.smallRoundBytes) : layout.smallRoundBytes) / es);
   size_t maxParts = 0;
   for (int j = 0; j < n; ++j) {
     if (j == r) continue;

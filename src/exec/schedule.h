@@ -84,10 +84,11 @@ struct Schedule {
   int divisor = 0;
   std::vector<std::vector<Region>> divideRanges;
   std::string algorithm;  // for logs and traces
-  // Every step moves a whole block that no later step forwards piece by piece (allgather's
-  // ring and recursive doubling, pairwise alltoall, point-to-point groups; not a chain or a
-  // tree, whose pipelining needs slices): where every connection carries large messages
-  // (RunContext::wholeBlockBytes), the executor sends each step's round as one message.
+  // Every step moves a whole block that no later step forwards piece by piece, from the
+  // caller's memory (allgather's ring, pairwise alltoall out of place, point-to-point groups;
+  // not a chain or a tree, whose pipelining needs slices, nor schedules that send from
+  // scratch): where every connection carries large messages (RunContext::wholeBlockBytes),
+  // the executor sends each step's round as one message.
   bool wholeBlocks = false;
   // Which of the communicator's connection sets the steps use: 0 = the per-channel rings'
   // (large slots, deep FIFOs, ring neighbours only), 1 = the mesh (smaller slots, every

@@ -545,7 +545,7 @@ TEST_CASE("whole-block schedules with large messages: one message per step and r
   struct A { const char* name; Collective coll; algorithms::Builder build; bool whole; };
   const A all[] = {
       {"allgather ring", Collective::kAllGather, &algorithms::allgatherRing, true},
-      {"allgather recursive doubling", Collective::kAllGather, &algorithms::allgatherRecursiveDoubling, true},
+      {"allgather recursive doubling", Collective::kAllGather, &algorithms::allgatherRecursiveDoubling, false},
       {"allgather bruck", Collective::kAllGather, &algorithms::allgatherBruck, false},
       {"alltoall pairwise", Collective::kAllToAll, &algorithms::alltoallPairwise, true},
       {"alltoall bruck", Collective::kAllToAll, &algorithms::alltoallBruck, false},
@@ -567,7 +567,8 @@ TEST_CASE("whole-block schedules with large messages: one message per step and r
           INFO(a.name << " n=" << n << " count=" << count << (ip ? " in place" : ""));
           auto s = a.build(call.req, layoutOf(0, n, nch));
           REQUIRE(s.isOk());
-          CHECK(s.value().wholeBlocks == a.whole);
+          // Pairwise alltoall sends from a scratch copy in place: not whole blocks there.
+          CHECK(s.value().wholeBlocks == (a.whole && !(ip && a.coll == Collective::kAllToAll)));
           if (a.whole && a.build == &algorithms::allgatherRing) {
             // Rounds of at most one message: a channel's share of a block over gWholeBlockBytes.
             const size_t share = (count + nch - 1) / nch * kEs;

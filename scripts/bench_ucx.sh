@@ -3,7 +3,8 @@
 #   1. allreduce and allgather busbw, braid (BRAID_TRANSPORT=ucx) vs OpenMPI's UCX path
 #      (pml ucx), both with the same UCX_TLS: tcp, then shared memory; 2 and 4 ranks;
 #   2. braid over ucx with UCX_TLS=tcp vs braid's own tcp transport (allreduce);
-#   3. sendrecv_perf over ucx (2 ranks) vs ucx_perftest -t tag_bw with the same UCX_TLS.
+#   3. sendrecv_perf --one-way over ucx (2 ranks: rank 0 sends, rank 1 receives) vs
+#      ucx_perftest -t tag_bw (one direction too) with the same UCX_TLS.
 # Implementations alternate size by size, ROUNDS times; the best of each is kept.
 # x = braid / peer busbw (> 1: braid better). Targets (marked ok / MISS): part 1 x >= 1.0,
 # part 2 x >= 0.9, part 3 x >= 0.9.
@@ -65,7 +66,8 @@ fmt() { printf '%-8s %10s %10s %7s  %s\n' "$@"; }
 # One run: impl (braid-ucx, mpi-ucx, braid-tcp), UCX_TLS value, collective, bytes, ranks.
 # Prints the best busbw of this round's table; the whole output goes to a log under $RAW.
 run_one() {
-  local impl=$1 tls=$2 coll=$3 b=$4 np=$5 n w chk=0 log
+  local impl=$1 tls=$2 coll=$3 b=$4 np=$5 n w chk=0 log extra=()
+  [ "$coll" = sendrecv ] && extra=(--one-way)
   n=$(iters "$b"); w=$(warm "$b")
   [ "$CHECK" = all ] || { [ "$CHECK" != 0 ] && [ "$ROUND" = 1 ]; } && chk=1
   log=$RAW/$coll-$b-np$np-$impl-${tls//,/_}.log
@@ -74,7 +76,7 @@ run_one() {
     echo "### round $ROUND $(date -Is) load $(cut -d' ' -f1-3 /proc/loadavg)"
     case $impl in
       braid-ucx) BRAID_TRANSPORT=ucx UCX_TLS=$tls timeout -k 10 "$RUN_TIMEOUT" "$RUN" -np "$np" \
-                   "$PERF_DIR/${coll}_perf" "${common[@]}" ;;
+                   "$PERF_DIR/${coll}_perf" "${common[@]}" "${extra[@]}" ;;
       braid-tcp) BRAID_TRANSPORT=tcp timeout -k 10 "$RUN_TIMEOUT" "$RUN" -np "$np" "$PERF_DIR/${coll}_perf" "${common[@]}" ;;
       mpi-ucx) timeout -k 10 "$RUN_TIMEOUT" mpirun --allow-run-as-root --oversubscribe -np "$np" \
                  --mca pml ucx --mca pml_ucx_devices any --mca pml_ucx_tls any -x UCX_TLS="$tls" \
@@ -157,7 +159,7 @@ if [[ $PARTS == *" 3 "* ]]; then
   for fam in $TLS; do
     tls="$fam,self"
     say ""
-    say "== part 3: sendrecv_perf over ucx (2 ranks, both directions at once, busbw per direction) vs"
+    say "== part 3: sendrecv_perf --one-way over ucx (2 ranks, rank 0 to rank 1) vs"
     say "   ucx_perftest -t tag_bw (one direction), UCX_TLS=$tls (target x >= 0.9)"
     say "$(fmt size braid-ucx perftest x target)"
     for s in "${P2P_SIZES[@]}"; do

@@ -455,7 +455,10 @@ class ChannelRunner {
     int64_t spinEnd = start + int64_t{ctx_.wait.spinMicros} * 1000;
     int64_t yieldEnd = spinEnd + int64_t{ctx_.wait.yieldMicros} * 1000;
     if (nextHealthNs_ == 0) nextHealthNs_ = start + kHealthPeriodNs;
-    int phase = 0;  // 0 spin, 1 yield, 2 sleep
+    // 0 spin, 1 yield, 2 sleep. Decided now, not after the first 32 tries: with more ranks
+    // than cores (no spinning), a wait that spun before its first yield kept the core from
+    // the very rank it waits for.
+    int phase = start < spinEnd ? 0 : start < yieldEnd ? 1 : 2;
     for (uint32_t iter = 1;; ++iter) {
       BRAID_RETURN_IF_ERROR(progressAll());
       st = attempt();

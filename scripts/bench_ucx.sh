@@ -4,7 +4,10 @@
 #      (pml ucx), both with the same UCX_TLS: tcp, then shared memory; 2 and 4 ranks;
 #   2. braid over ucx with UCX_TLS=tcp vs braid's own tcp transport (allreduce);
 #   3. sendrecv_perf --one-way over ucx (2 ranks: rank 0 sends, rank 1 receives) vs
-#      ucx_perftest -t tag_bw (one direction too) with the same UCX_TLS.
+#      ucx_perftest -t tag_bw (one direction too) with the same UCX_TLS;
+#   4. (only when PARTS names it) braid over ucx with whole blocks (the default) vs
+#      BRAID_WHOLE_BLOCKS=0 (slot-sized slices), allgather, alltoall and one-way sendrecv:
+#      what whole blocks give, no target.
 # Implementations alternate size by size, ROUNDS times; the best of each is kept.
 # x = braid / peer busbw (> 1: braid better). Targets (marked ok / MISS): part 1 x >= 1.0,
 # part 2 x >= 0.9, part 3 x >= 0.9.
@@ -16,7 +19,7 @@
 #   P2P_SIZES="64K 1M 4M 16M" sizes for part 3
 #   TLS="tcp sm"              UCX transport families (UCX_TLS=<family>,self for everyone)
 #   COLLS="allreduce allgather"
-#   PARTS="1 2 3"             which parts to run
+#   PARTS="1 2 3"             which parts to run (4: whole blocks on/off, SIZES4="1M 16M 256M")
 #   ROUNDS=2, CHECK=1, RUN_TIMEOUT=300, SKIP_SETUP, BUILD_DIR, BENCH_CACHE, RESULTS: as in
 #                             scripts/bench_collectives.sh
 # Debian's OpenMPI leaves its UCX path off by default; this selects it with
@@ -77,6 +80,8 @@ run_one() {
     case $impl in
       braid-ucx) BRAID_TRANSPORT=ucx UCX_TLS=$tls timeout -k 10 "$RUN_TIMEOUT" "$RUN" -np "$np" \
                    "$PERF_DIR/${coll}_perf" "${common[@]}" "${extra[@]}" ;;
+      braid-slices) BRAID_WHOLE_BLOCKS=0 BRAID_TRANSPORT=ucx UCX_TLS=$tls timeout -k 10 "$RUN_TIMEOUT" "$RUN" -np "$np" \
+                      "$PERF_DIR/${coll}_perf" "${common[@]}" "${extra[@]}" ;;
       braid-tcp) BRAID_TRANSPORT=tcp timeout -k 10 "$RUN_TIMEOUT" "$RUN" -np "$np" "$PERF_DIR/${coll}_perf" "${common[@]}" ;;
       mpi-ucx) timeout -k 10 "$RUN_TIMEOUT" mpirun --allow-run-as-root --oversubscribe -np "$np" \
                  --mca pml ucx --mca pml_ucx_devices any --mca pml_ucx_tls any -x UCX_TLS="$tls" \
@@ -169,6 +174,28 @@ if [[ $PARTS == *" 3 "* ]]; then
         B+=("$(perftest_bw "$tls" "$b")")
       done
       row "$s" "$(best_of max "${A[@]}")" "$(best_of max "${B[@]}")" 0.9
+    done
+  done
+fi
+
+if [[ $PARTS == *" 4 "* ]]; then
+  for fam in $TLS; do
+    tls="$fam,self"
+    for np in $NPS; do
+      for coll in allgather alltoall sendrecv; do
+        [ "$coll" = sendrecv ] && [ "$np" != 2 ] && continue
+        say ""
+        say "== part 4: $coll$([ "$coll" = sendrecv ] && echo ' --one-way'), $np ranks, UCX_TLS=$tls: whole blocks vs BRAID_WHOLE_BLOCKS=0 (no target)"
+        say "$(fmt size whole slices x '')"
+        for s in ${SIZES4:-1M 16M 256M}; do
+          b=$(bytes "$s"); A=(); B=()
+          for ROUND in $(seq "$ROUNDS"); do
+            A+=("$(run_one braid-ucx "$tls" "$coll" "$b" "$np")")
+            B+=("$(run_one braid-slices "$tls" "$coll" "$b" "$np")")
+          done
+          say "$(fmt "$s" "$(best_of max "${A[@]}")" "$(best_of max "${B[@]}")" "$(ratio "$(best_of max "${A[@]}")" "$(best_of max "${B[@]}")" max)" '')"
+        done
+      done
     done
   done
 fi

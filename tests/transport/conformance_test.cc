@@ -272,6 +272,22 @@ std::string repeatCalls(Endpoint& ep) {
   return "";
 }
 
+// Posts message `seq` (`n` bytes of its pattern, tagged `tag`) on `c`: from a buffer of
+// the caller's own, kept in `keep` until flushed, when `fromUser`, else through the slot.
+Status postPatterned(Connection& c, uint64_t seq, size_t n, uint64_t tag, bool fromUser, Deadline d,
+                     std::vector<uint8_t>* keep) {
+  Slot s;
+  BRAID_RETURN_IF_ERROR(reserveSlot(c, &s, d));
+  s.tag = tag;
+  if (!fromUser) {
+    fillPattern(s.data, n, seq);
+    return c.postSend(s, n);
+  }
+  keep->resize(n + 1);
+  fillPattern(keep->data() + 1, n, seq);  // odd address on purpose
+  return c.postSendFrom(s, keep->data() + 1, n);
+}
+
 // Zero copy: the sender alternates slots and its own buffers (where the connection sends
 // from them), the receiver alternates slots and landing in its own buffers, so every mix
 // of the two meets, at sizes from empty to a full slot. Whatever a transport supports, the
@@ -290,20 +306,8 @@ std::string zeroCopy(Endpoint& ep) {
                                                          " drops bits of the call shape or operation number");
     // Each message from its own buffer: a transport may read it until flushed().
     std::vector<std::vector<uint8_t>> bufs(count);
-    for (uint64_t seq = 0; seq < count; ++seq) {
-      const size_t n = sizeOf(seq);
-      Slot s;
-      T_OK(reserveSlot(c, &s, soon()));
-      s.tag = tagOf(seq);
-      if (c.sendsFromUser() && seq % 2 == 0) {
-        bufs[seq].resize(n + 1);
-        fillPattern(bufs[seq].data() + 1, n, seq);  // odd address on purpose
-        T_OK(c.postSendFrom(s, bufs[seq].data() + 1, n));
-      } else {
-        fillPattern(s.data, n, seq);
-        T_OK(c.postSend(s, n));
-      }
-    }
+    for (uint64_t seq = 0; seq < count; ++seq)
+      T_OK(postPatterned(c, seq, sizeOf(seq), tagOf(seq), c.sendsFromUser() && seq % 2 == 0, soon(), &bufs[seq]));
     T_OK(flush(c, soon()));
   } else {
     Connection& c = *ep.recv[0];
@@ -356,17 +360,7 @@ std::string largeMessages(Endpoint& ep) {
     for (uint64_t seq = 0; seq < sizes.size(); ++seq) {
       const size_t n = sizes[seq];
       T_EXPECT(n <= c.maxMessageBytes(), "a message larger than the connection says it carries");
-      Slot s;
-      T_OK(reserveSlot(c, &s, Deadline::after(30)));
-      s.tag = tagOf(seq);
-      if (large(n) || seq % 2 == 1) {
-        bufs[seq].resize(n + 1);
-        fillPattern(bufs[seq].data() + 1, n, seq);  // odd address on purpose
-        T_OK(c.postSendFrom(s, bufs[seq].data() + 1, n));
-      } else {
-        fillPattern(s.data, n, seq);
-        T_OK(c.postSend(s, n));
-      }
+      T_OK(postPatterned(c, seq, n, tagOf(seq), large(n) || seq % 2 == 1, Deadline::after(30), &bufs[seq]));
     }
     T_OK(flush(c, Deadline::after(30)));
   } else {

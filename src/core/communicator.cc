@@ -48,8 +48,8 @@ constexpr size_t kUcxMeshSlotBytes = 256 * 1024;
 // The message of a whole-blocks step (exec::Schedule::wholeBlocks) where every connection
 // carries large messages: one message per step and round up to this size. UCX moves it
 // buffer to buffer, by rendezvous (single-copy cma inside a host, zero copy over RDMA):
-// allgather over UCX's shared memory, 2 ranks, 16 MiB, 9.0 GB/s in 256 KiB slices and
-// 11.5-11.7 in whole blocks (docs/performance.md, "UCX").
+// against 256 KiB slices, allgather over UCX's shared memory, 2 ranks, 16 MiB, 1.18x busbw;
+// alltoall, 4 ranks, 256 MiB, 1.44x (docs/performance.md, "UCX", part 4).
 constexpr size_t kWholeBlockBytes = 64u << 20;
 // Allreduces up to this size may use the mesh's small-message algorithms.
 constexpr size_t kSmallMaxBytes = 64 * 1024;

@@ -81,6 +81,15 @@ class Connection {
   // communicator sends messages above slotBytes() only when every connection of every rank
   // carries them, and only in schedules marked wholeBlocks (exec/schedule.h).
   virtual size_t maxMessageBytes() const { return slotBytes(); }
+  // Receiver: the tag of the oldest incoming message, without taking it, or kWouldBlock. A
+  // transport whose peekRecv would commit that message to a slot (UCX posts a receive, too
+  // small for a large message) looks without committing; the others peek.
+  virtual Status peekTag(uint64_t* tag) {
+    Slot s;
+    Status st = peekRecv(&s);
+    if (st.isOk()) *tag = s.tag;
+    return st;
+  }
 
   // Drives I/O (stream transports) and reports a failed peer as kRemoteError naming it.
   virtual Status progress() = 0;

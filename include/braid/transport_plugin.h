@@ -196,7 +196,8 @@ typedef struct braidTransportPlugin_v3_s {
                                     void** transport, braidPluginError_v1* error);
 } braidTransportPlugin_v3_t;
 
-/* Version 4: version 3 (its base, with abi_version 4) and messages larger than a slot. */
+/* Version 4: version 3 (its base, with abi_version 4), messages larger than a slot, and a
+ * look at the next message's tag that commits nothing. */
 typedef struct braidTransportPlugin_v4_s {
   braidTransportPlugin_v3_t base;
   /* The largest message this connection carries when the sender posts it with
@@ -208,6 +209,11 @@ typedef struct braidTransportPlugin_v4_s {
    * point-to-point groups); otherwise every message fits a slot. A peek_recv_into for a
    * message larger than slot_bytes must land it at dst. */
   size_t (*max_message_bytes)(void* connection);
+  /* The tag of the oldest incoming message, without taking it and without committing it to
+   * a slot (no receive posted for it), or braidPluginWouldBlock. braid looks with it while a
+   * wait lasts, for a peer that issued another call; a later peek_recv_into still lands the
+   * message where it asks. A transport whose peek_recv commits nothing may call it. */
+  braidPluginResult_t (*peek_tag)(void* connection, uint64_t* tag, braidPluginError_v1* error);
 } braidTransportPlugin_v4_t;
 
 #ifdef __cplusplus

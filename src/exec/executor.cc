@@ -340,17 +340,14 @@ class ChannelRunner {
       for (size_t p = 0; p < l.recvFrom.size(); ++p) {
         Connection* c = l.recvFrom[p];
         if (!c) continue;
-        // Looking posts the next receive into a slot, where a message larger than a slot
-        // (whole blocks, RunContext::wholeBlockBytes) would not fit when it came: such
-        // connections are left to the tag check of the receive that takes their message.
-        if (ctx_.wholeBlockBytes > 0 && c->maxMessageBytes() > c->slotBytes()) continue;
-        Slot slot;
-        // A connection that fails here (a peer that left cleanly closes its sockets) is
-        // left to the health check and to the waits that use it.
-        if (!c->peekRecv(&slot).isOk()) continue;
+        // A look that commits nothing: the message may be a whole block that only the
+        // receive of its own step can take. A connection that fails here (a peer that left
+        // cleanly closes its sockets) is left to the health check and the waits that use it.
+        uint64_t tag = 0;
+        if (!c->peekTag(&tag).isOk()) continue;
         const uint64_t mask = c->tagMask();
-        const uint64_t diff = (slot.tag ^ ctx_.tag) & mask;
-        if ((diff >> 32) == 0 && (diff & 0xffffffffu) != 0) return mismatchWith(static_cast<int>(p), slot.tag, mask);
+        const uint64_t diff = (tag ^ ctx_.tag) & mask;
+        if ((diff >> 32) == 0 && (diff & 0xffffffffu) != 0) return mismatchWith(static_cast<int>(p), tag, mask);
       }
       return Status::ok();
     };

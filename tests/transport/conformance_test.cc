@@ -369,6 +369,16 @@ std::string largeMessages(Endpoint& ep) {
       std::vector<uint8_t> dst(n + 64, 0xEE);
       uint8_t* land = dst.data() + 32;
       const bool into = large(n) || seq % 3 == 0;
+      if (large(n)) {
+        // A look at its tag first, as a long wait's mismatch scan takes: it must not commit
+        // the message to a slot, or it could not land where its receive asks.
+        uint64_t tag = 0;
+        Deadline d = Deadline::after(30);
+        Status st;
+        while ((st = c.peekTag(&tag)).code() == Code::kWouldBlock && !d.expired()) c.progress();
+        T_OK(st);
+        T_EXPECT(((tag ^ tagOf(seq)) & c.tagMask()) == 0, "message " + std::to_string(seq) + ": peekTag saw a wrong tag");
+      }
       Slot s;
       T_OK(recvSlot(c, &s, Deadline::after(30), into ? land : nullptr, n));
       if (large(n)) T_EXPECT(s.data == land, "message " + std::to_string(seq) + " of " + std::to_string(n) + " bytes did not land where asked");

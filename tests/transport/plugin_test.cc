@@ -254,6 +254,10 @@ braidPluginResult_t fakePeekInto(void*, braidSlot_v1* s, void* dst, size_t bytes
 }
 uint64_t fakeTagMask(void*) { return ~uint64_t{0}; }
 size_t fakeMaxMessage(void*) { return gFakeV4.maxMessage; }
+braidPluginResult_t fakePeekTag(void*, uint64_t* tag, braidPluginError_v1*) {
+  *tag = 77;
+  return braidPluginOk;
+}
 
 braidTransportPlugin_v4_t fakeTableV4() {
   braidTransportPlugin_v4_t t{};
@@ -267,6 +271,7 @@ braidTransportPlugin_v4_t fakeTableV4() {
     return fakeInit(c, h, e);
   };
   t.max_message_bytes = fakeMaxMessage;
+  t.peek_tag = fakePeekTag;
   return t;
 }
 
@@ -288,6 +293,9 @@ TEST_CASE("plugin ABI v4: max_message_bytes, never below a slot, none before v4;
   {
     auto [t, c] = connection(true);
     CHECK(c->maxMessageBytes() == (1u << 20));
+    uint64_t tag = 0;
+    REQUIRE(c->peekTag(&tag).isOk());
+    CHECK(tag == 77);  // the plugin's own look, not a peek_recv (whose tag is 7)
     std::vector<uint8_t> dst(4096);
     Slot s;
     REQUIRE(c->peekRecvInto(&s, dst.data(), dst.size()).isOk());
@@ -303,6 +311,9 @@ TEST_CASE("plugin ABI v4: max_message_bytes, never below a slot, none before v4;
   {
     auto [t, c] = connection(false);  // the same plugin loaded as v3
     CHECK(c->maxMessageBytes() == 32);
+    uint64_t tag = 0;
+    REQUIRE(c->peekTag(&tag).isOk());
+    CHECK(tag == 7);  // through peek_recv
   }
   gFakeV4 = FakeV4{};
   gFakeV4.maxMessage = 8;

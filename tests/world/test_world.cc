@@ -10,6 +10,7 @@
 #include <string>
 #include <mutex>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 #include "support/catch.h"
@@ -283,6 +284,96 @@ TEST_CASE("a root mismatch and a different collective are decoded too", "[world]
       decoded = true;
   }
   CHECK(decoded);
+}
+
+// Over UCX an allgather's steps go whole (a message larger than a slot) on the rings while a
+// small allreduce runs on the mesh: each rank's long wait looks at the other set without
+// committing the message it finds (Connection::peekTag), so both calls are decoded within
+// seconds, not at the timeout, and no whole block is cut to a slot's size.
+TEST_CASE("over ucx with whole blocks, a collective on the other connection set is decoded too", "[world][ucx]") {
+  if (!braid::testing::transportAvailable("ucx")) {
+    WARN("skipped: no ucx transport plugin in this build");
+    return;
+  }
+  WorldOptions o;
+  o.nranks = 2;
+  o.timeoutSec = 30;
+  o.transport = "ucx";
+  std::vector<double> seconds;
+  auto errors = errorsOf(o, [](core::Communicator& comm) {
+    const size_t block = size_t{1} << 20;  // 4 MiB of floats a rank: whole blocks above the slot
+    std::vector<float> in(block, 1.0f), out(2 * block, 0.0f);
+    algorithms::Request req;
+    req.dtype = DataType::kFloat32;
+    if (comm.rank() == 0) {
+      req.coll = algorithms::Collective::kAllGather;
+      req.count = block;
+    } else {
+      req.coll = algorithms::Collective::kAllReduce;
+      req.count = 1024;
+    }
+    return comm.run(req, in.data(), out.data());
+  }, &seconds);
+  for (int r = 0; r < o.nranks; ++r) {
+    INFO("rank " << r << ": " << errors[r]);
+    CHECK(!errors[r].empty());
+    CHECK(seconds[r] < 10);
+    CHECK(errors[r].find("allgather count=1048576 float") != std::string::npos);
+    CHECK(errors[r].find("allreduce count=1024 float sum") != std::string::npos);
+  }
+}
+
+// A rank ahead by one call: rank 1 waits over a second in a point-to-point group for rank 2
+// (late), while rank 0, done with its part, already sends rank 1 its alltoall block, a whole
+// block larger than a slot, on the same connection. The long wait's look for a mismatched call
+// must not commit that message to a slot-sized receive: the alltoall then lands whole.
+TEST_CASE("over ucx with whole blocks, a long wait's look leaves a peer's next block whole", "[world][ucx]") {
+  if (!braid::testing::transportAvailable("ucx")) {
+    WARN("skipped: no ucx transport plugin in this build");
+    return;
+  }
+  WorldOptions o;
+  o.nranks = 3;
+  o.timeoutSec = 30;
+  o.transport = "ucx";
+  auto errors = errorsOf(o, [](core::Communicator& comm) {
+    const int r = comm.rank();
+    uint32_t a = 100 + static_cast<uint32_t>(r), b = 0, c = 0;
+    algorithms::Request g;
+    g.coll = algorithms::Collective::kSendRecv;
+    g.dtype = DataType::kUint32;
+    Status s;
+    if (r == 0) {
+      g.p2p = {{true, 1, 1}, {false, 1, 1}};
+      s = comm.run(g, nullptr, nullptr, {&a, &b});
+    } else if (r == 1) {
+      g.p2p = {{false, 0, 1}, {true, 0, 1}, {false, 2, 1}};
+      s = comm.run(g, nullptr, nullptr, {&b, &a, &c});
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+      g.p2p = {{true, 1, 1}};
+      s = comm.run(g, nullptr, nullptr, {&a});
+    }
+    if (!s.isOk()) return s;
+    const size_t block = size_t{1} << 20;  // 4 MiB to each peer: above the mesh's slot
+    std::vector<float> in(3 * block), out(3 * block, 0.0f);
+    for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(r * 10 + static_cast<int>(i / block));
+    algorithms::Request t;
+    t.coll = algorithms::Collective::kAllToAll;
+    t.dtype = DataType::kFloat32;
+    t.count = block;
+    s = comm.run(t, in.data(), out.data());
+    if (!s.isOk()) return s;
+    // Block j of the output is block r of rank j's input.
+    for (size_t i = 0; i < out.size(); ++i)
+      if (out[i] != static_cast<float>(static_cast<int>(i / block) * 10 + r))
+        return internalError("element " + std::to_string(i) + " is wrong");
+    return Status::ok();
+  });
+  for (int r = 0; r < o.nranks; ++r) {
+    INFO("rank " << r << ": " << errors[r]);
+    CHECK(errors[r].empty());
+  }
 }
 
 TEST_CASE("BRAID_DEBUG_DUMP writes each rank's flight recorder on a failure", "[world]") {

@@ -174,6 +174,13 @@ uint64_t tagMask(void* c) { return conn(c)->tagMask(); }
 
 size_t maxMessageBytes(void* c) { return conn(c)->maxMessageBytes(); }
 
+braidPluginResult_t peekTag(void* c, uint64_t* tag, braidPluginError_v1* e) {
+  uint64_t t = 0;
+  Status st = conn(c)->peekTag(&t);
+  if (st.isOk()) *tag = t;
+  return report(st, e);
+}
+
 }  // namespace
 
 TransportConfig configFromV1(const braidTransportConfig_v1& c) {
@@ -252,6 +259,7 @@ braidTransportPlugin_v4_t exportTableV4(const char* name, const char* version, C
   t.base = exportTableV3(name, version, create);
   t.base.base.base.abi_version = 4;
   t.max_message_bytes = &maxMessageBytes;
+  t.peek_tag = &peekTag;
   return t;
 }
 

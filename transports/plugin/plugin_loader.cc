@@ -50,7 +50,7 @@ class PluginConnection final : public Connection {
  public:
   PluginConnection(const braidTransportPlugin_v1_t* t, const braidTransportPlugin_v2_t* v2,
                    const braidTransportPlugin_v4_t* v4, const std::string* name, void* c, int peer)
-      : t_(t), v2_(v2), name_(name), c_(c), peer_(peer), slotBytes_(t->slot_bytes(c)),
+      : t_(t), v2_(v2), v4_(v4), name_(name), c_(c), peer_(peer), slotBytes_(t->slot_bytes(c)),
         fromUser_(v2 && v2->sends_from_user(c) != 0), tagMask_(v2 ? v2->tag_mask(c) : ~uint64_t{0}),
         // Below a slot's size means no more than a slot.
         maxMessage_(v4 ? std::max(slotBytes_, v4->max_message_bytes(c)) : slotBytes_) {}
@@ -78,6 +78,13 @@ class PluginConnection final : public Connection {
   }
   uint64_t tagMask() const override { return tagMask_; }
   size_t maxMessageBytes() const override { return maxMessage_; }
+  Status peekTag(uint64_t* tag) override {
+    if (!v4_) return Connection::peekTag(tag);
+    uint64_t t = 0;
+    Status st = call(*name_, [&](braidPluginError_v1* e) { return v4_->peek_tag(c_, &t, e); });
+    if (st.isOk()) *tag = t;
+    return st;
+  }
   Status peekRecv(Slot* s) override { return peek(s, nullptr, 0); }
   Status peekRecvInto(Slot* s, void* dst, size_t bytes) override { return peek(s, dst, bytes); }
 
@@ -125,6 +132,7 @@ class PluginConnection final : public Connection {
  private:
   const braidTransportPlugin_v1_t* t_;
   const braidTransportPlugin_v2_t* v2_;  // nullptr for a v1 plugin
+  const braidTransportPlugin_v4_t* v4_;  // nullptr below version 4
   const std::string* name_;
   void* c_;
   int peer_;
@@ -235,6 +243,7 @@ std::string missingEntry(const braidTransportPlugin_v4_t* t) {
   std::string m = missingEntry(&t->base);
   if (!m.empty()) return m;
   if (!t->max_message_bytes) return "max_message_bytes";
+  if (!t->peek_tag) return "peek_tag";
   return "";
 }
 

@@ -413,6 +413,26 @@ Status UcxRecvConnection::peekRecv(Slot* s) { return peek(s, nullptr, 0); }
 
 Status UcxRecvConnection::peekRecvInto(Slot* s, void* dst, size_t bytes) { return peek(s, dst, bytes); }
 
+Status UcxRecvConnection::peekTag(uint64_t* tag) {
+  const Landing& l = slots_[peekSeq_ % slots_.size()];
+  if (l.posted) {
+    Slot s;
+    BRAID_RETURN_IF_ERROR(peek(&s, nullptr, 0));
+    *tag = s.tag;
+    return Status::ok();
+  }
+  // Not posted (on demand): one sender's messages match in the order sent, so the oldest of
+  // this peer's data messages waiting unexpected is the next one.
+  worker_->progress();
+  ucp_tag_recv_info_t info;
+  if (!ucp_tag_probe_nb(worker_->worker, tag_, kMatchMask, /*remove=*/0, &info)) {
+    BRAID_RETURN_IF_ERROR(failed());
+    return Status(Code::kWouldBlock, "");
+  }
+  *tag = info.sender_tag & kExecTagMask;
+  return Status::ok();
+}
+
 Status UcxRecvConnection::peek(Slot* s, void* dst, size_t bytes) {
   Landing& l = slots_[peekSeq_ % slots_.size()];
   if (!l.posted) {

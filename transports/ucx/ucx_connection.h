@@ -173,6 +173,9 @@ class UcxRecvConnection final : public Connection {
   Status peekRecvInto(Slot* s, void* dst, size_t bytes) override;
   uint64_t tagMask() const override { return kExecTagMask; }
   size_t maxMessageBytes() const override { return onDemand_ ? kMaxMessageBytes : slotBytes_; }
+  // The next message's tag; on demand, while its receive is not posted, from UCX's
+  // unexpected queue (ucp_tag_probe_nb, leaving the message there).
+  Status peekTag(uint64_t* tag) override;
   // Re-posts the slot's receive.
   Status releaseRecv(const Slot& s) override;
   Status progress() override;

@@ -13,10 +13,10 @@ RingPos ringPosition(const std::vector<int>& ring, int rank) {
   return p;
 }
 
-size_t wholeBlockRound(const Layout& layout, size_t roundBytes) {
+size_t wholeBlockRound(const Layout& layout, const exec::Schedule& s, size_t roundBytes) {
   // One message per step and round then uses one slot where roundBytes of slot-sized
   // messages used half the FIFO, so no wait that the slot-cut schedule avoided can form.
-  return layout.wholeBlockBytes > roundBytes ? layout.wholeBlockBytes : roundBytes;
+  return s.wholeBlocks && layout.wholeBlockBytes > roundBytes ? layout.wholeBlockBytes : roundBytes;
 }
 
 int roundsFor(size_t maxStepBytes, size_t roundBytes) {

@@ -224,8 +224,8 @@ RingPos ringPosition(const std::vector<int>& ring, int rank);
 
 // Rounds needed so that no step moves more than `roundBytes` per round.
 int roundsFor(size_t maxStepBytes, size_t roundBytes);
-// The round budget of a wholeBlocks schedule (see Layout::wholeBlockBytes): `roundBytes`
-// (the connection set's slot-cut budget) unless large messages are on.
-size_t wholeBlockRound(const Layout& layout, size_t roundBytes);
+// The round budget of schedule `s`: `roundBytes` (its connection set's slot-cut budget),
+// or, for a schedule marked wholeBlocks where large messages are on, Layout::wholeBlockBytes.
+size_t wholeBlockRound(const Layout& layout, const exec::Schedule& s, size_t roundBytes);
 
 }  // namespace braid::algorithms

@@ -37,7 +37,7 @@ StatusOr<Schedule> ringAllgather(const Request& req, const Layout& layout, const
 
   size_t maxCount = 0;
   for (size_t c : counts) maxCount = std::max(maxCount, c);
-  const int rounds = roundsFor((maxCount + nch - 1) / nch * es, wholeBlockRound(layout, layout.roundBytes));
+  const int rounds = roundsFor((maxCount + nch - 1) / nch * es, wholeBlockRound(layout, s, layout.roundBytes));
 
   for (int c = 0; c < nch; ++c) {
     exec::ChannelPlan& plan = s.channels[c];

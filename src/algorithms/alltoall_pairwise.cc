@@ -60,8 +60,7 @@ StatusOr<Schedule> pairwise(const Request& req, const Layout& layout, const std:
     plan.steps.push_back(Step{Prim::kCopy, -1, -1, sendRegion(r), recvRegion(r)});
   if (n == 1) return s;
 
-  const size_t partElems =
-      std::max<size_t>(1, (s.wholeBlocks ? wholeBlockRound(layout, layout.smallRoundBytes) : layout.smallRoundBytes) / es);
+  const size_t partElems = std::max<size_t>(1, wholeBlockRound(layout, s, layout.smallRoundBytes) / es);
   size_t maxParts = 0;
   for (int j = 0; j < n; ++j) {
     if (j == r) continue;

@@ -25,7 +25,7 @@ StatusOr<Schedule> sendRecvGroup(const Request& req, const Layout& layout) {
   s.wholeBlocks = true;
   exec::ChannelPlan& plan = s.channels[0];
   // With large messages on (Layout::wholeBlockBytes) a part is one message, one slot.
-  const size_t partElems = std::max<size_t>(1, wholeBlockRound(layout, layout.smallRoundBytes) / es);
+  const size_t partElems = std::max<size_t>(1, wholeBlockRound(layout, s, layout.smallRoundBytes) / es);
 
   size_t maxParts = 0;
   for (const P2POp& m : req.p2p) {

@@ -53,7 +53,8 @@ class ChannelRunner {
     }
     sliceBytes_ = std::max(es_, ctx.sliceBytes / es_ * es_);
     // Whole blocks over connections that carry large messages: a step's round is one message.
-    if (s.wholeBlocks && ctx.wholeBlockBytes > sliceBytes_) sliceBytes_ = ctx.wholeBlockBytes / es_ * es_;
+    whole_ = s.wholeBlocks && ctx.wholeBlockBytes > sliceBytes_;
+    if (whole_) sliceBytes_ = ctx.wholeBlockBytes / es_ * es_;
     markDirectSends();
   }
 
@@ -292,7 +293,7 @@ class ChannelRunner {
   // larger than a slot (whole blocks), through a copy this run keeps until it is flushed.
   Status sendCopy(int peer, Slot& out, const void* src, size_t len, bool direct) {
     if (direct) return postFrom(peer, out, src, len);
-    if (len <= links_.sendTo[peer]->slotBytes()) {
+    if (!whole_ || len <= links_.sendTo[peer]->slotBytes()) {
       std::memcpy(out.data, src, len);
       return post(peer, out, len);
     }
@@ -305,7 +306,7 @@ class ChannelRunner {
   Status receive(int peer, Slot* slot, size_t expectBytes, void* landing = nullptr) {
     Connection* c = links_.recvFrom[peer];
     BRAID_RETURN_IF_ERROR(waitFor(c, /*forSend=*/false, slot, landing, expectBytes));
-    if (expectBytes > c->slotBytes() && slot->data != landing) {
+    if (whole_ && expectBytes > c->slotBytes() && slot->data != landing) {
       return internalError("a message of " + std::to_string(expectBytes) + " bytes from rank " + std::to_string(peer) +
                            " did not land where it was asked to (larger than a slot)");
     }
@@ -535,6 +536,7 @@ class ChannelRunner {
   const RunContext& ctx_;
   size_t es_;
   size_t sliceBytes_;
+  bool whole_ = false;  // slices of a wholeBlocks schedule above a slot (RunContext::wholeBlockBytes)
   // Copies that large messages of non-direct steps are sent from (sendCopy).
   std::vector<std::unique_ptr<char[]>> bounce_;
   // A handful of connections in practice; a small inline array keeps a small collective

@@ -36,7 +36,18 @@ TOOLS=(numpy==2.4.6 pytest==9.0.3 scikit-build-core==1.1.2 nanobind==3.1.0)
 HOROVOD=horovod==0.28.1
 HOROVOD_DEPS=(cloudpickle==3.1.2 psutil==7.2.2 pyyaml==6.0.3 cffi==2.1.1 pycparser==3.12 packaging==26.3)
 
-STAMP_TEXT="torch=$TORCH_VERSION ${TORCH_PURE_DEPS[*]} ${TORCH_CUDA_EXTRAS[*]} ${TOOLS[*]} $HOROVOD ${HOROVOD_DEPS[*]}"
+# torchft (fault-tolerant training across replica groups; braid.torchft is its process group on
+# braid) and what it needs besides torch. Installed with --no-deps too: pip would otherwise
+# resolve torch's own requirements again and pull its 3 GB of CUDA wheels. Optional: where no
+# wheel of it installs, its test says so and is skipped.
+TORCHFT=torchft==0.2.0
+TORCHFT_DEPS=(opentelemetry-api==1.45.2 opentelemetry-sdk==1.45.2 opentelemetry-exporter-otlp-proto-http==1.45.2
+              opentelemetry-exporter-otlp-proto-common==1.45.2 opentelemetry-proto==1.45.2
+              opentelemetry-semantic-conventions==0.66b2 opentelemetry-exporter-http-transport==0.66b2
+              opentelemetry-exporter-otlp-common==0.66b2 googleapis-common-protos==1.76.0 protobuf==7.36.2
+              requests==2.34.2 urllib3==2.8.0 certifi==2026.10.19.post1 charset-normalizer==3.5.3 idna==3.20)
+
+STAMP_TEXT="torch=$TORCH_VERSION ${TORCH_PURE_DEPS[*]} ${TORCH_CUDA_EXTRAS[*]} ${TOOLS[*]} $HOROVOD ${HOROVOD_DEPS[*]} $TORCHFT ${TORCHFT_DEPS[*]}"
 STAMP="$ENV_DIR/.braid-env-stamp"
 
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$STAMP_TEXT" ] && "$ENV_DIR/bin/python" -c "import torch, numpy, nanobind, horovod" 2>/dev/null; then
@@ -72,6 +83,10 @@ fi
 rm -f /tmp/braid-torch-import.$$
 "${PIP[@]}" "${HOROVOD_DEPS[@]}"
 HOROVOD_SKIP_COMPILE=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 "${PIP[@]}" --no-deps "$HOROVOD"
+if ! { "${PIP[@]}" "${TORCHFT_DEPS[@]}" && "${PIP[@]}" --no-deps "$TORCHFT" &&
+       "$ENV_DIR/bin/python" -c "import torchft, torchft._torchft"; }; then
+  echo "== $TORCHFT did not install here; tests/python/test_torchft.py will be skipped"
+fi
 "$ENV_DIR/bin/python" -c "import torch, torch.distributed as d; assert d.is_available() and d.is_gloo_available(); print('== torch', torch.__version__, 'imports (CPU)')"
 echo "$STAMP_TEXT" > "$STAMP"
 echo "== python env ready: $ENV_DIR"

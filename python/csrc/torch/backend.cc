@@ -186,13 +186,15 @@ void BraidWork::synchronize() {
 }
 
 void BraidWork::complete(std::exception_ptr error) {
-  // The Work's own state first, so that wait() callers wake even if a future callback runs
-  // long; then the future, whose callbacks run here, on the worker thread, in issue order.
-  finish(error);
+  // The future first, whose callbacks run here, on the worker thread, in issue order; then
+  // the Work's own state. ProcessGroupGloo keeps the same order, and callers rely on it: once
+  // wait() returns, the future is complete and a callback chained to it then runs inline,
+  // at once, in the caller's thread (torchft builds its callback chains on that).
   if (error)
     future_->setError(error);
   else
     future_->markCompleted(c10::IValue(outputs_));
+  finish(error);
 }
 
 // ---- TaskQueue ---------------------------------------------------------------------------

@@ -67,7 +67,8 @@ class BraidWork : public c10d::Work {
 
   std::vector<at::Tensor> result() override { return outputs_; }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
-  // Marks the work done (`error` null) or failed, wakes waiters, completes the future.
+  // Completes the future (running its callbacks), then marks the work done (`error` null)
+  // or failed and wakes waiters: once wait() returns, the future is complete.
   void complete(std::exception_ptr error);
   // Device work: done once `stream` passes the point this records. Then complete() it with
   // `stream` current: the CUDA-aware future records its own event on the current stream.

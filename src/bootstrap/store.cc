@@ -9,6 +9,14 @@ StatusOr<std::string> Store::compareSet(const std::string& key, const std::strin
   return invalidArgument("compareSet('" + key + "'): this store has no compare-and-set operation");
 }
 
+Status Store::setOnClose(const std::string& key, const std::string& /*value*/, Deadline /*deadline*/) {
+  return invalidArgument("setOnClose('" + key + "'): this store cannot tell when a client is gone");
+}
+
+StatusOr<bool> Store::cancelOnClose(const std::string& key, Deadline /*deadline*/) {
+  return invalidArgument("cancelOnClose('" + key + "'): this store cannot tell when a client is gone");
+}
+
 StatusOr<std::vector<std::string>> Store::multiGet(const std::vector<std::string>& keys, Deadline deadline) {
   std::vector<std::string> values;
   values.reserve(keys.size());

@@ -32,6 +32,14 @@ class Store {
   // The default fails with kInvalidArgument (a foreign store that has no such operation).
   virtual StatusOr<std::string> compareSet(const std::string& key, const std::string& expected,
                                            const std::string& desired, Deadline deadline = Deadline());
+  // Liveness. Asks the store to set `key` to `value` (waking its waiters) once this client
+  // is gone: its process died, its host or network failed, or it hung up without first
+  // calling cancelOnClose(key). A store that serves its clients over connections sees that
+  // at once (braid's TCP store: the connection's end); others cannot tell, and fail with
+  // kInvalidArgument (the default: etcd, PyTorch's stores, the in-process store).
+  virtual Status setOnClose(const std::string& key, const std::string& value, Deadline deadline = Deadline());
+  // Withdraws setOnClose(key); returns whether there was one.
+  virtual StatusOr<bool> cancelOnClose(const std::string& key, Deadline deadline = Deadline());
   // Waits until every key exists.
   virtual Status wait(const std::vector<std::string>& keys, Deadline deadline) = 0;
   // Whether every key exists, without waiting.

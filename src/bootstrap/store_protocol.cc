@@ -80,7 +80,7 @@ Status encodeChecked(Op op, const std::vector<std::string_view>& fields, std::st
 
 }  // namespace
 
-bool isRequestOp(uint16_t op) { return op >= 1 && op <= 10; }
+bool isRequestOp(uint16_t op) { return op >= 1 && op <= 12; }
 bool isReplyOp(uint16_t op) { return op >= 0x81 && op <= 0x88; }
 
 const char* opName(Op op) {
@@ -90,6 +90,8 @@ const char* opName(Op op) {
     case Op::kGet: return "GET";
     case Op::kAdd: return "ADD";
     case Op::kCompareSet: return "COMPARE_SET";
+    case Op::kSetOnClose: return "SET_ON_CLOSE";
+    case Op::kCancelOnClose: return "CANCEL_ON_CLOSE";
     case Op::kWait: return "WAIT";
     case Op::kCheck: return "CHECK";
     case Op::kDelete: return "DELETE";
@@ -255,6 +257,7 @@ StatusOr<Request> parseRequest(const Frame& f) {
       req.proof = fs[0];
       return req;
     case Op::kSet:
+    case Op::kSetOnClose:
       BRAID_RETURN_IF_ERROR(wantFields(2));
       BRAID_RETURN_IF_ERROR(checkKey(f.op, fs[0]));
       req.keys = {fs[0]};
@@ -287,6 +290,7 @@ StatusOr<Request> parseRequest(const Frame& f) {
       BRAID_RETURN_IF_ERROR(checkKeys(req));
       return req;
     case Op::kDelete:
+    case Op::kCancelOnClose:
       BRAID_RETURN_IF_ERROR(wantFields(1));
       BRAID_RETURN_IF_ERROR(checkKey(f.op, fs[0]));
       req.keys = {fs[0]};
@@ -381,6 +385,7 @@ Status encodeRequest(const Request& req, std::string* out) {
       fields = {req.proof};
       break;
     case Op::kSet:
+    case Op::kSetOnClose:
       BRAID_RETURN_IF_ERROR(needOneKey());
       fields = {req.keys[0], req.value};
       break;
@@ -406,6 +411,7 @@ Status encodeRequest(const Request& req, std::string* out) {
       for (const auto& k : req.keys) fields.push_back(k);
       break;
     case Op::kDelete:
+    case Op::kCancelOnClose:
       BRAID_RETURN_IF_ERROR(needOneKey());
       fields = {req.keys[0]};
       break;

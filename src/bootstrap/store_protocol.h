@@ -56,6 +56,9 @@ enum class Op : uint16_t {
   kAuth = 9,      // 32-byte client proof (after CHALLENGE)
   kCompareSet = 10,  // key, expected, desired: set when the key holds `expected` (absent
                      // counts as ""); the reply is the value it holds afterwards
+  kSetOnClose = 11,     // key, value: when this connection ends (for any reason but a
+                        // CANCEL_ON_CLOSE of the key), the store sets key to value; OK
+  kCancelOnClose = 12,  // key: forget this connection's SET_ON_CLOSE of key; BOOL (was there one)
   // Replies (server to client).
   kOk = 0x81,       // (no fields)
   kValue = 0x82,    // value
@@ -115,8 +118,8 @@ struct Request {
   uint64_t nonce = 0;           // kHello
   std::string challenge;        // kHello: empty, or kChallengeBytes from a client with a key
   std::string proof;            // kAuth: kProofBytes
-  std::vector<std::string> keys;  // one for kSet/kGet/kAdd/kDelete; any number otherwise
-  std::string value;            // kSet; kCompareSet: the desired value
+  std::vector<std::string> keys;  // one for kSet/kGet/kAdd/kDelete/kSetOnClose/kCancelOnClose; any number otherwise
+  std::string value;            // kSet, kSetOnClose; kCompareSet: the desired value
   std::string expected;         // kCompareSet
   int64_t delta = 0;            // kAdd
   uint64_t timeoutMs = kNoTimeout;  // kGet/kWait/kMultiGet

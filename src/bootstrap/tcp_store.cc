@@ -57,6 +57,9 @@ constexpr int kDefaultMaxPending = 1024;
 // connections of others. (Ranks of one host that connect in a burst stay far below it, and a
 // client whose connection is dropped before the store answered it connects again.)
 constexpr int kDefaultMaxPendingPerSource = 512;
+// SET_ON_CLOSE entries one connection may hold (a communicator registers one; a process
+// holds a few communicators): bounds the memory an admitted client can pin this way.
+constexpr size_t kMaxOnClosePerConn = 1024;
 // Server-side waits are capped so deadline arithmetic cannot overflow (about 11 days).
 constexpr uint64_t kMaxWaitMs = 1000ull * 1000 * 1000;
 // How long a client waits for the server's own TIMEOUT reply beyond the deadline it sent.
@@ -129,6 +132,8 @@ struct TcpStoreServer::Impl {
     proto::Request pending;
     std::string waitKey;
     int64_t deadlineNs = 0;  // 0 = none
+    // SET_ON_CLOSE: key -> value, set when this connection ends.
+    std::unordered_map<std::string, std::string> onClose;
   };
 
   std::string name;
@@ -150,6 +155,9 @@ struct TcpStoreServer::Impl {
   std::unordered_map<std::string, std::unordered_set<uint64_t>> waiters;  // key -> parked conns
   std::set<std::pair<int64_t, uint64_t>> deadlines;                      // (deadline, conn)
   std::deque<uint64_t> runnable;  // conns unparked: process their buffered input again
+  // SET_ON_CLOSE entries of connections that ended, applied by the loop (not inside
+  // closeConn, which runs in the middle of serving other connections).
+  std::vector<std::pair<std::string, std::string>> dueOnClose;
   bool listening = true;
   int64_t resumeListenNs = 0;
   std::deque<uint64_t> preHello;  // conns without a HELLO yet (or since gone), oldest first
@@ -223,6 +231,7 @@ struct TcpStoreServer::Impl {
       }
       expireWaits();
       expireHellos();
+      applyOnClose();
       drainRunnable();
       maybeResumeListening();
       for (uint64_t id : graveyard) conns.erase(id);
@@ -231,6 +240,7 @@ struct TcpStoreServer::Impl {
   }
 
   int nextTimeoutMs() const {
+    if (!dueOnClose.empty()) return 0;
     int64_t next = INT64_MAX;
     if (!deadlines.empty()) next = deadlines.begin()->first;
     if (!listening) next = std::min(next, resumeListenNs);
@@ -539,6 +549,19 @@ struct TcpStoreServer::Impl {
         if (it != data.end()) rep.value = it->second;
         return reply(c, rep);
       }
+      case Op::kSetOnClose:
+        if (c.onClose.size() >= kMaxOnClosePerConn && !c.onClose.count(req.keys[0])) {
+          rep.op = Op::kError;
+          rep.code = Code::kInvalidArgument;
+          rep.message = "a connection may hold at most " + std::to_string(kMaxOnClosePerConn) + " SET_ON_CLOSE keys";
+          return reply(c, rep);
+        }
+        c.onClose[req.keys[0]] = std::move(req.value);
+        return reply(c, rep);
+      case Op::kCancelOnClose:
+        rep.op = Op::kBool;
+        rep.flag = c.onClose.erase(req.keys[0]) > 0;
+        return reply(c, rep);
       case Op::kCheck:
         rep.op = Op::kBool;
         rep.flag = firstMissing(req.keys) == nullptr;
@@ -680,6 +703,18 @@ struct TcpStoreServer::Impl {
     }
   }
 
+  // Sets the keys of connections that ended since the last pass, waking their waiters.
+  void applyOnClose() {
+    while (!dueOnClose.empty()) {
+      auto due = std::move(dueOnClose);
+      dueOnClose.clear();
+      for (auto& [k, v] : due) {
+        data[k] = std::move(v);
+        notify(k);
+      }
+    }
+  }
+
   void drainRunnable() {
     while (!runnable.empty()) {
       uint64_t id = runnable.front();
@@ -795,6 +830,11 @@ struct TcpStoreServer::Impl {
     if (!logged && c.challenged && !c.hello)
       BRAID_SECURITY("store %s: client %s left during authentication (another key?)", name.c_str(), c.peer.c_str());
     unpark(c);
+    // The client is gone (its process died, its host or network failed, or it hung up):
+    // what it asked to be set then is set. Not when the store itself stops.
+    if (c.hello && !stopping.load(std::memory_order_relaxed))
+      for (auto& kv : c.onClose) dueOnClose.emplace_back(kv.first, std::move(kv.second));
+    c.onClose.clear();
     epoll_ctl(epollFd, EPOLL_CTL_DEL, c.fd, nullptr);
     c.tls.reset();
     close(c.fd);
@@ -1255,6 +1295,27 @@ StatusOr<std::string> TcpStoreClient::compareSet(const std::string& key, const s
   BRAID_RETURN_IF_ERROR(roundTrip(req, bounded(deadline), &rep));
   if (rep.op != proto::Op::kValue) return unexpected(address_, req.op, rep.op);
   return std::move(rep.value);
+}
+
+Status TcpStoreClient::setOnClose(const std::string& key, const std::string& value, Deadline deadline) {
+  proto::Request req;
+  req.op = proto::Op::kSetOnClose;
+  req.keys = {key};
+  req.value = value;
+  proto::Reply rep;
+  BRAID_RETURN_IF_ERROR(roundTrip(req, bounded(deadline), &rep));
+  if (rep.op != proto::Op::kOk) return unexpected(address_, req.op, rep.op);
+  return Status::ok();
+}
+
+StatusOr<bool> TcpStoreClient::cancelOnClose(const std::string& key, Deadline deadline) {
+  proto::Request req;
+  req.op = proto::Op::kCancelOnClose;
+  req.keys = {key};
+  proto::Reply rep;
+  BRAID_RETURN_IF_ERROR(roundTrip(req, bounded(deadline), &rep));
+  if (rep.op != proto::Op::kBool) return unexpected(address_, req.op, rep.op);
+  return rep.flag;
 }
 
 Status TcpStoreClient::wait(const std::vector<std::string>& keys, Deadline deadline) {

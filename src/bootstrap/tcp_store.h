@@ -101,6 +101,9 @@ class TcpStoreClient : public Store {
   Status wait(const std::vector<std::string>& keys, Deadline deadline) override;
   StatusOr<bool> check(const std::vector<std::string>& keys, Deadline deadline = Deadline()) override;
   StatusOr<bool> deleteKey(const std::string& key, Deadline deadline = Deadline()) override;
+  // Held by the server for this client's one connection (the client never reconnects).
+  Status setOnClose(const std::string& key, const std::string& value, Deadline deadline = Deadline()) override;
+  StatusOr<bool> cancelOnClose(const std::string& key, Deadline deadline = Deadline()) override;
   StatusOr<std::vector<std::string>> multiGet(const std::vector<std::string>& keys, Deadline deadline) override;
   // Shuts the connection down under a blocked call (which then fails, quietly); later calls
   // fail at once.

@@ -233,6 +233,15 @@ Status Communicator::init() {
       nonce_ = std::strtoull(v.c_str(), nullptr, 10);
     }
   }
+  // Store-side liveness: a store that serves this rank over a connection marks it gone the
+  // moment that connection ends, so a survivor's agreement counts a dead rank on another
+  // host as failed at once instead of at its deadline (there is no pidfd to watch there).
+  // Stores that cannot tell (etcd, PyTorch's) decline, and the deadline stays the bound.
+  {
+    Status s = store_->setOnClose(key("gone/" + std::to_string(rank_)), "1", deadline);
+    watchedByStore_ = s.isOk();
+    if (!s.isOk() && s.code() != Code::kInvalidArgument) return s;
+  }
   {
     auto rules = plan::parseAlgoOverride(cfg.algo);
     if (!rules.isOk()) return rules.status();
@@ -872,6 +881,9 @@ Communicator::~Communicator() {
   // exit for a failure. Best effort: a lost store only means the peer sees an exit.
   if (store_ && !brokenFlag_.load(std::memory_order_acquire) && !storeLost())
     (void)store_->set(key("bye/" + std::to_string(rank_)), "1", Deadline::after(opts_.config.timeoutSec));
+  // Leaving is not dying: this process may go on (and meet again under the same prefix).
+  if (store_ && watchedByStore_ && !storeLost())
+    (void)store_->cancelOnClose(key("gone/" + std::to_string(rank_)), Deadline::after(opts_.config.timeoutSec));
   connections_.clear();
   transports_.clear();
   meshTransports_.clear();
@@ -1546,8 +1558,8 @@ StatusOr<Communicator::Agreement> Communicator::agree(int flag) {
   if (mine == "F")
     return Status(Code::kAborted,
                   me + " was counted as failed by the other ranks' agreement (it voted after they gave up on it: "
-                       "an error named it, or it had not voted by twice BRAID_TIMEOUT plus 3 s): it must leave the "
-                       "communicator",
+                       "an error named it, its connection to the store ended, or it had not voted by twice "
+                       "BRAID_TIMEOUT plus 3 s): it must leave the communicator",
                   rank_);
   // A live rank votes once its own failing call returns, which is bounded by the timeout
   // from when it started waiting, plus the stall search (at most 3 s); ranks notice a failure
@@ -1567,6 +1579,13 @@ StatusOr<Communicator::Agreement> Communicator::agree(int flag) {
     const bool late = deadline.expired();
     if (late || nowNanos() >= nextFailureCheck) {
       failed = knownFailed();
+      // A rank whose store connection ended (a remote death no pidfd shows).
+      for (int r : open) {
+        if (failed[r]) continue;
+        auto gone = store_->check({key("gone/" + std::to_string(r))}, graceDeadline());
+        if (!gone.isOk()) return storeLoss(gone.status());
+        failed[r] = gone.value();
+      }
       nextFailureCheck = nowNanos() + kStoreCheckPeriodNs;
     }
     for (int r : open) {

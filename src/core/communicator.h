@@ -292,6 +292,8 @@ class Communicator {
 
   std::atomic<int> abortFlag_{0};
   std::atomic<bool> brokenFlag_{false};  // lets the hot path skip errorMu_
+  // The store sets "gone/<rank>" if this rank's connection to it ends (setOnClose).
+  bool watchedByStore_ = false;
   mutable std::mutex errorMu_;
   Status broken_;
   std::mutex healthMu_;

@@ -84,11 +84,17 @@ void storeSeeds() {
   proto::Request mget = req(Op::kMultiGet);
   mget.keys = {"k0", "k1"};
   mget.timeoutMs = 0;
+  proto::Request onClose = req(Op::kSetOnClose);
+  onClose.keys = {"braid/gone/1"};
+  onClose.value = "1";
+  proto::Request cancel = req(Op::kCancelOnClose);
+  cancel.keys = {"braid/gone/1"};
   const std::string r0(1, '\0');
   write("fuzz_store_protocol", "hello", r0 + request(hello));
   write("fuzz_store_protocol", "hello_auth", r0 + request(keyed) + request(auth));
   write("fuzz_store_protocol", "session", r0 + request(hello) + request(set) + request(get) + request(add) +
-                                              request(wait) + request(check) + request(del) + request(cas) + request(mget));
+                                              request(wait) + request(check) + request(del) + request(cas) + request(mget) +
+                                              request(onClose) + request(cancel));
   proto::Reply ok;
   proto::Reply value;
   value.op = Op::kValue;

@@ -1,6 +1,9 @@
 /* A training loop that loses ranks and goes on: usage mp_recover STEPS [COUNT].
  * MP_VICTIMS="R:S[:MODE],..." makes rank R (its rank at start) kill itself (MODE kill, the
- * default) or stop itself (stop) when it reaches global step S.
+ * default) or stop itself (stop) when it reaches global step S, or kill itself after that
+ * step's allreduce succeeded and before it votes (novote: no survivor's collective sees it
+ * go, only the agreement). MP_HOST_PER_RANK=1 gives every rank a host of its own
+ * (BRAID_HOST_ID), as if each ran on another machine: no shared memory, no pidfd to watch.
  *
  * Every step allreduces (average) a synthetic gradient that is the same on every rank, votes
  * with braidCommAgree on whether the step succeeded everywhere, and applies it only then.
@@ -33,7 +36,7 @@ static double nowMs(void) {
   return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-/* The fault this rank injects at `step`, if any: 0 none, 1 kill, 2 stop. */
+/* The fault this rank injects at `step`, if any: 0 none, 1 kill, 2 stop, 3 kill before voting. */
 static int faultAt(int rank, int step) {
   const char* v = getenv("MP_VICTIMS");
   if (!v) return 0;
@@ -47,7 +50,7 @@ static int faultAt(int rank, int step) {
       if (sscanf(v, ":%7[a-z]%n", mode, &m) < 1) return 0;
       v += m;
     }
-    if (r == rank && s == step) return strcmp(mode, "stop") == 0 ? 2 : 1;
+    if (r == rank && s == step) return strcmp(mode, "stop") == 0 ? 2 : strcmp(mode, "novote") == 0 ? 3 : 1;
     if (*v == ',') ++v;
   }
   return 0;
@@ -71,6 +74,12 @@ int main(int argc, char** argv) {
   const int steps = atoi(argv[1]);
   const size_t count = argc > 2 ? (size_t)atol(argv[2]) : 65536;
   braidComm_t comm = NULL;
+  const char* perHost = getenv("MP_HOST_PER_RANK");
+  if (perHost && !strcmp(perHost, "1") && getenv("BRAID_RANK")) {
+    char host[64];
+    snprintf(host, sizeof host, "mp-host-%s", getenv("BRAID_RANK"));
+    setenv("BRAID_HOST_ID", host, 1);
+  }
   const char* joinVar = getenv("BRAID_ELASTIC_JOIN");
   const int joiner = joinVar && !strcmp(joinVar, "1");
   braidResult_t rc = braidCommInitFromEnv(&comm);
@@ -104,13 +113,18 @@ int main(int argc, char** argv) {
   }
   while (step < steps) {
     int fault = faultAt(origRank, step);
-    if (fault) {
+    if (fault == 1 || fault == 2) {
       printf("FAULT rank=%d step=%d mono_ms=%.3f\n", origRank, step, nowMs());
       fflush(stdout);
       raise(fault == 2 ? SIGSTOP : SIGKILL);
     }
     for (size_t j = 0; j < count; ++j) buf[j] = grad(step, j);
     rc = braidAllReduce(buf, buf, count, braidFloat32, braidAvg, comm, NULL);
+    if (fault == 3) {
+      printf("FAULT rank=%d step=%d mono_ms=%.3f\n", origRank, step, nowMs());
+      fflush(stdout);
+      raise(SIGKILL);
+    }
     /* Bit 0: this step succeeded here; bit 1: no replacement is waiting to be admitted. */
     int waiting = 0;
     braidCommGetJoiners(comm, &waiting);

@@ -592,6 +592,29 @@ TEST_CASE("survivors agree, shrink and finish every step after ranks are killed 
   }
 }
 
+// A rank on another host that dies between two collectives, after its allreduce and before
+// its vote: no survivor's call sees it go and there is no pidfd to watch across hosts, so
+// only the store can tell. braidrun's store marks it gone when its connection ends, and the
+// survivors' agreement counts it as failed at once, not at the agreement's deadline (twice
+// BRAID_TIMEOUT plus 3 s, 23 s here).
+TEST_CASE("an agreement counts a remote rank that died outside any collective as failed at once",
+          "[multiproc][recovery]") {
+  Run r = run("MP_HOST_PER_RANK=1 MP_VICTIMS=2:4:novote BRAID_TIMEOUT=10 BRAIDRUN_GRACE_SEC=5 " BRAIDRUN
+              " -np 3 --min-np 2 --timeout 120 " MP_DIR "/mp_recover 10 2>&1");
+  INFO(r.out);
+  CHECK(r.status == 0);
+  CHECK(r.out.find("ERROR") == std::string::npos);
+  std::regex shrunk(R"(SHRUNK rank=\d+ step=4 from=3 to=2 failed=2 ms=(\d+))");
+  int n = 0;
+  for (auto it = std::sregex_iterator(r.out.begin(), r.out.end(), shrunk); it != std::sregex_iterator(); ++it) {
+    ++n;
+    CHECK(std::stol((*it)[1]) < 5000);
+  }
+  CHECK(n == 2);
+  std::regex fin(R"(FINAL rank=\d+ newrank=\d+ size=2 steps=10 checksum=\S+ match=1 same=1)");
+  CHECK(std::distance(std::sregex_iterator(r.out.begin(), r.out.end(), fin), std::sregex_iterator()) == 2);
+}
+
 // braidrun --max-np starts a replacement for each lost rank; the running ranks admit it at
 // the next step (braidCommGrowJoiners) and hand it the step and the parameters, so the job
 // ends at full size, every step done once, every rank with the failure-free parameters.

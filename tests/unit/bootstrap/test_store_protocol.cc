@@ -139,6 +139,19 @@ TEST_CASE("protocol: requests round trip", "[bootstrap][protocol]") {
   CHECK(back.keys == std::vector<std::string>{"c"});
   CHECK(back.expected.empty());
   CHECK(back.value == cas.value);
+
+  Request onClose;
+  onClose.op = Op::kSetOnClose;
+  onClose.keys = {"job/gone/7"};
+  onClose.value = "1";
+  Request oc = roundTrip(onClose);
+  CHECK(oc.op == Op::kSetOnClose);
+  CHECK(oc.keys == std::vector<std::string>{"job/gone/7"});
+  CHECK(oc.value == "1");
+  Request cancel;
+  cancel.op = Op::kCancelOnClose;
+  cancel.keys = {"job/gone/7"};
+  CHECK(roundTrip(cancel).keys == std::vector<std::string>{"job/gone/7"});
 }
 
 TEST_CASE("protocol: replies round trip", "[bootstrap][protocol]") {
@@ -211,7 +224,7 @@ TEST_CASE("protocol: malformed headers are rejected before their payload arrives
     CHECK(r.error.find("version") != std::string::npos);
   }
   SECTION("unknown opcode") {
-    for (uint16_t op : {0, 11, 99, 0x80, 0x89, 0xffff}) {
+    for (uint16_t op : {0, 13, 99, 0x80, 0x89, 0xffff}) {
       DecodeResult r = decodeReq(header(kMagic, kVersion, op, 4), &f);
       INFO("op " << op);
       CHECK(r.kind == DecodeResult::kMalformed);
@@ -300,6 +313,9 @@ TEST_CASE("protocol: well-formed frames with the wrong fields for their opcode",
   CHECK(parse(frame(Op::kWait, {u64(5)})).isOk());  // waiting on no keys is fine
   CHECK_FALSE(parse(frame(Op::kDelete, {"a", "b"})).isOk());
   CHECK_FALSE(parse(frame(Op::kCompareSet, {"k", "expected"})).isOk());  // the desired value missing
+  CHECK_FALSE(parse(frame(Op::kSetOnClose, {"k"})).isOk());                // the value missing
+  CHECK_FALSE(parse(frame(Op::kSetOnClose, {"", "1"})).isOk());
+  CHECK_FALSE(parse(frame(Op::kCancelOnClose, {"k", "extra"})).isOk());
 
   auto parseRep = [](const std::string& p, Op op) {
     std::string bytes = header(kMagic, kVersion, static_cast<uint16_t>(op), static_cast<uint32_t>(p.size())) + p;

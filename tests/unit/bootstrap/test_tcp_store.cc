@@ -752,3 +752,71 @@ TEST_CASE("tcp store: with BRAID_TLS requests and replies go over TLS", "[bootst
   CHECK(mismatch.status().message().find("BRAID_TLS") != std::string::npos);
   CHECK(TcpStoreServer::start("127.0.0.1", 0, 0, AuthKey{}, true).status().message().find("key") != std::string::npos);
 }
+
+// Store-side liveness: a key a client asked to be set when it is gone is set the moment its
+// connection ends however it ends (a client object destroyed, a socket reset, a violation),
+// wakes waiters, and is not set after the client withdrew it.
+TEST_CASE("tcp store: SET_ON_CLOSE sets its key when the connection ends, unless cancelled", "[bootstrap][tcp]") {
+  auto server = startServer();
+  auto watcher = connectTo(server->port());
+
+  SECTION("a client that goes away") {
+    auto a = connectTo(server->port());
+    REQUIRE(a->setOnClose("job/gone/3", "1").isOk());
+    REQUIRE(a->setOnClose("job/gone/3", "dead").isOk());  // a second call replaces the value
+    CHECK_FALSE(watcher->check({"job/gone/3"}).value());
+    auto t0 = std::chrono::steady_clock::now();
+    std::thread waiter([&] {
+      auto v = watcher->get("job/gone/3", Deadline::after(10));
+      REQUIRE(v.isOk());
+      CHECK(v.value() == "dead");
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    a.reset();  // the connection closes
+    waiter.join();
+    CHECK(secondsSince(t0) < 2);
+  }
+  SECTION("withdrawn before leaving") {
+    auto a = connectTo(server->port());
+    REQUIRE(a->setOnClose("job/gone/1", "1").isOk());
+    auto had = a->cancelOnClose("job/gone/1");
+    REQUIRE(had.isOk());
+    CHECK(had.value());
+    CHECK_FALSE(a->cancelOnClose("job/gone/1").value());
+    REQUIRE(a->setOnClose("job/gone/other", "1").isOk());  // a marker that does fire
+    a.reset();
+    REQUIRE(watcher->get("job/gone/other", Deadline::after(5)).isOk());
+    CHECK_FALSE(watcher->check({"job/gone/1"}).value());
+  }
+  SECTION("a raw connection reset, and one closed for a protocol violation") {
+    {
+      RawSocket s(server->port());
+      REQUIRE(s.send(helloFrame()));
+      CHECK(readReply(s).op == proto::Op::kOk);
+      proto::Request r;
+      r.op = proto::Op::kSetOnClose;
+      r.keys = {"raw/gone"};
+      r.value = "x";
+      std::string bytes;
+      REQUIRE(proto::encodeRequest(r, &bytes).isOk());
+      REQUIRE(s.send(bytes));
+      CHECK(readReply(s).op == proto::Op::kOk);
+      REQUIRE(s.send(rawHeader(0xdeadbeef, 1, 2, 0)));  // bad magic: the store hangs up
+    }
+    auto v = watcher->get("raw/gone", Deadline::after(5));
+    REQUIRE(v.isOk());
+    CHECK(v.value() == "x");
+  }
+  SECTION("one connection holds a bounded number") {
+    auto a = connectTo(server->port());
+    for (int i = 0; i < 1024; ++i) REQUIRE(a->setOnClose("k/" + std::to_string(i), "1").isOk());
+    Status over = a->setOnClose("k/one-too-many", "1");
+    CHECK(over.code() == Code::kInvalidArgument);
+    CHECK(over.message().find("at most 1024") != std::string::npos);
+    REQUIRE(a->setOnClose("k/7", "again").isOk());  // replacing one is not another
+    a.reset();
+    REQUIRE(watcher->wait({"k/0", "k/1023"}, Deadline::after(5)).isOk());
+    CHECK(watcher->get("k/7", Deadline::after(1)).value() == "again");
+    CHECK_FALSE(watcher->check({"k/one-too-many"}).value());
+  }
+}

@@ -33,7 +33,9 @@
 # not an error) once every rank has completed a call, and every rank must then report an
 # error; kill and stop as above, of a random rank; delay adds DELAY (default 2ms) to every
 # packet leaving a host for the whole job, which must then finish with correct results and no
-# error. Reported as above, plus the namespaces left behind; exits 77 when no trial could
+# error; delaylater adds the same delay in the middle of a job (every rank waits at a random
+# iteration while netem, or else nfq_delay and an NFQUEUE rule, is put in place, then goes on
+# for as many iterations again), which must finish just the same. Reported as above, plus the namespaces left behind; exits 77 when no trial could
 # make its namespaces (no root, no veth).
 set -uo pipefail
 
@@ -180,7 +182,7 @@ fi
 if [[ ${MODE:-fault} == netns ]]; then
   NETNS_RUN=${NETNS_RUN:-$ROOT/tests/netns/netns_run.sh}
   export NFQ_DELAY=${NFQ_DELAY:-$BUILD/tests/netns/nfq_delay}
-  FAULTS=${FAULTS:-"linkdown kill stop delay"}
+  FAULTS=${FAULTS:-"linkdown kill stop delay delaylater"}
   DELAY=${DELAY:-2ms}
   pkill -9 -f "$RANKPROG" 2>/dev/null
   echo "# chaos (netns): $N trials, seed $SEED, faults '$FAULTS', delay $DELAY, BRAID_TIMEOUT=$TIMEOUT, logs in $LOG"
@@ -210,6 +212,42 @@ if [[ ${MODE:-fault} == netns ]]; then
         env "${envs[@]}" "$NETNS_RUN" "${nr[@]}" --delay "$DELAY" -- "$RANKPROG" none -1 $((at * 3)) "$count" \
           >"$out" 2>&1
         rc=$?
+        ;;
+      delaylater)
+        victim=-1
+        # Every rank waits at iteration `at` until the delay is in place, then runs `at` more.
+        hold=$(mktemp -u /tmp/chaos-hold.XXXXXX)
+        env "${envs[@]}" MP_HOLD_FILE="$hold" "$NETNS_RUN" "${nr[@]}" -- "$RANKPROG" hold -1 "$at" "$count" \
+          >"$out" 2>&1 &
+        nrpid=$!
+        for ((w = 0; w < 600; ++w)); do
+          (($(grep -c "HOLD rank=" "$out") >= np)) && break
+          kill -0 "$nrpid" 2>/dev/null || break
+          sleep 0.05
+        done
+        nfqpids=()
+        hostns=$(ip netns list | awk -v p="bnr-$nrpid-" 'index($1, p) == 1 && $1 ~ /-h[0-9]+$/ { print $1 }')
+        if [[ -n $hostns ]] && kill -0 "$nrpid" 2>/dev/null; then
+          us=$(awk -v t="$DELAY" 'BEGIN { match(t, /^[0-9.]+/); v = substr(t, 1, RLENGTH); u = substr(t, RLENGTH + 1)
+                                          printf "%d", v * (u == "us" ? 1 : u == "s" ? 1000000 : 1000) }')
+          for ns in $hostns; do
+            if ! ip netns exec "$ns" tc qdisc add dev eth0 root netem delay "$DELAY" limit 100000 2>/dev/null; then
+              ready=$(mktemp -u /tmp/chaos-nfq.XXXXXX)
+              ip netns exec "$ns" "$NFQ_DELAY" --queue 0 --delay-us "$us" --ready-file "$ready" </dev/null >/dev/null 2>&1 &
+              nfqpids+=($!)
+              for ((w = 0; w < 500; ++w)); do [[ -e $ready ]] && break; sleep 0.01; done
+              rm -f "$ready"
+              ip netns exec "$ns" iptables-legacy -A OUTPUT -o eth0 -j NFQUEUE --queue-num 0 --queue-bypass
+            fi
+          done
+          python3 -c 'import time; print("FAULT rank=-1 mono_ms=%.3f" % (time.monotonic() * 1000))' >"$out.fault"
+        fi
+        touch "$hold"
+        wait "$nrpid"
+        rc=$?
+        ((${#nfqpids[@]})) && kill -9 "${nfqpids[@]}" 2>/dev/null && wait "${nfqpids[@]}" 2>/dev/null
+        cat "$out.fault" >>"$out" 2>/dev/null
+        rm -f "$out.fault" "$hold"
         ;;
       linkdown)
         victim=-1
@@ -248,7 +286,7 @@ print("FAULT rank=-1 mono_ms=%.3f" % t)' "$sw" >"$out.fault"
 import glob, re, sys
 log, n, timeout, took = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
 lat = {"linkdown": [], "kill": [], "stop": []}
-hangs = unreported = wrong = leftover = shm = netns = spurious = skipped = 0
+hangs = unreported = wrong = leftover = shm = netns = spurious = skipped = late = 0
 bad = []
 for path in sorted(glob.glob(log + "/trial-*.log"), key=lambda p: int(re.search(r"(\d+)\.log$", p).group(1))):
     text = open(path, errors="replace").read()
@@ -269,10 +307,12 @@ for path in sorted(glob.glob(log + "/trial-*.log"), key=lambda p: int(re.search(
         wrong += 1; problems.append("wrong result")
     if hung:
         hangs += 1; problems.append("hang")
-    if fault == "delay":
+    if fault in ("delay", "delaylater"):
         done = len(re.findall(r"DONE rank=\d+", text))
         if rc != 0 or done != np_ or results:
             spurious += 1; problems.append(f"a job across a slow link failed (exit {rc}, {done} of {np_} done)")
+        if fault == "delaylater" and not fm:
+            late += 1; problems.append("the delay was not put in place")
     else:
         expect = np_ if fault == "linkdown" else np_ - 1
         missing = expect - len(results)
@@ -295,7 +335,7 @@ def pct(v, p):
     return v[min(len(v) - 1, int(round(p / 100 * (len(v) - 1))))] if v else float("nan")
 print(f"netns trials {n} in {took} s; hangs {hangs}; ranks without an error {unreported}; wrong results {wrong}; "
       f"slow-link jobs that failed {spurious}; leftover processes {leftover}; /dev/shm entries left {shm}; "
-      f"namespaces left {netns}; skipped {skipped}")
+      f"namespaces left {netns}; skipped {skipped}; delays not put in place {late}")
 for fault, v in lat.items():
     if v:
         print(f"fault to error, {fault} ({len(v)} ranks): p50 {pct(v, 50):.0f} ms, p99 {pct(v, 99):.0f} ms, max {max(v):.0f} ms")

@@ -5,6 +5,10 @@
  *         taken down, and the loop runs until a call fails),
  *         none (ITER iterations without a fault, then "DONE rank=R" and exit 0: a job that
  *         must not fail, say across a slow link),
+ *         hold (as none, but every rank prints "HOLD rank=R" at iteration ITER and waits
+ *         there until the file MP_HOLD_FILE exists, up to 120 s, then runs ITER more
+ *         iterations: something changed from outside meanwhile, such as a slower link, is in
+ *         place for the rest of the job),
  *         compute (the victim's own thread is away for MP_COMPUTE_MS milliseconds, 60000 by
  *         default, as in a long step of its own, then goes on: the others wait for it; every
  *         rank ends as with none three iterations later)
@@ -93,7 +97,14 @@ int main(int argc, char** argv) {
   float* in = calloc(count * (size_t)nranks, sizeof(float));
   float* out = calloc(count * (size_t)nranks, sizeof(float));
   for (int i = 0; i < 1000000; ++i) {
-    if ((!strcmp(mode, "none") && i == iter) || (!strcmp(mode, "compute") && i == iter + 3)) {
+    if (!strcmp(mode, "hold") && i == iter) {
+      printf("HOLD rank=%d\n", rank);
+      fflush(stdout);
+      const char* f = getenv("MP_HOLD_FILE");
+      for (int w = 0; f && w < 12000 && access(f, F_OK) != 0; ++w) sleepMs(10);
+    }
+    if ((!strcmp(mode, "none") && i == iter) || (!strcmp(mode, "hold") && i == 2 * iter) ||
+        (!strcmp(mode, "compute") && i == iter + 3)) {
       printf("DONE rank=%d\n", rank);
       braidCommDestroy(comm);
       return 0;

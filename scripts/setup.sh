@@ -13,11 +13,12 @@ BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
 # perf/plot.py. openssh-server/-client: braidrun -H across emulated hosts (an sshd each).
 # libpmix-dev: PMIx's headers, for the store's address under mpirun across hosts.
 # clang + libclang-rt-dev: libFuzzer, for scripts/fuzz.sh. libssl-dev: BRAID_TLS.
-# etcd-server: the tests start their own etcd for BRAID_STORE=etcd://.
+# etcd-server: the tests start their own etcd for BRAID_STORE=etcd://; openssl (the command)
+# makes their certificates for etcds://.
 PACKAGES=(cmake g++ make pkg-config libhwloc-dev hwloc catch2 iproute2
           openmpi-bin libopenmpi-dev libpmix-dev libgloo-dev libucx-dev libibverbs-dev graphviz
           libnetfilter-queue-dev iptables ucx-utils python3-matplotlib openssh-server openssh-client
-          clang libclang-rt-dev libssl-dev etcd-server)
+          clang libclang-rt-dev libssl-dev etcd-server openssl)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -14,6 +14,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "bootstrap/http_kv.h"
@@ -179,12 +180,14 @@ StatusOr<EtcdUrl> parseEtcdUrl(const std::string& what, const std::string& value
     return invalidArgument(what + "='" + printable(value) + "' " + why +
                            " (want etcd://host:port[,host:port...]/prefix, the prefix naming the job)");
   };
-  static const std::string kScheme = "etcd://";
-  if (value.compare(0, kScheme.size(), kScheme) != 0) return bad("is not an etcd:// URL");
-  const std::string rest = value.substr(kScheme.size());
+  static const std::string kScheme = "etcd://", kTlsScheme = "etcds://";
+  const bool tls = value.compare(0, kTlsScheme.size(), kTlsScheme) == 0;
+  if (!tls && value.compare(0, kScheme.size(), kScheme) != 0) return bad("is not an etcd:// or etcds:// URL");
+  const std::string rest = value.substr(tls ? kTlsScheme.size() : kScheme.size());
   const size_t slash = rest.find('/');
   if (slash == std::string::npos || slash + 1 >= rest.size()) return bad("names no prefix");
   EtcdUrl u;
+  u.tls = tls;
   std::string prefix = rest.substr(slash);
   while (prefix.size() > 1 && prefix.back() == '/') prefix.pop_back();
   if (prefix == "/") return bad("names no prefix");
@@ -214,9 +217,49 @@ StatusOr<EtcdUrl> parseEtcdUrl(const std::string& what, const std::string& value
   return u;
 }
 
+StatusOr<EtcdCredentials> EtcdCredentials::fromEnv() {
+  EtcdCredentials c;
+  auto env = [](const char* name) {
+    const char* v = std::getenv(name);
+    return std::string(v ? v : "");
+  };
+  c.tls.caFile = env("BRAID_ETCD_CACERT");
+  c.tls.certFile = env("BRAID_ETCD_CERT");
+  c.tls.keyFile = env("BRAID_ETCD_KEY");
+  if (c.tls.certFile.empty() != c.tls.keyFile.empty())
+    return invalidArgument("BRAID_ETCD_CERT and BRAID_ETCD_KEY go together (a client certificate and its key); only " +
+                           std::string(c.tls.certFile.empty() ? "BRAID_ETCD_KEY" : "BRAID_ETCD_CERT") + " is set");
+  const std::string user = env("BRAID_ETCD_USER");
+  const std::string passwordFile = env("BRAID_ETCD_PASSWORD_FILE");
+  if (user.empty()) {
+    if (!passwordFile.empty()) return invalidArgument("BRAID_ETCD_PASSWORD_FILE is set but BRAID_ETCD_USER is not");
+    return c;
+  }
+  const size_t colon = user.find(':');
+  c.user = user.substr(0, colon);
+  if (c.user.empty()) return invalidArgument("BRAID_ETCD_USER names no user (want name:password, or name)");
+  if (colon != std::string::npos) {
+    c.password = user.substr(colon + 1);
+  } else if (!passwordFile.empty()) {
+    FILE* f = std::fopen(passwordFile.c_str(), "r");
+    if (!f)
+      return invalidArgument("BRAID_ETCD_PASSWORD_FILE='" + passwordFile + "' cannot be read: " + std::strerror(errno));
+    char buf[4096];
+    const size_t n = std::fread(buf, 1, sizeof(buf), f);
+    std::fclose(f);
+    c.password.assign(buf, n);
+    while (!c.password.empty() && (c.password.back() == '\n' || c.password.back() == '\r')) c.password.pop_back();
+  } else {
+    return invalidArgument("BRAID_ETCD_USER='" + c.user +
+                           "' has no password (want name:password, or BRAID_ETCD_PASSWORD_FILE)");
+  }
+  return c;
+}
+
 EtcdStore::~EtcdStore() { dropConnection(); }
 
 void EtcdStore::dropConnection() {
+  tls_.reset();
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
   usedBefore_ = false;
@@ -228,9 +271,10 @@ std::string EtcdStore::where() const {
   return "etcd at " + ep.first + ":" + std::to_string(ep.second);
 }
 
-StatusOr<std::unique_ptr<EtcdStore>> EtcdStore::connect(const EtcdUrl& url, Deadline deadline) {
+StatusOr<std::unique_ptr<EtcdStore>> EtcdStore::connect(const EtcdUrl& url, Deadline deadline,
+                                                      EtcdCredentials credentials) {
   if (url.endpoints.empty()) return invalidArgument("etcd store: no endpoints");
-  std::unique_ptr<EtcdStore> s(new EtcdStore(url));
+  std::unique_ptr<EtcdStore> s(new EtcdStore(url, std::move(credentials)));
   auto r = s->call("/v3/kv/range", rangeBody(s->fullKey(""), true), deadline, true);
   if (!r.isOk()) return r.status();
   auto v = parseReply(r.value(), s->where());
@@ -245,7 +289,8 @@ StatusOr<std::unique_ptr<EtcdStore>> EtcdStore::connectForJob(const std::string&
                                                               const std::string& jobTag, Deadline deadline) {
   BRAID_ASSIGN_OR_RETURN(EtcdUrl u, parseEtcdUrl("BRAID_STORE", braidStore));
   if (!jobTag.empty()) u.prefix += "/" + jobTag;
-  return connect(u, deadline);
+  BRAID_ASSIGN_OR_RETURN(EtcdCredentials c, EtcdCredentials::fromEnv());
+  return connect(u, deadline, std::move(c));
 }
 
 Status EtcdStore::exchange(const char* path, const std::string& body, Deadline deadline, std::string* reply,
@@ -278,20 +323,63 @@ Status EtcdStore::exchange(const char* path, const std::string& body, Deadline d
     }
     fd_ = fd;
     usedBefore_ = false;
+    if (url_.tls) {
+      auto t = TlsStream::createVerifiedClient(fd_, credentials_.tls, ep.first);
+      if (!t.isOk()) {
+        dropConnection();
+        return t.status();
+      }
+      tls_ = std::move(t).value();
+      for (;;) {
+        const int h = tls_->handshake();
+        if (h == 1) break;
+        if (h < 0) {
+          // A certificate that does not verify is a setting to fix, not a member to pass over.
+          const bool unverified = tls_->error().find("does not verify") != std::string::npos;
+          Status fail(unverified ? Code::kInvalidArgument : Code::kRemoteError,
+                      tls_->error() + (unverified ? " (BRAID_ETCD_CACERT)" : ""));
+          dropConnection();
+          return fail;
+        }
+        Status w = waitFd(fd_, tls_->wantEvents(), deadline, "the TLS handshake");
+        if (!w.isOk()) {
+          dropConnection();
+          return w;
+        }
+      }
+    }
   }
+  const bool auth = !token_.empty() && std::strcmp(path, "/v3/auth/authenticate") != 0;
   std::string req = std::string("POST ") + path + " HTTP/1.1\r\nHost: " + hostPort +
+                    (auth ? "\r\nAuthorization: " + token_ : std::string()) +
                     "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
                     "\r\n\r\n" + body;
   for (size_t off = 0; off < req.size();) {
-    ssize_t n = ::send(fd_, req.data() + off, req.size() - off, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && errno == EAGAIN) {
-      BRAID_RETURN_IF_ERROR(waitFd(fd_, POLLOUT, deadline, "sending a request"));
-      continue;
+    ssize_t n;
+    if (tls_) {
+      iovec v{const_cast<char*>(req.data() + off), req.size() - off};
+      n = tls_->writev(&v, 1);
+      if (n < 0 && errno != EAGAIN) return Status(Code::kRemoteError, tls_->error());
+      if (n < 0) {
+        BRAID_RETURN_IF_ERROR(waitFd(fd_, tls_->wantEvents(), deadline, "sending a request"));
+        continue;
+      }
+    } else {
+      n = ::send(fd_, req.data() + off, req.size() - off, MSG_NOSIGNAL);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && errno == EAGAIN) {
+        BRAID_RETURN_IF_ERROR(waitFd(fd_, POLLOUT, deadline, "sending a request"));
+        continue;
+      }
+      if (n < 0) return Status(Code::kRemoteError, std::string("send: ") + std::strerror(errno));
     }
-    if (n < 0) return Status(Code::kRemoteError, std::string("send: ") + std::strerror(errno));
     *sent = true;
     off += static_cast<size_t>(n);
+  }
+  while (tls_ && tls_->pending() > 0) {
+    if (tls_->flush() == 0) break;
+    if (errno != EAGAIN) return Status(Code::kRemoteError, tls_->error());
+    BRAID_RETURN_IF_ERROR(waitFd(fd_, tls_->wantEvents(), deadline, "sending a request"));
   }
   usedBefore_ = true;
 
@@ -357,13 +445,24 @@ Status EtcdStore::exchange(const char* path, const std::string& body, Deadline d
     } else if (in.size() > 65536) {
       return Status(Code::kRemoteError, "reply headers longer than 64 KiB");
     }
-    ssize_t n = ::recv(fd_, buf, sizeof(buf), 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && errno == EAGAIN) {
-      BRAID_RETURN_IF_ERROR(waitFd(fd_, POLLIN, deadline, "waiting for the reply"));
-      continue;
+    ssize_t n;
+    if (tls_) {
+      iovec v{buf, sizeof(buf)};
+      n = tls_->readv(&v, 1);
+      if (n < 0 && errno == EAGAIN) {
+        BRAID_RETURN_IF_ERROR(waitFd(fd_, tls_->wantEvents(), deadline, "waiting for the reply"));
+        continue;
+      }
+      if (n < 0) return Status(Code::kRemoteError, tls_->error());
+    } else {
+      n = ::recv(fd_, buf, sizeof(buf), 0);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && errno == EAGAIN) {
+        BRAID_RETURN_IF_ERROR(waitFd(fd_, POLLIN, deadline, "waiting for the reply"));
+        continue;
+      }
+      if (n < 0) return Status(Code::kRemoteError, std::string("receive: ") + std::strerror(errno));
     }
-    if (n < 0) return Status(Code::kRemoteError, std::string("receive: ") + std::strerror(errno));
     if (n == 0) {
       if (headEnd != std::string::npos && !chunked && contentLength == std::string::npos) {
         payload = in.substr(headEnd + 4);  // the reply ends where the server closes
@@ -391,7 +490,9 @@ StatusOr<std::string> EtcdStore::call(const char* path, const std::string& body,
   int pauseMs = 10;
   std::string last;
   std::lock_guard<std::mutex> lock(mu_);
+  bool loggedInAgain = false;
   for (int attempt = 0;; ++attempt) {
+    if (!credentials_.user.empty() && token_.empty()) BRAID_RETURN_IF_ERROR(authenticate(bound));
     std::string reply;
     int status = 0;
     bool sent = false, reused = false;
@@ -408,6 +509,20 @@ StatusOr<std::string> EtcdStore::call(const char* path, const std::string& body,
         if (!m) m = v.value().find("error");
         if (m && m->isString()) msg = m->stringValue();
       }
+      // A token etcd no longer knows (simple tokens expire after 5 idle minutes; a restart
+      // forgets them all): log in again, once, and ask again. Nothing was done.
+      if (status == 401 && !credentials_.user.empty() && !loggedInAgain &&
+          msg.find("auth token") != std::string::npos) {
+        loggedInAgain = true;
+        token_.clear();
+        continue;
+      }
+      if (status == 401 || msg.find("user name is empty") != std::string::npos ||
+          msg.find("permission denied") != std::string::npos)
+        return Status(Code::kInvalidArgument,
+                      at + " refused " + path + " (HTTP " + std::to_string(status) + ": " + msg + ")" +
+                          (credentials_.user.empty() ? "; this cluster has authentication on: set BRAID_ETCD_USER"
+                                                     : "; user '" + credentials_.user + "'"));
       // A member without a leader (an election under way) answers 503: worth asking again.
       const bool transient = status == 503 || msg.find("leader changed") != std::string::npos ||
                              msg.find("no leader") != std::string::npos;
@@ -420,6 +535,9 @@ StatusOr<std::string> EtcdStore::call(const char* path, const std::string& body,
       last = "HTTP " + std::to_string(status) + ": " + msg;
     } else {
       dropConnection();
+      // Settings that cannot work (a certificate file missing, a server certificate that
+      // does not verify) are not worth asking again.
+      if (s.code() == Code::kInvalidArgument) return Status(Code::kInvalidArgument, at + ": " + s.message());
       // A write that may have reached etcd is not repeated, except on a kept-alive
       // connection that the server had closed before this request (nothing came back):
       // etcd never saw it.
@@ -442,6 +560,58 @@ StatusOr<std::string> EtcdStore::call(const char* path, const std::string& body,
     usleep(static_cast<useconds_t>(std::max(1, bound.remainingMillis(pauseMs))) * 1000);
     pauseMs = std::min(pauseMs * 2, kMaxReconnectPauseMs);
   }
+}
+
+namespace {
+
+// JSON's string form of `s` (quotes, backslashes and control characters escaped).
+std::string jsonString(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20) {
+      char esc[8];
+      std::snprintf(esc, sizeof esc, "\\u%04x", c);
+      out += esc;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+Status EtcdStore::authenticate(Deadline deadline) {
+  const auto& ep = url_.endpoints[endpoint_];
+  const std::string at = "etcd at " + ep.first + ":" + std::to_string(ep.second);
+  std::string reply;
+  int status = 0;
+  bool sent = false, reused = false;
+  Status s = exchange("/v3/auth/authenticate",
+                      "{\"name\":" + jsonString(credentials_.user) + ",\"password\":" + jsonString(credentials_.password) +
+                          "}",
+                      deadline, &reply, &status, &sent, &reused);
+  if (!s.isOk()) {
+    dropConnection();
+    return Status(s.code() == Code::kTimeout ? Code::kTimeout : Code::kRemoteError,
+                  at + ": logging in as '" + credentials_.user + "' failed: " + s.message());
+  }
+  auto v = topology::parseJson(reply, at);
+  const JsonValue* token = v.isOk() && v.value().isObject() ? v.value().find("token") : nullptr;
+  if (status != 200 || !token || !token->isString() || token->stringValue().empty()) {
+    std::string msg = printable(reply, 300);
+    if (v.isOk() && v.value().isObject()) {
+      const JsonValue* m = v.value().find("message");
+      if (m && m->isString()) msg = m->stringValue();
+    }
+    return Status(Code::kInvalidArgument, at + " did not let '" + credentials_.user + "' log in (HTTP " +
+                                              std::to_string(status) + ": " + msg + "; BRAID_ETCD_USER)");
+  }
+  token_ = token->stringValue();
+  return Status::ok();
 }
 
 StatusOr<EtcdStore::Kv> EtcdStore::failureRead(const JsonValue& reply, const char* what) const {

@@ -22,6 +22,14 @@
 //   check        one transaction of count-only ranges (64 keys per transaction)
 // Requests that write are sent once on a fresh failure of the connection (an add that
 // reached etcd and lost its reply must not add twice); reads and puts are retried.
+//
+// A cluster that asks for more: `etcds://` speaks TLS to its https endpoints, checking
+// their certificates against BRAID_ETCD_CACERT (else the system's trust store) and showing
+// BRAID_ETCD_CERT/BRAID_ETCD_KEY where etcd asks for client certificates
+// (--client-cert-auth); BRAID_ETCD_USER ("name:password", or "name" with
+// BRAID_ETCD_PASSWORD_FILE) logs in to a cluster with authentication enabled
+// (/v3/auth/authenticate) and sends its token with every request, logging in again when
+// etcd says the token is no longer valid.
 
 #include <cstdint>
 #include <memory>
@@ -31,6 +39,7 @@
 #include <vector>
 
 #include "bootstrap/store.h"
+#include "common/tls.h"
 
 namespace braid::topology {
 class JsonValue;
@@ -41,12 +50,24 @@ namespace braid::bootstrap {
 struct EtcdUrl {
   std::vector<std::pair<std::string, int>> endpoints;  // host (IPv4 or name), port
   std::string prefix;                                  // "/jobs/run7": starts with '/', no trailing '/'
+  bool tls = false;                                    // etcds://: the endpoints speak https
 };
 
-// Parses "etcd://host:port[,host:port...]/prefix". `what` names where the value came from
-// (an environment variable) in the kInvalidArgument message. The prefix is required and
-// keeps to [A-Za-z0-9._/-]. Pure.
+// Parses "etcd://host:port[,host:port...]/prefix" (or etcds://, TLS). `what` names where
+// the value came from (an environment variable) in the kInvalidArgument message. The prefix
+// is required and keeps to [A-Za-z0-9._/-]. Pure.
 StatusOr<EtcdUrl> parseEtcdUrl(const std::string& what, const std::string& value);
+
+// What a secured cluster asks of its clients: certificates for TLS (used with etcds://) and
+// a user to log in as (empty: none).
+struct EtcdCredentials {
+  CertTlsOptions tls;
+  std::string user;
+  std::string password;
+  // From BRAID_ETCD_CACERT, BRAID_ETCD_CERT, BRAID_ETCD_KEY, BRAID_ETCD_USER and
+  // BRAID_ETCD_PASSWORD_FILE; kInvalidArgument naming the variable when one is unusable.
+  static StatusOr<EtcdCredentials> fromEnv();
+};
 
 class EtcdStore : public Store {
  public:
@@ -58,10 +79,11 @@ class EtcdStore : public Store {
   // Connects to the first endpoint that answers and checks that it speaks etcd's v3 JSON
   // API (a range request on the prefix). Endpoints that refuse are retried, in turn, until
   // `deadline`; then kTimeout naming every endpoint and the last failure. Blocks.
-  static StatusOr<std::unique_ptr<EtcdStore>> connect(const EtcdUrl& url, Deadline deadline);
+  static StatusOr<std::unique_ptr<EtcdStore>> connect(const EtcdUrl& url, Deadline deadline,
+                                                      EtcdCredentials credentials = {});
   // The same for the URL in BRAID_STORE (`braidStore`), with the run's tag
   // (LaunchEnv::jobTag) appended to its prefix when there is one, so that runs sharing a
-  // prefix do not meet each other's keys.
+  // prefix do not meet each other's keys, and the credentials of EtcdCredentials::fromEnv.
   static StatusOr<std::unique_ptr<EtcdStore>> connectForJob(const std::string& braidStore, const std::string& jobTag,
                                                             Deadline deadline);
 
@@ -95,7 +117,9 @@ class EtcdStore : public Store {
     int64_t modRevision = 0;
   };
 
-  explicit EtcdStore(EtcdUrl url) : url_(std::move(url)) {}
+  EtcdStore(EtcdUrl url, EtcdCredentials credentials) : url_(std::move(url)), credentials_(std::move(credentials)) {}
+  // Logs in as credentials_.user and keeps the token for the requests that follow.
+  Status authenticate(Deadline deadline);
   // POSTs `body` to `path` and returns the parsed reply body (a JSON object as text).
   // `retryAfterSend`: whether the request may be sent again once it may have reached etcd.
   StatusOr<std::string> call(const char* path, const std::string& body, Deadline deadline, bool retryAfterSend);
@@ -112,8 +136,11 @@ class EtcdStore : public Store {
   Status readMany(const std::vector<std::string>& keys, bool values, Deadline deadline, std::vector<Kv>* out);
 
   EtcdUrl url_;
+  EtcdCredentials credentials_;
   mutable std::mutex mu_;  // the connection; one request at a time
   int fd_ = -1;
+  std::unique_ptr<TlsStream> tls_;  // etcds://: the session on fd_
+  std::string token_;                // from authenticate(), sent with every request
   size_t endpoint_ = 0;
   bool usedBefore_ = false;
 };

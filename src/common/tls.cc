@@ -13,6 +13,7 @@
 #include <openssl/bio.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 #endif
 
 namespace braid {
@@ -34,8 +35,10 @@ constexpr size_t kStageBytes = 1 << 20;
 struct TlsStream::Impl {
   SSL* ssl = nullptr;
   Digest psk{};
+  SSL_CTX* ownContext = nullptr;  // a verified client's, made for its options
   ~Impl() {
     if (ssl) SSL_free(ssl);
+    if (ownContext) SSL_CTX_free(ownContext);
   }
 };
 
@@ -200,6 +203,56 @@ StatusOr<std::unique_ptr<TlsStream>> TlsStream::create(int fd, Role role, const 
   return t;
 }
 
+StatusOr<std::unique_ptr<TlsStream>> TlsStream::createVerifiedClient(int fd, const CertTlsOptions& opts,
+                                                                     const std::string& host) {
+  if (opts.certFile.empty() != opts.keyFile.empty())
+    return invalidArgument("TLS: a client certificate needs both its certificate and its key file (got " +
+                           (opts.certFile.empty() ? "only the key '" + opts.keyFile : "only the certificate '" + opts.certFile) +
+                           "')");
+  std::unique_ptr<TlsStream> t(new TlsStream());
+  t->impl_ = std::make_unique<Impl>();
+  SSL_CTX* ctx = SSL_CTX_new(TLS_client_method());
+  if (!ctx) return Status(Code::kSystemError, "TLS: cannot make an OpenSSL context: " + opensslError());
+  t->impl_->ownContext = ctx;
+  SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+  SSL_CTX_set_options(ctx, SSL_OP_IGNORE_UNEXPECTED_EOF);
+  SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+  SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nullptr);
+  if (opts.caFile.empty() ? SSL_CTX_set_default_verify_paths(ctx) != 1
+                          : SSL_CTX_load_verify_locations(ctx, opts.caFile.c_str(), nullptr) != 1)
+    return invalidArgument("TLS: cannot load the CA certificates " +
+                           (opts.caFile.empty() ? std::string("of the system") : "'" + opts.caFile + "'") + ": " +
+                           opensslError());
+  if (!opts.certFile.empty()) {
+    if (SSL_CTX_use_certificate_chain_file(ctx, opts.certFile.c_str()) != 1)
+      return invalidArgument("TLS: cannot load the client certificate '" + opts.certFile + "': " + opensslError());
+    if (SSL_CTX_use_PrivateKey_file(ctx, opts.keyFile.c_str(), SSL_FILETYPE_PEM) != 1 ||
+        SSL_CTX_check_private_key(ctx) != 1)
+      return invalidArgument("TLS: cannot load the client key '" + opts.keyFile + "' (or it does not match '" +
+                             opts.certFile + "'): " + opensslError());
+  }
+  static const unsigned char kAlpn[] = {8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
+  SSL_CTX_set_alpn_protos(ctx, kAlpn, sizeof(kAlpn));
+  t->impl_->ssl = SSL_new(ctx);
+  BIO* bio = t->impl_->ssl && socketMethod() ? BIO_new(socketMethod()) : nullptr;
+  if (!bio) return Status(Code::kSystemError, "TLS: cannot start a session: " + opensslError());
+  BIO_set_data(bio, reinterpret_cast<void*>(static_cast<intptr_t>(fd)));
+  SSL_set_bio(t->impl_->ssl, bio, bio);
+  // The name the certificate must carry: an IP address is matched against its IP
+  // subjectAltNames, anything else as a DNS name (and sent as SNI).
+  X509_VERIFY_PARAM* param = SSL_get0_param(t->impl_->ssl);
+  if (X509_VERIFY_PARAM_set1_ip_asc(param, host.c_str()) != 1) {
+    ERR_clear_error();
+    X509_VERIFY_PARAM_set_hostflags(param, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
+    if (X509_VERIFY_PARAM_set1_host(param, host.c_str(), host.size()) != 1)
+      return invalidArgument("TLS: '" + host + "' is not a host name a certificate can be checked against");
+    SSL_set_tlsext_host_name(t->impl_->ssl, host.c_str());
+  }
+  SSL_set_connect_state(t->impl_->ssl);
+  t->want_ = POLLOUT;
+  return t;
+}
+
 TlsStream::~TlsStream() = default;
 
 int TlsStream::fail(int ret, const char* what) {
@@ -239,6 +292,10 @@ int TlsStream::handshake() {
     return 1;
   }
   if (fail(r, "TLS handshake") < 0 && errno == EAGAIN) return 0;
+  // A certificate that did not verify: say why, as OpenSSL's generic error does not.
+  const long v = SSL_get_verify_result(impl_->ssl);
+  if (impl_->ownContext && v != X509_V_OK)
+    error_ = std::string("TLS handshake: the server's certificate does not verify: ") + X509_verify_cert_error_string(v);
   return -1;
 }
 
@@ -306,6 +363,9 @@ void tlsWarmUp() {}
 
 StatusOr<std::unique_ptr<TlsStream>> TlsStream::create(int, Role, const AuthKey&, std::string_view) {
   return invalidArgument("BRAID_TLS=1, but this braid was built without OpenSSL (install libssl-dev and rebuild)");
+}
+StatusOr<std::unique_ptr<TlsStream>> TlsStream::createVerifiedClient(int, const CertTlsOptions&, const std::string&) {
+  return invalidArgument("TLS was asked for, but this braid was built without OpenSSL (install libssl-dev and rebuild)");
 }
 TlsStream::~TlsStream() = default;
 int TlsStream::fail(int, const char*) { return -1; }

@@ -28,6 +28,15 @@ bool tlsAvailable();
 // forking ranks after braidGetUniqueId) never copies that state half made.
 void tlsWarmUp();
 
+// Certificates for a client of a service that speaks ordinary TLS (etcd's https endpoints):
+// the server's chain is checked against caFile (the system's trust store when empty), and
+// with certFile and keyFile the client shows a certificate of its own (mutual TLS). PEM files.
+struct CertTlsOptions {
+  std::string caFile;
+  std::string certFile;
+  std::string keyFile;
+};
+
 // One TLS session on one socket. Not thread-safe: one owner drives it, like the socket.
 // The socket stays owned by the caller.
 class TlsStream {
@@ -38,6 +47,13 @@ class TlsStream {
   // same way on both ends (the job's nonce, both ranks, channel, socket index); the PSK is
   // derived from `key` and it. kInvalidArgument without a key or without TLS in the build.
   static StatusOr<std::unique_ptr<TlsStream>> create(int fd, Role role, const AuthKey& key, std::string_view binding);
+  // A client session (TLS 1.2 or 1.3, ALPN http/1.1) to a server whose certificate must
+  // chain to opts.caFile and name `host` (a DNS name, or an IP address in its
+  // subjectAltName). kInvalidArgument naming the file when a file cannot be loaded, or
+  // without TLS in the build; a certificate that does not verify fails the handshake, and
+  // error() then says why.
+  static StatusOr<std::unique_ptr<TlsStream>> createVerifiedClient(int fd, const CertTlsOptions& opts,
+                                                                   const std::string& host);
   ~TlsStream();
   TlsStream(const TlsStream&) = delete;
   TlsStream& operator=(const TlsStream&) = delete;

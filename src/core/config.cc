@@ -50,6 +50,12 @@ const std::vector<ConfigEntry>& configTable() {
       {"BRAID_STORE_HELLO_SEC", "seconds", "10", "store: close a connection that has not authenticated (or said HELLO) within this long"},
       {"BRAID_STORE_MAX_PENDING", "int", "1024", "store: connections allowed at once before they authenticate; the oldest is dropped past it"},
       {"BRAID_STORE_MAX_PENDING_PER_SOURCE", "int", "512", "store: of those, connections allowed from one IPv4 address; its oldest is dropped past it"},
+      {"BRAID_STORE", "string", "", "keep the job's store in etcd: etcd://host:port[,host:port...]/prefix, or etcds:// for https endpoints; no rank serves one"},
+      {"BRAID_ETCD_CACERT", "string", "", "etcds://: PEM file of the CAs an endpoint's certificate must chain to (default: the system's trust store)"},
+      {"BRAID_ETCD_CERT", "string", "", "etcds://: PEM client certificate to show where etcd asks for one (--client-cert-auth); with BRAID_ETCD_KEY"},
+      {"BRAID_ETCD_KEY", "string", "", "etcds://: PEM private key of BRAID_ETCD_CERT"},
+      {"BRAID_ETCD_USER", "string", "", "etcd with authentication on: log in as name:password, or as name with BRAID_ETCD_PASSWORD_FILE"},
+      {"BRAID_ETCD_PASSWORD_FILE", "string", "", "a file holding BRAID_ETCD_USER's password (its first line)"},
   };
   return kTable;
 }

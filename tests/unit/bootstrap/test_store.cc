@@ -407,8 +407,14 @@ TEST_CASE("etcd store URLs", "[bootstrap][store][etcd]") {
   CHECK(u.value().endpoints[0] == std::make_pair(std::string("10.0.0.1"), 2379));
   CHECK(u.value().endpoints[1] == std::make_pair(std::string("etcd-b.example"), 23790));
   CHECK(u.value().prefix == "/jobs/run-7");
+  CHECK_FALSE(u.value().tls);
+  auto t = parseEtcdUrl("BRAID_STORE", "etcds://etcd-a.example:2379/jobs");
+  REQUIRE(t.isOk());
+  CHECK(t.value().tls);
+  CHECK(t.value().prefix == "/jobs");
   for (const char* bad : {"http://h:1/p", "etcd://h:1", "etcd://h:1/", "etcd://h/p", "etcd://h:0/p", "etcd://h:99999/p",
-                          "etcd://:1/p", "etcd://h:1,/p", "etcd://h:1/p q", "etcd://h h:1/p"}) {
+                          "etcd://:1/p", "etcd://h:1,/p", "etcd://h:1/p q", "etcd://h h:1/p", "etcds:/h:1/p",
+                          "https://h:1/p"}) {
     INFO(bad);
     auto b = parseEtcdUrl("BRAID_STORE", bad);
     REQUIRE_FALSE(b.isOk());
@@ -457,6 +463,96 @@ TEST_CASE("etcd store: a dead endpoint is passed over, oversized values and lost
     CHECK(c->multiGet({"small", "mid", "small"}, Deadline::after(5)).value() ==
           std::vector<std::string>{"ok", mid, "ok"});
     CHECK(c->get("small", Deadline::after(1)).value() == "ok");
+  }
+}
+
+// A cluster that asks for TLS with client certificates and for a login: the store checks
+// etcd's certificate, shows its own, logs in, and logs in again when its token is refused;
+// each thing missing or wrong is an error that says what.
+TEST_CASE("etcd store: https endpoints with client certificates, and authentication", "[bootstrap][store][etcd]") {
+  REQUIRE_ETCD();
+  testing::EtcdServer etcd(testing::EtcdServer::Options{true, 1});
+  if (!etcd.tlsOk()) {
+    WARN("skipped: etcd did not come up with TLS (needs the openssl command to make certificates)");
+    return;
+  }
+  const std::string prefix = "/tls" + std::to_string(getpid());
+  auto url = parseEtcdUrl("url", etcd.tlsEndpoint() + prefix);
+  REQUIRE(url.isOk());
+  EtcdCredentials good;
+  good.tls = {etcd.caFile(), etcd.clientCert(), etcd.clientKey()};
+
+  SECTION("verified both ways: the store works over TLS") {
+    auto c = EtcdStore::connect(url.value(), Deadline::after(10), good);
+    INFO(c.status().toString());
+    REQUIRE(c.isOk());
+    REQUIRE(c.value()->set("k", std::string(300000, 'v')).isOk());
+    CHECK(c.value()->get("k", Deadline::after(2)).value() == std::string(300000, 'v'));
+    CHECK(c.value()->add("n", 5).value() == 5);
+    CHECK(c.value()->compareSet("c", "", "x").value() == "x");
+    CHECK(c.value()->deletePrefix("").value() == 3);
+  }
+  SECTION("a server certificate from another CA is refused, saying so") {
+    EtcdCredentials other = good;
+    other.tls.caFile = etcd.otherCaFile();
+    auto c = EtcdStore::connect(url.value(), Deadline::after(5), other);
+    REQUIRE_FALSE(c.isOk());
+    INFO(c.status().toString());
+    CHECK(c.status().code() == Code::kInvalidArgument);
+    CHECK(c.status().message().find("certificate does not verify") != std::string::npos);
+  }
+  SECTION("without a client certificate, or with one etcd does not trust, etcd hangs up") {
+    EtcdCredentials none = good;
+    none.tls.certFile.clear();
+    none.tls.keyFile.clear();
+    auto c = EtcdStore::connect(url.value(), Deadline::after(1), none);
+    CHECK_FALSE(c.isOk());
+    EtcdCredentials stranger = good;
+    stranger.tls.certFile = etcd.otherClientCert();
+    stranger.tls.keyFile = etcd.otherClientKey();
+    CHECK_FALSE(EtcdStore::connect(url.value(), Deadline::after(1), stranger).isOk());
+  }
+  SECTION("a missing CA file is an invalid argument naming it") {
+    EtcdCredentials missing = good;
+    missing.tls.caFile = "/nonexistent/ca.pem";
+    auto c = EtcdStore::connect(url.value(), Deadline::after(1), missing);
+    REQUIRE_FALSE(c.isOk());
+    CHECK(c.status().code() == Code::kInvalidArgument);
+    CHECK(c.status().message().find("/nonexistent/ca.pem") != std::string::npos);
+  }
+  SECTION("authentication on: no user, a wrong password, then the right one") {
+    REQUIRE(etcd.enableAuth("s3cret \"pw\""));
+    auto anonymous = EtcdStore::connect(url.value(), Deadline::after(2), good);
+    REQUIRE_FALSE(anonymous.isOk());
+    INFO(anonymous.status().toString());
+    CHECK(anonymous.status().code() == Code::kInvalidArgument);
+    CHECK(anonymous.status().message().find("BRAID_ETCD_USER") != std::string::npos);
+    EtcdCredentials wrong = good;
+    wrong.user = "root";
+    wrong.password = "nope";
+    auto w = EtcdStore::connect(url.value(), Deadline::after(2), wrong);
+    REQUIRE_FALSE(w.isOk());
+    CHECK(w.status().code() == Code::kInvalidArgument);
+    CHECK(w.status().message().find("'root'") != std::string::npos);
+    EtcdCredentials root = good;
+    root.user = "root";
+    root.password = "s3cret \"pw\"";
+    auto c = EtcdStore::connect(url.value(), Deadline::after(5), root);
+    INFO(c.status().toString());
+    REQUIRE(c.isOk());
+    REQUIRE(c.value()->set("a", "1").isOk());
+    // Over the plain endpoint too, as the same user, at the same time.
+    auto plain = parseEtcdUrl("url", etcd.endpoint() + prefix);
+    auto other = EtcdStore::connect(plain.value(), Deadline::after(5), EtcdCredentials{{}, "root", "s3cret \"pw\""});
+    REQUIRE(other.isOk());
+    CHECK(other.value()->get("a", Deadline::after(1)).value() == "1");
+    // This etcd forgets a token idle for a second (--auth-token-ttl 1): the next request is
+    // refused with "invalid auth token", and the store logs in again and goes on.
+    std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+    auto again = c.value()->get("a", Deadline::after(5));
+    INFO(again.status().toString());
+    CHECK(again.isOk());
+    CHECK(c.value()->deletePrefix("").value() == 1);
   }
 }
 

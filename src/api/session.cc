@@ -1042,17 +1042,28 @@ StatusOr<std::unique_ptr<Session>> Session::joinAsReplacement(std::shared_ptr<bo
                                                                const core::Config& cfg) {
   Deadline deadline = Deadline::after(cfg.timeoutSec);
   BRAID_ASSIGN_OR_RETURN(int64_t ticket, store->add(kJoiners, 1, deadline));
-  BRAID_RETURN_IF_ERROR(store->set(joinerKey(ticket), std::to_string(getpid()) + " " + bootstrap::hostId(), deadline));
+  const std::string admitKey = joinerKey(ticket) + "/admit";
+  // If this process dies while it waits, on any host, the store says so in its admission
+  // key (a store that cannot tell leaves that to the running ranks' pid check, same host).
+  Status watched = store->setOnClose(admitKey, "gone", deadline);
+  if (!watched.isOk() && watched.code() != Code::kInvalidArgument) return watched;
+  // The record: pid, host, and braidrun's index for this replacement (its BRAID_REPLACEMENT;
+  // a remote one's pid is not the ssh client's that braidrun knows).
+  const char* index = std::getenv("BRAID_REPLACEMENT");
+  BRAID_RETURN_IF_ERROR(store->set(joinerKey(ticket),
+                                   std::to_string(getpid()) + " " + bootstrap::hostId() + " " +
+                                       (index && *index ? index : "-"),
+                                   deadline));
   // The running ranks admit waiting replacements when they next grow (braidCommGrowJoiners),
   // at a step boundary that may be far off: no deadline here (braidrun stops replacements
   // nobody needs, and a replacement dies with braidrun).
-  const std::string admitKey = joinerKey(ticket) + "/admit";
   StatusOr<std::string> admission = Status(Code::kTimeout, "");
   for (;;) {
     admission = store->get(admitKey, Deadline::after(1));
     if (admission.isOk() || admission.status().code() != Code::kTimeout) break;
   }
   if (!admission.isOk()) return admission.status();
+  if (watched.isOk()) (void)store->cancelOnClose(admitKey, Deadline::after(5));
   if (admission.value() == "gone")
     return Status(Code::kAborted, "this replacement (ticket " + std::to_string(ticket) +
                                       ") was taken for dead by the running ranks and not admitted");
@@ -1086,6 +1097,10 @@ StatusOr<std::vector<int64_t>> Session::settleJoiners() {
   std::vector<int64_t> live;
   int64_t t = settled + 1;
   for (; t <= drawn; ++t) {
+    // Marked gone already: by the store, when the replacement's connection to it ended
+    // (before it wrote its record, perhaps).
+    BRAID_ASSIGN_OR_RETURN(bool marked, store_->check({joinerKey(t) + "/admit"}, d));
+    if (marked) continue;
     BRAID_ASSIGN_OR_RETURN(bool written, store_->check({joinerKey(t)}, d));
     if (!written) break;
     BRAID_ASSIGN_OR_RETURN(std::string rec, store_->get(joinerKey(t), d));

@@ -26,6 +26,8 @@
 //   - --timeout SEC ends everything after SEC seconds;
 //   - with --min-np N a rank's failure does not end the job while N ranks still run: the
 //     survivors are expected to recover (agree, shrink) and the job succeeds if they finish;
+//     --max-np starts replacements, and --host-discovery-script keeps the hosts current
+//     (ranks on a host that leaves are stopped; replacements go where slots are free);
 //   - like mpirun, each rank is bound to a core of its own when there are at least as many
 //     usable cores as ranks (--bind-to none to leave placement to the kernel): two ranks
 //     that wake each other otherwise tend to be stacked on one core by the scheduler, and
@@ -84,6 +86,9 @@ constexpr double kKillAfterTermSec = 2.0;
 constexpr double kDefaultGraceSec = 15.0;
 constexpr int kUsageExit = 2;
 constexpr int kTimeoutExit = 124;  // as timeout(1)
+// --host-discovery-script: how often it is asked, and how long it may take.
+constexpr double kDiscoveryPeriodSec = 1.0;
+constexpr double kDiscoveryTimeoutSec = 30.0;
 
 struct HostSlots {
   std::string name;
@@ -100,6 +105,7 @@ struct Options {
   double timeoutSec = 0;
   int minNp = 0;  // --min-np: the job goes on while at least this many ranks run
   int maxNp = 0;  // --max-np: replacements are started while fewer ranks than this run
+  std::string discoveryScript;  // --host-discovery-script: the hosts, asked again every second
   std::string bindTo = "auto";  // auto (core when ranks fit the cores), core, none
   std::vector<std::string> cmd;
 };
@@ -129,6 +135,12 @@ void usage(FILE* f) {
                "                   fewer than N run; it waits until the running ranks admit it\n"
                "                   (braidCommGrowJoiners), and is stopped, as not needed, once a\n"
                "                   rank has finished\n"
+               "  --host-discovery-script S\n"
+               "                   (with --min-np) the hosts come from S, which prints one\n"
+               "                   'host:slots' line per host available now (horovodrun's); asked\n"
+               "                   again every second: the ranks on a host it no longer lists are\n"
+               "                   stopped (the job goes on without them), and replacements\n"
+               "                   (--max-np) start on hosts with free slots, wherever they are\n"
                "  --bind-to WHAT   core: bind rank i to the i-th usable core; none: do not bind\n"
                "                   (default: core when there are at least as many cores as ranks)\n"
                "environment: BRAIDRUN_GRACE_SEC (default 15): how long the other ranks may run on\n"
@@ -184,18 +196,17 @@ bool parseHostList(const std::string& list, std::vector<HostSlots>* out, std::st
 }
 
 // mpirun's "host slots=N" and horovodrun's "host:N" lines, one host each.
-bool parseHostFile(const std::string& path, std::vector<HostSlots>* out, std::string* err) {
-  FILE* f = std::fopen(path.c_str(), "r");
-  if (!f) {
-    *err = "cannot read " + path + ": " + std::strerror(errno);
-    return false;
-  }
-  char buf[1024];
+// Host lines as a hostfile holds them, from `text`; `source` names it in messages.
+bool parseHostText(const std::string& text, const std::string& source, std::vector<HostSlots>* out, std::string* err,
+                   bool allowEmpty = false) {
   int lineNo = 0;
   bool ok = true;
-  while (ok && std::fgets(buf, sizeof(buf), f)) {
+  size_t pos = 0;
+  while (ok && pos < text.size()) {
+    size_t nl = text.find('\n', pos);
+    std::string line = text.substr(pos, nl == std::string::npos ? std::string::npos : nl - pos);
+    pos = nl == std::string::npos ? text.size() : nl + 1;
     ++lineNo;
-    std::string line = buf;
     if (size_t hash = line.find('#'); hash != std::string::npos) line.resize(hash);
     std::vector<std::string> words;
     size_t i = 0;
@@ -213,22 +224,108 @@ bool parseHostFile(const std::string& path, std::vector<HostSlots>* out, std::st
       if (kv.rfind("slots=", 0) == 0 || kv.rfind("max_slots=", 0) == 0) {
         if (kv.rfind("slots=", 0) == 0) spec += ":" + kv.substr(6);
       } else {
-        *err = path + ":" + std::to_string(lineNo) + ": '" + kv + "' is not slots=N";
+        *err = source + ":" + std::to_string(lineNo) + ": '" + kv + "' is not slots=N";
         ok = false;
       }
     }
     std::string e;
     if (ok && !parseHostList(spec, out, &e)) {
-      *err = path + ":" + std::to_string(lineNo) + ": " + e;
+      *err = source + ":" + std::to_string(lineNo) + ": " + e;
       ok = false;
     }
   }
-  std::fclose(f);
-  if (ok && out->empty()) {
-    *err = path + " names no host";
+  if (ok && out->empty() && !allowEmpty) {
+    *err = source + " names no host";
     ok = false;
   }
   return ok;
+}
+
+// mpirun's and horovodrun's hostfile: one host per line, "host", "host slots=N" or "host:N".
+bool parseHostFile(const std::string& path, std::vector<HostSlots>* out, std::string* err) {
+  FILE* f = std::fopen(path.c_str(), "r");
+  if (!f) {
+    *err = "cannot read " + path + ": " + std::strerror(errno);
+    return false;
+  }
+  std::string text;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof(buf), f)) > 0;) text.append(buf, n);
+  std::fclose(f);
+  return parseHostText(text, path, out, err);
+}
+
+// Runs a host-discovery script (horovodrun's --host-discovery-script: it prints the hosts
+// available now, one "host:slots" line each) and parses what it prints. False, saying why,
+// when it cannot run, exits non-zero, takes longer than `timeoutSec` (it is killed), or
+// prints something that is not a host list.
+bool discoverHosts(const std::string& script, double timeoutSec, std::vector<HostSlots>* out, std::string* err,
+                   bool allowEmpty) {
+  int pipeFd[2];
+  if (pipe2(pipeFd, O_CLOEXEC) != 0) {
+    *err = std::string("pipe: ") + std::strerror(errno);
+    return false;
+  }
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(pipeFd[1], 1);
+    int devnull = open("/dev/null", O_RDONLY);
+    if (devnull >= 0) dup2(devnull, 0);
+    setpgid(0, 0);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD, SIGPIPE}) signal(sig, SIG_DFL);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    execl("/bin/sh", "sh", "-c", script.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(pipeFd[1]);
+  if (pid < 0) {
+    close(pipeFd[0]);
+    *err = std::string("fork: ") + std::strerror(errno);
+    return false;
+  }
+  std::string text;
+  const int64_t deadline = nowNanos() + static_cast<int64_t>(timeoutSec * 1e9);
+  bool timedOut = false;
+  for (;;) {
+    const int64_t left = deadline - nowNanos();
+    if (left <= 0) {
+      timedOut = true;
+      break;
+    }
+    pollfd p{pipeFd[0], POLLIN, 0};
+    int rc = poll(&p, 1, static_cast<int>(std::min<int64_t>(left / 1000000 + 1, 1000)));
+    if (rc < 0 && errno == EINTR) continue;
+    if (rc <= 0) continue;
+    char buf[4096];
+    ssize_t n = read(pipeFd[0], buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    text.append(buf, static_cast<size_t>(n));
+    if (text.size() > (1u << 20)) {
+      *err = "the host-discovery script printed more than 1 MiB";
+      timedOut = true;
+      break;
+    }
+  }
+  close(pipeFd[0]);
+  if (timedOut) kill(-pid, SIGKILL);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (timedOut) {
+    if (err->empty()) *err = "the host-discovery script did not finish within " + std::to_string(timeoutSec) + " s";
+    return false;
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    *err = "the host-discovery script '" + script + "' failed (" +
+           (WIFEXITED(status) ? "exit status " + std::to_string(WEXITSTATUS(status))
+                              : "signal " + std::to_string(WTERMSIG(status))) +
+           ")";
+    return false;
+  }
+  return parseHostText(text, "the host-discovery script's output", out, err, allowEmpty);
 }
 
 // Returns -1 to continue, else an exit status.
@@ -311,6 +408,10 @@ int parseArgs(int argc, char** argv, Options* o) {
         std::fprintf(stderr, "braidrun: %s: %s\n", a.c_str(), err.c_str());
         return kUsageExit;
       }
+    } else if (a == "--host-discovery-script") {
+      const char* v = need(a.c_str());
+      if (!v) return kUsageExit;
+      o->discoveryScript = v;
     } else if (a == "--ssh") {
       const char* v = need("--ssh");
       if (!v) return kUsageExit;
@@ -339,9 +440,24 @@ int parseArgs(int argc, char** argv, Options* o) {
     }
   }
   for (; i < argc; ++i) o->cmd.push_back(argv[i]);
+  if (!o->discoveryScript.empty()) {
+    if (!o->hosts.empty()) {
+      std::fprintf(stderr, "braidrun: --host-discovery-script replaces -H and --hostfile; give one of them\n");
+      return kUsageExit;
+    }
+    if (o->minNp == 0) {
+      std::fprintf(stderr, "braidrun: --host-discovery-script needs --min-np (hosts may go away while the job runs)\n");
+      return kUsageExit;
+    }
+    std::string err;
+    if (!discoverHosts(o->discoveryScript, kDiscoveryTimeoutSec, &o->hosts, &err, false)) {
+      std::fprintf(stderr, "braidrun: %s\n", err.c_str());
+      return kUsageExit;
+    }
+  }
   int slots = 0;
   for (const auto& h : o->hosts) slots += h.slots;
-  if (!o->hosts.empty() && o->np == 0) o->np = std::min(slots, 4096);
+  if (!o->hosts.empty() && o->np == 0) o->np = std::min(o->maxNp > 0 ? std::min(slots, o->maxNp) : slots, 4096);
   if (o->np == 0) {
     std::fprintf(stderr, "braidrun: -np N is required (or hosts with -H / --hostfile)\n");
     usage(stderr);
@@ -481,7 +597,9 @@ class Launcher {
     if (!resolveKey()) return kUsageExit;
     // Other hosts reach the store over the network; a job on this host alone keeps it on
     // the loopback interface.
-    auto server = bootstrap::TcpStoreServer::start(anyRemote_ ? "0.0.0.0" : "127.0.0.1", 0, 0, key_, tls_);
+    // With a discovery script, a host met later may be another machine.
+    const bool listenAll = anyRemote_ || !opts_.discoveryScript.empty();
+    auto server = bootstrap::TcpStoreServer::start(listenAll ? "0.0.0.0" : "127.0.0.1", 0, 0, key_, tls_);
     if (!server.isOk()) {
       std::fprintf(stderr, "braidrun: cannot start the rendezvous store: %s\n", server.status().toString().c_str());
       return 1;
@@ -576,6 +694,7 @@ class Launcher {
     }
     std::vector<int> perHost;
     int r = 0;
+    for (const auto& m : merged) slotsOf_.push_back(m.slots);
     for (size_t h = 0; h < merged.size() && r < opts_.np; ++h) {
       hostNames_.push_back(merged[h].name);
       perHost.push_back(0);
@@ -588,6 +707,8 @@ class Launcher {
         where_.push_back(w);
       }
     }
+    // Hosts with no rank at the start still count (their slots may take replacements).
+    for (size_t h = hostNames_.size(); h < merged.size(); ++h) hostNames_.push_back(merged[h].name);
     for (auto& w : where_) {
       w.localSize = perHost[static_cast<size_t>(w.host)];
       w.crossSize = 0;
@@ -603,24 +724,84 @@ class Launcher {
   // The address each remote host reaches the store at: --store-addr, else this host's
   // address on the route to that host (a UDP socket connected there, nothing sent).
   bool remoteStoreAddrs() {
-    const std::string port = std::to_string(store_->port());
     for (size_t h = 0; h < hostNames_.size(); ++h) {
       bool remote = false;
       for (const auto& w : where_) remote |= w.host == static_cast<int>(h) && w.remote;
-      if (!remote) continue;
-      if (!opts_.storeAddr.empty()) {
-        storeAddrOf_[static_cast<int>(h)] = opts_.storeAddr + ":" + port;
-        continue;
-      }
-      std::string local = localAddressToward(hostNames_[h]);
-      if (local.empty()) {
-        std::fprintf(stderr, "braidrun: cannot find this host's address toward %s (name it with --store-addr)\n",
-                     hostNames_[h].c_str());
-        return false;
-      }
-      storeAddrOf_[static_cast<int>(h)] = local + ":" + port;
+      if (remote && !storeAddrFor(static_cast<int>(h))) return false;
     }
     return true;
+  }
+
+  // Sets storeAddrOf_[h] for remote host h; false after a message when there is none.
+  bool storeAddrFor(int h) {
+    const std::string port = std::to_string(store_->port());
+    if (!opts_.storeAddr.empty()) {
+      storeAddrOf_[h] = opts_.storeAddr + ":" + port;
+      return true;
+    }
+    std::string local = localAddressToward(hostNames_[static_cast<size_t>(h)]);
+    if (local.empty()) {
+      std::fprintf(stderr, "braidrun: cannot find this host's address toward %s (name it with --store-addr)\n",
+                   hostNames_[static_cast<size_t>(h)].c_str());
+      return false;
+    }
+    storeAddrOf_[h] = local + ":" + port;
+    return true;
+  }
+
+  // Ranks running on host h now (not counting those being stopped because it left).
+  int runningOn(int h) const {
+    int n = 0;
+    for (const auto& r : ranks_)
+      if (r.running && !leaving_.count(r.rank) && where_[static_cast<size_t>(r.rank)].host == h) ++n;
+    return n;
+  }
+  int freeSlots(int h) const { return slotsOf_[static_cast<size_t>(h)] - runningOn(h); }
+
+  // --host-discovery-script, every second while the job runs: hosts no longer listed (or
+  // listed with fewer slots) lose their ranks, which the job goes on without (--min-np);
+  // replacements waiting for a slot start where one is free.
+  void discover() {
+    if (opts_.discoveryScript.empty() || nowNanos() < nextDiscoveryNs_) return;
+    nextDiscoveryNs_ = nowNanos() + static_cast<int64_t>(kDiscoveryPeriodSec * 1e9);
+    if (closed_ || termAtNs_ != 0 || firstFailure_ >= 0) return;
+    std::vector<HostSlots> listed;
+    std::string err;
+    if (!discoverHosts(opts_.discoveryScript, kDiscoveryTimeoutSec, &listed, &err, true)) {
+      if (err != discoveryError_) std::fprintf(stderr, "braidrun: %s; keeping the hosts as they were\n", err.c_str());
+      discoveryError_ = err;
+      return;
+    }
+    discoveryError_.clear();
+    std::vector<int> slots(hostNames_.size(), 0);
+    for (const auto& l : listed) {
+      auto it = std::find(hostNames_.begin(), hostNames_.end(), l.name);
+      size_t h = static_cast<size_t>(it - hostNames_.begin());
+      if (it == hostNames_.end()) {
+        hostNames_.push_back(l.name);
+        slots.push_back(0);
+        std::fprintf(stderr, "braidrun: host %s is available (%d slot(s))\n", l.name.c_str(), l.slots);
+      }
+      slots[h] += l.slots;
+    }
+    slotsOf_ = slots;
+    for (size_t h = 0; h < hostNames_.size(); ++h) {
+      int excess = runningOn(static_cast<int>(h)) - slotsOf_[h];
+      // The newest ranks there go first.
+      for (auto r = ranks_.rbegin(); excess > 0 && r != ranks_.rend(); ++r) {
+        if (!r->running || leaving_.count(r->rank) || where_[static_cast<size_t>(r->rank)].host != static_cast<int>(h))
+          continue;
+        leaving_.insert(r->rank);
+        --excess;
+        std::fprintf(stderr, "braidrun: host %s %s; stopping rank %d\n", hostNames_[h].c_str(),
+                     slotsOf_[h] == 0 ? "is no longer listed" : "has fewer slots now", r->rank);
+        kill(r->pid, SIGTERM);
+        kill(r->pid, SIGCONT);
+      }
+    }
+    std::vector<int> waiting;
+    waiting.swap(waitingForHost_);
+    for (int lost : waiting) startReplacement(lost);
   }
 
   static std::string localAddressToward(const std::string& host) {
@@ -976,7 +1157,10 @@ class Launcher {
       return;
     }
     const Where& w = where_[static_cast<size_t>(r.rank)];
-    if (w.remote && WIFEXITED(status) && code == 255)
+    if (leaving_.count(r.rank))
+      std::fprintf(stderr, "braidrun: rank %d stopped: its host %s left the job\n", r.rank,
+                   hostNames_[static_cast<size_t>(w.host)].c_str());
+    else if (w.remote && WIFEXITED(status) && code == 255)
       std::fprintf(stderr, "braidrun: rank %d on %s: ssh failed (status 255; its message is above)\n", r.rank,
                    hostNames_[static_cast<size_t>(w.host)].c_str());
     else if (WIFEXITED(status))
@@ -1012,13 +1196,34 @@ class Launcher {
       std::fprintf(stderr, "braidrun: %d replacements started already; no more\n", replacements_);
       return;
     }
+    Where w = where_[static_cast<size_t>(lost)];
+    if (!opts_.discoveryScript.empty()) {
+      // Where there is a free slot now: the lost rank's host first, else the first listed.
+      int host = freeSlots(w.host) > 0 ? w.host : -1;
+      for (size_t h = 0; host < 0 && h < hostNames_.size(); ++h)
+        if (freeSlots(static_cast<int>(h)) > 0) host = static_cast<int>(h);
+      if (host < 0) {
+        waitingForHost_.push_back(lost);
+        std::fprintf(stderr, "braidrun: no host has a free slot for rank %d's replacement; waiting for one\n", lost);
+        return;
+      }
+      if (host != w.host) {
+        w = Where();
+        w.host = host;
+        w.remote = !isThisHost(hostNames_[static_cast<size_t>(host)]);
+      }
+      w.localRank = runningOn(host);
+      w.localSize = std::max(slotsOf_[static_cast<size_t>(host)], w.localRank + 1);
+      if (w.remote && !storeAddrOf_.count(host) && !storeAddrFor(host)) return;
+    }
     const int idx = opts_.np + replacements_++;
-    where_.push_back(where_[static_cast<size_t>(lost)]);
+    where_.push_back(w);
     auto orig = replacedOf_.find(lost);
     replacedOf_[idx] = orig != replacedOf_.end() ? orig->second : lost;
     if (!spawnRank(idx)) return;
-    std::fprintf(stderr, "braidrun: started replacement %d for rank %d; it joins when the running ranks admit it\n",
-                 idx, lost);
+    std::fprintf(stderr,
+                 "braidrun: started replacement %d for rank %d on %s; it joins when the running ranks admit it\n", idx,
+                 lost, w.remote ? hostNames_[static_cast<size_t>(w.host)].c_str() : "this host");
   }
 
   // Stops the replacements that have not been admitted (no admission record for their
@@ -1049,16 +1254,28 @@ class Launcher {
     }
     auto drawn = storeClient_->add("braid-elastic/joiners", 0, Deadline::after(5));
     if (!drawn.isOk()) return;
-    std::set<pid_t> admitted;
+    // Admitted replacements, by the index braidrun gave them (BRAID_REPLACEMENT; a remote
+    // one's pid is not that of the ssh client braidrun holds), else by pid.
+    std::set<pid_t> admittedPids;
+    std::set<int> admittedIndexes;
     for (int64_t t = 1; t <= drawn.value(); ++t) {
       const std::string k = "braid-elastic/joiner/" + std::to_string(t);
-      auto there = storeClient_->check({k + "/admit"}, Deadline::after(5));
-      if (!there.isOk() || !there.value()) continue;
-      auto pid = storeClient_->get(k, Deadline::after(1));
-      if (pid.isOk()) admitted.insert(static_cast<pid_t>(std::atoll(pid.value().c_str())));
+      auto admit = storeClient_->check({k + "/admit"}, Deadline::after(5));
+      if (!admit.isOk() || !admit.value()) continue;
+      auto how = storeClient_->get(k + "/admit", Deadline::after(1));
+      if (!how.isOk() || how.value() == "gone") continue;
+      auto rec = storeClient_->get(k, Deadline::after(1));
+      if (!rec.isOk()) continue;
+      long long pid = 0;
+      char host[256] = "", index[32] = "";
+      const int n = std::sscanf(rec.value().c_str(), "%lld %255s %31s", &pid, host, index);
+      if (n >= 1) admittedPids.insert(static_cast<pid_t>(pid));
+      if (n == 3 && std::isdigit(static_cast<unsigned char>(index[0]))) admittedIndexes.insert(std::atoi(index));
     }
     for (auto& r : ranks_) {
-      if (!r.running || r.rank < opts_.np || admitted.count(r.pid)) continue;
+      if (!r.running || r.rank < opts_.np || admittedIndexes.count(r.rank) ||
+          (!where_[static_cast<size_t>(r.rank)].remote && admittedPids.count(r.pid)))
+        continue;
       dismissed_.insert(r.rank);
       kill(r.pid, SIGTERM);
     }
@@ -1186,6 +1403,7 @@ class Launcher {
     int64_t allExitedAt = 0;
     for (;;) {
       reap();
+      discover();
       onDeadlines();
       bool streamsOpen = false;
       for (const auto& s : streams_) streamsOpen |= s.fd >= 0;
@@ -1269,6 +1487,13 @@ class Launcher {
   std::set<int> dismissed_;  // replacements stopped because the job finished first
   std::map<int, int> replacedOf_;  // replacement's process index -> the rank it replaces
   std::vector<int> toReplace_;     // lost ranks whose replacements reap() starts
+  // --host-discovery-script: slots per host (index into hostNames_) as last listed; ranks
+  // being stopped because their host left; lost ranks whose replacements wait for a slot.
+  std::vector<int> slotsOf_;
+  std::set<int> leaving_;
+  std::vector<int> waitingForHost_;
+  int64_t nextDiscoveryNs_ = 0;
+  std::string discoveryError_;
   int finished_ = 0;         // ranks (replacements included) that exited 0
   std::unique_ptr<bootstrap::Store> storeClient_;  // braidrun's own view of the ranks' store
   // BRAID_JOB_ID: random per braidrun, the same for every rank and replacement.

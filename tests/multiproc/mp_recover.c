@@ -4,6 +4,7 @@
  * step's allreduce succeeded and before it votes (novote: no survivor's collective sees it
  * go, only the agreement). MP_HOST_PER_RANK=1 gives every rank a host of its own
  * (BRAID_HOST_ID), as if each ran on another machine: no shared memory, no pidfd to watch.
+ * MP_STEP_MS=T sleeps T ms after every step (a job that lasts while hosts come and go).
  *
  * Every step allreduces (average) a synthetic gradient that is the same on every rank, votes
  * with braidCommAgree on whether the step succeeded everywhere, and applies it only then.
@@ -97,6 +98,7 @@ int main(int argc, char** argv) {
     for (size_t j = 0; j < count; ++j) expect[j] -= 0.5f * grad(s, j);
 
   int step = 0, retries = 0;
+  const int stepMs = getenv("MP_STEP_MS") ? atoi(getenv("MP_STEP_MS")) : 0;
   double state[2] = {0, 0};
   if (joiner) {
     /* Admitted into a grown communicator: the others hand over where they are. */
@@ -139,6 +141,10 @@ int main(int argc, char** argv) {
       for (size_t j = 0; j < count; ++j) params[j] -= 0.5f * buf[j];
       ++step;
       retries = 0;
+      if (stepMs > 0) {
+        struct timespec ts = {stepMs / 1000, (long)(stepMs % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+      }
       if (!(vote & 2)) {
         braidComm_t grown = NULL;
         braidResult_t grc = braidCommGrowJoiners(comm, &grown);

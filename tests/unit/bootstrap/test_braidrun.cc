@@ -211,6 +211,20 @@ TEST_CASE("braidrun rejects bad command lines", "[bootstrap][braidrun]") {
   // Options end at the command: its own flags are left alone.
   Run passthrough = run(kBraidrun + " -np 1 -- sh -c 'echo $0 $1' -np x");
   CHECK(passthrough.out == "-np x\n");
+  // A host-discovery script: needs --min-np, replaces -H, must succeed and list hosts.
+  Run noMin = run(kBraidrun + " --host-discovery-script 'echo localhost:2' true");
+  CHECK(noMin.status == 2);
+  CHECK(contains(noMin.out, "needs --min-np"));
+  CHECK(run(kBraidrun + " -H localhost:2 --min-np 1 --host-discovery-script 'echo localhost:2' true").status == 2);
+  Run failing = run(kBraidrun + " --min-np 1 --host-discovery-script 'exit 3' true");
+  CHECK(failing.status == 2);
+  CHECK(contains(failing.out, "failed (exit status 3)"));
+  Run empty = run(kBraidrun + " --min-np 1 --host-discovery-script true true");
+  CHECK(empty.status == 2);
+  CHECK(contains(empty.out, "names no host"));
+  Run listed = run(kBraidrun + " --min-np 1 --host-discovery-script \"printf 'localhost:2 # here\\n'\" sh -c 'echo $BRAID_WORLD_SIZE'");
+  CHECK(listed.status == 0);
+  CHECK(listed.out == "2\n2\n");
 }
 
 TEST_CASE("braidrun ranks die with braidrun even when it is SIGKILLed", "[bootstrap][braidrun]") {

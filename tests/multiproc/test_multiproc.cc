@@ -32,18 +32,25 @@ using Run = braid::testing::CommandResult;
 
 Run run(const std::string& cmd) { return braid::testing::runCommand(cmd); }
 
-// A loopback port that was free a moment ago (bound, read back, closed).
+// A port free a moment ago on every interface (a job's rank 0 binds 0.0.0.0), below the
+// kernel's ephemeral range (32768 and up by default): a port from that range may be taken
+// meanwhile as the local end of any connection another test opens.
 std::string freeLoopbackPort() {
-  int s = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bool ok = bind(s, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0;
-  socklen_t len = sizeof(sa);
-  ok = ok && getsockname(s, reinterpret_cast<sockaddr*>(&sa), &len) == 0;
-  close(s);
-  REQUIRE(ok);
-  return std::to_string(ntohs(sa.sin_port));
+  static unsigned seed = static_cast<unsigned>(getpid()) * 2654435761u;
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    seed = seed * 1103515245u + 12345u;
+    const uint16_t port = static_cast<uint16_t>(20000 + (seed >> 8) % 12000);
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_ANY);
+    sa.sin_port = htons(port);
+    const bool ok = bind(s, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0;
+    close(s);
+    if (ok) return std::to_string(port);
+  }
+  FAIL("no free port in [20000, 32000)");
+  return "";
 }
 
 std::string braidrun(int np, const std::string& env = "") {

@@ -4,8 +4,10 @@
 // circle method: n-1 rounds for n ranks, no rank in two pairs at once, so pairs do not
 // disturb each other's figures). Rank 0 prints the matrices, compares each link with the
 // median of its kind (ranks on one host, or on two), and names what falls below the
-// threshold: a rank whose every link is slow (the rank or its host is the problem), or
-// single links. Exit status 1 when something is flagged, 0 when not, 2 for bad arguments.
+// threshold: a rank whose every link in one direction is slow (the rank or its host is the
+// problem; links it explains do not count against the ranks at their other end), or single
+// links (doctor_verdict.h). Exit status 1 when something is flagged, 0 when not, 2 for bad
+// arguments.
 //
 // Latency is the median of the round trips (halved), bandwidth the sender's view of a
 // stream of messages ending with the receiver's one-byte acknowledgement.
@@ -30,6 +32,7 @@
 #include <vector>
 
 #include "common.h"
+#include "doctor_verdict.h"
 
 namespace {
 
@@ -190,13 +193,6 @@ void measurePair(const Run& run, const Options& o, int peer, std::vector<uint8_t
   }
 }
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -257,53 +253,12 @@ int main(int argc, char** argv) {
   int verdict = 0;
   if (run.rank == 0) {
     auto at = [&](const std::vector<double>& m, int i, int j) { return m[static_cast<size_t>(i) * n + j]; };
-    // Medians per kind of link: inside one host (shared memory) and across hosts.
-    std::vector<double> bwKind[2], latKind[2];
+    const braid::perf::DoctorVerdict dv = braid::perf::diagnose(hosts, bw, lat, o.threshold, kLatencySlackUs);
+    const std::vector<char>& slow = dv.slow;
+    bool kindSeen[2] = {false, false};
     for (int i = 0; i < n; ++i)
       for (int j = 0; j < n; ++j)
-        if (i != j) {
-          const int k = hosts[i] == hosts[j] ? 0 : 1;
-          bwKind[k].push_back(at(bw, i, j));
-          latKind[k].push_back(at(lat, i, j));
-        }
-    const double bwMed[2] = {median(bwKind[0]), median(bwKind[1])};
-    const double latMed[2] = {median(latKind[0]), median(latKind[1])};
-    std::vector<char> slow(static_cast<size_t>(n) * n, 0);
-    struct Finding {
-      int from, to;
-      std::string why;
-    };
-    std::vector<Finding> links;
-    for (int i = 0; i < n; ++i)
-      for (int j = 0; j < n; ++j) {
-        if (i == j) continue;
-        const int k = hosts[i] == hosts[j] ? 0 : 1;
-        char why[160] = "";
-        if (at(bw, i, j) < o.threshold * bwMed[k]) {
-          std::snprintf(why, sizeof(why), "bandwidth %.3f GB/s is below %.2f x the median %.3f of %s links",
-                        at(bw, i, j), o.threshold, bwMed[k], k ? "cross-host" : "same-host");
-        } else if (at(lat, i, j) > latMed[k] / o.threshold && at(lat, i, j) - latMed[k] > kLatencySlackUs) {
-          std::snprintf(why, sizeof(why), "latency %.1f us is above the median %.1f us of %s links / %.2f",
-                        at(lat, i, j), latMed[k], k ? "cross-host" : "same-host", o.threshold);
-        }
-        if (why[0]) {
-          slow[static_cast<size_t>(i) * n + j] = 1;
-          links.push_back({i, j, why});
-        }
-      }
-    // A rank all of whose outgoing links, or all of whose incoming links, are slow is the
-    // problem itself (its NIC, its host, its placement); its links are then not listed
-    // one by one.
-    std::vector<int> badRanks;
-    for (int i = 0; i < n; ++i) {
-      bool out = true, in = true;
-      for (int j = 0; j < n; ++j) {
-        if (i == j) continue;
-        out = out && slow[static_cast<size_t>(i) * n + j];
-        in = in && slow[static_cast<size_t>(j) * n + i];
-      }
-      if (n > 2 && (out || in)) badRanks.push_back(i);
-    }
+        if (i != j) kindSeen[hosts[i] == hosts[j] ? 0 : 1] = true;
 
     std::vector<std::string> distinct = hosts;
     std::sort(distinct.begin(), distinct.end());
@@ -334,26 +289,19 @@ int main(int argc, char** argv) {
     std::printf("\nmedians:");
     for (int k = 0; k < 2; ++k) {
       const char* kind = k ? "cross-host" : "same-host";
-      if (bwKind[k].empty()) std::printf("%s %s none", k ? ";" : "", kind);
-      else std::printf("%s %s %.3f GB/s %.1f us", k ? ";" : "", kind, bwMed[k], latMed[k]);
+      if (!kindSeen[k]) std::printf("%s %s none", k ? ";" : "", kind);
+      else std::printf("%s %s %.3f GB/s %.1f us", k ? ";" : "", kind, dv.bwMedian[k], dv.latMedian[k]);
     }
     std::printf("\n");
-    for (int b : badRanks)
-      std::printf("SLOW RANK %d (%s): every link %s it is slow\n", b, hosts[b].c_str(),
-                  [&] {
-                    for (int j = 0; j < n; ++j)
-                      if (j != b && !slow[static_cast<size_t>(b) * n + j]) return "to";
-                    return "from";
-                  }());
-    for (const auto& f : links) {
-      bool ofBad = std::find(badRanks.begin(), badRanks.end(), f.from) != badRanks.end() ||
-                   std::find(badRanks.begin(), badRanks.end(), f.to) != badRanks.end();
-      if (ofBad) continue;
+    for (const auto& r : dv.ranks)
+      std::printf("SLOW RANK %d (%s): every link %s it is slow\n", r.rank, hosts[r.rank].c_str(),
+                  r.from && r.to ? "from and to" : r.from ? "from" : "to");
+    for (const auto& f : dv.lonely)
       std::printf("SLOW LINK %d -> %d (%s -> %s): %s\n", f.from, f.to, hosts[f.from].c_str(), hosts[f.to].c_str(),
                   f.why.c_str());
-    }
-    if (badRanks.empty() && links.empty()) std::printf("OK: no link below %.2f x its median\n", o.threshold);
-    verdict = badRanks.empty() && links.empty() ? 0 : 1;
+    if (dv.ok()) std::printf("OK: no link below %.2f x its median\n", o.threshold);
+    verdict = dv.ok() ? 0 : 1;
+    const auto& links = dv.links;
 
     if (!o.json.empty()) {
       std::string s = "{\n  \"tool\": \"braid-doctor\",\n  \"nranks\": " + std::to_string(n) + ",\n  \"hosts\": [";
@@ -375,7 +323,7 @@ int main(int argc, char** argv) {
       matrix("bandwidth_gbs", bw);
       matrix("latency_us", lat);
       s += "  \"slow_ranks\": [";
-      for (size_t k = 0; k < badRanks.size(); ++k) s += (k ? ", " : "") + std::to_string(badRanks[k]);
+      for (size_t k = 0; k < dv.ranks.size(); ++k) s += (k ? ", " : "") + std::to_string(dv.ranks[k].rank);
       s += "],\n  \"slow_links\": [";
       for (size_t k = 0; k < links.size(); ++k)
         s += (k ? ", " : "") + std::string("{\"from\": ") + std::to_string(links[k].from) +

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -28,7 +29,10 @@ namespace {
 
 using topology::JsonValue;
 
-constexpr size_t kKeysPerTxn = 64;  // etcd's --max-txn-ops defaults to 128
+// etcd's --max-txn-ops defaults to 128; a read asks three ranges per key (the key, and
+// setOnClose's value and marker beside it).
+constexpr size_t kKeysPerTxn = 42;
+constexpr int kDefaultLeaseTtlSec = 10;
 constexpr int kFirstPauseUs = 1000;
 constexpr int kMaxPauseUs = 20000;
 constexpr int kMaxReconnectPauseMs = 250;
@@ -173,6 +177,12 @@ void kvFrom(const JsonValue& range, bool values, std::string* value, bool* prese
   }
 }
 
+// setOnClose's two keys beside `key` (full keys): the value to show once the client is
+// gone, and the marker that lives as long as its lease. A NUL cannot occur in braid's keys,
+// and both stay under `key`'s prefix, so deletePrefix takes them along.
+std::string closeValueKey(const std::string& key) { return key + std::string(1, '\0') + "close"; }
+std::string closeMarkerKey(const std::string& key) { return key + std::string(1, '\0') + "alive"; }
+
 }  // namespace
 
 StatusOr<EtcdUrl> parseEtcdUrl(const std::string& what, const std::string& value) {
@@ -256,7 +266,105 @@ StatusOr<EtcdCredentials> EtcdCredentials::fromEnv() {
   return c;
 }
 
-EtcdStore::~EtcdStore() { dropConnection(); }
+EtcdStore::~EtcdStore() {
+  int64_t lease = 0;
+  {
+    std::lock_guard<std::mutex> lock(leaseMu_);
+    stopping_ = true;
+    if (!leaseLost_) lease = leaseId_;
+  }
+  leaseCv_.notify_all();
+  if (keeper_.joinable()) keeper_.join();
+  // Revoking the lease ends it now rather than a TTL from now: keys not withdrawn with
+  // cancelOnClose read as set at once, as a TCP store sets them when the connection ends.
+  if (lease) (void)call("/v3/lease/revoke", "{\"ID\":\"" + std::to_string(lease) + "\"}", Deadline::after(2), true);
+  dropConnection();
+}
+
+StatusOr<int> EtcdStore::leaseTtlFromEnv() {
+  const char* v = std::getenv("BRAID_ETCD_LEASE_TTL");
+  if (!v || !*v) return kDefaultLeaseTtlSec;
+  char* end = nullptr;
+  errno = 0;
+  const long ttl = std::strtol(v, &end, 10);
+  if (errno || *end || ttl < 2 || ttl > 3600)
+    return invalidArgument(std::string("BRAID_ETCD_LEASE_TTL='") + v + "': expected whole seconds from 2 to 3600");
+  return static_cast<int>(ttl);
+}
+
+Status EtcdStore::ensureLease(Deadline deadline) {
+  std::lock_guard<std::mutex> lock(leaseMu_);
+  if (leaseLost_)
+    return Status(Code::kRemoteError, where() + " let this process's lease (BRAID_ETCD_LEASE_TTL " +
+                                          std::to_string(leaseTtl_) + " s) run out: it counts as gone");
+  if (leaseId_) return Status::ok();
+  BRAID_ASSIGN_OR_RETURN(std::string r, call("/v3/lease/grant", "{\"TTL\":\"" + std::to_string(leaseTtl_) + "\"}",
+                                             deadline, true));
+  BRAID_ASSIGN_OR_RETURN(JsonValue v, parseReply(r, where()));
+  const int64_t id = intField(v, "ID");
+  if (id == 0) return Status(Code::kRemoteError, where() + " granted a lease without an ID: '" + printable(r) + "'");
+  leaseId_ = id;
+  leaseTtl_ = static_cast<int>(std::max<int64_t>(intField(v, "TTL"), 1));
+  keeper_ = std::thread([this] { keepAlive(); });
+  BRAID_INFO("store: lease %lld of %d s on %s", static_cast<long long>(id), leaseTtl_, where().c_str());
+  return Status::ok();
+}
+
+void EtcdStore::keepAlive() {
+  std::unique_lock<std::mutex> lock(leaseMu_);
+  const auto every = std::chrono::milliseconds(leaseTtl_ * 1000 / 3);
+  const std::string body = "{\"ID\":\"" + std::to_string(leaseId_) + "\"}";
+  while (!stopping_) {
+    leaseCv_.wait_for(lock, every, [this] { return stopping_; });
+    if (stopping_) break;
+    lock.unlock();
+    // The gateway streams the keep-alive replies: one {"result": {"ID", "TTL"}} for the one
+    // request sent. TTL 0 (or none): etcd no longer has the lease.
+    auto r = call("/v3/lease/keepalive", body, Deadline::after(std::max(1, leaseTtl_ / 3)), true);
+    bool lost = false;
+    if (r.isOk()) {
+      auto v = parseReply(r.value(), where());
+      const JsonValue* result = v.isOk() ? v.value().find("result") : nullptr;
+      lost = !result || intField(*result, "TTL") <= 0;
+    } else {
+      BRAID_TRACE("store: keeping lease %lld alive: %s", static_cast<long long>(leaseId_),
+                  r.status().message().c_str());
+    }
+    lock.lock();
+    if (lost) {
+      leaseLost_ = true;
+      BRAID_WARN("store: %s let this process's lease run out (BRAID_ETCD_LEASE_TTL %d s): the job counts it "
+                 "as gone",
+                 where().c_str(), leaseTtl_);
+      break;
+    }
+  }
+}
+
+Status EtcdStore::setOnClose(const std::string& key, const std::string& value, Deadline deadline) {
+  BRAID_RETURN_IF_ERROR(ensureLease(deadline).withContext("setOnClose('" + key + "')"));
+  int64_t lease;
+  {
+    std::lock_guard<std::mutex> lock(leaseMu_);
+    lease = leaseId_;
+  }
+  const std::string body = "{\"success\":[" + putOp(closeValueKey(fullKey(key)), value) +
+                           ",{\"request_put\":{\"key\":\"" + base64(closeMarkerKey(fullKey(key))) +
+                           "\",\"value\":\"\",\"lease\":\"" + std::to_string(lease) + "\"}}]}";
+  auto r = call("/v3/kv/txn", body, deadline, true);
+  return r.isOk() ? Status::ok() : r.status().withContext("setOnClose('" + key + "')");
+}
+
+StatusOr<bool> EtcdStore::cancelOnClose(const std::string& key, Deadline deadline) {
+  const std::string body = "{\"success\":[{\"request_delete_range\":" + rangeBody(closeValueKey(fullKey(key)), false) +
+                           "},{\"request_delete_range\":" + rangeBody(closeMarkerKey(fullKey(key)), false) + "}]}";
+  BRAID_ASSIGN_OR_RETURN(std::string r, call("/v3/kv/txn", body, deadline, true));
+  BRAID_ASSIGN_OR_RETURN(JsonValue v, parseReply(r, where()));
+  const JsonValue* rs = v.find("responses");
+  const JsonValue* del =
+      rs && rs->isArray() && !rs->items().empty() ? rs->items()[0].find("response_delete_range") : nullptr;
+  return del && intField(*del, "deleted") > 0;
+}
 
 void EtcdStore::dropConnection() {
   tls_.reset();
@@ -274,7 +382,9 @@ std::string EtcdStore::where() const {
 StatusOr<std::unique_ptr<EtcdStore>> EtcdStore::connect(const EtcdUrl& url, Deadline deadline,
                                                       EtcdCredentials credentials) {
   if (url.endpoints.empty()) return invalidArgument("etcd store: no endpoints");
+  BRAID_ASSIGN_OR_RETURN(int ttl, leaseTtlFromEnv());
   std::unique_ptr<EtcdStore> s(new EtcdStore(url, std::move(credentials)));
+  s->leaseTtl_ = ttl;
   auto r = s->call("/v3/kv/range", rangeBody(s->fullKey(""), true), deadline, true);
   if (!r.isOk()) return r.status();
   auto v = parseReply(r.value(), s->where());
@@ -639,19 +749,29 @@ Status EtcdStore::readMany(const std::vector<std::string>& keys, bool values, De
   for (size_t first = 0; first < keys.size(); first += kKeysPerTxn) {
     const size_t n = std::min(kKeysPerTxn, keys.size() - first);
     std::string body = "{\"success\":[";
-    for (size_t i = 0; i < n; ++i) body += (i ? "," : "") + rangeOp(fullKey(keys[first + i]), !values);
+    for (size_t i = 0; i < n; ++i) {
+      const std::string k = fullKey(keys[first + i]);
+      body += (i ? "," : "") + rangeOp(k, !values) + "," + rangeOp(closeValueKey(k), !values) + "," +
+              rangeOp(closeMarkerKey(k), true);
+    }
     body += "]}";
     BRAID_ASSIGN_OR_RETURN(std::string r, call("/v3/kv/txn", body, deadline, true));
     BRAID_ASSIGN_OR_RETURN(JsonValue v, parseReply(r, where()));
     const JsonValue* rs = v.find("responses");
-    if (!rs || !rs->isArray() || rs->items().size() != n)
-      return Status(Code::kRemoteError, where() + " answered a transaction of " + std::to_string(n) +
+    if (!rs || !rs->isArray() || rs->items().size() != 3 * n)
+      return Status(Code::kRemoteError, where() + " answered a transaction of " + std::to_string(3 * n) +
                                             " reads with another number of replies");
     for (size_t i = 0; i < n; ++i) {
-      const JsonValue* range = rs->items()[i].find("response_range");
-      if (!range) return Status(Code::kRemoteError, where() + " answered a read with something else");
+      Kv got[3];
+      for (int j = 0; j < 3; ++j) {
+        const JsonValue* range = rs->items()[3 * i + j].find("response_range");
+        if (!range) return Status(Code::kRemoteError, where() + " answered a read with something else");
+        kvFrom(*range, values && j < 2, &got[j].value, &got[j].present, &got[j].modRevision);
+      }
+      // The key itself; else setOnClose's value once its marker is gone with the lease.
       Kv& kv = (*out)[first + i];
-      kvFrom(*range, values, &kv.value, &kv.present, &kv.modRevision);
+      if (got[0].present) kv = std::move(got[0]);
+      else if (got[1].present && !got[2].present) kv = std::move(got[1]);
     }
   }
   return Status::ok();
@@ -667,11 +787,11 @@ StatusOr<std::string> EtcdStore::get(const std::string& key, Deadline deadline) 
   const Deadline bound = deadline.never() ? Deadline::after(kDefaultOpTimeoutSec) : deadline;
   int pauseUs = kFirstPauseUs;
   for (;;) {
-    auto kv = read(key, bound);
-    if (!kv.isOk() && kv.status().code() == Code::kTimeout)
-      return Status(Code::kTimeout, "key '" + key + "' was not read in time: " + kv.status().message());
-    if (!kv.isOk()) return kv.status();
-    if (kv.value().present) return kv.value().value;
+    std::vector<Kv> kvs;
+    Status r = readMany({key}, true, bound, &kvs);
+    if (r.code() == Code::kTimeout) return Status(Code::kTimeout, "key '" + key + "' was not read in time: " + r.message());
+    BRAID_RETURN_IF_ERROR(r);
+    if (kvs[0].present) return kvs[0].value;
     if (bound.expired()) return Status(Code::kTimeout, "key '" + key + "' was not set in time (" + where() + ")");
     usleep(static_cast<useconds_t>(std::min<int64_t>(pauseUs, bound.remainingMillis(1000) * 1000 + 1)));
     pauseUs = std::min(pauseUs * 2, kMaxPauseUs);
@@ -704,8 +824,39 @@ StatusOr<int64_t> EtcdStore::add(const std::string& key, int64_t delta, Deadline
   }
 }
 
+Status EtcdStore::settleOnClose(const std::string& key, Deadline deadline) {
+  const std::string k = fullKey(key);
+  BRAID_ASSIGN_OR_RETURN(
+      std::string r, call("/v3/kv/txn",
+                          "{\"success\":[" + rangeOp(k, true) + "," + rangeOp(closeValueKey(k), false) + "," +
+                              rangeOp(closeMarkerKey(k), true) + "]}",
+                          deadline, true));
+  BRAID_ASSIGN_OR_RETURN(JsonValue v, parseReply(r, where()));
+  const JsonValue* rs = v.find("responses");
+  if (!rs || !rs->isArray() || rs->items().size() != 3)
+    return Status(Code::kRemoteError, where() + " answered a transaction of 3 reads with another number of replies");
+  Kv got[3];
+  for (int j = 0; j < 3; ++j) {
+    const JsonValue* range = rs->items()[j].find("response_range");
+    if (!range) return Status(Code::kRemoteError, where() + " answered a read with something else");
+    kvFrom(*range, j == 1, &got[j].value, &got[j].present, &got[j].modRevision);
+  }
+  if (got[0].present || !got[1].present || got[2].present) return Status::ok();
+  // Fired: write the value into the key itself (if it is still absent and the marker has
+  // not come back), as a TCP store would have.
+  const auto absent = [](const std::string& fk) {
+    return "{\"key\":\"" + base64(fk) + "\",\"target\":\"CREATE\",\"result\":\"EQUAL\",\"create_revision\":\"0\"}";
+  };
+  const std::string body = "{\"compare\":[" + absent(k) + "," + absent(closeMarkerKey(k)) + "],\"success\":[" +
+                           putOp(k, got[1].value) + ",{\"request_delete_range\":" +
+                           rangeBody(closeValueKey(k), false) + "}]}";
+  return call("/v3/kv/txn", body, deadline, true).status();
+}
+
 StatusOr<std::string> EtcdStore::compareSet(const std::string& key, const std::string& expected,
                                             const std::string& desired, Deadline deadline) {
+  // A key set by a client's end (setOnClose) compares as what it reads as.
+  BRAID_RETURN_IF_ERROR(settleOnClose(key, deadline));
   const std::string k64 = base64(fullKey(key));
   // An absent key counts as holding "": for expected "" the key must not exist yet, or
   // exist holding "" (the second transaction).

@@ -19,7 +19,15 @@
 //   add          read, then a transaction that writes value+delta if the key's revision is
 //                still the one read (absent: if it is still absent); repeated on a lost race
 //   compareSet   a transaction comparing the value (an absent key: its creation revision 0)
-//   check        one transaction of count-only ranges (64 keys per transaction)
+//   check        one transaction of count-only ranges (42 keys per transaction)
+//   setOnClose   a lease of BRAID_ETCD_LEASE_TTL seconds (default 10) that a thread of this
+//                store keeps alive (a third of the TTL apart), and two keys beside `key`:
+//                the value to show (no lease) and a marker on the lease. etcd deletes the
+//                marker when the lease runs out (the process died, stopped, or lost its
+//                network) or is revoked (this store destroyed); every read of `key` (get,
+//                wait, check, multiGet) finds it holding the value from then on, unless
+//                `key` itself was set (compareSet first writes it into `key`).
+//                cancelOnClose deletes both.
 // Requests that write are sent once on a fresh failure of the connection (an add that
 // reached etcd and lost its reply must not add twice); reads and puts are retried.
 //
@@ -31,9 +39,11 @@
 // (/v3/auth/authenticate) and sends its token with every request, logging in again when
 // etcd says the token is no longer valid.
 
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <string>
 #include <utility>
 #include <vector>
@@ -100,6 +110,13 @@ class EtcdStore : public Store {
   StatusOr<bool> check(const std::vector<std::string>& keys, Deadline deadline = Deadline()) override;
   StatusOr<bool> deleteKey(const std::string& key, Deadline deadline = Deadline()) override;
   StatusOr<std::vector<std::string>> multiGet(const std::vector<std::string>& keys, Deadline deadline) override;
+  Status setOnClose(const std::string& key, const std::string& value, Deadline deadline = Deadline()) override;
+  StatusOr<bool> cancelOnClose(const std::string& key, Deadline deadline = Deadline()) override;
+
+  // The lease's time to live, from BRAID_ETCD_LEASE_TTL (whole seconds, 2 to 3600; default
+  // 10): how long after a process dies its setOnClose keys read as set. kInvalidArgument
+  // naming the variable when it is not such a number (connect() fails with it).
+  static StatusOr<int> leaseTtlFromEnv();
 
   // Removes every key that starts with `prefix` (in the store's namespace); returns how
   // many there were. For a job's last rank to leave nothing behind.
@@ -143,6 +160,21 @@ class EtcdStore : public Store {
   std::string token_;                // from authenticate(), sent with every request
   size_t endpoint_ = 0;
   bool usedBefore_ = false;
+
+  // If setOnClose(key)'s client is gone and `key` itself is absent, writes the value into
+  // `key` (and drops the registration), so that a compareSet sees what reads see.
+  Status settleOnClose(const std::string& key, Deadline deadline);
+  // setOnClose's lease: granted on first use, kept alive by keeper_ until the destructor
+  // revokes it.
+  Status ensureLease(Deadline deadline);
+  void keepAlive();
+  std::mutex leaseMu_;
+  std::condition_variable leaseCv_;
+  int64_t leaseId_ = 0;  // 0: none yet
+  int leaseTtl_ = 0;  // asked for (BRAID_ETCD_LEASE_TTL), then as etcd granted it
+  bool stopping_ = false;
+  bool leaseLost_ = false;
+  std::thread keeper_;
 };
 
 }  // namespace braid::bootstrap

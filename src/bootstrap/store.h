@@ -35,8 +35,9 @@ class Store {
   // Liveness. Asks the store to set `key` to `value` (waking its waiters) once this client
   // is gone: its process died, its host or network failed, or it hung up without first
   // calling cancelOnClose(key). A store that serves its clients over connections sees that
-  // at once (braid's TCP store: the connection's end); others cannot tell, and fail with
-  // kInvalidArgument (the default: etcd, PyTorch's stores, the in-process store).
+  // at once (braid's TCP store: the connection's end), etcd when the client's lease runs
+  // out; others cannot tell, and fail with kInvalidArgument (the default: PyTorch's stores,
+  // the in-process store).
   virtual Status setOnClose(const std::string& key, const std::string& value, Deadline deadline = Deadline());
   // Withdraws setOnClose(key); returns whether there was one.
   virtual StatusOr<bool> cancelOnClose(const std::string& key, Deadline deadline = Deadline());

@@ -236,7 +236,8 @@ Status Communicator::init() {
   // Store-side liveness: a store that serves this rank over a connection marks it gone the
   // moment that connection ends, so a survivor's agreement counts a dead rank on another
   // host as failed at once instead of at its deadline (there is no pidfd to watch there).
-  // Stores that cannot tell (etcd, PyTorch's) decline, and the deadline stays the bound.
+  // etcd does it with a lease (within BRAID_ETCD_LEASE_TTL). Stores that cannot tell
+  // (PyTorch's) decline, and the deadline stays the bound.
   {
     Status s = store_->setOnClose(key("gone/" + std::to_string(rank_)), "1", deadline);
     watchedByStore_ = s.isOk();

@@ -55,6 +55,7 @@ const std::vector<ConfigEntry>& configTable() {
       {"BRAID_ETCD_CERT", "string", "", "etcds://: PEM client certificate to show where etcd asks for one (--client-cert-auth); with BRAID_ETCD_KEY"},
       {"BRAID_ETCD_KEY", "string", "", "etcds://: PEM private key of BRAID_ETCD_CERT"},
       {"BRAID_ETCD_USER", "string", "", "etcd with authentication on: log in as name:password, or as name with BRAID_ETCD_PASSWORD_FILE"},
+      {"BRAID_ETCD_LEASE_TTL", "int", "10", "etcd store: seconds after a rank's process dies, stops or loses etcd until the job counts it as gone (2-3600)"},
       {"BRAID_ETCD_PASSWORD_FILE", "string", "", "a file holding BRAID_ETCD_USER's password (its first line)"},
   };
   return kTable;

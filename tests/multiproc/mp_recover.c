@@ -76,9 +76,10 @@ int main(int argc, char** argv) {
   const size_t count = argc > 2 ? (size_t)atol(argv[2]) : 65536;
   braidComm_t comm = NULL;
   const char* perHost = getenv("MP_HOST_PER_RANK");
-  if (perHost && !strcmp(perHost, "1") && getenv("BRAID_RANK")) {
+  const char* envRank = getenv("BRAID_RANK") ? getenv("BRAID_RANK") : getenv("RANK"); /* braidrun, torchrun */
+  if (perHost && !strcmp(perHost, "1") && envRank) {
     char host[64];
-    snprintf(host, sizeof host, "mp-host-%s", getenv("BRAID_RANK"));
+    snprintf(host, sizeof host, "mp-host-%s", envRank);
     setenv("BRAID_HOST_ID", host, 1);
   }
   const char* joinVar = getenv("BRAID_ELASTIC_JOIN");

@@ -693,6 +693,23 @@ TEST_CASE("with an etcd store, survivors recover from losing rank 0 and replacem
     CHECK(count(r.out, "FINAL rank=") == 2);
     CHECK(checksums.size() == 1u);
   }
+  SECTION("a rank on another host that dies between collectives is counted when its lease runs out") {
+    // As "an agreement counts a remote rank that died outside any collective*", through etcd:
+    // the agreement learns of the death from the rank's lease (2 s), not at its deadline (30 s).
+    Run r = run("for r in 0 1 2; do " + store +
+                " RANK=$r WORLD_SIZE=3 TORCHELASTIC_RUN_ID=lease MP_HOST_PER_RANK=1 BRAID_ETCD_LEASE_TTL=2 "
+                "BRAID_TIMEOUT=30 MP_VICTIMS=2:4:novote timeout 120 " MP_DIR "/mp_recover 10 2>&1 & done; wait");
+    INFO(r.out);
+    CHECK(r.out.find("ERROR") == std::string::npos);
+    std::regex shrunk(R"(SHRUNK rank=\d+ step=4 from=3 to=2 failed=2 ms=(\d+))");
+    int n = 0;
+    for (auto it = std::sregex_iterator(r.out.begin(), r.out.end(), shrunk); it != std::sregex_iterator(); ++it) {
+      ++n;
+      CHECK(std::stol((*it)[1]) < 8000);
+    }
+    CHECK(n == 2);
+    CHECK(count(r.out, "FINAL rank=\\d newrank=\\d size=2 steps=10 checksum=\\S+ match=1 same=1") == 2);
+  }
   SECTION("braidrun --max-np: replacements are admitted through etcd") {
     Run r = run("MP_VICTIMS=2:5,0:12 BRAIDRUN_GRACE_SEC=5 " BRAIDRUN " -x " + store +
                 " -np 4 --min-np 2 --max-np 4 --timeout 120 " MP_DIR "/mp_recover 20 2>&1");

@@ -466,6 +466,94 @@ TEST_CASE("etcd store: a dead endpoint is passed over, oversized values and lost
   }
 }
 
+// Liveness on etcd: a lease that the store keeps alive stands for the process. A client
+// destroyed revokes it (its keys read as set at once); one killed or stopped stops renewing
+// it (set within the lease's TTL); one alive keeps them unset however long it runs.
+TEST_CASE("etcd store: setOnClose through a lease", "[bootstrap][store][etcd]") {
+  REQUIRE_ETCD();
+  setenv("BRAID_ETCD_LEASE_TTL", "2", 1);
+  struct Unset {
+    ~Unset() { unsetenv("BRAID_ETCD_LEASE_TTL"); }
+  } unset;
+  EtcdWorld w;
+  auto watcher = w.client();
+
+  SECTION("destroyed: set at once; withdrawn: never; alive: not after several TTLs") {
+    auto a = w.client();
+    REQUIRE(a->setOnClose("gone/1", "1").isOk());
+    REQUIRE(a->setOnClose("gone/2", "bye").isOk());
+    REQUIRE(a->setOnClose("gone/3", "1").isOk());
+    CHECK(a->cancelOnClose("gone/3").value());
+    CHECK_FALSE(a->cancelOnClose("gone/3").value());
+    std::this_thread::sleep_for(std::chrono::milliseconds(5000));  // 2.5 TTLs, renewed
+    CHECK_FALSE(watcher->check({"gone/1"}).value());
+    CHECK_FALSE(watcher->check({"gone/2"}).value());
+    REQUIRE(watcher->set("gone/1", "set by hand").isOk());  // the key itself wins
+    auto t0 = std::chrono::steady_clock::now();
+    a.reset();
+    CHECK(watcher->get("gone/2", Deadline::after(5)).value() == "bye");
+    CHECK(secondsSince(t0) < 1);
+    CHECK(watcher->multiGet({"gone/1", "gone/2"}, Deadline::after(1)).value() ==
+          std::vector<std::string>{"set by hand", "bye"});
+    CHECK(watcher->check({"gone/1", "gone/2"}).value());
+    CHECK_FALSE(watcher->check({"gone/3"}).value());
+    CHECK(watcher->compareSet("gone/3", "", "free").value() == "free");  // withdrawn: absent
+    // Nothing of it outlives the job's prefix.
+    auto* e = dynamic_cast<EtcdStore*>(watcher.get());
+    REQUIRE(e);
+    CHECK(e->deletePrefix("gone/").value() == 4);  // gone/1, gone/3, and the values of gone/1 and gone/2
+    CHECK_FALSE(watcher->check({"gone/2"}).value());
+  }
+
+  for (int sig : {SIGKILL, SIGSTOP}) {
+    DYNAMIC_SECTION("a client whose process gets signal " << sig << ": set within the TTL") {
+      int ready[2];
+      REQUIRE(pipe(ready) == 0);
+      pid_t child = fork();
+      REQUIRE(child >= 0);
+      if (child == 0) {
+        auto c = w.client();
+        char ok = c->setOnClose("gone/child", "dead").isOk() ? 1 : 0;
+        (void)!write(ready[1], &ok, 1);
+        for (;;) pause();
+      }
+      close(ready[1]);
+      char ok = 0;
+      REQUIRE(read(ready[0], &ok, 1) == 1);
+      close(ready[0]);
+      REQUIRE(ok == 1);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+      CHECK_FALSE(watcher->check({"gone/child"}).value());
+      auto t0 = std::chrono::steady_clock::now();
+      REQUIRE(kill(child, sig) == 0);
+      auto v = watcher->get("gone/child", Deadline::after(10));
+      const double took = secondsSince(t0);
+      kill(child, SIGKILL);
+      waitpid(child, nullptr, 0);
+      REQUIRE(v.isOk());
+      CHECK(v.value() == "dead");
+      // A compare-and-set sees it too (the grow of an elastic job must not admit the dead).
+      CHECK(watcher->compareSet("gone/child", "", "admitted").value() == "dead");
+      CHECK(watcher->get("gone/child", Deadline::after(1)).value() == "dead");
+      CHECK(took > 0.5);  // the lease ran out: not at once
+      CHECK(took < 5);
+    }
+  }
+
+  SECTION("a TTL that is not whole seconds from 2 to 3600 is named when the store connects") {
+    auto u = parseEtcdUrl("url", sharedEtcd().endpoint() + "/test/ttl");
+    REQUIRE(u.isOk());
+    for (const char* bad : {"1", "0", "-5", "ten", "2.5", "4000"}) {
+      INFO(bad);
+      setenv("BRAID_ETCD_LEASE_TTL", bad, 1);
+      auto c = EtcdStore::connect(u.value(), Deadline::after(5));
+      REQUIRE_FALSE(c.isOk());
+      CHECK(c.status().code() == Code::kInvalidArgument);
+      CHECK(c.status().message().find("BRAID_ETCD_LEASE_TTL='") != std::string::npos);
+    }
+  }
+}
+
 // A cluster that asks for TLS with client certificates and for a login: the store checks
 // etcd's certificate, shows its own, logs in, and logs in again when its token is refused;
 // each thing missing or wrong is an error that says what.

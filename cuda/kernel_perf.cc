@@ -67,6 +67,7 @@ struct TypeName {
 constexpr TypeName kTypes[] = {
     {"float", DeviceDataType::kFloat32},   {"half", DeviceDataType::kFloat16},   {"bfloat16", DeviceDataType::kBFloat16},
     {"double", DeviceDataType::kFloat64},  {"int32", DeviceDataType::kInt32},    {"int8", DeviceDataType::kInt8},
+    {"int16", DeviceDataType::kInt16},
     {"f8e4m3", DeviceDataType::kFloat8E4M3}, {"f8e5m2", DeviceDataType::kFloat8E5M2},
 };
 
@@ -116,7 +117,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "-h" || a == "--help") {
-      std::printf("usage: kernel_perf [-b MINBYTES] [-e MAXBYTES] [-f FACTOR] [-d float|half|bfloat16|double|int32|int8|"
+      std::printf("usage: kernel_perf [-b MINBYTES] [-e MAXBYTES] [-f FACTOR] [-d float|half|bfloat16|double|int32|int16|int8|"
                   "f8e4m3|f8e5m2] [-o sum|prod|max|min] [-n ITERS] [-w WARMUP] [-g GPU]\n");
       return 0;
     }

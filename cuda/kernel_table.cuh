@@ -19,8 +19,9 @@ KernelFn bytesKernel(ReduceOp op);                         // kernels_bytes.cu: 
 inline KernelFn selectKernel(const KernelPlan& plan) {
   if (plan.kind == KernelKind::kBytes) return bytesKernel(plan.op);
   switch (plan.type) {
-    case DeviceDataType::kInt8: case DeviceDataType::kUint8: case DeviceDataType::kInt32:
-    case DeviceDataType::kUint32: case DeviceDataType::kInt64: case DeviceDataType::kUint64:
+    case DeviceDataType::kInt8: case DeviceDataType::kUint8: case DeviceDataType::kInt16:
+    case DeviceDataType::kUint16: case DeviceDataType::kInt32: case DeviceDataType::kUint32:
+    case DeviceDataType::kInt64: case DeviceDataType::kUint64:
       return integerKernel(plan.type, plan.op);
     case DeviceDataType::kFloat16: case DeviceDataType::kBFloat16:
       return halfKernel(plan.type, plan.op);

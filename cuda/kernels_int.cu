@@ -8,6 +8,8 @@ KernelFn integerKernel(DeviceDataType type, ReduceOp op) {
   switch (type) {
     case DeviceDataType::kInt8: return arithmeticKernel<Int8Traits>(op);
     case DeviceDataType::kUint8: return arithmeticKernel<Uint8Traits>(op);
+    case DeviceDataType::kInt16: return arithmeticKernel<Int16Traits>(op);
+    case DeviceDataType::kUint16: return arithmeticKernel<Uint16Traits>(op);
     case DeviceDataType::kInt32: return arithmeticKernel<Int32Traits>(op);
     case DeviceDataType::kUint32: return arithmeticKernel<Uint32Traits>(op);
     case DeviceDataType::kInt64: return arithmeticKernel<Int64Traits>(op);

@@ -9,7 +9,8 @@ size_t deviceDataTypeSize(DeviceDataType t) {
   switch (t) {
     case DeviceDataType::kInt8: case DeviceDataType::kUint8:
     case DeviceDataType::kFloat8E4M3: case DeviceDataType::kFloat8E5M2: return 1;
-    case DeviceDataType::kFloat16: case DeviceDataType::kBFloat16: return 2;
+    case DeviceDataType::kFloat16: case DeviceDataType::kBFloat16:
+    case DeviceDataType::kInt16: case DeviceDataType::kUint16: return 2;
     case DeviceDataType::kInt32: case DeviceDataType::kUint32: case DeviceDataType::kFloat32: return 4;
     case DeviceDataType::kInt64: case DeviceDataType::kUint64: case DeviceDataType::kFloat64: return 8;
   }

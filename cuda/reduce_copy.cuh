@@ -37,16 +37,23 @@ namespace braid::cuda::BRAID_CUDA_KERNEL_NS {
 // kUnroll: packs per thread per iteration, smaller where one pack widens to many registers.
 
 // Integers compute in their own type; sum and prod go through the unsigned twin so they wrap.
+// Types narrower than unsigned int compute in unsigned int (C++ would promote them to int,
+// and 65535 * 65535 overflows int), then wrap to their width.
 template <class T, class U>
 struct IntTraits {
   using S = U;
   using C = T;
   using Mult = T;
+  using P = std::conditional_t<(sizeof(U) < sizeof(unsigned)), unsigned, U>;
   static constexpr int kUnroll = sizeof(T) >= 4 ? 4 : 2;
   __device__ static C widen(S s) { return static_cast<C>(s); }
   __device__ static S narrow(C c) { return static_cast<S>(c); }
-  __device__ static C add(C a, C b) { return static_cast<C>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b))); }
-  __device__ static C mul(C a, C b) { return static_cast<C>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b))); }
+  __device__ static C add(C a, C b) {
+    return static_cast<C>(static_cast<U>(static_cast<P>(static_cast<U>(a)) + static_cast<P>(static_cast<U>(b))));
+  }
+  __device__ static C mul(C a, C b) {
+    return static_cast<C>(static_cast<U>(static_cast<P>(static_cast<U>(a)) * static_cast<P>(static_cast<U>(b))));
+  }
   // The pre-multiplier as T, as reduce::scale converts it: truncated toward zero,
   // saturated beyond T's range, NaN as 0.
   __device__ static Mult makeMult(double s) {
@@ -125,6 +132,8 @@ struct WideningTraits {
 
 using Int8Traits = IntTraits<int8_t, uint8_t>;
 using Uint8Traits = IntTraits<uint8_t, uint8_t>;
+using Int16Traits = IntTraits<int16_t, uint16_t>;
+using Uint16Traits = IntTraits<uint16_t, uint16_t>;
 using Int32Traits = IntTraits<int32_t, uint32_t>;
 using Uint32Traits = IntTraits<uint32_t, uint32_t>;
 using Int64Traits = IntTraits<int64_t, uint64_t>;

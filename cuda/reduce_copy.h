@@ -22,16 +22,20 @@
 
 namespace braid::cuda {
 
-// The types the kernels take: braid's DataType values up to the 8-bit floats (OCP OFP8; see
-// numeric.cuh). DataType's 16-bit integers have no kernels (yet).
+// The types the kernels take: every DataType, with the same values (the 8-bit floats are
+// OCP OFP8; see numeric.cuh).
 enum class DeviceDataType : int {
   kInt8 = 0, kUint8, kInt32, kUint32, kInt64, kUint64,
   kFloat16, kBFloat16, kFloat32, kFloat64,
   kFloat8E4M3, kFloat8E5M2,
+  kInt16, kUint16,
 };
-constexpr int kNumDeviceDataTypes = 12;
+constexpr int kNumDeviceDataTypes = 14;
 static_assert(static_cast<int>(DeviceDataType::kFloat8E4M3) == static_cast<int>(DataType::kFloat8E4M3) &&
-                  static_cast<int>(DeviceDataType::kFloat8E5M2) == static_cast<int>(DataType::kFloat8E5M2),
+                  static_cast<int>(DeviceDataType::kFloat8E5M2) == static_cast<int>(DataType::kFloat8E5M2) &&
+                  static_cast<int>(DeviceDataType::kInt16) == static_cast<int>(DataType::kInt16) &&
+                  static_cast<int>(DeviceDataType::kUint16) == static_cast<int>(DataType::kUint16) &&
+                  kNumDeviceDataTypes == kNumDataTypes,
               "DeviceDataType mirrors DataType's values");
 
 // Whether the kernels take `t`, and as which DeviceDataType.

@@ -74,7 +74,7 @@ TEST_CASE("planReduceCopy rejects bad arguments and picks the byte kernel for co
   b = a;
   b.divisor = 2;
   CHECK(code(b, DeviceDataType::kInt32, ReduceOp::kBxor) == braid::Code::kInvalidArgument);
-  CHECK(code(a, static_cast<DeviceDataType>(12), ReduceOp::kSum) == braid::Code::kInvalidArgument);
+  CHECK(code(a, static_cast<DeviceDataType>(14), ReduceOp::kSum) == braid::Code::kInvalidArgument);
   CHECK(code(a, DeviceDataType::kInt32, static_cast<ReduceOp>(8)) == braid::Code::kInvalidArgument);
 
   auto plan = bc::planReduceCopy(a, DeviceDataType::kFloat64, ReduceOp::kBand);

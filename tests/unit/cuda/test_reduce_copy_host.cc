@@ -200,6 +200,8 @@ void checkType(DeviceDataType t) {
 
 TEST_CASE("host reduce-copy int8 matches the CPU kernels", "[cuda]") { checkType(DeviceDataType::kInt8); }
 TEST_CASE("host reduce-copy uint8 matches the CPU kernels", "[cuda]") { checkType(DeviceDataType::kUint8); }
+TEST_CASE("host reduce-copy int16 matches the CPU kernels", "[cuda]") { checkType(DeviceDataType::kInt16); }
+TEST_CASE("host reduce-copy uint16 matches the CPU kernels", "[cuda]") { checkType(DeviceDataType::kUint16); }
 TEST_CASE("host reduce-copy int32 matches the CPU kernels", "[cuda]") { checkType(DeviceDataType::kInt32); }
 TEST_CASE("host reduce-copy uint32 matches the CPU kernels", "[cuda]") { checkType(DeviceDataType::kUint32); }
 TEST_CASE("host reduce-copy int64 matches the CPU kernels", "[cuda]") { checkType(DeviceDataType::kInt64); }

@@ -220,7 +220,10 @@ Session::~Session() {
     // never counts down to 0 and leaves them, for `etcdctl del --prefix`).
     if (auto* etcd = dynamic_cast<bootstrap::EtcdStore*>(store_.get()); etcd && left.isOk() && left.value() <= 0)
       (void)etcd->deletePrefix(rootPrefix_ + "/", Deadline::after(5));
-    if (server_ && server_.use_count() == 1) {
+    // So does rank 1 once its standby serves in place of rank 0's lost store.
+    const bool serving = (server_ && server_.use_count() == 1) ||
+                         (standby_ && standby_.use_count() == 1 && standby_->stats().promoted);
+    if (serving) {
       while (!d.expired()) {
         auto v = store_->add(rootPrefix_ + "/live", 0, d);
         if (!v.isOk() || v.value() <= 0) break;
@@ -230,6 +233,7 @@ Session::~Session() {
   }
   store_.reset();
   server_.reset();
+  standby_.reset();
 }
 
 void Session::announce() {
@@ -345,6 +349,29 @@ StatusOr<std::unique_ptr<Session>> Session::fromEnv(double timeoutSec, std::shar
   }
   if (!client.isOk())
     return client.status().withContext("rank " + std::to_string(env.rank) + " (from " + env.source + " environment)");
+  // A store that rank 0 serves would die with rank 0, and recovery with it: rank 1 keeps a
+  // standby that mirrors every write and serves when rank 0's store is gone; every rank's
+  // client knows it and goes there when it loses the store.
+  std::shared_ptr<bootstrap::TcpStoreServer> standby;
+  if (env.rankZeroServes && env.worldSize > 1 && cfg.storeStandby) {
+    bootstrap::TcpStoreClient& c = *client.value();
+    if (env.rank == 1) {
+      BRAID_ASSIGN_OR_RETURN(auto srv, bootstrap::TcpStoreServer::start("0.0.0.0", 0, generation, key.value(),
+                                                                        cfg.tls && key.value().present, true));
+      standby = std::shared_ptr<bootstrap::TcpStoreServer>(std::move(srv));
+      const std::string here = c.localHost();
+      Status named = here.empty() ? Status(Code::kRemoteError, "lost the store while naming a standby for it")
+                                  : c.set(bootstrap::kStandbyKey, here + ":" + std::to_string(standby->port()), deadline);
+      if (!named.isOk()) return named.withContext("rank 1 (from " + env.source + " environment): the store's standby");
+    }
+    auto at = c.get(bootstrap::kStandbyKey, deadline);
+    if (!at.isOk())
+      return at.status().withContext("rank " + std::to_string(env.rank) + " (from " + env.source +
+                                     " environment): waiting for rank 1 to name the store's standby "
+                                     "(BRAID_STORE_STANDBY=0 does without)");
+    const size_t colon = at.value().rfind(':');
+    if (colon != std::string::npos) c.setStandby(at.value().substr(0, colon), std::atoi(at.value().c_str() + colon + 1));
+  }
   if (const char* j = std::getenv("BRAID_ELASTIC_JOIN"); j && std::string(j) == "1") {
     // A replacement braidrun started for an elastic job: it joins the running ranks at
     // their next grow instead of starting a communicator of its own.
@@ -359,6 +386,7 @@ StatusOr<std::unique_ptr<Session>> Session::fromEnv(double timeoutSec, std::shar
   BRAID_ASSIGN_OR_RETURN(auto s, join(std::shared_ptr<bootstrap::Store>(std::move(client).value()), env.rank,
                                       env.worldSize, std::move(opts), env.rankZeroServes));
   s->server_ = std::move(server);
+  s->standby_ = std::move(standby);
   s->storeId_.host = env.storeHost;
   s->storeId_.port = env.storePort;
   s->storeId_.nonce = generation;
@@ -897,6 +925,7 @@ void Session::revoke() { comm_->revoke(); }
 std::unique_ptr<Session> Session::derived() const {
   std::unique_ptr<Session> child(new Session());
   child->server_ = server_;
+  child->standby_ = standby_;
   child->store_ = store_;
   child->rootPrefix_ = rootPrefix_;
   child->trackLive_ = trackLive_;
@@ -941,6 +970,8 @@ Status Session::growId(int newSize, braidUniqueId* id) {
     return invalidArgument(where + "the store's host name '" + storeId_.host + "' is longer than a grow id holds (" +
                            std::to_string(bootstrap::kGrowIdMaxHost) + " bytes); give its address instead");
   bootstrap::UniqueId g = storeId_;
+  // Rank 0's store may be gone and its standby serving: new processes go there.
+  if (auto* t = dynamic_cast<bootstrap::TcpStoreClient*>(store_.get())) (void)t->servingStandby(&g.host, &g.port);
   g.growToken = bootstrap::randomNonce();
   BRAID_RETURN_IF_ERROR(comm_->openGrow(g.growToken, newSize).withContext(where));
   bootstrap::encodeUniqueId(g, id->internal);

@@ -194,6 +194,7 @@ class Session {
   Status resolveOp(const CallArgs& a, algorithms::Request* req, const CallSite& site) const;
 
   std::shared_ptr<bootstrap::TcpStoreServer> server_;
+  std::shared_ptr<bootstrap::TcpStoreServer> standby_;  // rank 1's standby for server_ (BRAID_STORE_STANDBY)
   std::shared_ptr<bootstrap::Store> store_;
   std::unique_ptr<core::Communicator> comm_;
   // The key prefix of the communicator every split descends from: its "live" counter

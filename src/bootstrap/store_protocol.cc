@@ -80,7 +80,7 @@ Status encodeChecked(Op op, const std::vector<std::string_view>& fields, std::st
 
 }  // namespace
 
-bool isRequestOp(uint16_t op) { return op >= 1 && op <= 12; }
+bool isRequestOp(uint16_t op) { return op >= 1 && op <= 13; }
 bool isReplyOp(uint16_t op) { return op >= 0x81 && op <= 0x88; }
 
 const char* opName(Op op) {
@@ -92,6 +92,7 @@ const char* opName(Op op) {
     case Op::kCompareSet: return "COMPARE_SET";
     case Op::kSetOnClose: return "SET_ON_CLOSE";
     case Op::kCancelOnClose: return "CANCEL_ON_CLOSE";
+    case Op::kStandby: return "STANDBY";
     case Op::kWait: return "WAIT";
     case Op::kCheck: return "CHECK";
     case Op::kDelete: return "DELETE";
@@ -242,14 +243,17 @@ StatusOr<Request> parseRequest(const Frame& f) {
   };
   switch (f.op) {
     case Op::kHello:
-      if (fs.size() != 2 && fs.size() != 3)
-        return bad(f.op, "expected 2 or 3 fields, got " + std::to_string(fs.size()));
+      if (fs.size() < 2 || fs.size() > 4)
+        return bad(f.op, "expected 2 to 4 fields, got " + std::to_string(fs.size()));
       if (!fieldU32(fs[0], &req.version)) return bad(f.op, "version field is not 4 bytes");
       if (!fieldU64(fs[1], &req.nonce)) return bad(f.op, "nonce field is not 8 bytes");
-      if (fs.size() == 3) {
-        if (fs[2].size() != kChallengeBytes) return bad(f.op, "challenge field is not 32 bytes");
+      if (fs.size() >= 3) {
+        // Empty only as a place holder before a client id.
+        if (fs[2].size() != kChallengeBytes && !(fs[2].empty() && fs.size() == 4))
+          return bad(f.op, "challenge field is not 32 bytes");
         req.challenge = fs[2];
       }
+      if (fs.size() == 4 && !fieldU64(fs[3], &req.clientId)) return bad(f.op, "client id field is not 8 bytes");
       return req;
     case Op::kAuth:
       BRAID_RETURN_IF_ERROR(wantFields(1));
@@ -270,14 +274,19 @@ StatusOr<Request> parseRequest(const Frame& f) {
       req.keys = {fs[1]};
       return req;
     case Op::kAdd: {
-      BRAID_RETURN_IF_ERROR(wantFields(2));
+      if (fs.size() != 2 && fs.size() != 3)
+        return bad(f.op, "expected 2 or 3 fields, got " + std::to_string(fs.size()));
       BRAID_RETURN_IF_ERROR(checkKey(f.op, fs[0]));
       uint64_t d;
       if (!fieldU64(fs[1], &d)) return bad(f.op, "delta field is not 8 bytes");
+      if (fs.size() == 3 && !fieldU64(fs[2], &req.requestNumber)) return bad(f.op, "request number field is not 8 bytes");
       req.keys = {fs[0]};
       req.delta = static_cast<int64_t>(d);
       return req;
     }
+    case Op::kStandby:
+      BRAID_RETURN_IF_ERROR(wantFields(0));
+      return req;
     case Op::kWait:
     case Op::kMultiGet:
       if (fs.empty()) return bad(f.op, "missing timeout field");
@@ -369,16 +378,17 @@ Status encodeRequest(const Request& req, std::string* out) {
     if (req.keys.size() != 1) return bad(req.op, "needs exactly one key");
     return checkKey(req.op, req.keys[0]);
   };
-  owned.reserve(2);
+  owned.reserve(4);  // never reallocated: `fields` points into it
   switch (req.op) {
     case Op::kHello:
       owned.push_back(u32Field(req.version));
       owned.push_back(u64Field(req.nonce));
+      owned.push_back(u64Field(req.clientId));
       fields = {owned[0], owned[1]};
-      if (!req.challenge.empty()) {
-        if (req.challenge.size() != kChallengeBytes) return bad(req.op, "challenge must be 32 bytes");
-        fields.push_back(req.challenge);
-      }
+      if (!req.challenge.empty() && req.challenge.size() != kChallengeBytes)
+        return bad(req.op, "challenge must be 32 bytes");
+      if (!req.challenge.empty() || req.clientId != 0) fields.push_back(req.challenge);
+      if (req.clientId != 0) fields.push_back(owned[2]);
       break;
     case Op::kAuth:
       if (req.proof.size() != kProofBytes) return bad(req.op, "proof must be 32 bytes");
@@ -397,7 +407,11 @@ Status encodeRequest(const Request& req, std::string* out) {
     case Op::kAdd:
       BRAID_RETURN_IF_ERROR(needOneKey());
       owned.push_back(u64Field(static_cast<uint64_t>(req.delta)));
+      owned.push_back(u64Field(req.requestNumber));
       fields = {req.keys[0], owned[0]};
+      if (req.requestNumber != 0) fields.push_back(owned[1]);
+      break;
+    case Op::kStandby:
       break;
     case Op::kWait:
     case Op::kMultiGet:

@@ -45,10 +45,11 @@ constexpr uint64_t kNoTimeout = ~0ull;
 
 enum class Op : uint16_t {
   // Requests (client to server).
-  kHello = 1,     // u32 version, u64 job nonce [, 32-byte client challenge]
+  kHello = 1,     // u32 version, u64 job nonce [, 32-byte client challenge or empty [, u64 client id]]
   kSet = 2,       // key, value
   kGet = 3,       // u64 timeout ms, key
-  kAdd = 4,       // key, i64 delta
+  kAdd = 4,       // key, i64 delta [, u64 request number]: a client with an id (HELLO) that
+                  // sends the same number again gets the first answer, not a second add
   kWait = 5,      // u64 timeout ms, key...
   kCheck = 6,     // key...
   kDelete = 7,    // key
@@ -59,6 +60,9 @@ enum class Op : uint16_t {
   kSetOnClose = 11,     // key, value: when this connection ends (for any reason but a
                         // CANCEL_ON_CLOSE of the key), the store sets key to value; OK
   kCancelOnClose = 12,  // key: forget this connection's SET_ON_CLOSE of key; BOOL (was there one)
+  kStandby = 13,        // (no fields): sent to a standby store by the store it stands by for;
+                        // this connection then mirrors that store's writes, and its end makes
+                        // the standby serve; OK
   // Replies (server to client).
   kOk = 0x81,       // (no fields)
   kValue = 0x82,    // value
@@ -117,6 +121,8 @@ struct Request {
   uint32_t version = kVersion;  // kHello
   uint64_t nonce = 0;           // kHello
   std::string challenge;        // kHello: empty, or kChallengeBytes from a client with a key
+  uint64_t clientId = 0;        // kHello: 0 (none), or the client's id for kAdd's request numbers
+  uint64_t requestNumber = 0;   // kAdd: 0 (none), or this add's number from its client
   std::string proof;            // kAuth: kProofBytes
   std::vector<std::string> keys;  // one for kSet/kGet/kAdd/kDelete/kSetOnClose/kCancelOnClose; any number otherwise
   std::string value;            // kSet, kSetOnClose; kCompareSet: the desired value

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cerrno>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -24,6 +25,7 @@
 #include <utility>
 
 #include "bootstrap/store_value.h"
+#include "bootstrap/unique_id.h"
 #include "common/log.h"
 #include "common/random.h"
 #include "common/tls.h"
@@ -42,10 +44,11 @@ constexpr size_t kReadChunk = 64 * 1024;
 constexpr size_t kMaxBufferedIn = proto::kHeaderBytes + proto::kMaxPayloadBytes + kReadChunk;
 constexpr size_t kMaxBufferedOut = 2 * (proto::kHeaderBytes + size_t{proto::kMaxPayloadBytes});
 // Until admitted (HELLO, and AUTH on a store with a key) a connection may send those frames
-// and nothing more (a HELLO's payload is 24 bytes, 60 with a challenge; an AUTH's 40): a
-// larger frame is cut off at its header, so nobody makes the store buffer (or allocate) more
-// than this per connection before it has proved it belongs to the job.
-constexpr uint32_t kMaxHelloPayload = 64;
+// and nothing more (a HELLO's payload is 24 bytes, 60 with a challenge, 72 with a challenge
+// and a client id; an AUTH's 40): a larger frame is cut off at its header, so nobody makes
+// the store buffer (or allocate) more than this per connection before it has proved it
+// belongs to the job.
+constexpr uint32_t kMaxHelloPayload = 80;
 constexpr size_t kMaxPreHelloIn = proto::kHeaderBytes + kMaxHelloPayload;
 // Connections not admitted yet: closed after BRAID_STORE_HELLO_SEC (default 10), and at most
 // BRAID_STORE_MAX_PENDING (default 1024) at a time, the oldest dropped first, so idle
@@ -66,6 +69,12 @@ constexpr uint64_t kMaxWaitMs = 1000ull * 1000 * 1000;
 constexpr double kReplyGraceSec = 2.0;
 // What each side's proof of the job key is for (common/auth.h): the two never pass for
 // each other.
+// A standby store's mirror: how long the store it stands by for waits for each write to be
+// taken before it goes on without a standby.
+constexpr double kMirrorSec = 5.0;
+// Keys the stores keep for themselves (braid's own keys are printable).
+const std::string kDedupPrefix = std::string("\x01" "dedup\x01");
+
 constexpr std::string_view kServerLabel = "braid store server v1";
 constexpr std::string_view kClientLabel = "braid store client v1";
 
@@ -134,6 +143,8 @@ struct TcpStoreServer::Impl {
     int64_t deadlineNs = 0;  // 0 = none
     // SET_ON_CLOSE: key -> value, set when this connection ends.
     std::unordered_map<std::string, std::string> onClose;
+    uint64_t clientId = 0;    // from HELLO: names the client's numbered adds
+    bool mirrorSource = false;  // STANDBY: the store this one stands by for
   };
 
   std::string name;
@@ -146,6 +157,7 @@ struct TcpStoreServer::Impl {
   std::thread thread;
   std::atomic<bool> stopping{false};
   std::atomic<uint64_t> accepted{0}, open{0}, rejected{0}, requests{0};
+  std::atomic<bool> mirrored{false}, promoted{false};  // for stats()
 
   // Everything below belongs to the serving thread.
   std::unordered_map<uint64_t, std::unique_ptr<Conn>> conns;
@@ -160,6 +172,13 @@ struct TcpStoreServer::Impl {
   std::vector<std::pair<std::string, std::string>> dueOnClose;
   bool listening = true;
   int64_t resumeListenNs = 0;
+  // A standby store (startStandby): until the store it stands by for is gone it takes
+  // writes from that store's connection only, and answers everyone else "not yet".
+  bool standbyWaiting = false;
+  bool standbyPromoted = false;
+  // The store this one mirrors its writes to (kStandbyKey names it); null: none.
+  std::unique_ptr<TcpStoreClient> mirror;
+  std::string mirrorAddress;
   std::deque<uint64_t> preHello;  // conns without a HELLO yet (or since gone), oldest first
   int preHelloCount = 0;          // of those, still open and without a HELLO
   int64_t helloTimeoutNs = static_cast<int64_t>(kDefaultHelloSec * 1e9);
@@ -487,6 +506,7 @@ struct TcpStoreServer::Impl {
     using proto::Op;
     if (req.op == Op::kHello) {
       if (c.hello || c.challenged) return violation(c, "second HELLO");
+      c.clientId = req.clientId;
       if (req.version != proto::kVersion)
         return refuse(c, "client speaks store protocol " + std::to_string(req.version) + ", this store speaks " +
                              std::to_string(proto::kVersion));
@@ -516,12 +536,46 @@ struct TcpStoreServer::Impl {
     if (!c.hello)
       return violation(c, std::string(proto::opName(req.op)) + (c.challenged ? " before AUTH" : " before HELLO"));
     proto::Reply rep;
+    if (req.op == Op::kStandby) {
+      if (!standbyWaiting || hasMirrorSource()) {
+        rep.op = Op::kError;
+        rep.code = Code::kInvalidArgument;
+        rep.message = standbyWaiting ? "this standby already mirrors a store" : "this store is no standby";
+        return reply(c, rep);
+      }
+      c.mirrorSource = true;
+      BRAID_INFO("store %s: standing by for the store at %s", name.c_str(), c.peer.c_str());
+      return reply(c, rep);
+    }
+    if (standbyWaiting && !c.mirrorSource) {
+      // A client that lost the store this one stands by for may come before this store has
+      // seen that store go: it asks again.
+      rep.op = Op::kError;
+      rep.code = Code::kInProgress;
+      rep.message = "a standby store, not serving while the store it stands by for is there";
+      return reply(c, rep);
+    }
     switch (req.op) {
       case Op::kSet:
         data[req.keys[0]] = std::move(req.value);
         notify(req.keys[0]);
+        mirrorKey(req.keys[0]);
+        if (req.keys[0] == kStandbyKey && !standbyWaiting) attachStandby(data[kStandbyKey]);
         return reply(c, rep);
       case Op::kAdd: {
+        // A numbered add asked again (its client lost the reply with the store it asked, and
+        // asks this store, which mirrored the add): the first answer, not a second add.
+        const std::string dedup = c.clientId && req.requestNumber ? kDedupPrefix + std::to_string(c.clientId) : "";
+        if (!dedup.empty()) {
+          auto d = data.find(dedup);
+          unsigned long long n = 0;
+          long long v = 0;
+          if (d != data.end() && std::sscanf(d->second.c_str(), "%llu %lld", &n, &v) == 2 && n == req.requestNumber) {
+            rep.op = Op::kInt;
+            rep.number = v;
+            return reply(c, rep);
+          }
+        }
         int64_t cur = 0;
         auto it = data.find(req.keys[0]);
         if (it != data.end() && !parseCounter(it->second, &cur)) {
@@ -533,6 +587,11 @@ struct TcpStoreServer::Impl {
         int64_t now = static_cast<int64_t>(static_cast<uint64_t>(cur) + static_cast<uint64_t>(req.delta));
         data[req.keys[0]] = std::to_string(now);
         notify(req.keys[0]);
+        if (!dedup.empty()) {
+          data[dedup] = std::to_string(req.requestNumber) + " " + std::to_string(now);
+          mirrorKey(dedup);
+        }
+        mirrorKey(req.keys[0]);
         rep.op = Op::kInt;
         rep.number = now;
         return reply(c, rep);
@@ -543,6 +602,7 @@ struct TcpStoreServer::Impl {
         if (matches) {
           data[req.keys[0]] = std::move(req.value);
           notify(req.keys[0]);
+          mirrorKey(req.keys[0]);
           it = data.find(req.keys[0]);
         }
         rep.op = Op::kValue;
@@ -569,6 +629,7 @@ struct TcpStoreServer::Impl {
       case Op::kDelete:
         rep.op = Op::kBool;
         rep.flag = data.erase(req.keys[0]) > 0;
+        if (rep.flag) mirrorKey(req.keys[0]);
         return reply(c, rep);
       case Op::kGet:
       case Op::kWait:
@@ -586,6 +647,61 @@ struct TcpStoreServer::Impl {
       default:
         return violation(c, "unexpected opcode");
     }
+  }
+
+  bool hasMirrorSource() const {
+    for (const auto& [id, c] : conns)
+      if (!c->dead && c->mirrorSource) return true;
+    return false;
+  }
+
+  // Sends `key`'s state (its value, or its absence) to the standby before the client that
+  // changed it is answered: whatever a client was told is on the standby too. A standby that
+  // fails is dropped and the store serves on without one.
+  void mirrorKey(const std::string& k) {
+    if (!mirror) return;
+    auto it = data.find(k);
+    Status s = it != data.end() ? mirror->set(k, it->second, Deadline::after(kMirrorSec))
+                                : mirror->deleteKey(k, Deadline::after(kMirrorSec)).status();
+    if (!s.isOk()) dropMirror(s.message());
+  }
+
+  void dropMirror(const std::string& why) {
+    BRAID_INFO("store %s: its standby at %s is gone (%s); serving without one", name.c_str(), mirrorAddress.c_str(),
+               why.c_str());
+    mirror.reset();
+    mirrored.store(false);
+  }
+
+  // A rank started a standby and named it ("host:port"): connect, declare this connection
+  // its source, copy every key over, and mirror every write from now on. Runs in the loop:
+  // nothing else is served meanwhile, so the copy is consistent.
+  void attachStandby(const std::string& address) {
+    const size_t colon = address.rfind(':');
+    const int port = colon == std::string::npos ? 0 : std::atoi(address.c_str() + colon + 1);
+    if (colon == std::string::npos || port <= 0 || port > 65535) {
+      BRAID_WARN("store %s: a standby named '%s', which is no host:port; serving without one", name.c_str(),
+                 address.c_str());
+      return;
+    }
+    if (mirror) dropMirror("another standby replaces it");
+    auto m = TcpStoreClient::connect(address.substr(0, colon), port, expectedNonce, Deadline::after(kMirrorSec),
+                                     kMirrorSec, key, tls && key.present);
+    if (!m.isOk()) {
+      BRAID_WARN("store %s: cannot reach the standby at %s: %s; serving without one", name.c_str(), address.c_str(),
+                 m.status().message().c_str());
+      return;
+    }
+    mirror = std::move(m).value();
+    mirror->setQuiet();
+    mirrorAddress = address;
+    Status s = mirror->declareStandbySource(Deadline::after(kMirrorSec));
+    for (auto it = data.begin(); s.isOk() && it != data.end(); ++it)
+      s = mirror->set(it->first, it->second, Deadline::after(kMirrorSec));
+    if (!s.isOk()) return dropMirror(s.message());
+    mirrored.store(true);
+    BRAID_INFO("store %s: standby at %s holds its %zu keys and mirrors every write", name.c_str(), address.c_str(),
+               data.size());
   }
 
   void admit(Conn& c) {
@@ -711,6 +827,7 @@ struct TcpStoreServer::Impl {
       for (auto& [k, v] : due) {
         data[k] = std::move(v);
         notify(k);
+        mirrorKey(k);
       }
     }
   }
@@ -830,6 +947,14 @@ struct TcpStoreServer::Impl {
     if (!logged && c.challenged && !c.hello)
       BRAID_SECURITY("store %s: client %s left during authentication (another key?)", name.c_str(), c.peer.c_str());
     unpark(c);
+    if (c.mirrorSource && standbyWaiting) {
+      // The store this one stood by for is gone (or hung up on it): serve from now on.
+      standbyWaiting = false;
+      standbyPromoted = true;
+      promoted.store(true);
+      BRAID_WARN("store %s: the store it stood by for (%s) is gone (%s); serving its %zu keys", name.c_str(),
+                 c.peer.c_str(), why ? why : "closed", data.size());
+    }
     // The client is gone (its process died, its host or network failed, or it hung up):
     // what it asked to be set then is set. Not when the store itself stops.
     if (c.hello && !stopping.load(std::memory_order_relaxed))
@@ -846,7 +971,8 @@ struct TcpStoreServer::Impl {
 };
 
 StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::start(const std::string& host, int port,
-                                                                uint64_t expectedNonce, const AuthKey& key, bool tls) {
+                                                                uint64_t expectedNonce, const AuthKey& key, bool tls,
+                                                                bool standby) {
   if (tls && !key.present) return invalidArgument("store server: BRAID_TLS=1 needs the job's key");
   if (tls && !tlsAvailable())
     return invalidArgument("store server: BRAID_TLS=1, but this braid was built without OpenSSL");
@@ -864,6 +990,7 @@ StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::start(const std::strin
   im.expectedNonce = expectedNonce;
   im.key = key;
   im.tls = tls;
+  im.standbyWaiting = standby;
   if (const char* v = std::getenv("BRAID_STORE_HELLO_SEC")) {
     char* end = nullptr;
     double sec = std::strtod(v, &end);
@@ -887,7 +1014,7 @@ StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::start(const std::strin
   im.name = (host.empty() ? std::string("0.0.0.0") : host) + ":" + std::to_string(server->port_);
 
   im.thread = std::thread([&im] { im.run(); });
-  BRAID_INFO("store serving on %s (%s)", im.name.c_str(),
+  BRAID_INFO("store %s on %s (%s)", standby ? "standing by" : "serving", im.name.c_str(),
              key.present ? ("clients prove key " + key.fingerprint()).c_str() : "no key: unauthenticated");
   return server;
 }
@@ -906,6 +1033,8 @@ TcpStoreServer::Stats TcpStoreServer::stats() const {
   s.open = impl_->open.load();
   s.rejected = impl_->rejected.load();
   s.requests = impl_->requests.load();
+  s.mirrored = impl_->mirrored.load();
+  s.promoted = impl_->promoted.load();
   return s;
 }
 
@@ -1007,7 +1136,15 @@ StatusOr<std::unique_ptr<TcpStoreClient>> TcpStoreClient::connect(const std::str
     }
     if (fd >= 0) {
       bool dropped = false;
-      auto client = handshake(address, fd, nonce, key, opTimeoutSec, tls, &dropped);
+      uint64_t id = 0;
+      while (id == 0) id = randomNonce();
+      auto client = handshake(address, fd, nonce, key, opTimeoutSec, tls, id, &dropped);
+      if (client.isOk()) {
+        client.value()->nonce_ = nonce;
+        client.value()->key_ = key;
+        client.value()->tlsWanted_ = tls;
+        client.value()->clientId_ = id;
+      }
       // A store that closed the connection before answering (it drops the oldest connections
       // not admitted yet when a flood of them arrives) is tried again until the deadline; a
       // store that answered, even with a refusal, is not.
@@ -1026,7 +1163,7 @@ StatusOr<std::unique_ptr<TcpStoreClient>> TcpStoreClient::connect(const std::str
 
 StatusOr<std::unique_ptr<TcpStoreClient>> TcpStoreClient::handshake(const std::string& address, int fd, uint64_t nonce,
                                                                     const AuthKey& key, double opTimeoutSec, bool tls,
-                                                                    bool* dropped) {
+                                                                    uint64_t clientId, bool* dropped) {
   if (tls && !key.present) {
     close(fd);
     return invalidArgument("store client: BRAID_TLS=1 needs the job's key");
@@ -1035,6 +1172,7 @@ StatusOr<std::unique_ptr<TcpStoreClient>> TcpStoreClient::handshake(const std::s
   proto::Request hello;
   hello.op = proto::Op::kHello;
   hello.nonce = nonce;
+  hello.clientId = clientId;
   if (key.present) hello.challenge = randomString(proto::kChallengeBytes);
   proto::Reply rep;
   Status s = client->roundTrip(hello, client->opDeadline(), &rep);
@@ -1101,8 +1239,93 @@ Status TcpStoreClient::lose(const std::string& why) {
   const bool asked = interrupted_.load();
   broken_ = Status(Code::kRemoteError, "store at " + address_ + " is unreachable: " + (asked ? "interrupted" : why));
   inbuf_.clear();
-  if (!asked && !quiet_.load()) BRAID_WARN("%s", broken_.message().c_str());
+  // With a standby to go to, the loss is told when the client goes there.
+  if (!asked && !quiet_.load() && !canFailOverLocked()) BRAID_WARN("%s", broken_.message().c_str());
   return broken_;
+}
+
+bool TcpStoreClient::canFailOverLocked() const {
+  return fd_ < 0 && standbyPort_ != 0 && !failedOver_ && !interrupted_.load();
+}
+
+void TcpStoreClient::setStandby(const std::string& host, int port) {
+  std::lock_guard<std::mutex> lock(mu_);
+  standbyHost_ = host;
+  standbyPort_ = port;
+}
+
+bool TcpStoreClient::servingStandby(std::string* host, int* port) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!failedOver_ || fd_ < 0) return false;
+  *host = standbyHost_;
+  *port = standbyPort_;
+  return true;
+}
+
+std::string TcpStoreClient::localHost() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (fd_ < 0) return "";
+  sockaddr_in sa{};
+  socklen_t len = sizeof(sa);
+  if (getsockname(fd_, reinterpret_cast<sockaddr*>(&sa), &len) != 0) return "";
+  char buf[INET_ADDRSTRLEN] = "";
+  return inet_ntop(AF_INET, &sa.sin_addr, buf, sizeof(buf)) ? buf : "";
+}
+
+Status TcpStoreClient::declareStandbySource(Deadline deadline) {
+  proto::Request req;
+  req.op = proto::Op::kStandby;
+  proto::Reply rep;
+  return roundTrip(req, bounded(deadline), &rep);
+}
+
+Status TcpStoreClient::failOverLocked(Deadline deadline) {
+  failedOver_ = true;
+  const Status lost = broken_;
+  const std::string where = standbyHost_ + ":" + std::to_string(standbyPort_);
+  sockaddr_in sa;
+  BRAID_RETURN_IF_ERROR(resolveIpv4(standbyHost_, standbyPort_, false, &sa));
+  std::string err;
+  for (;;) {
+    int fd = connectOnce(sa, std::max(1, deadline.remainingMillis(2000)), &err);
+    if (fd >= 0) {
+      bool dropped = false;
+      auto c = handshake(where, fd, nonce_, key_, opTimeoutSec_, tlsWanted_, clientId_, &dropped);
+      if (c.isOk()) {
+        std::unique_ptr<TcpStoreClient> other = std::move(c).value();
+        std::lock_guard<std::mutex> lock(fdMu_);
+        if (interrupted_.load()) return broken_;
+        fd_ = other->fd_;
+        other->fd_ = -1;
+        tls_ = std::move(other->tls_);
+        inbuf_ = std::move(other->inbuf_);
+        owedReplies_ = 0;
+        closedByPeer_ = false;
+        broken_ = Status::ok();
+        break;
+      }
+      err = c.status().message();
+      if (!dropped) return Status(Code::kRemoteError, "its standby at " + where + " refused: " + err);
+    }
+    if (deadline.expired() || interrupted_.load())
+      return Status(Code::kRemoteError, "its standby at " + where + " is unreachable too: " + err);
+    usleep(20 * 1000);
+  }
+  if (!quiet_.load())
+    BRAID_WARN("%s; going on with its standby at %s", lost.message().c_str(), where.c_str());
+  // This client's SET_ON_CLOSE keys, held by the lost store for this connection, are asked
+  // of the standby again (it asks again while the standby does not serve yet).
+  for (const auto& [k, v] : onClose_) {
+    proto::Request r;
+    r.op = proto::Op::kSetOnClose;
+    r.keys = {k};
+    r.value = v;
+    proto::Reply rep;
+    Status s;
+    while ((s = roundTripLocked(r, deadline, &rep)).code() == Code::kInProgress && !deadline.expired()) usleep(10 * 1000);
+    BRAID_RETURN_IF_ERROR(s);
+  }
+  return Status::ok();
 }
 
 void TcpStoreClient::interrupt() {
@@ -1163,9 +1386,41 @@ Status TcpStoreClient::readReply(Deadline deadline, proto::Reply* reply, bool* t
 }
 
 Status TcpStoreClient::roundTrip(const proto::Request& req, Deadline replyDeadline, proto::Reply* reply) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Status s = roundTripLocked(req, replyDeadline, reply);
+  // The store is gone and its standby is known: ask there (once), as often as it says it does
+  // not serve yet (it may not have seen the store go), until the deadline.
+  if (!s.isOk() && canFailOverLocked()) {
+    Status f = failOverLocked(replyDeadline);
+    if (!f.isOk()) {
+      broken_ = Status(Code::kRemoteError, s.message() + "; " + f.message());
+      if (!quiet_.load()) BRAID_WARN("%s", broken_.message().c_str());
+      return broken_;
+    }
+    proto::Request again = req;
+    bool notServing = false;
+    for (;;) {
+      // A wait's server-side timeout counts from now.
+      if (again.timeoutMs != proto::kNoTimeout && !replyDeadline.never())
+        again.timeoutMs = std::min<uint64_t>(
+            req.timeoutMs, static_cast<uint64_t>(std::max(0, replyDeadline.remainingMillis(INT_MAX) -
+                                                                 static_cast<int>(kReplyGraceSec * 1000))));
+      s = roundTripLocked(again, replyDeadline, reply);
+      if (s.code() != Code::kInProgress && !(notServing && s.code() == Code::kTimeout)) break;
+      notServing = true;
+      if (replyDeadline.expired())
+        return Status(Code::kRemoteError, "the store at " + address_ + " is gone and its standby at " + standbyHost_ +
+                                              ":" + std::to_string(standbyPort_) +
+                                              " did not take over (it never stood by for it)");
+      usleep(10 * 1000);
+    }
+  }
+  return s;
+}
+
+Status TcpStoreClient::roundTripLocked(const proto::Request& req, Deadline replyDeadline, proto::Reply* reply) {
   std::string frame;
   BRAID_RETURN_IF_ERROR(proto::encodeRequest(req, &frame));
-  std::lock_guard<std::mutex> lock(mu_);
   if (fd_ < 0) return broken_;
   bool timedOut = false;
   // Replies to requests whose callers gave up are still on their way: consume them first so
@@ -1278,6 +1533,7 @@ StatusOr<int64_t> TcpStoreClient::add(const std::string& key, int64_t delta, Dea
   req.op = proto::Op::kAdd;
   req.keys = {key};
   req.delta = delta;
+  req.requestNumber = ++lastAddNumber_;  // asked again of a standby, it is not counted twice
   proto::Reply rep;
   BRAID_RETURN_IF_ERROR(roundTrip(req, bounded(deadline), &rep));
   if (rep.op != proto::Op::kInt) return unexpected(address_, req.op, rep.op);
@@ -1305,6 +1561,8 @@ Status TcpStoreClient::setOnClose(const std::string& key, const std::string& val
   proto::Reply rep;
   BRAID_RETURN_IF_ERROR(roundTrip(req, bounded(deadline), &rep));
   if (rep.op != proto::Op::kOk) return unexpected(address_, req.op, rep.op);
+  std::lock_guard<std::mutex> lock(mu_);
+  onClose_[key] = value;  // for a standby, should this connection be lost
   return Status::ok();
 }
 
@@ -1315,6 +1573,8 @@ StatusOr<bool> TcpStoreClient::cancelOnClose(const std::string& key, Deadline de
   proto::Reply rep;
   BRAID_RETURN_IF_ERROR(roundTrip(req, bounded(deadline), &rep));
   if (rep.op != proto::Op::kBool) return unexpected(address_, req.op, rep.op);
+  std::lock_guard<std::mutex> lock(mu_);
+  onClose_.erase(key);
   return rep.flag;
 }
 

@@ -1,6 +1,7 @@
 #pragma once
 // braid's embedded TCP store: one server thread per job (in rank 0, in braidrun, or behind
-// braidGetUniqueId) and a client per process. The wire format is in store_protocol.h.
+// braidGetUniqueId), a standby in rank 1 where rank 0 serves, and a client per process. The
+// wire format is in store_protocol.h.
 //
 // The server is a single epoll thread: requests are cheap map operations, so one thread
 // keeps up with thousands of ranks, and a get/wait on a missing key is parked (not a
@@ -8,6 +9,7 @@
 // anything malformed loses its own connection and nothing else.
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <atomic>
 #include <mutex>
@@ -21,6 +23,13 @@
 
 namespace braid::bootstrap {
 
+class TcpStoreClient;
+
+// The key under which a standby store's address ("host:port") is set on the store it is to
+// stand by for: setting it there makes that store copy its keys to the standby and mirror
+// every write from then on. Not a printable key, so no key of braid's can meet it.
+inline const std::string kStandbyKey = "\x01standby";
+
 class TcpStoreServer {
  public:
   // Counters for tests and diagnostics; read without locking, so only roughly consistent.
@@ -29,6 +38,8 @@ class TcpStoreServer {
     uint64_t open = 0;            // connections open now
     uint64_t rejected = 0;        // connections closed for a protocol violation or bad HELLO
     uint64_t requests = 0;        // requests served
+    bool mirrored = false;        // a standby takes every write
+    bool promoted = false;        // a standby whose store is gone: it serves now
   };
 
   // Binds `host`:`port` (host "" or "0.0.0.0" = every interface; port 0 = an ephemeral
@@ -39,9 +50,16 @@ class TcpStoreServer {
   // address cannot be bound.
   // With `tls` (BRAID_TLS=1, needs `key`) an admitted connection continues over TLS 1.3
   // keyed by the job key and both challenges (common/tls.h).
+  //
+  // With `standby` it is a standby store: it serves nobody until a store names it (a
+  // client sets kStandbyKey there to "host:port" of this one) and that store, having copied
+  // its keys over, mirrors each write to it before answering the client that made it. When
+  // that store's connection to it ends (its process died, or its host), the standby serves
+  // every key the store had acknowledged, and clients that knew of it (setStandby) come
+  // over. Until then clients are answered kInProgress.
   static StatusOr<std::unique_ptr<TcpStoreServer>> start(const std::string& host, int port,
                                                          uint64_t expectedNonce, const AuthKey& key = AuthKey{},
-                                                         bool tls = false);
+                                                         bool tls = false, bool standby = false);
 
   // Stops the serving thread and closes every connection; clients then see kRemoteError.
   // Blocks until the thread has exited (at most one loop iteration).
@@ -91,8 +109,9 @@ class TcpStoreClient : public Store {
   // server-side until `deadline`; the others until the earlier of `deadline` and the op
   // timeout (a caller in a collective passes the operation's deadline). Once the
   // connection is lost every call fails fast with kRemoteError "store at host:port is
-  // unreachable"; the client does not reconnect, because a store that comes back has lost
-  // its keys and a request whose reply was lost cannot safely be repeated (add()).
+  // unreachable"; the client does not reconnect to the same store, because a store that
+  // comes back has lost its keys. It goes over to a standby (setStandby) once: that one
+  // holds every acknowledged write, and answers a numbered add asked again.
   Status set(const std::string& key, const std::string& value, Deadline deadline = Deadline()) override;
   StatusOr<std::string> get(const std::string& key, Deadline deadline) override;
   StatusOr<int64_t> add(const std::string& key, int64_t delta, Deadline deadline = Deadline()) override;
@@ -114,13 +133,34 @@ class TcpStoreClient : public Store {
   // "host:port", for messages. Thread-safe.
   const std::string& address() const { return address_; }
 
+  // The store's standby (TcpStoreServer::start with `standby`): when the connection to the
+  // store is lost (not stalled: a store that does not answer is waited for, as before), the
+  // client connects there once, with the same nonce and key, sets its SET_ON_CLOSE keys
+  // again, and repeats the request it was making (a numbered add is not counted twice).
+  // Thread-safe.
+  void setStandby(const std::string& host, int port);
+  // Whether the client went over to its standby, and then its address. Thread-safe.
+  bool servingStandby(std::string* host, int* port);
+  // Makes this connection the source of a standby store (TcpStoreServer does this).
+  Status declareStandbySource(Deadline deadline);
+  // This end's IPv4 address on the connection to the store ("" when lost): an address the
+  // store's host reaches this one at. Thread-safe.
+  std::string localHost();
+
  private:
   TcpStoreClient(std::string address, int fd, double opTimeoutSec);
   // HELLO (and the key's proofs) on a connected socket `fd`, which the client then owns.
   // `*dropped` says whether the store closed the connection without an answer.
   static StatusOr<std::unique_ptr<TcpStoreClient>> handshake(const std::string& address, int fd, uint64_t nonce,
                                                              const AuthKey& key, double opTimeoutSec, bool tls,
-                                                             bool* dropped);
+                                                             uint64_t clientId, bool* dropped);
+  // roundTrip's one attempt on the current connection. Caller holds mu_.
+  Status roundTripLocked(const proto::Request& req, Deadline replyDeadline, proto::Reply* reply);
+  // The connection is lost and a standby is known (and not used yet). Caller holds mu_.
+  bool canFailOverLocked() const;
+  // Connects to the standby in place of the lost store, and sets this client's SET_ON_CLOSE
+  // keys there. Caller holds mu_.
+  Status failOverLocked(Deadline deadline);
   // Runs the TLS handshake on the admitted connection (blocking up to the op timeout).
   Status startTls(const AuthKey& key, const std::string& binding);
 
@@ -150,6 +190,17 @@ class TcpStoreClient : public Store {
   bool closedByPeer_ = false;  // guarded by mu_; the store closed or reset the connection
   std::unique_ptr<TlsStream> tls_;  // guarded by mu_; BRAID_TLS: requests and replies go through it
   std::string inbuf_;     // guarded by mu_; received bytes not yet decoded
+
+  // What a connection to the standby needs, set by connect().
+  uint64_t nonce_ = 0;
+  AuthKey key_;
+  bool tlsWanted_ = false;
+  uint64_t clientId_ = 0;                      // sent in HELLO; names the numbered adds
+  std::atomic<uint64_t> lastAddNumber_{0};
+  std::string standbyHost_;                    // guarded by mu_
+  int standbyPort_ = 0;                        // guarded by mu_; 0: none
+  bool failedOver_ = false;                    // guarded by mu_
+  std::map<std::string, std::string> onClose_;  // guarded by mu_; SET_ON_CLOSE keys held now
 };
 
 }  // namespace braid::bootstrap

@@ -733,6 +733,33 @@ TEST_CASE("with an etcd store, survivors recover from losing rank 0 and replacem
   }
 }
 
+// Where rank 0 serves the store (torchrun's layout, no etcd), rank 1 keeps a standby that
+// mirrors every write: the job loses rank 2, then rank 0 with its store, and ranks 1 and 3
+// agree, shrink and finish every step through the standby.
+TEST_CASE("where rank 0 serves the store, survivors recover from losing rank 0 through rank 1's standby",
+          "[multiproc][recovery]") {
+  Run r = torchrunJob(4, "BRAID_TIMEOUT=20 MP_VICTIMS=2:5,0:12", "timeout 120 " MP_DIR "/mp_recover 20");
+  INFO(r.out);
+  auto count = [&](const std::string& re) {
+    std::regex x(re);
+    return std::distance(std::sregex_iterator(r.out.begin(), r.out.end(), x), std::sregex_iterator());
+  };
+  CHECK(r.out.find("ERROR") == std::string::npos);
+  CHECK(count("SHRUNK rank=\\d+ step=5 from=4 to=3 failed=2 ") == 3);
+  CHECK(count("SHRUNK rank=\\d+ step=12 from=3 to=2 failed=0 ") == 2);
+  std::regex fin(R"(FINAL rank=(1|3) newrank=\d size=2 steps=20 checksum=(\S+) match=1 same=1)");
+  std::set<std::string> checksums;
+  for (auto it = std::sregex_iterator(r.out.begin(), r.out.end(), fin); it != std::sregex_iterator(); ++it)
+    checksums.insert((*it)[2]);
+  CHECK(count("FINAL rank=") == 2);
+  CHECK(checksums.size() == 1u);
+  // Without the standby the same loss ends the job: the survivors lose the store.
+  Run off = torchrunJob(3, "BRAID_STORE_STANDBY=0 BRAID_TIMEOUT=20 MP_VICTIMS=0:3", "timeout 120 " MP_DIR "/mp_recover 8");
+  INFO(off.out);
+  CHECK(off.out.find("which serves the job's store") != std::string::npos);
+  CHECK(off.out.find("FINAL rank=") == std::string::npos);
+}
+
 TEST_CASE("braidCommGetGrowId and braidCommGrow: new processes join a running communicator once", "[multiproc][recovery]") {
   Run r = run("timeout 120 " MP_DIR "/mp_grow 2 2 2>&1");
   INFO(r.out);

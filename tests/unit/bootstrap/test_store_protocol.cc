@@ -152,6 +152,25 @@ TEST_CASE("protocol: requests round trip", "[bootstrap][protocol]") {
   cancel.op = Op::kCancelOnClose;
   cancel.keys = {"job/gone/7"};
   CHECK(roundTrip(cancel).keys == std::vector<std::string>{"job/gone/7"});
+
+  // A client id, with or without a challenge before it; a numbered add; STANDBY.
+  hello.clientId = 0xabcdef0123ull;
+  h = roundTrip(hello);
+  CHECK(h.clientId == 0xabcdef0123ull);
+  CHECK(h.challenge.empty());
+  hello.challenge = std::string(kChallengeBytes, 'c');
+  h = roundTrip(hello);
+  CHECK(h.clientId == 0xabcdef0123ull);
+  CHECK(h.challenge == hello.challenge);
+  add.requestNumber = 99;
+  Request numbered = roundTrip(add);
+  CHECK(numbered.requestNumber == 99);
+  CHECK(numbered.delta == -42);
+  add.requestNumber = 0;
+  CHECK(roundTrip(add).requestNumber == 0);
+  Request standby;
+  standby.op = Op::kStandby;
+  CHECK(roundTrip(standby).op == Op::kStandby);
 }
 
 TEST_CASE("protocol: replies round trip", "[bootstrap][protocol]") {
@@ -224,7 +243,7 @@ TEST_CASE("protocol: malformed headers are rejected before their payload arrives
     CHECK(r.error.find("version") != std::string::npos);
   }
   SECTION("unknown opcode") {
-    for (uint16_t op : {0, 13, 99, 0x80, 0x89, 0xffff}) {
+    for (uint16_t op : {0, 14, 99, 0x80, 0x89, 0xffff}) {
       DecodeResult r = decodeReq(header(kMagic, kVersion, op, 4), &f);
       INFO("op " << op);
       CHECK(r.kind == DecodeResult::kMalformed);
@@ -316,6 +335,14 @@ TEST_CASE("protocol: well-formed frames with the wrong fields for their opcode",
   CHECK_FALSE(parse(frame(Op::kSetOnClose, {"k"})).isOk());                // the value missing
   CHECK_FALSE(parse(frame(Op::kSetOnClose, {"", "1"})).isOk());
   CHECK_FALSE(parse(frame(Op::kCancelOnClose, {"k", "extra"})).isOk());
+  const std::string ver = std::string("\1\0\0\0", 4);
+  CHECK_FALSE(parse(frame(Op::kHello, {ver, u64(1), "", "short"})).isOk());         // client id not 8 bytes
+  CHECK_FALSE(parse(frame(Op::kHello, {ver, u64(1), "xyz", u64(5)})).isOk());       // challenge neither 32 nor empty
+  CHECK_FALSE(parse(frame(Op::kHello, {ver, u64(1), ""})).isOk());                  // empty challenge, no id after it
+  CHECK_FALSE(parse(frame(Op::kHello, {ver, u64(1), "", u64(5), u64(6)})).isOk());  // five fields
+  CHECK(parse(frame(Op::kHello, {ver, u64(1), "", u64(5)})).value().clientId == 5);
+  CHECK_FALSE(parse(frame(Op::kAdd, {"k", u64(1), "7"})).isOk());  // request number as text
+  CHECK_FALSE(parse(frame(Op::kStandby, {"x"})).isOk());
 
   auto parseRep = [](const std::string& p, Op op) {
     std::string bytes = header(kMagic, kVersion, static_cast<uint16_t>(op), static_cast<uint32_t>(p.size())) + p;

@@ -820,3 +820,137 @@ TEST_CASE("tcp store: SET_ON_CLOSE sets its key when the connection ends, unless
     CHECK_FALSE(watcher->check({"k/one-too-many"}).value());
   }
 }
+
+// A standby store (rank 1's, where rank 0 serves the job's store): it copies every key when
+// named, takes each write before the client that made it is answered, answers nobody else
+// while the store it stands by for is there, and serves when that store is gone. Clients
+// that know of it go there with their SET_ON_CLOSE keys and the request they were making.
+TEST_CASE("tcp store: a standby takes over, with every acknowledged write, when the store is gone", "[bootstrap][tcp]") {
+  auto primary = startServer(77);
+  auto sb = TcpStoreServer::start("127.0.0.1", 0, 77, AuthKey{}, false, true);
+  REQUIRE(sb.isOk());
+  std::unique_ptr<TcpStoreServer> standby = std::move(sb).value();
+  auto a = connectTo(primary->port(), 77);
+  auto b = connectTo(primary->port(), 77);
+  REQUIRE(a->set("before", "copied").isOk());
+  REQUIRE(a->add("n", 5).value() == 5);
+  REQUIRE(a->set(braid::bootstrap::kStandbyKey, "127.0.0.1:" + std::to_string(standby->port())).isOk());
+  CHECK(primary->stats().mirrored);
+  REQUIRE(a->set("k", "v").isOk());
+  REQUIRE(b->add("n", 2).value() == 7);
+  REQUIRE(a->compareSet("c", "", "first").value() == "first");
+  REQUIRE(a->set("gone-soon", "x").isOk());
+  REQUIRE(a->deleteKey("gone-soon").value());
+  REQUIRE(b->setOnClose("gone/b", "1").isOk());
+  REQUIRE(b->setOnClose("gone/b2", "1").isOk());
+  REQUIRE(b->cancelOnClose("gone/b2").value());
+
+  // While the store is there the standby serves nobody but it.
+  auto early = connectTo(standby->port(), 77);
+  Status refused = early->get("k", Deadline::after(1)).status();
+  CHECK(refused.code() == braid::Code::kInProgress);
+  early.reset();
+
+  for (auto* c : {a.get(), b.get()}) c->setStandby("127.0.0.1", standby->port());
+  {
+    std::string h;
+    int p = 0;
+    CHECK_FALSE(a->servingStandby(&h, &p));
+  }
+  // b waits on the store for a key nobody has set yet when the store goes.
+  std::thread waiter([&] {
+    auto v = b->get("later", Deadline::after(10));
+    INFO(v.status().toString());
+    REQUIRE(v.isOk());
+    CHECK(v.value() == "set on the standby");
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  auto t0 = std::chrono::steady_clock::now();
+  primary.reset();  // its process is gone: every connection closes
+  CHECK(a->get("k", Deadline::after(5)).value() == "v");
+  CHECK(secondsSince(t0) < 2);
+  CHECK(standby->stats().promoted);
+  std::string host;
+  int port = 0;
+  REQUIRE(a->servingStandby(&host, &port));  // where a grow id sends new processes now
+  CHECK(port == standby->port());
+  CHECK(a->get("before", Deadline::after(1)).value() == "copied");
+  CHECK(a->add("n", 1).value() == 8);
+  CHECK(a->compareSet("c", "", "second").value() == "first");
+  CHECK_FALSE(a->check({"gone-soon"}).value());
+  REQUIRE(a->set("later", "set on the standby").isOk());
+  waiter.join();
+  // b's SET_ON_CLOSE went over with it: b's end sets gone/b, not the withdrawn gone/b2.
+  CHECK_FALSE(a->check({"gone/b"}).value());
+  b.reset();
+  CHECK(a->get("gone/b", Deadline::after(5)).value() == "1");
+  CHECK_FALSE(a->check({"gone/b2"}).value());
+  // A client that did not know of the standby stays lost, as before.
+  auto c = connectTo(standby->port(), 77);
+  CHECK(c->get("k", Deadline::after(1)).value() == "v");
+}
+
+TEST_CASE("tcp store: without its standby a store serves on; a standby nobody named never serves", "[bootstrap][tcp]") {
+  auto primary = startServer();
+  auto sb = TcpStoreServer::start("127.0.0.1", 0, 0, AuthKey{}, false, true);
+  REQUIRE(sb.isOk());
+  std::unique_ptr<TcpStoreServer> standby = std::move(sb).value();
+  auto a = connectTo(primary->port());
+  SECTION("the standby goes first") {
+    REQUIRE(a->set(braid::bootstrap::kStandbyKey, "127.0.0.1:" + std::to_string(standby->port())).isOk());
+    CHECK(primary->stats().mirrored);
+    standby.reset();
+    REQUIRE(a->set("k", "v").isOk());  // the mirror fails; the store goes on without one
+    CHECK_FALSE(primary->stats().mirrored);
+    CHECK(a->get("k", Deadline::after(1)).value() == "v");
+  }
+  SECTION("a standby that was never named") {
+    a->setStandby("127.0.0.1", standby->port());
+    primary.reset();
+    auto t0 = std::chrono::steady_clock::now();
+    Status s = a->set("k", "v", Deadline::after(1));
+    CHECK(s.code() == braid::Code::kRemoteError);
+    CHECK(s.message().find("did not take over") != std::string::npos);
+    CHECK(secondsSince(t0) < 3);
+    CHECK_FALSE(standby->stats().promoted);
+  }
+  SECTION("a name that is no host:port") {
+    REQUIRE(a->set(braid::bootstrap::kStandbyKey, "nowhere").isOk());
+    CHECK_FALSE(primary->stats().mirrored);
+    REQUIRE(a->set("k", "v").isOk());
+  }
+}
+
+// An ADD carries its client's request number; asked again (of a standby, after the store
+// that counted it was lost with its reply), it answers what it answered, adding nothing.
+TEST_CASE("tcp store: a numbered ADD asked twice is counted once", "[bootstrap][tcp]") {
+  auto server = startServer();
+  RawSocket s(server->port());
+  proto::Request hello;
+  hello.op = proto::Op::kHello;
+  hello.clientId = 0xfeedULL;
+  std::string bytes;
+  REQUIRE(proto::encodeRequest(hello, &bytes).isOk());
+  REQUIRE(s.send(bytes));
+  CHECK(readReply(s).op == proto::Op::kOk);
+  auto add = [&](uint64_t number, int64_t delta) {
+    proto::Request r;
+    r.op = proto::Op::kAdd;
+    r.keys = {"n"};
+    r.delta = delta;
+    r.requestNumber = number;
+    std::string b;
+    REQUIRE(proto::encodeRequest(r, &b).isOk());
+    REQUIRE(s.send(b));
+    auto rep = readReply(s);
+    REQUIRE(rep.op == proto::Op::kInt);
+    return rep.number;
+  };
+  CHECK(add(1, 5) == 5);
+  CHECK(add(1, 5) == 5);  // the same request again
+  CHECK(add(2, 5) == 10);
+  CHECK(add(0, 1) == 11);  // unnumbered: always counted
+  CHECK(add(0, 1) == 12);
+  auto c = connectTo(server->port());
+  CHECK(c->get("n", Deadline::after(1)).value() == "12");
+}

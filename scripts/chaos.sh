@@ -24,7 +24,9 @@
 # differ from a run without failures (steps lost or repeated), leftovers, and the time from
 # each fault to each survivor's new communicator (p50/p99/max). STORE=etcd keeps the ranks'
 # store in an etcd the script starts (BRAID_STORE; Debian's etcd-server) instead of
-# braidrun's.
+# braidrun's. STORE=rank0 starts the ranks as torchrun does (no braidrun, rank 0 serving the
+# store, rank 1 its standby) and kills rank 0 in every trial, and in half of them one more
+# rank (killed or stopped; not rank 1, whose standby then serves), without replacements.
 #
 # MODE=netns runs each job across two emulated hosts (network namespaces joined by a bridge,
 # tests/netns/netns_run.sh; needs root), one or two ranks per host, shared memory within a
@@ -102,13 +104,38 @@ if [[ ${MODE:-fault} == elastic ]]; then
     pick grow "0 1"
     growArgs=()
     [[ $grow == 1 ]] && growArgs=(--max-np "$np")
+    if [[ ${STORE:-braidrun} == rank0 ]]; then
+      grow=0
+      victims="0:$((1 + RANDOM % (STEPS - 2))):kill"
+      if ((nv == 2)); then
+        pick fault "kill kill stop"
+        victims+=",$((2 + RANDOM % (np - 2))):$((1 + RANDOM % (STEPS - 2))):$fault"
+      fi
+    fi
     shm0=$(shmCount)
     out=$LOG/trial-$t.log
     t0=$(date +%s.%N)
-    env BRAID_TIMEOUT=$TIMEOUT BRAID_TRANSPORT=$transport MP_VICTIMS=$victims BRAIDRUN_GRACE_SEC=2 \
-      timeout -s KILL $((WALL * 2)) "$BRAIDRUN" -np "$np" --min-np $((np - nv)) "${growArgs[@]}" "${storeArgs[@]}" "$RECOVERPROG" "$STEPS" \
-      "$count" >"$out" 2>&1
-    rc=$?
+    if [[ ${STORE:-braidrun} == rank0 ]]; then
+      port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+      survivors=()
+      doomed=()
+      for ((r = 0; r < np; ++r)); do
+        env -u BRAID_RANK -u BRAID_WORLD_SIZE -u BRAID_STORE_ADDR RANK=$r WORLD_SIZE=$np LOCAL_RANK=$r \
+          LOCAL_WORLD_SIZE=$np MASTER_ADDR=127.0.0.1 MASTER_PORT=$port BRAID_TIMEOUT=$TIMEOUT \
+          BRAID_TRANSPORT=$transport MP_VICTIMS=$victims \
+          timeout -s KILL $((WALL * 2)) "$RECOVERPROG" "$STEPS" "$count" >>"$out" 2>&1 &
+        if [[ ,$victims, == *",$r:"* ]]; then doomed+=($!); else survivors+=($!); fi
+      done
+      rc=0
+      for p in "${survivors[@]}"; do wait "$p" || rc=1; done
+      kill -9 "${doomed[@]}" 2>/dev/null  # a stopped victim stays until told
+      wait
+    else
+      env BRAID_TIMEOUT=$TIMEOUT BRAID_TRANSPORT=$transport MP_VICTIMS=$victims BRAIDRUN_GRACE_SEC=2 \
+        timeout -s KILL $((WALL * 2)) "$BRAIDRUN" -np "$np" --min-np $((np - nv)) "${growArgs[@]}" "${storeArgs[@]}" "$RECOVERPROG" "$STEPS" \
+        "$count" >"$out" 2>&1
+      rc=$?
+    fi
     wall=$(awk -v a="$(date +%s.%N)" -v b="$t0" 'BEGIN { printf "%.2f", a - b }')
     sleep 0.2
     left=$(pgrep -f "$RECOVERPROG" | wc -l)

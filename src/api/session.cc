@@ -214,6 +214,9 @@ Session::~Session() {
     // the store's shutdown for a failure. Only the last session here holding the server
     // waits: the others leave it running.
     Deadline d = Deadline::after(broken ? 2.0 : 30.0);
+    // Withdrawn from what the store would count down at this process's close first: the
+    // count down itself is the last request the serving rank may wait for.
+    (void)store_->addOnClose(rootPrefix_ + "/live", +1, d);
     auto left = store_->add(rootPrefix_ + "/live", -1, d);
     // An etcd store outlives the job: the last session to leave takes the job's keys
     // away, so that nothing is left behind a run that finished (a run that lost a rank
@@ -263,7 +266,13 @@ void Session::countLive(int delta) {
   // owner may have closed already (torch logs a stack trace for each such call).
   if (!trackLive_) return;
   // Best effort: a store that fails here fails the rendezvous right after, with a message.
-  if (store_ && store_->add(rootPrefix_ + "/live", delta).isOk()) counted_ = delta > 0;
+  if (store_ && store_->add(rootPrefix_ + "/live", delta).isOk()) {
+    counted_ = delta > 0;
+    // A process that dies leaves no count behind where the store can tell (braid's own):
+    // the store takes its sessions off when its connection ends, so the process serving
+    // the store does not wait for them at the end.
+    (void)store_->addOnClose(rootPrefix_ + "/live", -delta);
+  }
 }
 
 StatusOr<std::unique_ptr<Session>> Session::join(std::shared_ptr<bootstrap::Store> store, int rank, int nranks,
@@ -353,6 +362,7 @@ StatusOr<std::unique_ptr<Session>> Session::fromEnv(double timeoutSec, std::shar
   // standby that mirrors every write and serves when rank 0's store is gone; every rank's
   // client knows it and goes there when it loses the store.
   std::shared_ptr<bootstrap::TcpStoreServer> standby;
+  if (server) server->setLocalClient(client.value()->clientId());
   if (env.rankZeroServes && env.worldSize > 1 && cfg.storeStandby) {
     bootstrap::TcpStoreClient& c = *client.value();
     if (env.rank == 1) {

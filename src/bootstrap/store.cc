@@ -13,6 +13,10 @@ Status Store::setOnClose(const std::string& key, const std::string& /*value*/, D
   return invalidArgument("setOnClose('" + key + "'): this store cannot tell when a client is gone");
 }
 
+Status Store::addOnClose(const std::string& key, int64_t /*delta*/, Deadline /*deadline*/) {
+  return invalidArgument("addOnClose('" + key + "'): this store cannot tell when a client is gone");
+}
+
 StatusOr<bool> Store::cancelOnClose(const std::string& key, Deadline /*deadline*/) {
   return invalidArgument("cancelOnClose('" + key + "'): this store cannot tell when a client is gone");
 }

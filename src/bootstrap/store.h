@@ -41,6 +41,10 @@ class Store {
   virtual Status setOnClose(const std::string& key, const std::string& value, Deadline deadline = Deadline());
   // Withdraws setOnClose(key); returns whether there was one.
   virtual StatusOr<bool> cancelOnClose(const std::string& key, Deadline deadline = Deadline());
+  // The same for a counter: adds `delta` to what the store adds to `key` once this client is
+  // gone (the sum of every call; nothing once it is back to 0). braid's TCP store only; the
+  // default fails with kInvalidArgument.
+  virtual Status addOnClose(const std::string& key, int64_t delta, Deadline deadline = Deadline());
   // Waits until every key exists.
   virtual Status wait(const std::vector<std::string>& keys, Deadline deadline) = 0;
   // Whether every key exists, without waiting.

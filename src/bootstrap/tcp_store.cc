@@ -74,6 +74,9 @@ constexpr double kReplyGraceSec = 2.0;
 constexpr double kMirrorSec = 5.0;
 // Keys the stores keep for themselves (braid's own keys are printable).
 const std::string kDedupPrefix = std::string("\x01" "dedup\x01");
+// The SET_ON_CLOSE keys of the hosting process's own client, mirrored to the standby: they
+// take effect when the standby takes over (that process is gone then).
+const std::string kHostOnClosePrefix = std::string("\x01" "onclose\x01");
 
 constexpr std::string_view kServerLabel = "braid store server v1";
 constexpr std::string_view kClientLabel = "braid store client v1";
@@ -170,12 +173,15 @@ struct TcpStoreServer::Impl {
   // SET_ON_CLOSE entries of connections that ended, applied by the loop (not inside
   // closeConn, which runs in the middle of serving other connections).
   std::vector<std::pair<std::string, std::string>> dueOnClose;
+  std::vector<std::string> hostOnCloseFired;  // their mirrored copies, to drop
   bool listening = true;
   int64_t resumeListenNs = 0;
   // A standby store (startStandby): until the store it stands by for is gone it takes
   // writes from that store's connection only, and answers everyone else "not yet".
   bool standbyWaiting = false;
   bool standbyPromoted = false;
+  // The id of the hosting process's own client (setLocalClient; 0: none).
+  std::atomic<uint64_t> localClient{0};
   // The store this one mirrors its writes to (kStandbyKey names it); null: none.
   std::unique_ptr<TcpStoreClient> mirror;
   std::string mirrorAddress;
@@ -616,11 +622,16 @@ struct TcpStoreServer::Impl {
           rep.message = "a connection may hold at most " + std::to_string(kMaxOnClosePerConn) + " SET_ON_CLOSE keys";
           return reply(c, rep);
         }
+        if (isHostClient(c)) {
+          data[kHostOnClosePrefix + req.keys[0]] = req.value;
+          mirrorKey(kHostOnClosePrefix + req.keys[0]);
+        }
         c.onClose[req.keys[0]] = std::move(req.value);
         return reply(c, rep);
       case Op::kCancelOnClose:
         rep.op = Op::kBool;
         rep.flag = c.onClose.erase(req.keys[0]) > 0;
+        if (isHostClient(c) && data.erase(kHostOnClosePrefix + req.keys[0])) mirrorKey(kHostOnClosePrefix + req.keys[0]);
         return reply(c, rep);
       case Op::kCheck:
         rep.op = Op::kBool;
@@ -647,6 +658,26 @@ struct TcpStoreServer::Impl {
       default:
         return violation(c, "unexpected opcode");
     }
+  }
+
+  bool isHostClient(const Conn& c) const {
+    const uint64_t id = localClient.load(std::memory_order_relaxed);
+    return id != 0 && c.clientId == id;
+  }
+
+  // What a SET_ON_CLOSE entry does when its connection ends: set the key to the value, or,
+  // for a value "\x01add N" (Store::addOnClose), add N to the counter at the key.
+  void applyOnCloseEntry(const std::string& k, std::string v) {
+    static const std::string kAdd = "\x01" "add ";
+    if (v.compare(0, kAdd.size(), kAdd) == 0) {
+      int64_t cur = 0, delta = 0;
+      auto it = data.find(k);
+      if ((it != data.end() && !parseCounter(it->second, &cur)) || !parseCounter(v.substr(kAdd.size()), &delta)) return;
+      v = std::to_string(static_cast<int64_t>(static_cast<uint64_t>(cur) + static_cast<uint64_t>(delta)));
+    }
+    data[k] = std::move(v);
+    notify(k);
+    mirrorKey(k);
   }
 
   bool hasMirrorSource() const {
@@ -821,14 +852,13 @@ struct TcpStoreServer::Impl {
 
   // Sets the keys of connections that ended since the last pass, waking their waiters.
   void applyOnClose() {
+    for (const auto& k : hostOnCloseFired)
+      if (data.erase(k)) mirrorKey(k);
+    hostOnCloseFired.clear();
     while (!dueOnClose.empty()) {
       auto due = std::move(dueOnClose);
       dueOnClose.clear();
-      for (auto& [k, v] : due) {
-        data[k] = std::move(v);
-        notify(k);
-        mirrorKey(k);
-      }
+      for (auto& [k, v] : due) applyOnCloseEntry(k, std::move(v));
     }
   }
 
@@ -952,13 +982,28 @@ struct TcpStoreServer::Impl {
       standbyWaiting = false;
       standbyPromoted = true;
       promoted.store(true);
+      // The process that served the store is gone: its own client's SET_ON_CLOSE keys
+      // (mirrored for this moment) take effect, as they would have when its connection ended.
+      std::vector<std::pair<std::string, std::string>> hostOnClose;
+      for (auto it = data.begin(); it != data.end();) {
+        if (it->first.compare(0, kHostOnClosePrefix.size(), kHostOnClosePrefix) == 0) {
+          hostOnClose.emplace_back(it->first.substr(kHostOnClosePrefix.size()), std::move(it->second));
+          it = data.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      for (auto& e : hostOnClose) dueOnClose.push_back(std::move(e));
       BRAID_WARN("store %s: the store it stood by for (%s) is gone (%s); serving its %zu keys", name.c_str(),
                  c.peer.c_str(), why ? why : "closed", data.size());
     }
     // The client is gone (its process died, its host or network failed, or it hung up):
     // what it asked to be set then is set. Not when the store itself stops.
     if (c.hello && !stopping.load(std::memory_order_relaxed))
-      for (auto& kv : c.onClose) dueOnClose.emplace_back(kv.first, std::move(kv.second));
+      for (auto& kv : c.onClose) {
+        if (isHostClient(c)) hostOnCloseFired.push_back(kHostOnClosePrefix + kv.first);
+        dueOnClose.emplace_back(kv.first, std::move(kv.second));
+      }
     c.onClose.clear();
     epoll_ctl(epollFd, EPOLL_CTL_DEL, c.fd, nullptr);
     c.tls.reset();
@@ -1026,6 +1071,8 @@ TcpStoreServer::~TcpStoreServer() {
   (void)!write(impl_->wakeFd, &one, sizeof(one));
   if (impl_->thread.joinable()) impl_->thread.join();
 }
+
+void TcpStoreServer::setLocalClient(uint64_t clientId) { impl_->localClient.store(clientId); }
 
 TcpStoreServer::Stats TcpStoreServer::stats() const {
   Stats s;
@@ -1286,8 +1333,14 @@ Status TcpStoreClient::failOverLocked(Deadline deadline) {
   sockaddr_in sa;
   BRAID_RETURN_IF_ERROR(resolveIpv4(standbyHost_, standbyPort_, false, &sa));
   std::string err;
+  // The standby listens from the start: a refused connection means it is gone too, and a
+  // caller without a deadline still gets an answer within the op timeout.
+  deadline = bounded(deadline);
   for (;;) {
+    errno = 0;
     int fd = connectOnce(sa, std::max(1, deadline.remainingMillis(2000)), &err);
+    if (fd < 0 && err == errnoText(ECONNREFUSED))
+      return Status(Code::kRemoteError, "its standby at " + where + " is gone too: " + err);
     if (fd >= 0) {
       bool dropped = false;
       auto c = handshake(where, fd, nonce_, key_, opTimeoutSec_, tlsWanted_, clientId_, &dropped);
@@ -1564,6 +1617,21 @@ Status TcpStoreClient::setOnClose(const std::string& key, const std::string& val
   std::lock_guard<std::mutex> lock(mu_);
   onClose_[key] = value;  // for a standby, should this connection be lost
   return Status::ok();
+}
+
+Status TcpStoreClient::addOnClose(const std::string& key, int64_t delta, Deadline deadline) {
+  // One entry per key holds the sum ("\x01add N"); the store keeps the last value sent.
+  std::lock_guard<std::mutex> serial(addOnCloseMu_);
+  int64_t sum = delta;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = onClose_.find(key);
+    int64_t cur = 0;
+    if (it != onClose_.end() && it->second.rfind("\x01" "add ", 0) == 0 && parseCounter(it->second.substr(5), &cur))
+      sum = static_cast<int64_t>(static_cast<uint64_t>(cur) + static_cast<uint64_t>(delta));
+  }
+  if (sum == 0) return cancelOnClose(key, deadline).status();
+  return setOnClose(key, "\x01" "add " + std::to_string(sum), deadline);
 }
 
 StatusOr<bool> TcpStoreClient::cancelOnClose(const std::string& key, Deadline deadline) {

@@ -73,6 +73,10 @@ class TcpStoreServer {
   const std::string& host() const { return host_; }
   // A snapshot of the counters. Thread-safe.
   Stats stats() const;
+  // The id of the serving process's own client (TcpStoreClient::clientId): its SET_ON_CLOSE
+  // keys are mirrored to the standby too, which applies them when it takes over (that
+  // process is gone then, and cannot set them again there). Thread-safe.
+  void setLocalClient(uint64_t clientId);
 
  private:
   struct Impl;  // the serving loop; defined in tcp_store.cc
@@ -139,6 +143,12 @@ class TcpStoreClient : public Store {
   // again, and repeats the request it was making (a numbered add is not counted twice).
   // Thread-safe.
   void setStandby(const std::string& host, int port);
+  // Sent in HELLO: names this client's numbered adds and, to the store in its own process,
+  // the client whose SET_ON_CLOSE keys the standby keeps. Thread-safe.
+  uint64_t clientId() const { return clientId_; }
+  // Adds `delta` to this connection's pending on-close addition to `key` (a counter): when
+  // the connection ends the store adds the sum; withdrawn when the sum returns to 0.
+  Status addOnClose(const std::string& key, int64_t delta, Deadline deadline = Deadline()) override;
   // Whether the client went over to its standby, and then its address. Thread-safe.
   bool servingStandby(std::string* host, int* port);
   // Makes this connection the source of a standby store (TcpStoreServer does this).
@@ -201,6 +211,7 @@ class TcpStoreClient : public Store {
   int standbyPort_ = 0;                        // guarded by mu_; 0: none
   bool failedOver_ = false;                    // guarded by mu_
   std::map<std::string, std::string> onClose_;  // guarded by mu_; SET_ON_CLOSE keys held now
+  std::mutex addOnCloseMu_;                    // one addOnClose at a time (read, then replace)
 };
 
 }  // namespace braid::bootstrap

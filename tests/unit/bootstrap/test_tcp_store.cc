@@ -832,6 +832,12 @@ TEST_CASE("tcp store: a standby takes over, with every acknowledged write, when 
   std::unique_ptr<TcpStoreServer> standby = std::move(sb).value();
   auto a = connectTo(primary->port(), 77);
   auto b = connectTo(primary->port(), 77);
+  // The serving process's own client: its marks take effect when the standby takes over.
+  auto host = connectTo(primary->port(), 77);
+  primary->setLocalClient(host->clientId());
+  REQUIRE(host->add("live", 3).value() == 3);
+  REQUIRE(host->addOnClose("live", -1).isOk());
+  REQUIRE(host->setOnClose("gone/0", "1").isOk());
   REQUIRE(a->set("before", "copied").isOk());
   REQUIRE(a->add("n", 5).value() == 5);
   REQUIRE(a->set(braid::bootstrap::kStandbyKey, "127.0.0.1:" + std::to_string(standby->port())).isOk());
@@ -870,11 +876,13 @@ TEST_CASE("tcp store: a standby takes over, with every acknowledged write, when 
   CHECK(a->get("k", Deadline::after(5)).value() == "v");
   CHECK(secondsSince(t0) < 2);
   CHECK(standby->stats().promoted);
-  std::string host;
+  std::string standbyHost;
   int port = 0;
-  REQUIRE(a->servingStandby(&host, &port));  // where a grow id sends new processes now
+  REQUIRE(a->servingStandby(&standbyHost, &port));  // where a grow id sends new processes now
   CHECK(port == standby->port());
   CHECK(a->get("before", Deadline::after(1)).value() == "copied");
+  CHECK(a->get("gone/0", Deadline::after(2)).value() == "1");
+  CHECK(a->get("live", Deadline::after(1)).value() == "2");
   CHECK(a->add("n", 1).value() == 8);
   CHECK(a->compareSet("c", "", "second").value() == "first");
   CHECK_FALSE(a->check({"gone-soon"}).value());
@@ -914,11 +922,43 @@ TEST_CASE("tcp store: without its standby a store serves on; a standby nobody na
     CHECK(secondsSince(t0) < 3);
     CHECK_FALSE(standby->stats().promoted);
   }
+  SECTION("both gone: the client says so at once, even without a deadline") {
+    REQUIRE(a->set(braid::bootstrap::kStandbyKey, "127.0.0.1:" + std::to_string(standby->port())).isOk());
+    a->setStandby("127.0.0.1", standby->port());
+    standby.reset();
+    primary.reset();
+    auto t0 = std::chrono::steady_clock::now();
+    auto v = a->get("k", Deadline());
+    CHECK(v.status().code() == braid::Code::kRemoteError);
+    CHECK(v.status().message().find("gone too") != std::string::npos);
+    CHECK(secondsSince(t0) < 2);
+  }
   SECTION("a name that is no host:port") {
     REQUIRE(a->set(braid::bootstrap::kStandbyKey, "nowhere").isOk());
     CHECK_FALSE(primary->stats().mirrored);
     REQUIRE(a->set("k", "v").isOk());
   }
+}
+
+// addOnClose: a counter the store adjusts when the connection ends (a process's sessions,
+// taken off the job's live count when it dies); calls add up, and a sum of 0 withdraws it.
+TEST_CASE("tcp store: addOnClose adds the sum when the connection ends", "[bootstrap][tcp]") {
+  auto server = startServer();
+  auto watcher = connectTo(server->port());
+  REQUIRE(watcher->add("live", 10).value() == 10);
+  auto x = connectTo(server->port());
+  auto y = connectTo(server->port());
+  REQUIRE(x->addOnClose("live", -1).isOk());
+  REQUIRE(x->addOnClose("live", -2).isOk());
+  REQUIRE(y->addOnClose("live", -1).isOk());
+  REQUIRE(y->addOnClose("live", +1).isOk());  // back to 0: nothing at the close
+  REQUIRE(x->setOnClose("gone/x", "1").isOk());
+  x.reset();
+  REQUIRE(watcher->get("gone/x", Deadline::after(5)).isOk());
+  CHECK(watcher->get("live", Deadline::after(1)).value() == "7");
+  y.reset();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  CHECK(watcher->get("live", Deadline::after(1)).value() == "7");
 }
 
 // An ADD carries its client's request number; asked again (of a standby, after the store

@@ -59,46 +59,41 @@ DoctorVerdict diagnose(const std::vector<std::string>& hosts, const std::vector<
   // least) explains them; repeat until no rank qualifies.
   std::vector<char> explained(static_cast<size_t>(n) * n, 0);
   std::vector<char> taken(n, 0);
+  // The mean score of r's unexplained links in one direction (0: from r, 1: to r) when
+  // there are two or more and every one is slow; a negative number otherwise.
+  auto judge = [&](int r, int dir) {
+    int count = 0;
+    bool all = true;
+    double sum = 0;
+    for (int o = 0; o < n; ++o) {
+      if (o == r) continue;
+      const size_t e = dir == 0 ? idx(r, o) : idx(o, r);
+      if (explained[e]) continue;
+      ++count;
+      all = all && v.slow[e];
+      sum += score[e];
+    }
+    return count >= 2 && all ? sum / count : -1.0;
+  };
   for (;;) {
-    int best = -1;
-    bool bestFrom = false;
+    int best = -1, bestDir = 0;
     double bestScore = 2.0;
     for (int r = 0; r < n; ++r) {
       if (taken[r]) continue;
-      for (int dir = 0; dir < 2; ++dir) {  // 0: links from r, 1: links to r
-        int count = 0;
-        bool all = true;
-        double sum = 0;
-        for (int o = 0; o < n; ++o) {
-          if (o == r) continue;
-          const size_t e = dir == 0 ? idx(r, o) : idx(o, r);
-          if (explained[e]) continue;
-          ++count;
-          all = all && v.slow[e];
-          sum += score[e];
-        }
-        if (count >= 2 && all && sum / count < bestScore) {
+      for (int dir = 0; dir < 2; ++dir) {
+        const double m = judge(r, dir);
+        if (m >= 0 && m < bestScore) {
           best = r;
-          bestFrom = dir == 0;
-          bestScore = sum / count;
+          bestDir = dir;
+          bestScore = m;
         }
       }
     }
     if (best < 0) break;
     taken[best] = 1;
     // The other direction counts too when it qualifies on its own.
-    DoctorRank dr{best, bestFrom, !bestFrom};
-    const int other = bestFrom ? 1 : 0;
-    int count = 0;
-    bool all = true;
-    for (int o = 0; o < n; ++o) {
-      if (o == best) continue;
-      const size_t e = other == 0 ? idx(best, o) : idx(o, best);
-      if (explained[e]) continue;
-      ++count;
-      all = all && v.slow[e];
-    }
-    if (count >= 2 && all) dr.from = dr.to = true;
+    DoctorRank dr{best, bestDir == 0, bestDir == 1};
+    if (judge(best, 1 - bestDir) >= 0) dr.from = dr.to = true;
     for (int o = 0; o < n; ++o) {
       if (o == best) continue;
       if (dr.from) explained[idx(best, o)] = 1;

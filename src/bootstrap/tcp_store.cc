@@ -67,17 +67,19 @@ constexpr size_t kMaxOnClosePerConn = 1024;
 constexpr uint64_t kMaxWaitMs = 1000ull * 1000 * 1000;
 // How long a client waits for the server's own TIMEOUT reply beyond the deadline it sent.
 constexpr double kReplyGraceSec = 2.0;
-// What each side's proof of the job key is for (common/auth.h): the two never pass for
-// each other.
 // A standby store's mirror: how long the store it stands by for waits for each write to be
 // taken before it goes on without a standby.
 constexpr double kMirrorSec = 5.0;
-// Keys the stores keep for themselves (braid's own keys are printable).
+// Keys the stores keep for themselves (braid's own keys are printable). A client's last
+// numbered add: "<number> <value> <key>"; mirrored alone, it carries the counter's new
+// value with it, so the standby never holds one without the other.
 const std::string kDedupPrefix = std::string("\x01" "dedup\x01");
 // The SET_ON_CLOSE keys of the hosting process's own client, mirrored to the standby: they
 // take effect when the standby takes over (that process is gone then).
 const std::string kHostOnClosePrefix = std::string("\x01" "onclose\x01");
 
+// What each side's proof of the job key is for (common/auth.h): the two never pass for
+// each other.
 constexpr std::string_view kServerLabel = "braid store server v1";
 constexpr std::string_view kClientLabel = "braid store client v1";
 
@@ -563,6 +565,18 @@ struct TcpStoreServer::Impl {
     }
     switch (req.op) {
       case Op::kSet:
+        if (c.mirrorSource && req.keys[0].compare(0, kDedupPrefix.size(), kDedupPrefix) == 0) {
+          // A numbered add, mirrored: the counter's new value comes with its record.
+          unsigned long long n = 0;
+          long long v = 0;
+          int at = 0;
+          if (std::sscanf(req.value.c_str(), "%llu %lld %n", &n, &v, &at) == 2 && at > 0 &&
+              static_cast<size_t>(at) < req.value.size()) {
+            const std::string counter = req.value.substr(static_cast<size_t>(at));
+            data[counter] = std::to_string(v);
+            notify(counter);
+          }
+        }
         data[req.keys[0]] = std::move(req.value);
         notify(req.keys[0]);
         mirrorKey(req.keys[0]);
@@ -594,10 +608,11 @@ struct TcpStoreServer::Impl {
         data[req.keys[0]] = std::to_string(now);
         notify(req.keys[0]);
         if (!dedup.empty()) {
-          data[dedup] = std::to_string(req.requestNumber) + " " + std::to_string(now);
-          mirrorKey(dedup);
+          data[dedup] = std::to_string(req.requestNumber) + " " + std::to_string(now) + " " + req.keys[0];
+          mirrorKey(dedup);  // with the counter's value in it: one write to the standby
+        } else {
+          mirrorKey(req.keys[0]);
         }
-        mirrorKey(req.keys[0]);
         rep.op = Op::kInt;
         rep.number = now;
         return reply(c, rep);
@@ -727,8 +742,12 @@ struct TcpStoreServer::Impl {
     mirror->setQuiet();
     mirrorAddress = address;
     Status s = mirror->declareStandbySource(Deadline::after(kMirrorSec));
-    for (auto it = data.begin(); s.isOk() && it != data.end(); ++it)
-      s = mirror->set(it->first, it->second, Deadline::after(kMirrorSec));
+    // The numbered adds' records first: each carries its counter's value of that moment,
+    // which the counters' own (current) values sent after them then replace.
+    for (int pass = 0; pass < 2; ++pass)
+      for (auto it = data.begin(); s.isOk() && it != data.end(); ++it)
+        if ((it->first.compare(0, kDedupPrefix.size(), kDedupPrefix) == 0) == (pass == 0))
+          s = mirror->set(it->first, it->second, Deadline::after(kMirrorSec));
     if (!s.isOk()) return dropMirror(s.message());
     mirrored.store(true);
     BRAID_INFO("store %s: standby at %s holds its %zu keys and mirrors every write", name.c_str(), address.c_str(),

@@ -994,3 +994,25 @@ TEST_CASE("tcp store: a numbered ADD asked twice is counted once", "[bootstrap][
   auto c = connectTo(server->port());
   CHECK(c->get("n", Deadline::after(1)).value() == "12");
 }
+
+// A numbered add reaches the standby as one write (its record carries the counter's new
+// value), so the standby never holds the record without the count or the count without the
+// record; a standby named late gets the records first and the counters' current values after.
+TEST_CASE("tcp store: a standby holds a numbered add's count and its record together", "[bootstrap][tcp]") {
+  auto primary = startServer();
+  auto a = connectTo(primary->port());
+  auto b = connectTo(primary->port());
+  REQUIRE(a->add("n", 5).value() == 5);  // numbered (a's first add)
+  REQUIRE(b->add("n", 1).value() == 6);  // b's own number; the current count is 6
+  auto sb = TcpStoreServer::start("127.0.0.1", 0, 0, AuthKey{}, false, true);
+  REQUIRE(sb.isOk());
+  std::unique_ptr<TcpStoreServer> standby = std::move(sb).value();
+  REQUIRE(a->set(braid::bootstrap::kStandbyKey, "127.0.0.1:" + std::to_string(standby->port())).isOk());
+  REQUIRE(a->add("n", 10).value() == 16);  // mirrored as a's record alone
+  REQUIRE(a->add("m", 2).value() == 2);
+  a->setStandby("127.0.0.1", standby->port());
+  primary.reset();
+  CHECK(a->get("n", Deadline::after(5)).value() == "16");
+  CHECK(a->get("m", Deadline::after(1)).value() == "2");
+  CHECK(a->add("n", 1).value() == 17);
+}

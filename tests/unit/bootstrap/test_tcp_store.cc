@@ -893,7 +893,7 @@ TEST_CASE("tcp store: a standby takes over, with every acknowledged write, when 
   b.reset();
   CHECK(a->get("gone/b", Deadline::after(5)).value() == "1");
   CHECK_FALSE(a->check({"gone/b2"}).value());
-  // A client that did not know of the standby stays lost, as before.
+  // A new client reaches the standby directly now that it serves.
   auto c = connectTo(standby->port(), 77);
   CHECK(c->get("k", Deadline::after(1)).value() == "v");
 }

@@ -178,10 +178,9 @@ struct TcpStoreServer::Impl {
   std::vector<std::string> hostOnCloseFired;  // their mirrored copies, to drop
   bool listening = true;
   int64_t resumeListenNs = 0;
-  // A standby store (startStandby): until the store it stands by for is gone it takes
+  // A standby store (start with `standby`): until the store it stands by for is gone it takes
   // writes from that store's connection only, and answers everyone else "not yet".
   bool standbyWaiting = false;
-  bool standbyPromoted = false;
   // The id of the hosting process's own client (setLocalClient; 0: none).
   std::atomic<uint64_t> localClient{0};
   // The store this one mirrors its writes to (kStandbyKey names it); null: none.
@@ -999,7 +998,6 @@ struct TcpStoreServer::Impl {
     if (c.mirrorSource && standbyWaiting) {
       // The store this one stood by for is gone (or hung up on it): serve from now on.
       standbyWaiting = false;
-      standbyPromoted = true;
       promoted.store(true);
       // The process that served the store is gone: its own client's SET_ON_CLOSE keys
       // (mirrored for this moment) take effect, as they would have when its connection ended.

@@ -128,7 +128,9 @@ if [[ ${MODE:-fault} == elastic ]]; then
       done
       rc=0
       for p in "${survivors[@]}"; do wait "$p" || rc=1; done
-      kill -9 "${doomed[@]}" 2>/dev/null  # a stopped victim stays until told
+      # A stopped victim stays until told: the rank itself (timeout's child) first, so that it
+      # is not orphaned, and continued by the kernel, before it dies.
+      for p in "${doomed[@]}"; do pkill -9 -P "$p" 2>/dev/null; kill -9 "$p" 2>/dev/null; done
       wait
     else
       env BRAID_TIMEOUT=$TIMEOUT BRAID_TRANSPORT=$transport MP_VICTIMS=$victims BRAIDRUN_GRACE_SEC=2 \

@@ -25,8 +25,10 @@
 # each fault to each survivor's new communicator (p50/p99/max). STORE=etcd keeps the ranks'
 # store in an etcd the script starts (BRAID_STORE; Debian's etcd-server) instead of
 # braidrun's. STORE=rank0 starts the ranks as torchrun does (no braidrun, rank 0 serving the
-# store, rank 1 its standby) and kills rank 0 in every trial, and in half of them one more
-# rank (killed or stopped; not rank 1, whose standby then serves), without replacements.
+# store, rank 1 its standby) and kills or stops rank 0 in every trial (a stopped rank 0 keeps
+# its connections: the standby takes over when it has heard nothing for half the timeout),
+# and in half of them one more rank (killed or stopped; not rank 1, whose standby then
+# serves), without replacements.
 #
 # MODE=netns runs each job across two emulated hosts (network namespaces joined by a bridge,
 # tests/netns/netns_run.sh; needs root), one or two ranks per host, shared memory within a
@@ -106,7 +108,8 @@ if [[ ${MODE:-fault} == elastic ]]; then
     [[ $grow == 1 ]] && growArgs=(--max-np "$np")
     if [[ ${STORE:-braidrun} == rank0 ]]; then
       grow=0
-      victims="0:$((1 + RANDOM % (STEPS - 2))):kill"
+      pick fault "kill stop"
+      victims="0:$((1 + RANDOM % (STEPS - 2))):$fault"
       if ((nv == 2)); then
         pick fault "kill kill stop"
         victims+=",$((2 + RANDOM % (np - 2))):$((1 + RANDOM % (STEPS - 2))):$fault"

@@ -359,16 +359,21 @@ StatusOr<std::unique_ptr<Session>> Session::fromEnv(double timeoutSec, std::shar
   if (!client.isOk())
     return client.status().withContext("rank " + std::to_string(env.rank) + " (from " + env.source + " environment)");
   // A store that rank 0 serves would die with rank 0, and recovery with it: rank 1 keeps a
-  // standby that mirrors every write and serves when rank 0's store is gone; every rank's
-  // client knows it and goes there when it loses the store.
+  // standby that mirrors every write and serves when rank 0's store is gone, or has sent
+  // nothing for half of BRAID_TIMEOUT (stopped, or cut off: then the survivors' operations,
+  // which fail at the timeout naming rank 0, find the store again first); every rank's
+  // client knows it and goes there when it loses the store, or when a request has waited a
+  // quarter of that silence and the standby says it serves.
   std::shared_ptr<bootstrap::TcpStoreServer> standby;
   if (server) server->setLocalClient(client.value()->clientId());
   if (env.rankZeroServes && env.worldSize > 1 && cfg.storeStandby) {
     bootstrap::TcpStoreClient& c = *client.value();
+    const double silence = cfg.timeoutSec > 0 ? std::max(1.0, cfg.timeoutSec / 2) : 0;
     if (env.rank == 1) {
       BRAID_ASSIGN_OR_RETURN(auto srv, bootstrap::TcpStoreServer::start("0.0.0.0", 0, generation, key.value(),
                                                                         cfg.tls && key.value().present, true));
       standby = std::shared_ptr<bootstrap::TcpStoreServer>(std::move(srv));
+      standby->standFor(env.storeHost, env.storePort, silence);
       const std::string here = c.localHost();
       Status named = here.empty() ? Status(Code::kRemoteError, "lost the store while naming a standby for it")
                                   : c.set(bootstrap::kStandbyKey, here + ":" + std::to_string(standby->port()), deadline);
@@ -380,7 +385,9 @@ StatusOr<std::unique_ptr<Session>> Session::fromEnv(double timeoutSec, std::shar
                                      " environment): waiting for rank 1 to name the store's standby "
                                      "(BRAID_STORE_STANDBY=0 does without)");
     const size_t colon = at.value().rfind(':');
-    if (colon != std::string::npos) c.setStandby(at.value().substr(0, colon), std::atoi(at.value().c_str() + colon + 1));
+    if (colon != std::string::npos)
+      c.setStandby(at.value().substr(0, colon), std::atoi(at.value().c_str() + colon + 1),
+                   silence > 0 ? std::clamp(silence / 4, 0.25, 10.0) : 0);
   }
   if (const char* j = std::getenv("BRAID_ELASTIC_JOIN"); j && std::string(j) == "1") {
     // A replacement braidrun started for an elastic job: it joins the running ranks at

@@ -70,6 +70,9 @@ constexpr double kReplyGraceSec = 2.0;
 // A standby store's mirror: how long the store it stands by for waits for each write to be
 // taken before it goes on without a standby.
 constexpr double kMirrorSec = 5.0;
+// How long one probe (TcpStoreClient::probe) of a store or standby may take: a store that
+// needs longer to admit a connection is stalled.
+constexpr double kProbeSec = 2.0;
 // Keys the stores keep for themselves (braid's own keys are printable). A client's last
 // numbered add: "<number> <value> <key>"; mirrored alone, it carries the counter's new
 // value with it, so the standby never holds one without the other.
@@ -162,7 +165,7 @@ struct TcpStoreServer::Impl {
   std::thread thread;
   std::atomic<bool> stopping{false};
   std::atomic<uint64_t> accepted{0}, open{0}, rejected{0}, requests{0};
-  std::atomic<bool> mirrored{false}, promoted{false};  // for stats()
+  std::atomic<bool> mirrored{false}, promoted{false}, superseded{false}, stoodDown{false};  // for stats()
 
   // Everything below belongs to the serving thread.
   std::unordered_map<uint64_t, std::unique_ptr<Conn>> conns;
@@ -186,6 +189,20 @@ struct TcpStoreServer::Impl {
   // The store this one mirrors its writes to (kStandbyKey names it); null: none.
   std::unique_ptr<TcpStoreClient> mirror;
   std::string mirrorAddress;
+  std::string mirrorHost;
+  int mirrorPort = 0;
+  int64_t mirrorSeenNs = 0;  // the standby's last answer
+  // A standby's store (standFor): its address and how long it may send nothing.
+  std::mutex standForMu;
+  std::string primaryHost;  // guarded by standForMu
+  int primaryPort = 0;      // guarded by standForMu; 0: unknown
+  int64_t silenceNs = 0;    // guarded by standForMu; 0: only a closed connection counts
+  uint64_t sourceId = 0;    // the connection of the store this one stands by for
+  int64_t sourceSeenNs = 0;  // its last request
+  // That connection ended (or went silent): resolveSourceLoss decides, out of closeConn.
+  bool sourceLost = false;
+  bool sourceSilent = false;
+  std::string sourceLostPeer, sourceLostWhy;
   std::deque<uint64_t> preHello;  // conns without a HELLO yet (or since gone), oldest first
   int preHelloCount = 0;          // of those, still open and without a HELLO
   int64_t helloTimeoutNs = static_cast<int64_t>(kDefaultHelloSec * 1e9);
@@ -244,7 +261,8 @@ struct TcpStoreServer::Impl {
         BRAID_WARN("store %s: epoll_wait failed: %s; the store stops serving", name.c_str(), errnoText(errno).c_str());
         break;
       }
-      for (int i = 0; i < n; ++i) {
+      heartbeat();
+      for (int i = 0; i < n && !stopping.load(std::memory_order_relaxed); ++i) {
         uint64_t id = evs[i].data.u64;
         if (id == kWakeId) {
           uint64_t v;
@@ -255,6 +273,10 @@ struct TcpStoreServer::Impl {
           onEvent(*c, evs[i].events);
         }
       }
+      if (stopping.load(std::memory_order_relaxed)) break;
+      checkSourceSilence();
+      resolveSourceLoss();
+      if (stopping.load(std::memory_order_relaxed)) break;
       expireWaits();
       expireHellos();
       applyOnClose();
@@ -265,11 +287,18 @@ struct TcpStoreServer::Impl {
     }
   }
 
-  int nextTimeoutMs() const {
+  int64_t silenceLoopNs() {
+    std::lock_guard<std::mutex> lock(standForMu);
+    return silenceNs > 0 ? silenceNs : INT64_MAX / 2;
+  }
+
+  int nextTimeoutMs() {
     if (!dueOnClose.empty()) return 0;
     int64_t next = INT64_MAX;
     if (!deadlines.empty()) next = deadlines.begin()->first;
     if (!listening) next = std::min(next, resumeListenNs);
+    if (mirror) next = std::min(next, mirrorSeenNs + static_cast<int64_t>(TcpStoreServer::kHeartbeatSec * 1e9));
+    if (standbyWaiting && hasMirrorSource()) next = std::min(next, sourceSeenNs + silenceLoopNs());
     if (!preHello.empty()) {
       auto it = conns.find(preHello.front());
       // A stale front (connection gone or past its HELLO) wakes the loop once to be popped.
@@ -543,6 +572,7 @@ struct TcpStoreServer::Impl {
     if (!c.hello)
       return violation(c, std::string(proto::opName(req.op)) + (c.challenged ? " before AUTH" : " before HELLO"));
     proto::Reply rep;
+    if (c.mirrorSource) sourceSeenNs = nowNanos();
     if (req.op == Op::kStandby) {
       if (!standbyWaiting || hasMirrorSource()) {
         rep.op = Op::kError;
@@ -551,6 +581,8 @@ struct TcpStoreServer::Impl {
         return reply(c, rep);
       }
       c.mirrorSource = true;
+      sourceId = c.id;
+      sourceSeenNs = nowNanos();
       BRAID_INFO("store %s: standing by for the store at %s", name.c_str(), c.peer.c_str());
       return reply(c, rep);
     }
@@ -694,11 +726,7 @@ struct TcpStoreServer::Impl {
     mirrorKey(k);
   }
 
-  bool hasMirrorSource() const {
-    for (const auto& [id, c] : conns)
-      if (!c->dead && c->mirrorSource) return true;
-    return false;
-  }
+  bool hasMirrorSource() { return sourceId != 0 && find(sourceId) != nullptr; }
 
   // Sends `key`'s state (its value, or its absence) to the standby before the client that
   // changed it is answered: whatever a client was told is on the standby too. A standby that
@@ -708,14 +736,125 @@ struct TcpStoreServer::Impl {
     auto it = data.find(k);
     Status s = it != data.end() ? mirror->set(k, it->second, Deadline::after(kMirrorSec))
                                 : mirror->deleteKey(k, Deadline::after(kMirrorSec)).status();
-    if (!s.isOk()) dropMirror(s.message());
+    mirrorAnswered(s);
+  }
+
+  // With a standby and nothing written to it for kHeartbeatSec: asks it something, so that
+  // it knows this store is there. Runs before the loop serves anything: a store that was
+  // stopped finds out first whether its standby took over meanwhile.
+  void heartbeat() {
+    if (!mirror || nowNanos() - mirrorSeenNs < static_cast<int64_t>(TcpStoreServer::kHeartbeatSec * 1e9)) return;
+    mirrorAnswered(mirror->check({kStandbyKey}, Deadline::after(kMirrorSec)).status());
+  }
+
+  // What a write to (or a question of) the standby came to. A standby that does not answer
+  // in time is dropped and this store serves on (the standby, seeing its connection end and
+  // this store still answer, stands down). One whose connection ended either died or took
+  // over (this store was stopped or cut off for longer than the standby waits): if it still
+  // answers, it serves in this store's place, and this store stops serving.
+  void mirrorAnswered(const Status& s) {
+    if (s.isOk()) {
+      mirrorSeenNs = nowNanos();
+      return;
+    }
+    if (s.code() == Code::kTimeout) return dropMirror(s.message());
+    auto there = TcpStoreClient::probe(mirrorHost, mirrorPort, expectedNonce, key, tls && key.present, kProbeSec);
+    if (!there.isOk()) return dropMirror(s.message() + "; " + there.status().message());
+    supersede();
   }
 
   void dropMirror(const std::string& why) {
-    BRAID_INFO("store %s: its standby at %s is gone (%s); serving without one", name.c_str(), mirrorAddress.c_str(),
+    BRAID_INFO("store %s: drops its standby at %s (%s); serving without one", name.c_str(), mirrorAddress.c_str(),
                why.c_str());
     mirror.reset();
     mirrored.store(false);
+  }
+
+  // This store's standby serves in its place: close every connection (their SET_ON_CLOSE
+  // keys are the standby's business now) and the listening socket, so that every client
+  // goes there, and stop.
+  void supersede() {
+    BRAID_WARN("store %s: its standby at %s serves in its place (this store was stopped or cut off for longer than "
+               "the standby waits); closing every connection so that its clients go there",
+               name.c_str(), mirrorAddress.c_str());
+    superseded.store(true);
+    stopEverything();
+  }
+
+  // Closes every connection and the listening socket, and ends the loop. What the closed
+  // connections asked to be set when they end is not set.
+  void stopEverything() {
+    stopping.store(true);
+    mirror.reset();
+    mirrored.store(false);
+    for (auto& [id, c] : conns) closeConn(*c, "the store stops serving", false);
+    if (listenFd >= 0) {
+      epoll_ctl(epollFd, EPOLL_CTL_DEL, listenFd, nullptr);
+      close(listenFd);
+      listenFd = -1;
+    }
+  }
+
+  // A standby whose store sent nothing for the silence it allows: that store is stopped, or
+  // cut off from this one. Its connection is closed and this standby takes over.
+  void checkSourceSilence() {
+    if (!standbyWaiting || sourceId == 0) return;
+    int64_t silence;
+    {
+      std::lock_guard<std::mutex> lock(standForMu);
+      silence = silenceNs;
+    }
+    Conn* src = find(sourceId);
+    if (!src || silence <= 0 || nowNanos() - sourceSeenNs < silence) return;
+    char why[96];
+    snprintf(why, sizeof(why), "it sent nothing for %.1f s: stopped, or cut off from this standby", silence / 1e9);
+    sourceSilent = true;
+    closeConn(*src, why, false);
+  }
+
+  // The connection of the store this one stands by for ended. A store that still answers at
+  // its address dropped this standby and serves on: stand down. Otherwise it is gone (or
+  // went silent): take over.
+  void resolveSourceLoss() {
+    if (!sourceLost || !standbyWaiting) return;
+    sourceLost = false;
+    std::string host;
+    int port;
+    {
+      std::lock_guard<std::mutex> lock(standForMu);
+      host = primaryHost;
+      port = primaryPort;
+    }
+    if (!sourceSilent && port != 0) {
+      auto there = TcpStoreClient::probe(host, port, expectedNonce, key, tls && key.present, kProbeSec);
+      if (there.isOk()) {
+        BRAID_INFO("store %s: the store at %s:%d dropped this standby and serves on; standing down", name.c_str(),
+                   host.c_str(), port);
+        stoodDown.store(true);
+        return stopEverything();
+      }
+    }
+    promote();
+  }
+
+  // Serves from now on, with every key the store it stood by for had acknowledged.
+  void promote() {
+    standbyWaiting = false;
+    promoted.store(true);
+    // The process that served the store is gone: its own client's SET_ON_CLOSE keys
+    // (mirrored for this moment) take effect, as they would have when its connection ended.
+    std::vector<std::pair<std::string, std::string>> hostOnClose;
+    for (auto it = data.begin(); it != data.end();) {
+      if (it->first.compare(0, kHostOnClosePrefix.size(), kHostOnClosePrefix) == 0) {
+        hostOnClose.emplace_back(it->first.substr(kHostOnClosePrefix.size()), std::move(it->second));
+        it = data.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    for (auto& e : hostOnClose) dueOnClose.push_back(std::move(e));
+    BRAID_WARN("store %s: the store it stood by for (%s) is gone (%s); serving its %zu keys", name.c_str(),
+               sourceLostPeer.c_str(), sourceLostWhy.c_str(), data.size());
   }
 
   // A rank started a standby and named it ("host:port"): connect, declare this connection
@@ -730,6 +869,8 @@ struct TcpStoreServer::Impl {
       return;
     }
     if (mirror) dropMirror("another standby replaces it");
+    mirrorHost = address.substr(0, colon);
+    mirrorPort = port;
     auto m = TcpStoreClient::connect(address.substr(0, colon), port, expectedNonce, Deadline::after(kMirrorSec),
                                      kMirrorSec, key, tls && key.present);
     if (!m.isOk()) {
@@ -749,6 +890,7 @@ struct TcpStoreServer::Impl {
           s = mirror->set(it->first, it->second, Deadline::after(kMirrorSec));
     if (!s.isOk()) return dropMirror(s.message());
     mirrored.store(true);
+    mirrorSeenNs = nowNanos();
     BRAID_INFO("store %s: standby at %s holds its %zu keys and mirrors every write", name.c_str(), address.c_str(),
                data.size());
   }
@@ -995,24 +1137,11 @@ struct TcpStoreServer::Impl {
     if (!logged && c.challenged && !c.hello)
       BRAID_SECURITY("store %s: client %s left during authentication (another key?)", name.c_str(), c.peer.c_str());
     unpark(c);
-    if (c.mirrorSource && standbyWaiting) {
-      // The store this one stood by for is gone (or hung up on it): serve from now on.
-      standbyWaiting = false;
-      promoted.store(true);
-      // The process that served the store is gone: its own client's SET_ON_CLOSE keys
-      // (mirrored for this moment) take effect, as they would have when its connection ended.
-      std::vector<std::pair<std::string, std::string>> hostOnClose;
-      for (auto it = data.begin(); it != data.end();) {
-        if (it->first.compare(0, kHostOnClosePrefix.size(), kHostOnClosePrefix) == 0) {
-          hostOnClose.emplace_back(it->first.substr(kHostOnClosePrefix.size()), std::move(it->second));
-          it = data.erase(it);
-        } else {
-          ++it;
-        }
-      }
-      for (auto& e : hostOnClose) dueOnClose.push_back(std::move(e));
-      BRAID_WARN("store %s: the store it stood by for (%s) is gone (%s); serving its %zu keys", name.c_str(),
-                 c.peer.c_str(), why ? why : "closed", data.size());
+    if (c.mirrorSource && standbyWaiting && !stopping.load(std::memory_order_relaxed)) {
+      // The store this one stood by for is gone, stopped, or hung up on it: the loop decides.
+      sourceLost = true;
+      sourceLostPeer = c.peer;
+      sourceLostWhy = why ? why : "closed";
     }
     // The client is gone (its process died, its host or network failed, or it hung up):
     // what it asked to be set then is set. Not when the store itself stops.
@@ -1091,6 +1220,13 @@ TcpStoreServer::~TcpStoreServer() {
 
 void TcpStoreServer::setLocalClient(uint64_t clientId) { impl_->localClient.store(clientId); }
 
+void TcpStoreServer::standFor(const std::string& host, int port, double silenceSec) {
+  std::lock_guard<std::mutex> lock(impl_->standForMu);
+  impl_->primaryHost = host;
+  impl_->primaryPort = port;
+  impl_->silenceNs = silenceSec > 0 ? static_cast<int64_t>(silenceSec * 1e9) : 0;
+}
+
 TcpStoreServer::Stats TcpStoreServer::stats() const {
   Stats s;
   s.accepted = impl_->accepted.load();
@@ -1099,6 +1235,8 @@ TcpStoreServer::Stats TcpStoreServer::stats() const {
   s.requests = impl_->requests.load();
   s.mirrored = impl_->mirrored.load();
   s.promoted = impl_->promoted.load();
+  s.superseded = impl_->superseded.load();
+  s.stoodDown = impl_->stoodDown.load();
   return s;
 }
 
@@ -1312,10 +1450,47 @@ bool TcpStoreClient::canFailOverLocked() const {
   return fd_ < 0 && standbyPort_ != 0 && !failedOver_ && !interrupted_.load();
 }
 
-void TcpStoreClient::setStandby(const std::string& host, int port) {
+void TcpStoreClient::setStandby(const std::string& host, int port, double probeAfterSec) {
   std::lock_guard<std::mutex> lock(mu_);
   standbyHost_ = host;
   standbyPort_ = port;
+  probeAfterNs_ = probeAfterSec > 0 ? static_cast<int64_t>(probeAfterSec * 1e9) : 0;
+}
+
+StatusOr<bool> TcpStoreClient::probe(const std::string& host, int port, uint64_t nonce, const AuthKey& key, bool tls,
+                                     double timeoutSec) {
+  const std::string where = host + ":" + std::to_string(port);
+  const Deadline deadline = Deadline::after(timeoutSec);
+  sockaddr_in sa;
+  BRAID_RETURN_IF_ERROR(resolveIpv4(host, port, false, &sa));
+  std::string err;
+  int fd = connectOnce(sa, std::max(1, deadline.remainingMillis(INT_MAX)), &err);
+  if (fd < 0) return Status(Code::kRemoteError, "nothing answers at " + where + ": " + err);
+  bool dropped = false;
+  auto c = handshake(where, fd, nonce, key, std::max(0.001, deadline.remainingMillis(INT_MAX) / 1000.0), tls, 0,
+                     &dropped);
+  if (!c.isOk()) return c.status();
+  proto::Request req;
+  req.op = proto::Op::kCheck;
+  req.keys = {kStandbyKey};
+  proto::Reply rep;
+  Status s = c.value()->roundTrip(req, deadline, &rep);
+  if (s.code() == Code::kInProgress) return false;
+  BRAID_RETURN_IF_ERROR(s);
+  return true;
+}
+
+Status TcpStoreClient::probeStandbyIfDueLocked() {
+  if (probeAfterNs_ == 0 || standbyPort_ == 0 || failedOver_ || interrupted_.load()) return Status::ok();
+  const int64_t now = nowNanos();
+  if (now < nextProbeNs_) return Status::ok();
+  nextProbeNs_ = now + probeAfterNs_;
+  auto serves = probe(standbyHost_, standbyPort_, nonce_, key_, tlsWanted_, kProbeSec);
+  if (!serves.isOk() || !serves.value()) return Status::ok();
+  char why[160];
+  snprintf(why, sizeof(why), "it has not answered for %.1f s, and its standby at %s:%d serves in its place",
+           (nowNanos() - requestSentNs_) / 1e9, standbyHost_.c_str(), standbyPort_);
+  return lose(why);
 }
 
 bool TcpStoreClient::servingStandby(std::string* host, int* port) {
@@ -1421,11 +1596,14 @@ Status TcpStoreClient::readReply(Deadline deadline, proto::Reply* reply, bool* t
       *timedOut = true;
       return Status(Code::kTimeout, "no reply");
     }
+    BRAID_RETURN_IF_ERROR(probeStandbyIfDueLocked());
+    // With a standby to ask, wait in short steps so that the question is asked on time.
+    const int stepMs = probeAfterNs_ > 0 && !failedOver_ ? 250 : 1000;
     // Over TLS the session may hold decrypted bytes the socket no longer shows: read first,
     // wait only when it has nothing.
     if (!tls_) {
       pollfd p{fd_, POLLIN, 0};
-      int pr = poll(&p, 1, deadline.remainingMillis(1000));
+      int pr = poll(&p, 1, deadline.remainingMillis(stepMs));
       if (pr < 0 && errno != EINTR) return lose("poll failed: " + errnoText(errno));
       if (pr <= 0) continue;
     }
@@ -1441,7 +1619,7 @@ Status TcpStoreClient::readReply(Deadline deadline, proto::Reply* reply, bool* t
     inbuf_.resize(old + (n > 0 ? static_cast<size_t>(n) : 0));
     if (tls_ && n < 0 && errno == EAGAIN) {
       pollfd p{fd_, tls_->wantEvents(), 0};
-      if (poll(&p, 1, deadline.remainingMillis(1000)) < 0 && errno != EINTR)
+      if (poll(&p, 1, deadline.remainingMillis(stepMs)) < 0 && errno != EINTR)
         return lose("poll failed: " + errnoText(errno));
       continue;
     }
@@ -1492,6 +1670,8 @@ Status TcpStoreClient::roundTripLocked(const proto::Request& req, Deadline reply
   std::string frame;
   BRAID_RETURN_IF_ERROR(proto::encodeRequest(req, &frame));
   if (fd_ < 0) return broken_;
+  requestSentNs_ = nowNanos();
+  nextProbeNs_ = requestSentNs_ + probeAfterNs_;
   bool timedOut = false;
   // Replies to requests whose callers gave up are still on their way: consume them first so
   // that this request gets its own reply.

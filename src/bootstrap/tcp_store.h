@@ -40,6 +40,8 @@ class TcpStoreServer {
     uint64_t requests = 0;        // requests served
     bool mirrored = false;        // a standby takes every write
     bool promoted = false;        // a standby whose store is gone: it serves now
+    bool superseded = false;      // a store whose standby serves in its place: it serves nobody
+    bool stoodDown = false;       // a standby its store dropped (and serves on): it never serves
   };
 
   // Binds `host`:`port` (host "" or "0.0.0.0" = every interface; port 0 = an ephemeral
@@ -56,7 +58,9 @@ class TcpStoreServer {
   // its keys over, mirrors each write to it before answering the client that made it. When
   // that store's connection to it ends (its process died, or its host), the standby serves
   // every key the store had acknowledged, and clients that knew of it (setStandby) come
-  // over. Until then clients are answered kInProgress.
+  // over. Until then clients are answered kInProgress. A store whose standby took over while
+  // it was stopped (standFor) serves nobody from the moment it finds out, before it answers
+  // anything: its clients go to the standby.
   static StatusOr<std::unique_ptr<TcpStoreServer>> start(const std::string& host, int port,
                                                          uint64_t expectedNonce, const AuthKey& key = AuthKey{},
                                                          bool tls = false, bool standby = false);
@@ -77,6 +81,16 @@ class TcpStoreServer {
   // keys are mirrored to the standby too, which applies them when it takes over (that
   // process is gone then, and cannot set them again there). Thread-safe.
   void setLocalClient(uint64_t clientId);
+  // For a standby: the address of the store it stands by for, and how long that store may
+  // send nothing (it sends at least every kHeartbeatSec) before this standby takes over, as
+  // it does when that store's process dies: a store that is stopped or cut off keeps its
+  // connection open. When the connection ends instead, this standby asks that address
+  // first: a store that still answers dropped this standby (it took too long to take a write)
+  // and serves on, and the standby stands down. Without it, a standby takes over only when
+  // the connection ends. Call before naming the standby. Thread-safe.
+  void standFor(const std::string& host, int port, double silenceSec);
+  // How often a store that has a standby writes to it at least.
+  static constexpr double kHeartbeatSec = 0.2;
 
  private:
   struct Impl;  // the serving loop; defined in tcp_store.cc
@@ -138,11 +152,18 @@ class TcpStoreClient : public Store {
   const std::string& address() const { return address_; }
 
   // The store's standby (TcpStoreServer::start with `standby`): when the connection to the
-  // store is lost (not stalled: a store that does not answer is waited for, as before), the
-  // client connects there once, with the same nonce and key, sets its SET_ON_CLOSE keys
-  // again, and repeats the request it was making (a numbered add is not counted twice).
-  // Thread-safe.
-  void setStandby(const std::string& host, int port);
+  // store is lost the client connects there once, with the same nonce and key, sets its
+  // SET_ON_CLOSE keys again, and repeats the request it was making (a numbered add is not
+  // counted twice). With `probeAfterSec` > 0 a request the store has not answered for that
+  // long asks the standby (a connection of its own) whether it serves, and again every
+  // `probeAfterSec`: a standby that took over from a stopped store makes the request go there
+  // too. A store that is merely slow keeps its clients. Thread-safe.
+  void setStandby(const std::string& host, int port, double probeAfterSec = 0);
+  // One attempt to reach a store of this job (nonce and key) at `host`:`port`, bounded by
+  // `timeoutSec`: whether it serves (false: a standby that does not serve yet). An error when
+  // nothing of this job answered there: refused, unreachable, stalled, or another job's store.
+  static StatusOr<bool> probe(const std::string& host, int port, uint64_t nonce, const AuthKey& key, bool tls,
+                              double timeoutSec);
   // Sent in HELLO: names this client's numbered adds and, to the store in its own process,
   // the client whose SET_ON_CLOSE keys the standby keeps. Thread-safe.
   uint64_t clientId() const { return clientId_; }
@@ -171,6 +192,9 @@ class TcpStoreClient : public Store {
   // Connects to the standby in place of the lost store, and sets this client's SET_ON_CLOSE
   // keys there. Caller holds mu_.
   Status failOverLocked(Deadline deadline);
+  // A request unanswered for probeAfter: asks the standby whether it serves in the store's
+  // place, and if it does, loses this connection so that the caller goes there. Caller holds mu_.
+  Status probeStandbyIfDueLocked();
   // Runs the TLS handshake on the admitted connection (blocking up to the op timeout).
   Status startTls(const AuthKey& key, const std::string& binding);
 
@@ -210,6 +234,9 @@ class TcpStoreClient : public Store {
   std::string standbyHost_;                    // guarded by mu_
   int standbyPort_ = 0;                        // guarded by mu_; 0: none
   bool failedOver_ = false;                    // guarded by mu_
+  int64_t probeAfterNs_ = 0;                   // guarded by mu_; 0: never ask the standby early
+  int64_t requestSentNs_ = 0;                  // guarded by mu_; when the request in flight went out
+  int64_t nextProbeNs_ = 0;                    // guarded by mu_
   std::map<std::string, std::string> onClose_;  // guarded by mu_; SET_ON_CLOSE keys held now
   std::mutex addOnCloseMu_;                    // one addOnClose at a time (read, then replace)
 };

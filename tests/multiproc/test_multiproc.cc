@@ -467,13 +467,22 @@ std::map<int, double> destroyTimes(const std::string& out) {
 }
 
 // Rank 0 serves the store (torchrun's layout) and stalls: every wait on the store is bounded
-// by the operation's deadline, the error names rank 0 as the store's host, and destroy does
-// not wait on the stalled store again.
+// by the operation's deadline, the stopped rank is named, and destroy does not wait on the
+// stalled store again. Rank 1's standby takes over once rank 0 has sent it nothing for half
+// the timeout, before the survivors' operations fail: they find the stopped rank through the
+// store as they find any other. Without a standby the error names rank 0 as the store's host.
 TEST_CASE("a stopped rank 0 that serves the store: survivors fail within the timeout, naming it", "[multiproc][chaos]") {
-  for (const char* transport : {"", "BRAID_TRANSPORT=tcp"}) {
-    INFO(transport);
+  struct Case {
+    const char* env;
+    const char* says;
+  };
+  for (const Case& c : {Case{"", "rank 0 made no progress for 3 s"},
+                        Case{"BRAID_STORE_STANDBY=0 ", "rank 0, which serves the job's store, does not answer"},
+                        Case{"BRAID_STORE_STANDBY=0 BRAID_TRANSPORT=tcp ",
+                             "rank 0, which serves the job's store, does not answer"}}) {
+    INFO(c.env);
     // The stopped rank is killed by `timeout` once the survivors are long done.
-    Run r = torchrunJob(3, std::string("BRAID_TIMEOUT=3 ") + transport, "timeout -s KILL 6 " MP_DIR "/mp_fault stop 0 5");
+    Run r = torchrunJob(3, std::string("BRAID_TIMEOUT=3 ") + c.env, "timeout -s KILL 6 " MP_DIR "/mp_fault stop 0 5");
     INFO(r.out);
     auto res = results(r.out);
     auto destroyed = destroyTimes(r.out);
@@ -487,7 +496,7 @@ TEST_CASE("a stopped rank 0 that serves the store: survivors fail within the tim
       REQUIRE(destroyed.count(rank));
       CHECK(destroyed[rank] < 3000);
     }
-    CHECK(r.out.find("rank 0, which serves the job's store, does not answer") != std::string::npos);
+    CHECK(r.out.find(c.says) != std::string::npos);
   }
 }
 
@@ -758,6 +767,29 @@ TEST_CASE("where rank 0 serves the store, survivors recover from losing rank 0 t
   INFO(off.out);
   CHECK(off.out.find("which serves the job's store") != std::string::npos);
   CHECK(off.out.find("FINAL rank=") == std::string::npos);
+}
+
+// The same with rank 0 stopped rather than killed: its connections stay open, so nobody sees
+// it go; rank 1's standby takes over when rank 0 has sent it nothing for half the timeout,
+// and the survivors agree, shrink and finish every step. (The stopped rank is killed by its
+// `timeout` once they are done.)
+TEST_CASE("where rank 0 serves the store, survivors recover from a stopped rank 0 through rank 1's standby",
+          "[multiproc][recovery]") {
+  Run r = torchrunJob(3, "BRAID_TIMEOUT=4 MP_VICTIMS=0:5:stop",
+                      "timeout -s KILL $([ $r = 0 ] && echo 14 || echo 120) " MP_DIR "/mp_recover 12");
+  INFO(r.out);
+  auto count = [&](const std::string& re) {
+    std::regex x(re);
+    return std::distance(std::sregex_iterator(r.out.begin(), r.out.end(), x), std::sregex_iterator());
+  };
+  CHECK(r.out.find("ERROR") == std::string::npos);
+  CHECK(count("SHRUNK rank=\\d+ step=5 from=3 to=2 failed=0 ") == 2);
+  std::regex fin(R"(FINAL rank=(1|2) newrank=\d size=2 steps=12 checksum=(\S+) match=1 same=1)");
+  std::set<std::string> checksums;
+  for (auto it = std::sregex_iterator(r.out.begin(), r.out.end(), fin); it != std::sregex_iterator(); ++it)
+    checksums.insert((*it)[2]);
+  CHECK(count("FINAL rank=") == 2);
+  CHECK(checksums.size() == 1u);
 }
 
 TEST_CASE("braidCommGetGrowId and braidCommGrow: new processes join a running communicator once", "[multiproc][recovery]") {

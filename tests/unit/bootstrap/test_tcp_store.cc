@@ -6,7 +6,9 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -896,6 +898,143 @@ TEST_CASE("tcp store: a standby takes over, with every acknowledged write, when 
   // A new client reaches the standby directly now that it serves.
   auto c = connectTo(standby->port(), 77);
   CHECK(c->get("k", Deadline::after(1)).value() == "v");
+}
+
+// The serving loop of one side runs in a child process, so that it can be stopped
+// (SIGSTOP) and continued; the child is killed when the test ends.
+struct ChildStore {
+  pid_t pid = -1;
+  ~ChildStore() {
+    if (pid > 0) {
+      kill(pid, SIGCONT);
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+  }
+};
+
+// Reads an int from a pipe within `sec` seconds; 0 if none came.
+int readInt(int fd, double sec) {
+  pollfd p{fd, POLLIN, 0};
+  int v = 0;
+  if (poll(&p, 1, static_cast<int>(sec * 1000)) == 1 && read(fd, &v, sizeof(v)) == sizeof(v)) return v;
+  return 0;
+}
+
+// A stopped store keeps its connections open, so nobody sees it go. Its standby takes over
+// once it has sent nothing for the silence the standby allows, and a client whose request
+// has waited asks the standby and goes there. Continued, the store finds its standby serving
+// before it answers anything, and closes every connection, so that an idle client that knew
+// nothing of this reads the standby's values, not the store's stale ones.
+TEST_CASE("tcp store: a standby takes over from a stopped store, which stands aside when continued",
+          "[bootstrap][tcp]") {
+  int toParent[2];
+  REQUIRE(pipe(toParent) == 0);
+  ChildStore child;
+  child.pid = fork();
+  REQUIRE(child.pid >= 0);
+  if (child.pid == 0) {
+    auto srv = TcpStoreServer::start("127.0.0.1", 0, 91);
+    int port = srv.isOk() ? srv.value()->port() : -1;
+    (void)!write(toParent[1], &port, sizeof(port));
+    for (;;) pause();
+  }
+  const int primaryPort = readInt(toParent[0], 10);
+  REQUIRE(primaryPort > 0);
+  auto sb = TcpStoreServer::start("127.0.0.1", 0, 91, AuthKey{}, false, true);
+  REQUIRE(sb.isOk());
+  std::unique_ptr<TcpStoreServer> standby = std::move(sb).value();
+  standby->standFor("127.0.0.1", primaryPort, 1.0);
+  auto a = connectTo(primaryPort, 91);
+  auto b = connectTo(primaryPort, 91);
+  auto idle = connectTo(primaryPort, 91);
+  REQUIRE(a->set(kStandbyKey, "127.0.0.1:" + std::to_string(standby->port())).isOk());
+  a->setStandby("127.0.0.1", standby->port(), 0.25);
+  b->setStandby("127.0.0.1", standby->port(), 0.25);
+  idle->setStandby("127.0.0.1", standby->port());  // asks nobody early: only a lost connection moves it
+  REQUIRE(a->set("k", "before").isOk());
+  // A store that has nothing to write still tells its standby it is there.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  CHECK_FALSE(standby->stats().promoted);
+  CHECK(idle->get("k", Deadline::after(2)).value() == "before");
+
+  REQUIRE(kill(child.pid, SIGSTOP) == 0);
+  auto t0 = std::chrono::steady_clock::now();
+  std::thread waiter([&] {
+    auto v = b->get("later", Deadline::after(10));  // parked at the stopped store
+    INFO(v.status().toString());
+    REQUIRE(v.isOk());
+    CHECK(v.value() == "set on the standby");
+  });
+  Status s = a->set("k", "after", Deadline::after(10));
+  INFO(s.toString());
+  REQUIRE(s.isOk());
+  const double took = secondsSince(t0);
+  CHECK(took > 0.8);
+  CHECK(took < 4);
+  CHECK(standby->stats().promoted);
+  REQUIRE(a->set("later", "set on the standby").isOk());
+  waiter.join();
+
+  REQUIRE(kill(child.pid, SIGCONT) == 0);
+  auto v = idle->get("k", Deadline::after(5));
+  INFO(v.status().toString());
+  REQUIRE(v.isOk());
+  CHECK(v.value() == "after");
+  std::string h;
+  int p = 0;
+  CHECK(idle->servingStandby(&h, &p));
+  // And it no longer listens.
+  auto gone = TcpStoreClient::probe("127.0.0.1", primaryPort, 91, AuthKey{}, false, 1);
+  CHECK_FALSE(gone.isOk());
+}
+
+// The store drops a standby that does not take a write in time (stopped: the store waits 5 s)
+// and serves on. Continued, the standby sees its connection ended, finds the store still
+// answering, and stands down instead of taking over: it never serves.
+TEST_CASE("tcp store: a standby the store dropped stands down, and never serves", "[bootstrap][tcp]") {
+  int toParent[2], toChild[2];
+  REQUIRE(pipe(toParent) == 0);
+  REQUIRE(pipe(toChild) == 0);
+  ChildStore child;
+  child.pid = fork();
+  REQUIRE(child.pid >= 0);
+  if (child.pid == 0) {
+    const int storePort = readInt(toChild[0], 10);
+    auto srv = TcpStoreServer::start("127.0.0.1", 0, 92, AuthKey{}, false, true);
+    if (srv.isOk()) srv.value()->standFor("127.0.0.1", storePort, 30);
+    int port = srv.isOk() ? srv.value()->port() : -1;
+    (void)!write(toParent[1], &port, sizeof(port));
+    for (;;) pause();
+  }
+  // Forked first: a process with threads forks a child that cannot start its own.
+  auto primary = startServer(92);
+  const int storePort = primary->port();
+  REQUIRE(write(toChild[1], &storePort, sizeof(storePort)) == sizeof(storePort));
+  const int standbyPort = readInt(toParent[0], 10);
+  REQUIRE(standbyPort > 0);
+  auto a = connectTo(primary->port(), 92);
+  REQUIRE(a->set(kStandbyKey, "127.0.0.1:" + std::to_string(standbyPort)).isOk());
+  CHECK(primary->stats().mirrored);
+  a->setStandby("127.0.0.1", standbyPort, 0.25);
+
+  REQUIRE(kill(child.pid, SIGSTOP) == 0);
+  auto t0 = std::chrono::steady_clock::now();
+  REQUIRE(a->set("k", "v", Deadline::after(20)).isOk());  // the mirror's 5 s, then without it
+  CHECK(secondsSince(t0) > 4);
+  CHECK_FALSE(primary->stats().mirrored);
+  REQUIRE(kill(child.pid, SIGCONT) == 0);
+  // Stood down, it stops listening; it never says it serves.
+  bool served = false, closed = false;
+  for (int i = 0; i < 50 && !closed; ++i) {
+    auto there = TcpStoreClient::probe("127.0.0.1", standbyPort, 92, AuthKey{}, false, 1);
+    served = served || (there.isOk() && there.value());
+    closed = !there.isOk();
+    if (!closed) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  CHECK(closed);
+  CHECK_FALSE(served);
+  CHECK(a->get("k", Deadline::after(2)).value() == "v");
 }
 
 TEST_CASE("tcp store: without its standby a store serves on; a standby nobody named never serves", "[bootstrap][tcp]") {

@@ -386,8 +386,7 @@ StatusOr<std::unique_ptr<Session>> Session::fromEnv(double timeoutSec, std::shar
                                      "(BRAID_STORE_STANDBY=0 does without)");
     const size_t colon = at.value().rfind(':');
     if (colon != std::string::npos)
-      c.setStandby(at.value().substr(0, colon), std::atoi(at.value().c_str() + colon + 1),
-                   silence > 0 ? std::clamp(silence / 4, 0.25, 10.0) : 0);
+      c.setStandby(at.value().substr(0, colon), std::atoi(at.value().c_str() + colon + 1), silence);
   }
   if (const char* j = std::getenv("BRAID_ELASTIC_JOIN"); j && std::string(j) == "1") {
     // A replacement braidrun started for an elastic job: it joins the running ranks at

@@ -1450,11 +1450,17 @@ bool TcpStoreClient::canFailOverLocked() const {
   return fd_ < 0 && standbyPort_ != 0 && !failedOver_ && !interrupted_.load();
 }
 
-void TcpStoreClient::setStandby(const std::string& host, int port, double probeAfterSec) {
+void TcpStoreClient::setStandby(const std::string& host, int port, double silenceSec) {
   std::lock_guard<std::mutex> lock(mu_);
   standbyHost_ = host;
   standbyPort_ = port;
-  probeAfterNs_ = probeAfterSec > 0 ? static_cast<int64_t>(probeAfterSec * 1e9) : 0;
+  probeAfterNs_ = 0;
+  takeOverNs_ = 0;
+  if (silenceSec > 0) {
+    const double probeAfter = std::clamp(silenceSec / 4, 0.25, 10.0);
+    probeAfterNs_ = static_cast<int64_t>(probeAfter * 1e9);
+    takeOverNs_ = static_cast<int64_t>((silenceSec + 2 * probeAfter + TcpStoreServer::kHeartbeatSec) * 1e9);
+  }
 }
 
 StatusOr<bool> TcpStoreClient::probe(const std::string& host, int port, uint64_t nonce, const AuthKey& key, bool tls,
@@ -1581,6 +1587,11 @@ void TcpStoreClient::interrupt() {
 
 Status TcpStoreClient::readReply(Deadline deadline, proto::Reply* reply, bool* timedOut) {
   *timedOut = false;
+  // A store that stopped answering may be about to be replaced by its standby: wait until
+  // the standby could have taken over (and been asked) before giving up.
+  if (probeAfterNs_ > 0 && standbyPort_ != 0 && !failedOver_ && !deadline.never() &&
+      deadline.nanos() < requestSentNs_ + takeOverNs_)
+    deadline = Deadline::atNanos(requestSentNs_ + takeOverNs_);
   for (;;) {
     proto::Frame f;
     proto::DecodeResult r = proto::decodeFrame(inbuf_.data(), inbuf_.size(), proto::Direction::kReply, &f);
@@ -1639,6 +1650,10 @@ Status TcpStoreClient::roundTrip(const proto::Request& req, Deadline replyDeadli
   // The store is gone and its standby is known: ask there (once), as often as it says it does
   // not serve yet (it may not have seen the store go), until the deadline.
   if (!s.isOk() && canFailOverLocked()) {
+    // A request given time past its deadline for the standby to take over (readReply) gets a
+    // moment there too.
+    if (!replyDeadline.never() && replyDeadline.remainingMillis(INT_MAX) < kProbeSec * 1000)
+      replyDeadline = Deadline::after(kProbeSec);
     Status f = failOverLocked(replyDeadline);
     if (!f.isOk()) {
       broken_ = Status(Code::kRemoteError, s.message() + "; " + f.message());

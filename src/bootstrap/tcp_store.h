@@ -154,11 +154,14 @@ class TcpStoreClient : public Store {
   // The store's standby (TcpStoreServer::start with `standby`): when the connection to the
   // store is lost the client connects there once, with the same nonce and key, sets its
   // SET_ON_CLOSE keys again, and repeats the request it was making (a numbered add is not
-  // counted twice). With `probeAfterSec` > 0 a request the store has not answered for that
-  // long asks the standby (a connection of its own) whether it serves, and again every
-  // `probeAfterSec`: a standby that took over from a stopped store makes the request go there
-  // too. A store that is merely slow keeps its clients. Thread-safe.
-  void setStandby(const std::string& host, int port, double probeAfterSec = 0);
+  // counted twice). With `silenceSec` > 0 (the standby takes over from a store that sent it
+  // nothing for that long: TcpStoreServer::standFor), a request the store has not answered
+  // for a quarter of it (at least 0.25 s, at most 10 s) asks the standby (a connection of its
+  // own) whether it serves, and again as often: a standby that took over from a stopped store
+  // makes the request go there too. Such a request is not given up before the standby could
+  // have taken over (the silence, two questions and a heartbeat after it was sent), even past
+  // its deadline. A store that is merely slow keeps its clients. Thread-safe.
+  void setStandby(const std::string& host, int port, double silenceSec = 0);
   // One attempt to reach a store of this job (nonce and key) at `host`:`port`, bounded by
   // `timeoutSec`: whether it serves (false: a standby that does not serve yet). An error when
   // nothing of this job answered there: refused, unreachable, stalled, or another job's store.
@@ -235,6 +238,7 @@ class TcpStoreClient : public Store {
   int standbyPort_ = 0;                        // guarded by mu_; 0: none
   bool failedOver_ = false;                    // guarded by mu_
   int64_t probeAfterNs_ = 0;                   // guarded by mu_; 0: never ask the standby early
+  int64_t takeOverNs_ = 0;                     // guarded by mu_; how long a request waits at least
   int64_t requestSentNs_ = 0;                  // guarded by mu_; when the request in flight went out
   int64_t nextProbeNs_ = 0;                    // guarded by mu_
   std::map<std::string, std::string> onClose_;  // guarded by mu_; SET_ON_CLOSE keys held now

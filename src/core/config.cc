@@ -47,7 +47,7 @@ const std::vector<ConfigEntry>& configTable() {
       {"BRAID_WHOLE_BLOCKS", "bool", "1", "where every connection of every rank carries messages larger than a slot (UCX with zero copy), send each step of allgather, alltoall and point-to-point groups as one message of up to 64 MiB instead of slot-sized slices; 0 on any rank turns it off for the communicator"},
       {"BRAID_TLS", "bool", "0", "encrypt and integrity-protect store and tcp data connections with TLS 1.3 keyed by the job key (needs BRAID_AUTH_KEY, braidrun or a unique id; OpenSSL); set it the same for every rank and braidrun"},
       {"BRAID_AUTH_KEY_FILE", "string", "", "a file (mode 0600, owned by the user) holding the job's key, instead of BRAID_AUTH_KEY"},
-      {"BRAID_STORE_STANDBY", "bool", "1", "where rank 0 serves the job's store (torchrun, mpirun, Slurm, by hand): rank 1 keeps a standby that takes every write before it is acknowledged and serves when rank 0 is gone, so survivors can agree, shrink and grow; 0 turns it off"},
+      {"BRAID_STORE_STANDBY", "bool", "1", "where rank 0 serves the job's store (torchrun, mpirun, Slurm, by hand): rank 1 keeps a standby that takes every write before it is acknowledged and serves when rank 0 is gone, or silent for half of BRAID_TIMEOUT (stopped), so survivors can agree, shrink and grow; 0 turns it off"},
       {"BRAID_STORE_HELLO_SEC", "seconds", "10", "store: close a connection that has not authenticated (or said HELLO) within this long"},
       {"BRAID_STORE_MAX_PENDING", "int", "1024", "store: connections allowed at once before they authenticate; the oldest is dropped past it"},
       {"BRAID_STORE_MAX_PENDING_PER_SOURCE", "int", "512", "store: of those, connections allowed from one IPv4 address; its oldest is dropped past it"},

@@ -73,6 +73,22 @@ Run torchrunJob(int n, const std::string& env, const std::string& program) {
              "exit $rc' 2>&1");
 }
 
+// How many times `re` matches in `out`.
+long countMatches(const std::string& out, const std::string& re) {
+  std::regex x(re);
+  return static_cast<long>(std::distance(std::sregex_iterator(out.begin(), out.end(), x), std::sregex_iterator()));
+}
+
+// The distinct values of group 2 of `re` ("FINAL ... checksum=(\S+)") in `out`: one when
+// every survivor ended with the same parameters.
+std::set<std::string> checksumsOf(const std::string& out, const std::string& re) {
+  std::regex x(re);
+  std::set<std::string> values;
+  for (auto it = std::sregex_iterator(out.begin(), out.end(), x); it != std::sregex_iterator(); ++it)
+    values.insert((*it)[2]);
+  return values;
+}
+
 struct Result {
   int code, failedRank;
   double elapsedMs;
@@ -682,10 +698,7 @@ TEST_CASE("with an etcd store, survivors recover from losing rank 0 and replacem
   braid::testing::EtcdServer etcd;
   REQUIRE(etcd.ok());
   const std::string store = "BRAID_STORE=" + etcd.endpoint() + "/jobs";
-  auto count = [](const std::string& out, const std::string& re) {
-    std::regex x(re);
-    return std::distance(std::sregex_iterator(out.begin(), out.end(), x), std::sregex_iterator());
-  };
+  const auto count = countMatches;
   SECTION("ranks started by hand, as torchrun would, lose rank 0") {
     // MASTER_ADDR is deliberately absent: nobody in the job serves a store.
     Run r = run("for r in 0 1 2 3; do " + store +
@@ -695,12 +708,8 @@ TEST_CASE("with an etcd store, survivors recover from losing rank 0 and replacem
     CHECK(r.out.find("ERROR") == std::string::npos);
     CHECK(count(r.out, "SHRUNK rank=\\d+ step=5 from=4 to=3 failed=2 ") == 3);
     CHECK(count(r.out, "SHRUNK rank=\\d+ step=12 from=3 to=2 failed=0 ") == 2);
-    std::regex fin(R"(FINAL rank=(1|3) newrank=\d size=2 steps=20 checksum=(\S+) match=1 same=1)");
-    std::set<std::string> checksums;
-    for (auto it = std::sregex_iterator(r.out.begin(), r.out.end(), fin); it != std::sregex_iterator(); ++it)
-      checksums.insert((*it)[2]);
     CHECK(count(r.out, "FINAL rank=") == 2);
-    CHECK(checksums.size() == 1u);
+    CHECK(checksumsOf(r.out, R"(FINAL rank=(1|3) newrank=\d size=2 steps=20 checksum=(\S+) match=1 same=1)").size() == 1u);
   }
   SECTION("a rank on another host that dies between collectives is counted when its lease runs out") {
     // As "an agreement counts a remote rank that died outside any collective*", through etcd:
@@ -749,19 +758,11 @@ TEST_CASE("where rank 0 serves the store, survivors recover from losing rank 0 t
           "[multiproc][recovery]") {
   Run r = torchrunJob(4, "BRAID_TIMEOUT=20 MP_VICTIMS=2:5,0:12", "timeout 120 " MP_DIR "/mp_recover 20");
   INFO(r.out);
-  auto count = [&](const std::string& re) {
-    std::regex x(re);
-    return std::distance(std::sregex_iterator(r.out.begin(), r.out.end(), x), std::sregex_iterator());
-  };
   CHECK(r.out.find("ERROR") == std::string::npos);
-  CHECK(count("SHRUNK rank=\\d+ step=5 from=4 to=3 failed=2 ") == 3);
-  CHECK(count("SHRUNK rank=\\d+ step=12 from=3 to=2 failed=0 ") == 2);
-  std::regex fin(R"(FINAL rank=(1|3) newrank=\d size=2 steps=20 checksum=(\S+) match=1 same=1)");
-  std::set<std::string> checksums;
-  for (auto it = std::sregex_iterator(r.out.begin(), r.out.end(), fin); it != std::sregex_iterator(); ++it)
-    checksums.insert((*it)[2]);
-  CHECK(count("FINAL rank=") == 2);
-  CHECK(checksums.size() == 1u);
+  CHECK(countMatches(r.out, "SHRUNK rank=\\d+ step=5 from=4 to=3 failed=2 ") == 3);
+  CHECK(countMatches(r.out, "SHRUNK rank=\\d+ step=12 from=3 to=2 failed=0 ") == 2);
+  CHECK(countMatches(r.out, "FINAL rank=") == 2);
+  CHECK(checksumsOf(r.out, R"(FINAL rank=(1|3) newrank=\d size=2 steps=20 checksum=(\S+) match=1 same=1)").size() == 1u);
   // Without the standby the same loss ends the job: the survivors lose the store.
   Run off = torchrunJob(3, "BRAID_STORE_STANDBY=0 BRAID_TIMEOUT=20 MP_VICTIMS=0:3", "timeout 120 " MP_DIR "/mp_recover 8");
   INFO(off.out);
@@ -778,18 +779,10 @@ TEST_CASE("where rank 0 serves the store, survivors recover from a stopped rank 
   Run r = torchrunJob(3, "BRAID_TIMEOUT=4 MP_VICTIMS=0:5:stop",
                       "timeout -s KILL $([ $r = 0 ] && echo 14 || echo 120) " MP_DIR "/mp_recover 12");
   INFO(r.out);
-  auto count = [&](const std::string& re) {
-    std::regex x(re);
-    return std::distance(std::sregex_iterator(r.out.begin(), r.out.end(), x), std::sregex_iterator());
-  };
   CHECK(r.out.find("ERROR") == std::string::npos);
-  CHECK(count("SHRUNK rank=\\d+ step=5 from=3 to=2 failed=0 ") == 2);
-  std::regex fin(R"(FINAL rank=(1|2) newrank=\d size=2 steps=12 checksum=(\S+) match=1 same=1)");
-  std::set<std::string> checksums;
-  for (auto it = std::sregex_iterator(r.out.begin(), r.out.end(), fin); it != std::sregex_iterator(); ++it)
-    checksums.insert((*it)[2]);
-  CHECK(count("FINAL rank=") == 2);
-  CHECK(checksums.size() == 1u);
+  CHECK(countMatches(r.out, "SHRUNK rank=\\d+ step=5 from=3 to=2 failed=0 ") == 2);
+  CHECK(countMatches(r.out, "FINAL rank=") == 2);
+  CHECK(checksumsOf(r.out, R"(FINAL rank=(1|2) newrank=\d size=2 steps=12 checksum=(\S+) match=1 same=1)").size() == 1u);
 }
 
 TEST_CASE("braidCommGetGrowId and braidCommGrow: new processes join a running communicator once", "[multiproc][recovery]") {

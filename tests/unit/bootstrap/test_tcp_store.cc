@@ -928,26 +928,39 @@ int readInt(int fd, double sec) {
 // nothing of this reads the standby's values, not the store's stale ones.
 TEST_CASE("tcp store: a standby takes over from a stopped store, which stands aside when continued",
           "[bootstrap][tcp]") {
+  // Plain, and with the job's key over TLS (the questions to the standby prove it too).
+  const bool secure = GENERATE(false, true);
+  if (secure && !tlsAvailable()) {
+    WARN("skipped with TLS: built without OpenSSL");
+    return;
+  }
+  const AuthKey key = secure ? randomAuthKey() : AuthKey{};
   int toParent[2];
   REQUIRE(pipe(toParent) == 0);
   ChildStore child;
   child.pid = fork();
   REQUIRE(child.pid >= 0);
   if (child.pid == 0) {
-    auto srv = TcpStoreServer::start("127.0.0.1", 0, 91);
+    auto srv = TcpStoreServer::start("127.0.0.1", 0, 91, key, secure);
     int port = srv.isOk() ? srv.value()->port() : -1;
     (void)!write(toParent[1], &port, sizeof(port));
     for (;;) pause();
   }
   const int primaryPort = readInt(toParent[0], 10);
   REQUIRE(primaryPort > 0);
-  auto sb = TcpStoreServer::start("127.0.0.1", 0, 91, AuthKey{}, false, true);
+  auto sb = TcpStoreServer::start("127.0.0.1", 0, 91, key, secure, true);
   REQUIRE(sb.isOk());
   std::unique_ptr<TcpStoreServer> standby = std::move(sb).value();
   standby->standFor("127.0.0.1", primaryPort, 1.0);
-  auto a = connectTo(primaryPort, 91);
-  auto b = connectTo(primaryPort, 91);
-  auto idle = connectTo(primaryPort, 91);
+  auto connect = [&] {
+    auto c = TcpStoreClient::connect("127.0.0.1", primaryPort, 91, Deadline::after(5), 30, key, secure);
+    INFO(c.status().toString());
+    REQUIRE(c.isOk());
+    return std::move(c).value();
+  };
+  auto a = connect();
+  auto b = connect();
+  auto idle = connect();
   REQUIRE(a->set(kStandbyKey, "127.0.0.1:" + std::to_string(standby->port())).isOk());
   a->setStandby("127.0.0.1", standby->port(), 1.0);
   b->setStandby("127.0.0.1", standby->port(), 1.0);
@@ -986,7 +999,7 @@ TEST_CASE("tcp store: a standby takes over from a stopped store, which stands as
   int p = 0;
   CHECK(idle->servingStandby(&h, &p));
   // And it no longer listens.
-  auto gone = TcpStoreClient::probe("127.0.0.1", primaryPort, 91, AuthKey{}, false, 1);
+  auto gone = TcpStoreClient::probe("127.0.0.1", primaryPort, 91, key, secure, 1);
   CHECK_FALSE(gone.isOk());
 }
 

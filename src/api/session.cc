@@ -369,6 +369,9 @@ StatusOr<std::unique_ptr<Session>> Session::fromEnv(double timeoutSec, std::shar
   if (env.rankZeroServes && env.worldSize > 1 && cfg.storeStandby) {
     bootstrap::TcpStoreClient& c = *client.value();
     const double silence = cfg.timeoutSec > 0 ? std::max(1.0, cfg.timeoutSec / 2) : 0;
+    // A stopped rank 1 holds rank 0's store at most a quarter of the timeout (once: then
+    // the store drops its standby), so the survivors still find whoever stalled.
+    if (server && cfg.timeoutSec > 0) server->setStandbyWait(std::clamp(cfg.timeoutSec / 4, 0.5, 5.0));
     if (env.rank == 1) {
       BRAID_ASSIGN_OR_RETURN(auto srv, bootstrap::TcpStoreServer::start("0.0.0.0", 0, generation, key.value(),
                                                                         cfg.tls && key.value().present, true));

@@ -68,7 +68,8 @@ constexpr uint64_t kMaxWaitMs = 1000ull * 1000 * 1000;
 // How long a client waits for the server's own TIMEOUT reply beyond the deadline it sent.
 constexpr double kReplyGraceSec = 2.0;
 // A standby store's mirror: how long the store it stands by for waits for each write to be
-// taken before it goes on without a standby.
+// taken before it goes on without a standby (setStandbyWait changes it), and for a standby
+// to be attached.
 constexpr double kMirrorSec = 5.0;
 // How long one probe (TcpStoreClient::probe) of a store or standby may take: a store that
 // needs longer to admit a connection is stalled.
@@ -192,6 +193,7 @@ struct TcpStoreServer::Impl {
   std::string mirrorHost;
   int mirrorPort = 0;
   int64_t mirrorSeenNs = 0;  // the standby's last answer
+  std::atomic<int64_t> standbyWaitNs{static_cast<int64_t>(kMirrorSec * 1e9)};  // setStandbyWait
   // A standby's store (standFor): its address and how long it may send nothing.
   std::mutex standForMu;
   std::string primaryHost;  // guarded by standForMu
@@ -734,17 +736,18 @@ struct TcpStoreServer::Impl {
   void mirrorKey(const std::string& k) {
     if (!mirror) return;
     auto it = data.find(k);
-    Status s = it != data.end() ? mirror->set(k, it->second, Deadline::after(kMirrorSec))
-                                : mirror->deleteKey(k, Deadline::after(kMirrorSec)).status();
+    const Deadline d = Deadline::after(standbyWaitNs.load(std::memory_order_relaxed) / 1e9);
+    Status s = it != data.end() ? mirror->set(k, it->second, d) : mirror->deleteKey(k, d).status();
     mirrorAnswered(s);
   }
 
-  // With a standby and nothing written to it for kHeartbeatSec: asks it something, so that
-  // it knows this store is there. Runs before the loop serves anything: a store that was
-  // stopped finds out first whether its standby took over meanwhile.
+  // With a standby and nothing written to it for kHeartbeatSec: asks it something without
+  // waiting for the answer (a standby that is stopped must not stop this loop), so that it
+  // knows this store is there. Runs before the loop serves anything: a store that was stopped
+  // finds the connection closed if its standby took over meanwhile.
   void heartbeat() {
     if (!mirror || nowNanos() - mirrorSeenNs < static_cast<int64_t>(TcpStoreServer::kHeartbeatSec * 1e9)) return;
-    mirrorAnswered(mirror->check({kStandbyKey}, Deadline::after(kMirrorSec)).status());
+    mirrorAnswered(mirror->ping(Deadline::after(standbyWaitNs.load(std::memory_order_relaxed) / 1e9)));
   }
 
   // What a write to (or a question of) the standby came to. A standby that does not answer
@@ -1220,6 +1223,10 @@ TcpStoreServer::~TcpStoreServer() {
 
 void TcpStoreServer::setLocalClient(uint64_t clientId) { impl_->localClient.store(clientId); }
 
+void TcpStoreServer::setStandbyWait(double sec) {
+  impl_->standbyWaitNs.store(static_cast<int64_t>(std::clamp(sec, 0.01, kMirrorSec) * 1e9));
+}
+
 void TcpStoreServer::standFor(const std::string& host, int port, double silenceSec) {
   std::lock_guard<std::mutex> lock(impl_->standForMu);
   impl_->primaryHost = host;
@@ -1486,12 +1493,14 @@ StatusOr<bool> TcpStoreClient::probe(const std::string& host, int port, uint64_t
   return true;
 }
 
-Status TcpStoreClient::probeStandbyIfDueLocked() {
+Status TcpStoreClient::probeStandbyIfDueLocked(Deadline deadline) {
   if (probeAfterNs_ == 0 || standbyPort_ == 0 || failedOver_ || interrupted_.load()) return Status::ok();
   const int64_t now = nowNanos();
   if (now < nextProbeNs_) return Status::ok();
   nextProbeNs_ = now + probeAfterNs_;
-  auto serves = probe(standbyHost_, standbyPort_, nonce_, key_, tlsWanted_, kProbeSec);
+  // A standby that is stopped too does not hold the request past its deadline.
+  const double budget = std::clamp(deadline.remainingMillis(INT_MAX) / 1000.0, 0.1, kProbeSec);
+  auto serves = probe(standbyHost_, standbyPort_, nonce_, key_, tlsWanted_, budget);
   if (!serves.isOk() || !serves.value()) return Status::ok();
   char why[160];
   snprintf(why, sizeof(why), "it has not answered for %.1f s, and its standby at %s:%d serves in its place",
@@ -1607,7 +1616,7 @@ Status TcpStoreClient::readReply(Deadline deadline, proto::Reply* reply, bool* t
       *timedOut = true;
       return Status(Code::kTimeout, "no reply");
     }
-    BRAID_RETURN_IF_ERROR(probeStandbyIfDueLocked());
+    BRAID_RETURN_IF_ERROR(probeStandbyIfDueLocked(deadline));
     // With a standby to ask, wait in short steps so that the question is asked on time.
     const int stepMs = probeAfterNs_ > 0 && !failedOver_ ? 250 : 1000;
     // Over TLS the session may hold decrypted bytes the socket no longer shows: read first,
@@ -1698,6 +1707,19 @@ Status TcpStoreClient::roundTripLocked(const proto::Request& req, Deadline reply
     if (!s.isOk()) return s;
     --owedReplies_;
   }
+  BRAID_RETURN_IF_ERROR(sendFrameLocked(frame, replyDeadline, req.op, false));
+  Status s = readReply(replyDeadline, reply, &timedOut);
+  if (timedOut) {
+    ++owedReplies_;
+    return Status(Code::kTimeout, "store at " + address_ + " did not answer a " + proto::opName(req.op) +
+                                      " request in time; is it stalled?");
+  }
+  if (!s.isOk()) return s;
+  if (reply->op == proto::Op::kError) return Status(reply->code, "store at " + address_ + ": " + reply->message);
+  return Status::ok();
+}
+
+Status TcpStoreClient::sendFrameLocked(const std::string& frame, Deadline deadline, proto::Op op, bool orNothing) {
   size_t sent = 0;
   // Over TLS, sent counts what the session took; what it still holds goes out below.
   while (sent < frame.size() || (tls_ && tls_->pending() > 0)) {
@@ -1706,7 +1728,7 @@ Status TcpStoreClient::roundTripLocked(const proto::Request& req, Deadline reply
       n = tls_->flush() == 0 ? 0 : -1;
       if (n == 0) continue;
     } else if (tls_) {
-      iovec v{frame.data() + sent, frame.size() - sent};
+      iovec v{const_cast<char*>(frame.data()) + sent, frame.size() - sent};
       n = tls_->writev(&v, 1);
     } else {
       n = send(fd_, frame.data() + sent, frame.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -1718,24 +1740,64 @@ Status TcpStoreClient::roundTripLocked(const proto::Request& req, Deadline reply
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
       return lose(std::string(tls_ ? "TLS write failed: " + tls_->error() : "send failed: " + errnoText(errno)));
-    if (replyDeadline.expired()) {
+    // A socket that takes none of it now: a request that may be skipped is.
+    if (orNothing && sent == 0 && !(tls_ && tls_->pending() > 0)) return Status(Code::kWouldBlock, "socket full");
+    if (deadline.expired()) {
       // Half a frame on the wire cannot be taken back: the stream is unusable.
       if (sent > 0) return lose("timed out in the middle of sending a request");
-      return Status(Code::kTimeout, "store at " + address_ + " did not accept a " + proto::opName(req.op) +
+      return Status(Code::kTimeout, "store at " + address_ + " did not accept a " + proto::opName(op) +
                                         " request in time; is it stalled?");
     }
     pollfd p{fd_, tls_ ? tls_->wantEvents() : static_cast<short>(POLLOUT), 0};
-    if (poll(&p, 1, replyDeadline.remainingMillis(1000)) < 0 && errno != EINTR)
+    if (poll(&p, 1, deadline.remainingMillis(1000)) < 0 && errno != EINTR)
       return lose("poll failed: " + errnoText(errno));
   }
-  Status s = readReply(replyDeadline, reply, &timedOut);
-  if (timedOut) {
-    ++owedReplies_;
-    return Status(Code::kTimeout, "store at " + address_ + " did not answer a " + proto::opName(req.op) +
-                                      " request in time; is it stalled?");
+  return Status::ok();
+}
+
+Status TcpStoreClient::ping(Deadline deadline) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (fd_ < 0) return broken_;
+  // The replies to earlier pings that have come, read without waiting; the store's end of
+  // the connection, if it came instead.
+  for (;;) {
+    proto::Frame f;
+    proto::DecodeResult r = proto::decodeFrame(inbuf_.data(), inbuf_.size(), proto::Direction::kReply, &f);
+    if (r.kind == proto::DecodeResult::kMalformed) return lose("it sent a malformed reply: " + r.error);
+    if (r.kind == proto::DecodeResult::kFrame) {
+      inbuf_.erase(0, r.consumed);
+      if (owedReplies_ > 0) --owedReplies_;
+      continue;
+    }
+    const size_t old = inbuf_.size();
+    inbuf_.resize(old + kReadChunk);
+    ssize_t n;
+    if (tls_) {
+      iovec v{&inbuf_[old], kReadChunk};
+      n = tls_->readv(&v, 1);
+    } else {
+      n = recv(fd_, &inbuf_[old], kReadChunk, MSG_DONTWAIT);
+    }
+    inbuf_.resize(old + (n > 0 ? static_cast<size_t>(n) : 0));
+    if (n > 0) continue;
+    if (n == 0) {
+      closedByPeer_ = true;
+      return lose("the connection was closed by the store");
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+    if (errno == ECONNRESET || errno == EPIPE) closedByPeer_ = true;
+    return lose(tls_ ? "TLS read failed: " + tls_->error() : "recv failed: " + errnoText(errno));
   }
-  if (!s.isOk()) return s;
-  if (reply->op == proto::Op::kError) return Status(reply->code, "store at " + address_ + ": " + reply->message);
+  proto::Request req;
+  req.op = proto::Op::kCheck;
+  req.keys = {kStandbyKey};
+  std::string frame;
+  BRAID_RETURN_IF_ERROR(proto::encodeRequest(req, &frame));
+  Status s = sendFrameLocked(frame, deadline, req.op, true);
+  if (s.code() == Code::kWouldBlock) return Status::ok();  // its earlier ones wait unread: it knows we are here
+  BRAID_RETURN_IF_ERROR(s);
+  ++owedReplies_;
   return Status::ok();
 }
 

@@ -89,6 +89,10 @@ class TcpStoreServer {
   // and serves on, and the standby stands down. Without it, a standby takes over only when
   // the connection ends. Call before naming the standby. Thread-safe.
   void standFor(const std::string& host, int port, double silenceSec);
+  // How long a write waits for the standby to take it before this store drops the standby
+  // and serves on (at most, and by default, 5 s): the store serves nobody meanwhile, so a
+  // stopped standby must not hold it longer than its clients wait. Thread-safe.
+  void setStandbyWait(double sec);
   // How often a store that has a standby writes to it at least.
   static constexpr double kHeartbeatSec = 0.2;
 
@@ -177,6 +181,10 @@ class TcpStoreClient : public Store {
   bool servingStandby(std::string* host, int* port);
   // Makes this connection the source of a standby store (TcpStoreServer does this).
   Status declareStandbySource(Deadline deadline);
+  // Sends a CHECK without waiting for its answer (read by a later request, or a later ping,
+  // which first reads whatever answers have come): a store that does not read is not waited
+  // for. Fails when the connection is lost, closed by the store included. Thread-safe.
+  Status ping(Deadline deadline);
   // This end's IPv4 address on the connection to the store ("" when lost): an address the
   // store's host reaches this one at. Thread-safe.
   std::string localHost();
@@ -197,13 +205,16 @@ class TcpStoreClient : public Store {
   Status failOverLocked(Deadline deadline);
   // A request unanswered for probeAfter: asks the standby whether it serves in the store's
   // place, and if it does, loses this connection so that the caller goes there. Caller holds mu_.
-  Status probeStandbyIfDueLocked();
+  Status probeStandbyIfDueLocked(Deadline deadline);
   // Runs the TLS handshake on the admitted connection (blocking up to the op timeout).
   Status startTls(const AuthKey& key, const std::string& binding);
 
   // Sends `req` and reads its reply; `replyDeadline` bounds the whole exchange. An ERROR
   // reply becomes its Status; a TIMEOUT reply is returned for the caller to word. Takes mu_.
   Status roundTrip(const proto::Request& req, Deadline replyDeadline, proto::Reply* reply);
+  // Sends a whole request frame by `deadline`. With `orNothing`, a socket that takes none of
+  // it now gives kWouldBlock and nothing is sent. Caller holds mu_.
+  Status sendFrameLocked(const std::string& frame, Deadline deadline, proto::Op op, bool orNothing);
   // Reads one whole reply frame into `reply`. Caller holds mu_.
   Status readReply(Deadline deadline, proto::Reply* reply, bool* timedOut);
   // Closes the socket and records why; every later call returns it. Caller holds mu_.

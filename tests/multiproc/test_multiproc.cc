@@ -516,6 +516,24 @@ TEST_CASE("a stopped rank 0 that serves the store: survivors fail within the tim
   }
 }
 
+// Rank 1 keeps the standby of rank 0's store. Stopped, it must not stop the store: rank 0's
+// store does not wait for its heartbeats' answers, and drops it at its first write that it
+// does not take in time, so the survivors find the stopped rank as they find any other.
+TEST_CASE("a stopped rank 1 that keeps the store's standby is named, and the store serves on", "[multiproc][chaos]") {
+  Run r = torchrunJob(3, "BRAID_TIMEOUT=3", "timeout -s KILL 8 " MP_DIR "/mp_fault stop 1 5");
+  INFO(r.out);
+  auto res = results(r.out);
+  CHECK(res.size() == 2u);
+  for (const auto& [rank, x] : res) {
+    INFO("survivor " << rank);
+    CHECK(x.code == kTimeout);
+    CHECK(x.failedRank == 1);
+    CHECK(x.elapsedMs >= 2900);
+    CHECK(x.elapsedMs < 9000);
+  }
+  CHECK(r.out.find("which serves the job's store") == std::string::npos);
+}
+
 TEST_CASE("a killed rank 0 that serves the store is named as the store's host", "[multiproc][chaos]") {
   for (const char* transport : {"", "BRAID_TRANSPORT=tcp"}) {
     INFO(transport);

@@ -192,7 +192,7 @@ struct TcpStoreServer::Impl {
   std::string mirrorAddress;
   std::string mirrorHost;
   int mirrorPort = 0;
-  int64_t mirrorSeenNs = 0;  // the standby's last answer
+  int64_t mirrorSeenNs = 0;  // the last write to the standby, or ping
   std::atomic<int64_t> standbyWaitNs{static_cast<int64_t>(kMirrorSec * 1e9)};  // setStandbyWait
   // A standby's store (standFor): its address and how long it may send nothing.
   std::mutex standForMu;

@@ -102,6 +102,19 @@ std::map<int, Result> results(const std::string& out) {
   return m;
 }
 
+// Every one of `survivors` ranks reported `code`, naming `failed`, within [minMs, maxMs).
+void checkSurvivors(const std::string& out, size_t survivors, int code, int failed, double minMs, double maxMs) {
+  auto res = results(out);
+  CHECK(res.size() == survivors);
+  for (const auto& [rank, x] : res) {
+    INFO("survivor " << rank);
+    CHECK(x.code == code);
+    CHECK(x.failedRank == failed);
+    CHECK(x.elapsedMs >= minMs);
+    CHECK(x.elapsedMs < maxMs);
+  }
+}
+
 constexpr int kRemoteError = 3;  // braidRemoteError
 constexpr int kTimeout = 4;      // braidTimeout
 constexpr int kAborted = 5;      // braidAborted
@@ -522,15 +535,7 @@ TEST_CASE("a stopped rank 0 that serves the store: survivors fail within the tim
 TEST_CASE("a stopped rank 1 that keeps the store's standby is named, and the store serves on", "[multiproc][chaos]") {
   Run r = torchrunJob(3, "BRAID_TIMEOUT=3", "timeout -s KILL 8 " MP_DIR "/mp_fault stop 1 5");
   INFO(r.out);
-  auto res = results(r.out);
-  CHECK(res.size() == 2u);
-  for (const auto& [rank, x] : res) {
-    INFO("survivor " << rank);
-    CHECK(x.code == kTimeout);
-    CHECK(x.failedRank == 1);
-    CHECK(x.elapsedMs >= 2900);
-    CHECK(x.elapsedMs < 9000);
-  }
+  checkSurvivors(r.out, 2, kTimeout, 1, 2900, 9000);
   CHECK(r.out.find("which serves the job's store") == std::string::npos);
 }
 
@@ -1036,15 +1041,7 @@ TEST_CASE("a killed or stopped rank over ucx is reported by every survivor", "[m
     }
     Run s = run(braidrun(3, std::string("BRAIDRUN_GRACE_SEC=3 BRAID_TIMEOUT=3 ") + env) + MP_DIR "/mp_fault stop 1 5");
     INFO(s.out);
-    auto stopped = results(s.out);
-    CHECK(stopped.size() == 2u);
-    for (const auto& [rank, x] : stopped) {
-      INFO("survivor " << rank);
-      CHECK(x.code == kTimeout);
-      CHECK(x.failedRank == 1);
-      CHECK(x.elapsedMs >= 2900);
-      CHECK(x.elapsedMs < 9000);
-    }
+    checkSurvivors(s.out, 2, kTimeout, 1, 2900, 9000);
   }
 }
 

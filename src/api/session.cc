@@ -288,6 +288,61 @@ StatusOr<std::unique_ptr<Session>> Session::join(std::shared_ptr<bootstrap::Stor
   return s;
 }
 
+namespace {
+
+// Points a client at the standby whose address ("host:port") was set under kStandbyKey.
+void useStandby(bootstrap::TcpStoreClient& c, const std::string& at, double silenceSec) {
+  const size_t colon = at.rfind(':');
+  if (colon != std::string::npos) c.setStandby(at.substr(0, colon), std::atoi(at.c_str() + colon + 1), silenceSec);
+}
+
+}  // namespace
+
+// A store that rank 0 serves would die with rank 0, and recovery with it. One rank keeps a
+// standby that mirrors every write and serves when rank 0's store is gone, or has sent
+// nothing for half of BRAID_TIMEOUT (stopped, or cut off: then the survivors' operations,
+// which fail at the timeout naming rank 0, find the store again first); every rank's client
+// knows it and goes there when it loses the store, or when a request has waited a quarter of
+// that silence and the standby says it serves. Rank 1 keeps it: launchers number ranks host
+// by host, so rank 1 usually shares rank 0's host, and a network partition between hosts
+// cannot make the standby serve while rank 0's store serves on (ranks cut off from rank 0
+// are cut off from its standby too). The price is that losing rank 0's whole host loses
+// the store. BRAID_STORE_STANDBY=host makes the other choice: the lowest rank on another
+// host than rank 0's keeps it (rank 1 when the job has one host), and the store survives
+// the loss of rank 0's host, but a partition between the two hosts then splits the job in
+// two, each half with a store. Chosen after joining, when every rank knows every rank's host
+// and so picks the same rank.
+Status Session::standBy(bootstrap::TcpStoreClient& c, const bootstrap::LaunchEnv& env, const core::Config& cfg,
+                        uint64_t generation, const AuthKey& key, double silenceSec) {
+  const std::vector<int>& hostOf = comm_->hostOfRanks();
+  int keeper = 1;
+  for (int r = 1; cfg.storeStandbyOtherHost && r < static_cast<int>(hostOf.size()); ++r) {
+    if (hostOf[r] != hostOf[0]) {
+      keeper = r;
+      break;
+    }
+  }
+  const std::string who = "rank " + std::to_string(env.rank) + " (from " + env.source + " environment)";
+  Deadline deadline = Deadline::after(cfg.timeoutSec);
+  if (env.rank == keeper) {
+    BRAID_ASSIGN_OR_RETURN(auto srv, bootstrap::TcpStoreServer::start("0.0.0.0", 0, generation, key,
+                                                                      cfg.tls && key.present, true));
+    standby_ = std::shared_ptr<bootstrap::TcpStoreServer>(std::move(srv));
+    standby_->standFor(env.storeHost, env.storePort, silenceSec);
+    const std::string here = c.localHost();
+    Status named = here.empty() ? Status(Code::kRemoteError, "lost the store while naming a standby for it")
+                                : c.set(bootstrap::kStandbyKey, here + ":" + std::to_string(standby_->port()), deadline);
+    if (!named.isOk()) return named.withContext(who + ": the store's standby");
+  }
+  auto at = c.get(bootstrap::kStandbyKey, deadline);
+  if (!at.isOk())
+    return at.status().withContext(who + ": waiting for rank " + std::to_string(keeper) +
+                                   " to name the store's standby (BRAID_STORE_STANDBY=0 does without)");
+  useStandby(c, at.value(), silenceSec);
+  if (env.rank == 0) BRAID_INFO("the store's standby is in rank %d, at %s", keeper, at.value().c_str());
+  return Status::ok();
+}
+
 StatusOr<std::unique_ptr<Session>> Session::fromEnv(double timeoutSec, std::shared_ptr<std::atomic<bool>> cancel) {
   BRAID_ASSIGN_OR_RETURN(core::Config cfg, core::Config::fromEnv());
   if (timeoutSec > 0) cfg.timeoutSec = timeoutSec;
@@ -358,43 +413,23 @@ StatusOr<std::unique_ptr<Session>> Session::fromEnv(double timeoutSec, std::shar
   }
   if (!client.isOk())
     return client.status().withContext("rank " + std::to_string(env.rank) + " (from " + env.source + " environment)");
-  // A store that rank 0 serves would die with rank 0, and recovery with it: rank 1 keeps a
-  // standby that mirrors every write and serves when rank 0's store is gone, or has sent
-  // nothing for half of BRAID_TIMEOUT (stopped, or cut off: then the survivors' operations,
-  // which fail at the timeout naming rank 0, find the store again first); every rank's
-  // client knows it and goes there when it loses the store, or when a request has waited a
-  // quarter of that silence and the standby says it serves.
-  std::shared_ptr<bootstrap::TcpStoreServer> standby;
   if (server) server->setLocalClient(client.value()->clientId());
-  if (env.rankZeroServes && env.worldSize > 1 && cfg.storeStandby) {
-    bootstrap::TcpStoreClient& c = *client.value();
-    const double silence = cfg.timeoutSec > 0 ? std::max(1.0, cfg.timeoutSec / 2) : 0;
-    // A stopped rank 1 holds rank 0's store at most a quarter of the timeout (once: then
-    // the store drops its standby), so the survivors still find whoever stalled.
-    if (server && cfg.timeoutSec > 0) server->setStandbyWait(std::clamp(cfg.timeoutSec / 4, 0.5, 5.0));
-    if (env.rank == 1) {
-      BRAID_ASSIGN_OR_RETURN(auto srv, bootstrap::TcpStoreServer::start("0.0.0.0", 0, generation, key.value(),
-                                                                        cfg.tls && key.value().present, true));
-      standby = std::shared_ptr<bootstrap::TcpStoreServer>(std::move(srv));
-      standby->standFor(env.storeHost, env.storePort, silence);
-      const std::string here = c.localHost();
-      Status named = here.empty() ? Status(Code::kRemoteError, "lost the store while naming a standby for it")
-                                  : c.set(bootstrap::kStandbyKey, here + ":" + std::to_string(standby->port()), deadline);
-      if (!named.isOk()) return named.withContext("rank 1 (from " + env.source + " environment): the store's standby");
-    }
-    auto at = c.get(bootstrap::kStandbyKey, deadline);
-    if (!at.isOk())
-      return at.status().withContext("rank " + std::to_string(env.rank) + " (from " + env.source +
-                                     " environment): waiting for rank 1 to name the store's standby "
-                                     "(BRAID_STORE_STANDBY=0 does without)");
-    const size_t colon = at.value().rfind(':');
-    if (colon != std::string::npos)
-      c.setStandby(at.value().substr(0, colon), std::atoi(at.value().c_str() + colon + 1), silence);
-  }
+  const bool standing = env.rankZeroServes && env.worldSize > 1 && cfg.storeStandby;
+  const double silence = cfg.timeoutSec > 0 ? std::max(1.0, cfg.timeoutSec / 2) : 0;
+  // A stopped standby holds rank 0's store at most a quarter of the timeout (once: then the
+  // store drops it), so the survivors still find whoever stalled.
+  if (standing && server && cfg.timeoutSec > 0) server->setStandbyWait(std::clamp(cfg.timeoutSec / 4, 0.5, 5.0));
+  std::shared_ptr<bootstrap::TcpStoreClient> tcpClient(std::move(client).value());
   if (const char* j = std::getenv("BRAID_ELASTIC_JOIN"); j && std::string(j) == "1") {
     // A replacement braidrun started for an elastic job: it joins the running ranks at
-    // their next grow instead of starting a communicator of its own.
-    return joinAsReplacement(std::shared_ptr<bootstrap::Store>(std::move(client).value()), cfg);
+    // their next grow instead of starting a communicator of its own, knowing the standby
+    // they named long ago.
+    if (standing) {
+      auto at = tcpClient->get(bootstrap::kStandbyKey, deadline);
+      if (!at.isOk()) return at.status().withContext("rank " + std::to_string(env.rank) + ": the store's standby");
+      useStandby(*tcpClient, at.value(), silence);
+    }
+    return joinAsReplacement(tcpClient, cfg);
   }
   core::CommOptions opts;
   opts.config = cfg;
@@ -402,10 +437,12 @@ StatusOr<std::unique_ptr<Session>> Session::fromEnv(double timeoutSec, std::shar
   opts.storeOwnerRank = env.rankZeroServes ? 0 : -1;
   opts.cancel = std::move(cancel);
   if (init > 0) opts.keyPrefix += ".i" + std::to_string(init);
-  BRAID_ASSIGN_OR_RETURN(auto s, join(std::shared_ptr<bootstrap::Store>(std::move(client).value()), env.rank,
-                                      env.worldSize, std::move(opts), env.rankZeroServes));
+  BRAID_ASSIGN_OR_RETURN(auto s, join(tcpClient, env.rank, env.worldSize, std::move(opts), env.rankZeroServes));
   s->server_ = std::move(server);
-  s->standby_ = std::move(standby);
+  if (standing) {
+    Status st = s->standBy(*tcpClient, env, cfg, generation, key.value(), silence);
+    if (!st.isOk()) return st;
+  }
   s->storeId_.host = env.storeHost;
   s->storeId_.port = env.storePort;
   s->storeId_.nonce = generation;

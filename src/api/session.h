@@ -18,6 +18,7 @@
 #include "device/device_queue.h"
 
 namespace braid::bootstrap {
+class TcpStoreClient;
 class TcpStoreServer;
 struct LaunchEnv;
 }
@@ -164,6 +165,10 @@ class Session {
   // A session for a communicator derived from this one's (split, shrink, grow): the same
   // store, server and job, not counted live yet, no communicator yet.
   std::unique_ptr<Session> derived() const;
+  // Where rank 0 serves the store: starts the store's standby in the rank that keeps it and
+  // points this rank's client `c` at it (see session.cc).
+  Status standBy(bootstrap::TcpStoreClient& c, const bootstrap::LaunchEnv& env, const core::Config& cfg,
+                 uint64_t generation, const AuthKey& key, double silenceSec);
   // A rank of a job whose store is an etcd cluster (BRAID_STORE, in `env`).
   static StatusOr<std::unique_ptr<Session>> fromEtcd(const bootstrap::LaunchEnv& env, const core::Config& cfg,
                                                      const AuthKey& key, uint64_t init,
@@ -194,7 +199,7 @@ class Session {
   Status resolveOp(const CallArgs& a, algorithms::Request* req, const CallSite& site) const;
 
   std::shared_ptr<bootstrap::TcpStoreServer> server_;
-  std::shared_ptr<bootstrap::TcpStoreServer> standby_;  // rank 1's standby for server_ (BRAID_STORE_STANDBY)
+  std::shared_ptr<bootstrap::TcpStoreServer> standby_;  // the standby for rank 0's server_ (BRAID_STORE_STANDBY)
   std::shared_ptr<bootstrap::Store> store_;
   std::unique_ptr<core::Communicator> comm_;
   // The key prefix of the communicator every split descends from: its "live" counter

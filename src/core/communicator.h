@@ -98,6 +98,8 @@ class Communicator {
   // BRAID_TIMEOUT (or the configured timeout), in seconds.
   double timeoutSeconds() const { return opts_.config.timeoutSec; }
   int nchannels() const { return nchannels_; }
+  // The host index of every rank (ranks of one host share one), as the layout has it.
+  const std::vector<int>& hostOfRanks() const { return layout_.hostOf; }
 
   // Runs a collective and blocks until it finishes on this rank. `extra` are the buffers of
   // a point-to-point group (Request::p2p), one per message.

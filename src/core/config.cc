@@ -47,7 +47,7 @@ const std::vector<ConfigEntry>& configTable() {
       {"BRAID_WHOLE_BLOCKS", "bool", "1", "where every connection of every rank carries messages larger than a slot (UCX with zero copy), send each step of allgather, alltoall and point-to-point groups as one message of up to 64 MiB instead of slot-sized slices; 0 on any rank turns it off for the communicator"},
       {"BRAID_TLS", "bool", "0", "encrypt and integrity-protect store and tcp data connections with TLS 1.3 keyed by the job key (needs BRAID_AUTH_KEY, braidrun or a unique id; OpenSSL); set it the same for every rank and braidrun"},
       {"BRAID_AUTH_KEY_FILE", "string", "", "a file (mode 0600, owned by the user) holding the job's key, instead of BRAID_AUTH_KEY"},
-      {"BRAID_STORE_STANDBY", "bool", "1", "where rank 0 serves the job's store (torchrun, mpirun, Slurm, by hand): rank 1 keeps a standby that takes every write before it is acknowledged and serves when rank 0 is gone, or silent for half of BRAID_TIMEOUT (stopped), so survivors can agree, shrink and grow; 0 turns it off"},
+      {"BRAID_STORE_STANDBY", "string", "1", "where rank 0 serves the job's store (torchrun, mpirun, Slurm, by hand): rank 1 keeps a standby that takes every write before it is acknowledged and serves when rank 0 is gone, or silent for half of BRAID_TIMEOUT (stopped), so survivors can agree, shrink and grow; host: the first rank on another host than rank 0 keeps it, so that losing rank 0's host does not lose the store, but a network partition between the two hosts can split the job in two; 0 turns it off"},
       {"BRAID_STORE_HELLO_SEC", "seconds", "10", "store: close a connection that has not authenticated (or said HELLO) within this long"},
       {"BRAID_STORE_MAX_PENDING", "int", "1024", "store: connections allowed at once before they authenticate; the oldest is dropped past it"},
       {"BRAID_STORE_MAX_PENDING_PER_SOURCE", "int", "512", "store: of those, connections allowed from one IPv4 address; its oldest is dropped past it"},
@@ -162,7 +162,15 @@ StatusOr<Config> Config::fromEnv(const std::function<const char*(const char*)>& 
   BRAID_RETURN_IF_ERROR(readBool(get, "BRAID_TLS", &c.tls));
   BRAID_RETURN_IF_ERROR(readBool(get, "BRAID_WHOLE_BLOCKS", &c.wholeBlocks));
   BRAID_RETURN_IF_ERROR(readBool(get, "BRAID_LIVE_STATUS", &c.liveStatus));
-  BRAID_RETURN_IF_ERROR(readBool(get, "BRAID_STORE_STANDBY", &c.storeStandby));
+  if (const char* v = get("BRAID_STORE_STANDBY"); v && std::string(v) == "host") {
+    c.storeStandby = true;
+    c.storeStandbyOtherHost = true;
+  } else if (v && *v && std::string(v) != "0" && std::string(v) != "1" && std::string(v) != "true" &&
+             std::string(v) != "false") {
+    return badValue("BRAID_STORE_STANDBY", v, "0, 1 or host");
+  } else {
+    BRAID_RETURN_IF_ERROR(readBool(get, "BRAID_STORE_STANDBY", &c.storeStandby));
+  }
   BRAID_RETURN_IF_ERROR(readBool(get, "BRAID_BIND", &c.bind));
   BRAID_RETURN_IF_ERROR(readBool(get, "BRAID_COMM_BLOCKING", &c.blocking));
   if (const char* v = get("BRAID_HOST_ID")) c.hostId = v;

@@ -40,6 +40,7 @@ struct Config {
   bool tls = false;            // BRAID_TLS: TLS on tcp data connections (needs the job key)
   bool liveStatus = true;      // BRAID_LIVE_STATUS: answer braid-info --status
   bool storeStandby = true;    // BRAID_STORE_STANDBY: rank 1 stands by for the store rank 0 serves
+  bool storeStandbyOtherHost = false;  // BRAID_STORE_STANDBY=host: the first rank on another host does
   bool wholeBlocks = true;     // BRAID_WHOLE_BLOCKS: large messages where every connection carries them
   std::string hostId;         // "" = hostname + boot id
   std::string topoFile;       // load the topology from this file instead of discovering it

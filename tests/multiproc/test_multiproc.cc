@@ -793,6 +793,28 @@ TEST_CASE("where rank 0 serves the store, survivors recover from losing rank 0 t
   CHECK(off.out.find("FINAL rank=") == std::string::npos);
 }
 
+// Launchers number ranks host by host, so rank 1, which keeps the standby, usually shares rank
+// 0's host. With BRAID_STORE_STANDBY=host the first rank of another host keeps it: losing
+// rank 0's whole host (ranks 0 and 1 at once) leaves it, and ranks 2 and 3 agree, shrink
+// and finish every step. With the standby in rank 1 the same loss takes the store with it.
+TEST_CASE("BRAID_STORE_STANDBY=host: survivors recover from losing rank 0's host through a standby on another",
+          "[multiproc][recovery]") {
+  const std::string twoHosts = "BRAID_HOST_ID=mp-host-$((r / 2)) BRAID_DEBUG=INFO BRAID_TIMEOUT=20 ";
+  Run r = torchrunJob(4, twoHosts + "BRAID_STORE_STANDBY=host MP_VICTIMS=0:5,1:5", "timeout 120 " MP_DIR "/mp_recover 12");
+  INFO(r.out);
+  CHECK(r.out.find("the store's standby is in rank 2") != std::string::npos);
+  CHECK(r.out.find("ERROR") == std::string::npos);
+  CHECK(countMatches(r.out, "SHRUNK rank=\\d+ step=5 from=4 to=2 failed=0,1 ") == 2);
+  CHECK(countMatches(r.out, "FINAL rank=") == 2);
+  CHECK(checksumsOf(r.out, R"(FINAL rank=(2|3) newrank=\d size=2 steps=12 checksum=(\S+) match=1 same=1)").size() == 1u);
+  // By default rank 1 keeps it, on rank 0's host, and the loss of that host ends the job.
+  Run same = torchrunJob(4, twoHosts + "MP_VICTIMS=0:3,1:3", "timeout 120 " MP_DIR "/mp_recover 6");
+  INFO(same.out);
+  CHECK(same.out.find("the store's standby is in rank 1") != std::string::npos);
+  CHECK(same.out.find("its standby at") != std::string::npos);
+  CHECK(same.out.find("FINAL rank=") == std::string::npos);
+}
+
 // The same with rank 0 stopped rather than killed: its connections stay open, so nobody sees
 // it go; rank 1's standby takes over when rank 0 has sent it nothing for half the timeout,
 // and the survivors agree, shrink and finish every step. (The stopped rank is killed by its

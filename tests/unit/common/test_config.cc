@@ -52,13 +52,28 @@ TEST_CASE("config parses every knob", "[unit]") {
   CHECK(c->portHi == 40099);
 }
 
+TEST_CASE("BRAID_STORE_STANDBY: on (rank 1), off, or on another host than rank 0's", "[unit]") {
+  auto d = parse({});
+  REQUIRE(d.isOk());
+  CHECK(d->storeStandby);
+  CHECK_FALSE(d->storeStandbyOtherHost);
+  auto off = parse({{"BRAID_STORE_STANDBY", "0"}});
+  REQUIRE(off.isOk());
+  CHECK_FALSE(off->storeStandby);
+  auto host = parse({{"BRAID_STORE_STANDBY", "host"}});
+  REQUIRE(host.isOk());
+  CHECK(host->storeStandby);
+  CHECK(host->storeStandbyOtherHost);
+}
+
 TEST_CASE("malformed knobs are rejected naming the variable and value", "[unit]") {
   const std::map<std::string, std::string> bad[] = {
       {{"BRAID_TIMEOUT", "soon"}}, {{"BRAID_TIMEOUT", "-1"}},         {{"BRAID_NCHANNELS", "x"}},
       {{"BRAID_NCHANNELS", "65"}}, {{"BRAID_TRANSPORT", "carrier-pigeon"}}, {{"BRAID_SLOT_BYTES", "12Q"}},
       {{"BRAID_SLOT_BYTES", "1"}}, {{"BRAID_NSLOTS", "1"}},            {{"BRAID_BIND", "maybe"}},
       {{"BRAID_SOCKETS_PER_PEER", "0"}}, {{"BRAID_PORT_RANGE", "40000"}}, {{"BRAID_PORT_RANGE", "9-8"}},
-      {{"BRAID_PORT_RANGE", "0-10"}},     {{"BRAID_PORT_RANGE", "1-70000"}}, {{"BRAID_PORT_RANGE", "1-2x"}}};
+      {{"BRAID_PORT_RANGE", "0-10"}},     {{"BRAID_PORT_RANGE", "1-70000"}}, {{"BRAID_PORT_RANGE", "1-2x"}},
+      {{"BRAID_STORE_STANDBY", "elsewhere"}}};
   for (const auto& env : bad) {
     auto c = parse(env);
     const auto& [name, value] = *env.begin();

@@ -409,9 +409,11 @@ TEST_CASE("plugin ABI v3: the job key reaches the plugin, a peer with another ke
   }
 }
 
-// The UCX plugin chooses UCX's rendezvous threshold only where the user did not
-// (docs/transports.md): what it chose shows in its description, as braid-info prints it.
-TEST_CASE("ucx plugin: the rendezvous threshold follows UCX_TLS and yields to UCX_RNDV_THRESH", "[plugin][ucx]") {
+// The UCX plugin chooses UCX's rendezvous threshold and tcp's receive segment only where the
+// user did not (docs/transports.md): what it chose shows in its description, as braid-info
+// prints it. The segment is set only where tcp is among UCX's transports.
+TEST_CASE("ucx plugin: the rendezvous threshold and tcp segment follow UCX_TLS and yield to the user's",
+          "[plugin][ucx]") {
   const TransportFactory* ucx = nullptr;
   for (const TransportFactory& f : registry())
     if (std::string(f.name) == "ucx") ucx = &f;
@@ -425,13 +427,14 @@ TEST_CASE("ucx plugin: the rendezvous threshold follows UCX_TLS and yields to UC
     bool set;
   };
   std::vector<Saved> saved;
-  for (const char* n : {"UCX_TLS", "UCX_RNDV_THRESH"}) {
+  for (const char* n : {"UCX_TLS", "UCX_RNDV_THRESH", "UCX_TCP_RX_SEG_SIZE"}) {
     const char* v = std::getenv(n);
     saved.push_back({n, v ? v : "", v != nullptr});
   }
-  auto describeWith = [&](const char* tls, const char* thresh) {
+  auto describeWith = [&](const char* tls, const char* thresh, const char* seg = nullptr) {
     if (tls) setenv("UCX_TLS", tls, 1); else unsetenv("UCX_TLS");
     if (thresh) setenv("UCX_RNDV_THRESH", thresh, 1); else unsetenv("UCX_RNDV_THRESH");
+    if (seg) setenv("UCX_TCP_RX_SEG_SIZE", seg, 1); else unsetenv("UCX_TCP_RX_SEG_SIZE");
     TransportConfig cfg;
     cfg.nranks = 2;
     auto t = ucx->create(cfg);
@@ -442,17 +445,25 @@ TEST_CASE("ucx plugin: the rendezvous threshold follows UCX_TLS and yields to UC
   const std::string all = describeWith(nullptr, nullptr);
   const std::string sm = describeWith("sm,self", nullptr);
   const std::string tcp = describeWith("tcp,self", nullptr);
-  const std::string user = describeWith("tcp,self", "8k");
+  const std::string user = describeWith("tcp,self", "8k", "64K");
+  const std::string notTcp = describeWith("^tcp", nullptr);
   for (const Saved& s : saved) {
     if (s.set) setenv(s.name, s.value.c_str(), 1);
     else unsetenv(s.name);
   }
-  INFO(all << "\n" << sm << "\n" << tcp << "\n" << user);
+  INFO(all << "\n" << sm << "\n" << tcp << "\n" << user << "\n" << notTcp);
   if (all.find("; RDMA") != std::string::npos) {
     // An RDMA device: UCX's own model of its lanes decides.
     CHECK(all.find("UCX_RNDV_THRESH") == std::string::npos);
+    CHECK(all.find("UCX_TCP_RX_SEG_SIZE") == std::string::npos);
     return;
   }
+  const std::string seg = "tcp receives in 512K segments (UCX_TCP_RX_SEG_SIZE)";
+  CHECK(all.find(seg) != std::string::npos);
+  CHECK(tcp.find(seg) != std::string::npos);
+  CHECK(sm.find("UCX_TCP_RX_SEG_SIZE") == std::string::npos);
+  CHECK(notTcp.find("UCX_TCP_RX_SEG_SIZE") == std::string::npos);
+  CHECK(user.find("UCX_TCP_RX_SEG_SIZE") == std::string::npos);
   CHECK(all.find("eager up to 64 KiB (UCX_RNDV_THRESH=65537)") != std::string::npos);
   CHECK(sm.find("eager up to 64 KiB (UCX_RNDV_THRESH=65537)") != std::string::npos);
   CHECK(tcp.find("eager up to 256 KiB (UCX_RNDV_THRESH=262145)") != std::string::npos);

@@ -28,7 +28,11 @@
 # store, rank 1 its standby) and kills or stops rank 0 in every trial (a stopped rank 0 keeps
 # its connections: the standby takes over when it has heard nothing for half the timeout),
 # and in half of them one more rank (killed or stopped; not rank 1, whose standby then
-# serves), without replacements.
+# serves), without replacements. STORE=rank0 STANDBY=host places the ranks on two emulated
+# hosts (BRAID_HOST_ID; the first half of the ranks on one, tcp between them) with the
+# standby on the second (BRAID_STORE_STANDBY=host), and the second victim, when there is one,
+# is rank 1 at rank 0's step in half of those trials (rank 0's whole host lost at once), else
+# any rank but the standby's.
 #
 # MODE=netns runs each job across two emulated hosts (network namespaces joined by a bridge,
 # tests/netns/netns_run.sh; needs root), one or two ranks per host, shared memory within a
@@ -49,6 +53,7 @@ BUILD=${BUILD:-$ROOT/build}
 BRAIDRUN=${BRAIDRUN:-$BUILD/src/launcher/braidrun}
 RANKPROG=${RANKPROG:-$BUILD/tests/multiproc/mp_fault}
 TRANSPORTS=${TRANSPORTS:-"shm tcp"}
+[[ ${STANDBY:-} == host ]] && TRANSPORTS=${TRANSPORTS_HOST:-tcp}  # two emulated hosts: no shared memory between them
 LAUNCHERS=${LAUNCHERS:-"braidrun env"}
 TIMEOUT=${TIMEOUT:-2}
 SEED=${SEED:-$(date +%s)}
@@ -87,7 +92,7 @@ if [[ ${MODE:-fault} == elastic ]]; then
     trap 'kill $etcdPid 2>/dev/null' EXIT
     storeArgs=(-x "BRAID_STORE=etcd://127.0.0.1:$etcdPort/chaos")
   fi
-  echo "# chaos (elastic): $N trials of $STEPS steps, seed $SEED, transports '$TRANSPORTS', store ${STORE:-braidrun}, BRAID_TIMEOUT=$TIMEOUT, logs in $LOG"
+  echo "# chaos (elastic): $N trials of $STEPS steps, seed $SEED, transports '$TRANSPORTS', store ${STORE:-braidrun}${STANDBY:+ (standby: $STANDBY)}, BRAID_TIMEOUT=$TIMEOUT, logs in $LOG"
   start=$(date +%s)
   for ((t = 1; t <= N; ++t)); do
     pick transport "$TRANSPORTS"
@@ -109,8 +114,23 @@ if [[ ${MODE:-fault} == elastic ]]; then
     if [[ ${STORE:-braidrun} == rank0 ]]; then
       grow=0
       pick fault "kill stop"
-      victims="0:$((1 + RANDOM % (STEPS - 2))):$fault"
-      if ((nv == 2)); then
+      step0=$((1 + RANDOM % (STEPS - 2)))
+      victims="0:$step0:$fault"
+      if [[ ${STANDBY:-} == host ]]; then
+        # Ranks r < ceil(np/2) share rank 0's host; the first rank after them keeps the standby.
+        keeper=$(((np + 1) / 2))
+        if ((nv == 2)); then
+          pick same "0 1"
+          if [[ $same == 1 ]]; then
+            victims+=",1:$step0:$fault"
+          else
+            pick fault "kill kill stop"
+            v=$((1 + RANDOM % (np - 2)))
+            ((v >= keeper)) && v=$((v + 1))
+            victims+=",$v:$((1 + RANDOM % (STEPS - 2))):$fault"
+          fi
+        fi
+      elif ((nv == 2)); then
         pick fault "kill kill stop"
         victims+=",$((2 + RANDOM % (np - 2))):$((1 + RANDOM % (STEPS - 2))):$fault"
       fi
@@ -123,9 +143,11 @@ if [[ ${MODE:-fault} == elastic ]]; then
       survivors=()
       doomed=()
       for ((r = 0; r < np; ++r)); do
+        hostEnv=()
+        [[ ${STANDBY:-} == host ]] && hostEnv=(BRAID_STORE_STANDBY=host BRAID_HOST_ID=chaos-host-$((r >= (np + 1) / 2)))
         env -u BRAID_RANK -u BRAID_WORLD_SIZE -u BRAID_STORE_ADDR RANK=$r WORLD_SIZE=$np LOCAL_RANK=$r \
           LOCAL_WORLD_SIZE=$np MASTER_ADDR=127.0.0.1 MASTER_PORT=$port BRAID_TIMEOUT=$TIMEOUT \
-          BRAID_TRANSPORT=$transport MP_VICTIMS=$victims \
+          BRAID_TRANSPORT=$transport MP_VICTIMS=$victims "${hostEnv[@]}" \
           timeout -s KILL $((WALL * 2)) "$RECOVERPROG" "$STEPS" "$count" >>"$out" 2>&1 &
         if [[ ,$victims, == *",$r:"* ]]; then doomed+=($!); else survivors+=($!); fi
       done

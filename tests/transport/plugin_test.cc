@@ -409,6 +409,44 @@ TEST_CASE("plugin ABI v3: the job key reaches the plugin, a peer with another ke
   }
 }
 
+// UCX 1.13's shared-memory transports lose the length of a 64 KiB message when their segment
+// is above 65535 bytes: the plugin refuses such a setting at init, naming it.
+TEST_CASE("ucx plugin: a shared-memory segment above 65535 bytes is refused, naming the variable", "[plugin][ucx]") {
+  const TransportFactory* ucx = nullptr;
+  for (const TransportFactory& f : registry())
+    if (std::string(f.name) == "ucx") ucx = &f;
+  if (!ucx) {
+    WARN("skipped: no ucx plugin in this build");
+    return;
+  }
+  const char* names[] = {"UCX_MM_SEG_SIZE", "UCX_POSIX_SEG_SIZE", "UCX_SYSV_SEG_SIZE"};
+  std::vector<std::pair<std::string, const char*>> saved;
+  for (const char* n : names) {
+    const char* v = std::getenv(n);
+    saved.emplace_back(v ? v : "", v ? n : nullptr);
+  }
+  auto createWith = [&](const char* name, const char* value) {
+    for (const char* n : names) unsetenv(n);
+    if (name) setenv(name, value, 1);
+    TransportConfig cfg;
+    cfg.nranks = 2;
+    return ucx->create(cfg).status();
+  };
+  const Status big = createWith("UCX_POSIX_SEG_SIZE", "65800");
+  const Status unit = createWith("UCX_MM_SEG_SIZE", "128k");
+  const Status edge = createWith("UCX_SYSV_SEG_SIZE", "65535");
+  const Status none = createWith(nullptr, nullptr);
+  for (const char* n : names) unsetenv(n);
+  for (size_t i = 0; i < saved.size(); ++i)
+    if (saved[i].second) setenv(names[i], saved[i].first.c_str(), 1);
+  CHECK(big.code() == Code::kInvalidArgument);
+  CHECK(big.message().find("UCX_POSIX_SEG_SIZE=65800") != std::string::npos);
+  CHECK(unit.code() == Code::kInvalidArgument);
+  CHECK(unit.message().find("UCX_MM_SEG_SIZE=128k") != std::string::npos);
+  CHECK(edge.isOk());
+  CHECK(none.isOk());
+}
+
 // The UCX plugin chooses UCX's rendezvous threshold and tcp's receive segment only where the
 // user did not (docs/transports.md): what it chose shows in its description, as braid-info
 // prints it. The segment is set only where tcp is among UCX's transports.

@@ -5,6 +5,8 @@
 #include <uct/api/uct.h>
 #include <unistd.h>
 
+#include <cctype>
+#include <cerrno>
 #include <cstdarg>
 #include <cstdlib>
 #include <cstring>
@@ -239,7 +241,40 @@ UcxTransport::~UcxTransport() {
 // where UCX wins no peer unless BRAID_TRANSPORT asks for it, the context waits for the first
 // connection; with one, it starts here, so a UCX that cannot start is known before the
 // transports are chosen and the job goes on over tcp.
+// UCX 1.13's shared-memory transports (mm: posix, sysv, xpmem) keep a message's length in 16
+// bits: with a segment above 65535 bytes a message of exactly 64 KiB arrives with length 0
+// (and with a segment of exactly 65536, UCX asserts). Measured with sendrecv_perf over
+// UCX_TLS=sm,self: UCX_POSIX_SEG_SIZE / UCX_SYSV_SEG_SIZE / UCX_MM_SEG_SIZE of 65800 and
+// 131072 fail, 65535 works. So a larger setting is refused at init, naming it, rather than
+// met later as a message that came empty. A size in UCX's syntax: digits, then an optional
+// binary unit (b, k, m, g), case ignored.
+Status checkSharedMemorySegments() {
+  for (const char* name : {"UCX_MM_SEG_SIZE", "UCX_POSIX_SEG_SIZE", "UCX_SYSV_SEG_SIZE", "UCX_XPMEM_SEG_SIZE"}) {
+    const char* v = std::getenv(name);
+    if (!v || !*v) continue;
+    char* end = nullptr;
+    errno = 0;
+    unsigned long long n = std::strtoull(v, &end, 10);
+    if (errno || end == v) continue;  // UCX itself reports a value it cannot read
+    unsigned long long unit = 1;
+    switch (std::tolower(static_cast<unsigned char>(*end))) {
+      case 'k': unit = 1ull << 10; break;
+      case 'm': unit = 1ull << 20; break;
+      case 'g': unit = 1ull << 30; break;
+      default: break;
+    }
+    if (n > 65535 || n * unit > 65535) {
+      return Status(Code::kInvalidArgument,
+                    std::string("ucx: ") + name + "=" + v +
+                        " is above 65535 bytes, which UCX's shared-memory transports cannot carry in one "
+                        "segment (a 64 KiB message would arrive empty); set 65535 or less, or leave it unset");
+    }
+  }
+  return Status::ok();
+}
+
 Status UcxTransport::init() {
+  BRAID_RETURN_IF_ERROR(checkSharedMemorySegments());
   inv_ = inventory();
   rndvThresh_ = rndvThreshold(inv_.rdma);
   tcpRxSeg_ = tcpRxSegment(inv_.rdma);

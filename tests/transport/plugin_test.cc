@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -409,36 +410,58 @@ TEST_CASE("plugin ABI v3: the job key reaches the plugin, a peer with another ke
   }
 }
 
+// The ucx plugin's factory, or null when this build has none.
+const TransportFactory* ucxFactory() {
+  for (const TransportFactory& f : registry())
+    if (std::string(f.name) == "ucx") return &f;
+  return nullptr;
+}
+
+// Puts the named environment variables back as they were when it goes out of scope.
+class RestoreEnv {
+ public:
+  explicit RestoreEnv(std::vector<const char*> names) : names_(std::move(names)) {
+    for (const char* n : names_) {
+      const char* v = std::getenv(n);
+      saved_.emplace_back(v != nullptr, v ? v : "");
+    }
+  }
+  ~RestoreEnv() {
+    for (size_t i = 0; i < names_.size(); ++i) {
+      if (saved_[i].first) setenv(names_[i], saved_[i].second.c_str(), 1);
+      else unsetenv(names_[i]);
+    }
+  }
+
+ private:
+  std::vector<const char*> names_;
+  std::vector<std::pair<bool, std::string>> saved_;
+};
+
 // UCX 1.13's shared-memory transports lose the length of a 64 KiB message when their segment
 // is above 65535 bytes: the plugin refuses such a setting at init, naming it.
 TEST_CASE("ucx plugin: a shared-memory segment above 65535 bytes is refused, naming the variable", "[plugin][ucx]") {
-  const TransportFactory* ucx = nullptr;
-  for (const TransportFactory& f : registry())
-    if (std::string(f.name) == "ucx") ucx = &f;
+  const TransportFactory* ucx = ucxFactory();
   if (!ucx) {
     WARN("skipped: no ucx plugin in this build");
     return;
   }
-  const char* names[] = {"UCX_MM_SEG_SIZE", "UCX_POSIX_SEG_SIZE", "UCX_SYSV_SEG_SIZE"};
-  std::vector<std::pair<std::string, const char*>> saved;
-  for (const char* n : names) {
-    const char* v = std::getenv(n);
-    saved.emplace_back(v ? v : "", v ? n : nullptr);
+  const std::vector<const char*> names = {"UCX_MM_SEG_SIZE", "UCX_POSIX_SEG_SIZE", "UCX_SYSV_SEG_SIZE"};
+  Status big, unit, edge, none;
+  {
+    RestoreEnv restore(names);
+    auto createWith = [&](const char* name, const char* value) {
+      for (const char* n : names) unsetenv(n);
+      if (name) setenv(name, value, 1);
+      TransportConfig cfg;
+      cfg.nranks = 2;
+      return ucx->create(cfg).status();
+    };
+    big = createWith("UCX_POSIX_SEG_SIZE", "65800");
+    unit = createWith("UCX_MM_SEG_SIZE", "128k");
+    edge = createWith("UCX_SYSV_SEG_SIZE", "65535");
+    none = createWith(nullptr, nullptr);
   }
-  auto createWith = [&](const char* name, const char* value) {
-    for (const char* n : names) unsetenv(n);
-    if (name) setenv(name, value, 1);
-    TransportConfig cfg;
-    cfg.nranks = 2;
-    return ucx->create(cfg).status();
-  };
-  const Status big = createWith("UCX_POSIX_SEG_SIZE", "65800");
-  const Status unit = createWith("UCX_MM_SEG_SIZE", "128k");
-  const Status edge = createWith("UCX_SYSV_SEG_SIZE", "65535");
-  const Status none = createWith(nullptr, nullptr);
-  for (const char* n : names) unsetenv(n);
-  for (size_t i = 0; i < saved.size(); ++i)
-    if (saved[i].second) setenv(names[i], saved[i].first.c_str(), 1);
   CHECK(big.code() == Code::kInvalidArgument);
   CHECK(big.message().find("UCX_POSIX_SEG_SIZE=65800") != std::string::npos);
   CHECK(unit.code() == Code::kInvalidArgument);
@@ -452,23 +475,13 @@ TEST_CASE("ucx plugin: a shared-memory segment above 65535 bytes is refused, nam
 // prints it. The segment is set only where tcp is among UCX's transports.
 TEST_CASE("ucx plugin: the rendezvous threshold and tcp segment follow UCX_TLS and yield to the user's",
           "[plugin][ucx]") {
-  const TransportFactory* ucx = nullptr;
-  for (const TransportFactory& f : registry())
-    if (std::string(f.name) == "ucx") ucx = &f;
+  const TransportFactory* ucx = ucxFactory();
   if (!ucx) {
     WARN("skipped: no ucx plugin in this build");
     return;
   }
-  struct Saved {
-    const char* name;
-    std::string value;
-    bool set;
-  };
-  std::vector<Saved> saved;
-  for (const char* n : {"UCX_TLS", "UCX_RNDV_THRESH", "UCX_TCP_RX_SEG_SIZE"}) {
-    const char* v = std::getenv(n);
-    saved.push_back({n, v ? v : "", v != nullptr});
-  }
+  std::optional<RestoreEnv> restore(std::in_place,
+                                    std::vector<const char*>{"UCX_TLS", "UCX_RNDV_THRESH", "UCX_TCP_RX_SEG_SIZE"});
   auto describeWith = [&](const char* tls, const char* thresh, const char* seg = nullptr) {
     if (tls) setenv("UCX_TLS", tls, 1); else unsetenv("UCX_TLS");
     if (thresh) setenv("UCX_RNDV_THRESH", thresh, 1); else unsetenv("UCX_RNDV_THRESH");
@@ -485,10 +498,7 @@ TEST_CASE("ucx plugin: the rendezvous threshold and tcp segment follow UCX_TLS a
   const std::string tcp = describeWith("tcp,self", nullptr);
   const std::string user = describeWith("tcp,self", "8k", "64K");
   const std::string notTcp = describeWith("^tcp", nullptr);
-  for (const Saved& s : saved) {
-    if (s.set) setenv(s.name, s.value.c_str(), 1);
-    else unsetenv(s.name);
-  }
+  restore.reset();
   INFO(all << "\n" << sm << "\n" << tcp << "\n" << user << "\n" << notTcp);
   if (all.find("; RDMA") != std::string::npos) {
     // An RDMA device: UCX's own model of its lanes decides.

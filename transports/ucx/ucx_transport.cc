@@ -139,8 +139,8 @@ std::string rndvThreshold(bool rdma) {
 // The receive segment of UCX's tcp transport braid asks for when the user did not set
 // UCX_TCP_RX_SEG_SIZE, or "". UCX's tcp receives into segments of its own (64 KiB by
 // default) and copies each message out of them; a message larger than a segment travels
-// in fragments, each its own receive and hand-over. 512 KiB holds a whole slot (256 KiB)
-// and most of a rendezvous pipeline's piece in one. Measured (docs/performance.md, "UCX"):
+// in fragments, each its own receive and hand-over; 512 KiB holds a whole slot (256 KiB).
+// Measured (docs/performance.md, "UCX"):
 // best of six alternating runs over UCX_TLS=tcp, 16 MiB, one-way sendrecv 4.18 -> 5.64 GB/s,
 // allgather 4 ranks 0.93 -> 1.08, allreduce 4 ranks 0.79 -> 0.88 busbw; 1 MiB segments
 // were slower again (sendrecv 3.99).
@@ -236,11 +236,6 @@ UcxTransport::~UcxTransport() {
   if (context_) ucp_cleanup(context_);
 }
 
-// UCX's context is the expensive part of an instance (tens of milliseconds, file
-// descriptors, shared memory). Scores need only the inventory, so without an RDMA device,
-// where UCX wins no peer unless BRAID_TRANSPORT asks for it, the context waits for the first
-// connection; with one, it starts here, so a UCX that cannot start is known before the
-// transports are chosen and the job goes on over tcp.
 // UCX 1.13's shared-memory transports (mm: posix, sysv, xpmem) keep a message's length in 16
 // bits: with a segment above 65535 bytes a message of exactly 64 KiB arrives with length 0
 // (and with a segment of exactly 65536, UCX asserts). Measured with sendrecv_perf over
@@ -273,6 +268,11 @@ Status checkSharedMemorySegments() {
   return Status::ok();
 }
 
+// UCX's context is the expensive part of an instance (tens of milliseconds, file
+// descriptors, shared memory). Scores need only the inventory, so without an RDMA device,
+// where UCX wins no peer unless BRAID_TRANSPORT asks for it, the context waits for the first
+// connection; with one, it starts here, so a UCX that cannot start is known before the
+// transports are chosen and the job goes on over tcp.
 Status UcxTransport::init() {
   BRAID_RETURN_IF_ERROR(checkSharedMemorySegments());
   inv_ = inventory();

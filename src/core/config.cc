@@ -165,11 +165,8 @@ StatusOr<Config> Config::fromEnv(const std::function<const char*(const char*)>& 
   if (const char* v = get("BRAID_STORE_STANDBY"); v && std::string(v) == "host") {
     c.storeStandby = true;
     c.storeStandbyOtherHost = true;
-  } else if (v && *v && std::string(v) != "0" && std::string(v) != "1" && std::string(v) != "true" &&
-             std::string(v) != "false") {
+  } else if (!readBool(get, "BRAID_STORE_STANDBY", &c.storeStandby).isOk()) {
     return badValue("BRAID_STORE_STANDBY", v, "0, 1 or host");
-  } else {
-    BRAID_RETURN_IF_ERROR(readBool(get, "BRAID_STORE_STANDBY", &c.storeStandby));
   }
   BRAID_RETURN_IF_ERROR(readBool(get, "BRAID_BIND", &c.bind));
   BRAID_RETURN_IF_ERROR(readBool(get, "BRAID_COMM_BLOCKING", &c.blocking));

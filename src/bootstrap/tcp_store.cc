@@ -74,6 +74,8 @@ constexpr double kMirrorSec = 5.0;
 // How long one probe (TcpStoreClient::probe) of a store or standby may take: a store that
 // needs longer to admit a connection is stalled.
 constexpr double kProbeSec = 2.0;
+// How long a store whose standby ended their connection waits for it to answer (mirrorAnswered).
+constexpr double kSupersedeProbeSec = 6.0;
 // Keys the stores keep for themselves (braid's own keys are printable). A client's last
 // numbered add: "<number> <value> <key>"; mirrored alone, it carries the counter's new
 // value with it, so the standby never holds one without the other.
@@ -761,7 +763,12 @@ struct TcpStoreServer::Impl {
       return;
     }
     if (s.code() == Code::kTimeout) return dropMirror(s.message());
-    auto there = TcpStoreClient::probe(mirrorHost, mirrorPort, expectedNonce, key, tls && key.present, kProbeSec);
+    // The standby ended the connection: it died, or it took over and serves. Taken over, it
+    // answers; a busy one may take more than a probe's usual 2 s to, and a store that then
+    // went on alone would serve beside it (measured under sanitizers on a loaded 2-core
+    // machine). A dead one refuses at once on its host, so the longer wait costs only there.
+    auto there = TcpStoreClient::probe(mirrorHost, mirrorPort, expectedNonce, key, tls && key.present,
+                                       kSupersedeProbeSec);
     if (!there.isOk()) return dropMirror(s.message() + "; " + there.status().message());
     supersede();
   }

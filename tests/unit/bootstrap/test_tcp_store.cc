@@ -921,6 +921,14 @@ int readInt(int fd, double sec) {
   return 0;
 }
 
+// kill() only queues SIGSTOP: on a loaded machine the child may serve a request or two before
+// it stops. Returns once it has.
+static void waitStopped(pid_t pid) {
+  int st = 0;
+  REQUIRE(waitpid(pid, &st, WUNTRACED) == pid);
+  REQUIRE(WIFSTOPPED(st));
+}
+
 // A stopped store keeps its connections open, so nobody sees it go. Its standby takes over
 // once it has sent nothing for the silence the standby allows, and a client whose request
 // has waited asks the standby and goes there. Continued, the store finds its standby serving
@@ -972,6 +980,7 @@ TEST_CASE("tcp store: a standby takes over from a stopped store, which stands as
   CHECK(idle->get("k", Deadline::after(2)).value() == "before");
 
   REQUIRE(kill(child.pid, SIGSTOP) == 0);
+  waitStopped(child.pid);
   auto t0 = std::chrono::steady_clock::now();
   std::thread waiter([&] {
     auto v = b->get("later", Deadline::after(10));  // parked at the stopped store
@@ -1034,6 +1043,7 @@ TEST_CASE("tcp store: a standby the store dropped stands down, and never serves"
 
   REQUIRE(a->set("k0", "before").isOk());
   REQUIRE(kill(child.pid, SIGSTOP) == 0);
+  waitStopped(child.pid);
   // Its heartbeats are not waited for: reads are answered at once while it is stopped.
   std::this_thread::sleep_for(std::chrono::milliseconds(600));
   auto t0 = std::chrono::steady_clock::now();

@@ -766,7 +766,8 @@ struct TcpStoreServer::Impl {
     // The standby ended the connection: it died, or it took over and serves. Taken over, it
     // answers; a busy one may take more than a probe's usual 2 s to, and a store that then
     // went on alone would serve beside it (measured under sanitizers on a loaded 2-core
-    // machine). A dead one refuses at once on its host, so the longer wait costs only there.
+    // machine). A dead standby's host refuses the probe at once: only a standby whose host is
+    // gone too costs the longer wait.
     auto there = TcpStoreClient::probe(mirrorHost, mirrorPort, expectedNonce, key, tls && key.present,
                                        kSupersedeProbeSec);
     if (!there.isOk()) return dropMirror(s.message() + "; " + there.status().message());

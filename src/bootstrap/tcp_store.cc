@@ -1602,6 +1602,22 @@ void TcpStoreClient::interrupt() {
   if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
 }
 
+ssize_t TcpStoreClient::readChunkLocked(int flags) {
+  const size_t old = inbuf_.size();
+  inbuf_.resize(old + kReadChunk);
+  ssize_t n;
+  if (tls_) {
+    iovec v{&inbuf_[old], kReadChunk};
+    n = tls_->readv(&v, 1);
+  } else {
+    n = recv(fd_, &inbuf_[old], kReadChunk, flags);
+  }
+  const int err = errno;
+  inbuf_.resize(old + (n > 0 ? static_cast<size_t>(n) : 0));
+  errno = err;
+  return n;
+}
+
 Status TcpStoreClient::readReply(Deadline deadline, proto::Reply* reply, bool* timedOut) {
   *timedOut = false;
   // A store that stopped answering may be about to be replaced by its standby: wait until
@@ -1635,16 +1651,7 @@ Status TcpStoreClient::readReply(Deadline deadline, proto::Reply* reply, bool* t
       if (pr < 0 && errno != EINTR) return lose("poll failed: " + errnoText(errno));
       if (pr <= 0) continue;
     }
-    size_t old = inbuf_.size();
-    inbuf_.resize(old + kReadChunk);
-    ssize_t n;
-    if (tls_) {
-      iovec v{&inbuf_[old], kReadChunk};
-      n = tls_->readv(&v, 1);
-    } else {
-      n = recv(fd_, &inbuf_[old], kReadChunk, 0);
-    }
-    inbuf_.resize(old + (n > 0 ? static_cast<size_t>(n) : 0));
+    const ssize_t n = readChunkLocked(0);
     if (tls_ && n < 0 && errno == EAGAIN) {
       pollfd p{fd_, tls_->wantEvents(), 0};
       if (poll(&p, 1, deadline.remainingMillis(stepMs)) < 0 && errno != EINTR)
@@ -1777,16 +1784,7 @@ Status TcpStoreClient::ping(Deadline deadline) {
       if (owedReplies_ > 0) --owedReplies_;
       continue;
     }
-    const size_t old = inbuf_.size();
-    inbuf_.resize(old + kReadChunk);
-    ssize_t n;
-    if (tls_) {
-      iovec v{&inbuf_[old], kReadChunk};
-      n = tls_->readv(&v, 1);
-    } else {
-      n = recv(fd_, &inbuf_[old], kReadChunk, MSG_DONTWAIT);
-    }
-    inbuf_.resize(old + (n > 0 ? static_cast<size_t>(n) : 0));
+    const ssize_t n = readChunkLocked(MSG_DONTWAIT);
     if (n > 0) continue;
     if (n == 0) {
       closedByPeer_ = true;

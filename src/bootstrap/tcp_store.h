@@ -8,6 +8,8 @@
 // thread) until the key is set or the client's deadline passes. A client that sends
 // anything malformed loses its own connection and nothing else.
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -196,6 +198,10 @@ class TcpStoreClient : public Store {
   static StatusOr<std::unique_ptr<TcpStoreClient>> handshake(const std::string& address, int fd, uint64_t nonce,
                                                              const AuthKey& key, double opTimeoutSec, bool tls,
                                                              uint64_t clientId, bool* dropped);
+  // Reads what the connection has, up to kReadChunk, onto inbuf_: the bytes read, 0 at the
+  // store's end, or -1 with errno. `flags` go to recv (a TLS session reads as it was set up).
+  // Caller holds mu_.
+  ssize_t readChunkLocked(int flags);
   // roundTrip's one attempt on the current connection. Caller holds mu_.
   Status roundTripLocked(const proto::Request& req, Deadline replyDeadline, proto::Reply* reply);
   // The connection is lost and a standby is known (and not used yet). Caller holds mu_.

@@ -55,6 +55,8 @@ constexpr size_t kWholeBlockBytes = 64u << 20;
 constexpr size_t kSmallMaxBytes = 64 * 1024;
 // Channel number of the mesh, kept apart from the rings' in transport names.
 constexpr int kMeshChannel = 1000;
+// How many of its latest calls a failing rank publishes for its peers to decode.
+constexpr size_t kPublishedCalls = 4;
 // Point-to-point messages carry this tag instead of a collective's sequence number: sends
 // and receives match in order per pair of ranks, whatever else each rank issued.
 constexpr uint64_t kP2PTag = 0xFFFFFFFF00000000ull | 0x70327032u;
@@ -142,6 +144,29 @@ bool sameRequest(const algorithms::Request& a, const algorithms::Request& b) {
   return a.coll == b.coll && a.count == b.count && a.dtype == b.dtype && a.op == b.op && a.root == b.root &&
          a.inPlace == b.inPlace && a.counts == b.counts && a.displs == b.displs && a.sendCounts == b.sendCounts &&
          a.sendDispls == b.sendDispls && sameP2P(a.p2p, b.p2p);
+}
+
+// Whether a call's schedule needs acknowledgements (exec::computeAcks) for every rank to see
+// a mismatched call. In allreduce, allgather, reduce-scatter, alltoall and barrier every
+// rank's result depends on every rank's, so a rank cannot finish while a peer it sent to
+// runs another call: that peer never passes on what the others wait for. Rooted
+// collectives break that (a broadcast's root receives nothing; a reduce's leaves neither),
+// and so do the v-variants where a count is zero (a rank may send what nobody returns).
+bool needsAcks(const algorithms::Request& req) {
+  using C = algorithms::Collective;
+  switch (req.coll) {
+    case C::kBroadcast:
+    case C::kReduce:
+    case C::kGather:
+    case C::kScatter:
+    case C::kAllToAllV:
+      return true;
+    case C::kAllGatherV:
+    case C::kReduceScatterV:
+      return std::find(req.counts.begin(), req.counts.end(), size_t{0}) != req.counts.end();
+    default:
+      return false;
+  }
 }
 }  // namespace
 
@@ -853,6 +878,10 @@ Status Communicator::connect() {
   for (const auto& c : connections_) carriesWhole &= c->maxMessageBytes() >= kWholeBlockBytes;
   const std::string wholeKey = key("whole-blocks");
   if (carriesWhole) BRAID_RETURN_IF_ERROR(store_->add(wholeKey, 1).status());
+  // Acknowledgements unless a rank turned them off: a rank waiting for one that its peer
+  // does not send would wait for the timeout.
+  const std::string noAcksKey = key("no-send-acks");
+  if (!cfg.sendAcks) BRAID_RETURN_IF_ERROR(store_->add(noAcksKey, 1).status());
   // Phase 3: everyone attached; transports finish (accept, unlink).
   BRAID_RETURN_IF_ERROR(bootstrap::barrier(*store_, key("connected"), nranks_, deadline, [&] { return initPoll(deadline); }));
   for (auto& t : transports_)
@@ -864,6 +893,12 @@ Status Communicator::connect() {
     if (n == nranks_) wholeBlockBytes_ = kWholeBlockBytes;
   }
   layout_.wholeBlockBytes = wholeBlockBytes_;
+  BRAID_ASSIGN_OR_RETURN(int64_t noAcks, store_->add(noAcksKey, 0));
+  sendAcks_ = noAcks == 0;
+  if (!sendAcks_ && rank_ == 0)
+    BRAID_INFO("BRAID_SEND_ACKS=0 on %lld rank(s): a rank that only sends in a rooted collective returns without "
+               "its peers' acknowledgement and learns of a mismatched call at its next call",
+               static_cast<long long>(noAcks));
   return Status::ok();
 }
 
@@ -937,6 +972,7 @@ StatusOr<std::shared_ptr<Op>> Communicator::prepareScheduled(std::shared_ptr<Op>
       return internalError(sched.algorithm + ": a mesh schedule must have one channel");
     if (static_cast<int>(sched.channels.size()) > nchannels_)
       return internalError(sched.algorithm + ": more channels than the communicator has");
+    if (sendAcks_ && needsAcks(req)) exec::computeAcks(&sched, nranks_);
     cachedSchedule_ = std::make_shared<const exec::Schedule>(std::move(sched));
     cachedReq_ = req;
   }
@@ -961,7 +997,9 @@ StatusOr<std::shared_ptr<Op>> Communicator::prepareScheduled(std::shared_ptr<Op>
   op->channels_.clear();
   for (size_t c = 0; c < op->schedule_->channels.size(); ++c) {
     bool divides = c < op->schedule_->divideRanges.size() && !op->schedule_->divideRanges[c].empty();
-    if (!op->schedule_->channels[c].steps.empty() || divides) op->channels_.push_back(static_cast<int>(c));
+    // Channel 0 also carries the acknowledgements, whatever its share of the data.
+    const bool acks = c == 0 && (!op->schedule_->ackTo.empty() || !op->schedule_->ackFrom.empty());
+    if (!op->schedule_->channels[c].steps.empty() || divides || acks) op->channels_.push_back(static_cast<int>(c));
   }
   op->remaining_ = static_cast<int>(op->channels_.size());
   op->outputBytes_ = algorithms::outputElems(req, rank_, nranks_) * dataTypeSize(req.dtype);
@@ -1048,6 +1086,7 @@ void Communicator::runChannel(const std::shared_ptr<Op>& op, int channel) {
       ctx.otherLinks = mesh ? &links_[0] : &meshLinks_;
       ctx.longWait = [this, &op] { publishCall(*op); };
     }
+    if (channel == 0 && op->sequenced_) ctx.ackLinks = &meshLinks_;
     if (op->sequenced_ && !op->startedAtQueue_) recorder_.started(static_cast<uint32_t>(op->tag_ >> 32));
     const int64_t t0 = timeline::on() ? timeline::nowUs() : 0;
     s = exec::runChannel(*op->schedule_, channel, op->buffers_, mesh ? meshLinks_ : links_[channel], ctx);
@@ -1243,7 +1282,12 @@ Status Communicator::explainMismatch(const Status& s, const Op& op, uint64_t pee
   const int peer = s.rank();
   const uint32_t mySeq = static_cast<uint32_t>(op.tag_ >> 32);
   const uint32_t peerSeq = static_cast<uint32_t>(peerTag >> 32);
-  const std::string mine = "#" + std::to_string(mySeq) + " " + describeCall(op.shape_);
+  std::string mine = "#" + std::to_string(mySeq) + " " + describeCall(op.shape_);
+  // A peer behind this rank sent a call this rank has finished: that one disagrees.
+  if (peerSeq < mySeq) {
+    const std::string then = recorder_.describe(peerSeq);
+    if (!then.empty()) mine = then + ", then " + mine;
+  }
   std::string theirs;
   if (peer >= 0 && peer < nranks_ && !storeLost()) {
     // Published first, so that a peer doing the same finds this rank's call without waiting.
@@ -1252,6 +1296,13 @@ Status Communicator::explainMismatch(const Status& s, const Op& op, uint64_t pee
     Deadline deadline = Deadline::after(std::min(2.0, std::max(0.5, opts_.config.timeoutSec / 2)));
     auto v = store_->get(key("call/" + std::to_string(peer) + "/" + std::to_string(peerSeq)), deadline);
     if (v.isOk()) theirs = v.value();
+    // A peer ahead of this rank finished this operation, with a call of its own, before it
+    // sent what arrived here: that call is the one that disagrees. It publishes it when it
+    // fails (fail), at the latest at its next wait.
+    if (peerSeq > mySeq && peerSeq - mySeq < kPublishedCalls) {
+      auto at = store_->get(key("call/" + std::to_string(peer) + "/" + std::to_string(mySeq)), deadline);
+      if (at.isOk()) theirs = at.value() + (theirs.empty() ? "" : ", then " + theirs);
+    }
   }
   if (theirs.empty())
     theirs = "#" + std::to_string(peerSeq) + ", another call (shape " + std::to_string(peerTag & 0xffffffffu) +
@@ -1330,6 +1381,14 @@ Status Communicator::fail(const Status& s) {
   if (first) {
     BRAID_WARN("%s", report.toString().c_str());
     dumpFlightRecorder(report);
+    // This rank's latest calls first, so that a peer explaining a mismatch with one of them
+    // can decode it (explainMismatch): a rank that failed on a peer's record, or that
+    // finished the mismatched call and failed at its next one, has not published them.
+    if (!storeLost()) {
+      for (const auto& call : recorder_.recent(kPublishedCalls))
+        (void)store_->set(key("call/" + std::to_string(rank_) + "/" + std::to_string(call.first)), call.second,
+                          graceDeadline());
+    }
     // Errors that came from another rank's record need not be re-published, nor can
     // anything be through a lost store.
     if (report.message().find(" reported: ") == std::string::npos && !storeLost())

@@ -248,6 +248,9 @@ class Communicator {
   // Messages of wholeBlocks schedules, when every connection of every rank carries messages
   // larger than a slot (agreed in connect()); 0 = slot-sized slices everywhere.
   size_t wholeBlockBytes_ = 0;
+  // Acknowledgements in rooted collectives (exec::computeAcks): BRAID_SEND_ACKS on every
+  // rank (agreed in connect()).
+  bool sendAcks_ = true;
   int localRank_ = 0;
   int localSize_ = 1;
   int numaNode_ = -1;

@@ -45,6 +45,7 @@ const std::vector<ConfigEntry>& configTable() {
       {"BRAID_AUTH_KEY", "string", "", "the job's secret key: 64 hex digits or a passphrase of 16+ characters; store and tcp connections must prove it (braidrun sets a fresh one per job)"},
       {"BRAID_LIVE_STATUS", "bool", "1", "answer braid-info --status: a thread per process waits in braid's store (its own connection) and, when asked, says where each communicator is; 0 turns it off"},
       {"BRAID_WHOLE_BLOCKS", "bool", "1", "where every connection of every rank carries messages larger than a slot (UCX with zero copy), send each step of allgather, alltoall and point-to-point groups as one message of up to 64 MiB instead of slot-sized slices; 0 on any rank turns it off for the communicator"},
+      {"BRAID_SEND_ACKS", "bool", "1", "in broadcast, reduce, gather, scatter and the v-collectives, a rank that only sends to a peer waits for that peer's acknowledgement, so that a peer that issued another call fails this call too; 0: it returns once its data is sent, as with NCCL and MPI, and learns of such a mismatch at its next call (faster small rooted collectives); 0 on any rank turns it off for the communicator"},
       {"BRAID_TLS", "bool", "0", "encrypt and integrity-protect store and tcp data connections with TLS 1.3 keyed by the job key (needs BRAID_AUTH_KEY, braidrun or a unique id; OpenSSL); set it the same for every rank and braidrun"},
       {"BRAID_AUTH_KEY_FILE", "string", "", "a file (mode 0600, owned by the user) holding the job's key, instead of BRAID_AUTH_KEY"},
       {"BRAID_STORE_STANDBY", "string", "1", "where rank 0 serves the job's store (torchrun, mpirun, Slurm, by hand): rank 1 keeps a standby that takes every write before it is acknowledged and serves when rank 0 is gone, or silent for half of BRAID_TIMEOUT (stopped), so survivors can agree, shrink and grow; host: the first rank on another host than rank 0 keeps it, so that losing rank 0's host does not lose the store, but a network partition between the two hosts can split the job in two; 0 turns it off"},
@@ -161,6 +162,7 @@ StatusOr<Config> Config::fromEnv(const std::function<const char*(const char*)>& 
   BRAID_RETURN_IF_ERROR(readBool(get, "BRAID_PROBE", &c.probe));
   BRAID_RETURN_IF_ERROR(readBool(get, "BRAID_TLS", &c.tls));
   BRAID_RETURN_IF_ERROR(readBool(get, "BRAID_WHOLE_BLOCKS", &c.wholeBlocks));
+  BRAID_RETURN_IF_ERROR(readBool(get, "BRAID_SEND_ACKS", &c.sendAcks));
   BRAID_RETURN_IF_ERROR(readBool(get, "BRAID_LIVE_STATUS", &c.liveStatus));
   if (const char* v = get("BRAID_STORE_STANDBY"); v && std::string(v) == "host") {
     c.storeStandby = true;

@@ -42,6 +42,7 @@ struct Config {
   bool storeStandby = true;    // BRAID_STORE_STANDBY: rank 1 stands by for the store rank 0 serves
   bool storeStandbyOtherHost = false;  // BRAID_STORE_STANDBY=host: the first rank on another host does
   bool wholeBlocks = true;     // BRAID_WHOLE_BLOCKS: large messages where every connection carries them
+  bool sendAcks = true;        // BRAID_SEND_ACKS: acknowledgements in rooted collectives (exec::computeAcks)
   std::string hostId;         // "" = hostname + boot id
   std::string topoFile;       // load the topology from this file instead of discovering it
   std::string topoDumpFile;   // write the topology braid sees to this JSON file

@@ -135,6 +135,15 @@ std::string FlightRecorder::describe(uint32_t seq) const {
   return e ? "#" + std::to_string(seq) + " " + describeCall(e->shape) : std::string();
 }
 
+std::vector<std::pair<uint32_t, std::string>> FlightRecorder::recent(size_t n) const {
+  Lock lock(busy_);
+  std::vector<const Entry*> v = ordered();
+  std::vector<std::pair<uint32_t, std::string>> out;
+  for (size_t i = v.size() > n ? v.size() - n : 0; i < v.size(); ++i)
+    out.emplace_back(v[i]->seq, "#" + std::to_string(v[i]->seq) + " " + describeCall(v[i]->shape));
+  return out;
+}
+
 std::string FlightRecorder::lastCompleted() const {
   Lock lock(busy_);
   if (!anyDone_) return "";

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "algorithms/algorithm.h"
@@ -52,6 +53,8 @@ class FlightRecorder {
 
   // "#41 allreduce count=1000 float sum", or "" when `seq` is no longer (or not yet) held.
   std::string describe(uint32_t seq) const;
+  // The newest `n` operations queued here, oldest first: (sequence, described as above).
+  std::vector<std::pair<uint32_t, std::string>> recent(size_t n) const;
   // The newest operation that completed here, described as above; "" when none has.
   std::string lastCompleted() const;
   // What is in flight now, for a live view: the oldest operation not finished (`busy`), with

@@ -51,6 +51,13 @@ class ChannelRunner {
       if (st.peerIn >= 0 && links_.recvFrom[st.peerIn]) addActive(links_.recvFrom[st.peerIn]);
       if (st.peerOut >= 0 && links_.sendTo[st.peerOut]) addActive(links_.sendTo[st.peerOut]);
     }
+    acks_ = ctx.ackLinks && (!s.ackTo.empty() || !s.ackFrom.empty());
+    if (acks_) {
+      for (int p : s.ackTo)
+        if (ctx.ackLinks->sendTo[p]) addActive(ctx.ackLinks->sendTo[p]);
+      for (int p : s.ackFrom)
+        if (ctx.ackLinks->recvFrom[p]) addActive(ctx.ackLinks->recvFrom[p]);
+    }
     sliceBytes_ = std::max(es_, ctx.sliceBytes / es_ * es_);
     // Whole blocks over connections that carry large messages: a step's round is one message.
     whole_ = s.wholeBlocks && ctx.wholeBlockBytes > sliceBytes_;
@@ -70,12 +77,51 @@ class ChannelRunner {
  private:
   Status runSteps() {
     for (const Step& st : plan_.steps) BRAID_RETURN_IF_ERROR(checkLinks(st));
+    if (acks_) BRAID_RETURN_IF_ERROR(sendAcks());
     if (plan_.phases.empty()) {
       BRAID_RETURN_IF_ERROR(runPhase(0, plan_.steps.size(), plan_.rounds));
     } else {
       for (const Phase& ph : plan_.phases) BRAID_RETURN_IF_ERROR(runPhase(ph.firstStep, ph.numSteps, ph.rounds));
     }
+    if (acks_) BRAID_RETURN_IF_ERROR(receiveAcks());
     return flushAll();
+  }
+
+  // Schedule::ackTo: an empty message with this operation's tag to every rank that only
+  // sends to this one, sent first so that it is usually there before the peer looks. The
+  // mesh connection it takes carries nothing else of this operation, and the older messages
+  // a full FIFO may still hold belong to operations the peer finishes without this one.
+  Status sendAcks() {
+    for (int p : s_.ackTo) {
+      Connection* c = ctx_.ackLinks->sendTo[p];
+      if (!c) return internalError("no connection to rank " + std::to_string(p) + " for an acknowledgement");
+      Slot slot;
+      BRAID_RETURN_IF_ERROR(waitFor(c, /*forSend=*/true, &slot));
+      slot.tag = ctx_.tag;
+      BRAID_RETURN_IF_ERROR(c->postSend(slot, 0));
+      BRAID_RETURN_IF_ERROR(c->progress());
+    }
+    return Status::ok();
+  }
+
+  // Schedule::ackFrom: every rank this one only sent to shows its call, like a slot would.
+  Status receiveAcks() {
+    for (int p : s_.ackFrom) {
+      Connection* c = ctx_.ackLinks->recvFrom[p];
+      if (!c) return internalError("no connection from rank " + std::to_string(p) + " for an acknowledgement");
+      Slot slot;
+      BRAID_RETURN_IF_ERROR(waitFor(c, /*forSend=*/false, &slot));
+      if ((slot.tag ^ ctx_.tag) & c->tagMask()) return mismatchWith(p, slot.tag, c->tagMask());
+      if (slot.bytes != 0) {
+        return Status(Code::kInvalidArgument,
+                      "collective mismatch: rank " + std::to_string(p) + " sent " + std::to_string(slot.bytes) +
+                          " bytes where rank " + std::to_string(ctx_.rank) + " expected its acknowledgement of " +
+                          describeTag(ctx_.tag),
+                      p);
+      }
+      BRAID_RETURN_IF_ERROR(c->releaseRecv(slot));
+    }
+    return Status::ok();
   }
 
   Status runPhase(size_t first, size_t count, int nrounds) {
@@ -537,6 +583,7 @@ class ChannelRunner {
   size_t es_;
   size_t sliceBytes_;
   bool whole_ = false;  // slices of a wholeBlocks schedule above a slot (RunContext::wholeBlockBytes)
+  bool acks_ = false;   // this channel sends and receives the schedule's acknowledgements
   // Copies that large messages of non-direct steps are sent from (sendCopy).
   std::vector<std::unique_ptr<char[]>> bounce_;
   // A handful of connections in practice; a small inline array keeps a small collective

@@ -73,6 +73,9 @@ struct RunContext {
   std::function<void()> longWait;
   // Where this channel notes a long wait (null: nowhere).
   WaitNote* waitNote = nullptr;
+  // The links Schedule::ackTo/ackFrom travel on (the mesh), or null. Set for channel 0
+  // only, whose thread owns the mesh.
+  const ChannelLinks* ackLinks = nullptr;
 };
 
 // How long a wait lasts before it looks for a mismatched peer (RunContext::otherLinks).

@@ -1,6 +1,8 @@
 #include "exec/schedule.h"
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 namespace braid::exec {
 
@@ -82,7 +84,27 @@ std::string validate(const Schedule& s, int nranks, size_t inputBytes, size_t ou
       if (usesOut(st.prim) && (st.peerOut < 0 || st.peerOut >= nranks)) return where + "peerOut out of range";
     }
   }
+  for (const std::vector<int>* acks : {&s.ackTo, &s.ackFrom})
+    for (int p : *acks)
+      if (p < 0 || p >= nranks) return "acknowledgement peer " + std::to_string(p) + " out of range";
   return "";
+}
+
+void computeAcks(Schedule* s, int nranks) {
+  std::vector<char> sends(static_cast<size_t>(nranks), 0), recvs(static_cast<size_t>(nranks), 0);
+  for (const ChannelPlan& ch : s->channels) {
+    for (const Step& st : ch.steps) {
+      if (st.bytes() == 0) continue;  // cut into no slices: nothing travels
+      if (usesIn(st.prim) && st.peerIn >= 0 && st.peerIn < nranks) recvs[static_cast<size_t>(st.peerIn)] = 1;
+      if (usesOut(st.prim) && st.peerOut >= 0 && st.peerOut < nranks) sends[static_cast<size_t>(st.peerOut)] = 1;
+    }
+  }
+  s->ackTo.clear();
+  s->ackFrom.clear();
+  for (int p = 0; p < nranks; ++p) {
+    if (recvs[static_cast<size_t>(p)] && !sends[static_cast<size_t>(p)]) s->ackTo.push_back(p);
+    if (sends[static_cast<size_t>(p)] && !recvs[static_cast<size_t>(p)]) s->ackFrom.push_back(p);
+  }
 }
 
 }  // namespace braid::exec

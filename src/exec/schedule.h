@@ -94,11 +94,23 @@ struct Schedule {
   // (large slots, deep FIFOs, ring neighbours only), 1 = the mesh (smaller slots, every
   // peer; a mesh schedule has exactly one channel).
   int connectionSet = 0;
+  // Acknowledgements (computeAcks): a rank that sends to a peer it receives nothing from in
+  // the operation would finish without seeing that peer's call, and so without noticing a
+  // peer that issued another collective. Channel 0 sends an empty message carrying this
+  // operation's tag to every rank in `ackTo` as it starts, over the mesh, and before it
+  // finishes receives one from every rank in `ackFrom`, checking its tag like any slot's.
+  std::vector<int> ackTo;    // ranks this rank receives from and never sends to
+  std::vector<int> ackFrom;  // ranks this rank sends to and never receives from
 };
+
+// Fills Schedule::ackTo/ackFrom from the steps of every channel (steps that move bytes).
+// Both ends of every pair agree: a rank is in this rank's ackFrom exactly when this rank is
+// in that rank's ackTo, as both derive it from the same pair of steps.
+void computeAcks(Schedule* s, int nranks);
 
 // Checks a Schedule's internal consistency (regions inside buffers of the given sizes,
 // peers in range, element-aligned parts). Used by tests and in debug builds.
-// `extraBytes` are the sizes of Buffers::extra.
+// `extraBytes` are the sizes of Buffers::extra. Acknowledgement peers must be in range.
 std::string validate(const Schedule& s, int nranks, size_t inputBytes, size_t outputBytes,
                      const std::vector<size_t>& extraBytes = {});
 

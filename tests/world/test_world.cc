@@ -286,6 +286,138 @@ TEST_CASE("a root mismatch and a different collective are decoded too", "[world]
   CHECK(decoded);
 }
 
+// A call as the sweep below issues it.
+struct Call {
+  algorithms::Collective coll;
+  int root;
+  const char* text;  // as the error decodes it
+};
+
+// Runs `call` with `count` floats a rank (buffers large enough for any collective).
+Status runCall(core::Communicator& comm, const Call& call, size_t count) {
+  const size_t n = static_cast<size_t>(comm.size());
+  std::vector<float> in(n * count, 1.0f), out(n * count, 0.0f);
+  algorithms::Request req;
+  req.coll = call.coll;
+  req.count = count;
+  req.dtype = DataType::kFloat32;
+  req.root = call.root;
+  return comm.run(req, in.data(), out.data());
+}
+
+// Each rank's errors from its call (`callOf(rank)`, 1000 floats) and from the allreduce it
+// issues next, and the seconds both took.
+struct TwoCalls {
+  std::vector<std::string> first, next;
+  std::vector<double> seconds;
+};
+TwoCalls runTwoCalls(const WorldOptions& o, const std::function<Call(int)>& callOf) {
+  TwoCalls t;
+  t.first.resize(static_cast<size_t>(o.nranks));
+  t.next.resize(static_cast<size_t>(o.nranks));
+  t.seconds.resize(static_cast<size_t>(o.nranks));
+  Status init = braid::testing::runWorld(o, [&](core::Communicator& comm) {
+    const int r = comm.rank();
+    auto t0 = std::chrono::steady_clock::now();
+    Status s = runCall(comm, callOf(r), 1000);
+    t.first[r] = s.isOk() ? "" : s.toString();
+    // The next call: everyone agrees on it, but the communicator is broken by now.
+    Status s2 = runCall(comm, Call{algorithms::Collective::kAllReduce, 0, "allreduce"}, 1000);
+    t.next[r] = s2.isOk() ? "" : s2.toString();
+    t.seconds[r] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  });
+  REQUIRE(init.isOk());
+  return t;
+}
+
+// Every pair of calls where one rank issues another collective (or another root) than the
+// rest, among them calls in which that rank, or the others, only send: the rank with the odd
+// call fails at that call, so does every rank whose result it spoils, each within seconds
+// (the timeout is 30 s) and with both calls decoded; the few whose own result was complete
+// learn at their next call, also within seconds.
+TEST_CASE("a rank that only sends in its call still sees a mismatched peer at that call", "[world]") {
+  using C = algorithms::Collective;
+  const Call kBcast0{C::kBroadcast, 0, "broadcast count=1000 float root=0"};
+  const Call kBcast2{C::kBroadcast, 2, "broadcast count=1000 float root=2"};
+  const Call kReduce0{C::kReduce, 0, "reduce count=1000 float sum root=0"};
+  const Call kReduce3{C::kReduce, 3, "reduce count=1000 float sum root=3"};
+  const Call kAllreduce{C::kAllReduce, 0, "allreduce count=1000 float sum"};
+  const Call kScatter0{C::kScatter, 0, "scatter count=1000 float root=0"};
+  const Call kGather1{C::kGather, 1, "gather count=1000 float root=1"};
+  const Call kGather2{C::kGather, 2, "gather count=1000 float root=2"};
+  struct Pair {
+    Call others, odd;
+    int oddRank;
+  };
+  const Pair pairs[] = {
+      {kAllreduce, kBcast0, 0},  // the odd rank is a broadcast's root: it only sends
+      {kBcast0, kAllreduce, 1},
+      {kBcast0, kBcast2, 2},     // a root mismatch: the odd rank thinks it is the root
+      {kBcast2, kBcast0, 3},
+      {kBcast0, kReduce0, 0},    // the root only sends in one call and only receives in the other
+      {kReduce0, kReduce3, 3},   // the leaves only send
+      {kReduce3, kGather2, 1},
+      {kScatter0, kBcast0, 2},
+      {kGather1, kGather2, 0},
+      {kAllreduce, kReduce0, 3},
+  };
+  for (const char* transport : {"loopback", "shm", "tcp"}) {
+    for (const Pair& pair : pairs) {
+      INFO(transport << ": rank " << pair.oddRank << " runs " << pair.odd.text << " while the others run "
+                     << pair.others.text);
+      WorldOptions o;
+      o.nranks = 4;
+      o.timeoutSec = 30;
+      o.transport = transport;
+      TwoCalls t = runTwoCalls(o, [&](int r) { return r == pair.oddRank ? pair.odd : pair.others; });
+      const auto& first = t.first;
+      const auto& next = t.next;
+      const auto& seconds = t.seconds;
+      int failedAtCall = 0;
+      for (int r = 0; r < 4; ++r) {
+        INFO("rank " << r << ": " << first[r] << " / next call: " << next[r]);
+        CHECK(seconds[r] < 10);
+        CHECK(!next[r].empty());
+        if (first[r].empty()) continue;
+        ++failedAtCall;
+        // Found here or reported by the peer that found it, with both calls decoded.
+        CHECK(first[r].find(pair.odd.text) != std::string::npos);
+        CHECK(first[r].find(pair.others.text) != std::string::npos);
+      }
+      INFO(failedAtCall << " of 4 ranks failed at the call");
+      CHECK(!first[pair.oddRank].empty());
+      CHECK(failedAtCall >= 2);
+    }
+  }
+}
+
+// BRAID_SEND_ACKS=0 on one rank turns acknowledgements off for all (a rank waiting for one
+// its peer does not send would wait for the timeout): a broadcast's root among allreduces
+// then returns from its call, as with NCCL, and fails at its next one, within seconds.
+TEST_CASE("BRAID_SEND_ACKS=0 on one rank: a broadcast's root learns of a mismatch at its next call", "[world]") {
+  using C = algorithms::Collective;
+  const Call kBcast0{C::kBroadcast, 0, "broadcast count=1000 float root=0"};
+  const Call kAllreduce{C::kAllReduce, 0, "allreduce count=1000 float sum"};
+  for (int off : {0, 3}) {
+    INFO("BRAID_SEND_ACKS=0 on rank " << off);
+    WorldOptions o;
+    o.nranks = 4;
+    o.timeoutSec = 30;
+    o.noSendAcksRank = off;
+    TwoCalls t = runTwoCalls(o, [&](int r) { return r == 0 ? kBcast0 : kAllreduce; });
+    const auto& first = t.first;
+    const auto& next = t.next;
+    const auto& seconds = t.seconds;
+    CHECK(first[0].empty());  // only sent: no acknowledgement to wait for
+    for (int r = 0; r < 4; ++r) {
+      INFO("rank " << r << ": " << first[r] << " / next call: " << next[r]);
+      CHECK(seconds[r] < 10);
+      CHECK(!next[r].empty());
+      if (r > 0) CHECK(!first[r].empty());
+    }
+  }
+}
+
 // Over UCX an allgather's steps go whole (a message larger than a slot) on the rings while a
 // small allreduce runs on the mesh: each rank's long wait looks at the other set without
 // committing the message it finds (Connection::peekTag), so both calls are decoded within

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <map>
 #include <sstream>
 #include <string>
@@ -631,4 +632,109 @@ TEST_CASE("collective builders reject malformed v-counts and roots", "[unit]") {
   q.root = 4;
   CHECK(algorithms::gatherTree(q, l).status().code() == Code::kInvalidArgument);
   CHECK(algorithms::scatterDirect(q, l).status().code() == Code::kInvalidArgument);
+}
+
+// Acknowledgements (exec::computeAcks) over every algorithm of the rooted collectives and the
+// v-variants with zero counts, for every rank count and root: a rank expects one from a peer
+// exactly when that peer sends one to it, never where data already flows back, and with them
+// every rank hears from every peer it sends data to, which is what lets it see a peer that
+// issued another call before it returns.
+TEST_CASE("acknowledgements pair up and cover every peer a rank only sends to", "[unit]") {
+  auto sets = [](const exec::Schedule& s, int n, std::vector<char>* sends, std::vector<char>* recvs) {
+    sends->assign(static_cast<size_t>(n), 0);
+    recvs->assign(static_cast<size_t>(n), 0);
+    for (const exec::ChannelPlan& ch : s.channels)
+      for (const exec::Step& st : ch.steps) {
+        if (st.bytes() == 0) continue;
+        const bool in = st.prim != Prim::kSend && st.prim != Prim::kCopy && st.prim != Prim::kLocalReduce;
+        const bool out = st.prim == Prim::kSend || st.prim == Prim::kRecvReduceSend ||
+                         st.prim == Prim::kRecvReduceCopySend || st.prim == Prim::kRecvCopySend;
+        if (in) (*recvs)[static_cast<size_t>(st.peerIn)] = 1;
+        if (out) (*sends)[static_cast<size_t>(st.peerOut)] = 1;
+      }
+  };
+  // `reqOf(r)`: rank r's request (alltoallv's counts differ per rank).
+  auto check = [&](const algorithms::AlgorithmInfo& a, const std::function<algorithms::Request(int)>& reqOf,
+                   int n) -> std::string {
+    std::vector<exec::Schedule> all;
+    for (int r = 0; r < n; ++r) {
+      auto s = a.build(reqOf(r), layoutOf(r, n, 2));
+      if (!s.isOk()) return "rank " + std::to_string(r) + ": " + s.status().toString();
+      exec::computeAcks(&s.value(), n);
+      std::string bad = exec::validate(s.value(), n, 1u << 30, 1u << 30);
+      if (!bad.empty()) return "rank " + std::to_string(r) + ": " + bad;
+      all.push_back(std::move(s).value());
+    }
+    for (int r = 0; r < n; ++r) {
+      const exec::Schedule& s = all[static_cast<size_t>(r)];
+      std::vector<char> sends, recvs;
+      sets(s, n, &sends, &recvs);
+      std::vector<char> ackFrom(static_cast<size_t>(n), 0);
+      for (int p : s.ackFrom) ackFrom[static_cast<size_t>(p)] = 1;
+      for (int p : s.ackTo)
+        if (sends[static_cast<size_t>(p)] || !recvs[static_cast<size_t>(p)])
+          return "rank " + std::to_string(r) + " acknowledges rank " + std::to_string(p) +
+                 ", which it sends to or receives nothing from";
+      for (int p = 0; p < n; ++p) {
+        const std::vector<int>& to = all[static_cast<size_t>(p)].ackTo;
+        const bool sent = std::find(to.begin(), to.end(), r) != to.end();
+        if (sent != static_cast<bool>(ackFrom[static_cast<size_t>(p)]))
+          return "rank " + std::to_string(r) + (sent ? " does not expect" : " expects") +
+                 " an acknowledgement rank " + std::to_string(p) + (sent ? " sends" : " does not send");
+        if (sends[static_cast<size_t>(p)] && !recvs[static_cast<size_t>(p)] && !ackFrom[static_cast<size_t>(p)])
+          return "rank " + std::to_string(r) + " sends to rank " + std::to_string(p) + " and hears nothing back";
+      }
+    }
+    return "";
+  };
+  size_t withAcks = 0;
+  for (const algorithms::AlgorithmInfo& a : algorithms::algorithmTable()) {
+    const bool rooted = a.coll == Collective::kBroadcast || a.coll == Collective::kReduce ||
+                        a.coll == Collective::kGather || a.coll == Collective::kScatter;
+    const bool v = a.coll == Collective::kAllGatherV || a.coll == Collective::kReduceScatterV ||
+                   a.coll == Collective::kAllToAllV;
+    if (!rooted && !v) continue;
+    for (int n : {1, 2, 3, 4, 5, 7, 8, 9}) {
+      for (int root = 0; root < (rooted ? n : 1); ++root)
+        for (size_t count : {size_t{1}, size_t{37}}) {
+          auto reqOf = [&](int r) {
+            algorithms::Request req;
+            req.coll = a.coll;
+            req.dtype = kType;
+            req.count = count;
+            req.root = root;
+            if (!v) return req;
+            // One rank's share only: the others send what nobody returns.
+            const size_t one = static_cast<size_t>(n / 2);
+            auto layout = [&](std::vector<size_t>* counts, std::vector<size_t>* displs, bool all) {
+              counts->assign(static_cast<size_t>(n), all ? count : 0);
+              (*counts)[one] = count;
+              displs->assign(static_cast<size_t>(n), 0);
+              for (size_t j = 1; j < static_cast<size_t>(n); ++j) (*displs)[j] = (*displs)[j - 1] + (*counts)[j - 1];
+            };
+            if (a.coll == Collective::kAllToAllV) {
+              // Every rank sends to rank n/2 alone, which receives from all: a gather.
+              layout(&req.sendCounts, &req.sendDispls, false);
+              layout(&req.counts, &req.displs, static_cast<size_t>(r) == one);
+              if (static_cast<size_t>(r) != one) {
+                req.counts.assign(static_cast<size_t>(n), 0);
+                req.displs.assign(static_cast<size_t>(n), 0);
+              }
+            } else {
+              layout(&req.counts, &req.displs, false);
+            }
+            return req;
+          };
+          INFO(a.name << " (" << algorithms::collectiveName(a.coll) << ") n=" << n << " root=" << root
+                      << " count=" << count);
+          CHECK(check(a, reqOf, n) == "");
+          auto s0 = a.build(reqOf(0), layoutOf(0, n, 2));
+          if (s0.isOk()) {
+            exec::computeAcks(&s0.value(), n);
+            withAcks += s0->ackFrom.size() + s0->ackTo.size();
+          }
+        }
+    }
+  }
+  CHECK(withAcks > 0);
 }

@@ -71,6 +71,16 @@ def test_killed_rank_makes_survivors_raise_within_timeout(n):
         print(f"rank {r}: {extra['error_type']} after {extra['elapsed']:.2f} s: {extra['error'][:200]}")
 
 
+@requires_torch
+@pytest.mark.parametrize("n", [2, 4])
+def test_a_broadcast_root_among_all_reduces_raises_at_that_call_on_every_rank(n):
+    res = launch("mismatch", n, timeout=60)
+    res.assert_all_ok()
+    for r in range(n):
+        extra = res.results[r]["extra"]
+        print(f"rank {r}: {extra['error_type']} after {extra['elapsed']:.2f} s: {extra['error'][:300]}")
+
+
 @pytest.mark.parametrize("n", [2, 3])
 def test_core_killed_rank_raises_remote_error(n):
     res = launch("core_kill", n, timeout=60, env={"BRAID_TIMEOUT": "10"})

@@ -955,6 +955,49 @@ def scenario_kill():
     os._exit(0)
 
 
+def scenario_mismatch():
+    """Rank 0 broadcasts (it only sends) while the others all_reduce: every rank raises from
+    that very call within seconds, the error showing both calls, and the group is then
+    broken for everyone."""
+    torch, dist = init_torch(timeout_s=30)
+    t = torch.ones(1000)
+    with check("every rank raises from the mismatched call"):
+        start = time.monotonic()
+        err = None
+        try:
+            if RANK == 0:
+                dist.broadcast(t, src=0)
+            else:
+                dist.all_reduce(t)
+        except Exception as e:  # noqa: BLE001
+            err = e
+        elapsed = time.monotonic() - start
+        extra["elapsed"] = elapsed
+        extra["error"] = str(err)[:1000] if err else None
+        assert err is not None, "the mismatched call succeeded"
+        # ValueError where this rank found it (the caller's error), DistBackendError (a
+        # RuntimeError) where a peer's report broke the group.
+        extra["error_type"] = type(err).__name__
+        assert isinstance(err, (ValueError, RuntimeError)), type(err)
+        assert "collective mismatch" in str(err), str(err)
+        assert "broadcast count=1000 float root=0" in str(err) and "allreduce count=1000 float sum" in str(err), \
+            str(err)
+        assert elapsed < 10, f"took {elapsed:.1f} s"
+    with check("the next call fails too"):
+        try:
+            dist.all_reduce(torch.ones(4))
+            raise AssertionError("a collective succeeded on a broken group")
+        except (RuntimeError, ValueError):
+            pass
+    write_result()
+    try:
+        dist.distributed_c10d._abort_process_group() if hasattr(dist.distributed_c10d, "_abort_process_group") \
+            else dist.destroy_process_group()
+    except Exception:  # noqa: BLE001
+        pass
+    os._exit(0)
+
+
 # ------------------------------------------------------------------------------------------
 # braid core bindings (NumPy)
 # ------------------------------------------------------------------------------------------

@@ -55,6 +55,8 @@ constexpr size_t kWholeBlockBytes = 64u << 20;
 constexpr size_t kSmallMaxBytes = 64 * 1024;
 // Channel number of the mesh, kept apart from the rings' in transport names.
 constexpr int kMeshChannel = 1000;
+// How often a rank that joins reads how many joining ranks' store connections ended.
+constexpr int64_t kInitGoneCheckNs = 250 * 1000 * 1000;
 // How many of its latest calls a failing rank publishes for its peers to decode.
 constexpr size_t kPublishedCalls = 4;
 // Point-to-point messages carry this tag instead of a collective's sequence number: sends
@@ -268,6 +270,15 @@ Status Communicator::init() {
     watchedByStore_ = s.isOk();
     if (!s.isOk() && s.code() != Code::kInvalidArgument) return s;
   }
+  // And while joining, one counter of the ranks whose connection ended, which every rank
+  // still joining reads (initPoll): a rank on another host that dies before the exchange
+  // completes (no pid to watch) then fails the others' joins at once, not at the timeout.
+  // Withdrawn once this rank has joined. braid's TCP store only.
+  if (watchedByStore_) {
+    Status s = store_->addOnClose(key("init-gone"), 1, deadline);
+    initGoneCounted_ = s.isOk();
+    if (!s.isOk() && s.code() != Code::kInvalidArgument) return s;
+  }
   {
     auto rules = plan::parseAlgoOverride(cfg.algo);
     if (!rules.isOk()) return rules.status();
@@ -378,6 +389,11 @@ Status Communicator::init() {
                0, 1, 0, nranks_, hosts.size(), nchannels_, cfg.slotBytes, cfg.nslots,
                wholeBlockBytes_ ? (std::to_string(wholeBlockBytes_ >> 20) + " MiB").c_str() : "off", tp.c_str(),
                topology::Placement::local().summary().c_str());
+  }
+  if (initGoneCounted_) {
+    // Joined: this rank's end no longer fails anyone's join (its gone/ mark stays).
+    initGoneCounted_ = false;
+    BRAID_RETURN_IF_ERROR(store_->addOnClose(key("init-gone"), -1, deadline));
   }
   return Status::ok();
 }
@@ -610,6 +626,7 @@ Status Communicator::exchangePeers() {
   }
   auto poll = [&]() -> Status {
     BRAID_RETURN_IF_ERROR(abortRecord(deadline));
+    BRAID_RETURN_IF_ERROR(initGoneCheck(deadline));  // ranks on other hosts
     auto n = store_->add(roster + "/n", 0, deadline);
     if (!n.isOk()) return storeLoss(n.status());
     for (int64_t i = 1; i <= n.value(); ++i) {
@@ -668,9 +685,28 @@ bool Communicator::peerExited(int r) const {
   return ::poll(&p, 1, 0) > 0;
 }
 
+// A joining rank whose connection to the store ended ("init-gone", counted by the store):
+// named by its gone/ mark.
+Status Communicator::initGoneCheck(Deadline deadline) {
+  if (!initGoneCounted_ || nowNanos() < nextInitGoneCheckNs_) return Status::ok();
+  nextInitGoneCheckNs_ = nowNanos() + kInitGoneCheckNs;
+  auto ended = store_->add(key("init-gone"), 0, deadline);
+  if (!ended.isOk() || ended.value() == 0) return Status::ok();  // a lost store shows in the wait itself
+  BRAID_RETURN_IF_ERROR(abortRecord(deadline));  // its own reason, if it left one
+  for (int r = 0; r < nranks_; ++r) {
+    if (r == rank_) continue;
+    auto gone = store_->check({key("gone/" + std::to_string(r))}, deadline);
+    if (gone.isOk() && gone.value())
+      return Status(Code::kRemoteError,
+                    "rank " + std::to_string(r) + " exited during init: its connection to the job's store ended", r);
+  }
+  return Status(Code::kRemoteError, "a rank exited during init: its connection to the job's store ended");
+}
+
 Status Communicator::initPoll(Deadline deadline) {
   if (opts_.cancel && opts_.cancel->load())
     return Status(Code::kAborted, "rank " + std::to_string(rank_) + " was aborted while joining", rank_);
+  BRAID_RETURN_IF_ERROR(initGoneCheck(deadline));
   // No rank can have left cleanly during init: any local exit is a failure.
   for (int r = 0; r < static_cast<int>(peerPidFds_.size()); ++r) {
     if (peerExited(r)) {

@@ -210,6 +210,7 @@ class Communicator {
   // While joining: a local peer's exit (none may leave during init), a peer's abort record
   // or the store's loss.
   Status initPoll(Deadline deadline);
+  Status initGoneCheck(Deadline deadline);
   // A peer's published failure as a Status (Ok when there is none), or the store's loss.
   Status abortRecord(Deadline deadline);
   // Records that the store failed a call with `why` and returns the error every later check
@@ -299,6 +300,10 @@ class Communicator {
   std::atomic<bool> brokenFlag_{false};  // lets the hot path skip errorMu_
   // The store sets "gone/<rank>" if this rank's connection to it ends (setOnClose).
   bool watchedByStore_ = false;
+  // Until joined, the store adds 1 to "init-gone" if this rank's connection ends; initPoll
+  // reads it (at most every kInitGoneCheckNs).
+  bool initGoneCounted_ = false;
+  int64_t nextInitGoneCheckNs_ = 0;
   mutable std::mutex errorMu_;
   Status broken_;
   std::mutex healthMu_;

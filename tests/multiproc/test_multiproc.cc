@@ -574,6 +574,21 @@ TEST_CASE("a rank that dies while joining fails the others' join, naming it", "[
     }
     CHECK(r.out.find("rank 1 (pid ") != std::string::npos);
   }
+  // On another host, where no pid can be watched: the store saw the victim's connection end.
+  {
+    Run r = run(braidrun(3, "BRAIDRUN_GRACE_SEC=20 BRAID_TIMEOUT=30 MP_LATE_RANK=2 MP_LATE_MS=1500") +
+                "sh -c 'BRAID_HOST_ID=mp-initkill-$((BRAID_RANK % 2)) exec " MP_DIR "/mp_fault initkill 1 400'");
+    INFO(r.out);
+    auto res = results(r.out);
+    CHECK(res.size() == 2u);
+    for (const auto& [rank, x] : res) {
+      INFO("survivor " << rank);
+      CHECK(x.code == kRemoteError);
+      CHECK(x.failedRank == 1);
+      CHECK(x.elapsedMs < 5000);
+    }
+    CHECK(r.out.find("its connection to the job's store ended") != std::string::npos);
+  }
   // Rank 0 serving the store notices the same; the late rank, which finds no store at all
   // (it left with rank 0), can only wait for its timeout: not checked here.
   Run r = torchrunJob(3, "BRAID_TIMEOUT=4 MP_LATE_RANK=2 MP_LATE_MS=1500", MP_DIR "/mp_fault initkill 1 400");

@@ -242,7 +242,7 @@ if [[ ${MODE:-fault} == netns ]]; then
   echo "# chaos (netns): $N trials, seed $SEED, faults '$FAULTS', delay $DELAY, BRAID_TIMEOUT=$TIMEOUT, logs in $LOG"
   start=$(date +%s)
   for ((t = 1; t <= N; ++t)); do
-    pick coll "allreduce broadcast allgather reduce_scatter alltoall"
+    pick coll "allreduce broadcast allgather reduce_scatter alltoall reduce gather scatter"
     pick count "1 1000 65536"
     pick rph "1 2"
     pick fault "$FAULTS"
@@ -407,7 +407,7 @@ pkill -9 -f "$RANKPROG" 2>/dev/null
 echo "# chaos: $N trials, seed $SEED, transports '$TRANSPORTS', launchers '$LAUNCHERS', BRAID_TIMEOUT=$TIMEOUT, logs in $LOG"
 start=$(date +%s)
 for ((t = 1; t <= N; ++t)); do
-  pick coll "allreduce broadcast allgather reduce_scatter alltoall"
+  pick coll "allreduce broadcast allgather reduce_scatter alltoall reduce gather scatter"
   pick count "1 1000 65536 1048576"
   pick transport "$TRANSPORTS"
   pick launcher "$LAUNCHERS"

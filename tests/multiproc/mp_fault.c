@@ -18,8 +18,9 @@
  * and rank MP_LATE_RANK, if set, starts joining MP_LATE_MS milliseconds late, so the others
  * wait for it inside the join when the victim dies.
  * MP_COLL picks the collective (allreduce, the default; broadcast, allgather, reduce_scatter,
- * alltoall); MP_CHECK=1 checks every result (a wrong one prints "WRONG rank=R iter=I" and
- * exits 2). The victim prints "FAULT rank=R mono_ms=T" just before its fault, T on the host's
+ * alltoall, and reduce, gather, scatter with the root moving as broadcast's); MP_CHECK=1
+ * checks every result, reduce's and gather's at the root (a wrong one prints "WRONG rank=R
+ * iter=I" and exits 2). The victim prints "FAULT rank=R mono_ms=T" just before its fault, T on the host's
  * monotonic clock, which the survivors' RESULT lines also carry (scripts/chaos.sh measures
  * fault-to-error times with them). Each survivor prints one line:
  *   RESULT rank=R code=C failed_rank=F elapsed_ms=T mono_ms=M
@@ -131,8 +132,13 @@ int main(int argc, char** argv) {
     else if (!strcmp(coll, "allgather")) r = braidAllGather(in, out, count, braidFloat32, comm, NULL);
     else if (!strcmp(coll, "reduce_scatter")) r = braidReduceScatter(in, out, count, braidFloat32, braidSum, comm, NULL);
     else if (!strcmp(coll, "alltoall")) r = braidAllToAll(in, out, count, braidFloat32, comm, NULL);
+    else if (!strcmp(coll, "reduce")) r = braidReduce(in, out, count, braidFloat32, braidSum, i % nranks, comm, NULL);
+    else if (!strcmp(coll, "gather")) r = braidGather(in, out, count, braidFloat32, i % nranks, comm, NULL);
+    else if (!strcmp(coll, "scatter")) r = braidScatter(in, out, count, braidFloat32, i % nranks, comm, NULL);
     else r = braidAllReduce(in, out, count, braidFloat32, braidSum, comm, NULL);
-    if (r == braidSuccess && check) {
+    /* Rooted collectives that leave the output only at the root check it there. */
+    const int rootOnly = !strcmp(coll, "reduce") || !strcmp(coll, "gather");
+    if (r == braidSuccess && check && (!rootOnly || rank == i % nranks)) {
       for (size_t j = 0; j < count; ++j) {
         const float base = (float)(i % 5 + (int)(j % 7));
         float want = 0;
@@ -147,6 +153,14 @@ int main(int argc, char** argv) {
           int src = i % nranks;
           at = (size_t)src * count + j;
           want = (float)(src + i % 5 + (int)(((size_t)rank * count + j) % 7));
+        } else if (!strcmp(coll, "gather")) {
+          /* Block s of the root's output is rank s's input. */
+          int src = (int)(j % (size_t)nranks);
+          at = (size_t)src * count + j;
+          want = (float)(src + i % 5 + (int)(j % 7));
+        } else if (!strcmp(coll, "scatter")) {
+          /* Block `rank` of the root's input: elements rank*count + j. */
+          want = (float)(i % nranks + i % 5 + (int)(((size_t)rank * count + j) % 7));
         } else if (!strcmp(coll, "reduce_scatter")) {
           size_t g = (size_t)rank * count + j;
           want = (float)nranks * (float)(i % 5 + (int)(g % 7)) + (float)(nranks * (nranks - 1) / 2);

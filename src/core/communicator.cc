@@ -626,7 +626,6 @@ Status Communicator::exchangePeers() {
   }
   auto poll = [&]() -> Status {
     BRAID_RETURN_IF_ERROR(abortRecord(deadline));
-    BRAID_RETURN_IF_ERROR(initGoneCheck(deadline));  // ranks on other hosts
     auto n = store_->add(roster + "/n", 0, deadline);
     if (!n.isOk()) return storeLoss(n.status());
     for (int64_t i = 1; i <= n.value(); ++i) {
@@ -645,7 +644,7 @@ Status Communicator::exchangePeers() {
                           ") exited while the ranks were exchanging their addresses",
                       r);
     }
-    return Status::ok();
+    return initGoneCheck(deadline);  // ranks on other hosts (and, later, this one's)
   };
   BRAID_ASSIGN_OR_RETURN(auto all, bootstrap::allGather(*store_, key("peer"), rank_, nranks_,
                                                         encodePeer(me) + "\n" + topology::encodeRankRecord(where),
@@ -706,7 +705,6 @@ Status Communicator::initGoneCheck(Deadline deadline) {
 Status Communicator::initPoll(Deadline deadline) {
   if (opts_.cancel && opts_.cancel->load())
     return Status(Code::kAborted, "rank " + std::to_string(rank_) + " was aborted while joining", rank_);
-  BRAID_RETURN_IF_ERROR(initGoneCheck(deadline));
   // No rank can have left cleanly during init: any local exit is a failure.
   for (int r = 0; r < static_cast<int>(peerPidFds_.size()); ++r) {
     if (peerExited(r)) {
@@ -717,6 +715,7 @@ Status Communicator::initPoll(Deadline deadline) {
                     r);
     }
   }
+  BRAID_RETURN_IF_ERROR(initGoneCheck(deadline));  // ranks on other hosts, no pid to watch
   return abortRecord(deadline);
 }
 

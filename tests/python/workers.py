@@ -901,6 +901,17 @@ def scenario_leave():
     write_result()
 
 
+def _abort_group_and_exit(dist):
+    """A broken group cannot say goodbye to everyone; abort instead of destroy so that exit
+    does not wait on a dead or failed rank."""
+    try:
+        dist.distributed_c10d._abort_process_group() if hasattr(dist.distributed_c10d, "_abort_process_group") \
+            else dist.destroy_process_group()
+    except Exception:  # noqa: BLE001
+        pass
+    os._exit(0)
+
+
 def scenario_kill():
     """The last rank dies (SIGKILL, no goodbye) after a first all_reduce; the survivors must
     raise from their next collectives within the group's timeout instead of hanging.
@@ -945,14 +956,7 @@ def scenario_kill():
             pass
         assert time.monotonic() - start < timeout + 5
     write_result()
-    # A broken group cannot say goodbye to everyone; abort instead of destroy so that exit
-    # does not wait on the dead rank.
-    try:
-        dist.distributed_c10d._abort_process_group() if hasattr(dist.distributed_c10d, "_abort_process_group") \
-            else dist.destroy_process_group()
-    except Exception:  # noqa: BLE001
-        pass
-    os._exit(0)
+    _abort_group_and_exit(dist)
 
 
 def scenario_mismatch():
@@ -990,12 +994,7 @@ def scenario_mismatch():
         except (RuntimeError, ValueError):
             pass
     write_result()
-    try:
-        dist.distributed_c10d._abort_process_group() if hasattr(dist.distributed_c10d, "_abort_process_group") \
-            else dist.destroy_process_group()
-    except Exception:  # noqa: BLE001
-        pass
-    os._exit(0)
+    _abort_group_and_exit(dist)
 
 
 # ------------------------------------------------------------------------------------------

@@ -994,6 +994,15 @@ def scenario_mismatch():
         except (RuntimeError, ValueError):
             pass
     write_result()
+    # Rank 0 serves torch's store: it stays until every rank is done with the store, or the
+    # slower ranks would read "lost the job's store" instead of the mismatch.
+    try:
+        import datetime
+        store = dist.distributed_c10d._get_default_store()
+        store.set(f"mismatch-done/{RANK}", "1")
+        store.wait([f"mismatch-done/{r}" for r in range(WORLD)], datetime.timedelta(seconds=30))
+    except Exception:  # noqa: BLE001
+        pass
     _abort_group_and_exit(dist)
 
 

@@ -12,6 +12,11 @@ namespace {
 
 constexpr size_t kAlign = 64;
 constexpr size_t kRoundUp = 64 * 1024;  // staging blocks come in these steps, for reuse
+// How long the proxy polls a stream marker, yielding, before it sleeps between polls. A
+// sleep is at least a timer tick, which on some kernels (virtual machines among them) is
+// 4 ms: sleeping from the first miss made every staged call take 3.5-4 ms on such a host.
+// Staging copies of up to tens of MiB finish within this window.
+constexpr int64_t kSpinNanos = 5'000'000;
 
 size_t alignUp(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
@@ -66,6 +71,10 @@ StatusOr<DeviceQueue::Block> DeviceQueue::take(size_t bytes) {
 
 Status DeviceQueue::enqueue(const DeviceCall& call, HostRun run) {
   BRAID_RETURN_IF_ERROR(flagStatus_);
+  // Blocks whose results the stream has copied back go back to the pool now, so that calls
+  // in a loop reuse them rather than pin new memory (cudaHostAlloc of large blocks takes
+  // milliseconds) while the proxy has not yet woken to return them.
+  retire(/*all=*/false);
   std::lock_guard<std::mutex> lock(mu_);
   BRAID_RETURN_IF_ERROR(error_);
   Stream s = call.stream;
@@ -195,7 +204,8 @@ void DeviceQueue::fail(const Status& s) {
 
 Status DeviceQueue::waitReached(void* marker) {
   Deadline d = Deadline::after(timeoutSec_);
-  for (int spins = 0;; ++spins) {
+  const int64_t spinUntil = nowNanos() + kSpinNanos;
+  for (;;) {
     BRAID_ASSIGN_OR_RETURN(bool done, rt_.reached(marker));
     if (done) return Status::ok();
     if (d.expired()) {
@@ -203,7 +213,7 @@ Status DeviceQueue::waitReached(void* marker) {
                                         std::to_string(static_cast<int>(timeoutSec_)) +
                                         " s (earlier work on it still running or blocked?)");
     }
-    if (spins < 64) std::this_thread::yield();
+    if (nowNanos() < spinUntil) std::this_thread::yield();
     else std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
 }

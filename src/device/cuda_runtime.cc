@@ -7,10 +7,13 @@
 #include <cuda_runtime_api.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <string>
 #include <thread>
 
+#include "cuda/stream_wait.h"
 #include "device/runtime.h"
 
 namespace braid::device {
@@ -144,7 +147,11 @@ class CudaRuntime final : public Runtime {
   void releaseMarker(void* marker) override { cudaEventDestroy(static_cast<cudaEvent_t>(marker)); }
 
   Status waitFlag(Stream s, const Flag& f, uint32_t value) override {
-    if (WaitValue32Fn wait = waitValue32_.load(std::memory_order_relaxed)) {
+    BRAID_RETURN_IF_ERROR(waitModeError_);
+    if (waitMode_ == WaitMode::kKernel)
+      return cuda::launchWaitFlag(reinterpret_cast<const void*>(f.deviceAddress), value, s);
+    WaitValue32Fn wait = waitMode_ == WaitMode::kMemOp ? waitValue32_.load(std::memory_order_relaxed) : nullptr;
+    if (wait) {
       CUresult r = wait(static_cast<CUstream>(s), static_cast<CUdeviceptr>(f.deviceAddress), value,
                         CU_STREAM_WAIT_VALUE_GEQ);
       if (r == CUDA_SUCCESS) return Status::ok();
@@ -173,6 +180,17 @@ class CudaRuntime final : public Runtime {
     } else if (n == 0) {
       why_ = Status(Code::kSystemError, "CUDA: no GPU is visible (CUDA_VISIBLE_DEVICES?)");
     }
+    // How a stream waits for the host (BRAID_CUDA_STREAM_WAIT): a polling kernel (default),
+    // the driver's stream memory operation, or a host function. A value braid does not know
+    // fails every device call with this message; host calls are unaffected.
+    if (const char* v = std::getenv("BRAID_CUDA_STREAM_WAIT"); v && *v) {
+      if (!std::strcmp(v, "kernel")) waitMode_ = WaitMode::kKernel;
+      else if (!std::strcmp(v, "memop")) waitMode_ = WaitMode::kMemOp;
+      else if (!std::strcmp(v, "host")) waitMode_ = WaitMode::kHost;
+      else
+        waitModeError_ = Status(Code::kInvalidArgument, std::string("BRAID_CUDA_STREAM_WAIT=") + v +
+                                                            ": expected kernel, memop or host");
+    }
     if (why_.isOk()) {
       waitValue32_ = driverEntry<WaitValue32Fn>("cuStreamWaitValue32");
       pointerAttribute_ = driverEntry<PointerGetAttributeFn>("cuPointerGetAttribute");
@@ -189,12 +207,15 @@ class CudaRuntime final : public Runtime {
     return st == kUsable;
   }
 
+  enum class WaitMode { kKernel, kMemOp, kHost };
   static constexpr int kUnknown = 0, kUsable = 1, kUnusable = 2;
   std::once_flag once_;
   Status why_;
   std::atomic<int> state_{kUnknown};  // what probe() found, for pointerInfo's fast check
   std::atomic<WaitValue32Fn> waitValue32_{nullptr};
   PointerGetAttributeFn pointerAttribute_ = nullptr;  // written once, in probe()
+  WaitMode waitMode_ = WaitMode::kKernel;              // written once, in probe()
+  Status waitModeError_;                               // written once, in probe()
 };
 
 }  // namespace

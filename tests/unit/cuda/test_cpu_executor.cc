@@ -3,10 +3,13 @@
 // threads, and rejection of launches a GPU would reject.
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <thread>
 #include <vector>
 
 #include "cuda/cpu_executor.h"
+#include "cuda/stream_wait.cuh"
 #include "support/catch.h"
 
 namespace sim = braid::cuda::sim;
@@ -113,4 +116,34 @@ TEST_CASE("cpu executor: rejects empty and oversized launches", "[cuda]") {
   CHECK(exec.launch(recordIds, dim3(1), dim3(0), seen.data(), &bad).code() == braid::Code::kInvalidArgument);
   CHECK(exec.launch(recordIds, dim3(1), dim3(2048), seen.data(), &bad).code() == braid::Code::kInvalidArgument);
   for (int s : seen) REQUIRE(s == 0);
+}
+
+// The staged device path's stream-wait kernel (cuda/stream_wait.cuh), its own source run by
+// the executor: it returns only once the flag has reached the value, compared cyclically
+// across the 32-bit wrap, and at once when the flag is already there.
+TEST_CASE("stream-wait kernel: holds until the flag reaches the value, across the 32-bit wrap", "[cuda]") {
+  namespace k = braid::cuda::host_build;
+  sim::CpuExecutor exec;
+  for (uint32_t start : {0u, 0xFFFFFFF0u}) {
+    alignas(4) uint32_t flag = start;
+    const uint32_t value = start + 0x20u;  // wraps past zero for the second start
+    std::atomic<bool> returned{false};
+    bool launched = false;
+    // No assertion on this thread: the test's assertions share a lock, which one held
+    // across the launch would keep the main thread from releasing the kernel.
+    std::thread waiter([&] {
+      launched = exec.launch(k::waitFlagKernel, dim3(1), dim3(32), static_cast<const uint32_t*>(&flag), value).isOk();
+      returned = true;
+    });
+    // Below the value (start + 0x1F compares as behind it), the kernel keeps waiting.
+    __atomic_store_n(&flag, start + 0x1Fu, __ATOMIC_RELEASE);
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    CHECK_FALSE(returned.load());
+    __atomic_store_n(&flag, value + 5u, __ATOMIC_RELEASE);  // past it counts as reached
+    waiter.join();
+    CHECK(launched);
+    CHECK(returned.load());
+    // Already reached: returns without waiting.
+    REQUIRE(exec.launch(k::waitFlagKernel, dim3(1), dim3(32), static_cast<const uint32_t*>(&flag), value).isOk());
+  }
 }

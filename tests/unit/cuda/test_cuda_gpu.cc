@@ -14,13 +14,16 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <chrono>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include <cuda_runtime.h>
 
 #include "cuda/device_launch.h"
 #include "cuda/host_kernels.h"
+#include "cuda/stream_wait.h"
 #include "support/catch.h"
 #include "unit/cuda/cuda_test_util.h"
 
@@ -152,6 +155,37 @@ TEST_CASE("gpu copy matches for large multi-block sizes", "[gpu]") {
   REQUIRE(std::memcmp(got.data(), h.data(), bytes) == 0);
   CUDA_REQUIRE(cudaFree(src));
   CUDA_REQUIRE(cudaFree(dst));
+}
+
+TEST_CASE("gpu stream-wait kernel holds the stream until the host sets the mapped flag", "[gpu]") {
+  uint32_t* flag = nullptr;
+  CUDA_REQUIRE(cudaHostAlloc(reinterpret_cast<void**>(&flag), sizeof(uint32_t), cudaHostAllocMapped));
+  void* deviceFlag = nullptr;
+  CUDA_REQUIRE(cudaHostGetDevicePointer(&deviceFlag, flag, 0));
+  int* out = nullptr;
+  CUDA_REQUIRE(cudaMalloc(reinterpret_cast<void**>(&out), sizeof(int)));
+  CUDA_REQUIRE(cudaMemset(out, 0, sizeof(int)));
+  cudaStream_t stream = nullptr;
+  CUDA_REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  for (uint32_t start : {0u, 0xFFFFFFF8u}) {  // the second crosses the 32-bit wrap
+    __atomic_store_n(flag, start, __ATOMIC_RELEASE);
+    const uint32_t value = start + 16u;
+    REQUIRE(bc::launchWaitFlag(deviceFlag, value, stream).isOk());
+    CUDA_REQUIRE(cudaMemsetAsync(out, static_cast<int>(start & 0xFF), sizeof(int), stream));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    CHECK(cudaStreamQuery(stream) == cudaErrorNotReady);  // still waiting: flag behind the value
+    __atomic_store_n(flag, value, __ATOMIC_RELEASE);
+    const auto t0 = std::chrono::steady_clock::now();
+    CUDA_REQUIRE(cudaStreamSynchronize(stream));
+    const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("stream-wait kernel: stream done %.1f us after the flag was set\n", us);
+    int got = -1;
+    CUDA_REQUIRE(cudaMemcpy(&got, out, sizeof(int), cudaMemcpyDeviceToHost));
+    CHECK(got == static_cast<int>((start & 0xFF) * 0x01010101u));
+  }
+  CUDA_REQUIRE(cudaStreamDestroy(stream));
+  CUDA_REQUIRE(cudaFree(out));
+  CUDA_REQUIRE(cudaFreeHost(flag));
 }
 
 int main(int argc, char** argv) {

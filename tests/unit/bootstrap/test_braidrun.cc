@@ -2,6 +2,7 @@
 // propagation, the grace period and termination escalation, --timeout, signal forwarding,
 // and ranks rendezvousing through the store braidrun hosts.
 
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -11,8 +12,11 @@
 #include <cstdlib>
 #include <fstream>
 #include <regex>
+#include <set>
+#include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "support/catch.h"
 #include "support/run_command.h"
@@ -28,6 +32,36 @@ Run run(const std::string& cmd) { return braid::testing::runCommand(cmd); }
 const std::string kBraidrun = BRAIDRUN_PATH;
 
 bool contains(const std::string& s, const std::string& needle) { return s.find(needle) != std::string::npos; }
+
+// The CPUs this process may run on, as sched_getaffinity reports them.
+std::set<int> allowedCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::set<int> cpus;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0)
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &set)) cpus.insert(c);
+  return cpus;
+}
+
+// Each rank's CPUs, from its "Cpus_allowed_list:" line ("0-3,8") in --tag-output output.
+std::vector<std::set<int>> rankCpus(const std::string& out, int n) {
+  std::vector<std::set<int>> cpus(static_cast<size_t>(n));
+  std::regex line(R"(\[(\d+)\] Cpus_allowed_list:\s*([0-9,\-]+))");
+  for (auto it = std::sregex_iterator(out.begin(), out.end(), line); it != std::sregex_iterator(); ++it) {
+    const int r = std::stoi((*it)[1]);
+    if (r < 0 || r >= n) continue;
+    std::stringstream ranges((*it)[2]);
+    std::string range;
+    while (std::getline(ranges, range, ',')) {
+      const size_t dash = range.find('-');
+      const int lo = std::stoi(range.substr(0, dash));
+      const int hi = dash == std::string::npos ? lo : std::stoi(range.substr(dash + 1));
+      for (int c = lo; c <= hi; ++c) cpus[static_cast<size_t>(r)].insert(c);
+    }
+  }
+  return cpus;
+}
 
 }  // namespace
 
@@ -254,4 +288,38 @@ TEST_CASE("braidrun ranks die with braidrun even when it is SIGKILLed", "[bootst
     std::remove((d + "/pid." + std::to_string(rank)).c_str());
   }
   rmdir(dir);
+}
+
+// Binding: ranks that fit the usable cores get equal, disjoint blocks of them (a rank runs
+// several busy threads, which one core would serialise); --bind-to core gives one core each,
+// --bind-to none and more ranks than cores leave placement to the kernel.
+TEST_CASE("braidrun binds each rank to a block of cores of its own", "[bootstrap][braidrun]") {
+  const std::set<int> allowed = allowedCpus();
+  const int cores = static_cast<int>(allowed.size());
+  REQUIRE(cores >= 1);
+  const std::string show = " --tag-output sh -c 'grep Cpus_allowed_list /proc/self/status'";
+  for (int n : {1, 2, cores}) {
+    if (n > cores) continue;
+    Run r = run(kBraidrun + " -np " + std::to_string(n) + show);
+    INFO(r.out);
+    REQUIRE(r.status == 0);
+    std::set<int> seen;
+    for (const std::set<int>& mine : rankCpus(r.out, n)) {
+      CHECK(static_cast<int>(mine.size()) == cores / n);
+      for (int c : mine) {
+        CHECK(allowed.count(c) == 1);
+        CHECK(seen.insert(c).second);  // no core given to two ranks
+      }
+    }
+  }
+  Run one = run(kBraidrun + " -np 1 --bind-to core" + show);
+  INFO(one.out);
+  REQUIRE(one.status == 0);
+  CHECK(rankCpus(one.out, 1)[0].size() == 1);
+  for (int n : {1, cores + 1}) {
+    Run r = run(kBraidrun + " -np " + std::to_string(n) + (n == 1 ? " --bind-to none" : "") + show);
+    INFO(r.out);
+    REQUIRE(r.status == 0);
+    for (const std::set<int>& mine : rankCpus(r.out, n)) CHECK(mine == allowed);
+  }
 }

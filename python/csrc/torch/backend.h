@@ -181,8 +181,13 @@ class BraidBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
                                            const c10d::AllgatherOptions& opts) override;
+  // torch 2.14 names the tensor forms all_gather_single, reduce_scatter_single and
+  // all_to_all_single (and their _coalesced forms); earlier releases (2.11 checked) have only
+  // the older names, _allgather_base and the like, which 2.14 keeps as forwarding virtuals.
+  // The newer names are declared without `override`, so that the backend builds against
+  // both: they override where the base class has them, and the older names forward to them.
   c10::intrusive_ptr<c10d::Work> all_gather_single(at::Tensor& output, at::Tensor& input,
-                                                   const c10d::AllgatherOptions& opts) override;
+                                                   const c10d::AllgatherOptions& opts);  // NOLINT(modernize-use-override): see above
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
                                                  const c10d::AllgatherOptions& opts) override {
     return all_gather_single(output, input, opts);
@@ -192,7 +197,7 @@ class BraidBackend : public c10d::Backend {
                                                      const c10d::AllgatherOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> all_gather_single_coalesced(std::vector<at::Tensor>& outputs,
                                                              std::vector<at::Tensor>& inputs,
-                                                             const c10d::AllgatherOptions& opts) override;
+                                                             const c10d::AllgatherOptions& opts);  // NOLINT(modernize-use-override): see above
   c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
                                                                  std::vector<at::Tensor>& inputs,
                                                                  const c10d::AllgatherOptions& opts) override {
@@ -206,14 +211,14 @@ class BraidBackend : public c10d::Backend {
                                                 std::vector<std::vector<at::Tensor>>& inputs,
                                                 const c10d::ReduceScatterOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> reduce_scatter_single(at::Tensor& output, at::Tensor& input,
-                                                       const c10d::ReduceScatterOptions& opts) override;
+                                                       const c10d::ReduceScatterOptions& opts);  // NOLINT(modernize-use-override): see above
   c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                       const c10d::ReduceScatterOptions& opts) override {
     return reduce_scatter_single(output, input, opts);
   }
   c10::intrusive_ptr<c10d::Work> reduce_scatter_single_coalesced(std::vector<at::Tensor>& outputs,
                                                                  std::vector<at::Tensor>& inputs,
-                                                                 const c10d::ReduceScatterOptions& opts) override;
+                                                                 const c10d::ReduceScatterOptions& opts);  // NOLINT(modernize-use-override): see above
   c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs,
                                                                  std::vector<at::Tensor>& inputs,
                                                                  const c10d::ReduceScatterOptions& opts) override {
@@ -222,7 +227,7 @@ class BraidBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> all_to_all_single(at::Tensor& output, at::Tensor& input,
                                                    std::vector<int64_t>& outputSplits,
                                                    std::vector<int64_t>& inputSplits,
-                                                   const c10d::AllToAllOptions& opts) override;
+                                                   const c10d::AllToAllOptions& opts);  // NOLINT(modernize-use-override): see above
   c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input, std::vector<int64_t>& outputSplits,
                                                std::vector<int64_t>& inputSplits,
                                                const c10d::AllToAllOptions& opts) override {

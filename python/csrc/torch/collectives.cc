@@ -111,7 +111,7 @@ void checkReduce(at::ScalarType t, const c10d::ReduceOp& op) {
                       " needs an integer or bool tensor, got ", t);
   } else if (type == c10d::ReduceOp::PREMUL_SUM) {
     TORCH_CHECK_VALUE(at::isFloatingType(t), "braid: PREMUL_SUM needs a floating-point tensor, got ", t);
-    TORCH_CHECK_VALUE(dynamic_cast<c10d::PreMulSumSupplement*>(op.supplement_.get()) != nullptr,
+    TORCH_CHECK_VALUE(dynamic_cast<c10d::NCCLPreMulSumSupplement*>(op.supplement_.get()) != nullptr,
                       "braid: PREMUL_SUM without its factor (create it with torch.distributed._make_nccl_premul_sum)");
   } else if (type == c10d::ReduceOp::AVG) {
     TORCH_CHECK_VALUE(t != at::kBool, "braid: AVG is undefined for bool tensors");
@@ -125,7 +125,9 @@ void checkReduce(at::ScalarType t, const c10d::ReduceOp& op) {
 braid::Reduction reduction(at::ScalarType t, const c10d::ReduceOp& op) {
   auto type = op.op_;
   if (type == c10d::ReduceOp::PREMUL_SUM) {
-    auto* s = dynamic_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
+    // NCCLPreMulSumSupplement: the name in every torch release (2.14 makes it an alias of
+    // PreMulSumSupplement, which earlier releases lack).
+    auto* s = dynamic_cast<c10d::NCCLPreMulSumSupplement*>(op.supplement_.get());
     TORCH_CHECK_VALUE(s != nullptr, "braid: PREMUL_SUM without its factor");
     const double factor = s->tensor_factor.defined() ? s->tensor_factor.item<double>() : s->double_factor;
     return braid::Reduction::preMulSum(factor);

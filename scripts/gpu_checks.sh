@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# The checks and benchmarks that need a GPU, in one run, each under its own time limit:
+#   bash scripts/gpu_checks.sh [BUILD_DIR] [LOG_DIR]
+# BUILD_DIR (default build) is a build made with nvcc; LOG_DIR (default gpu-logs) gets one
+# log per step and summary.txt. PYTHON (default: python3) is a Python whose torch sees the
+# GPU; the braid package is built against it into LOG_DIR/py (skipped when that fails).
+# QUICK=1 leaves out the slowest step (allreduce of every type and op on device buffers).
+# Exits non-zero when any correctness step failed; benchmarks only report.
+set -uo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=$(cd "${1:-build}" && pwd)
+LOGS=${2:-gpu-logs}
+mkdir -p "$LOGS" && LOGS=$(cd "$LOGS" && pwd)
+PY=${PYTHON:-python3}
+SUMMARY=$LOGS/summary.txt
+: > "$SUMMARY"
+failed=0
+
+note() { echo "$*" | tee -a "$SUMMARY"; }
+# step NAME LIMIT_S CHECK(1: counts as a correctness step) COMMAND...
+step() {
+  local name=$1 limit=$2 check=$3
+  shift 3
+  local t0=$SECONDS rc
+  timeout -k 5 "$limit" "$@" > "$LOGS/$name.log" 2>&1
+  rc=$?
+  note "$(printf '%-22s rc=%-3s %4ss' "$name" "$rc" "$((SECONDS - t0))")"
+  if [ "$check" = 1 ] && [ "$rc" != 0 ] && [ "$rc" != 77 ]; then failed=1; fi
+  return $rc
+}
+
+note "== $(date -u +%FT%TZ) $(uname -n)"
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader 2>&1 | tee -a "$SUMMARY"
+nproc | sed 's/^/cpus: /' | tee -a "$SUMMARY"
+
+# The Python package builds in the background while the C++ steps run.
+pybuild_pid=
+if "$PY" -c 'import torch, nanobind, scikit_build_core' > /dev/null 2>&1; then
+  (cd "$ROOT" && PY_ENV=$(dirname "$(dirname "$(command -v "$PY")")") &&
+   timeout 300 "$PY" -m pip install -q --disable-pip-version-check --upgrade --no-build-isolation --no-deps \
+     -C build-dir="$LOGS/pybuild" -C cmake.define.BRAID_PREBUILT_LIBRARY="$BUILD/src/api/libbraid.so.0" \
+     -C cmake.define.BRAID_PY_TORCH=ON -C cmake.define.BRAID_PREBUILT_PROGRAMS="$BUILD/src/launcher/braidrun" \
+     -C build.verbose=false --target "$LOGS/py" "$ROOT/python") > "$LOGS/python_build.log" 2>&1 &
+  pybuild_pid=$!
+else
+  note "python: $PY lacks torch, nanobind or scikit-build-core: the Python steps are skipped"
+fi
+
+BR="$BUILD/src/launcher/braidrun"
+PERF=$BUILD/perf
+step test_cuda_gpu 150 1 "$BUILD/tests/unit/cuda/test_cuda_gpu"
+step test_device 120 1 "$BUILD/tests/unit/device/test_device"
+step kernel_perf_float 90 1 "$BUILD/cuda/kernel_perf" -b 1M -e 256M -f 4 -d float
+step kernel_perf_bf16 90 1 "$BUILD/cuda/kernel_perf" -b 1M -e 256M -f 16 -d bfloat16
+for np in 1 2 4; do
+  step "allreduce_D1_np$np" 120 1 "$BR" -np $np "$PERF/allreduce_perf" -b 8 -e 256M -f 8 -n 20 -w 5 -c 1 -D 1
+done
+# How a stream waits for the host (BRAID_CUDA_STREAM_WAIT), compared in the same run.
+for mode in kernel memop host; do
+  step "allreduce_D1_np2_wait_$mode" 90 1 env BRAID_CUDA_STREAM_WAIT=$mode "$BR" -np 2 "$PERF/allreduce_perf" \
+    -b 8 -e 128M -f 64 -n 20 -w 5 -c 1 -D 1
+done
+step allreduce_D1_np2_z2 90 1 "$BR" -np 2 "$PERF/allreduce_perf" -b 8 -e 128M -f 64 -n 20 -w 5 -c 1 -z 2 -D 1
+step allreduce_D0_np2 90 1 "$BR" -np 2 "$PERF/allreduce_perf" -b 8 -e 256M -f 8 -n 20 -w 5 -c 1 -D 0
+[ -n "${QUICK:-}" ] || step allreduce_D1_np2_all 120 1 "$BR" -np 2 "$PERF/allreduce_perf" -b 4K -e 4M -f 32 -n 5 -w 1 -c 1 -o all -d all -D 1
+step broadcast_D1_np2 60 1 "$BR" -np 2 "$PERF/broadcast_perf" -b 8 -e 64M -f 16 -n 10 -w 2 -c 1 -D 1
+step sendrecv_D1_np2 60 1 "$BR" -np 2 "$PERF/sendrecv_perf" -b 8 -e 64M -f 16 -n 10 -w 2 -c 1 -D 1
+# Every collective on device buffers, checked, 3 ranks sharing the GPU.
+for coll in allgather reduce_scatter alltoall reduce gather scatter; do
+  step "${coll}_D1_np3" 60 1 "$BR" -np 3 "$PERF/${coll}_perf" -b 8 -e 16M -f 64 -n 5 -w 1 -c 1 -D 1
+done
+
+if [ -n "$pybuild_pid" ]; then
+  if wait "$pybuild_pid" && [ -d "$LOGS/py/braid" ]; then
+    note "python_build           rc=0"
+    step python_cuda 150 1 env BRAID_PYTHON_SITE="$LOGS/py" "$PY" -m pytest -q -rfEs -p no:cacheprovider \
+      "$ROOT/tests/python/test_cuda.py"
+    step bench_torch_np2 150 0 env PYTHONPATH="$LOGS/py" "$PY" "$ROOT/python/bench/cuda_allreduce_bench.py" \
+      --nprocs 2 --json "$LOGS/bench_torch_np2.json"
+  else
+    note "python_build           failed (see python_build.log)"
+    failed=1
+    step bench_gloo_np2 120 0 "$PY" "$ROOT/python/bench/cuda_allreduce_bench.py" --nprocs 2
+  fi
+fi
+note "== done in ${SECONDS}s, correctness steps $([ $failed = 0 ] && echo passed || echo FAILED)"
+exit $failed

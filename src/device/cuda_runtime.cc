@@ -40,8 +40,8 @@ Fn driverEntry(const char* name) {
   return reinterpret_cast<Fn>(fn);
 }
 
-// A stream with no stream-memory operations waits in a host function instead (it runs on
-// CUDA's callback thread, which it occupies until the flag is set: the queue always sets it).
+// BRAID_CUDA_STREAM_WAIT=host: the stream waits in a host function (it runs on CUDA's
+// callback thread, which it occupies until the flag is set: the queue always sets it).
 struct HostWait {
   std::atomic<uint32_t>* flag;
   uint32_t value;
@@ -148,17 +148,18 @@ class CudaRuntime final : public Runtime {
 
   Status waitFlag(Stream s, const Flag& f, uint32_t value) override {
     BRAID_RETURN_IF_ERROR(waitModeError_);
-    if (waitMode_ == WaitMode::kKernel)
-      return cuda::launchWaitFlag(reinterpret_cast<const void*>(f.deviceAddress), value, s);
-    WaitValue32Fn wait = waitMode_ == WaitMode::kMemOp ? waitValue32_.load(std::memory_order_relaxed) : nullptr;
-    if (wait) {
-      CUresult r = wait(static_cast<CUstream>(s), static_cast<CUdeviceptr>(f.deviceAddress), value,
-                        CU_STREAM_WAIT_VALUE_GEQ);
-      if (r == CUDA_SUCCESS) return Status::ok();
-      // A device without stream memory operations: wait in a host function from now on
-      // (communicators on other threads may get here at once; any of them may store it).
-      waitValue32_.store(nullptr, std::memory_order_relaxed);
+    if (waitMode_ == WaitMode::kMemOp) {
+      if (WaitValue32Fn wait = waitValue32_.load(std::memory_order_relaxed)) {
+        CUresult r = wait(static_cast<CUstream>(s), static_cast<CUdeviceptr>(f.deviceAddress), value,
+                          CU_STREAM_WAIT_VALUE_GEQ);
+        if (r == CUDA_SUCCESS) return Status::ok();
+        // A device without stream memory operations: the polling kernel from now on
+        // (communicators on other threads may get here at once; any of them may store it).
+        waitValue32_.store(nullptr, std::memory_order_relaxed);
+      }
     }
+    if (waitMode_ != WaitMode::kHost)
+      return cuda::launchWaitFlag(reinterpret_cast<const void*>(f.deviceAddress), value, s);
     auto* w = new HostWait{f.host, value};
     cudaError_t e = cudaLaunchHostFunc(static_cast<cudaStream_t>(s), &waitInHost, w);
     if (e != cudaSuccess) {
@@ -180,9 +181,11 @@ class CudaRuntime final : public Runtime {
     } else if (n == 0) {
       why_ = Status(Code::kSystemError, "CUDA: no GPU is visible (CUDA_VISIBLE_DEVICES?)");
     }
-    // How a stream waits for the host (BRAID_CUDA_STREAM_WAIT): a polling kernel (default),
-    // the driver's stream memory operation, or a host function. A value braid does not know
-    // fails every device call with this message; host calls are unaffected.
+    // How a stream waits for the host (BRAID_CUDA_STREAM_WAIT): the driver's stream memory
+    // operation (memop, the default; the kernel where the device has none), a one-thread
+    // kernel polling the flag (kernel), or a host function (host). On an H200 the three
+    // measured alike (docs/cuda.md). A value braid does not know fails every device call
+    // with this message; host calls are unaffected.
     if (const char* v = std::getenv("BRAID_CUDA_STREAM_WAIT"); v && *v) {
       if (!std::strcmp(v, "kernel")) waitMode_ = WaitMode::kKernel;
       else if (!std::strcmp(v, "memop")) waitMode_ = WaitMode::kMemOp;
@@ -214,7 +217,7 @@ class CudaRuntime final : public Runtime {
   std::atomic<int> state_{kUnknown};  // what probe() found, for pointerInfo's fast check
   std::atomic<WaitValue32Fn> waitValue32_{nullptr};
   PointerGetAttributeFn pointerAttribute_ = nullptr;  // written once, in probe()
-  WaitMode waitMode_ = WaitMode::kKernel;              // written once, in probe()
+  WaitMode waitMode_ = WaitMode::kMemOp;               // written once, in probe()
   Status waitModeError_;                               // written once, in probe()
 };
 

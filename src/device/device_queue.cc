@@ -11,6 +11,9 @@ namespace braid::device {
 namespace {
 
 constexpr size_t kAlign = 64;
+// CUDA's cudaStreamPerThread handle (driver_types.h: ((cudaStream_t)0x2)), which names a
+// different stream on each thread that uses it: its calls never share a block.
+const Stream kPerThreadStream = reinterpret_cast<Stream>(uintptr_t{2});
 constexpr size_t kRoundUp = 64 * 1024;  // staging blocks come in these steps, for reuse
 // How long the proxy polls a stream marker, yielding, before it sleeps between polls. A
 // sleep is at least a timer tick, which on some kernels (virtual machines among them) is
@@ -50,10 +53,60 @@ DeviceQueue::~DeviceQueue() {
   if (proxy_.joinable()) proxy_.join();
   retire(/*all=*/true);
   for (const Block& b : pool_) rt_.freeHost(b.ptr);
+  // A stream's block that a job still uses is one the stream may still read: kept.
+  for (const auto& [stream, b] : streamBlock_)
+    if (users_[b.ptr] == 0) rt_.freeHost(b.ptr);
   if (flag_.host) rt_.freeFlag(flag_);
 }
 
-StatusOr<DeviceQueue::Block> DeviceQueue::take(size_t bytes) {
+// Calls on one stream share a block. Every use of it is ordered by that stream: a job's
+// copies into the block follow, on the stream, the previous job's flag wait, which the
+// proxy releases only after it has finished with the block, and the copies back out of it;
+// the proxy touches a job's part of the block only after the stream has reached the job's
+// staged marker. So one pinned block serves a whole loop of calls on a stream, however many
+// are in flight (it grows when a larger call comes), where a block per call pinned new
+// memory for each call in flight: measured on an H200, 20 out-of-place 128 MiB allreduces
+// issued back to back took 144 ms each against 19 ms when each waited for the last.
+StatusOr<DeviceQueue::Block> DeviceQueue::take(size_t bytes, Stream s) {
+  const bool shared = s != kPerThreadStream;
+  if (shared) {
+    auto it = streamBlock_.find(s);
+    if (it != streamBlock_.end() && it->second.bytes >= bytes) {
+      ++users_[it->second.ptr];
+      return it->second;
+    }
+  }
+  BRAID_ASSIGN_OR_RETURN(Block b, takeFree(bytes));
+  users_[b.ptr] = 1;
+  if (shared) {
+    auto it = streamBlock_.find(s);
+    if (it != streamBlock_.end()) {
+      // Too small: the stream's jobs move on to the new block; the old one goes back to
+      // the pool once its last job is done.
+      Block old = it->second;
+      it->second = b;
+      if (users_[old.ptr] == 0) {
+        users_.erase(old.ptr);
+        pool_.push_back(old);
+      }
+    } else {
+      streamBlock_.emplace(s, b);
+    }
+  }
+  return b;
+}
+
+void DeviceQueue::release(const Block& b, bool park) {
+  auto u = users_.find(b.ptr);
+  if (u != users_.end() && --u->second > 0) return;
+  for (const auto& [stream, current] : streamBlock_)
+    if (current.ptr == b.ptr) return;  // stays the stream's block
+  if (u != users_.end()) users_.erase(u);
+  if (park) parkForever(b.ptr);
+  else pool_.push_back(b);
+}
+
+StatusOr<DeviceQueue::Block> DeviceQueue::takeFree(size_t bytes) {
   // The smallest pooled block that fits.
   size_t best = pool_.size();
   for (size_t i = 0; i < pool_.size(); ++i)
@@ -102,16 +155,18 @@ Status DeviceQueue::enqueue(const DeviceCall& call, HostRun run) {
     extraAt.push_back(bytes);
     bytes += e.bytes;
   }
-  BRAID_ASSIGN_OR_RETURN(Block block, take(bytes));
+  BRAID_ASSIGN_OR_RETURN(Block block, take(bytes, s));
   // Until the flag wait is on the stream, a failure leaves nothing waiting, but copies into
-  // the block may already be queued on the stream: it is parked (never reused or freed)
-  // rather than pooled.
+  // the block may already be queued on the stream. A stream's shared block stays its block
+  // (its later uses are ordered after those copies); any other is parked (never reused or
+  // freed) rather than pooled.
   struct Park {
+    DeviceQueue* q;
     Block* block;
     ~Park() {
-      if (block) parkForever(block->ptr);
+      if (block) q->release(*block, /*park=*/true);
     }
-  } park{&block};
+  } park{this, &block};
   char* base = static_cast<char*>(block.ptr);
   Job job;
   job.block = block;
@@ -244,7 +299,7 @@ void DeviceQueue::retire(bool all) {
     rt_.releaseMarker(j.staged);
     if (j.copiedBack) rt_.releaseMarker(j.copiedBack);
     std::lock_guard<std::mutex> lock(mu_);
-    pool_.push_back(j.block);
+    release(j.block);
   }
   if (!keep.empty()) {
     std::lock_guard<std::mutex> lock(mu_);

@@ -20,6 +20,7 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "common/status.h"
@@ -95,7 +96,11 @@ class DeviceQueue {
     bool hostOnly = false;  // runInOrder: no stream, no staging
   };
 
-  StatusOr<Block> take(size_t bytes);
+  StatusOr<Block> take(size_t bytes, Stream s);
+  StatusOr<Block> takeFree(size_t bytes);  // from the pool, or newly pinned
+  // One job less uses `b` (under mu_): back to the pool (or, with `park`, kept unused for
+  // good: the stream may still write it) when no job uses it and it is no stream's block.
+  void release(const Block& b, bool park = false);
   void proxyLoop();
   Status waitReached(void* marker);
   void retire(bool all);
@@ -112,6 +117,11 @@ class DeviceQueue {
   std::deque<Job> queue_;       // waiting for the proxy
   std::vector<Job> retiring_;   // run; host buffers held until the stream copied back
   std::vector<Block> pool_;
+  // Calls on one stream share that stream's current block: every use of it is ordered by
+  // the stream (take() says why). users_ counts the queued, running and retiring jobs of
+  // each block in use.
+  std::unordered_map<Stream, Block> streamBlock_;
+  std::unordered_map<void*, int> users_;
   Status error_;
   bool stop_ = false;
   bool busy_ = false;

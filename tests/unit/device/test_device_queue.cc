@@ -352,3 +352,62 @@ TEST_CASE("device runtime: without a GPU the CUDA runtime says why, and every po
   CHECK(rt.pointerInfo(nullptr).kind == device::MemoryKind::kHost);
   CHECK(device::runtime().name() == std::string(rt.name()));
 }
+
+// Calls on one stream share one staging block however many are in flight (the stream
+// orders every use of it); a larger call grows it; another stream gets its own. Every
+// result must still be its own call's: each "collective" doubles its input.
+TEST_CASE("device queue: calls in flight on one stream share its staging block, and each result is its own",
+          "[device][cuda]") {
+  FakeRuntime rt;
+  {
+    FakeStream s1, s2;
+    DeviceQueue q(rt, 30);
+    Gate gate1, gate2;
+    gate1.closeOn(s1);
+    gate2.closeOn(s2);
+    const auto doubled = [](size_t n) {
+      return [n](const void* in, void* out, const std::vector<void*>&) {
+        for (size_t i = 0; i < n; ++i) static_cast<float*>(out)[i] = 2 * static_cast<const float*>(in)[i];
+        return Status::ok();
+      };
+    };
+    struct Call {
+      std::unique_ptr<Device> in, out;
+      size_t n;
+      bool inPlace;
+      float base;
+    };
+    std::vector<Call> calls;
+    for (int i = 0; i < 24; ++i) {
+      // Sizes grow at call 8 and shrink again after; in place every third call; every
+      // fourth on the second stream.
+      const size_t n = i >= 8 && i < 12 ? (300u << 10) : (40u << 10) + 7 * static_cast<size_t>(i);
+      Call c{std::make_unique<Device>(rt, n * 4), nullptr, n, i % 3 == 0, 1000.0f * static_cast<float>(i)};
+      for (size_t k = 0; k < n; ++k) c.in->f()[k] = c.base + static_cast<float>(k % 251);
+      if (!c.inPlace) c.out = std::make_unique<Device>(rt, n * 4);
+      void* dst = c.inPlace ? c.in->p : c.out->p;
+      FakeStream& st = i % 4 == 3 ? s2 : s1;
+      REQUIRE(q.enqueue(DeviceCall{st.handle(), c.in->p, n * 4, dst, n * 4, true, {}}, doubled(n)).isOk());
+      calls.push_back(std::move(c));
+    }
+    gate1.open();
+    gate2.open();
+    s1.synchronize();
+    s2.synchronize();
+    q.drain();
+    for (size_t i = 0; i < calls.size(); ++i) {
+      const Call& c = calls[i];
+      const float* got = c.inPlace ? c.in->f() : c.out->f();
+      size_t bad = 0;
+      for (size_t k = 0; k < c.n; ++k) bad += got[k] != 2 * (c.base + static_cast<float>(k % 251));
+      INFO("call " << i);
+      CHECK(bad == 0);
+    }
+    // Each stream grows its block twice: an in-place call first (one buffer), then an
+    // out-of-place one (two), then calls 8-11's larger size, which fits all that follow.
+    // A block per call in flight would have been 24.
+    CHECK(rt.hostAllocs.load() == 6);
+  }
+  CHECK(rt.hostLive.load() == 0);
+  CHECK(rt.markersLive.load() == 0);
+}

@@ -1,7 +1,7 @@
 // The CUDA implementation of device::Runtime. Compiled only when the toolkit was found;
 // the CUDA runtime is linked statically, the driver reached through it (never -lcuda).
-// No machine this was written on had a GPU: every call here is a plain, documented CUDA
-// runtime call, checked, and kept as short as it can be.
+// Written without a GPU at hand and first run on an H200 (docs/cuda.md, "On a GPU"): every
+// call here is a plain, documented CUDA runtime call, checked, and kept as short as it can be.
 
 #include <cuda.h>
 #include <cuda_runtime_api.h>

@@ -807,6 +807,8 @@ Status Session::prepare(const CallArgs& a, Call* out) const {
     call.device.outputBytes = recvElems * es;
     // v-variants may leave gaps; a non-root's broadcast reads recvbuff.
     call.device.writesWholeOutput = !vVariant;
+    // An allreduce is elementwise: it may be staged in pieces that overlap the copies.
+    if (c == Collective::kAllReduce) call.device.elementBytes = es;
     if (c == Collective::kBroadcast && !isRoot) {
       call.device.input = a.recv;
       call.device.inputBytes = recvElems * es;
@@ -911,9 +913,18 @@ Status Session::run(Call&& call) {
   // in-place call stays in place).
   algorithms::Request req = call.req;
   core::Communicator* comm = comm_.get();
-  return q->enqueue(call.device, [comm, req](const void* in, void* out, const std::vector<void*>& extra) {
-    return comm->run(req, in, out, extra);
-  });
+  device::DeviceQueue::PieceRun pieceRun;
+  if (call.device.elementBytes > 0) {
+    pieceRun = [comm, req](const void* in, void* out, size_t elements) {
+      algorithms::Request piece = req;
+      piece.count = elements;
+      return comm->run(piece, in, out, {});
+    };
+  }
+  return q->enqueue(
+      call.device,
+      [comm, req](const void* in, void* out, const std::vector<void*>& extra) { return comm->run(req, in, out, extra); },
+      std::move(pieceRun));
 }
 
 Status Session::asyncError() {

@@ -122,7 +122,7 @@ StatusOr<DeviceQueue::Block> DeviceQueue::takeFree(size_t bytes) {
   return b;
 }
 
-Status DeviceQueue::enqueue(const DeviceCall& call, HostRun run) {
+Status DeviceQueue::enqueue(const DeviceCall& call, HostRun run, PieceRun pieceRun) {
   BRAID_RETURN_IF_ERROR(flagStatus_);
   // Blocks whose results the stream has copied back go back to the pool now, so that calls
   // in a loop reuse them rather than pin new memory (cudaHostAlloc of large blocks takes
@@ -175,6 +175,14 @@ Status DeviceQueue::enqueue(const DeviceCall& call, HostRun run) {
   job.run = std::move(run);
   for (size_t i = 0; i < call.extra.size(); ++i) job.hostExtra.push_back(base + extraAt[i]);
 
+  const size_t es = call.elementBytes;
+  if (pieceRun && es > 0 && call.inputBytes == call.outputBytes && call.inputBytes >= kPieceMin &&
+      call.extra.empty() && call.writesWholeOutput && (!overlap || in == out)) {
+    job.pieceRun = std::move(pieceRun);
+    job.elementBytes = es;
+    return enqueuePieces(call, std::move(job), &park.block);
+  }
+
   if (hasOut && !call.writesWholeOutput)
     BRAID_RETURN_IF_ERROR(rt_.copyAsync(job.hostOutput, call.output, call.outputBytes, s));
   if (hasIn) BRAID_RETURN_IF_ERROR(rt_.copyAsync(base + inAt, call.input, call.inputBytes, s));
@@ -205,6 +213,82 @@ Status DeviceQueue::enqueue(const DeviceCall& call, HostRun run) {
   }
   queue_.push_back(std::move(job));
   cv_.notify_all();
+  return st;
+}
+
+// The stream side of a call staged in pieces (the header shows the order); called with mu_
+// held, `job` laid out by enqueue(). Clears *park once a wait is on the stream.
+Status DeviceQueue::enqueuePieces(const DeviceCall& call, Job job, Block** park) {
+  const Stream s = call.stream;
+  const size_t total = call.inputBytes;
+  const size_t piece = std::max(kPieceBytes, alignUp((total + kMaxPieces - 1) / kMaxPieces, size_t{4096}));
+  for (size_t off = 0; off < total; off += piece) job.pieces.push_back(Piece{off, std::min(piece, total - off)});
+  const auto* devIn = static_cast<const char*>(call.input);
+  auto* devOut = static_cast<char*>(call.output);
+  auto* hostIn = static_cast<char*>(const_cast<void*>(job.hostInput));
+  auto* hostOut = static_cast<char*>(job.hostOutput);
+  // Before any wait is queued, a failure leaves nothing waiting: the markers go, the call
+  // fails here.
+  const auto dropMarkers = [&] {
+    for (Piece& p : job.pieces)
+      if (p.staged) rt_.releaseMarker(p.staged);
+  };
+  for (Piece& p : job.pieces) {
+    Status st = rt_.copyAsync(hostIn + p.offset, devIn + p.offset, p.bytes, s);
+    if (st.isOk()) {
+      auto m = rt_.mark(s);
+      if (m.isOk()) p.staged = m.value();
+      else st = m.status();
+    }
+    if (!st.isOk()) {
+      dropMarkers();
+      return st;
+    }
+  }
+  Status st;
+  for (size_t i = 0; i < job.pieces.size() && st.isOk(); ++i) {
+    Piece& p = job.pieces[i];
+    const uint32_t seq = ++nextSeq_;
+    st = rt_.waitFlag(s, flag_, seq);
+    if (!st.isOk()) {
+      --nextSeq_;
+      if (i == 0) {
+        dropMarkers();
+        return st;
+      }
+      break;
+    }
+    // From the first wait on, the job must reach the proxy, which stores its last seq
+    // whatever happens.
+    *park = nullptr;
+    p.seq = seq;
+    job.seq = seq;
+    st = rt_.copyAsync(devOut + p.offset, hostOut + p.offset, p.bytes, s);
+  }
+  if (st.isOk()) {
+    auto b = rt_.mark(s);
+    if (b.isOk()) job.copiedBack = b.value();
+    else st = b.status();
+  }
+  job.failed = st;
+  queue_.push_back(std::move(job));
+  cv_.notify_all();
+  return st;
+}
+
+// The proxy side of a call staged in pieces: each piece's collective once the stream has
+// staged it, then its flag value, which lets the stream copy that piece back.
+Status DeviceQueue::runPieces(Job& job) {
+  Status st = job.failed;
+  if (st.isOk()) st = asyncError();
+  const auto* hostIn = static_cast<const char*>(job.hostInput);
+  auto* hostOut = static_cast<char*>(job.hostOutput);
+  for (const Piece& p : job.pieces) {
+    if (!st.isOk() || p.seq == 0) break;
+    st = waitReached(p.staged);
+    if (st.isOk()) st = job.pieceRun(hostIn + p.offset, hostOut + p.offset, p.bytes / job.elementBytes);
+    if (st.isOk()) flag_.host->store(p.seq, std::memory_order_release);
+  }
   return st;
 }
 
@@ -296,7 +380,8 @@ void DeviceQueue::retire(bool all) {
       if (!all) keep.push_back(std::move(j));
       continue;  // at teardown: the stream may still read the block, so it is not freed
     }
-    rt_.releaseMarker(j.staged);
+    if (j.staged) rt_.releaseMarker(j.staged);
+    for (const Piece& p : j.pieces) rt_.releaseMarker(p.staged);
     if (j.copiedBack) rt_.releaseMarker(j.copiedBack);
     std::lock_guard<std::mutex> lock(mu_);
     release(j.block);
@@ -338,15 +423,21 @@ void DeviceQueue::proxyLoop() {
       cv_.notify_all();
       continue;
     }
-    Status st = asyncError();
-    if (st.isOk()) st = waitReached(job.staged);
-    if (st.isOk()) st = job.run(job.hostInput, job.hostOutput, job.hostExtra);
+    Status st;
+    if (!job.pieces.empty()) {
+      st = runPieces(job);
+    } else {
+      st = asyncError();
+      if (st.isOk()) st = waitReached(job.staged);
+      if (st.isOk()) st = job.run(job.hostInput, job.hostOutput, job.hostExtra);
+    }
     if (!st.isOk()) fail(st);
     // Releases the stream (and any later wait, which compares cyclically).
     flag_.host->store(job.seq, std::memory_order_release);
     {
       std::lock_guard<std::mutex> lock(mu_);
       job.run = nullptr;
+      job.pieceRun = nullptr;
       retiring_.push_back(std::move(job));
       busy_ = false;
     }

@@ -10,6 +10,16 @@
 // caller's thread never synchronizes a stream; work queued on the stream after the call
 // sees its result. Host buffers return to a pool when the stream passes B.
 //
+// An elementwise call (allreduce: output element i depends only on input elements i) of
+// kPieceMin bytes or more is staged in pieces, each with its own marker and flag value:
+//
+//   [in piece 0 -> host][mark A0] ... [in piece k -> host][mark Ak]
+//   [wait: flag >= seq0][out piece 0 -> device] ... [wait: flag >= seqk][out piece k -> device][mark B]
+//
+// and the proxy runs the collective piece by piece as each Ai is passed, so copies in both
+// directions overlap the collective on the other pieces (NCCL pipelines its staging the
+// same way). Every rank cuts the same count into the same pieces.
+//
 // A collective that fails still stores seq (a stream is never left waiting): its output is
 // whatever the failed call left, and the error is returned by the next enqueue() and by
 // asyncError(), as NCCL reports errors of enqueued work.
@@ -48,6 +58,9 @@ struct DeviceCall {
   // v-variant): the output is then staged in first, so those bytes come back unchanged.
   bool writesWholeOutput = true;
   std::vector<DeviceExtra> extra;  // staged each on its own
+  // > 0: the call is elementwise on elements of this size (input and output the same
+  // size, no extra buffers) and may be staged in pieces (enqueue's pieceRun).
+  size_t elementBytes = 0;
 };
 
 class DeviceQueue {
@@ -55,6 +68,15 @@ class DeviceQueue {
   // Runs the collective on host buffers laid out like the device ones (`extra`: the staged
   // DeviceCall::extra, in order).
   using HostRun = std::function<Status(const void* input, void* output, const std::vector<void*>& extra)>;
+  // Runs the collective on `elements` elements of the host copies (one piece of an
+  // elementwise call).
+  using PieceRun = std::function<Status(const void* input, void* output, size_t elements)>;
+
+  // Pieces: calls of at least kPieceMin bytes, in pieces of kPieceBytes (more for very
+  // large calls: at most kMaxPieces), a multiple of 4 KiB and so of every element size.
+  static constexpr size_t kPieceBytes = size_t{4} << 20;
+  static constexpr size_t kPieceMin = 2 * kPieceBytes;
+  static constexpr size_t kMaxPieces = 64;
 
   // `timeoutSec` bounds how long the proxy waits for a stream to reach a call (a stream
   // stalled by other work) before failing it.
@@ -65,7 +87,7 @@ class DeviceQueue {
 
   // Enqueues `call` on its stream and `run` on the proxy; returns at once. Fails without
   // enqueueing anything when an earlier call failed (that error) or a runtime call fails.
-  Status enqueue(const DeviceCall& call, HostRun run);
+  Status enqueue(const DeviceCall& call, HostRun run, PieceRun pieceRun = nullptr);
 
   // Runs `fn` (a host collective on the same communicator) after every collective enqueued
   // before it, so the communicator sees calls in issue order whatever memory they use: at
@@ -84,9 +106,15 @@ class DeviceQueue {
     void* ptr = nullptr;
     size_t bytes = 0;
   };
+  struct Piece {
+    size_t offset = 0;  // from the start of input and output alike
+    size_t bytes = 0;
+    void* staged = nullptr;  // marker A of this piece
+    uint32_t seq = 0;        // the flag value that releases its copy back; 0: none queued
+  };
   struct Job {
-    uint32_t seq = 0;
-    void* staged = nullptr;      // marker A: the inputs are in host memory
+    uint32_t seq = 0;            // the last flag value the stream waits for
+    void* staged = nullptr;      // marker A: the inputs are in host memory (whole calls)
     void* copiedBack = nullptr;  // marker B: the stream no longer reads the host buffers
     Block block;
     const void* hostInput = nullptr;
@@ -94,6 +122,10 @@ class DeviceQueue {
     std::vector<void*> hostExtra;
     HostRun run;
     bool hostOnly = false;  // runInOrder: no stream, no staging
+    std::vector<Piece> pieces;  // a call staged in pieces (then `staged` is unused)
+    PieceRun pieceRun;
+    size_t elementBytes = 0;
+    Status failed;  // enqueue could not queue all of it: the proxy only releases the stream
   };
 
   StatusOr<Block> take(size_t bytes, Stream s);
@@ -102,6 +134,8 @@ class DeviceQueue {
   // good: the stream may still write it) when no job uses it and it is no stream's block.
   void release(const Block& b, bool park = false);
   void proxyLoop();
+  Status runPieces(Job& job);
+  Status enqueuePieces(const DeviceCall& call, Job job, Block** park);
   Status waitReached(void* marker);
   void retire(bool all);
   void fail(const Status& s);

@@ -7,6 +7,7 @@
 // differs.
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -143,7 +144,11 @@ class FakeRuntime final : public Runtime {
 
   Status copyAsync(void* dst, const void* src, size_t bytes, Stream s) override {
     if (failCopies.load()) return Status(Code::kSystemError, "fake: copy refused on purpose");
-    stream(s).enqueue([=] { std::memcpy(dst, src, bytes); });
+    stream(s).enqueue([=] {
+      if (const int us = copyDelayUs.load()) std::this_thread::sleep_for(std::chrono::microseconds(us));
+      std::memcpy(dst, src, bytes);
+      copiesDone.fetch_add(1);
+    });
     return Status::ok();
   }
   StatusOr<void*> mark(Stream s) override {
@@ -169,6 +174,8 @@ class FakeRuntime final : public Runtime {
   FakeStream& defaultStream() { return default_; }
 
   std::atomic<bool> failCopies{false};
+  std::atomic<int> copyDelayUs{0};  // each copy takes at least this long (a slow link)
+  std::atomic<int> copiesDone{0};
   std::atomic<int> hostAllocs{0};
   std::atomic<int> hostLive{0};
   std::atomic<int> markersLive{0};

@@ -807,8 +807,9 @@ Status Session::prepare(const CallArgs& a, Call* out) const {
     call.device.outputBytes = recvElems * es;
     // v-variants may leave gaps; a non-root's broadcast reads recvbuff.
     call.device.writesWholeOutput = !vVariant;
-    // An allreduce is elementwise: it may be staged in pieces that overlap the copies.
-    if (c == Collective::kAllReduce) call.device.elementBytes = es;
+    // Allreduce and broadcast are elementwise: they may be staged in pieces that overlap
+    // the copies.
+    if (c == Collective::kAllReduce || c == Collective::kBroadcast) call.device.elementBytes = es;
     if (c == Collective::kBroadcast && !isRoot) {
       call.device.input = a.recv;
       call.device.inputBytes = recvElems * es;

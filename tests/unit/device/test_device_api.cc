@@ -277,10 +277,10 @@ TEST_CASE("C++ API: calls under a StreamGuard are enqueued on its stream, and Wo
   for (int r = 0; r < n; ++r) CHECK(errors[r] == "");
 }
 
-// A large allreduce through the C API is staged in pieces (device_queue.h): every element
-// of an odd count comes out right, in place and out of place, for sum and average, and the
-// call still returns before the stream reaches it.
-TEST_CASE("C API: a large device allreduce, staged in pieces, gives every element", "[device][cuda]") {
+// A large allreduce and broadcast through the C API are staged in pieces (device_queue.h):
+// every element of an odd count comes out right, in place and out of place, for sum and
+// average.
+TEST_CASE("C API: a large device allreduce or broadcast, staged in pieces, gives every element", "[device][cuda]") {
   FakeRuntime rt;
   InstallRuntime installed(&rt);
   const int n = 3;
@@ -311,6 +311,25 @@ TEST_CASE("C API: a large device allreduce, staged in pieces, gives every elemen
             errors[r] = std::string(op == braidSum ? "sum" : "avg") + (inPlace ? " in place" : "") + ": element " +
                         std::to_string(i) + " is " + std::to_string(dst[i]);
       }
+    }
+    // A broadcast from rank 1, out of place on the root and in place elsewhere.
+    {
+      const int root = 1;
+      Gate gate;
+      gate.closeOn(stream);
+      stream.enqueue([&] {
+        for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>((r + 1) * (i % 4099));
+        for (size_t i = 0; i < count; ++i) out[i] = -1.0f;
+      });
+      float* src = r == root ? in : out;
+      if (braidBroadcast(src, out, count, braidFloat32, root, comm, stream.handle()) != braidSuccess &&
+          errors[r].empty())
+        errors[r] = std::string("broadcast: ") + braidGetLastError(comm);
+      gate.open();
+      stream.synchronize();
+      for (size_t i = 0; i < count && errors[r].empty(); ++i)
+        if (out[i] != static_cast<float>((root + 1) * (i % 4099)))
+          errors[r] = "broadcast: element " + std::to_string(i) + " is " + std::to_string(out[i]);
     }
     braidResult_t async = braidInternalError;
     braidCommGetAsyncError(comm, &async);

@@ -10,8 +10,9 @@
 // caller's thread never synchronizes a stream; work queued on the stream after the call
 // sees its result. Host buffers return to a pool when the stream passes B.
 //
-// An elementwise call (allreduce, broadcast: output element i depends only on input elements i) of
-// kPieceMin bytes or more is staged in pieces, each with its own marker and flag value:
+// An elementwise call (allreduce, broadcast: output element i depends only on the input
+// elements i) of kPieceMin bytes or more is staged in pieces, each with its own marker and
+// flag value:
 //
 //   [in piece 0 -> host][mark A0] ... [in piece k -> host][mark Ak]
 //   [wait: flag >= seq0][out piece 0 -> device] ... [wait: flag >= seqk][out piece k -> device][mark B]

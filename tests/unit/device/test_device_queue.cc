@@ -470,3 +470,35 @@ TEST_CASE("device queue: a large allreduce is staged in pieces that overlap the 
   }
   CHECK(rt.markersLive.load() == 0);
 }
+
+// A piece that fails (a peer died during piece 1 of 3) releases the whole call's waits on
+// the stream, leaves the later pieces unrun, and fails the next enqueue with its error.
+TEST_CASE("device queue: a failed piece releases the stream and runs no later piece", "[device][cuda]") {
+  FakeRuntime rt;
+  {
+    FakeStream stream;
+    DeviceQueue q(rt, 30);
+    const size_t bytes = DeviceQueue::kPieceMin + DeviceQueue::kPieceBytes;  // 3 pieces
+    Device a(rt, bytes), b(rt, bytes);
+    int pieces = 0;
+    DeviceQueue::PieceRun pieceRun = [&](const void*, void*, size_t) {
+      return ++pieces == 2 ? Status(Code::kRemoteError, "rank 1 died", 1) : Status::ok();
+    };
+    const auto whole = [](const void*, void*, const std::vector<void*>&) { return Status::ok(); };
+    REQUIRE(q.enqueue(DeviceCall{stream.handle(), a.p, bytes, b.p, bytes, true, {}, 4}, whole, pieceRun).isOk());
+    bool after = false;
+    stream.enqueue([&] { after = true; });
+    stream.synchronize();  // returns: every wait of the call was released
+    q.drain();
+    CHECK(after);
+    CHECK(pieces == 2);
+    CHECK(q.asyncError().code() == Code::kRemoteError);
+    CHECK(q.asyncError().rank() == 1);
+    CHECK(q.enqueue(DeviceCall{stream.handle(), a.p, bytes, b.p, bytes, true, {}, 4}, whole, pieceRun).code() ==
+          Code::kRemoteError);
+    stream.synchronize();
+    CHECK(pieces == 2);
+  }
+  CHECK(rt.markersLive.load() == 0);
+  CHECK(rt.hostLive.load() == 0);
+}

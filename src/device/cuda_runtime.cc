@@ -169,6 +169,41 @@ class CudaRuntime final : public Runtime {
     return Status::ok();
   }
 
+  std::string describe() override {
+    const auto version = [](int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); };
+    int rtVersion = 0, drvVersion = 0;
+    std::string out = "CUDA runtime ";
+    out += cudaRuntimeGetVersion(&rtVersion) == cudaSuccess ? version(rtVersion) : "?";
+    out += " (static), driver ";
+    // No driver: CUDA reports version 0.
+    out += cudaDriverGetVersion(&drvVersion) == cudaSuccess && drvVersion > 0 ? version(drvVersion) : "none";
+    Status st = available();
+    if (!st.isOk()) return out + "; device buffers unavailable: " + st.message();
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) cudaGetLastError();
+    out += "; " + std::to_string(n) + (n == 1 ? " GPU" : " GPUs");
+    for (int i = 0; i < n; ++i) {
+      cudaDeviceProp p{};
+      if (cudaGetDeviceProperties(&p, i) != cudaSuccess) {
+        cudaGetLastError();
+        continue;
+      }
+      out += std::string(i ? ", " : ": ") + std::to_string(i) + " " + p.name + " (sm_" + std::to_string(p.major) +
+             std::to_string(p.minor) + ", " + std::to_string(p.totalGlobalMem >> 20) + " MiB)";
+    }
+    out += "; stream wait: ";
+    if (!waitModeError_.isOk()) return out + waitModeError_.message();
+    switch (waitMode_) {
+      case WaitMode::kMemOp:
+        out += waitValue32_.load(std::memory_order_relaxed) ? "memop (cuStreamWaitValue32)"
+                                                            : "kernel (the driver has no cuStreamWaitValue32)";
+        break;
+      case WaitMode::kKernel: out += "kernel"; break;
+      case WaitMode::kHost: out += "host function"; break;
+    }
+    return out;
+  }
+
  private:
   // Run once (once_): whether CUDA sees a GPU, and the driver entry points if it does.
   void probe() {

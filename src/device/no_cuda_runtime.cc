@@ -24,6 +24,7 @@ class NoCudaRuntime final : public Runtime {
   StatusOr<bool> reached(void*) override { return notBuilt(); }
   void releaseMarker(void*) override {}
   Status waitFlag(Stream, const Flag&, uint32_t) override { return notBuilt(); }
+  std::string describe() override { return "not built: " + notBuilt().message(); }
 };
 
 }  // namespace

@@ -12,4 +12,9 @@ Runtime& runtime() {
 
 void setRuntimeForTesting(Runtime* r) { gTestRuntime.store(r, std::memory_order_release); }
 
+std::string Runtime::describe() {
+  Status st = available();
+  return st.isOk() ? std::string(name()) + ": usable" : std::string(name()) + ": unavailable: " + st.message();
+}
+
 }  // namespace braid::device

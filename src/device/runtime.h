@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "common/status.h"
 
@@ -65,6 +66,10 @@ class Runtime {
   virtual void releaseMarker(void* marker) = 0;
   // Work enqueued on `s` after this waits until reachedValue(*f.host, value).
   virtual Status waitFlag(Stream s, const Flag& f, uint32_t value) = 0;
+
+  // One line for braid-info: the runtime's versions, the GPUs it sees and how a stream
+  // waits for the host, or why device buffers cannot be used here.
+  virtual std::string describe();
 };
 
 // The CUDA runtime (or, in a build without the toolkit, one that is never available).

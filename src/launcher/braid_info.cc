@@ -27,6 +27,7 @@
 #include "core/live_status.h"
 #include "common/timeline.h"
 #include "core/config.h"
+#include "device/runtime.h"
 #include "plan/planner.h"
 #include "plan/simulator.h"
 #include "reduce/reduce.h"
@@ -484,6 +485,7 @@ int main(int argc, char** argv) {
   if (argc > 1) usage();
   std::printf("braid %d.%d.%d\n", BRAID_MAJOR, BRAID_MINOR, BRAID_PATCH);
   std::printf("reduction kernels: %s\n", braid::reduce::simdLevel());
+  std::printf("GPU path: %s\n", braid::device::cudaRuntime().describe().c_str());
   printTransports();
   std::printf("machine: %s\n", braid::topology::Placement::local().summary().c_str());
   return 0;

@@ -313,7 +313,7 @@ TEST_CASE("BRAID_TIMELINE writes a Chrome trace per rank and braid-info --timeli
   run("rm -rf " + d);
 }
 
-TEST_CASE("braid-info --help and --version exit 0, a bad flag exits 2", "[multiproc]") {
+TEST_CASE("braid-info --help and --version exit 0, a bad flag exits 2, and it shows the GPU path", "[multiproc]") {
   Run help = run(BRAID_INFO " --help");
   CHECK(help.status == 0);
   CHECK(help.out.find("usage: braid-info") != std::string::npos);
@@ -321,6 +321,18 @@ TEST_CASE("braid-info --help and --version exit 0, a bad flag exits 2", "[multip
   CHECK(version.status == 0);
   CHECK(version.out.rfind("braid-info (braid) ", 0) == 0);
   CHECK(run(BRAID_INFO " --bogus").status == 2);
+  // The GPU path's line: its state here, and without a GPU why device buffers cannot be used.
+  Run info = run(BRAID_INFO);
+  INFO(info.out);
+  CHECK(info.status == 0);
+  const size_t gpu = info.out.find("GPU path: ");
+  REQUIRE(gpu != std::string::npos);
+  const std::string line = info.out.substr(gpu, info.out.find('\n', gpu) - gpu);
+  CHECK((line.find("CUDA runtime ") != std::string::npos || line.find("not built: ") != std::string::npos));
+  if (line.find(" GPU") == std::string::npos || line.find("unavailable") != std::string::npos)
+    CHECK((line.find("unavailable: ") != std::string::npos || line.find("not built: ") != std::string::npos));
+  else
+    CHECK(line.find("stream wait: ") != std::string::npos);
 }
 
 TEST_CASE("broadcast_perf checks its results with zero wrong", "[multiproc]") {

@@ -60,6 +60,8 @@ for mode in kernel memop host; do
   step "allreduce_D1_np2_wait_$mode" 90 1 env BRAID_CUDA_STREAM_WAIT=$mode "$BR" -np 2 "$PERF/allreduce_perf" \
     -b 8 -e 128M -f 64 -n 20 -w 5 -c 1 -D 1
 done
+# One core per rank (braidrun's old binding) against the default blocks of cores.
+step allreduce_D1_np2_bind_core 90 0 "$BR" -np 2 --bind-to core "$PERF/allreduce_perf" -b 8 -e 128M -f 64 -n 20 -w 5 -c 1 -D 1
 step allreduce_D1_np2_z2 90 1 "$BR" -np 2 "$PERF/allreduce_perf" -b 8 -e 128M -f 64 -n 20 -w 5 -c 1 -z 2 -D 1
 step allreduce_D0_np2 90 1 "$BR" -np 2 "$PERF/allreduce_perf" -b 8 -e 256M -f 8 -n 20 -w 5 -c 1 -D 0
 [ -n "${QUICK:-}" ] || step allreduce_D1_np2_all 120 1 "$BR" -np 2 "$PERF/allreduce_perf" -b 4K -e 4M -f 32 -n 5 -w 1 -c 1 -o all -d all -D 1

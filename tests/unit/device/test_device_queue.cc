@@ -413,11 +413,11 @@ TEST_CASE("device queue: calls in flight on one stream share its staging block, 
 }
 
 // A large allreduce is staged in pieces: the proxy runs the collective on the first piece
-// while the stream is still copying the later ones in (copies here take 15 ms each), every
+// while the stream is still copying the later ones in (copies here take 40 ms each), every
 // element comes out right, in place and out of place, with a last piece that is shorter.
 TEST_CASE("device queue: a large allreduce is staged in pieces that overlap the copies", "[device][cuda]") {
   FakeRuntime rt;
-  rt.copyDelayUs = 15000;
+  rt.copyDelayUs = 40000;
   Errors errors;
   braid::testing::WorldOptions o;
   o.nranks = 2;

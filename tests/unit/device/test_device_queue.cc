@@ -50,6 +50,16 @@ struct Device {
   float* f() { return static_cast<float*>(p); }
 };
 
+algorithms::Request floatSum(size_t count, bool inPlace, Collective coll = Collective::kAllReduce) {
+  algorithms::Request req;
+  req.coll = coll;
+  req.count = count;
+  req.dtype = DataType::kFloat32;
+  req.op = ReduceOp::kSum;
+  req.inPlace = inPlace;
+  return req;
+}
+
 DeviceQueue::HostRun hostRun(core::Communicator& comm, algorithms::Request req) {
   return [&comm, req](const void* in, void* out, const std::vector<void*>&) { return comm.run(req, in, out); };
 }
@@ -79,12 +89,7 @@ TEST_CASE("device queue: allreduce on device buffers runs in stream order and re
         stream.enqueue([&] {
           for (size_t i = 0; i < count; ++i) in.f()[i] = static_cast<float>(r + 1) * static_cast<float>(i % 97);
         });
-        algorithms::Request req;
-        req.coll = Collective::kAllReduce;
-        req.count = count;
-        req.dtype = DataType::kFloat32;
-        req.op = ReduceOp::kSum;
-        req.inPlace = inPlace;
+        const algorithms::Request req = floatSum(count, inPlace);
         DeviceCall call{stream.handle(), in.p, count * 4, dst, count * 4, true};
         Status st = q.enqueue(call, hostRun(comm, req));
         if (!st.isOk()) return errors.add(where + ": enqueue: " + st.toString());
@@ -155,12 +160,7 @@ TEST_CASE("device queue: in-place allgather and reduce-scatter, broadcast, and a
       stream.enqueue([&] {
         for (size_t i = 0; i < n * count; ++i) buf.f()[i] = static_cast<float>(i % 1000);
       });
-      algorithms::Request req;
-      req.coll = Collective::kReduceScatter;
-      req.count = count;
-      req.dtype = DataType::kFloat32;
-      req.op = ReduceOp::kSum;
-      req.inPlace = true;
+      const algorithms::Request req = floatSum(count, true, Collective::kReduceScatter);
       float* mine = buf.f() + ur * count;
       Status st = q.enqueue(DeviceCall{stream.handle(), buf.p, n * count * 4, mine, count * 4, true}, hostRun(comm, req));
       if (!st.isOk()) fail("reduce-scatter: " + st.toString());
@@ -433,12 +433,7 @@ TEST_CASE("device queue: a large allreduce is staged in pieces that overlap the 
       Device in(rt, count * 4), out(rt, count * 4);
       for (size_t i = 0; i < count; ++i) in.f()[i] = static_cast<float>((r + 1) * (i % 1000));
       float* dst = inPlace ? in.f() : out.f();
-      algorithms::Request req;
-      req.coll = Collective::kAllReduce;
-      req.count = count;
-      req.dtype = DataType::kFloat32;
-      req.op = ReduceOp::kSum;
-      req.inPlace = inPlace;
+      const algorithms::Request req = floatSum(count, inPlace);
       std::atomic<int> piecesRun{0};
       DeviceQueue::PieceRun pieceRun = [&](const void* pin, void* pout, size_t elements) {
         if (piecesRun.fetch_add(1) == 0 && r == 0) firstPieceSawCopies = rt.copiesDone.load();

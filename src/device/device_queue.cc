@@ -124,9 +124,10 @@ StatusOr<DeviceQueue::Block> DeviceQueue::takeFree(size_t bytes) {
 
 Status DeviceQueue::enqueue(const DeviceCall& call, HostRun run, PieceRun pieceRun) {
   BRAID_RETURN_IF_ERROR(flagStatus_);
-  // Blocks whose results the stream has copied back go back to the pool now, so that calls
-  // in a loop reuse them rather than pin new memory (cudaHostAlloc of large blocks takes
-  // milliseconds) while the proxy has not yet woken to return them.
+  // Jobs the stream has finished with release their markers and blocks now rather than at
+  // the proxy's next wake-up: a block not tied to a stream (cudaStreamPerThread) is then in
+  // the pool for this call instead of a newly pinned one (cudaHostAlloc of large blocks
+  // takes milliseconds).
   retire(/*all=*/false);
   std::lock_guard<std::mutex> lock(mu_);
   BRAID_RETURN_IF_ERROR(error_);
@@ -225,7 +226,7 @@ Status DeviceQueue::enqueuePieces(const DeviceCall& call, Job job, Block** park)
   for (size_t off = 0; off < total; off += piece) job.pieces.push_back(Piece{off, std::min(piece, total - off)});
   const auto* devIn = static_cast<const char*>(call.input);
   auto* devOut = static_cast<char*>(call.output);
-  auto* hostIn = static_cast<char*>(const_cast<void*>(job.hostInput));
+  auto* hostIn = static_cast<char*>(const_cast<void*>(job.hostInput));  // inside our own block
   auto* hostOut = static_cast<char*>(job.hostOutput);
   // Before any wait is queued, a failure leaves nothing waiting: the markers go, the call
   // fails here.

@@ -55,6 +55,18 @@ step kernel_perf_bf16 90 1 "$BUILD/cuda/kernel_perf" -b 1M -e 256M -f 16 -d bflo
 for np in 1 2 4; do
   step "allreduce_D1_np$np" 120 1 "$BR" -np $np "$PERF/allreduce_perf" -b 8 -e 256M -f 8 -n 20 -w 5 -c 1 -D 1
 done
+# The direct path (BRAID_CUDA_PATH=direct: the kernels reduce between the device buffers and
+# the registered shared-memory slots, nothing staged) against the staged steps above.
+for np in 2 4; do
+  step "allreduce_D1_np${np}_direct" 120 1 env BRAID_CUDA_PATH=direct BRAID_DEBUG=INFO "$BR" -np $np \
+    "$PERF/allreduce_perf" -b 8 -e 256M -f 8 -n 20 -w 5 -c 1 -D 1
+done
+step allreduce_D1_np2_all_direct 120 1 env BRAID_CUDA_PATH=direct "$BR" -np 2 "$PERF/allreduce_perf" \
+  -b 4K -e 1M -f 16 -n 3 -w 1 -c 1 -o all -d all -D 1
+for coll in broadcast sendrecv allgather reduce_scatter alltoall reduce gather scatter; do
+  step "${coll}_D1_np3_direct" 60 1 env BRAID_CUDA_PATH=direct "$BR" -np 3 "$PERF/${coll}_perf" \
+    -b 8 -e 16M -f 64 -n 5 -w 1 -c 1 -D 1
+done
 # How a stream waits for the host (BRAID_CUDA_STREAM_WAIT), compared in the same run.
 for mode in kernel memop host; do
   step "allreduce_D1_np2_wait_$mode" 90 1 env BRAID_CUDA_STREAM_WAIT=$mode "$BR" -np 2 "$PERF/allreduce_perf" \

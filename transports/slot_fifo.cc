@@ -170,7 +170,7 @@ void futexWait(const void* word, uint32_t value, int64_t timeoutMicros) {
 
 FifoConnection::FifoConnection(void* region, int peer, bool sender, void (*release)(void*),
                                void* owner)
-    : fifo_(region), peer_(peer), release_(release), owner_(owner) {}
+    : region_(region), fifo_(region), peer_(peer), release_(release), owner_(owner) {}
 
 FifoConnection::~FifoConnection() {
   if (release_) release_(owner_);

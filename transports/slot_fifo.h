@@ -77,8 +77,12 @@ class FifoConnection : public Connection {
   WaitHandle waitHandle(bool forSend) override { return forSend ? fifo_.armSend() : fifo_.armRecv(); }
   void disarm(bool forSend) override { forSend ? fifo_.disarmSend() : fifo_.disarmRecv(); }
   int peer() const override { return peer_; }
+  MemoryRange slotMemory() const override {
+    return {region_, SlotFifo::regionBytes(fifo_.nslots(), fifo_.slotBytes())};
+  }
 
  private:
+  void* region_;
   SlotFifo fifo_;
   int peer_;
   void (*release_)(void*);

@@ -109,6 +109,15 @@ class Connection {
   virtual void disarm(bool forSend) {}
 
   virtual int peer() const = 0;
+
+  // Memory transports: the memory this connection's slots live in, as mapped in this process
+  // (so a device path can register it with the GPU and reduce straight from and into the
+  // slots, as NCCL's shm transport does); {nullptr, 0} where slots are not such memory.
+  struct MemoryRange {
+    void* base = nullptr;
+    size_t bytes = 0;
+  };
+  virtual MemoryRange slotMemory() const { return {}; }
 };
 
 // What a rank tells the others about itself, through the bootstrap.

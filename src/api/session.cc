@@ -203,6 +203,7 @@ Session::~Session() {
   // Enqueued device work runs the communicator: it goes first (its proxy finishes what the
   // streams have reached, bounded by the timeout).
   deviceQueue_.reset();
+  mover_.reset();  // unregisters the slots while the communicator still maps them
   const bool broken = comm_ && !comm_->brokenStatus().isOk();
   // A store that failed a call already is not asked again: each request would wait out
   // its timeout, and nothing here needs the answer.
@@ -902,6 +903,8 @@ Status Session::run(Call&& call) {
     return q->runInOrder([&] { return comm_->run(call.req, call.input, call.output, std::move(call.extra)); });
   }
   device::DeviceQueue* q = nullptr;
+  device::DeviceMover* mover = nullptr;
+  int gpu = -1;
   {
     std::lock_guard<std::mutex> lock(deviceMu_);
     if (!deviceQueue_) {
@@ -909,23 +912,69 @@ Status Session::run(Call&& call) {
       deviceQueueMade_.store(deviceQueue_.get(), std::memory_order_release);
     }
     q = deviceQueue_.get();
+    const void* any = call.device.input ? call.device.input : call.device.output;
+    for (size_t i = 0; !any && i < call.device.extra.size(); ++i) any = call.device.extra[i].buf;
+    gpu = any ? device::runtime().pointerInfo(any).device : -1;
+    if (gpu >= 0) {
+      BRAID_ASSIGN_OR_RETURN(bool direct, takesDirectPath(gpu));
+      if (direct) mover = mover_.get();
+    }
   }
-  // The host collective runs on the staged copies, laid out like the device buffers (an
-  // in-place call stays in place).
+  // Staged: the host collective runs on the host copies, laid out like the device buffers
+  // (an in-place call stays in place). Direct: on the device buffers, through the mover.
+  call.device.direct = mover != nullptr;
   algorithms::Request req = call.req;
   core::Communicator* comm = comm_.get();
   device::DeviceQueue::PieceRun pieceRun;
   if (call.device.elementBytes > 0) {
-    pieceRun = [comm, req](const void* in, void* out, size_t elements) {
+    pieceRun = [comm, req, mover, gpu](const void* in, void* out, size_t elements) {
       algorithms::Request piece = req;
       piece.count = elements;
-      return comm->run(piece, in, out, {});
+      if (mover) mover->setDevice(gpu);
+      return comm->run(piece, in, out, {}, mover);
     };
   }
   return q->enqueue(
       call.device,
-      [comm, req](const void* in, void* out, const std::vector<void*>& extra) { return comm->run(req, in, out, extra); },
+      [comm, req, mover, gpu](const void* in, void* out, const std::vector<void*>& extra) {
+        if (mover) mover->setDevice(gpu);
+        return comm->run(req, in, out, extra, mover);
+      },
       std::move(pieceRun));
+}
+
+StatusOr<bool> Session::takesDirectPath(int gpu) {
+  if (directState_ == 0) {
+    // BRAID_CUDA_PATH: staged (the default) or direct, where every connection is shared
+    // memory and the GPU reaches registered host memory; otherwise staged, saying why once.
+    const char* v = std::getenv("BRAID_CUDA_PATH");
+    const std::string path = v && *v ? v : "staged";
+    if (path != "staged" && path != "direct")
+      return invalidArgument("BRAID_CUDA_PATH=" + path + " on rank " + std::to_string(comm_->rank()) +
+                             ": expected staged or direct");
+    directState_ = 2;
+    if (path == "direct") {
+      device::Runtime& rt = device::runtime();
+      std::vector<std::pair<void*, size_t>> ranges;
+      directWhy_ = rt.directSupport(gpu);
+      if (directWhy_.isOk() && !comm_->slotMemory(&ranges))
+        directWhy_ = Status(Code::kInvalidArgument, "a peer is reached by a transport other than shared memory");
+      if (directWhy_.isOk()) {
+        auto m = std::make_unique<device::DeviceMover>(rt);
+        directWhy_ = m->registerSlots(ranges);
+        if (directWhy_.isOk()) {
+          mover_ = std::move(m);
+          directState_ = 1;
+          BRAID_INFO("BRAID_CUDA_PATH=direct: device buffers run on GPU %d on rank %d, %zu shared-memory segments registered",
+                     gpu, comm_->rank(), ranges.size());
+        }
+      }
+      if (directState_ != 1)
+        BRAID_WARN("BRAID_CUDA_PATH=direct: device buffers are staged instead on rank %d: %s", comm_->rank(),
+                   directWhy_.message().c_str());
+    }
+  }
+  return directState_ == 1;
 }
 
 Status Session::asyncError() {

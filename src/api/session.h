@@ -15,6 +15,7 @@
 #include "bootstrap/unique_id.h"
 #include "core/communicator.h"
 #include "braid/braid.h"
+#include "device/device_mover.h"
 #include "device/device_queue.h"
 
 namespace braid::bootstrap {
@@ -196,6 +197,9 @@ class Session {
     int rank;
     std::string str() const { return std::string(fn) + " on rank " + std::to_string(rank) + ": "; }
   };
+  // Whether a device call on GPU `device` takes the direct path (under deviceMu_); an error
+  // for a BRAID_CUDA_PATH braid does not know.
+  StatusOr<bool> takesDirectPath(int device);
   Status resolveOp(const CallArgs& a, algorithms::Request* req, const CallSite& site) const;
 
   std::shared_ptr<bootstrap::TcpStoreServer> server_;
@@ -210,6 +214,11 @@ class Session {
   bool announced_ = false;  // registered with the live-status responder
   std::mutex deviceMu_;
   std::unique_ptr<device::DeviceQueue> deviceQueue_;  // made by the first device call
+  // The direct path (BRAID_CUDA_PATH=direct, device_mover.h), under deviceMu_: 0 not yet
+  // decided, 1 taken (mover_ holds the registered slots), 2 not possible (directWhy_).
+  int directState_ = 0;
+  Status directWhy_;
+  std::unique_ptr<device::DeviceMover> mover_;
   // deviceQueue_.get() once made, for host calls to check without taking deviceMu_.
   std::atomic<device::DeviceQueue*> deviceQueueMade_{nullptr};
   mutable std::mutex preMulMu_;

@@ -965,7 +965,8 @@ Communicator::~Communicator() {
 // ---------------------------------------------------------------- running
 
 StatusOr<std::shared_ptr<Op>> Communicator::prepare(const algorithms::Request& req, const void* input, void* output,
-                                                    std::vector<void*> extra, bool reuse, bool startsNow) {
+                                                    std::vector<void*> extra, bool reuse, bool startsNow,
+                                                    exec::DataMover* mover) {
   BRAID_RETURN_IF_ERROR(brokenStatus());
   std::shared_ptr<Op> op;
   if (reuse && spareOp_ && spareOp_.use_count() == 1) {
@@ -975,19 +976,27 @@ StatusOr<std::shared_ptr<Op>> Communicator::prepare(const algorithms::Request& r
     op->buffers_ = exec::Buffers{};
     op->scratch_.reset();
     op->scaled_.reset();
+    op->mover_ = nullptr;
     op->status_ = Status::ok();
     op->done_ = false;
   } else {
     op = std::make_shared<Op>();
     if (reuse) spareOp_ = op;
   }
+  op->mover_ = mover;
   if (req.preMul) {
     // Scale into a private copy; the collective then reads that copy out of place.
     size_t elems = algorithms::inputElems(req, rank_, nranks_);
     size_t bytes = elems * dataTypeSize(req.dtype);
-    op->scaled_.reset(new char[std::max<size_t>(bytes, 1)]);
-    if (elems) reduce::scale(req.dtype, op->scaled_.get(), input, req.preMulScalar, elems);
-    input = op->scaled_.get();
+    if (mover) {
+      BRAID_ASSIGN_OR_RETURN(void* scaled, mover->workspace(1, std::max<size_t>(bytes, 1)));
+      BRAID_RETURN_IF_ERROR(mover->scale(scaled, input, bytes, req.dtype, req.preMulScalar));
+      input = scaled;
+    } else {
+      op->scaled_.reset(new char[std::max<size_t>(bytes, 1)]);
+      if (elems) reduce::scale(req.dtype, op->scaled_.get(), input, req.preMulScalar, elems);
+      input = op->scaled_.get();
+    }
     algorithms::Request plain = req;
     plain.preMul = false;
     plain.inPlace = false;
@@ -1016,8 +1025,12 @@ StatusOr<std::shared_ptr<Op>> Communicator::prepareScheduled(std::shared_ptr<Op>
   op->buffers_.output = output;
   op->buffers_.extra = std::move(extra);
   if (op->schedule_->scratchBytes) {
-    op->scratch_.reset(new char[op->schedule_->scratchBytes]);
-    op->buffers_.scratch = op->scratch_.get();
+    if (op->mover_) {
+      BRAID_ASSIGN_OR_RETURN(op->buffers_.scratch, op->mover_->workspace(0, op->schedule_->scratchBytes));
+    } else {
+      op->scratch_.reset(new char[op->schedule_->scratchBytes]);
+      op->buffers_.scratch = op->scratch_.get();
+    }
   }
   op->shape_ = CallShape::of(req);
   op->sequenced_ = req.coll != algorithms::Collective::kSendRecv;
@@ -1058,14 +1071,24 @@ void Communicator::enqueue(const std::shared_ptr<Op>& op, size_t first) {
   }
 }
 
-Status Communicator::run(const algorithms::Request& req, const void* input, void* output, std::vector<void*> extra) {
+bool Communicator::slotMemory(std::vector<std::pair<void*, size_t>>* ranges) const {
+  for (const auto& c : connections_) {
+    const transport::Connection::MemoryRange r = c->slotMemory();
+    if (!r.base) return false;
+    ranges->emplace_back(r.base, r.bytes);
+  }
+  return true;
+}
+
+Status Communicator::run(const algorithms::Request& req, const void* input, void* output, std::vector<void*> extra,
+                         exec::DataMover* mover) {
   const int64_t t0 = timeline::on() ? timeline::nowUs() : 0;
   std::shared_ptr<Op> op;
   bool runInline = false;
   {
     std::lock_guard<std::mutex> lock(submitMu_);
     runInline = inflight_.load() == 0;
-    BRAID_ASSIGN_OR_RETURN(op, prepare(req, input, output, std::move(extra), /*reuse=*/true, runInline));
+    BRAID_ASSIGN_OR_RETURN(op, prepare(req, input, output, std::move(extra), /*reuse=*/true, runInline, mover));
     if (op->channels_.empty()) {
       op->finishEmpty();
       return Status::ok();
@@ -1122,6 +1145,7 @@ void Communicator::runChannel(const std::shared_ptr<Op>& op, int channel) {
       ctx.longWait = [this, &op] { publishCall(*op); };
     }
     if (channel == 0 && op->sequenced_) ctx.ackLinks = &meshLinks_;
+    ctx.mover = op->mover_;
     if (op->sequenced_ && !op->startedAtQueue_) recorder_.started(static_cast<uint32_t>(op->tag_ >> 32));
     const int64_t t0 = timeline::on() ? timeline::nowUs() : 0;
     s = exec::runChannel(*op->schedule_, channel, op->buffers_, mesh ? meshLinks_ : links_[channel], ctx);

@@ -53,6 +53,7 @@ class Op {
   exec::Buffers buffers_;
   std::unique_ptr<char[]> scratch_;   // Schedule::scratchBytes
   std::unique_ptr<char[]> scaled_;    // a pre-multiplied copy of the input
+  exec::DataMover* mover_ = nullptr;  // device buffers: what touches their bytes
   uint64_t tag_ = 0;
   CallShape shape_;
   bool sequenced_ = false;  // a collective (point-to-point groups carry no sequence number)
@@ -102,12 +103,20 @@ class Communicator {
   const std::vector<int>& hostOfRanks() const { return layout_.hostOf; }
 
   // Runs a collective and blocks until it finishes on this rank. `extra` are the buffers of
-  // a point-to-point group (Request::p2p), one per message.
+  // a point-to-point group (Request::p2p), one per message. With `mover`, the buffers are
+  // device memory that only the mover touches (exec::DataMover; its workspace holds the
+  // scratch and a pre-multiplied input), over connections whose slots it reaches
+  // (slotMemory()).
   Status run(const algorithms::Request& req, const void* input, void* output,
-             std::vector<void*> extra = {});
+             std::vector<void*> extra = {}, exec::DataMover* mover = nullptr);
   // Queues a collective; the buffers must stay valid until the Op completes.
   StatusOr<std::shared_ptr<Op>> submit(const algorithms::Request& req, const void* input, void* output,
                                        std::vector<void*> extra = {});
+
+  // The memory every connection's slots live in (transport::Connection::slotMemory), for
+  // the direct device path to register; false when some connection has none (tcp, UCX, a
+  // plugin), where device buffers must be staged.
+  bool slotMemory(std::vector<std::pair<void*, size_t>>* ranges) const;
 
   // Splits this communicator as MPI_Comm_split: ranks with the same `color` form a new
   // communicator, ordered by (`key`, old rank). A negative color joins none (result null).
@@ -194,7 +203,8 @@ class Communicator {
   // `reuse`: the caller blocks until the Op is done (run()), so the Op may be recycled.
   // `startsNow`: the caller runs it at once (recorded as running from the start).
   StatusOr<std::shared_ptr<Op>> prepare(const algorithms::Request& req, const void* input, void* output,
-                                        std::vector<void*> extra, bool reuse = false, bool startsNow = false);
+                                        std::vector<void*> extra, bool reuse = false, bool startsNow = false,
+                                        exec::DataMover* mover = nullptr);
   StatusOr<std::shared_ptr<Op>> prepareScheduled(std::shared_ptr<Op> op, const algorithms::Request& req,
                                                  const void* input, void* output, std::vector<void*> extra,
                                                  bool startsNow);

@@ -12,7 +12,9 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
+#include "cuda/device_launch.h"
 #include "cuda/stream_wait.h"
 #include "device/runtime.h"
 
@@ -167,6 +169,54 @@ class CudaRuntime final : public Runtime {
       return cudaFailure("cudaLaunchHostFunc", e);
     }
     return Status::ok();
+  }
+
+  Status directSupport(int device) override {
+    BRAID_RETURN_IF_ERROR(available());
+    int can = 0;
+    cudaError_t e = cudaDeviceGetAttribute(&can, cudaDevAttrCanUseHostPointerForRegisteredMem, device);
+    if (e != cudaSuccess) return cudaFailure("cudaDeviceGetAttribute", e);
+    if (!can)
+      return Status(Code::kSystemError, "CUDA: GPU " + std::to_string(device) +
+                                            " cannot use registered host memory at its host address");
+    return Status::ok();
+  }
+
+  Status registerHost(void* p, size_t bytes) override {
+    cudaError_t e = cudaHostRegister(p, bytes, cudaHostRegisterPortable | cudaHostRegisterMapped);
+    return e == cudaSuccess ? Status::ok() : cudaFailure("cudaHostRegister", e);
+  }
+  void unregisterHost(void* p) override {
+    if (cudaHostUnregister(p) != cudaSuccess) cudaGetLastError();
+  }
+
+  // Each thread that runs kernels (the proxy, the communicator's channel threads) has one
+  // stream per GPU, created non-blocking: a stream that synchronized with the legacy default
+  // stream would wait for the caller's flag wait there, which waits for this very kernel.
+  Status runKernel(const cuda::ReduceCopyArgs& args, cuda::DeviceDataType type, ReduceOp op, int device) override {
+    struct ThreadStreams {
+      int current = -1;
+      std::vector<cudaStream_t> byDevice;
+    };
+    thread_local ThreadStreams ts;  // never destroyed explicitly: streams go with the process
+    if (device < 0) return Status(Code::kInvalidArgument, "CUDA: a kernel without a device");
+    if (ts.current != device) {
+      cudaError_t e = cudaSetDevice(device);
+      if (e != cudaSuccess) return cudaFailure("cudaSetDevice", e);
+      ts.current = device;
+    }
+    if (ts.byDevice.size() <= static_cast<size_t>(device)) ts.byDevice.resize(static_cast<size_t>(device) + 1, nullptr);
+    cudaStream_t& s = ts.byDevice[static_cast<size_t>(device)];
+    if (!s) {
+      cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+      if (e != cudaSuccess) {
+        s = nullptr;
+        return cudaFailure("cudaStreamCreateWithFlags", e);
+      }
+    }
+    BRAID_RETURN_IF_ERROR(cuda::launchReduceCopy(args, type, op, s));
+    cudaError_t e = cudaStreamSynchronize(s);
+    return e == cudaSuccess ? Status::ok() : cudaFailure("cudaStreamSynchronize (reduce-copy)", e);
   }
 
   std::string describe() override {

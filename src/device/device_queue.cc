@@ -131,6 +131,7 @@ Status DeviceQueue::enqueue(const DeviceCall& call, HostRun run, PieceRun pieceR
   retire(/*all=*/false);
   std::lock_guard<std::mutex> lock(mu_);
   BRAID_RETURN_IF_ERROR(error_);
+  if (call.direct) return enqueueDirect(call, std::move(run), std::move(pieceRun));
   Stream s = call.stream;
 
   // Host layout: overlapping buffers share one block at the same distance apart; disjoint
@@ -176,11 +177,9 @@ Status DeviceQueue::enqueue(const DeviceCall& call, HostRun run, PieceRun pieceR
   job.run = std::move(run);
   for (size_t i = 0; i < call.extra.size(); ++i) job.hostExtra.push_back(base + extraAt[i]);
 
-  const size_t es = call.elementBytes;
-  if (pieceRun && es > 0 && call.inputBytes == call.outputBytes && call.inputBytes >= kPieceMin &&
-      call.extra.empty() && call.writesWholeOutput && (!overlap || in == out)) {
+  if (pieceRun && cutsIntoPieces(call)) {
     job.pieceRun = std::move(pieceRun);
-    job.elementBytes = es;
+    job.elementBytes = call.elementBytes;
     return enqueuePieces(call, std::move(job), &park.block);
   }
 
@@ -190,14 +189,8 @@ Status DeviceQueue::enqueue(const DeviceCall& call, HostRun run, PieceRun pieceR
   for (size_t i = 0; i < call.extra.size(); ++i)
     if (call.extra[i].read)
       BRAID_RETURN_IF_ERROR(rt_.copyAsync(job.hostExtra[i], call.extra[i].buf, call.extra[i].bytes, s));
-  BRAID_ASSIGN_OR_RETURN(job.staged, rt_.mark(s));
-  job.seq = ++nextSeq_;
-  Status st = rt_.waitFlag(s, flag_, job.seq);
-  if (!st.isOk()) {
-    rt_.releaseMarker(job.staged);
-    --nextSeq_;
-    return st;
-  }
+  BRAID_RETURN_IF_ERROR(markThenWait(job, s));
+  Status st;
   // From here the stream waits for this seq: the job must reach the proxy whatever happens,
   // which stores seq after running it (or after failing it), and returns the block.
   park.block = nullptr;
@@ -217,12 +210,64 @@ Status DeviceQueue::enqueue(const DeviceCall& call, HostRun run, PieceRun pieceR
   return st;
 }
 
+// Puts marker A and the wait for the job's new seq on the stream; on failure, neither.
+Status DeviceQueue::markThenWait(Job& job, Stream s) {
+  BRAID_ASSIGN_OR_RETURN(job.staged, rt_.mark(s));
+  job.seq = ++nextSeq_;
+  Status st = rt_.waitFlag(s, flag_, job.seq);
+  if (!st.isOk()) {
+    rt_.releaseMarker(job.staged);
+    job.staged = nullptr;
+    --nextSeq_;
+  }
+  return st;
+}
+
+// Whether an elementwise call is cut into pieces: large, in place or disjoint, writing its
+// whole output. Every rank decides alike (the same count and kind of call).
+bool DeviceQueue::cutsIntoPieces(const DeviceCall& call) {
+  if (call.elementBytes == 0 || call.inputBytes != call.outputBytes || call.inputBytes < kPieceMin ||
+      !call.extra.empty() || !call.writesWholeOutput)
+    return false;
+  const auto in = reinterpret_cast<uintptr_t>(call.input);
+  const auto out = reinterpret_cast<uintptr_t>(call.output);
+  const bool overlap = in < out + call.outputBytes && out < in + call.inputBytes;
+  return !overlap || in == out;
+}
+
+size_t DeviceQueue::pieceBytes(size_t total) {
+  return std::max(kPieceBytes, alignUp((total + kMaxPieces - 1) / kMaxPieces, size_t{4096}));
+}
+
+// A direct call (called with mu_ held): the stream reaches the call, then waits for the
+// proxy, which runs it on the device buffers; the pieces are only run one after another.
+Status DeviceQueue::enqueueDirect(const DeviceCall& call, HostRun run, PieceRun pieceRun) {
+  const Stream s = call.stream;
+  Job job;
+  job.direct = true;
+  job.hostInput = call.input;
+  job.hostOutput = call.output;
+  for (const DeviceExtra& e : call.extra) job.hostExtra.push_back(e.buf);
+  job.run = std::move(run);
+  if (pieceRun && cutsIntoPieces(call)) {
+    job.pieceRun = std::move(pieceRun);
+    job.elementBytes = call.elementBytes;
+    const size_t piece = pieceBytes(call.inputBytes);
+    for (size_t off = 0; off < call.inputBytes; off += piece)
+      job.pieces.push_back(Piece{off, std::min(piece, call.inputBytes - off)});
+  }
+  BRAID_RETURN_IF_ERROR(markThenWait(job, s));
+  queue_.push_back(std::move(job));
+  cv_.notify_all();
+  return Status::ok();
+}
+
 // The stream side of a call staged in pieces (the header shows the order); called with mu_
 // held, `job` laid out by enqueue(). Clears *park once a wait is on the stream.
 Status DeviceQueue::enqueuePieces(const DeviceCall& call, Job job, Block** park) {
   const Stream s = call.stream;
   const size_t total = call.inputBytes;
-  const size_t piece = std::max(kPieceBytes, alignUp((total + kMaxPieces - 1) / kMaxPieces, size_t{4096}));
+  const size_t piece = pieceBytes(total);
   for (size_t off = 0; off < total; off += piece) job.pieces.push_back(Piece{off, std::min(piece, total - off)});
   const auto* devIn = static_cast<const char*>(call.input);
   auto* devOut = static_cast<char*>(call.output);
@@ -382,10 +427,11 @@ void DeviceQueue::retire(bool all) {
       continue;  // at teardown: the stream may still read the block, so it is not freed
     }
     if (j.staged) rt_.releaseMarker(j.staged);
-    for (const Piece& p : j.pieces) rt_.releaseMarker(p.staged);
+    for (const Piece& p : j.pieces)
+      if (p.staged) rt_.releaseMarker(p.staged);
     if (j.copiedBack) rt_.releaseMarker(j.copiedBack);
     std::lock_guard<std::mutex> lock(mu_);
-    release(j.block);
+    if (j.block.ptr) release(j.block);  // a direct call has none
   }
   if (!keep.empty()) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -425,7 +471,19 @@ void DeviceQueue::proxyLoop() {
       continue;
     }
     Status st;
-    if (!job.pieces.empty()) {
+    if (job.direct) {
+      // On the device buffers, once the stream has reached the call: whole, or its pieces
+      // one after another.
+      st = asyncError();
+      if (st.isOk()) st = waitReached(job.staged);
+      const auto* in = static_cast<const char*>(job.hostInput);
+      auto* out = static_cast<char*>(job.hostOutput);
+      for (size_t i = 0; i < job.pieces.size() && st.isOk(); ++i) {
+        const Piece& p = job.pieces[i];
+        st = job.pieceRun(in + p.offset, out + p.offset, p.bytes / job.elementBytes);
+      }
+      if (st.isOk() && job.pieces.empty()) st = job.run(job.hostInput, job.hostOutput, job.hostExtra);
+    } else if (!job.pieces.empty()) {
       st = runPieces(job);
     } else {
       st = asyncError();

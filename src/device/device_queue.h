@@ -21,6 +21,9 @@
 // directions overlap the collective on the other pieces (NCCL pipelines its staging the
 // same way). Every rank cuts the same count into the same pieces.
 //
+// A direct call (DeviceCall::direct) puts only [mark A] [wait: flag >= seq] on the stream;
+// the proxy runs it on the device buffers once the stream passes A, then stores seq.
+//
 // A collective that fails still stores seq (a stream is never left waiting): its output is
 // whatever the failed call left, and the error is returned by the next enqueue() and by
 // asyncError(), as NCCL reports errors of enqueued work.
@@ -62,12 +65,16 @@ struct DeviceCall {
   // > 0: the call is elementwise on elements of this size (input and output the same
   // size, no extra buffers) and may be staged in pieces (enqueue's pieceRun).
   size_t elementBytes = 0;
+  // The direct path (device_mover.h): nothing is staged; the proxy runs the collective on
+  // the device buffers themselves once the stream reaches the call, in the same pieces a
+  // staged call would be cut into (so ranks on either path issue the same calls).
+  bool direct = false;
 };
 
 class DeviceQueue {
  public:
   // Runs the collective on host buffers laid out like the device ones (`extra`: the staged
-  // DeviceCall::extra, in order).
+  // DeviceCall::extra, in order), or, for a direct call, on the device buffers.
   using HostRun = std::function<Status(const void* input, void* output, const std::vector<void*>& extra)>;
   // Runs the collective on `elements` elements of the host copies (one piece of an
   // elementwise call).
@@ -126,6 +133,7 @@ class DeviceQueue {
     std::vector<Piece> pieces;  // a call staged in pieces (then `staged` is unused)
     PieceRun pieceRun;
     size_t elementBytes = 0;
+    bool direct = false;  // run on the device buffers (hostInput etc. are those)
     Status failed;  // enqueue could not queue all of it: the proxy only releases the stream
   };
 
@@ -136,6 +144,10 @@ class DeviceQueue {
   void release(const Block& b, bool park = false);
   void proxyLoop();
   Status runPieces(Job& job);
+  Status enqueueDirect(const DeviceCall& call, HostRun run, PieceRun pieceRun);
+  Status markThenWait(Job& job, Stream s);
+  static bool cutsIntoPieces(const DeviceCall& call);
+  static size_t pieceBytes(size_t total);
   Status enqueuePieces(const DeviceCall& call, Job job, Block** park);
   Status waitReached(void* marker);
   void retire(bool all);

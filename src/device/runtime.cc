@@ -17,4 +17,14 @@ std::string Runtime::describe() {
   return st.isOk() ? std::string(name()) + ": usable" : std::string(name()) + ": unavailable: " + st.message();
 }
 
+namespace {
+Status noDirect(const Runtime& rt) {
+  return Status(Code::kSystemError, std::string(rt.name()) + ": no direct path (kernels on registered host memory)");
+}
+}  // namespace
+
+Status Runtime::directSupport(int) { return noDirect(*this); }
+Status Runtime::registerHost(void*, size_t) { return noDirect(*this); }
+Status Runtime::runKernel(const cuda::ReduceCopyArgs&, cuda::DeviceDataType, ReduceOp, int) { return noDirect(*this); }
+
 }  // namespace braid::device

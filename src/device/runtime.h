@@ -14,6 +14,7 @@
 #include <string>
 
 #include "common/status.h"
+#include "cuda/reduce_copy.h"
 
 namespace braid::device {
 
@@ -66,6 +67,19 @@ class Runtime {
   virtual void releaseMarker(void* marker) = 0;
   // Work enqueued on `s` after this waits until reachedValue(*f.host, value).
   virtual Status waitFlag(Stream s, const Flag& f, uint32_t value) = 0;
+
+  // The direct path (device_mover.h): the reduce-copy kernels run by the proxy's and the
+  // channels' threads between device buffers and the shared-memory slots, registered with
+  // the GPU. Ok when `device` reaches registered host memory at its host address; otherwise
+  // why not.
+  virtual Status directSupport(int device);
+  // Registers host memory (a shared-memory segment) so kernels reach it; undone by
+  // unregisterHost.
+  virtual Status registerHost(void* p, size_t bytes);
+  virtual void unregisterHost(void* p) {}
+  // Runs one reduce-copy (cuda/reduce_copy.h) on `device` and waits for it: on a stream of
+  // the calling thread's own, which waits for no other stream.
+  virtual Status runKernel(const cuda::ReduceCopyArgs& args, cuda::DeviceDataType type, ReduceOp op, int device);
 
   // One line for braid-info: the runtime's versions, the GPUs it sees and how a stream
   // waits for the host, or why device buffers cannot be used here.

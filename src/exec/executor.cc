@@ -60,9 +60,9 @@ class ChannelRunner {
     }
     sliceBytes_ = std::max(es_, ctx.sliceBytes / es_ * es_);
     // Whole blocks over connections that carry large messages: a step's round is one message.
-    whole_ = s.wholeBlocks && ctx.wholeBlockBytes > sliceBytes_;
+    whole_ = s.wholeBlocks && ctx.wholeBlockBytes > sliceBytes_ && !ctx.mover;
     if (whole_) sliceBytes_ = ctx.wholeBlockBytes / es_ * es_;
-    markDirectSends();
+    if (!ctx.mover) markDirectSends();
   }
 
   Status run() {
@@ -249,9 +249,57 @@ class ChannelRunner {
     reduce::reduce2(s_.dtype, s_.op, dst, a, b, bytes / es_);
   }
 
+  // runSlice through RunContext::mover: slots and the caller's buffers are touched only by
+  // it, one call per slice, both destinations of a forwarding step in one pass.
+  Status runSliceMoved(const Step& st, size_t off, size_t len) {
+    DataMover& m = *ctx_.mover;
+    const DataType t = s_.dtype;
+    const ReduceOp op = s_.op;
+    Slot in, out;
+    switch (st.prim) {
+      case Prim::kSend: {
+        BRAID_RETURN_IF_ERROR(reserve(st.peerOut, &out));
+        BRAID_RETURN_IF_ERROR(m.reduceCopy(out.data, nullptr, addr(st.src, off), nullptr, len, t, op));
+        return post(st.peerOut, out, len);
+      }
+      case Prim::kRecv: {
+        BRAID_RETURN_IF_ERROR(receive(st.peerIn, &in, len));
+        BRAID_RETURN_IF_ERROR(m.reduceCopy(addr(st.dst, off), nullptr, in.data, nullptr, len, t, op));
+        return release(st.peerIn, in);
+      }
+      case Prim::kRecvReduce: {
+        BRAID_RETURN_IF_ERROR(receive(st.peerIn, &in, len));
+        BRAID_RETURN_IF_ERROR(m.reduceCopy(addr(st.dst, off), nullptr, in.data, addr(st.src, off), len, t, op));
+        return release(st.peerIn, in);
+      }
+      case Prim::kRecvReduceSend:
+      case Prim::kRecvReduceCopySend:
+      case Prim::kRecvCopySend: {
+        BRAID_RETURN_IF_ERROR(receive(st.peerIn, &in, len));
+        BRAID_RETURN_IF_ERROR(reserve(st.peerOut, &out));
+        void* second = st.prim == Prim::kRecvReduceSend ? nullptr : addr(st.dst, off);
+        const void* local = st.prim == Prim::kRecvCopySend ? nullptr : addr(st.src, off);
+        BRAID_RETURN_IF_ERROR(m.reduceCopy(out.data, second, in.data, local, len, t, op));
+        BRAID_RETURN_IF_ERROR(post(st.peerOut, out, len));
+        return release(st.peerIn, in);
+      }
+      case Prim::kCopy: {
+        char* d = addr(st.dst, off);
+        const char* sp = addr(st.src, off);
+        return d == sp ? Status::ok() : m.reduceCopy(d, nullptr, sp, nullptr, len, t, op);
+      }
+      case Prim::kLocalReduce: {
+        char* d = addr(st.dst, off);
+        return m.reduceCopy(d, nullptr, addr(st.src, off), d, len, t, op);
+      }
+    }
+    return internalError("unknown primitive");
+  }
+
   // `direct`: the step's connection sends this step's bytes from the caller's memory
   // (markDirectSends). Receives that only store or forward ask to land in the destination.
   Status runSlice(const Step& st, bool direct, size_t off, size_t len) {
+    if (ctx_.mover) return runSliceMoved(st, off, len);
     Slot in, out;
     switch (st.prim) {
       case Prim::kSend: {
@@ -628,6 +676,10 @@ Status runChannel(const Schedule& schedule, int channel, const Buffers& buffers,
   if (schedule.divisor > 1 && channel < static_cast<int>(schedule.divideRanges.size())) {
     for (const Region& r : schedule.divideRanges[channel]) {
       char* base = static_cast<char*>(buffers.output) + r.offset;
+      if (ctx.mover) {
+        BRAID_RETURN_IF_ERROR(ctx.mover->divide(base, r.bytes, schedule.dtype, schedule.divisor));
+        continue;
+      }
       reduce::divideInPlace(schedule.dtype, base, r.bytes / dataTypeSize(schedule.dtype), schedule.divisor);
     }
   }

@@ -45,6 +45,29 @@ struct WaitNote {
   std::atomic<int64_t> sinceNs{0};    // when the wait began (nowNanos)
 };
 
+// Moves and reduces the bytes of a run whose buffers the host cannot touch (device memory):
+// when RunContext::mover is set, every data operation of the executor goes through it, on
+// the calling thread, and has completed (its writes visible to the host and to peers
+// reading the slots) when the call returns. The connections' slots it reads and writes must
+// be reachable by it (registered, mapped host memory). The executor then never sends from
+// or receives into the caller's memory through a transport, and cuts whole-block steps into
+// slices as for any other schedule: only the mover touches the caller's buffers.
+class DataMover {
+ public:
+  virtual ~DataMover() = default;
+  // dst0 and, when not null, dst1 = a (op) b over `bytes` bytes of `type`; with b null, a
+  // copy of a (bit for bit, whatever the type). dst0 may equal a or b.
+  virtual Status reduceCopy(void* dst0, void* dst1, const void* a, const void* b, size_t bytes, DataType type,
+                            ReduceOp op) = 0;
+  // buf = buf / divisor, element by element (the last step of an average).
+  virtual Status divide(void* buf, size_t bytes, DataType type, int divisor) = 0;
+  // dst = src x scalar, rounded to `type` (the first step of a pre-multiplied sum).
+  virtual Status scale(void* dst, const void* src, size_t bytes, DataType type, double scalar) = 0;
+  // Memory the mover reaches, for a run's scratch (index 0) and a scaled input (index 1):
+  // at least `bytes`, kept until the next request for the same index. One run at a time.
+  virtual StatusOr<void*> workspace(int index, size_t bytes) = 0;
+};
+
 struct RunContext {
   int rank = 0;
   size_t sliceBytes = 512 * 1024;  // identical on every rank: both ends cut the same slices
@@ -76,6 +99,9 @@ struct RunContext {
   // The links Schedule::ackTo/ackFrom travel on (the mesh), or null. Set for channel 0
   // only, whose thread owns the mesh.
   const ChannelLinks* ackLinks = nullptr;
+  // Where the buffers are device memory: what moves and reduces their bytes (null: the
+  // host's memcpy and SIMD kernels).
+  DataMover* mover = nullptr;
 };
 
 // How long a wait lasts before it looks for a mismatched peer (RunContext::otherLinks).

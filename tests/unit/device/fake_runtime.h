@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -17,6 +18,7 @@
 #include <mutex>
 #include <thread>
 
+#include "cuda/host_kernels.h"
 #include "device/runtime.h"
 
 namespace braid::device::test {
@@ -128,11 +130,51 @@ class FakeRuntime final : public Runtime {
   StatusOr<void*> allocHost(size_t bytes) override {
     hostAllocs.fetch_add(1);
     hostLive.fetch_add(1);
-    return std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+    const size_t rounded = (bytes + 63) / 64 * 64;
+    void* p = std::aligned_alloc(64, rounded ? rounded : 64);
+    std::lock_guard<std::mutex> l(mu_);
+    reachable_[reinterpret_cast<uintptr_t>(p)] = rounded;
+    return p;
   }
   void freeHost(void* p) override {
     hostLive.fetch_sub(1);
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      reachable_.erase(reinterpret_cast<uintptr_t>(p));
+    }
     std::free(p);
+  }
+
+  // The direct path: registered host memory is recorded, and a "kernel" is the kernel
+  // source run by the CPU executor - after checking that every pointer it is given is memory
+  // a GPU would reach (this runtime's device memory, pinned or registered host memory), so a
+  // host buffer handed to a kernel by mistake fails the call, as it would fault on a GPU.
+  Status directSupport(int) override {
+    if (noDirect.load()) return Status(Code::kSystemError, "fake: no direct path, on purpose");
+    return Status::ok();
+  }
+  Status registerHost(void* p, size_t bytes) override {
+    std::lock_guard<std::mutex> l(mu_);
+    reachable_[reinterpret_cast<uintptr_t>(p)] = bytes;
+    registered.fetch_add(1);
+    return Status::ok();
+  }
+  void unregisterHost(void* p) override {
+    std::lock_guard<std::mutex> l(mu_);
+    reachable_.erase(reinterpret_cast<uintptr_t>(p));
+    registered.fetch_sub(1);
+  }
+  Status runKernel(const cuda::ReduceCopyArgs& args, cuda::DeviceDataType type, ReduceOp op, int device) override {
+    if (device != 0) return Status(Code::kInvalidArgument, "fake: kernel on GPU " + std::to_string(device));
+    const size_t bytes = args.count * cuda::deviceDataTypeSize(type);
+    for (int i = 0; i < args.nsrcs; ++i)
+      if (!reachableByKernel(args.srcs[i], bytes)) return unreachable(args.srcs[i]);
+    for (int i = 0; i < args.ndsts; ++i)
+      if (!reachableByKernel(args.dsts[i], bytes)) return unreachable(args.dsts[i]);
+    kernels.fetch_add(1);
+    // Small blocks: every CUDA thread is a host thread here.
+    const cuda::LaunchConfig cfg{2, 32};
+    return cuda::sim::runReduceCopy(args, type, op, &cfg);
   }
   StatusOr<Flag> allocFlag() override {
     Flag f;
@@ -174,6 +216,9 @@ class FakeRuntime final : public Runtime {
   FakeStream& defaultStream() { return default_; }
 
   std::atomic<bool> failCopies{false};
+  std::atomic<bool> noDirect{false};  // directSupport() refuses
+  std::atomic<int> registered{0};     // ranges registered now
+  std::atomic<int> kernels{0};        // runKernel calls
   std::atomic<int> copyDelayUs{0};  // each copy takes at least this long (a slow link)
   std::atomic<int> copiesDone{0};
   std::atomic<int> hostAllocs{0};
@@ -183,8 +228,26 @@ class FakeRuntime final : public Runtime {
  private:
   FakeStream& stream(Stream s) { return s ? *static_cast<FakeStream*>(s) : default_; }
 
+  static bool inside(const std::map<uintptr_t, size_t>& m, const void* p, size_t bytes) {
+    const auto a = reinterpret_cast<uintptr_t>(p);
+    auto it = m.upper_bound(a);
+    if (it == m.begin()) return false;
+    --it;
+    return a >= it->first && a + bytes <= it->first + it->second;
+  }
+  bool reachableByKernel(const void* p, size_t bytes) {
+    std::lock_guard<std::mutex> l(mu_);
+    return bytes == 0 || inside(device_, p, bytes) || inside(reachable_, p, bytes);
+  }
+  static Status unreachable(const void* p) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%p", p);
+    return Status(Code::kInternal, std::string("fake: a kernel was given host memory no GPU reaches: ") + buf);
+  }
+
   std::mutex mu_;
   std::map<uintptr_t, size_t> device_;
+  std::map<uintptr_t, size_t> reachable_;  // pinned (allocHost) and registered host memory
   FakeStream default_;
 };
 

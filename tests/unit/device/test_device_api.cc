@@ -2,7 +2,10 @@
 // the staging queue and return at once; bad mixes are clear errors; without a GPU a stream
 // is refused with the reason. Ranks are threads on the loopback transport.
 
+#include <algorithm>
 #include <chrono>
+#include <climits>
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -21,8 +24,8 @@ using braid::device::test::Gate;
 namespace {
 
 template <typename F>
-void onRanks(int n, F body) {
-  setenv("BRAID_TRANSPORT", "loopback", 1);
+void onRanks(int n, F body, const char* transport = "loopback") {
+  setenv("BRAID_TRANSPORT", transport, 1);
   braidUniqueId id;
   REQUIRE(braidGetUniqueId(&id) == braidSuccess);
   std::vector<std::thread> ts;
@@ -338,4 +341,157 @@ TEST_CASE("C API: a large device allreduce or broadcast, staged in pieces, gives
     rt.deviceFree(out);
   });
   for (int r = 0; r < n; ++r) CHECK(errors[r] == "");
+}
+
+namespace {
+
+// BRAID_CUDA_PATH for one test, restored after it.
+struct CudaPath {
+  explicit CudaPath(const char* v) { setenv("BRAID_CUDA_PATH", v, 1); }
+  ~CudaPath() { unsetenv("BRAID_CUDA_PATH"); }
+};
+
+// Every collective on device buffers, checked element by element; `errors[r]` gets the
+// first difference. Used by the direct path's tests, which also look at how it ran.
+void everyCollectiveOnDevice(FakeRuntime& rt, braidComm_t comm, int r, int n, std::string& error) {
+  FakeStream stream;
+  const size_t count = 40009;  // odd: every rank's block has a ragged tail
+  float* in = static_cast<float*>(rt.deviceAlloc(count * n * 4));
+  float* out = static_cast<float*>(rt.deviceAlloc(count * n * 4));
+  int32_t* iin = static_cast<int32_t*>(rt.deviceAlloc(count * 4));
+  const auto fill = [&] {
+    for (size_t i = 0; i < count * n; ++i) in[i] = static_cast<float>((r + 1) * (i % 1000));
+    for (size_t i = 0; i < count * n; ++i) out[i] = -1.0f;
+    for (size_t i = 0; i < count; ++i) iin[i] = static_cast<int32_t>((i * 7 + r * 13) % 1001) - 500;
+  };
+  const float sumRanks = static_cast<float>(n * (n + 1) / 2);
+  const auto check = [&](const char* what, const float* got, size_t len, const auto& want) {
+    for (size_t i = 0; i < len && error.empty(); ++i)
+      if (got[i] != want(i))
+        error = std::string(what) + ": element " + std::to_string(i) + " is " + std::to_string(got[i]) +
+                ", expected " + std::to_string(want(i));
+  };
+  const auto step = [&](const char* what, const auto& call) {
+    if (!error.empty()) return false;
+    fill();
+    if (call() != braidSuccess) error = std::string(what) + ": " + braidGetLastError(comm);
+    stream.synchronize();
+    return error.empty();
+  };
+  const auto v = [](size_t i) { return static_cast<float>(i % 1000); };
+
+  if (step("allreduce sum", [&] { return braidAllReduce(in, out, count, braidFloat32, braidSum, comm, stream.handle()); }))
+    check("allreduce sum", out, count, [&](size_t i) { return sumRanks * v(i); });
+  if (step("allreduce avg in place",
+           [&] { return braidAllReduce(in, in, count, braidFloat32, braidAvg, comm, stream.handle()); }))
+    check("allreduce avg in place", in, count, [&](size_t i) { return sumRanks / static_cast<float>(n) * v(i); });
+  float half = 0.5f;
+  braidRedOp_t preMul;
+  if (error.empty() && braidRedOpCreatePreMulSum(&preMul, &half, braidFloat32, comm) != braidSuccess)
+    error = std::string("premulsum: ") + braidGetLastError(comm);
+  if (step("allreduce premulsum",
+           [&] { return braidAllReduce(in, out, count, braidFloat32, preMul, comm, stream.handle()); }))
+    check("allreduce premulsum", out, count, [&](size_t i) { return 0.5f * sumRanks * v(i); });
+  if (error.empty()) braidRedOpDestroy(preMul, comm);
+  if (step("allreduce int32 max", [&] {
+        return braidAllReduce(iin, iin, count, braidInt32, braidMax, comm, stream.handle());
+      })) {
+    for (size_t i = 0; i < count && error.empty(); ++i) {
+      int32_t want = INT32_MIN;
+      for (int q = 0; q < n; ++q) want = std::max(want, static_cast<int32_t>((i * 7 + q * 13) % 1001) - 500);
+      if (iin[i] != want) error = "allreduce int32 max: element " + std::to_string(i);
+    }
+  }
+  if (step("allgather", [&] { return braidAllGather(in, out, count, braidFloat32, comm, stream.handle()); }))
+    check("allgather", out, count * n, [&](size_t i) { return static_cast<float>(i / count + 1) * v(i % count); });
+  if (step("reduce_scatter",
+           [&] { return braidReduceScatter(in, out, count, braidFloat32, braidSum, comm, stream.handle()); }))
+    check("reduce_scatter", out, count, [&](size_t i) { return sumRanks * v(r * count + i); });
+  if (step("broadcast", [&] { return braidBroadcast(in, out, count, braidFloat32, 1, comm, stream.handle()); }))
+    check("broadcast", out, count, [&](size_t i) { return 2.0f * v(i); });
+  if (step("reduce", [&] { return braidReduce(in, out, count, braidFloat32, braidSum, 2 % n, comm, stream.handle()); }) &&
+      r == 2 % n)
+    check("reduce", out, count, [&](size_t i) { return sumRanks * v(i); });
+  if (step("alltoall", [&] { return braidAllToAll(in, out, count, braidFloat32, comm, stream.handle()); }))
+    check("alltoall", out, count * n,
+          [&](size_t i) { return static_cast<float>(i / count + 1) * v(r * count + i % count); });
+  // A ring of sends and receives, grouped.
+  if (step("send/recv", [&] {
+        braidGroupStart();
+        braidSend(in, count, braidFloat32, (r + 1) % n, comm, stream.handle());
+        braidRecv(out, count, braidFloat32, (r + n - 1) % n, comm, stream.handle());
+        return braidGroupEnd();
+      }))
+    check("send/recv", out, count, [&](size_t i) { return static_cast<float>((r + n - 1) % n + 1) * v(i); });
+  braidResult_t async = braidInternalError;
+  braidCommGetAsyncError(comm, &async);
+  if (async != braidSuccess) error += std::string("; async error: ") + braidGetLastError(comm);
+  rt.deviceFree(in);
+  rt.deviceFree(out);
+  rt.deviceFree(iin);
+}
+
+}  // namespace
+
+TEST_CASE("C API: BRAID_CUDA_PATH=direct runs every collective on the device buffers through the kernels",
+          "[device][cuda]") {
+  FakeRuntime rt;
+  InstallRuntime installed(&rt);
+  CudaPath path("direct");
+  const int n = 3;
+  std::vector<std::string> errors(n);
+  std::vector<int> registered(n);
+  const char* transport = GENERATE("loopback", "shm");
+  INFO(transport);
+  onRanks(
+      n,
+      [&](braidComm_t comm, int r) {
+        everyCollectiveOnDevice(rt, comm, r, n, errors[r]);
+        registered[r] = rt.registered.load();
+      },
+      transport);
+  for (int r = 0; r < n; ++r) CHECK(errors[r] == "");
+  // The kernels did the work, on slots registered for them, and nothing was staged.
+  CHECK(rt.kernels.load() > 0);
+  CHECK(rt.copiesDone.load() == 0);
+  CHECK(registered[0] > 0);
+  CHECK(rt.registered.load() == 0);  // every registration undone at destroy
+  CHECK(rt.hostLive.load() == 0);
+}
+
+TEST_CASE("C API: BRAID_CUDA_PATH=direct where the GPU cannot take it stages instead; an unknown path is refused",
+          "[device][cuda]") {
+  FakeRuntime rt;
+  InstallRuntime installed(&rt);
+  const int n = 2;
+  for (const char* transport : {"loopback", "tcp"}) {
+    // A GPU that cannot reach registered host memory; a peer over tcp, whose slots are no
+    // memory a kernel could write.
+    INFO(transport);
+    rt.noDirect = std::string(transport) == "loopback";
+    CudaPath path("direct");
+    std::vector<std::string> errors(n);
+    onRanks(
+        n, [&](braidComm_t comm, int r) { everyCollectiveOnDevice(rt, comm, r, n, errors[r]); }, transport);
+    for (int r = 0; r < n; ++r) CHECK(errors[r] == "");
+    CHECK(rt.kernels.load() == 0);
+    CHECK(rt.copiesDone.load() > 0);
+    CHECK(rt.registered.load() == 0);
+  }
+  rt.noDirect = false;
+  {
+    CudaPath path("fast");
+    std::vector<std::string> errors(n);
+    onRanks(1, [&](braidComm_t comm, int r) {
+      float* buf = static_cast<float*>(rt.deviceAlloc(64));
+      FakeStream stream;
+      if (braidAllReduce(buf, buf, 16, braidFloat32, braidSum, comm, stream.handle()) != braidInvalidArgument)
+        errors[r] = "accepted";
+      else
+        errors[r] = braidGetLastError(comm);
+      stream.synchronize();
+      rt.deviceFree(buf);
+    });
+    CHECK(errors[0].find("BRAID_CUDA_PATH=fast on rank 0: expected staged or direct") != std::string::npos);
+  }
 }

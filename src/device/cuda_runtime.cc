@@ -194,19 +194,15 @@ class CudaRuntime final : public Runtime {
   // stream per GPU, created non-blocking: a stream that synchronized with the legacy default
   // stream would wait for the caller's flag wait there, which waits for this very kernel.
   Status runKernel(const cuda::ReduceCopyArgs& args, cuda::DeviceDataType type, ReduceOp op, int device) override {
-    struct ThreadStreams {
-      int current = -1;
-      std::vector<cudaStream_t> byDevice;
-    };
-    thread_local ThreadStreams ts;  // never destroyed explicitly: streams go with the process
+    thread_local std::vector<cudaStream_t> streams;  // by device; they go with the process
     if (device < 0) return Status(Code::kInvalidArgument, "CUDA: a kernel without a device");
-    if (ts.current != device) {
+    int current = -1;
+    if (cudaGetDevice(&current) != cudaSuccess || current != device) {
       cudaError_t e = cudaSetDevice(device);
       if (e != cudaSuccess) return cudaFailure("cudaSetDevice", e);
-      ts.current = device;
     }
-    if (ts.byDevice.size() <= static_cast<size_t>(device)) ts.byDevice.resize(static_cast<size_t>(device) + 1, nullptr);
-    cudaStream_t& s = ts.byDevice[static_cast<size_t>(device)];
+    if (streams.size() <= static_cast<size_t>(device)) streams.resize(static_cast<size_t>(device) + 1, nullptr);
+    cudaStream_t& s = streams[static_cast<size_t>(device)];
     if (!s) {
       cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
       if (e != cudaSuccess) {

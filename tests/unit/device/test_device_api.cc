@@ -407,6 +407,17 @@ void everyCollectiveOnDevice(FakeRuntime& rt, braidComm_t comm, int r, int n, st
   if (step("reduce_scatter",
            [&] { return braidReduceScatter(in, out, count, braidFloat32, braidSum, comm, stream.handle()); }))
     check("reduce_scatter", out, count, [&](size_t i) { return sumRanks * v(r * count + i); });
+  // In place: this rank's block of the allgather's output is its input, and the
+  // reduce-scatter's result lands in this rank's block of its input.
+  if (step("allgather in place", [&] {
+        return braidAllGather(in + r * count, in, count, braidFloat32, comm, stream.handle());
+      }))
+    check("allgather in place", in, count * n,
+          [&](size_t i) { return static_cast<float>(i / count + 1) * v(i); });
+  if (step("reduce_scatter in place", [&] {
+        return braidReduceScatter(in, in + r * count, count, braidFloat32, braidSum, comm, stream.handle());
+      }))
+    check("reduce_scatter in place", in + r * count, count, [&](size_t i) { return sumRanks * v(r * count + i); });
   if (step("broadcast", [&] { return braidBroadcast(in, out, count, braidFloat32, 1, comm, stream.handle()); }))
     check("broadcast", out, count, [&](size_t i) { return 2.0f * v(i); });
   if (step("reduce", [&] { return braidReduce(in, out, count, braidFloat32, braidSum, 2 % n, comm, stream.handle()); }) &&

@@ -1,6 +1,7 @@
 #include "cuda/device_launch.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 
 #include <cuda_runtime.h>
@@ -48,6 +49,17 @@ StatusOr<int> visibleDeviceCount() {
 }
 
 StatusOr<LaunchLimits> currentDeviceLaunchLimits() {
+  // BRAID_CUDA_MAX_BLOCKS, read once: 0 = not set, -1 = not a positive number.
+  static const long maxBlocksEnv = [] {
+    const char* v = std::getenv("BRAID_CUDA_MAX_BLOCKS");
+    if (!v || !*v) return 0L;
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);
+    return *end == '\0' && n > 0 && n <= 65535 ? n : -1L;
+  }();
+  if (maxBlocksEnv < 0)
+    return Status(Code::kInvalidArgument, std::string("BRAID_CUDA_MAX_BLOCKS=") + std::getenv("BRAID_CUDA_MAX_BLOCKS") +
+                                              ": expected a number of blocks in [1, 65535]");
   int dev = 0;
   cudaError_t err = cudaGetDevice(&dev);
   if (err != cudaSuccess) return cudaFailure("cudaGetDevice", err);
@@ -55,7 +67,11 @@ StatusOr<LaunchLimits> currentDeviceLaunchLimits() {
   err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
   if (err != cudaSuccess) return cudaFailure("cudaDeviceGetAttribute", err);
   LaunchLimits limits;
-  limits.maxBlocks = static_cast<unsigned>(std::clamp(2 * sms, 1, 64));
+  // One block per SM: a 512-thread block within the register budget (96 per thread, 49,152
+  // per block) takes most of an SM's 65,536 registers, so one block per SM is what runs at
+  // once, and a large slice gets every SM. The earlier cap of 64 blocks left half of an
+  // H200's 132 SMs idle (the reduce at 256 MiB reached 0.67x of memcpy, docs/cuda.md).
+  limits.maxBlocks = static_cast<unsigned>(maxBlocksEnv > 0 ? maxBlocksEnv : std::max(sms, 1));
   limits.maxThreadsPerBlock = 512;
   return limits;
 }

@@ -14,8 +14,9 @@ namespace braid::cuda {
 // kSystemError naming the CUDA error, so a caller can report why no GPU is usable.
 StatusOr<int> visibleDeviceCount();
 
-// Launch limits for the current device: maxBlocks = 2 x the SM count, capped at 64 (a
-// collective leaves the rest of the GPU to compute), maxThreadsPerBlock = 512.
+// Launch limits for the current device: maxBlocks = the SM count, or BRAID_CUDA_MAX_BLOCKS
+// (a number in [1, 65535]; anything else is a kInvalidArgument naming it), and
+// maxThreadsPerBlock = 512.
 StatusOr<LaunchLimits> currentDeviceLaunchLimits();
 
 // Checks and enqueues one reduce-copy (reduce_copy.h has the semantics) on `stream` of the

@@ -52,6 +52,11 @@ step test_cuda_gpu 150 1 "$BUILD/tests/unit/cuda/test_cuda_gpu"
 step test_device 120 1 "$BUILD/tests/unit/device/test_device"
 step kernel_perf_float 90 1 "$BUILD/cuda/kernel_perf" -b 1M -e 256M -f 4 -d float
 step kernel_perf_bf16 90 1 "$BUILD/cuda/kernel_perf" -b 1M -e 256M -f 16 -d bfloat16
+# The grid cap: the old 64 blocks and two waves of blocks, against the default (one per SM).
+for blocks in 64 264; do
+  step "kernel_perf_float_blocks$blocks" 90 0 env BRAID_CUDA_MAX_BLOCKS=$blocks "$BUILD/cuda/kernel_perf" \
+    -b 16M -e 256M -f 16 -d float
+done
 for np in 1 2 4; do
   step "allreduce_D1_np$np" 120 1 "$BR" -np $np "$PERF/allreduce_perf" -b 8 -e 256M -f 8 -n 20 -w 5 -c 1 -D 1
 done

@@ -220,8 +220,9 @@ Session::~Session() {
     (void)store_->addOnClose(rootPrefix_ + "/live", +1, d);
     auto left = store_->add(rootPrefix_ + "/live", -1, d);
     // An etcd store outlives the job: the last session to leave takes the job's keys
-    // away, so that nothing is left behind a run that finished (a run that lost a rank
-    // never counts down to 0 and leaves them, for `etcdctl del --prefix`).
+    // away, so that nothing is left behind a run that finished. A rank that died is counted
+    // down once its lease runs out; if the last survivor leaves before that, the keys stay,
+    // for `etcdctl del --prefix`.
     if (auto* etcd = dynamic_cast<bootstrap::EtcdStore*>(store_.get()); etcd && left.isOk() && left.value() <= 0)
       (void)etcd->deletePrefix(rootPrefix_ + "/", Deadline::after(5));
     // So does rank 1 once its standby serves in place of rank 0's lost store.
@@ -269,7 +270,8 @@ void Session::countLive(int delta) {
   // Best effort: a store that fails here fails the rendezvous right after, with a message.
   if (store_ && store_->add(rootPrefix_ + "/live", delta).isOk()) {
     counted_ = delta > 0;
-    // A process that dies leaves no count behind where the store can tell (braid's own):
+    // A process that dies leaves no count behind where the store can tell (braid's own,
+    // etcd through its lease):
     // the store takes its sessions off when its connection ends, so the process serving
     // the store does not wait for them at the end.
     (void)store_->addOnClose(rootPrefix_ + "/live", -delta);

@@ -17,6 +17,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <set>
+#include <string>
 
 #include "bootstrap/http_kv.h"
 #include "bootstrap/store_value.h"
@@ -182,6 +185,17 @@ void kvFrom(const JsonValue& range, bool values, std::string* value, bool* prese
 // and both stay under `key`'s prefix, so deletePrefix takes them along.
 std::string closeValueKey(const std::string& key) { return key + std::string(1, '\0') + "close"; }
 std::string closeMarkerKey(const std::string& key) { return key + std::string(1, '\0') + "alive"; }
+
+// addOnClose's keys beside a counter `key` (full keys), one pair per client (its lease):
+// the sum of its deltas (no lease) and a marker on its lease. A sum whose marker is gone
+// has fired: the next add() moves it into the counter.
+std::string countPrefix(const std::string& key) { return key + std::string(1, '\0') + "oc"; }
+std::string countSumKey(const std::string& key, int64_t lease) {
+  return countPrefix(key) + "d:" + std::to_string(lease);
+}
+std::string countMarkerKey(const std::string& key, int64_t lease) {
+  return countPrefix(key) + "a:" + std::to_string(lease);
+}
 
 }  // namespace
 
@@ -798,30 +812,107 @@ StatusOr<std::string> EtcdStore::get(const std::string& key, Deadline deadline) 
   }
 }
 
+// The counter `key` and the addOnClose sums that have fired (their client's marker gone),
+// read in one transaction.
+StatusOr<EtcdStore::Counter> EtcdStore::readCounter(const std::string& key, Deadline deadline) {
+  const std::string k = fullKey(key);
+  const std::string p = countPrefix(k);
+  const std::string body = "{\"success\":[" + rangeOp(k, false) + ",{\"request_range\":{\"key\":\"" + base64(p) +
+                           "\",\"range_end\":\"" + base64(prefixEnd(p)) + "\"}}]}";
+  BRAID_ASSIGN_OR_RETURN(std::string r, call("/v3/kv/txn", body, deadline, true));
+  BRAID_ASSIGN_OR_RETURN(JsonValue v, parseReply(r, where()));
+  const JsonValue* rs = v.find("responses");
+  const JsonValue* own = rs && rs->isArray() && rs->items().size() == 2 ? rs->items()[0].find("response_range") : nullptr;
+  const JsonValue* sums = own ? rs->items()[1].find("response_range") : nullptr;
+  if (!sums) return Status(Code::kRemoteError, where() + " answered a transaction of 2 reads with something else");
+  Counter c;
+  kvFrom(*own, true, &c.kv.value, &c.kv.present, &c.kv.modRevision);
+  std::map<std::string, std::pair<std::string, int64_t>> sumByLease;  // lease -> (value, mod revision)
+  std::set<std::string> alive;
+  if (const JsonValue* kvs = sums->find("kvs"); kvs && kvs->isArray()) {
+    for (const JsonValue& kv : kvs->items()) {
+      const JsonValue* kb = kv.find("key");
+      std::string name, value;
+      if (!kb || !kb->isString() || !unbase64(kb->stringValue(), &name) || name.size() < p.size() + 2) continue;
+      const std::string kind = name.substr(p.size(), 2), lease = name.substr(p.size() + 2);
+      if (kind == "a:") {
+        alive.insert(lease);
+      } else if (kind == "d:") {
+        if (const JsonValue* vb = kv.find("value"); vb && vb->isString()) unbase64(vb->stringValue(), &value);
+        sumByLease[lease] = {value, intField(kv, "mod_revision")};
+      }
+    }
+  }
+  for (const auto& [lease, sum] : sumByLease) {
+    int64_t n = 0;
+    if (alive.count(lease) || !parseCounter(sum.first, &n)) continue;
+    c.fired += n;
+    c.firedKeys.push_back({p + "d:" + lease, sum.second});
+    c.firedMarkers.push_back(p + "a:" + lease);
+  }
+  return c;
+}
+
 StatusOr<int64_t> EtcdStore::add(const std::string& key, int64_t delta, Deadline deadline) {
   const Deadline bound = deadline.never() ? Deadline::after(kDefaultOpTimeoutSec) : deadline;
-  BRAID_ASSIGN_OR_RETURN(Kv kv, read(key, bound));
   for (;;) {
+    BRAID_ASSIGN_OR_RETURN(Counter c, readCounter(key, bound));
+    const Kv& kv = c.kv;
     int64_t cur = 0;
     if (kv.present && !parseCounter(kv.value, &cur))
       return invalidArgument("add on key '" + key + "', which holds '" + printable(kv.value, 40) +
                              "', not an integer (" + where() + ")");
-    const int64_t next = cur + delta;
+    // The fired sums of clients that are gone move into the counter in the same transaction,
+    // which holds only if nothing read has changed since (and no marker came back).
+    // A read (delta 0, nothing fired) writes nothing: joining ranks poll a counter so.
+    if (delta == 0 && c.fired == 0 && kv.present) return cur;
+    const int64_t next = cur + c.fired + delta;
     const std::string k64 = base64(fullKey(key));
-    const std::string compare =
+    std::string compare =
         kv.present ? "{\"key\":\"" + k64 + "\",\"target\":\"MOD\",\"result\":\"EQUAL\",\"mod_revision\":\"" +
                          std::to_string(kv.modRevision) + "\"}"
                    : "{\"key\":\"" + k64 + "\",\"target\":\"CREATE\",\"result\":\"EQUAL\",\"create_revision\":\"0\"}";
-    const std::string body = "{\"compare\":[" + compare + "],\"success\":[" + putOp(fullKey(key), std::to_string(next)) +
-                             "],\"failure\":[" + rangeOp(fullKey(key), false) + "]}";
+    std::string success = putOp(fullKey(key), std::to_string(next));
+    for (size_t i = 0; i < c.firedKeys.size(); ++i) {
+      compare += ",{\"key\":\"" + base64(c.firedKeys[i].first) +
+                 "\",\"target\":\"MOD\",\"result\":\"EQUAL\",\"mod_revision\":\"" +
+                 std::to_string(c.firedKeys[i].second) + "\"},{\"key\":\"" + base64(c.firedMarkers[i]) +
+                 "\",\"target\":\"CREATE\",\"result\":\"EQUAL\",\"create_revision\":\"0\"}";
+      success += ",{\"request_delete_range\":" + rangeBody(c.firedKeys[i].first, false) + "}";
+    }
+    const std::string body = "{\"compare\":[" + compare + "],\"success\":[" + success + "]}";
     BRAID_ASSIGN_OR_RETURN(std::string r, call("/v3/kv/txn", body, bound, false));
     BRAID_ASSIGN_OR_RETURN(JsonValue v, parseReply(r, where()));
     const JsonValue* ok = v.find("succeeded");
     if (ok && ok->isBool() && ok->boolValue()) return next;
-    // Another writer came first: its value is in the failure branch's read.
-    BRAID_ASSIGN_OR_RETURN(kv, failureRead(v, "add"));
+    // Another writer came first: read again.
     if (bound.expired()) return Status(Code::kTimeout, "add on key '" + key + "' kept losing races until the deadline");
   }
+}
+
+Status EtcdStore::addOnClose(const std::string& key, int64_t delta, Deadline deadline) {
+  BRAID_RETURN_IF_ERROR(ensureLease(deadline).withContext("addOnClose('" + key + "')"));
+  int64_t lease;
+  {
+    std::lock_guard<std::mutex> lock(leaseMu_);
+    lease = leaseId_;
+  }
+  std::lock_guard<std::mutex> lock(countMu_);
+  int64_t& sum = countSums_[key];
+  const int64_t next = sum + delta;
+  const std::string k = fullKey(key);
+  // Back to 0: nothing to add at this client's end, so neither key is kept.
+  const std::string body =
+      next == 0 ? "{\"success\":[{\"request_delete_range\":" + rangeBody(countSumKey(k, lease), false) +
+                      "},{\"request_delete_range\":" + rangeBody(countMarkerKey(k, lease), false) + "}]}"
+                : "{\"success\":[" + putOp(countSumKey(k, lease), std::to_string(next)) +
+                      ",{\"request_put\":{\"key\":\"" + base64(countMarkerKey(k, lease)) +
+                      "\",\"value\":\"\",\"lease\":\"" + std::to_string(lease) + "\"}}]}";
+  auto r = call("/v3/kv/txn", body, deadline, true);
+  if (!r.isOk()) return r.status().withContext("addOnClose('" + key + "')");
+  sum = next;
+  if (next == 0) countSums_.erase(key);
+  return Status::ok();
 }
 
 Status EtcdStore::settleOnClose(const std::string& key, Deadline deadline) {

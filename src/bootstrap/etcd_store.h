@@ -28,6 +28,11 @@
 //                wait, check, multiGet) finds it holding the value from then on, unless
 //                `key` itself was set (compareSet first writes it into `key`).
 //                cancelOnClose deletes both.
+//   addOnClose   the same lease, and two keys beside the counter per client: the sum of
+//                its deltas (no lease) and a marker on the lease. add() reads the counter
+//                and every such sum in one transaction, and moves the sums whose marker is
+//                gone into the counter in the same transaction as its own delta, so a
+//                client that died is counted once, by whichever add comes first.
 // Requests that write are sent once on a fresh failure of the connection (an add that
 // reached etcd and lost its reply must not add twice); reads and puts are retried.
 //
@@ -41,6 +46,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -112,6 +118,7 @@ class EtcdStore : public Store {
   StatusOr<std::vector<std::string>> multiGet(const std::vector<std::string>& keys, Deadline deadline) override;
   Status setOnClose(const std::string& key, const std::string& value, Deadline deadline = Deadline()) override;
   StatusOr<bool> cancelOnClose(const std::string& key, Deadline deadline = Deadline()) override;
+  Status addOnClose(const std::string& key, int64_t delta, Deadline deadline = Deadline()) override;
 
   // The lease's time to live, from BRAID_ETCD_LEASE_TTL (whole seconds, 2 to 3600; default
   // 10): how long after a process dies its setOnClose keys read as set. kInvalidArgument
@@ -147,6 +154,15 @@ class EtcdStore : public Store {
   void dropConnection();
   std::string fullKey(const std::string& key) const { return url_.prefix + "/" + key; }
   StatusOr<Kv> read(const std::string& key, Deadline deadline);
+  // A counter and the addOnClose sums of clients that are gone, not yet added into it: their
+  // keys with the revisions read, and their (absent) markers.
+  struct Counter {
+    Kv kv;
+    int64_t fired = 0;
+    std::vector<std::pair<std::string, int64_t>> firedKeys;
+    std::vector<std::string> firedMarkers;
+  };
+  StatusOr<Counter> readCounter(const std::string& key, Deadline deadline);
   // The key as the failure branch of a transaction read it (add, compareSet).
   StatusOr<Kv> failureRead(const topology::JsonValue& reply, const char* what) const;
   // For each key, whether it exists (and its value when `values`), in one round trip per 64.
@@ -173,6 +189,9 @@ class EtcdStore : public Store {
   int64_t leaseId_ = 0;  // 0: none yet
   int leaseTtl_ = 0;  // asked for (BRAID_ETCD_LEASE_TTL), then as etcd granted it
   bool stopping_ = false;
+  // addOnClose: this client's sum per key, as written beside it.
+  std::mutex countMu_;
+  std::map<std::string, int64_t> countSums_;
   bool leaseLost_ = false;
   std::thread keeper_;
 };

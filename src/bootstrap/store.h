@@ -42,7 +42,7 @@ class Store {
   // Withdraws setOnClose(key); returns whether there was one.
   virtual StatusOr<bool> cancelOnClose(const std::string& key, Deadline deadline = Deadline());
   // The same for a counter: adds `delta` to what the store adds to `key` once this client is
-  // gone (the sum of every call; nothing once it is back to 0). braid's TCP store only; the
+  // gone (the sum of every call; nothing once it is back to 0). braid's TCP store and etcd; the
   // default fails with kInvalidArgument.
   virtual Status addOnClose(const std::string& key, int64_t delta, Deadline deadline = Deadline());
   // Waits until every key exists.

@@ -273,7 +273,8 @@ Status Communicator::init() {
   // And while joining, one counter of the ranks whose connection ended, which every rank
   // still joining reads (initPoll): a rank on another host that dies before the exchange
   // completes (no pid to watch) then fails the others' joins at once, not at the timeout.
-  // Withdrawn once this rank has joined. braid's TCP store only.
+  // Withdrawn once this rank has joined. braid's TCP store, and etcd (within
+  // BRAID_ETCD_LEASE_TTL).
   if (watchedByStore_) {
     Status s = store_->addOnClose(key("init-gone"), 1, deadline);
     initGoneCounted_ = s.isOk();

@@ -775,6 +775,17 @@ TEST_CASE("with an etcd store, survivors recover from losing rank 0 and replacem
     CHECK(n == 2);
     CHECK(count(r.out, "FINAL rank=\\d newrank=\\d size=2 steps=10 checksum=\\S+ match=1 same=1") == 2);
   }
+  SECTION("a rank on another host that dies while joining fails the others' join when its lease runs out") {
+    // As "a rank that dies while joining fails the others' join*", through etcd: its end is
+    // counted (addOnClose) when its lease (2 s) runs out, not at BRAID_TIMEOUT (30 s).
+    Run r = run("for r in 0 1 2; do " + store +
+                " RANK=$r WORLD_SIZE=3 TORCHELASTIC_RUN_ID=initkill BRAID_HOST_ID=mp-etcd-initkill-$r "
+                "BRAID_ETCD_LEASE_TTL=2 BRAID_TIMEOUT=30 MP_LATE_RANK=2 MP_LATE_MS=1500 timeout 60 " MP_DIR
+                "/mp_fault initkill 1 400 2>&1 & done; wait");
+    INFO(r.out);
+    checkSurvivors(r.out, 2, kRemoteError, 1, 0, 8000);
+    CHECK(r.out.find("rank 1 exited during init: its connection to the job's store ended") != std::string::npos);
+  }
   SECTION("braidrun --max-np: replacements are admitted through etcd") {
     Run r = run("MP_VICTIMS=2:5,0:12 BRAIDRUN_GRACE_SEC=5 " BRAIDRUN " -x " + store +
                 " -np 4 --min-np 2 --max-np 4 --timeout 120 " MP_DIR "/mp_recover 20 2>&1");

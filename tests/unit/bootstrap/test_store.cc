@@ -469,12 +469,37 @@ TEST_CASE("etcd store: a dead endpoint is passed over, oversized values and lost
 // Liveness on etcd: a lease that the store keeps alive stands for the process. A client
 // destroyed revokes it (its keys read as set at once); one killed or stopped stops renewing
 // it (set within the lease's TTL); one alive keeps them unset however long it runs.
+// Leases of 2 s (BRAID_ETCD_LEASE_TTL) for the stores made while it lives.
+struct ShortLease {
+  ShortLease() { setenv("BRAID_ETCD_LEASE_TTL", "2", 1); }
+  ~ShortLease() { unsetenv("BRAID_ETCD_LEASE_TTL"); }
+};
+
+// Forks a process that makes a client of `w`, runs `setup` on it, reports whether that
+// worked, and then waits to be signalled; returns its pid once it has reported success.
+template <typename World, typename Setup>
+pid_t forkClient(World& w, Setup setup) {
+  int ready[2];
+  REQUIRE(pipe(ready) == 0);
+  pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    auto c = w.client();
+    char ok = setup(*c) ? 1 : 0;
+    (void)!write(ready[1], &ok, 1);
+    for (;;) pause();
+  }
+  close(ready[1]);
+  char ok = 0;
+  REQUIRE(read(ready[0], &ok, 1) == 1);
+  close(ready[0]);
+  REQUIRE(ok == 1);
+  return child;
+}
+
 TEST_CASE("etcd store: setOnClose through a lease", "[bootstrap][store][etcd]") {
   REQUIRE_ETCD();
-  setenv("BRAID_ETCD_LEASE_TTL", "2", 1);
-  struct Unset {
-    ~Unset() { unsetenv("BRAID_ETCD_LEASE_TTL"); }
-  } unset;
+  ShortLease lease;
   EtcdWorld w;
   auto watcher = w.client();
 
@@ -507,21 +532,7 @@ TEST_CASE("etcd store: setOnClose through a lease", "[bootstrap][store][etcd]") 
 
   for (int sig : {SIGKILL, SIGSTOP}) {
     DYNAMIC_SECTION("a client whose process gets signal " << sig << ": set within the TTL") {
-      int ready[2];
-      REQUIRE(pipe(ready) == 0);
-      pid_t child = fork();
-      REQUIRE(child >= 0);
-      if (child == 0) {
-        auto c = w.client();
-        char ok = c->setOnClose("gone/child", "dead").isOk() ? 1 : 0;
-        (void)!write(ready[1], &ok, 1);
-        for (;;) pause();
-      }
-      close(ready[1]);
-      char ok = 0;
-      REQUIRE(read(ready[0], &ok, 1) == 1);
-      close(ready[0]);
-      REQUIRE(ok == 1);
+      pid_t child = forkClient(w, [](Store& c) { return c.setOnClose("gone/child", "dead").isOk(); });
       std::this_thread::sleep_for(std::chrono::milliseconds(1000));
       CHECK_FALSE(watcher->check({"gone/child"}).value());
       auto t0 = std::chrono::steady_clock::now();
@@ -552,6 +563,53 @@ TEST_CASE("etcd store: setOnClose through a lease", "[bootstrap][store][etcd]") 
       CHECK(c.status().message().find("BRAID_ETCD_LEASE_TTL='") != std::string::npos);
     }
   }
+}
+
+// addOnClose through the same lease: a counter that add() adjusts once a client is gone,
+// counted once however many add at the same time; calls add up, and a sum of 0 withdraws it.
+TEST_CASE("etcd store: addOnClose adds a gone client's sum to the counter, once", "[bootstrap][store][etcd]") {
+  REQUIRE_ETCD();
+  ShortLease lease;
+  EtcdWorld w;
+  auto watcher = w.client();
+  REQUIRE(watcher->add("live", 10).value() == 10);
+  auto x = w.client();
+  auto y = w.client();
+  REQUIRE(x->addOnClose("live", -1).isOk());
+  REQUIRE(x->addOnClose("live", -2).isOk());
+  REQUIRE(y->addOnClose("live", -1).isOk());
+  REQUIRE(y->addOnClose("live", +1).isOk());  // back to 0: nothing at the close
+  CHECK(watcher->add("live", 0).value() == 10);
+  x.reset();  // revokes the lease: gone at once
+  // Two adds at once after the close: the sum moves in exactly once.
+  int64_t a = 0, b = 0;
+  std::thread t1([&] { a = w.client()->add("live", 1).value(); });
+  std::thread t2([&] { b = w.client()->add("live", 1).value(); });
+  t1.join();
+  t2.join();
+  CHECK(std::max(a, b) == 9);
+  CHECK(std::min(a, b) == 8);
+  CHECK(watcher->add("live", 0).value() == 9);
+  y.reset();
+  CHECK(watcher->add("live", 0).value() == 9);
+
+  // A process killed: its sum counts once its lease runs out.
+  pid_t child = forkClient(w, [](Store& c) { return c.addOnClose("live", -5).isOk(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  CHECK(watcher->add("live", 0).value() == 9);
+  auto t0 = std::chrono::steady_clock::now();
+  REQUIRE(kill(child, SIGKILL) == 0);
+  waitpid(child, nullptr, 0);
+  int64_t v = 9;
+  while (v == 9 && secondsSince(t0) < 10) {
+    v = watcher->add("live", 0).value();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const double took = secondsSince(t0);
+  CHECK(v == 4);
+  CHECK(took > 0.5);  // the lease ran out: not at once
+  CHECK(took < 5);
+  CHECK(watcher->add("live", 0).value() == 4);
 }
 
 // A cluster that asks for TLS with client certificates and for a login: the store checks

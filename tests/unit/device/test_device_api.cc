@@ -40,6 +40,12 @@ void onRanks(int n, F body, const char* transport = "loopback") {
   for (auto& t : ts) t.join();
 }
 
+// BRAID_CUDA_PATH for one test, restored after it.
+struct CudaPath {
+  explicit CudaPath(const char* v) { setenv("BRAID_CUDA_PATH", v, 1); }
+  ~CudaPath() { unsetenv("BRAID_CUDA_PATH"); }
+};
+
 struct InstallRuntime {
   explicit InstallRuntime(braid::device::Runtime* r) { braid::device::setRuntimeForTesting(r); }
   ~InstallRuntime() { braid::device::setRuntimeForTesting(nullptr); }
@@ -286,6 +292,10 @@ TEST_CASE("C++ API: calls under a StreamGuard are enqueued on its stream, and Wo
 TEST_CASE("C API: a large device allreduce or broadcast, staged in pieces, gives every element", "[device][cuda]") {
   FakeRuntime rt;
   InstallRuntime installed(&rt);
+  // The direct path runs the same pieces on the device buffers, through the kernels.
+  const char* path = GENERATE("staged", "direct");
+  INFO(path);
+  CudaPath cudaPath(path);
   const int n = 3;
   const size_t count = (size_t{9} << 20) / 4 + 12345;  // three pieces, the last one short
   std::vector<std::string> errors(n);
@@ -341,15 +351,10 @@ TEST_CASE("C API: a large device allreduce or broadcast, staged in pieces, gives
     rt.deviceFree(out);
   });
   for (int r = 0; r < n; ++r) CHECK(errors[r] == "");
+  CHECK((rt.kernels.load() > 0) == (std::string(path) == "direct"));
 }
 
 namespace {
-
-// BRAID_CUDA_PATH for one test, restored after it.
-struct CudaPath {
-  explicit CudaPath(const char* v) { setenv("BRAID_CUDA_PATH", v, 1); }
-  ~CudaPath() { unsetenv("BRAID_CUDA_PATH"); }
-};
 
 // Every collective on device buffers, checked element by element; `errors[r]` gets the
 // first difference. Used by the direct path's tests, which also look at how it ran.

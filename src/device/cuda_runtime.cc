@@ -247,6 +247,16 @@ class CudaRuntime final : public Runtime {
       case WaitMode::kKernel: out += "kernel"; break;
       case WaitMode::kHost: out += "host function"; break;
     }
+    // Which path device calls take (BRAID_CUDA_PATH), and whether GPU 0 could take the
+    // direct one.
+    const char* path = std::getenv("BRAID_CUDA_PATH");
+    if (path && !std::strcmp(path, "direct")) {
+      Status d = n > 0 ? directSupport(0) : Status(Code::kSystemError, "no GPU");
+      out += d.isOk() ? "; calls: direct on one host (BRAID_CUDA_PATH=direct), staged across hosts"
+                      : "; calls: staged, the direct path is unavailable: " + d.message();
+    } else {
+      out += "; calls: staged (BRAID_CUDA_PATH=direct: kernels on the shared-memory slots)";
+    }
     return out;
   }
 

@@ -72,6 +72,15 @@ for coll in broadcast sendrecv allgather reduce_scatter alltoall reduce gather s
   step "${coll}_D1_np3_direct" 60 1 env BRAID_CUDA_PATH=direct "$BR" -np 3 "$PERF/${coll}_perf" \
     -b 8 -e 16M -f 64 -n 5 -w 1 -c 1 -D 1
 done
+# Device slots (BRAID_CUDA_PATH=ipc: the peers' kernels write each other's GPU memory).
+for np in 2 4; do
+  step "allreduce_D1_np${np}_ipc" 120 1 env BRAID_CUDA_PATH=ipc BRAID_DEBUG=INFO "$BR" -np $np \
+    "$PERF/allreduce_perf" -b 8 -e 256M -f 8 -n 20 -w 5 -c 1 -D 1
+done
+for coll in sendrecv allgather alltoall reduce_scatter; do
+  step "${coll}_D1_np3_ipc" 60 1 env BRAID_CUDA_PATH=ipc "$BR" -np 3 "$PERF/${coll}_perf" \
+    -b 8 -e 16M -f 64 -n 5 -w 1 -c 1 -D 1
+done
 # How a stream waits for the host (BRAID_CUDA_STREAM_WAIT), compared in the same run.
 for mode in kernel memop host; do
   step "allreduce_D1_np2_wait_$mode" 90 1 env BRAID_CUDA_STREAM_WAIT=$mode "$BR" -np 2 "$PERF/allreduce_perf" \

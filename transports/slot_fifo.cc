@@ -37,11 +37,12 @@ struct alignas(kLine) SlotFifo::SlotMeta {
   uint64_t bytes;
   uint64_t tag;
   std::atomic<uint32_t> seq;  // index + 1 of the message the slot holds (release-stored last)
-  uint32_t pad;
+  uint32_t flags;             // kInDeviceArea: the payload is in the device area, none inline
   char inl[kLine - 24];
 };
 static_assert(sizeof(SlotFifo::SlotMeta) == kLine, "a slot's metadata is one cache line");
 constexpr size_t kInlineBytes = sizeof(SlotFifo::SlotMeta::inl);
+constexpr uint32_t kInDeviceArea = 1;
 
 static size_t alignUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
@@ -106,11 +107,12 @@ Status SlotFifo::reserveSend(Slot* s) {
   return Status::ok();
 }
 
-Status SlotFifo::postSend(const Slot& s, size_t bytes) {
+Status SlotFifo::postSend(const Slot& s, size_t bytes, bool device) {
   SlotMeta& m = meta_[sendIdx_ % nslots_];
   m.bytes = bytes;
   m.tag = s.tag;
-  if (bytes <= kInlineBytes) std::memcpy(m.inl, s.data, bytes);
+  m.flags = device ? kInDeviceArea : 0;
+  if (bytes <= kInlineBytes && !device) std::memcpy(m.inl, s.data, bytes);
   m.seq.store(sendIdx_ + 1, std::memory_order_release);
   ++sendIdx_;
   // seq_cst store + load: pairs with armRecv's flag store + index load (Dekker), so a
@@ -133,7 +135,8 @@ void SlotFifo::disarmSend() { hdr_->sendWaiting.store(0, std::memory_order_relax
 Status SlotFifo::peekRecv(Slot* s) {
   SlotMeta& m = meta_[recvIdx_ % nslots_];
   if (m.seq.load(std::memory_order_acquire) != recvIdx_ + 1) return Status(Code::kWouldBlock, "fifo empty");
-  s->data = m.bytes <= kInlineBytes ? m.inl : data_ + static_cast<size_t>(recvIdx_ % nslots_) * slotBytes_;
+  s->device = (m.flags & kInDeviceArea) != 0;
+  s->data = m.bytes <= kInlineBytes && !s->device ? m.inl : data_ + static_cast<size_t>(recvIdx_ % nslots_) * slotBytes_;
   s->bytes = m.bytes;
   s->tag = m.tag;
   return Status::ok();

@@ -28,10 +28,13 @@ class SlotFifo {
 
   size_t slotBytes() const { return slotBytes_; }
   int nslots() const { return static_cast<int>(nslots_); }
+  // The slots' payload area: slot i at dataBase() + i x slotBytes().
+  char* dataBase() const { return data_; }
 
   // Sender side; see Connection for the contracts.
   Status reserveSend(Slot* s);
-  Status postSend(const Slot& s, size_t bytes);
+  // `device`: the payload was written to the device area's slot (none of it inline).
+  Status postSend(const Slot& s, size_t bytes, bool device = false);
   WaitHandle armSend();
   void disarmSend();
 
@@ -80,8 +83,21 @@ class FifoConnection : public Connection {
   MemoryRange slotMemory() const override {
     return {region_, SlotFifo::regionBytes(fifo_.nslots(), fifo_.slotBytes())};
   }
+  size_t deviceAreaBytes() const override { return static_cast<size_t>(fifo_.nslots()) * fifo_.slotBytes(); }
+  void setDeviceArea(void* base) override { deviceArea_ = static_cast<char*>(base); }
+  void* deviceData(const Slot& s) const override {
+    const char* p = static_cast<const char*>(s.data);
+    const char* lo = fifo_.dataBase();
+    if (!deviceArea_ || p < lo || p >= lo + deviceAreaBytes()) return nullptr;
+    return deviceArea_ + (p - lo);
+  }
+  Status postSendDevice(const Slot& s, size_t bytes) override {
+    if (!deviceArea_) return Status(Code::kInternal, "no device slots on this connection");
+    return fifo_.postSend(s, bytes, /*device=*/true);
+  }
 
  private:
+  char* deviceArea_ = nullptr;
   void* region_;
   SlotFifo fifo_;
   int peer_;

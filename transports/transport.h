@@ -27,6 +27,7 @@ struct Slot {
   size_t bytes = 0;      // peekRecv: payload length
   uint64_t tag = 0;      // travels with the payload; the executor uses it to detect
                          // collectives issued in a different order on different ranks
+  bool device = false;   // peekRecv: the payload is in the connection's device area
 };
 
 // How a waiter can sleep until a connection may have work: a futex word in shared memory
@@ -118,6 +119,21 @@ class Connection {
     size_t bytes = 0;
   };
   virtual MemoryRange slotMemory() const { return {}; }
+
+  // Device slots (the direct GPU path over CUDA IPC, docs/cuda.md): a memory transport may
+  // carry a device call's payloads in an area of GPU memory beside its FIFO, one slot per
+  // FIFO slot, the receiver's, which the sender's kernels write through CUDA IPC. The FIFO
+  // still orders them; a message says which area it is in (Slot::device).
+  // Bytes an area needs (0: this connection cannot have one), and the area once made.
+  virtual size_t deviceAreaBytes() const { return 0; }
+  virtual void setDeviceArea(void* base) {}
+  // Where slot `s` (reserved for sending, or received with s.device) lives in the area;
+  // nullptr without an area.
+  virtual void* deviceData(const Slot& s) const { return nullptr; }
+  // Sender: posts the reserved slot, whose payload was written at deviceData(s).
+  virtual Status postSendDevice(const Slot& s, size_t bytes) {
+    return Status(Code::kInternal, "this transport has no device slots");
+  }
 };
 
 // What a rank tells the others about itself, through the bootstrap.

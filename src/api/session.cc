@@ -204,6 +204,7 @@ Session::~Session() {
   // streams have reached, bounded by the timeout).
   deviceQueue_.reset();
   mover_.reset();  // unregisters the slots while the communicator still maps them
+  dropDeviceSlots();
   const bool broken = comm_ && !comm_->brokenStatus().isOk();
   // A store that failed a call already is not asked again: each request would wait out
   // its timeout, and nothing here needs the answer.
@@ -951,11 +952,11 @@ StatusOr<bool> Session::takesDirectPath(int gpu) {
     // memory and the GPU reaches registered host memory; otherwise staged, saying why once.
     const char* v = std::getenv("BRAID_CUDA_PATH");
     const std::string path = v && *v ? v : "staged";
-    if (path != "staged" && path != "direct")
+    if (path != "staged" && path != "direct" && path != "ipc")
       return invalidArgument("BRAID_CUDA_PATH=" + path + " on rank " + std::to_string(comm_->rank()) +
-                             ": expected staged or direct");
+                             ": expected staged, direct or ipc");
     directState_ = 2;
-    if (path == "direct") {
+    if (path != "staged") {
       device::Runtime& rt = device::runtime();
       std::vector<std::pair<void*, size_t>> ranges;
       directWhy_ = rt.directSupport(gpu);
@@ -972,11 +973,99 @@ StatusOr<bool> Session::takesDirectPath(int gpu) {
         }
       }
       if (directState_ != 1)
-        BRAID_WARN("BRAID_CUDA_PATH=direct: device buffers are staged instead on rank %d: %s", comm_->rank(),
-                   directWhy_.message().c_str());
+        BRAID_WARN("BRAID_CUDA_PATH=%s: device buffers are staged instead on rank %d: %s", path.c_str(),
+                   comm_->rank(), directWhy_.message().c_str());
+      // Every rank takes part, whether it can use them or not: all ranks or none.
+      if (path == "ipc") BRAID_RETURN_IF_ERROR(setupDeviceSlots(gpu, directState_ == 1));
     }
   }
   return directState_ == 1;
+}
+
+// BRAID_CUDA_PATH=ipc, at the first device call of every rank: each rank makes a device
+// area for each connection it receives on and names it (CUDA IPC); once every rank has
+// made its own, each opens its peers' for the connections it sends on; once every rank has
+// opened them, all connections take them. Any rank that cannot (no direct path, no memory,
+// a peer's GPU its own cannot reach) makes every rank keep the shared-memory slots.
+Status Session::setupDeviceSlots(int gpu, bool canTake) {
+  device::Runtime& rt = device::runtime();
+  const int me = comm_->rank();
+  struct End {
+    int set, peer;
+    transport::Connection* c;
+    void* area = nullptr;
+  };
+  std::vector<End> recvs, sends;
+  comm_->forEachConnection([&](int set, int peer, bool send, transport::Connection* c) {
+    (send ? sends : recvs).push_back(End{set, peer, c});
+  });
+  // Round 1: "ok" and "set|from|name;" per receive connection, or "no: why".
+  std::string why = canTake ? "" : "no direct path";
+  std::string mine;
+  for (End& e : recvs) {
+    if (!why.empty()) break;
+    const size_t bytes = e.c->deviceAreaBytes();
+    if (bytes == 0) {
+      why = "a connection without device slots";
+      break;
+    }
+    auto area = rt.allocDevice(bytes, gpu);
+    if (!area.isOk()) {
+      why = area.status().message();
+      break;
+    }
+    e.area = area.value();
+    slotAreas_.push_back(e.area);
+    auto name = rt.exportDevice(e.area);
+    if (!name.isOk()) {
+      why = name.status().message();
+      break;
+    }
+    mine += std::to_string(e.set) + "|" + std::to_string(e.peer) + "|" + name.value() + ";";
+  }
+  BRAID_ASSIGN_OR_RETURN(auto made, comm_->exchangeAll("dslots/made", why.empty() ? "ok;" + mine : "no: " + why));
+  for (size_t r = 0; r < made.size() && why.empty(); ++r)
+    if (made[r].compare(0, 3, "ok;") != 0) why = "rank " + std::to_string(r) + " has none (" + made[r] + ")";
+  // Round 2: open the peers' areas this rank sends into.
+  for (End& e : sends) {
+    if (!why.empty()) break;
+    const std::string want = ";" + std::to_string(e.set) + "|" + std::to_string(me) + "|";
+    const std::string& theirs = made[static_cast<size_t>(e.peer)];
+    const size_t at = theirs.find(want, 2);
+    const size_t end = at == std::string::npos ? at : theirs.find(';', at + want.size());
+    if (end == std::string::npos) {
+      why = "rank " + std::to_string(e.peer) + " named no device slots for rank " + std::to_string(me);
+      break;
+    }
+    auto area = rt.importDevice(theirs.substr(at + want.size(), end - at - want.size()), gpu);
+    if (!area.isOk()) {
+      why = area.status().message();
+      break;
+    }
+    e.area = area.value();
+    slotImports_.push_back(e.area);
+  }
+  BRAID_ASSIGN_OR_RETURN(auto opened, comm_->exchangeAll("dslots/opened", why.empty() ? "ok" : "no: " + why));
+  for (size_t r = 0; r < opened.size() && why.empty(); ++r)
+    if (opened[r] != "ok") why = "rank " + std::to_string(r) + " could not open its peers' (" + opened[r] + ")";
+  if (!why.empty()) {
+    BRAID_WARN("BRAID_CUDA_PATH=ipc: rank %d keeps the shared-memory slots: %s", me, why.c_str());
+    dropDeviceSlots();
+    return Status::ok();
+  }
+  for (End& e : recvs) e.c->setDeviceArea(e.area);
+  for (End& e : sends) e.c->setDeviceArea(e.area);
+  BRAID_INFO("BRAID_CUDA_PATH=ipc: rank %d moves device calls through %zu device slot areas of its own and %zu of its peers'",
+             me, recvs.size(), sends.size());
+  return Status::ok();
+}
+
+void Session::dropDeviceSlots() {
+  device::Runtime& rt = device::runtime();
+  for (void* p : slotImports_) rt.closeImported(p);
+  for (void* p : slotAreas_) rt.freeDevice(p);
+  slotImports_.clear();
+  slotAreas_.clear();
 }
 
 Status Session::asyncError() {

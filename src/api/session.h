@@ -219,6 +219,12 @@ class Session {
   int directState_ = 0;
   Status directWhy_;
   std::unique_ptr<device::DeviceMover> mover_;
+  // BRAID_CUDA_PATH=ipc: the device slots this rank made (its receive connections') and
+  // opened (its peers', for its send connections), all in use or none.
+  std::vector<void*> slotAreas_;
+  std::vector<void*> slotImports_;
+  Status setupDeviceSlots(int gpu, bool canTake);
+  void dropDeviceSlots();
   // deviceQueue_.get() once made, for host calls to check without taking deviceMu_.
   std::atomic<device::DeviceQueue*> deviceQueueMade_{nullptr};
   mutable std::mutex preMulMu_;

@@ -1081,6 +1081,24 @@ bool Communicator::slotMemory(std::vector<std::pair<void*, size_t>>* ranges) con
   return true;
 }
 
+void Communicator::forEachConnection(
+    const std::function<void(int set, int peer, bool send, transport::Connection*)>& fn) const {
+  auto each = [&](const exec::ChannelLinks& l, int set) {
+    for (size_t p = 0; p < l.sendTo.size(); ++p)
+      if (l.sendTo[p]) fn(set, static_cast<int>(p), true, l.sendTo[p]);
+    for (size_t p = 0; p < l.recvFrom.size(); ++p)
+      if (l.recvFrom[p]) fn(set, static_cast<int>(p), false, l.recvFrom[p]);
+  };
+  for (size_t c = 0; c < links_.size(); ++c) each(links_[c], static_cast<int>(c));
+  each(meshLinks_, -1);
+}
+
+StatusOr<std::vector<std::string>> Communicator::exchangeAll(const std::string& name, const std::string& value) {
+  const Deadline deadline = Deadline::after(opts_.config.timeoutSec);
+  return bootstrap::allGather(*store_, key(name), rank_, nranks_, value, deadline,
+                              [&] { return healthCheck(deadline); });
+}
+
 Status Communicator::run(const algorithms::Request& req, const void* input, void* output, std::vector<void*> extra,
                          exec::DataMover* mover) {
   const int64_t t0 = timeline::on() ? timeline::nowUs() : 0;

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -117,6 +118,12 @@ class Communicator {
   // the direct device path to register; false when some connection has none (tcp, UCX, a
   // plugin), where device buffers must be staged.
   bool slotMemory(std::vector<std::pair<void*, size_t>>* ranges) const;
+  // Every connection with where it leads (device slots): `set` is the ring channel, or -1
+  // for the mesh; `peer` the rank at the other end; `send` its direction.
+  void forEachConnection(const std::function<void(int set, int peer, bool send, transport::Connection*)>& fn) const;
+  // Every rank's `value` under `name` (a name serves once), bounded by the communicator's
+  // timeout; a failed peer ends the wait.
+  StatusOr<std::vector<std::string>> exchangeAll(const std::string& name, const std::string& value);
 
   // Splits this communicator as MPI_Comm_split: ranks with the same `color` form a new
   // communicator, ordered by (`key`, old rank). A negative color joins none (result null).

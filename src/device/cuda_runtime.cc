@@ -3,9 +3,12 @@
 // Written without a GPU at hand and first run on an H200 (docs/cuda.md, "On a GPU"): every
 // call here is a plain, documented CUDA runtime call, checked, and kept as short as it can be.
 
+#include <unistd.h>
+
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -190,6 +193,70 @@ class CudaRuntime final : public Runtime {
     if (cudaHostUnregister(p) != cudaSuccess) cudaGetLastError();
   }
 
+  // Device slots. The caller's thread keeps its current device (DeviceScope).
+  StatusOr<void*> allocDevice(size_t bytes, int device) override {
+    DeviceScope scope;
+    BRAID_RETURN_IF_ERROR(scope.use(device));
+    void* p = nullptr;
+    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
+    if (e != cudaSuccess) return cudaFailure("cudaMalloc (device slots)", e);
+    return p;
+  }
+  void freeDevice(void* p) override {
+    if (p && cudaFree(p) != cudaSuccess) cudaGetLastError();
+  }
+  // "pid:address:handle" (hex): the address serves threads of the same process, which CUDA
+  // does not let open their own handles; the handle the others.
+  StatusOr<std::string> exportDevice(void* p) override {
+    cudaIpcMemHandle_t h{};
+    cudaError_t e = cudaIpcGetMemHandle(&h, p);
+    if (e != cudaSuccess) return cudaFailure("cudaIpcGetMemHandle", e);
+    std::string out = std::to_string(::getpid()) + ":" + std::to_string(reinterpret_cast<uintptr_t>(p)) + ":";
+    static const char* kHex = "0123456789abcdef";
+    for (unsigned char c : std::string(h.reserved, sizeof h.reserved)) {
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+    return out;
+  }
+  StatusOr<void*> importDevice(const std::string& name, int device) override {
+    const size_t a = name.find(':'), b = name.find(':', a == std::string::npos ? a : a + 1);
+    cudaIpcMemHandle_t h{};
+    if (a == std::string::npos || b == std::string::npos || name.size() - b - 1 != 2 * sizeof h.reserved)
+      return Status(Code::kInvalidArgument, "device slots: a malformed IPC name");
+    if (std::strtoll(name.c_str(), nullptr, 10) == ::getpid()) {
+      // Threads of one process: the address, on the same GPU only (another would need peer
+      // access enabled, which braid does not do for them).
+      void* p = reinterpret_cast<void*>(static_cast<uintptr_t>(std::strtoull(name.c_str() + a + 1, nullptr, 10)));
+      const PointerInfo info = pointerInfo(p);
+      if (info.kind != MemoryKind::kDevice || info.device != device)
+        return Status(Code::kInvalidArgument, "device slots: a peer thread's slots on GPU " +
+                                                  std::to_string(info.device) + ", not GPU " + std::to_string(device));
+      return p;
+    }
+    for (size_t i = 0; i < sizeof h.reserved; ++i) {
+      const auto nib = [](char c) { return c <= '9' ? c - '0' : c - 'a' + 10; };
+      h.reserved[i] = static_cast<char>(nib(name[b + 1 + 2 * i]) << 4 | nib(name[b + 2 + 2 * i]));
+    }
+    DeviceScope scope;
+    BRAID_RETURN_IF_ERROR(scope.use(device));
+    void* p = nullptr;
+    cudaError_t e = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);
+    if (e != cudaSuccess) return cudaFailure("cudaIpcOpenMemHandle", e);
+    std::lock_guard<std::mutex> lock(importedMu_);
+    imported_.push_back(p);
+    return p;
+  }
+  void closeImported(void* p) override {
+    {
+      std::lock_guard<std::mutex> lock(importedMu_);
+      auto it = std::find(imported_.begin(), imported_.end(), p);
+      if (it == imported_.end()) return;  // an address of this process: nothing was opened
+      imported_.erase(it);
+    }
+    if (cudaIpcCloseMemHandle(p) != cudaSuccess) cudaGetLastError();
+  }
+
   // Each thread that runs kernels (the proxy, the communicator's channel threads) has one
   // stream per GPU, created non-blocking: a stream that synchronized with the legacy default
   // stream would wait for the caller's flag wait there, which waits for this very kernel.
@@ -301,6 +368,23 @@ class CudaRuntime final : public Runtime {
     return st == kUsable;
   }
 
+  // Makes `device` current on this thread for a scope, then restores the one before.
+  struct DeviceScope {
+    int previous = -1;
+    Status use(int device) {
+      if (cudaGetDevice(&previous) != cudaSuccess) previous = -1;
+      if (previous == device) return Status::ok();
+      cudaError_t e = cudaSetDevice(device);
+      return e == cudaSuccess ? Status::ok() : cudaFailure("cudaSetDevice", e);
+    }
+    ~DeviceScope() {
+      int now = -1;
+      if (previous >= 0 && cudaGetDevice(&now) == cudaSuccess && now != previous) cudaSetDevice(previous);
+    }
+  };
+
+  std::mutex importedMu_;
+  std::vector<void*> imported_;  // opened with cudaIpcOpenMemHandle
   enum class WaitMode { kKernel, kMemOp, kHost };
   static constexpr int kUnknown = 0, kUsable = 1, kUnusable = 2;
   std::once_flag once_;

@@ -77,6 +77,14 @@ class Runtime {
   // unregisterHost.
   virtual Status registerHost(void* p, size_t bytes);
   virtual void unregisterHost(void* p) {}
+  // Device slots (BRAID_CUDA_PATH=ipc): memory on `device`, and a name for it another
+  // process (or thread) of the job opens: CUDA IPC between processes, the address itself
+  // within one. importDevice gives the address this process reaches it at.
+  virtual StatusOr<void*> allocDevice(size_t bytes, int device);
+  virtual void freeDevice(void* p) {}
+  virtual StatusOr<std::string> exportDevice(void* p);
+  virtual StatusOr<void*> importDevice(const std::string& name, int device);
+  virtual void closeImported(void* p) {}
   // Runs one reduce-copy (cuda/reduce_copy.h) on `device` and waits for it: on a stream of
   // the calling thread's own, which waits for no other stream.
   virtual Status runKernel(const cuda::ReduceCopyArgs& args, cuda::DeviceDataType type, ReduceOp op, int device);

@@ -259,28 +259,31 @@ class ChannelRunner {
     switch (st.prim) {
       case Prim::kSend: {
         BRAID_RETURN_IF_ERROR(reserve(st.peerOut, &out));
-        BRAID_RETURN_IF_ERROR(m.reduceCopy(out.data, nullptr, addr(st.src, off), nullptr, len, t, op));
-        return post(st.peerOut, out, len);
+        BRAID_RETURN_IF_ERROR(m.reduceCopy(outgoing(st.peerOut, out), nullptr, addr(st.src, off), nullptr, len, t, op));
+        return postMoved(st.peerOut, out, len);
       }
       case Prim::kRecv: {
         BRAID_RETURN_IF_ERROR(receive(st.peerIn, &in, len));
-        BRAID_RETURN_IF_ERROR(m.reduceCopy(addr(st.dst, off), nullptr, in.data, nullptr, len, t, op));
+        BRAID_ASSIGN_OR_RETURN(const void* p, incoming(st.peerIn, in));
+        BRAID_RETURN_IF_ERROR(m.reduceCopy(addr(st.dst, off), nullptr, p, nullptr, len, t, op));
         return release(st.peerIn, in);
       }
       case Prim::kRecvReduce: {
         BRAID_RETURN_IF_ERROR(receive(st.peerIn, &in, len));
-        BRAID_RETURN_IF_ERROR(m.reduceCopy(addr(st.dst, off), nullptr, in.data, addr(st.src, off), len, t, op));
+        BRAID_ASSIGN_OR_RETURN(const void* p, incoming(st.peerIn, in));
+        BRAID_RETURN_IF_ERROR(m.reduceCopy(addr(st.dst, off), nullptr, p, addr(st.src, off), len, t, op));
         return release(st.peerIn, in);
       }
       case Prim::kRecvReduceSend:
       case Prim::kRecvReduceCopySend:
       case Prim::kRecvCopySend: {
         BRAID_RETURN_IF_ERROR(receive(st.peerIn, &in, len));
+        BRAID_ASSIGN_OR_RETURN(const void* p, incoming(st.peerIn, in));
         BRAID_RETURN_IF_ERROR(reserve(st.peerOut, &out));
         void* second = st.prim == Prim::kRecvReduceSend ? nullptr : addr(st.dst, off);
         const void* local = st.prim == Prim::kRecvCopySend ? nullptr : addr(st.src, off);
-        BRAID_RETURN_IF_ERROR(m.reduceCopy(out.data, second, in.data, local, len, t, op));
-        BRAID_RETURN_IF_ERROR(post(st.peerOut, out, len));
+        BRAID_RETURN_IF_ERROR(m.reduceCopy(outgoing(st.peerOut, out), second, p, local, len, t, op));
+        BRAID_RETURN_IF_ERROR(postMoved(st.peerOut, out, len));
         return release(st.peerIn, in);
       }
       case Prim::kCopy: {
@@ -294,6 +297,25 @@ class ChannelRunner {
       }
     }
     return internalError("unknown primitive");
+  }
+
+  // Through the mover, a slot's payload is in the connection's device area where it has one
+  // (Connection::deviceData), else in the slot itself (registered host memory).
+  void* outgoing(int peer, const Slot& out) const {
+    void* d = links_.sendTo[peer]->deviceData(out);
+    return d ? d : out.data;
+  }
+  Status postMoved(int peer, Slot& out, size_t len) {
+    Connection* c = links_.sendTo[peer];
+    if (!c->deviceData(out)) return post(peer, out, len);
+    out.tag = ctx_.tag;
+    return c->postSendDevice(out, len);
+  }
+  StatusOr<const void*> incoming(int peer, const Slot& in) const {
+    if (!in.device) return static_cast<const void*>(in.data);
+    const void* d = links_.recvFrom[peer]->deviceData(in);
+    if (!d) return internalError("a message from rank " + std::to_string(peer) + " in device slots this connection lacks");
+    return d;
   }
 
   // `direct`: the step's connection sends this step's bytes from the caller's memory
@@ -405,6 +427,14 @@ class ChannelRunner {
                            " did not land where it was asked to (larger than a slot)");
     }
     if ((slot->tag ^ ctx_.tag) & c->tagMask()) return mismatchWith(peer, slot->tag, c->tagMask());
+    if (slot->device && !ctx_.mover) {
+      return Status(Code::kInvalidArgument,
+                    "collective mismatch: rank " + std::to_string(peer) + " sent " + describeTag(slot->tag) +
+                        " from device buffers where rank " + std::to_string(ctx_.rank) +
+                        " runs it on host buffers; every rank of a call must pass the same kind of memory "
+                        "when BRAID_CUDA_PATH=ipc",
+                    peer);
+    }
     if (slot->bytes != expectBytes) {
       return Status(Code::kInvalidArgument,
                     "collective mismatch: rank " + std::to_string(peer) + " sent a slice of " +

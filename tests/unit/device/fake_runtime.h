@@ -164,6 +164,35 @@ class FakeRuntime final : public Runtime {
     reachable_.erase(reinterpret_cast<uintptr_t>(p));
     registered.fetch_sub(1);
   }
+  // Device slots: this runtime's device memory, named by its address (ranks are threads of
+  // one process in these tests).
+  StatusOr<void*> allocDevice(size_t bytes, int) override {
+    if (noDeviceSlots.load()) return Status(Code::kSystemError, "fake: no device slots, on purpose");
+    slotAreas.fetch_add(1);
+    void* p = deviceAlloc(bytes);
+    std::lock_guard<std::mutex> l(mu_);
+    areas_[reinterpret_cast<uintptr_t>(p)] = bytes;
+    return p;
+  }
+  void freeDevice(void* p) override {
+    slotAreas.fetch_sub(1);
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      areas_.erase(reinterpret_cast<uintptr_t>(p));
+    }
+    deviceFree(p);
+  }
+  StatusOr<std::string> exportDevice(void* p) override {
+    return "fake:" + std::to_string(reinterpret_cast<uintptr_t>(p));
+  }
+  StatusOr<void*> importDevice(const std::string& name, int) override {
+    if (name.compare(0, 5, "fake:") != 0) return Status(Code::kInvalidArgument, "fake: not a fake name: " + name);
+    void* p = reinterpret_cast<void*>(static_cast<uintptr_t>(std::strtoull(name.c_str() + 5, nullptr, 10)));
+    if (pointerInfo(p).kind != MemoryKind::kDevice) return Status(Code::kInvalidArgument, "fake: not device memory");
+    imports.fetch_add(1);
+    return p;
+  }
+  void closeImported(void*) override { imports.fetch_sub(1); }
   Status runKernel(const cuda::ReduceCopyArgs& args, cuda::DeviceDataType type, ReduceOp op, int device) override {
     if (device != 0) return Status(Code::kInvalidArgument, "fake: kernel on GPU " + std::to_string(device));
     const size_t bytes = args.count * cuda::deviceDataTypeSize(type);
@@ -172,6 +201,13 @@ class FakeRuntime final : public Runtime {
     for (int i = 0; i < args.ndsts; ++i)
       if (!reachableByKernel(args.dsts[i], bytes)) return unreachable(args.dsts[i]);
     kernels.fetch_add(1);
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      bool inArea = false;
+      for (int i = 0; i < args.nsrcs; ++i) inArea |= bytes && inside(areas_, args.srcs[i], bytes);
+      for (int i = 0; i < args.ndsts; ++i) inArea |= bytes && inside(areas_, args.dsts[i], bytes);
+      if (inArea) slotKernels.fetch_add(1);
+    }
     // Small blocks: every CUDA thread is a host thread here.
     const cuda::LaunchConfig cfg{2, 32};
     return cuda::sim::runReduceCopy(args, type, op, &cfg);
@@ -219,6 +255,10 @@ class FakeRuntime final : public Runtime {
   std::atomic<bool> noDirect{false};  // directSupport() refuses
   std::atomic<int> registered{0};     // ranges registered now
   std::atomic<int> kernels{0};        // runKernel calls
+  std::atomic<bool> noDeviceSlots{false};  // allocDevice() refuses
+  std::atomic<int> slotAreas{0};           // device slot areas allocated now
+  std::atomic<int> imports{0};             // opened now
+  std::atomic<int> slotKernels{0};         // kernels that read or wrote a device slot area
   std::atomic<int> copyDelayUs{0};  // each copy takes at least this long (a slow link)
   std::atomic<int> copiesDone{0};
   std::atomic<int> hostAllocs{0};
@@ -248,6 +288,7 @@ class FakeRuntime final : public Runtime {
   std::mutex mu_;
   std::map<uintptr_t, size_t> device_;
   std::map<uintptr_t, size_t> reachable_;  // pinned (allocHost) and registered host memory
+  std::map<uintptr_t, size_t> areas_;      // device slot areas (allocDevice)
   FakeStream default_;
 };
 

@@ -453,17 +453,21 @@ TEST_CASE("C API: BRAID_CUDA_PATH=direct runs every collective on the device buf
           "[device][cuda]") {
   FakeRuntime rt;
   InstallRuntime installed(&rt);
-  CudaPath path("direct");
+  // direct: the kernels read and write the registered shared-memory slots; ipc: device
+  // slots beside them, which the peers' kernels write (CUDA IPC on a GPU).
+  const char* pathName = GENERATE("direct", "ipc");
+  CudaPath path(pathName);
   const int n = 3;
   std::vector<std::string> errors(n);
-  std::vector<int> registered(n);
+  std::vector<int> registered(n), areas(n);
   const char* transport = GENERATE("loopback", "shm");
-  INFO(transport);
+  INFO(pathName << " over " << transport);
   onRanks(
       n,
       [&](braidComm_t comm, int r) {
         everyCollectiveOnDevice(rt, comm, r, n, errors[r]);
         registered[r] = rt.registered.load();
+        areas[r] = rt.slotAreas.load();
       },
       transport);
   for (int r = 0; r < n; ++r) CHECK(errors[r] == "");
@@ -471,8 +475,65 @@ TEST_CASE("C API: BRAID_CUDA_PATH=direct runs every collective on the device buf
   CHECK(rt.kernels.load() > 0);
   CHECK(rt.copiesDone.load() == 0);
   CHECK(registered[0] > 0);
-  CHECK(rt.registered.load() == 0);  // every registration undone at destroy
+  const bool ipc = std::string(pathName) == "ipc";
+  CHECK((areas[0] > 0) == ipc);
+  CHECK((rt.slotKernels.load() > 0) == ipc);
+  // Everything undone at destroy.
+  CHECK(rt.registered.load() == 0);
+  CHECK(rt.slotAreas.load() == 0);
+  CHECK(rt.imports.load() == 0);
   CHECK(rt.hostLive.load() == 0);
+}
+
+TEST_CASE("C API: BRAID_CUDA_PATH=ipc where a rank cannot make device slots keeps the shared-memory slots on every rank",
+          "[device][cuda]") {
+  FakeRuntime rt;
+  InstallRuntime installed(&rt);
+  CudaPath path("ipc");
+  rt.noDeviceSlots = true;
+  const int n = 3;
+  std::vector<std::string> errors(n);
+  onRanks(n, [&](braidComm_t comm, int r) { everyCollectiveOnDevice(rt, comm, r, n, errors[r]); });
+  for (int r = 0; r < n; ++r) CHECK(errors[r] == "");
+  CHECK(rt.kernels.load() > 0);
+  CHECK(rt.slotKernels.load() == 0);
+  CHECK(rt.copiesDone.load() == 0);
+  CHECK(rt.slotAreas.load() == 0);
+}
+
+TEST_CASE("C API: with device slots, a rank that passes host buffers where its peer passes device buffers fails",
+          "[device][cuda]") {
+  FakeRuntime rt;
+  InstallRuntime installed(&rt);
+  CudaPath path("ipc");
+  const int n = 2;
+  const size_t count = 1000;
+  std::vector<std::string> errors(n);
+  onRanks(n, [&](braidComm_t comm, int r) {
+    FakeStream stream;
+    float* dev = static_cast<float*>(rt.deviceAlloc(count * 4));
+    std::vector<float> host(count, 1.0f);
+    // A first device call on both sets the device slots up.
+    if (braidAllReduce(dev, dev, count, braidFloat32, braidSum, comm, stream.handle()) != braidSuccess)
+      errors[r] = std::string("first call: ") + braidGetLastError(comm);
+    stream.synchronize();
+    // Then rank 0 passes device buffers and rank 1 host buffers to the same allreduce.
+    braidResult_t res = r == 0 ? braidAllReduce(dev, dev, count, braidFloat32, braidSum, comm, stream.handle())
+                               : braidAllReduce(host.data(), host.data(), count, braidFloat32, braidSum, comm, nullptr);
+    stream.synchronize();
+    if (r == 1) errors[r] = res == braidSuccess ? "the host call succeeded" : braidGetLastError(comm);
+    if (r == 0) {
+      // Its call may complete (its peer's host slots held right data); the next one fails.
+      braidResult_t next = braidAllReduce(dev, dev, count, braidFloat32, braidSum, comm, stream.handle());
+      stream.synchronize();
+      braidResult_t async = braidSuccess;
+      braidCommGetAsyncError(comm, &async);
+      errors[r] = async == braidSuccess && res == braidSuccess && next == braidSuccess ? "no call failed" : "failed";
+    }
+    rt.deviceFree(dev);
+  });
+  CHECK(errors[0] == "failed");
+  CHECK(errors[1].find("from device buffers where rank 1 runs it on host buffers") != std::string::npos);
 }
 
 TEST_CASE("C API: BRAID_CUDA_PATH=direct where the GPU cannot take it stages instead; an unknown path is refused",
@@ -508,6 +569,6 @@ TEST_CASE("C API: BRAID_CUDA_PATH=direct where the GPU cannot take it stages ins
       stream.synchronize();
       rt.deviceFree(buf);
     });
-    CHECK(errors[0].find("BRAID_CUDA_PATH=fast on rank 0: expected staged or direct") != std::string::npos);
+    CHECK(errors[0].find("BRAID_CUDA_PATH=fast on rank 0: expected staged, direct or ipc") != std::string::npos);
   }
 }

@@ -6,6 +6,10 @@
 // queue does goes through the same Runtime calls as with CUDA; only their implementation
 // differs.
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -16,6 +20,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <string>
 #include <thread>
 
 #include "cuda/host_kernels.h"
@@ -164,35 +169,79 @@ class FakeRuntime final : public Runtime {
     reachable_.erase(reinterpret_cast<uintptr_t>(p));
     registered.fetch_sub(1);
   }
-  // Device slots: this runtime's device memory, named by its address (ranks are threads of
-  // one process in these tests).
+  // Device slots: "device memory" in a shared-memory segment of its own, named by the
+  // segment, so that ranks in other processes (or threads) map the same pages as CUDA IPC
+  // would give them the same GPU memory.
   StatusOr<void*> allocDevice(size_t bytes, int) override {
     if (noDeviceSlots.load()) return Status(Code::kSystemError, "fake: no device slots, on purpose");
+    static std::atomic<int> serial{0};
+    const std::string name = "/braid-fake-slots-" + std::to_string(::getpid()) + "-" + std::to_string(serial++);
+    const int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0) return Status(Code::kSystemError, "fake: shm_open " + name);
+    void* p = ::ftruncate(fd, static_cast<off_t>(bytes)) == 0
+                  ? ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                  : MAP_FAILED;
+    ::close(fd);
+    if (p == MAP_FAILED) {
+      ::shm_unlink(name.c_str());
+      return Status(Code::kSystemError, "fake: mapping " + name);
+    }
     slotAreas.fetch_add(1);
-    void* p = deviceAlloc(bytes);
     std::lock_guard<std::mutex> l(mu_);
+    device_[reinterpret_cast<uintptr_t>(p)] = bytes;
     areas_[reinterpret_cast<uintptr_t>(p)] = bytes;
+    areaNames_[reinterpret_cast<uintptr_t>(p)] = name;
     return p;
   }
   void freeDevice(void* p) override {
-    slotAreas.fetch_sub(1);
+    const auto a = reinterpret_cast<uintptr_t>(p);
+    std::string name;
+    size_t bytes = 0;
     {
       std::lock_guard<std::mutex> l(mu_);
-      areas_.erase(reinterpret_cast<uintptr_t>(p));
+      bytes = areas_[a];
+      name = areaNames_[a];
+      device_.erase(a);
+      areas_.erase(a);
+      areaNames_.erase(a);
     }
-    deviceFree(p);
+    ::munmap(p, bytes);
+    ::shm_unlink(name.c_str());
+    slotAreas.fetch_sub(1);
   }
   StatusOr<std::string> exportDevice(void* p) override {
-    return "fake:" + std::to_string(reinterpret_cast<uintptr_t>(p));
+    std::lock_guard<std::mutex> l(mu_);
+    const auto a = reinterpret_cast<uintptr_t>(p);
+    return "fake:" + std::to_string(areas_[a]) + ":" + areaNames_[a];
   }
   StatusOr<void*> importDevice(const std::string& name, int) override {
-    if (name.compare(0, 5, "fake:") != 0) return Status(Code::kInvalidArgument, "fake: not a fake name: " + name);
-    void* p = reinterpret_cast<void*>(static_cast<uintptr_t>(std::strtoull(name.c_str() + 5, nullptr, 10)));
-    if (pointerInfo(p).kind != MemoryKind::kDevice) return Status(Code::kInvalidArgument, "fake: not device memory");
+    const size_t colon = name.find(':', 5);
+    if (name.compare(0, 5, "fake:") != 0 || colon == std::string::npos)
+      return Status(Code::kInvalidArgument, "fake: not a fake name: " + name);
+    const size_t bytes = std::strtoull(name.c_str() + 5, nullptr, 10);
+    const std::string seg = name.substr(colon + 1);
+    const int fd = ::shm_open(seg.c_str(), O_RDWR, 0);
+    if (fd < 0) return Status(Code::kSystemError, "fake: shm_open " + seg);
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);
+    if (p == MAP_FAILED) return Status(Code::kSystemError, "fake: mapping " + seg);
     imports.fetch_add(1);
+    std::lock_guard<std::mutex> l(mu_);
+    device_[reinterpret_cast<uintptr_t>(p)] = bytes;
+    areas_[reinterpret_cast<uintptr_t>(p)] = bytes;
     return p;
   }
-  void closeImported(void*) override { imports.fetch_sub(1); }
+  void closeImported(void* p) override {
+    size_t bytes = 0;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      bytes = areas_[reinterpret_cast<uintptr_t>(p)];
+      device_.erase(reinterpret_cast<uintptr_t>(p));
+      areas_.erase(reinterpret_cast<uintptr_t>(p));
+    }
+    ::munmap(p, bytes);
+    imports.fetch_sub(1);
+  }
   Status runKernel(const cuda::ReduceCopyArgs& args, cuda::DeviceDataType type, ReduceOp op, int device) override {
     if (device != 0) return Status(Code::kInvalidArgument, "fake: kernel on GPU " + std::to_string(device));
     const size_t bytes = args.count * cuda::deviceDataTypeSize(type);
@@ -288,7 +337,8 @@ class FakeRuntime final : public Runtime {
   std::mutex mu_;
   std::map<uintptr_t, size_t> device_;
   std::map<uintptr_t, size_t> reachable_;  // pinned (allocHost) and registered host memory
-  std::map<uintptr_t, size_t> areas_;      // device slot areas (allocDevice)
+  std::map<uintptr_t, size_t> areas_;      // device slot areas, made (allocDevice) or mapped (importDevice)
+  std::map<uintptr_t, std::string> areaNames_;  // the segments of those made here
   FakeStream default_;
 };
 

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The direct device paths with ranks as processes: BRAIDRUN -np 3 DEVICE_RANK over shared
+# memory for BRAID_CUDA_PATH=direct (each process registers its own mapping of the
+# segments) and ipc (each process makes device slots, the others map them, as CUDA IPC
+# would), on the host-memory runtime. Every element of every collective is checked; the
+# kernels must have run (on the device slots for ipc) and everything is undone at destroy.
+set -uo pipefail
+fail=0
+for path in direct ipc; do
+  out=$(BRAID_CUDA_PATH=$path BRAID_TRANSPORT=shm timeout 120 "$BRAIDRUN" -np 3 "$DEVICE_RANK" 2>&1)
+  rc=$?
+  echo "== $path (exit $rc)"
+  echo "$out"
+  [ $rc = 0 ] || fail=1
+  [ "$(grep -c 'DEVICE rank=[0-9] error=none kernels=[1-9]' <<<"$out")" = 3 ] || { echo "FAIL: $path: not every rank right"; fail=1; }
+  if [ $path = ipc ]; then
+    [ "$(grep -c 'slotKernels=[1-9][0-9]* areas=[1-9]' <<<"$out")" = 3 ] || { echo "FAIL: ipc: device slots unused"; fail=1; }
+  else
+    [ "$(grep -c 'slotKernels=0 areas=0 registered=[1-9]' <<<"$out")" = 3 ] || { echo "FAIL: direct: slots not registered"; fail=1; }
+  fi
+  [ "$(grep -c 'AFTER rank=[0-9] areas=0 imports=0 registered=0 hostLive=0' <<<"$out")" = 3 ] || { echo "FAIL: $path: left over"; fail=1; }
+done
+left=$(ls /dev/shm 2>/dev/null | grep -c '^braid-fake-slots-' || true)
+[ "$left" = 0 ] || { echo "FAIL: $left device slot segments left in /dev/shm"; fail=1; }
+exit $fail

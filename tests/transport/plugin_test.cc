@@ -276,7 +276,7 @@ braidTransportPlugin_v4_t fakeTableV4() {
   return t;
 }
 
-TEST_CASE("plugin ABI v4: max_message_bytes, never below a slot, none before v4; a large message must land",
+TEST_CASE("plugin ABI v4: max_message_bytes, never below a slot, none before v4, a large message must land",
           "[plugin]") {
   static const braidTransportPlugin_v4_t table = fakeTableV4();
   auto connection = [&](bool v4) {

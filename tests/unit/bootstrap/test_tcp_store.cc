@@ -1067,7 +1067,7 @@ TEST_CASE("tcp store: a standby the store dropped stands down, and never serves"
   CHECK(a->get("k", Deadline::after(2)).value() == "v");
 }
 
-TEST_CASE("tcp store: without its standby a store serves on; a standby nobody named never serves", "[bootstrap][tcp]") {
+TEST_CASE("tcp store: without its standby a store serves on, a standby nobody named never serves", "[bootstrap][tcp]") {
   auto primary = startServer();
   auto sb = TcpStoreServer::start("127.0.0.1", 0, 0, AuthKey{}, false, true);
   REQUIRE(sb.isOk());

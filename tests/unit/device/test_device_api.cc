@@ -444,7 +444,7 @@ TEST_CASE("C API: with device slots, a rank that passes host buffers where its p
   CHECK(errors[1].find("from device buffers where rank 1 runs it on host buffers") != std::string::npos);
 }
 
-TEST_CASE("C API: BRAID_CUDA_PATH=direct where the GPU cannot take it stages instead; an unknown path is refused",
+TEST_CASE("C API: BRAID_CUDA_PATH=direct where the GPU cannot take it stages instead, an unknown path is refused",
           "[device][cuda]") {
   FakeRuntime rt;
   InstallRuntime installed(&rt);

@@ -959,22 +959,22 @@ StatusOr<bool> Session::takesDirectPath(int gpu) {
     if (path != "staged") {
       device::Runtime& rt = device::runtime();
       std::vector<std::pair<void*, size_t>> ranges;
-      directWhy_ = rt.directSupport(gpu);
-      if (directWhy_.isOk() && !comm_->slotMemory(&ranges))
-        directWhy_ = Status(Code::kInvalidArgument, "a peer is reached by a transport other than shared memory");
-      if (directWhy_.isOk()) {
+      Status why = rt.directSupport(gpu);
+      if (why.isOk() && !comm_->slotMemory(&ranges))
+        why = Status(Code::kInvalidArgument, "a peer is reached by a transport other than shared memory");
+      if (why.isOk()) {
         auto m = std::make_unique<device::DeviceMover>(rt);
-        directWhy_ = m->registerSlots(ranges);
-        if (directWhy_.isOk()) {
+        why = m->registerSlots(ranges);
+        if (why.isOk()) {
           mover_ = std::move(m);
           directState_ = 1;
-          BRAID_INFO("BRAID_CUDA_PATH=direct: device buffers run on GPU %d on rank %d, %zu shared-memory segments registered",
-                     gpu, comm_->rank(), ranges.size());
+          BRAID_INFO("BRAID_CUDA_PATH=%s: device buffers run on GPU %d on rank %d, %zu shared-memory segments registered",
+                     path.c_str(), gpu, comm_->rank(), ranges.size());
         }
       }
       if (directState_ != 1)
         BRAID_WARN("BRAID_CUDA_PATH=%s: device buffers are staged instead on rank %d: %s", path.c_str(),
-                   comm_->rank(), directWhy_.message().c_str());
+                   comm_->rank(), why.message().c_str());
       // Every rank takes part, whether it can use them or not: all ranks or none.
       if (path == "ipc") BRAID_RETURN_IF_ERROR(setupDeviceSlots(gpu, directState_ == 1));
     }

@@ -215,9 +215,8 @@ class Session {
   std::mutex deviceMu_;
   std::unique_ptr<device::DeviceQueue> deviceQueue_;  // made by the first device call
   // The direct path (BRAID_CUDA_PATH=direct, device_mover.h), under deviceMu_: 0 not yet
-  // decided, 1 taken (mover_ holds the registered slots), 2 not possible (directWhy_).
+  // decided, 1 taken (mover_ holds the registered slots), 2 not taken.
   int directState_ = 0;
-  Status directWhy_;
   std::unique_ptr<device::DeviceMover> mover_;
   // BRAID_CUDA_PATH=ipc: the device slots this rank made (its receive connections') and
   // opened (its peers', for its send connections), all in use or none.

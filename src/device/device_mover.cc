@@ -69,7 +69,6 @@ Status DeviceMover::registerSlots(const std::vector<std::pair<void*, size_t>>& r
 Status DeviceMover::run(const cuda::ReduceCopyArgs& args, DataType type, ReduceOp op) {
   if (!cuda::hasDeviceKernels(type))
     return Status(Code::kInvalidArgument, std::string("no device kernels for ") + dataTypeName(type));
-  kernels_.fetch_add(1, std::memory_order_relaxed);
   return rt_.runKernel(args, cuda::toDeviceDataType(type), op, device_.load(std::memory_order_relaxed));
 }
 

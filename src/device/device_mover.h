@@ -41,15 +41,11 @@ class DeviceMover final : public exec::DataMover {
   Status scale(void* dst, const void* src, size_t bytes, DataType type, double scalar) override;
   StatusOr<void*> workspace(int index, size_t bytes) override;
 
-  // Kernels run so far (tests).
-  long kernelsRun() const { return kernels_.load(std::memory_order_relaxed); }
-
  private:
   Status run(const cuda::ReduceCopyArgs& args, DataType type, ReduceOp op);
 
   Runtime& rt_;
   std::atomic<int> device_{0};
-  std::atomic<long> kernels_{0};
   std::vector<void*> registered_;
   struct Space {
     void* ptr = nullptr;

@@ -137,7 +137,11 @@ struct DerivedStore {
 using Deriver = std::function<DerivedStore()>;
 
 // Ports for derived stores: 20000-59999, from the job's (and step's) id.
-int derivedPort(uint64_t job, uint64_t step) { return 20000 + static_cast<int>((job * 64 + step) % 40000); }
+// Below 32768, where Linux's default ephemeral range (net.ipv4.ip_local_port_range, 32768-60999)
+// begins: servers that bind port 0 and outgoing connections take their ports there, so a
+// derived port in it may be held by an unrelated process on rank 0's host. Consecutive job ids
+// get distinct ports (1596 of them before one repeats), and so do a job's first eight steps.
+int derivedPort(uint64_t job, uint64_t step) { return 20000 + static_cast<int>((job * 8 + step) % 12768); }
 
 Status storeFromBraidOrMaster(const Getenv& getenv, const std::string& launcher, LaunchEnv* e,
                               const Deriver& derive = nullptr) {

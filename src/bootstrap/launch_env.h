@@ -74,7 +74,7 @@ struct LaunchEnv {
 //   slurm    SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID; the store as for openmpi, else on
 //            the first node of SLURM_STEP_NODELIST (or SLURM_JOB_NODELIST), where srun puts
 //            task 0, on a port from SLURM_JOB_ID and SLURM_STEP_ID (rank 0 serves). Derived
-//            ports are 20000 + (job * 64 + step) % 40000.
+//            ports are 20000 + (job * 8 + step) % 12768, below Linux's ephemeral range.
 // BRAID_STORE=etcd://host:port[,host:port...]/prefix, under any launcher, names an etcd
 // cluster as the store instead (bootstrap/etcd_store.h): nobody serves one, and the
 // variables above that locate a store are not needed.

@@ -1355,7 +1355,7 @@ StatusOr<std::unique_ptr<TcpStoreClient>> TcpStoreClient::connect(const std::str
       bool dropped = false;
       uint64_t id = 0;
       while (id == 0) id = randomNonce();
-      auto client = handshake(address, fd, nonce, key, opTimeoutSec, tls, id, &dropped);
+      auto client = handshake(address, fd, nonce, key, opTimeoutSec, tls, id, deadline, &dropped);
       if (client.isOk()) {
         client.value()->nonce_ = nonce;
         client.value()->key_ = key;
@@ -1380,7 +1380,7 @@ StatusOr<std::unique_ptr<TcpStoreClient>> TcpStoreClient::connect(const std::str
 
 StatusOr<std::unique_ptr<TcpStoreClient>> TcpStoreClient::handshake(const std::string& address, int fd, uint64_t nonce,
                                                                     const AuthKey& key, double opTimeoutSec, bool tls,
-                                                                    uint64_t clientId, bool* dropped) {
+                                                                    uint64_t clientId, Deadline until, bool* dropped) {
   if (tls && !key.present) {
     close(fd);
     return invalidArgument("store client: BRAID_TLS=1 needs the job's key");
@@ -1392,12 +1392,14 @@ StatusOr<std::unique_ptr<TcpStoreClient>> TcpStoreClient::handshake(const std::s
   hello.clientId = clientId;
   if (key.present) hello.challenge = randomString(proto::kChallengeBytes);
   proto::Reply rep;
-  Status s = client->roundTrip(hello, client->opDeadline(), &rep);
+  Status s = client->roundTrip(hello, client->bounded(until), &rep);
   if (!s.isOk()) {
     if (s.code() == Code::kRemoteError) {
       *dropped = client->closedByPeer_;
       return Status(Code::kRemoteError, s.message() + " (during the HELLO handshake: is something else listening there?)");
     }
+    if (s.code() == Code::kTimeout)
+      return Status(Code::kTimeout, s.message() + " (a store answers HELLO at once: is something else listening there?)");
     return s;  // the store's own reason, e.g. a nonce mismatch, already names it
   }
   std::string serverChallenge;
@@ -1418,7 +1420,7 @@ StatusOr<std::unique_ptr<TcpStoreClient>> TcpStoreClient::handshake(const std::s
     auth.op = proto::Op::kAuth;
     const Digest proof = authProof(key, kClientLabel, {n, hello.challenge, rep.challenge});
     auth.proof.assign(reinterpret_cast<const char*>(proof.data()), proof.size());
-    s = client->roundTrip(auth, client->opDeadline(), &rep);
+    s = client->roundTrip(auth, client->bounded(until), &rep);
     if (!s.isOk()) return s;
   }
   if (rep.op != proto::Op::kOk) return Status(Code::kRemoteError, "store at " + address + " answered HELLO with " + proto::opName(rep.op));
@@ -1489,7 +1491,7 @@ StatusOr<bool> TcpStoreClient::probe(const std::string& host, int port, uint64_t
   if (fd < 0) return Status(Code::kRemoteError, "nothing answers at " + where + ": " + err);
   bool dropped = false;
   auto c = handshake(where, fd, nonce, key, std::max(0.001, deadline.remainingMillis(INT_MAX) / 1000.0), tls, 0,
-                     &dropped);
+                     deadline, &dropped);
   if (!c.isOk()) return c.status();
   proto::Request req;
   req.op = proto::Op::kCheck;
@@ -1558,7 +1560,7 @@ Status TcpStoreClient::failOverLocked(Deadline deadline) {
       return Status(Code::kRemoteError, "its standby at " + where + " is gone too: " + err);
     if (fd >= 0) {
       bool dropped = false;
-      auto c = handshake(where, fd, nonce_, key_, opTimeoutSec_, tlsWanted_, clientId_, &dropped);
+      auto c = handshake(where, fd, nonce_, key_, opTimeoutSec_, tlsWanted_, clientId_, deadline, &dropped);
       if (c.isOk()) {
         std::unique_ptr<TcpStoreClient> other = std::move(c).value();
         std::lock_guard<std::mutex> lock(fdMu_);

@@ -194,10 +194,12 @@ class TcpStoreClient : public Store {
  private:
   TcpStoreClient(std::string address, int fd, double opTimeoutSec);
   // HELLO (and the key's proofs) on a connected socket `fd`, which the client then owns.
-  // `*dropped` says whether the store closed the connection without an answer.
+  // `*dropped` says whether the store closed the connection without an answer. Each answer
+  // is waited for until `until` or the op timeout, whichever comes first: a listener that
+  // accepts and never answers (not a store) does not outlast the caller's deadline.
   static StatusOr<std::unique_ptr<TcpStoreClient>> handshake(const std::string& address, int fd, uint64_t nonce,
                                                              const AuthKey& key, double opTimeoutSec, bool tls,
-                                                             uint64_t clientId, bool* dropped);
+                                                             uint64_t clientId, Deadline until, bool* dropped);
   // Reads what the connection has, up to kReadChunk, onto inbuf_: the bytes read, 0 at the
   // store's end, or -1 with errno. `flags` go to recv (a TLS session reads as it was set up).
   // Caller holds mu_.

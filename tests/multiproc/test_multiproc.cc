@@ -35,19 +35,23 @@ Run run(const std::string& cmd) { return braid::testing::runCommand(cmd); }
 // A port free a moment ago on every interface (a job's rank 0 binds 0.0.0.0), below the
 // kernel's ephemeral range (32768 and up by default): a port from that range may be taken
 // meanwhile as the local end of any connection another test opens.
+bool portIsFree(uint16_t port) {
+  int s = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_ANY);
+  sa.sin_port = htons(port);
+  const bool ok = bind(s, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0;
+  close(s);
+  return ok;
+}
+
 std::string freeLoopbackPort() {
   static unsigned seed = static_cast<unsigned>(getpid()) * 2654435761u;
   for (int attempt = 0; attempt < 200; ++attempt) {
     seed = seed * 1103515245u + 12345u;
     const uint16_t port = static_cast<uint16_t>(20000 + (seed >> 8) % 12000);
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in sa{};
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_ANY);
-    sa.sin_port = htons(port);
-    const bool ok = bind(s, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0;
-    close(s);
-    if (ok) return std::to_string(port);
+    if (portIsFree(port)) return std::to_string(port);
   }
   FAIL("no free port in [20000, 32000)");
   return "";
@@ -209,7 +213,11 @@ TEST_CASE("ranks started as srun or a one-host mpirun start them need no store a
   const std::string clean =
       "env -u BRAID_RANK -u BRAID_WORLD_SIZE -u BRAID_STORE_ADDR -u HOROVOD_RANK -u HOROVOD_SIZE -u RANK "
       "-u WORLD_SIZE -u MASTER_ADDR -u MASTER_PORT -u OMPI_COMM_WORLD_RANK -u OMPI_COMM_WORLD_SIZE ";
-  const std::string job = std::to_string(100000 + getpid() % 50000);
+  // A job id whose store port (20000 + job * 8 % 12768 for step 0, launch_env.h) is free now:
+  // another test's server may hold a given port meanwhile.
+  uint64_t id = 100000 + getpid() % 50000;
+  while (!portIsFree(static_cast<uint16_t>(20000 + id * 8 % 12768))) ++id;
+  const std::string job = std::to_string(id);
   std::string both;
   for (int r = 0; r < 2; ++r) {
     both += clean + "SLURM_PROCID=" + std::to_string(r) + " SLURM_LOCALID=" + std::to_string(r) +

@@ -23,6 +23,7 @@ class MemoryStore : public Store {
   // add() fails with kInvalidArgument if the key holds something other than a decimal
   // integer, which is how add() itself stores values (so get() on a counter reads "3").
   Status set(const std::string& key, const std::string& value, Deadline deadline = Deadline()) override;
+  bool inProcess() const override { return true; }
   StatusOr<std::string> get(const std::string& key, Deadline deadline) override;
   StatusOr<int64_t> add(const std::string& key, int64_t delta, Deadline deadline = Deadline()) override;
   StatusOr<std::string> compareSet(const std::string& key, const std::string& expected, const std::string& desired,

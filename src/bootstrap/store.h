@@ -45,6 +45,9 @@ class Store {
   // gone (the sum of every call; nothing once it is back to 0). braid's TCP store and etcd; the
   // default fails with kInvalidArgument.
   virtual Status addOnClose(const std::string& key, int64_t delta, Deadline deadline = Deadline());
+  // Whether every client of this store lives in this process (the in-process store): none
+  // can die or stop without the others, so none needs watching.
+  virtual bool inProcess() const { return false; }
   // Waits until every key exists.
   virtual Status wait(const std::vector<std::string>& keys, Deadline deadline) = 0;
   // Whether every key exists, without waiting.

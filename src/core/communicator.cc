@@ -230,6 +230,7 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::create(std::shared_ptr<boo
   std::unique_ptr<Communicator> c(new Communicator(std::move(store), rank, nranks, std::move(opts)));
   timeline::setRank(rank);  // the process's first communicator names it in the trace
   Status s = c->init();
+  c->heartbeat_.reset();  // joined or failed: nobody needs its watch now
   if (!s.isOk()) {
     // Peers may be blocked in setup too: tell them, so they fail now rather than at timeout.
     c->abort(s);
@@ -280,6 +281,12 @@ Status Communicator::init() {
     initGoneCounted_ = s.isOk();
     if (!s.isOk() && s.code() != Code::kInvalidArgument) return s;
   }
+  // A store that cannot tell (PyTorch's): the joining ranks watch each other's heartbeats
+  // instead, so that one that dies or stops while the others wait fails them within seconds.
+  if (!watchedByStore_ && nranks_ > 1 && !store_->inProcess())
+    heartbeat_ = std::make_unique<InitHeartbeat>(*store_, key("beat/"), rank_, nranks_,
+                                                 InitHeartbeat::silenceFor(cfg.timeoutSec, nranks_),
+                                                 InitHeartbeat::periodFor(nranks_));
   {
     auto rules = plan::parseAlgoOverride(cfg.algo);
     if (!rules.isOk()) return rules.status();
@@ -390,6 +397,10 @@ Status Communicator::init() {
                0, 1, 0, nranks_, hosts.size(), nchannels_, cfg.slotBytes, cfg.nslots,
                wholeBlockBytes_ ? (std::to_string(wholeBlockBytes_ >> 20) + " MiB").c_str() : "off", tp.c_str(),
                topology::Placement::local().summary().c_str());
+  }
+  if (heartbeat_) {
+    heartbeat_->joined(deadline);  // no longer watched
+    heartbeat_.reset();
   }
   if (initGoneCounted_) {
     // Joined: this rank's end no longer fails anyone's join (its gone/ mark stays).
@@ -688,6 +699,13 @@ bool Communicator::peerExited(int r) const {
 // A joining rank whose connection to the store ended ("init-gone", counted by the store):
 // named by its gone/ mark.
 Status Communicator::initGoneCheck(Deadline deadline) {
+  if (heartbeat_) {
+    Status silent = heartbeat_->status();
+    if (!silent.isOk()) {
+      BRAID_RETURN_IF_ERROR(abortRecord(deadline));  // a reason published first wins
+      return silent;
+    }
+  }
   if (!initGoneCounted_ || nowNanos() < nextInitGoneCheckNs_) return Status::ok();
   nextInitGoneCheckNs_ = nowNanos() + kInitGoneCheckNs;
   auto ended = store_->add(key("init-gone"), 0, deadline);

@@ -29,6 +29,7 @@
 #include "plan/cost_model.h"
 #include "topology/cluster.h"
 #include "core/flight_recorder.h"
+#include "core/init_heartbeat.h"
 #include "core/live_status.h"
 #include "topology/graph.h"
 #include "transports/transport.h"
@@ -321,6 +322,9 @@ class Communicator {
   // reads it (at most every kInitGoneCheckNs).
   bool initGoneCounted_ = false;
   int64_t nextInitGoneCheckNs_ = 0;
+  // Until joined, through a store that cannot tell (setOnClose refused) and is not in this
+  // process: this rank's heartbeat, and its watch on the next rank's (init_heartbeat.h).
+  std::unique_ptr<InitHeartbeat> heartbeat_;
   mutable std::mutex errorMu_;
   Status broken_;
   std::mutex healthMu_;

@@ -72,6 +72,16 @@ def test_killed_rank_makes_survivors_raise_within_timeout(n):
 
 
 @requires_torch
+def test_a_rank_that_dies_while_joining_fails_the_others_init_within_seconds():
+    res = launch("init_kill", 3, timeout=60)
+    assert res.codes[1] != 0, "the victim should have been killed"
+    res.assert_all_ok(expect_ranks=[0, 2])
+    for r in (0, 2):
+        extra = res.results[r]["extra"]
+        print(f"rank {r}: after {extra['elapsed']:.2f} s: {extra['error'][:300]}")
+
+
+@requires_torch
 @pytest.mark.parametrize("n", [2, 4])
 def test_a_broadcast_root_among_all_reduces_raises_at_that_call_on_every_rank(n):
     res = launch("mismatch", n, timeout=60)

@@ -959,6 +959,48 @@ def scenario_kill():
     _abort_group_and_exit(dist)
 
 
+def scenario_init_kill():
+    """Rank 1 dies (SIGKILL) while joining a new braid group, the others waiting for the last
+    rank, which comes late. Every rank is on a "host" of its own (BRAID_HOST_ID), so no rank
+    can watch another's pid, and torch's store cannot tell that a client is gone: the
+    survivors' new_group must raise naming rank 1 within seconds (the joining ranks watch
+    each other's heartbeats in the store), not at the group's timeout. (The default group is
+    Gloo's: torch's own rendezvous waits for every rank before any backend starts.)"""
+    import signal
+    import threading
+
+    timeout = 30
+    os.environ["BRAID_HOST_ID"] = f"pytest-initkill-{RANK}"
+    torch, dist = init_torch(timeout_s=timeout, backend="gloo")
+    if RANK == WORLD - 1:
+        time.sleep(float(os.environ.get("BRAID_TEST_LATE", "3")))
+    if RANK == 1:
+        write_result()
+        threading.Timer(float(os.environ.get("BRAID_TEST_KILL_AFTER", "1")),
+                        lambda: os.kill(os.getpid(), signal.SIGKILL)).start()
+    with check("new_group raises naming rank 1, long before the timeout"):
+        start = time.monotonic()
+        err = None
+        try:
+            dist.new_group(backend="braid", timeout=datetime.timedelta(seconds=timeout))
+        except Exception as e:  # noqa: BLE001
+            err = e
+        elapsed = time.monotonic() - start
+        extra["elapsed"] = elapsed
+        extra["error"] = str(err)[:1000] if err else None
+        assert err is not None, "new_group succeeded without rank 1"
+        assert "rank 1 stopped while joining" in str(err), str(err)[:1000]
+        assert elapsed < timeout / 2, f"took {elapsed:.1f} s with a {timeout} s timeout"
+    write_result()
+    # Rank 0 hosts torch's store: it stays until the other survivor has read what failed.
+    store = dist.distributed_c10d._get_default_store()
+    if RANK == 0:
+        store.wait([f"initkill/done/{r}" for r in range(2, WORLD)], datetime.timedelta(seconds=20))
+    else:
+        store.set(f"initkill/done/{RANK}", "1")
+    os._exit(0)
+
+
 def scenario_mismatch():
     """Rank 0 broadcasts (it only sends) while the others all_reduce: every rank raises from
     that very call within seconds, the error showing both calls, and the group is then

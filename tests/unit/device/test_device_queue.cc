@@ -27,6 +27,20 @@ using algorithms::Collective;
 
 namespace {
 
+// A call on `stream` from `input` to `output`, no extra buffers.
+DeviceCall deviceCall(device::Stream stream, const void* input, size_t inputBytes, void* output, size_t outputBytes,
+                      bool writesWholeOutput, size_t elementBytes = 0) {
+  DeviceCall c;
+  c.stream = stream;
+  c.input = input;
+  c.inputBytes = inputBytes;
+  c.output = output;
+  c.outputBytes = outputBytes;
+  c.writesWholeOutput = writesWholeOutput;
+  c.elementBytes = elementBytes;
+  return c;
+}
+
 struct Errors {
   std::mutex mu;
   std::vector<std::string> list;
@@ -90,7 +104,7 @@ TEST_CASE("device queue: allreduce on device buffers runs in stream order and re
           for (size_t i = 0; i < count; ++i) in.f()[i] = static_cast<float>(r + 1) * static_cast<float>(i % 97);
         });
         const algorithms::Request req = floatSum(count, inPlace);
-        DeviceCall call{stream.handle(), in.p, count * 4, dst, count * 4, true};
+        DeviceCall call = deviceCall(stream.handle(), in.p, count * 4, dst, count * 4, true);
         Status st = q.enqueue(call, hostRun(comm, req));
         if (!st.isOk()) return errors.add(where + ": enqueue: " + st.toString());
         stream.enqueue([&] { result.assign(dst, dst + count); });
@@ -141,7 +155,7 @@ TEST_CASE("device queue: in-place allgather and reduce-scatter, broadcast, and a
       req.count = count;
       req.dtype = DataType::kFloat32;
       req.inPlace = true;
-      Status st = q.enqueue(DeviceCall{stream.handle(), mine, count * 4, buf.p, n * count * 4, true}, hostRun(comm, req));
+      Status st = q.enqueue(deviceCall(stream.handle(), mine, count * 4, buf.p, n * count * 4, true), hostRun(comm, req));
       if (!st.isOk()) fail("allgather: " + st.toString());
       std::vector<float> got;
       stream.enqueue([&] { got.assign(buf.f(), buf.f() + n * count); });
@@ -162,7 +176,7 @@ TEST_CASE("device queue: in-place allgather and reduce-scatter, broadcast, and a
       });
       const algorithms::Request req = floatSum(count, true, Collective::kReduceScatter);
       float* mine = buf.f() + ur * count;
-      Status st = q.enqueue(DeviceCall{stream.handle(), buf.p, n * count * 4, mine, count * 4, true}, hostRun(comm, req));
+      Status st = q.enqueue(deviceCall(stream.handle(), buf.p, n * count * 4, mine, count * 4, true), hostRun(comm, req));
       if (!st.isOk()) fail("reduce-scatter: " + st.toString());
       std::vector<float> got;
       stream.enqueue([&] { got.assign(mine, mine + count); });
@@ -185,7 +199,7 @@ TEST_CASE("device queue: in-place allgather and reduce-scatter, broadcast, and a
       req.dtype = DataType::kFloat32;
       req.root = 2;
       req.inPlace = true;
-      Status st = q.enqueue(DeviceCall{stream.handle(), buf.p, count * 4, buf.p, count * 4, true}, hostRun(comm, req));
+      Status st = q.enqueue(deviceCall(stream.handle(), buf.p, count * 4, buf.p, count * 4, true), hostRun(comm, req));
       if (!st.isOk()) fail("broadcast: " + st.toString());
       std::vector<float> got;
       stream.enqueue([&] { got.assign(buf.f(), buf.f() + count); });
@@ -215,7 +229,7 @@ TEST_CASE("device queue: in-place allgather and reduce-scatter, broadcast, and a
       req.dtype = DataType::kFloat32;
       req.counts = counts;
       req.displs = displs;
-      Status st = q.enqueue(DeviceCall{stream.handle(), in.p, counts[ur] * 4, out.p, at * 4, false}, hostRun(comm, req));
+      Status st = q.enqueue(deviceCall(stream.handle(), in.p, counts[ur] * 4, out.p, at * 4, false), hostRun(comm, req));
       if (!st.isOk()) fail("allgatherv: " + st.toString());
       std::vector<float> got;
       stream.enqueue([&] { got.assign(out.f(), out.f() + at); });
@@ -246,7 +260,7 @@ TEST_CASE("device queue: a failed collective releases the stream and fails the n
   DeviceQueue q(rt, 30);
   Device a(rt, 64), b(rt, 64);
   int ran = 0;
-  Status bad = q.enqueue(DeviceCall{stream.handle(), a.p, 64, b.p, 64, true}, [&](const void*, void*, const std::vector<void*>&) {
+  Status bad = q.enqueue(deviceCall(stream.handle(), a.p, 64, b.p, 64, true), [&](const void*, void*, const std::vector<void*>&) {
     ++ran;
     return Status(Code::kRemoteError, "rank 1 died", 1);
   });
@@ -260,7 +274,7 @@ TEST_CASE("device queue: a failed collective releases the stream and fails the n
   Status async = q.asyncError();
   CHECK(async.code() == Code::kRemoteError);
   CHECK(async.rank() == 1);
-  Status next = q.enqueue(DeviceCall{stream.handle(), a.p, 64, b.p, 64, true}, [&](const void*, void*, const std::vector<void*>&) {
+  Status next = q.enqueue(deviceCall(stream.handle(), a.p, 64, b.p, 64, true), [&](const void*, void*, const std::vector<void*>&) {
     ++ran;
     return Status::ok();
   });
@@ -276,13 +290,13 @@ TEST_CASE("device queue: a runtime call that fails fails enqueue, and nothing wa
   DeviceQueue q(rt, 30);
   Device a(rt, 64), b(rt, 64);
   rt.failCopies = true;
-  Status st = q.enqueue(DeviceCall{stream.handle(), a.p, 64, b.p, 64, true}, [](const void*, void*, const std::vector<void*>&) { return Status::ok(); });
+  Status st = q.enqueue(deviceCall(stream.handle(), a.p, 64, b.p, 64, true), [](const void*, void*, const std::vector<void*>&) { return Status::ok(); });
   CHECK(st.code() == Code::kSystemError);
   CHECK(st.message().find("refused on purpose") != std::string::npos);
   stream.synchronize();
   rt.failCopies = false;
   bool ran = false;
-  st = q.enqueue(DeviceCall{stream.handle(), a.p, 64, b.p, 64, true}, [&](const void*, void*, const std::vector<void*>&) {
+  st = q.enqueue(deviceCall(stream.handle(), a.p, 64, b.p, 64, true), [&](const void*, void*, const std::vector<void*>&) {
     ran = true;
     return Status::ok();
   });
@@ -300,7 +314,7 @@ TEST_CASE("device queue: a stream held beyond the timeout fails the call, then r
   Gate gate;
   gate.closeOn(stream);
   bool ran = false;
-  REQUIRE(q.enqueue(DeviceCall{stream.handle(), a.p, 64, b.p, 64, true}, [&](const void*, void*, const std::vector<void*>&) {
+  REQUIRE(q.enqueue(deviceCall(stream.handle(), a.p, 64, b.p, 64, true), [&](const void*, void*, const std::vector<void*>&) {
             ran = true;
             return Status::ok();
           }).isOk());
@@ -319,7 +333,7 @@ TEST_CASE("device queue: staging blocks are reused, and everything is returned a
     DeviceQueue q(rt, 30);
     Device a(rt, 1 << 20), b(rt, 1 << 20);
     for (int i = 0; i < 50; ++i) {
-      REQUIRE(q.enqueue(DeviceCall{stream.handle(), a.p, 1 << 20, b.p, 1 << 20, true},
+      REQUIRE(q.enqueue(deviceCall(stream.handle(), a.p, 1 << 20, b.p, 1 << 20, true),
                         [](const void* in, void* out, const std::vector<void*>&) {
                           std::memcpy(out, in, 1 << 20);
                           return Status::ok();
@@ -387,7 +401,7 @@ TEST_CASE("device queue: calls in flight on one stream share its staging block, 
       if (!c.inPlace) c.out = std::make_unique<Device>(rt, n * 4);
       void* dst = c.inPlace ? c.in->p : c.out->p;
       FakeStream& st = i % 4 == 3 ? s2 : s1;
-      REQUIRE(q.enqueue(DeviceCall{st.handle(), c.in->p, n * 4, dst, n * 4, true, {}}, doubled(n)).isOk());
+      REQUIRE(q.enqueue(deviceCall(st.handle(), c.in->p, n * 4, dst, n * 4, true), doubled(n)).isOk());
       calls.push_back(std::move(c));
     }
     gate1.open();
@@ -441,7 +455,7 @@ TEST_CASE("device queue: a large allreduce is staged in pieces that overlap the 
         piece.count = elements;
         return comm.run(piece, pin, pout);
       };
-      DeviceCall call{stream.handle(), in.p, count * 4, dst, count * 4, true, {}, 4};
+      DeviceCall call = deviceCall(stream.handle(), in.p, count * 4, dst, count * 4, true, 4);
       Status st = q.enqueue(call, hostRun(comm, req), pieceRun);
       if (!st.isOk()) errors.add(where + ": enqueue: " + st.toString());
       stream.synchronize();
@@ -480,7 +494,7 @@ TEST_CASE("device queue: a failed piece releases the stream and runs no later pi
       return ++pieces == 2 ? Status(Code::kRemoteError, "rank 1 died", 1) : Status::ok();
     };
     const auto whole = [](const void*, void*, const std::vector<void*>&) { return Status::ok(); };
-    REQUIRE(q.enqueue(DeviceCall{stream.handle(), a.p, bytes, b.p, bytes, true, {}, 4}, whole, pieceRun).isOk());
+    REQUIRE(q.enqueue(deviceCall(stream.handle(), a.p, bytes, b.p, bytes, true, 4), whole, pieceRun).isOk());
     bool after = false;
     stream.enqueue([&] { after = true; });
     stream.synchronize();  // returns: every wait of the call was released
@@ -489,7 +503,7 @@ TEST_CASE("device queue: a failed piece releases the stream and runs no later pi
     CHECK(pieces == 2);
     CHECK(q.asyncError().code() == Code::kRemoteError);
     CHECK(q.asyncError().rank() == 1);
-    CHECK(q.enqueue(DeviceCall{stream.handle(), a.p, bytes, b.p, bytes, true, {}, 4}, whole, pieceRun).code() ==
+    CHECK(q.enqueue(deviceCall(stream.handle(), a.p, bytes, b.p, bytes, true, 4), whole, pieceRun).code() ==
           Code::kRemoteError);
     stream.synchronize();
     CHECK(pieces == 2);

@@ -332,6 +332,9 @@ Status Session::standBy(bootstrap::TcpStoreClient& c, const bootstrap::LaunchEnv
     BRAID_ASSIGN_OR_RETURN(auto srv, bootstrap::TcpStoreServer::start("0.0.0.0", 0, generation, key,
                                                                       cfg.tls && key.present, true));
     standby_ = std::shared_ptr<bootstrap::TcpStoreServer>(std::move(srv));
+    // Once it serves, the client of its own process is the one whose SET_ON_CLOSE keys its
+    // own standby (rearmStandby) keeps for the day this process dies too.
+    standby_->setLocalClient(c.clientId());
     standby_->standFor(env.storeHost, env.storePort, silenceSec);
     const std::string here = c.localHost();
     Status named = here.empty() ? Status(Code::kRemoteError, "lost the store while naming a standby for it")
@@ -429,9 +432,15 @@ StatusOr<std::unique_ptr<Session>> Session::fromEnv(double timeoutSec, std::shar
     // their next grow instead of starting a communicator of its own, knowing the standby
     // they named long ago.
     if (standing) {
-      auto at = tcpClient->get(bootstrap::kStandbyKey, deadline);
-      if (!at.isOk()) return at.status().withContext("rank " + std::to_string(env.rank) + ": the store's standby");
-      useStandby(*tcpClient, at.value(), silence);
+      // None is named while the store has lost its standby and the survivors have not
+      // started the next (rearmStandby).
+      auto named = tcpClient->check({bootstrap::kStandbyKey}, deadline);
+      if (!named.isOk()) return named.status().withContext("rank " + std::to_string(env.rank) + ": the store's standby");
+      if (named.value()) {
+        auto at = tcpClient->get(bootstrap::kStandbyKey, deadline);
+        if (!at.isOk()) return at.status().withContext("rank " + std::to_string(env.rank) + ": the store's standby");
+        useStandby(*tcpClient, at.value(), silence);
+      }
     }
     return joinAsReplacement(tcpClient, cfg);
   }
@@ -446,6 +455,9 @@ StatusOr<std::unique_ptr<Session>> Session::fromEnv(double timeoutSec, std::shar
   if (standing) {
     Status st = s->standBy(*tcpClient, env, cfg, generation, key.value(), silence);
     if (!st.isOk()) return st;
+    s->standing_ = true;
+    s->standbySilenceSec_ = silence;
+    s->standbyWaitSec_ = cfg.timeoutSec > 0 ? std::clamp(cfg.timeoutSec / 4, 0.5, 5.0) : 0;
   }
   s->storeId_.host = env.storeHost;
   s->storeId_.port = env.storePort;
@@ -1138,6 +1150,9 @@ std::unique_ptr<Session> Session::derived() const {
   child->rootPrefix_ = rootPrefix_;
   child->trackLive_ = trackLive_;
   child->storeId_ = storeId_;
+  child->standing_ = standing_;
+  child->standbySilenceSec_ = standbySilenceSec_;
+  child->standbyWaitSec_ = standbyWaitSec_;
   return child;
 }
 
@@ -1150,8 +1165,74 @@ StatusOr<std::unique_ptr<Session>> Session::shrink(const char* fn, const std::ve
   auto c = comm_->shrink(exclude, abortPending);
   if (!c.isOk()) return c.status().withContext(std::string(fn) + " on rank " + std::to_string(comm_->rank()));
   child->comm_ = std::move(c).value();
+  BRAID_RETURN_IF_ERROR(child->rearmStandby(fn));
   child->announce();
   return child;
+}
+
+bool Session::hostsStore() const {
+  return (server_ && !server_->stats().superseded) || (standby_ && standby_->stats().promoted);
+}
+
+// Every survivor of a shrink calls this with the new communicator. Its rank 0 reads whether
+// the store still names a standby (the store forgets it when it drops its standby, and a
+// standby that takes over forgets itself), and if not names the rank to start one: the
+// lowest that does not host the store. That rank starts it for the store its client uses
+// now and names it; every rank's client then goes there when it loses the store, as it went
+// to the first one (a client that went over already may go over again).
+Status Session::rearmStandby(const char* fn) {
+  auto* c = dynamic_cast<bootstrap::TcpStoreClient*>(store_.get());
+  if (!standing_ || !c || comm_->size() < 2) return Status::ok();
+  const int rank = comm_->rank();
+  const std::string where = std::string(fn) + " on rank " + std::to_string(rank) + ": the store's next standby";
+  const Deadline deadline = Deadline::after(comm_->config().timeoutSec);
+  const std::string decided = comm_->keyPrefix() + "/store-standby";
+  if (rank == 0) {
+    auto named = c->check({bootstrap::kStandbyKey}, deadline);
+    if (!named.isOk()) return named.status().withContext(where);
+    const std::string keeper = named.value() ? "-" : hostsStore() ? "1" : "0";
+    BRAID_RETURN_IF_ERROR(c->set(decided, keeper, deadline).withContext(where));
+  }
+  auto keeper = c->get(decided, deadline);
+  if (!keeper.isOk()) return keeper.status().withContext(where);
+  if (keeper.value() == "-") return Status::ok();
+  // The process that serves waits for its standby a bounded time, as rank 0's store does.
+  if (standbyWaitSec_ > 0 && standby_ && standby_->stats().promoted) standby_->setStandbyWait(standbyWaitSec_);
+  // The keeper says where its standby is ("" if it could not start one: the store goes on
+  // without, as before) under a key of this shrink's, which the others wait for.
+  if (rank == std::atoi(keeper.value().c_str())) {
+    auto here = startStandby(*c, deadline);
+    if (!here.isOk())
+      BRAID_WARN("%s: %s; the store goes on without one", where.c_str(), here.status().message().c_str());
+    BRAID_RETURN_IF_ERROR(c->set(decided + "/at", here.isOk() ? here.value() : "", deadline).withContext(where));
+  }
+  auto at = c->get(decided + "/at", deadline);
+  if (!at.isOk()) return at.status().withContext(where);
+  if (!at.value().empty()) useStandby(*c, at.value(), standbySilenceSec_);
+  return Status::ok();
+}
+
+// Starts a standby for the store that `c` uses now and names it there (the store attaches it
+// before it answers); its address.
+StatusOr<std::string> Session::startStandby(bootstrap::TcpStoreClient& c, Deadline deadline) {
+  std::string host;
+  int port = 0;
+  if (!c.servingStandby(&host, &port)) {
+    host = storeId_.host;
+    port = storeId_.port;
+  }
+  const bool tls = comm_->config().tls && storeId_.key.present;
+  BRAID_ASSIGN_OR_RETURN(auto srv, bootstrap::TcpStoreServer::start("0.0.0.0", 0, storeId_.nonce, storeId_.key, tls, true));
+  std::shared_ptr<bootstrap::TcpStoreServer> standby(std::move(srv));
+  standby->setLocalClient(c.clientId());
+  standby->standFor(host, port, standbySilenceSec_);
+  const std::string here = c.localHost();
+  if (here.empty()) return Status(Code::kRemoteError, "lost the store while naming a standby for it");
+  const std::string at = here + ":" + std::to_string(standby->port());
+  BRAID_RETURN_IF_ERROR(c.set(bootstrap::kStandbyKey, at, deadline));
+  standby_ = std::move(standby);
+  BRAID_INFO("the store at %s:%d has a new standby, in this rank, at %s", host.c_str(), port, at.c_str());
+  return at;
 }
 
 Status Session::agree(const char* fn, int* flag) {

@@ -170,6 +170,14 @@ class Session {
   // points this rank's client `c` at it (see session.cc).
   Status standBy(bootstrap::TcpStoreClient& c, const bootstrap::LaunchEnv& env, const core::Config& cfg,
                  uint64_t generation, const AuthKey& key, double silenceSec);
+  // After a shrink: where the store has lost its standby (the standby's rank died, or took
+  // over from rank 0 and now serves), the survivors start another in a rank that does not
+  // host the store, so that the job survives the next loss of that host too.
+  Status rearmStandby(const char* fn);
+  StatusOr<std::string> startStandby(bootstrap::TcpStoreClient& c, Deadline deadline);
+  // Whether this process serves the job's store now: rank 0's server, or a standby that
+  // took over.
+  bool hostsStore() const;
   // A rank of a job whose store is an etcd cluster (BRAID_STORE, in `env`).
   static StatusOr<std::unique_ptr<Session>> fromEtcd(const bootstrap::LaunchEnv& env, const core::Config& cfg,
                                                      const AuthKey& key, uint64_t init,
@@ -204,6 +212,11 @@ class Session {
 
   std::shared_ptr<bootstrap::TcpStoreServer> server_;
   std::shared_ptr<bootstrap::TcpStoreServer> standby_;  // the standby for rank 0's server_ (BRAID_STORE_STANDBY)
+  // Set where the job keeps a standby at all (rank 0 serves, BRAID_STORE_STANDBY not 0): how
+  // long a standby lets the store be silent, how long the store waits for its standby.
+  bool standing_ = false;
+  double standbySilenceSec_ = 0;
+  double standbyWaitSec_ = 0;
   std::shared_ptr<bootstrap::Store> store_;
   std::unique_ptr<core::Communicator> comm_;
   // The key prefix of the communicator every split descends from: its "live" counter

@@ -779,7 +779,12 @@ struct TcpStoreServer::Impl {
                why.c_str());
     mirror.reset();
     mirrored.store(false);
+    forgetStandby();
   }
+
+  // kStandbyKey names a standby that mirrors this store, or nothing: the ranks read it to
+  // know whether to start another (Session::rearmStandby).
+  void forgetStandby() { data.erase(kStandbyKey); }
 
   // This store's standby serves in its place: close every connection (their SET_ON_CLOSE
   // keys are the standby's business now) and the listening socket, so that every client
@@ -864,6 +869,7 @@ struct TcpStoreServer::Impl {
       }
     }
     for (auto& e : hostOnClose) dueOnClose.push_back(std::move(e));
+    forgetStandby();  // it named this store: none stands by for it yet
     BRAID_WARN("store %s: the store it stood by for (%s) is gone (%s); serving its %zu keys", name.c_str(),
                sourceLostPeer.c_str(), sourceLostWhy.c_str(), data.size());
   }
@@ -871,15 +877,18 @@ struct TcpStoreServer::Impl {
   // A rank started a standby and named it ("host:port"): connect, declare this connection
   // its source, copy every key over, and mirror every write from now on. Runs in the loop:
   // nothing else is served meanwhile, so the copy is consistent.
-  void attachStandby(const std::string& address) {
+  void attachStandby(std::string address) {  // a copy: dropMirror erases the key it came from
     const size_t colon = address.rfind(':');
     const int port = colon == std::string::npos ? 0 : std::atoi(address.c_str() + colon + 1);
     if (colon == std::string::npos || port <= 0 || port > 65535) {
       BRAID_WARN("store %s: a standby named '%s', which is no host:port; serving without one", name.c_str(),
                  address.c_str());
-      return;
+      return forgetStandby();
     }
-    if (mirror) dropMirror("another standby replaces it");
+    if (mirror) {
+      dropMirror("another standby replaces it");
+      data[kStandbyKey] = address;
+    }
     mirrorHost = address.substr(0, colon);
     mirrorPort = port;
     auto m = TcpStoreClient::connect(address.substr(0, colon), port, expectedNonce, Deadline::after(kMirrorSec),
@@ -887,7 +896,7 @@ struct TcpStoreServer::Impl {
     if (!m.isOk()) {
       BRAID_WARN("store %s: cannot reach the standby at %s: %s; serving without one", name.c_str(), address.c_str(),
                  m.status().message().c_str());
-      return;
+      return forgetStandby();
     }
     mirror = std::move(m).value();
     mirror->setQuiet();
@@ -1469,6 +1478,9 @@ bool TcpStoreClient::canFailOverLocked() const {
 
 void TcpStoreClient::setStandby(const std::string& host, int port, double silenceSec) {
   std::lock_guard<std::mutex> lock(mu_);
+  // A client that went over to its standby already may go over once more, to a standby
+  // started since for the store it uses now.
+  if (failedOver_ && !(host == servingHost_ && port == servingPort_)) failedOver_ = false;
   standbyHost_ = host;
   standbyPort_ = port;
   probeAfterNs_ = 0;
@@ -1520,9 +1532,9 @@ Status TcpStoreClient::probeStandbyIfDueLocked(Deadline deadline) {
 
 bool TcpStoreClient::servingStandby(std::string* host, int* port) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!failedOver_ || fd_ < 0) return false;
-  *host = standbyHost_;
-  *port = standbyPort_;
+  if (servingPort_ == 0 || fd_ < 0) return false;
+  *host = servingHost_;
+  *port = servingPort_;
   return true;
 }
 
@@ -1572,6 +1584,8 @@ Status TcpStoreClient::failOverLocked(Deadline deadline) {
         owedReplies_ = 0;
         closedByPeer_ = false;
         broken_ = Status::ok();
+        servingHost_ = standbyHost_;
+        servingPort_ = standbyPort_;
         break;
       }
       err = c.status().message();

@@ -166,7 +166,8 @@ class TcpStoreClient : public Store {
   // own) whether it serves, and again as often: a standby that took over from a stopped store
   // makes the request go there too. Such a request is not given up before the standby could
   // have taken over (the silence, two questions and a heartbeat after it was sent), even past
-  // its deadline. A store that is merely slow keeps its clients. Thread-safe.
+  // its deadline. A store that is merely slow keeps its clients. Named again after the client
+  // went over to its standby, another standby lets it go over once more. Thread-safe.
   void setStandby(const std::string& host, int port, double silenceSec = 0);
   // One attempt to reach a store of this job (nonce and key) at `host`:`port`, bounded by
   // `timeoutSec`: whether it serves (false: a standby that does not serve yet). An error when
@@ -179,7 +180,8 @@ class TcpStoreClient : public Store {
   // Adds `delta` to this connection's pending on-close addition to `key` (a counter): when
   // the connection ends the store adds the sum; withdrawn when the sum returns to 0.
   Status addOnClose(const std::string& key, int64_t delta, Deadline deadline = Deadline()) override;
-  // Whether the client went over to its standby, and then its address. Thread-safe.
+  // Whether the client went over to a standby, and then the address of the last one, which
+  // serves it now. Thread-safe.
   bool servingStandby(std::string* host, int* port);
   // Makes this connection the source of a standby store (TcpStoreServer does this).
   Status declareStandbySource(Deadline deadline);
@@ -255,7 +257,9 @@ class TcpStoreClient : public Store {
   std::atomic<uint64_t> lastAddNumber_{0};
   std::string standbyHost_;                    // guarded by mu_
   int standbyPort_ = 0;                        // guarded by mu_; 0: none
-  bool failedOver_ = false;                    // guarded by mu_
+  bool failedOver_ = false;                    // guarded by mu_; armed again by a new standby
+  std::string servingHost_;                    // guarded by mu_; the standby it went over to last
+  int servingPort_ = 0;                        // guarded by mu_; 0: never went over
   int64_t probeAfterNs_ = 0;                   // guarded by mu_; 0: never ask the standby early
   int64_t takeOverNs_ = 0;                     // guarded by mu_; how long a request waits at least
   int64_t requestSentNs_ = 0;                  // guarded by mu_; when the request in flight went out

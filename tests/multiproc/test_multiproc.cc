@@ -858,6 +858,30 @@ TEST_CASE("BRAID_STORE_STANDBY=host: survivors recover from losing rank 0's host
   CHECK(same.out.find("FINAL rank=") == std::string::npos);
 }
 
+// Losses one after another: rank 0 dies, rank 1's standby takes over and the survivors'
+// shrink starts another standby in a rank that does not host the store (rank 2); then rank
+// 1, which now serves the store, dies too, rank 2's standby takes over, and ranks 2 and 3
+// finish every step. Before, the second loss took the store with it.
+TEST_CASE("after a shrink the store has a standby again: survivors outlive rank 0 and then the standby's rank",
+          "[multiproc][recovery]") {
+  Run r = torchrunJob(4, "BRAID_DEBUG=INFO BRAID_TIMEOUT=20 MP_VICTIMS=0:3,1:7", "timeout 120 " MP_DIR "/mp_recover 12");
+  INFO(r.out);
+  CHECK(r.out.find("ERROR") == std::string::npos);
+  CHECK(r.out.find("has a new standby, in this rank") != std::string::npos);
+  CHECK(countMatches(r.out, "SHRUNK rank=\\d+ step=3 from=4 to=3 failed=0 ") == 3);
+  CHECK(countMatches(r.out, "SHRUNK rank=\\d+ step=7 from=3 to=2 failed=0 ") == 2);
+  CHECK(checksumsOf(r.out, R"(FINAL rank=(2|3) newrank=\d size=2 steps=12 checksum=(\S+) match=1 same=1)").size() == 1u);
+  CHECK(countMatches(r.out, "FINAL rank=") == 2);
+  // Rank 1, serving the store by then, stopped rather than killed: rank 2's standby takes
+  // over after the silence. (The stopped rank is killed by its `timeout` once they are done.)
+  Run stop = torchrunJob(4, "BRAID_TIMEOUT=4 MP_VICTIMS=0:3,1:7:stop",
+                         "timeout -s KILL $([ $r = 1 ] && echo 15 || echo 120) " MP_DIR "/mp_recover 12");
+  INFO(stop.out);
+  CHECK(stop.out.find("ERROR") == std::string::npos);
+  CHECK(countMatches(stop.out, "SHRUNK rank=\\d+ step=7 from=3 to=2 failed=0 ") == 2);
+  CHECK(checksumsOf(stop.out, R"(FINAL rank=(2|3) newrank=\d size=2 steps=12 checksum=(\S+) match=1 same=1)").size() == 1u);
+}
+
 // The same with rank 0 stopped rather than killed: its connections stay open, so nobody sees
 // it go; rank 1's standby takes over when rank 0 has sent it nothing for half the timeout,
 // and the survivors agree, shrink and finish every step. (The stopped rank is killed by its

@@ -316,8 +316,7 @@ void useStandby(bootstrap::TcpStoreClient& c, const std::string& at, double sile
 // the loss of rank 0's host, but a partition between the two hosts then splits the job in
 // two, each half with a store. Chosen after joining, when every rank knows every rank's host
 // and so picks the same rank.
-Status Session::standBy(bootstrap::TcpStoreClient& c, const bootstrap::LaunchEnv& env, const core::Config& cfg,
-                        uint64_t generation, const AuthKey& key, double silenceSec) {
+Status Session::standBy(bootstrap::TcpStoreClient& c, const bootstrap::LaunchEnv& env, const core::Config& cfg) {
   const std::vector<int>& hostOf = comm_->hostOfRanks();
   int keeper = 1;
   for (int r = 1; cfg.storeStandbyOtherHost && r < static_cast<int>(hostOf.size()); ++r) {
@@ -329,23 +328,14 @@ Status Session::standBy(bootstrap::TcpStoreClient& c, const bootstrap::LaunchEnv
   const std::string who = "rank " + std::to_string(env.rank) + " (from " + env.source + " environment)";
   Deadline deadline = Deadline::after(cfg.timeoutSec);
   if (env.rank == keeper) {
-    BRAID_ASSIGN_OR_RETURN(auto srv, bootstrap::TcpStoreServer::start("0.0.0.0", 0, generation, key,
-                                                                      cfg.tls && key.present, true));
-    standby_ = std::shared_ptr<bootstrap::TcpStoreServer>(std::move(srv));
-    // Once it serves, the client of its own process is the one whose SET_ON_CLOSE keys its
-    // own standby (rearmStandby) keeps for the day this process dies too.
-    standby_->setLocalClient(c.clientId());
-    standby_->standFor(env.storeHost, env.storePort, silenceSec);
-    const std::string here = c.localHost();
-    Status named = here.empty() ? Status(Code::kRemoteError, "lost the store while naming a standby for it")
-                                : c.set(bootstrap::kStandbyKey, here + ":" + std::to_string(standby_->port()), deadline);
-    if (!named.isOk()) return named.withContext(who + ": the store's standby");
+    auto at = startStandby(c, deadline);
+    if (!at.isOk()) return at.status().withContext(who + ": the store's standby");
   }
   auto at = c.get(bootstrap::kStandbyKey, deadline);
   if (!at.isOk())
     return at.status().withContext(who + ": waiting for rank " + std::to_string(keeper) +
                                    " to name the store's standby (BRAID_STORE_STANDBY=0 does without)");
-  useStandby(c, at.value(), silenceSec);
+  useStandby(c, at.value(), standbySilenceSec_);
   if (env.rank == 0) BRAID_INFO("the store's standby is in rank %d, at %s", keeper, at.value().c_str());
   return Status::ok();
 }
@@ -452,17 +442,17 @@ StatusOr<std::unique_ptr<Session>> Session::fromEnv(double timeoutSec, std::shar
   if (init > 0) opts.keyPrefix += ".i" + std::to_string(init);
   BRAID_ASSIGN_OR_RETURN(auto s, join(tcpClient, env.rank, env.worldSize, std::move(opts), env.rankZeroServes));
   s->server_ = std::move(server);
-  if (standing) {
-    Status st = s->standBy(*tcpClient, env, cfg, generation, key.value(), silence);
-    if (!st.isOk()) return st;
-    s->standing_ = true;
-    s->standbySilenceSec_ = silence;
-    s->standbyWaitSec_ = cfg.timeoutSec > 0 ? std::clamp(cfg.timeoutSec / 4, 0.5, 5.0) : 0;
-  }
   s->storeId_.host = env.storeHost;
   s->storeId_.port = env.storePort;
   s->storeId_.nonce = generation;
   s->storeId_.key = key.value();
+  if (standing) {
+    s->standing_ = true;
+    s->standbySilenceSec_ = silence;
+    s->standbyWaitSec_ = cfg.timeoutSec > 0 ? std::clamp(cfg.timeoutSec / 4, 0.5, 5.0) : 0;
+    Status st = s->standBy(*tcpClient, env, cfg);
+    if (!st.isOk()) return st;
+  }
   s->announce();
   return s;
 }
@@ -1212,8 +1202,10 @@ Status Session::rearmStandby(const char* fn) {
   return Status::ok();
 }
 
-// Starts a standby for the store that `c` uses now and names it there (the store attaches it
-// before it answers); its address.
+// Starts a standby for the store that `c` uses now (rank 0's, or the standby that serves in
+// its place) and names it there, where the store attaches it before it answers; its address.
+// Once it serves, the client of its own process is the one whose SET_ON_CLOSE keys its own
+// standby keeps for the day this process dies too.
 StatusOr<std::string> Session::startStandby(bootstrap::TcpStoreClient& c, Deadline deadline) {
   std::string host;
   int port = 0;
@@ -1231,7 +1223,7 @@ StatusOr<std::string> Session::startStandby(bootstrap::TcpStoreClient& c, Deadli
   const std::string at = here + ":" + std::to_string(standby->port());
   BRAID_RETURN_IF_ERROR(c.set(bootstrap::kStandbyKey, at, deadline));
   standby_ = std::move(standby);
-  BRAID_INFO("the store at %s:%d has a new standby, in this rank, at %s", host.c_str(), port, at.c_str());
+  BRAID_INFO("the store at %s:%d has a standby in this rank, at %s", host.c_str(), port, at.c_str());
   return at;
 }
 

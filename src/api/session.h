@@ -168,8 +168,7 @@ class Session {
   std::unique_ptr<Session> derived() const;
   // Where rank 0 serves the store: starts the store's standby in the rank that keeps it and
   // points this rank's client `c` at it (see session.cc).
-  Status standBy(bootstrap::TcpStoreClient& c, const bootstrap::LaunchEnv& env, const core::Config& cfg,
-                 uint64_t generation, const AuthKey& key, double silenceSec);
+  Status standBy(bootstrap::TcpStoreClient& c, const bootstrap::LaunchEnv& env, const core::Config& cfg);
   // After a shrink: where the store has lost its standby (the standby's rank died, or took
   // over from rank 0 and now serves), the survivors start another in a rank that does not
   // host the store, so that the job survives the next loss of that host too.

@@ -27,8 +27,9 @@
 # braidrun's. STORE=rank0 starts the ranks as torchrun does (no braidrun, rank 0 serving the
 # store, rank 1 its standby) and kills or stops rank 0 in every trial (a stopped rank 0 keeps
 # its connections: the standby takes over when it has heard nothing for half the timeout),
-# and in half of them one more rank (killed or stopped; not rank 1, whose standby then
-# serves), without replacements. STORE=rank0 STANDBY=host places the ranks on two emulated
+# and in half of them one more rank (killed or stopped): any rank but rank 1, or rank 1 at a
+# later step than rank 0 (by then its standby serves, and the survivors' shrink has started
+# another), without replacements. STORE=rank0 STANDBY=host places the ranks on two emulated
 # hosts (BRAID_HOST_ID; the first half of the ranks on one, tcp between them) with the
 # standby on the second (BRAID_STORE_STANDBY=host), and the second victim, when there is one,
 # is rank 1 at rank 0's step in half of those trials (rank 0's whole host lost at once), else
@@ -132,7 +133,14 @@ if [[ ${MODE:-fault} == elastic ]]; then
         fi
       elif ((nv == 2)); then
         pick fault "kill kill stop"
-        victims+=",$((2 + RANDOM % (np - 2))):$((1 + RANDOM % (STEPS - 2))):$fault"
+        # In half of them rank 1, whose standby serves by then, at a later step: the shrink
+        # after rank 0's loss gave the store another standby, which takes over in turn.
+        pick second "other standby"
+        if [[ $second == standby ]] && ((step0 < STEPS - 2)); then
+          victims+=",1:$((step0 + 1 + RANDOM % (STEPS - 2 - step0))):$fault"
+        else
+          victims+=",$((2 + RANDOM % (np - 2))):$((1 + RANDOM % (STEPS - 2))):$fault"
+        fi
       fi
     fi
     shm0=$(shmCount)

@@ -1465,7 +1465,9 @@ Status TcpStoreClient::lose(const std::string& why) {
     }
   }
   const bool asked = interrupted_.load();
-  broken_ = Status(Code::kRemoteError, "store at " + address_ + " is unreachable: " + (asked ? "interrupted" : why));
+  // After going over to a standby, the store lost now is that standby.
+  const std::string at = servingPort_ != 0 ? servingHost_ + ":" + std::to_string(servingPort_) : address_;
+  broken_ = Status(Code::kRemoteError, "store at " + at + " is unreachable: " + (asked ? "interrupted" : why));
   inbuf_.clear();
   // With a standby to go to, the loss is told when the client goes there.
   if (!asked && !quiet_.load() && !canFailOverLocked()) BRAID_WARN("%s", broken_.message().c_str());

@@ -413,9 +413,11 @@ StatusOr<std::unique_ptr<Session>> Session::fromEnv(double timeoutSec, std::shar
   if (server) server->setLocalClient(client.value()->clientId());
   const bool standing = env.rankZeroServes && env.worldSize > 1 && cfg.storeStandby;
   const double silence = cfg.timeoutSec > 0 ? std::max(1.0, cfg.timeoutSec / 2) : 0;
-  // A stopped standby holds rank 0's store at most a quarter of the timeout (once: then the
-  // store drops it), so the survivors still find whoever stalled.
-  if (standing && server && cfg.timeoutSec > 0) server->setStandbyWait(std::clamp(cfg.timeoutSec / 4, 0.5, 5.0));
+  // A stopped standby holds the store that serves at most a quarter of the timeout (once:
+  // then the store drops it), so the survivors still find whoever stalled. Rank 0's store
+  // waits that long, and so does every standby once it serves (startStandby).
+  const double standbyWait = cfg.timeoutSec > 0 ? std::clamp(cfg.timeoutSec / 4, 0.5, 5.0) : 0;
+  if (standing && server && standbyWait > 0) server->setStandbyWait(standbyWait);
   std::shared_ptr<bootstrap::TcpStoreClient> tcpClient(std::move(client).value());
   if (const char* j = std::getenv("BRAID_ELASTIC_JOIN"); j && std::string(j) == "1") {
     // A replacement braidrun started for an elastic job: it joins the running ranks at
@@ -449,7 +451,7 @@ StatusOr<std::unique_ptr<Session>> Session::fromEnv(double timeoutSec, std::shar
   if (standing) {
     s->standing_ = true;
     s->standbySilenceSec_ = silence;
-    s->standbyWaitSec_ = cfg.timeoutSec > 0 ? std::clamp(cfg.timeoutSec / 4, 0.5, 5.0) : 0;
+    s->standbyWaitSec_ = standbyWait;
     Status st = s->standBy(*tcpClient, env, cfg);
     if (!st.isOk()) return st;
   }
@@ -1186,8 +1188,6 @@ Status Session::rearmStandby(const char* fn) {
   auto keeper = c->get(decided, deadline);
   if (!keeper.isOk()) return keeper.status().withContext(where);
   if (keeper.value() == "-") return Status::ok();
-  // The process that serves waits for its standby a bounded time, as rank 0's store does.
-  if (standbyWaitSec_ > 0 && standby_ && standby_->stats().promoted) standby_->setStandbyWait(standbyWaitSec_);
   // The keeper says where its standby is ("" if it could not start one: the store goes on
   // without, as before) under a key of this shrink's, which the others wait for.
   if (rank == std::atoi(keeper.value().c_str())) {
@@ -1204,8 +1204,9 @@ Status Session::rearmStandby(const char* fn) {
 
 // Starts a standby for the store that `c` uses now (rank 0's, or the standby that serves in
 // its place) and names it there, where the store attaches it before it answers; its address.
-// Once it serves, the client of its own process is the one whose SET_ON_CLOSE keys its own
-// standby keeps for the day this process dies too.
+// Once it serves, it waits for a standby of its own as rank 0's store does, and the client of
+// its own process is the one whose SET_ON_CLOSE keys that standby keeps for the day this
+// process dies too.
 StatusOr<std::string> Session::startStandby(bootstrap::TcpStoreClient& c, Deadline deadline) {
   std::string host;
   int port = 0;
@@ -1217,6 +1218,7 @@ StatusOr<std::string> Session::startStandby(bootstrap::TcpStoreClient& c, Deadli
   BRAID_ASSIGN_OR_RETURN(auto srv, bootstrap::TcpStoreServer::start("0.0.0.0", 0, storeId_.nonce, storeId_.key, tls, true));
   std::shared_ptr<bootstrap::TcpStoreServer> standby(std::move(srv));
   standby->setLocalClient(c.clientId());
+  if (standbyWaitSec_ > 0) standby->setStandbyWait(standbyWaitSec_);
   standby->standFor(host, port, standbySilenceSec_);
   const std::string here = c.localHost();
   if (here.empty()) return Status(Code::kRemoteError, "lost the store while naming a standby for it");

@@ -181,6 +181,11 @@ if [[ ${MODE:-fault} == elastic ]]; then
   done 2>>"$LOG/shell.log"
   python3 - "$LOG" "$N" "$STEPS" "$(($(date +%s) - start))" <<'EOF2'
 import glob, re, sys
+def excerpt(text, most=6):
+    # The lines that say why, so that a failure in CI explains itself without the log.
+    keep = [l.strip() for l in text.splitlines()
+            if re.search(r"fail|error|WRONG|timed out|Killed|SKIP|usage", l) and not l.startswith("TRIAL ")]
+    return "".join("\n    | " + l[:300] for l in keep[:most])
 log, n, steps, took = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 lat = {"kill": [], "stop": []}
 failed = unfinished = lost = leftover = shm = grown = 0
@@ -223,7 +228,7 @@ for path in sorted(glob.glob(log + "/trial-*.log"), key=lambda p: int(re.search(
         kind = "stop" if stops else "kill"
         lat[kind].append(at - min(fired[v] for v in (stops or since)))
     if problems:
-        bad.append(f"trial {trial}: " + ", ".join(problems) + f" ({path})")
+        bad.append(f"trial {trial}: " + ", ".join(problems) + f" ({path})" + excerpt(text))
 def pct(v, p):
     v = sorted(v)
     return v[min(len(v) - 1, int(round(p / 100 * (len(v) - 1))))] if v else float("nan")
@@ -346,6 +351,11 @@ print("FAULT rank=-1 mono_ms=%.3f" % t)' "$sw" >"$out.fault"
   done 2>>"$LOG/shell.log"
   python3 - "$LOG" "$N" "$TIMEOUT" "$(($(date +%s) - start))" <<'EOF2'
 import glob, re, sys
+def excerpt(text, most=6):
+    # The lines that say why, so that a failure in CI explains itself without the log.
+    keep = [l.strip() for l in text.splitlines()
+            if re.search(r"fail|error|WRONG|timed out|Killed|SKIP|usage", l) and not l.startswith("TRIAL ")]
+    return "".join("\n    | " + l[:300] for l in keep[:most])
 log, n, timeout, took = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
 lat = {"linkdown": [], "kill": [], "stop": []}
 hangs = unreported = wrong = leftover = shm = netns = spurious = skipped = late = 0
@@ -391,7 +401,7 @@ for path in sorted(glob.glob(log + "/trial-*.log"), key=lambda p: int(re.search(
     if nsl:
         netns += nsl; problems.append(f"{nsl} namespaces left")
     if problems:
-        bad.append(f"trial {trial} ({fault}): " + ", ".join(problems) + f" ({path})")
+        bad.append(f"trial {trial} ({fault}): " + ", ".join(problems) + f" ({path})" + excerpt(text))
 def pct(v, p):
     v = sorted(v)
     return v[min(len(v) - 1, int(round(p / 100 * (len(v) - 1))))] if v else float("nan")
@@ -472,6 +482,11 @@ fi
 
 python3 - "$LOG" "$TIMEOUT" "$(($(date +%s) - ${start:-$(date +%s)}))" <<'EOF'
 import glob, re, sys
+def excerpt(text, most=6):
+    # The lines that say why, so that a failure in CI explains itself without the log.
+    keep = [l.strip() for l in text.splitlines()
+            if re.search(r"fail|error|WRONG|timed out|Killed|SKIP|usage", l) and not l.startswith("TRIAL ")]
+    return "".join("\n    | " + l[:300] for l in keep[:most])
 log, timeout, took = sys.argv[1], float(sys.argv[2]), sys.argv[3]
 n = 0
 lat = {"kill": [], "stop": []}
@@ -505,7 +520,7 @@ for path in sorted(glob.glob(log + "/trial-*.log"), key=lambda p: int(re.search(
         for t in results.values():
             lat[fault].append(t - float(fm.group(1)))
     if problems:
-        bad.append(f"trial {trial}: " + ", ".join(problems) + f" ({path})")
+        bad.append(f"trial {trial}: " + ", ".join(problems) + f" ({path})" + excerpt(text))
 def pct(v, p):
     v = sorted(v)
     return v[min(len(v) - 1, int(round(p / 100 * (len(v) - 1))))] if v else float("nan")

@@ -1740,12 +1740,15 @@ Status TcpStoreClient::roundTripLocked(const proto::Request& req, Deadline reply
     if (!s.isOk()) return s;
     --owedReplies_;
   }
+  const int leftMs = replyDeadline.remainingMillis(INT_MAX);
   BRAID_RETURN_IF_ERROR(sendFrameLocked(frame, replyDeadline, req.op, false));
   Status s = readReply(replyDeadline, reply, &timedOut);
   if (timedOut) {
     ++owedReplies_;
+    // Name the wait: a caller whose own time had nearly run out is not a stalled store.
     return Status(Code::kTimeout, "store at " + address_ + " did not answer a " + proto::opName(req.op) +
-                                      " request in time; is it stalled?");
+                                      " request in " + std::to_string(leftMs) +
+                                      " ms (the time the caller had left); is it stalled?");
   }
   if (!s.isOk()) return s;
   if (reply->op == proto::Op::kError) return Status(reply->code, "store at " + address_ + ": " + reply->message);

@@ -241,6 +241,8 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::create(std::shared_ptr<boo
 
 Status Communicator::init() {
   const Config& cfg = opts_.config;
+  // Every step of joining waits at most the timeout for the others (a peer that is gone or
+  // stalled fails it then); the whole join may take longer on a slow network.
   Deadline deadline = Deadline::after(cfg.timeoutSec);
   setLogRank(rank_);
   if (cfg.tls && !opts_.authKey.present)
@@ -341,6 +343,7 @@ Status Communicator::init() {
   }
   // Channel counts must agree: a rank computes it from host-local facts, so take the min.
   {
+    deadline = Deadline::after(cfg.timeoutSec);
     BRAID_ASSIGN_OR_RETURN(auto all, bootstrap::allGather(*store_, key("nch"), rank_, nranks_,
                                                           std::to_string(nchannels_), deadline,
                                                           [&] { return initPoll(deadline); }));
@@ -398,6 +401,7 @@ Status Communicator::init() {
                wholeBlockBytes_ ? (std::to_string(wholeBlockBytes_ >> 20) + " MiB").c_str() : "off", tp.c_str(),
                topology::Placement::local().summary().c_str());
   }
+  deadline = Deadline::after(cfg.timeoutSec);  // the link probe may have taken most of one
   if (heartbeat_) {
     heartbeat_->joined(deadline);  // no longer watched
     heartbeat_.reset();
@@ -421,6 +425,9 @@ Status Communicator::probeLinks() {
   std::string text;
   if (rank_ == 0 || rank_ == far) {
     const bool lead = rank_ == 0;
+    // The others wait for the record at most the timeout from when the probe starts (their
+    // own connections may have been ready long before rank 0's): say when it does.
+    if (lead) BRAID_RETURN_IF_ERROR(store_->set(key("probe-start"), "1", deadline));
     const int other = lead ? far : 0;
     uint64_t word = 0;
     auto xfer = [&](bool send, void* buf, size_t bytes) {
@@ -468,6 +475,11 @@ Status Communicator::probeLinks() {
     }
   }
   if (rank_ != 0) {
+    if (rank_ != far)
+      BRAID_RETURN_IF_ERROR(bootstrap::getPolling(*store_, key("probe-start"), deadline,
+                                                  [&] { return initPoll(deadline); })
+                                .status());
+    deadline = Deadline::after(cfg.timeoutSec);
     BRAID_ASSIGN_OR_RETURN(text, bootstrap::getPolling(*store_, key("probe"), deadline,
                                                        [&] { return initPoll(deadline); }));
   }

@@ -300,6 +300,11 @@ void useStandby(bootstrap::TcpStoreClient& c, const std::string& at, double sile
   if (colon != std::string::npos) c.setStandby(at.substr(0, colon), std::atoi(at.c_str() + colon + 1), silenceSec);
 }
 
+// Where the store keeps standbys, rank 0 writes the job's silence and standby wait here, so
+// that a process joining later through a grow id knows them, and that it takes its turn
+// keeping a standby after a shrink as the others do.
+constexpr const char* kStandbyPolicy = "braid-store-standby/policy";
+
 }  // namespace
 
 // A store that rank 0 serves would die with rank 0, and recovery with it. One rank keeps a
@@ -327,6 +332,11 @@ Status Session::standBy(bootstrap::TcpStoreClient& c, const bootstrap::LaunchEnv
   }
   const std::string who = "rank " + std::to_string(env.rank) + " (from " + env.source + " environment)";
   Deadline deadline = Deadline::after(cfg.timeoutSec);
+  if (env.rank == 0) {
+    char policy[64];
+    std::snprintf(policy, sizeof policy, "%.17g %.17g", standbySilenceSec_, standbyWaitSec_);
+    BRAID_RETURN_IF_ERROR(c.set(kStandbyPolicy, policy, deadline).withContext(who + ": the store's standby"));
+  }
   if (env.rank == keeper) {
     auto at = startStandby(c, deadline);
     if (!at.isOk()) return at.status().withContext(who + ": the store's standby");
@@ -421,19 +431,8 @@ StatusOr<std::unique_ptr<Session>> Session::fromEnv(double timeoutSec, std::shar
   std::shared_ptr<bootstrap::TcpStoreClient> tcpClient(std::move(client).value());
   if (const char* j = std::getenv("BRAID_ELASTIC_JOIN"); j && std::string(j) == "1") {
     // A replacement braidrun started for an elastic job: it joins the running ranks at
-    // their next grow instead of starting a communicator of its own, knowing the standby
-    // they named long ago.
-    if (standing) {
-      // None is named while the store has lost its standby and the survivors have not
-      // started the next (rearmStandby).
-      auto named = tcpClient->check({bootstrap::kStandbyKey}, deadline);
-      if (!named.isOk()) return named.status().withContext("rank " + std::to_string(env.rank) + ": the store's standby");
-      if (named.value()) {
-        auto at = tcpClient->get(bootstrap::kStandbyKey, deadline);
-        if (!at.isOk()) return at.status().withContext("rank " + std::to_string(env.rank) + ": the store's standby");
-        useStandby(*tcpClient, at.value(), silence);
-      }
-    }
+    // their next grow instead of starting a communicator of its own (and learns of the
+    // store's standby as every process that joins by growing does, joinGrowWith).
     return joinAsReplacement(tcpClient, cfg);
   }
   core::CommOptions opts;
@@ -1202,6 +1201,31 @@ Status Session::rearmStandby(const char* fn) {
   return Status::ok();
 }
 
+// A process joining a running job whose store keeps standbys (kStandbyPolicy): it goes to
+// the one named now should the store be lost (none is named while the store has lost its
+// standby and the survivors have not started the next: it learns of that one at the next
+// shrink, rearmStandby, as they do), and it keeps one itself when its turn comes.
+Status Session::learnStandby(bootstrap::TcpStoreClient& c, Deadline deadline) {
+  auto policy = c.check({kStandbyPolicy}, deadline);
+  if (!policy.isOk()) return policy.status().withContext("the store's standby");
+  if (!policy.value()) return Status::ok();
+  auto text = c.get(kStandbyPolicy, deadline);
+  if (!text.isOk()) return text.status().withContext("the store's standby");
+  double silence = 0, wait = 0;
+  if (std::sscanf(text.value().c_str(), "%lf %lf", &silence, &wait) != 2 || !(silence >= 0) || !(wait >= 0))
+    return Status(Code::kRemoteError, "malformed standby record '" + text.value().substr(0, 64) + "' in the store");
+  standing_ = true;
+  standbySilenceSec_ = silence;
+  standbyWaitSec_ = wait;
+  auto named = c.check({bootstrap::kStandbyKey}, deadline);
+  if (!named.isOk()) return named.status().withContext("the store's standby");
+  if (!named.value()) return Status::ok();
+  auto at = c.get(bootstrap::kStandbyKey, deadline);
+  if (!at.isOk()) return at.status().withContext("the store's standby");
+  useStandby(c, at.value(), silence);
+  return Status::ok();
+}
+
 // Starts a standby for the store that `c` uses now (rank 0's, or the standby that serves in
 // its place) and names it there, where the store attaches it before it answers; its address.
 // Once it serves, it waits for a standby of its own as rank 0's store does, and the client of
@@ -1320,6 +1344,8 @@ StatusOr<std::unique_ptr<Session>> Session::joinGrowWith(std::shared_ptr<bootstr
   s->store_ = std::move(store);
   s->storeId_ = u;
   s->storeId_.growToken = 0;
+  if (auto* c = dynamic_cast<bootstrap::TcpStoreClient*>(s->store_.get()))
+    BRAID_RETURN_IF_ERROR(s->learnStandby(*c, Deadline::after(cfg.timeoutSec)));
   BRAID_ASSIGN_OR_RETURN(s->comm_, core::Communicator::joinGrow(s->store_, u.growToken, newSize, rank, std::move(opts)));
   s->announce();
   return s;

@@ -174,6 +174,7 @@ class Session {
   // host the store, so that the job survives the next loss of that host too.
   Status rearmStandby(const char* fn);
   StatusOr<std::string> startStandby(bootstrap::TcpStoreClient& c, Deadline deadline);
+  Status learnStandby(bootstrap::TcpStoreClient& c, Deadline deadline);
   // Whether this process serves the job's store now: rank 0's server, or a standby that
   // took over.
   bool hostsStore() const;

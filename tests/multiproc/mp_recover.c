@@ -5,6 +5,11 @@
  * go, only the agreement). MP_HOST_PER_RANK=1 gives every rank a host of its own
  * (BRAID_HOST_ID), as if each ran on another machine: no shared memory, no pidfd to watch.
  * MP_STEP_MS=T sleeps T ms after every step (a job that lasts while hosts come and go).
+ * MP_GROW_AT="S:M": once global step S is done, rank 0 makes a grow id for M more ranks
+ * (braidCommGetGrowId), shares it with the others (a broadcast) and starts M new processes of
+ * this program that join with it (braidCommGrow(NULL, ...), named by their new rank, which
+ * is also their host's with MP_HOST_PER_RANK), while the others grow with it too; the new
+ * ones then go on as a replacement does.
  *
  * Every step allreduces (average) a synthetic gradient that is the same on every rank, votes
  * with braidCommAgree on whether the step succeeded everywhere, and applies it only then.
@@ -24,6 +29,7 @@
  *   FINAL rank=R newrank=Q size=M steps=S checksum=C match=1 same=1
  * and exits 0; a rank that cannot go on prints ERROR and exits 1. */
 #include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,6 +67,53 @@ static int faultAt(int rank, int step) {
  * exact whatever the number of ranks. */
 static float grad(int s, size_t j) { return (float)((s + (int)(j % 13)) % 7 + 1); }
 
+extern char** environ;
+
+/* MP_GROW_AT's step and number of new ranks; 0 when not set. */
+static int growAt(int* more) {
+  const char* v = getenv("MP_GROW_AT");
+  int s = 0, m = 0;
+  if (!v || sscanf(v, "%d:%d", &s, &m) != 2 || s <= 0 || m <= 0) return 0;
+  *more = m;
+  return s;
+}
+
+static void toHex(const braidUniqueId* id, char* out) {
+  for (size_t i = 0; i < sizeof id->internal; ++i) sprintf(out + 2 * i, "%02x", (unsigned char)id->internal[i]);
+}
+
+static int fromHex(const char* in, braidUniqueId* id) {
+  if (strlen(in) != 2 * sizeof id->internal) return 0;
+  for (size_t i = 0; i < sizeof id->internal; ++i) {
+    unsigned v = 0;
+    if (sscanf(in + 2 * i, "%2x", &v) != 1) return 0;
+    id->internal[i] = (char)v;
+  }
+  return 1;
+}
+
+/* Starts new process `rank` of a grown communicator of `size`: this program again, with the
+ * grow id and its rank in its environment (posix_spawn: this process has threads). */
+static int spawnGrown(char** argv, const char* idHex, int rank, int size) {
+  size_t n = 0;
+  while (environ[n]) ++n;
+  char** env = calloc(n + 4, sizeof(char*));
+  char vars[3][600];
+  snprintf(vars[0], sizeof vars[0], "MP_GROW_ID=%s", idHex);
+  snprintf(vars[1], sizeof vars[1], "MP_GROW_RANK=%d", rank);
+  snprintf(vars[2], sizeof vars[2], "MP_GROW_SIZE=%d", size);
+  size_t k = 0;
+  for (size_t i = 0; i < n; ++i)
+    if (strncmp(environ[i], "MP_GROW_", 8) != 0) env[k++] = environ[i];
+  env[k++] = vars[0];
+  env[k++] = vars[1];
+  env[k++] = vars[2];
+  pid_t pid;
+  int rc = posix_spawn(&pid, argv[0], NULL, NULL, argv, env);
+  free(env);
+  return rc == 0;
+}
+
 static int fail(int rank, const char* what, braidResult_t rc, braidComm_t comm) {
   printf("ERROR rank=%d %s: %s (%s)\n", rank, what, braidGetErrorString(rc), braidGetLastError(comm));
   fflush(stdout);
@@ -83,14 +136,35 @@ int main(int argc, char** argv) {
     setenv("BRAID_HOST_ID", host, 1);
   }
   const char* joinVar = getenv("BRAID_ELASTIC_JOIN");
-  const int joiner = joinVar && !strcmp(joinVar, "1");
-  braidResult_t rc = braidCommInitFromEnv(&comm);
-  if (rc != braidSuccess) return fail(-1, "init", rc, NULL);
+  const char* growVar = getenv("MP_GROW_ID");
+  const int grownRank = growVar && getenv("MP_GROW_RANK") ? atoi(getenv("MP_GROW_RANK")) : -1;
+  const int joiner = (joinVar && !strcmp(joinVar, "1")) || grownRank >= 0;
+  braidResult_t rc;
+  if (grownRank >= 0) {
+    /* Started by rank 0 with a grow id: joins the running ranks' grown communicator. */
+    braidUniqueId gid;
+    if (!fromHex(growVar, &gid)) return fail(grownRank, "MP_GROW_ID", braidInvalidArgument, NULL);
+    if (perHost && !strcmp(perHost, "1")) {
+      char host[64];
+      snprintf(host, sizeof host, "mp-host-%d", grownRank);
+      setenv("BRAID_HOST_ID", host, 1);
+    }
+    rc = braidCommGrow(NULL, getenv("MP_GROW_SIZE") ? atoi(getenv("MP_GROW_SIZE")) : 0, &gid, grownRank, &comm);
+    if (rc != braidSuccess) return fail(grownRank, "grow", rc, NULL);
+  } else {
+    rc = braidCommInitFromEnv(&comm);
+    if (rc != braidSuccess) return fail(-1, "init", rc, NULL);
+  }
   int rank = 0, nranks = 0;
   braidCommUserRank(comm, &rank);
   braidCommCount(comm, &nranks);
-  /* A replacement is named by its process index (BRAID_RANK) in the output. */
-  const int origRank = joiner && getenv("BRAID_REPLACEMENT") ? atoi(getenv("BRAID_REPLACEMENT")) : rank;
+  /* A replacement is named by its process index (BRAID_RANK) in the output, a process
+   * started with a grow id by its first rank. */
+  const int origRank = grownRank >= 0 ? grownRank
+                       : joiner && getenv("BRAID_REPLACEMENT") ? atoi(getenv("BRAID_REPLACEMENT"))
+                                                               : rank;
+  int growMore = 0;
+  const int growStep = grownRank >= 0 ? 0 : growAt(&growMore);
   float* params = calloc(count, sizeof(float));
   float* expect = calloc(count, sizeof(float));
   float* buf = calloc(count, sizeof(float));
@@ -146,9 +220,27 @@ int main(int argc, char** argv) {
         struct timespec ts = {stepMs / 1000, (long)(stepMs % 1000) * 1000000L};
         nanosleep(&ts, NULL);
       }
-      if (!(vote & 2)) {
+      const int growNow = step == growStep;
+      if (!(vote & 2) || growNow) {
         braidComm_t grown = NULL;
-        braidResult_t grc = braidCommGrowJoiners(comm, &grown);
+        braidResult_t grc;
+        if (growNow) {
+          braidUniqueId gid;
+          memset(&gid, 0, sizeof gid);
+          grc = rank == 0 ? braidCommGetGrowId(comm, nranks + growMore, &gid) : braidSuccess;
+          if (grc == braidSuccess) grc = braidBroadcast(&gid, &gid, sizeof gid, braidUint8, 0, comm, NULL);
+          if (grc != braidSuccess) return fail(origRank, "grow id", grc, comm);
+          if (rank == 0) {
+            char hex[2 * sizeof gid.internal + 1];
+            toHex(&gid, hex);
+            for (int r = nranks; r < nranks + growMore; ++r)
+              if (!spawnGrown(argv, hex, r, nranks + growMore)) return fail(origRank, "spawn", braidSystemError, comm);
+          }
+          grc = braidCommGrow(comm, nranks + growMore, &gid, -1, &grown);
+          if (grc != braidSuccess) return fail(origRank, "grow", grc, comm);
+        } else {
+          grc = braidCommGrowJoiners(comm, &grown);
+        }
         if (grc != braidSuccess) {
           /* A replacement that died while being admitted fails the grow; the communicator
            * the ranks had is still whole, so they go on with it. */

@@ -883,6 +883,28 @@ TEST_CASE("after a shrink the store has a standby again: survivors outlive rank 
   CHECK(checksumsOf(stop.out, R"(FINAL rank=(2|3) newrank=\d size=2 steps=12 checksum=(\S+) match=1 same=1)").size() == 1u);
 }
 
+// Processes that join through a grow id learn of the store's standby as the first ranks
+// did, and take their turn keeping one: a job of 2 started as torchrun starts it grows to 4
+// (ranks 2 and 3 started by rank 0 with a grow id), then loses rank 0, which served the
+// store (the survivors go to rank 1's standby; rank 2 keeps the next), then rank 1 (ranks 2
+// and 3 go to rank 2's), and they finish every step.
+TEST_CASE("ranks that joined through a grow id outlive the store's host and keep its next standby",
+          "[multiproc][recovery]") {
+  Run r = torchrunJob(2, "BRAID_DEBUG=INFO BRAID_TIMEOUT=20 MP_GROW_AT=2:2 MP_VICTIMS=0:5,1:8",
+                      "timeout 120 " MP_DIR "/mp_recover 12");
+  INFO(r.out);
+  CHECK(r.out.find("ERROR") == std::string::npos);
+  CHECK(countMatches(r.out, "GROWN rank=\\d+ step=2 from=2 to=4 ") == 2);
+  CHECK(countMatches(r.out, "JOINED rank=(2|3) newrank=(2|3) size=4 step=2 ") == 2);
+  CHECK(countMatches(r.out, "SHRUNK rank=\\d+ step=5 from=4 to=3 failed=0 ") == 3);
+  // Rank 1 keeps one at init, rank 2 (rank 1 after the first shrink) the next, rank 3 (rank
+  // 1 after the second) the last.
+  CHECK(countMatches(r.out, ":\\d+:1 \\[braid\\] INFO the store at \\S+ has a standby in this rank") == 3);
+  CHECK(countMatches(r.out, "SHRUNK rank=(2|3) step=8 from=3 to=2 failed=0 ") == 2);
+  CHECK(checksumsOf(r.out, R"(FINAL rank=(2|3) newrank=\d size=2 steps=12 checksum=(\S+) match=1 same=1)").size() == 1u);
+  CHECK(countMatches(r.out, "FINAL rank=") == 2);
+}
+
 // The same with rank 0 stopped rather than killed: its connections stay open, so nobody sees
 // it go; rank 1's standby takes over when rank 0 has sent it nothing for half the timeout,
 // and the survivors agree, shrink and finish every step. (The stopped rank is killed by its

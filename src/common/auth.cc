@@ -44,6 +44,17 @@ std::string_view trim(std::string_view s) {
 
 }  // namespace
 
+bool hexToBytes(std::string_view hex, std::string* out) {
+  if (hex.size() % 2 != 0) return false;
+  out->clear();
+  for (size_t i = 0; i < hex.size(); i += 2) {
+    const int hi = hexValue(hex[i]), lo = hexValue(hex[i + 1]);
+    if (hi < 0 || lo < 0) return false;
+    out->push_back(static_cast<char>(hi << 4 | lo));
+  }
+  return true;
+}
+
 std::string AuthKey::hex() const { return toHex(bytes.data(), bytes.size()); }
 
 std::string AuthKey::fingerprint() const {

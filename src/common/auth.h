@@ -33,6 +33,9 @@ struct AuthKey {
   std::string fingerprint() const;
 };
 
+// Decodes hex digits (either case) into bytes; false on an odd length or a non-digit.
+bool hexToBytes(std::string_view hex, std::string* out);
+
 constexpr size_t kMinPassphraseChars = 16;
 constexpr size_t kMaxKeyFileBytes = 4096;
 

@@ -1,20 +1,32 @@
 #include "common/tls.h"
 
 #include <poll.h>
+#include <strings.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 
 #include <sys/socket.h>
 
 #ifdef BRAID_HAVE_OPENSSL
+#include <linux/tls.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <openssl/bio.h>
+#include <openssl/core_names.h>
 #include <openssl/err.h>
+#include <openssl/kdf.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
+
+#include <cstdlib>
+#include <mutex>
 #endif
+
+#include "common/log.h"
 
 namespace braid {
 
@@ -32,10 +44,24 @@ constexpr size_t kStageBytes = 1 << 20;
 
 }  // namespace
 
+// The application traffic secrets of a session (TLS 1.3, RFC 8446 7.1), raw bytes, as
+// OpenSSL's key log hands them over: what the kernel's record layer is keyed from.
+struct TrafficSecrets {
+  std::string client, server;
+  ~TrafficSecrets() {
+    if (!client.empty()) OPENSSL_cleanse(client.data(), client.size());
+    if (!server.empty()) OPENSSL_cleanse(server.data(), server.size());
+  }
+};
+
 struct TlsStream::Impl {
   SSL* ssl = nullptr;
   Digest psk{};
   SSL_CTX* ownContext = nullptr;  // a verified client's, made for its options
+  int fd = -1;
+  bool server = false;
+  TrafficSecrets secrets;  // PSK sessions only
+  bool kernelSend = false, kernelReceive = false;
   ~Impl() {
     if (ssl) SSL_free(ssl);
     if (ownContext) SSL_CTX_free(ownContext);
@@ -43,6 +69,34 @@ struct TlsStream::Impl {
 };
 
 namespace {
+
+// Where a session's traffic secrets go (SSL ex_data), for keyLog.
+int secretsIndex() {
+  static const int index = SSL_get_ex_new_index(0, nullptr, nullptr, nullptr, nullptr);
+  return index;
+}
+
+// OpenSSL's key log ("LABEL <client random> <secret>", NSS's format): keeps the two
+// application traffic secrets of the session it names.
+void keyLog(const SSL* ssl, const char* line) {
+  auto* secrets = static_cast<TrafficSecrets*>(SSL_get_ex_data(ssl, secretsIndex()));
+  if (!secrets) return;
+  std::string_view l(line);
+  std::string* into = l.rfind("CLIENT_TRAFFIC_SECRET_0 ", 0) == 0   ? &secrets->client
+                      : l.rfind("SERVER_TRAFFIC_SECRET_0 ", 0) == 0 ? &secrets->server
+                                                                     : nullptr;
+  const size_t last = l.rfind(' ');
+  if (into && last != std::string_view::npos && !hexToBytes(l.substr(last + 1), into)) into->clear();
+}
+
+// BRAID_TLS_KERNEL (default 1): hand the record layer to the kernel where it has one.
+bool kernelWanted() {
+  static const bool wanted = [] {
+    const char* v = std::getenv("BRAID_TLS_KERNEL");
+    return !(v && (!std::strcmp(v, "0") || !strcasecmp(v, "false") || !strcasecmp(v, "off") || !strcasecmp(v, "no")));
+  }();
+  return wanted;
+}
 
 SSL_SESSION* pskSession(SSL* ssl, const Digest& psk) {
   const SSL_CIPHER* cipher = SSL_CIPHER_find(ssl, kAes128GcmSha256);
@@ -146,6 +200,7 @@ SSL_CTX* makeContext(bool server) {
   SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
   if (server) SSL_CTX_set_psk_find_session_callback(ctx, findSession);
   else SSL_CTX_set_psk_use_session_callback(ctx, useSession);
+  SSL_CTX_set_keylog_callback(ctx, keyLog);
   return ctx;
 }
 
@@ -197,6 +252,9 @@ StatusOr<std::unique_ptr<TlsStream>> TlsStream::create(int fd, Role role, const 
   BIO_set_data(bio, reinterpret_cast<void*>(static_cast<intptr_t>(fd)));
   SSL_set_bio(t->impl_->ssl, bio, bio);  // the session owns it
   SSL_set_app_data(t->impl_->ssl, &t->impl_->psk);  // what the PSK callbacks read
+  SSL_set_ex_data(t->impl_->ssl, secretsIndex(), &t->impl_->secrets);  // what the key log fills
+  t->impl_->fd = fd;
+  t->impl_->server = role == Role::kServer;
   if (role == Role::kServer) SSL_set_accept_state(t->impl_->ssl);
   else SSL_set_connect_state(t->impl_->ssl);
   t->want_ = role == Role::kServer ? POLLIN : POLLOUT;
@@ -289,6 +347,7 @@ int TlsStream::handshake() {
   if (r == 1) {
     done_ = true;
     want_ = POLLIN;
+    startKernel();
     return 1;
   }
   if (fail(r, "TLS handshake") < 0 && errno == EAGAIN) return 0;
@@ -299,7 +358,118 @@ int TlsStream::handshake() {
   return -1;
 }
 
+StatusOr<TlsStream::TrafficKeys> TlsStream::trafficKeys(bool send) const {
+  if (!done_) return Status(Code::kInvalidArgument, "TLS: no traffic keys before the handshake is done");
+  const bool clientSide = send != impl_->server;  // the client's secret protects what the client sends
+  const std::string& secret = clientSide ? impl_->secrets.client : impl_->secrets.server;
+  if (secret.empty()) return Status(Code::kInvalidArgument, "TLS: this session kept no traffic secret");
+  const SSL_CIPHER* cipher = SSL_get_current_cipher(impl_->ssl);
+  TrafficKeys k;
+  k.suite = cipher ? static_cast<uint16_t>(SSL_CIPHER_get_id(cipher) & 0xffff) : 0;
+  size_t keyLen = 0;
+  if (k.suite == 0x1301) keyLen = 16;       // TLS_AES_128_GCM_SHA256
+  else if (k.suite == 0x1303) keyLen = 32;  // TLS_CHACHA20_POLY1305_SHA256
+  else {
+    char hex[8];
+    std::snprintf(hex, sizeof hex, "%04x", k.suite);
+    return Status(Code::kInvalidArgument, std::string("TLS: suite 0x") + hex + " has no kernel record layer here");
+  }
+  // HKDF-Expand-Label(secret, "key" / "iv", "", length) with SHA-256 (RFC 8446 7.3), by
+  // OpenSSL's own TLS 1.3 KDF.
+  auto expand = [&](const char* label, size_t len, std::string* out) {
+    EVP_KDF* kdf = EVP_KDF_fetch(nullptr, "TLS13-KDF", nullptr);
+    EVP_KDF_CTX* ctx = kdf ? EVP_KDF_CTX_new(kdf) : nullptr;
+    EVP_KDF_free(kdf);
+    if (!ctx) return false;
+    int mode = EVP_KDF_HKDF_MODE_EXPAND_ONLY;
+    char digest[] = "SHA256";
+    static const char kPrefix[] = "tls13 ";
+    OSSL_PARAM params[] = {
+        OSSL_PARAM_construct_int(OSSL_KDF_PARAM_MODE, &mode),
+        OSSL_PARAM_construct_utf8_string(OSSL_KDF_PARAM_DIGEST, digest, 0),
+        OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_KEY, const_cast<char*>(secret.data()), secret.size()),
+        OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_PREFIX, const_cast<char*>(kPrefix), sizeof(kPrefix) - 1),
+        OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_LABEL, const_cast<char*>(label), std::strlen(label)),
+        OSSL_PARAM_construct_end()};
+    out->assign(len, '\0');
+    const bool ok = EVP_KDF_derive(ctx, reinterpret_cast<unsigned char*>(out->data()), len, params) == 1;
+    EVP_KDF_CTX_free(ctx);
+    return ok;
+  };
+  if (!expand("key", keyLen, &k.key) || !expand("iv", 12, &k.iv))
+    return Status(Code::kSystemError, "TLS: cannot derive the traffic keys: " + opensslError());
+  return k;
+}
+
+namespace {
+
+// Keys one direction of `fd`'s kernel TLS with `k` at record 0 (the first record after the
+// handshake). The layouts are the kernel's (linux/tls.h); for TLS 1.3 AES-GCM the first 4
+// bytes of the IV are the "salt", as OpenSSL's own kernel TLS code hands them over.
+bool keyKernel(int fd, bool send, const TlsStream::TrafficKeys& k) {
+  int r = -1;
+  if (k.suite == 0x1301) {
+    tls12_crypto_info_aes_gcm_128 ci{};
+    ci.info.version = TLS_1_3_VERSION;
+    ci.info.cipher_type = TLS_CIPHER_AES_GCM_128;
+    std::memcpy(ci.salt, k.iv.data(), TLS_CIPHER_AES_GCM_128_SALT_SIZE);
+    std::memcpy(ci.iv, k.iv.data() + TLS_CIPHER_AES_GCM_128_SALT_SIZE, TLS_CIPHER_AES_GCM_128_IV_SIZE);
+    std::memcpy(ci.key, k.key.data(), TLS_CIPHER_AES_GCM_128_KEY_SIZE);
+    r = setsockopt(fd, SOL_TLS, send ? TLS_TX : TLS_RX, &ci, sizeof ci);
+    OPENSSL_cleanse(&ci, sizeof ci);
+  } else {
+    tls12_crypto_info_chacha20_poly1305 ci{};
+    ci.info.version = TLS_1_3_VERSION;
+    ci.info.cipher_type = TLS_CIPHER_CHACHA20_POLY1305;
+    std::memcpy(ci.iv, k.iv.data(), TLS_CIPHER_CHACHA20_POLY1305_IV_SIZE);
+    std::memcpy(ci.key, k.key.data(), TLS_CIPHER_CHACHA20_POLY1305_KEY_SIZE);
+    r = setsockopt(fd, SOL_TLS, send ? TLS_TX : TLS_RX, &ci, sizeof ci);
+    OPENSSL_cleanse(&ci, sizeof ci);
+  }
+  return r == 0;
+}
+
+}  // namespace
+
+// Right after the handshake, before any application record either way (braid writes none
+// before it is done, the server sends no tickets, and OpenSSL reads no further than the last
+// handshake record), each direction may go to the kernel at record 0; one the kernel does
+// not take stays with OpenSSL, whose state for it is untouched. After the switch what is
+// sent and read on the socket is plain data to the kernel, which frames, encrypts and
+// authenticates the records.
+void TlsStream::startKernel() {
+  if (impl_->secrets.client.empty() || impl_->secrets.server.empty()) {
+    offload_ = "in OpenSSL (no traffic secrets for this session)";
+    return;
+  }
+  if (!kernelWanted()) {
+    offload_ = "in OpenSSL (BRAID_TLS_KERNEL=0)";
+  } else if (setsockopt(impl_->fd, SOL_TCP, TCP_ULP, "tls", sizeof("tls")) != 0) {
+    offload_ = errno == ENOENT ? "in OpenSSL (this kernel has no TLS: 'tls' is not among its TCP ULPs; modprobe tls)"
+                               : std::string("in OpenSSL (the kernel's TLS: ") + std::strerror(errno) + ")";
+  } else {
+    auto tx = trafficKeys(true);
+    auto rx = trafficKeys(false);
+    impl_->kernelSend = tx.isOk() && keyKernel(impl_->fd, true, tx.value());
+    const int txErr = errno;
+    impl_->kernelReceive = rx.isOk() && keyKernel(impl_->fd, false, rx.value());
+    const int rxErr = errno;
+    for (auto* k : {&tx, &rx})
+      if (k->isOk()) {
+        OPENSSL_cleanse(k->value().key.data(), k->value().key.size());
+        OPENSSL_cleanse(k->value().iv.data(), k->value().iv.size());
+      }
+    offload_ = impl_->kernelSend && impl_->kernelReceive ? "in the kernel"
+               : impl_->kernelSend ? std::string("sending in the kernel, receiving in OpenSSL (") + std::strerror(rxErr) + ")"
+               : impl_->kernelReceive ? std::string("receiving in the kernel, sending in OpenSSL (") + std::strerror(txErr) + ")"
+                                      : std::string("in OpenSSL (") + (tx.isOk() ? std::strerror(txErr) : tx.status().message()) + ")";
+  }
+  static std::once_flag said;
+  std::call_once(said, [&] { BRAID_INFO("TLS: records are protected %s", offload_.c_str()); });
+}
+
 int TlsStream::flush() {
+  if (impl_->kernelSend) return 0;  // the kernel took every byte writev returned
   while (pendingOff_ < pending_.size()) {
     ERR_clear_error();
     size_t w = 0;
@@ -316,6 +486,14 @@ int TlsStream::flush() {
 }
 
 ssize_t TlsStream::writev(const iovec* iov, int iovcnt) {
+  if (impl_->kernelSend) {
+    msghdr m{};
+    m.msg_iov = const_cast<iovec*>(iov);
+    m.msg_iovlen = static_cast<size_t>(iovcnt);
+    const ssize_t n = ::sendmsg(impl_->fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) want_ = POLLOUT;
+    return n;
+  }
   if (pending() > 0 && flush() < 0) return -1;  // EAGAIN: the socket is still full
   pending_.clear();
   pendingOff_ = 0;
@@ -331,6 +509,7 @@ ssize_t TlsStream::writev(const iovec* iov, int iovcnt) {
 }
 
 ssize_t TlsStream::readv(const iovec* iov, int iovcnt) {
+  if (impl_->kernelReceive) return readKernel(iov, iovcnt);
   size_t total = 0;
   for (int i = 0; i < iovcnt; ++i) {
     auto* p = static_cast<char*>(iov[i].iov_base);
@@ -354,6 +533,44 @@ ssize_t TlsStream::readv(const iovec* iov, int iovcnt) {
   return static_cast<ssize_t>(total);
 }
 
+// The kernel hands over one record type per call, saying which in a control message: data
+// (23) is the stream's; an alert ends it, cleanly for close_notify; anything else (a
+// post-handshake message, which braid's peers never send) is a failure.
+ssize_t TlsStream::readKernel(const iovec* iov, int iovcnt) {
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(unsigned char))];
+  msghdr m{};
+  m.msg_iov = const_cast<iovec*>(iov);
+  m.msg_iovlen = static_cast<size_t>(iovcnt);
+  m.msg_control = control;
+  m.msg_controllen = sizeof control;
+  const ssize_t n = ::recvmsg(impl_->fd, &m, MSG_DONTWAIT);
+  if (n < 0) {
+    if (errno == EAGAIN || errno == EWOULDBLOCK) want_ = POLLIN;
+    if (errno == EBADMSG) {
+      error_ = "TLS read: a record did not authenticate (kernel TLS)";
+      errno = EPROTO;
+    } else if (errno == EMSGSIZE || errno == EINVAL) {
+      error_ = std::string("TLS read: the kernel refused a record: ") + std::strerror(errno);
+      errno = EPROTO;
+    }
+    return -1;
+  }
+  const cmsghdr* c = CMSG_FIRSTHDR(&m);
+  if (n == 0 || !c || c->cmsg_level != SOL_TLS || c->cmsg_type != TLS_GET_RECORD_TYPE) return n;
+  const unsigned char type = *CMSG_DATA(c);
+  if (type == 23) return n;  // application data
+  unsigned char alert[2] = {0, 255};
+  size_t got = 0;
+  for (int i = 0; i < iovcnt && got < 2 && got < static_cast<size_t>(n); ++i)
+    for (size_t j = 0; j < iov[i].iov_len && got < 2 && got < static_cast<size_t>(n); ++j)
+      alert[got++] = static_cast<const unsigned char*>(iov[i].iov_base)[j];
+  if (type == 21 && got == 2 && alert[1] == 0) return 0;  // close_notify: the end of the stream
+  error_ = type == 21 ? "TLS read: the peer sent alert " + std::to_string(alert[1])
+                      : "TLS read: unexpected record type " + std::to_string(type) + " after the handshake";
+  errno = EPROTO;
+  return -1;
+}
+
 #else  // no OpenSSL in this build
 
 struct TlsStream::Impl {};
@@ -370,6 +587,11 @@ StatusOr<std::unique_ptr<TlsStream>> TlsStream::createVerifiedClient(int, const 
 TlsStream::~TlsStream() = default;
 int TlsStream::fail(int, const char*) { return -1; }
 int TlsStream::handshake() { return -1; }
+void TlsStream::startKernel() {}
+ssize_t TlsStream::readKernel(const iovec*, int) { return -1; }
+StatusOr<TlsStream::TrafficKeys> TlsStream::trafficKeys(bool) const {
+  return invalidArgument("TLS: this braid was built without OpenSSL");
+}
 int TlsStream::flush() { return -1; }
 ssize_t TlsStream::writev(const iovec*, int) { return -1; }
 ssize_t TlsStream::readv(const iovec*, int) { return -1; }

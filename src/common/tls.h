@@ -11,6 +11,7 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -84,16 +85,34 @@ class TlsStream {
   short wantEvents() const { return want_; }
   const std::string& error() const { return error_; }
 
+  // Kernel TLS: after a PSK session's handshake, each direction's record layer goes to the
+  // kernel where it has one (Linux's "tls" TCP ULP; BRAID_TLS_KERNEL=0 keeps it in OpenSSL),
+  // which then encrypts from the caller's buffers with no copy and decrypts on receipt.
+  // Where the records are protected, for logs and tests: "in the kernel", or "in OpenSSL
+  // (why)", or one direction each; empty before the handshake.
+  const std::string& offload() const { return offload_; }
+  // The AEAD key and IV of the records this end sends (send) or receives, derived from the
+  // handshake's application traffic secret as RFC 8446 7.3 says: what the kernel is keyed
+  // with (a TLS 1.3 suite, 0x1301 AES-128-GCM or 0x1303 ChaCha20-Poly1305). For tests.
+  struct TrafficKeys {
+    uint16_t suite = 0;
+    std::string key, iv;
+  };
+  StatusOr<TrafficKeys> trafficKeys(bool send) const;
+
  private:
   TlsStream() = default;
   // Maps an OpenSSL failure of `ret` to errno (and error_); returns -1.
   int fail(int ret, const char* what);
+  void startKernel();  // at the end of the handshake
+  ssize_t readKernel(const iovec* iov, int iovcnt);
 
   struct Impl;
   std::unique_ptr<Impl> impl_;
   bool done_ = false;
   short want_ = 0;
   std::string error_;
+  std::string offload_;
   std::string pending_;    // taken by writev, not yet accepted by SSL_write
   size_t pendingOff_ = 0;
 };

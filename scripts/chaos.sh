@@ -29,7 +29,8 @@
 # its connections: the standby takes over when it has heard nothing for half the timeout),
 # and in half of them one more rank (killed or stopped): any rank but rank 1, or rank 1 at a
 # later step than rank 0 (by then its standby serves, and the survivors' shrink has started
-# another), without replacements. STORE=rank0 STANDBY=host places the ranks on two emulated
+# another), without replacements but in half of them grown first by one or two processes that
+# join through a grow id (mp_recover's MP_GROW_AT). STORE=rank0 STANDBY=host places the ranks on two emulated
 # hosts (BRAID_HOST_ID; the first half of the ranks on one, tcp between them) with the
 # standby on the second (BRAID_STORE_STANDBY=host), and the second victim, when there is one,
 # is rank 1 at rank 0's step in half of those trials (rank 0's whole host lost at once), else
@@ -112,11 +113,18 @@ if [[ ${MODE:-fault} == elastic ]]; then
     pick grow "0 1"
     growArgs=()
     [[ $grow == 1 ]] && growArgs=(--max-np "$np")
+    growEnv=()
     if [[ ${STORE:-braidrun} == rank0 ]]; then
-      grow=0
       pick fault "kill stop"
       step0=$((1 + RANDOM % (STEPS - 2)))
       victims="0:$step0:$fault"
+      # In half of them rank 0 first grows the job by 1 or 2 processes through a grow id
+      # (MP_GROW_AT), at rank 0's step or before: those join late and must outlive the
+      # store's host as the others do (and keep its next standby in their turn).
+      if [[ $grow == 1 ]]; then
+        grow="$((1 + RANDOM % step0)):$((1 + RANDOM % 2))"
+        growEnv=(MP_GROW_AT=$grow)
+      fi
       if [[ ${STANDBY:-} == host ]]; then
         # Ranks r < ceil(np/2) share rank 0's host; the first rank after them keeps the standby.
         keeper=$(((np + 1) / 2))
@@ -155,7 +163,7 @@ if [[ ${MODE:-fault} == elastic ]]; then
         [[ ${STANDBY:-} == host ]] && hostEnv=(BRAID_STORE_STANDBY=host BRAID_HOST_ID=chaos-host-$((r >= (np + 1) / 2)))
         env -u BRAID_RANK -u BRAID_WORLD_SIZE -u BRAID_STORE_ADDR RANK=$r WORLD_SIZE=$np LOCAL_RANK=$r \
           LOCAL_WORLD_SIZE=$np MASTER_ADDR=127.0.0.1 MASTER_PORT=$port BRAID_TIMEOUT=$TIMEOUT \
-          BRAID_TRANSPORT=$transport MP_VICTIMS=$victims "${hostEnv[@]}" \
+          BRAID_TRANSPORT=$transport MP_VICTIMS=$victims "${hostEnv[@]}" "${growEnv[@]}" \
           timeout -s KILL $((WALL * 2)) "$RECOVERPROG" "$STEPS" "$count" >>"$out" 2>&1 &
         if [[ ,$victims, == *",$r:"* ]]; then doomed+=($!); else survivors+=($!); fi
       done

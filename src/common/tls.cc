@@ -439,8 +439,8 @@ bool keyKernel(int fd, bool send, const TlsStream::TrafficKeys& k) {
 // authenticates the records.
 void TlsStream::startKernel() {
   if (impl_->secrets.client.empty() || impl_->secrets.server.empty()) {
-    offload_ = "in OpenSSL (no traffic secrets for this session)";
-    return;
+    offload_ = "in OpenSSL (no traffic secrets for this session: a certificate session, etcd's)";
+    return;  // and not what the log below reports, which is about braid's own connections
   }
   if (!kernelWanted()) {
     offload_ = "in OpenSSL (BRAID_TLS_KERNEL=0)";

@@ -10,7 +10,12 @@ using namespace braid;
 using namespace braid::bootstrap;
 
 namespace {
-UniqueId withKey(UniqueId id) {
+// An id for host, port and nonce, with a fresh key.
+UniqueId withKey(const std::string& host, int port, uint64_t nonce) {
+  UniqueId id;
+  id.host = host;
+  id.port = port;
+  id.nonce = nonce;
   id.key = randomAuthKey();
   return id;
 }
@@ -18,7 +23,7 @@ UniqueId withKey(UniqueId id) {
 
 TEST_CASE("unique id round trip", "[bootstrap][unique_id]") {
   for (const char* host : {"10.1.2.3", "127.0.0.1", "node-17.cluster.example.com", "h"}) {
-    UniqueId in = withKey({host, 29500, 0xfeedfacecafebeefull});
+    UniqueId in = withKey(host, 29500, 0xfeedfacecafebeefull);
     char buf[kUniqueIdBytes];
     encodeUniqueId(in, buf);
     auto out = decodeUniqueId(buf);
@@ -30,7 +35,7 @@ TEST_CASE("unique id round trip", "[bootstrap][unique_id]") {
     CHECK(out.value().key.present);
     CHECK(out.value().key.bytes == in.key.bytes);
   }
-  UniqueId longest = withKey({std::string(kUniqueIdMaxHost, 'a'), 65535, 1});
+  UniqueId longest = withKey(std::string(kUniqueIdMaxHost, 'a'), 65535, 1);
   char buf[kUniqueIdBytes];
   encodeUniqueId(longest, buf);
   auto out = decodeUniqueId(buf);
@@ -40,7 +45,7 @@ TEST_CASE("unique id round trip", "[bootstrap][unique_id]") {
 }
 
 TEST_CASE("unique id corruption is detected", "[bootstrap][unique_id]") {
-  UniqueId in = withKey({"192.168.0.10", 4242, 0x1122334455667788ull});
+  UniqueId in = withKey("192.168.0.10", 4242, 0x1122334455667788ull);
   char good[kUniqueIdBytes];
   encodeUniqueId(in, good);
   char buf[kUniqueIdBytes];
@@ -73,18 +78,18 @@ TEST_CASE("unique id corruption is detected", "[bootstrap][unique_id]") {
     CHECK(r.status().message().find("version") != std::string::npos);
   }
   SECTION("a host too long to encode is reported at decode") {
-    encodeUniqueId(withKey({std::string(kUniqueIdMaxHost + 1, 'h'), 1, 1}), buf);
+    encodeUniqueId(withKey(std::string(kUniqueIdMaxHost + 1, 'h'), 1, 1), buf);
     auto r = decodeUniqueId(buf);
     CHECK(r.status().message().find("longer than") != std::string::npos);
   }
   SECTION("port and nonce must be set") {
-    encodeUniqueId(withKey({"h", 0, 1}), buf);
+    encodeUniqueId(withKey("h", 0, 1), buf);
     CHECK(decodeUniqueId(buf).status().message().find("port") != std::string::npos);
-    encodeUniqueId(withKey({"h", 1, 0}), buf);
+    encodeUniqueId(withKey("h", 1, 0), buf);
     CHECK(decodeUniqueId(buf).status().message().find("nonce") != std::string::npos);
-    encodeUniqueId(withKey({"", 1, 1}), buf);
+    encodeUniqueId(withKey("", 1, 1), buf);
     CHECK_FALSE(decodeUniqueId(buf).isOk());
-    encodeUniqueId(withKey({"bad host\n", 1, 1}), buf);
+    encodeUniqueId(withKey("bad host\n", 1, 1), buf);
     CHECK_FALSE(decodeUniqueId(buf).isOk());
   }
   SECTION("the job key must be set") {
@@ -96,7 +101,7 @@ TEST_CASE("unique id corruption is detected", "[bootstrap][unique_id]") {
 TEST_CASE("every unique id carries a key of its own", "[bootstrap][unique_id]") {
   // The key is what keeps strangers out of a braidGetUniqueId job: two ids never share one.
   std::set<std::string> keys;
-  for (int i = 0; i < 100; ++i) keys.insert(withKey({"h", 1, 1}).key.hex());
+  for (int i = 0; i < 100; ++i) keys.insert(withKey("h", 1, 1).key.hex());
   CHECK(keys.size() == 100);
 }
 

@@ -236,6 +236,7 @@ void tlsWarmUp() {
   (void)clientContext();
   (void)serverContext();
   (void)socketMethod();
+  (void)secretsIndex();
 }
 
 StatusOr<std::unique_ptr<TlsStream>> TlsStream::create(int fd, Role role, const AuthKey& key,

@@ -1,7 +1,6 @@
 #include "common/tls.h"
 
 #include <poll.h>
-#include <strings.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -89,11 +88,13 @@ void keyLog(const SSL* ssl, const char* line) {
   if (into && last != std::string_view::npos && !hexToBytes(l.substr(last + 1), into)) into->clear();
 }
 
-// BRAID_TLS_KERNEL (default 1): hand the record layer to the kernel where it has one.
+// BRAID_TLS_KERNEL (default 1): hand the record layer to the kernel where it has one. Read
+// here, below the config, because stores (braidrun's too) make sessions without one; the
+// config checks the value (0, 1, false, true) when a communicator starts.
 bool kernelWanted() {
   static const bool wanted = [] {
     const char* v = std::getenv("BRAID_TLS_KERNEL");
-    return !(v && (!std::strcmp(v, "0") || !strcasecmp(v, "false") || !strcasecmp(v, "off") || !strcasecmp(v, "no")));
+    return !(v && (!std::strcmp(v, "0") || !std::strcmp(v, "false")));
   }();
   return wanted;
 }

@@ -162,6 +162,7 @@ StatusOr<Config> Config::fromEnv(const std::function<const char*(const char*)>& 
   BRAID_RETURN_IF_ERROR(readInt(get, "BRAID_IB_GID_INDEX", -1, 1023, &c.ibGidIndex));
   BRAID_RETURN_IF_ERROR(readBool(get, "BRAID_PROBE", &c.probe));
   BRAID_RETURN_IF_ERROR(readBool(get, "BRAID_TLS", &c.tls));
+  BRAID_RETURN_IF_ERROR(readBool(get, "BRAID_TLS_KERNEL", &c.tlsKernel));
   BRAID_RETURN_IF_ERROR(readBool(get, "BRAID_WHOLE_BLOCKS", &c.wholeBlocks));
   BRAID_RETURN_IF_ERROR(readBool(get, "BRAID_SEND_ACKS", &c.sendAcks));
   BRAID_RETURN_IF_ERROR(readBool(get, "BRAID_LIVE_STATUS", &c.liveStatus));

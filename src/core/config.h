@@ -38,6 +38,7 @@ struct Config {
   bool blocking = true;        // BRAID_COMM_BLOCKING: the C API's default mode (braidConfig_t)
   bool probe = true;           // BRAID_PROBE: measure the inter-host link at init
   bool tls = false;            // BRAID_TLS: TLS on tcp data connections (needs the job key)
+  bool tlsKernel = true;       // BRAID_TLS_KERNEL: validated here; common/tls.cc reads it itself (stores too)
   bool liveStatus = true;      // BRAID_LIVE_STATUS: answer braid-info --status
   bool storeStandby = true;    // BRAID_STORE_STANDBY: rank 1 stands by for the store rank 0 serves
   bool storeStandbyOtherHost = false;  // BRAID_STORE_STANDBY=host: the first rank on another host does

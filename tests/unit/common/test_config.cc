@@ -73,7 +73,7 @@ TEST_CASE("malformed knobs are rejected naming the variable and value", "[unit]"
       {{"BRAID_SLOT_BYTES", "1"}}, {{"BRAID_NSLOTS", "1"}},            {{"BRAID_BIND", "maybe"}},
       {{"BRAID_SOCKETS_PER_PEER", "0"}}, {{"BRAID_PORT_RANGE", "40000"}}, {{"BRAID_PORT_RANGE", "9-8"}},
       {{"BRAID_PORT_RANGE", "0-10"}},     {{"BRAID_PORT_RANGE", "1-70000"}}, {{"BRAID_PORT_RANGE", "1-2x"}},
-      {{"BRAID_STORE_STANDBY", "elsewhere"}}};
+      {{"BRAID_STORE_STANDBY", "elsewhere"}}, {{"BRAID_TLS_KERNEL", "off"}}};
   for (const auto& env : bad) {
     auto c = parse(env);
     const auto& [name, value] = *env.begin();

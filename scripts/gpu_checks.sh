@@ -5,6 +5,9 @@
 # log per step and summary.txt. PYTHON (default: python3) is a Python whose torch sees the
 # GPU; the braid package is built against it into LOG_DIR/py (skipped when that fails).
 # QUICK=1 leaves out the slowest step (allreduce of every type and op on device buffers).
+# BUDGET_S (default: none) bounds the whole run: each step's limit is cut to what is left,
+# and a step with under 15 s left is skipped and said so. The steps run most telling first:
+# the unit tests, then the paths that have run least, then the benchmarks.
 # Exits non-zero when any correctness step failed; benchmarks only report.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -18,10 +21,19 @@ failed=0
 
 note() { echo "$*" | tee -a "$SUMMARY"; }
 # step NAME LIMIT_S CHECK(1: counts as a correctness step) COMMAND...
+BUDGET=${BUDGET_S:-0}
 step() {
   local name=$1 limit=$2 check=$3
   shift 3
   local t0=$SECONDS rc
+  if [ "$BUDGET" -gt 0 ]; then
+    local left=$((BUDGET - SECONDS))
+    if [ "$left" -lt 15 ]; then
+      note "$(printf '%-22s skipped: %ss of BUDGET_S=%s left' "$name" "$left" "$BUDGET")"
+      return 0
+    fi
+    [ "$left" -lt "$limit" ] && limit=$left
+  fi
   timeout -k 5 "$limit" "$@" > "$LOGS/$name.log" 2>&1
   rc=$?
   note "$(printf '%-22s rc=%-3s %4ss' "$name" "$rc" "$((SECONDS - t0))")"
@@ -48,8 +60,27 @@ fi
 
 BR="$BUILD/src/launcher/braidrun"
 PERF=$BUILD/perf
+AR="$PERF/allreduce_perf -b 8 -e 128M -f 8 -n 20 -w 5 -c 1 -D 1"
 step test_cuda_gpu 150 1 "$BUILD/tests/unit/cuda/test_cuda_gpu"
 step test_device 120 1 "$BUILD/tests/unit/device/test_device"
+# The three ways a device call runs, 2 ranks sharing the GPU, side by side: staged through
+# pinned host memory (default), direct (the fused kernels between the device buffers and the
+# registered shared-memory slots), ipc (the slots in GPU memory, written by the peers' kernels).
+step allreduce_D1_np2 120 1 "$BR" -np 2 $AR
+for path in direct ipc; do
+  step "allreduce_D1_np2_$path" 120 1 env BRAID_CUDA_PATH=$path BRAID_DEBUG=INFO "$BR" -np 2 $AR
+done
+for path in direct ipc; do
+  for coll in broadcast sendrecv allgather reduce_scatter alltoall reduce gather scatter; do
+    step "${coll}_D1_np3_$path" 60 1 env BRAID_CUDA_PATH=$path "$BR" -np 3 "$PERF/${coll}_perf" \
+      -b 8 -e 16M -f 64 -n 5 -w 1 -c 1 -D 1
+  done
+done
+for path in staged direct ipc; do
+  step "allreduce_D1_np4_$path" 120 1 env BRAID_CUDA_PATH=$path "$BR" -np 4 $AR
+done
+step allreduce_D1_np2_all_direct 120 1 env BRAID_CUDA_PATH=direct "$BR" -np 2 "$PERF/allreduce_perf" \
+  -b 4K -e 1M -f 16 -n 3 -w 1 -c 1 -o all -d all -D 1
 step kernel_perf_float 90 1 "$BUILD/cuda/kernel_perf" -b 1M -e 256M -f 4 -d float
 step kernel_perf_bf16 90 1 "$BUILD/cuda/kernel_perf" -b 1M -e 256M -f 16 -d bfloat16
 # The grid cap: the old 64 blocks and two waves of blocks, against the default (one per SM).
@@ -57,59 +88,38 @@ for blocks in 64 264; do
   step "kernel_perf_float_blocks$blocks" 90 0 env BRAID_CUDA_MAX_BLOCKS=$blocks "$BUILD/cuda/kernel_perf" \
     -b 16M -e 256M -f 16 -d float
 done
-for np in 1 2 4; do
-  step "allreduce_D1_np$np" 120 1 "$BR" -np $np "$PERF/allreduce_perf" -b 8 -e 256M -f 8 -n 20 -w 5 -c 1 -D 1
-done
-# The direct path (BRAID_CUDA_PATH=direct: the kernels reduce between the device buffers and
-# the registered shared-memory slots, nothing staged) against the staged steps above.
-for np in 2 4; do
-  step "allreduce_D1_np${np}_direct" 120 1 env BRAID_CUDA_PATH=direct BRAID_DEBUG=INFO "$BR" -np $np \
-    "$PERF/allreduce_perf" -b 8 -e 256M -f 8 -n 20 -w 5 -c 1 -D 1
-done
-step allreduce_D1_np2_all_direct 120 1 env BRAID_CUDA_PATH=direct "$BR" -np 2 "$PERF/allreduce_perf" \
-  -b 4K -e 1M -f 16 -n 3 -w 1 -c 1 -o all -d all -D 1
-for coll in broadcast sendrecv allgather reduce_scatter alltoall reduce gather scatter; do
-  step "${coll}_D1_np3_direct" 60 1 env BRAID_CUDA_PATH=direct "$BR" -np 3 "$PERF/${coll}_perf" \
-    -b 8 -e 16M -f 64 -n 5 -w 1 -c 1 -D 1
-done
-# Device slots (BRAID_CUDA_PATH=ipc: the peers' kernels write each other's GPU memory).
-for np in 2 4; do
-  step "allreduce_D1_np${np}_ipc" 120 1 env BRAID_CUDA_PATH=ipc BRAID_DEBUG=INFO "$BR" -np $np \
-    "$PERF/allreduce_perf" -b 8 -e 256M -f 8 -n 20 -w 5 -c 1 -D 1
-done
-for coll in sendrecv allgather alltoall reduce_scatter; do
-  step "${coll}_D1_np3_ipc" 60 1 env BRAID_CUDA_PATH=ipc "$BR" -np 3 "$PERF/${coll}_perf" \
-    -b 8 -e 16M -f 64 -n 5 -w 1 -c 1 -D 1
-done
-# How a stream waits for the host (BRAID_CUDA_STREAM_WAIT), compared in the same run.
-for mode in kernel memop host; do
-  step "allreduce_D1_np2_wait_$mode" 90 1 env BRAID_CUDA_STREAM_WAIT=$mode "$BR" -np 2 "$PERF/allreduce_perf" \
-    -b 8 -e 128M -f 64 -n 20 -w 5 -c 1 -D 1
-done
-# One core per rank (braidrun's old binding) against the default blocks of cores.
-step allreduce_D1_np2_bind_core 90 0 "$BR" -np 2 --bind-to core "$PERF/allreduce_perf" -b 8 -e 128M -f 64 -n 20 -w 5 -c 1 -D 1
-step allreduce_D1_np2_z2 90 1 "$BR" -np 2 "$PERF/allreduce_perf" -b 8 -e 128M -f 64 -n 20 -w 5 -c 1 -z 2 -D 1
-step allreduce_D0_np2 90 1 "$BR" -np 2 "$PERF/allreduce_perf" -b 8 -e 256M -f 8 -n 20 -w 5 -c 1 -D 0
-[ -n "${QUICK:-}" ] || step allreduce_D1_np2_all 120 1 "$BR" -np 2 "$PERF/allreduce_perf" -b 4K -e 4M -f 32 -n 5 -w 1 -c 1 -o all -d all -D 1
-step broadcast_D1_np2 60 1 "$BR" -np 2 "$PERF/broadcast_perf" -b 8 -e 64M -f 16 -n 10 -w 2 -c 1 -D 1
-step sendrecv_D1_np2 60 1 "$BR" -np 2 "$PERF/sendrecv_perf" -b 8 -e 64M -f 16 -n 10 -w 2 -c 1 -D 1
-# Every collective on device buffers, checked, 3 ranks sharing the GPU.
-for coll in allgather reduce_scatter alltoall reduce gather scatter; do
-  step "${coll}_D1_np3" 60 1 "$BR" -np 3 "$PERF/${coll}_perf" -b 8 -e 16M -f 64 -n 5 -w 1 -c 1 -D 1
-done
 
 if [ -n "$pybuild_pid" ]; then
   if wait "$pybuild_pid" && [ -d "$LOGS/py/braid" ]; then
     note "python_build           rc=0"
     step python_cuda 150 1 env BRAID_PYTHON_SITE="$LOGS/py" "$PY" -m pytest -q -rfEs -p no:cacheprovider \
       "$ROOT/tests/python/test_cuda.py"
-    step bench_torch_np2 150 0 env PYTHONPATH="$LOGS/py" "$PY" "$ROOT/python/bench/cuda_allreduce_bench.py" \
-      --nprocs 2 --json "$LOGS/bench_torch_np2.json"
+    for path in staged ipc; do
+      step "bench_torch_np2_$path" 150 0 env BRAID_CUDA_PATH=$path PYTHONPATH="$LOGS/py" "$PY" \
+        "$ROOT/python/bench/cuda_allreduce_bench.py" --nprocs 2 --max-bytes $((128 << 20)) \
+        --json "$LOGS/bench_torch_np2_$path.json"
+    done
   else
     note "python_build           failed (see python_build.log)"
     failed=1
     step bench_gloo_np2 120 0 "$PY" "$ROOT/python/bench/cuda_allreduce_bench.py" --nprocs 2
   fi
 fi
+
+step allreduce_D1_np1 60 1 "$BR" -np 1 $AR
+# How a stream waits for the host (BRAID_CUDA_STREAM_WAIT), compared in the same run.
+for mode in kernel memop host; do
+  step "allreduce_D1_np2_wait_$mode" 90 1 env BRAID_CUDA_STREAM_WAIT=$mode "$BR" -np 2 "$PERF/allreduce_perf" \
+    -b 8 -e 128M -f 64 -n 20 -w 5 -c 1 -D 1
+done
+step allreduce_D1_np2_z2 90 1 "$BR" -np 2 "$PERF/allreduce_perf" -b 8 -e 128M -f 64 -n 20 -w 5 -c 1 -z 2 -D 1
+step allreduce_D0_np2 90 1 "$BR" -np 2 "$PERF/allreduce_perf" -b 8 -e 128M -f 8 -n 20 -w 5 -c 1 -D 0
+[ -n "${QUICK:-}" ] || step allreduce_D1_np2_all 120 1 "$BR" -np 2 "$PERF/allreduce_perf" -b 4K -e 4M -f 32 -n 5 -w 1 -c 1 -o all -d all -D 1
+# Every collective on staged device buffers, checked, 3 ranks sharing the GPU.
+for coll in broadcast sendrecv allgather reduce_scatter alltoall reduce gather scatter; do
+  step "${coll}_D1_np3" 60 1 "$BR" -np 3 "$PERF/${coll}_perf" -b 8 -e 16M -f 64 -n 5 -w 1 -c 1 -D 1
+done
+# One core per rank (braidrun's old binding) against the default blocks of cores.
+step allreduce_D1_np2_bind_core 90 0 "$BR" -np 2 --bind-to core "$PERF/allreduce_perf" -b 8 -e 128M -f 64 -n 20 -w 5 -c 1 -D 1
 note "== done in ${SECONDS}s, correctness steps $([ $failed = 0 ] && echo passed || echo FAILED)"
 exit $failed

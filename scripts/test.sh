@@ -2,8 +2,9 @@
 # The whole test suite: set up, build, a short libFuzzer run of every decoder
 # (scripts/fuzz.sh), the unit and world tests under ASan and UBSan
 # (scripts/test_sanitizers.sh), then every test under CTest (unit, world, transport,
-# multiproc, chaos; gpu and python where available). Ends with CTest's summary line and
-# fails if any test, sanitizer run or fuzz target fails.
+# multiproc, chaos; gpu and python where available; those that passed under the sanitizers
+# are not run twice). Ends with CTest's summary line and fails if any test, sanitizer run or
+# fuzz target fails.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/scripts/setup.sh"
@@ -32,8 +33,22 @@ if [ "${ASAN:-1}" != 0 ]; then
 fi
 cd "$BUILD_DIR"
 echo "== ctest"
+# A test that passed under ASan and UBSan above is not run again here: each test runs once,
+# the unit and world tests in the sanitizer build, the rest (and the unit and world tests
+# left out there or not passed there) in this one. RERUN_ALL=1 runs every test here too.
+select=()
+if [ "${ASAN:-1}" != 0 ] && [ -z "${RERUN_ALL:-}" ] && ls "$ROOT"/build-asan/junit-*.xml > /dev/null 2>&1; then
+  sel_status=0
+  python3 "$ROOT/scripts/ctest_select.py" "$BUILD_DIR" "$BUILD_DIR/ctest-select.txt" "$ROOT"/build-asan/junit-*.xml ||
+    sel_status=$?
+  case "$sel_status" in
+    0) select=(-I "$BUILD_DIR/ctest-select.txt") ;;
+    3) select=(-R '^$') ;;
+    *) echo "== could not tell which tests passed under ASan: running them all" ;;
+  esac
+fi
 ctest_status=0
-ctest --output-on-failure -j "${CTEST_JOBS:-2}" --timeout 900 "$@" || ctest_status=$?
+ctest --output-on-failure -j "${CTEST_JOBS:-2}" --timeout 900 "${select[@]}" "$@" || ctest_status=$?
 if [ "$fuzz_status" != 0 ]; then
   echo "== fuzzing FAILED (scripts/fuzz.sh output above)"
   exit 1

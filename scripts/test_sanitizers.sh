@@ -33,6 +33,9 @@ if [ "$SANITIZE" = address ] && command -v clang++ >/dev/null; then
 else
   EXTRA=(-DCMAKE_BUILD_TYPE=RelWithDebInfo)
 fi
+# Every ctest run below leaves a JUnit report in $DIR (scripts/test.sh reads which tests
+# passed); none survives from an earlier run.
+rm -f "$DIR"/junit-*.xml
 echo "== configuring $DIR (BRAID_SANITIZE=$SANITIZE)"
 cmake -S "$ROOT" -B "$DIR" "${EXTRA[@]}" -DBRAID_SANITIZE="$SANITIZE" -DBRAID_ENABLE_CUDA=OFF \
   -DBRAID_BUILD_PERF=OFF "-DBRAID_TEST_DIRS=$DIRS" >/dev/null
@@ -58,9 +61,12 @@ if [ "$SANITIZE" = address ]; then
   # matched by its hwloc caller (tests/sanitizers/lsan.supp), and the plugin is unloaded
   # before LeakSanitizer reports, so fast unwinding would stop at an unknown module.
   ASAN_OPTIONS="$ASAN_OPTIONS:fast_unwind_on_malloc=0" \
-    ctest --output-on-failure -j "${CTEST_JOBS:-2}" --timeout 900 -R '^test_topology:' || status=1
-  ctest --output-on-failure -j "${CTEST_JOBS:-2}" --timeout 900 -E "^test_topology:${EXCLUDE:+|$EXCLUDE}" "$@" || status=1
+    ctest --output-on-failure -j "${CTEST_JOBS:-2}" --timeout 900 --output-junit "$DIR/junit-topology.xml" \
+    -R '^test_topology:' || status=1
+  ctest --output-on-failure -j "${CTEST_JOBS:-2}" --timeout 900 --output-junit "$DIR/junit-rest.xml" \
+    -E "^test_topology:${EXCLUDE:+|$EXCLUDE}" "$@" || status=1
 else
-  ctest --output-on-failure -j "${CTEST_JOBS:-2}" --timeout 900 ${EXCLUDE:+-E "$EXCLUDE"} "$@" || status=1
+  ctest --output-on-failure -j "${CTEST_JOBS:-2}" --timeout 900 --output-junit "$DIR/junit-all.xml" \
+    ${EXCLUDE:+-E "$EXCLUDE"} "$@" || status=1
 fi
 exit $status

@@ -7,7 +7,7 @@
 // Installed into Horovod's package by `python -m braid.horovod install` (a link to this file
 // and the metadata.json that Horovod's front end checks).
 
-#include <torch/extension.h>
+#include <torch/python.h>
 
 #include <algorithm>
 #include <cstdio>

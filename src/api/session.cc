@@ -908,6 +908,16 @@ Status Session::run(Call&& call) {
     // must see this call after them, on every rank alike.
     return q->runInOrder([&] { return comm_->run(call.req, call.input, call.output, std::move(call.extra)); });
   }
+  // Before anything touches the stream or the runtime: a call captured into a CUDA graph
+  // would hang the proxy now and the stream at every replay.
+  auto captured = device::runtime().capturing(call.device.stream);
+  if (!captured.isOk() || captured.value()) {
+    return invalidArgument(std::string(call.name) + " on rank " + std::to_string(comm_->rank()) + ": stream " +
+                           (captured.isOk() ? "is being captured into a CUDA graph (cudaStreamBeginCapture); "
+                                              "braid's device calls cannot be captured yet: issue this call "
+                                              "outside the capture"
+                                            : "cannot be queried: " + captured.status().message()));
+  }
   device::DeviceQueue* q = nullptr;
   device::DeviceMover* mover = nullptr;
   int gpu = -1;

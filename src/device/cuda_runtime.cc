@@ -174,6 +174,19 @@ class CudaRuntime final : public Runtime {
     return Status::ok();
   }
 
+  StatusOr<bool> capturing(Stream s) override {
+    cudaStreamCaptureStatus state = cudaStreamCaptureStatusNone;
+    cudaError_t e = cudaStreamIsCapturing(static_cast<cudaStream_t>(s), &state);
+    // The legacy default stream while a blocking stream captures: using it would join that
+    // capture (CUDA's documented answer; the error is not sticky).
+    if (e == cudaErrorStreamCaptureImplicit) {
+      cudaGetLastError();
+      return true;
+    }
+    if (e != cudaSuccess) return cudaFailure("cudaStreamIsCapturing", e);
+    return state != cudaStreamCaptureStatusNone;
+  }
+
   Status directSupport(int device) override {
     BRAID_RETURN_IF_ERROR(available());
     int can = 0;

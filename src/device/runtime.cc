@@ -23,6 +23,7 @@ Status noDirect(const Runtime& rt) {
 }
 }  // namespace
 
+StatusOr<bool> Runtime::capturing(Stream) { return false; }
 Status Runtime::directSupport(int) { return noDirect(*this); }
 Status Runtime::registerHost(void*, size_t) { return noDirect(*this); }
 StatusOr<void*> Runtime::allocDevice(size_t, int) { return noDirect(*this); }

@@ -67,6 +67,11 @@ class Runtime {
   virtual void releaseMarker(void* marker) = 0;
   // Work enqueued on `s` after this waits until reachedValue(*f.host, value).
   virtual Status waitFlag(Stream s, const Flag& f, uint32_t value) = 0;
+  // Whether `s` is being captured into a CUDA graph (or, for the legacy default stream, would
+  // join another stream's capture). Work put on such a stream is recorded, not run: the
+  // proxy would wait for a marker that never comes, and a replay would wait for a flag
+  // value nobody stores again.
+  virtual StatusOr<bool> capturing(Stream s);
 
   // The direct path (device_mover.h): the reduce-copy kernels run by the proxy's and the
   // channels' threads between device buffers and the shared-memory slots, registered with

@@ -20,6 +20,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -298,6 +299,18 @@ class FakeRuntime final : public Runtime {
     return Status::ok();
   }
 
+  // A stream being captured into a graph (CUDA's cudaStreamBeginCapture); the fake records
+  // nothing, it only answers capturing().
+  void setCapturing(Stream s, bool on) {
+    std::lock_guard<std::mutex> l(mu_);
+    if (on) capturing_.insert(s);
+    else capturing_.erase(s);
+  }
+  StatusOr<bool> capturing(Stream s) override {
+    std::lock_guard<std::mutex> l(mu_);
+    return capturing_.count(s) > 0;
+  }
+
   FakeStream& defaultStream() { return default_; }
 
   std::atomic<bool> failCopies{false};
@@ -339,6 +352,7 @@ class FakeRuntime final : public Runtime {
   std::map<uintptr_t, size_t> reachable_;  // pinned (allocHost) and registered host memory
   std::map<uintptr_t, size_t> areas_;      // device slot areas, made (allocDevice) or mapped (importDevice)
   std::map<uintptr_t, std::string> areaNames_;  // the segments of those made here
+  std::set<Stream> capturing_;
   FakeStream default_;
 };
 

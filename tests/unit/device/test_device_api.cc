@@ -192,6 +192,48 @@ TEST_CASE("C API: a host call after device calls waits for them, so every rank s
   for (int r = 0; r < n; ++r) CHECK(errors[r] == "");
 }
 
+TEST_CASE("C API: a call on a stream being captured into a CUDA graph is refused at once, naming the rank",
+          "[device][cuda]") {
+  FakeRuntime rt;
+  InstallRuntime installed(&rt);
+  const int n = 2;
+  const size_t count = 1000;
+  std::vector<std::string> errors(n);
+  onRanks(n, [&](braidComm_t comm, int r) {
+    FakeStream stream;
+    float* buf = static_cast<float*>(rt.deviceAlloc(count * 4));
+    stream.enqueue([&] { std::fill(buf, buf + count, 1.0f); });
+    rt.setCapturing(stream.handle(), true);
+    const int copies = rt.copiesDone.load();
+    const auto t0 = std::chrono::steady_clock::now();
+    braidResult_t res = braidAllReduce(buf, buf, count, braidFloat32, braidSum, comm, stream.handle());
+    const std::string msg = braidGetLastError(comm);
+    if (res != braidInvalidArgument) errors[r] = "a capturing stream was accepted";
+    else if (msg.find("braidAllReduce on rank " + std::to_string(r) + ": stream is being captured into a CUDA graph") ==
+             std::string::npos)
+      errors[r] = "message: " + msg;
+    if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(2)) errors[r] += "; the refusal waited";
+    // Grouped sends and receives take the same path.
+    braidGroupStart();
+    braidSend(buf, count, braidFloat32, 1 - r, comm, stream.handle());
+    braidRecv(buf, count, braidFloat32, 1 - r, comm, stream.handle());
+    if (braidGroupEnd() != braidInvalidArgument) errors[r] += "; a captured group was accepted";
+    stream.synchronize();
+    if (rt.copiesDone.load() != copies && errors[r].empty()) errors[r] = "the refused calls queued copies";
+    // The capture over, the same call runs, in stream order.
+    rt.setCapturing(stream.handle(), false);
+    if (braidAllReduce(buf, buf, count, braidFloat32, braidSum, comm, stream.handle()) != braidSuccess)
+      errors[r] += std::string("; after the capture: ") + braidGetLastError(comm);
+    std::vector<float> got;
+    stream.enqueue([&] { got.assign(buf, buf + count); });
+    stream.synchronize();
+    if (errors[r].empty() && (got.size() != count || got[0] != 2.0f || got[count - 1] != 2.0f))
+      errors[r] = "wrong result after the capture";
+    rt.deviceFree(buf);
+  });
+  for (int r = 0; r < n; ++r) CHECK(errors[r] == "");
+}
+
 TEST_CASE("C API: without a GPU a stream is refused with the reason, and host calls run as before", "[device][cuda]") {
   if (braid::device::cudaRuntime().available().isOk()) {
     WARN("a GPU is visible here: the no-driver path is not what runs");

@@ -75,9 +75,11 @@ void* sharedStorage(const void* site, size_t bytes, size_t align) {
 CpuExecutor::CpuExecutor() = default;
 
 CpuExecutor::~CpuExecutor() {
+  stop_.store(true);
   for (auto& w : workers_) {
+    // Taking the worker's mutex orders the store before its next look at the predicate, so
+    // the wake-up is not lost.
     std::lock_guard<std::mutex> lock(w->mu);
-    stop_ = true;
     w->cv.notify_one();
   }
   for (auto& w : workers_) w->thread.join();
@@ -102,8 +104,8 @@ void CpuExecutor::workerLoop(Worker* w, size_t index) {
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(w->mu);
-      w->cv.wait(lock, [&] { return stop_ || w->generation != seen; });
-      if (stop_) return;
+      w->cv.wait(lock, [&] { return stop_.load() || w->generation != seen; });
+      if (stop_.load()) return;
       seen = w->generation;
     }
     // The launch fields were written before this worker's mutex was taken to wake it, so

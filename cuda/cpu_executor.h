@@ -28,6 +28,7 @@
 // at a time, each blocking its caller until the grid is done. Different executors run
 // concurrently (each has its own pool).
 
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -86,7 +87,9 @@ class CpuExecutor {
 
   std::mutex launchMu_;              // one launch at a time
   std::vector<std::unique_ptr<Worker>> workers_;
-  bool stop_ = false;                // guarded by each worker's mu when read by that worker
+  // Set once, by the destructor, before it wakes each worker under that worker's mu: atomic,
+  // since every worker reads it under a different mutex.
+  std::atomic<bool> stop_{false};
   uint64_t generation_ = 0;          // bumped per block
 
   // The block being run; written before the workers are woken, read-only while they run.

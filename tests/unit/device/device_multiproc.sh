@@ -6,6 +6,7 @@
 # kernels must have run (on the device slots for ipc) and everything is undone at destroy.
 set -uo pipefail
 fail=0
+pids=()
 for path in direct ipc; do
   out=$(BRAID_CUDA_PATH=$path BRAID_TRANSPORT=shm timeout 120 "$BRAIDRUN" -np 3 "$DEVICE_RANK" 2>&1)
   rc=$?
@@ -18,8 +19,13 @@ for path in direct ipc; do
   else
     [ "$(grep -c 'slotKernels=0 areas=0 registered=[1-9]' <<<"$out")" = 3 ] || { echo "FAIL: direct: slots not registered"; fail=1; }
   fi
-  [ "$(grep -c 'AFTER rank=[0-9] areas=0 imports=0 registered=0 hostLive=0' <<<"$out")" = 3 ] || { echo "FAIL: $path: left over"; fail=1; }
+  [ "$(grep -c 'AFTER rank=[0-9] areas=0 imports=0 registered=0 hostLive=0 pid=' <<<"$out")" = 3 ] || { echo "FAIL: $path: left over"; fail=1; }
+  pids+=($(grep -o 'AFTER rank=.* pid=[0-9]*' <<<"$out" | sed 's/.*pid=//'))
 done
-left=$(ls /dev/shm 2>/dev/null | grep -c '^braid-fake-slots-' || true)
+# The segments of these ranks only (other tests may run beside this one).
+left=0
+for pid in "${pids[@]}"; do
+  left=$((left + $(ls /dev/shm 2>/dev/null | grep -c "^braid-fake-slots-$pid-" || true)))
+done
 [ "$left" = 0 ] || { echo "FAIL: $left device slot segments left in /dev/shm"; fail=1; }
 exit $fail

@@ -3,8 +3,11 @@
 // buffers, then one line with what it found and how the path ran, and one more after
 // destroy with what is left.
 //   DEVICE rank=R error=<first difference or none> kernels=K slotKernels=S areas=A registered=G
-//   AFTER rank=R areas=A imports=I registered=G hostLive=H
+//   AFTER rank=R areas=A imports=I registered=G hostLive=H pid=P
+// (P names the process's device slot segments, /dev/shm/braid-fake-slots-P-*.)
 // Exits 1 on any error.
+
+#include <unistd.h>
 
 #include <cstdio>
 #include <string>
@@ -30,8 +33,8 @@ int main() {
               error.empty() ? "none" : error.c_str(), rt.kernels.load(), rt.slotKernels.load(), rt.slotAreas.load(),
               rt.registered.load());
   braidCommDestroy(comm);
-  std::printf("AFTER rank=%d areas=%d imports=%d registered=%d hostLive=%d\n", rank, rt.slotAreas.load(),
-              rt.imports.load(), rt.registered.load(), rt.hostLive.load());
+  std::printf("AFTER rank=%d areas=%d imports=%d registered=%d hostLive=%d pid=%d\n", rank, rt.slotAreas.load(),
+              rt.imports.load(), rt.registered.load(), rt.hostLive.load(), static_cast<int>(getpid()));
   std::fflush(stdout);
   return error.empty() ? 0 : 1;
 }

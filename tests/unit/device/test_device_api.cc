@@ -3,6 +3,7 @@
 // is refused with the reason. Ranks are threads on the loopback transport.
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <climits>
 #include <cstdint>
@@ -199,11 +200,19 @@ TEST_CASE("C API: a call on a stream being captured into a CUDA graph is refused
   const int n = 2;
   const size_t count = 1000;
   std::vector<std::string> errors(n);
+  // The copy counter is the runtime's, shared by the ranks: every rank counts it while all are
+  // between their refused calls and the call after the capture.
+  std::atomic<int> arrived{0};
+  auto allArrive = [&](int round) {
+    arrived.fetch_add(1);
+    while (arrived.load() < round * n) std::this_thread::yield();
+  };
   onRanks(n, [&](braidComm_t comm, int r) {
     FakeStream stream;
     float* buf = static_cast<float*>(rt.deviceAlloc(count * 4));
     stream.enqueue([&] { std::fill(buf, buf + count, 1.0f); });
     rt.setCapturing(stream.handle(), true);
+    allArrive(1);
     const int copies = rt.copiesDone.load();
     const auto t0 = std::chrono::steady_clock::now();
     braidResult_t res = braidAllReduce(buf, buf, count, braidFloat32, braidSum, comm, stream.handle());
@@ -219,7 +228,9 @@ TEST_CASE("C API: a call on a stream being captured into a CUDA graph is refused
     braidRecv(buf, count, braidFloat32, 1 - r, comm, stream.handle());
     if (braidGroupEnd() != braidInvalidArgument) errors[r] += "; a captured group was accepted";
     stream.synchronize();
+    allArrive(2);
     if (rt.copiesDone.load() != copies && errors[r].empty()) errors[r] = "the refused calls queued copies";
+    allArrive(3);
     // The capture over, the same call runs, in stream order.
     rt.setCapturing(stream.handle(), false);
     if (braidAllReduce(buf, buf, count, braidFloat32, braidSum, comm, stream.handle()) != braidSuccess)

@@ -5,8 +5,9 @@
 Reads the JUnit reports (`ctest --output-junit`) of one build, lists BUILD_DIR's tests
 (`ctest -N`), and writes to OUT_FILE a `ctest -I` file that names, by number, every test of
 BUILD_DIR that no report shows as passed: failed, skipped or absent there. Prints how many
-of each; exits 3, writing nothing, when every test passed already. scripts/test.sh uses it so that a unit or world test that passed under ASan and
-UBSan is not run a second time in the release build, while everything else is.
+of each; exits 3, writing nothing, when every test passed already. scripts/test.sh uses it
+so that a unit or world test that passed under ASan and UBSan is not run a second time in
+the release build, while everything else is.
 """
 
 import re

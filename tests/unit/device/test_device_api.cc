@@ -202,17 +202,23 @@ TEST_CASE("C API: a call on a stream being captured into a CUDA graph is refused
   std::vector<std::string> errors(n);
   // The copy counter is the runtime's, shared by the ranks: every rank counts it while all are
   // between their refused calls and the call after the capture.
+  // Bounded, so that a rank that never got here (a failed init) fails the test, not hangs it.
   std::atomic<int> arrived{0};
   auto allArrive = [&](int round) {
     arrived.fetch_add(1);
-    while (arrived.load() < round * n) std::this_thread::yield();
+    const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (arrived.load() < round * n) {
+      if (std::chrono::steady_clock::now() > limit) return false;
+      std::this_thread::yield();
+    }
+    return true;
   };
   onRanks(n, [&](braidComm_t comm, int r) {
     FakeStream stream;
     float* buf = static_cast<float*>(rt.deviceAlloc(count * 4));
     stream.enqueue([&] { std::fill(buf, buf + count, 1.0f); });
     rt.setCapturing(stream.handle(), true);
-    allArrive(1);
+    if (!allArrive(1)) errors[r] = "the other rank never came";
     const int copies = rt.copiesDone.load();
     const auto t0 = std::chrono::steady_clock::now();
     braidResult_t res = braidAllReduce(buf, buf, count, braidFloat32, braidSum, comm, stream.handle());
@@ -228,9 +234,9 @@ TEST_CASE("C API: a call on a stream being captured into a CUDA graph is refused
     braidRecv(buf, count, braidFloat32, 1 - r, comm, stream.handle());
     if (braidGroupEnd() != braidInvalidArgument) errors[r] += "; a captured group was accepted";
     stream.synchronize();
-    allArrive(2);
+    if (!allArrive(2)) errors[r] += "; the other rank never came";
     if (rt.copiesDone.load() != copies && errors[r].empty()) errors[r] = "the refused calls queued copies";
-    allArrive(3);
+    if (!allArrive(3)) errors[r] += "; the other rank never came";
     // The capture over, the same call runs, in stream order.
     rt.setCapturing(stream.handle(), false);
     if (braidAllReduce(buf, buf, count, braidFloat32, braidSum, comm, stream.handle()) != braidSuccess)

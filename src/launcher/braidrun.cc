@@ -23,6 +23,8 @@
 //   - a rank left stopped (SIGSTOP) after every other rank exited counts as hung: it gets
 //     the grace period, then the same termination;
 //   - SIGINT/SIGTERM sent to braidrun are forwarded to the ranks;
+//   - what a rank starts and leaves running is reparented to braidrun (its subreaper) and
+//     killed when the last rank has exited;
 //   - --timeout SEC ends everything after SEC seconds;
 //   - with --min-np N a rank's failure does not end the job while N ranks still run: the
 //     survivors are expected to recover (agree, shrink) and the job succeeds if they finish;
@@ -46,6 +48,7 @@
 // remote rank reads it from the first line of ssh's standard input, so it never appears on
 // a command line (ps shows those to every user on both hosts).
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <ifaddrs.h>
 #include <netinet/in.h>
@@ -497,6 +500,24 @@ int parseArgs(int argc, char** argv, Options* o) {
   return -1;
 }
 
+// The parent of process `pid` (field 4 of /proc/PID/stat, after the command name, which may
+// hold spaces and parentheses), or -1 when it is gone.
+pid_t ppidOf(pid_t pid) {
+  char path[64];
+  std::snprintf(path, sizeof(path), "/proc/%d/stat", static_cast<int>(pid));
+  FILE* f = std::fopen(path, "re");
+  if (!f) return -1;
+  char buf[512];
+  const size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+  std::fclose(f);
+  buf[n] = '\0';
+  const char* close = std::strrchr(buf, ')');
+  char state = 0;
+  int ppid = -1;
+  if (!close || std::sscanf(close + 1, " %c %d", &state, &ppid) != 2) return -1;
+  return static_cast<pid_t>(ppid);
+}
+
 std::string signalName(int sig) {
   if (const char* abbrev = sigabbrev_np(sig)) return std::string("SIG") + abbrev;
   return "signal " + std::to_string(sig);
@@ -583,6 +604,10 @@ class Launcher {
       std::fprintf(stderr, "braidrun: BRAIDRUN_GRACE_SEC='%s' is not a non-negative number of seconds\n", g);
       return kUsageExit;
     }
+    // What a rank starts and leaves behind (a wrapper script's child, a helper it forked) is
+    // reparented here rather than to init, so that braidrun reaps it and ends it with the job
+    // (reapOrphans, killOrphans): nothing a job started outlives braidrun.
+    (void)prctl(PR_SET_CHILD_SUBREAPER, 1);
     // Signals are taken synchronously through a signalfd; they are blocked before the store
     // thread starts so that it inherits the mask and never receives them.
     sigset_t mask;
@@ -1309,10 +1334,61 @@ class Launcher {
         }
       }
     }
+    reapOrphans();
     std::vector<int> lost;
     lost.swap(toReplace_);
     for (int r : lost) startReplacement(r);
     checkStalled();
+  }
+
+  bool isRunningRank(pid_t pid) const {
+    for (const auto& r : ranks_)
+      if (r.running && r.pid == pid) return true;
+    return false;
+  }
+
+  // Reaps the exited processes that were reparented here (see run()), leaving the ranks'
+  // own exits to reap() above: a peek (WNOWAIT) says whose exit is next.
+  void reapOrphans() {
+    for (;;) {
+      siginfo_t si{};
+      if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) != 0 || si.si_pid == 0) return;
+      if (isRunningRank(si.si_pid)) return;  // reap() takes it on its next pass
+      (void)waitpid(si.si_pid, nullptr, WNOHANG);
+    }
+  }
+
+  // The pids of this process's children that are not ranks: once every rank has exited, what
+  // the ranks left running.
+  std::vector<pid_t> orphans() const {
+    std::vector<pid_t> out;
+    DIR* d = opendir("/proc");
+    if (!d) return out;
+    const pid_t self = getpid();
+    while (dirent* e = readdir(d)) {
+      if (!std::isdigit(static_cast<unsigned char>(e->d_name[0]))) continue;
+      const pid_t pid = static_cast<pid_t>(std::atol(e->d_name));
+      if (ppidOf(pid) == self && !isRunningRank(pid)) out.push_back(pid);
+    }
+    closedir(d);
+    return out;
+  }
+
+  // Ends what the ranks left running (killed outright: their rank is gone, and with it whatever
+  // would have told them to stop) and says so. A process that dies may leave children of its
+  // own, reparented here in turn, hence the rounds.
+  void killOrphans() {
+    int killed = 0;
+    for (int round = 0; round < 16; ++round) {
+      std::vector<pid_t> left = orphans();
+      if (left.empty()) break;
+      for (pid_t pid : left) killed += kill(pid, SIGKILL) == 0;
+      for (pid_t pid : left)
+        while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+        }
+    }
+    if (killed > 0)
+      std::fprintf(stderr, "braidrun: killed %d process(es) the ranks had started and left running\n", killed);
   }
 
   // A stopped rank resumes only if someone continues it. Once every other rank has exited,
@@ -1442,12 +1518,14 @@ class Launcher {
       if (s.fd >= 0) s.finish();
     if (terminated_ > 0)
       std::fprintf(stderr, "braidrun: terminated %d rank(s) that were still running\n", terminated_);
-    // Every rank has been reaped unless poll failed; make sure none outlives braidrun.
+    // Every rank has been reaped unless poll failed; make sure none outlives braidrun, nor
+    // anything they started.
     if (running() > 0) {
       signalAll(SIGKILL);
       for (auto& r : ranks_)
         if (r.running) waitpid(r.pid, nullptr, 0);
     }
+    killOrphans();
   }
 
   // The cores the rank with local rank `r` of `n` on this host is bound to, when binding

@@ -462,6 +462,32 @@ TEST_CASE("braidrun removes the shared-memory segments a killed rank left", "[mu
   CHECK(r.out.find("removed 1 shared-memory segment(s) rank 1 left") != std::string::npos);
 }
 
+// What a rank starts and leaves running (a wrapper's child, a background helper) does not
+// outlive braidrun, whether the rank exits cleanly or is killed: braidrun is its subreaper,
+// kills it as the job ends and says so. Before, the leftover kept running (and held the job's
+// output open until it ended).
+TEST_CASE("processes the ranks started and left running do not outlive braidrun", "[multiproc][chaos]") {
+  for (const char* how : {"exit 0", "kill -9 $$"}) {
+    INFO(how);
+    const auto t0 = std::chrono::steady_clock::now();
+    Run r = run(braidrun(2, "BRAIDRUN_GRACE_SEC=1") + "sh -c 'sleep 300 & echo CHILD $!; sleep 0.2; " + how + "'");
+    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    INFO(r.out);
+    CHECK(sec < 20);
+    CHECK(r.out.find("braidrun: killed 2 process(es) the ranks had started and left running") != std::string::npos);
+    std::smatch m;
+    std::string rest = r.out;
+    int children = 0;
+    while (std::regex_search(rest, m, std::regex(R"(CHILD (\d+))"))) {
+      ++children;
+      const pid_t pid = static_cast<pid_t>(std::stol(m[1].str()));
+      CHECK(kill(pid, 0) != 0);
+      rest = m.suffix();
+    }
+    CHECK(children == 2);
+  }
+}
+
 // A stalled rank (SIGSTOP): survivors fail with braidTimeout naming it after BRAID_TIMEOUT.
 TEST_CASE("a stopped rank makes survivors time out", "[multiproc][chaos]") {
   for (const char* transport : {"", "BRAID_TRANSPORT=tcp"}) {

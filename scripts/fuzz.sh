@@ -17,7 +17,8 @@ TARGETS=(fuzz_store_protocol fuzz_wire fuzz_unique_id fuzz_topology fuzz_algo_ov
 command -v clang++ >/dev/null || { echo "fuzz.sh: clang++ not found (apt-get install clang libclang-rt-dev)" >&2; exit 2; }
 
 echo "== configuring $DIR (clang, libFuzzer + ASan + UBSan)"
-CC=clang CXX=clang++ cmake -S "$ROOT" -B "$DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBRAID_SANITIZE=fuzzer \
+CC=clang CXX=clang++ cmake -S "$ROOT" -B "$DIR" -DCMAKE_BUILD_TYPE=Release \
+  "-DCMAKE_C_FLAGS_RELEASE=-O1 -gline-tables-only" "-DCMAKE_CXX_FLAGS_RELEASE=-O1 -gline-tables-only" -DBRAID_SANITIZE=fuzzer \
   -DBRAID_ENABLE_CUDA=OFF -DBRAID_BUILD_PERF=OFF "-DBRAID_TEST_DIRS=fuzz" >/dev/null
 echo "== building ${TARGETS[*]}"
 cmake --build "$DIR" -j "$JOBS" --target "${TARGETS[@]}" >/dev/null

@@ -11,7 +11,8 @@
 # Environment: BUILD (build folder; or BRAIDRUN and RANKPROG, the programs themselves), SEED (random seed; default from the clock), TRANSPORTS
 # (default "shm tcp", add ucx when the plugin is built), LAUNCHERS (default "braidrun env":
 # env starts ranks as torchrun does, rank 0 serving the store), TIMEOUT (BRAID_TIMEOUT for the
-# ranks, default 2), LOG (folder for each trial's output; default a temporary one).
+# ranks, default 2), LOG (folder for each trial's output; default a temporary one, removed
+# when every trial passed).
 # SUMMARIZE_ONLY=1 runs no trials and reports on the ones already in LOG (a run cut short).
 # Exits non-zero when any trial hung, lost a survivor's report, returned a wrong result or left
 # something behind.
@@ -49,6 +50,17 @@
 # make its namespaces (no root, no veth).
 set -uo pipefail
 
+# CHAOS_ISOLATE=1: the run in a PID namespace of its own with a private /dev/shm (needs root
+# and unshare(1)), so that its census of processes and segments counts its own alone and
+# other jobs may run beside it, as CTest runs the samples; without it the run must be alone
+# on the machine. Its first process reaps what the trials orphan; killed, it takes every
+# process of the run with it.
+if [[ ${CHAOS_ISOLATE:-0} == 1 && -z ${CHAOS_IN_NAMESPACE:-} ]]; then
+  export CHAOS_IN_NAMESPACE=1
+  exec unshare --pid --kill-child --mount-proc --propagation private \
+    bash -c 'mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /dev/shm || exit 2; bash "$@"; exit $?' chaos "$0" "$@"
+fi
+
 N=${1:-20}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${BUILD:-$ROOT/build}
@@ -59,7 +71,30 @@ TRANSPORTS=${TRANSPORTS:-"shm tcp"}
 LAUNCHERS=${LAUNCHERS:-"braidrun env"}
 TIMEOUT=${TIMEOUT:-2}
 SEED=${SEED:-$(date +%s)}
-LOG=${LOG:-$(mktemp -d /tmp/braid-chaos-XXXXXX)}
+ownLog=0
+if [[ -z ${LOG:-} ]]; then
+  LOG=$(mktemp -d /tmp/braid-chaos-XXXXXX)
+  ownLog=1
+fi
+etcdPid=""
+# On exit: stop the etcd this script started; remove a temporary log folder unless something
+# failed (its path is in the first line printed).
+onExit() {
+  local rc=$?
+  if [[ -n $etcdPid ]]; then
+    kill "$etcdPid" 2>/dev/null
+    wait "$etcdPid" 2>/dev/null
+  fi
+  if [[ $ownLog == 1 && $rc == 0 ]]; then rm -rf "$LOG"; fi
+  if [[ -n ${CHAOS_IN_NAMESPACE:-} && -n ${BRAID_RUNTIME_DIR:-} ]]; then rm -rf "$BRAID_RUNTIME_DIR"; fi
+}
+trap onExit EXIT
+# In a PID namespace, braidrun's pids repeat those of other namespaces: its job files (named
+# by pid) go to a folder of the run's own.
+if [[ -n ${CHAOS_IN_NAMESPACE:-} ]]; then
+  export BRAID_RUNTIME_DIR
+  BRAID_RUNTIME_DIR=$(mktemp -d /tmp/braid-chaos-run-XXXXXX)
+fi
 # A trial that takes longer than this has hung.
 WALL=$((TIMEOUT * 4 + 30))
 
@@ -91,7 +126,6 @@ if [[ ${MODE:-fault} == elastic ]]; then
       --log-level error >"$LOG/etcd.log" 2>&1 &
     etcdPid=$!
     for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$etcdPort") 2>/dev/null && break; sleep 0.1; done
-    trap 'kill $etcdPid 2>/dev/null' EXIT
     storeArgs=(-x "BRAID_STORE=etcd://127.0.0.1:$etcdPort/chaos")
   fi
   echo "# chaos (elastic): $N trials of $STEPS steps, seed $SEED, transports '$TRANSPORTS', store ${STORE:-braidrun}${STANDBY:+ (standby: $STANDBY)}, BRAID_TIMEOUT=$TIMEOUT, logs in $LOG"

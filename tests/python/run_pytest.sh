@@ -40,8 +40,22 @@ sys.exit(1)' 2>&1); then
     echo "SKIPPED: $why"
     exit 77
   fi
-  echo "== pytest tests/python/test_cuda.py"
-  BRAID_PYTHON_SITE="$OUT/site" exec "$PY" -m pytest -q -rfEs -p no:cacheprovider "$@" test_cuda.py
 fi
-echo "== pytest tests/python"
-BRAID_PYTHON_SITE="$OUT/site" exec "$PY" -m pytest -q -rfEs -p no:cacheprovider --ignore=test_cuda.py "$@" .
+# Every temporary file of the run (the ranks' logs and results, torchrun's and torchft's
+# folders) goes to a folder of its own, removed when the run passed and kept, named, when not.
+export TMPDIR
+TMPDIR=$(mktemp -d /tmp/braid-py-XXXXXX)
+status=0
+if [ "$MODE" = gpu ]; then
+  echo "== pytest tests/python/test_cuda.py"
+  BRAID_PYTHON_SITE="$OUT/site" "$PY" -m pytest -q -rfEs -p no:cacheprovider "$@" test_cuda.py || status=$?
+else
+  echo "== pytest tests/python"
+  BRAID_PYTHON_SITE="$OUT/site" "$PY" -m pytest -q -rfEs -p no:cacheprovider --ignore=test_cuda.py "$@" . || status=$?
+fi
+if [ "$status" = 0 ] || [ "$status" = 5 ]; then
+  rm -rf "$TMPDIR"
+else
+  echo "== the run's temporary files are kept in $TMPDIR"
+fi
+exit "$status"

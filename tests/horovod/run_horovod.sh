@@ -27,5 +27,16 @@ cp -r "$HVD" "$OUT/hvd/horovod"
 PYTHONPATH="$SITE" "$PY" -m braid.horovod install --horovod-dir "$OUT/hvd/horovod"
 echo "== pytest tests/horovod"
 cd "$ROOT/tests/horovod"
+# Temporary files (torch's elastic folders among them) in a folder of the run's own, removed
+# when it passed and kept, named, when not.
+export TMPDIR
+TMPDIR=$(mktemp -d /tmp/braid-hvd-run-XXXXXX)
+status=0
 PYTHONPATH="$OUT/hvd:$SITE" BRAIDRUN="$BRAIDRUN" PATH="$ENV_DIR/bin:$PATH" \
-  exec "$PY" -m pytest -q -rfEs -p no:cacheprovider "$@" .
+  "$PY" -m pytest -q -rfEs -p no:cacheprovider "$@" . || status=$?
+if [ "$status" = 0 ]; then
+  rm -rf "$TMPDIR"
+else
+  echo "== the run's temporary files are kept in $TMPDIR"
+fi
+exit "$status"

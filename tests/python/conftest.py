@@ -60,11 +60,16 @@ class Launch:
         assert min(checks) > 0, "no check ran"
 
 
-def launch(scenario, nprocs, timeout=120, env=None, args=()):
-    """Runs workers.py SCENARIO on `nprocs` local ranks; kills them all after `timeout` s."""
+TORCH = ("torch", "torch.distributed")
+
+
+def launch(scenario, nprocs, timeout=120, env=None, args=(), preload=TORCH):
+    """Runs workers.py SCENARIO on `nprocs` local ranks; kills them all after `timeout` s.
+
+    The ranks are forked by one rank_launcher.py process, which imports the modules in
+    `preload` once for all of them (see there): torch for the scenarios that use it."""
     port = free_port()
     tmp = tempfile.mkdtemp(prefix="braid-pytest-")
-    procs, logs = [], []
     base = dict(os.environ)
     if SITE:
         base["PYTHONPATH"] = SITE + os.pathsep + base.get("PYTHONPATH", "")
@@ -72,31 +77,28 @@ def launch(scenario, nprocs, timeout=120, env=None, args=()):
                 OMP_NUM_THREADS="1", BRAID_TEST_OUT=tmp)
     base.update(env or {})
     start = time.monotonic()
-    for rank in range(nprocs):
-        e = dict(base, RANK=str(rank), LOCAL_RANK=str(rank))
-        log = open(os.path.join(tmp, f"log{rank}.txt"), "w+")
-        logs.append(log)
-        procs.append(subprocess.Popen([sys.executable, os.path.join(HERE, "workers.py"), scenario, *args],
-                                      env=e, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
-    deadline = start + timeout
-    codes = []
-    for p in procs:
-        try:
-            codes.append(p.wait(timeout=max(0.1, deadline - time.monotonic())))
-        except subprocess.TimeoutExpired:
-            codes.append(None)
-    for p in procs:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
+    launcher = subprocess.Popen([sys.executable, os.path.join(HERE, "rank_launcher.py"), tmp, str(nprocs),
+                                 ",".join(preload), os.path.join(HERE, "workers.py"), scenario, *args],
+                                env=base, start_new_session=True)
+    timed_out = False
+    try:
+        launcher.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        # The launcher's process group holds every rank.
+        timed_out = True
+        os.killpg(launcher.pid, signal.SIGKILL)
+        launcher.wait()
+    codes_path = os.path.join(tmp, "codes.json")
+    codes = json.load(open(codes_path)) if os.path.exists(codes_path) else [None] * nprocs
     elapsed = time.monotonic() - start
     results, output = [], []
     for rank in range(nprocs):
-        logs[rank].seek(0)
-        output.append(logs[rank].read())
-        logs[rank].close()
+        log = os.path.join(tmp, f"log{rank}.txt")
+        output.append(open(log, errors="replace").read() if os.path.exists(log) else "")
         path = os.path.join(tmp, f"rank{rank}.json")
         results.append(json.load(open(path)) if os.path.exists(path) else None)
+    if not timed_out and launcher.returncode != 0:
+        pytest.fail(f"the launcher of {scenario} on {nprocs} ranks failed with exit code {launcher.returncode}")
     if any(c is None for c in codes):
         pytest.fail(f"{scenario} on {nprocs} ranks did not finish in {timeout} s:\n" +
                     "\n".join(f"--- rank {r}\n{o[-3000:]}" for r, o in enumerate(output)))

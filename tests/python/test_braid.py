@@ -93,7 +93,7 @@ def test_a_broadcast_root_among_all_reduces_raises_at_that_call_on_every_rank(n)
 
 @pytest.mark.parametrize("n", [2, 3])
 def test_core_killed_rank_raises_remote_error(n):
-    res = launch("core_kill", n, timeout=60, env={"BRAID_TIMEOUT": "10"})
+    res = launch("core_kill", n, timeout=60, env={"BRAID_TIMEOUT": "10"}, preload=("numpy",))
     assert res.codes[n - 1] != 0
     res.assert_all_ok(expect_ranks=range(n - 1))
     for r in range(n - 1):
@@ -104,7 +104,7 @@ def test_core_killed_rank_raises_remote_error(n):
 
 @pytest.mark.parametrize("n", [3])
 def test_core_agree_shrink_and_revoke_after_a_rank_dies(n):
-    res = launch("core_recover", n, timeout=90, env={"BRAID_TIMEOUT": "10"})
+    res = launch("core_recover", n, timeout=90, env={"BRAID_TIMEOUT": "10"}, preload=("numpy",))
     assert res.codes[n - 1] != 0
     res.assert_all_ok(expect_ranks=range(n - 1))
 

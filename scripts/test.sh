@@ -13,12 +13,22 @@ source "$ROOT/scripts/setup.sh"
 bash "$ROOT/scripts/python_env.sh" || echo "== python environment unavailable: python tests will be skipped"
 # cuobjdump and nvdisasm for the CUDA device-code check, from PyPI when the toolkit lacks them.
 bash "$ROOT/scripts/cuda_tools.sh" || echo "== CUDA binary tools unavailable: the device-code check will be skipped"
+# Tests at a time in each CTest run below. Three on two cores: many tests spend most of
+# their time waiting (for a timeout to expire, a lease to lapse, a stopped rank to be
+# noticed), and two at a time left a core idle for a quarter of the run.
+export CTEST_JOBS="${CTEST_JOBS:-3}"
 # Every decoder of outside bytes under libFuzzer, ASan and UBSan for a few seconds each (a
-# clang build of its own in build-fuzz/); FUZZ_SECONDS=0 skips it. Its verdict is given after
-# CTest's, so that CTest's summary still comes last.
+# clang build of its own in build-fuzz/); FUZZ_SECONDS=0 skips it. It runs in the
+# background beside the ASan build below, which keeps both cores busy where the fuzz build
+# and runs alone kept them busy three quarters of the time. Its output and verdict are
+# given after the ASan tests.
 fuzz_status=0
+fuzz_pid=""
+fuzz_log="${FUZZ_BUILD_DIR:-$ROOT/build-fuzz}/fuzz.log"
 if [ "${FUZZ_SECONDS:-5}" != 0 ]; then
-  FUZZ_SECONDS="${FUZZ_SECONDS:-5}" bash "$ROOT/scripts/fuzz.sh" || fuzz_status=$?
+  mkdir -p "$(dirname "$fuzz_log")"
+  FUZZ_SECONDS="${FUZZ_SECONDS:-5}" bash "$ROOT/scripts/fuzz.sh" > "$fuzz_log" 2>&1 &
+  fuzz_pid=$!
 fi
 # The unit and world tests under ASan and UBSan, in a clang build of their own
 # (build-asan/, scripts/test_sanitizers.sh); ASAN=0 skips it. Left out here, to keep CI's
@@ -30,6 +40,10 @@ asan_status=0
 if [ "${ASAN:-1}" != 0 ]; then
   SANITIZE=address SANITIZE_DIRS="unit;world" SANITIZE_EXCLUDE="simulator.s best at 64 hosts|with 7-9 ranks|with 6-17 ranks|chain broadcast with 1-9 ranks" \
     bash "$ROOT/scripts/test_sanitizers.sh" || asan_status=$?
+fi
+if [ -n "$fuzz_pid" ]; then
+  wait "$fuzz_pid" || fuzz_status=$?
+  cat "$fuzz_log"
 fi
 cd "$BUILD_DIR"
 echo "== ctest"
@@ -48,7 +62,7 @@ if [ "${ASAN:-1}" != 0 ] && [ -z "${RERUN_ALL:-}" ] && ls "$ROOT"/build-asan/jun
   esac
 fi
 ctest_status=0
-ctest --output-on-failure -j "${CTEST_JOBS:-2}" --timeout 900 "${select[@]}" "$@" || ctest_status=$?
+ctest --output-on-failure -j "$CTEST_JOBS" --timeout 900 "${select[@]}" "$@" || ctest_status=$?
 if [ "$fuzz_status" != 0 ]; then
   echo "== fuzzing FAILED (scripts/fuzz.sh output above)"
   exit 1

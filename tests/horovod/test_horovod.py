@@ -17,6 +17,8 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "hvd_worker.py")
+sys.path.insert(0, os.path.join(HERE, "..", "python"))
+from ports import free_port  # noqa: E402
 
 
 def run(cmd, nprocs, timeout, env=None):
@@ -64,11 +66,7 @@ def test_ops_under_torchrun():
     torchrun = shutil.which("torchrun")
     if torchrun is None:
         pytest.skip("torchrun is not on PATH")
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    cmd = [torchrun, "--nproc_per_node", "2", "--master_port", str(port), WORKER, "ops"]
+    cmd = [torchrun, "--nproc_per_node", "2", "--master_port", str(free_port()), WORKER, "ops"]
     p, results, _ = run(cmd, 2, 400)
     assert_all_passed(p, results)
 

@@ -12,7 +12,6 @@ the CTest run builds) when set, else from the environment's installed `braid`.
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,16 +19,12 @@ import time
 
 import pytest
 
+from ports import free_port
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 SITE = os.environ.get("BRAID_PYTHON_SITE")
 if SITE:
     sys.path.insert(0, SITE)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Launch:

@@ -1,15 +1,17 @@
-"""Starts the ranks of one conftest.launch from a single process that has imported torch.
+"""Starts the ranks of one conftest.launch from a single process that has imported the
+expensive modules (torch) once.
 
     python rank_launcher.py OUT NPROCS PRELOAD SCRIPT ARG...
 
 Importing torch and torch.distributed costs two to three seconds of CPU per process, which
 was most of this suite's CPU time on two cores. So this process imports the modules named
-in PRELOAD (comma-separated) once, then forks one child per rank. Each child is a rank as a freshly started `python SCRIPT ARG...` would
-be, with RANK and LOCAL_RANK set and its output in OUT/log<R>.txt, except that those modules
-are already imported: braid, the backend and every communicator are loaded and made after the
-fork, in the child. The parent does nothing but import, fork and wait: no tensor operation
-runs in it, so no thread pool exists to be lost by the fork. Each child ends as an
-interpreter ends (atexit handlers, non-daemon threads joined).
+in PRELOAD (comma-separated) once, then forks one child per rank. Each child is a rank as a
+freshly started `python SCRIPT ARG...` would be, with RANK and LOCAL_RANK set and its output
+in OUT/log<R>.txt, except that those modules are already imported: braid, the backend and
+every communicator are loaded and made after the fork, in the child. The parent does nothing
+but import, fork and wait: no tensor operation runs in it, so no thread pool exists to be
+lost by the fork. Each child ends as an interpreter ends (atexit handlers, non-daemon
+threads joined).
 
 The parent writes every rank's exit code (negative: the signal that ended it, as
 subprocess reports it) to OUT/codes.json once all have ended. The ranks stay in the

@@ -13,6 +13,13 @@ source "$ROOT/scripts/setup.sh"
 bash "$ROOT/scripts/python_env.sh" || echo "== python environment unavailable: python tests will be skipped"
 # cuobjdump and nvdisasm for the CUDA device-code check, from PyPI when the toolkit lacks them.
 bash "$ROOT/scripts/cuda_tools.sh" || echo "== CUDA binary tools unavailable: the device-code check will be skipped"
+# A virtual machine with what this machine's kernel lacks (kernel TLS, Soft-RoCE), for the
+# kernel_vm tests (scripts/kernel_vm.sh): qemu, busybox and kmod from Debian's packages and
+# Debian's kernel image, unpacked outside the clone. In the background, beside the builds
+# below; waited for before CTest.
+vm_log="$BUILD_DIR/kernel-vm-prepare.log"
+bash "$ROOT/scripts/kernel_vm.sh" prepare > "$vm_log" 2>&1 &
+vm_pid=$!
 # Tests at a time in each CTest run below. Three on two cores: many tests spend most of
 # their time waiting (for a timeout to expire, a lease to lapse, a stopped rank to be
 # noticed), and two at a time left a core idle for a quarter of the run.
@@ -45,6 +52,7 @@ if [ -n "$fuzz_pid" ]; then
   wait "$fuzz_pid" || fuzz_status=$?
   cat "$fuzz_log"
 fi
+wait "$vm_pid" || { cat "$vm_log"; echo "== no kernel VM: the kernel_vm tests will be skipped"; }
 cd "$BUILD_DIR"
 echo "== ctest"
 # A test that passed under ASan and UBSan above is not run again here: each test runs once,

@@ -1,0 +1,296 @@
+#!/usr/bin/env bash
+# Runs braid's tests under a Linux kernel that has what this machine's kernel lacks and
+# cannot load, inside a virtual machine: kernel TLS (the `tls` TCP ULP, docs/security.md,
+# "Kernel TLS") and Soft-RoCE (`rdma_rxe`, a verbs device over an Ethernet interface,
+# docs/ibverbs.md), so the paths that need them run somewhere.
+#
+#   bash scripts/kernel_vm.sh prepare          qemu, busybox and kmod from Debian's packages, and
+#                                              Debian's kernel into $BRAID_VM_CACHE
+#   bash scripts/kernel_vm.sh ktls BUILD       the TLS tests; each must say its records were
+#                                              protected in the kernel
+#   bash scripts/kernel_vm.sh ktls-bench BUILD allreduce_perf over tcp, 2 ranks: plain, TLS in
+#                                              OpenSSL, TLS in the kernel
+#   bash scripts/kernel_vm.sh verbs BUILD      the verbs transport over Soft-RoCE
+#   bash scripts/kernel_vm.sh job FILE         any shell script, run as root in the VM
+#
+# Exit 77 when not prepared. The VM: Debian's kernel under qemu (software emulation;
+# BRAID_VM_KVM=1 tries KVM), with an initramfs of busybox and the kernel's modules. The host's
+# root filesystem is shared read-only over 9p with a tmpfs overlay above it, so the build
+# tree runs as it is, at the same paths, and nothing is written back to the host. The job's
+# output comes back on the serial console. Software emulation makes it slow (a minute or
+# two per job) and its timings say nothing about real hardware.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CACHE="${BRAID_VM_CACHE:-/var/cache/braid/kernel-vm}"
+MODE="${1:-}"
+BUILD="${2:-$ROOT/build}"
+# Kernel module folders the VM needs: 9p and virtio for the shared root, overlayfs above it;
+# tls and the AEAD ciphers; Soft-RoCE (rdma_rxe, the verbs core and user access, the UDP
+# tunnels it sends over) and veth for an interface to run it on.
+MODULE_DIRS=(net/9p fs/9p fs/netfs fs/fscache fs/overlayfs drivers/virtio net/tls crypto
+             arch/x86/crypto lib/crypto drivers/infiniband/core drivers/infiniband/sw/rxe
+             net/ipv4/udp_tunnel.ko net/ipv6/ip6_udp_tunnel.ko drivers/net/veth.ko)
+
+skip() { echo "kernel_vm: skipped: $*"; exit 77; }
+
+prepare() {
+  local pkgs=(qemu-system-x86 busybox-static kmod) missing=() p
+  for p in "${pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  local SUDO=""
+  [ "$(id -u)" = 0 ] || SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  if [ "${#missing[@]}" -gt 0 ]; then
+    echo "== installing: ${missing[*]}"
+    $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null 2>&1 ||
+      { $SUDO apt-get update -q >/dev/null && $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null; }
+  fi
+  # Debian's current kernel image, unpacked (not installed): its vmlinuz and the modules above.
+  local pkg
+  pkg="$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-/ {print $2; exit}')"
+  if [ -z "$pkg" ]; then
+    $SUDO apt-get update -q >/dev/null
+    pkg="$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-/ {print $2; exit}')"
+  fi
+  [ -n "$pkg" ] || { echo "kernel_vm: apt knows no linux-image-amd64 (run apt-get update)"; return 1; }
+  if [ -f "$CACHE/$pkg/ready" ]; then return 0; fi
+  echo "== unpacking $pkg into $CACHE/$pkg"
+  local tmp
+  tmp="$(mktemp -d)"
+  (cd "$tmp" && { apt-get download -q "$pkg" >/dev/null 2>&1 ||
+                  { $SUDO apt-get update -q >/dev/null && apt-get download -q "$pkg" >/dev/null 2>&1; }; } &&
+   dpkg-deb -x ./*.deb unpacked) || { echo "kernel_vm: cannot download $pkg"; rm -rf "$tmp"; return 1; }
+  local ver
+  ver="$(ls "$tmp/unpacked/lib/modules")"
+  $SUDO mkdir -p "$CACHE/$pkg"
+  $SUDO rm -rf "$CACHE/$pkg"/*
+  $SUDO cp "$tmp/unpacked/boot/vmlinuz-$ver" "$CACHE/$pkg/vmlinuz"
+  local d
+  for d in "${MODULE_DIRS[@]}"; do
+    $SUDO mkdir -p "$CACHE/$pkg/modules/lib/modules/$ver/kernel/$(dirname "$d")"
+    $SUDO cp -r "$tmp/unpacked/lib/modules/$ver/kernel/$d" "$CACHE/$pkg/modules/lib/modules/$ver/kernel/$d"
+  done
+  $SUDO cp "$tmp/unpacked/lib/modules/$ver"/modules.{order,builtin,builtin.modinfo} \
+    "$CACHE/$pkg/modules/lib/modules/$ver/"
+  $SUDO depmod -b "$CACHE/$pkg/modules" "$ver"
+  echo "$ver" | $SUDO tee "$CACHE/$pkg/ready" >/dev/null
+  rm -rf "$tmp"
+}
+
+# The newest prepared kernel, or nothing.
+kernel_dir() {
+  local d
+  d="$(ls -d "$CACHE"/linux-image-*/ 2>/dev/null | sort -V | tail -1)"
+  [ -n "$d" ] && [ -f "$d/ready" ] && echo "${d%/}"
+}
+
+# Boots the VM with JOB (a shell script run as root in the host's tree, whose writes, /tmp's
+# included, stay in the VM's memory) and prints what it prints; returns the job's exit status.
+run_vm() {
+  local job="$1" limit="$2"
+  command -v qemu-system-x86_64 >/dev/null || skip "no qemu-system-x86_64 (bash scripts/kernel_vm.sh prepare)"
+  [ -x /bin/busybox ] || skip "no busybox (bash scripts/kernel_vm.sh prepare)"
+  local kdir
+  kdir="$(kernel_dir)" || skip "no kernel in $CACHE (bash scripts/kernel_vm.sh prepare)"
+  local work="$WORK"
+  local ird="$work/initramfs"
+  mkdir -p "$ird"/{bin,sbin,proc,sys,dev,lower,upper,host}
+  cp /bin/busybox "$ird/bin/busybox"
+  local a
+  for a in sh mount mkdir chroot cat modprobe poweroff sync ip tail; do ln -s busybox "$ird/bin/$a"; done
+  ln -s ../bin/busybox "$ird/sbin/modprobe"
+  cp -r "$kdir/modules/lib" "$ird/"
+  cp "$job" "$ird/job.sh"
+  cat > "$ird/init" <<'EOF'
+#!/bin/sh
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev
+echo /sbin/modprobe > /proc/sys/kernel/modprobe
+for m in virtio_pci 9pnet_virtio 9p overlay tls gcm ghash_generic aesni_intel chacha20poly1305 veth rdma_rxe ib_uverbs; do
+  modprobe "$m" || echo "kernel-vm: modprobe $m failed"
+done
+mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=512000 hostroot /lower || echo "kernel-vm: cannot mount the host's root"
+mount -t tmpfs -o size=75% upper /upper
+mkdir -p /upper/data /upper/work
+mount -t overlay -o lowerdir=/lower,upperdir=/upper/data,workdir=/upper/work overlay /host || echo "kernel-vm: no overlay"
+mount --bind /proc /host/proc
+mount --bind /sys /host/sys
+mount --bind /dev /host/dev
+mkdir -p /host/dev/shm
+mount -t tmpfs shm /host/dev/shm
+cp /job.sh /host/tmp/kernel-vm-job.sh
+ip link set lo up
+echo "kernel-vm: kernel $(cat /proc/sys/kernel/osrelease), $(grep -c ^processor /proc/cpuinfo) CPUs; TCP ULPs: $(cat /proc/sys/net/ipv4/tcp_available_ulp)"
+chroot /host /bin/sh /tmp/kernel-vm-job.sh
+echo "kernel-vm: exit $?"
+sync
+poweroff -f
+EOF
+  chmod +x "$ird/init"
+  (cd "$ird" && find . | busybox cpio -o -H newc 2>/dev/null | gzip -1 > "$work/initrd.gz")
+  local accel=(-accel tcg,thread=multi -cpu max)
+  [ "${BRAID_VM_KVM:-0}" = 1 ] && accel=(-enable-kvm -cpu host,-arch-capabilities)
+  local out="$work/console.log" rc=0
+  timeout "$limit" qemu-system-x86_64 "${accel[@]}" -m "${BRAID_VM_MEM:-2G}" -smp "${BRAID_VM_CPUS:-2}" \
+    -nographic -no-reboot -kernel "$kdir/vmlinuz" -initrd "$work/initrd.gz" \
+    -append "console=ttyS0 quiet panic=-1" \
+    -virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap \
+    > "$out" 2>&1 || rc=$?
+  # The console's own escapes and carriage returns, then what the job printed.
+  tr -d '\r' < "$out" | sed -e 's/\x1b\[[0-9;?]*[a-zA-Z]//g' -e 's/\x1bc//g' | grep -v -e '^SeaBIOS' -e '^iPXE' \
+    -e '^Press Ctrl-B' -e '^Booting from' -e 'reboot: Power down' -e '^c$' -e '^$' || true
+  if [ "$rc" = 124 ]; then
+    echo "kernel_vm: the VM did not finish within ${limit} s"
+    return 1
+  fi
+  local status
+  status="$(tr -d '\r' < "$out" | sed -n 's/^kernel-vm: exit \([0-9]*\)$/\1/p' | tail -1)"
+  [ -n "$status" ] || { echo "kernel_vm: the VM ended without the job's exit status (qemu: $rc)"; return 1; }
+  return "$status"
+}
+
+# The start of every job: the build's paths, and `step NAME CMD...`, which runs CMD with its
+# output in /tmp/step.log and prints one line, ok or FAIL with the log's tail.
+job_prelude() {
+  local build="$1"
+  cat <<EOF
+#!/bin/sh
+cd "$ROOT"
+B="$build"
+EOF
+  cat <<'EOF'
+AR="$B/perf/allreduce_perf"
+RUN="$B/src/launcher/braidrun"
+MP="$B/tests/multiproc"
+failed=0
+# A step's own check of its log, beyond its exit status (empty: none).
+check=""
+step() {
+  name="$1"; shift
+  start=$(date +%s)
+  "$@" > /tmp/step.log 2>&1
+  rc=$?
+  why=""
+  [ "$rc" = 0 ] || why="exit $rc"
+  if [ -z "$why" ] && [ -n "$check" ]; then why=$(sh -c "$check" < /tmp/step.log); fi
+  secs=$(( $(date +%s) - start ))
+  if [ -z "$why" ]; then
+    echo "kernel-vm: ok   $name (${secs} s)"
+  else
+    echo "kernel-vm: FAIL $name (${secs} s): $why"
+    tail -40 /tmp/step.log
+    failed=1
+  fi
+  check=""
+}
+EOF
+}
+
+# kernel TLS: each step runs with BRAID_DEBUG=INFO and passes only if a process of it logged
+# that its records were protected in the kernel, and none that they were not (a test that
+# fell back to OpenSSL would pass on its own).
+write_ktls_job() {
+  job_prelude "$1"
+  cat <<'EOF'
+export BRAID_DEBUG=INFO
+KERNEL='grep -q "TLS: records are protected in the kernel" /tmp/step.log || echo "no process had its records in the kernel"'
+NOT='grep -m1 "TLS: records are protected \(in OpenSSL\|sending\|receiving\)" /tmp/step.log'
+ktls() { check="$KERNEL; $NOT; $1"; }
+# Only test_tls's TCP case: the other one's socket pair cannot take the kernel's TLS, and a
+# process logs where its records are protected once, for its first session.
+ktls ""
+step "unit: a TLS stream over TCP, 3 MiB each way, then the end of the stream (test_tls)" \
+  "$B/tests/unit/common/test_tls" "TLS: over TCP*"
+ktls ""
+step "tcp transport with BRAID_TLS: intact, never in the clear, a changed byte fails naming the sender, closes" \
+  "$B/tests/transport/test_transport" "[tcp][tls]"
+# The changed byte again, alone and with every assertion printed: the kernel refused the record.
+ktls 'grep -q "did not authenticate (kernel TLS)" /tmp/step.log || echo "the changed byte was not refused by the kernel"'
+step "a record changed on the wire: the kernel refuses it, the receive fails naming rank 1" \
+  "$B/tests/transport/test_transport" "tcp: with BRAID_TLS a byte changed on the way*" -s
+ktls ""
+step "tcp store with BRAID_TLS" "$B/tests/unit/bootstrap/test_bootstrap" "[tls]"
+ktls 'grep -q "Out of bounds values : 0 OK" /tmp/step.log || echo "wrong results"'
+step "allreduce_perf -c 1, 3 ranks, BRAID_TLS=1 over tcp, 2 sockets per peer" \
+  "$RUN" -np 3 -x BRAID_TLS=1 -x BRAID_TRANSPORT=tcp -x BRAID_SOCKETS_PER_PEER=2 "$AR" -b 8 -e 4M -f 16 -n 3 -w 1 -c 1
+# (Every collective over BRAID_TLS=1 is test_multiproc's; the records take the same path.)
+ktls 'for r in 0 2; do grep -q "RESULT rank=$r code=[1-9][0-9]* failed_rank=1 " /tmp/step.log || echo "rank $r did not fail naming rank 1"; done'
+step "rank 1 killed mid-allreduce: ranks 0 and 2 fail naming it" \
+  sh -c "'$RUN' -np 3 -x BRAID_TLS=1 -x BRAID_TRANSPORT=tcp -x BRAID_TIMEOUT=20 '$MP/mp_fault' kill 1 20 262144; true"
+exit $failed
+EOF
+}
+
+write_ktls_bench_job() {
+  job_prelude "$1"
+  cat <<'EOF'
+for mode in plain openssl kernel; do
+  case $mode in
+    plain) env="-x BRAID_TLS=0" ;;
+    openssl) env="-x BRAID_TLS=1 -x BRAID_TLS_KERNEL=0" ;;
+    kernel) env="-x BRAID_TLS=1 -x BRAID_TLS_KERNEL=1" ;;
+  esac
+  echo "kernel-vm: allreduce over tcp, 2 ranks, $mode"
+  "$RUN" -np 2 -x BRAID_TRANSPORT=tcp -x BRAID_DEBUG=INFO $env "$AR" -b 64K -e 4M -f 4 -n 5 -w 1 -c 1 2>&1 |
+    grep -E "^ +[0-9]|records are protected|Out of bounds" | sed 's/^/  /'
+done
+EOF
+}
+
+# Soft-RoCE: rxe0 over one end of a veth pair (its own address, 10.77.0.1), which loops
+# traffic between queue pairs of the same device; the verbs transport's suite and jobs over it.
+write_verbs_job() {
+  job_prelude "$1"
+  cat <<'EOF'
+ip link add vm-rxe type veth peer name vm-rxe-peer
+ip addr add 10.77.0.1/24 dev vm-rxe
+ip addr add 10.77.0.2/24 dev vm-rxe-peer
+ip link set vm-rxe up
+ip link set vm-rxe-peer up
+rdma link add rxe0 type rxe netdev vm-rxe || echo "kernel-vm: rdma link add failed"
+rdma link show
+ulimit -l unlimited
+export BRAID_IB_HCA=rxe0
+check='grep -q "ibverbs" /tmp/step.log || echo "braid-info does not list ibverbs"'
+step "braid-info lists the verbs transport on rxe0" "$B/src/launcher/braid-info"
+grep -i -A3 "ibverbs" /tmp/step.log | head -8
+check='! grep -q "unavailable here" /tmp/step.log || echo "the suite was skipped"'
+step "the transport conformance suite over ibverbs" "$B/tests/transport/test_transport" "[ibverbs]"
+check='grep -q "Out of bounds values : 0 OK" /tmp/step.log || echo "wrong results"'
+step "allreduce_perf -c 1, 2 ranks, BRAID_TRANSPORT=ibverbs" \
+  "$RUN" -np 2 -x BRAID_TRANSPORT=ibverbs -x BRAID_IB_HCA "$AR" -b 8 -e 4M -f 16 -n 3 -w 1 -c 1
+check='[ "$(grep -c "collectives ok rank" /tmp/step.log)" = 3 ] || echo "not every rank ran every collective"'
+step "every collective, 3 ranks, BRAID_TRANSPORT=ibverbs" \
+  "$RUN" -np 3 -x BRAID_TRANSPORT=ibverbs -x BRAID_IB_HCA "$MP/mp_collectives"
+check='for r in 0 2; do grep -q "RESULT rank=$r code=[1-9][0-9]* failed_rank=1 " /tmp/step.log || echo "rank $r did not fail naming rank 1"; done'
+step "rank 1 killed mid-allreduce over ibverbs: ranks 0 and 2 fail naming it" \
+  sh -c "'$RUN' -np 3 -x BRAID_TRANSPORT=ibverbs -x BRAID_IB_HCA -x BRAID_TIMEOUT=20 '$MP/mp_fault' kill 1 20 262144; true"
+exit $failed
+EOF
+}
+
+case "$MODE" in
+  prepare) prepare ;;
+  ktls | ktls-bench | verbs | job)
+    WORK="$(mktemp -d "${TMPDIR:-/tmp}/kernel-vm.XXXXXX")"
+    trap 'rm -rf "$WORK"' EXIT
+    job="$WORK/job.sh"
+    if [ "$MODE" = job ]; then
+      cp "$2" "$job"
+    else
+      [ -x "$BUILD/src/launcher/braidrun" ] || { echo "kernel_vm: no build at $BUILD"; exit 2; }
+      case "$MODE" in
+        ktls | ktls-bench)
+          grep -q "^OPENSSL_SSL_LIBRARY:FILEPATH=/" "$BUILD/CMakeCache.txt" 2>/dev/null || skip "this build has no OpenSSL"
+          if [ "$MODE" = ktls ]; then write_ktls_job "$BUILD" > "$job"; else write_ktls_bench_job "$BUILD" > "$job"; fi ;;
+        verbs)
+          [ -n "$(find "$BUILD" -name libbraid-net-ibverbs.so -print -quit)" ] || skip "this build has no verbs transport"
+          write_verbs_job "$BUILD" > "$job" ;;
+      esac
+    fi
+    run_vm "$job" "${BRAID_VM_LIMIT:-600}"
+    ;;
+  *) echo "usage: $0 prepare | ktls BUILD | ktls-bench BUILD | verbs BUILD | job FILE" >&2; exit 2 ;;
+esac

@@ -11,6 +11,7 @@
 #   bash scripts/kernel_vm.sh ktls-bench BUILD allreduce_perf over tcp, 2 ranks: plain, TLS in
 #                                              OpenSSL, TLS in the kernel
 #   bash scripts/kernel_vm.sh verbs BUILD      the verbs transport over Soft-RoCE
+#   bash scripts/kernel_vm.sh verbs-hosts BUILD  the same across two VMs joined by a wire
 #   bash scripts/kernel_vm.sh job FILE         any shell script, run as root in the VM
 #
 # Exit 77 when not prepared. The VM: Debian's kernel under qemu (software emulation;
@@ -26,10 +27,12 @@ MODE="${1:-}"
 BUILD="${2:-$ROOT/build}"
 # Kernel module folders the VM needs: 9p and virtio for the shared root, overlayfs above it;
 # tls and the AEAD ciphers; Soft-RoCE (rdma_rxe, the verbs core and user access, the UDP
-# tunnels it sends over) and veth for an interface to run it on.
+# tunnels it sends over), veth for an interface to run it on, and virtio_net for the wire
+# between two VMs.
 MODULE_DIRS=(net/9p fs/9p fs/netfs fs/fscache fs/overlayfs drivers/virtio net/tls crypto
              arch/x86/crypto lib/crypto drivers/infiniband/core drivers/infiniband/sw/rxe
-             net/ipv4/udp_tunnel.ko net/ipv6/ip6_udp_tunnel.ko drivers/net/veth.ko)
+             net/ipv4/udp_tunnel.ko net/ipv6/ip6_udp_tunnel.ko drivers/net/veth.ko
+             drivers/net/virtio_net.ko drivers/net/net_failover.ko net/core/failover.ko)
 
 skip() { echo "kernel_vm: skipped: $*"; exit 77; }
 
@@ -54,7 +57,8 @@ prepare() {
     pkg="$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-/ {print $2; exit}')"
   fi
   [ -n "$pkg" ] || { echo "kernel_vm: apt knows no linux-image-amd64 (run apt-get update)"; return 1; }
-  if [ -f "$CACHE/$pkg/ready" ]; then return 0; fi
+  # Unpacked already, with these module folders: nothing to do.
+  if [ -f "$CACHE/$pkg/ready" ] && [ "$(cat "$CACHE/$pkg/dirs" 2>/dev/null)" = "${MODULE_DIRS[*]}" ]; then return 0; fi
   echo "== unpacking $pkg into $CACHE/$pkg"
   local tmp
   tmp="$(mktemp -d)"
@@ -74,6 +78,7 @@ prepare() {
   $SUDO cp "$tmp/unpacked/lib/modules/$ver"/modules.{order,builtin,builtin.modinfo} \
     "$CACHE/$pkg/modules/lib/modules/$ver/"
   $SUDO depmod -b "$CACHE/$pkg/modules" "$ver"
+  echo "${MODULE_DIRS[*]}" | $SUDO tee "$CACHE/$pkg/dirs" >/dev/null
   echo "$ver" | $SUDO tee "$CACHE/$pkg/ready" >/dev/null
   rm -rf "$tmp"
 }
@@ -85,20 +90,25 @@ kernel_dir() {
   [ -n "$d" ] && [ -f "$d/ready" ] && echo "${d%/}"
 }
 
-# Boots the VM with JOB (a shell script run as root in the host's tree, whose writes, /tmp's
+# Boots a VM with JOB (a shell script run as root in the host's tree, whose writes, /tmp's
 # included, stay in the VM's memory) and prints what it prints; returns the job's exit status.
+# NAME (default vm) names its folder under $WORK; QEMU_ARGS (default: no network card) are
+# added to qemu's.
 run_vm() {
-  local job="$1" limit="$2"
+  local job="$1" limit="$2" name="${3:-vm}"
+  shift $(( $# < 3 ? $# : 3 ))
+  local extra=("$@")
+  [ "${#extra[@]}" -gt 0 ] || extra=(-nic none)
   command -v qemu-system-x86_64 >/dev/null || skip "no qemu-system-x86_64 (bash scripts/kernel_vm.sh prepare)"
   [ -x /bin/busybox ] || skip "no busybox (bash scripts/kernel_vm.sh prepare)"
   local kdir
   kdir="$(kernel_dir)" || skip "no kernel in $CACHE (bash scripts/kernel_vm.sh prepare)"
-  local work="$WORK"
+  local work="$WORK/$name"
   local ird="$work/initramfs"
   mkdir -p "$ird"/{bin,sbin,proc,sys,dev,lower,upper,host}
   cp /bin/busybox "$ird/bin/busybox"
   local a
-  for a in sh mount mkdir chroot cat modprobe poweroff sync ip tail; do ln -s busybox "$ird/bin/$a"; done
+  for a in sh mount mkdir chroot cat modprobe poweroff sync ip tail ln; do ln -s busybox "$ird/bin/$a"; done
   ln -s ../bin/busybox "$ird/sbin/modprobe"
   cp -r "$kdir/modules/lib" "$ird/"
   cp "$job" "$ird/job.sh"
@@ -107,8 +117,12 @@ run_vm() {
 mount -t proc proc /proc
 mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev
+ln -s /proc/self/fd /dev/fd
+ln -s /proc/self/fd/0 /dev/stdin
+ln -s /proc/self/fd/1 /dev/stdout
+ln -s /proc/self/fd/2 /dev/stderr
 echo /sbin/modprobe > /proc/sys/kernel/modprobe
-for m in virtio_pci 9pnet_virtio 9p overlay tls gcm ghash_generic aesni_intel chacha20poly1305 veth rdma_rxe ib_uverbs; do
+for m in virtio_pci 9pnet_virtio 9p overlay tls gcm ghash_generic aesni_intel chacha20poly1305 veth virtio_net rdma_rxe ib_uverbs; do
   modprobe "$m" || echo "kernel-vm: modprobe $m failed"
 done
 mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=512000 hostroot /lower || echo "kernel-vm: cannot mount the host's root"
@@ -137,7 +151,7 @@ EOF
     -nographic -no-reboot -kernel "$kdir/vmlinuz" -initrd "$work/initrd.gz" \
     -append "console=ttyS0 quiet panic=-1" \
     -virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap \
-    > "$out" 2>&1 || rc=$?
+    "${extra[@]}" > "$out" 2>&1 || rc=$?
   # The console's own escapes and carriage returns, then what the job printed.
   tr -d '\r' < "$out" | sed -e 's/\x1b\[[0-9;?]*[a-zA-Z]//g' -e 's/\x1bc//g' | grep -v -e '^SeaBIOS' -e '^iPXE' \
     -e '^Press Ctrl-B' -e '^Booting from' -e 'reboot: Power down' -e '^c$' -e '^$' || true
@@ -261,9 +275,7 @@ step "the transport conformance suite over ibverbs" "$B/tests/transport/test_tra
 check='grep -q "Out of bounds values : 0 OK" /tmp/step.log || echo "wrong results"'
 step "allreduce_perf -c 1, 2 ranks, BRAID_TRANSPORT=ibverbs" \
   "$RUN" -np 2 -x BRAID_TRANSPORT=ibverbs -x BRAID_IB_HCA "$AR" -b 8 -e 4M -f 16 -n 3 -w 1 -c 1
-check='[ "$(grep -c "collectives ok rank" /tmp/step.log)" = 3 ] || echo "not every rank ran every collective"'
-step "every collective, 3 ranks, BRAID_TRANSPORT=ibverbs" \
-  "$RUN" -np 3 -x BRAID_TRANSPORT=ibverbs -x BRAID_IB_HCA "$MP/mp_collectives"
+# (Every collective over ibverbs runs across two VMs: verbs-hosts.)
 check='for r in 0 2; do grep -q "RESULT rank=$r code=[1-9][0-9]* failed_rank=1 " /tmp/step.log || echo "rank $r did not fail naming rank 1"; done'
 step "rank 1 killed mid-allreduce over ibverbs: ranks 0 and 2 fail naming it" \
   sh -c "'$RUN' -np 3 -x BRAID_TRANSPORT=ibverbs -x BRAID_IB_HCA -x BRAID_TIMEOUT=20 '$MP/mp_fault' kill 1 20 262144; true"
@@ -271,8 +283,60 @@ exit $failed
 EOF
 }
 
+# Two VMs, one rank each, joined by a virtual Ethernet wire (qemu's socket netdev): each puts
+# rxe0 on its eth0 (10.78.0.<h+1>), so the ranks' RDMA writes and hellos cross the wire as
+# RoCE v2 packets, as between two hosts. Rank 0 serves the store. H is 0 or 1.
+write_verbs_hosts_job() {
+  job_prelude "$1"
+  cat <<EOF
+export H=$2
+KEY=$3
+EOF
+  cat <<'EOF'
+ip link set lo up
+ip addr add 10.78.0.$((H + 1))/24 dev eth0
+ip link set eth0 up
+rdma link add rxe0 type rxe netdev eth0 || echo "kernel-vm: rdma link add failed"
+ulimit -l unlimited
+export BRAID_IB_HCA=rxe0 BRAID_TRANSPORT=ibverbs BRAID_RANK=$H BRAID_WORLD_SIZE=2 BRAID_LOCAL_RANK=0
+export BRAID_LOCAL_SIZE=1 BRAID_HOST_ID=vm$H BRAID_AUTH_KEY=$KEY BRAID_TIMEOUT=30 BRAID_DEBUG=INFO
+# Each step is a job of its own, with a store port of its own.
+check='grep -q "Out of bounds values : 0 OK" /tmp/step.log || [ "$H" = 1 ] || echo "wrong results"'
+BRAID_STORE_ADDR=10.78.0.1:29500 step "host $H: allreduce_perf -c 1 across two VMs over RoCE v2" \
+  "$AR" -b 8 -e 2M -f 8 -n 3 -w 1 -c 1
+grep -m1 "ibverbs: using" /tmp/step.log
+check='grep -q "collectives ok rank $H of 2" /tmp/step.log || echo "rank $H did not run every collective"'
+BRAID_STORE_ADDR=10.78.0.1:29501 step "host $H: every collective across two VMs over RoCE v2" "$MP/mp_collectives"
+exit $failed
+EOF
+}
+
 case "$MODE" in
   prepare) prepare ;;
+  verbs-hosts)
+    [ -x "$BUILD/src/launcher/braidrun" ] || { echo "kernel_vm: no build at $BUILD"; exit 2; }
+    [ -n "$(find "$BUILD" -name libbraid-net-ibverbs.so -print -quit)" ] || skip "this build has no verbs transport"
+    WORK="$(mktemp -d "${TMPDIR:-/tmp}/kernel-vm.XXXXXX")"
+    trap 'rm -rf "$WORK"' EXIT
+    key="$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')"
+    port=$(( 20000 + RANDOM % 20000 ))
+    write_verbs_hosts_job "$BUILD" 0 "$key" > "$WORK/job0.sh"
+    write_verbs_hosts_job "$BUILD" 1 "$key" > "$WORK/job1.sh"
+    BRAID_VM_CPUS="${BRAID_VM_CPUS:-1}" run_vm "$WORK/job0.sh" "${BRAID_VM_LIMIT:-600}" host0 \
+      -netdev "socket,id=wire,listen=127.0.0.1:$port" -device virtio-net-pci,netdev=wire,mac=52:54:00:4b:00:01 \
+      > "$WORK/host0.out" 2>&1 &
+    pid0=$!
+    sleep 1
+    rc1=0
+    BRAID_VM_CPUS="${BRAID_VM_CPUS:-1}" run_vm "$WORK/job1.sh" "${BRAID_VM_LIMIT:-600}" host1 \
+      -netdev "socket,id=wire,connect=127.0.0.1:$port" -device virtio-net-pci,netdev=wire,mac=52:54:00:4b:00:02 \
+      > "$WORK/host1.out" 2>&1 || rc1=$?
+    rc0=0
+    wait "$pid0" || rc0=$?
+    sed 's/^/[host 0] /' "$WORK/host0.out"
+    sed 's/^/[host 1] /' "$WORK/host1.out"
+    [ "$rc0" = 0 ] && [ "$rc1" = 0 ]
+    ;;
   ktls | ktls-bench | verbs | job)
     WORK="$(mktemp -d "${TMPDIR:-/tmp}/kernel-vm.XXXXXX")"
     trap 'rm -rf "$WORK"' EXIT
@@ -292,5 +356,5 @@ case "$MODE" in
     fi
     run_vm "$job" "${BRAID_VM_LIMIT:-600}"
     ;;
-  *) echo "usage: $0 prepare | ktls BUILD | ktls-bench BUILD | verbs BUILD | job FILE" >&2; exit 2 ;;
+  *) echo "usage: $0 prepare | ktls BUILD | ktls-bench BUILD | verbs BUILD | verbs-hosts BUILD | job FILE" >&2; exit 2 ;;
 esac

@@ -90,6 +90,13 @@ kernel_dir() {
   [ -n "$d" ] && [ -f "$d/ready" ] && echo "${d%/}"
 }
 
+# Skips (exit 77) unless `prepare` has run: qemu, busybox and an unpacked kernel.
+require_vm() {
+  command -v qemu-system-x86_64 >/dev/null || skip "no qemu-system-x86_64 (bash scripts/kernel_vm.sh prepare)"
+  [ -x /bin/busybox ] || skip "no busybox (bash scripts/kernel_vm.sh prepare)"
+  kernel_dir >/dev/null || skip "no kernel in $CACHE (bash scripts/kernel_vm.sh prepare)"
+}
+
 # Boots a VM with JOB (a shell script run as root in the host's tree, whose writes, /tmp's
 # included, stay in the VM's memory) and prints what it prints; returns the job's exit status.
 # NAME (default vm) names its folder under $WORK; QEMU_ARGS (default: no network card) are
@@ -99,10 +106,9 @@ run_vm() {
   shift $(( $# < 3 ? $# : 3 ))
   local extra=("$@")
   [ "${#extra[@]}" -gt 0 ] || extra=(-nic none)
-  command -v qemu-system-x86_64 >/dev/null || skip "no qemu-system-x86_64 (bash scripts/kernel_vm.sh prepare)"
-  [ -x /bin/busybox ] || skip "no busybox (bash scripts/kernel_vm.sh prepare)"
+  require_vm
   local kdir
-  kdir="$(kernel_dir)" || skip "no kernel in $CACHE (bash scripts/kernel_vm.sh prepare)"
+  kdir="$(kernel_dir)"
   local work="$WORK/$name"
   local ird="$work/initramfs"
   mkdir -p "$ird"/{bin,sbin,proc,sys,dev,lower,upper,host}
@@ -293,7 +299,6 @@ export H=$2
 KEY=$3
 EOF
   cat <<'EOF'
-ip link set lo up
 ip addr add 10.78.0.$((H + 1))/24 dev eth0
 ip link set eth0 up
 rdma link add rxe0 type rxe netdev eth0 || echo "kernel-vm: rdma link add failed"
@@ -316,6 +321,7 @@ case "$MODE" in
   verbs-hosts)
     [ -x "$BUILD/src/launcher/braidrun" ] || { echo "kernel_vm: no build at $BUILD"; exit 2; }
     [ -n "$(find "$BUILD" -name libbraid-net-ibverbs.so -print -quit)" ] || skip "this build has no verbs transport"
+    require_vm  # here, not only in the VMs' subshells, whose skip would read as a failure
     WORK="$(mktemp -d "${TMPDIR:-/tmp}/kernel-vm.XXXXXX")"
     trap 'rm -rf "$WORK"' EXIT
     key="$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')"

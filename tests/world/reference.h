@@ -3,9 +3,12 @@
 // integers (or powers of two for prod) so that sums and products are exact in every type,
 // whatever order a reduction uses; the reference computes in double / 64-bit integers.
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <deque>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -156,6 +159,44 @@ inline double expectedAllReduce(DataType dt, ReduceOp op, int nranks, size_t i) 
   if (dt == DataType::kUint8) return static_cast<double>(static_cast<uint8_t>(static_cast<int64_t>(acc)));
   if (dt == DataType::kInt8) return static_cast<double>(static_cast<int8_t>(static_cast<int64_t>(acc)));
   return acc;
+}
+
+// Expected results shared by the ranks of one in-process world. Case k's values are computed
+// once, by the first rank that asks (the others wait for them), and freed when the last of
+// the case's `users` ranks has released them: n ranks checking an allreduce then cost one
+// reference computation of n inputs per element, not n of them.
+class SharedExpected {
+ public:
+  explicit SharedExpected(size_t ncases) : slots_(ncases) {}
+
+  // Case k's values, made by fill(std::vector<double>&) on the first call for k.
+  template <typename Fill>
+  const std::vector<double>& get(size_t k, Fill&& fill) {
+    Slot& s = slots_.at(k);
+    std::call_once(s.once, [&] { fill(s.values); });
+    return s.values;
+  }
+
+  // This rank is done with case k; the `users`-th release frees its values.
+  void release(size_t k, int users) {
+    Slot& s = slots_.at(k);
+    if (s.released.fetch_add(1) + 1 == users) std::vector<double>().swap(s.values);
+  }
+
+ private:
+  struct Slot {
+    std::once_flag once;
+    std::atomic<int> released{0};
+    std::vector<double> values;
+  };
+  std::deque<Slot> slots_;
+};
+
+// Elements [first, first + count) of an allreduce's result over `nranks`, as above.
+inline std::vector<double> expectedAllReduceRange(DataType dt, ReduceOp op, int nranks, size_t first, size_t count) {
+  std::vector<double> v(count);
+  for (size_t i = 0; i < count; ++i) v[i] = expectedAllReduce(dt, op, nranks, first + i);
+  return v;
 }
 
 // Whether `got` matches `want` for this type: exact for integers; for floats within the

@@ -58,9 +58,11 @@ std::string runAllReduceCases(const WorldOptions& o, const std::vector<Case>& ca
     std::lock_guard<std::mutex> lock(mu);
     if (firstError.empty()) firstError = e;
   };
+  braid::testing::SharedExpected expected(cases.size());
   Status init = braid::testing::runWorld(o, [&](core::Communicator& comm) {
     const int rank = comm.rank();
-    for (const Case& c : cases) {
+    for (size_t k = 0; k < cases.size(); ++k) {
+      const Case& c = cases[k];
       size_t es = dataTypeSize(c.dt);
       std::vector<unsigned char> in(c.count * es + 1), out(c.count * es + 1, 0xAB);
       for (size_t i = 0; i < c.count; ++i) braid::testing::storeValue(c.dt, in.data(), i, braid::testing::inputValue(c.dt, c.op, rank, i));
@@ -80,16 +82,19 @@ std::string runAllReduceCases(const WorldOptions& o, const std::vector<Case>& ca
         note(where.str() + ": " + s.toString());
         return;
       }
+      const std::vector<double>& want = expected.get(k, [&](std::vector<double>& v) {
+        v = braid::testing::expectedAllReduceRange(c.dt, c.op, o.nranks, 0, c.count);
+      });
       for (size_t i = 0; i < c.count; ++i) {
         double got = braid::testing::loadValue(c.dt, dst, i);
-        double want = braid::testing::expectedAllReduce(c.dt, c.op, o.nranks, i);
-        if (!braid::testing::matches(c.dt, got, want)) {
+        if (!braid::testing::matches(c.dt, got, want[i])) {
           std::ostringstream e;
-          e << where.str() << ": element " << i << " is " << got << ", expected " << want;
+          e << where.str() << ": element " << i << " is " << got << ", expected " << want[i];
           note(e.str());
           break;
         }
       }
+      expected.release(k, o.nranks);
       // The byte past the end must be untouched.
       if (!c.inPlace && out[c.count * es] != 0xAB) note(where.str() + ": wrote past the end of recvbuff");
     }
@@ -101,18 +106,27 @@ std::string runAllReduceCases(const WorldOptions& o, const std::vector<Case>& ca
 std::string runBroadcastCases(const WorldOptions& o) {
   std::mutex mu;
   std::string firstError;
+  const size_t kCounts[] = {0, 1, 7, 1023, (1u << 20) + 3};
+  const DataType kTypes[] = {DataType::kInt8, DataType::kBFloat16, DataType::kFloat32, DataType::kFloat64};
+  // The root's values of each (count, dtype, root), shared by the in-place and the
+  // out-of-place case.
+  braid::testing::SharedExpected expected(std::size(kCounts) * std::size(kTypes) * 3);
   Status init = braid::testing::runWorld(o, [&](core::Communicator& comm) {
     const int rank = comm.rank();
     const int n = comm.size();
-    for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{1023}, size_t{(1u << 20) + 3}})
-      for (DataType dt : {DataType::kInt8, DataType::kBFloat16, DataType::kFloat32, DataType::kFloat64})
-        for (int root : {0, n - 1, n / 2})
+    size_t k = 0;
+    for (size_t count : kCounts)
+      for (DataType dt : kTypes)
+        for (int root : {0, n - 1, n / 2}) {
+          const std::vector<double>& want = expected.get(k, [&](std::vector<double>& v) {
+            v.resize(count);
+            for (size_t i = 0; i < count; ++i) v[i] = braid::testing::inputValue(dt, ReduceOp::kSum, root, i);
+          });
           for (bool ip : {false, true}) {
             size_t es = dataTypeSize(dt);
-            std::vector<unsigned char> in(count * es), out(count * es, 0);
-            for (size_t i = 0; i < count; ++i)
-              braid::testing::storeValue(dt, in.data(), i, braid::testing::inputValue(dt, ReduceOp::kSum, root, i));
-            if (rank != root) std::fill(in.begin(), in.end(), 0);
+            std::vector<unsigned char> in(count * es, 0), out(count * es, 0);
+            if (rank == root)
+              for (size_t i = 0; i < count; ++i) braid::testing::storeValue(dt, in.data(), i, want[i]);
             void* dst = ip ? in.data() : out.data();
             algorithms::Request req;
             req.coll = algorithms::Collective::kBroadcast;
@@ -131,16 +145,17 @@ std::string runBroadcastCases(const WorldOptions& o) {
             }
             for (size_t i = 0; i < count; ++i) {
               double got = braid::testing::loadValue(dt, dst, i);
-              double want = braid::testing::inputValue(dt, ReduceOp::kSum, root, i);
-              if (got != want) {
+              if (got != want[i]) {
                 std::lock_guard<std::mutex> lock(mu);
                 if (firstError.empty())
                   firstError = where.str() + ": element " + std::to_string(i) + " is " + std::to_string(got) +
-                               ", expected " + std::to_string(want);
+                               ", expected " + std::to_string(want[i]);
                 break;
               }
             }
           }
+          expected.release(k++, n);
+        }
   });
   if (!init.isOk()) return "init failed: " + init.toString();
   return firstError;

@@ -85,10 +85,12 @@ std::string runCases(const WorldOptions& o, Collective coll, const std::vector<C
     std::lock_guard<std::mutex> lock(mu);
     if (firstError.empty()) firstError = e;
   };
+  braid::testing::SharedExpected expected(cases.size());
   Status init = braid::testing::runWorld(o, [&](core::Communicator& comm) {
     const int rank = comm.rank();
     const int n = comm.size();
-    for (const Case& c : cases) {
+    for (size_t k = 0; k < cases.size(); ++k) {
+      const Case& c = cases[k];
       const size_t es = dataTypeSize(c.dt);
       const bool bcast = coll == Collective::kBroadcast;
       const int root = c.root;
@@ -115,17 +117,26 @@ std::string runCases(const WorldOptions& o, Collective coll, const std::vector<C
       }
       const bool hasResult = coll == Collective::kAllReduce || bcast || rank == root;
       if (hasResult) {
+        // The root's input (broadcast) or the reduction of all inputs, computed once for the
+        // ranks that have a result: all of them, or the root of a reduce.
+        const std::vector<double>& want = expected.get(k, [&](std::vector<double>& v) {
+          if (!bcast) {
+            v = braid::testing::expectedAllReduceRange(c.dt, c.op, n, 0, c.count);
+            return;
+          }
+          v.resize(c.count);
+          for (size_t i = 0; i < c.count; ++i) v[i] = braid::testing::inputValue(c.dt, c.op, root, i);
+        });
         for (size_t i = 0; i < c.count; ++i) {
           double got = braid::testing::loadValue(c.dt, dst, i);
-          double want = bcast ? braid::testing::inputValue(c.dt, c.op, root, i)
-                              : braid::testing::expectedAllReduce(c.dt, c.op, n, i);
-          if (!braid::testing::matches(c.dt, got, want)) {
+          if (!braid::testing::matches(c.dt, got, want[i])) {
             std::ostringstream e;
-            e << where.str() << ": element " << i << " is " << got << ", expected " << want;
+            e << where.str() << ": element " << i << " is " << got << ", expected " << want[i];
             note(e.str());
             break;
           }
         }
+        expected.release(k, coll == Collective::kAllReduce || bcast ? n : 1);
       }
       // Only results may be written: nothing past the end, nothing at a reduce's non-root.
       if (!c.inPlace && out[c.count * es] != 0xAB) note(where.str() + ": wrote past the end of recvbuff");

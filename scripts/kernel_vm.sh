@@ -187,6 +187,8 @@ MP="$B/tests/multiproc"
 failed=0
 # A step's own check of its log, beyond its exit status (empty: none).
 check=""
+# The check of a step that kills rank 1 of 3: ranks 0 and 2 failed naming it.
+KILLED1='for r in 0 2; do grep -q "RESULT rank=$r code=[1-9][0-9]* failed_rank=1 " /tmp/step.log || echo "rank $r did not fail naming rank 1"; done'
 step() {
   name="$1"; shift
   start=$(date +%s)
@@ -236,7 +238,7 @@ ktls 'grep -q "Out of bounds values : 0 OK" /tmp/step.log || echo "wrong results
 step "allreduce_perf -c 1, 3 ranks, BRAID_TLS=1 over tcp, 2 sockets per peer" \
   "$RUN" -np 3 -x BRAID_TLS=1 -x BRAID_TRANSPORT=tcp -x BRAID_SOCKETS_PER_PEER=2 "$AR" -b 8 -e 4M -f 16 -n 3 -w 1 -c 1
 # (Every collective over BRAID_TLS=1 is test_multiproc's; the records take the same path.)
-ktls 'for r in 0 2; do grep -q "RESULT rank=$r code=[1-9][0-9]* failed_rank=1 " /tmp/step.log || echo "rank $r did not fail naming rank 1"; done'
+ktls "$KILLED1"
 step "rank 1 killed mid-allreduce: ranks 0 and 2 fail naming it" \
   sh -c "'$RUN' -np 3 -x BRAID_TLS=1 -x BRAID_TRANSPORT=tcp -x BRAID_TIMEOUT=20 '$MP/mp_fault' kill 1 20 262144; true"
 exit $failed
@@ -282,7 +284,7 @@ check='grep -q "Out of bounds values : 0 OK" /tmp/step.log || echo "wrong result
 step "allreduce_perf -c 1, 2 ranks, BRAID_TRANSPORT=ibverbs" \
   "$RUN" -np 2 -x BRAID_TRANSPORT=ibverbs -x BRAID_IB_HCA "$AR" -b 8 -e 4M -f 16 -n 3 -w 1 -c 1
 # (Every collective over ibverbs runs across two VMs: verbs-hosts.)
-check='for r in 0 2; do grep -q "RESULT rank=$r code=[1-9][0-9]* failed_rank=1 " /tmp/step.log || echo "rank $r did not fail naming rank 1"; done'
+check="$KILLED1"
 step "rank 1 killed mid-allreduce over ibverbs: ranks 0 and 2 fail naming it" \
   sh -c "'$RUN' -np 3 -x BRAID_TRANSPORT=ibverbs -x BRAID_IB_HCA -x BRAID_TIMEOUT=20 '$MP/mp_fault' kill 1 20 262144; true"
 exit $failed
@@ -316,14 +318,24 @@ exit $failed
 EOF
 }
 
+# Exits unless $BUILD is a build tree; need_verbs: skips unless it has the verbs plugin.
+need_build() { [ -x "$BUILD/src/launcher/braidrun" ] || { echo "kernel_vm: no build at $BUILD"; exit 2; }; }
+need_verbs() {
+  need_build
+  [ -n "$(find "$BUILD" -name libbraid-net-ibverbs.so -print -quit)" ] || skip "this build has no verbs transport"
+}
+# $WORK: the VMs' scratch folder, removed on exit.
+make_work() {
+  WORK="$(mktemp -d "${TMPDIR:-/tmp}/kernel-vm.XXXXXX")"
+  trap 'rm -rf "$WORK"' EXIT
+}
+
 case "$MODE" in
   prepare) prepare ;;
   verbs-hosts)
-    [ -x "$BUILD/src/launcher/braidrun" ] || { echo "kernel_vm: no build at $BUILD"; exit 2; }
-    [ -n "$(find "$BUILD" -name libbraid-net-ibverbs.so -print -quit)" ] || skip "this build has no verbs transport"
+    need_verbs
     require_vm  # here, not only in the VMs' subshells, whose skip would read as a failure
-    WORK="$(mktemp -d "${TMPDIR:-/tmp}/kernel-vm.XXXXXX")"
-    trap 'rm -rf "$WORK"' EXIT
+    make_work
     key="$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')"
     port=$(( 20000 + RANDOM % 20000 ))
     write_verbs_hosts_job "$BUILD" 0 "$key" > "$WORK/job0.sh"
@@ -344,22 +356,18 @@ case "$MODE" in
     [ "$rc0" = 0 ] && [ "$rc1" = 0 ]
     ;;
   ktls | ktls-bench | verbs | job)
-    WORK="$(mktemp -d "${TMPDIR:-/tmp}/kernel-vm.XXXXXX")"
-    trap 'rm -rf "$WORK"' EXIT
+    make_work
     job="$WORK/job.sh"
-    if [ "$MODE" = job ]; then
-      cp "$2" "$job"
-    else
-      [ -x "$BUILD/src/launcher/braidrun" ] || { echo "kernel_vm: no build at $BUILD"; exit 2; }
-      case "$MODE" in
-        ktls | ktls-bench)
-          grep -q "^OPENSSL_SSL_LIBRARY:FILEPATH=/" "$BUILD/CMakeCache.txt" 2>/dev/null || skip "this build has no OpenSSL"
-          if [ "$MODE" = ktls ]; then write_ktls_job "$BUILD" > "$job"; else write_ktls_bench_job "$BUILD" > "$job"; fi ;;
-        verbs)
-          [ -n "$(find "$BUILD" -name libbraid-net-ibverbs.so -print -quit)" ] || skip "this build has no verbs transport"
-          write_verbs_job "$BUILD" > "$job" ;;
-      esac
-    fi
+    case "$MODE" in
+      job) cp "$2" "$job" ;;
+      ktls | ktls-bench)
+        need_build
+        grep -q "^OPENSSL_SSL_LIBRARY:FILEPATH=/" "$BUILD/CMakeCache.txt" 2>/dev/null || skip "this build has no OpenSSL"
+        if [ "$MODE" = ktls ]; then write_ktls_job "$BUILD" > "$job"; else write_ktls_bench_job "$BUILD" > "$job"; fi ;;
+      verbs)
+        need_verbs
+        write_verbs_job "$BUILD" > "$job" ;;
+    esac
     run_vm "$job" "${BRAID_VM_LIMIT:-600}"
     ;;
   *) echo "usage: $0 prepare | ktls BUILD | ktls-bench BUILD | verbs BUILD | verbs-hosts BUILD | job FILE" >&2; exit 2 ;;

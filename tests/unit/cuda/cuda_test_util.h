@@ -52,7 +52,7 @@ class GuardedBuffer {
   static constexpr unsigned char kGuardByte = 0xE7;
 
   GuardedBuffer(size_t bytes, size_t offset)
-      : bytes_(bytes), offset_(offset), raw_(bytes + offset + 2 * kGuard + 64, kGuardByte) {
+      : bytes_(bytes), raw_(bytes + offset + 2 * kGuard + 64, kGuardByte) {
     const auto base = reinterpret_cast<uintptr_t>(raw_.data());
     start_ = (64 - base % 64) % 64 + kGuard + offset;
   }
@@ -68,7 +68,6 @@ class GuardedBuffer {
 
  private:
   size_t bytes_;
-  size_t offset_;
   std::vector<unsigned char> raw_;
   size_t start_ = 0;
 };

@@ -192,10 +192,10 @@ class SharedExpected {
   std::deque<Slot> slots_;
 };
 
-// Elements [first, first + count) of an allreduce's result over `nranks`, as above.
-inline std::vector<double> expectedAllReduceRange(DataType dt, ReduceOp op, int nranks, size_t first, size_t count) {
+// Elements [0, count) of an allreduce's result over `nranks`, as above.
+inline std::vector<double> expectedAllReduceRange(DataType dt, ReduceOp op, int nranks, size_t count) {
   std::vector<double> v(count);
-  for (size_t i = 0; i < count; ++i) v[i] = expectedAllReduce(dt, op, nranks, first + i);
+  for (size_t i = 0; i < count; ++i) v[i] = expectedAllReduce(dt, op, nranks, i);
   return v;
 }
 

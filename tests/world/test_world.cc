@@ -83,7 +83,7 @@ std::string runAllReduceCases(const WorldOptions& o, const std::vector<Case>& ca
         return;
       }
       const std::vector<double>& want = expected.get(k, [&](std::vector<double>& v) {
-        v = braid::testing::expectedAllReduceRange(c.dt, c.op, o.nranks, 0, c.count);
+        v = braid::testing::expectedAllReduceRange(c.dt, c.op, o.nranks, c.count);
       });
       for (size_t i = 0; i < c.count; ++i) {
         double got = braid::testing::loadValue(c.dt, dst, i);

@@ -121,7 +121,7 @@ std::string runCases(const WorldOptions& o, Collective coll, const std::vector<C
         // ranks that have a result: all of them, or the root of a reduce.
         const std::vector<double>& want = expected.get(k, [&](std::vector<double>& v) {
           if (!bcast) {
-            v = braid::testing::expectedAllReduceRange(c.dt, c.op, n, 0, c.count);
+            v = braid::testing::expectedAllReduceRange(c.dt, c.op, n, c.count);
             return;
           }
           v.resize(c.count);

@@ -192,6 +192,13 @@ class SharedExpected {
   std::deque<Slot> slots_;
 };
 
+// Elements [0, count) of `rank`'s input.
+inline std::vector<double> inputRange(DataType dt, ReduceOp op, int rank, size_t count) {
+  std::vector<double> v(count);
+  for (size_t i = 0; i < count; ++i) v[i] = inputValue(dt, op, rank, i);
+  return v;
+}
+
 // Elements [0, count) of an allreduce's result over `nranks`, as above.
 inline std::vector<double> expectedAllReduceRange(DataType dt, ReduceOp op, int nranks, size_t count) {
   std::vector<double> v(count);

@@ -118,10 +118,8 @@ std::string runBroadcastCases(const WorldOptions& o) {
     for (size_t count : kCounts)
       for (DataType dt : kTypes)
         for (int root : {0, n - 1, n / 2}) {
-          const std::vector<double>& want = expected.get(k, [&](std::vector<double>& v) {
-            v.resize(count);
-            for (size_t i = 0; i < count; ++i) v[i] = braid::testing::inputValue(dt, ReduceOp::kSum, root, i);
-          });
+          const std::vector<double>& want = expected.get(
+              k, [&](std::vector<double>& v) { v = braid::testing::inputRange(dt, ReduceOp::kSum, root, count); });
           for (bool ip : {false, true}) {
             size_t es = dataTypeSize(dt);
             std::vector<unsigned char> in(count * es, 0), out(count * es, 0);

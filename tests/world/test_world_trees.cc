@@ -120,12 +120,8 @@ std::string runCases(const WorldOptions& o, Collective coll, const std::vector<C
         // The root's input (broadcast) or the reduction of all inputs, computed once for the
         // ranks that have a result: all of them, or the root of a reduce.
         const std::vector<double>& want = expected.get(k, [&](std::vector<double>& v) {
-          if (!bcast) {
-            v = braid::testing::expectedAllReduceRange(c.dt, c.op, n, c.count);
-            return;
-          }
-          v.resize(c.count);
-          for (size_t i = 0; i < c.count; ++i) v[i] = braid::testing::inputValue(c.dt, c.op, root, i);
+          v = bcast ? braid::testing::inputRange(c.dt, c.op, root, c.count)
+                    : braid::testing::expectedAllReduceRange(c.dt, c.op, n, c.count);
         });
         for (size_t i = 0; i < c.count; ++i) {
           double got = braid::testing::loadValue(c.dt, dst, i);

@@ -99,8 +99,11 @@ const char* redOpName(braidRedOp_t op) {
     case braidMax: return "max";
     case braidMin: return "min";
     case braidAvg: return "avg";
+    case braidBitAnd: return "band";
+    case braidBitOr: return "bor";
+    case braidBitXor: return "bxor";
+    default: return "?";  // premultiplied-sum ops, made at run time, are not offered (parseOp)
   }
-  return "?";
 }
 
 bool isSignedType(braidDataType_t dt) {
@@ -276,6 +279,9 @@ ReduceValues::ReduceValues(braidDataType_t dt, braidRedOp_t op, int nranks)
     case braidMin:
       sumMax_ = limit;
       break;
+    default:  // not offered (parseOp)
+      sumMax_ = limit;
+      break;
   }
 }
 
@@ -302,6 +308,7 @@ double ReduceValues::input(int rank, size_t index) const {
       if (!signed_) return static_cast<double>(h % (r + 1));
       return static_cast<double>(static_cast<long long>(h % (2 * r + 1)) - sumMax_);
     }
+    default: break;  // not offered (parseOp)
   }
   return 0.0;
 }
@@ -316,6 +323,7 @@ double ReduceValues::expected(size_t index) const {
       case braidProd: acc *= v; break;
       case braidMax: acc = std::max(acc, v); break;
       case braidMin: acc = std::min(acc, v); break;
+      default: break;  // not offered (parseOp)
     }
   }
   // The sum is a multiple of nranks by construction, so this division is exact.

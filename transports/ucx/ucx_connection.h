@@ -103,8 +103,11 @@ class UcxSendConnection final : public Connection {
   Status peekRecv(Slot* s) override;
   Status releaseRecv(const Slot& s) override;
   Status progress() override;
-  // Every posted message has left this process (UCX completed it locally; for a message
-  // sent from the caller's memory, UCX no longer reads that memory).
+  // UCX completed every posted message: it no longer reads the slot or the caller's memory.
+  // An eager message's bytes may still be in UCX's own transport buffers (tcp's, when the
+  // socket would block) and are lost if this process dies; waiting for them to leave
+  // (ucp_ep_flush_nbx) would wait for the receiver to progress, so a collective's end would
+  // hang on a peer busy elsewhere.
   bool flushed() const override { return inFlight_ == 0; }
   bool seesPeerFailure() const override { return ep_->watched; }
   WaitHandle waitHandle(bool forSend) override;

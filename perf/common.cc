@@ -277,9 +277,7 @@ ReduceValues::ReduceValues(braidDataType_t dt, braidRedOp_t op, int nranks)
     }
     case braidMax:
     case braidMin:
-      sumMax_ = limit;
-      break;
-    default:  // not offered (parseOp)
+    default:  // (the others are not offered: parseOp)
       sumMax_ = limit;
       break;
   }

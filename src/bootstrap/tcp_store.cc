@@ -1287,8 +1287,9 @@ std::string keyList(const std::vector<std::string>& keys) {
   return s;
 }
 
-// One non-blocking connect attempt, waiting at most `ms`. Returns the fd or -1 with `err`.
-int connectOnce(const sockaddr_in& sa, int ms, std::string* err) {
+// One non-blocking connect attempt, waiting at most `ms` (and no longer than until `watchFd`
+// has something to read). Returns the fd or -1 with `err`.
+int connectOnce(const sockaddr_in& sa, int ms, std::string* err, int watchFd = -1) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) {
     *err = "socket failed: " + errnoText(errno);
@@ -1304,13 +1305,18 @@ int connectOnce(const sockaddr_in& sa, int ms, std::string* err) {
     return -1;
   }
   if (rc != 0) {
-    pollfd p{fd, POLLOUT, 0};
+    pollfd p[2] = {{fd, POLLOUT, 0}, {watchFd, POLLIN, 0}};
     int pr;
     do {
-      pr = poll(&p, 1, ms);
+      pr = poll(p, watchFd >= 0 ? 2 : 1, ms);
     } while (pr < 0 && errno == EINTR);
     int soerr = 0;
     socklen_t len = sizeof(soerr);
+    if (pr > 0 && p[0].revents == 0) {
+      *err = "given up: the watched connection has something to read";
+      close(fd);
+      return -1;
+    }
     if (pr == 0) {
       *err = "connect timed out";
       close(fd);
@@ -1389,12 +1395,14 @@ StatusOr<std::unique_ptr<TcpStoreClient>> TcpStoreClient::connect(const std::str
 
 StatusOr<std::unique_ptr<TcpStoreClient>> TcpStoreClient::handshake(const std::string& address, int fd, uint64_t nonce,
                                                                     const AuthKey& key, double opTimeoutSec, bool tls,
-                                                                    uint64_t clientId, Deadline until, bool* dropped) {
+                                                                    uint64_t clientId, Deadline until, bool* dropped,
+                                                                    int watchFd) {
   if (tls && !key.present) {
     close(fd);
     return invalidArgument("store client: BRAID_TLS=1 needs the job's key");
   }
   std::unique_ptr<TcpStoreClient> client(new TcpStoreClient(address, fd, opTimeoutSec));
+  client->watchFd_ = watchFd;
   proto::Request hello;
   hello.op = proto::Op::kHello;
   hello.nonce = nonce;
@@ -1409,6 +1417,7 @@ StatusOr<std::unique_ptr<TcpStoreClient>> TcpStoreClient::handshake(const std::s
     }
     if (s.code() == Code::kTimeout)
       return Status(Code::kTimeout, s.message() + " (a store answers HELLO at once: is something else listening there?)");
+    if (s.code() == Code::kAborted) return s;
     return s;  // the store's own reason, e.g. a nonce mismatch, already names it
   }
   std::string serverChallenge;
@@ -1450,9 +1459,19 @@ Status TcpStoreClient::startTls(const AuthKey& key, const std::string& binding) 
       return Status(Code::kRemoteError, "TLS with the store at " + address_ + " failed: " +
                                             (r < 0 ? tls_->error() : std::string("no answer")) +
                                             " (is BRAID_TLS the same for every rank and the store's process?)");
-    pollfd p{fd_, tls_->wantEvents(), 0};
-    (void)poll(&p, 1, d.remainingMillis(200));
+    if (waitLocked(tls_->wantEvents(), d.remainingMillis(200)) == kWatched) return watchedLocked();
   }
+}
+
+int TcpStoreClient::waitLocked(short events, int ms) {
+  pollfd p[2] = {{fd_, events, 0}, {watchFd_, POLLIN, 0}};
+  const int pr = poll(p, watchFd_ >= 0 ? 2 : 1, ms);
+  if (pr > 0 && watchFd_ >= 0 && p[1].revents != 0) return kWatched;
+  return pr > 0 ? 1 : pr;
+}
+
+Status TcpStoreClient::watchedLocked() const {
+  return Status(Code::kAborted, "given up on the store at " + address_ + ": the connection it was asked for has an answer");
 }
 
 Status TcpStoreClient::lose(const std::string& why) {
@@ -1495,17 +1514,17 @@ void TcpStoreClient::setStandby(const std::string& host, int port, double silenc
 }
 
 StatusOr<bool> TcpStoreClient::probe(const std::string& host, int port, uint64_t nonce, const AuthKey& key, bool tls,
-                                     double timeoutSec) {
+                                     double timeoutSec, int watchFd) {
   const std::string where = host + ":" + std::to_string(port);
   const Deadline deadline = Deadline::after(timeoutSec);
   sockaddr_in sa;
   BRAID_RETURN_IF_ERROR(resolveIpv4(host, port, false, &sa));
   std::string err;
-  int fd = connectOnce(sa, std::max(1, deadline.remainingMillis(INT_MAX)), &err);
+  int fd = connectOnce(sa, std::max(1, deadline.remainingMillis(INT_MAX)), &err, watchFd);
   if (fd < 0) return Status(Code::kRemoteError, "nothing answers at " + where + ": " + err);
   bool dropped = false;
   auto c = handshake(where, fd, nonce, key, std::max(0.001, deadline.remainingMillis(INT_MAX) / 1000.0), tls, 0,
-                     deadline, &dropped);
+                     deadline, &dropped, watchFd);
   if (!c.isOk()) return c.status();
   proto::Request req;
   req.op = proto::Op::kCheck;
@@ -1522,9 +1541,10 @@ Status TcpStoreClient::probeStandbyIfDueLocked(Deadline deadline) {
   const int64_t now = nowNanos();
   if (now < nextProbeNs_) return Status::ok();
   nextProbeNs_ = now + probeAfterNs_;
-  // A standby that is stopped too does not hold the request past its deadline.
+  // A standby that is stopped too does not hold the request past its deadline, nor its reply
+  // once it came: the question ends when the store's connection has something to read.
   const double budget = std::clamp(deadline.remainingMillis(INT_MAX) / 1000.0, 0.1, kProbeSec);
-  auto serves = probe(standbyHost_, standbyPort_, nonce_, key_, tlsWanted_, budget);
+  auto serves = probe(standbyHost_, standbyPort_, nonce_, key_, tlsWanted_, budget, fd_);
   if (!serves.isOk() || !serves.value()) return Status::ok();
   char why[160];
   snprintf(why, sizeof(why), "it has not answered for %.1f s, and its standby at %s:%d serves in its place",
@@ -1664,16 +1684,16 @@ Status TcpStoreClient::readReply(Deadline deadline, proto::Reply* reply, bool* t
     // Over TLS the session may hold decrypted bytes the socket no longer shows: read first,
     // wait only when it has nothing.
     if (!tls_) {
-      pollfd p{fd_, POLLIN, 0};
-      int pr = poll(&p, 1, deadline.remainingMillis(stepMs));
+      const int pr = waitLocked(POLLIN, deadline.remainingMillis(stepMs));
+      if (pr == kWatched) return watchedLocked();
       if (pr < 0 && errno != EINTR) return lose("poll failed: " + errnoText(errno));
       if (pr <= 0) continue;
     }
     const ssize_t n = readChunkLocked(0);
     if (tls_ && n < 0 && errno == EAGAIN) {
-      pollfd p{fd_, tls_->wantEvents(), 0};
-      if (poll(&p, 1, deadline.remainingMillis(stepMs)) < 0 && errno != EINTR)
-        return lose("poll failed: " + errnoText(errno));
+      const int pr = waitLocked(tls_->wantEvents(), deadline.remainingMillis(stepMs));
+      if (pr == kWatched) return watchedLocked();
+      if (pr < 0 && errno != EINTR) return lose("poll failed: " + errnoText(errno));
       continue;
     }
     if (tls_ && n < 0 && errno == EPROTO) return lose("TLS failed: " + tls_->error());
@@ -1784,9 +1804,9 @@ Status TcpStoreClient::sendFrameLocked(const std::string& frame, Deadline deadli
       return Status(Code::kTimeout, "store at " + address_ + " did not accept a " + proto::opName(op) +
                                         " request in time; is it stalled?");
     }
-    pollfd p{fd_, tls_ ? tls_->wantEvents() : static_cast<short>(POLLOUT), 0};
-    if (poll(&p, 1, deadline.remainingMillis(1000)) < 0 && errno != EINTR)
-      return lose("poll failed: " + errnoText(errno));
+    const int pr = waitLocked(tls_ ? tls_->wantEvents() : static_cast<short>(POLLOUT), deadline.remainingMillis(1000));
+    if (pr == kWatched) return watchedLocked();
+    if (pr < 0 && errno != EINTR) return lose("poll failed: " + errnoText(errno));
   }
   return Status::ok();
 }

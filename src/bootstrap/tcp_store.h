@@ -172,8 +172,10 @@ class TcpStoreClient : public Store {
   // One attempt to reach a store of this job (nonce and key) at `host`:`port`, bounded by
   // `timeoutSec`: whether it serves (false: a standby that does not serve yet). An error when
   // nothing of this job answered there: refused, unreachable, stalled, or another job's store.
+  // With `watchFd`, the attempt ends (kAborted) as soon as that socket has something to read:
+  // a client asking on behalf of a request stops asking once the store answers it.
   static StatusOr<bool> probe(const std::string& host, int port, uint64_t nonce, const AuthKey& key, bool tls,
-                              double timeoutSec);
+                              double timeoutSec, int watchFd = -1);
   // Sent in HELLO: names this client's numbered adds and, to the store in its own process,
   // the client whose SET_ON_CLOSE keys the standby keeps. Thread-safe.
   uint64_t clientId() const { return clientId_; }
@@ -198,10 +200,17 @@ class TcpStoreClient : public Store {
   // HELLO (and the key's proofs) on a connected socket `fd`, which the client then owns.
   // `*dropped` says whether the store closed the connection without an answer. Each answer
   // is waited for until `until` or the op timeout, whichever comes first: a listener that
-  // accepts and never answers (not a store) does not outlast the caller's deadline.
+  // accepts and never answers (not a store) does not outlast the caller's deadline. With
+  // `watchFd` the client's waits end (kAborted) when that socket has something to read.
   static StatusOr<std::unique_ptr<TcpStoreClient>> handshake(const std::string& address, int fd, uint64_t nonce,
                                                              const AuthKey& key, double opTimeoutSec, bool tls,
-                                                             uint64_t clientId, Deadline until, bool* dropped);
+                                                             uint64_t clientId, Deadline until, bool* dropped,
+                                                             int watchFd = -1);
+  // Waits up to `ms` for `events` on the connection: 1 when they came, 0 when not (yet), -1
+  // with errno when poll failed, kWatched when watchFd_ has something to read first.
+  static constexpr int kWatched = 2;
+  int waitLocked(short events, int ms);
+  Status watchedLocked() const;
   // Reads what the connection has, up to kReadChunk, onto inbuf_: the bytes read, 0 at the
   // store's end, or -1 with errno. `flags` go to recv (a TLS session reads as it was set up).
   // Caller holds mu_.
@@ -243,6 +252,7 @@ class TcpStoreClient : public Store {
   std::atomic<bool> interrupted_{false};
   std::atomic<bool> quiet_{false};
   int fd_ = -1;           // guarded by mu_ (written under fdMu_ too); -1 once the connection is lost
+  int watchFd_ = -1;      // set once by handshake: a socket whose readiness ends this client's waits
   Status broken_;         // guarded by mu_; why the connection was lost
   int owedReplies_ = 0;   // guarded by mu_; replies to requests we stopped waiting for
   bool closedByPeer_ = false;  // guarded by mu_; the store closed or reset the connection

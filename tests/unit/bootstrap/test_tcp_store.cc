@@ -1109,6 +1109,46 @@ TEST_CASE("tcp store: without its standby a store serves on, a standby nobody na
   }
 }
 
+// A standby that is stopped accepts connections (its kernel does) and answers nothing: the
+// questions a slow request asks it must not hold the store's answer once that has come. A
+// socket that listens and never accepts stands in for it.
+TEST_CASE("tcp store: a stopped standby does not hold the store's answer", "[bootstrap][tcp]") {
+  auto server = startServer();
+  int mute = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(mute >= 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(sa);
+  REQUIRE(bind(mute, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0);
+  REQUIRE(listen(mute, 64) == 0);
+  REQUIRE(getsockname(mute, reinterpret_cast<sockaddr*>(&sa), &len) == 0);
+  auto waiter = connectTo(server->port());
+  auto setter = connectTo(server->port());
+  // Asked after 0.25 s without an answer; each question may take 2 s.
+  waiter->setStandby("127.0.0.1", ntohs(sa.sin_port), 1.0);
+  for (double afterSec : {0.7, 1.6}) {
+    INFO("answered after " << afterSec << " s");
+    const std::string key = "k" + std::to_string(afterSec);
+    std::thread later([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int>(afterSec * 1000)));
+      REQUIRE(setter->set(key, "v").isOk());
+    });
+    auto t0 = std::chrono::steady_clock::now();
+    auto v = waiter->get(key, Deadline::after(8));
+    const double took = secondsSince(t0);
+    later.join();
+    INFO(v.status().toString());
+    REQUIRE(v.isOk());
+    CHECK(v.value() == "v");
+    CHECK(took < afterSec + 0.4);
+  }
+  std::string h;
+  int p = 0;
+  CHECK_FALSE(waiter->servingStandby(&h, &p));
+  close(mute);
+}
+
 // addOnClose: a counter the store adjusts when the connection ends (a process's sessions,
 // taken off the job's live count when it dies); calls add up, and a sum of 0 withdraws it.
 TEST_CASE("tcp store: addOnClose adds the sum when the connection ends", "[bootstrap][tcp]") {

@@ -1417,8 +1417,7 @@ StatusOr<std::unique_ptr<TcpStoreClient>> TcpStoreClient::handshake(const std::s
     }
     if (s.code() == Code::kTimeout)
       return Status(Code::kTimeout, s.message() + " (a store answers HELLO at once: is something else listening there?)");
-    if (s.code() == Code::kAborted) return s;
-    return s;  // the store's own reason, e.g. a nonce mismatch, already names it
+    return s;  // the store's own reason (a nonce mismatch), or the watched socket's (kAborted)
   }
   std::string serverChallenge;
   if (key.present) {

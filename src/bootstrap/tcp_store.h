@@ -210,6 +210,7 @@ class TcpStoreClient : public Store {
   // with errno when poll failed, kWatched when watchFd_ has something to read first.
   static constexpr int kWatched = 2;
   int waitLocked(short events, int ms);
+  // What a wait that the watched socket ended returns (kAborted, naming this store).
   Status watchedLocked() const;
   // Reads what the connection has, up to kReadChunk, onto inbuf_: the bytes read, 0 at the
   // store's end, or -1 with errno. `flags` go to recv (a TLS session reads as it was set up).

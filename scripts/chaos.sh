@@ -110,6 +110,9 @@ pick() {
 }
 shmCount() { find /dev/shm -maxdepth 1 -name 'braid*' 2>/dev/null | wc -l; }
 leftovers() { pgrep -f "$RANKPROG" | wc -l; }
+# A port for a store to listen on: free now, and below the kernel's ephemeral range, so that
+# no outgoing connection takes it before the store binds it (tests/python/ports.py).
+freePort() { python3 -B -c "import sys; sys.path.insert(0, '$ROOT/tests/python'); from ports import free_port; print(free_port())"; }
 
 if [[ ${MODE:-fault} == elastic ]]; then
   RECOVERPROG=${RECOVERPROG:-$(dirname "$RANKPROG")/mp_recover}
@@ -119,8 +122,9 @@ if [[ ${MODE:-fault} == elastic ]]; then
   storeArgs=()
   if [[ ${STORE:-braidrun} == etcd ]]; then
     command -v etcd >/dev/null || { echo "chaos: STORE=etcd needs etcd (apt-get install etcd-server)" >&2; exit 2; }
-    etcdPort=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-    etcdPeer=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    etcdPort=$(freePort)
+    etcdPeer=$(freePort)
+    while [[ $etcdPeer == "$etcdPort" ]]; do etcdPeer=$(freePort); done
     etcd --data-dir "$LOG/etcd" --listen-client-urls "http://127.0.0.1:$etcdPort" \
       --advertise-client-urls "http://127.0.0.1:$etcdPort" --listen-peer-urls "http://127.0.0.1:$etcdPeer" \
       --log-level error >"$LOG/etcd.log" 2>&1 &
@@ -189,7 +193,7 @@ if [[ ${MODE:-fault} == elastic ]]; then
     out=$LOG/trial-$t.log
     t0=$(date +%s.%N)
     if [[ ${STORE:-braidrun} == rank0 ]]; then
-      port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+      port=$(freePort)
       survivors=()
       doomed=()
       for ((r = 0; r < np; ++r)); do
@@ -489,7 +493,7 @@ for ((t = 1; t <= N; ++t)); do
   else
     # As torchrun starts ranks: rank 0 serves the store. Survivors are bounded by WALL; the
     # victim, stopped or dead, is killed once they are done.
-    port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    port=$(freePort)
     pids=()
     for ((r = 0; r < np; ++r)); do
       env "${envs[@]}" RANK=$r WORLD_SIZE=$np LOCAL_RANK=$r LOCAL_WORLD_SIZE=$np MASTER_ADDR=127.0.0.1 \

@@ -478,6 +478,8 @@ const char* braidGetLastError(braidComm_t comm) {
 
 // ---- collectives: each fills CallArgs with the C names of its arguments (for messages).
 
+}  // extern "C": the helper below returns a C++ type
+
 namespace {
 CallArgs args(Collective coll, const char* fn, const void* send, void* recv, size_t count, braidDataType_t dt,
               braidStream_t stream) {
@@ -492,6 +494,8 @@ CallArgs args(Collective coll, const char* fn, const void* send, void* recv, siz
   return a;
 }
 }  // namespace
+
+extern "C" {
 
 braidResult_t braidAllReduce(const void* sendbuff, void* recvbuff, size_t count, braidDataType_t datatype,
                              braidRedOp_t op, braidComm_t comm, braidStream_t stream) {

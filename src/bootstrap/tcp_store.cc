@@ -1287,6 +1287,19 @@ std::string keyList(const std::vector<std::string>& keys) {
   return s;
 }
 
+// What pollWatched returns when `watchFd` has something to read first.
+constexpr int kWatched = 2;
+
+// Waits up to `ms` for `events` on `fd`, and (when `watchFd` >= 0) for something to read on
+// `watchFd`: 1 when the events came, 0 when not (yet), -1 with errno when poll failed,
+// kWatched when `watchFd` is readable.
+int pollWatched(int fd, short events, int watchFd, int ms) {
+  pollfd p[2] = {{fd, events, 0}, {watchFd, POLLIN, 0}};
+  const int pr = poll(p, watchFd >= 0 ? 2 : 1, ms);
+  if (pr > 0 && watchFd >= 0 && p[1].revents != 0) return kWatched;
+  return pr > 0 ? 1 : pr;
+}
+
 // One non-blocking connect attempt, waiting at most `ms` (and no longer than until `watchFd`
 // has something to read). Returns the fd or -1 with `err`.
 int connectOnce(const sockaddr_in& sa, int ms, std::string* err, int watchFd = -1) {
@@ -1305,14 +1318,13 @@ int connectOnce(const sockaddr_in& sa, int ms, std::string* err, int watchFd = -
     return -1;
   }
   if (rc != 0) {
-    pollfd p[2] = {{fd, POLLOUT, 0}, {watchFd, POLLIN, 0}};
     int pr;
     do {
-      pr = poll(p, watchFd >= 0 ? 2 : 1, ms);
+      pr = pollWatched(fd, POLLOUT, watchFd, ms);
     } while (pr < 0 && errno == EINTR);
     int soerr = 0;
     socklen_t len = sizeof(soerr);
-    if (pr > 0 && p[0].revents == 0) {
+    if (pr == kWatched) {
       *err = "given up: the watched connection has something to read";
       close(fd);
       return -1;
@@ -1462,12 +1474,7 @@ Status TcpStoreClient::startTls(const AuthKey& key, const std::string& binding) 
   }
 }
 
-int TcpStoreClient::waitLocked(short events, int ms) {
-  pollfd p[2] = {{fd_, events, 0}, {watchFd_, POLLIN, 0}};
-  const int pr = poll(p, watchFd_ >= 0 ? 2 : 1, ms);
-  if (pr > 0 && watchFd_ >= 0 && p[1].revents != 0) return kWatched;
-  return pr > 0 ? 1 : pr;
-}
+int TcpStoreClient::waitLocked(short events, int ms) { return pollWatched(fd_, events, watchFd_, ms); }
 
 Status TcpStoreClient::watchedLocked() const {
   return Status(Code::kAborted, "given up on the store at " + address_ + ": the connection it was asked for has an answer");

@@ -207,8 +207,7 @@ class TcpStoreClient : public Store {
                                                              uint64_t clientId, Deadline until, bool* dropped,
                                                              int watchFd = -1);
   // Waits up to `ms` for `events` on the connection: 1 when they came, 0 when not (yet), -1
-  // with errno when poll failed, kWatched when watchFd_ has something to read first.
-  static constexpr int kWatched = 2;
+  // with errno when poll failed, 2 when watchFd_ has something to read first.
   int waitLocked(short events, int ms);
   // What a wait that the watched socket ended returns (kAborted, naming this store).
   Status watchedLocked() const;

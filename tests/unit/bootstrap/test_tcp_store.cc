@@ -1130,14 +1130,16 @@ TEST_CASE("tcp store: a stopped standby does not hold the store's answer", "[boo
   for (double afterSec : {0.7, 1.6}) {
     INFO("answered after " << afterSec << " s");
     const std::string key = "k" + std::to_string(afterSec);
+    Status set;
     std::thread later([&] {
       std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int>(afterSec * 1000)));
-      REQUIRE(setter->set(key, "v").isOk());
+      set = setter->set(key, "v");
     });
     auto t0 = std::chrono::steady_clock::now();
     auto v = waiter->get(key, Deadline::after(8));
     const double took = secondsSince(t0);
     later.join();
+    REQUIRE(set.isOk());
     INFO(v.status().toString());
     REQUIRE(v.isOk());
     CHECK(v.value() == "v");

@@ -1278,13 +1278,13 @@ std::vector<int> Session::failedRanks() const {
 }
 
 Status Session::growId(int newSize, braidUniqueId* id) {
-  const std::string where = "braidCommGetGrowId on rank " + std::to_string(comm_->rank()) + ": ";
+  const std::string where = "braidCommGetGrowId on rank " + std::to_string(comm_->rank());
   if (storeId_.port == 0)
-    return invalidArgument(where + "this communicator's store is the caller's (a PyTorch store), which new processes "
+    return invalidArgument(where + ": this communicator's store is the caller's (a PyTorch store), which new processes "
                                    "cannot be sent to; grow needs braid's store (braidrun, a unique id, "
                                    "BRAID_STORE_ADDR or MASTER_ADDR)");
   if (storeId_.host.size() > bootstrap::kGrowIdMaxHost)
-    return invalidArgument(where + "the store's host name '" + storeId_.host + "' is longer than a grow id holds (" +
+    return invalidArgument(where + ": the store's host name '" + storeId_.host + "' is longer than a grow id holds (" +
                            std::to_string(bootstrap::kGrowIdMaxHost) + " bytes); give its address instead");
   bootstrap::UniqueId g = storeId_;
   // Rank 0's store may be gone and its standby serving: new processes go there.

@@ -1,5 +1,6 @@
-/* Bad input must return braidInvalidArgument with a message naming the argument, and the
- * communicator must stay usable afterwards. Prints "bad input ok" on success. */
+/* Bad input must return braidInvalidArgument with a message naming the argument (and, for a
+ * call on a communicator, the calling rank), and the communicator must stay usable
+ * afterwards. Prints "bad input ok" on success. */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -7,12 +8,13 @@
 #include "braid/braid.h"
 
 static int failures = 0;
+static char rankWords[32] = "";
 
 static void expect(braidResult_t r, braidComm_t comm, const char* word, const char* what) {
   const char* msg = braidGetLastError(comm);
-  if (r != braidInvalidArgument || !strstr(msg, word)) {
-    fprintf(stderr, "%s: got %s, message '%s' (wanted invalid argument naming '%s')\n", what,
-            braidGetErrorString(r), msg, word);
+  if (r != braidInvalidArgument || !strstr(msg, word) || (comm && !strstr(msg, rankWords)) || strstr(msg, ": :")) {
+    fprintf(stderr, "%s: got %s, message '%s' (wanted invalid argument naming '%s'%s%s)\n", what,
+            braidGetErrorString(r), msg, word, comm ? " and " : "", comm ? rankWords : "");
     ++failures;
   }
 }
@@ -26,7 +28,9 @@ int main(void) {
   int rank = 0, n = 0;
   braidCommUserRank(comm, &rank);
   braidCommCount(comm, &n);
+  snprintf(rankWords, sizeof(rankWords), "on rank %d", rank);
   float buf[16] = {0};
+  size_t counts[2] = {4, 4}, displs[2] = {0, 4};
   expect(braidAllReduce(NULL, buf, 4, braidFloat32, braidSum, comm, NULL), comm, "sendbuff", "NULL sendbuff");
   expect(braidAllReduce(buf, NULL, 4, braidFloat32, braidSum, comm, NULL), comm, "recvbuff", "NULL recvbuff");
   expect(braidAllReduce(buf, buf, 4, (braidDataType_t)42, braidSum, comm, NULL), comm, "datatype", "bad dtype");
@@ -38,6 +42,18 @@ int main(void) {
   expect(braidBroadcast(buf, buf, 4, braidFloat32, -1, comm, NULL), comm, "root", "root = -1");
   expect(braidAllReduce(buf, buf, 4, braidFloat32, braidSum, NULL, NULL), NULL, "comm", "NULL comm");
   expect(braidCommCount(comm, NULL), comm, "count", "NULL count");
+  expect(braidAllGatherV(buf, 4, buf, NULL, displs, braidFloat32, comm, NULL), comm, "recvcounts", "NULL recvcounts");
+  expect(braidAllToAllV(buf, counts, displs, buf, counts, NULL, braidFloat32, comm, NULL), comm, "rdispls",
+         "NULL rdispls");
+  expect(braidSend(buf, 4, braidFloat32, n, comm, NULL), comm, "peer", "peer = nranks");
+  expect(braidRedOpDestroy(braidSum, comm), comm, "op", "destroying a built-in op");
+  int exclude[1] = {n};
+  braidComm_t child = NULL;
+  expect(braidCommShrink(comm, exclude, -1, &child, BRAID_SHRINK_DEFAULT), comm, "excludeCount", "excludeCount < 0");
+  expect(braidCommShrink(comm, exclude, 1, &child, 77), comm, "flags", "unknown shrink flags");
+  expect(braidCommShrink(comm, exclude, 1, &child, BRAID_SHRINK_DEFAULT), comm, "excludeRanks", "exclude = nranks");
+  braidUniqueId growId;
+  expect(braidCommGetGrowId(comm, n, &growId), comm, "newSize", "newSize not larger");
   braidComm_t other = NULL;
   braidUniqueId id;
   memset(&id, 0x5a, sizeof(id));

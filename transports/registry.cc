@@ -2,8 +2,11 @@
 // (loopback inside a process, shm inside a host, then RDMA > UCX > tcp across hosts, as each
 // scores itself); BRAID_TRANSPORT overrides. Built-ins come first, then the plugins.
 
+#include <algorithm>
 #include <cstdlib>
 #include <mutex>
+#include <set>
+#include <string>
 
 #include "common/log.h"
 #include "transports/loopback/loopback_transport.h"
@@ -38,8 +41,18 @@ const Registry& loaded() {
     };
     // Read here rather than through the communicator's config: the registry is process-wide
     // and also serves braid-info and the test suites. Both knobs are in the config table.
-    for (const std::string& file :
-         plugin::pluginFiles(std::getenv("BRAID_TRANSPORT_PLUGIN"), std::getenv("BRAID_PLUGIN_DIR"))) {
+    const char* list = std::getenv("BRAID_TRANSPORT_PLUGIN");
+    // The files the user named. One of them that does not load is always worth a line; one
+    // found in the plugin folder only at BRAID_DEBUG=WARN (braid-info lists them all).
+    std::set<std::string> named;
+    if (list) {
+      std::string l = list;
+      for (size_t start = 0, colon; start <= l.size(); start = colon + 1) {
+        colon = std::min(l.find(':', start), l.size());
+        named.insert(l.substr(start, colon - start));
+      }
+    }
+    for (const std::string& file : plugin::pluginFiles(list, std::getenv("BRAID_PLUGIN_DIR"))) {
       auto f = plugin::loadPlugin(file);
       std::string why;
       if (f.isOk()) {
@@ -54,7 +67,14 @@ const Registry& loaded() {
         why = f.status().message();
       }
       reg->failures.push_back(PluginFailure{plugin::nameFromFile(file), file, why});
-      BRAID_WARN("transport plugin %s not loaded: %s", file.c_str(), why.c_str());
+      // When BRAID_TRANSPORT asks for this transport, its init fails with `why` instead.
+      const char* wanted = std::getenv("BRAID_TRANSPORT");
+      if (wanted && plugin::nameFromFile(file) == wanted) continue;
+      if (named.count(file))
+        logf(LogLevel::kWarn, "transport plugin %s (named in BRAID_TRANSPORT_PLUGIN) not loaded, going on without it: %s",
+             file.c_str(), why.c_str());
+      else
+        BRAID_WARN("transport plugin %s not loaded: %s", file.c_str(), why.c_str());
     }
     return reg;
   }();

@@ -1234,6 +1234,21 @@ TEST_CASE("a failing transport plugin fails init on every rank, naming the rank"
   }
 }
 
+// A plugin the user named that does not load is worth a line even without BRAID_DEBUG, and
+// the job goes on with the other transports.
+TEST_CASE("a named plugin that does not load is one warning line per rank, and the job goes on", "[multiproc][plugin]") {
+  const std::string file = "/nonexistent/libbraid-net-nothere.so";
+  Run r = run(braidrun(2, "BRAID_DEBUG= BRAID_TRANSPORT_PLUGIN=" + file) + MP_DIR "/mp_bad_input");
+  INFO(r.out);
+  CHECK(r.status == 0);
+  const std::string line = "WARN transport plugin " + file + " (named in BRAID_TRANSPORT_PLUGIN) not loaded, going on without it";
+  size_t lines = 0;
+  for (size_t at = r.out.find(line); at != std::string::npos; at = r.out.find(line, at + 1)) ++lines;
+  CHECK(lines == 2);
+  CHECK(r.out.find("No such file or directory") != std::string::npos);
+  CHECK(r.out.find("bad input ok rank 1") != std::string::npos);
+}
+
 namespace {
 
 // What horovodrun would give as HOROVOD_GLOO_RENDEZVOUS_ADDR on a host with a network: the

@@ -185,7 +185,7 @@ braid::plan::Machine machineOf(const WorldArgs& w, int hosts, int ranksPerHost) 
   if (w.bandwidth > 0) net.beta = w.bandwidth;
   if (w.transport == "tcp" && hosts == 1) {  // the communicator's stream geometry
     m.ringSlotBytes = 64 * 1024;
-    m.ringSlots = 32;
+    m.ringSlots = 8;
   }
   return m;
 }

@@ -40,7 +40,7 @@ Machine uniformMachine(int nhosts, int ranksPerHost, int nchannels) {
   m.nchannels = std::max(1, nchannels);
   if (nhosts > 1) {  // the communicator's stream geometry
     m.ringSlotBytes = 64 * 1024;
-    m.ringSlots = 32;
+    m.ringSlots = 8;
   }
   return m;
 }

@@ -6,6 +6,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/scripts/setup.sh"
+source "$ROOT/scripts/bench_lib.sh"
 PEERS="${PEERS:-$ROOT/../shared/peers}"
 [ -x "$PEERS/compare.sh" ] || { echo "peer harness not found at $PEERS (set PEERS=...)" >&2; exit 2; }
 RESULTS="${RESULTS:-$ROOT/bench-results}"
@@ -15,5 +16,8 @@ SIZES=("$@")
 stamp=$(date +%Y%m%d-%H%M%S)
 for np in ${NPS:-2 4}; do
   echo "== np $np ($(date -Is), load: $(cut -d' ' -f1-3 /proc/loadavg))"
-  bash "$PEERS/compare.sh" "$BUILD_DIR" "$np" "${SIZES[@]}" | tee "$RESULTS/$stamp-np$np.txt"
+  # The tree's own programs, named: compare.sh would take the first it finds, which may be
+  # the copy in the Python package (see find_exe).
+  BRAIDRUN=${BRAIDRUN:-$(find_exe braidrun)} ALLREDUCE_PERF=${ALLREDUCE_PERF:-$(find_exe allreduce_perf)} \
+    bash "$PEERS/compare.sh" "$BUILD_DIR" "$np" "${SIZES[@]}" | tee "$RESULTS/$stamp-np$np.txt"
 done

@@ -58,7 +58,10 @@ RUN_TIMEOUT=${RUN_TIMEOUT:-300}
 CACHE=${BENCH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/braid-bench-peers}
 RESULTS=${RESULTS:-$ROOT/bench-results}
 
-find_exe() { find "$BUILD_DIR" -name "$1" -type f -perm -u+x 2>/dev/null | grep -v CMakeFiles | head -1; }
+# find_exe, bytes, iters, warm, pick_col, bus_factor, best_of, ratio, verdict: shared with the
+# other benchmark scripts.
+source "$ROOT/scripts/bench_lib.sh"
+
 RUN=${BRAIDRUN:-$(find_exe braidrun)}
 [ -x "$RUN" ] || { echo "braidrun not found under $BUILD_DIR (set BUILD_DIR or BRAIDRUN)" >&2; exit 2; }
 PERF_DIR=${PERF_DIR:-$(dirname "$(find_exe allreduce_perf)")}
@@ -82,10 +85,6 @@ stamp=$(date +%Y%m%d-%H%M%S)
 RAW=$RESULTS/$stamp-raw; mkdir -p "$RAW"
 OUT=$RESULTS/$stamp-collectives-np$NP.txt
 say() { echo "$*" | tee -a "$OUT"; }
-
-# bytes, iters, warm, pick_col, bus_factor, best_of, ratio, verdict: shared with the other
-# benchmark scripts.
-source "$ROOT/scripts/bench_lib.sh"
 
 # The Gloo allreduce algorithm with the fastest row in round 1 of a run's log.
 gloo_winner() {

@@ -1,5 +1,12 @@
 # Helpers shared by the benchmark scripts (sourced): sizes, iteration counts, reading the
 # perf tables braid's tools and the peer harnesses print, and best-of / ratio arithmetic.
+
+# A program of the build tree $BUILD_DIR: the tree's own, never the copy the Python package
+# ships (tests/python/site/.../bin, linked to the package's libbraid, which is only as new
+# as the last python_build).
+find_exe() {
+  find "$BUILD_DIR" -name "$1" -type f -perm -u+x -not -path '*/CMakeFiles/*' -not -path '*/site/*' 2>/dev/null | head -1
+}
 bytes() {  # 1M -> 1048576
   awk -v s="$1" 'BEGIN { n = s + 0; u = toupper(substr(s, length(s)));
     if (u == "K") n *= 1024; else if (u == "M") n *= 1048576; else if (u == "G") n *= 1073741824;

@@ -46,7 +46,6 @@ RUN_TIMEOUT=${RUN_TIMEOUT:-300}
 CACHE=${BENCH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/braid-bench-peers}
 RESULTS=${RESULTS:-$ROOT/bench-results}
 
-find_exe() { find "$BUILD_DIR" -name "$1" -type f -perm -u+x 2>/dev/null | grep -v CMakeFiles | head -1; }
 RUN=${BRAIDRUN:-$(find_exe braidrun)}
 PERF_DIR=${PERF_DIR:-$(dirname "$(find_exe allreduce_perf)")}
 [ -x "$RUN" ] || { echo "braidrun not found under $BUILD_DIR" >&2; exit 2; }

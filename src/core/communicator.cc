@@ -76,8 +76,10 @@ std::string encodePeer(const transport::PeerInfo& p) {
   return p.hostId + "\n" + std::to_string(p.pid) + "\n" + std::to_string(p.nonce);
 }
 
-// A peer record may carry a fourth line: the rank's topology record (cluster.h).
-Status decodePeer(const std::string& s, int rank, transport::PeerInfo* p, topology::RankRecord* place) {
+// A peer record may carry a fourth line, the rank's topology record (cluster.h), and a
+// fifth, its job-wide settings (jobSettings).
+Status decodePeer(const std::string& s, int rank, transport::PeerInfo* p, topology::RankRecord* place,
+                  std::string* settings) {
   std::istringstream in(s);
   std::string pid, nonce, placement;
   if (!std::getline(in, p->hostId) || !std::getline(in, pid) || !std::getline(in, nonce))
@@ -89,7 +91,45 @@ Status decodePeer(const std::string& s, int rank, transport::PeerInfo* p, topolo
   if (std::getline(in, placement)) {
     BRAID_ASSIGN_OR_RETURN(*place, topology::decodeRankRecord(placement, rank));
   }
+  settings->clear();
+  std::getline(in, *settings);
   return Status::ok();
+}
+
+// The settings every rank of a job must share, as one line of NAME=value fields separated
+// by tabs. They decide how a call is cut into slots and rounds, which algorithm runs and how
+// connections are made, so a rank that differs would cut other slices than its peers (wrong
+// results over shared memory) or wait for messages that never come.
+std::string jobSettings(const Config& c) {
+  auto clean = [](std::string v) {
+    for (char& ch : v)
+      if (ch == '\t' || ch == '\n' || ch == '\r') ch = ' ';
+    return v;
+  };
+  std::string s;
+  auto add = [&](const char* name, const std::string& v) { s += std::string(s.empty() ? "" : "\t") + name + "=" + clean(v); };
+  add("BRAID_TRANSPORT", c.transport.empty() ? "(unset)" : c.transport);
+  add("BRAID_SLOT_BYTES", c.slotBytes ? std::to_string(c.slotBytes) : "auto");
+  add("BRAID_NSLOTS", c.nslots ? std::to_string(c.nslots) : "auto");
+  add("BRAID_ALGO", c.algo.empty() ? "(unset)" : c.algo);
+  add("BRAID_WHOLE_BLOCKS", c.wholeBlocks ? "1" : "0");
+  add("BRAID_SEND_ACKS", c.sendAcks ? "1" : "0");
+  add("BRAID_SOCKETS_PER_PEER", std::to_string(c.socketsPerPeer));
+  add("BRAID_TLS", c.tls ? "1" : "0");
+  return s;
+}
+
+// The value of `name` in a jobSettings line; "" when absent (a peer that sent none).
+std::string settingOf(const std::string& line, const std::string& name) {
+  const std::string key = name + "=";
+  size_t at = 0;
+  while (at < line.size()) {
+    size_t end = line.find('\t', at);
+    if (end == std::string::npos) end = line.size();
+    if (line.compare(at, key.size(), key) == 0) return line.substr(at + key.size(), end - at - key.size());
+    at = end + 1;
+  }
+  return "";
 }
 
 std::string encodeError(const Status& s, int reporter) {
@@ -322,6 +362,8 @@ Status Communicator::init() {
       nslots = 16;
       meshSlotBytes_ = kUcxMeshSlotBytes;
     }
+    userSlotBytes_ = opts_.config.slotBytes;
+    userNslots_ = opts_.config.nslots;
     if (opts_.config.slotBytes == 0) opts_.config.slotBytes = slotBytes;
     if (opts_.config.nslots == 0) opts_.config.nslots = nslots;
   }
@@ -674,15 +716,31 @@ Status Communicator::exchangePeers() {
     }
     return initGoneCheck(deadline);  // ranks on other hosts (and, later, this one's)
   };
+  const std::string mySettings = jobSettings(cfg);
   BRAID_ASSIGN_OR_RETURN(auto all, bootstrap::allGather(*store_, key("peer"), rank_, nranks_,
-                                                        encodePeer(me) + "\n" + topology::encodeRankRecord(where),
+                                                        encodePeer(me) + "\n" + topology::encodeRankRecord(where) +
+                                                            "\n" + mySettings,
                                                         deadline, poll));
   peers_.resize(static_cast<size_t>(nranks_));
   rankRecords_.resize(static_cast<size_t>(nranks_));
+  std::string theirs;
   for (int r = 0; r < nranks_; ++r) {
-    BRAID_RETURN_IF_ERROR(decodePeer(all[r], r, &peers_[r], &rankRecords_[r]));
+    BRAID_RETURN_IF_ERROR(decodePeer(all[r], r, &peers_[r], &rankRecords_[r], &theirs));
     if (peers_[r].nonce != nonce_)
       return Status(Code::kRemoteError, "rank " + std::to_string(r) + " belongs to another session (nonce mismatch)", r);
+    if (theirs == mySettings) continue;
+    // Every rank sees every record, so every rank fails here, each naming a rank that differs.
+    for (size_t at = 0, end; at < mySettings.size(); at = end + 1) {
+      end = std::min(mySettings.find('\t', at), mySettings.size());
+      const std::string field = mySettings.substr(at, end - at);
+      const std::string name = field.substr(0, field.find('='));
+      const std::string mine = field.substr(name.size() + 1);
+      const std::string other = settingOf(theirs, name);
+      if (other == mine) continue;
+      return invalidArgument(name + " differs between ranks: rank " + std::to_string(r) + " has " +
+                             (other.empty() ? "no value" : other) + ", rank " + std::to_string(rank_) + " has " + mine +
+                             "; every rank of a job must set it the same");
+    }
   }
   localRank_ = 0;
   localSize_ = 0;
@@ -1553,7 +1611,7 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::split(int color, int sortK
   for (size_t i = 0; i < members.size(); ++i)
     if (members[i].second == rank_) newRank = static_cast<int>(i);
   CommOptions child;
-  child.config = opts_.config;
+  child.config = childConfig();
   child.nonce = 0;  // the child's rank 0 draws a fresh one
   child.authKey = opts_.authKey;
   // The store's owner, renumbered for the child (-1 when it is not a member).
@@ -1655,7 +1713,7 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::shrink(const std::vector<i
                              "; every surviving rank must pass the same list");
   }
   CommOptions child;
-  child.config = cfg;
+  child.config = childConfig();
   child.nonce = 0;  // the child's rank 0 draws a fresh one
   child.authKey = opts_.authKey;
   child.storeOwnerRank = -1;
@@ -1867,7 +1925,7 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::grow(uint64_t token, int n
     return invalidArgument("newSize=" + std::to_string(newSize) + " on rank " + std::to_string(rank_) +
                            ", but the grow id was made for " + std::to_string(g.newSize));
   CommOptions child;
-  child.config = cfg;
+  child.config = childConfig();
   child.nonce = 0;
   child.authKey = opts_.authKey;
   child.storeOwnerRank = opts_.storeOwnerRank;

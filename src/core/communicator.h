@@ -255,6 +255,14 @@ class Communicator {
   // process exited, or the rank a published or local error names as dead or stalled.
   std::vector<bool> knownFailed();
   std::string key(const std::string& k) const { return opts_.keyPrefix + "/" + k; }
+  // This communicator's configuration for a child (split, shrink, grow): the slot geometry
+  // as the user set it.
+  Config childConfig() const {
+    Config c = opts_.config;
+    c.slotBytes = userSlotBytes_;
+    c.nslots = userNslots_;
+    return c;
+  }
 
   std::shared_ptr<bootstrap::Store> store_;
   const int rank_;
@@ -264,6 +272,11 @@ class Communicator {
   int nchannels_ = 1;
   // The mesh's slot size (every rank decides it from the same facts, as the rings' slots).
   size_t meshSlotBytes_ = 0;
+  // The rings' slot geometry as the user set it (0 = auto), before init resolved it into
+  // opts_.config: what children start from, so that every rank of a child, new processes of
+  // a grow included, resolves it from the child's own hosts.
+  size_t userSlotBytes_ = 0;
+  int userNslots_ = 0;
   // Messages of wholeBlocks schedules, when every connection of every rank carries messages
   // larger than a slot (agreed in connect()); 0 = slot-sized slices everywhere.
   size_t wholeBlockBytes_ = 0;

@@ -1234,6 +1234,24 @@ TEST_CASE("a failing transport plugin fails init on every rank, naming the rank"
   }
 }
 
+// Settings that decide how calls are cut into slots and rounds must agree: rank 2 with
+// another BRAID_NSLOTS cut other rounds than its peers (wrong results over shared memory)
+// until init compared them. Every rank fails init at once, naming the variable and a rank
+// that differs, long before the timeout.
+TEST_CASE("a rank whose BRAID_NSLOTS differs fails init on every rank, naming it", "[multiproc]") {
+  const auto start = std::chrono::steady_clock::now();
+  Run r = torchrunJob(3, "BRAID_TIMEOUT=30 BRAID_NSLOTS=$((r == 2 ? 16 : 8))", MP_DIR "/mp_bad_input");
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  INFO(r.out);
+  CHECK(r.status != 0);
+  CHECK(secs < 15);
+  CHECK(r.out.find("[0] init failed: braidCommInitFromEnv: rank 0 could not join the communicator: "
+                   "BRAID_NSLOTS differs between ranks: rank 2 has 16, rank 0 has 8") != std::string::npos);
+  CHECK(r.out.find("[1] init failed") != std::string::npos);
+  CHECK(r.out.find("rank 0 has 8, rank 2 has 16; every rank of a job must set it the same") != std::string::npos);
+  CHECK(r.out.find("bad input ok") == std::string::npos);
+}
+
 // A plugin the user named that does not load is worth a line even without BRAID_DEBUG, and
 // the job goes on with the other transports.
 TEST_CASE("a named plugin that does not load is one warning line per rank, and the job goes on", "[multiproc][plugin]") {

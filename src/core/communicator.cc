@@ -99,7 +99,8 @@ Status decodePeer(const std::string& s, int rank, transport::PeerInfo* p, topolo
 // The settings every rank of a job must share, as one line of NAME=value fields separated
 // by tabs. They decide how a call is cut into slots and rounds, which algorithm runs and how
 // connections are made, so a rank that differs would cut other slices than its peers (wrong
-// results over shared memory) or wait for messages that never come.
+// results over shared memory) or wait for messages that never come. (BRAID_WHOLE_BLOCKS and
+// BRAID_SEND_ACKS may differ: connect() turns them off for all when one rank has them off.)
 std::string jobSettings(const Config& c) {
   auto clean = [](std::string v) {
     for (char& ch : v)
@@ -112,8 +113,6 @@ std::string jobSettings(const Config& c) {
   add("BRAID_SLOT_BYTES", c.slotBytes ? std::to_string(c.slotBytes) : "auto");
   add("BRAID_NSLOTS", c.nslots ? std::to_string(c.nslots) : "auto");
   add("BRAID_ALGO", c.algo.empty() ? "(unset)" : c.algo);
-  add("BRAID_WHOLE_BLOCKS", c.wholeBlocks ? "1" : "0");
-  add("BRAID_SEND_ACKS", c.sendAcks ? "1" : "0");
   add("BRAID_SOCKETS_PER_PEER", std::to_string(c.socketsPerPeer));
   add("BRAID_TLS", c.tls ? "1" : "0");
   return s;

@@ -2,7 +2,6 @@
 // (loopback inside a process, shm inside a host, then RDMA > UCX > tcp across hosts, as each
 // scores itself); BRAID_TRANSPORT overrides. Built-ins come first, then the plugins.
 
-#include <algorithm>
 #include <cstdlib>
 #include <mutex>
 #include <set>
@@ -44,14 +43,8 @@ const Registry& loaded() {
     const char* list = std::getenv("BRAID_TRANSPORT_PLUGIN");
     // The files the user named. One of them that does not load is always worth a line; one
     // found in the plugin folder only at BRAID_DEBUG=WARN (braid-info lists them all).
-    std::set<std::string> named;
-    if (list) {
-      std::string l = list;
-      for (size_t start = 0, colon; start <= l.size(); start = colon + 1) {
-        colon = std::min(l.find(':', start), l.size());
-        named.insert(l.substr(start, colon - start));
-      }
-    }
+    const std::vector<std::string> listed = plugin::splitPluginList(list);
+    const std::set<std::string> named(listed.begin(), listed.end());
     for (const std::string& file : plugin::pluginFiles(list, std::getenv("BRAID_PLUGIN_DIR"))) {
       auto f = plugin::loadPlugin(file);
       std::string why;

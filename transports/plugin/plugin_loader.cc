@@ -291,6 +291,19 @@ std::string nameFromFile(const std::string& file) {
   return so == std::string::npos ? b : b.substr(0, so);
 }
 
+std::vector<std::string> splitPluginList(const char* pluginList) {
+  std::vector<std::string> out;
+  if (!pluginList) return out;
+  const std::string list = pluginList;
+  for (size_t start = 0; start <= list.size();) {
+    size_t colon = list.find(':', start);
+    if (colon == std::string::npos) colon = list.size();
+    if (colon > start) out.push_back(list.substr(start, colon - start));
+    start = colon + 1;
+  }
+  return out;
+}
+
 std::vector<std::string> pluginFiles(const char* pluginList, const char* pluginDir) {
   std::vector<std::string> files;
   std::set<std::string> seen;
@@ -298,16 +311,7 @@ std::vector<std::string> pluginFiles(const char* pluginList, const char* pluginD
     if (f.empty() || !seen.insert(baseName(f)).second) return;
     files.push_back(f);
   };
-  if (pluginList) {
-    std::string list = pluginList;
-    size_t start = 0;
-    while (start <= list.size()) {
-      size_t colon = list.find(':', start);
-      if (colon == std::string::npos) colon = list.size();
-      add(list.substr(start, colon - start));
-      start = colon + 1;
-    }
-  }
+  for (const std::string& f : splitPluginList(pluginList)) add(f);
   std::vector<std::string> dirs;
   if (pluginDir && *pluginDir) {
     if (std::string(pluginDir) != "none") dirs.push_back(pluginDir);

@@ -36,6 +36,10 @@ TransportFactory factoryFromTable(const braidTransportPlugin_v1_t* table, const 
 // The plugin files to load, from the two settings above (nullptr = unset).
 std::vector<std::string> pluginFiles(const char* pluginList, const char* pluginDir);
 
+// The paths of a BRAID_TRANSPORT_PLUGIN list, as written ("a:b" -> {"a", "b"}; empty
+// entries dropped); nullptr = none.
+std::vector<std::string> splitPluginList(const char* pluginList);
+
 // The transport name a plugin file stands for: libbraid-net-<name>.so -> <name>.
 std::string nameFromFile(const std::string& file);
 

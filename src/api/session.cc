@@ -441,7 +441,20 @@ StatusOr<std::unique_ptr<Session>> Session::fromEnv(double timeoutSec, std::shar
   opts.storeOwnerRank = env.rankZeroServes ? 0 : -1;
   opts.cancel = std::move(cancel);
   if (init > 0) opts.keyPrefix += ".i" + std::to_string(init);
-  BRAID_ASSIGN_OR_RETURN(auto s, join(tcpClient, env.rank, env.worldSize, std::move(opts), env.rankZeroServes));
+  auto joined = join(tcpClient, env.rank, env.worldSize, std::move(opts), env.rankZeroServes);
+  if (!joined.isOk()) {
+    // The serving rank whose init failed keeps the store up until the other ranks have hung
+    // up, for a quarter of the timeout at most: each then fails on the records it read (a
+    // setting that differs) or on the reason published there, not on a store that vanished
+    // under it.
+    if (server) {
+      tcpClient.reset();
+      Deadline linger = Deadline::after(cfg.timeoutSec > 0 ? std::clamp(cfg.timeoutSec / 4, 0.5, 5.0) : 5.0);
+      while (server->stats().open > 0 && !linger.expired()) usleep(5 * 1000);
+    }
+    return joined.status();
+  }
+  std::unique_ptr<Session> s = std::move(joined).value();
   s->server_ = std::move(server);
   s->storeId_.host = env.storeHost;
   s->storeId_.port = env.storePort;

@@ -1234,6 +1234,28 @@ TEST_CASE("a failing transport plugin fails init on every rank, naming the rank"
   }
 }
 
+// Where rank 0 serves the store (torchrun's environment) and its own init fails, the store
+// stays up until the others have read why: each names rank 0's reason, not a store that
+// vanished under it.
+TEST_CASE("where rank 0 serves the store and its init fails, every rank gives rank 0's reason", "[multiproc][plugin]") {
+  const auto start = std::chrono::steady_clock::now();
+  Run r = torchrunJob(3,
+                      "BRAID_TIMEOUT=30 BRAID_TRANSPORT_PLUGIN=" FAILING_PLUGIN " BRAID_TRANSPORT=failing "
+                      "BRAID_TEST_FAIL_RANK=0 BRAID_TEST_FAIL_MODE=init",
+                      MP_DIR "/mp_collectives");
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  INFO(r.out);
+  CHECK(r.status != 0);
+  CHECK(secs < 15);
+  CHECK(r.out.find("rank 0 could not join the communicator: BRAID_TRANSPORT=failing: failing: init refused") !=
+        std::string::npos);
+  for (int i = 1; i < 3; ++i)
+    CHECK(r.out.find("rank " + std::to_string(i) +
+                     " could not join the communicator: rank 0 reported: BRAID_TRANSPORT=failing: failing: init "
+                     "refused") != std::string::npos);
+  CHECK(r.out.find("is unreachable") == std::string::npos);
+}
+
 // Settings that decide how calls are cut into slots and rounds must agree: rank 2 with
 // another BRAID_NSLOTS cut other rounds than its peers (wrong results over shared memory)
 // until init compared them. Every rank fails init at once, naming the variable and a rank

@@ -439,18 +439,18 @@ StatusOr<std::unique_ptr<Session>> Session::fromEnv(double timeoutSec, std::shar
   opts.config = cfg;
   opts.authKey = key.value();
   opts.storeOwnerRank = env.rankZeroServes ? 0 : -1;
-  opts.cancel = std::move(cancel);
+  opts.cancel = cancel;
   if (init > 0) opts.keyPrefix += ".i" + std::to_string(init);
   auto joined = join(tcpClient, env.rank, env.worldSize, std::move(opts), env.rankZeroServes);
   if (!joined.isOk()) {
     // The serving rank whose init failed keeps the store up until the other ranks have hung
     // up, for a quarter of the timeout at most: each then fails on the records it read (a
     // setting that differs) or on the reason published there, not on a store that vanished
-    // under it.
-    if (server) {
+    // under it. Not when the caller aborted the init (braidCommAbort returns promptly).
+    if (server && !(cancel && cancel->load())) {
       tcpClient.reset();
       Deadline linger = Deadline::after(cfg.timeoutSec > 0 ? std::clamp(cfg.timeoutSec / 4, 0.5, 5.0) : 5.0);
-      while (server->stats().open > 0 && !linger.expired()) usleep(5 * 1000);
+      while (server->stats().open > 0 && !linger.expired() && !(cancel && cancel->load())) usleep(5 * 1000);
     }
     return joined.status();
   }

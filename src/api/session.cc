@@ -41,9 +41,33 @@ namespace {
 // Servers started by braidGetUniqueId live as long as the process: the id may be shared
 // and used at any later time.
 std::mutex gServersMu;
-std::vector<std::shared_ptr<bootstrap::TcpStoreServer>>& uniqueIdServers() {
-  static auto* v = new std::vector<std::shared_ptr<bootstrap::TcpStoreServer>>();
+struct UniqueIdServer {
+  uint64_t nonce = 0;  // the id's
+  std::shared_ptr<bootstrap::TcpStoreServer> server;
+};
+std::vector<UniqueIdServer>& uniqueIdServers() {
+  static auto* v = new std::vector<UniqueIdServer>();
   return *v;
+}
+
+// The store this process serves for the unique id `u`; null when another process does.
+std::shared_ptr<bootstrap::TcpStoreServer> uniqueIdServerOf(const bootstrap::UniqueId& u) {
+  std::lock_guard<std::mutex> lock(gServersMu);
+  for (const auto& s : uniqueIdServers())
+    if (s.nonce == u.nonce && s.server->port() == u.port) return s.server;
+  return nullptr;
+}
+
+// A rank whose init failed where its own process serves the job's store keeps the store up
+// until the other ranks have hung up, for a quarter of the timeout at most: each then fails
+// on the records it read (a setting that differs) or on the reason published there, not on
+// a store that vanished under it as this process exits. Not when the caller aborted the
+// init (braidCommAbort returns promptly). The caller's own client has hung up already.
+void lingerAfterFailedInit(const bootstrap::TcpStoreServer& server, double timeoutSec,
+                           const std::shared_ptr<std::atomic<bool>>& cancel) {
+  auto aborted = [&] { return cancel && cancel->load(); };
+  Deadline linger = Deadline::after(timeoutSec > 0 ? std::clamp(timeoutSec / 4, 0.5, 5.0) : 5.0);
+  while (server.stats().open > 0 && !linger.expired() && !aborted()) usleep(5 * 1000);
 }
 
 // The address other hosts can reach this one at: the first up, non-loopback IPv4
@@ -193,7 +217,7 @@ Status createUniqueId(braidUniqueId* id) {
   u.port = server->port();
   bootstrap::encodeUniqueId(u, id->internal);
   std::lock_guard<std::mutex> lock(gServersMu);
-  uniqueIdServers().push_back(std::shared_ptr<bootstrap::TcpStoreServer>(std::move(server)));
+  uniqueIdServers().push_back({u.nonce, std::shared_ptr<bootstrap::TcpStoreServer>(std::move(server))});
   return Status::ok();
 }
 
@@ -443,14 +467,9 @@ StatusOr<std::unique_ptr<Session>> Session::fromEnv(double timeoutSec, std::shar
   if (init > 0) opts.keyPrefix += ".i" + std::to_string(init);
   auto joined = join(tcpClient, env.rank, env.worldSize, std::move(opts), env.rankZeroServes);
   if (!joined.isOk()) {
-    // The serving rank whose init failed keeps the store up until the other ranks have hung
-    // up, for a quarter of the timeout at most: each then fails on the records it read (a
-    // setting that differs) or on the reason published there, not on a store that vanished
-    // under it. Not when the caller aborted the init (braidCommAbort returns promptly).
-    if (server && !(cancel && cancel->load())) {
+    if (server) {
       tcpClient.reset();
-      Deadline linger = Deadline::after(cfg.timeoutSec > 0 ? std::clamp(cfg.timeoutSec / 4, 0.5, 5.0) : 5.0);
-      while (server->stats().open > 0 && !linger.expired() && !(cancel && cancel->load())) usleep(5 * 1000);
+      lingerAfterFailedInit(*server, cfg.timeoutSec, cancel);
     }
     return joined.status();
   }
@@ -517,8 +536,13 @@ StatusOr<std::unique_ptr<Session>> Session::fromUniqueId(const braidUniqueId& id
   opts.config = cfg;
   opts.nonce = u.nonce;
   opts.authKey = u.key;
-  opts.cancel = std::move(cancel);
-  BRAID_ASSIGN_OR_RETURN(auto s, join(std::shared_ptr<bootstrap::Store>(std::move(client)), rank, nranks, std::move(opts)));
+  opts.cancel = cancel;
+  auto joined = join(std::shared_ptr<bootstrap::Store>(std::move(client)), rank, nranks, std::move(opts));
+  if (!joined.isOk()) {
+    if (auto server = uniqueIdServerOf(u)) lingerAfterFailedInit(*server, cfg.timeoutSec, cancel);
+    return joined.status();
+  }
+  std::unique_ptr<Session> s = std::move(joined).value();
   s->storeId_ = u;
   s->announce();
   return s;

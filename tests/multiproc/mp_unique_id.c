@@ -1,5 +1,9 @@
 /* braidGetUniqueId + braidCommInitRank without a launcher: the parent creates the id, forks
- * N ranks that inherit it, and each checks an allreduce. Usage: mp_unique_id N */
+ * N ranks that inherit it, and each checks an allreduce. Usage: mp_unique_id N
+ *
+ * mp_unique_id N rank0-joins: the parent forks ranks 1..N-1 and joins as rank 0 itself; if
+ * its init fails it exits at once, as a program does, taking the id's store with it. Each
+ * rank prints why its own init failed. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -13,6 +17,26 @@ int main(int argc, char** argv) {
   if (braidGetUniqueId(&id) != braidSuccess) {
     fprintf(stderr, "braidGetUniqueId: %s\n", braidGetLastError(NULL));
     return 1;
+  }
+  if (argc > 2) {
+    for (int r = 1; r < n; ++r) {
+      if (fork() == 0) {
+        braidComm_t comm;
+        if (braidCommInitRank(&comm, n, id, r) != braidSuccess) {
+          fprintf(stderr, "rank %d init: %s\n", r, braidGetLastError(NULL));
+          _exit(1);
+        }
+        braidCommDestroy(comm);
+        _exit(0);
+      }
+    }
+    braidComm_t comm;
+    if (braidCommInitRank(&comm, n, id, 0) != braidSuccess) {
+      fprintf(stderr, "rank 0 init: %s\n", braidGetLastError(NULL));
+      return 1;
+    }
+    braidCommDestroy(comm);
+    return 0;
   }
   for (int r = 0; r < n; ++r) {
     if (fork() == 0) {

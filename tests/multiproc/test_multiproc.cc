@@ -420,6 +420,22 @@ TEST_CASE("braidGetUniqueId and braidCommInitRank without a launcher", "[multipr
   CHECK(r.out.find("unique id ok") != std::string::npos);
 }
 
+// The process that made the id serves its store; when its own init fails and it exits at
+// once, the other ranks still read why (the store stays up until they hang up).
+TEST_CASE("a unique id's store outlives its maker's failed init until the other ranks read why", "[multiproc][plugin]") {
+  Run r = run("BRAID_TIMEOUT=30 BRAID_TRANSPORT_PLUGIN=" FAILING_PLUGIN " BRAID_TRANSPORT=failing BRAID_TEST_FAIL_RANK=0 "
+              "BRAID_TEST_FAIL_MODE=init " MP_DIR "/mp_unique_id 3 rank0-joins");
+  INFO(r.out);
+  CHECK(r.status != 0);
+  CHECK(r.out.find("rank 0 init: braidCommInitRank: rank 0 could not join the communicator: BRAID_TRANSPORT=failing: "
+                   "failing: init refused") != std::string::npos);
+  for (int i = 1; i < 3; ++i)
+    CHECK(r.out.find("rank " + std::to_string(i) + " init: braidCommInitRank: rank " + std::to_string(i) +
+                     " could not join the communicator: rank 0 reported: BRAID_TRANSPORT=failing: failing: init "
+                     "refused") != std::string::npos);
+  CHECK(r.out.find("is unreachable") == std::string::npos);
+}
+
 // A rank that dies mid-collective: every survivor's call fails with braidRemoteError naming
 // it, within a few seconds, over shm and over tcp.
 TEST_CASE("a killed rank is reported by every survivor", "[multiproc][chaos]") {

@@ -58,16 +58,43 @@ std::shared_ptr<bootstrap::TcpStoreServer> uniqueIdServerOf(const bootstrap::Uni
   return nullptr;
 }
 
+// The process's settings; where one is refused, *why says so and the others are kept
+// (Config::fromEnvLenient), for a rank that joins only to tell the others why it fails.
+core::Config settingsOrLenient(Status* why) {
+  auto c = core::Config::fromEnv();
+  if (c.isOk()) return std::move(c).value();
+  *why = c.status();
+  return core::Config::fromEnvLenient();
+}
+
+// A rank whose settings were refused fails with that reason: the join's own failure where it
+// carries it (naming the rank), else the reason alone (the store was not reached, say).
+template <typename T>
+StatusOr<T> settingsFirst(StatusOr<T> joined, const Status& configError) {
+  if (configError.isOk() || joined.isOk()) return joined;
+  if (joined.status().message().find(configError.message()) != std::string::npos) return joined;
+  return configError;
+}
+Status settingsFirst(const Status& joined, const Status& configError) {
+  if (configError.isOk() || joined.message().find(configError.message()) != std::string::npos) return joined;
+  return configError;
+}
+
 // A rank whose init failed where its own process serves the job's store keeps the store up
-// until the other ranks have hung up, for a quarter of the timeout at most: each then fails
-// on the records it read (a setting that differs) or on the reason published there, not on
-// a store that vanished under it as this process exits. Not when the caller aborted the
-// init (braidCommAbort returns promptly). The caller's own client has hung up already.
-void lingerAfterFailedInit(const bootstrap::TcpStoreServer& server, double timeoutSec,
+// until each of the `nranks` ranks has connected and the others have hung up, for a quarter
+// of the timeout at most: each then fails on the records it read (a setting that differs) or
+// on the reason published there, not on a store that vanished under it (or was never there
+// for a rank that came later) as this process exits. Not when the caller aborted the init
+// (braidCommAbort returns promptly). The caller's own client has hung up already.
+void lingerAfterFailedInit(const bootstrap::TcpStoreServer& server, int nranks, double timeoutSec,
                            const std::shared_ptr<std::atomic<bool>>& cancel) {
   auto aborted = [&] { return cancel && cancel->load(); };
+  auto pending = [&] {
+    const auto st = server.stats();
+    return st.open > 0 || st.accepted < static_cast<uint64_t>(nranks);
+  };
   Deadline linger = Deadline::after(timeoutSec > 0 ? std::clamp(timeoutSec / 4, 0.5, 5.0) : 5.0);
-  while (server.stats().open > 0 && !linger.expired() && !aborted()) usleep(5 * 1000);
+  while (pending() && !linger.expired() && !aborted()) usleep(5 * 1000);
 }
 
 // The address other hosts can reach this one at: the first up, non-loopback IPv4
@@ -375,9 +402,18 @@ Status Session::standBy(bootstrap::TcpStoreClient& c, const bootstrap::LaunchEnv
 }
 
 StatusOr<std::unique_ptr<Session>> Session::fromEnv(double timeoutSec, std::shared_ptr<std::atomic<bool>> cancel) {
-  BRAID_ASSIGN_OR_RETURN(core::Config cfg, core::Config::fromEnv());
+  Status configError;
+  core::Config cfg = settingsOrLenient(&configError);
   if (timeoutSec > 0) cfg.timeoutSec = timeoutSec;
+  return settingsFirst(joinFromEnv(std::move(cfg), configError, std::move(cancel)), configError);
+}
+
+StatusOr<std::unique_ptr<Session>> Session::joinFromEnv(core::Config cfg, const Status& configError,
+                                                        std::shared_ptr<std::atomic<bool>> cancel) {
   BRAID_ASSIGN_OR_RETURN(bootstrap::LaunchEnv env, bootstrap::detectLaunchEnv([](const char* n) { return std::getenv(n); }));
+  // A rank whose settings were refused still joins far enough to tell the others why
+  // (CommOptions::configError); alone, or where nobody waits for it, it fails at once.
+  if (!configError.isOk() && (env.source == "none" || env.worldSize <= 1)) return configError;
   if (env.source == "none") {
     BRAID_INFO("no launcher environment (looked for %s): a world of size 1", bootstrap::kLauncherVariables);
     core::CommOptions opts;
@@ -401,7 +437,7 @@ StatusOr<std::unique_ptr<Session>> Session::fromEnv(double timeoutSec, std::shar
     }
     init = 0;
   }
-  if (!env.storeUrl.empty()) return fromEtcd(env, cfg, key.value(), init, std::move(cancel));
+  if (!env.storeUrl.empty()) return fromEtcd(env, cfg, configError, key.value(), init, std::move(cancel));
   // A store that rank 0 serves on a fixed port (torchrun, mpirun, Slurm) is served again by
   // the next init, on the same port, while a faster rank may already be connecting: the store
   // checks the init's number in the handshake (a generation tag, not a secret), so a rank that
@@ -454,6 +490,7 @@ StatusOr<std::unique_ptr<Session>> Session::fromEnv(double timeoutSec, std::shar
   if (standing && server && standbyWait > 0) server->setStandbyWait(standbyWait);
   std::shared_ptr<bootstrap::TcpStoreClient> tcpClient(std::move(client).value());
   if (const char* j = std::getenv("BRAID_ELASTIC_JOIN"); j && std::string(j) == "1") {
+    if (!configError.isOk()) return configError;
     // A replacement braidrun started for an elastic job: it joins the running ranks at
     // their next grow instead of starting a communicator of its own (and learns of the
     // store's standby as every process that joins by growing does, joinGrowWith).
@@ -464,12 +501,13 @@ StatusOr<std::unique_ptr<Session>> Session::fromEnv(double timeoutSec, std::shar
   opts.authKey = key.value();
   opts.storeOwnerRank = env.rankZeroServes ? 0 : -1;
   opts.cancel = cancel;
+  opts.configError = configError;
   if (init > 0) opts.keyPrefix += ".i" + std::to_string(init);
   auto joined = join(tcpClient, env.rank, env.worldSize, std::move(opts), env.rankZeroServes);
   if (!joined.isOk()) {
     if (server) {
       tcpClient.reset();
-      lingerAfterFailedInit(*server, cfg.timeoutSec, cancel);
+      lingerAfterFailedInit(*server, env.worldSize, cfg.timeoutSec, cancel);
     }
     return joined.status();
   }
@@ -491,7 +529,7 @@ StatusOr<std::unique_ptr<Session>> Session::fromEnv(double timeoutSec, std::shar
 }
 
 StatusOr<std::unique_ptr<Session>> Session::fromEtcd(const bootstrap::LaunchEnv& env, const core::Config& cfg,
-                                                     const AuthKey& key, uint64_t init,
+                                                     const Status& configError, const AuthKey& key, uint64_t init,
                                                      std::shared_ptr<std::atomic<bool>> cancel) {
   const std::string who = "rank " + std::to_string(env.rank) + " (from " + env.source + " environment, BRAID_STORE)";
   auto etcd = bootstrap::EtcdStore::connectForJob(env.storeUrl, env.jobTag, Deadline::after(cfg.timeoutSec));
@@ -504,6 +542,7 @@ StatusOr<std::unique_ptr<Session>> Session::fromEtcd(const bootstrap::LaunchEnv&
   storeId.nonce = bootstrap::kEtcdStoreNonce;
   storeId.key = key;
   if (const char* j = std::getenv("BRAID_ELASTIC_JOIN"); j && std::string(j) == "1") {
+    if (!configError.isOk()) return configError;
     auto s = joinAsReplacement(std::move(store), cfg);
     if (s.isOk()) s.value()->storeId_ = storeId;
     return s;
@@ -513,6 +552,7 @@ StatusOr<std::unique_ptr<Session>> Session::fromEtcd(const bootstrap::LaunchEnv&
   opts.authKey = key;
   opts.storeOwnerRank = -1;  // nobody in the job serves it
   opts.cancel = std::move(cancel);
+  opts.configError = configError;
   if (init > 0) opts.keyPrefix += ".i" + std::to_string(init);
   BRAID_ASSIGN_OR_RETURN(auto s, join(std::move(store), env.rank, env.worldSize, std::move(opts), true));
   s->storeId_ = storeId;
@@ -527,20 +567,23 @@ StatusOr<std::unique_ptr<Session>> Session::fromUniqueId(const braidUniqueId& id
   BRAID_ASSIGN_OR_RETURN(bootstrap::UniqueId u, bootstrap::decodeUniqueId(id.internal));
   if (u.growToken != 0)
     return invalidArgument("the id is a grow id (braidCommGetGrowId): new processes pass it to braidCommGrow");
-  BRAID_ASSIGN_OR_RETURN(core::Config cfg, core::Config::fromEnv());
+  Status configError;
+  core::Config cfg = settingsOrLenient(&configError);
+  if (!configError.isOk() && nranks == 1) return configError;
   if (timeoutSec > 0) cfg.timeoutSec = timeoutSec;
-  BRAID_ASSIGN_OR_RETURN(auto client, bootstrap::TcpStoreClient::connect(
-                                          u.host, u.port, u.nonce, Deadline::after(cfg.timeoutSec),
-                                          bootstrap::TcpStoreClient::kDefaultOpTimeoutSec, u.key, cfg.tls));
+  auto client = bootstrap::TcpStoreClient::connect(u.host, u.port, u.nonce, Deadline::after(cfg.timeoutSec),
+                                                   bootstrap::TcpStoreClient::kDefaultOpTimeoutSec, u.key, cfg.tls);
+  if (!client.isOk()) return configError.isOk() ? client.status() : configError;
   core::CommOptions opts;
   opts.config = cfg;
   opts.nonce = u.nonce;
   opts.authKey = u.key;
   opts.cancel = cancel;
-  auto joined = join(std::shared_ptr<bootstrap::Store>(std::move(client)), rank, nranks, std::move(opts));
+  opts.configError = configError;
+  auto joined = join(std::shared_ptr<bootstrap::Store>(std::move(client).value()), rank, nranks, std::move(opts));
   if (!joined.isOk()) {
-    if (auto server = uniqueIdServerOf(u)) lingerAfterFailedInit(*server, cfg.timeoutSec, cancel);
-    return joined.status();
+    if (auto server = uniqueIdServerOf(u)) lingerAfterFailedInit(*server, nranks, cfg.timeoutSec, cancel);
+    return settingsFirst(joined.status(), configError);
   }
   std::unique_ptr<Session> s = std::move(joined).value();
   s->storeId_ = u;
@@ -550,14 +593,17 @@ StatusOr<std::unique_ptr<Session>> Session::fromUniqueId(const braidUniqueId& id
 
 StatusOr<std::unique_ptr<Session>> Session::fromStore(std::shared_ptr<bootstrap::Store> store, int rank, int nranks,
                                                       const std::string& keyPrefix, double timeoutSec) {
-  BRAID_ASSIGN_OR_RETURN(core::Config cfg, core::Config::fromEnv());
+  Status configError;
+  core::Config cfg = settingsOrLenient(&configError);
+  if (!configError.isOk() && nranks == 1) return configError;
   if (timeoutSec > 0) cfg.timeoutSec = timeoutSec;
   core::CommOptions opts;
   opts.config = cfg;
   opts.keyPrefix = keyPrefix;
+  opts.configError = configError;
   // The store is the caller's (torch's); the data connections still prove the job's key.
   BRAID_ASSIGN_OR_RETURN(opts.authKey, jobKey(rank, nranks));
-  return join(std::move(store), rank, nranks, std::move(opts));
+  return settingsFirst(join(std::move(store), rank, nranks, std::move(opts)), configError);
 }
 
 namespace {

@@ -180,8 +180,12 @@ class Session {
   bool hostsStore() const;
   // A rank of a job whose store is an etcd cluster (BRAID_STORE, in `env`).
   static StatusOr<std::unique_ptr<Session>> fromEtcd(const bootstrap::LaunchEnv& env, const core::Config& cfg,
-                                                     const AuthKey& key, uint64_t init,
+                                                     const Status& configError, const AuthKey& key, uint64_t init,
                                                      std::shared_ptr<std::atomic<bool>> cancel);
+  // fromEnv with the settings read: `configError` says why one of this rank's own was
+  // refused (`cfg` then holds the others), which it joins only to tell the others.
+  static StatusOr<std::unique_ptr<Session>> joinFromEnv(core::Config cfg, const Status& configError,
+                                                        std::shared_ptr<std::atomic<bool>> cancel);
   static StatusOr<std::unique_ptr<Session>> joinGrowWith(std::shared_ptr<bootstrap::Store> store,
                                                          const bootstrap::UniqueId& u, int newSize, int rank,
                                                          const core::Config& cfg);

@@ -302,6 +302,10 @@ Status Communicator::init() {
       nonce_ = std::strtoull(v.c_str(), nullptr, 10);
     }
   }
+  // A rank whose own settings were refused joined this far (with the defaults in their
+  // place) only to say so: create publishes the reason, which the others read while they
+  // wait for its address, rather than wait for it until the timeout.
+  if (!opts_.configError.isOk()) return opts_.configError;
   // Store-side liveness: a store that serves this rank over a connection marks it gone the
   // moment that connection ends, so a survivor's agreement counts a dead rank on another
   // host as failed at once instead of at its deadline (there is no pidfd to watch there).

@@ -84,6 +84,10 @@ struct CommOptions {
   // Set from another thread while joining (a non-blocking init being aborted): the join
   // ends with kAborted at its next poll.
   std::shared_ptr<std::atomic<bool>> cancel;
+  // Why this rank's own settings were refused (Config::fromEnv; `config` then holds
+  // Config::fromEnvLenient's): init fails with it once rank 0's nonce is there, and create
+  // publishes it, so the others fail at once naming this rank instead of waiting for it.
+  Status configError;
 };
 
 class Communicator {

@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <set>
 
 namespace braid::core {
 
@@ -117,6 +118,19 @@ Status readBool(const std::function<const char*(const char*)>& get, const char* 
 }
 
 }  // namespace
+
+Config Config::fromEnvLenient(const std::function<const char*(const char*)>& getter) {
+  std::function<const char*(const char*)> get = getter ? getter : [](const char* n) { return std::getenv(n); };
+  std::set<std::string> refused;
+  for (;;) {
+    auto c = fromEnv([&](const char* n) -> const char* { return refused.count(n) ? nullptr : get(n); });
+    if (c.isOk()) return std::move(c).value();
+    // Every refusal starts with the variable's name (badValue).
+    const std::string& m = c.status().message();
+    const size_t eq = m.find('=');
+    if (eq == std::string::npos || !refused.insert(m.substr(0, eq)).second) return Config();
+  }
+}
 
 StatusOr<Config> Config::fromEnv(const std::function<const char*(const char*)>& getter) {
   std::function<const char*(const char*)> get = getter ? getter : [](const char* n) { return std::getenv(n); };

@@ -55,6 +55,10 @@ struct Config {
   // Reads every knob through `get` (getenv by default). A malformed value is
   // kInvalidArgument naming the variable and the value.
   static StatusOr<Config> fromEnv(const std::function<const char*(const char*)>& get = nullptr);
+  // fromEnv with every variable it refuses left at its default (each refused one read again
+  // as unset): what a rank whose own settings are invalid joins with, far enough to tell the
+  // others why it fails instead of leaving them to wait for it until the timeout.
+  static Config fromEnvLenient(const std::function<const char*(const char*)>& get = nullptr);
 };
 
 // Parses "512K", "4M", "1G", "123" (binary suffixes). False on garbage or overflow.

@@ -1272,6 +1272,29 @@ TEST_CASE("where rank 0 serves the store and its init fails, every rank gives ra
   CHECK(r.out.find("is unreachable") == std::string::npos);
 }
 
+// A rank whose own setting is malformed joins only far enough to say so: every other rank
+// fails at once with its reason, naming it, instead of waiting for it until the timeout.
+// Rank 0 serves the store (torchrun's environment), so both its failing and another's do.
+TEST_CASE("a rank with a malformed setting fails every rank's init at once, naming it", "[multiproc]") {
+  for (int bad : {0, 2}) {
+    INFO("malformed on rank " << bad);
+    const auto start = std::chrono::steady_clock::now();
+    Run r = torchrunJob(3,
+                        "BRAID_TIMEOUT=30 BRAID_NSLOTS=$([ $r = " + std::to_string(bad) + " ] && echo abc || echo 8)",
+                        MP_DIR "/mp_collectives");
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    INFO(r.out);
+    CHECK(r.status != 0);
+    CHECK(secs < 10);
+    const std::string why = "BRAID_NSLOTS='abc' is not an integer in [2, 1024]";
+    for (int i = 0; i < 3; ++i) {
+      const std::string line = "rank " + std::to_string(i) + " could not join the communicator: " +
+                               (i == bad ? why : "rank " + std::to_string(bad) + " reported: " + why);
+      CHECK(r.out.find(line) != std::string::npos);
+    }
+  }
+}
+
 // Settings that decide how calls are cut into slots and rounds must agree: rank 2 with
 // another BRAID_NSLOTS cut other rounds than its peers (wrong results over shared memory)
 // until init compared them. Every rank fails init at once, naming the variable and a rank

@@ -85,6 +85,29 @@ TEST_CASE("malformed knobs are rejected naming the variable and value", "[unit]"
   }
 }
 
+// What a rank whose own settings are refused joins with, to tell the others why.
+TEST_CASE("fromEnvLenient keeps the valid knobs and leaves the refused ones at their defaults", "[unit]") {
+  const std::map<std::string, std::string> env = {{"BRAID_TIMEOUT", "7"},      {"BRAID_NSLOTS", "abc"},
+                                                  {"BRAID_TLS", "1"},          {"BRAID_SLOT_BYTES", "1"},
+                                                  {"BRAID_SOCKETS_PER_PEER", "2"}};
+  auto get = [&](const char* n) -> const char* {
+    auto it = env.find(n);
+    return it == env.end() ? nullptr : it->second.c_str();
+  };
+  REQUIRE(!Config::fromEnv(get).isOk());
+  Config c = Config::fromEnvLenient(get);
+  CHECK(c.timeoutSec == 7);
+  CHECK(c.tls);
+  CHECK(c.socketsPerPeer == 2);
+  CHECK(c.nslots == 0);     // refused: the default
+  CHECK(c.slotBytes == 0);  // refused too
+  // Nothing refused: the same as fromEnv.
+  Config plain = Config::fromEnvLenient([](const char* n) -> const char* {
+    return std::string(n) == "BRAID_NSLOTS" ? "16" : nullptr;
+  });
+  CHECK(plain.nslots == 16);
+}
+
 TEST_CASE("parseSize accepts binary suffixes and rejects garbage", "[unit]") {
   size_t v = 0;
   CHECK((braid::core::parseSize("4096", &v) && v == 4096));

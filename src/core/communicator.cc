@@ -101,7 +101,7 @@ Status decodePeer(const std::string& s, int rank, transport::PeerInfo* p, topolo
 // connections are made, so a rank that differs would cut other slices than its peers (wrong
 // results over shared memory) or wait for messages that never come. (BRAID_WHOLE_BLOCKS and
 // BRAID_SEND_ACKS may differ: connect() turns them off for all when one rank has them off.)
-std::string jobSettings(const Config& c) {
+std::string jobSettings(const Config& c, int nranks) {
   auto clean = [](std::string v) {
     for (char& ch : v)
       if (ch == '\t' || ch == '\n' || ch == '\r') ch = ' ';
@@ -109,6 +109,9 @@ std::string jobSettings(const Config& c) {
   };
   std::string s;
   auto add = [&](const char* name, const std::string& v) { s += std::string(s.empty() ? "" : "\t") + name + "=" + clean(v); };
+  // First: a rank told another size than its peers (WORLD_SIZE, nranks) waits for ranks
+  // that never come, or leaves one out; the others fail on its record at once.
+  add("the world size", std::to_string(nranks));
   add("BRAID_TRANSPORT", c.transport.empty() ? "(unset)" : c.transport);
   add("BRAID_SLOT_BYTES", c.slotBytes ? std::to_string(c.slotBytes) : "auto");
   add("BRAID_NSLOTS", c.nslots ? std::to_string(c.nslots) : "auto");
@@ -719,7 +722,7 @@ Status Communicator::exchangePeers() {
     }
     return initGoneCheck(deadline);  // ranks on other hosts (and, later, this one's)
   };
-  const std::string mySettings = jobSettings(cfg);
+  const std::string mySettings = jobSettings(cfg, nranks_);
   BRAID_ASSIGN_OR_RETURN(auto all, bootstrap::allGather(*store_, key("peer"), rank_, nranks_,
                                                         encodePeer(me) + "\n" + topology::encodeRankRecord(where) +
                                                             "\n" + mySettings,

@@ -64,15 +64,16 @@ std::string braidrun(int np, const std::string& env = "") {
 // `n` ranks started as torchrun starts them: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
 // MASTER_ADDR and a free MASTER_PORT, none of braidrun's variables. Each runs `program` with
 // `env` (which may use $r, the rank; no single quotes); the output comes back with each line
-// tagged "[r] ". The status is non-zero if any rank failed.
-Run torchrunJob(int n, const std::string& env, const std::string& program) {
+// tagged "[r] ". The status is non-zero if any rank failed. `worldSize` (a shell word that
+// may use $r too) replaces `n` as the WORLD_SIZE the ranks are told.
+Run torchrunJob(int n, const std::string& env, const std::string& program, const std::string& worldSize = "") {
   const std::string port = freeLoopbackPort();
-  const std::string size = std::to_string(n);
+  const std::string size = worldSize.empty() ? std::to_string(n) : worldSize;
   std::string ranks;
   for (int r = 0; r < n; ++r) ranks += (r ? " " : "") + std::to_string(r);
   return run("bash -c 'set -o pipefail; pids=; for r in " + ranks +
              "; do ( env -u BRAID_RANK -u BRAID_WORLD_SIZE -u BRAID_STORE_ADDR " + env + " RANK=$r WORLD_SIZE=" + size +
-             " LOCAL_RANK=$r LOCAL_WORLD_SIZE=" + size + " MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port + " " + program +
+             " LOCAL_RANK=$r LOCAL_WORLD_SIZE=" + std::to_string(n) + " MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port + " " + program +
              " 2>&1 | sed \"s/^/[$r] /\" ) & pids=\"$pids $!\"; done; rc=0; for p in $pids; do wait $p || rc=1; done; "
              "exit $rc' 2>&1");
 }
@@ -1293,6 +1294,23 @@ TEST_CASE("a rank with a malformed setting fails every rank's init at once, nami
       CHECK(r.out.find(line) != std::string::npos);
     }
   }
+}
+
+// A rank told another world size than its peers (WORLD_SIZE, nranks) would wait for ranks
+// that never come: the world size travels with the settings every rank must share, and every
+// rank fails at once, the one that differs through the others' abort record.
+TEST_CASE("a rank told another world size fails every rank's init at once, naming it", "[multiproc]") {
+  const auto start = std::chrono::steady_clock::now();
+  Run r = torchrunJob(3, "BRAID_TIMEOUT=30", MP_DIR "/mp_collectives", "$([ $r = 2 ] && echo 4 || echo 3)");
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  INFO(r.out);
+  CHECK(r.status != 0);
+  CHECK(secs < 10);
+  for (int i = 0; i < 2; ++i)
+    CHECK(r.out.find("rank " + std::to_string(i) + " could not join the communicator: the world size differs between "
+                     "ranks: rank 2 has 4, rank " + std::to_string(i) + " has 3") != std::string::npos);
+  CHECK(r.out.find("rank 2 could not join the communicator: rank ") != std::string::npos);
+  CHECK(r.out.find("reported: the world size differs between ranks: rank 2 has 4") != std::string::npos);
 }
 
 // Settings that decide how calls are cut into slots and rounds must agree: rank 2 with

@@ -69,15 +69,14 @@ core::Config settingsOrLenient(Status* why) {
 
 // A rank whose settings were refused fails with that reason: the join's own failure where it
 // carries it (naming the rank), else the reason alone (the store was not reached, say).
-template <typename T>
-StatusOr<T> settingsFirst(StatusOr<T> joined, const Status& configError) {
-  if (configError.isOk() || joined.isOk()) return joined;
-  if (joined.status().message().find(configError.message()) != std::string::npos) return joined;
-  return configError;
-}
 Status settingsFirst(const Status& joined, const Status& configError) {
   if (configError.isOk() || joined.message().find(configError.message()) != std::string::npos) return joined;
   return configError;
+}
+template <typename T>
+StatusOr<T> settingsFirst(StatusOr<T> joined, const Status& configError) {
+  if (joined.isOk()) return joined;
+  return settingsFirst(joined.status(), configError);
 }
 
 // A rank whose init failed where its own process serves the job's store keeps the store up

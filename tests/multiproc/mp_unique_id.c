@@ -11,6 +11,21 @@
 
 #include "braid/braid.h"
 
+/* Rank r of n: joins through the id and checks an allreduce; 0 if all went well. */
+static int runRank(braidUniqueId id, int n, int r) {
+  braidComm_t comm;
+  if (braidCommInitRank(&comm, n, id, r) != braidSuccess) {
+    fprintf(stderr, "rank %d init: %s\n", r, braidGetLastError(NULL));
+    return 1;
+  }
+  double v[3] = {r, 2.0 * r, 1.0};
+  if (braidAllReduce(v, v, 3, braidFloat64, braidSum, comm, NULL) != braidSuccess) return 1;
+  double want = n * (n - 1) / 2.0;
+  int ok = v[0] == want && v[1] == 2 * want && v[2] == n;
+  braidCommDestroy(comm);
+  return ok ? 0 : 1;
+}
+
 int main(int argc, char** argv) {
   int n = argc > 1 ? atoi(argv[1]) : 3;
   braidUniqueId id;
@@ -19,40 +34,12 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (argc > 2) {
-    for (int r = 1; r < n; ++r) {
-      if (fork() == 0) {
-        braidComm_t comm;
-        if (braidCommInitRank(&comm, n, id, r) != braidSuccess) {
-          fprintf(stderr, "rank %d init: %s\n", r, braidGetLastError(NULL));
-          _exit(1);
-        }
-        braidCommDestroy(comm);
-        _exit(0);
-      }
-    }
-    braidComm_t comm;
-    if (braidCommInitRank(&comm, n, id, 0) != braidSuccess) {
-      fprintf(stderr, "rank 0 init: %s\n", braidGetLastError(NULL));
-      return 1;
-    }
-    braidCommDestroy(comm);
-    return 0;
+    for (int r = 1; r < n; ++r)
+      if (fork() == 0) _exit(runRank(id, n, r));
+    return runRank(id, n, 0);
   }
-  for (int r = 0; r < n; ++r) {
-    if (fork() == 0) {
-      braidComm_t comm;
-      if (braidCommInitRank(&comm, n, id, r) != braidSuccess) {
-        fprintf(stderr, "rank %d init: %s\n", r, braidGetLastError(NULL));
-        _exit(1);
-      }
-      double v[3] = {r, 2.0 * r, 1.0};
-      if (braidAllReduce(v, v, 3, braidFloat64, braidSum, comm, NULL) != braidSuccess) _exit(1);
-      double want = n * (n - 1) / 2.0;
-      int ok = v[0] == want && v[1] == 2 * want && v[2] == n;
-      braidCommDestroy(comm);
-      _exit(ok ? 0 : 1);
-    }
-  }
+  for (int r = 0; r < n; ++r)
+    if (fork() == 0) _exit(runRank(id, n, r));
   int bad = 0;
   for (int r = 0; r < n; ++r) {
     int st = 0;

@@ -404,14 +404,18 @@ StatusOr<std::unique_ptr<Session>> Session::fromEnv(double timeoutSec, std::shar
   Status configError;
   core::Config cfg = settingsOrLenient(&configError);
   if (timeoutSec > 0) cfg.timeoutSec = timeoutSec;
-  return settingsFirst(joinFromEnv(std::move(cfg), configError, std::move(cancel)), configError);
+  BRAID_ASSIGN_OR_RETURN(bootstrap::LaunchEnv env,
+                         bootstrap::detectLaunchEnvLenient([](const char* n) { return std::getenv(n); }));
+  if (configError.isOk()) configError = env.placeError;
+  return settingsFirst(joinFromEnv(std::move(env), std::move(cfg), configError, std::move(cancel)), configError);
 }
 
-StatusOr<std::unique_ptr<Session>> Session::joinFromEnv(core::Config cfg, const Status& configError,
+StatusOr<std::unique_ptr<Session>> Session::joinFromEnv(bootstrap::LaunchEnv env, core::Config cfg,
+                                                        const Status& configError,
                                                         std::shared_ptr<std::atomic<bool>> cancel) {
-  BRAID_ASSIGN_OR_RETURN(bootstrap::LaunchEnv env, bootstrap::detectLaunchEnv([](const char* n) { return std::getenv(n); }));
-  // A rank whose settings were refused still joins far enough to tell the others why
-  // (CommOptions::configError); alone, or where nobody waits for it, it fails at once.
+  // A rank whose settings or local placement were refused still joins far enough to tell
+  // the others why (CommOptions::configError); alone, or where nobody waits for it, it
+  // fails at once.
   if (!configError.isOk() && (env.source == "none" || env.worldSize <= 1)) return configError;
   if (env.source == "none") {
     BRAID_INFO("no launcher environment (looked for %s): a world of size 1", bootstrap::kLauncherVariables);

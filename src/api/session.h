@@ -182,9 +182,11 @@ class Session {
   static StatusOr<std::unique_ptr<Session>> fromEtcd(const bootstrap::LaunchEnv& env, const core::Config& cfg,
                                                      const Status& configError, const AuthKey& key, uint64_t init,
                                                      std::shared_ptr<std::atomic<bool>> cancel);
-  // fromEnv with the settings read: `configError` says why one of this rank's own was
-  // refused (`cfg` then holds the others), which it joins only to tell the others.
-  static StatusOr<std::unique_ptr<Session>> joinFromEnv(core::Config cfg, const Status& configError,
+  // fromEnv with the settings and the launcher's variables read: `configError` says why one
+  // of this rank's own settings or its place on the host was refused (`cfg` and `env` then
+  // hold the rest), which it joins only to tell the others.
+  static StatusOr<std::unique_ptr<Session>> joinFromEnv(bootstrap::LaunchEnv env, core::Config cfg,
+                                                        const Status& configError,
                                                         std::shared_ptr<std::atomic<bool>> cancel);
   static StatusOr<std::unique_ptr<Session>> joinGrowWith(std::shared_ptr<bootstrap::Store> store,
                                                          const bootstrap::UniqueId& u, int newSize, int rank,

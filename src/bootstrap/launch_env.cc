@@ -78,11 +78,21 @@ Status parseBool(const char* name, const char* value, bool* out) {
   return badValue(name, value, "is not a boolean (1/0, true/false)");
 }
 
-Status checkRanks(LaunchEnv& e, const char* rankVar, const char* sizeVar, const char* localRankVar,
-                  const char* localSizeVar) {
+Status checkRank(const LaunchEnv& e, const char* rankVar, const char* sizeVar) {
   if (e.rank >= e.worldSize)
     return invalidArgument(std::string(rankVar) + "=" + std::to_string(e.rank) + " must be less than " + sizeVar + "=" +
                            std::to_string(e.worldSize));
+  return Status::ok();
+}
+
+// The variables that place the rank on its host. One that is malformed or contradicts the
+// others is this rank's own fault (LaunchEnv::placeError): its rank, the world size and the
+// store stand, so it can still tell the job why it fails. `localSizeVar` is read when
+// `readLocalSize` (Slurm has no per-rank local size; the name is for the message).
+Status localPlace(const Getenv& getenv, LaunchEnv& e, const char* sizeVar, const char* localRankVar,
+                  const char* localSizeVar, bool readLocalSize = true) {
+  BRAID_RETURN_IF_ERROR(optionalInt(getenv, localRankVar, 0, kMaxRanks, &e.localRank));
+  if (readLocalSize) BRAID_RETURN_IF_ERROR(optionalInt(getenv, localSizeVar, 1, kMaxRanks, &e.localSize));
   if (e.localSize > e.worldSize)
     return invalidArgument(std::string(localSizeVar) + "=" + std::to_string(e.localSize) + " exceeds " + sizeVar + "=" +
                            std::to_string(e.worldSize));
@@ -217,9 +227,8 @@ StatusOr<LaunchEnv> fromBraid(const Getenv& getenv) {
   e.source = "braid";
   BRAID_RETURN_IF_ERROR(requireInt(getenv, "BRAID_WORLD_SIZE", "braid", 1, kMaxRanks, &e.worldSize));
   BRAID_RETURN_IF_ERROR(requireInt(getenv, "BRAID_RANK", "braid", 0, kMaxRanks, &e.rank));
-  BRAID_RETURN_IF_ERROR(optionalInt(getenv, "BRAID_LOCAL_RANK", 0, kMaxRanks, &e.localRank));
-  BRAID_RETURN_IF_ERROR(optionalInt(getenv, "BRAID_LOCAL_SIZE", 1, kMaxRanks, &e.localSize));
-  BRAID_RETURN_IF_ERROR(checkRanks(e, "BRAID_RANK", "BRAID_WORLD_SIZE", "BRAID_LOCAL_RANK", "BRAID_LOCAL_SIZE"));
+  BRAID_RETURN_IF_ERROR(checkRank(e, "BRAID_RANK", "BRAID_WORLD_SIZE"));
+  e.placeError = localPlace(getenv, e, "BRAID_WORLD_SIZE", "BRAID_LOCAL_RANK", "BRAID_LOCAL_SIZE");
   e.jobTag = tagFrom(getenv, {"BRAID_JOB_ID"});
   Status external;
   if (externalStore(getenv, &e, &external)) {
@@ -249,20 +258,15 @@ StatusOr<LaunchEnv> fromHorovod(const Getenv& getenv) {
   e.source = "horovod";
   BRAID_RETURN_IF_ERROR(requireInt(getenv, "HOROVOD_SIZE", "horovod", 1, kMaxRanks, &e.worldSize));
   BRAID_RETURN_IF_ERROR(requireInt(getenv, "HOROVOD_RANK", "horovod", 0, kMaxRanks, &e.rank));
-  BRAID_RETURN_IF_ERROR(optionalInt(getenv, "HOROVOD_LOCAL_RANK", 0, kMaxRanks, &e.localRank));
-  BRAID_RETURN_IF_ERROR(optionalInt(getenv, "HOROVOD_LOCAL_SIZE", 1, kMaxRanks, &e.localSize));
-  BRAID_RETURN_IF_ERROR(checkRanks(e, "HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE"));
+  BRAID_RETURN_IF_ERROR(checkRank(e, "HOROVOD_RANK", "HOROVOD_SIZE"));
+  e.placeError = localPlace(getenv, e, "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE");
   // braid places ranks on hosts from its own host ids, but a cross rank that contradicts
   // the size is a broken launch worth naming.
-  int crossRank = -1, crossSize = -1;
-  BRAID_RETURN_IF_ERROR(optionalInt(getenv, "HOROVOD_CROSS_RANK", 0, kMaxRanks, &crossRank));
-  BRAID_RETURN_IF_ERROR(optionalInt(getenv, "HOROVOD_CROSS_SIZE", 1, kMaxRanks, &crossSize));
-  if (crossSize > e.worldSize)
-    return invalidArgument("HOROVOD_CROSS_SIZE=" + std::to_string(crossSize) + " exceeds HOROVOD_SIZE=" +
-                           std::to_string(e.worldSize));
-  if (crossRank >= 0 && crossSize > 0 && crossRank >= crossSize)
-    return invalidArgument("HOROVOD_CROSS_RANK=" + std::to_string(crossRank) + " must be less than HOROVOD_CROSS_SIZE=" +
-                           std::to_string(crossSize));
+  if (e.placeError.isOk()) {
+    LaunchEnv cross;
+    cross.worldSize = e.worldSize;
+    e.placeError = localPlace(getenv, cross, "HOROVOD_SIZE", "HOROVOD_CROSS_RANK", "HOROVOD_CROSS_SIZE");
+  }
   bool elastic = false;
   if (const char* x = lookup(getenv, "HOROVOD_ELASTIC")) BRAID_RETURN_IF_ERROR(parseBool("HOROVOD_ELASTIC", x, &elastic));
   Status external;
@@ -304,9 +308,8 @@ StatusOr<LaunchEnv> fromTorchrun(const Getenv& getenv) {
   e.source = "torchrun";
   BRAID_RETURN_IF_ERROR(requireInt(getenv, "WORLD_SIZE", "torchrun", 1, kMaxRanks, &e.worldSize));
   BRAID_RETURN_IF_ERROR(requireInt(getenv, "RANK", "torchrun", 0, kMaxRanks, &e.rank));
-  BRAID_RETURN_IF_ERROR(optionalInt(getenv, "LOCAL_RANK", 0, kMaxRanks, &e.localRank));
-  BRAID_RETURN_IF_ERROR(optionalInt(getenv, "LOCAL_WORLD_SIZE", 1, kMaxRanks, &e.localSize));
-  BRAID_RETURN_IF_ERROR(checkRanks(e, "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"));
+  BRAID_RETURN_IF_ERROR(checkRank(e, "RANK", "WORLD_SIZE"));
+  e.placeError = localPlace(getenv, e, "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE");
   // torchrun's default run id is "none": the same for every run.
   if (const char* id = lookup(getenv, "TORCHELASTIC_RUN_ID"); id && std::string(id) != "none")
     e.jobTag = tagFrom(getenv, {"TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT"});
@@ -338,10 +341,9 @@ StatusOr<LaunchEnv> fromOpenMpi(const Getenv& getenv) {
   e.source = "openmpi";
   BRAID_RETURN_IF_ERROR(requireInt(getenv, "OMPI_COMM_WORLD_SIZE", "OpenMPI", 1, kMaxRanks, &e.worldSize));
   BRAID_RETURN_IF_ERROR(requireInt(getenv, "OMPI_COMM_WORLD_RANK", "OpenMPI", 0, kMaxRanks, &e.rank));
-  BRAID_RETURN_IF_ERROR(optionalInt(getenv, "OMPI_COMM_WORLD_LOCAL_RANK", 0, kMaxRanks, &e.localRank));
-  BRAID_RETURN_IF_ERROR(optionalInt(getenv, "OMPI_COMM_WORLD_LOCAL_SIZE", 1, kMaxRanks, &e.localSize));
-  BRAID_RETURN_IF_ERROR(checkRanks(e, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-                                   "OMPI_COMM_WORLD_LOCAL_SIZE"));
+  BRAID_RETURN_IF_ERROR(checkRank(e, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"));
+  e.placeError =
+      localPlace(getenv, e, "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE");
   e.jobTag = tagFrom(getenv, {"OMPI_MCA_ess_base_jobid"});
   // Every rank on one host (mpirun -np N): the store on the loopback interface, on a port
   // from mpirun's job id. Across hosts OpenMPI's variables do not say where rank 0 runs, but
@@ -372,8 +374,8 @@ StatusOr<LaunchEnv> fromSlurm(const Getenv& getenv) {
   e.source = "slurm";
   BRAID_RETURN_IF_ERROR(requireInt(getenv, "SLURM_NTASKS", "Slurm", 1, kMaxRanks, &e.worldSize));
   BRAID_RETURN_IF_ERROR(requireInt(getenv, "SLURM_PROCID", "Slurm", 0, kMaxRanks, &e.rank));
-  BRAID_RETURN_IF_ERROR(optionalInt(getenv, "SLURM_LOCALID", 0, kMaxRanks, &e.localRank));
-  BRAID_RETURN_IF_ERROR(checkRanks(e, "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"));
+  BRAID_RETURN_IF_ERROR(checkRank(e, "SLURM_PROCID", "SLURM_NTASKS"));
+  e.placeError = localPlace(getenv, e, "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE", false);
   e.jobTag = tagFrom(getenv, {"SLURM_JOB_ID", "SLURM_STEP_ID"});
   // srun places task 0 on the first node of the step: the store is there, on a port from
   // the job and step ids.
@@ -405,7 +407,7 @@ StatusOr<LaunchEnv> fromSlurm(const Getenv& getenv) {
 
 }  // namespace
 
-StatusOr<LaunchEnv> detectLaunchEnv(const Getenv& getenv) {
+StatusOr<LaunchEnv> detectLaunchEnvLenient(const Getenv& getenv) {
   auto any = [&](std::initializer_list<const char*> names) {
     for (const char* n : names)
       if (lookup(getenv, n)) return true;
@@ -422,6 +424,12 @@ StatusOr<LaunchEnv> detectLaunchEnv(const Getenv& getenv) {
   e.localRank = 0;
   e.localSize = 1;
   e.source = "none";
+  return e;
+}
+
+StatusOr<LaunchEnv> detectLaunchEnv(const Getenv& getenv) {
+  BRAID_ASSIGN_OR_RETURN(LaunchEnv e, detectLaunchEnvLenient(getenv));
+  if (!e.placeError.isOk()) return e.placeError;
   return e;
 }
 

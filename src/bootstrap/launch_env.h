@@ -48,6 +48,12 @@ struct LaunchEnv {
   // across hosts, bootstrap/pmix_kv.h): rank 0 serves on an ephemeral port and puts
   // "host:port" under this key; every rank fences, the others read it from rank 0.
   std::string pmixKey;
+
+  // Why a variable that places this rank on its host (local rank and size, Horovod's cross
+  // rank and size) was refused: malformed, or contradicting the rest. The rank, the world
+  // size and the store are sound then, so the rank can still join far enough to tell the
+  // others why it fails (detectLaunchEnvLenient); localRank and localSize keep what parsed.
+  Status placeError;
 };
 
 // Reads the launcher's variables through `getenv` (injected so tests need not touch the
@@ -87,6 +93,9 @@ struct LaunchEnv {
 // the caller keeps its store in the process), as MPI's singleton init and Gloo have it. Pure
 // apart from the calls to `getenv`; thread-safe if `getenv` is.
 StatusOr<LaunchEnv> detectLaunchEnv(const std::function<const char*(const char*)>& getenv);
+// detectLaunchEnv, but a refused local placement is left in placeError rather than
+// returned: for a rank that joins only to tell the others why it fails.
+StatusOr<LaunchEnv> detectLaunchEnvLenient(const std::function<const char*(const char*)>& getenv);
 
 // The variables detectLaunchEnv looks for, per launcher, for messages.
 extern const char* kLauncherVariables;

@@ -1296,6 +1296,36 @@ TEST_CASE("a rank with a malformed setting fails every rank's init at once, nami
   }
 }
 
+// So does a rank whose launcher variables place it wrongly on its host (a local size above
+// the world size, a malformed local rank): its rank and the store are sound, so it joins
+// only to tell the others, who fail at once instead of at the timeout.
+TEST_CASE("a rank with a malformed local placement fails every rank's init at once, naming it", "[multiproc]") {
+  struct Case {
+    int bad;
+    const char* var;
+    const char* value;
+    const char* why;
+  };
+  for (const Case& c : {Case{0, "LOCAL_WORLD_SIZE", "5", "LOCAL_WORLD_SIZE=5 exceeds WORLD_SIZE=3"},
+                        Case{2, "LOCAL_RANK", "nine", "LOCAL_RANK='nine' is not an integer"}}) {
+    INFO(c.var << " on rank " << c.bad);
+    const auto start = std::chrono::steady_clock::now();
+    const std::string normal = std::string(c.var) == "LOCAL_RANK" ? "$r" : "3";
+    Run r = torchrunJob(3, "BRAID_TIMEOUT=30",
+                        std::string("env ") + c.var + "=$([ $r = " + std::to_string(c.bad) + " ] && echo " + c.value +
+                            " || echo " + normal + ") " MP_DIR "/mp_collectives");
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    INFO(r.out);
+    CHECK(r.status != 0);
+    CHECK(secs < 10);
+    for (int i = 0; i < 3; ++i) {
+      const std::string line = "rank " + std::to_string(i) + " could not join the communicator: " +
+                               (i == c.bad ? "" : "rank " + std::to_string(c.bad) + " reported: ") + c.why;
+      CHECK(r.out.find(line) != std::string::npos);
+    }
+  }
+}
+
 // A rank told another world size than its peers (WORLD_SIZE, nranks) would wait for ranks
 // that never come: the world size travels with the settings every rank must share, and every
 // rank fails at once, the one that differs through the others' abort record.

@@ -335,6 +335,59 @@ TEST_CASE("launch env: malformed values name the variable and value", "[bootstra
   }
 }
 
+// The lenient form keeps the rank, the world size and the store when only a variable that
+// places the rank on its host is refused (the rank joins to tell the others why), and still
+// fails on anything else.
+TEST_CASE("launch env: a refused local placement is left in placeError by the lenient form", "[bootstrap][launch_env]") {
+  auto lenient = [](const Env& env) {
+    return detectLaunchEnvLenient([&env](const char* name) -> const char* {
+      auto it = env.find(name);
+      return it == env.end() ? nullptr : it->second.c_str();
+    });
+  };
+  auto with = [](Env env, const std::string& k, const std::string& v) {
+    env[k] = v;
+    return env;
+  };
+  auto without = [](Env env, const std::string& k) {
+    env.erase(k);
+    return env;
+  };
+  struct Case {
+    Env env;
+    int rank, worldSize;
+    const char* storeHost;
+    const char* why;
+  };
+  for (const Case& c :
+       {Case{with(braidEnv(), "BRAID_LOCAL_SIZE", "5"), 2, 4, "10.0.0.1", "BRAID_LOCAL_SIZE=5 exceeds BRAID_WORLD_SIZE=4"},
+        Case{with(horovodEnv(), "HOROVOD_CROSS_RANK", "2"), 1, 4, "", "HOROVOD_CROSS_RANK=2 must be less than"},
+        Case{with(horovodEnv(), "HOROVOD_LOCAL_RANK", "x1"), 1, 4, "", "HOROVOD_LOCAL_RANK='x1'"},
+        Case{with(torchEnv(), "LOCAL_WORLD_SIZE", "9"), 1, 8, "node0", "LOCAL_WORLD_SIZE=9 exceeds WORLD_SIZE=8"},
+        Case{with(torchEnv(), "LOCAL_RANK", "4"), 1, 8, "node0", "LOCAL_RANK=4 must be less than LOCAL_WORLD_SIZE=4"},
+        Case{with(ompiEnv(), "OMPI_COMM_WORLD_LOCAL_SIZE", "z"), 3, 4, "head", "OMPI_COMM_WORLD_LOCAL_SIZE='z'"},
+        Case{with(slurmEnv(), "SLURM_LOCALID", "-2"), 0, 16, "n1", "SLURM_LOCALID='-2'"}}) {
+    INFO(c.why);
+    auto e = lenient(c.env);
+    REQUIRE(e.isOk());
+    CHECK(e.value().rank == c.rank);
+    CHECK(e.value().worldSize == c.worldSize);
+    CHECK(e.value().storeHost == c.storeHost);
+    REQUIRE_FALSE(e.value().placeError.isOk());
+    CHECK(e.value().placeError.code() == Code::kInvalidArgument);
+    CHECK(e.value().placeError.message().find(c.why) != std::string::npos);
+    // The strict form refuses the same environment with the same reason.
+    auto strict = detect(c.env);
+    REQUIRE_FALSE(strict.isOk());
+    CHECK(strict.status().message() == e.value().placeError.message());
+  }
+  auto sound = lenient(torchEnv());
+  REQUIRE(sound.isOk());
+  CHECK(sound.value().placeError.isOk());
+  CHECK_FALSE(lenient(with(torchEnv(), "RANK", "8")).isOk());
+  CHECK_FALSE(lenient(without(torchEnv(), "MASTER_PORT")).isOk());
+}
+
 TEST_CASE("launch env: srun and a one-host mpirun find the store with no address given", "[bootstrap][launch_env]") {
   auto without = [](Env env, const std::string& k) {
     env.erase(k);

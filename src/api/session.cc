@@ -1404,7 +1404,10 @@ StatusOr<std::unique_ptr<Session>> Session::grow(const char* fn, int newSize, co
 
 StatusOr<std::unique_ptr<Session>> Session::joinGrow(const char* fn, int newSize, const braidUniqueId& id, int rank) {
   BRAID_ASSIGN_OR_RETURN(bootstrap::UniqueId u, decodeGrowId(fn, id));
-  BRAID_ASSIGN_OR_RETURN(core::Config cfg, core::Config::fromEnv());
+  // A new rank whose own setting is refused joins the grow only to tell the running ranks
+  // why, as a rank of a first init does: they fail at once instead of at the timeout.
+  Status configError;
+  core::Config cfg = settingsOrLenient(&configError);
   std::shared_ptr<bootstrap::Store> store;
   if (u.nonce == bootstrap::kEtcdStoreNonce) {
     // The running ranks' store is an etcd cluster: this process names it as they do.
@@ -1413,29 +1416,34 @@ StatusOr<std::unique_ptr<Session>> Session::joinGrow(const char* fn, int newSize
     if (!url)
       return invalidArgument(who + ": the grow id is of a job whose store is etcd; set BRAID_STORE (and BRAID_JOB_ID "
                                    "or the launcher's job variables) as the running ranks have them");
-    auto env = bootstrap::detectLaunchEnv([](const char* n) { return std::getenv(n); });
+    auto env = bootstrap::detectLaunchEnvLenient([](const char* n) { return std::getenv(n); });
     auto etcd = bootstrap::EtcdStore::connectForJob(url, env.isOk() ? env.value().jobTag : "",
                                                     Deadline::after(cfg.timeoutSec));
-    if (!etcd.isOk()) return etcd.status().withContext(who);
+    if (!etcd.isOk()) return settingsFirst(etcd.status().withContext(who), configError);
     store = std::move(etcd).value();
   } else {
     auto client = bootstrap::TcpStoreClient::connect(u.host, u.port, u.nonce, Deadline::after(cfg.timeoutSec),
                                                      bootstrap::TcpStoreClient::kDefaultOpTimeoutSec, u.key,
                                                      cfg.tls && u.key.present);
-    if (!client.isOk()) return client.status().withContext(std::string(fn) + " (rank " + std::to_string(rank) + ")");
+    if (!client.isOk())
+      return settingsFirst(client.status().withContext(std::string(fn) + " (rank " + std::to_string(rank) + ")"),
+                           configError);
     store = std::move(client).value();
   }
-  auto s = joinGrowWith(std::move(store), u, newSize, rank, cfg);
-  if (!s.isOk()) return s.status().withContext(std::string(fn) + " (new rank " + std::to_string(rank) + ")");
+  auto s = joinGrowWith(std::move(store), u, newSize, rank, cfg, configError);
+  if (!s.isOk())
+    return settingsFirst(s.status().withContext(std::string(fn) + " (new rank " + std::to_string(rank) + ")"),
+                         configError);
   return s;
 }
 
 StatusOr<std::unique_ptr<Session>> Session::joinGrowWith(std::shared_ptr<bootstrap::Store> store,
                                                           const bootstrap::UniqueId& u, int newSize, int rank,
-                                                          const core::Config& cfg) {
+                                                          const core::Config& cfg, const Status& configError) {
   core::CommOptions opts;
   opts.config = cfg;
   opts.authKey = u.key;
+  opts.configError = configError;
   std::unique_ptr<Session> s(new Session());
   s->store_ = std::move(store);
   s->storeId_ = u;

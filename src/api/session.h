@@ -190,7 +190,7 @@ class Session {
                                                         std::shared_ptr<std::atomic<bool>> cancel);
   static StatusOr<std::unique_ptr<Session>> joinGrowWith(std::shared_ptr<bootstrap::Store> store,
                                                          const bootstrap::UniqueId& u, int newSize, int rank,
-                                                         const core::Config& cfg);
+                                                         const core::Config& cfg, const Status& configError = Status());
   // BRAID_ELASTIC_JOIN=1 (a replacement braidrun started): waits to be admitted, then joins.
   // The admission's grow id names the store this process reached through the environment.
   static StatusOr<std::unique_ptr<Session>> joinAsReplacement(std::shared_ptr<bootstrap::Store> store,

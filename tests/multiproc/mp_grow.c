@@ -3,7 +3,9 @@
  * broadcast) and with the parent (a pipe), which forks M new processes that join with it.
  * All N+M check an allreduce on the grown communicator, its size, their rank and its epoch;
  * then a new process that reuses the id for a taken rank must be refused.
- * Usage: mp_grow N M. Exits 0 when every check held. */
+ * Usage: mp_grow N M [badsetting]. Exits 0 when every check held. With badsetting the first
+ * new rank has a malformed BRAID_NSLOTS: every process's grow must fail (each prints
+ * GROWFAIL and its reason), and it exits 0 when all did. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,9 +32,17 @@ static int checkGrown(braidComm_t grown, int wantRank, int total) {
   return ok ? 0 : 1;
 }
 
+/* A grow that failed: the reason, and exit status 3. */
+static void growFailed(const char* who, int rank, braidComm_t comm) {
+  printf("GROWFAIL %s %d: %s\n", who, rank, braidGetLastError(comm));
+  fflush(stdout);
+  _exit(3);
+}
+
 int main(int argc, char** argv) {
   int n = argc > 1 ? atoi(argv[1]) : 2;
   int m = argc > 2 ? atoi(argv[2]) : 2;
+  int badSetting = argc > 3 && strcmp(argv[3], "badsetting") == 0;
   braidUniqueId id;
   if (braidGetUniqueId(&id) != braidSuccess) {
     fprintf(stderr, "braidGetUniqueId: %s\n", braidGetLastError(NULL));
@@ -60,10 +70,7 @@ int main(int argc, char** argv) {
       close(fds[1]);
       if (braidBroadcast(&grow, &grow, sizeof grow, braidUint8, 0, comm, NULL) != braidSuccess) _exit(1);
       braidComm_t grown;
-      if (braidCommGrow(comm, n + m, &grow, -1, &grown) != braidSuccess) {
-        fprintf(stderr, "rank %d grow: %s\n", r, braidGetLastError(comm));
-        _exit(1);
-      }
+      if (braidCommGrow(comm, n + m, &grow, -1, &grown) != braidSuccess) growFailed("rank", r, comm);
       braidCommDestroy(comm);
       _exit(checkGrown(grown, r, n + m));
     }
@@ -76,16 +83,21 @@ int main(int argc, char** argv) {
   }
   for (int r = n; r < n + m; ++r) {
     if (fork() == 0) {
+      if (badSetting && r == n) setenv("BRAID_NSLOTS", "abc", 1);
       braidComm_t grown;
-      if (braidCommGrow(NULL, n + m, &grow, r, &grown) != braidSuccess) {
-        fprintf(stderr, "new rank %d: %s\n", r, braidGetLastError(NULL));
-        _exit(1);
-      }
+      if (braidCommGrow(NULL, n + m, &grow, r, &grown) != braidSuccess) growFailed("new rank", r, NULL);
       _exit(checkGrown(grown, r, n + m));
     }
   }
-  int failed = 0, status = 0;
-  while (wait(&status) > 0) failed |= !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+  int failed = 0, growFailures = 0, status = 0;
+  while (wait(&status) > 0) {
+    failed |= !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+    growFailures += WIFEXITED(status) && WEXITSTATUS(status) == 3;
+  }
+  if (badSetting) {
+    printf("GROWFAILURES %d of %d\n", growFailures, n + m);
+    return growFailures == n + m ? 0 : 1;
+  }
   /* The id is single-use: a latecomer claiming a taken rank is refused, at once. */
   braidComm_t late = NULL;
   braidResult_t rc = braidCommGrow(NULL, n + m, &grow, n, &late);

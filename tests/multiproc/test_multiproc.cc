@@ -975,6 +975,28 @@ TEST_CASE("braidCommGetGrowId and braidCommGrow: new processes join a running co
   CHECK(r.out.find("KINDS plain_refused=1 grow_refused=1") != std::string::npos);
 }
 
+// A new process whose own setting is malformed joins the grow only to say so: the running
+// ranks and the other new one fail the grow at once, naming it, instead of at the timeout.
+TEST_CASE("a new rank with a malformed setting fails the grow on every rank at once, naming it",
+          "[multiproc][recovery]") {
+  const auto start = std::chrono::steady_clock::now();
+  Run r = run("BRAID_TIMEOUT=30 timeout 120 " MP_DIR "/mp_grow 2 2 badsetting 2>&1");
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  INFO(r.out);
+  CHECK(r.status == 0);
+  CHECK(secs < 10);
+  CHECK(r.out.find("GROWFAILURES 4 of 4") != std::string::npos);
+  const std::string why = "BRAID_NSLOTS='abc' is not an integer in [2, 1024]";
+  CHECK(r.out.find("GROWFAIL new rank 2: braidCommGrow (new rank 2): rank 2 could not join the communicator: " + why) !=
+        std::string::npos);
+  CHECK(r.out.find("GROWFAIL new rank 3: braidCommGrow (new rank 3): rank 3 could not join the communicator: rank 2 "
+                   "reported: " + why) != std::string::npos);
+  for (int i = 0; i < 2; ++i)
+    CHECK(r.out.find("GROWFAIL rank " + std::to_string(i) + ": braidCommGrow on rank " + std::to_string(i) + ": rank " +
+                     std::to_string(i) + " could not join the communicator: rank 2 reported: " + why) !=
+          std::string::npos);
+}
+
 // braidConfig_t.blocking = 0: init and calls return braidInProgress and finish in the
 // background; braidCommGetAsyncError polls them, and reports a stalled peer within the
 // config's timeout (mp_nonblocking checks the results itself).

@@ -37,6 +37,13 @@ namespace {
 constexpr int64_t kStoreCheckPeriodNs = 100 * 1000 * 1000;
 // The least time a store call of the failure checks is given, whatever the deadline left.
 constexpr double kStoreMinWaitSec = 1.0;
+// `deadline`, or kStoreMinWaitSec from now where that is later: a check issued just before
+// the operation's deadline still gets a fair chance, so that a store which misses only that
+// deadline is not taken for a stalled one (the operation's own wait reports the timeout).
+Deadline storeCheckDeadline(Deadline deadline) {
+  Deadline floor = Deadline::after(kStoreMinWaitSec);
+  return !deadline.never() && deadline.nanos() < floor.nanos() ? floor : deadline;
+}
 // Results at least this large are written with streaming stores: they outgrow a typical
 // L2 + share of L3 and would otherwise cost a read for ownership per line.
 constexpr size_t kStreamOutputBytes = 8u << 20;
@@ -702,14 +709,15 @@ Status Communicator::exchangePeers() {
   }
   auto poll = [&]() -> Status {
     BRAID_RETURN_IF_ERROR(abortRecord(deadline));
-    auto n = store_->add(roster + "/n", 0, deadline);
+    const Deadline check = storeCheckDeadline(deadline);
+    auto n = store_->add(roster + "/n", 0, check);
     if (!n.isOk()) return storeLoss(n.status());
     for (int64_t i = 1; i <= n.value(); ++i) {
       const std::string k = roster + "/" + std::to_string(i);
-      auto there = store_->check({k}, deadline);
+      auto there = store_->check({k}, check);
       if (!there.isOk()) return storeLoss(there.status());
       if (!there.value()) continue;  // added, not yet signed
-      auto v = store_->get(k, deadline);
+      auto v = store_->get(k, check);
       if (!v.isOk()) return storeLoss(v.status());
       int r = -1;
       long long pid = 0;
@@ -1346,9 +1354,7 @@ Status Communicator::healthCheck(Deadline deadline) {
       // A peer that destroyed its communicator first has finished every operation: its exit
       // is no failure (whatever it still owed us is in the socket or shared memory already).
       if (!storeLost()) {
-        Deadline floor = Deadline::after(kStoreMinWaitSec);
-        auto bye = store_->check({key("bye/" + std::to_string(r))},
-                                 !deadline.never() && deadline.nanos() < floor.nanos() ? floor : deadline);
+        auto bye = store_->check({key("bye/" + std::to_string(r))}, storeCheckDeadline(deadline));
         if (bye.isOk() && bye.value()) {
           peerBye_[r].store(true, std::memory_order_relaxed);
           continue;
@@ -1379,10 +1385,7 @@ Status Communicator::abortRecord(Deadline deadline) {
     std::lock_guard<std::mutex> lock(errorMu_);
     return storeLost_;
   }
-  // A check issued just before the operation's deadline still gets a fair chance: a store
-  // that misses only that deadline is not thereby lost.
-  Deadline floor = Deadline::after(kStoreMinWaitSec);
-  if (!deadline.never() && deadline.nanos() < floor.nanos()) deadline = floor;
+  deadline = storeCheckDeadline(deadline);
   auto present = store_->check({key("abort")}, deadline);
   if (!present.isOk()) return storeLoss(present.status());
   if (present.value()) {

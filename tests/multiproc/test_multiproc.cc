@@ -1365,6 +1365,21 @@ TEST_CASE("a rank told another world size fails every rank's init at once, namin
   CHECK(r.out.find("reported: the world size differs between ranks: rank 2 has 4") != std::string::npos);
 }
 
+// A rank that never comes (started with a setting that keeps it off the store, or not at
+// all) leaves the others the timeout, and then their error names it: not the store that
+// rank 0 serves, which a check issued as the deadline ran out would otherwise blame.
+TEST_CASE("a rank that never joins is named at the timeout, not the store", "[multiproc]") {
+  Run r = torchrunJob(2, "BRAID_TIMEOUT=2", MP_DIR "/mp_collectives", "3");
+  INFO(r.out);
+  CHECK(r.status != 0);
+  // Each names rank 2 itself, or gives the other's report that did.
+  for (int i = 0; i < 2; ++i)
+    CHECK(countMatches(r.out, "rank " + std::to_string(i) +
+                                  " could not join the communicator: (rank [01] reported: )?allGather 'braid/peer' "
+                                  "timed out waiting for rank\\(s\\) 2 of 3") == 1);
+  CHECK(r.out.find("does not answer") == std::string::npos);
+}
+
 // Settings that decide how calls are cut into slots and rounds must agree: rank 2 with
 // another BRAID_NSLOTS cut other rounds than its peers (wrong results over shared memory)
 // until init compared them. Every rank fails init at once, naming the variable and a rank

@@ -31,6 +31,7 @@
 #include "bootstrap/tcp_store.h"
 #include "bootstrap/unique_id.h"
 #include "common/log.h"
+#include "common/tls.h"
 #include "reduce/reduce.h"
 #include "transports/tcp/socket_util.h"
 
@@ -65,6 +66,26 @@ core::Config settingsOrLenient(Status* why) {
   if (c.isOk()) return std::move(c).value();
   *why = c.status();
   return core::Config::fromEnvLenient();
+}
+
+// Whether this process's own BRAID_TLS was refused. Its defaults then speak plaintext, which a
+// store serving TLS turns away: a rank that joins only to tell the others why it fails tries
+// both (storeTlsModes).
+bool tlsRefused() {
+  const char* v = std::getenv("BRAID_TLS");
+  if (!v || !*v) return false;
+  return !core::Config::fromEnv([v](const char* n) -> const char* { return std::strcmp(n, "BRAID_TLS") ? nullptr : v; })
+              .isOk();
+}
+
+// The TLS modes in which to try a job's store, in order: the settings' own, or, where this
+// process's BRAID_TLS was refused and the job has a key (TLS needs one), TLS and then
+// plaintext. In that order a connection in the wrong mode fails within connect: a store
+// serving TLS turns to it only after the handshake, so a plaintext client would pass that
+// and fail at its first request instead.
+std::vector<bool> storeTlsModes(bool tls, bool keyPresent) {
+  if (keyPresent && tlsRefused()) return {true, false};
+  return {tls && keyPresent};
 }
 
 // A rank whose settings were refused fails with that reason: the join's own failure where it
@@ -450,8 +471,12 @@ StatusOr<std::unique_ptr<Session>> Session::joinFromEnv(bootstrap::LaunchEnv env
   std::shared_ptr<bootstrap::TcpStoreServer> server;
   if (env.serveStore && env.rank == 0) {
     // Port 0 (a store published through a key-value server) binds an ephemeral port.
+    // A rank whose BRAID_TLS was refused serves a store that speaks either (the others
+    // connect as the job's setting says), only so that they read why it fails.
+    const bool tlsEither = key.value().present && tlsRefused() && tlsAvailable();
     BRAID_ASSIGN_OR_RETURN(auto srv, bootstrap::TcpStoreServer::start("0.0.0.0", env.storePort, generation, key.value(),
-                                                                      cfg.tls && key.value().present));
+                                                                      (cfg.tls && key.value().present) || tlsEither,
+                                                                      false, tlsEither));
     server = std::shared_ptr<bootstrap::TcpStoreServer>(std::move(srv));
   }
   if (!env.kvHost.empty()) {
@@ -467,17 +492,23 @@ StatusOr<std::unique_ptr<Session>> Session::joinFromEnv(bootstrap::LaunchEnv env
                            " environment across hosts, the store's address through PMIx; or set MASTER_ADDR and "
                            "MASTER_PORT)");
   }
+  const std::vector<bool> tlsModes = storeTlsModes(cfg.tls, key.value().present);
+  size_t attempts = 0;
   auto connect = [&] {
-    return bootstrap::TcpStoreClient::connect(env.storeHost, env.storePort, generation, deadline,
-                                              bootstrap::TcpStoreClient::kDefaultOpTimeoutSec, key.value(),
-                                              cfg.tls && key.value().present);
+    const bool tls = tlsModes[attempts++ % tlsModes.size()];
+    auto c = bootstrap::TcpStoreClient::connect(env.storeHost, env.storePort, generation, deadline,
+                                                bootstrap::TcpStoreClient::kDefaultOpTimeoutSec, key.value(), tls);
+    if (c.isOk() && tlsModes.size() > 1) cfg.tls = tls;  // the job's, as far as this rank can tell
+    return c;
   };
   auto client = connect();
   // The previous init's store refuses the handshake, or resets it while closing: try again
   // until the new one answers (or the deadline passes, the last reason then given). A store
-  // that failed authentication is the job's and will not change its mind.
-  while (!client.isOk() && generation != 0 && !deadline.expired() &&
-         client.status().message().find("authentication failed") == std::string::npos) {
+  // that failed authentication is the job's and will not change its mind. A rank trying
+  // both TLS modes tries each once at least.
+  while (!client.isOk() && (generation != 0 || attempts < tlsModes.size()) && !deadline.expired() &&
+         (client.status().message().find("authentication failed") == std::string::npos ||
+          attempts < tlsModes.size())) {
     usleep(20 * 1000);
     client = connect();
   }
@@ -574,8 +605,13 @@ StatusOr<std::unique_ptr<Session>> Session::fromUniqueId(const braidUniqueId& id
   core::Config cfg = settingsOrLenient(&configError);
   if (!configError.isOk() && nranks == 1) return configError;
   if (timeoutSec > 0) cfg.timeoutSec = timeoutSec;
-  auto client = bootstrap::TcpStoreClient::connect(u.host, u.port, u.nonce, Deadline::after(cfg.timeoutSec),
-                                                   bootstrap::TcpStoreClient::kDefaultOpTimeoutSec, u.key, cfg.tls);
+  StatusOr<std::unique_ptr<bootstrap::TcpStoreClient>> client = invalidArgument("no store tried");
+  const Deadline connectBy = Deadline::after(cfg.timeoutSec);
+  for (bool tls : storeTlsModes(cfg.tls, u.key.present)) {
+    client = bootstrap::TcpStoreClient::connect(u.host, u.port, u.nonce, connectBy,
+                                                bootstrap::TcpStoreClient::kDefaultOpTimeoutSec, u.key, tls);
+    if (client.isOk()) break;
+  }
   if (!client.isOk()) return configError.isOk() ? client.status() : configError;
   core::CommOptions opts;
   opts.config = cfg;

@@ -38,6 +38,10 @@ constexpr uint64_t kListenId = 0;
 constexpr uint64_t kWakeId = 1;
 constexpr uint64_t kFirstConnId = 2;
 constexpr size_t kReadChunk = 64 * 1024;
+// The first byte of a TLS handshake record (ContentType handshake, RFC 8446 section 5.1);
+// a request frame starts with the magic's low byte instead.
+constexpr unsigned char kTlsHandshakeRecord = 0x16;
+static_assert((proto::kMagic & 0xff) != kTlsHandshakeRecord, "a frame must not look like a TLS record");
 // A well-behaved client has one request in flight, so more than one frame's worth of
 // unprocessed input or unsent output means it is pipelining without reading: cut it off
 // before it costs the server unbounded memory.
@@ -140,6 +144,7 @@ struct TcpStoreServer::Impl {
     uint32_t events = 0;  // interest registered with epoll
     bool hello = false;      // admitted: HELLO accepted (and AUTH, on a store with a key)
     bool startTls = false;   // BRAID_TLS: switch to TLS once the admitting OK is sent
+    bool sniffTls = false;   // tlsOptional: the client's next byte says whether it does
     std::unique_ptr<TlsStream> tls;  // BRAID_TLS: everything after admission goes through it
     std::string tlsBinding;
     bool challenged = false;  // keyed store: CHALLENGE sent, AUTH expected next
@@ -162,6 +167,7 @@ struct TcpStoreServer::Impl {
   uint64_t expectedNonce = 0;
   AuthKey key;  // present: clients must prove it
   bool tls = false;  // BRAID_TLS: admitted connections continue over TLS keyed by `key`
+  bool tlsOptional = false;  // with `tls`: a client that goes on in plaintext may (start())
   int listenFd = -1;
   int epollFd = -1;
   int wakeFd = -1;
@@ -447,6 +453,26 @@ struct TcpStoreServer::Impl {
   // the handshake first, and reads until the session has nothing decrypted and the socket
   // nothing new (epoll would not report data left inside the session).
   bool readInput(Conn& c) {
+    if (c.sniffTls) {
+      // A TLS client goes on with a handshake record; a plaintext one with a request frame,
+      // which starts with the magic's first byte, never that one.
+      unsigned char first = 0;
+      const ssize_t n = recv(c.fd, &first, 1, MSG_PEEK);
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return true;
+      if (n <= 0) {
+        closeConn(c, n == 0 ? "closed by the client" : ("recv failed: " + errnoText(errno)).c_str(), false);
+        return false;
+      }
+      c.sniffTls = false;
+      if (first == kTlsHandshakeRecord) {
+        auto t = TlsStream::create(c.fd, TlsStream::Role::kServer, key, c.tlsBinding);
+        if (!t.isOk()) {
+          closeConn(c, t.status().message().c_str(), false);
+          return false;
+        }
+        c.tls = std::move(t).value();
+      }
+    }
     if (c.tls && !c.tls->handshakeDone()) {
       const int r = c.tls->handshake();
       if (r < 0) {
@@ -1122,7 +1148,10 @@ struct TcpStoreServer::Impl {
         closeConn(c, "refused", false);
         return;
       }
-      if (c.startTls) {
+      if (c.startTls && tlsOptional) {
+        c.startTls = false;
+        c.sniffTls = true;
+      } else if (c.startTls) {
         // The admitting OK went out in the clear; the client answers with a ClientHello.
         c.startTls = false;
         auto t = TlsStream::create(c.fd, TlsStream::Role::kServer, key, c.tlsBinding);
@@ -1183,7 +1212,7 @@ struct TcpStoreServer::Impl {
 
 StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::start(const std::string& host, int port,
                                                                 uint64_t expectedNonce, const AuthKey& key, bool tls,
-                                                                bool standby) {
+                                                                bool standby, bool tlsOptional) {
   if (tls && !key.present) return invalidArgument("store server: BRAID_TLS=1 needs the job's key");
   if (tls && !tlsAvailable())
     return invalidArgument("store server: BRAID_TLS=1, but this braid was built without OpenSSL");
@@ -1201,6 +1230,7 @@ StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::start(const std::strin
   im.expectedNonce = expectedNonce;
   im.key = key;
   im.tls = tls;
+  im.tlsOptional = tls && tlsOptional;
   im.standbyWaiting = standby;
   if (const char* v = std::getenv("BRAID_STORE_HELLO_SEC")) {
     char* end = nullptr;

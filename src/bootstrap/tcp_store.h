@@ -63,9 +63,14 @@ class TcpStoreServer {
   // over. Until then clients are answered kInProgress. A store whose standby took over while
   // it was stopped (standFor) serves nobody from the moment it finds out, before it answers
   // anything: its clients go to the standby.
+  //
+  // With `tls` and `tlsOptional`, a client may go on in plaintext after admission as well:
+  // only for a process whose own BRAID_TLS was refused and that serves the store merely so
+  // that the others read why it fails (they may speak either).
   static StatusOr<std::unique_ptr<TcpStoreServer>> start(const std::string& host, int port,
                                                          uint64_t expectedNonce, const AuthKey& key = AuthKey{},
-                                                         bool tls = false, bool standby = false);
+                                                         bool tls = false, bool standby = false,
+                                                         bool tlsOptional = false);
 
   // Stops the serving thread and closes every connection; clients then see kRemoteError.
   // Blocks until the thread has exited (at most one loop iteration).

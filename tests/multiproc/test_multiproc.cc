@@ -1687,3 +1687,31 @@ TEST_CASE("BRAID_TLS=1 over tcp checks its results with zero wrong, and needs th
   CHECK(nokey.status != 0);
   CHECK(nokey.out.find("BRAID_TLS=1 needs the job's key") != std::string::npos);
 }
+
+// A rank whose own BRAID_TLS is malformed cannot tell which the job speaks: it tries the
+// store in TLS and then in plaintext, and where it serves the store (rank 0 under torchrun)
+// takes either, so that every rank reads why it fails at once, in a TLS job and in one
+// without.
+TEST_CASE("a rank with a malformed BRAID_TLS fails every rank's init at once, TLS job or not", "[multiproc][tls]") {
+  for (const char* tls : {"1", "0"}) {
+    for (int bad : {0, 2}) {
+      INFO("BRAID_TLS=" << tls << ", malformed on rank " << bad);
+      const auto start = std::chrono::steady_clock::now();
+      Run r = torchrunJob(3,
+                          std::string("BRAID_TIMEOUT=30 BRAID_AUTH_KEY=00112233445566778899aabbccddeeff "
+                                      "BRAID_TLS=$([ $r = ") +
+                              std::to_string(bad) + " ] && echo maybe || echo " + tls + ")",
+                          MP_DIR "/mp_collectives");
+      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      INFO(r.out);
+      CHECK(r.status != 0);
+      CHECK(secs < 10);
+      const std::string why = "BRAID_TLS='maybe' is not 0 or 1";
+      for (int i = 0; i < 3; ++i) {
+        const std::string line = "rank " + std::to_string(i) + " could not join the communicator: " +
+                                 (i == bad ? why : "rank " + std::to_string(bad) + " reported: " + why);
+        CHECK(r.out.find(line) != std::string::npos);
+      }
+    }
+  }
+}

@@ -755,6 +755,43 @@ TEST_CASE("tcp store: with BRAID_TLS requests and replies go over TLS", "[bootst
   CHECK(TcpStoreServer::start("127.0.0.1", 0, 0, AuthKey{}, true).status().message().find("key") != std::string::npos);
 }
 
+// A store that takes either (served by a rank whose own BRAID_TLS was refused, only so the
+// others read why it fails): a TLS client goes on over TLS, which a tap cannot read, and a
+// plaintext one in plaintext, both on the same keys; the key is still proved by both.
+TEST_CASE("tcp store: a store with optional TLS serves TLS and plaintext clients alike", "[bootstrap][tcp][auth][tls]") {
+  if (!tlsAvailable()) {
+    WARN("skipped: built without OpenSSL");
+    return;
+  }
+  const AuthKey key = randomAuthKey();
+  auto srv = TcpStoreServer::start("127.0.0.1", 0, 0x78, key, /*tls=*/true, /*standby=*/false, /*tlsOptional=*/true);
+  REQUIRE(srv.isOk());
+  auto& server = srv.value();
+  braid::testing::Wiretap tap(braid::testing::Wiretap::loopback(server->port()));
+  REQUIRE(tap.ok());
+  auto secure = TcpStoreClient::connect("127.0.0.1", tap.port(), 0x78, Deadline::after(5),
+                                        TcpStoreClient::kDefaultOpTimeoutSec, key, /*tls=*/true);
+  INFO(secure.status().toString());
+  REQUIRE(secure.isOk());
+  auto plain = TcpStoreClient::connect("127.0.0.1", server->port(), 0x78, Deadline::after(5),
+                                       TcpStoreClient::kDefaultOpTimeoutSec, key, /*tls=*/false);
+  REQUIRE(plain.isOk());
+  const std::string secret = "BRAID-OPTIONAL-TLS-SECRET";
+  REQUIRE(secure.value()->set("from-tls", secret).isOk());
+  REQUIRE(plain.value()->set("from-plain", "p").isOk());
+  auto a = plain.value()->get("from-tls", Deadline::after(5));
+  REQUIRE(a.isOk());
+  CHECK(a.value() == secret);
+  auto b = secure.value()->get("from-plain", Deadline::after(5));
+  REQUIRE(b.isOk());
+  CHECK(b.value() == "p");
+  CHECK(tap.seen().find(secret) == std::string::npos);
+  // Without the key neither gets in.
+  auto stranger = TcpStoreClient::connect("127.0.0.1", server->port(), 0x78, Deadline::after(5),
+                                          TcpStoreClient::kDefaultOpTimeoutSec, randomAuthKey(), /*tls=*/false);
+  CHECK_FALSE(stranger.isOk());
+}
+
 // Store-side liveness: a key a client asked to be set when it is gone is set the moment its
 // connection ends however it ends (a client object destroyed, a socket reset, a violation),
 // wakes waiters, and is not set after the client withdrew it.

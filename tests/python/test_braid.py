@@ -82,6 +82,15 @@ def test_a_rank_that_dies_while_joining_fails_the_others_init_within_seconds():
 
 
 @requires_torch
+def test_a_malformed_setting_on_one_rank_fails_every_ranks_group_at_once():
+    res = launch("bad_setting", 3, timeout=60)
+    res.assert_all_ok()
+    for r in range(3):
+        extra = res.results[r]["extra"]
+        print(f"rank {r}: after {extra['elapsed']:.2f} s: {extra['error'][:300]}")
+
+
+@requires_torch
 @pytest.mark.parametrize("n", [2, 4])
 def test_a_broadcast_root_among_all_reduces_raises_at_that_call_on_every_rank(n):
     res = launch("mismatch", n, timeout=60)

@@ -959,6 +959,40 @@ def scenario_kill():
     _abort_group_and_exit(dist)
 
 
+def scenario_bad_setting():
+    """Rank 1 alone has a malformed BRAID_NSLOTS when the ranks create a braid group (the
+    default group is Gloo's). It joins only to say so: every rank's new_group raises at once
+    with its reason, naming rank 1, not at the group's timeout."""
+    timeout = 30
+    torch, dist = init_torch(timeout_s=timeout, backend="gloo")
+    if RANK == 1:
+        os.environ["BRAID_NSLOTS"] = "abc"
+    why = "BRAID_NSLOTS='abc' is not an integer in [2, 1024]"
+    with check("new_group raises with rank 1's reason on every rank, long before the timeout"):
+        start = time.monotonic()
+        err = None
+        try:
+            dist.new_group(backend="braid", timeout=datetime.timedelta(seconds=timeout))
+        except Exception as e:  # noqa: BLE001
+            err = e
+        elapsed = time.monotonic() - start
+        extra["elapsed"] = elapsed
+        extra["error"] = str(err)[:1000] if err else None
+        assert err is not None, "new_group succeeded with a malformed setting on rank 1"
+        assert why in str(err), str(err)[:1000]
+        if RANK != 1:
+            assert "rank 1 reported: " + why in str(err), str(err)[:1000]
+        assert elapsed < timeout / 3, f"took {elapsed:.1f} s with a {timeout} s timeout"
+    write_result()
+    # Rank 0 hosts torch's store: it stays until the others have read what failed.
+    store = dist.distributed_c10d._get_default_store()
+    if RANK == 0:
+        store.wait([f"badsetting/done/{r}" for r in range(1, WORLD)], datetime.timedelta(seconds=20))
+    else:
+        store.set(f"badsetting/done/{RANK}", "1")
+    os._exit(0)
+
+
 def scenario_init_kill():
     """Rank 1 dies (SIGKILL) while joining a new braid group, the others waiting for the last
     rank, which comes late. Every rank is on a "host" of its own (BRAID_HOST_ID), so no rank

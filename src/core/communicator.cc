@@ -1084,7 +1084,7 @@ StatusOr<std::shared_ptr<Op>> Communicator::prepare(const algorithms::Request& r
     op->scratch_.reset();
     op->scaled_.reset();
     op->mover_ = nullptr;
-    op->status_ = Status::ok();
+    if (!op->status_.isOk()) op->status_ = Status::ok();
     op->done_ = false;
   } else {
     op = std::make_shared<Op>();
@@ -1223,7 +1223,8 @@ Status Communicator::run(const algorithms::Request& req, const void* input, void
   // Nothing is queued ahead of us, so running the first channel here keeps issue order and
   // saves the wake-up of a progress thread, which dominates small-message latency.
   if (runInline) runChannel(op, op->channels_[0]);
-  Status s = op->wait().withContext(op->name_);
+  Status s = op->wait();
+  if (!s.isOk()) s = s.withContext(op->name_);
   if (timeline::on()) traceCall(*op, t0, s);
   return s;
 }
@@ -1276,7 +1277,7 @@ void Communicator::runChannel(const std::shared_ptr<Op>& op, int channel) {
     s = exec::runChannel(*op->schedule_, channel, op->buffers_, mesh ? meshLinks_ : links_[channel], ctx);
     if (!s.isOk() && peerTag) s = explainMismatch(s, *op, peerTag);
     if (t0) {
-      timeline::span(op->name_ + " ch" + std::to_string(channel), "channel", t0, timeline::nowUs() - t0, channel,
+      timeline::span(std::string(op->name_) + " ch" + std::to_string(channel), "channel", t0, timeline::nowUs() - t0, channel,
                      "\"algorithm\": \"" + op->schedule_->algorithm + "\", \"bytes\": " +
                          std::to_string(op->outputBytes_));
     }

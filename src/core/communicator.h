@@ -61,7 +61,7 @@ class Op {
   bool sequenced_ = false;  // a collective (point-to-point groups carry no sequence number)
   bool startedAtQueue_ = false;  // recorded as running when queued (run on the caller's thread)
   size_t outputBytes_ = 0;
-  std::string name_;
+  const char* name_ = "";  // the collective's name (a literal): no string to build per call
   std::vector<int> channels_;  // the schedule's channels that have work
   int remaining_ = 0;  // channels still running, guarded by mu_
   std::mutex mu_;

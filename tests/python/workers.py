@@ -959,6 +959,31 @@ def scenario_kill():
     _abort_group_and_exit(dist)
 
 
+def failing_braid_group(dist, timeout):
+    """Creates a braid group that should fail: its error text, or None if it did not fail
+    (recorded in `extra` with the time it took)."""
+    start = time.monotonic()
+    err = None
+    try:
+        dist.new_group(backend="braid", timeout=datetime.timedelta(seconds=timeout))
+    except Exception as e:  # noqa: BLE001
+        err = e
+    extra["elapsed"] = time.monotonic() - start
+    extra["error"] = str(err)[:1000] if err else None
+    return None if err is None else str(err)
+
+
+def leave_after(dist, tag, ranks):
+    """Exits this process; rank 0, which hosts torch's store, first waits until each of
+    `ranks` has said it is done (has read what failed)."""
+    store = dist.distributed_c10d._get_default_store()
+    if RANK == 0:
+        store.wait([f"{tag}/done/{r}" for r in ranks], datetime.timedelta(seconds=20))
+    else:
+        store.set(f"{tag}/done/{RANK}", "1")
+    os._exit(0)
+
+
 def scenario_bad_setting():
     """Rank 1 alone has a malformed BRAID_NSLOTS when the ranks create a braid group (the
     default group is Gloo's). It joins only to say so: every rank's new_group raises at once
@@ -969,28 +994,14 @@ def scenario_bad_setting():
         os.environ["BRAID_NSLOTS"] = "abc"
     why = "BRAID_NSLOTS='abc' is not an integer in [2, 1024]"
     with check("new_group raises with rank 1's reason on every rank, long before the timeout"):
-        start = time.monotonic()
-        err = None
-        try:
-            dist.new_group(backend="braid", timeout=datetime.timedelta(seconds=timeout))
-        except Exception as e:  # noqa: BLE001
-            err = e
-        elapsed = time.monotonic() - start
-        extra["elapsed"] = elapsed
-        extra["error"] = str(err)[:1000] if err else None
+        err = failing_braid_group(dist, timeout)
         assert err is not None, "new_group succeeded with a malformed setting on rank 1"
-        assert why in str(err), str(err)[:1000]
+        assert why in err, err[:1000]
         if RANK != 1:
-            assert "rank 1 reported: " + why in str(err), str(err)[:1000]
-        assert elapsed < timeout / 3, f"took {elapsed:.1f} s with a {timeout} s timeout"
+            assert "rank 1 reported: " + why in err, err[:1000]
+        assert extra["elapsed"] < timeout / 3, f"took {extra['elapsed']:.1f} s with a {timeout} s timeout"
     write_result()
-    # Rank 0 hosts torch's store: it stays until the others have read what failed.
-    store = dist.distributed_c10d._get_default_store()
-    if RANK == 0:
-        store.wait([f"badsetting/done/{r}" for r in range(1, WORLD)], datetime.timedelta(seconds=20))
-    else:
-        store.set(f"badsetting/done/{RANK}", "1")
-    os._exit(0)
+    leave_after(dist, "badsetting", range(1, WORLD))
 
 
 def scenario_init_kill():
@@ -1013,26 +1024,12 @@ def scenario_init_kill():
         threading.Timer(float(os.environ.get("BRAID_TEST_KILL_AFTER", "1")),
                         lambda: os.kill(os.getpid(), signal.SIGKILL)).start()
     with check("new_group raises naming rank 1, long before the timeout"):
-        start = time.monotonic()
-        err = None
-        try:
-            dist.new_group(backend="braid", timeout=datetime.timedelta(seconds=timeout))
-        except Exception as e:  # noqa: BLE001
-            err = e
-        elapsed = time.monotonic() - start
-        extra["elapsed"] = elapsed
-        extra["error"] = str(err)[:1000] if err else None
+        err = failing_braid_group(dist, timeout)
         assert err is not None, "new_group succeeded without rank 1"
-        assert "rank 1 stopped while joining" in str(err), str(err)[:1000]
-        assert elapsed < timeout / 2, f"took {elapsed:.1f} s with a {timeout} s timeout"
+        assert "rank 1 stopped while joining" in err, err[:1000]
+        assert extra["elapsed"] < timeout / 2, f"took {extra['elapsed']:.1f} s with a {timeout} s timeout"
     write_result()
-    # Rank 0 hosts torch's store: it stays until the other survivor has read what failed.
-    store = dist.distributed_c10d._get_default_store()
-    if RANK == 0:
-        store.wait([f"initkill/done/{r}" for r in range(2, WORLD)], datetime.timedelta(seconds=20))
-    else:
-        store.set(f"initkill/done/{RANK}", "1")
-    os._exit(0)
+    leave_after(dist, "initkill", range(2, WORLD))  # the other survivor reads what failed
 
 
 def scenario_mismatch():

@@ -21,6 +21,16 @@ StatusOr<LaunchEnv> detect(const Env& env) {
   });
 }
 
+// `env` with `k` set to `v`, or with `k` removed.
+Env with(Env env, const std::string& k, const std::string& v) {
+  env[k] = v;
+  return env;
+}
+Env without(Env env, const std::string& k) {
+  env.erase(k);
+  return env;
+}
+
 // Asserts an invalid-argument failure whose message contains every one of `needles`.
 void checkFails(const Env& env, std::initializer_list<std::string> needles) {
   auto r = detect(env);
@@ -241,14 +251,6 @@ TEST_CASE("launch env: no launcher is a world of size 1", "[bootstrap][launch_en
 }
 
 TEST_CASE("launch env: malformed values name the variable and value", "[bootstrap][launch_env]") {
-  auto with = [](Env env, const std::string& k, const std::string& v) {
-    env[k] = v;
-    return env;
-  };
-  auto without = [](Env env, const std::string& k) {
-    env.erase(k);
-    return env;
-  };
   SECTION("braid") {
     checkFails(with(braidEnv(), "BRAID_RANK", "two"), {"BRAID_RANK='two'", "not an integer"});
     checkFails(with(braidEnv(), "BRAID_RANK", "1x"), {"BRAID_RANK='1x'"});
@@ -345,14 +347,6 @@ TEST_CASE("launch env: a refused local placement is left in placeError by the le
       return it == env.end() ? nullptr : it->second.c_str();
     });
   };
-  auto with = [](Env env, const std::string& k, const std::string& v) {
-    env[k] = v;
-    return env;
-  };
-  auto without = [](Env env, const std::string& k) {
-    env.erase(k);
-    return env;
-  };
   struct Case {
     Env env;
     int rank, worldSize;
@@ -389,10 +383,6 @@ TEST_CASE("launch env: a refused local placement is left in placeError by the le
 }
 
 TEST_CASE("launch env: srun and a one-host mpirun find the store with no address given", "[bootstrap][launch_env]") {
-  auto without = [](Env env, const std::string& k) {
-    env.erase(k);
-    return env;
-  };
   SECTION("Slurm: the step's first node, a port from the job and step ids") {
     Env e = without(slurmEnv(), "BRAID_STORE_ADDR");
     e["SLURM_PROCID"] = "5";

@@ -1295,26 +1295,32 @@ TEST_CASE("where rank 0 serves the store and its init fails, every rank gives ra
   CHECK(r.out.find("is unreachable") == std::string::npos);
 }
 
+// Runs `program` (mp_collectives, perhaps behind `env VAR=...`) as a 3-rank torchrun-style
+// job with `env` and a 30 s timeout, in which rank `bad` alone is misconfigured, and checks
+// that every rank's init fails within 10 s: rank `bad` with `why`, the others with "rank
+// <bad> reported: <why>".
+static void checkOneRankFailsEveryInit(const std::string& env, const std::string& program, int bad, const std::string& why) {
+  const auto start = std::chrono::steady_clock::now();
+  Run r = torchrunJob(3, "BRAID_TIMEOUT=30 " + env, program);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  INFO(r.out);
+  CHECK(r.status != 0);
+  CHECK(secs < 10);
+  for (int i = 0; i < 3; ++i) {
+    const std::string line = "rank " + std::to_string(i) + " could not join the communicator: " +
+                             (i == bad ? why : "rank " + std::to_string(bad) + " reported: " + why);
+    CHECK(r.out.find(line) != std::string::npos);
+  }
+}
+
 // A rank whose own setting is malformed joins only far enough to say so: every other rank
 // fails at once with its reason, naming it, instead of waiting for it until the timeout.
 // Rank 0 serves the store (torchrun's environment), so both its failing and another's do.
 TEST_CASE("a rank with a malformed setting fails every rank's init at once, naming it", "[multiproc]") {
   for (int bad : {0, 2}) {
     INFO("malformed on rank " << bad);
-    const auto start = std::chrono::steady_clock::now();
-    Run r = torchrunJob(3,
-                        "BRAID_TIMEOUT=30 BRAID_NSLOTS=$([ $r = " + std::to_string(bad) + " ] && echo abc || echo 8)",
-                        MP_DIR "/mp_collectives");
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    INFO(r.out);
-    CHECK(r.status != 0);
-    CHECK(secs < 10);
-    const std::string why = "BRAID_NSLOTS='abc' is not an integer in [2, 1024]";
-    for (int i = 0; i < 3; ++i) {
-      const std::string line = "rank " + std::to_string(i) + " could not join the communicator: " +
-                               (i == bad ? why : "rank " + std::to_string(bad) + " reported: " + why);
-      CHECK(r.out.find(line) != std::string::npos);
-    }
+    checkOneRankFailsEveryInit("BRAID_NSLOTS=$([ $r = " + std::to_string(bad) + " ] && echo abc || echo 8)",
+                               MP_DIR "/mp_collectives", bad, "BRAID_NSLOTS='abc' is not an integer in [2, 1024]");
   }
 }
 
@@ -1331,20 +1337,11 @@ TEST_CASE("a rank with a malformed local placement fails every rank's init at on
   for (const Case& c : {Case{0, "LOCAL_WORLD_SIZE", "5", "LOCAL_WORLD_SIZE=5 exceeds WORLD_SIZE=3"},
                         Case{2, "LOCAL_RANK", "nine", "LOCAL_RANK='nine' is not an integer"}}) {
     INFO(c.var << " on rank " << c.bad);
-    const auto start = std::chrono::steady_clock::now();
     const std::string normal = std::string(c.var) == "LOCAL_RANK" ? "$r" : "3";
-    Run r = torchrunJob(3, "BRAID_TIMEOUT=30",
-                        std::string("env ") + c.var + "=$([ $r = " + std::to_string(c.bad) + " ] && echo " + c.value +
-                            " || echo " + normal + ") " MP_DIR "/mp_collectives");
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    INFO(r.out);
-    CHECK(r.status != 0);
-    CHECK(secs < 10);
-    for (int i = 0; i < 3; ++i) {
-      const std::string line = "rank " + std::to_string(i) + " could not join the communicator: " +
-                               (i == c.bad ? "" : "rank " + std::to_string(c.bad) + " reported: ") + c.why;
-      CHECK(r.out.find(line) != std::string::npos);
-    }
+    checkOneRankFailsEveryInit("",
+                               std::string("env ") + c.var + "=$([ $r = " + std::to_string(c.bad) + " ] && echo " +
+                                   c.value + " || echo " + normal + ") " MP_DIR "/mp_collectives",
+                               c.bad, c.why);
   }
 }
 
@@ -1696,22 +1693,9 @@ TEST_CASE("a rank with a malformed BRAID_TLS fails every rank's init at once, TL
   for (const char* tls : {"1", "0"}) {
     for (int bad : {0, 2}) {
       INFO("BRAID_TLS=" << tls << ", malformed on rank " << bad);
-      const auto start = std::chrono::steady_clock::now();
-      Run r = torchrunJob(3,
-                          std::string("BRAID_TIMEOUT=30 BRAID_AUTH_KEY=00112233445566778899aabbccddeeff "
-                                      "BRAID_TLS=$([ $r = ") +
-                              std::to_string(bad) + " ] && echo maybe || echo " + tls + ")",
-                          MP_DIR "/mp_collectives");
-      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      INFO(r.out);
-      CHECK(r.status != 0);
-      CHECK(secs < 10);
-      const std::string why = "BRAID_TLS='maybe' is not 0 or 1";
-      for (int i = 0; i < 3; ++i) {
-        const std::string line = "rank " + std::to_string(i) + " could not join the communicator: " +
-                                 (i == bad ? why : "rank " + std::to_string(bad) + " reported: " + why);
-        CHECK(r.out.find(line) != std::string::npos);
-      }
+      checkOneRankFailsEveryInit("BRAID_AUTH_KEY=00112233445566778899aabbccddeeff BRAID_TLS=$([ $r = " +
+                                     std::to_string(bad) + " ] && echo maybe || echo " + tls + ")",
+                                 MP_DIR "/mp_collectives", bad, "BRAID_TLS='maybe' is not 0 or 1");
     }
   }
 }

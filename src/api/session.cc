@@ -536,6 +536,7 @@ StatusOr<std::unique_ptr<Session>> Session::joinFromEnv(bootstrap::LaunchEnv env
   opts.storeOwnerRank = env.rankZeroServes ? 0 : -1;
   opts.cancel = cancel;
   opts.configError = configError;
+  opts.launcherMarksExits = env.source == "braid" && !env.rankZeroServes;  // braidrun serves the store
   if (init > 0) opts.keyPrefix += ".i" + std::to_string(init);
   auto joined = join(tcpClient, env.rank, env.worldSize, std::move(opts), env.rankZeroServes);
   if (!joined.isOk()) {
@@ -587,6 +588,7 @@ StatusOr<std::unique_ptr<Session>> Session::fromEtcd(const bootstrap::LaunchEnv&
   opts.storeOwnerRank = -1;  // nobody in the job serves it
   opts.cancel = std::move(cancel);
   opts.configError = configError;
+  opts.launcherMarksExits = env.source == "braid";  // braidrun's ranks: it marks their ends there too
   if (init > 0) opts.keyPrefix += ".i" + std::to_string(init);
   BRAID_ASSIGN_OR_RETURN(auto s, join(std::move(store), env.rank, env.worldSize, std::move(opts), true));
   s->storeId_ = storeId;

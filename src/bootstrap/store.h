@@ -87,4 +87,11 @@ Status waitPolling(Store& store, const std::vector<std::string>& keys, Deadline 
 StatusOr<std::string> getPolling(Store& store, const std::string& key, Deadline deadline,
                                  const std::function<Status()>& poll);
 
+// braidrun's word, in the store its ranks use, that the process it started as rank r ended:
+// kLauncherExitPrefix + r holds how ("exited with status 1", "was killed by signal
+// SIGSEGV"), and kLauncherExitsKey counts such marks, so a joining rank reads one counter
+// while nobody has ended.
+inline constexpr char kLauncherExitsKey[] = "braidrun/exits";
+inline constexpr char kLauncherExitPrefix[] = "braidrun/exit/";
+
 }  // namespace braid::bootstrap

@@ -308,7 +308,16 @@ Status Communicator::init() {
       nonce_ = bootstrap::randomNonce();
       BRAID_RETURN_IF_ERROR(store_->set(key("nonce"), std::to_string(nonce_)));
     } else {
-      BRAID_ASSIGN_OR_RETURN(std::string v, store_->get(key("nonce"), deadline));
+      // Polled: rank 0 may never come (braidrun's exit marks, the abort record).
+      bool pollFailed = false;
+      auto got = bootstrap::getPolling(*store_, key("nonce"), deadline, [&] {
+        Status s = initPoll(deadline);
+        pollFailed = !s.isOk();
+        return s;
+      });
+      if (!got.isOk() && got.status().code() == Code::kTimeout && !pollFailed)
+        return Status(Code::kTimeout, "rank 0 never started the communicator: " + got.status().message(), 0);
+      BRAID_ASSIGN_OR_RETURN(std::string v, std::move(got));
       nonce_ = std::strtoull(v.c_str(), nullptr, 10);
     }
   }
@@ -728,7 +737,8 @@ Status Communicator::exchangePeers() {
                           ") exited while the ranks were exchanging their addresses",
                       r);
     }
-    return initGoneCheck(deadline);  // ranks on other hosts (and, later, this one's)
+    BRAID_RETURN_IF_ERROR(initGoneCheck(deadline));  // ranks on other hosts (and, later, this one's)
+    return launcherExitCheck(deadline);              // ranks that never reached the store
   };
   const std::string mySettings = jobSettings(cfg, nranks_);
   BRAID_ASSIGN_OR_RETURN(auto all, bootstrap::allGather(*store_, key("peer"), rank_, nranks_,
@@ -823,7 +833,34 @@ Status Communicator::initPoll(Deadline deadline) {
     }
   }
   BRAID_RETURN_IF_ERROR(initGoneCheck(deadline));  // ranks on other hosts, no pid to watch
+  BRAID_RETURN_IF_ERROR(launcherExitCheck(deadline));  // ranks that never reached the store
   return abortRecord(deadline);
+}
+
+// A rank whose process braidrun saw end and which has not published its record here: it
+// never will. One that has is left to the checks above (its pid, its gone/ mark), so a rank
+// that joined and left at once does not fail a slower peer's last step of the join.
+Status Communicator::launcherExitCheck(Deadline deadline) {
+  if (!opts_.launcherMarksExits || nowNanos() < nextLauncherCheckNs_) return Status::ok();
+  nextLauncherCheckNs_ = nowNanos() + kInitGoneCheckNs;
+  deadline = storeCheckDeadline(deadline);
+  auto ended = store_->add(bootstrap::kLauncherExitsKey, 0, deadline);
+  if (!ended.isOk() || ended.value() == 0) return Status::ok();  // a lost store shows in the wait itself
+  for (int r = 0; r < nranks_; ++r) {
+    if (r == rank_) continue;
+    const std::string mark = std::string(bootstrap::kLauncherExitPrefix) + std::to_string(r);
+    auto exited = store_->check({mark}, deadline);
+    if (!exited.isOk() || !exited.value()) continue;
+    auto joined = store_->check({key("peer/" + std::to_string(r))}, deadline);
+    if (!joined.isOk() || joined.value()) continue;
+    BRAID_RETURN_IF_ERROR(abortRecord(deadline));  // its own reason, if it left one
+    auto how = store_->get(mark, deadline);
+    return Status(Code::kRemoteError,
+                  "rank " + std::to_string(r) + " " + (how.isOk() ? how.value() : std::string("ended")) +
+                      " before it joined (braidrun saw the process it started as rank " + std::to_string(r) + " end)",
+                  r);
+  }
+  return Status::ok();
 }
 
 Status Communicator::connect() {

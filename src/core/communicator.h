@@ -88,6 +88,12 @@ struct CommOptions {
   // Config::fromEnvLenient's): init fails with it once rank 0's nonce is there, and create
   // publishes it, so the others fail at once naming this rank instead of waiting for it.
   Status configError;
+  // The store is the launcher's (braidrun's, or the etcd cluster braidrun's ranks use) and
+  // this communicator's ranks are the launcher's: braidrun marks every rank process that
+  // ends under "braidrun/exit/<rank>", so a rank that ends before it joined (a malformed
+  // variable of its own, a crash before init, a wrong program) fails the others' joins at
+  // once, naming it, instead of at the timeout.
+  bool launcherMarksExits = false;
 };
 
 class Communicator {
@@ -233,6 +239,7 @@ class Communicator {
   // or the store's loss.
   Status initPoll(Deadline deadline);
   Status initGoneCheck(Deadline deadline);
+  Status launcherExitCheck(Deadline deadline);
   // A peer's published failure as a Status (Ok when there is none), or the store's loss.
   Status abortRecord(Deadline deadline);
   // Records that the store failed a call with `why` and returns the error every later check
@@ -339,6 +346,7 @@ class Communicator {
   // reads it (at most every kInitGoneCheckNs).
   bool initGoneCounted_ = false;
   int64_t nextInitGoneCheckNs_ = 0;
+  int64_t nextLauncherCheckNs_ = 0;
   // Until joined, through a store that cannot tell (setOnClose refused) and is not in this
   // process: this rank's heartbeat, and its watch on the next rank's (init_heartbeat.h).
   std::unique_ptr<InitHeartbeat> heartbeat_;

@@ -18,6 +18,9 @@
 // on one host, HOROVOD_HOSTNAME), and supervises them:
 //   - exit status 0 if every rank exits 0, else the first failure's status (128+signo for a
 //     signal), with one line on stderr per failed rank;
+//   - every rank process that ends is marked in the ranks' store (bootstrap::
+//     kLauncherExitPrefix), so ranks still joining fail at once naming one that ended
+//     before it joined, rather than wait for it;
 //   - after a failure the other ranks get BRAIDRUN_GRACE_SEC (default 15 s) to notice the
 //     peer failure and exit on their own, then SIGTERM+SIGCONT, then SIGKILL 2 s later;
 //   - a rank left stopped (SIGSTOP) after every other rank exited counts as hung: it gets
@@ -1162,6 +1165,16 @@ class Launcher {
     r.status = status;
     if (r.stdinFd >= 0) close(r.stdinFd), r.stdinFd = -1;
     int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    // Whatever the status (a rank that exits 0 without joining holds the others as well),
+    // unless braidrun is ending the job itself.
+    if (!termSent_) {
+      if (!WIFEXITED(status))
+        markExit(r.rank, "was killed by signal " + signalName(WTERMSIG(status)));
+      else if (where_[static_cast<size_t>(r.rank)].remote && code == 255)
+        markExit(r.rank, "ended: its ssh failed (status 255)");
+      else
+        markExit(r.rank, "exited with status " + std::to_string(code));
+    }
     if (code == 0) {
       ++finished_;
       // A rank that finished: the job is ending, so replacements still waiting to be
@@ -1257,32 +1270,48 @@ class Launcher {
                  lost, w.remote ? hostNames_[static_cast<size_t>(w.host)].c_str() : "this host");
   }
 
+  // braidrun's own client of the ranks' store: an etcd cluster when they were given one
+  // (BRAID_STORE), else braidrun's own. Null (said once on stderr) when it cannot connect.
+  bootstrap::Store* ranksStore() {
+    if (storeClient_ || storeUnreachable_) return storeClient_.get();
+    const char* url = envOf("BRAID_STORE");
+    StatusOr<std::unique_ptr<bootstrap::Store>> c = Status(Code::kInternal, "");
+    if (url) {
+      const char* job = xOf("BRAID_JOB_ID");  // -x overrides jobId_ for the ranks
+      auto e = bootstrap::EtcdStore::connectForJob(url, job ? job : jobId_, Deadline::after(5));
+      c = e.isOk() ? StatusOr<std::unique_ptr<bootstrap::Store>>(std::move(e).value())
+                   : StatusOr<std::unique_ptr<bootstrap::Store>>(e.status());
+    } else {
+      auto t = bootstrap::TcpStoreClient::connect("127.0.0.1", store_->port(), 0, Deadline::after(5), 5, key_, tls_);
+      c = t.isOk() ? StatusOr<std::unique_ptr<bootstrap::Store>>(std::move(t).value())
+                   : StatusOr<std::unique_ptr<bootstrap::Store>>(t.status());
+    }
+    if (!c.isOk()) {
+      storeUnreachable_ = true;
+      std::fprintf(stderr, "braidrun: cannot reach the ranks' store: %s\n", c.status().toString().c_str());
+      return nullptr;
+    }
+    storeClient_ = std::move(c).value();
+    return storeClient_.get();
+  }
+
+  // Marks in the ranks' store that the process started as rank `rank` ended (`how`): a rank
+  // still joining and waiting for it fails at once, naming it (bootstrap::kLauncherExitPrefix).
+  // Replacements join by growing, where the running ranks watch them otherwise.
+  void markExit(int rank, const std::string& how) {
+    if (rank >= opts_.np) return;
+    bootstrap::Store* s = ranksStore();
+    if (!s) return;
+    Status set = s->set(bootstrap::kLauncherExitPrefix + std::to_string(rank), how, Deadline::after(5));
+    if (set.isOk()) (void)s->add(bootstrap::kLauncherExitsKey, 1, Deadline::after(5));
+  }
+
   // Stops the replacements that have not been admitted (no admission record for their
   // pid, or no ticket drawn yet): the job is finishing without them. Admitted ones are
   // members now and finish with the others.
   void dismissWaitingReplacements() {
     if (replacements_ == 0) return;
-    if (!storeClient_) {
-      // The ranks' store: an etcd cluster when they were given one (BRAID_STORE), else
-      // braidrun's own.
-      const char* url = envOf("BRAID_STORE");
-      StatusOr<std::unique_ptr<bootstrap::Store>> c = Status(Code::kInternal, "");
-      if (url) {
-        const char* job = xOf("BRAID_JOB_ID");  // -x overrides jobId_ for the ranks
-        auto e = bootstrap::EtcdStore::connectForJob(url, job ? job : jobId_, Deadline::after(5));
-        c = e.isOk() ? StatusOr<std::unique_ptr<bootstrap::Store>>(std::move(e).value())
-                     : StatusOr<std::unique_ptr<bootstrap::Store>>(e.status());
-      } else {
-        auto t = bootstrap::TcpStoreClient::connect("127.0.0.1", store_->port(), 0, Deadline::after(5), 5, key_, tls_);
-        c = t.isOk() ? StatusOr<std::unique_ptr<bootstrap::Store>>(std::move(t).value())
-                     : StatusOr<std::unique_ptr<bootstrap::Store>>(t.status());
-      }
-      if (!c.isOk()) {
-        std::fprintf(stderr, "braidrun: cannot read the store: %s\n", c.status().toString().c_str());
-        return;
-      }
-      storeClient_ = std::move(c).value();
-    }
+    if (!ranksStore()) return;
     auto drawn = storeClient_->add("braid-elastic/joiners", 0, Deadline::after(5));
     if (!drawn.isOk()) return;
     // Admitted replacements, by the index braidrun gave them (BRAID_REPLACEMENT; a remote
@@ -1586,6 +1615,7 @@ class Launcher {
   std::string discoveryError_;
   int finished_ = 0;         // ranks (replacements included) that exited 0
   std::unique_ptr<bootstrap::Store> storeClient_;  // braidrun's own view of the ranks' store
+  bool storeUnreachable_ = false;                  // ranksStore() failed once: not tried again
   // BRAID_JOB_ID: random per braidrun, the same for every rank and replacement.
   std::string jobId_ = [] {
     char b[17];

@@ -629,13 +629,16 @@ TEST_CASE("a rank that dies while joining fails the others' join, naming it", "[
     const char* prog;
     const char* says;
   };
-  // On one host the store may see the connection end before a poll sees the pid gone.
-  const char* local = "rank 1 \\(pid |rank 1 exited during init: its connection to the job's store ended";
+  // On one host the store may see the connection end before a poll sees the pid gone, and
+  // braidrun's mark of its end may come first where its record was not yet out.
+  const char* local = "rank 1 \\(pid |rank 1 exited during init: its connection to the job's store ended|"
+                      "rank 1 was killed by signal SIGKILL before it joined";
   for (const Case& c : {Case{"", MP_DIR "/mp_fault initkill 1 400", local},
                         Case{"BRAID_TRANSPORT=tcp", MP_DIR "/mp_fault initkill 1 400", local},
                         Case{"", "sh -c 'BRAID_HOST_ID=mp-initkill-$((BRAID_RANK % 2)) exec " MP_DIR
                                  "/mp_fault initkill 1 400'",
-                             "rank 1 exited during init: its connection to the job's store ended"}}) {
+                             "rank 1 exited during init: its connection to the job's store ended|"
+                             "rank 1 was killed by signal SIGKILL before it joined"}}) {
     INFO(c.transport << " " << c.prog);
     Run r = run(braidrun(3, std::string("BRAIDRUN_GRACE_SEC=20 BRAID_TIMEOUT=30 MP_LATE_RANK=2 MP_LATE_MS=1500 ") +
                                 c.transport) +
@@ -660,6 +663,38 @@ TEST_CASE("a rank that dies while joining fails the others' join, naming it", "[
   CHECK(res[0].code == kRemoteError);
   CHECK(res[0].failedRank == 1);
   CHECK(res[0].elapsedMs < 5000);
+}
+
+// A rank whose process ends before it reaches the store (its own BRAID_RANK malformed, a
+// crash before init, a script that exits early) can tell nobody; braidrun, which started it,
+// marks its end in the store, and the others fail their join at once naming it, instead of
+// waiting for the timeout (30 s here; braidrun's grace, 60 s, is no bound either).
+TEST_CASE("under braidrun, a rank that ends before it joins fails the others' init at once, naming it",
+          "[multiproc][chaos]") {
+  struct Case {
+    int bad;
+    const char* instead;  // what rank `bad` runs instead of mp_collectives
+    const char* says;
+  };
+  for (const Case& c : {Case{1, "env BRAID_RANK=abc " MP_DIR "/mp_collectives", "exited with status 1"},
+                        Case{0, "sh -c \"kill -SEGV \\$\\$\"", "was killed by signal SIGSEGV"},
+                        Case{2, "true", "exited with status 0"}}) {
+    INFO("rank " << c.bad << " runs " << c.instead);
+    const auto start = std::chrono::steady_clock::now();
+    Run r = run(braidrun(3, "BRAIDRUN_GRACE_SEC=60 BRAID_TIMEOUT=30") + "sh -c 'if [ $BRAID_RANK = " +
+                std::to_string(c.bad) + " ]; then exec " + c.instead + "; fi; exec " MP_DIR "/mp_collectives'");
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    INFO(r.out);
+    CHECK(r.status != 0);
+    CHECK(secs < 10);
+    const std::string says = "rank " + std::to_string(c.bad) + " " + c.says + " before it joined";
+    for (int i = 0; i < 3; ++i) {
+      if (i == c.bad) continue;
+      // Each read the mark itself, or a peer's report of it.
+      CHECK(countMatches(r.out, "rank " + std::to_string(i) + " could not join the communicator: (rank [0-2] reported: )?" +
+                                    says) == 1);
+    }
+  }
 }
 
 TEST_CASE("braidCommAbort on one rank fails the others", "[multiproc][chaos]") {

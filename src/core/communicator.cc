@@ -244,6 +244,14 @@ void Op::finishEmpty() {
   comm_->inflight_.fetch_sub(1);
 }
 
+void Op::completeAlone(const Status& s) {
+  if (!s.isOk()) status_ = s;
+  remaining_ = 0;
+  if (sequenced_) comm_->recorder_.finished(static_cast<uint32_t>(tag_ >> 32), s.isOk(), s.isOk() ? -1 : s.rank());
+  done_ = true;
+  comm_->inflight_.fetch_sub(1);
+}
+
 void Op::complete(const Status& s) {
   bool last = false;
   Status final;
@@ -1163,6 +1171,7 @@ StatusOr<std::shared_ptr<Op>> Communicator::prepareScheduled(std::shared_ptr<Op>
     if (sendAcks_ && needsAcks(req)) exec::computeAcks(&sched, nranks_);
     cachedSchedule_ = std::make_shared<const exec::Schedule>(std::move(sched));
     cachedReq_ = req;
+    cachedShapeHash_ = shapeHash(req);  // what it hashes, sameRequest compares
   }
   op->schedule_ = cachedSchedule_;
   op->buffers_.input = input;
@@ -1181,7 +1190,7 @@ StatusOr<std::shared_ptr<Op>> Communicator::prepareScheduled(std::shared_ptr<Op>
   if (!op->sequenced_) {
     op->tag_ = kP2PTag;
   } else {
-    op->tag_ = (static_cast<uint64_t>(seq_++) << 32) | shapeHash(req);
+    op->tag_ = (static_cast<uint64_t>(seq_++) << 32) | cachedShapeHash_;
   }
   op->name_ = algorithms::collectiveName(req.coll);
   // Channels with nothing to do (a message smaller than the channel count) are not handed
@@ -1258,9 +1267,16 @@ Status Communicator::run(const algorithms::Request& req, const void* input, void
     enqueue(op, runInline ? 1 : 0);
   }
   // Nothing is queued ahead of us, so running the first channel here keeps issue order and
-  // saves the wake-up of a progress thread, which dominates small-message latency.
-  if (runInline) runChannel(op, op->channels_[0]);
-  Status s = op->wait();
+  // saves the wake-up of a progress thread, which dominates small-message latency. An op
+  // with that channel alone (every small one) is then done: nothing to wait for.
+  Status s;
+  if (runInline && op->channels_.size() == 1) {
+    s = execChannel(op, op->channels_[0]);
+    op->completeAlone(s);
+  } else {
+    if (runInline) runChannel(op, op->channels_[0]);
+    s = op->wait();
+  }
   if (!s.isOk()) s = s.withContext(op->name_);
   if (timeline::on()) traceCall(*op, t0, s);
   return s;
@@ -1283,7 +1299,9 @@ StatusOr<std::shared_ptr<Op>> Communicator::submit(const algorithms::Request& re
   return op;
 }
 
-void Communicator::runChannel(const std::shared_ptr<Op>& op, int channel) {
+void Communicator::runChannel(const std::shared_ptr<Op>& op, int channel) { op->complete(execChannel(op, channel)); }
+
+Status Communicator::execChannel(const std::shared_ptr<Op>& op, int channel) {
   Status s = brokenStatus();
   if (s.isOk()) {
     exec::RunContext ctx;
@@ -1324,7 +1342,7 @@ void Communicator::runChannel(const std::shared_ptr<Op>& op, int channel) {
       s = fail(s);
     }
   }
-  op->complete(s);
+  return s;
 }
 
 void Communicator::workerLoop(int channel) {

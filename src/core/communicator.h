@@ -49,6 +49,9 @@ class Op {
  private:
   friend class Communicator;
   void complete(const Status& s);
+  // The op's only channel, run on the thread that issued it, finished with `s`: nobody
+  // else holds the op or waits on it (Communicator::run), so no lock and no wake-up.
+  void completeAlone(const Status& s);
   void finishEmpty();  // an op with no channel to run: done at once
 
   std::shared_ptr<const exec::Schedule> schedule_;  // shared with the communicator's plan cache
@@ -228,7 +231,10 @@ class Communicator {
                                                  bool startsNow);
   // Hands op->channels_[first...] to their progress threads.
   void enqueue(const std::shared_ptr<Op>& op, size_t first);
+  // Runs one channel of `op` and completes it there (Op::complete).
   void runChannel(const std::shared_ptr<Op>& op, int channel);
+  // Runs one channel of `op`: what it ended with, failures recorded, the op not completed.
+  Status execChannel(const std::shared_ptr<Op>& op, int channel);
   // BRAID_TIMELINE: the span of one blocking call, from issue to completion.
   void traceCall(const Op& op, int64_t t0, const Status& s) const;
   void workerLoop(int channel);
@@ -337,6 +343,7 @@ class Communicator {
   // Schedule depends only on the request and the (fixed) layout.
   algorithms::Request cachedReq_;
   std::shared_ptr<const exec::Schedule> cachedSchedule_;
+  uint32_t cachedShapeHash_ = 0;  // shapeHash(cachedReq_)
 
   std::atomic<int> abortFlag_{0};
   std::atomic<bool> brokenFlag_{false};  // lets the hot path skip errorMu_

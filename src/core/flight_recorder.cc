@@ -74,15 +74,16 @@ const char* flightStateName(FlightRecorder::State s) {
   return "?";
 }
 
-FlightRecorder::FlightRecorder(size_t capacity) : ring_(std::max<size_t>(1, capacity)) {}
+FlightRecorder::FlightRecorder(size_t capacity)
+    : ring_(std::max<size_t>(1, capacity)), pow2_((ring_.size() & (ring_.size() - 1)) == 0) {}
 
 FlightRecorder::Entry* FlightRecorder::find(uint32_t seq) {
-  Entry& e = ring_[seq % ring_.size()];
+  Entry& e = ring_[slot(seq)];
   return e.used && e.seq == seq ? &e : nullptr;
 }
 
 const FlightRecorder::Entry* FlightRecorder::find(uint32_t seq) const {
-  const Entry& e = ring_[seq % ring_.size()];
+  const Entry& e = ring_[slot(seq)];
   return e.used && e.seq == seq ? &e : nullptr;
 }
 
@@ -90,7 +91,7 @@ void FlightRecorder::queued(uint32_t seq, const CallShape& shape, size_t bytes, 
                             bool running) {
   const int64_t now = coarseNanos();
   Lock lock(busy_);
-  Entry& e = ring_[seq % ring_.size()];
+  Entry& e = ring_[slot(seq)];
   e.used = true;
   e.seq = seq;
   lastQueued_ = seq;

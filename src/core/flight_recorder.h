@@ -86,6 +86,9 @@ class FlightRecorder {
     int peer = -1;
     int64_t queuedNs = 0, startNs = 0, endNs = 0;
   };
+  // The entry `seq` goes to: a mask where the capacity is a power of two (the default), so
+  // that no call divides.
+  size_t slot(uint32_t seq) const { return pow2_ ? seq & (ring_.size() - 1) : seq % ring_.size(); }
   Entry* find(uint32_t seq);
   const Entry* find(uint32_t seq) const;
   std::vector<const Entry*> ordered() const;
@@ -105,6 +108,7 @@ class FlightRecorder {
 
   mutable std::atomic_flag busy_ = ATOMIC_FLAG_INIT;
   std::vector<Entry> ring_;
+  bool pow2_ = false;  // ring_.size() is a power of two
   uint32_t lastQueued_ = 0;
   bool anyDone_ = false;
   uint32_t lastDone_ = 0;

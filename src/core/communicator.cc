@@ -1153,9 +1153,9 @@ StatusOr<std::shared_ptr<Op>> Communicator::prepare(const algorithms::Request& r
     plain.preMul = false;
     plain.inPlace = false;
     plain.op = ReduceOp::kSum;
-    return prepareScheduled(op, plain, input, output, std::move(extra), startsNow);
+    return prepareScheduled(std::move(op), plain, input, output, std::move(extra), startsNow);
   }
-  return prepareScheduled(op, req, input, output, std::move(extra), startsNow);
+  return prepareScheduled(std::move(op), req, input, output, std::move(extra), startsNow);
 }
 
 StatusOr<std::shared_ptr<Op>> Communicator::prepareScheduled(std::shared_ptr<Op> op, const algorithms::Request& req,
@@ -1173,7 +1173,8 @@ StatusOr<std::shared_ptr<Op>> Communicator::prepareScheduled(std::shared_ptr<Op>
     cachedReq_ = req;
     cachedShapeHash_ = shapeHash(req);  // what it hashes, sameRequest compares
   }
-  op->schedule_ = cachedSchedule_;
+  // A recycled op usually holds this schedule already: no reference count to touch.
+  if (op->schedule_ != cachedSchedule_) op->schedule_ = cachedSchedule_;
   op->buffers_.input = input;
   op->buffers_.output = output;
   op->buffers_.extra = std::move(extra);

@@ -329,6 +329,7 @@ Status Communicator::init() {
       nonce_ = std::strtoull(v.c_str(), nullptr, 10);
     }
   }
+  BRAID_RETURN_IF_ERROR(claimRank(deadline));
   // A rank whose own settings were refused joined this far (with the defaults in their
   // place) only to say so: create publishes the reason, which the others read while they
   // wait for its address, rather than wait for it until the timeout.
@@ -843,6 +844,24 @@ Status Communicator::initPoll(Deadline deadline) {
   BRAID_RETURN_IF_ERROR(initGoneCheck(deadline));  // ranks on other hosts, no pid to watch
   BRAID_RETURN_IF_ERROR(launcherExitCheck(deadline));  // ranks that never reached the store
   return abortRecord(deadline);
+}
+
+// Two processes told the same rank (a launch script's RANK off by one, a copied line) would
+// have the others wait for the rank nobody took until the timeout, and then name that rank,
+// not the cause. Each rank claims its place, under this join's nonce (so no earlier join's
+// key can count), as "pid P on host H": the second claimant fails, naming both, and its
+// record fails everyone else at once. Two rank 0s draw two nonces and are not caught here
+// (where rank 0 serves the store, the second cannot bind its port). A store without
+// compare-and-set skips the check.
+Status Communicator::claimRank(Deadline deadline) {
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) != 0) std::snprintf(host, sizeof host, "?");
+  const std::string me = "pid " + std::to_string(getpid()) + " on host " + host;
+  const std::string claim = key("claim/" + std::to_string(nonce_) + "/" + std::to_string(rank_));
+  auto holder = store_->compareSet(claim, "", me, storeCheckDeadline(deadline));
+  if (!holder.isOk() || holder.value() == me) return Status::ok();  // taken, or no way to tell
+  return invalidArgument("rank " + std::to_string(rank_) + " was given to two processes, " + holder.value() + " and " +
+                         me + ": is the same rank (RANK, BRAID_RANK, the rank argument) set on two of them?");
 }
 
 // A rank whose process braidrun saw end and which has not published its record here: it

@@ -246,6 +246,8 @@ class Communicator {
   Status initPoll(Deadline deadline);
   Status initGoneCheck(Deadline deadline);
   Status launcherExitCheck(Deadline deadline);
+  // Fails when another process took this rank already in this join, naming both.
+  Status claimRank(Deadline deadline);
   // A peer's published failure as a Status (Ok when there is none), or the store's loss.
   Status abortRecord(Deadline deadline);
   // Records that the store failed a call with `why` and returns the error every later check

@@ -1380,6 +1380,31 @@ TEST_CASE("a rank with a malformed local placement fails every rank's init at on
   }
 }
 
+// Two processes given the same rank (rank 2's told 1): before, every rank waited for rank 2
+// until the timeout and then named it, never the cause. The second to claim rank 1 fails at
+// once naming both processes, and its record fails the others, under torchrun's variables
+// (rank 0 serves the store) and braidrun's (its own store).
+TEST_CASE("two processes given the same rank fail every rank's init at once, naming both", "[multiproc]") {
+  const std::string says = "rank 1 was given to two processes, pid [0-9]+ on host \\S+ and pid [0-9]+ on host \\S+: "
+                           "is the same rank \\(RANK, BRAID_RANK, the rank argument\\) set on two of them\\?";
+  for (const bool underBraidrun : {false, true}) {
+    INFO((underBraidrun ? "braidrun" : "torchrun's variables"));
+    const auto start = std::chrono::steady_clock::now();
+    Run r = underBraidrun
+                ? run(braidrun(3, "BRAIDRUN_GRACE_SEC=60 BRAID_TIMEOUT=30") +
+                      "sh -c 'if [ $BRAID_RANK = 2 ]; then export BRAID_RANK=1; fi; exec " MP_DIR "/mp_collectives'")
+                : torchrunJob(3, "BRAID_TIMEOUT=30", "env RANK=$((r == 2 ? 1 : r)) " MP_DIR "/mp_collectives");
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    INFO(r.out);
+    CHECK(r.status != 0);
+    CHECK(secs < 10);
+    // The second claimant says it; the first rank 1 and rank 0 give its report.
+    CHECK(countMatches(r.out, "rank 1 could not join the communicator: " + says) == 1);
+    CHECK(countMatches(r.out, "rank 1 could not join the communicator: rank 1 reported: " + says) == 1);
+    CHECK(countMatches(r.out, "rank 0 could not join the communicator: rank 1 reported: " + says) == 1);
+  }
+}
+
 // A rank told another world size than its peers (WORLD_SIZE, nranks) would wait for ranks
 // that never come: the world size travels with the settings every rank must share, and every
 // rank fails at once, the one that differs through the others' abort record.

@@ -89,9 +89,11 @@ StatusOr<std::string> getPolling(Store& store, const std::string& key, Deadline 
 
 // braidrun's word, in the store its ranks use, that the process it started as rank r ended:
 // kLauncherExitPrefix + r holds how ("exited with status 1", "was killed by signal
-// SIGSEGV"), and kLauncherExitsKey counts such marks, so a joining rank reads one counter
-// while nobody has ended.
+// SIGSEGV"), kLauncherExitListKey the ranks so marked ("3 7", written before the count
+// moves), and kLauncherExitsKey counts them, so a joining rank reads one counter while
+// nobody has ended, and only the ranks listed once one has.
 inline constexpr char kLauncherExitsKey[] = "braidrun/exits";
+inline constexpr char kLauncherExitListKey[] = "braidrun/exited";
 inline constexpr char kLauncherExitPrefix[] = "braidrun/exit/";
 
 }  // namespace braid::bootstrap

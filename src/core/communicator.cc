@@ -873,11 +873,12 @@ Status Communicator::launcherExitCheck(Deadline deadline) {
   deadline = storeCheckDeadline(deadline);
   auto ended = store_->add(bootstrap::kLauncherExitsKey, 0, deadline);
   if (!ended.isOk() || ended.value() == 0) return Status::ok();  // a lost store shows in the wait itself
-  for (int r = 0; r < nranks_; ++r) {
-    if (r == rank_) continue;
+  auto list = store_->get(bootstrap::kLauncherExitListKey, deadline);
+  if (!list.isOk()) return Status::ok();
+  std::istringstream in(list.value());
+  for (int r; in >> r;) {
+    if (r == rank_ || r < 0 || r >= nranks_) continue;
     const std::string mark = std::string(bootstrap::kLauncherExitPrefix) + std::to_string(r);
-    auto exited = store_->check({mark}, deadline);
-    if (!exited.isOk() || !exited.value()) continue;
     auto joined = store_->check({key("peer/" + std::to_string(r))}, deadline);
     if (!joined.isOk() || joined.value()) continue;
     BRAID_RETURN_IF_ERROR(abortRecord(deadline));  // its own reason, if it left one

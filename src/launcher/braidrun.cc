@@ -1302,8 +1302,10 @@ class Launcher {
     if (rank >= opts_.np) return;
     bootstrap::Store* s = ranksStore();
     if (!s) return;
-    Status set = s->set(bootstrap::kLauncherExitPrefix + std::to_string(rank), how, Deadline::after(5));
-    if (set.isOk()) (void)s->add(bootstrap::kLauncherExitsKey, 1, Deadline::after(5));
+    if (!s->set(bootstrap::kLauncherExitPrefix + std::to_string(rank), how, Deadline::after(5)).isOk()) return;
+    exitedList_ += (exitedList_.empty() ? "" : " ") + std::to_string(rank);
+    if (s->set(bootstrap::kLauncherExitListKey, exitedList_, Deadline::after(5)).isOk())
+      (void)s->add(bootstrap::kLauncherExitsKey, 1, Deadline::after(5));
   }
 
   // Stops the replacements that have not been admitted (no admission record for their
@@ -1616,6 +1618,7 @@ class Launcher {
   int finished_ = 0;         // ranks (replacements included) that exited 0
   std::unique_ptr<bootstrap::Store> storeClient_;  // braidrun's own view of the ranks' store
   bool storeUnreachable_ = false;                  // ranksStore() failed once: not tried again
+  std::string exitedList_;                         // the ranks markExit marked, "3 7"
   // BRAID_JOB_ID: random per braidrun, the same for every rank and replacement.
   std::string jobId_ = [] {
     char b[17];

@@ -20,9 +20,16 @@ const char* codeName(Code c) {
   return "unknown";
 }
 
+const std::string& Status::emptyMessage() {
+  static const std::string empty;
+  return empty;
+}
+
+void Status::freeMessage(std::string* msg) { delete msg; }
+
 std::string Status::toString() const {
   if (isOk()) return "ok";
-  return std::string(codeName(code_)) + ": " + msg_;
+  return std::string(codeName(code_)) + ": " + message();
 }
 
 Status systemError(const char* call, int err) {

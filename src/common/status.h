@@ -28,13 +28,43 @@ class [[nodiscard]] Status {
  public:
   Status() = default;
   Status(Code code, std::string msg, int rank = -1)
-      : code_(code), msg_(std::move(msg)), rank_(rank) {}
+      : code_(code), rank_(rank), msg_(msg.empty() ? nullptr : new std::string(std::move(msg))) {}
+  Status(Code code, const char* msg, int rank = -1)
+      : code_(code), rank_(rank), msg_(msg && *msg ? new std::string(msg) : nullptr) {}
+  // A status without a message allocates nothing: a transport's "not yet" (kWouldBlock),
+  // returned while a rank spins on a slot, costs two words.
+  explicit Status(Code code) : code_(code) {}
+  Status(const Status& o) : code_(o.code_), rank_(o.rank_), msg_(o.msg_ ? new std::string(*o.msg_) : nullptr) {}
+  Status(Status&& o) noexcept : code_(o.code_), rank_(o.rank_), msg_(o.msg_) { o.msg_ = nullptr; }
+  Status& operator=(const Status& o) {
+    if (this != &o) {
+      std::string* copy = o.msg_ ? new std::string(*o.msg_) : nullptr;
+      if (msg_) freeMessage(msg_);
+      msg_ = copy;
+      code_ = o.code_;
+      rank_ = o.rank_;
+    }
+    return *this;
+  }
+  Status& operator=(Status&& o) noexcept {
+    std::string* old = msg_;
+    code_ = o.code_;
+    rank_ = o.rank_;
+    msg_ = o.msg_;
+    o.msg_ = nullptr;
+    if (old) freeMessage(old);
+    return *this;
+  }
+  // Inline, a test and a branch; freeing a message (failures only) is out of line.
+  ~Status() {
+    if (__builtin_expect(msg_ != nullptr, 0)) freeMessage(msg_);
+  }
 
   static Status ok() { return Status(); }
   bool isOk() const { return code_ == Code::kOk; }
   explicit operator bool() const { return isOk(); }
   Code code() const { return code_; }
-  const std::string& message() const { return msg_; }
+  const std::string& message() const { return msg_ ? *msg_ : emptyMessage(); }
   // The rank a kRemoteError or kTimeout is about, or -1 when unknown.
   int rank() const { return rank_; }
   std::string toString() const;
@@ -42,13 +72,18 @@ class [[nodiscard]] Status {
   // Prefixes the message with context ("allreduce: ..."), keeping code and rank.
   Status withContext(const std::string& ctx) const {
     if (isOk()) return *this;
-    return Status(code_, ctx + ": " + msg_, rank_);
+    return Status(code_, ctx + ": " + message(), rank_);
   }
 
  private:
+  static const std::string& emptyMessage();
+  static void freeMessage(std::string* msg);
+
+  // Every call returns a Status, nearly always ok: the message lives on the heap, only for
+  // the failures that have one, so an ok Status is two words to pass and nothing to free.
   Code code_ = Code::kOk;
-  std::string msg_;
   int rank_ = -1;
+  std::string* msg_ = nullptr;
 };
 
 inline Status invalidArgument(std::string msg) { return Status(Code::kInvalidArgument, std::move(msg)); }

@@ -18,7 +18,7 @@ namespace {
 // slots fill the socket buffer with the first few anyway.
 constexpr int kMaxIov = 64;
 
-Status wouldBlock() { return Status(Code::kWouldBlock, std::string()); }
+Status wouldBlock() { return Status(Code::kWouldBlock); }
 
 // Slots start on cache-line boundaries so that reduce kernels writing into neighbouring
 // slots never share a line.

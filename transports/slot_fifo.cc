@@ -93,28 +93,36 @@ SlotFifo::SlotFifo(void* region)
   sendIdx_ = hdr_->tail.load(std::memory_order_acquire);
   recvIdx_ = hdr_->head.load(std::memory_order_acquire);
   headSeen_ = recvIdx_;
+  sendSlot_ = sendIdx_ % nslots_;
+  recvSlot_ = recvIdx_ % nslots_;
 }
+
+// The slot after `slot`, without the division a modulo of the free-running index costs on
+// every message. Both sides start from the same index and step once per message, so they
+// agree on every slot (also where the 32-bit index wraps).
+static inline uint32_t nextSlot(uint32_t slot, uint32_t nslots) { return slot + 1 == nslots ? 0 : slot + 1; }
 
 Status SlotFifo::reserveSend(Slot* s) {
   // The receiver's `head` line is read only when the last value seen says the FIFO is full:
   // while slots are free, sending touches no line the receiver writes.
   if (sendIdx_ - headSeen_ >= nslots_) {
     headSeen_ = hdr_->head.load(std::memory_order_acquire);
-    if (sendIdx_ - headSeen_ >= nslots_) return Status(Code::kWouldBlock, "fifo full");
+    if (sendIdx_ - headSeen_ >= nslots_) return Status(Code::kWouldBlock);
   }
-  s->data = data_ + static_cast<size_t>(sendIdx_ % nslots_) * slotBytes_;
+  s->data = data_ + static_cast<size_t>(sendSlot_) * slotBytes_;
   s->bytes = slotBytes_;
   return Status::ok();
 }
 
 Status SlotFifo::postSend(const Slot& s, size_t bytes, bool device) {
-  SlotMeta& m = meta_[sendIdx_ % nslots_];
+  SlotMeta& m = meta_[sendSlot_];
   m.bytes = bytes;
   m.tag = s.tag;
   m.flags = device ? kInDeviceArea : 0;
   if (bytes <= kInlineBytes && !device) std::memcpy(m.inl, s.data, bytes);
   m.seq.store(sendIdx_ + 1, std::memory_order_release);
   ++sendIdx_;
+  sendSlot_ = nextSlot(sendSlot_, nslots_);
   // seq_cst store + load: pairs with armRecv's flag store + index load (Dekker), so a
   // receiver about to sleep either sees the new index or gets woken.
   hdr_->tail.store(sendIdx_, std::memory_order_seq_cst);
@@ -133,10 +141,10 @@ WaitHandle SlotFifo::armSend() {
 void SlotFifo::disarmSend() { hdr_->sendWaiting.store(0, std::memory_order_relaxed); }
 
 Status SlotFifo::peekRecv(Slot* s) {
-  SlotMeta& m = meta_[recvIdx_ % nslots_];
-  if (m.seq.load(std::memory_order_acquire) != recvIdx_ + 1) return Status(Code::kWouldBlock, "fifo empty");
+  SlotMeta& m = meta_[recvSlot_];
+  if (m.seq.load(std::memory_order_acquire) != recvIdx_ + 1) return Status(Code::kWouldBlock);
   s->device = (m.flags & kInDeviceArea) != 0;
-  s->data = m.bytes <= kInlineBytes && !s->device ? m.inl : data_ + static_cast<size_t>(recvIdx_ % nslots_) * slotBytes_;
+  s->data = m.bytes <= kInlineBytes && !s->device ? m.inl : data_ + static_cast<size_t>(recvSlot_) * slotBytes_;
   s->bytes = m.bytes;
   s->tag = m.tag;
   return Status::ok();
@@ -144,6 +152,7 @@ Status SlotFifo::peekRecv(Slot* s) {
 
 Status SlotFifo::releaseRecv(const Slot&) {
   ++recvIdx_;
+  recvSlot_ = nextSlot(recvSlot_, nslots_);
   hdr_->head.store(recvIdx_, std::memory_order_seq_cst);
   if (hdr_->sendWaiting.load(std::memory_order_seq_cst)) futexWakeAll(&hdr_->head);
   return Status::ok();

@@ -58,6 +58,8 @@ class SlotFifo {
   uint32_t sendIdx_ = 0;
   uint32_t recvIdx_ = 0;
   uint32_t headSeen_ = 0;  // sender: the receiver's `head` when last read
+  uint32_t sendSlot_ = 0;  // sendIdx_ % nslots_, kept in step
+  uint32_t recvSlot_ = 0;  // recvIdx_ % nslots_, kept in step
 };
 
 // Wakes every process sleeping on `word` (shared-memory futex).

@@ -1322,6 +1322,21 @@ StatusOr<std::shared_ptr<Op>> Communicator::submit(const algorithms::Request& re
 
 void Communicator::runChannel(const std::shared_ptr<Op>& op, int channel) { op->complete(execChannel(op, channel)); }
 
+// A channel's long waits check the communicator's health; channel 0's, of a sequenced call
+// with peers, also publish what this rank runs (publishCall).
+class Communicator::WaitHooks final : public exec::RunHooks {
+ public:
+  WaitHooks(Communicator* comm, const Op* publish) : comm_(comm), publish_(publish) {}
+  Status healthCheck(Deadline deadline) override { return comm_->healthCheck(deadline); }
+  void longWait() override {
+    if (publish_) comm_->publishCall(*publish_);
+  }
+
+ private:
+  Communicator* comm_;
+  const Op* publish_;
+};
+
 Status Communicator::execChannel(const std::shared_ptr<Op>& op, int channel) {
   Status s = brokenStatus();
   if (s.isOk()) {
@@ -1331,21 +1346,20 @@ Status Communicator::execChannel(const std::shared_ptr<Op>& op, int channel) {
     ctx.sliceBytes = mesh ? meshSlotBytes_ : opts_.config.slotBytes;
     ctx.wholeBlockBytes = wholeBlockBytes_;
     ctx.tag = op->tag_;
-    ctx.deadline = Deadline::after(opts_.config.timeoutSec);
+    ctx.deadline = Deadline::afterCoarse(opts_.config.timeoutSec);
     ctx.wait = op->channels_.size() == 1 ? waitOneChannel_ : wait_;
     ctx.streamOutput = op->outputBytes_ >= kStreamOutputBytes;
     ctx.abortFlag = &abortFlag_;
-    ctx.healthCheck = [this](Deadline d) { return healthCheck(d); };
     if (waitNotes_ && channel < nchannels_) ctx.waitNote = &waitNotes_[channel];
     uint64_t peerTag = 0;
     ctx.mismatchTag = &peerTag;
     // Channel 0's thread owns both connection sets' channel-0 links: a long wait there looks
     // for a peer's mismatched call on the set this operation does not use, and says what
     // this rank is running, so that a peer finding the mismatch can decode both calls.
-    if (channel == 0 && nranks_ > 1 && op->sequenced_) {
-      ctx.otherLinks = mesh ? &links_[0] : &meshLinks_;
-      ctx.longWait = [this, &op] { publishCall(*op); };
-    }
+    const bool publishes = channel == 0 && nranks_ > 1 && op->sequenced_;
+    if (publishes) ctx.otherLinks = mesh ? &links_[0] : &meshLinks_;
+    WaitHooks hooks(this, publishes ? op.get() : nullptr);
+    ctx.hooks = &hooks;
     if (channel == 0 && op->sequenced_) ctx.ackLinks = &meshLinks_;
     ctx.mover = op->mover_;
     if (op->sequenced_ && !op->startedAtQueue_) recorder_.started(static_cast<uint32_t>(op->tag_ >> 32));

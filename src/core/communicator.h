@@ -205,6 +205,7 @@ class Communicator {
 
  private:
   friend class Op;
+  class WaitHooks;
   struct Worker {
     std::thread thread;
     std::mutex mu;

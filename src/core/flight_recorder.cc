@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <ctime>
 
+#include "common/clock.h"
 #include "topology/json.h"
 
 namespace braid::core {
@@ -12,14 +13,6 @@ namespace {
 
 using algorithms::Collective;
 using topology::jsonQuote;
-
-// CLOCK_MONOTONIC at the kernel tick's resolution: a few nanoseconds to read, where the
-// precise clock costs about twenty.
-int64_t coarseNanos() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
-}
 
 std::string millis(int64_t fromNs, int64_t toNs) {
   char buf[32];

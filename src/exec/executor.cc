@@ -34,6 +34,8 @@ inline void cpuRelax() {
 constexpr size_t kFuseBytes = 16 * 1024;
 constexpr int64_t kHealthPeriodNs = 100 * 1000 * 1000;
 constexpr int64_t kSleepMicros = 10 * 1000;  // cap per sleep, so deadlines are noticed
+// Tries of a wait that spins before it reads the clock (well under a microsecond each).
+constexpr int kSpinsBeforeClock = 16;
 
 std::string describeTag(uint64_t tag) {
   return "operation #" + std::to_string(tag >> 32) + " (shape " + std::to_string(tag & 0xffffffffu) + ")";
@@ -129,10 +131,15 @@ class ChannelRunner {
     for (size_t r = 0; r < rounds; ++r) {
       for (size_t i = first; i < first + count; ++i) {
         const Step& st = plan_.steps[i];
-        // Part r of the step, in whole elements; both ends compute the same split.
-        size_t elems = st.bytes() / es_;
-        size_t lo = elems * r / rounds * es_;
-        size_t hi = elems * (r + 1) / rounds * es_;
+        // Part r of the step, in whole elements; both ends compute the same split. One round
+        // (every small message) takes the whole step without dividing (es_ is a power of 2).
+        size_t lo = 0;
+        size_t hi = st.bytes() & ~(es_ - 1);
+        if (rounds > 1) {
+          const size_t elems = hi / es_;
+          lo = elems * r / rounds * es_;
+          hi = elems * (r + 1) / rounds * es_;
+        }
         const bool direct = !directSend_.empty() && directSend_[i];
         const int64_t t0 = timeline::on() ? timeline::nowUs() : 0;
         for (size_t off = lo; off < hi; off += sliceBytes_) {
@@ -515,7 +522,7 @@ class ChannelRunner {
                         "); raise BRAID_TIMEOUT if the peer is merely slow",
                     peer);
     }
-    if (ctx_.healthCheck && now >= nextHealthNs_) {
+    if (ctx_.hooks && now >= nextHealthNs_) {
       nextHealthNs_ = now + kHealthPeriodNs;
       if (ctx_.waitNote && !noted_ && peer >= 0) {
         ctx_.waitNote->what.store(what[0] == 'r' ? 0 : what[0] == 's' ? 1 : 2, std::memory_order_relaxed);
@@ -523,9 +530,9 @@ class ChannelRunner {
         ctx_.waitNote->peer.store(peer, std::memory_order_release);
         noted_ = true;
       }
-      BRAID_RETURN_IF_ERROR(ctx_.healthCheck(ctx_.deadline));
+      BRAID_RETURN_IF_ERROR(ctx_.hooks->healthCheck(ctx_.deadline));
       if (waitStartNs_ && now - waitStartNs_ >= kLongWaitNs) {
-        if (!longWaitSeen_ && ctx_.longWait) ctx_.longWait();
+        if (!longWaitSeen_) ctx_.hooks->longWait();
         longWaitSeen_ = true;
         BRAID_RETURN_IF_ERROR(scanForeign());
       }
@@ -571,6 +578,16 @@ class ChannelRunner {
     NoteGuard guard{this};
     auto attempt = [&]() { return tryOnce(c, forSend, slot, landing, bytes); };
     Status st;
+    if (ctx_.wait.spinMicros > 0) {
+      // A peer a little behind (every small collective) is met here, before the clock is
+      // read; the spin window then starts these few tries late.
+      for (int i = 0; i < kSpinsBeforeClock; ++i) {
+        BRAID_RETURN_IF_ERROR(progressAll());
+        st = attempt();
+        if (st.code() != Code::kWouldBlock) return st;
+        cpuRelax();
+      }
+    }
     const char* what = forSend ? "send to" : "receive from";
     int64_t start = nowNanos();
     waitStartNs_ = start;
@@ -632,6 +649,10 @@ class ChannelRunner {
   }
 
   Status flushAll() {
+    // Memory transports are always flushed: no wait, no clock to read.
+    bool flushed = true;
+    for (Connection* c : active_) flushed &= c->flushed();
+    if (flushed) return Status::ok();
     NoteGuard guard{this};
     waitStartNs_ = nowNanos();
     for (uint32_t iter = 1;; ++iter) {
@@ -691,7 +712,7 @@ class ChannelRunner {
   std::vector<bool> directSend_;  // per step; empty when no connection sends from user memory
   int64_t nextHealthNs_ = 0;
   int64_t waitStartNs_ = 0;    // when the current wait began
-  bool longWaitSeen_ = false;  // RunContext::longWait was called
+  bool longWaitSeen_ = false;  // RunHooks::longWait was called
   bool noted_ = false;         // the current wait is in ctx_.waitNote
 };
 

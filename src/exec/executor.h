@@ -68,6 +68,17 @@ class DataMover {
   virtual StatusOr<void*> workspace(int index, size_t bytes) = 0;
 };
 
+// What a channel asks of its caller while a wait lasts (RunContext::hooks).
+class RunHooks {
+ public:
+  virtual ~RunHooks() = default;
+  // Called while waiting, about every 100 ms, with the run's deadline: reports a dead peer,
+  // a peer's abort or a lost store, returning by the deadline at the latest.
+  virtual Status healthCheck(Deadline deadline) = 0;
+  // Called once per channel run when a wait has lasted kLongWaitNs.
+  virtual void longWait() = 0;
+};
+
 struct RunContext {
   int rank = 0;
   size_t sliceBytes = 512 * 1024;  // identical on every rank: both ends cut the same slices
@@ -81,9 +92,9 @@ struct RunContext {
   // that writing it does not first read every destination line.
   bool streamOutput = false;
   const std::atomic<int>* abortFlag = nullptr;  // nonzero: stop with kAborted
-  // Called while waiting, about every 100 ms, with `deadline`: reports a dead peer, a peer's
-  // abort or a lost store, returning by the deadline at the latest.
-  std::function<Status(Deadline)> healthCheck;
+  // Asked while waiting (null: nobody to ask). An interface, not two std::functions: every
+  // small call sets it.
+  RunHooks* hooks = nullptr;
   // Set (when not null) to the tag a peer sent when the executor fails with a collective
   // mismatch, so that the caller can decode both calls.
   uint64_t* mismatchTag = nullptr;
@@ -92,8 +103,6 @@ struct RunContext {
   // different collective may be sending on them: a wait longer than kLongWaitNs scans them,
   // and this channel's own links, for a slot of this operation with another shape.
   const ChannelLinks* otherLinks = nullptr;
-  // Called once per channel run when a wait has lasted kLongWaitNs.
-  std::function<void()> longWait;
   // Where this channel notes a long wait (null: nowhere).
   WaitNote* waitNote = nullptr;
   // The links Schedule::ackTo/ackFrom travel on (the mesh), or null. Set for channel 0

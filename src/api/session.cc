@@ -233,6 +233,79 @@ StatusOr<AuthKey> jobKey(int rank, int nranks) {
   return key;
 }
 
+// A store that rank 0 serves on a fixed port (torchrun, mpirun, Slurm) is served again by
+// the next init, on the same port, while a faster rank may already be connecting: the store
+// checks the init's number in the handshake (a generation tag, not a secret), so a rank that
+// reaches the previous init's store is refused (or reset, as that store closes) and tries
+// again, rather than waiting there for keys that never come.
+uint64_t envStoreGeneration(const bootstrap::LaunchEnv& env, uint64_t init) {
+  return env.rankZeroServes ? 0x6272616964000000ull + init + 1 : 0;
+}
+
+// A client of the store a launcher's ranks meet at (`env`). The previous init's store
+// refuses the handshake, or resets it while closing: tried again until the new one answers
+// (or the deadline passes, the last reason then given). A store that failed authentication
+// is the job's and will not change its mind. Where the job may use either TLS mode
+// (storeTlsModes), each is tried once at least, and `*tls` becomes the one that answered.
+StatusOr<std::unique_ptr<bootstrap::TcpStoreClient>> connectEnvStore(const bootstrap::LaunchEnv& env,
+                                                                     uint64_t generation, const AuthKey& key,
+                                                                     Deadline deadline, bool* tls) {
+  const std::vector<bool> tlsModes = storeTlsModes(*tls, key.present);
+  size_t attempts = 0;
+  auto connect = [&] {
+    const bool mode = tlsModes[attempts++ % tlsModes.size()];
+    auto c = bootstrap::TcpStoreClient::connect(env.storeHost, env.storePort, generation, deadline,
+                                                bootstrap::TcpStoreClient::kDefaultOpTimeoutSec, key, mode);
+    if (c.isOk() && tlsModes.size() > 1) *tls = mode;  // the job's, as far as this rank can tell
+    return c;
+  };
+  auto client = connect();
+  while (!client.isOk() && (generation != 0 || attempts < tlsModes.size()) && !deadline.expired() &&
+         (client.status().message().find("authentication failed") == std::string::npos ||
+          attempts < tlsModes.size())) {
+    usleep(20 * 1000);
+    client = connect();
+  }
+  return client;
+}
+
+// How long a process given no rank of the job tries to leave its reason in the store.
+constexpr double kRefusedRankTellSec = 10;
+
+// A process whose own rank variable was refused (LaunchEnv::rankError) has no rank to join
+// with. Where it knows the job's store, it leaves the reason as the job's abort record,
+// which the ranks read while they wait to join (Communicator::initPoll): they fail at once,
+// naming this process, instead of waiting the timeout for the rank it should have been.
+// Best effort, for a few seconds at most; the process fails with its own reason either way.
+Status tellJobRankRefused(const bootstrap::LaunchEnv& env, const core::Config& cfg, uint64_t init) {
+  const Status& why = env.rankError;
+  if (env.worldSize <= 1 || (env.storeUrl.empty() && env.storeHost.empty())) return why;
+  // An untagged run's etcd prefix outlives the run: a record left there would fail the next.
+  if (!env.storeUrl.empty() && env.jobTag.empty()) return why;
+  StatusOr<AuthKey> key = authKeyFromEnv();
+  if (!key.isOk()) return why;
+  const Deadline deadline =
+      Deadline::after(cfg.timeoutSec > 0 ? std::min(cfg.timeoutSec, kRefusedRankTellSec) : kRefusedRankTellSec);
+  std::unique_ptr<bootstrap::Store> store;
+  if (!env.storeUrl.empty()) {
+    auto etcd = bootstrap::EtcdStore::connectForJob(env.storeUrl, env.jobTag, deadline);
+    if (!etcd.isOk()) return why;
+    store = std::move(etcd).value();
+  } else {
+    bool tls = cfg.tls;
+    auto client = connectEnvStore(env, envStoreGeneration(env, init), key.value(), deadline, &tls);
+    if (!client.isOk()) return why;
+    store = std::move(client).value();
+  }
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) != 0) std::snprintf(host, sizeof host, "?");
+  const Status told(why.code(), why.message() + " (pid " + std::to_string(getpid()) + " on host " + host + ")");
+  std::string prefix = core::CommOptions().keyPrefix;
+  if (init > 0) prefix += ".i" + std::to_string(init);
+  (void)store->set(prefix + "/abort", core::encodeAbortRecord(told, -1), deadline);
+  return why;
+}
+
 }  // namespace
 
 braidResult_t toResult(Code c) {
@@ -427,6 +500,7 @@ StatusOr<std::unique_ptr<Session>> Session::fromEnv(double timeoutSec, std::shar
   if (timeoutSec > 0) cfg.timeoutSec = timeoutSec;
   BRAID_ASSIGN_OR_RETURN(bootstrap::LaunchEnv env,
                          bootstrap::detectLaunchEnvLenient([](const char* n) { return std::getenv(n); }));
+  if (!env.rankError.isOk()) return tellJobRankRefused(env, cfg, gEnvInits.fetch_add(1));
   if (configError.isOk()) configError = env.placeError;
   return settingsFirst(joinFromEnv(std::move(env), std::move(cfg), configError, std::move(cancel)), configError);
 }
@@ -462,12 +536,7 @@ StatusOr<std::unique_ptr<Session>> Session::joinFromEnv(bootstrap::LaunchEnv env
     init = 0;
   }
   if (!env.storeUrl.empty()) return fromEtcd(env, cfg, configError, key.value(), init, std::move(cancel));
-  // A store that rank 0 serves on a fixed port (torchrun, mpirun, Slurm) is served again by
-  // the next init, on the same port, while a faster rank may already be connecting: the store
-  // checks the init's number in the handshake (a generation tag, not a secret), so a rank that
-  // reaches the previous init's store is refused (or reset, as that store closes) and tries
-  // again, rather than waiting there for keys that never come.
-  const uint64_t generation = env.rankZeroServes ? 0x6272616964000000ull + init + 1 : 0;
+  const uint64_t generation = envStoreGeneration(env, init);
   std::shared_ptr<bootstrap::TcpStoreServer> server;
   if (env.serveStore && env.rank == 0) {
     // Port 0 (a store published through a key-value server) binds an ephemeral port.
@@ -492,26 +561,7 @@ StatusOr<std::unique_ptr<Session>> Session::joinFromEnv(bootstrap::LaunchEnv env
                            " environment across hosts, the store's address through PMIx; or set MASTER_ADDR and "
                            "MASTER_PORT)");
   }
-  const std::vector<bool> tlsModes = storeTlsModes(cfg.tls, key.value().present);
-  size_t attempts = 0;
-  auto connect = [&] {
-    const bool tls = tlsModes[attempts++ % tlsModes.size()];
-    auto c = bootstrap::TcpStoreClient::connect(env.storeHost, env.storePort, generation, deadline,
-                                                bootstrap::TcpStoreClient::kDefaultOpTimeoutSec, key.value(), tls);
-    if (c.isOk() && tlsModes.size() > 1) cfg.tls = tls;  // the job's, as far as this rank can tell
-    return c;
-  };
-  auto client = connect();
-  // The previous init's store refuses the handshake, or resets it while closing: try again
-  // until the new one answers (or the deadline passes, the last reason then given). A store
-  // that failed authentication is the job's and will not change its mind. A rank trying
-  // both TLS modes tries each once at least.
-  while (!client.isOk() && (generation != 0 || attempts < tlsModes.size()) && !deadline.expired() &&
-         (client.status().message().find("authentication failed") == std::string::npos ||
-          attempts < tlsModes.size())) {
-    usleep(20 * 1000);
-    client = connect();
-  }
+  auto client = connectEnvStore(env, generation, key.value(), deadline, &cfg.tls);
   if (!client.isOk())
     return client.status().withContext("rank " + std::to_string(env.rank) + " (from " + env.source + " environment)");
   if (server) server->setLocalClient(client.value()->clientId());

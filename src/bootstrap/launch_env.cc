@@ -303,21 +303,30 @@ StatusOr<LaunchEnv> fromHorovod(const Getenv& getenv) {
 }
 
 
+// torchrun's store: BRAID_STORE, or MASTER_ADDR/MASTER_PORT that rank 0 serves.
+Status torchrunStore(const Getenv& getenv, LaunchEnv& e);
+
 StatusOr<LaunchEnv> fromTorchrun(const Getenv& getenv) {
   LaunchEnv e;
   e.source = "torchrun";
   BRAID_RETURN_IF_ERROR(requireInt(getenv, "WORLD_SIZE", "torchrun", 1, kMaxRanks, &e.worldSize));
-  BRAID_RETURN_IF_ERROR(requireInt(getenv, "RANK", "torchrun", 0, kMaxRanks, &e.rank));
-  BRAID_RETURN_IF_ERROR(checkRank(e, "RANK", "WORLD_SIZE"));
-  e.placeError = localPlace(getenv, e, "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE");
+  // A rank refused is kept (rankError) while the rest parses: the store is what lets this
+  // process tell the job why no process joins as the rank it should have been.
+  e.rankError = requireInt(getenv, "RANK", "torchrun", 0, kMaxRanks, &e.rank);
+  if (e.rankError.isOk()) e.rankError = checkRank(e, "RANK", "WORLD_SIZE");
+  if (e.rankError.isOk()) e.placeError = localPlace(getenv, e, "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE");
+  else e.rank = -1;
   // torchrun's default run id is "none": the same for every run.
   if (const char* id = lookup(getenv, "TORCHELASTIC_RUN_ID"); id && std::string(id) != "none")
     e.jobTag = tagFrom(getenv, {"TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT"});
+  Status store = torchrunStore(getenv, e);
+  if (!store.isOk()) return e.rankError.isOk() ? store : e.rankError;  // the rank first: it is the cause
+  return e;
+}
+
+Status torchrunStore(const Getenv& getenv, LaunchEnv& e) {
   Status external;
-  if (externalStore(getenv, &e, &external)) {
-    BRAID_RETURN_IF_ERROR(external);
-    return e;
-  }
+  if (externalStore(getenv, &e, &external)) return external;
   const char* host = lookup(getenv, "MASTER_ADDR");
   if (!host) return invalidArgument("torchrun launch: MASTER_ADDR is not set");
   const char* port = lookup(getenv, "MASTER_PORT");
@@ -333,7 +342,7 @@ StatusOr<LaunchEnv> fromTorchrun(const Getenv& getenv) {
   e.storePort = agentStore ? masterPort + 1 : masterPort;
   e.rankZeroServes = true;
   e.serveStore = e.rank == 0;
-  return e;
+  return Status::ok();
 }
 
 StatusOr<LaunchEnv> fromOpenMpi(const Getenv& getenv) {
@@ -429,6 +438,7 @@ StatusOr<LaunchEnv> detectLaunchEnvLenient(const Getenv& getenv) {
 
 StatusOr<LaunchEnv> detectLaunchEnv(const Getenv& getenv) {
   BRAID_ASSIGN_OR_RETURN(LaunchEnv e, detectLaunchEnvLenient(getenv));
+  if (!e.rankError.isOk()) return e.rankError;
   if (!e.placeError.isOk()) return e.placeError;
   return e;
 }

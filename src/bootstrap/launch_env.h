@@ -54,6 +54,12 @@ struct LaunchEnv {
   // size and the store are sound then, so the rank can still join far enough to tell the
   // others why it fails (detectLaunchEnvLenient); localRank and localSize keep what parsed.
   Status placeError;
+  // Why this process's own rank variable was refused (unset, malformed, or not below the
+  // world size) where the world size and the store stand (torchrun's variables, written by
+  // hand in launch scripts): the process has no rank to join with, but can leave the job
+  // its reason, so that the ranks waiting for the rank it should have been fail at once
+  // (detectLaunchEnvLenient; `rank` is then -1).
+  Status rankError;
 };
 
 // Reads the launcher's variables through `getenv` (injected so tests need not touch the

@@ -141,12 +141,14 @@ std::string settingOf(const std::string& line, const std::string& name) {
   return "";
 }
 
-std::string encodeError(const Status& s, int reporter) {
+}  // namespace
+
+std::string encodeAbortRecord(const Status& s, int reporter) {
   return std::to_string(static_cast<int>(s.code())) + "\n" + std::to_string(s.rank()) + "\n" +
          std::to_string(reporter) + "\n" + s.message();
 }
 
-Status decodeError(const std::string& v) {
+Status decodeAbortRecord(const std::string& v) {
   std::istringstream in(v);
   std::string code, rank, reporter, msg;
   std::getline(in, code);
@@ -157,10 +159,10 @@ Status decodeError(const std::string& v) {
   if (c <= 0 || (c > static_cast<int>(Code::kInternal) && c != static_cast<int>(Code::kRevoked)))
     c = static_cast<int>(Code::kRemoteError);
   int r = std::atoi(rank.c_str());
-  return Status(static_cast<Code>(c), "rank " + reporter + " reported: " + msg, r);
+  // " reported: " marks a failure read from a record, which its reader does not publish again.
+  const std::string who = reporter == "-1" ? "a process given no rank of this job" : "rank " + reporter;
+  return Status(static_cast<Code>(c), who + " reported: " + msg, r);
 }
-
-}  // namespace
 
 uint32_t shapeHash(const algorithms::Request& req) {
   using C = algorithms::Collective;
@@ -1482,7 +1484,7 @@ Status Communicator::abortRecord(Deadline deadline) {
   if (present.value()) {
     Deadline five = Deadline::after(5);
     auto v = store_->get(key("abort"), !deadline.never() && deadline.nanos() < five.nanos() ? deadline : five);
-    if (v.isOk()) return decodeError(v.value());
+    if (v.isOk()) return decodeAbortRecord(v.value());
   }
   return Status::ok();
 }
@@ -1662,7 +1664,7 @@ Status Communicator::fail(const Status& s) {
     // Errors that came from another rank's record need not be re-published, nor can
     // anything be through a lost store.
     if (report.message().find(" reported: ") == std::string::npos && !storeLost())
-      (void)store_->set(key("abort"), encodeError(report, rank_), graceDeadline());
+      (void)store_->set(key("abort"), encodeAbortRecord(report, rank_), graceDeadline());
   }
   return report;
 }
@@ -1682,7 +1684,7 @@ void Communicator::abort(const Status& why) {
   // A failure that came from another rank's record is already published; overwriting it
   // would hide the root cause from the ranks that have not read it yet.
   if (first && s.message().find(" reported: ") == std::string::npos && !storeLost())
-    (void)store_->set(key("abort"), encodeError(s, rank_), graceDeadline());
+    (void)store_->set(key("abort"), encodeAbortRecord(s, rank_), graceDeadline());
 }
 
 }  // namespace braid::core

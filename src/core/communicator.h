@@ -372,4 +372,11 @@ class Communicator {
 // FNV-1a of a call's shape; travels in every slot with the sequence number.
 uint32_t shapeHash(const algorithms::Request& req);
 
+// The abort record the ranks of a communicator read while they wait (`<prefix>/abort`):
+// the failure's code, the rank it names and the rank that reported it, which decoding puts
+// in front of the message ("rank 2 reported: ..."). Reporter -1 is a process given no rank
+// of the job (a refused RANK), which leaves its reason there before it exits.
+std::string encodeAbortRecord(const Status& s, int reporter);
+Status decodeAbortRecord(const std::string& record);
+
 }  // namespace braid::core

@@ -1405,6 +1405,30 @@ TEST_CASE("two processes given the same rank fail every rank's init at once, nam
   }
 }
 
+// A process whose own RANK is refused (RANK=7 of 3, RANK=abc: a launch script's slip) has no
+// rank to join with, and the others used to wait the whole timeout for the rank it should
+// have been. Where it knows the store it leaves its reason as the job's abort record: every
+// rank fails its init at once, naming it.
+TEST_CASE("a process whose RANK is refused fails every rank's init at once, naming it", "[multiproc]") {
+  for (const std::string bad : {"7", "abc"}) {
+    INFO("RANK=" + bad + " for the third process");
+    const auto start = std::chrono::steady_clock::now();
+    Run r = torchrunJob(3, "BRAID_TIMEOUT=30", "env RANK=$([ $r = 2 ] && echo " + bad + " || echo $r) " MP_DIR
+                                                "/mp_collectives");
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    INFO(r.out);
+    CHECK(r.status != 0);
+    CHECK(secs < 10);
+    const std::string why = bad == "7" ? "RANK=7 must be less than WORLD_SIZE=3" : "RANK='abc' is not an integer";
+    // The process itself, then each rank with its report (the pid and host it came from).
+    CHECK(countMatches(r.out, "\\[2\\] .*" + why) >= 1);
+    for (int i = 0; i < 2; ++i)
+      CHECK(countMatches(r.out, "\\[" + std::to_string(i) + "\\] .*rank " + std::to_string(i) +
+                                    " could not join the communicator: a process given no rank of this job reported: .*" +
+                                    why + " \\(pid [0-9]+ on host \\S+\\)") == 1);
+  }
+}
+
 // A rank told another world size than its peers (WORLD_SIZE, nranks) would wait for ranks
 // that never come: the world size travels with the settings every rank must share, and every
 // rank fails at once, the one that differs through the others' abort record.

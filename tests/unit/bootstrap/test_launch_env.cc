@@ -14,12 +14,15 @@ namespace {
 
 using Env = std::map<std::string, std::string>;
 
-StatusOr<LaunchEnv> detect(const Env& env) {
-  return detectLaunchEnv([&env](const char* name) -> const char* {
+// `env` as the process environment, for the strict and the lenient form.
+std::function<const char*(const char*)> reading(const Env& env) {
+  return [&env](const char* name) -> const char* {
     auto it = env.find(name);
     return it == env.end() ? nullptr : it->second.c_str();
-  });
+  };
 }
+StatusOr<LaunchEnv> detect(const Env& env) { return detectLaunchEnv(reading(env)); }
+StatusOr<LaunchEnv> lenient(const Env& env) { return detectLaunchEnvLenient(reading(env)); }
 
 // `env` with `k` set to `v`, or with `k` removed.
 Env with(Env env, const std::string& k, const std::string& v) {
@@ -341,12 +344,6 @@ TEST_CASE("launch env: malformed values name the variable and value", "[bootstra
 // places the rank on its host is refused (the rank joins to tell the others why), and still
 // fails on anything else.
 TEST_CASE("launch env: a refused local placement is left in placeError by the lenient form", "[bootstrap][launch_env]") {
-  auto lenient = [](const Env& env) {
-    return detectLaunchEnvLenient([&env](const char* name) -> const char* {
-      auto it = env.find(name);
-      return it == env.end() ? nullptr : it->second.c_str();
-    });
-  };
   struct Case {
     Env env;
     int rank, worldSize;
@@ -378,8 +375,53 @@ TEST_CASE("launch env: a refused local placement is left in placeError by the le
   auto sound = lenient(torchEnv());
   REQUIRE(sound.isOk());
   CHECK(sound.value().placeError.isOk());
-  CHECK_FALSE(lenient(with(torchEnv(), "RANK", "8")).isOk());
   CHECK_FALSE(lenient(without(torchEnv(), "MASTER_PORT")).isOk());
+}
+
+// Under torchrun's variables (often written by hand) a process whose own RANK is refused
+// keeps the world size and the store in the lenient form, so that it can tell the job why
+// no process joins as the rank it should have been; rankError says why, and the strict form
+// refuses it with the same reason. Without a store it has nobody to tell: the rank's reason
+// is the error, not the store's.
+TEST_CASE("launch env: a refused torchrun RANK is left in rankError, with the store", "[bootstrap][launch_env]") {
+  struct Case {
+    Env env;
+    const char* why;
+  };
+  for (const Case& c : {Case{with(torchEnv(), "RANK", "8"), "RANK=8 must be less than WORLD_SIZE=8"},
+                        Case{with(torchEnv(), "RANK", "x1"), "RANK='x1' is not an integer"},
+                        Case{with(torchEnv(), "RANK", "-1"), "RANK='-1' must not be negative"},
+                        Case{without(torchEnv(), "RANK"), "torchrun launch: RANK is not set"}}) {
+    INFO(c.why);
+    auto e = lenient(c.env);
+    REQUIRE(e.isOk());
+    CHECK(e.value().rank == -1);
+    CHECK(e.value().worldSize == 8);
+    CHECK(e.value().storeHost == "node0");
+    CHECK(e.value().storePort == 29500);
+    CHECK(e.value().rankZeroServes);
+    CHECK_FALSE(e.value().serveStore);
+    REQUIRE_FALSE(e.value().rankError.isOk());
+    CHECK(e.value().rankError.code() == Code::kInvalidArgument);
+    CHECK(e.value().rankError.message().find(c.why) != std::string::npos);
+    auto strict = detect(c.env);
+    REQUIRE_FALSE(strict.isOk());
+    CHECK(strict.status().message() == e.value().rankError.message());
+    // No store to tell: the rank's own reason, not the missing variable.
+    auto alone = lenient(without(c.env, "MASTER_PORT"));
+    REQUIRE_FALSE(alone.isOk());
+    CHECK(alone.status().message() == e.value().rankError.message());
+  }
+  // An etcd store (BRAID_STORE) stands for MASTER_ADDR/MASTER_PORT.
+  auto etcd = lenient(with(with(torchEnv(), "RANK", "9"), "BRAID_STORE", "etcd://127.0.0.1:2379/jobs"));
+  REQUIRE(etcd.isOk());
+  CHECK(etcd.value().storeUrl == "etcd://127.0.0.1:2379/jobs");
+  CHECK_FALSE(etcd.value().rankError.isOk());
+  // A sound RANK leaves rankError ok.
+  auto sound = lenient(torchEnv());
+  REQUIRE(sound.isOk());
+  CHECK(sound.value().rankError.isOk());
+  CHECK(sound.value().rank == 1);
 }
 
 TEST_CASE("launch env: srun and a one-host mpirun find the store with no address given", "[bootstrap][launch_env]") {

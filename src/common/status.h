@@ -47,12 +47,14 @@ class [[nodiscard]] Status {
     return *this;
   }
   Status& operator=(Status&& o) noexcept {
-    std::string* old = msg_;
-    code_ = o.code_;
-    rank_ = o.rank_;
-    msg_ = o.msg_;
-    o.msg_ = nullptr;
-    if (old) freeMessage(old);
+    if (this != &o) {
+      std::string* old = msg_;
+      code_ = o.code_;
+      rank_ = o.rank_;
+      msg_ = o.msg_;
+      o.msg_ = nullptr;
+      if (old) freeMessage(old);
+    }
     return *this;
   }
   // Inline, a test and a branch; freeing a message (failures only) is out of line.

@@ -297,9 +297,7 @@ Status tellJobRankRefused(const bootstrap::LaunchEnv& env, const core::Config& c
     if (!client.isOk()) return why;
     store = std::move(client).value();
   }
-  char host[256] = {};
-  if (gethostname(host, sizeof host - 1) != 0) std::snprintf(host, sizeof host, "?");
-  const Status told(why.code(), why.message() + " (pid " + std::to_string(getpid()) + " on host " + host + ")");
+  const Status told(why.code(), why.message() + " (" + core::thisProcess() + ")");
   std::string prefix = core::CommOptions().keyPrefix;
   if (init > 0) prefix += ".i" + std::to_string(init);
   (void)store->set(prefix + "/abort", core::encodeAbortRecord(told, -1), deadline);

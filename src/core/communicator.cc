@@ -143,6 +143,12 @@ std::string settingOf(const std::string& line, const std::string& name) {
 
 }  // namespace
 
+std::string thisProcess() {
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) != 0) std::snprintf(host, sizeof host, "?");
+  return "pid " + std::to_string(getpid()) + " on host " + host;
+}
+
 std::string encodeAbortRecord(const Status& s, int reporter) {
   return std::to_string(static_cast<int>(s.code())) + "\n" + std::to_string(s.rank()) + "\n" +
          std::to_string(reporter) + "\n" + s.message();
@@ -856,9 +862,7 @@ Status Communicator::initPoll(Deadline deadline) {
 // (where rank 0 serves the store, the second cannot bind its port). A store without
 // compare-and-set skips the check.
 Status Communicator::claimRank(Deadline deadline) {
-  char host[256] = {};
-  if (gethostname(host, sizeof host - 1) != 0) std::snprintf(host, sizeof host, "?");
-  const std::string me = "pid " + std::to_string(getpid()) + " on host " + host;
+  const std::string me = thisProcess();
   const std::string claim = key("claim/" + std::to_string(nonce_) + "/" + std::to_string(rank_));
   auto holder = store_->compareSet(claim, "", me, storeCheckDeadline(deadline));
   if (!holder.isOk() || holder.value() == me) return Status::ok();  // taken, or no way to tell

@@ -377,6 +377,8 @@ uint32_t shapeHash(const algorithms::Request& req);
 // in front of the message ("rank 2 reported: ..."). Reporter -1 is a process given no rank
 // of the job (a refused RANK), which leaves its reason there before it exits.
 std::string encodeAbortRecord(const Status& s, int reporter);
+// This process as error messages name it: "pid P on host H".
+std::string thisProcess();
 Status decodeAbortRecord(const std::string& record);
 
 }  // namespace braid::core

@@ -1151,10 +1151,7 @@ StatusOr<std::shared_ptr<Op>> Communicator::prepare(const algorithms::Request& r
     // The previous blocking call's Op, which nobody holds any more: reset rather than
     // allocate (and construct a mutex and a condition variable) on every small call.
     op = spareOp_;
-    op->buffers_ = exec::Buffers{};
-    op->scratch_.reset();
     op->scaled_.reset();
-    op->mover_ = nullptr;
     if (!op->status_.isOk()) op->status_ = Status::ok();
     op->done_ = false;
   } else {
@@ -1187,38 +1184,37 @@ StatusOr<std::shared_ptr<Op>> Communicator::prepare(const algorithms::Request& r
 StatusOr<std::shared_ptr<Op>> Communicator::prepareScheduled(std::shared_ptr<Op> op, const algorithms::Request& req,
                                                              const void* input, void* output,
                                                              std::vector<void*> extra, bool startsNow) {
-  if (!cachedSchedule_ || !sameRequest(req, cachedReq_)) {
-    BRAID_ASSIGN_OR_RETURN(exec::Schedule sched, plan::planCollective(req, layout_, &algoRules_, machine_));
-    if (sched.channels.empty()) return internalError("planner returned a schedule without channels");
-    if (sched.connectionSet == 1 && sched.channels.size() != 1)
-      return internalError(sched.algorithm + ": a mesh schedule must have one channel");
-    if (static_cast<int>(sched.channels.size()) > nchannels_)
-      return internalError(sched.algorithm + ": more channels than the communicator has");
-    if (sendAcks_ && needsAcks(req)) exec::computeAcks(&sched, nranks_);
-    cachedSchedule_ = std::make_shared<const exec::Schedule>(std::move(sched));
-    cachedReq_ = req;
-    cachedShapeHash_ = shapeHash(req);  // what it hashes, sameRequest compares
-  }
-  // A recycled op usually holds this schedule already: no reference count to touch.
-  if (op->schedule_ != cachedSchedule_) op->schedule_ = cachedSchedule_;
-  op->buffers_.input = input;
-  op->buffers_.output = output;
-  op->buffers_.extra = std::move(extra);
-  if (op->schedule_->scratchBytes) {
-    if (op->mover_) {
-      BRAID_ASSIGN_OR_RETURN(op->buffers_.scratch, op->mover_->workspace(0, op->schedule_->scratchBytes));
-    } else {
-      op->scratch_.reset(new char[op->schedule_->scratchBytes]);
-      op->buffers_.scratch = op->scratch_.get();
-    }
-  }
+  BRAID_RETURN_IF_ERROR(useSchedule(req));
+  bindSchedule(op.get(), req);
+  BRAID_RETURN_IF_ERROR(bindBuffers(op.get(), input, output, std::move(extra)));
+  startOp(op.get(), startsNow);
+  return op;
+}
+
+Status Communicator::useSchedule(const algorithms::Request& req) {
+  if (cachedSchedule_ && sameRequest(req, cachedReq_)) return Status::ok();
+  BRAID_ASSIGN_OR_RETURN(exec::Schedule sched, plan::planCollective(req, layout_, &algoRules_, machine_));
+  if (sched.channels.empty()) return internalError("planner returned a schedule without channels");
+  if (sched.connectionSet == 1 && sched.channels.size() != 1)
+    return internalError(sched.algorithm + ": a mesh schedule must have one channel");
+  if (static_cast<int>(sched.channels.size()) > nchannels_)
+    return internalError(sched.algorithm + ": more channels than the communicator has");
+  if (sendAcks_ && needsAcks(req)) exec::computeAcks(&sched, nranks_);
+  cachedSchedule_ = std::make_shared<const exec::Schedule>(std::move(sched));
+  cachedReq_ = req;
+  cachedShapeHash_ = shapeHash(req);  // what it hashes, sameRequest compares
+  ++scheduleGen_;
+  return Status::ok();
+}
+
+void Communicator::bindSchedule(Op* op, const algorithms::Request& req) {
+  // Everything below follows from what sameRequest compares and from the schedule: an op
+  // bound to this very schedule (a recycled one, as a loop repeats its call) keeps it all.
+  if (op->boundGen_ == scheduleGen_ && op->schedule_ == cachedSchedule_) return;
+  op->schedule_ = cachedSchedule_;
+  op->boundGen_ = scheduleGen_;
   op->shape_ = CallShape::of(req);
   op->sequenced_ = req.coll != algorithms::Collective::kSendRecv;
-  if (!op->sequenced_) {
-    op->tag_ = kP2PTag;
-  } else {
-    op->tag_ = (static_cast<uint64_t>(seq_++) << 32) | cachedShapeHash_;
-  }
   op->name_ = algorithms::collectiveName(req.coll);
   // Channels with nothing to do (a message smaller than the channel count) are not handed
   // to their progress threads: waking a thread costs more than a small collective.
@@ -1229,15 +1225,38 @@ StatusOr<std::shared_ptr<Op>> Communicator::prepareScheduled(std::shared_ptr<Op>
     const bool acks = c == 0 && (!op->schedule_->ackTo.empty() || !op->schedule_->ackFrom.empty());
     if (!op->schedule_->channels[c].steps.empty() || divides || acks) op->channels_.push_back(static_cast<int>(c));
   }
-  op->remaining_ = static_cast<int>(op->channels_.size());
   op->outputBytes_ = algorithms::outputElems(req, rank_, nranks_) * dataTypeSize(req.dtype);
   op->comm_ = this;
+}
+
+Status Communicator::bindBuffers(Op* op, const void* input, void* output, std::vector<void*> extra) {
+  op->buffers_.input = input;
+  op->buffers_.output = output;
+  op->buffers_.extra = std::move(extra);
+  op->buffers_.scratch = nullptr;
+  const size_t need = op->schedule_->scratchBytes;
+  if (need && op->mover_) {
+    BRAID_ASSIGN_OR_RETURN(op->buffers_.scratch, op->mover_->workspace(0, need));
+    return Status::ok();
+  }
+  // Kept for the next call of a recycled op, so a loop of calls allocates once; one much
+  // larger than this call needs (an earlier, larger call's) is given back.
+  if (op->scratchCap_ < need || op->scratchCap_ / 4 > need + (64 << 10)) {
+    op->scratch_.reset(need ? new char[need] : nullptr);
+    op->scratchCap_ = need;
+  }
+  if (need) op->buffers_.scratch = op->scratch_.get();
+  return Status::ok();
+}
+
+void Communicator::startOp(Op* op, bool startsNow) {
+  op->tag_ = op->sequenced_ ? (static_cast<uint64_t>(seq_++) << 32) | cachedShapeHash_ : kP2PTag;
+  op->remaining_ = static_cast<int>(op->channels_.size());
   op->startedAtQueue_ = startsNow;
   if (op->sequenced_)
     recorder_.queued(static_cast<uint32_t>(op->tag_ >> 32), op->shape_, op->outputBytes_, op->schedule_->algorithm,
                      startsNow);
   inflight_.fetch_add(1);
-  return op;
 }
 
 void Communicator::enqueue(const std::shared_ptr<Op>& op, size_t first) {
@@ -1281,6 +1300,10 @@ StatusOr<std::vector<std::string>> Communicator::exchangeAll(const std::string& 
 Status Communicator::run(const algorithms::Request& req, const void* input, void* output, std::vector<void*> extra,
                          exec::DataMover* mover) {
   const int64_t t0 = timeline::on() ? timeline::nowUs() : 0;
+  if (!mover && extra.empty() && !req.preMul) {
+    Status s;
+    if (runAlone(req, input, output, t0, &s)) return s;
+  }
   std::shared_ptr<Op> op;
   bool runInline = false;
   {
@@ -1295,18 +1318,56 @@ Status Communicator::run(const algorithms::Request& req, const void* input, void
   }
   // Nothing is queued ahead of us, so running the first channel here keeps issue order and
   // saves the wake-up of a progress thread, which dominates small-message latency. An op
-  // with that channel alone (every small one) is then done: nothing to wait for.
+  // with that channel alone is then done: nothing to wait for.
   Status s;
   if (runInline && op->channels_.size() == 1) {
-    s = execChannel(op, op->channels_[0]);
+    s = execChannel(*op, op->channels_[0]);
     op->completeAlone(s);
   } else {
     if (runInline) runChannel(op, op->channels_[0]);
     s = op->wait();
   }
   if (!s.isOk()) s = s.withContext(op->name_);
-  if (timeline::on()) traceCall(*op, t0, s);
+  if (t0) traceCall(*op, t0, s);
   return s;
+}
+
+bool Communicator::runAlone(const algorithms::Request& req, const void* input, void* output, int64_t t0,
+                            Status* result) {
+  Op& op = aloneOp_;
+  {
+    std::lock_guard<std::mutex> lock(submitMu_);
+    // Something in flight (a non-blocking call, another thread's): this call queues behind.
+    if (inflight_.load(std::memory_order_relaxed) != 0) return false;
+    Status s = brokenStatus();
+    if (s.isOk()) s = useSchedule(req);
+    if (!s.isOk()) {
+      *result = s;
+      return true;
+    }
+    bindSchedule(&op, req);
+    // No channel with work (finishEmpty), several, or a point-to-point group: the general
+    // path.
+    if (op.channels_.size() != 1 || !op.sequenced_) return false;
+    op.mover_ = nullptr;
+    // Host buffers only, no extra buffers: nothing here can fail.
+    (void)bindBuffers(&op, input, output, {});
+    if (!op.status_.isOk()) op.status_ = Status::ok();
+    op.done_ = false;
+    // What the executor works out before running the channel, once per schedule.
+    if (op.setupGen_ != op.boundGen_) {
+      op.setup_ = exec::prepareChannel(*op.schedule_, op.channels_[0], channelLinks(op, op.channels_[0]),
+                                       channelContext(op, op.channels_[0]));
+      op.setupGen_ = op.boundGen_;
+    }
+    startOp(&op, /*startsNow=*/true);
+  }
+  Status s = execChannel(op, op.channels_[0], &op.setup_);
+  op.completeAlone(s);
+  if (!s.isOk()) s = s.withContext(op.name_);
+  if (t0) traceCall(op, t0, s);
+  *result = std::move(s);
+  return true;
 }
 
 void Communicator::traceCall(const Op& op, int64_t t0, const Status& s) const {
@@ -1326,7 +1387,7 @@ StatusOr<std::shared_ptr<Op>> Communicator::submit(const algorithms::Request& re
   return op;
 }
 
-void Communicator::runChannel(const std::shared_ptr<Op>& op, int channel) { op->complete(execChannel(op, channel)); }
+void Communicator::runChannel(const std::shared_ptr<Op>& op, int channel) { op->complete(execChannel(*op, channel)); }
 
 // A channel's long waits check the communicator's health; channel 0's, of a sequenced call
 // with peers, also publish what this rank runs (publishCall).
@@ -1343,43 +1404,53 @@ class Communicator::WaitHooks final : public exec::RunHooks {
   const Op* publish_;
 };
 
-Status Communicator::execChannel(const std::shared_ptr<Op>& op, int channel) {
+exec::RunContext Communicator::channelContext(const Op& op, int channel) const {
+  exec::RunContext ctx;
+  ctx.rank = rank_;
+  const bool mesh = op.schedule_->connectionSet == 1;
+  ctx.sliceBytes = mesh ? meshSlotBytes_ : opts_.config.slotBytes;
+  ctx.wholeBlockBytes = wholeBlockBytes_;
+  ctx.tag = op.tag_;
+  ctx.wait = op.channels_.size() == 1 ? waitOneChannel_ : wait_;
+  ctx.streamOutput = op.outputBytes_ >= kStreamOutputBytes;
+  ctx.abortFlag = &abortFlag_;
+  if (waitNotes_ && channel < nchannels_) ctx.waitNote = &waitNotes_[channel];
+  if (channel == 0 && op.sequenced_) ctx.ackLinks = &meshLinks_;
+  ctx.mover = op.mover_;
+  return ctx;
+}
+
+const exec::ChannelLinks& Communicator::channelLinks(const Op& op, int channel) const {
+  return op.schedule_->connectionSet == 1 ? meshLinks_ : links_[channel];
+}
+
+Status Communicator::execChannel(const Op& op, int channel, const exec::ChannelSetup* setup) {
   Status s = brokenStatus();
   if (s.isOk()) {
-    exec::RunContext ctx;
-    ctx.rank = rank_;
-    const bool mesh = op->schedule_->connectionSet == 1;
-    ctx.sliceBytes = mesh ? meshSlotBytes_ : opts_.config.slotBytes;
-    ctx.wholeBlockBytes = wholeBlockBytes_;
-    ctx.tag = op->tag_;
+    exec::RunContext ctx = channelContext(op, channel);
+    const bool mesh = op.schedule_->connectionSet == 1;
     ctx.deadline = Deadline::afterCoarse(opts_.config.timeoutSec);
-    ctx.wait = op->channels_.size() == 1 ? waitOneChannel_ : wait_;
-    ctx.streamOutput = op->outputBytes_ >= kStreamOutputBytes;
-    ctx.abortFlag = &abortFlag_;
-    if (waitNotes_ && channel < nchannels_) ctx.waitNote = &waitNotes_[channel];
     uint64_t peerTag = 0;
     ctx.mismatchTag = &peerTag;
     // Channel 0's thread owns both connection sets' channel-0 links: a long wait there looks
     // for a peer's mismatched call on the set this operation does not use, and says what
     // this rank is running, so that a peer finding the mismatch can decode both calls.
-    const bool publishes = channel == 0 && nranks_ > 1 && op->sequenced_;
+    const bool publishes = channel == 0 && nranks_ > 1 && op.sequenced_;
     if (publishes) ctx.otherLinks = mesh ? &links_[0] : &meshLinks_;
-    WaitHooks hooks(this, publishes ? op.get() : nullptr);
+    WaitHooks hooks(this, publishes ? &op : nullptr);
     ctx.hooks = &hooks;
-    if (channel == 0 && op->sequenced_) ctx.ackLinks = &meshLinks_;
-    ctx.mover = op->mover_;
-    if (op->sequenced_ && !op->startedAtQueue_) recorder_.started(static_cast<uint32_t>(op->tag_ >> 32));
+    if (op.sequenced_ && !op.startedAtQueue_) recorder_.started(static_cast<uint32_t>(op.tag_ >> 32));
     const int64_t t0 = timeline::on() ? timeline::nowUs() : 0;
-    s = exec::runChannel(*op->schedule_, channel, op->buffers_, mesh ? meshLinks_ : links_[channel], ctx);
-    if (!s.isOk() && peerTag) s = explainMismatch(s, *op, peerTag);
+    s = exec::runChannel(*op.schedule_, channel, op.buffers_, channelLinks(op, channel), ctx, setup);
+    if (!s.isOk() && peerTag) s = explainMismatch(s, op, peerTag);
     if (t0) {
-      timeline::span(std::string(op->name_) + " ch" + std::to_string(channel), "channel", t0, timeline::nowUs() - t0, channel,
-                     "\"algorithm\": \"" + op->schedule_->algorithm + "\", \"bytes\": " +
-                         std::to_string(op->outputBytes_));
+      timeline::span(std::string(op.name_) + " ch" + std::to_string(channel), "channel", t0, timeline::nowUs() - t0, channel,
+                     "\"algorithm\": \"" + op.schedule_->algorithm + "\", \"bytes\": " +
+                         std::to_string(op.outputBytes_));
     }
     if (!s.isOk()) {
       // Marked failed before fail() dumps the recorder; complete() records the final word.
-      if (op->sequenced_) recorder_.finished(static_cast<uint32_t>(op->tag_ >> 32), false, s.rank());
+      if (op.sequenced_) recorder_.finished(static_cast<uint32_t>(op.tag_ >> 32), false, s.rank());
       s = fail(s);
     }
   }

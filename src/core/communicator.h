@@ -55,8 +55,16 @@ class Op {
   void finishEmpty();  // an op with no channel to run: done at once
 
   std::shared_ptr<const exec::Schedule> schedule_;  // shared with the communicator's plan cache
+  // The communicator's scheduleGen_ when the fields that follow from the request and its
+  // schedule (shape_ ... outputBytes_) were last set: a repeated call leaves them be.
+  uint64_t boundGen_ = 0;
+  // Communicator::runAlone's: exec::prepareChannel's for channels_[0], made at boundGen_
+  // setupGen_ (the op runs without a mover there).
+  exec::ChannelSetup setup_;
+  uint64_t setupGen_ = 0;
   exec::Buffers buffers_;
   std::unique_ptr<char[]> scratch_;   // Schedule::scratchBytes
+  size_t scratchCap_ = 0;             // bytes scratch_ holds, kept between repeated calls
   std::unique_ptr<char[]> scaled_;    // a pre-multiplied copy of the input
   exec::DataMover* mover_ = nullptr;  // device buffers: what touches their bytes
   uint64_t tag_ = 0;
@@ -230,12 +238,30 @@ class Communicator {
   StatusOr<std::shared_ptr<Op>> prepareScheduled(std::shared_ptr<Op> op, const algorithms::Request& req,
                                                  const void* input, void* output, std::vector<void*> extra,
                                                  bool startsNow);
+  // The parts of preparing an op, under submitMu_. useSchedule plans `req` unless it
+  // repeats the cached request; bindSchedule sets what follows from the request and that
+  // schedule on `op` (nothing when `op` was bound to it already); bindBuffers points the
+  // op at the caller's buffers; startOp numbers the op and records it queued or running.
+  Status useSchedule(const algorithms::Request& req);
+  void bindSchedule(Op* op, const algorithms::Request& req);
+  Status bindBuffers(Op* op, const void* input, void* output, std::vector<void*> extra);
+  void startOp(Op* op, bool startsNow);
+  // run()'s common case: a blocking call on host buffers with nothing in flight and one
+  // channel to run, done on the caller's thread with aloneOp_ (no allocation, no reference
+  // count, no progress thread to wake). False when the call does not qualify (nothing is
+  // done then); otherwise *result is the call's outcome. `t0`: BRAID_TIMELINE's start, or 0.
+  bool runAlone(const algorithms::Request& req, const void* input, void* output, int64_t t0, Status* result);
   // Hands op->channels_[first...] to their progress threads.
   void enqueue(const std::shared_ptr<Op>& op, size_t first);
   // Runs one channel of `op` and completes it there (Op::complete).
   void runChannel(const std::shared_ptr<Op>& op, int channel);
   // Runs one channel of `op`: what it ended with, failures recorded, the op not completed.
-  Status execChannel(const std::shared_ptr<Op>& op, int channel);
+  // `setup`: exec::prepareChannel's for this channel of op's schedule, or null.
+  Status execChannel(const Op& op, int channel, const exec::ChannelSetup* setup = nullptr);
+  // The run context of `op`'s channel `channel`, less what each run adds (its deadline,
+  // hooks and mismatch report), and the links it runs on.
+  exec::RunContext channelContext(const Op& op, int channel) const;
+  const exec::ChannelLinks& channelLinks(const Op& op, int channel) const;
   // BRAID_TIMELINE: the span of one blocking call, from issue to completion.
   void traceCall(const Op& op, int64_t t0, const Status& s) const;
   void workerLoop(int channel);
@@ -334,6 +360,7 @@ class Communicator {
 
   std::mutex submitMu_;
   std::shared_ptr<Op> spareOp_;  // run()'s last Op, recycled once nobody else holds it
+  Op aloneOp_;                   // runAlone's, used only while inflight_ is 0 before it
   uint32_t seq_ = 0;       // collectives issued (point-to-point groups do not count)
   uint32_t splitSeq_ = 0;  // splits issued, to name each child's keys
   uint32_t shrinkSeq_ = 0;  // shrinks issued, to name each child's keys
@@ -347,6 +374,7 @@ class Communicator {
   algorithms::Request cachedReq_;
   std::shared_ptr<const exec::Schedule> cachedSchedule_;
   uint32_t cachedShapeHash_ = 0;  // shapeHash(cachedReq_)
+  uint64_t scheduleGen_ = 0;      // bumped whenever cachedSchedule_ changes (Op::boundGen_)
 
   std::atomic<int> abortFlag_{0};
   std::atomic<bool> brokenFlag_{false};  // lets the hot path skip errorMu_

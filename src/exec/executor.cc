@@ -44,9 +44,16 @@ std::string describeTag(uint64_t tag) {
 class ChannelRunner {
  public:
   ChannelRunner(const Schedule& s, int channel, const Buffers& b, const ChannelLinks& links,
-                const RunContext& ctx)
+                const RunContext& ctx, const ChannelSetup* setup = nullptr)
       : s_(s), plan_(s.channels[channel]), b_(b), links_(links), ctx_(ctx),
-        es_(dataTypeSize(s.dtype)), channel_(channel) {
+        es_(dataTypeSize(s.dtype)), channel_(channel), setup_(setup) {
+    if (setup) {
+      for (Connection* c : setup->active) active_.push_back(c);
+      acks_ = setup->acks;
+      sliceBytes_ = setup->sliceBytes;
+      whole_ = setup->whole;
+      return;
+    }
     // The distinct connections this channel touches: all of them are progressed while any
     // one is awaited, so a stream transport never sits on staged bytes a peer waits for.
     for (const Step& st : plan_.steps) {
@@ -64,10 +71,35 @@ class ChannelRunner {
     // Whole blocks over connections that carry large messages: a step's round is one message.
     whole_ = s.wholeBlocks && ctx.wholeBlockBytes > sliceBytes_ && !ctx.mover;
     if (whole_) sliceBytes_ = ctx.wholeBlockBytes / es_ * es_;
-    if (!ctx.mover) markDirectSends();
+  }
+
+  // prepareChannel: what the constructor and runSteps work out, kept for later runs.
+  ChannelSetup setup() {
+    ChannelSetup out;
+    for (Connection* c : active_) out.active.push_back(c);
+    for (const Step& st : plan_.steps) {
+      out.links = checkLinks(st);
+      if (!out.links.isOk()) break;
+    }
+    out.sliceBytes = sliceBytes_;
+    out.whole = whole_;
+    out.acks = acks_;
+    for (Connection* c : active_) out.userSends = out.userSends || c->sendsFromUser();
+    bool oneRound = plan_.phases.empty() ? plan_.rounds == 1 : true;
+    for (const Phase& ph : plan_.phases) oneRound = oneRound && ph.rounds == 1;
+    out.singleSlices = oneRound;
+    for (const Step& st : plan_.steps) {
+      const size_t len = st.bytes() & ~(es_ - 1);
+      out.singleSlices = out.singleSlices && len <= sliceBytes_;
+      out.stepBytes.push_back(len);
+    }
+    if (!out.singleSlices) out.stepBytes.clear();
+    return out;
   }
 
   Status run() {
+    // Which steps may send from the caller's memory depends on the buffers: every run.
+    if (!ctx_.mover && (!setup_ || setup_->userSends)) markDirectSends();
     Status st = runSteps();
     // After a failure the transport may still read a copy a large message was sent from;
     // the connections are abandoned with the communicator, and the copies with them.
@@ -78,9 +110,21 @@ class ChannelRunner {
 
  private:
   Status runSteps() {
-    for (const Step& st : plan_.steps) BRAID_RETURN_IF_ERROR(checkLinks(st));
+    if (setup_) {
+      BRAID_RETURN_IF_ERROR(setup_->links);
+    } else {
+      for (const Step& st : plan_.steps) BRAID_RETURN_IF_ERROR(checkLinks(st));
+    }
     if (acks_) BRAID_RETURN_IF_ERROR(sendAcks());
-    if (plan_.phases.empty()) {
+    if (setup_ && setup_->singleSlices && !timeline::on()) {
+      // One slice per step, in step order: what the rounds below come to for these steps.
+      for (size_t i = 0; i < plan_.steps.size(); ++i) {
+        const size_t len = setup_->stepBytes[i];
+        if (len == 0) continue;
+        const bool direct = !directSend_.empty() && directSend_[i];
+        BRAID_RETURN_IF_ERROR(runSlice(plan_.steps[i], direct, 0, len));
+      }
+    } else if (plan_.phases.empty()) {
       BRAID_RETURN_IF_ERROR(runPhase(0, plan_.steps.size(), plan_.rounds));
     } else {
       for (const Phase& ph : plan_.phases) BRAID_RETURN_IF_ERROR(runPhase(ph.firstStep, ph.numSteps, ph.rounds));
@@ -709,6 +753,7 @@ class ChannelRunner {
   };
   ConnList active_;
   int channel_;
+  const ChannelSetup* setup_;  // prepareChannel's, or null
   std::vector<bool> directSend_;  // per step; empty when no connection sends from user memory
   int64_t nextHealthNs_ = 0;
   int64_t waitStartNs_ = 0;    // when the current wait began
@@ -718,11 +763,27 @@ class ChannelRunner {
 
 }  // namespace
 
+ChannelSetup prepareChannel(const Schedule& schedule, int channel, const ChannelLinks& links,
+                            const RunContext& ctx) {
+  ChannelSetup out;
+  if (channel < 0 || channel >= static_cast<int>(schedule.channels.size())) {
+    out.links = internalError("channel out of range");
+    return out;
+  }
+  // No buffers: nothing the setup works out depends on their addresses (markDirectSends,
+  // which does, runs on every call where userSends says it must).
+  const Buffers none;
+  RunContext plain = ctx;
+  plain.mover = nullptr;
+  ChannelRunner runner(schedule, channel, none, links, plain);
+  return runner.setup();
+}
+
 Status runChannel(const Schedule& schedule, int channel, const Buffers& buffers,
-                  const ChannelLinks& links, const RunContext& ctx) {
+                  const ChannelLinks& links, const RunContext& ctx, const ChannelSetup* setup) {
   if (channel < 0 || channel >= static_cast<int>(schedule.channels.size()))
     return internalError("channel out of range");
-  ChannelRunner runner(schedule, channel, buffers, links, ctx);
+  ChannelRunner runner(schedule, channel, buffers, links, ctx, ctx.mover ? nullptr : setup);
   BRAID_RETURN_IF_ERROR(runner.run());
   if (schedule.divisor > 1 && channel < static_cast<int>(schedule.divideRanges.size())) {
     for (const Region& r : schedule.divideRanges[channel]) {

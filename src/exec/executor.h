@@ -116,10 +116,31 @@ struct RunContext {
 // How long a wait lasts before it looks for a mismatched peer (RunContext::otherLinks).
 constexpr int64_t kLongWaitNs = 500 * 1000 * 1000;
 
+// What runChannel works out about a channel before it runs the steps, for a caller that
+// runs the same schedule over the same links again and again (a loop of small calls): the
+// connections the steps use, whether those exist, the slice, and each step's length when
+// every step is one slice of one round. Made by prepareChannel for a RunContext whose
+// sliceBytes, wholeBlockBytes and ackLinks are those of the runs it serves, without a
+// mover; valid while the schedule and the connections live.
+struct ChannelSetup {
+  std::vector<transport::Connection*> active;
+  Status links;              // why a step's connection is missing, or ok
+  size_t sliceBytes = 0;
+  bool whole = false;        // whole blocks above a slot (RunContext::wholeBlockBytes)
+  bool acks = false;         // this channel carries the schedule's acknowledgements
+  bool userSends = false;    // a connection may send from the caller's memory
+  // Every step one slice of one round: stepBytes[i] is step i's length, run in step order.
+  bool singleSlices = false;
+  std::vector<size_t> stepBytes;
+};
+ChannelSetup prepareChannel(const Schedule& schedule, int channel, const ChannelLinks& links,
+                            const RunContext& ctx);
+
 // Runs channel `channel` of `schedule` to completion (all sends flushed). Blocks; uses only
 // the calling thread. On error the connections are left in an undefined state and the
-// communicator must be aborted.
+// communicator must be aborted. `setup`: prepareChannel's for this schedule, channel, links
+// and context (ctx.mover null), or null to work it out here.
 Status runChannel(const Schedule& schedule, int channel, const Buffers& buffers,
-                  const ChannelLinks& links, const RunContext& ctx);
+                  const ChannelLinks& links, const RunContext& ctx, const ChannelSetup* setup = nullptr);
 
 }  // namespace braid::exec

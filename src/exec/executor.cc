@@ -74,9 +74,12 @@ class ChannelRunner {
   }
 
   // prepareChannel: what the constructor and runSteps work out, kept for later runs.
-  ChannelSetup setup() {
+  ChannelSetup workedOut() {
     ChannelSetup out;
-    for (Connection* c : active_) out.active.push_back(c);
+    for (Connection* c : active_) {
+      out.active.push_back(c);
+      out.userSends = out.userSends || c->sendsFromUser();
+    }
     for (const Step& st : plan_.steps) {
       out.links = checkLinks(st);
       if (!out.links.isOk()) break;
@@ -84,7 +87,6 @@ class ChannelRunner {
     out.sliceBytes = sliceBytes_;
     out.whole = whole_;
     out.acks = acks_;
-    for (Connection* c : active_) out.userSends = out.userSends || c->sendsFromUser();
     bool oneRound = plan_.phases.empty() ? plan_.rounds == 1 : true;
     for (const Phase& ph : plan_.phases) oneRound = oneRound && ph.rounds == 1;
     out.singleSlices = oneRound;
@@ -776,7 +778,7 @@ ChannelSetup prepareChannel(const Schedule& schedule, int channel, const Channel
   RunContext plain = ctx;
   plain.mover = nullptr;
   ChannelRunner runner(schedule, channel, none, links, plain);
-  return runner.setup();
+  return runner.workedOut();
 }
 
 Status runChannel(const Schedule& schedule, int channel, const Buffers& buffers,

@@ -453,6 +453,28 @@ struct Fp8Storage {
   static void store(char* p, V v) { storeVec(p, lowBytes(floatToFp8Bits<kE4M3>(v))); }
 };
 
+// Copies the `n` bytes of a ragged end, n < kMax (a vector's bytes, a power of two), in
+// fixed pieces of 32, 16, 8, 4, 2 and 1 bytes: a call to memcpy for a handful of bytes
+// costs more than the reduction it serves (a scalar allreduce is all tail).
+template <size_t kMax>
+__attribute__((always_inline)) inline void copyTail(char* d, const char* s, size_t n) {
+  static_assert(kMax <= 64 && (kMax & (kMax - 1)) == 0, "a vector of up to 64 bytes");
+  size_t k = 0;
+  auto piece = [&](auto word) {
+    __builtin_memcpy(&word, s + k, sizeof word);
+    __builtin_memcpy(d + k, &word, sizeof word);
+    k += sizeof word;
+  };
+  struct Bytes32 { uint64_t w[4]; };
+  struct Bytes16 { uint64_t w[2]; };
+  if constexpr (kMax > 32) if (n & 32) piece(Bytes32{});
+  if constexpr (kMax > 16) if (n & 16) piece(Bytes16{});
+  if constexpr (kMax > 8) if (n & 8) piece(uint64_t{});
+  if constexpr (kMax > 4) if (n & 4) piece(uint32_t{});
+  if constexpr (kMax > 2) if (n & 2) piece(uint16_t{});
+  if constexpr (kMax > 1) if (n & 1) piece(uint8_t{});
+}
+
 // ---- reduce ---------------------------------------------------------------------------
 
 // Reduces `nsrc` sources into `dst`, `count` elements. kFixed > 0 is a compile-time source
@@ -495,14 +517,14 @@ inline void reduceLoop(void* dstv, const void* const* srcs, int nsrc, size_t cou
     const size_t rem = bytes - i;
     alignas(64) char buf[kStep];
     __builtin_memset(buf, 0, kStep);
-    __builtin_memcpy(buf, src0 + i, rem);
+    copyTail<kStep>(buf, src0 + i, rem);
     V acc = S::load(buf);
     for (int s = 1; s < ns; ++s) {
-      __builtin_memcpy(buf, static_cast<const char*>(srcs[s]) + i, rem);
+      copyTail<kStep>(buf, static_cast<const char*>(srcs[s]) + i, rem);
       acc = combine<Op>(acc, S::load(buf));
     }
     S::store(buf, acc);
-    __builtin_memcpy(dst + i, buf, rem);
+    copyTail<kStep>(dst + i, buf, rem);
   }
 }
 

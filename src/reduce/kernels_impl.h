@@ -561,9 +561,9 @@ void divideFloatKernel(void* dstv, size_t count, int divisor) {
     const size_t rem = bytes - i;
     alignas(64) char buf[kStep];
     __builtin_memset(buf, 0, kStep);
-    __builtin_memcpy(buf, dst + i, rem);
+    copyTail<kStep>(buf, dst + i, rem);
     S::store(buf, divideBy(S::load(buf), d));
-    __builtin_memcpy(dst + i, buf, rem);
+    copyTail<kStep>(dst + i, buf, rem);
   }
 }
 
@@ -605,9 +605,9 @@ inline void mapLoop(void* dstv, const void* srcv, size_t count, Fn fn) {
     const size_t rem = bytes - i;
     alignas(64) char buf[kStep];
     __builtin_memset(buf, 0, kStep);
-    __builtin_memcpy(buf, src + i, rem);
+    copyTail<kStep>(buf, src + i, rem);
     S::store(buf, fn(S::load(buf)));
-    __builtin_memcpy(dst + i, buf, rem);
+    copyTail<kStep>(dst + i, buf, rem);
   }
 }
 

@@ -269,6 +269,14 @@ StatusOr<std::unique_ptr<bootstrap::TcpStoreClient>> connectEnvStore(const boots
   return client;
 }
 
+// The key prefix of a process's `init`-th communicator from the launcher's environment: its
+// keys never meet those of an earlier init in a store that outlives it.
+std::string initKeyPrefix(uint64_t init) {
+  std::string prefix = core::CommOptions().keyPrefix;
+  if (init > 0) prefix += ".i" + std::to_string(init);
+  return prefix;
+}
+
 // How long a process given no rank of the job tries to leave its reason in the store.
 constexpr double kRefusedRankTellSec = 10;
 
@@ -298,9 +306,7 @@ Status tellJobRankRefused(const bootstrap::LaunchEnv& env, const core::Config& c
     store = std::move(client).value();
   }
   const Status told(why.code(), why.message() + " (" + core::thisProcess() + ")");
-  std::string prefix = core::CommOptions().keyPrefix;
-  if (init > 0) prefix += ".i" + std::to_string(init);
-  (void)store->set(prefix + "/abort", core::encodeAbortRecord(told, -1), deadline);
+  (void)store->set(initKeyPrefix(init) + "/abort", core::encodeAbortRecord(told, -1), deadline);
   return why;
 }
 
@@ -585,7 +591,7 @@ StatusOr<std::unique_ptr<Session>> Session::joinFromEnv(bootstrap::LaunchEnv env
   opts.cancel = cancel;
   opts.configError = configError;
   opts.launcherMarksExits = env.source == "braid" && !env.rankZeroServes;  // braidrun serves the store
-  if (init > 0) opts.keyPrefix += ".i" + std::to_string(init);
+  opts.keyPrefix = initKeyPrefix(init);
   auto joined = join(tcpClient, env.rank, env.worldSize, std::move(opts), env.rankZeroServes);
   if (!joined.isOk()) {
     if (server) {
@@ -637,7 +643,7 @@ StatusOr<std::unique_ptr<Session>> Session::fromEtcd(const bootstrap::LaunchEnv&
   opts.cancel = std::move(cancel);
   opts.configError = configError;
   opts.launcherMarksExits = env.source == "braid";  // braidrun's ranks: it marks their ends there too
-  if (init > 0) opts.keyPrefix += ".i" + std::to_string(init);
+  opts.keyPrefix = initKeyPrefix(init);
   BRAID_ASSIGN_OR_RETURN(auto s, join(std::move(store), env.rank, env.worldSize, std::move(opts), true));
   s->storeId_ = storeId;
   return s;

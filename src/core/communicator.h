@@ -58,8 +58,8 @@ class Op {
   // The communicator's scheduleGen_ when the fields that follow from the request and its
   // schedule (shape_ ... outputBytes_) were last set: a repeated call leaves them be.
   uint64_t boundGen_ = 0;
-  // Communicator::runAlone's: exec::prepareChannel's for channels_[0], made at boundGen_
-  // setupGen_ (the op runs without a mover there).
+  // Communicator::runAlone's (where the op runs without a mover): exec::prepareChannel's
+  // for channels_[0], and the boundGen_ it was made for.
   exec::ChannelSetup setup_;
   uint64_t setupGen_ = 0;
   exec::Buffers buffers_;

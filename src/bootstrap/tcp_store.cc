@@ -1480,7 +1480,13 @@ StatusOr<std::unique_ptr<TcpStoreClient>> TcpStoreClient::handshake(const std::s
     const Digest proof = authProof(key, kClientLabel, {n, hello.challenge, rep.challenge});
     auth.proof.assign(reinterpret_cast<const char*>(proof.data()), proof.size());
     s = client->roundTrip(auth, client->bounded(until), &rep);
-    if (!s.isOk()) return s;
+    if (!s.isOk()) {
+      // Until AUTH is answered the connection is not admitted: a flood of strangers' may
+      // still push it out (the oldest such go first), and then it is tried again like one
+      // dropped before its HELLO was answered.
+      if (s.code() == Code::kRemoteError) *dropped = client->closedByPeer_;
+      return s;
+    }
   }
   if (rep.op != proto::Op::kOk) return Status(Code::kRemoteError, "store at " + address + " answered HELLO with " + proto::opName(rep.op));
   if (tls) BRAID_RETURN_IF_ERROR(client->startTls(key, "store" + hello.challenge + serverChallenge));

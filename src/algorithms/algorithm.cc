@@ -92,7 +92,7 @@ size_t inputElems(const Request& req, int rank, int nranks) {
     case Collective::kReduceScatter: case Collective::kAllToAll: return n * req.count;
     case Collective::kScatter: return rank == req.root ? n * req.count : 0;
     case Collective::kAllGatherV: return static_cast<size_t>(rank) < req.counts.size() ? req.counts[rank] : 0;
-    case Collective::kReduceScatterV: return sum(req.counts);
+    case Collective::kReduceScatterV: return req.displs.empty() ? sum(req.counts) : extent(req.counts, req.displs);
     case Collective::kAllToAllV: return extent(req.sendCounts, req.sendDispls);
     case Collective::kBarrier: case Collective::kSendRecv: return 0;
   }

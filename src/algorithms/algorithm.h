@@ -62,7 +62,8 @@ struct Request {
   ReduceOp op = ReduceOp::kSum;
   int root = 0;
   bool inPlace = false;
-  // v-variants: receive counts and displacements per rank (alltoallv: also send side).
+  // v-variants: receive counts and displacements per rank (alltoallv: also send side;
+  // reduce-scatterv: the blocks' displacements in the input, back to back when empty).
   std::vector<size_t> counts, displs, sendCounts, sendDispls;
   std::vector<P2POp> p2p;
   // A pre-multiplied sum (PyTorch's PREMUL_SUM): the communicator scales this rank's input

@@ -89,6 +89,12 @@ StatusOr<Schedule> reduceScatterVRing(const Request& req, const Layout& layout) 
   if (req.counts.size() != n)
     return invalidArgument("reduce_scatterv: counts needs one entry per rank (" + std::to_string(n) + "), got " +
                            std::to_string(req.counts.size()));
+  if (!req.displs.empty()) {
+    if (req.displs.size() != n)
+      return invalidArgument("reduce_scatterv: displs needs one entry per rank (" + std::to_string(n) + "), got " +
+                             std::to_string(req.displs.size()));
+    return ringReduceScatter(req, layout, req.counts, req.displs);
+  }
   // The input holds the blocks back to back, in rank order.
   std::vector<size_t> displs(n);
   for (size_t b = 1; b < n; ++b) displs[b] = displs[b - 1] + req.counts[b - 1];

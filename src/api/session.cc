@@ -751,6 +751,24 @@ const char* inPlaceRule(Collective c) {
   }
 }
 
+// One piece of a device call staged in pieces (device_queue.h): elements [first, first +
+// elements) of an elementwise call, or of every rank's block of an allgather or
+// reduce-scatter, which is then that range of each block as a v-variant: the same call on
+// every rank, whatever its path (a staged rank's host copies and a direct rank's device
+// buffers have the same layout).
+algorithms::Request pieceRequest(const algorithms::Request& req, int nranks, size_t first, size_t elements) {
+  algorithms::Request piece = req;
+  piece.count = elements;
+  if (req.coll == Collective::kAllGather || req.coll == Collective::kReduceScatter) {
+    piece.coll = req.coll == Collective::kAllGather ? Collective::kAllGatherV : Collective::kReduceScatterV;
+    const size_t n = static_cast<size_t>(nranks);
+    piece.counts.assign(n, elements);
+    piece.displs.resize(n);
+    for (size_t b = 0; b < n; ++b) piece.displs[b] = b * req.count + first;
+  }
+  return piece;
+}
+
 }  // namespace
 
 Status Session::resolveOp(const CallArgs& a, algorithms::Request* req, const CallSite& site) const {
@@ -992,9 +1010,13 @@ Status Session::prepare(const CallArgs& a, Call* out) const {
     call.device.outputBytes = recvElems * es;
     // v-variants may leave gaps; a non-root's broadcast reads recvbuff.
     call.device.writesWholeOutput = !vVariant;
-    // Allreduce and broadcast are elementwise: they may be staged in pieces that overlap
-    // the copies.
-    if (c == Collective::kAllReduce || c == Collective::kBroadcast) call.device.elementBytes = es;
+    // Allreduce, broadcast and reduce are elementwise, allgather and reduce-scatter
+    // blockwise: they may be staged in pieces that overlap the copies.
+    if (c == Collective::kAllReduce || c == Collective::kBroadcast || c == Collective::kReduce ||
+        c == Collective::kAllGather || c == Collective::kReduceScatter)
+      call.device.elementBytes = es;
+    if (c == Collective::kAllGather || c == Collective::kReduceScatter)
+      call.device.blocks = static_cast<size_t>(comm_->size());
     if (c == Collective::kBroadcast && !isRoot) {
       call.device.input = a.recv;
       call.device.inputBytes = recvElems * es;
@@ -1121,9 +1143,12 @@ Status Session::run(Call&& call) {
   core::Communicator* comm = comm_.get();
   device::DeviceQueue::PieceRun pieceRun;
   if (call.device.elementBytes > 0) {
-    pieceRun = [comm, req, mover, gpu](const void* in, void* out, size_t elements) {
-      algorithms::Request piece = req;
-      piece.count = elements;
+    pieceRun = [comm, req, mover, gpu](const void* in, void* out, size_t first, size_t elements) {
+      algorithms::Request piece = pieceRequest(req, comm->size(), first, elements);
+      const size_t at = first * dataTypeSize(req.dtype);
+      // The one-block side (and both sides of an elementwise call) starts at the piece.
+      if (req.coll != Collective::kReduceScatter) in = static_cast<const char*>(in) + at;
+      if (out && req.coll != Collective::kAllGather) out = static_cast<char*>(out) + at;
       if (mover) mover->setDevice(gpu);
       return comm->run(piece, in, out, {}, mover);
     };

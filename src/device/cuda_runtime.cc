@@ -132,6 +132,19 @@ class CudaRuntime final : public Runtime {
     return e == cudaSuccess ? Status::ok() : cudaFailure("cudaMemcpyAsync", e);
   }
 
+  Status copyRowsAsync(void* dst, size_t dstPitch, const void* src, size_t srcPitch, size_t bytes, size_t rows,
+                       Stream s) override {
+    if (bytes == 0 || rows == 0) return Status::ok();
+    // cudaMemcpy2DAsync takes pitches up to the device's cudaDevAttrMaxPitch (2^31 - 1 on
+    // current GPUs); wider rows go one by one.
+    constexpr size_t kMaxPitch = (size_t{1} << 31) - 1;
+    if (dstPitch > kMaxPitch || srcPitch > kMaxPitch)
+      return Runtime::copyRowsAsync(dst, dstPitch, src, srcPitch, bytes, rows, s);
+    cudaError_t e = cudaMemcpy2DAsync(dst, dstPitch, src, srcPitch, bytes, rows, cudaMemcpyDefault,
+                                      static_cast<cudaStream_t>(s));
+    return e == cudaSuccess ? Status::ok() : cudaFailure("cudaMemcpy2DAsync", e);
+  }
+
   StatusOr<void*> mark(Stream s) override {
     cudaEvent_t ev = nullptr;
     cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);

@@ -223,20 +223,47 @@ Status DeviceQueue::markThenWait(Job& job, Stream s) {
   return st;
 }
 
-// Whether an elementwise call is cut into pieces: large, in place or disjoint, writing its
-// whole output. Every rank decides alike (the same count and kind of call).
+// Whether an elementwise or blockwise call is cut into pieces: large (in two pieces or more),
+// in place or disjoint, writing its whole output. Every rank decides alike (the same count
+// and kind of call).
 bool DeviceQueue::cutsIntoPieces(const DeviceCall& call) {
-  if (call.elementBytes == 0 || call.inputBytes != call.outputBytes || call.inputBytes < kPieceMin ||
-      !call.extra.empty() || !call.writesWholeOutput)
-    return false;
+  if (call.elementBytes == 0 || !call.extra.empty() || !call.writesWholeOutput) return false;
   const auto in = reinterpret_cast<uintptr_t>(call.input);
   const auto out = reinterpret_cast<uintptr_t>(call.output);
-  const bool overlap = in < out + call.outputBytes && out < in + call.inputBytes;
-  return !overlap || in == out;
+  if (call.blocks <= 1) {
+    if (call.inputBytes < kPieceMin || (call.outputBytes != call.inputBytes && call.outputBytes != 0)) return false;
+    const bool overlap = call.outputBytes > 0 && in < out + call.outputBytes && out < in + call.inputBytes;
+    return !overlap || in == out;
+  }
+  // Blockwise: the one-block side fits the other's blocks exactly, and in place it is one
+  // of those blocks.
+  const bool gathers = call.outputBytes > call.inputBytes;
+  const size_t block = gathers ? call.inputBytes : call.outputBytes;
+  const size_t whole = gathers ? call.outputBytes : call.inputBytes;
+  if (block == 0 || whole / call.blocks != block || whole % call.blocks != 0 || whole < kPieceMin) return false;
+  if (cutPieces(call).size() < 2) return false;
+  const uintptr_t one = gathers ? in : out, all = gathers ? out : in;
+  const bool overlap = one < all + whole && all < one + block;
+  return !overlap || (one >= all && (one - all) % block == 0);
 }
 
 size_t DeviceQueue::pieceBytes(size_t total) {
   return std::max(kPieceBytes, alignUp((total + kMaxPieces - 1) / kMaxPieces, size_t{4096}));
+}
+
+// The pieces of a call: ranges of its buffers, or, blockwise, of every block, such that
+// a piece moves kPieceBytes over all its blocks (more for very large calls).
+std::vector<DeviceQueue::Piece> DeviceQueue::cutPieces(const DeviceCall& call) {
+  size_t span = call.inputBytes, piece = 0;
+  if (call.blocks > 1) {
+    span = std::min(call.inputBytes, call.outputBytes);
+    piece = alignUp(pieceBytes(span * call.blocks) / call.blocks, size_t{4096});
+  } else {
+    piece = pieceBytes(span);
+  }
+  std::vector<Piece> pieces;
+  for (size_t off = 0; off < span; off += piece) pieces.push_back(Piece{off, std::min(piece, span - off)});
+  return pieces;
 }
 
 // A direct call (called with mu_ held): the stream reaches the call, then waits for the
@@ -252,9 +279,7 @@ Status DeviceQueue::enqueueDirect(const DeviceCall& call, HostRun run, PieceRun 
   if (pieceRun && cutsIntoPieces(call)) {
     job.pieceRun = std::move(pieceRun);
     job.elementBytes = call.elementBytes;
-    const size_t piece = pieceBytes(call.inputBytes);
-    for (size_t off = 0; off < call.inputBytes; off += piece)
-      job.pieces.push_back(Piece{off, std::min(piece, call.inputBytes - off)});
+    job.pieces = cutPieces(call);
   }
   BRAID_RETURN_IF_ERROR(markThenWait(job, s));
   queue_.push_back(std::move(job));
@@ -266,13 +291,20 @@ Status DeviceQueue::enqueueDirect(const DeviceCall& call, HostRun run, PieceRun 
 // held, `job` laid out by enqueue(). Clears *park once a wait is on the stream.
 Status DeviceQueue::enqueuePieces(const DeviceCall& call, Job job, Block** park) {
   const Stream s = call.stream;
-  const size_t total = call.inputBytes;
-  const size_t piece = pieceBytes(total);
-  for (size_t off = 0; off < total; off += piece) job.pieces.push_back(Piece{off, std::min(piece, total - off)});
+  job.pieces = cutPieces(call);
   const auto* devIn = static_cast<const char*>(call.input);
   auto* devOut = static_cast<char*>(call.output);
   auto* hostIn = static_cast<char*>(const_cast<void*>(job.hostInput));  // inside our own block
   auto* hostOut = static_cast<char*>(job.hostOutput);
+  // A piece's range of one buffer, or, on a blockwise call's side of many blocks, of each.
+  const bool blockwise = call.blocks > 1;
+  const size_t block = std::min(call.inputBytes, call.outputBytes);
+  const auto copyPiece = [&](char* dst, const char* src, const Piece& p, bool manyBlocks) -> Status {
+    if (!manyBlocks) return rt_.copyAsync(dst + p.offset, src + p.offset, p.bytes, s);
+    return rt_.copyRowsAsync(dst + p.offset, block, src + p.offset, block, p.bytes, call.blocks, s);
+  };
+  const bool inBlocks = blockwise && call.inputBytes > call.outputBytes;
+  const bool outBlocks = blockwise && call.outputBytes > call.inputBytes;
   // Before any wait is queued, a failure leaves nothing waiting: the markers go, the call
   // fails here.
   const auto dropMarkers = [&] {
@@ -280,7 +312,7 @@ Status DeviceQueue::enqueuePieces(const DeviceCall& call, Job job, Block** park)
       if (p.staged) rt_.releaseMarker(p.staged);
   };
   for (Piece& p : job.pieces) {
-    Status st = rt_.copyAsync(hostIn + p.offset, devIn + p.offset, p.bytes, s);
+    Status st = copyPiece(hostIn, devIn, p, inBlocks);
     if (st.isOk()) {
       auto m = rt_.mark(s);
       if (m.isOk()) p.staged = m.value();
@@ -309,7 +341,7 @@ Status DeviceQueue::enqueuePieces(const DeviceCall& call, Job job, Block** park)
     *park = nullptr;
     p.seq = seq;
     job.seq = seq;
-    st = rt_.copyAsync(devOut + p.offset, hostOut + p.offset, p.bytes, s);
+    if (hostOut) st = copyPiece(devOut, hostOut, p, outBlocks);
   }
   if (st.isOk()) {
     auto b = rt_.mark(s);
@@ -332,7 +364,7 @@ Status DeviceQueue::runPieces(Job& job) {
   for (const Piece& p : job.pieces) {
     if (!st.isOk() || p.seq == 0) break;
     st = waitReached(p.staged);
-    if (st.isOk()) st = job.pieceRun(hostIn + p.offset, hostOut + p.offset, p.bytes / job.elementBytes);
+    if (st.isOk()) st = job.pieceRun(hostIn, hostOut, p.offset / job.elementBytes, p.bytes / job.elementBytes);
     if (st.isOk()) flag_.host->store(p.seq, std::memory_order_release);
   }
   return st;
@@ -476,11 +508,9 @@ void DeviceQueue::proxyLoop() {
       // one after another.
       st = asyncError();
       if (st.isOk()) st = waitReached(job.staged);
-      const auto* in = static_cast<const char*>(job.hostInput);
-      auto* out = static_cast<char*>(job.hostOutput);
       for (size_t i = 0; i < job.pieces.size() && st.isOk(); ++i) {
         const Piece& p = job.pieces[i];
-        st = job.pieceRun(in + p.offset, out + p.offset, p.bytes / job.elementBytes);
+        st = job.pieceRun(job.hostInput, job.hostOutput, p.offset / job.elementBytes, p.bytes / job.elementBytes);
       }
       if (st.isOk() && job.pieces.empty()) st = job.run(job.hostInput, job.hostOutput, job.hostExtra);
     } else if (!job.pieces.empty()) {

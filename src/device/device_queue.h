@@ -10,16 +10,19 @@
 // caller's thread never synchronizes a stream; work queued on the stream after the call
 // sees its result. Host buffers return to a pool when the stream passes B.
 //
-// An elementwise call (allreduce, broadcast: output element i depends only on the input
-// elements i) of kPieceMin bytes or more is staged in pieces, each with its own marker and
-// flag value:
+// An elementwise call (allreduce, broadcast, reduce: output element i depends only on the
+// input elements i) of kPieceMin bytes or more is staged in pieces, each with its own marker
+// and flag value:
 //
 //   [in piece 0 -> host][mark A0] ... [in piece k -> host][mark Ak]
 //   [wait: flag >= seq0][out piece 0 -> device] ... [wait: flag >= seqk][out piece k -> device][mark B]
 //
 // and the proxy runs the collective piece by piece as each Ai is passed, so copies in both
 // directions overlap the collective on the other pieces (NCCL pipelines its staging the
-// same way). Every rank cuts the same count into the same pieces.
+// same way). Every rank cuts the same count into the same pieces. A blockwise call
+// (allgather, reduce-scatter: one buffer holds a block per rank, the other one block, and
+// element i of a block depends only on element i of the blocks) is cut the same way, a
+// piece being the same range of every block: its copies are one per block on that side.
 //
 // A direct call (DeviceCall::direct) puts only [mark A] [wait: flag >= seq] on the stream;
 // the proxy runs it on the device buffers once the stream passes A, then stores seq.
@@ -63,8 +66,13 @@ struct DeviceCall {
   bool writesWholeOutput = true;
   std::vector<DeviceExtra> extra;  // staged each on its own
   // > 0: the call is elementwise on elements of this size (input and output the same
-  // size, no extra buffers) and may be staged in pieces (enqueue's pieceRun).
+  // size, or no output: a reduce's non-root; no extra buffers) and may be staged in pieces
+  // (enqueue's pieceRun).
   size_t elementBytes = 0;
+  // > 1, with elementBytes: the call is blockwise instead: one of input and output holds
+  // `blocks` equal blocks back to back, the other one block (allgather: the output holds
+  // them; reduce-scatter: the input).
+  size_t blocks = 0;
   // The direct path (device_mover.h): nothing is staged; the proxy runs the collective on
   // the device buffers themselves once the stream reaches the call, in the same pieces a
   // staged call would be cut into (so ranks on either path issue the same calls).
@@ -76,12 +84,15 @@ class DeviceQueue {
   // Runs the collective on host buffers laid out like the device ones (`extra`: the staged
   // DeviceCall::extra, in order), or, for a direct call, on the device buffers.
   using HostRun = std::function<Status(const void* input, void* output, const std::vector<void*>& extra)>;
-  // Runs the collective on `elements` elements of the host copies (one piece of an
-  // elementwise call).
-  using PieceRun = std::function<Status(const void* input, void* output, size_t elements)>;
+  // Runs the collective on elements [first, first + elements) of the host copies (one piece
+  // of an elementwise call), or of every block (of a blockwise call); `input` and `output`
+  // are the whole buffers (output nullptr where the call has none).
+  using PieceRun = std::function<Status(const void* input, void* output, size_t first, size_t elements)>;
 
   // Pieces: calls of at least kPieceMin bytes, in pieces of kPieceBytes (more for very
-  // large calls: at most kMaxPieces), a multiple of 4 KiB and so of every element size.
+  // large calls: at most kMaxPieces), a multiple of 4 KiB and so of every element size. A
+  // blockwise call's piece is kPieceBytes over all its blocks, each block's range rounded up
+  // to 4 KiB.
   static constexpr size_t kPieceBytes = size_t{4} << 20;
   static constexpr size_t kPieceMin = 2 * kPieceBytes;
   static constexpr size_t kMaxPieces = 64;
@@ -115,7 +126,7 @@ class DeviceQueue {
     size_t bytes = 0;
   };
   struct Piece {
-    size_t offset = 0;  // from the start of input and output alike
+    size_t offset = 0;  // from the start of input and output alike (of every block, blockwise)
     size_t bytes = 0;
     void* staged = nullptr;  // marker A of this piece
     uint32_t seq = 0;        // the flag value that releases its copy back; 0: none queued
@@ -148,6 +159,7 @@ class DeviceQueue {
   Status markThenWait(Job& job, Stream s);
   static bool cutsIntoPieces(const DeviceCall& call);
   static size_t pieceBytes(size_t total);
+  static std::vector<Piece> cutPieces(const DeviceCall& call);
   Status enqueuePieces(const DeviceCall& call, Job job, Block** park);
   Status waitReached(void* marker);
   void retire(bool all);

@@ -23,6 +23,14 @@ Status noDirect(const Runtime& rt) {
 }
 }  // namespace
 
+Status Runtime::copyRowsAsync(void* dst, size_t dstPitch, const void* src, size_t srcPitch, size_t bytes, size_t rows,
+                              Stream s) {
+  for (size_t i = 0; i < rows; ++i)
+    BRAID_RETURN_IF_ERROR(
+        copyAsync(static_cast<char*>(dst) + i * dstPitch, static_cast<const char*>(src) + i * srcPitch, bytes, s));
+  return Status::ok();
+}
+
 StatusOr<bool> Runtime::capturing(Stream) { return false; }
 Status Runtime::directSupport(int) { return noDirect(*this); }
 Status Runtime::registerHost(void*, size_t) { return noDirect(*this); }

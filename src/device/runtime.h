@@ -61,6 +61,10 @@ class Runtime {
 
   // Enqueue on `s`. None waits for the stream.
   virtual Status copyAsync(void* dst, const void* src, size_t bytes, Stream s) = 0;
+  // `rows` copies of `bytes` each, row i from src + i * srcPitch to dst + i * dstPitch: one
+  // strided copy where the runtime has it (cudaMemcpy2DAsync), else one copy per row.
+  virtual Status copyRowsAsync(void* dst, size_t dstPitch, const void* src, size_t srcPitch, size_t bytes,
+                               size_t rows, Stream s);
   // A point on `s` the host can poll with reached(); released with releaseMarker().
   virtual StatusOr<void*> mark(Stream s) = 0;
   virtual StatusOr<bool> reached(void* marker) = 0;

@@ -279,6 +279,19 @@ class FakeRuntime final : public Runtime {
     });
     return Status::ok();
   }
+  // One operation on the stream, as cudaMemcpy2DAsync is.
+  Status copyRowsAsync(void* dst, size_t dstPitch, const void* src, size_t srcPitch, size_t bytes, size_t rows,
+                       Stream s) override {
+    if (failCopies.load()) return Status(Code::kSystemError, "fake: copy refused on purpose");
+    stream(s).enqueue([=] {
+      if (const int us = copyDelayUs.load()) std::this_thread::sleep_for(std::chrono::microseconds(us));
+      for (size_t i = 0; i < rows; ++i)
+        std::memcpy(static_cast<char*>(dst) + i * dstPitch, static_cast<const char*>(src) + i * srcPitch, bytes);
+      copiesDone.fetch_add(1);
+      rowCopiesDone.fetch_add(1);
+    });
+    return Status::ok();
+  }
   StatusOr<void*> mark(Stream s) override {
     auto* m = new std::atomic<bool>(false);
     markersLive.fetch_add(1);
@@ -323,6 +336,7 @@ class FakeRuntime final : public Runtime {
   std::atomic<int> slotKernels{0};         // kernels that read or wrote a device slot area
   std::atomic<int> copyDelayUs{0};  // each copy takes at least this long (a slow link)
   std::atomic<int> copiesDone{0};
+  std::atomic<int> rowCopiesDone{0};  // copyRowsAsync calls among them
   std::atomic<int> hostAllocs{0};
   std::atomic<int> hostLive{0};
   std::atomic<int> markersLive{0};

@@ -414,6 +414,98 @@ TEST_CASE("C API: a large device allreduce or broadcast, staged in pieces, gives
   CHECK((rt.kernels.load() > 0) == (std::string(path) == "direct"));
 }
 
+// Allgather and reduce-scatter are staged in pieces too, each piece the same range of every
+// rank's block, and reduce (whose non-roots have no output) like allreduce: every element of
+// an odd count right, in place and out of place, on either path.
+TEST_CASE("C API: a large device allgather, reduce-scatter or reduce, staged in pieces, gives every element",
+          "[device][cuda]") {
+  FakeRuntime rt;
+  InstallRuntime installed(&rt);
+  const char* path = GENERATE("staged", "direct");
+  INFO(path);
+  CudaPath cudaPath(path);
+  const int n = 3;
+  const size_t count = (size_t{3} << 20) / 4 + 1234;  // per block: 9 MiB over three blocks, three pieces
+  std::vector<std::string> errors(n);
+  auto fail = [&](int r, const std::string& what) {
+    if (errors[r].empty()) errors[r] = what;
+  };
+  onRanks(n, [&](braidComm_t comm, int r) {
+    FakeStream stream;
+    float* all = static_cast<float*>(rt.deviceAlloc(n * count * 4));
+    float* one = static_cast<float*>(rt.deviceAlloc(count * 4));
+    auto value = [](int rank, size_t b, size_t i) { return static_cast<float>((rank + 1) * (b * 5 + i % 4099)); };
+    for (bool inPlace : {false, true}) {
+      const std::string how = inPlace ? " in place" : "";
+      float* block = inPlace ? all + r * count : one;
+      {
+        Gate gate;
+        gate.closeOn(stream);
+        stream.enqueue([&] {
+          for (size_t i = 0; i < count; ++i) block[i] = value(r, 0, i);
+        });
+        if (braidAllGather(block, all, count, braidFloat32, comm, stream.handle()) != braidSuccess)
+          fail(r, "allgather" + how + ": " + braidGetLastError(comm));
+        gate.open();
+        stream.synchronize();
+        for (size_t k = 0; k < n * count && errors[r].empty(); ++k)
+          if (all[k] != value(static_cast<int>(k / count), 0, k % count))
+            fail(r, "allgather" + how + ": element " + std::to_string(k) + " is " + std::to_string(all[k]));
+      }
+      // A sum, and a pre-multiplied sum (its scaled copy of the input spans every block).
+      float half = 0.5f;
+      braidRedOp_t preMul{};
+      if (braidRedOpCreatePreMulSum(&preMul, &half, braidFloat32, comm) != braidSuccess)
+        fail(r, std::string("premul: ") + braidGetLastError(comm));
+      for (braidRedOp_t op : {braidSum, preMul}) {
+        Gate gate;
+        gate.closeOn(stream);
+        stream.enqueue([&] {
+          for (size_t k = 0; k < n * count; ++k) all[k] = value(r, k / count, k % count);
+        });
+        const std::string what = std::string(op == braidSum ? "reduce-scatter" : "premul reduce-scatter") + how;
+        if (braidReduceScatter(all, block, count, braidFloat32, op, comm, stream.handle()) != braidSuccess)
+          fail(r, what + ": " + braidGetLastError(comm));
+        gate.open();
+        stream.synchronize();
+        const float scale = op == braidSum ? 6.0f : 3.0f;  // 1+2+3 times rank 0's value, or half that
+        for (size_t i = 0; i < count && errors[r].empty(); ++i)
+          if (block[i] != scale * value(0, r, i))
+            fail(r, what + ": element " + std::to_string(i) + " is " + std::to_string(block[i]));
+      }
+      braidRedOpDestroy(preMul, comm);
+      {
+        const int root = 2;
+        const size_t big = n * count;  // as large as an allreduce's pieces
+        Gate gate;
+        gate.closeOn(stream);
+        stream.enqueue([&] {
+          for (size_t k = 0; k < big; ++k) all[k] = value(r, 0, k);
+        });
+        float* out = r == root && !inPlace ? static_cast<float*>(rt.deviceAlloc(big * 4)) : nullptr;
+        float* dst = r == root ? (inPlace ? all : out) : nullptr;
+        if (braidReduce(all, dst, big, braidFloat32, braidSum, root, comm, stream.handle()) != braidSuccess)
+          fail(r, "reduce" + how + ": " + braidGetLastError(comm));
+        gate.open();
+        stream.synchronize();
+        for (size_t k = 0; dst && k < big && errors[r].empty(); ++k)
+          if (dst[k] != 6.0f * value(0, 0, k))
+            fail(r, "reduce" + how + ": element " + std::to_string(k) + " is " + std::to_string(dst[k]));
+        if (out) rt.deviceFree(out);
+      }
+    }
+    braidResult_t async = braidInternalError;
+    braidCommGetAsyncError(comm, &async);
+    if (async != braidSuccess) fail(r, std::string("async error: ") + braidGetLastError(comm));
+    rt.deviceFree(all);
+    rt.deviceFree(one);
+  });
+  for (int r = 0; r < n; ++r) CHECK(errors[r] == "");
+  // Staged, each of the six allgathers and reduce-scatters of a rank copies one piece of
+  // every block at once, three times (once whole).
+  CHECK(rt.rowCopiesDone.load() == (std::string(path) == "staged" ? 6 * 3 * n : 0));
+}
+
 using braid::device::test::everyCollectiveOnDevice;
 
 TEST_CASE("C API: BRAID_CUDA_PATH=direct runs every collective on the device buffers through the kernels",

@@ -449,11 +449,11 @@ TEST_CASE("device queue: a large allreduce is staged in pieces that overlap the 
       float* dst = inPlace ? in.f() : out.f();
       const algorithms::Request req = floatSum(count, inPlace);
       std::atomic<int> piecesRun{0};
-      DeviceQueue::PieceRun pieceRun = [&](const void* pin, void* pout, size_t elements) {
+      DeviceQueue::PieceRun pieceRun = [&](const void* pin, void* pout, size_t first, size_t elements) {
         if (piecesRun.fetch_add(1) == 0 && r == 0) firstPieceSawCopies = rt.copiesDone.load();
         algorithms::Request piece = req;
         piece.count = elements;
-        return comm.run(piece, pin, pout);
+        return comm.run(piece, static_cast<const float*>(pin) + first, static_cast<float*>(pout) + first);
       };
       DeviceCall call = deviceCall(stream.handle(), in.p, count * 4, dst, count * 4, true, 4);
       Status st = q.enqueue(call, hostRun(comm, req), pieceRun);
@@ -480,6 +480,90 @@ TEST_CASE("device queue: a large allreduce is staged in pieces that overlap the 
   CHECK(rt.markersLive.load() == 0);
 }
 
+// Allgather and reduce-scatter are blockwise: a piece is the same range of every rank's
+// block, copied block by block on the side that holds them all, and run as a v-variant over
+// those ranges. Three ranks, three pieces (the last short), in place and out of place.
+TEST_CASE("device queue: a large allgather and reduce-scatter are staged in pieces of every block", "[device][cuda]") {
+  FakeRuntime rt;
+  rt.copyDelayUs = 5000;
+  Errors errors;
+  braid::testing::WorldOptions o;
+  o.nranks = 3;
+  const size_t n = 3;
+  const size_t perBlock = (DeviceQueue::kPieceBytes / n + 4095) / 4096 * 4096;  // one piece's range of a block
+  const size_t count = (2 * perBlock + perBlock / 2) / 4 + 3;                  // per block: 3 pieces, the last short
+  const size_t pieces = (count * 4 + perBlock - 1) / perBlock;
+  REQUIRE(pieces == 3);
+  for (Collective coll : {Collective::kAllGather, Collective::kReduceScatter}) {
+    for (bool inPlace : {false, true}) {
+      const bool gathers = coll == Collective::kAllGather;
+      std::atomic<int> firstPieceSawCopies{-1};
+      Status init = braid::testing::runWorld(o, [&](core::Communicator& comm) {
+        const int r = comm.rank();
+        const std::string where = std::string(gathers ? "allgather" : "reduce-scatter") + " rank " +
+                                  std::to_string(r) + (inPlace ? " in place" : "");
+        FakeStream stream;
+        DeviceQueue q(rt, 30);
+        Device all(rt, n * count * 4), one(rt, count * 4);
+        float* whole = all.f();
+        // In place, the one block is this rank's block of the whole.
+        float* block = inPlace ? whole + r * count : one.f();
+        for (size_t i = 0; i < count; ++i) {
+          if (gathers) block[i] = static_cast<float>((r + 1) * (i % 1000));
+          else
+            for (size_t b = 0; b < n; ++b) whole[b * count + i] = static_cast<float>((r + 1) * (b * 7 + i % 1000));
+        }
+        algorithms::Request req = floatSum(count, inPlace, coll);
+        std::atomic<int> piecesRun{0};
+        DeviceQueue::PieceRun pieceRun = [&](const void* pin, void* pout, size_t first, size_t elements) {
+          if (piecesRun.fetch_add(1) == 0 && r == 0) firstPieceSawCopies = rt.copiesDone.load();
+          algorithms::Request piece = req;
+          piece.coll = gathers ? Collective::kAllGatherV : Collective::kReduceScatterV;
+          piece.count = elements;
+          piece.counts.assign(n, elements);
+          for (size_t b = 0; b < n; ++b) piece.displs.push_back(b * count + first);
+          if (gathers) return comm.run(piece, static_cast<const float*>(pin) + first, pout);
+          return comm.run(piece, pin, static_cast<float*>(pout) + first);
+        };
+        DeviceCall call = gathers ? deviceCall(stream.handle(), block, count * 4, whole, n * count * 4, true, 4)
+                                  : deviceCall(stream.handle(), whole, n * count * 4, block, count * 4, true, 4);
+        call.blocks = n;
+        Status st = q.enqueue(call, hostRun(comm, req), pieceRun);
+        if (!st.isOk()) errors.add(where + ": enqueue: " + st.toString());
+        stream.synchronize();
+        q.drain();
+        if (piecesRun.load() != static_cast<int>(pieces))
+          errors.add(where + ": " + std::to_string(piecesRun.load()) + " pieces run, expected " +
+                     std::to_string(pieces));
+        for (size_t i = 0; i < count; ++i) {
+          for (size_t b = 0; b < (gathers ? n : 1); ++b) {
+            const float got = gathers ? whole[b * count + i] : block[i];
+            const float want = gathers ? static_cast<float>((b + 1) * (i % 1000))
+                                       : static_cast<float>(6 * (r * 7 + i % 1000));
+            if (got != want) {
+              errors.add(where + ": block " + std::to_string(b) + " element " + std::to_string(i) + " is " +
+                         std::to_string(got) + ", expected " + std::to_string(want));
+              i = count;
+              break;
+            }
+          }
+        }
+      });
+      REQUIRE(init.isOk());
+      CHECK(errors.first() == "");
+      // Piece 0 ran before every copy of the call was in (one per piece and rank, of one
+      // block or of every block at once), and each piece of the blocks was one copy.
+      INFO("copies done when piece 0 ran: " << firstPieceSawCopies.load());
+      CHECK(firstPieceSawCopies.load() >= 1);
+      CHECK(firstPieceSawCopies.load() < static_cast<int>(n * pieces));
+      CHECK(rt.rowCopiesDone.load() == static_cast<int>(n * pieces));
+      rt.copiesDone = 0;
+      rt.rowCopiesDone = 0;
+    }
+  }
+  CHECK(rt.markersLive.load() == 0);
+}
+
 // A piece that fails (a peer died during piece 1 of 3) releases the whole call's waits on
 // the stream, leaves the later pieces unrun, and fails the next enqueue with its error.
 TEST_CASE("device queue: a failed piece releases the stream and runs no later piece", "[device][cuda]") {
@@ -490,7 +574,7 @@ TEST_CASE("device queue: a failed piece releases the stream and runs no later pi
     const size_t bytes = DeviceQueue::kPieceMin + DeviceQueue::kPieceBytes;  // 3 pieces
     Device a(rt, bytes), b(rt, bytes);
     int pieces = 0;
-    DeviceQueue::PieceRun pieceRun = [&](const void*, void*, size_t) {
+    DeviceQueue::PieceRun pieceRun = [&](const void*, void*, size_t, size_t) {
       return ++pieces == 2 ? Status(Code::kRemoteError, "rank 1 died", 1) : Status::ok();
     };
     const auto whole = [](const void*, void*, const std::vector<void*>&) { return Status::ok(); };

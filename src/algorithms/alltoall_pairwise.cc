@@ -10,7 +10,8 @@
 // waiting for anything of part q or later: no cycle of waits, whatever the counts.
 //
 // In place the input is the output, and a block received early would overwrite one not yet
-// sent, so the input is first copied to scratch and sent from there.
+// sent, so the blocks for the peers are first copied to scratch (at their own offsets: gaps
+// between them are not copied) and sent from there.
 
 #include <algorithm>
 
@@ -47,9 +48,12 @@ StatusOr<Schedule> pairwise(const Request& req, const Layout& layout, const std:
     size_t extent = 0;
     for (int j = 0; j < n; ++j)
       if (sendCounts[j]) extent = std::max(extent, sendDispls[j] + sendCounts[j]);
-    if (extent) {
-      s.scratchBytes = extent * es;
-      plan.steps.push_back(Step{Prim::kCopy, -1, -1, Region{Buf::kInput, 0, s.scratchBytes}, Region{Buf::kScratch, 0, s.scratchBytes}});
+    s.scratchBytes = extent * es;
+    for (int j = 0; j < n; ++j) {
+      // The own block is read before anything is received only where it moves.
+      if (!sendCounts[j] || (j == r && sendDispls[r] == recvDispls[r])) continue;
+      const Region block{Buf::kInput, sendDispls[j] * es, sendCounts[j] * es};
+      plan.steps.push_back(Step{Prim::kCopy, -1, -1, block, Region{Buf::kScratch, block.offset, block.bytes}});
     }
     src = Buf::kScratch;
   }

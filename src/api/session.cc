@@ -751,20 +751,31 @@ const char* inPlaceRule(Collective c) {
   }
 }
 
+// Whether a collective's input (or output) holds one block per rank, so that a piece of a
+// device call covers the same range of each (device_queue.h, blockwise calls).
+bool inputInBlocks(Collective c) { return c == Collective::kReduceScatter || c == Collective::kAllToAll; }
+bool outputInBlocks(Collective c) { return c == Collective::kAllGather || c == Collective::kAllToAll; }
+
 // One piece of a device call staged in pieces (device_queue.h): elements [first, first +
-// elements) of an elementwise call, or of every rank's block of an allgather or
-// reduce-scatter, which is then that range of each block as a v-variant: the same call on
-// every rank, whatever its path (a staged rank's host copies and a direct rank's device
-// buffers have the same layout).
+// elements) of an elementwise call, or of every rank's block of an allgather,
+// reduce-scatter or alltoall, which is then that range of each block as a v-variant: the
+// same call on every rank, whatever its path (a staged rank's host copies and a direct
+// rank's device buffers have the same layout).
 algorithms::Request pieceRequest(const algorithms::Request& req, int nranks, size_t first, size_t elements) {
   algorithms::Request piece = req;
   piece.count = elements;
-  if (req.coll == Collective::kAllGather || req.coll == Collective::kReduceScatter) {
-    piece.coll = req.coll == Collective::kAllGather ? Collective::kAllGatherV : Collective::kReduceScatterV;
+  if (inputInBlocks(req.coll) || outputInBlocks(req.coll)) {
+    piece.coll = req.coll == Collective::kAllGather       ? Collective::kAllGatherV
+                 : req.coll == Collective::kReduceScatter ? Collective::kReduceScatterV
+                                                          : Collective::kAllToAllV;
     const size_t n = static_cast<size_t>(nranks);
     piece.counts.assign(n, elements);
     piece.displs.resize(n);
     for (size_t b = 0; b < n; ++b) piece.displs[b] = b * req.count + first;
+    if (req.coll == Collective::kAllToAll) {
+      piece.sendCounts = piece.counts;
+      piece.sendDispls = piece.displs;
+    }
   }
   return piece;
 }
@@ -1010,13 +1021,12 @@ Status Session::prepare(const CallArgs& a, Call* out) const {
     call.device.outputBytes = recvElems * es;
     // v-variants may leave gaps; a non-root's broadcast reads recvbuff.
     call.device.writesWholeOutput = !vVariant;
-    // Allreduce, broadcast and reduce are elementwise, allgather and reduce-scatter
-    // blockwise: they may be staged in pieces that overlap the copies.
+    // Allreduce, broadcast and reduce are elementwise, allgather, reduce-scatter and
+    // alltoall blockwise: they may be staged in pieces that overlap the copies.
     if (c == Collective::kAllReduce || c == Collective::kBroadcast || c == Collective::kReduce ||
-        c == Collective::kAllGather || c == Collective::kReduceScatter)
+        inputInBlocks(c) || outputInBlocks(c))
       call.device.elementBytes = es;
-    if (c == Collective::kAllGather || c == Collective::kReduceScatter)
-      call.device.blocks = static_cast<size_t>(comm_->size());
+    if (inputInBlocks(c) || outputInBlocks(c)) call.device.blocks = static_cast<size_t>(comm_->size());
     if (c == Collective::kBroadcast && !isRoot) {
       call.device.input = a.recv;
       call.device.inputBytes = recvElems * es;
@@ -1146,9 +1156,9 @@ Status Session::run(Call&& call) {
     pieceRun = [comm, req, mover, gpu](const void* in, void* out, size_t first, size_t elements) {
       algorithms::Request piece = pieceRequest(req, comm->size(), first, elements);
       const size_t at = first * dataTypeSize(req.dtype);
-      // The one-block side (and both sides of an elementwise call) starts at the piece.
-      if (req.coll != Collective::kReduceScatter) in = static_cast<const char*>(in) + at;
-      if (out && req.coll != Collective::kAllGather) out = static_cast<char*>(out) + at;
+      // A side of one block (both sides of an elementwise call) starts at the piece.
+      if (!inputInBlocks(req.coll)) in = static_cast<const char*>(in) + at;
+      if (out && !outputInBlocks(req.coll)) out = static_cast<char*>(out) + at;
       if (mover) mover->setDevice(gpu);
       return comm->run(piece, in, out, {}, mover);
     };

@@ -235,16 +235,25 @@ bool DeviceQueue::cutsIntoPieces(const DeviceCall& call) {
     const bool overlap = call.outputBytes > 0 && in < out + call.outputBytes && out < in + call.inputBytes;
     return !overlap || in == out;
   }
-  // Blockwise: the one-block side fits the other's blocks exactly, and in place it is one
-  // of those blocks.
-  const bool gathers = call.outputBytes > call.inputBytes;
-  const size_t block = gathers ? call.inputBytes : call.outputBytes;
-  const size_t whole = gathers ? call.outputBytes : call.inputBytes;
+  // Blockwise: a one-block side fits the other's blocks exactly, and in place it is one of
+  // those blocks (or, both sides in blocks, the same buffer).
+  const size_t block = blockBytes(call);
+  const size_t whole = std::max(call.inputBytes, call.outputBytes);
   if (block == 0 || whole / call.blocks != block || whole % call.blocks != 0 || whole < kPieceMin) return false;
+  if (std::min(call.inputBytes, call.outputBytes) != (call.inputBytes == call.outputBytes ? whole : block)) return false;
   if (cutPieces(call).size() < 2) return false;
+  const bool gathers = call.outputBytes > call.inputBytes;
   const uintptr_t one = gathers ? in : out, all = gathers ? out : in;
-  const bool overlap = one < all + whole && all < one + block;
-  return !overlap || (one >= all && (one - all) % block == 0);
+  const size_t oneBytes = std::min(call.inputBytes, call.outputBytes);
+  const bool overlap = one < all + whole && all < one + oneBytes;
+  return !overlap || (one >= all && (one - all) % block == 0 && one - all + oneBytes <= whole);
+}
+
+// A blockwise call's block: its one-block side, or, with both sides in blocks (alltoall),
+// a share of either.
+size_t DeviceQueue::blockBytes(const DeviceCall& call) {
+  if (call.inputBytes == call.outputBytes) return call.blocks ? call.inputBytes / call.blocks : 0;
+  return std::min(call.inputBytes, call.outputBytes);
 }
 
 size_t DeviceQueue::pieceBytes(size_t total) {
@@ -256,7 +265,7 @@ size_t DeviceQueue::pieceBytes(size_t total) {
 std::vector<DeviceQueue::Piece> DeviceQueue::cutPieces(const DeviceCall& call) {
   size_t span = call.inputBytes, piece = 0;
   if (call.blocks > 1) {
-    span = std::min(call.inputBytes, call.outputBytes);
+    span = blockBytes(call);
     piece = alignUp(pieceBytes(span * call.blocks) / call.blocks, size_t{4096});
   } else {
     piece = pieceBytes(span);
@@ -298,13 +307,13 @@ Status DeviceQueue::enqueuePieces(const DeviceCall& call, Job job, Block** park)
   auto* hostOut = static_cast<char*>(job.hostOutput);
   // A piece's range of one buffer, or, on a blockwise call's side of many blocks, of each.
   const bool blockwise = call.blocks > 1;
-  const size_t block = std::min(call.inputBytes, call.outputBytes);
+  const size_t block = blockwise ? blockBytes(call) : 0;
   const auto copyPiece = [&](char* dst, const char* src, const Piece& p, bool manyBlocks) -> Status {
     if (!manyBlocks) return rt_.copyAsync(dst + p.offset, src + p.offset, p.bytes, s);
     return rt_.copyRowsAsync(dst + p.offset, block, src + p.offset, block, p.bytes, call.blocks, s);
   };
-  const bool inBlocks = blockwise && call.inputBytes > call.outputBytes;
-  const bool outBlocks = blockwise && call.outputBytes > call.inputBytes;
+  const bool inBlocks = blockwise && call.inputBytes >= call.outputBytes;
+  const bool outBlocks = blockwise && call.outputBytes >= call.inputBytes;
   // Before any wait is queued, a failure leaves nothing waiting: the markers go, the call
   // fails here.
   const auto dropMarkers = [&] {

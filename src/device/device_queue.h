@@ -20,9 +20,10 @@
 // and the proxy runs the collective piece by piece as each Ai is passed, so copies in both
 // directions overlap the collective on the other pieces (NCCL pipelines its staging the
 // same way). Every rank cuts the same count into the same pieces. A blockwise call
-// (allgather, reduce-scatter: one buffer holds a block per rank, the other one block, and
-// element i of a block depends only on element i of the blocks) is cut the same way, a
-// piece being the same range of every block: its copies are one per block on that side.
+// (allgather, reduce-scatter: one buffer holds a block per rank, the other one block;
+// alltoall: both hold a block per rank; element i of a block depends only on element i of
+// the blocks) is cut the same way, a piece being the same range of every block: on a side
+// that holds the blocks, one strided copy per piece.
 //
 // A direct call (DeviceCall::direct) puts only [mark A] [wait: flag >= seq] on the stream;
 // the proxy runs it on the device buffers once the stream passes A, then stores seq.
@@ -71,7 +72,7 @@ struct DeviceCall {
   size_t elementBytes = 0;
   // > 1, with elementBytes: the call is blockwise instead: one of input and output holds
   // `blocks` equal blocks back to back, the other one block (allgather: the output holds
-  // them; reduce-scatter: the input).
+  // them; reduce-scatter: the input), or both hold them (alltoall).
   size_t blocks = 0;
   // The direct path (device_mover.h): nothing is staged; the proxy runs the collective on
   // the device buffers themselves once the stream reaches the call, in the same pieces a
@@ -160,6 +161,7 @@ class DeviceQueue {
   static bool cutsIntoPieces(const DeviceCall& call);
   static size_t pieceBytes(size_t total);
   static std::vector<Piece> cutPieces(const DeviceCall& call);
+  static size_t blockBytes(const DeviceCall& call);
   Status enqueuePieces(const DeviceCall& call, Job job, Block** park);
   Status waitReached(void* marker);
   void retire(bool all);

@@ -414,10 +414,10 @@ TEST_CASE("C API: a large device allreduce or broadcast, staged in pieces, gives
   CHECK((rt.kernels.load() > 0) == (std::string(path) == "direct"));
 }
 
-// Allgather and reduce-scatter are staged in pieces too, each piece the same range of every
-// rank's block, and reduce (whose non-roots have no output) like allreduce: every element of
-// an odd count right, in place and out of place, on either path.
-TEST_CASE("C API: a large device allgather, reduce-scatter or reduce, staged in pieces, gives every element",
+// Allgather, reduce-scatter and alltoall are staged in pieces too, each piece the same range
+// of every rank's block, and reduce (whose non-roots have no output) like allreduce: every
+// element of an odd count right, in place and out of place, on either path.
+TEST_CASE("C API: a large device allgather, reduce-scatter, alltoall or reduce, staged in pieces, gives every element",
           "[device][cuda]") {
   FakeRuntime rt;
   InstallRuntime installed(&rt);
@@ -475,6 +475,23 @@ TEST_CASE("C API: a large device allgather, reduce-scatter or reduce, staged in 
       }
       braidRedOpDestroy(preMul, comm);
       {
+        // Alltoall: block b of this rank's output is block r of rank b's input.
+        float* dst = inPlace ? all : static_cast<float*>(rt.deviceAlloc(n * count * 4));
+        Gate gate;
+        gate.closeOn(stream);
+        stream.enqueue([&] {
+          for (size_t k = 0; k < n * count; ++k) all[k] = value(r, k / count, k % count);
+        });
+        if (braidAllToAll(all, dst, count, braidFloat32, comm, stream.handle()) != braidSuccess)
+          fail(r, "alltoall" + how + ": " + braidGetLastError(comm));
+        gate.open();
+        stream.synchronize();
+        for (size_t k = 0; k < n * count && errors[r].empty(); ++k)
+          if (dst[k] != value(static_cast<int>(k / count), r, k % count))
+            fail(r, "alltoall" + how + ": element " + std::to_string(k) + " is " + std::to_string(dst[k]));
+        if (!inPlace) rt.deviceFree(dst);
+      }
+      {
         const int root = 2;
         const size_t big = n * count;  // as large as an allreduce's pieces
         Gate gate;
@@ -502,8 +519,8 @@ TEST_CASE("C API: a large device allgather, reduce-scatter or reduce, staged in 
   });
   for (int r = 0; r < n; ++r) CHECK(errors[r] == "");
   // Staged, each of the six allgathers and reduce-scatters of a rank copies one piece of
-  // every block at once, three times (once whole).
-  CHECK(rt.rowCopiesDone.load() == (std::string(path) == "staged" ? 6 * 3 * n : 0));
+  // every block at once, three times, and each of its two alltoalls does so both ways.
+  CHECK(rt.rowCopiesDone.load() == (std::string(path) == "staged" ? (6 + 2 * 2) * 3 * n : 0));
 }
 
 using braid::device::test::everyCollectiveOnDevice;

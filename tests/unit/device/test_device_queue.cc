@@ -480,10 +480,12 @@ TEST_CASE("device queue: a large allreduce is staged in pieces that overlap the 
   CHECK(rt.markersLive.load() == 0);
 }
 
-// Allgather and reduce-scatter are blockwise: a piece is the same range of every rank's
-// block, copied block by block on the side that holds them all, and run as a v-variant over
-// those ranges. Three ranks, three pieces (the last short), in place and out of place.
-TEST_CASE("device queue: a large allgather and reduce-scatter are staged in pieces of every block", "[device][cuda]") {
+// Allgather, reduce-scatter and alltoall are blockwise: a piece is the same range of every
+// rank's block, copied at once (strided) on a side that holds the blocks, and run as a
+// v-variant over those ranges. Three ranks, three pieces (the last short), in place and out
+// of place.
+TEST_CASE("device queue: a large allgather, reduce-scatter or alltoall is staged in pieces of every block",
+          "[device][cuda]") {
   FakeRuntime rt;
   rt.copyDelayUs = 5000;
   Errors errors;
@@ -494,39 +496,45 @@ TEST_CASE("device queue: a large allgather and reduce-scatter are staged in piec
   const size_t count = (2 * perBlock + perBlock / 2) / 4 + 3;                  // per block: 3 pieces, the last short
   const size_t pieces = (count * 4 + perBlock - 1) / perBlock;
   REQUIRE(pieces == 3);
-  for (Collective coll : {Collective::kAllGather, Collective::kReduceScatter}) {
+  // Element i of block b of rank r's input, and what the output must hold.
+  auto input = [](size_t r, size_t b, size_t i) { return static_cast<float>((r + 1) * (b * 7 + i % 1000)); };
+  for (Collective coll : {Collective::kAllGather, Collective::kReduceScatter, Collective::kAllToAll}) {
     for (bool inPlace : {false, true}) {
-      const bool gathers = coll == Collective::kAllGather;
+      const bool inBlocks = coll != Collective::kAllGather, outBlocks = coll != Collective::kReduceScatter;
       std::atomic<int> firstPieceSawCopies{-1};
       Status init = braid::testing::runWorld(o, [&](core::Communicator& comm) {
-        const int r = comm.rank();
-        const std::string where = std::string(gathers ? "allgather" : "reduce-scatter") + " rank " +
-                                  std::to_string(r) + (inPlace ? " in place" : "");
+        const size_t r = static_cast<size_t>(comm.rank());
+        const std::string where = std::string(algorithms::collectiveName(coll)) + " rank " + std::to_string(r) +
+                                  (inPlace ? " in place" : "");
         FakeStream stream;
         DeviceQueue q(rt, 30);
-        Device all(rt, n * count * 4), one(rt, count * 4);
-        float* whole = all.f();
-        // In place, the one block is this rank's block of the whole.
-        float* block = inPlace ? whole + r * count : one.f();
-        for (size_t i = 0; i < count; ++i) {
-          if (gathers) block[i] = static_cast<float>((r + 1) * (i % 1000));
-          else
-            for (size_t b = 0; b < n; ++b) whole[b * count + i] = static_cast<float>((r + 1) * (b * 7 + i % 1000));
-        }
-        algorithms::Request req = floatSum(count, inPlace, coll);
+        Device all(rt, n * count * 4), other(rt, n * count * 4);
+        // `all` is the side holding the blocks; in place, a side of one block is this rank's
+        // block of it (alltoall's two sides are the one buffer).
+        float* blocks = all.f();
+        float* elsewhere = inPlace ? (inBlocks && outBlocks ? blocks : blocks + r * count) : other.f();
+        float* in = inBlocks ? blocks : elsewhere;
+        float* out = inBlocks ? elsewhere : blocks;
+        for (size_t b = 0; b < (inBlocks ? n : 1); ++b)
+          for (size_t i = 0; i < count; ++i) in[b * count + i] = input(r, b, i);
+        const algorithms::Request req = floatSum(count, inPlace, coll);
         std::atomic<int> piecesRun{0};
         DeviceQueue::PieceRun pieceRun = [&](const void* pin, void* pout, size_t first, size_t elements) {
           if (piecesRun.fetch_add(1) == 0 && r == 0) firstPieceSawCopies = rt.copiesDone.load();
           algorithms::Request piece = req;
-          piece.coll = gathers ? Collective::kAllGatherV : Collective::kReduceScatterV;
+          piece.coll = coll == Collective::kAllGather       ? Collective::kAllGatherV
+                       : coll == Collective::kReduceScatter ? Collective::kReduceScatterV
+                                                            : Collective::kAllToAllV;
           piece.count = elements;
           piece.counts.assign(n, elements);
           for (size_t b = 0; b < n; ++b) piece.displs.push_back(b * count + first);
-          if (gathers) return comm.run(piece, static_cast<const float*>(pin) + first, pout);
-          return comm.run(piece, pin, static_cast<float*>(pout) + first);
+          piece.sendCounts = piece.counts;
+          piece.sendDispls = piece.displs;
+          return comm.run(piece, static_cast<const float*>(pin) + (inBlocks ? 0 : first),
+                          static_cast<float*>(pout) + (outBlocks ? 0 : first));
         };
-        DeviceCall call = gathers ? deviceCall(stream.handle(), block, count * 4, whole, n * count * 4, true, 4)
-                                  : deviceCall(stream.handle(), whole, n * count * 4, block, count * 4, true, 4);
+        DeviceCall call = deviceCall(stream.handle(), in, (inBlocks ? n : 1) * count * 4, out,
+                                     (outBlocks ? n : 1) * count * 4, true, 4);
         call.blocks = n;
         Status st = q.enqueue(call, hostRun(comm, req), pieceRun);
         if (!st.isOk()) errors.add(where + ": enqueue: " + st.toString());
@@ -535,15 +543,15 @@ TEST_CASE("device queue: a large allgather and reduce-scatter are staged in piec
         if (piecesRun.load() != static_cast<int>(pieces))
           errors.add(where + ": " + std::to_string(piecesRun.load()) + " pieces run, expected " +
                      std::to_string(pieces));
-        for (size_t i = 0; i < count; ++i) {
-          for (size_t b = 0; b < (gathers ? n : 1); ++b) {
-            const float got = gathers ? whole[b * count + i] : block[i];
-            const float want = gathers ? static_cast<float>((b + 1) * (i % 1000))
-                                       : static_cast<float>(6 * (r * 7 + i % 1000));
-            if (got != want) {
+        for (size_t b = 0; b < (outBlocks ? n : 1); ++b) {
+          for (size_t i = 0; i < count; ++i) {
+            const float want = coll == Collective::kAllGather       ? input(b, 0, i)
+                               : coll == Collective::kReduceScatter ? 6 * input(0, r, i)
+                                                                    : input(b, r, i);
+            if (out[b * count + i] != want) {
               errors.add(where + ": block " + std::to_string(b) + " element " + std::to_string(i) + " is " +
-                         std::to_string(got) + ", expected " + std::to_string(want));
-              i = count;
+                         std::to_string(out[b * count + i]) + ", expected " + std::to_string(want));
+              b = n;
               break;
             }
           }
@@ -552,11 +560,11 @@ TEST_CASE("device queue: a large allgather and reduce-scatter are staged in piec
       REQUIRE(init.isOk());
       CHECK(errors.first() == "");
       // Piece 0 ran before every copy of the call was in (one per piece and rank, of one
-      // block or of every block at once), and each piece of the blocks was one copy.
+      // block or of every block at once), and each piece of the blocks was one copy per side.
       INFO("copies done when piece 0 ran: " << firstPieceSawCopies.load());
       CHECK(firstPieceSawCopies.load() >= 1);
       CHECK(firstPieceSawCopies.load() < static_cast<int>(n * pieces));
-      CHECK(rt.rowCopiesDone.load() == static_cast<int>(n * pieces));
+      CHECK(rt.rowCopiesDone.load() == static_cast<int>(n * pieces * (inBlocks && outBlocks ? 2 : 1)));
       rt.copiesDone = 0;
       rt.rowCopiesDone = 0;
     }

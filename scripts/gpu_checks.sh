@@ -119,9 +119,9 @@ step allreduce_D0_np2 90 1 "$BR" -np 2 "$PERF/allreduce_perf" -b 8 -e 128M -f 8 
 for coll in broadcast sendrecv allgather reduce_scatter alltoall reduce gather scatter; do
   step "${coll}_D1_np3" 60 1 "$BR" -np 3 "$PERF/${coll}_perf" -b 8 -e 16M -f 64 -n 5 -w 1 -c 1 -D 1
 done
-# Calls of 8 MiB and more are staged in pieces (docs/cuda.md, "Pieces"), those of allgather
-# and reduce-scatter with strided copies of every rank's block.
-for coll in allgather reduce_scatter reduce broadcast; do
+# Calls of 8 MiB and more are staged in pieces (docs/cuda.md, "Pieces"), those of allgather,
+# reduce-scatter and alltoall with strided copies of every rank's block.
+for coll in allgather reduce_scatter alltoall reduce broadcast; do
   step "${coll}_D1_np3_pieces" 60 1 "$BR" -np 3 "$PERF/${coll}_perf" -b 12M -e 48M -f 4 -n 5 -w 1 -c 1 -D 1
 done
 # One core per rank (braidrun's old binding) against the default blocks of cores.

@@ -85,7 +85,10 @@ class Store {
   }
 };
 
-// An operation in flight. wait() blocks and throws the operation's error; test() polls.
+// An operation in flight. wait() blocks and throws the operation's error; test() polls. On
+// device buffers the operation is enqueued on the stream (below) and is done once the
+// stream has gone past it: wait() then blocks the host until the results are in the
+// device buffers, as cudaStreamSynchronize would up to that call.
 class Work {
  public:
   Work() = default;
@@ -120,9 +123,10 @@ struct Reduction {
 // Communicator are enqueued on `stream` (a cudaStream_t) and return at once, as the C API's
 // calls given that stream do: the call starts after the work queued on the stream before it,
 // and work queued after it sees its result. A failure shows in the next call on the
-// communicator and in Communicator::checkAsyncError(). The asynchronous (Work) forms refuse
-// device work. Guards nest; the innermost wins. Calls on device buffers outside any guard
-// use CUDA's legacy default stream.
+// communicator and in Communicator::checkAsyncError(). The asynchronous (Work) forms are
+// enqueued alike and give a Work that tells the host when the stream is past the call.
+// Guards nest; the innermost wins. Calls on device buffers outside any guard use CUDA's
+// legacy default stream.
 class StreamGuard {
  public:
   explicit StreamGuard(braidStream_t stream);

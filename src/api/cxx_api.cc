@@ -134,20 +134,22 @@ StreamGuard::StreamGuard(braidStream_t stream) : previous_(tStream) { tStream = 
 StreamGuard::~StreamGuard() { tStream = previous_; }
 braidStream_t StreamGuard::current() { return tStream; }
 
+// A host call's Op, or a device call's view of its stream (one of the two).
 struct Work::Impl {
   std::shared_ptr<core::Op> op;
   const char* name;
+  std::shared_ptr<device::DeviceDone> device;
 };
 
 void Work::wait() {
   if (!impl_) throw InvalidArgument("Work::wait on an empty Work");
-  check(impl_->op->wait().withContext(impl_->name));
+  check((impl_->device ? impl_->device->wait() : impl_->op->wait()).withContext(impl_->name));
 }
 
 bool Work::test() {
   if (!impl_) throw InvalidArgument("Work::test on an empty Work");
   Status s;
-  if (!impl_->op->test(&s)) return false;
+  if (!(impl_->device ? impl_->device->test(&s) : impl_->op->test(&s))) return false;
   check(s.withContext(impl_->name));
   return true;
 }
@@ -196,9 +198,14 @@ api::Session& sessionOf(const std::unique_ptr<Communicator::Impl>& impl, const c
 void runCall(api::Session& s, const api::CallArgs& a) { check(s.run(prepared(s, a))); }
 
 std::shared_ptr<Work::Impl> submitCall(api::Session& s, api::Call call, const char* name) {
+  if (call.onDevice) {
+    auto done = s.submitOnDevice(std::move(call));
+    if (!done.isOk()) throwStatus(done.status());
+    return std::make_shared<Work::Impl>(Work::Impl{nullptr, name, done.value()});
+  }
   auto op = s.submit(std::move(call));
   if (!op.isOk()) throwStatus(op.status());
-  return std::make_shared<Work::Impl>(Work::Impl{op.value(), name});
+  return std::make_shared<Work::Impl>(Work::Impl{op.value(), name, nullptr});
 }
 
 }  // namespace

@@ -1118,6 +1118,10 @@ Status Session::run(Call&& call) {
     // must see this call after them, on every rank alike.
     return q->runInOrder([&] { return comm_->run(call.req, call.input, call.output, std::move(call.extra)); });
   }
+  return enqueueOnDevice(std::move(call), nullptr);
+}
+
+Status Session::enqueueOnDevice(Call&& call, std::shared_ptr<device::DeviceDone> done) {
   // Before anything touches the stream or the runtime: a call captured into a CUDA graph
   // would hang the proxy now and the stream at every replay.
   auto captured = device::runtime().capturing(call.device.stream);
@@ -1169,7 +1173,7 @@ Status Session::run(Call&& call) {
         if (mover) mover->setDevice(gpu);
         return comm->run(req, in, out, extra, mover);
       },
-      std::move(pieceRun));
+      std::move(pieceRun), std::move(done));
 }
 
 StatusOr<bool> Session::takesDirectPath(int gpu) {
@@ -1305,13 +1309,19 @@ Status Session::asyncError() {
 StatusOr<std::shared_ptr<core::Op>> Session::submit(Call&& call) {
   if (!call.invalid.isOk()) return call.invalid;
   if (call.onDevice) {
-    // Groups enqueue device calls through run(); what comes here waits on a Work.
     return invalidArgument(std::string(call.name) + " on rank " + std::to_string(comm_->rank()) +
-                           ": device buffers take a stream, not an asynchronous Work, so far");
+                           ": device buffers are enqueued with submitOnDevice");
   }
   // As in run(): after the device calls enqueued before it.
   if (device::DeviceQueue* q = deviceQueueMade_.load(std::memory_order_acquire)) q->drain();
   return comm_->submit(call.req, call.input, call.output, std::move(call.extra));
+}
+
+StatusOr<std::shared_ptr<device::DeviceDone>> Session::submitOnDevice(Call&& call) {
+  if (!call.invalid.isOk()) return call.invalid;
+  auto done = std::make_shared<device::DeviceDone>(comm_->timeoutSeconds());
+  BRAID_RETURN_IF_ERROR(enqueueOnDevice(std::move(call), done));
+  return done;
 }
 
 StatusOr<std::unique_ptr<Session>> Session::split(const char* fn, int color, int key) {

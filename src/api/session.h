@@ -109,8 +109,11 @@ class Session {
   Status run(Call&& call);
   // The first failure of enqueued device work, else the communicator's broken state.
   Status asyncError();
-  // Queues `call`; its buffers must stay valid until the Op completes.
+  // Queues `call`; its buffers must stay valid until the Op completes. Host buffers only.
   StatusOr<std::shared_ptr<core::Op>> submit(Call&& call);
+  // Enqueues a device call on its stream, as run() does, and gives what tells a host thread
+  // when it is done (the C++ API's Work on device buffers).
+  StatusOr<std::shared_ptr<device::DeviceDone>> submitOnDevice(Call&& call);
 
   // MPI_Comm_split over this communicator (collective). A negative color gives null. The
   // child shares this session's store (and store server) so that they outlive it.
@@ -152,6 +155,7 @@ class Session {
   StatusOr<std::unique_ptr<Session>> growJoiners(const char* fn);
 
  private:
+  Status enqueueOnDevice(Call&& call, std::shared_ptr<device::DeviceDone> done);
   struct PreMul {
     double scalar;
     DataType dtype;

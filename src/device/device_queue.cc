@@ -44,6 +44,42 @@ DeviceQueue::DeviceQueue(Runtime& rt, double timeoutSec) : rt_(rt), timeoutSec_(
   }
 }
 
+// A call that failed is reported at once: its stream is released, but what it copies back
+// is whatever the failed call left.
+bool DeviceDone::test(Status* result) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const bool over = done_ || (ran_ && !result_.isOk());
+  if (over && result) *result = result_;
+  return over;
+}
+
+Status DeviceDone::wait() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    if (done_ || (ran_ && !result_.isOk())) return result_;
+    if (ran_ && nowNanos() - ranAt_ > static_cast<int64_t>(timeoutSec_ * 1e9))
+      return Status(Code::kTimeout, "the collective ran, but its stream did not copy the results back within " +
+                                        std::to_string(timeoutSec_) + " s");
+    cv_.wait_for(lock, std::chrono::milliseconds(ran_ ? 1 : 10));
+  }
+}
+
+void DeviceDone::ran(const Status& result) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ran_ = true;
+  ranAt_ = nowNanos();
+  result_ = result;
+}
+
+void DeviceDone::finish(const Status& late) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (result_.isOk()) result_ = late;
+    done_ = true;
+  }
+  cv_.notify_all();
+}
+
 DeviceQueue::~DeviceQueue() {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -122,7 +158,7 @@ StatusOr<DeviceQueue::Block> DeviceQueue::takeFree(size_t bytes) {
   return b;
 }
 
-Status DeviceQueue::enqueue(const DeviceCall& call, HostRun run, PieceRun pieceRun) {
+Status DeviceQueue::enqueue(const DeviceCall& call, HostRun run, PieceRun pieceRun, std::shared_ptr<DeviceDone> done) {
   BRAID_RETURN_IF_ERROR(flagStatus_);
   // Jobs the stream has finished with release their markers and blocks now rather than at
   // the proxy's next wake-up: a block not tied to a stream (cudaStreamPerThread) is then in
@@ -131,7 +167,7 @@ Status DeviceQueue::enqueue(const DeviceCall& call, HostRun run, PieceRun pieceR
   retire(/*all=*/false);
   std::lock_guard<std::mutex> lock(mu_);
   BRAID_RETURN_IF_ERROR(error_);
-  if (call.direct) return enqueueDirect(call, std::move(run), std::move(pieceRun));
+  if (call.direct) return enqueueDirect(call, std::move(run), std::move(pieceRun), std::move(done));
   Stream s = call.stream;
 
   // Host layout: overlapping buffers share one block at the same distance apart; disjoint
@@ -171,6 +207,7 @@ Status DeviceQueue::enqueue(const DeviceCall& call, HostRun run, PieceRun pieceR
   } park{this, &block};
   char* base = static_cast<char*>(block.ptr);
   Job job;
+  job.done = std::move(done);
   job.block = block;
   job.hostInput = hasIn ? base + inAt : nullptr;
   job.hostOutput = hasOut ? base + outAt : nullptr;
@@ -277,9 +314,11 @@ std::vector<DeviceQueue::Piece> DeviceQueue::cutPieces(const DeviceCall& call) {
 
 // A direct call (called with mu_ held): the stream reaches the call, then waits for the
 // proxy, which runs it on the device buffers; the pieces are only run one after another.
-Status DeviceQueue::enqueueDirect(const DeviceCall& call, HostRun run, PieceRun pieceRun) {
+Status DeviceQueue::enqueueDirect(const DeviceCall& call, HostRun run, PieceRun pieceRun,
+                                  std::shared_ptr<DeviceDone> done) {
   const Stream s = call.stream;
   Job job;
+  job.done = std::move(done);
   job.direct = true;
   job.hostInput = call.input;
   job.hostOutput = call.output;
@@ -465,8 +504,11 @@ void DeviceQueue::retire(bool all) {
     }
     if (!done) {
       if (!all) keep.push_back(std::move(j));
+      else if (j.done)
+        j.done->finish(Status(Code::kTimeout, "the stream did not copy the results back before the communicator went"));
       continue;  // at teardown: the stream may still read the block, so it is not freed
     }
+    if (j.done) j.done->finish();
     if (j.staged) rt_.releaseMarker(j.staged);
     for (const Piece& p : j.pieces)
       if (p.staged) rt_.releaseMarker(p.staged);
@@ -530,6 +572,7 @@ void DeviceQueue::proxyLoop() {
       if (st.isOk()) st = job.run(job.hostInput, job.hostOutput, job.hostExtra);
     }
     if (!st.isOk()) fail(st);
+    if (job.done) job.done->ran(st);
     // Releases the stream (and any later wait, which compares cyclically).
     flag_.host->store(job.seq, std::memory_order_release);
     {

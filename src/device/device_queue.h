@@ -36,6 +36,7 @@
 #include <cstddef>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -80,6 +81,30 @@ struct DeviceCall {
   bool direct = false;
 };
 
+// A host thread's view of one enqueued call (a C++ Work on device buffers): done once the
+// stream has copied the call's results back (staged), or once the proxy has run it on the
+// device buffers (direct), with the call's result.
+class DeviceDone {
+ public:
+  explicit DeviceDone(double timeoutSec) : timeoutSec_(timeoutSec) {}
+  // Whether the call is done; then its result in *result.
+  bool test(Status* result);
+  // Blocks until the call is done and gives its result. Once the proxy has run it, the
+  // stream has at most the timeout to copy the results back (its copies come next on it).
+  Status wait();
+  // The proxy ran the call (or failed it), then the stream went past it: done.
+  void ran(const Status& result);
+  void finish(const Status& late = Status::ok());
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool ran_ = false, done_ = false;
+  int64_t ranAt_ = 0;
+  Status result_;
+  double timeoutSec_;
+};
+
 class DeviceQueue {
  public:
   // Runs the collective on host buffers laid out like the device ones (`extra`: the staged
@@ -107,7 +132,9 @@ class DeviceQueue {
 
   // Enqueues `call` on its stream and `run` on the proxy; returns at once. Fails without
   // enqueueing anything when an earlier call failed (that error) or a runtime call fails.
-  Status enqueue(const DeviceCall& call, HostRun run, PieceRun pieceRun = nullptr);
+  // `done`, if given, is told when the call is done.
+  Status enqueue(const DeviceCall& call, HostRun run, PieceRun pieceRun = nullptr,
+                 std::shared_ptr<DeviceDone> done = nullptr);
 
   // Runs `fn` (a host collective on the same communicator) after every collective enqueued
   // before it, so the communicator sees calls in issue order whatever memory they use: at
@@ -146,6 +173,7 @@ class DeviceQueue {
     PieceRun pieceRun;
     size_t elementBytes = 0;
     bool direct = false;  // run on the device buffers (hostInput etc. are those)
+    std::shared_ptr<DeviceDone> done;  // a waiting Work's view of it, if any
     Status failed;  // enqueue could not queue all of it: the proxy only releases the stream
   };
 
@@ -156,7 +184,7 @@ class DeviceQueue {
   void release(const Block& b, bool park = false);
   void proxyLoop();
   Status runPieces(Job& job);
-  Status enqueueDirect(const DeviceCall& call, HostRun run, PieceRun pieceRun);
+  Status enqueueDirect(const DeviceCall& call, HostRun run, PieceRun pieceRun, std::shared_ptr<DeviceDone> done);
   Status markThenWait(Job& job, Stream s);
   static bool cutsIntoPieces(const DeviceCall& call);
   static size_t pieceBytes(size_t total);

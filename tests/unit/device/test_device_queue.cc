@@ -260,13 +260,21 @@ TEST_CASE("device queue: a failed collective releases the stream and fails the n
   DeviceQueue q(rt, 30);
   Device a(rt, 64), b(rt, 64);
   int ran = 0;
-  Status bad = q.enqueue(deviceCall(stream.handle(), a.p, 64, b.p, 64, true), [&](const void*, void*, const std::vector<void*>&) {
-    ++ran;
-    return Status(Code::kRemoteError, "rank 1 died", 1);
-  });
+  auto done = std::make_shared<device::DeviceDone>(30);
+  Status bad = q.enqueue(
+      deviceCall(stream.handle(), a.p, 64, b.p, 64, true),
+      [&](const void*, void*, const std::vector<void*>&) {
+        ++ran;
+        return Status(Code::kRemoteError, "rank 1 died", 1);
+      },
+      nullptr, done);
   REQUIRE(bad.isOk());  // enqueued; the failure comes later
   bool after = false;
   stream.enqueue([&] { after = true; });
+  // A Work waiting on the call gets its failure.
+  Status waited = done->wait();
+  CHECK(waited.code() == Code::kRemoteError);
+  CHECK(waited.rank() == 1);
   stream.synchronize();  // returns: the flag was stored although the collective failed
   q.drain();
   CHECK(after);

@@ -357,8 +357,9 @@ TEST_CASE("C++ API: calls under a StreamGuard are enqueued on its stream, and a 
 TEST_CASE("C API: a large device allreduce or broadcast, staged in pieces, gives every element", "[device][cuda]") {
   FakeRuntime rt;
   InstallRuntime installed(&rt);
-  // The direct path runs the same pieces on the device buffers, through the kernels.
-  const char* path = GENERATE("staged", "direct");
+  // The direct paths run the same pieces on the device buffers, through the kernels (ipc: with
+  // the slots in device memory).
+  const char* path = GENERATE("staged", "direct", "ipc");
   INFO(path);
   CudaPath cudaPath(path);
   const int n = 3;
@@ -416,7 +417,7 @@ TEST_CASE("C API: a large device allreduce or broadcast, staged in pieces, gives
     rt.deviceFree(out);
   });
   for (int r = 0; r < n; ++r) CHECK(errors[r] == "");
-  CHECK((rt.kernels.load() > 0) == (std::string(path) == "direct"));
+  CHECK((rt.kernels.load() > 0) == (std::string(path) != "staged"));
 }
 
 // Allgather, reduce-scatter and alltoall are staged in pieces too, each piece the same range
@@ -426,7 +427,7 @@ TEST_CASE("C API: a large device allgather, reduce-scatter, alltoall or reduce, 
           "[device][cuda]") {
   FakeRuntime rt;
   InstallRuntime installed(&rt);
-  const char* path = GENERATE("staged", "direct");
+  const char* path = GENERATE("staged", "direct", "ipc");
   INFO(path);
   CudaPath cudaPath(path);
   const int n = 3;
@@ -524,8 +525,10 @@ TEST_CASE("C API: a large device allgather, reduce-scatter, alltoall or reduce, 
   });
   for (int r = 0; r < n; ++r) CHECK(errors[r] == "");
   // Staged, each of the six allgathers and reduce-scatters of a rank copies one piece of
-  // every block at once, three times, and each of its two alltoalls does so both ways.
+  // every block at once, three times, and each of its two alltoalls does so both ways; the
+  // direct paths copy nothing and run kernels.
   CHECK(rt.rowCopiesDone.load() == (std::string(path) == "staged" ? (6 + 2 * 2) * 3 * n : 0));
+  CHECK((rt.kernels.load() > 0) == (std::string(path) != "staged"));
 }
 
 using braid::device::test::everyCollectiveOnDevice;

@@ -135,6 +135,9 @@ class StreamGuard {
   StreamGuard& operator=(const StreamGuard&) = delete;
   // The stream this thread's calls go to now (nullptr: none).
   static braidStream_t current();
+  // Whether `stream` is being captured into a CUDA graph, where calls on it are recorded and
+  // run at each replay (false where device buffers cannot be used).
+  static bool capturing(braidStream_t stream);
 
  private:
   braidStream_t previous_;

@@ -133,6 +133,10 @@ std::vector<api::P2PMessage> preparedP2P(api::Session& s, const std::vector<P2PO
 StreamGuard::StreamGuard(braidStream_t stream) : previous_(tStream) { tStream = stream; }
 StreamGuard::~StreamGuard() { tStream = previous_; }
 braidStream_t StreamGuard::current() { return tStream; }
+bool StreamGuard::capturing(braidStream_t stream) {
+  auto c = device::runtime().capturing(stream);
+  return c.isOk() && c.value();
+}
 
 // A host call's Op, or a device call's view of its stream (one of the two).
 struct Work::Impl {

@@ -349,7 +349,12 @@ Session::~Session() {
   // Nothing may ask the communicator where it is once it starts going away.
   if (announced_) core::removeLiveStatus(comm_.get());
   // Enqueued device work runs the communicator: it goes first (its proxy finishes what the
-  // streams have reached, bounded by the timeout).
+  // streams have reached, bounded by the timeout), and graphs' replays stop using it (a
+  // replay running now finishes first).
+  {
+    std::lock_guard<std::mutex> lock(captureGuard_->runMu);
+    captureGuard_->alive = false;
+  }
   deviceQueue_.reset();
   mover_.reset();  // unregisters the slots while the communicator still maps them
   dropDeviceSlots();
@@ -1122,15 +1127,39 @@ Status Session::run(Call&& call) {
 }
 
 Status Session::enqueueOnDevice(Call&& call, std::shared_ptr<device::DeviceDone> done) {
-  // Before anything touches the stream or the runtime: a call captured into a CUDA graph
-  // would hang the proxy now and the stream at every replay.
+  const std::string where = std::string(call.name) + " on rank " + std::to_string(comm_->rank());
+  // A replay of a captured call that failed fails the calls after it, as enqueued work does.
+  {
+    std::lock_guard<std::mutex> lock(captureGuard_->errorMu);
+    if (!captureGuard_->error.isOk()) return captureGuard_->error;
+  }
+  // Before anything touches the stream: a stream being captured into a CUDA graph gets the
+  // call as graph nodes (device_queue.h, "Captured calls"), staged calls only.
   auto captured = device::runtime().capturing(call.device.stream);
-  if (!captured.isOk() || captured.value()) {
-    return invalidArgument(std::string(call.name) + " on rank " + std::to_string(comm_->rank()) + ": stream " +
-                           (captured.isOk() ? "is being captured into a CUDA graph (cudaStreamBeginCapture); "
-                                              "braid's device calls cannot be captured yet: issue this call "
-                                              "outside the capture"
-                                            : "cannot be queried: " + captured.status().message()));
+  if (!captured.isOk())
+    return invalidArgument(where + ": stream cannot be queried: " + captured.status().message());
+  if (captured.value()) {
+    const char* v = std::getenv("BRAID_CUDA_PATH");
+    if (v && *v && std::string(v) != "staged")
+      return invalidArgument(where + ": stream is being captured into a CUDA graph (cudaStreamBeginCapture); with " +
+                             "BRAID_CUDA_PATH=" + v + " braid's device calls cannot be captured yet (staged ones can): " +
+                             "issue this call outside the capture");
+    if (call.device.stream == nullptr)
+      return invalidArgument(where + ": the legacy default stream would join another stream's CUDA graph capture; " +
+                             "pass the capturing stream");
+    if (done)
+      return invalidArgument(where + ": stream is being captured into a CUDA graph, where the call runs at each " +
+                             "replay: an asynchronous Work cannot wait for it (use the blocking form)");
+    core::Communicator* comm = comm_.get();
+    algorithms::Request req = call.req;
+    Status st = device::DeviceQueue::enqueueCaptured(
+        device::runtime(), call.device,
+        [comm, req](const void* in, void* out, const std::vector<void*>& extra) {
+          return comm->run(req, in, out, extra);
+        },
+        captureGuard_);
+    if (!st.isOk()) return invalidArgument(where + ": could not capture the call into the CUDA graph: " + st.message());
+    return Status::ok();
   }
   device::DeviceQueue* q = nullptr;
   device::DeviceMover* mover = nullptr;
@@ -1302,6 +1331,10 @@ Status Session::asyncError() {
   {
     std::lock_guard<std::mutex> lock(deviceMu_);
     if (deviceQueue_) BRAID_RETURN_IF_ERROR(deviceQueue_->asyncError());
+  }
+  {
+    std::lock_guard<std::mutex> lock(captureGuard_->errorMu);
+    if (!captureGuard_->error.isOk()) return captureGuard_->error;
   }
   return comm_->brokenStatus();
 }

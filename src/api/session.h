@@ -237,6 +237,8 @@ class Session {
   bool announced_ = false;  // registered with the live-status responder
   std::mutex deviceMu_;
   std::unique_ptr<device::DeviceQueue> deviceQueue_;  // made by the first device call
+  // Shared with the calls captured into CUDA graphs (device_queue.h).
+  std::shared_ptr<device::CaptureGuard> captureGuard_ = std::make_shared<device::CaptureGuard>();
   // The direct path (BRAID_CUDA_PATH=direct, device_mover.h), under deviceMu_: 0 not yet
   // decided, 1 taken (mover_ holds the registered slots), 2 not taken.
   int directState_ = 0;

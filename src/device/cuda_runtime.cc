@@ -99,12 +99,23 @@ class CudaRuntime final : public Runtime {
 
   StatusOr<void*> allocHost(size_t bytes) override {
     void* p = nullptr;
+    // A captured call pins its block during the capture, and other threads' calls may pin
+    // theirs while a thread captures, where the global capture mode would refuse it: this
+    // thread allows it, as NCCL does, for this call alone.
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    cudaThreadExchangeStreamCaptureMode(&mode);
     cudaError_t e = cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocPortable);
+    cudaThreadExchangeStreamCaptureMode(&mode);
     if (e != cudaSuccess) return cudaFailure("cudaHostAlloc", e);
     return p;
   }
   void freeHost(void* p) override {
-    if (p) cudaFreeHost(p);
+    if (!p) return;
+    // Likewise while another thread captures (a graph's block is freed at the next call).
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    cudaThreadExchangeStreamCaptureMode(&mode);
+    cudaFreeHost(p);
+    cudaThreadExchangeStreamCaptureMode(&mode);
   }
 
   StatusOr<Flag> allocFlag() override {
@@ -183,6 +194,35 @@ class CudaRuntime final : public Runtime {
     if (e != cudaSuccess) {
       delete w;
       return cudaFailure("cudaLaunchHostFunc", e);
+    }
+    return Status::ok();
+  }
+
+  Status launchHostFunc(Stream s, void (*fn)(void*), void* arg) override {
+    cudaError_t e = cudaLaunchHostFunc(static_cast<cudaStream_t>(s), fn, arg);
+    return e == cudaSuccess ? Status::ok() : cudaFailure("cudaLaunchHostFunc", e);
+  }
+
+  Status keepWithCapture(Stream s, void* obj, void (*destroy)(void*)) override {
+    cudaStreamCaptureStatus state = cudaStreamCaptureStatusNone;
+    cudaGraph_t graph = nullptr;
+    cudaError_t e = cudaStreamGetCaptureInfo(static_cast<cudaStream_t>(s), &state, nullptr, &graph);
+    if (e != cudaSuccess || state != cudaStreamCaptureStatusActive || !graph) {
+      destroy(obj);
+      if (e != cudaSuccess) return cudaFailure("cudaStreamGetCaptureInfo", e);
+      return Status(Code::kInvalidArgument, "the stream is not being captured (its capture was invalidated)");
+    }
+    cudaUserObject_t uo = nullptr;
+    // The one reference moves to the graph; executable graphs made from it take their own.
+    e = cudaUserObjectCreate(&uo, obj, destroy, 1, cudaUserObjectNoDestructorSync);
+    if (e != cudaSuccess) {
+      destroy(obj);
+      return cudaFailure("cudaUserObjectCreate", e);
+    }
+    e = cudaGraphRetainUserObject(graph, uo, 1, cudaGraphUserObjectMove);
+    if (e != cudaSuccess) {
+      cudaUserObjectRelease(uo, 1);  // runs destroy(obj)
+      return cudaFailure("cudaGraphRetainUserObject", e);
     }
     return Status::ok();
   }

@@ -88,6 +88,7 @@ DeviceQueue::~DeviceQueue() {
   cv_.notify_all();
   if (proxy_.joinable()) proxy_.join();
   retire(/*all=*/true);
+  rt_.freeDeferred();
   for (const Block& b : pool_) rt_.freeHost(b.ptr);
   // A stream's block that a job still uses is one the stream may still read: kept.
   for (const auto& [stream, b] : streamBlock_)
@@ -165,35 +166,17 @@ Status DeviceQueue::enqueue(const DeviceCall& call, HostRun run, PieceRun pieceR
   // the pool for this call instead of a newly pinned one (cudaHostAlloc of large blocks
   // takes milliseconds).
   retire(/*all=*/false);
+  rt_.freeDeferred();
   std::lock_guard<std::mutex> lock(mu_);
   BRAID_RETURN_IF_ERROR(error_);
   if (call.direct) return enqueueDirect(call, std::move(run), std::move(pieceRun), std::move(done));
   Stream s = call.stream;
 
-  // Host layout: overlapping buffers share one block at the same distance apart; disjoint
-  // ones sit one after the other.
-  const auto in = reinterpret_cast<uintptr_t>(call.input);
-  const auto out = reinterpret_cast<uintptr_t>(call.output);
   const bool hasIn = call.inputBytes > 0, hasOut = call.outputBytes > 0;
-  const bool overlap = hasIn && hasOut && in < out + call.outputBytes && out < in + call.inputBytes;
-  size_t bytes = 0, inAt = 0, outAt = 0;
-  if (overlap) {
-    const uintptr_t lo = std::min(in, out);
-    bytes = std::max(in + call.inputBytes, out + call.outputBytes) - lo;
-    inAt = in - lo;
-    outAt = out - lo;
-  } else {
-    inAt = 0;
-    outAt = hasIn ? alignUp(call.inputBytes, kAlign) : 0;
-    bytes = outAt + call.outputBytes;
-  }
-  std::vector<size_t> extraAt;
-  for (const DeviceExtra& e : call.extra) {
-    bytes = alignUp(bytes, kAlign);
-    extraAt.push_back(bytes);
-    bytes += e.bytes;
-  }
-  BRAID_ASSIGN_OR_RETURN(Block block, take(bytes, s));
+  const HostLayout layout = hostLayout(call);
+  const size_t inAt = layout.inAt, outAt = layout.outAt;
+  const std::vector<size_t>& extraAt = layout.extraAt;
+  BRAID_ASSIGN_OR_RETURN(Block block, take(layout.bytes, s));
   // Until the flag wait is on the stream, a failure leaves nothing waiting, but copies into
   // the block may already be queued on the stream. A stream's shared block stays its block
   // (its later uses are ordered after those copies); any other is parked (never reused or
@@ -245,6 +228,91 @@ Status DeviceQueue::enqueue(const DeviceCall& call, HostRun run, PieceRun pieceR
   queue_.push_back(std::move(job));
   cv_.notify_all();
   return st;
+}
+
+DeviceQueue::HostLayout DeviceQueue::hostLayout(const DeviceCall& call) {
+  HostLayout l;
+  const auto in = reinterpret_cast<uintptr_t>(call.input);
+  const auto out = reinterpret_cast<uintptr_t>(call.output);
+  const bool hasIn = call.inputBytes > 0, hasOut = call.outputBytes > 0;
+  const bool overlap = hasIn && hasOut && in < out + call.outputBytes && out < in + call.inputBytes;
+  if (overlap) {
+    const uintptr_t lo = std::min(in, out);
+    l.bytes = std::max(in + call.inputBytes, out + call.outputBytes) - lo;
+    l.inAt = in - lo;
+    l.outAt = out - lo;
+  } else {
+    l.outAt = hasIn ? alignUp(call.inputBytes, kAlign) : 0;
+    l.bytes = l.outAt + call.outputBytes;
+  }
+  for (const DeviceExtra& e : call.extra) {
+    l.bytes = alignUp(l.bytes, kAlign);
+    l.extraAt.push_back(l.bytes);
+    l.bytes += e.bytes;
+  }
+  return l;
+}
+
+namespace {
+
+// One captured call, owned by its graph: what each replay's host node runs.
+struct CapturedCall {
+  Runtime* rt;
+  std::shared_ptr<CaptureGuard> guard;
+  DeviceQueue::HostRun run;
+  void* block = nullptr;
+  const void* hostInput = nullptr;
+  void* hostOutput = nullptr;
+  std::vector<void*> hostExtra;
+};
+
+// A replay's host node, on CUDA's callback thread.
+void runCaptured(void* p) {
+  auto* c = static_cast<CapturedCall*>(p);
+  std::lock_guard<std::mutex> lock(c->guard->runMu);
+  if (!c->guard->alive) return;  // the communicator is gone: the output is left as it was
+  Status st = c->run(c->hostInput, c->hostOutput, c->hostExtra);
+  if (st.isOk()) return;
+  std::lock_guard<std::mutex> errorLock(c->guard->errorMu);
+  if (c->guard->error.isOk()) c->guard->error = st;
+}
+
+// The graph is gone (on a thread that may not call CUDA): the block is freed later.
+void dropCaptured(void* p) {
+  auto* c = static_cast<CapturedCall*>(p);
+  if (c->block) c->rt->deferFree(c->block);
+  delete c;
+}
+
+}  // namespace
+
+Status DeviceQueue::enqueueCaptured(Runtime& rt, const DeviceCall& call, HostRun run,
+                                    std::shared_ptr<CaptureGuard> guard) {
+  if (call.direct) return invalidArgument("a direct call cannot be captured");
+  const Stream s = call.stream;
+  const HostLayout layout = hostLayout(call);
+  // A block of its own, for the graph's lifetime: replays may come at any time.
+  BRAID_ASSIGN_OR_RETURN(void* block, rt.allocHost(layout.bytes));
+  auto* c = new CapturedCall{&rt, std::move(guard), std::move(run), block, nullptr, nullptr, {}};
+  char* base = static_cast<char*>(block);
+  const bool hasIn = call.inputBytes > 0, hasOut = call.outputBytes > 0;
+  c->hostInput = hasIn ? base + layout.inAt : nullptr;
+  c->hostOutput = hasOut ? base + layout.outAt : nullptr;
+  for (size_t at : layout.extraAt) c->hostExtra.push_back(base + at);
+  // The graph owns the call from here, whatever follows (a failure frees it too).
+  BRAID_RETURN_IF_ERROR(rt.keepWithCapture(s, c, &dropCaptured));
+  if (hasOut && !call.writesWholeOutput)
+    BRAID_RETURN_IF_ERROR(rt.copyAsync(c->hostOutput, call.output, call.outputBytes, s));
+  if (hasIn) BRAID_RETURN_IF_ERROR(rt.copyAsync(base + layout.inAt, call.input, call.inputBytes, s));
+  for (size_t i = 0; i < call.extra.size(); ++i)
+    if (call.extra[i].read)
+      BRAID_RETURN_IF_ERROR(rt.copyAsync(c->hostExtra[i], call.extra[i].buf, call.extra[i].bytes, s));
+  BRAID_RETURN_IF_ERROR(rt.launchHostFunc(s, &runCaptured, c));
+  if (hasOut) BRAID_RETURN_IF_ERROR(rt.copyAsync(call.output, c->hostOutput, call.outputBytes, s));
+  for (size_t i = 0; i < call.extra.size(); ++i)
+    if (!call.extra[i].read)
+      BRAID_RETURN_IF_ERROR(rt.copyAsync(call.extra[i].buf, c->hostExtra[i], call.extra[i].bytes, s));
+  return Status::ok();
 }
 
 // Puts marker A and the wait for the job's new seq on the stream; on failure, neither.

@@ -31,6 +31,17 @@
 // A collective that fails still stores seq (a stream is never left waiting): its output is
 // whatever the failed call left, and the error is returned by the next enqueue() and by
 // asyncError(), as NCCL reports errors of enqueued work.
+//
+// Captured calls (enqueueCaptured): on a stream being captured into a CUDA graph nothing is
+// run now; the graph gets
+//
+//   [copy device input -> host] [host node: the collective on the host copies] [copy host output -> device]
+//
+// and each replay of the graph runs the collective in its host node, on CUDA's callback
+// thread, when the replay's stream reaches it (a host node may block; it may not call
+// CUDA, and the staged collective does not). No marker or flag is involved: a replay needs
+// nothing from the proxy, so replays and calls enqueued the usual way keep stream order.
+// The host block and the call belong to the graph and go with it (a CUDA user object).
 
 #include <condition_variable>
 #include <cstddef>
@@ -105,6 +116,17 @@ class DeviceDone {
   double timeoutSec_;
 };
 
+// What a session shares with the calls captured into graphs: a replay runs its call only
+// while the session lives (under `runMu`, which the session takes to go), and leaves the
+// first failure in `error` (under `errorMu`, which callers take without waiting for a
+// replay's collective).
+struct CaptureGuard {
+  std::mutex runMu;
+  bool alive = true;
+  std::mutex errorMu;
+  Status error;
+};
+
 class DeviceQueue {
  public:
   // Runs the collective on host buffers laid out like the device ones (`extra`: the staged
@@ -135,6 +157,11 @@ class DeviceQueue {
   // `done`, if given, is told when the call is done.
   Status enqueue(const DeviceCall& call, HostRun run, PieceRun pieceRun = nullptr,
                  std::shared_ptr<DeviceDone> done = nullptr);
+
+  // Records `call` into the graph its stream is being captured into, run by `run` at every
+  // replay while `guard` is alive (the header's "Captured calls"). Staged calls only. Needs
+  // no queue (nor its proxy): a capture may be the first device call of a communicator.
+  static Status enqueueCaptured(Runtime& rt, const DeviceCall& call, HostRun run, std::shared_ptr<CaptureGuard> guard);
 
   // Runs `fn` (a host collective on the same communicator) after every collective enqueued
   // before it, so the communicator sees calls in issue order whatever memory they use: at
@@ -177,6 +204,14 @@ class DeviceQueue {
     Status failed;  // enqueue could not queue all of it: the proxy only releases the stream
   };
 
+  // Where input, output and extra buffers sit in a call's host block, and its size:
+  // overlapping buffers share one block at the same distance apart, disjoint ones sit one
+  // after the other.
+  struct HostLayout {
+    size_t bytes = 0, inAt = 0, outAt = 0;
+    std::vector<size_t> extraAt;
+  };
+  static HostLayout hostLayout(const DeviceCall& call);
   StatusOr<Block> take(size_t bytes, Stream s);
   StatusOr<Block> takeFree(size_t bytes);  // from the pool, or newly pinned
   // One job less uses `b` (under mu_): back to the pool (or, with `park`, kept unused for

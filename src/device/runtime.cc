@@ -32,6 +32,28 @@ Status Runtime::copyRowsAsync(void* dst, size_t dstPitch, const void* src, size_
 }
 
 StatusOr<bool> Runtime::capturing(Stream) { return false; }
+
+Status Runtime::launchHostFunc(Stream, void (*)(void*), void*) {
+  return Status(Code::kInvalidArgument, std::string(name()) + ": no host functions on a stream");
+}
+Status Runtime::keepWithCapture(Stream, void* obj, void (*destroy)(void*)) {
+  destroy(obj);
+  return Status(Code::kInvalidArgument, std::string(name()) + ": no graph capture");
+}
+
+void Runtime::deferFree(void* p) {
+  std::lock_guard<std::mutex> lock(deferredMu_);
+  deferred_.push_back(p);
+}
+
+void Runtime::freeDeferred() {
+  std::vector<void*> v;
+  {
+    std::lock_guard<std::mutex> lock(deferredMu_);
+    v.swap(deferred_);
+  }
+  for (void* p : v) freeHost(p);
+}
 Status Runtime::directSupport(int) { return noDirect(*this); }
 Status Runtime::registerHost(void*, size_t) { return noDirect(*this); }
 StatusOr<void*> Runtime::allocDevice(size_t, int) { return noDirect(*this); }

@@ -11,7 +11,9 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "cuda/reduce_copy.h"
@@ -76,6 +78,19 @@ class Runtime {
   // proxy would wait for a marker that never comes, and a replay would wait for a flag
   // value nobody stores again.
   virtual StatusOr<bool> capturing(Stream s);
+  // CUDA graph capture (device_queue.h, "Captured calls"). launchHostFunc enqueues fn(arg)
+  // on `s` (cudaLaunchHostFunc): captured, a host node that runs at every replay, on a
+  // thread that must not call the runtime. keepWithCapture ties `obj` to the graph `s` is
+  // being captured into: destroy(obj) runs once that graph and every executable graph made
+  // from it are gone (a CUDA user object), on such a thread too; it owns `obj` from the
+  // call on, so a failure runs destroy(obj) as well. Both fail where the runtime cannot
+  // capture.
+  virtual Status launchHostFunc(Stream s, void (*fn)(void*), void* arg);
+  virtual Status keepWithCapture(Stream s, void* obj, void (*destroy)(void*));
+  // Pinned host memory a graph's destructor gave up (it may not call the runtime): freed by
+  // the next freeDeferred(), which device calls and queues run now and then.
+  void deferFree(void* p);
+  void freeDeferred();
 
   // The direct path (device_mover.h): the reduce-copy kernels run by the proxy's and the
   // channels' threads between device buffers and the shared-memory slots, registered with
@@ -101,6 +116,10 @@ class Runtime {
   // One line for braid-info: the runtime's versions, the GPUs it sees and how a stream
   // waits for the host, or why device buffers cannot be used here.
   virtual std::string describe();
+
+ private:
+  std::mutex deferredMu_;
+  std::vector<void*> deferred_;
 };
 
 // The CUDA runtime (or, in a build without the toolkit, one that is never available).

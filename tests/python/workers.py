@@ -710,8 +710,9 @@ def scenario_ddp_recover():
 
 def scenario_cuda():
     """CUDA tensors through the braid backend (needs a GPU; ranks share GPUs round-robin):
-    every collective on device tensors, stream order, Work.wait() on another stream,
-    CPU and CUDA calls interleaved on one group, a mixed call refused, DDP on the GPU."""
+    every collective on device tensors, stream order, a CUDA graph's replays, Work.wait() on
+    another stream, CPU and CUDA calls interleaved on one group, a mixed call refused, DDP on
+    the GPU."""
     torch, dist = init_torch()
     from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -738,6 +739,20 @@ def scenario_cuda():
             u = t * 2                                        # queued on s after it
         s.synchronize()
         assert torch.all(u == N * (N + 1)).item(), u[:4].tolist()
+    with check("all_reduce captured into a CUDA graph (torch.cuda.graph) runs at every replay"):
+        t = torch.zeros(1 << 16, device=dev)
+        s = torch.cuda.Stream(device=dev)
+        s.wait_stream(torch.cuda.current_stream())
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=s):
+            dist.all_reduce(t)
+        for i in range(1, 4):
+            t.fill_(float(R + i))
+            graph.replay()
+            torch.cuda.synchronize()
+            want = sum(r + i for r in range(N))
+            assert torch.all(t == want).item(), (i, t[:4].tolist())
+        del graph
     with check("async work.wait() makes the current stream wait"):
         t = torch.full((3 << 20,), float(R), device=dev)
         w = dist.all_reduce(t, async_op=True)

@@ -210,6 +210,13 @@ void TaskQueue::push(Task task) {
     runTask(task);
     return;
   }
+  // A CUDA call on a stream being captured into a graph (torch.cuda.graph) must reach the
+  // stream before the capture ends: it runs here, on the capturing thread, once the worker
+  // has run everything queued before it (and holds there meanwhile).
+  if (task.stream && braid::StreamGuard::capturing(task.stream->native_handle())) {
+    runInTurn(std::move(task));
+    return;
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!stop_) {
@@ -222,12 +229,37 @@ void TaskQueue::push(Task task) {
   for (auto& w : task.works) w->complete(err);
 }
 
+void TaskQueue::runInTurn(Task task) {
+  bool stopped = false;
+  {
+    // Once the worker has run everything queued before this call, it holds until this
+    // call has run.
+    std::unique_lock<std::mutex> lock(mu_);
+    idle_.wait(lock, [&] { return stop_ || (q_.empty() && !running_ && !held_); });
+    stopped = stop_;
+    held_ = !stopped;
+  }
+  if (stopped) {
+    auto err = makeError<c10::DistBackendError>("braid: the process group is shut down (" + name_ + ")");
+    for (auto& w : task.works) w->complete(err);
+    return;
+  }
+  runTask(task);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    held_ = false;
+  }
+  cv_.notify_all();
+  idle_.notify_all();
+}
+
 void TaskQueue::failPending(const std::exception_ptr& error) {
   decltype(q_) pending;
   {
     std::lock_guard<std::mutex> lock(mu_);
     pending.swap(q_);
   }
+  idle_.notify_all();
   for (auto& task : pending)
     for (auto& w : task.works) w->complete(error);
 }
@@ -249,12 +281,18 @@ void TaskQueue::loop() {
     Task task;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || !q_.empty(); });
+      cv_.wait(lock, [&] { return (stop_ || !q_.empty()) && !held_; });
       if (q_.empty()) return;  // stopped and drained
       task = std::move(q_.front());
       q_.pop_front();
+      running_ = true;
     }
     runTask(task);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      running_ = false;
+    }
+    idle_.notify_all();
   }
 }
 

@@ -120,6 +120,9 @@ class TaskQueue {
   explicit TaskQueue(std::string name);
   ~TaskQueue();  // drains: runs what is queued, then joins
   void push(Task task);
+  // Runs `task` on this thread once the worker has run what is queued, holding the worker
+  // meanwhile.
+  void runInTurn(Task task);
   // Fails everything still queued with `error` instead of running it.
   void failPending(const std::exception_ptr& error);
   void stop();  // runs what is queued, then joins; idempotent
@@ -131,6 +134,9 @@ class TaskQueue {
   std::condition_variable cv_;
   std::deque<Task> q_;
   bool stop_ = false;
+  bool running_ = false;  // the worker runs a task
+  bool held_ = false;     // runInTurn runs one on its own thread: the worker waits
+  std::condition_variable idle_;  // the worker finished a task, or the queue was emptied
   std::thread thread_;
 };
 

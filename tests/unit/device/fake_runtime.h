@@ -99,6 +99,7 @@ class Gate {
 
 class FakeRuntime final : public Runtime {
  public:
+  ~FakeRuntime() override { freeDeferred(); }
   const char* name() const override { return "fake"; }
   Status available() override { return Status::ok(); }
 
@@ -272,7 +273,7 @@ class FakeRuntime final : public Runtime {
 
   Status copyAsync(void* dst, const void* src, size_t bytes, Stream s) override {
     if (failCopies.load()) return Status(Code::kSystemError, "fake: copy refused on purpose");
-    stream(s).enqueue([=] {
+    put(s, [=] {
       if (const int us = copyDelayUs.load()) std::this_thread::sleep_for(std::chrono::microseconds(us));
       std::memcpy(dst, src, bytes);
       copiesDone.fetch_add(1);
@@ -283,7 +284,7 @@ class FakeRuntime final : public Runtime {
   Status copyRowsAsync(void* dst, size_t dstPitch, const void* src, size_t srcPitch, size_t bytes, size_t rows,
                        Stream s) override {
     if (failCopies.load()) return Status(Code::kSystemError, "fake: copy refused on purpose");
-    stream(s).enqueue([=] {
+    put(s, [=] {
       if (const int us = copyDelayUs.load()) std::this_thread::sleep_for(std::chrono::microseconds(us));
       for (size_t i = 0; i < rows; ++i)
         std::memcpy(static_cast<char*>(dst) + i * dstPitch, static_cast<const char*>(src) + i * srcPitch, bytes);
@@ -293,6 +294,7 @@ class FakeRuntime final : public Runtime {
     return Status::ok();
   }
   StatusOr<void*> mark(Stream s) override {
+    if (graphOf(s)) return Status(Code::kInternal, "fake: a marker on a stream being captured");
     auto* m = new std::atomic<bool>(false);
     markersLive.fetch_add(1);
     stream(s).enqueue([m] { m->store(true, std::memory_order_release); });
@@ -306,14 +308,15 @@ class FakeRuntime final : public Runtime {
     delete static_cast<std::atomic<bool>*>(marker);
   }
   Status waitFlag(Stream s, const Flag& f, uint32_t value) override {
+    if (graphOf(s)) return Status(Code::kInternal, "fake: a flag wait on a stream being captured");
     stream(s).enqueue([f, value] {
       while (!reachedValue(f.host->load(std::memory_order_acquire), value)) std::this_thread::yield();
     });
     return Status::ok();
   }
 
-  // A stream being captured into a graph (CUDA's cudaStreamBeginCapture); the fake records
-  // nothing, it only answers capturing().
+  // A stream that answers capturing() but records nothing (a capture this fake cannot
+  // take: keepWithCapture fails on it).
   void setCapturing(Stream s, bool on) {
     std::lock_guard<std::mutex> l(mu_);
     if (on) capturing_.insert(s);
@@ -321,7 +324,46 @@ class FakeRuntime final : public Runtime {
   }
   StatusOr<bool> capturing(Stream s) override {
     std::lock_guard<std::mutex> l(mu_);
-    return capturing_.count(s) > 0;
+    return capturing_.count(s) > 0 || graphs_.count(s) > 0;
+  }
+
+  // Graph capture as CUDA does it (cudaStreamBeginCapture ... EndCapture, cudaGraphLaunch):
+  // what is put on a capturing stream is recorded, and a launch puts the recording on a
+  // stream; objects kept with the graph are destroyed with it.
+  struct Graph {
+    std::vector<std::function<void()>> ops;
+    std::vector<std::pair<void*, void (*)(void*)>> kept;
+    ~Graph() {
+      for (auto& [obj, destroy] : kept) destroy(obj);
+    }
+  };
+  void beginCapture(Stream s) {
+    std::lock_guard<std::mutex> l(mu_);
+    graphs_[s] = std::make_shared<Graph>();
+  }
+  std::shared_ptr<Graph> endCapture(Stream s) {
+    std::lock_guard<std::mutex> l(mu_);
+    auto g = graphs_[s];
+    graphs_.erase(s);
+    return g;
+  }
+  void launch(const std::shared_ptr<Graph>& g, Stream s) {
+    for (const auto& op : g->ops) stream(s).enqueue(op);
+  }
+  Status launchHostFunc(Stream s, void (*fn)(void*), void* arg) override {
+    hostFuncs.fetch_add(1);
+    put(s, [fn, arg] { fn(arg); });
+    return Status::ok();
+  }
+  Status keepWithCapture(Stream s, void* obj, void (*destroy)(void*)) override {
+    std::shared_ptr<Graph> g = graphOf(s);
+    if (!g) {
+      destroy(obj);
+      return Status(Code::kInvalidArgument, "fake: the stream is not being captured into a graph");
+    }
+    std::lock_guard<std::mutex> l(mu_);
+    g->kept.emplace_back(obj, destroy);
+    return Status::ok();
   }
 
   FakeStream& defaultStream() { return default_; }
@@ -336,6 +378,7 @@ class FakeRuntime final : public Runtime {
   std::atomic<int> slotKernels{0};         // kernels that read or wrote a device slot area
   std::atomic<int> copyDelayUs{0};  // each copy takes at least this long (a slow link)
   std::atomic<int> copiesDone{0};
+  std::atomic<int> hostFuncs{0};  // launchHostFunc calls
   std::atomic<int> rowCopiesDone{0};  // copyRowsAsync calls among them
   std::atomic<int> hostAllocs{0};
   std::atomic<int> hostLive{0};
@@ -343,6 +386,20 @@ class FakeRuntime final : public Runtime {
 
  private:
   FakeStream& stream(Stream s) { return s ? *static_cast<FakeStream*>(s) : default_; }
+  std::shared_ptr<Graph> graphOf(Stream s) {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = graphs_.find(s);
+    return it == graphs_.end() ? nullptr : it->second;
+  }
+  // Onto the stream, or into the graph it is being captured into.
+  void put(Stream s, std::function<void()> op) {
+    if (std::shared_ptr<Graph> g = graphOf(s)) {
+      std::lock_guard<std::mutex> l(mu_);
+      g->ops.push_back(std::move(op));
+      return;
+    }
+    stream(s).enqueue(std::move(op));
+  }
 
   static bool inside(const std::map<uintptr_t, size_t>& m, const void* p, size_t bytes) {
     const auto a = reinterpret_cast<uintptr_t>(p);
@@ -367,6 +424,7 @@ class FakeRuntime final : public Runtime {
   std::map<uintptr_t, size_t> areas_;      // device slot areas, made (allocDevice) or mapped (importDevice)
   std::map<uintptr_t, std::string> areaNames_;  // the segments of those made here
   std::set<Stream> capturing_;
+  std::map<Stream, std::shared_ptr<Graph>> graphs_;
   FakeStream default_;
 };
 

@@ -36,7 +36,7 @@ size_t check(const OpArgs& a, const void* recvbuff) {
 }
 
 braidResult_t run(const OpArgs& a, const void* sendbuff, void* recvbuff, braidComm_t comm) {
-  return braidAllGather(sendbuff, recvbuff, a.counts.paramCount, a.dtype, comm, /*stream=*/nullptr);
+  return braidAllGather(sendbuff, recvbuff, a.counts.paramCount, a.dtype, comm, a.stream);
 }
 
 }  // namespace

@@ -32,7 +32,7 @@ size_t check(const OpArgs& a, const void* recvbuff) {
 }
 
 braidResult_t run(const OpArgs& a, const void* sendbuff, void* recvbuff, braidComm_t comm) {
-  return braidAllReduce(sendbuff, recvbuff, a.counts.paramCount, a.dtype, a.op, comm, /*stream=*/nullptr);
+  return braidAllReduce(sendbuff, recvbuff, a.counts.paramCount, a.dtype, a.op, comm, a.stream);
 }
 
 }  // namespace

@@ -33,7 +33,7 @@ size_t check(const OpArgs& a, const void* recvbuff) {
 }
 
 braidResult_t run(const OpArgs& a, const void* sendbuff, void* recvbuff, braidComm_t comm) {
-  return braidBroadcast(sendbuff, recvbuff, a.counts.paramCount, a.dtype, a.root, comm, /*stream=*/nullptr);
+  return braidBroadcast(sendbuff, recvbuff, a.counts.paramCount, a.dtype, a.root, comm, a.stream);
 }
 
 }  // namespace

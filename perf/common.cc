@@ -436,7 +436,7 @@ struct Options {
   int blocking = 0;       // -z: 1 waits for each call and lines the ranks up; 2 only waits
   int aggIters = 1;       // -m: calls per timed iteration, issued as one group
   int runCycles = 1;      // -N: sweeps over the sizes, 0 = until stopped
-  int graphLaunches = 0;  // -G: accepted; CUDA graphs do not apply (said in the header)
+  int graphLaunches = 0;  // -G: with -D 1, launches of the captured timed loop
   int localRegister = 0;  // -R: accepted; nothing to register (said in the header)
   int timeoutSec = 0;     // -T: a size that takes longer aborts the run; 0 = no limit
   bool cpuTime = false;   // -C 1: the time column is the time to issue the calls
@@ -474,8 +474,9 @@ void printUsage(const Tool& tool, FILE* out) {
                "  -C, --report_cputime <0|1> 1: the time column is the time the calls took to issue (with -D 1,\n"
                "                             before waiting for the GPU); bandwidths stay from completion\n"
                "  -p, --parallel_init <0|1>  accepted; one rank per process, nothing to initialise in parallel\n"
-               "  -G, --cudagraph <n>        accepted; CUDA graph capture does not apply to braid's host-driven\n"
-               "                             calls, which run as ordinary calls (said in the header)\n"
+               "  -G, --cudagraph <n>        with -D 1: the timed iterations are captured into a CUDA graph once,\n"
+               "                             launched n times (and -c checks a captured call); without -D 1 the\n"
+               "                             iterations run as ordinary calls (said in the header)\n"
                "  -R, --local_register <0|1|2>\n"
                "                             accepted; braid registers what it needs itself (said in the header)\n"
                "  -J, --json <file>          also write the results as JSON (rank 0)\n"
@@ -741,6 +742,7 @@ struct Run {
   double busBwSum = 0;
   int busBwCount = 0;
   int gpu = -1;               // -D 1: this rank's GPU
+  void* stream = nullptr;     // -D 1 -G: the stream the calls are captured on
   Watchdog* watchdog = nullptr;  // -T
 };
 
@@ -1012,34 +1014,59 @@ using Clock = std::chrono::steady_clock;
 // Times one placement of one row, then checks it (-c) on freshly initialised buffers: in
 // place, the timed loop feeds each result back in as the next input, so the buffer no longer
 // holds anything a reference can predict (nccl-tests checks the same way).
-Placement measure(Run& run, const OpArgs& args, Buffers& buf, size_t rowBytes) {
+// One iteration's calls: -m makes them one group, as nccl-tests aggregates them. A failed
+// call ends the run (ok()).
+void iterate(Run& run, const OpArgs& args, uint8_t* s, uint8_t* d) {
+  const Tool& tool = *run.tool;
+  const int agg = run.opts.aggIters;
+  if (agg > 1) ok(run, braidGroupStart(), "braidGroupStart");
+  for (int a = 0; a < agg; ++a) ok(run, tool.run(args, s, d, run.comm), tool.apiName);
+  if (agg > 1) ok(run, braidGroupEnd(), "braidGroupEnd");
+}
+
+Placement measure(Run& run, const OpArgs& rowArgs, Buffers& buf, size_t rowBytes) {
   const Tool& tool = *run.tool;
   uint8_t* send = nullptr;
   uint8_t* recv = nullptr;
-  prepare(run, args, buf, &send, &recv);
-  // Device buffers: the calls are enqueued on the default stream; the clock stops after it.
+  prepare(run, rowArgs, buf, &send, &recv);
+  // Device buffers: the calls are enqueued on the default stream (-G: the tool's own); the
+  // clock stops after the device is done.
   const bool dev = buf.drecv != nullptr;
+  OpArgs args = rowArgs;
+  if (dev) args.stream = run.stream;
+  const bool graphs = dev && run.stream != nullptr;
   uint8_t* s = buf.onDevice(send);
   uint8_t* d = buf.onDevice(recv);
   const Options& o = run.opts;
   for (int i = 0; i < o.warmup; ++i) ok(run, tool.run(args, s, d, run.comm), tool.apiName);
   if (dev) deviceOk(run, device::synchronize(), "cudaDeviceSynchronize");
+  // -G: the timed loop, captured once (nothing runs yet), is launched o.graphLaunches times.
+  void* graph = nullptr;
+  if (graphs) {
+    graph = device::capture(run.stream, [&] {
+      for (int i = 0; i < o.iters; ++i) iterate(run, args, s, d);
+      return true;
+    });
+    deviceOk(run, graph != nullptr, "capturing the timed iterations into a CUDA graph");
+  }
   syncRanks(run);
   const auto t0 = Clock::now();
-  for (int i = 0; i < o.iters; ++i) {
-    // -m: the iteration's calls as one group, as nccl-tests aggregates them.
-    if (o.aggIters > 1) ok(run, braidGroupStart(), "braidGroupStart");
-    for (int a = 0; a < o.aggIters; ++a) ok(run, tool.run(args, s, d, run.comm), tool.apiName);
-    if (o.aggIters > 1) ok(run, braidGroupEnd(), "braidGroupEnd");
-    // -z: wait for the iteration (host buffers: the call already has), and with 1 line the
-    // ranks up, so no rank runs ahead into the next one.
-    if (o.blocking > 0 && dev) deviceOk(run, device::synchronize(), "cudaDeviceSynchronize");
-    if (o.blocking == 1) syncRanks(run);
+  if (graphs) {
+    for (int g = 0; g < o.graphLaunches; ++g) deviceOk(run, device::launch(graph, run.stream), "cudaGraphLaunch");
+  } else {
+    for (int i = 0; i < o.iters; ++i) {
+      iterate(run, args, s, d);
+      // -z: wait for the iteration (host buffers: the call already has), and with 1 line
+      // the ranks up, so no rank runs ahead into the next one.
+      if (o.blocking > 0 && dev) deviceOk(run, device::synchronize(), "cudaDeviceSynchronize");
+      if (o.blocking == 1) syncRanks(run);
+    }
   }
-  const double calls = static_cast<double>(o.iters) * o.aggIters;
+  const double calls = static_cast<double>(o.iters) * o.aggIters * (graphs ? o.graphLaunches : 1);
   const double issued = std::chrono::duration<double>(Clock::now() - t0).count() / calls;
   if (dev) deviceOk(run, device::synchronize(), "cudaDeviceSynchronize");
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count() / calls;
+  device::destroyGraph(graph);
 
   Placement p;
   const double t = combineTime(run, seconds);
@@ -1052,7 +1079,18 @@ Placement measure(Run& run, const OpArgs& args, Buffers& buf, size_t rowBytes) {
     p.wrong = 0;
     for (int c = 0; c < run.opts.check && p.wrong == 0; ++c) {
       prepare(run, args, buf, &send, &recv);
-      ok(run, tool.run(args, buf.onDevice(send), buf.onDevice(recv), run.comm), tool.apiName);
+      if (graphs) {
+        // The checked call is a captured one, run by one launch of its graph.
+        void* one = device::capture(run.stream, [&] {
+          ok(run, tool.run(args, buf.onDevice(send), buf.onDevice(recv), run.comm), tool.apiName);
+          return true;
+        });
+        deviceOk(run, one != nullptr && device::launch(one, run.stream), "running a captured call to check it");
+        deviceOk(run, device::synchronize(), "cudaDeviceSynchronize");
+        device::destroyGraph(one);
+      } else {
+        ok(run, tool.run(args, buf.onDevice(send), buf.onDevice(recv), run.comm), tool.apiName);
+      }
       if (dev) {
         deviceOk(run, device::synchronize(), "cudaDeviceSynchronize");
         deviceOk(run, device::toHost(buf.recv, buf.drecv, buf.recvBytes), "copying the result from the GPU");
@@ -1099,9 +1137,12 @@ void printHeader(const Run& run) {
   if (o.blocking || o.aggIters > 1 || o.runCycles != 1 || o.timeoutSec || o.cpuTime)
     std::printf("# blocking: %d agg iters: %d run cycles: %d timeout: %d s cputime: %d\n", o.blocking, o.aggIters,
                 o.runCycles, o.timeoutSec, o.cpuTime ? 1 : 0);
-  if (o.graphLaunches > 0)
-    std::printf("# -G %d: CUDA graph capture does not apply to braid's calls, which the host drives step by step; "
-                "the iterations run as ordinary calls\n", o.graphLaunches);
+  if (o.graphLaunches > 0 && run.stream)
+    std::printf("# -G %d: the timed iterations are captured into a CUDA graph once and launched %d times; -c checks "
+                "a captured call\n", o.graphLaunches, o.graphLaunches);
+  else if (o.graphLaunches > 0)
+    std::printf("# -G %d: CUDA graphs capture calls on GPU buffers (-D 1) only; the iterations run as ordinary "
+                "calls\n", o.graphLaunches);
   if (o.localRegister > 0)
     std::printf("# -R %d: nothing to register; braid registers the memory its transports need itself\n",
                 o.localRegister);
@@ -1275,6 +1316,12 @@ int runTool(const Tool& tool, int argc, char** argv) {
       (void)braidCommAbort(run.comm);
       return kExitFailed;
     }
+    if (o.graphLaunches > 0 && !(run.stream = device::createStream())) {
+      std::fprintf(stderr, "%s: rank %d: -G %d: cudaStreamCreate: %s\n", tool.name, run.rank, o.graphLaunches,
+                   device::lastError().c_str());
+      (void)braidCommAbort(run.comm);
+      return kExitFailed;
+    }
     if (run.rank == 0) std::printf("# Buffers in GPU memory (rank 0 on GPU %d)\n", gpu);
   }
 
@@ -1306,6 +1353,7 @@ int runTool(const Tool& tool, int argc, char** argv) {
   std::free(buf.recv);
   device::release(buf.dsend);
   device::release(buf.drecv);
+  device::destroyStream(run.stream);
   r = braidCommDestroy(run.comm);
   if (r != braidSuccess) {
     std::fprintf(stderr, "%s: braidCommDestroy failed on rank %d: %s: %s\n", tool.name, run.rank,

@@ -237,6 +237,7 @@ struct OpArgs {
   int nranks;
   bool inPlace;
   CollCounts counts;
+  braidStream_t stream = nullptr;  // -D 1 -G: the tool's own stream; else the legacy default
 };
 
 // One benchmark. All callbacks are plain functions; none may call braid except `run`.

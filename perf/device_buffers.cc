@@ -41,6 +41,35 @@ bool toHost(void* dst, const void* src, size_t bytes) {
 bool synchronize() { return okay(cudaDeviceSynchronize()); }
 std::string lastError() { return std::string(cudaGetErrorName(gLast)) + " (" + cudaGetErrorString(gLast) + ")"; }
 
+void* createStream() {
+  cudaStream_t s = nullptr;
+  return okay(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)) ? s : nullptr;
+}
+void destroyStream(void* stream) {
+  if (stream) cudaStreamDestroy(static_cast<cudaStream_t>(stream));
+}
+void* capture(void* stream, const std::function<bool()>& body) {
+  auto s = static_cast<cudaStream_t>(stream);
+  // Thread-local: what other threads (braid's own) do meanwhile cannot invalidate it.
+  if (!okay(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal))) return nullptr;
+  const bool good = body();
+  cudaGraph_t graph = nullptr;
+  if (!okay(cudaStreamEndCapture(s, &graph)) || !good) {
+    if (graph) cudaGraphDestroy(graph);
+    return nullptr;
+  }
+  cudaGraphExec_t exec = nullptr;
+  const bool made = okay(cudaGraphInstantiate(&exec, graph, 0));
+  cudaGraphDestroy(graph);  // the executable graph keeps what it needs
+  return made ? exec : nullptr;
+}
+bool launch(void* graph, void* stream) {
+  return okay(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph), static_cast<cudaStream_t>(stream)));
+}
+void destroyGraph(void* graph) {
+  if (graph) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph));
+}
+
 #else
 
 std::string init(int, int*) { return "this build has no CUDA toolkit (no nvcc at configure)"; }
@@ -50,6 +79,11 @@ bool toDevice(void*, const void*, size_t) { return false; }
 bool toHost(void*, const void*, size_t) { return false; }
 bool synchronize() { return false; }
 std::string lastError() { return "no CUDA"; }
+void* createStream() { return nullptr; }
+void destroyStream(void*) {}
+void* capture(void*, const std::function<bool()>&) { return nullptr; }
+bool launch(void*, void*) { return false; }
+void destroyGraph(void*) {}
 
 #endif
 

@@ -40,7 +40,7 @@ size_t check(const OpArgs& a, const void* recvbuff) {
 }
 
 braidResult_t run(const OpArgs& a, const void* sendbuff, void* recvbuff, braidComm_t comm) {
-  return braidScatter(sendbuff, recvbuff, a.counts.paramCount, a.dtype, a.root, comm, /*stream=*/nullptr);
+  return braidScatter(sendbuff, recvbuff, a.counts.paramCount, a.dtype, a.root, comm, a.stream);
 }
 
 }  // namespace

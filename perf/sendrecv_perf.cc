@@ -50,8 +50,8 @@ braidResult_t run(const OpArgs& a, const void* sendbuff, void* recvbuff, braidCo
   if (gOneWay) {
     const int partner = oneWayPartner(a.rank, a.nranks);
     if (partner < 0) return braidSuccess;
-    if (a.rank % 2 == 0) return braidSend(sendbuff, a.counts.paramCount, a.dtype, partner, comm, /*stream=*/nullptr);
-    return braidRecv(recvbuff, a.counts.paramCount, a.dtype, partner, comm, /*stream=*/nullptr);
+    if (a.rank % 2 == 0) return braidSend(sendbuff, a.counts.paramCount, a.dtype, partner, comm, a.stream);
+    return braidRecv(recvbuff, a.counts.paramCount, a.dtype, partner, comm, a.stream);
   }
   const int next = (a.rank + 1) % a.nranks;
   const int prev = (a.rank + a.nranks - 1) % a.nranks;
@@ -59,8 +59,8 @@ braidResult_t run(const OpArgs& a, const void* sendbuff, void* recvbuff, braidCo
   if (r != braidSuccess) return r;
   // Errors of the recorded calls come back from braidGroupEnd too, which must run anyway to
   // close the group.
-  braidResult_t s = braidSend(sendbuff, a.counts.paramCount, a.dtype, next, comm, /*stream=*/nullptr);
-  braidResult_t v = braidRecv(recvbuff, a.counts.paramCount, a.dtype, prev, comm, /*stream=*/nullptr);
+  braidResult_t s = braidSend(sendbuff, a.counts.paramCount, a.dtype, next, comm, a.stream);
+  braidResult_t v = braidRecv(recvbuff, a.counts.paramCount, a.dtype, prev, comm, a.stream);
   r = braidGroupEnd();
   return s != braidSuccess ? s : v != braidSuccess ? v : r;
 }

@@ -124,6 +124,11 @@ done
 for coll in allgather reduce_scatter alltoall reduce broadcast; do
   step "${coll}_D1_np3_pieces" 60 1 "$BR" -np 3 "$PERF/${coll}_perf" -b 12M -e 48M -f 4 -n 5 -w 1 -c 1 -D 1
 done
+# CUDA graphs (-G): the timed loop captured once and launched 3 times, -c checking a
+# captured call (docs/cuda.md, "Graph capture").
+for coll in allreduce allgather sendrecv; do
+  step "${coll}_D1_np2_graph" 60 1 "$BR" -np 2 "$PERF/${coll}_perf" -b 8 -e 64M -f 8 -n 10 -w 2 -c 1 -D 1 -G 3
+done
 # One core per rank (braidrun's old binding) against the default blocks of cores.
 step allreduce_D1_np2_bind_core 90 0 "$BR" -np 2 --bind-to core "$PERF/allreduce_perf" -b 8 -e 128M -f 64 -n 20 -w 5 -c 1 -D 1
 note "== done in ${SECONDS}s, correctness steps $([ $failed = 0 ] && echo passed || echo FAILED)"

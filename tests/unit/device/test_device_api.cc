@@ -43,6 +43,27 @@ void onRanks(int n, F body, const char* transport = "loopback") {
   for (auto& t : ts) t.join();
 }
 
+// onRanks for the C++ API: `body` gets each rank's Communicator; what it throws becomes that
+// rank's entry of `errors`.
+template <typename F>
+void onCxxRanks(int n, std::vector<std::string>& errors, F body) {
+  setenv("BRAID_TRANSPORT", "loopback", 1);
+  braidUniqueId id;
+  REQUIRE(braidGetUniqueId(&id) == braidSuccess);
+  std::vector<std::thread> ts;
+  for (int r = 0; r < n; ++r) {
+    ts.emplace_back([&, r] {
+      try {
+        braid::Communicator comm = braid::Communicator::fromUniqueId(id, r, n);
+        body(comm, r);
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+}
+
 // BRAID_CUDA_PATH for one test, restored after it.
 struct CudaPath {
   explicit CudaPath(const char* v) { setenv("BRAID_CUDA_PATH", v, 1); }
@@ -378,41 +399,29 @@ TEST_CASE("C API: a captured call that fails at a replay is reported by the next
 TEST_CASE("C++ API: a Work form on a stream being captured is refused, naming the rank", "[device][cuda]") {
   FakeRuntime rt;
   InstallRuntime installed(&rt);
-  setenv("BRAID_TRANSPORT", "loopback", 1);
   const int n = 2;
-  braidUniqueId id;
-  REQUIRE(braidGetUniqueId(&id) == braidSuccess);
   std::vector<std::string> errors(n);
-  std::vector<std::thread> ts;
-  for (int r = 0; r < n; ++r) {
-    ts.emplace_back([&, r] {
+  onCxxRanks(n, errors, [&](braid::Communicator& comm, int r) {
+    FakeStream stream;
+    float* dev = static_cast<float*>(rt.deviceAlloc(64 * 4));
+    rt.beginCapture(stream.handle());
+    {
+      braid::StreamGuard guard(stream.handle());
       try {
-        braid::Communicator comm = braid::Communicator::fromUniqueId(id, r, n);
-        FakeStream stream;
-        float* dev = static_cast<float*>(rt.deviceAlloc(64 * 4));
-        rt.beginCapture(stream.handle());
-        {
-          braid::StreamGuard guard(stream.handle());
-          try {
-            comm.allreduceAsync(dev, dev, 64, braid::DataType::kFloat32, braid::ReduceOp::kSum);
-            errors[r] = "a Work form was captured";
-          } catch (const braid::InvalidArgument& e) {
-            const std::string what = e.what();
-            if (what.find("on rank " + std::to_string(r)) == std::string::npos ||
-                what.find("an asynchronous Work cannot wait for it") == std::string::npos)
-              errors[r] = "message: " + what;
-          }
-        }
-        auto graph = rt.endCapture(stream.handle());
-        if (!graph->ops.empty()) errors[r] += "; the refused call left graph nodes";
-        graph.reset();
-        rt.deviceFree(dev);
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
+        comm.allreduceAsync(dev, dev, 64, braid::DataType::kFloat32, braid::ReduceOp::kSum);
+        errors[r] = "a Work form was captured";
+      } catch (const braid::InvalidArgument& e) {
+        const std::string what = e.what();
+        if (what.find("on rank " + std::to_string(r)) == std::string::npos ||
+            what.find("an asynchronous Work cannot wait for it") == std::string::npos)
+          errors[r] = "message: " + what;
       }
-    });
-  }
-  for (auto& t : ts) t.join();
+    }
+    auto graph = rt.endCapture(stream.handle());
+    if (!graph->ops.empty()) errors[r] += "; the refused call left graph nodes";
+    graph.reset();
+    rt.deviceFree(dev);
+  });
   for (int r = 0; r < n; ++r) CHECK(errors[r] == "");
 }
 
@@ -445,74 +454,62 @@ TEST_CASE("C++ API: calls under a StreamGuard are enqueued on its stream, and a 
   FakeRuntime rt;
   rt.copyDelayUs = 20000;  // a copy back that lags the collective, which Work::wait must wait for
   InstallRuntime installed(&rt);
-  setenv("BRAID_TRANSPORT", "loopback", 1);
   const int n = 2;
   const size_t count = 5003;
-  braidUniqueId id;
-  REQUIRE(braidGetUniqueId(&id) == braidSuccess);
   std::vector<std::string> errors(n);
-  std::vector<std::thread> ts;
-  for (int r = 0; r < n; ++r) {
-    ts.emplace_back([&, r] {
-      try {
-        braid::Communicator comm = braid::Communicator::fromUniqueId(id, r, n);
-        FakeStream stream;
-        float* dev = static_cast<float*>(rt.deviceAlloc(count * 4));
-        float* gathered = static_cast<float*>(rt.deviceAlloc(count * n * 4));
-        Gate gate;
-        gate.closeOn(stream);
-        stream.enqueue([&] {
-          for (size_t i = 0; i < count; ++i) dev[i] = static_cast<float>(r + 1);
-        });
-        std::vector<float> got;
-        braid::Work work;
-        {
-          braid::StreamGuard guard(stream.handle());
-          if (braid::StreamGuard::current() != stream.handle()) errors[r] = "current() is not the guard's stream";
-          comm.allreduce(dev, count, braid::DataType::kFloat32, braid::ReduceOp::kSum);
-          comm.allgather(dev, gathered, count, braid::DataType::kFloat32);
-          // Sends and receives go to the stream too, as one batch.
-          std::vector<braid::P2POp> ops(2);
-          ops[0].isSend = true;
-          ops[0].buf = dev;
-          ops[0].count = count;
-          ops[0].dtype = braid::DataType::kFloat32;
-          ops[0].peer = 1 - r;
-          ops[1] = ops[0];
-          ops[1].isSend = false;
-          ops[1].buf = gathered + count * r;  // receives the peer's sum: the same values
-          comm.sendRecv(ops);
-          // The Work form is enqueued alike; its Work is done once the stream is past it.
-          work = comm.allreduceAsync(dev, dev, count, braid::DataType::kFloat32, braid::ReduceOp::kSum);
-          stream.enqueue([&] { got.assign(gathered, gathered + count * n); });
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-        if (work.test()) errors[r] = "the Work was done before its stream reached the call";
-        if (braid::StreamGuard::current() != nullptr) errors[r] = "the guard did not restore the stream";
-        if (!got.empty()) errors[r] = "the calls waited for the stream";
-        gate.open();
-        work.wait();
-        // Done: the second sum is in the buffer, whatever the stream does next.
-        for (size_t i = 0; i < count && errors[r].empty(); i += 997)
-          if (dev[i] != 6.0f) errors[r] = "after Work::wait, element " + std::to_string(i) + " is " + std::to_string(dev[i]);
-        if (!work.test()) errors[r] = "a waited-for Work is not done";
-        stream.synchronize();
-        comm.checkAsyncError();
-        for (size_t i = 0; i < got.size() && errors[r].empty(); i += 997)
-          if (got[i] != 3.0f) errors[r] = "element " + std::to_string(i) + " is " + std::to_string(got[i]);
-        if (got.size() != count * n) errors[r] = "no result";
-        // Without a guard, host buffers run on the calling thread as before.
-        std::vector<float> host(7, 1.0f);
-        comm.allreduce(host.data(), host.size(), braid::DataType::kFloat32, braid::ReduceOp::kSum);
-        if (host[6] != 2.0f) errors[r] = "host call after device calls: " + std::to_string(host[6]);
-        rt.deviceFree(dev);
-        rt.deviceFree(gathered);
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
+  onCxxRanks(n, errors, [&](braid::Communicator& comm, int r) {
+    FakeStream stream;
+    float* dev = static_cast<float*>(rt.deviceAlloc(count * 4));
+    float* gathered = static_cast<float*>(rt.deviceAlloc(count * n * 4));
+    Gate gate;
+    gate.closeOn(stream);
+    stream.enqueue([&] {
+      for (size_t i = 0; i < count; ++i) dev[i] = static_cast<float>(r + 1);
     });
-  }
-  for (auto& t : ts) t.join();
+    std::vector<float> got;
+    braid::Work work;
+    {
+      braid::StreamGuard guard(stream.handle());
+      if (braid::StreamGuard::current() != stream.handle()) errors[r] = "current() is not the guard's stream";
+      comm.allreduce(dev, count, braid::DataType::kFloat32, braid::ReduceOp::kSum);
+      comm.allgather(dev, gathered, count, braid::DataType::kFloat32);
+      // Sends and receives go to the stream too, as one batch.
+      std::vector<braid::P2POp> ops(2);
+      ops[0].isSend = true;
+      ops[0].buf = dev;
+      ops[0].count = count;
+      ops[0].dtype = braid::DataType::kFloat32;
+      ops[0].peer = 1 - r;
+      ops[1] = ops[0];
+      ops[1].isSend = false;
+      ops[1].buf = gathered + count * r;  // receives the peer's sum: the same values
+      comm.sendRecv(ops);
+      // The Work form is enqueued alike; its Work is done once the stream is past it.
+      work = comm.allreduceAsync(dev, dev, count, braid::DataType::kFloat32, braid::ReduceOp::kSum);
+      stream.enqueue([&] { got.assign(gathered, gathered + count * n); });
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (work.test()) errors[r] = "the Work was done before its stream reached the call";
+    if (braid::StreamGuard::current() != nullptr) errors[r] = "the guard did not restore the stream";
+    if (!got.empty()) errors[r] = "the calls waited for the stream";
+    gate.open();
+    work.wait();
+    // Done: the second sum is in the buffer, whatever the stream does next.
+    for (size_t i = 0; i < count && errors[r].empty(); i += 997)
+      if (dev[i] != 6.0f) errors[r] = "after Work::wait, element " + std::to_string(i) + " is " + std::to_string(dev[i]);
+    if (!work.test()) errors[r] = "a waited-for Work is not done";
+    stream.synchronize();
+    comm.checkAsyncError();
+    for (size_t i = 0; i < got.size() && errors[r].empty(); i += 997)
+      if (got[i] != 3.0f) errors[r] = "element " + std::to_string(i) + " is " + std::to_string(got[i]);
+    if (got.size() != count * n) errors[r] = "no result";
+    // Without a guard, host buffers run on the calling thread as before.
+    std::vector<float> host(7, 1.0f);
+    comm.allreduce(host.data(), host.size(), braid::DataType::kFloat32, braid::ReduceOp::kSum);
+    if (host[6] != 2.0f) errors[r] = "host call after device calls: " + std::to_string(host[6]);
+    rt.deviceFree(dev);
+    rt.deviceFree(gathered);
+  });
   for (int r = 0; r < n; ++r) CHECK(errors[r] == "");
 }
 

@@ -22,17 +22,25 @@ doctor() {  # doctor OUT ARGS...: braid-doctor on the three hosts; its status
   return $s
 }
 
+flagged() { grep -Eo '^SLOW (LINK [0-9]+ -> [0-9]+|RANK [0-9]+)' "$1" | sort -u; }
+
 echo "== a healthy network: nothing flagged"
-doctor "$T/ok.out" -b 1M -n 4 -l 50 -t 0.1 -J "$T/ok.json"
-status=$?
-if ((status == 1)); then
-  # Three emulated hosts share this machine's cores: a moment when one of them is not
-  # scheduled can make one pair's figures look like a bad link. A real fault persists.
-  echo "== flagged once; measuring again (a fault of the network shows twice)"
+# Three emulated hosts share this machine's cores (and other tests beside them): a moment
+# when one of them is not scheduled can make one pair's figures look like a bad link. A
+# fault of the network shows again on the same link; such moments fall on any pair. So up
+# to three measurements, failing on a link (or rank) flagged twice, or on every one flagged.
+seen=""
+for attempt in 1 2 3; do
   doctor "$T/ok.out" -b 1M -n 4 -l 50 -t 0.1 -J "$T/ok.json"
   status=$?
-fi
-((status == 0)) || fail "braid-doctor flagged a healthy network twice (status $status)"
+  ((status == 1)) || break
+  now=$(flagged "$T/ok.out")
+  again=$(comm -12 <(printf '%s\n' "$seen" | sed '/^$/d') <(printf '%s\n' "$now" | sed '/^$/d'))
+  [[ -z $again ]] || fail "braid-doctor flagged the same link of a healthy network twice: $again"
+  seen=$(printf '%s\n%s\n' "$seen" "$now" | sed '/^$/d' | sort -u)
+  echo "== flagged: $(echo $now); measuring again (a fault of the network shows again where it is)"
+done
+((status == 0)) || fail "braid-doctor flagged a healthy network in every one of $attempt measurements (status $status)"
 grep -q "^OK: no link below" "$T/ok.out" || fail "no OK line"
 grep -q '"ok": true' "$T/ok.json" || fail "the JSON does not say ok"
 

@@ -1127,7 +1127,8 @@ Status Session::run(Call&& call) {
 }
 
 Status Session::enqueueOnDevice(Call&& call, std::shared_ptr<device::DeviceDone> done) {
-  const std::string where = std::string(call.name) + " on rank " + std::to_string(comm_->rank());
+  // Built only for a message.
+  auto where = [&] { return std::string(call.name) + " on rank " + std::to_string(comm_->rank()); };
   // A replay of a captured call that failed fails the calls after it, as enqueued work does.
   {
     std::lock_guard<std::mutex> lock(captureGuard_->errorMu);
@@ -1137,18 +1138,18 @@ Status Session::enqueueOnDevice(Call&& call, std::shared_ptr<device::DeviceDone>
   // call as graph nodes (device_queue.h, "Captured calls"), staged calls only.
   auto captured = device::runtime().capturing(call.device.stream);
   if (!captured.isOk())
-    return invalidArgument(where + ": stream cannot be queried: " + captured.status().message());
+    return invalidArgument(where() + ": stream cannot be queried: " + captured.status().message());
   if (captured.value()) {
     const char* v = std::getenv("BRAID_CUDA_PATH");
     if (v && *v && std::string(v) != "staged")
-      return invalidArgument(where + ": stream is being captured into a CUDA graph (cudaStreamBeginCapture); with " +
+      return invalidArgument(where() + ": stream is being captured into a CUDA graph (cudaStreamBeginCapture); with " +
                              "BRAID_CUDA_PATH=" + v + " braid's device calls cannot be captured yet (staged ones can): " +
                              "issue this call outside the capture");
     if (call.device.stream == nullptr)
-      return invalidArgument(where + ": the legacy default stream would join another stream's CUDA graph capture; " +
+      return invalidArgument(where() + ": the legacy default stream would join another stream's CUDA graph capture; " +
                              "pass the capturing stream");
     if (done)
-      return invalidArgument(where + ": stream is being captured into a CUDA graph, where the call runs at each " +
+      return invalidArgument(where() + ": stream is being captured into a CUDA graph, where the call runs at each " +
                              "replay: an asynchronous Work cannot wait for it (use the blocking form)");
     core::Communicator* comm = comm_.get();
     algorithms::Request req = call.req;
@@ -1158,7 +1159,7 @@ Status Session::enqueueOnDevice(Call&& call, std::shared_ptr<device::DeviceDone>
           return comm->run(req, in, out, extra);
         },
         captureGuard_);
-    if (!st.isOk()) return invalidArgument(where + ": could not capture the call into the CUDA graph: " + st.message());
+    if (!st.isOk()) return invalidArgument(where() + ": could not capture the call into the CUDA graph: " + st.message());
     return Status::ok();
   }
   device::DeviceQueue* q = nullptr;

@@ -748,11 +748,15 @@ Status Communicator::exchangePeers() {
       int r = -1;
       long long pid = 0;
       if (std::sscanf(v.value().c_str(), "%d %lld", &r, &pid) != 2 || pid == me.pid) continue;
-      if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH)
+      if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
+        // It may have failed on another's account and published why just before it
+        // exited, after this poll's first look at the record.
+        BRAID_RETURN_IF_ERROR(abortRecord(deadline));
         return Status(Code::kRemoteError,
                       "rank " + std::to_string(r) + " (pid " + std::to_string(pid) + " on host " + me.hostId +
                           ") exited while the ranks were exchanging their addresses",
                       r);
+      }
     }
     BRAID_RETURN_IF_ERROR(initGoneCheck(deadline));  // ranks on other hosts (and, later, this one's)
     return launcherExitCheck(deadline);              // ranks that never reached the store

@@ -785,6 +785,21 @@ algorithms::Request pieceRequest(const algorithms::Request& req, int nranks, siz
   return piece;
 }
 
+// How one piece of `req` runs (device_queue.h, PieceRun): on the host copies, or, with a
+// mover, on GPU `gpu`'s buffers.
+device::DeviceQueue::PieceRun piecesOf(const algorithms::Request& req, core::Communicator* comm,
+                                       device::DeviceMover* mover, int gpu) {
+  return [comm, req, mover, gpu](const void* in, void* out, size_t first, size_t elements) {
+    algorithms::Request piece = pieceRequest(req, comm->size(), first, elements);
+    const size_t at = first * dataTypeSize(req.dtype);
+    // A side of one block (both sides of an elementwise call) starts at the piece.
+    if (!inputInBlocks(req.coll)) in = static_cast<const char*>(in) + at;
+    if (out && !outputInBlocks(req.coll)) out = static_cast<char*>(out) + at;
+    if (mover) mover->setDevice(gpu);
+    return comm->run(piece, in, out, {}, mover);
+  };
+}
+
 }  // namespace
 
 Status Session::resolveOp(const CallArgs& a, algorithms::Request* req, const CallSite& site) const {
@@ -1153,12 +1168,13 @@ Status Session::enqueueOnDevice(Call&& call, std::shared_ptr<device::DeviceDone>
                              "replay: an asynchronous Work cannot wait for it (use the blocking form)");
     core::Communicator* comm = comm_.get();
     algorithms::Request req = call.req;
+    // Cut as the same call uncaptured would be, so that peers issuing it so see the same calls.
     Status st = device::DeviceQueue::enqueueCaptured(
         device::runtime(), call.device,
         [comm, req](const void* in, void* out, const std::vector<void*>& extra) {
           return comm->run(req, in, out, extra);
         },
-        captureGuard_);
+        piecesOf(req, comm, nullptr, -1), captureGuard_);
     if (!st.isOk()) return invalidArgument(where() + ": could not capture the call into the CUDA graph: " + st.message());
     return Status::ok();
   }

@@ -260,6 +260,8 @@ struct CapturedCall {
   Runtime* rt;
   std::shared_ptr<CaptureGuard> guard;
   DeviceQueue::HostRun run;
+  DeviceQueue::PieceRun pieceRun;                   // set where the call runs in pieces
+  std::vector<std::pair<size_t, size_t>> pieces;  // (first, elements) of each
   void* block = nullptr;
   const void* hostInput = nullptr;
   void* hostOutput = nullptr;
@@ -271,7 +273,13 @@ void runCaptured(void* p) {
   auto* c = static_cast<CapturedCall*>(p);
   std::lock_guard<std::mutex> lock(c->guard->runMu);
   if (!c->guard->alive) return;  // the communicator is gone: the output is left as it was
-  Status st = c->run(c->hostInput, c->hostOutput, c->hostExtra);
+  Status st;
+  if (c->pieceRun) {
+    for (size_t i = 0; i < c->pieces.size() && st.isOk(); ++i)
+      st = c->pieceRun(c->hostInput, c->hostOutput, c->pieces[i].first, c->pieces[i].second);
+  } else {
+    st = c->run(c->hostInput, c->hostOutput, c->hostExtra);
+  }
   if (st.isOk()) return;
   std::lock_guard<std::mutex> errorLock(c->guard->errorMu);
   if (c->guard->error.isOk()) c->guard->error = st;
@@ -286,14 +294,19 @@ void dropCaptured(void* p) {
 
 }  // namespace
 
-Status DeviceQueue::enqueueCaptured(Runtime& rt, const DeviceCall& call, HostRun run,
+Status DeviceQueue::enqueueCaptured(Runtime& rt, const DeviceCall& call, HostRun run, PieceRun pieceRun,
                                     std::shared_ptr<CaptureGuard> guard) {
   if (call.direct) return invalidArgument("a direct call cannot be captured");
   const Stream s = call.stream;
   const HostLayout layout = hostLayout(call);
   // A block of its own, for the graph's lifetime: replays may come at any time.
   BRAID_ASSIGN_OR_RETURN(void* block, rt.allocHost(layout.bytes));
-  auto* c = new CapturedCall{&rt, std::move(guard), std::move(run), block, nullptr, nullptr, {}};
+  auto* c = new CapturedCall{&rt, std::move(guard), std::move(run), nullptr, {}, block, nullptr, nullptr, {}};
+  if (pieceRun && cutsIntoPieces(call)) {
+    c->pieceRun = std::move(pieceRun);
+    for (const Piece& p : cutPieces(call))
+      c->pieces.emplace_back(p.offset / call.elementBytes, p.bytes / call.elementBytes);
+  }
   char* base = static_cast<char*>(block);
   const bool hasIn = call.inputBytes > 0, hasOut = call.outputBytes > 0;
   c->hostInput = hasIn ? base + layout.inAt : nullptr;

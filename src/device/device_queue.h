@@ -42,6 +42,8 @@
 // CUDA, and the staged collective does not). No marker or flag is involved: a replay needs
 // nothing from the proxy, so replays and calls enqueued the usual way keep stream order.
 // The host block and the call belong to the graph and go with it (a CUDA user object).
+// A call that the usual path cuts into pieces runs its pieces in the host node, one after
+// another on the host copies: the same collectives the peers issue for it uncaptured.
 
 #include <condition_variable>
 #include <cstddef>
@@ -158,10 +160,12 @@ class DeviceQueue {
   Status enqueue(const DeviceCall& call, HostRun run, PieceRun pieceRun = nullptr,
                  std::shared_ptr<DeviceDone> done = nullptr);
 
-  // Records `call` into the graph its stream is being captured into, run by `run` at every
-  // replay while `guard` is alive (the header's "Captured calls"). Staged calls only. Needs
-  // no queue (nor its proxy): a capture may be the first device call of a communicator.
-  static Status enqueueCaptured(Runtime& rt, const DeviceCall& call, HostRun run, std::shared_ptr<CaptureGuard> guard);
+  // Records `call` into the graph its stream is being captured into, run by `run` (by
+  // `pieceRun`, piece by piece, where enqueue() would cut it) at every replay while `guard`
+  // is alive (the header's "Captured calls"). Staged calls only. Needs no queue (nor its
+  // proxy): a capture may be the first device call of a communicator.
+  static Status enqueueCaptured(Runtime& rt, const DeviceCall& call, HostRun run, PieceRun pieceRun,
+                                std::shared_ptr<CaptureGuard> guard);
 
   // Runs `fn` (a host collective on the same communicator) after every collective enqueued
   // before it, so the communicator sees calls in issue order whatever memory they use: at

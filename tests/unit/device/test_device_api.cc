@@ -394,6 +394,67 @@ TEST_CASE("C API: a captured call that fails at a replay is reported by the next
   for (int r = 0; r < n; ++r) CHECK(errors[r] == "");
 }
 
+// A call large enough to be staged in pieces is cut the same way in a capture: the host node
+// runs the pieces one after another, so a rank that replays a graph and peers that issue
+// the same calls uncaptured run the same collectives.
+TEST_CASE("C API: a large captured call runs in the pieces its uncaptured peers are cut in", "[device][cuda]") {
+  FakeRuntime rt;
+  InstallRuntime installed(&rt);
+  setenv("BRAID_TIMEOUT", "20", 1);  // a mismatch would fail, or wait this long
+  const int n = 3;
+  const size_t count = (size_t{3} << 20) + 1234;       // an allreduce of 12 MiB: three pieces
+  const size_t block = (size_t{3} << 20) / 4 + 1234;  // an allgather of 9 MiB in all: three pieces
+  std::vector<std::string> errors(n);
+  auto fail = [&](int r, const std::string& what) {
+    if (errors[r].empty()) errors[r] = what;
+  };
+  onRanks(n, [&](braidComm_t comm, int r) {
+    FakeStream stream;
+    float* buf = static_cast<float*>(rt.deviceAlloc(count * 4));
+    float* one = static_cast<float*>(rt.deviceAlloc(block * 4));
+    float* all = static_cast<float*>(rt.deviceAlloc(n * block * 4));
+    auto calls = [&](const std::string& when) {
+      if (braidAllReduce(buf, buf, count, braidFloat32, braidSum, comm, stream.handle()) != braidSuccess)
+        fail(r, when + " allreduce: " + braidGetLastError(comm));
+      if (braidAllGather(one, all, block, braidFloat32, comm, stream.handle()) != braidSuccess)
+        fail(r, when + " allgather: " + braidGetLastError(comm));
+    };
+    std::shared_ptr<FakeRuntime::Graph> graph;
+    if (r == 0) {
+      rt.beginCapture(stream.handle());
+      calls("captured");
+      graph = rt.endCapture(stream.handle());
+    }
+    for (int round = 1; round <= 2 && errors[r].empty(); ++round) {
+      stream.enqueue([=] {
+        for (size_t i = 0; i < count; ++i) buf[i] = static_cast<float>((r + 1) * round * (1 + i % 11));
+        for (size_t i = 0; i < block; ++i) one[i] = static_cast<float>(r * 100000 + round * (i % 4099));
+      });
+      if (graph) rt.launch(graph, stream.handle());
+      else calls("round " + std::to_string(round));
+      stream.synchronize();
+      for (size_t i = 0; i < count && errors[r].empty(); ++i)
+        if (buf[i] != static_cast<float>(6 * round * (1 + i % 11)))
+          fail(r, "round " + std::to_string(round) + ": allreduce element " + std::to_string(i) + " is " +
+                      std::to_string(buf[i]));
+      for (size_t k = 0; k < n * block && errors[r].empty(); ++k)
+        if (all[k] != static_cast<float>((k / block) * 100000 + round * ((k % block) % 4099)))
+          fail(r, "round " + std::to_string(round) + ": allgather element " + std::to_string(k) + " is " +
+                      std::to_string(all[k]));
+    }
+    braidResult_t async = braidInternalError;
+    braidCommGetAsyncError(comm, &async);
+    if (async != braidSuccess) fail(r, std::string("async error: ") + braidGetLastError(comm));
+    graph.reset();
+    rt.deviceFree(buf);
+    rt.deviceFree(one);
+    rt.deviceFree(all);
+  });
+  unsetenv("BRAID_TIMEOUT");
+  for (int r = 0; r < n; ++r) CHECK(errors[r] == "");
+  CHECK(rt.hostFuncs.load() == 2);  // rank 0's two host nodes, made once
+}
+
 // The C++ API's Work forms are refused under a capture: the call runs at each replay, and
 // there is nothing to wait for yet.
 TEST_CASE("C++ API: a Work form on a stream being captured is refused, naming the rank", "[device][cuda]") {

@@ -768,6 +768,18 @@ bool outputInBlocks(Collective c) { return c == Collective::kAllGather || c == C
 // rank's device buffers have the same layout).
 algorithms::Request pieceRequest(const algorithms::Request& req, int nranks, size_t first, size_t elements) {
   algorithms::Request piece = req;
+  if (req.coll == Collective::kAllGatherV || req.coll == Collective::kReduceScatterV) {
+    // Unequal blocks: the range of each, clipped to its end (some then hold none of it).
+    size_t at = 0;
+    piece.displs.resize(req.counts.size());
+    for (size_t b = 0; b < req.counts.size(); ++b) {
+      const size_t c = req.counts[b];
+      piece.counts[b] = first < c ? std::min(elements, c - first) : 0;
+      piece.displs[b] = (req.displs.empty() ? at : req.displs[b]) + first;
+      at += c;
+    }
+    return piece;
+  }
   piece.count = elements;
   if (inputInBlocks(req.coll) || outputInBlocks(req.coll)) {
     piece.coll = req.coll == Collective::kAllGather       ? Collective::kAllGatherV
@@ -793,8 +805,8 @@ device::DeviceQueue::PieceRun piecesOf(const algorithms::Request& req, core::Com
     algorithms::Request piece = pieceRequest(req, comm->size(), first, elements);
     const size_t at = first * dataTypeSize(req.dtype);
     // A side of one block (both sides of an elementwise call) starts at the piece.
-    if (!inputInBlocks(req.coll)) in = static_cast<const char*>(in) + at;
-    if (out && !outputInBlocks(req.coll)) out = static_cast<char*>(out) + at;
+    if (!inputInBlocks(req.coll) && req.coll != Collective::kReduceScatterV) in = static_cast<const char*>(in) + at;
+    if (out && !outputInBlocks(req.coll) && req.coll != Collective::kAllGatherV) out = static_cast<char*>(out) + at;
     if (mover) mover->setDevice(gpu);
     return comm->run(piece, in, out, {}, mover);
   };
@@ -1047,6 +1059,20 @@ Status Session::prepare(const CallArgs& a, Call* out) const {
         inputInBlocks(c) || outputInBlocks(c))
       call.device.elementBytes = es;
     if (inputInBlocks(c) || outputInBlocks(c)) call.device.blocks = static_cast<size_t>(comm_->size());
+    // Allgatherv and reduce_scatterv, blocks of the sizes every rank's counts give, may be
+    // staged in pieces too (alltoallv's counts are each rank's own: no common cut).
+    if (c == Collective::kAllGatherV || c == Collective::kReduceScatterV) {
+      call.device.elementBytes = es;
+      call.device.blocks = n;
+      call.device.ownBlock = r;
+      call.device.blocksOnOutput = c == Collective::kAllGatherV;
+      size_t at = 0;
+      for (size_t b = 0; b < n; ++b) {
+        const size_t displ = c == Collective::kAllGatherV ? req.displs[b] : at;
+        call.device.blockRanges.emplace_back(displ * es, req.counts[b] * es);
+        at += req.counts[b];
+      }
+    }
     if (c == Collective::kBroadcast && !isRoot) {
       call.device.input = a.recv;
       call.device.inputBytes = recvElems * es;
@@ -1202,17 +1228,7 @@ Status Session::enqueueOnDevice(Call&& call, std::shared_ptr<device::DeviceDone>
   algorithms::Request req = call.req;
   core::Communicator* comm = comm_.get();
   device::DeviceQueue::PieceRun pieceRun;
-  if (call.device.elementBytes > 0) {
-    pieceRun = [comm, req, mover, gpu](const void* in, void* out, size_t first, size_t elements) {
-      algorithms::Request piece = pieceRequest(req, comm->size(), first, elements);
-      const size_t at = first * dataTypeSize(req.dtype);
-      // A side of one block (both sides of an elementwise call) starts at the piece.
-      if (!inputInBlocks(req.coll)) in = static_cast<const char*>(in) + at;
-      if (out && !outputInBlocks(req.coll)) out = static_cast<char*>(out) + at;
-      if (mover) mover->setDevice(gpu);
-      return comm->run(piece, in, out, {}, mover);
-    };
-  }
+  if (call.device.elementBytes > 0) pieceRun = piecesOf(req, comm, mover, gpu);
   return q->enqueue(
       call.device,
       [comm, req, mover, gpu](const void* in, void* out, const std::vector<void*>& extra) {

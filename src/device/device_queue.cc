@@ -345,7 +345,9 @@ Status DeviceQueue::markThenWait(Job& job, Stream s) {
 // in place or disjoint, writing its whole output. Every rank decides alike (the same count
 // and kind of call).
 bool DeviceQueue::cutsIntoPieces(const DeviceCall& call) {
-  if (call.elementBytes == 0 || !call.extra.empty() || !call.writesWholeOutput) return false;
+  if (call.elementBytes == 0 || !call.extra.empty()) return false;
+  if (!call.blockRanges.empty()) return cutsUnequalBlocks(call);
+  if (!call.writesWholeOutput) return false;
   const auto in = reinterpret_cast<uintptr_t>(call.input);
   const auto out = reinterpret_cast<uintptr_t>(call.output);
   if (call.blocks <= 1) {
@@ -367,6 +369,28 @@ bool DeviceQueue::cutsIntoPieces(const DeviceCall& call) {
   return !overlap || (one >= all && (one - all) % block == 0 && one - all + oneBytes <= whole);
 }
 
+// Unequal blocks (DeviceCall::blockRanges): cut when large (two pieces or more), each block
+// inside its side and a whole number of elements, and the one-block side as large as this
+// rank's block and in place at it or apart from the blocks. Gaps between the blocks are
+// never staged, so the output need not be written whole.
+bool DeviceQueue::cutsUnequalBlocks(const DeviceCall& call) {
+  const auto& ranges = call.blockRanges;
+  if (ranges.size() < 2 || call.ownBlock >= ranges.size()) return false;
+  const size_t manyBytes = call.blocksOnOutput ? call.outputBytes : call.inputBytes;
+  const size_t oneBytes = call.blocksOnOutput ? call.inputBytes : call.outputBytes;
+  size_t total = 0;
+  for (const auto& [at, bytes] : ranges) {
+    if (at % call.elementBytes != 0 || bytes % call.elementBytes != 0 || at > manyBytes || bytes > manyBytes - at)
+      return false;
+    total += bytes;
+  }
+  if (total < kPieceMin || oneBytes != ranges[call.ownBlock].second || cutPieces(call).size() < 2) return false;
+  const auto many = reinterpret_cast<uintptr_t>(call.blocksOnOutput ? call.output : call.input);
+  const auto one = reinterpret_cast<uintptr_t>(call.blocksOnOutput ? call.input : call.output);
+  const bool apart = oneBytes == 0 || one + oneBytes <= many || many + manyBytes <= one;
+  return apart || one == many + ranges[call.ownBlock].first;
+}
+
 // A blockwise call's block: its one-block side, or, with both sides in blocks (alltoall),
 // a share of either.
 size_t DeviceQueue::blockBytes(const DeviceCall& call) {
@@ -382,7 +406,19 @@ size_t DeviceQueue::pieceBytes(size_t total) {
 // a piece moves kPieceBytes over all its blocks (more for very large calls).
 std::vector<DeviceQueue::Piece> DeviceQueue::cutPieces(const DeviceCall& call) {
   size_t span = call.inputBytes, piece = 0;
-  if (call.blocks > 1) {
+  if (!call.blockRanges.empty()) {
+    // Unequal blocks: the ranges of the largest block, at most kMaxPieces of them, each
+    // block's share of a piece as with equal blocks. All of it from the counts, which every
+    // rank knows alike (a block's place in its buffer is the rank's own).
+    size_t total = 0;
+    span = 0;
+    for (const auto& r : call.blockRanges) {
+      total += r.second;
+      span = std::max(span, r.second);
+    }
+    piece = alignUp(std::max(pieceBytes(total) / call.blockRanges.size(), (span + kMaxPieces - 1) / kMaxPieces),
+                    size_t{4096});
+  } else if (call.blocks > 1) {
     span = blockBytes(call);
     piece = alignUp(pieceBytes(span * call.blocks) / call.blocks, size_t{4096});
   } else {
@@ -427,13 +463,27 @@ Status DeviceQueue::enqueuePieces(const DeviceCall& call, Job job, Block** park)
   auto* hostOut = static_cast<char*>(job.hostOutput);
   // A piece's range of one buffer, or, on a blockwise call's side of many blocks, of each.
   const bool blockwise = call.blocks > 1;
-  const size_t block = blockwise ? blockBytes(call) : 0;
+  const bool unequal = !call.blockRanges.empty();
+  const size_t block = blockwise && !unequal ? blockBytes(call) : 0;
+  // Bytes of a piece within a block of `bytes` (unequal blocks end within a piece, or before).
+  const auto within = [](const Piece& p, size_t bytes) { return p.offset < bytes ? std::min(p.bytes, bytes - p.offset) : 0; };
   const auto copyPiece = [&](char* dst, const char* src, const Piece& p, bool manyBlocks) -> Status {
+    if (unequal && manyBlocks) {
+      for (const auto& [at, bytes] : call.blockRanges) {
+        const size_t n = within(p, bytes);
+        if (n > 0) BRAID_RETURN_IF_ERROR(rt_.copyAsync(dst + at + p.offset, src + at + p.offset, n, s));
+      }
+      return Status::ok();
+    }
+    if (unequal) {
+      const size_t n = within(p, call.blockRanges[call.ownBlock].second);
+      return n > 0 ? rt_.copyAsync(dst + p.offset, src + p.offset, n, s) : Status::ok();
+    }
     if (!manyBlocks) return rt_.copyAsync(dst + p.offset, src + p.offset, p.bytes, s);
     return rt_.copyRowsAsync(dst + p.offset, block, src + p.offset, block, p.bytes, call.blocks, s);
   };
-  const bool inBlocks = blockwise && call.inputBytes >= call.outputBytes;
-  const bool outBlocks = blockwise && call.outputBytes >= call.inputBytes;
+  const bool inBlocks = unequal ? !call.blocksOnOutput : blockwise && call.inputBytes >= call.outputBytes;
+  const bool outBlocks = unequal ? call.blocksOnOutput : blockwise && call.outputBytes >= call.inputBytes;
   // Before any wait is queued, a failure leaves nothing waiting: the markers go, the call
   // fails here.
   const auto dropMarkers = [&] {

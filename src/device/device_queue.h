@@ -23,7 +23,9 @@
 // (allgather, reduce-scatter: one buffer holds a block per rank, the other one block;
 // alltoall: both hold a block per rank; element i of a block depends only on element i of
 // the blocks) is cut the same way, a piece being the same range of every block: on a side
-// that holds the blocks, one strided copy per piece.
+// that holds the blocks, one strided copy per piece. Blocks of their own sizes
+// (allgatherv, reduce_scatterv, whose counts every rank knows) are cut alike, a piece's
+// range clipped to each block's end, with a copy per block that reaches the range.
 //
 // A direct call (DeviceCall::direct) puts only [mark A] [wait: flag >= seq] on the stream;
 // the proxy runs it on the device buffers once the stream passes A, then stores seq.
@@ -88,6 +90,14 @@ struct DeviceCall {
   // `blocks` equal blocks back to back, the other one block (allgather: the output holds
   // them; reduce-scatter: the input), or both hold them (alltoall).
   size_t blocks = 0;
+  // Blockwise with blocks of their own sizes (allgatherv, reduce_scatterv): each block of
+  // the side that holds them all as (byte offset, bytes), one per rank in rank order;
+  // `ownBlock` is this rank's, the size of the other side; `blocksOnOutput` says which side
+  // holds them. Empty: `blocks` equal blocks back to back. Only the blocks are staged in
+  // pieces (gaps between them are left as they are on the device).
+  std::vector<std::pair<size_t, size_t>> blockRanges;
+  size_t ownBlock = 0;
+  bool blocksOnOutput = false;
   // The direct path (device_mover.h): nothing is staged; the proxy runs the collective on
   // the device buffers themselves once the stream reaches the call, in the same pieces a
   // staged call would be cut into (so ranks on either path issue the same calls).
@@ -135,8 +145,9 @@ class DeviceQueue {
   // DeviceCall::extra, in order), or, for a direct call, on the device buffers.
   using HostRun = std::function<Status(const void* input, void* output, const std::vector<void*>& extra)>;
   // Runs the collective on elements [first, first + elements) of the host copies (one piece
-  // of an elementwise call), or of every block (of a blockwise call); `input` and `output`
-  // are the whole buffers (output nullptr where the call has none).
+  // of an elementwise call), or of every block (of a blockwise call; of unequal blocks,
+  // clipped to each block's end); `input` and `output` are the whole buffers (output
+  // nullptr where the call has none).
   using PieceRun = std::function<Status(const void* input, void* output, size_t first, size_t elements)>;
 
   // Pieces: calls of at least kPieceMin bytes, in pieces of kPieceBytes (more for very
@@ -228,6 +239,7 @@ class DeviceQueue {
   static bool cutsIntoPieces(const DeviceCall& call);
   static size_t pieceBytes(size_t total);
   static std::vector<Piece> cutPieces(const DeviceCall& call);
+  static bool cutsUnequalBlocks(const DeviceCall& call);
   static size_t blockBytes(const DeviceCall& call);
   Status enqueuePieces(const DeviceCall& call, Job job, Block** park);
   Status waitReached(void* marker);

@@ -129,6 +129,11 @@ done
 for coll in allreduce allgather sendrecv; do
   step "${coll}_D1_np2_graph" 60 1 "$BR" -np 2 "$PERF/${coll}_perf" -b 8 -e 64M -f 8 -n 10 -w 2 -c 1 -D 1 -G 3
 done
+# Captured on the direct paths: staged at each replay, the warm-up calls direct.
+for path in direct ipc; do
+  step "allreduce_D1_np2_graph_$path" 60 1 env BRAID_CUDA_PATH=$path "$BR" -np 2 "$PERF/allreduce_perf" \
+    -b 8 -e 64M -f 8 -n 10 -w 2 -c 1 -D 1 -G 3
+done
 # One core per rank (braidrun's old binding) against the default blocks of cores.
 step allreduce_D1_np2_bind_core 90 0 "$BR" -np 2 --bind-to core "$PERF/allreduce_perf" -b 8 -e 128M -f 64 -n 20 -w 5 -c 1 -D 1
 note "== done in ${SECONDS}s, correctness steps $([ $failed = 0 ] && echo passed || echo FAILED)"

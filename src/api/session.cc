@@ -1181,11 +1181,10 @@ Status Session::enqueueOnDevice(Call&& call, std::shared_ptr<device::DeviceDone>
   if (!captured.isOk())
     return invalidArgument(where() + ": stream cannot be queried: " + captured.status().message());
   if (captured.value()) {
-    const char* v = std::getenv("BRAID_CUDA_PATH");
-    if (v && *v && std::string(v) != "staged")
-      return invalidArgument(where() + ": stream is being captured into a CUDA graph (cudaStreamBeginCapture); with " +
-                             "BRAID_CUDA_PATH=" + v + " braid's device calls cannot be captured yet (staged ones can): " +
-                             "issue this call outside the capture");
+    // Staged whatever BRAID_CUDA_PATH says: the host node may not launch the kernels of the
+    // direct paths. Every rank capturing the same calls, each replay is a host call on every
+    // rank, which the direct paths' connections carry as they carry any (ipc: through the
+    // shared-memory slots beside the device ones).
     if (call.device.stream == nullptr)
       return invalidArgument(where() + ": the legacy default stream would join another stream's CUDA graph capture; " +
                              "pass the capturing stream");

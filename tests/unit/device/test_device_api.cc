@@ -215,19 +215,25 @@ TEST_CASE("C API: a host call after device calls waits for them, so every rank s
   for (int r = 0; r < n; ++r) CHECK(errors[r] == "");
 }
 
-TEST_CASE("C API: on the direct path a call on a stream being captured into a CUDA graph is refused at once, "
-          "naming the rank",
-          "[device][cuda]") {
+// On the direct paths a captured call is staged (its host node may not launch kernels):
+// every rank capturing the same calls, the replays are host calls on every rank, carried by
+// the connections of either path, while the calls outside the capture keep running on the
+// device buffers through the kernels.
+TEST_CASE("C API: on the direct paths calls captured into a CUDA graph run staged at every replay", "[device][cuda]") {
   FakeRuntime rt;
   InstallRuntime installed(&rt);
-  CudaPath cudaPath("direct");
+  const char* path = GENERATE("direct", "ipc");
+  INFO(path);
+  CudaPath cudaPath(path);
   const int n = 2;
   const size_t count = 1000;
   std::vector<std::string> errors(n);
-  // The copy counter is the runtime's, shared by the ranks: every rank counts it while all are
-  // between their refused calls and the call after the capture.
-  // Bounded, so that a rank that never got here (a failed init) fails the test, not hangs it.
+  auto fail = [&](int r, const std::string& what) {
+    if (errors[r].empty()) errors[r] = what;
+  };
+  std::atomic<int> kernelsAtCapture{-1};
   std::atomic<int> arrived{0};
+  // Bounded, so that a rank that never got here (a failed init) fails the test, not hangs it.
   auto allArrive = [&](int round) {
     arrived.fetch_add(1);
     const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(30);
@@ -240,40 +246,57 @@ TEST_CASE("C API: on the direct path a call on a stream being captured into a CU
   onRanks(n, [&](braidComm_t comm, int r) {
     FakeStream stream;
     float* buf = static_cast<float*>(rt.deviceAlloc(count * 4));
+    float* peer = static_cast<float*>(rt.deviceAlloc(count * 4));
+    // A call before the capture takes the direct path (and, for ipc, sets up the device slots).
     stream.enqueue([&] { std::fill(buf, buf + count, 1.0f); });
-    rt.setCapturing(stream.handle(), true);
-    if (!allArrive(1)) errors[r] = "the other rank never came";
-    const int copies = rt.copiesDone.load();
-    const auto t0 = std::chrono::steady_clock::now();
-    braidResult_t res = braidAllReduce(buf, buf, count, braidFloat32, braidSum, comm, stream.handle());
-    const std::string msg = braidGetLastError(comm);
-    if (res != braidInvalidArgument) errors[r] = "a capturing stream was accepted";
-    else if (msg.find("braidAllReduce on rank " + std::to_string(r) + ": stream is being captured into a CUDA graph") ==
-                 std::string::npos ||
-             msg.find("BRAID_CUDA_PATH=direct") == std::string::npos)
-      errors[r] = "message: " + msg;
-    if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(2)) errors[r] += "; the refusal waited";
-    // Grouped sends and receives take the same path.
+    if (braidAllReduce(buf, buf, count, braidFloat32, braidSum, comm, stream.handle()) != braidSuccess)
+      fail(r, std::string("before the capture: ") + braidGetLastError(comm));
+    stream.synchronize();
+    if (buf[count - 1] != 2.0f) fail(r, "before the capture: " + std::to_string(buf[count - 1]));
+    // Captured: an allreduce in place and an exchange of the result.
+    rt.beginCapture(stream.handle());
+    if (braidAllReduce(buf, buf, count, braidFloat32, braidSum, comm, stream.handle()) != braidSuccess)
+      fail(r, std::string("captured allreduce: ") + braidGetLastError(comm));
     braidGroupStart();
     braidSend(buf, count, braidFloat32, 1 - r, comm, stream.handle());
-    braidRecv(buf, count, braidFloat32, 1 - r, comm, stream.handle());
-    if (braidGroupEnd() != braidInvalidArgument) errors[r] += "; a captured group was accepted";
+    braidRecv(peer, count, braidFloat32, 1 - r, comm, stream.handle());
+    if (braidGroupEnd() != braidSuccess) fail(r, std::string("captured group: ") + braidGetLastError(comm));
+    auto graph = rt.endCapture(stream.handle());
     stream.synchronize();
-    if (!allArrive(2)) errors[r] += "; the other rank never came";
-    if (rt.copiesDone.load() != copies && errors[r].empty()) errors[r] = "the refused calls queued copies";
-    if (!allArrive(3)) errors[r] += "; the other rank never came";
-    // The capture over, the same call runs, in stream order.
-    rt.setCapturing(stream.handle(), false);
+    if (!allArrive(1)) fail(r, "the other rank never came");
+    if (r == 0) kernelsAtCapture.store(rt.kernels.load());
+    if (!allArrive(2)) fail(r, "the other rank never came");
+    for (int replay = 1; replay <= 2 && errors[r].empty(); ++replay) {
+      stream.enqueue([=] {
+        for (size_t i = 0; i < count; ++i) buf[i] = static_cast<float>((r + 1) * replay * (1 + i % 5));
+      });
+      rt.launch(graph, stream.handle());
+      stream.synchronize();
+      for (size_t i = 0; i < count && errors[r].empty(); ++i) {
+        const float want = static_cast<float>(3 * replay * (1 + i % 5));
+        if (buf[i] != want || peer[i] != want)
+          fail(r, "replay " + std::to_string(replay) + ": element " + std::to_string(i) + " is " +
+                      std::to_string(buf[i]) + " / " + std::to_string(peer[i]));
+      }
+    }
+    if (!allArrive(3)) fail(r, "the other rank never came");
+    if (r == 0 && rt.kernels.load() != kernelsAtCapture.load()) fail(r, "a replay launched kernels");
+    if (!allArrive(4)) fail(r, "the other rank never came");
+    // After the capture the same call runs on the direct path again, in stream order.
     if (braidAllReduce(buf, buf, count, braidFloat32, braidSum, comm, stream.handle()) != braidSuccess)
-      errors[r] += std::string("; after the capture: ") + braidGetLastError(comm);
-    std::vector<float> got;
-    stream.enqueue([&] { got.assign(buf, buf + count); });
+      fail(r, std::string("after the capture: ") + braidGetLastError(comm));
     stream.synchronize();
-    if (errors[r].empty() && (got.size() != count || got[0] != 2.0f || got[count - 1] != 2.0f))
-      errors[r] = "wrong result after the capture";
+    if (errors[r].empty() && buf[4] != 2.0f * 3 * 2 * 5) fail(r, "after the capture: " + std::to_string(buf[4]));
+    braidResult_t async = braidInternalError;
+    braidCommGetAsyncError(comm, &async);
+    if (async != braidSuccess) fail(r, std::string("async error: ") + braidGetLastError(comm));
+    graph.reset();
     rt.deviceFree(buf);
+    rt.deviceFree(peer);
   });
   for (int r = 0; r < n; ++r) CHECK(errors[r] == "");
+  CHECK(rt.kernels.load() > kernelsAtCapture.load());  // the calls outside the capture
+  CHECK(rt.hostFuncs.load() == 2 * n);                // one host node per captured call
 }
 
 // Captured into a CUDA graph, a staged call becomes graph nodes (copies in, a host node

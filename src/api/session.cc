@@ -1185,6 +1185,20 @@ Status Session::enqueueOnDevice(Call&& call, std::shared_ptr<device::DeviceDone>
     // direct paths. Every rank capturing the same calls, each replay is a host call on every
     // rank, which the direct paths' connections carry as they carry any (ipc: through the
     // shared-memory slots beside the device ones).
+    const char* path = std::getenv("BRAID_CUDA_PATH");
+    bool undecided = false;
+    {
+      std::lock_guard<std::mutex> lock(deviceMu_);
+      undecided = directState_ == 0;
+    }
+    // The ipc path's device slots are set up by every rank's first device call, with CUDA
+    // allocations a capture may not make, and switch the connections over: not while a
+    // replay could be running on them.
+    if (path && std::string(path) == "ipc" && undecided)
+      return invalidArgument(where() + ": stream is being captured into a CUDA graph before any device call of this " +
+                             "communicator outside a capture; with BRAID_CUDA_PATH=ipc that first call sets up the " +
+                             "device slots of every rank (CUDA allocations a capture does not allow): make one device " +
+                             "call before capturing");
     if (call.device.stream == nullptr)
       return invalidArgument(where() + ": the legacy default stream would join another stream's CUDA graph capture; " +
                              "pass the capturing stream");

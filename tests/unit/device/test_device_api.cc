@@ -218,7 +218,8 @@ TEST_CASE("C API: a host call after device calls waits for them, so every rank s
 // On the direct paths a captured call is staged (its host node may not launch kernels):
 // every rank capturing the same calls, the replays are host calls on every rank, carried by
 // the connections of either path, while the calls outside the capture keep running on the
-// device buffers through the kernels.
+// device buffers through the kernels. On ipc a capture before the first device call, which
+// sets up the device slots, is refused.
 TEST_CASE("C API: on the direct paths calls captured into a CUDA graph run staged at every replay", "[device][cuda]") {
   FakeRuntime rt;
   InstallRuntime installed(&rt);
@@ -247,6 +248,17 @@ TEST_CASE("C API: on the direct paths calls captured into a CUDA graph run stage
     FakeStream stream;
     float* buf = static_cast<float*>(rt.deviceAlloc(count * 4));
     float* peer = static_cast<float*>(rt.deviceAlloc(count * 4));
+    if (std::string(path) == "ipc") {
+      // Before any device call the ipc path is not set up, which a capture cannot do: refused.
+      rt.beginCapture(stream.handle());
+      const braidResult_t res = braidAllReduce(buf, buf, count, braidFloat32, braidSum, comm, stream.handle());
+      const std::string msg = braidGetLastError(comm);
+      rt.endCapture(stream.handle());
+      if (res != braidInvalidArgument) fail(r, "a capture before the ipc path was set up was accepted");
+      else if (msg.find("braidAllReduce on rank " + std::to_string(r) + ": stream is being captured") == std::string::npos ||
+               msg.find("make one device call before capturing") == std::string::npos)
+        fail(r, "message: " + msg);
+    }
     // A call before the capture takes the direct path (and, for ipc, sets up the device slots).
     stream.enqueue([&] { std::fill(buf, buf + count, 1.0f); });
     if (braidAllReduce(buf, buf, count, braidFloat32, braidSum, comm, stream.handle()) != braidSuccess)

@@ -804,8 +804,9 @@ device::DeviceQueue::PieceRun piecesOf(const algorithms::Request& req, core::Com
   return [comm, req, mover, gpu](const void* in, void* out, size_t first, size_t elements) {
     algorithms::Request piece = pieceRequest(req, comm->size(), first, elements);
     const size_t at = first * dataTypeSize(req.dtype);
-    // A side of one block (both sides of an elementwise call) starts at the piece.
-    if (!inputInBlocks(req.coll) && req.coll != Collective::kReduceScatterV) in = static_cast<const char*>(in) + at;
+    // A side of one block (both sides of an elementwise call) starts at the piece; a side
+    // this rank has none of (an empty block of its own) stays null.
+    if (in && !inputInBlocks(req.coll) && req.coll != Collective::kReduceScatterV) in = static_cast<const char*>(in) + at;
     if (out && !outputInBlocks(req.coll) && req.coll != Collective::kAllGatherV) out = static_cast<char*>(out) + at;
     if (mover) mover->setDevice(gpu);
     return comm->run(piece, in, out, {}, mover);

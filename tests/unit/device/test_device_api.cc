@@ -64,6 +64,23 @@ void onCxxRanks(int n, std::vector<std::string>& errors, F body) {
   for (auto& t : ts) t.join();
 }
 
+// Each rank's first failure, for ranks that run as threads: fail(r, what) keeps the first
+// (an empty `what` is none); fail.of[r] is rank r's, "" if it had none.
+struct Failures {
+  explicit Failures(int n) : of(static_cast<size_t>(n)) {}
+  void operator()(int r, const std::string& what) {
+    if (!what.empty() && of[r].empty()) of[r] = what;
+  }
+  std::vector<std::string> of;
+};
+
+// What the communicator's asynchronous error query reports, "" when nothing failed.
+std::string asyncFailure(braidComm_t comm) {
+  braidResult_t async = braidInternalError;
+  braidCommGetAsyncError(comm, &async);
+  return async == braidSuccess ? "" : std::string("async error: ") + braidGetLastError(comm);
+}
+
 // BRAID_CUDA_PATH for one test, restored after it.
 struct CudaPath {
   explicit CudaPath(const char* v) { setenv("BRAID_CUDA_PATH", v, 1); }
@@ -228,10 +245,7 @@ TEST_CASE("C API: on the direct paths calls captured into a CUDA graph run stage
   CudaPath cudaPath(path);
   const int n = 2;
   const size_t count = 1000;
-  std::vector<std::string> errors(n);
-  auto fail = [&](int r, const std::string& what) {
-    if (errors[r].empty()) errors[r] = what;
-  };
+  Failures fail(n);
   std::atomic<int> kernelsAtCapture{-1};
   std::atomic<int> arrived{0};
   // Bounded, so that a rank that never got here (a failed init) fails the test, not hangs it.
@@ -278,13 +292,13 @@ TEST_CASE("C API: on the direct paths calls captured into a CUDA graph run stage
     if (!allArrive(1)) fail(r, "the other rank never came");
     if (r == 0) kernelsAtCapture.store(rt.kernels.load());
     if (!allArrive(2)) fail(r, "the other rank never came");
-    for (int replay = 1; replay <= 2 && errors[r].empty(); ++replay) {
+    for (int replay = 1; replay <= 2 && fail.of[r].empty(); ++replay) {
       stream.enqueue([=] {
         for (size_t i = 0; i < count; ++i) buf[i] = static_cast<float>((r + 1) * replay * (1 + i % 5));
       });
       rt.launch(graph, stream.handle());
       stream.synchronize();
-      for (size_t i = 0; i < count && errors[r].empty(); ++i) {
+      for (size_t i = 0; i < count && fail.of[r].empty(); ++i) {
         const float want = static_cast<float>(3 * replay * (1 + i % 5));
         if (buf[i] != want || peer[i] != want)
           fail(r, "replay " + std::to_string(replay) + ": element " + std::to_string(i) + " is " +
@@ -298,15 +312,13 @@ TEST_CASE("C API: on the direct paths calls captured into a CUDA graph run stage
     if (braidAllReduce(buf, buf, count, braidFloat32, braidSum, comm, stream.handle()) != braidSuccess)
       fail(r, std::string("after the capture: ") + braidGetLastError(comm));
     stream.synchronize();
-    if (errors[r].empty() && buf[4] != 2.0f * 3 * 2 * 5) fail(r, "after the capture: " + std::to_string(buf[4]));
-    braidResult_t async = braidInternalError;
-    braidCommGetAsyncError(comm, &async);
-    if (async != braidSuccess) fail(r, std::string("async error: ") + braidGetLastError(comm));
+    if (fail.of[r].empty() && buf[4] != 2.0f * 3 * 2 * 5) fail(r, "after the capture: " + std::to_string(buf[4]));
+    fail(r, asyncFailure(comm));
     graph.reset();
     rt.deviceFree(buf);
     rt.deviceFree(peer);
   });
-  for (int r = 0; r < n; ++r) CHECK(errors[r] == "");
+  for (int r = 0; r < n; ++r) CHECK(fail.of[r] == "");
   CHECK(rt.kernels.load() > kernelsAtCapture.load());  // the calls outside the capture
   CHECK(rt.hostFuncs.load() == 2 * n);                // one host node per captured call
 }
@@ -325,10 +337,7 @@ TEST_CASE("C API: calls captured into a CUDA graph run at every replay of the gr
   for (int r = 0; r < n; ++r) streams.push_back(std::make_unique<FakeStream>());
   std::vector<std::shared_ptr<FakeRuntime::Graph>> graphs(n);
   std::vector<float*> bufs(n), gathered(n);
-  std::vector<std::string> errors(n);
-  auto fail = [&](int r, const std::string& what) {
-    if (errors[r].empty()) errors[r] = what;
-  };
+  Failures fail(n);
   onRanks(n, [&](braidComm_t comm, int r) {
     FakeStream& stream = *streams[r];
     float* buf = bufs[r] = static_cast<float*>(rt.deviceAlloc(count * 4));
@@ -346,13 +355,13 @@ TEST_CASE("C API: calls captured into a CUDA graph run at every replay of the gr
     if (buf[0] != -1.0f) fail(r, "the capture ran the call");
     if (graphs[r]->ops.size() != 6) fail(r, std::to_string(graphs[r]->ops.size()) + " graph nodes, expected 6");
     // Three replays, each on its own data.
-    for (int replay = 1; replay <= 3 && errors[r].empty(); ++replay) {
+    for (int replay = 1; replay <= 3 && fail.of[r].empty(); ++replay) {
       stream.enqueue([=] {
         for (size_t i = 0; i < count; ++i) buf[i] = static_cast<float>((r + 1) * replay * (1 + i % 7));
       });
       rt.launch(graphs[r], stream.handle());
       stream.synchronize();
-      for (size_t i = 0; i < count && errors[r].empty(); ++i) {
+      for (size_t i = 0; i < count && fail.of[r].empty(); ++i) {
         const float want = static_cast<float>(3 * replay * (1 + i % 7));
         if (buf[i] != want || all[i] != want || all[count + i] != want)
           fail(r, "replay " + std::to_string(replay) + ": element " + std::to_string(i) + " is " +
@@ -364,12 +373,10 @@ TEST_CASE("C API: calls captured into a CUDA graph run at every replay of the gr
       fail(r, std::string("after the replays: ") + braidGetLastError(comm));
     stream.synchronize();
     // Twice replay 3's sum.
-    if (errors[r].empty() && buf[5] != 2.0f * 9 * 6) fail(r, "after the replays: " + std::to_string(buf[5]));
-    braidResult_t async = braidInternalError;
-    braidCommGetAsyncError(comm, &async);
-    if (async != braidSuccess) fail(r, std::string("async error: ") + braidGetLastError(comm));
+    if (fail.of[r].empty() && buf[5] != 2.0f * 9 * 6) fail(r, "after the replays: " + std::to_string(buf[5]));
+    fail(r, asyncFailure(comm));
   });
-  for (int r = 0; r < n; ++r) CHECK(errors[r] == "");
+  for (int r = 0; r < n; ++r) CHECK(fail.of[r] == "");
   CHECK(rt.hostFuncs.load() == 2 * n);  // one host node per captured call, made once
   // A replay after the communicator went runs nothing: the buffer keeps what the stream
   // wrote before it.
@@ -396,10 +403,7 @@ TEST_CASE("C API: a captured call that fails at a replay is reported by the next
   setenv("BRAID_TIMEOUT", "2", 1);
   const int n = 2;
   const size_t count = 100;
-  std::vector<std::string> errors(n);
-  auto fail = [&](int r, const std::string& what) {
-    if (errors[r].empty()) errors[r] = what;
-  };
+  Failures fail(n);
   std::atomic<int> done{0};
   onRanks(n, [&](braidComm_t comm, int r) {
     FakeStream stream;
@@ -426,7 +430,7 @@ TEST_CASE("C API: a captured call that fails at a replay is reported by the next
     rt.deviceFree(buf);
   });
   unsetenv("BRAID_TIMEOUT");
-  for (int r = 0; r < n; ++r) CHECK(errors[r] == "");
+  for (int r = 0; r < n; ++r) CHECK(fail.of[r] == "");
 }
 
 // A call large enough to be staged in pieces is cut the same way in a capture: the host node
@@ -439,10 +443,7 @@ TEST_CASE("C API: a large captured call runs in the pieces its uncaptured peers 
   const int n = 3;
   const size_t count = (size_t{3} << 20) + 1234;       // an allreduce of 12 MiB: three pieces
   const size_t block = (size_t{3} << 20) / 4 + 1234;  // an allgather of 9 MiB in all: three pieces
-  std::vector<std::string> errors(n);
-  auto fail = [&](int r, const std::string& what) {
-    if (errors[r].empty()) errors[r] = what;
-  };
+  Failures fail(n);
   onRanks(n, [&](braidComm_t comm, int r) {
     FakeStream stream;
     float* buf = static_cast<float*>(rt.deviceAlloc(count * 4));
@@ -460,7 +461,7 @@ TEST_CASE("C API: a large captured call runs in the pieces its uncaptured peers 
       calls("captured");
       graph = rt.endCapture(stream.handle());
     }
-    for (int round = 1; round <= 2 && errors[r].empty(); ++round) {
+    for (int round = 1; round <= 2 && fail.of[r].empty(); ++round) {
       stream.enqueue([=] {
         for (size_t i = 0; i < count; ++i) buf[i] = static_cast<float>((r + 1) * round * (1 + i % 11));
         for (size_t i = 0; i < block; ++i) one[i] = static_cast<float>(r * 100000 + round * (i % 4099));
@@ -468,25 +469,23 @@ TEST_CASE("C API: a large captured call runs in the pieces its uncaptured peers 
       if (graph) rt.launch(graph, stream.handle());
       else calls("round " + std::to_string(round));
       stream.synchronize();
-      for (size_t i = 0; i < count && errors[r].empty(); ++i)
+      for (size_t i = 0; i < count && fail.of[r].empty(); ++i)
         if (buf[i] != static_cast<float>(6 * round * (1 + i % 11)))
           fail(r, "round " + std::to_string(round) + ": allreduce element " + std::to_string(i) + " is " +
                       std::to_string(buf[i]));
-      for (size_t k = 0; k < n * block && errors[r].empty(); ++k)
+      for (size_t k = 0; k < n * block && fail.of[r].empty(); ++k)
         if (all[k] != static_cast<float>((k / block) * 100000 + round * ((k % block) % 4099)))
           fail(r, "round " + std::to_string(round) + ": allgather element " + std::to_string(k) + " is " +
                       std::to_string(all[k]));
     }
-    braidResult_t async = braidInternalError;
-    braidCommGetAsyncError(comm, &async);
-    if (async != braidSuccess) fail(r, std::string("async error: ") + braidGetLastError(comm));
+    fail(r, asyncFailure(comm));
     graph.reset();
     rt.deviceFree(buf);
     rt.deviceFree(one);
     rt.deviceFree(all);
   });
   unsetenv("BRAID_TIMEOUT");
-  for (int r = 0; r < n; ++r) CHECK(errors[r] == "");
+  for (int r = 0; r < n; ++r) CHECK(fail.of[r] == "");
   CHECK(rt.hostFuncs.load() == 2);  // rank 0's two host nodes, made once
 }
 
@@ -690,10 +689,7 @@ TEST_CASE("C API: a large device allgather, reduce-scatter, alltoall or reduce, 
   CudaPath cudaPath(path);
   const int n = 3;
   const size_t count = (size_t{3} << 20) / 4 + 1234;  // per block: 9 MiB over three blocks, three pieces
-  std::vector<std::string> errors(n);
-  auto fail = [&](int r, const std::string& what) {
-    if (errors[r].empty()) errors[r] = what;
-  };
+  Failures fail(n);
   onRanks(n, [&](braidComm_t comm, int r) {
     FakeStream stream;
     float* all = static_cast<float*>(rt.deviceAlloc(n * count * 4));
@@ -712,7 +708,7 @@ TEST_CASE("C API: a large device allgather, reduce-scatter, alltoall or reduce, 
           fail(r, "allgather" + how + ": " + braidGetLastError(comm));
         gate.open();
         stream.synchronize();
-        for (size_t k = 0; k < n * count && errors[r].empty(); ++k)
+        for (size_t k = 0; k < n * count && fail.of[r].empty(); ++k)
           if (all[k] != value(static_cast<int>(k / count), 0, k % count))
             fail(r, "allgather" + how + ": element " + std::to_string(k) + " is " + std::to_string(all[k]));
       }
@@ -733,7 +729,7 @@ TEST_CASE("C API: a large device allgather, reduce-scatter, alltoall or reduce, 
         gate.open();
         stream.synchronize();
         const float scale = op == braidSum ? 6.0f : 3.0f;  // 1+2+3 times rank 0's value, or half that
-        for (size_t i = 0; i < count && errors[r].empty(); ++i)
+        for (size_t i = 0; i < count && fail.of[r].empty(); ++i)
           if (block[i] != scale * value(0, r, i))
             fail(r, what + ": element " + std::to_string(i) + " is " + std::to_string(block[i]));
       }
@@ -750,7 +746,7 @@ TEST_CASE("C API: a large device allgather, reduce-scatter, alltoall or reduce, 
           fail(r, "alltoall" + how + ": " + braidGetLastError(comm));
         gate.open();
         stream.synchronize();
-        for (size_t k = 0; k < n * count && errors[r].empty(); ++k)
+        for (size_t k = 0; k < n * count && fail.of[r].empty(); ++k)
           if (dst[k] != value(static_cast<int>(k / count), r, k % count))
             fail(r, "alltoall" + how + ": element " + std::to_string(k) + " is " + std::to_string(dst[k]));
         if (!inPlace) rt.deviceFree(dst);
@@ -769,19 +765,17 @@ TEST_CASE("C API: a large device allgather, reduce-scatter, alltoall or reduce, 
           fail(r, "reduce" + how + ": " + braidGetLastError(comm));
         gate.open();
         stream.synchronize();
-        for (size_t k = 0; dst && k < big && errors[r].empty(); ++k)
+        for (size_t k = 0; dst && k < big && fail.of[r].empty(); ++k)
           if (dst[k] != 6.0f * value(0, 0, k))
             fail(r, "reduce" + how + ": element " + std::to_string(k) + " is " + std::to_string(dst[k]));
         if (out) rt.deviceFree(out);
       }
     }
-    braidResult_t async = braidInternalError;
-    braidCommGetAsyncError(comm, &async);
-    if (async != braidSuccess) fail(r, std::string("async error: ") + braidGetLastError(comm));
+    fail(r, asyncFailure(comm));
     rt.deviceFree(all);
     rt.deviceFree(one);
   });
-  for (int r = 0; r < n; ++r) CHECK(errors[r] == "");
+  for (int r = 0; r < n; ++r) CHECK(fail.of[r] == "");
   // Staged, each of the six allgathers and reduce-scatters of a rank copies one piece of
   // every block at once, three times, and each of its two alltoalls does so both ways; the
   // direct paths copy nothing and run kernels.
@@ -812,10 +806,7 @@ TEST_CASE("C API: a large device allgatherv or reduce_scatterv, staged in pieces
   }
   const float gap = -7.0f;
   const int copiesBefore = rt.copiesDone.load();
-  std::vector<std::string> errors(n);
-  auto fail = [&](int r, const std::string& what) {
-    if (errors[r].empty()) errors[r] = what;
-  };
+  Failures fail(n);
   onRanks(n, [&](braidComm_t comm, int r) {
     FakeStream stream;
     float* out = static_cast<float*>(rt.deviceAlloc(std::max(extent, total) * 4));
@@ -837,15 +828,15 @@ TEST_CASE("C API: a large device allgatherv or reduce_scatterv, staged in pieces
         gate.open();
         stream.synchronize();
         size_t k = 0;
-        for (int b = 0; b < n && errors[r].empty(); ++b) {
-          for (; k < displs[b] && errors[r].empty(); ++k)
+        for (int b = 0; b < n && fail.of[r].empty(); ++b) {
+          for (; k < displs[b] && fail.of[r].empty(); ++k)
             if (out[k] != gap) fail(r, "allgatherv" + how + ": gap element " + std::to_string(k) + " is " + std::to_string(out[k]));
-          for (size_t i = 0; i < counts[b] && errors[r].empty(); ++i, ++k)
+          for (size_t i = 0; i < counts[b] && fail.of[r].empty(); ++i, ++k)
             if (out[k] != value(b, 0, i))
               fail(r, "allgatherv" + how + ": block " + std::to_string(b) + " element " + std::to_string(i) + " is " +
                           std::to_string(out[k]));
         }
-        for (; k < extent && errors[r].empty(); ++k)
+        for (; k < extent && fail.of[r].empty(); ++k)
           if (out[k] != gap) fail(r, "allgatherv" + how + ": gap element " + std::to_string(k) + " is " + std::to_string(out[k]));
       }
       {
@@ -860,18 +851,16 @@ TEST_CASE("C API: a large device allgatherv or reduce_scatterv, staged in pieces
           fail(r, "reduce_scatterv" + how + ": " + braidGetLastError(comm));
         gate.open();
         stream.synchronize();
-        for (size_t i = 0; i < counts[r] && errors[r].empty(); ++i)
+        for (size_t i = 0; i < counts[r] && fail.of[r].empty(); ++i)
           if (mine[i] != 10.0f * value(0, r, i))  // 1+2+3+4 times rank 0's value
             fail(r, "reduce_scatterv" + how + ": element " + std::to_string(i) + " is " + std::to_string(mine[i]));
       }
     }
-    braidResult_t async = braidInternalError;
-    braidCommGetAsyncError(comm, &async);
-    if (async != braidSuccess) fail(r, std::string("async error: ") + braidGetLastError(comm));
+    fail(r, asyncFailure(comm));
     rt.deviceFree(out);
     rt.deviceFree(one);
   });
-  for (int r = 0; r < n; ++r) CHECK(errors[r] == "");
+  for (int r = 0; r < n; ++r) CHECK(fail.of[r] == "");
   // Staged, each of a rank's four calls copies its large block back (or in) in seven
   // pieces, where a whole call makes three copies; the direct paths copy nothing.
   const int copies = rt.copiesDone.load() - copiesBefore;

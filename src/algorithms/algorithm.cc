@@ -90,7 +90,9 @@ size_t inputElems(const Request& req, int rank, int nranks) {
       return req.count;
     case Collective::kBroadcast: return rank == req.root ? req.count : 0;
     case Collective::kReduceScatter: case Collective::kAllToAll: return n * req.count;
-    case Collective::kScatter: return rank == req.root ? n * req.count : 0;
+    case Collective::kScatter:
+      if (rank != req.root) return 0;
+      return req.displs.empty() ? n * req.count : extent(std::vector<size_t>(n, req.count), req.displs);
     case Collective::kAllGatherV: return static_cast<size_t>(rank) < req.counts.size() ? req.counts[rank] : 0;
     case Collective::kReduceScatterV: return req.displs.empty() ? sum(req.counts) : extent(req.counts, req.displs);
     case Collective::kAllToAllV: return extent(req.sendCounts, req.sendDispls);
@@ -107,7 +109,9 @@ size_t outputElems(const Request& req, int rank, int nranks) {
       return req.count;
     case Collective::kReduce: return rank == req.root ? req.count : 0;
     case Collective::kAllGather: case Collective::kAllToAll: return n * req.count;
-    case Collective::kGather: return rank == req.root ? n * req.count : 0;
+    case Collective::kGather:
+      if (rank != req.root) return 0;
+      return req.displs.empty() ? n * req.count : extent(std::vector<size_t>(n, req.count), req.displs);
     case Collective::kAllGatherV: case Collective::kAllToAllV: return extent(req.counts, req.displs);
     case Collective::kReduceScatterV: return static_cast<size_t>(rank) < req.counts.size() ? req.counts[rank] : 0;
     case Collective::kBarrier: case Collective::kSendRecv: return 0;
@@ -173,6 +177,12 @@ Status checkRoot(const char* coll, int root, int n) {
   if (root >= 0 && root < n) return Status::ok();
   return invalidArgument(std::string(coll) + ": root=" + std::to_string(root) + " is outside [0, " +
                          std::to_string(n) + ")");
+}
+
+Status checkBlockDispls(const char* coll, const Request& req, int n) {
+  if (req.displs.empty() || req.displs.size() == static_cast<size_t>(n)) return Status::ok();
+  return invalidArgument(std::string(coll) + ": displs needs one entry per rank (" + std::to_string(n) + "), got " +
+                         std::to_string(req.displs.size()));
 }
 
 const AlgorithmInfo* findAlgorithm(Collective coll, const std::string& name) {

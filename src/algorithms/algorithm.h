@@ -50,6 +50,8 @@ struct P2POp {
 //   alltoall           in n*count,              out n*count          (count per peer)
 //   gather             in count,                out n*count (root)   (in place at root: in == out + root*count)
 //   scatter            in n*count (root),       out count            (in place at root: out == in + root*count)
+//     (gather and scatter: with displs, the root's block b is at element displs[b] instead
+//     of b*count, as a device call's pieces run them; the API's calls leave it empty)
 //   allgatherv         in counts[rank],         out max(displs+counts)
 //   reduce_scatterv    in sum(counts),          out counts[rank]
 //   alltoallv          in max(sendDispls+sendCounts), out max(displs+counts)
@@ -209,6 +211,12 @@ StatusOr<exec::Schedule> ringSchedule(const Request& req, const char* name, cons
 
 // kInvalidArgument "<coll>: root=R is outside [0, n)" unless 0 <= root < n.
 Status checkRoot(const char* coll, int root, int n);
+// Gather's and scatter's blocks at the root: block b at element displs[b], or b*count when
+// displs is empty (checked: one entry per rank, or none).
+Status checkBlockDispls(const char* coll, const Request& req, int n);
+inline size_t blockAt(const Request& req, int b) {
+  return req.displs.empty() ? static_cast<size_t>(b) * req.count : req.displs[static_cast<size_t>(b)];
+}
 
 // Elements of channel `c` out of `count` split over `nchannels`: [begin, end).
 inline size_t channelBegin(size_t count, int c, int nchannels) {

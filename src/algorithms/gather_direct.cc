@@ -19,6 +19,7 @@ StatusOr<Schedule> gatherDirect(const Request& req, const Layout& layout) {
   const int n = layout.nranks;
   const int r = layout.rank;
   BRAID_RETURN_IF_ERROR(checkRoot("gather", req.root, n));
+  BRAID_RETURN_IF_ERROR(checkBlockDispls("gather", req, n));
   const size_t blockBytes = req.count * dataTypeSize(req.dtype);
   Schedule s = meshSchedule(req, "direct");
   exec::ChannelPlan& plan = s.channels[0];
@@ -30,7 +31,7 @@ StatusOr<Schedule> gatherDirect(const Request& req, const Layout& layout) {
     plan.steps.push_back(Step{Prim::kSend, -1, req.root, in, {}});
     return s;
   }
-  auto out = [&](int j) { return Region{Buf::kOutput, static_cast<size_t>(j) * blockBytes, blockBytes}; };
+  auto out = [&](int j) { return Region{Buf::kOutput, blockAt(req, j) * dataTypeSize(req.dtype), blockBytes}; };
   for (int j = 0; j < n; ++j) {
     if (j != r) plan.steps.push_back(Step{Prim::kRecv, j, -1, {}, out(j)});
     else if (!req.inPlace) plan.steps.push_back(Step{Prim::kCopy, -1, -1, in, out(j)});

@@ -19,6 +19,7 @@ StatusOr<Schedule> scatterDirect(const Request& req, const Layout& layout) {
   const int n = layout.nranks;
   const int r = layout.rank;
   BRAID_RETURN_IF_ERROR(checkRoot("scatter", req.root, n));
+  BRAID_RETURN_IF_ERROR(checkBlockDispls("scatter", req, n));
   const size_t blockBytes = req.count * dataTypeSize(req.dtype);
   Schedule s = meshSchedule(req, "direct");
   exec::ChannelPlan& plan = s.channels[0];
@@ -30,7 +31,7 @@ StatusOr<Schedule> scatterDirect(const Request& req, const Layout& layout) {
     plan.steps.push_back(Step{Prim::kRecv, req.root, -1, {}, out});
     return s;
   }
-  auto in = [&](int j) { return Region{Buf::kInput, static_cast<size_t>(j) * blockBytes, blockBytes}; };
+  auto in = [&](int j) { return Region{Buf::kInput, blockAt(req, j) * dataTypeSize(req.dtype), blockBytes}; };
   for (int j = 0; j < n; ++j) {
     if (j != r) plan.steps.push_back(Step{Prim::kSend, -1, j, in(j), {}});
     else if (!req.inPlace) plan.steps.push_back(Step{Prim::kCopy, -1, -1, in(j), out});

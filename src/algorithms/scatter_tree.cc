@@ -25,6 +25,7 @@ StatusOr<Schedule> scatterTree(const Request& req, const Layout& layout) {
   const int r = layout.rank;
   const int root = req.root;
   BRAID_RETURN_IF_ERROR(checkRoot("scatter", root, n));
+  BRAID_RETURN_IF_ERROR(checkBlockDispls("scatter", req, n));
   const size_t blockBytes = req.count * dataTypeSize(req.dtype);
   Schedule s = meshSchedule(req, "tree");
   exec::ChannelPlan& plan = s.channels[0];
@@ -38,6 +39,8 @@ StatusOr<Schedule> scatterTree(const Request& req, const Layout& layout) {
   const int low = v == 0 ? n : (v & -v);  // children are v+m for powers of two m < low
   const int size = std::min(low, n - v);   // blocks in this rank's subtree
   const Region out{Buf::kOutput, 0, blockBytes};
+  // Block b of the root's input (apart from the others with displs).
+  auto inBlock = [&](int b) { return Region{Buf::kInput, blockAt(req, b) * dataTypeSize(req.dtype), blockBytes}; };
 
   if (v != 0 && size == 1) {  // a leaf receives its block where it belongs
     plan.steps.push_back(Step{Prim::kRecv, real(v - low), -1, {}, out});
@@ -46,9 +49,13 @@ StatusOr<Schedule> scatterTree(const Request& req, const Layout& layout) {
   // Where the subtree's blocks are, in relative order.
   Buf from = Buf::kScratch;
   if (v == 0) {
-    if (!req.inPlace) plan.steps.push_back(Step{Prim::kCopy, -1, -1, at(Buf::kInput, root, 1), out});
-    if (root == 0) {
+    if (!req.inPlace) plan.steps.push_back(Step{Prim::kCopy, -1, -1, inBlock(root), out});
+    if (root == 0 && req.displs.empty()) {
       from = Buf::kInput;
+    } else if (!req.displs.empty()) {
+      // Relative block i to scratch block i, one at a time: the blocks are apart.
+      s.scratchBytes = static_cast<size_t>(n) * blockBytes;
+      for (int i = 1; i < n; ++i) plan.steps.push_back(Step{Prim::kCopy, -1, -1, inBlock(real(i)), at(Buf::kScratch, i, 1)});
     } else {
       s.scratchBytes = static_cast<size_t>(n) * blockBytes;
       if (root + 1 < n) plan.steps.push_back(Step{Prim::kCopy, -1, -1, at(Buf::kInput, root + 1, n - root - 1), at(Buf::kScratch, 1, n - root - 1)});

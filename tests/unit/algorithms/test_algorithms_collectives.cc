@@ -230,7 +230,7 @@ Memory memoryFor(const algorithms::Request& req, int r, int n) {
     switch (req.coll) {
       case Collective::kAllGather: inside = true; inOff = r * req.count * kEs; break;
       case Collective::kAllGatherV: inside = true; inOff = req.displs[r] * kEs; break;
-      case Collective::kGather: inside = r == req.root; inOff = r * req.count * kEs; break;
+      case Collective::kGather: inside = r == req.root; inOff = algorithms::blockAt(req, r) * kEs; break;
       case Collective::kAllToAll: case Collective::kAllToAllV: inside = true; break;
       default: break;
     }
@@ -243,7 +243,7 @@ Memory memoryFor(const algorithms::Request& req, int r, int n) {
     if (req.coll == Collective::kReduceScatterV)
       for (int j = 0; j < r; ++j) outOffInIn += req.counts[j] * kEs;
     else
-      outOffInIn = r * req.count * kEs;
+      outOffInIn = algorithms::blockAt(req, r) * kEs;
   }
   if (outInside) {
     m.arena.assign(kGuardBytes * 2 + m.inBytes, kGuard);
@@ -289,8 +289,11 @@ int32_t expected(const Call& call, int r, int n, size_t i, const std::vector<std
       for (int j = 0; j < n; ++j)
         if (i >= q.displs[j] && i < q.displs[j] + q.counts[j]) return inputs[j][call.at(j).sendDispls[r] + i - q.displs[j]];
       return 0;
-    case Collective::kGather: return inputs[i / q.count][i % q.count];
-    case Collective::kScatter: return inputs[q.root][r * q.count + i];
+    case Collective::kGather:
+      for (int b = 0; b < n; ++b)
+        if (i >= algorithms::blockAt(q, b) && i < algorithms::blockAt(q, b) + q.count) return inputs[b][i - algorithms::blockAt(q, b)];
+      return 0;
+    case Collective::kScatter: return inputs[q.root][algorithms::blockAt(q, r) + i];
     default: return 0;
   }
 }
@@ -299,6 +302,11 @@ int32_t expected(const Call& call, int r, int n, size_t i, const std::vector<std
 // alltoallv outputs may have gaps that must stay untouched).
 bool written(const Call& call, int r, int n, size_t i) {
   const algorithms::Request& q = call.at(r);
+  if (q.coll == Collective::kGather && !q.displs.empty()) {
+    for (int j = 0; j < n; ++j)
+      if (i >= q.displs[j] && i < q.displs[j] + q.count) return true;
+    return false;
+  }
   if (q.coll != Collective::kAllGatherV && q.coll != Collective::kAllToAllV) return true;
   for (int j = 0; j < n; ++j)
     if (i >= q.displs[j] && i < q.displs[j] + q.counts[j]) return true;
@@ -526,16 +534,22 @@ TEST_CASE("gather and scatter schedules for every root", "[unit]") {
     for (int n : kRankCounts)
       for (int root = 0; root < n; ++root)
         for (size_t count : countsFor(n))
-          for (bool ip : {false, true}) {
-            Call call;
-            call.req.coll = a.coll;
-            call.req.dtype = kType;
-            call.req.count = count;
-            call.req.root = root;
-            call.req.inPlace = ip;
-            INFO(a.name << " n=" << n << " root=" << root << " count=" << count << (ip ? " in place" : ""));
-            CHECK(runCall(call, n, 1, a.build) == "");
-          }
+          for (bool ip : {false, true})
+            for (bool apart : {false, true}) {
+              Call call;
+              call.req.coll = a.coll;
+              call.req.dtype = kType;
+              call.req.count = count;
+              call.req.root = root;
+              call.req.inPlace = ip;
+              // The root's blocks apart (as a device call's pieces run them): in reverse
+              // order, with gaps of 3 elements between and before them.
+              if (apart)
+                for (int b = 0; b < n; ++b) call.req.displs.push_back(3 + static_cast<size_t>(n - 1 - b) * (count + 3));
+              INFO(a.name << " n=" << n << " root=" << root << " count=" << count << (ip ? " in place" : "")
+                          << (apart ? " blocks apart" : ""));
+              CHECK(runCall(call, n, 1, a.build) == "");
+            }
 }
 
 // Where every connection carries large messages, the schedules marked wholeBlocks send each

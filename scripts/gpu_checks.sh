@@ -120,8 +120,8 @@ for coll in broadcast sendrecv allgather reduce_scatter alltoall reduce gather s
   step "${coll}_D1_np3" 60 1 "$BR" -np 3 "$PERF/${coll}_perf" -b 8 -e 16M -f 64 -n 5 -w 1 -c 1 -D 1
 done
 # Calls of 8 MiB and more are staged in pieces (docs/cuda.md, "Pieces"), those of allgather,
-# reduce-scatter and alltoall with strided copies of every rank's block.
-for coll in allgather reduce_scatter alltoall reduce broadcast; do
+# reduce-scatter, alltoall, gather and scatter with strided copies of every rank's block.
+for coll in allgather reduce_scatter alltoall reduce broadcast gather scatter; do
   step "${coll}_D1_np3_pieces" 60 1 "$BR" -np 3 "$PERF/${coll}_perf" -b 12M -e 48M -f 4 -n 5 -w 1 -c 1 -D 1
 done
 # CUDA graphs (-G): the timed loop captured once and launched 3 times, -c checking a

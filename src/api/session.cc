@@ -761,6 +761,15 @@ const char* inPlaceRule(Collective c) {
 bool inputInBlocks(Collective c) { return c == Collective::kReduceScatter || c == Collective::kAllToAll; }
 bool outputInBlocks(Collective c) { return c == Collective::kAllGather || c == Collective::kAllToAll; }
 
+// Whether a side of a call cut in pieces holds a block per rank (each piece a range of every
+// block), or one block (or, elementwise, the whole buffer: the piece a range of it).
+bool inputHoldsBlocks(Collective c) {
+  return inputInBlocks(c) || c == Collective::kReduceScatterV || c == Collective::kScatter;
+}
+bool outputHoldsBlocks(Collective c) {
+  return outputInBlocks(c) || c == Collective::kAllGatherV || c == Collective::kGather;
+}
+
 // One piece of a device call staged in pieces (device_queue.h): elements [first, first +
 // elements) of an elementwise call, or of every rank's block of an allgather,
 // reduce-scatter or alltoall, which is then that range of each block as a v-variant: the
@@ -768,6 +777,13 @@ bool outputInBlocks(Collective c) { return c == Collective::kAllGather || c == C
 // rank's device buffers have the same layout).
 algorithms::Request pieceRequest(const algorithms::Request& req, int nranks, size_t first, size_t elements) {
   algorithms::Request piece = req;
+  if (req.coll == Collective::kGather || req.coll == Collective::kScatter) {
+    // The range of each of the root's blocks, which then lie apart (Request::displs).
+    piece.count = elements;
+    piece.displs.resize(static_cast<size_t>(nranks));
+    for (size_t b = 0; b < piece.displs.size(); ++b) piece.displs[b] = b * req.count + first;
+    return piece;
+  }
   if (req.coll == Collective::kAllGatherV || req.coll == Collective::kReduceScatterV) {
     // Unequal blocks: the range of each, clipped to its end (some then hold none of it).
     size_t at = 0;
@@ -806,8 +822,8 @@ device::DeviceQueue::PieceRun piecesOf(const algorithms::Request& req, core::Com
     const size_t at = first * dataTypeSize(req.dtype);
     // A side of one block (both sides of an elementwise call) starts at the piece; a side
     // this rank has none of (an empty block of its own) stays null.
-    if (in && !inputInBlocks(req.coll) && req.coll != Collective::kReduceScatterV) in = static_cast<const char*>(in) + at;
-    if (out && !outputInBlocks(req.coll) && req.coll != Collective::kAllGatherV) out = static_cast<char*>(out) + at;
+    if (in && !inputHoldsBlocks(req.coll)) in = static_cast<const char*>(in) + at;
+    if (out && !outputHoldsBlocks(req.coll)) out = static_cast<char*>(out) + at;
     if (mover) mover->setDevice(gpu);
     return comm->run(piece, in, out, {}, mover);
   };
@@ -1062,16 +1078,20 @@ Status Session::prepare(const CallArgs& a, Call* out) const {
     if (inputInBlocks(c) || outputInBlocks(c)) call.device.blocks = static_cast<size_t>(comm_->size());
     // Allgatherv and reduce_scatterv, blocks of the sizes every rank's counts give, may be
     // staged in pieces too (alltoallv's counts are each rank's own: no common cut).
-    if (c == Collective::kAllGatherV || c == Collective::kReduceScatterV) {
+    // So may gather and scatter: the root holds the blocks, the others their own alone.
+    if (c == Collective::kAllGatherV || c == Collective::kReduceScatterV || c == Collective::kGather ||
+        c == Collective::kScatter) {
+      const bool rooted = c == Collective::kGather || c == Collective::kScatter;
       call.device.elementBytes = es;
       call.device.blocks = n;
       call.device.ownBlock = r;
-      call.device.blocksOnOutput = c == Collective::kAllGatherV;
+      call.device.blocksOnOutput = c == Collective::kAllGatherV || c == Collective::kGather;
       size_t at = 0;
       for (size_t b = 0; b < n; ++b) {
+        const size_t elems = rooted ? a.count : req.counts[b];
         const size_t displ = c == Collective::kAllGatherV ? req.displs[b] : at;
-        call.device.blockRanges.emplace_back(displ * es, req.counts[b] * es);
-        at += req.counts[b];
+        call.device.blockRanges.emplace_back(displ * es, elems * es);
+        at += elems;
       }
     }
     if (c == Collective::kBroadcast && !isRoot) {

@@ -378,13 +378,16 @@ bool DeviceQueue::cutsUnequalBlocks(const DeviceCall& call) {
   if (ranges.size() < 2 || call.ownBlock >= ranges.size()) return false;
   const size_t manyBytes = call.blocksOnOutput ? call.outputBytes : call.inputBytes;
   const size_t oneBytes = call.blocksOnOutput ? call.inputBytes : call.outputBytes;
+  // A gather's or scatter's rank other than the root holds its own block alone.
+  const bool holdsBlocks = manyBytes > 0;
   size_t total = 0;
   for (const auto& [at, bytes] : ranges) {
-    if (at % call.elementBytes != 0 || bytes % call.elementBytes != 0 || at > manyBytes || bytes > manyBytes - at)
-      return false;
+    if (at % call.elementBytes != 0 || bytes % call.elementBytes != 0) return false;
+    if (holdsBlocks && (at > manyBytes || bytes > manyBytes - at)) return false;
     total += bytes;
   }
   if (total < kPieceMin || oneBytes != ranges[call.ownBlock].second || cutPieces(call).size() < 2) return false;
+  if (!holdsBlocks) return true;
   const auto many = reinterpret_cast<uintptr_t>(call.blocksOnOutput ? call.output : call.input);
   const auto one = reinterpret_cast<uintptr_t>(call.blocksOnOutput ? call.input : call.output);
   const bool apart = oneBytes == 0 || one + oneBytes <= many || many + manyBytes <= one;
@@ -467,7 +470,16 @@ Status DeviceQueue::enqueuePieces(const DeviceCall& call, Job job, Block** park)
   const size_t block = blockwise && !unequal ? blockBytes(call) : 0;
   // Bytes of a piece within a block of `bytes` (unequal blocks end within a piece, or before).
   const auto within = [](const Piece& p, size_t bytes) { return p.offset < bytes ? std::min(p.bytes, bytes - p.offset) : 0; };
+  // Blocks of one size back to back (a gather's or scatter's root): one strided copy.
+  bool regular = unequal;
+  for (size_t b = 0; regular && b < call.blockRanges.size(); ++b)
+    regular = call.blockRanges[b].second == call.blockRanges[0].second && call.blockRanges[b].first == b * call.blockRanges[0].second;
   const auto copyPiece = [&](char* dst, const char* src, const Piece& p, bool manyBlocks) -> Status {
+    if (regular && manyBlocks) {
+      const size_t size = call.blockRanges[0].second, n = within(p, size);
+      return n > 0 ? rt_.copyRowsAsync(dst + p.offset, size, src + p.offset, size, n, call.blockRanges.size(), s)
+                   : Status::ok();
+    }
     if (unequal && manyBlocks) {
       for (const auto& [at, bytes] : call.blockRanges) {
         const size_t n = within(p, bytes);
@@ -491,7 +503,7 @@ Status DeviceQueue::enqueuePieces(const DeviceCall& call, Job job, Block** park)
       if (p.staged) rt_.releaseMarker(p.staged);
   };
   for (Piece& p : job.pieces) {
-    Status st = copyPiece(hostIn, devIn, p, inBlocks);
+    Status st = hostIn ? copyPiece(hostIn, devIn, p, inBlocks) : Status::ok();  // a scatter's non-root has none
     if (st.isOk()) {
       auto m = rt_.mark(s);
       if (m.isOk()) p.staged = m.value();

@@ -25,7 +25,8 @@
 // the blocks) is cut the same way, a piece being the same range of every block: on a side
 // that holds the blocks, one strided copy per piece. Blocks of their own sizes
 // (allgatherv, reduce_scatterv, whose counts every rank knows) are cut alike, a piece's
-// range clipped to each block's end, with a copy per block that reaches the range.
+// range clipped to each block's end, with a copy per block that reaches the range; so are
+// gather and scatter, whose root alone holds the blocks (one strided copy again).
 //
 // A direct call (DeviceCall::direct) puts only [mark A] [wait: flag >= seq] on the stream;
 // the proxy runs it on the device buffers once the stream passes A, then stores seq.
@@ -90,7 +91,8 @@ struct DeviceCall {
   // `blocks` equal blocks back to back, the other one block (allgather: the output holds
   // them; reduce-scatter: the input), or both hold them (alltoall).
   size_t blocks = 0;
-  // Blockwise with blocks of their own sizes (allgatherv, reduce_scatterv): each block of
+  // Blockwise with blocks of their own sizes (allgatherv, reduce_scatterv) or held by one
+  // rank (gather, scatter: the root's side, absent, size 0, on the others): each block of
   // the side that holds them all as (byte offset, bytes), one per rank in rank order;
   // `ownBlock` is this rank's, the size of the other side; `blocksOnOutput` says which side
   // holds them. Empty: `blocks` equal blocks back to back. Only the blocks are staged in

@@ -869,6 +869,67 @@ TEST_CASE("C API: a large device allgatherv or reduce_scatterv, staged in pieces
   CHECK((rt.kernels.load() > 0) == (std::string(path) != "staged"));
 }
 
+// Gather and scatter of 8 MiB or more are staged in pieces too: the root holds every block
+// (one strided copy per piece), the other ranks their own block alone, and every rank cuts
+// the same count the same way. Every element right, at the root in place and out of place.
+TEST_CASE("C API: a large device gather or scatter, staged in pieces, gives every element", "[device][cuda]") {
+  FakeRuntime rt;
+  InstallRuntime installed(&rt);
+  const char* path = GENERATE("staged", "direct", "ipc");
+  INFO(path);
+  CudaPath cudaPath(path);
+  const int n = 3, root = 1;
+  const size_t count = (size_t{3} << 20) / 4 + 1234;  // per block: 9 MiB over three blocks, three pieces
+  const int rowsBefore = rt.rowCopiesDone.load();
+  Failures fail(n);
+  onRanks(n, [&](braidComm_t comm, int r) {
+    FakeStream stream;
+    float* all = r == root ? static_cast<float*>(rt.deviceAlloc(n * count * 4)) : nullptr;
+    float* one = static_cast<float*>(rt.deviceAlloc(count * 4));
+    auto value = [](int rank, size_t b, size_t i) { return static_cast<float>((rank + 1) * (b * 5 + i % 4099)); };
+    for (bool inPlace : {false, true}) {
+      const std::string how = inPlace ? " in place" : "";
+      float* mine = r == root && inPlace ? all + root * count : one;
+      {
+        Gate gate;
+        gate.closeOn(stream);
+        stream.enqueue([&] {
+          for (size_t i = 0; i < count; ++i) mine[i] = value(r, 0, i);
+        });
+        if (braidGather(mine, all, count, braidFloat32, root, comm, stream.handle()) != braidSuccess)
+          fail(r, "gather" + how + ": " + braidGetLastError(comm));
+        gate.open();
+        stream.synchronize();
+        for (size_t k = 0; all && k < n * count && fail.of[r].empty(); ++k)
+          if (all[k] != value(static_cast<int>(k / count), 0, k % count))
+            fail(r, "gather" + how + ": element " + std::to_string(k) + " is " + std::to_string(all[k]));
+      }
+      {
+        Gate gate;
+        gate.closeOn(stream);
+        stream.enqueue([&] {
+          for (size_t k = 0; all && k < n * count; ++k) all[k] = value(root, k / count, k % count);
+        });
+        if (braidScatter(all, mine, count, braidFloat32, root, comm, stream.handle()) != braidSuccess)
+          fail(r, "scatter" + how + ": " + braidGetLastError(comm));
+        gate.open();
+        stream.synchronize();
+        for (size_t i = 0; i < count && fail.of[r].empty(); ++i)
+          if (mine[i] != value(root, static_cast<size_t>(r), i))
+            fail(r, "scatter" + how + ": element " + std::to_string(i) + " is " + std::to_string(mine[i]));
+      }
+    }
+    fail(r, asyncFailure(comm));
+    if (all) rt.deviceFree(all);
+    rt.deviceFree(one);
+  });
+  for (int r = 0; r < n; ++r) CHECK(fail.of[r] == "");
+  // Staged, the root copies every block's range of a piece at once: three pieces for each
+  // of its four calls. The direct paths copy nothing and run kernels.
+  CHECK(rt.rowCopiesDone.load() - rowsBefore == (std::string(path) == "staged" ? 4 * 3 : 0));
+  CHECK((rt.kernels.load() > 0) == (std::string(path) != "staged"));
+}
+
 using braid::device::test::everyCollectiveOnDevice;
 
 TEST_CASE("C API: BRAID_CUDA_PATH=direct runs every collective on the device buffers through the kernels",

@@ -646,6 +646,18 @@ TEST_CASE("collective builders reject malformed v-counts and roots", "[unit]") {
   q.root = 4;
   CHECK(algorithms::gatherTree(q, l).status().code() == Code::kInvalidArgument);
   CHECK(algorithms::scatterDirect(q, l).status().code() == Code::kInvalidArgument);
+  // Block displacements need one per rank.
+  q.root = 0;
+  q.count = 2;
+  q.displs = {0, 2, 4};
+  for (algorithms::Builder b : {&algorithms::gatherDirect, &algorithms::gatherTree}) {
+    auto s = b(q, l);
+    CHECK(s.status().code() == Code::kInvalidArgument);
+    CHECK(s.status().message() == "gather: displs needs one entry per rank (4), got 3");
+  }
+  q.coll = Collective::kScatter;
+  for (algorithms::Builder b : {&algorithms::scatterDirect, &algorithms::scatterTree})
+    CHECK(b(q, l).status().code() == Code::kInvalidArgument);
 }
 
 // Acknowledgements (exec::computeAcks) over every algorithm of the rooted collectives and the

@@ -92,7 +92,7 @@ done
 if [ -n "$pybuild_pid" ]; then
   if wait "$pybuild_pid" && [ -d "$LOGS/py/braid" ]; then
     note "python_build           rc=0"
-    step python_cuda 150 1 env BRAID_PYTHON_SITE="$LOGS/py" "$PY" -m pytest -q -rfEs -p no:cacheprovider \
+    step python_cuda 210 1 env BRAID_PYTHON_SITE="$LOGS/py" "$PY" -m pytest -q -rfEs -p no:cacheprovider \
       "$ROOT/tests/python/test_cuda.py"
     for path in staged ipc; do
       step "bench_torch_np2_$path" 150 0 env BRAID_CUDA_PATH=$path PYTHONPATH="$LOGS/py" "$PY" \

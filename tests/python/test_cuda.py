@@ -23,6 +23,12 @@ def test_cuda_tensors_every_collective_stream_order_and_ddp(n):
     launch("cuda", n, timeout=300).assert_all_ok()
 
 
+def test_cuda_tensors_on_the_direct_path():
+    # The same scenario with the collectives run on the device buffers by kernels; its CUDA
+    # graph's replays are staged (docs/cuda.md, "Graph capture").
+    launch("cuda", 2, timeout=300, env={"BRAID_CUDA_PATH": "direct"}).assert_all_ok()
+
+
 def test_cuda_killed_rank_makes_survivors_raise_and_releases_streams():
     n, group_timeout = 3, 10
     res = launch("kill", n, timeout=90, env={"BRAID_TEST_GROUP_TIMEOUT": str(group_timeout), "BRAID_TEST_DEVICE": "cuda"})

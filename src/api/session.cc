@@ -1274,8 +1274,9 @@ Status Session::enqueueOnDevice(Call&& call, std::shared_ptr<device::DeviceDone>
 
 StatusOr<bool> Session::takesDirectPath(int gpu) {
   if (directState_ == 0) {
-    // BRAID_CUDA_PATH: staged (the default) or direct, where every connection is shared
-    // memory and the GPU reaches registered host memory; otherwise staged, saying why once.
+    // BRAID_CUDA_PATH: staged (the default) or direct, where every connection's slots are
+    // host memory (shared memory, loopback, tcp) and the GPU reaches registered host memory;
+    // otherwise staged, saying why once.
     const char* v = std::getenv("BRAID_CUDA_PATH");
     const std::string path = v && *v ? v : "staged";
     if (path != "staged" && path != "direct" && path != "ipc")
@@ -1287,7 +1288,8 @@ StatusOr<bool> Session::takesDirectPath(int gpu) {
       std::vector<std::pair<void*, size_t>> ranges;
       Status why = rt.directSupport(gpu);
       if (why.isOk() && !comm_->slotMemory(&ranges))
-        why = Status(Code::kInvalidArgument, "a peer is reached by a transport other than shared memory");
+        why = Status(Code::kInvalidArgument,
+                     "a peer is reached through a transport plugin (UCX, verbs), whose slots the GPU cannot be given");
       if (why.isOk()) {
         auto m = std::make_unique<device::DeviceMover>(rt);
         why = m->registerSlots(ranges);

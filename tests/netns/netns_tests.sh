@@ -155,6 +155,23 @@ case_latency_algo() {
 # The UCX plugin between hosts. Every rank is forced onto ucx (across hosts it scores below
 # tcp without RDMA) with UCX's own tcp: between namespaces of one machine UCX would
 # otherwise pick its shared memory, which would leave the network untested.
+# The direct GPU path across hosts (BRAID_CUDA_PATH=direct, docs/cuda.md) on the host-memory
+# runtime: 2 hosts x 2 ranks, every collective on device buffers run by the kernels over the
+# registered slots of shared memory within a host and of tcp between them; every element
+# checked by device_rank, nothing staged, nothing left registered.
+case_device_direct_2x2() {
+  [[ -x ${DEVICE_RANK:-} ]] || { echo "SKIP: device_rank is not built (tests/unit/device left out)"; exit 77; }
+  local out=$NETNS_TMP/out n
+  BRAID_CUDA_PATH=direct BRAID_DEBUG=INFO netns_exec "$out" --hosts 2 --ranks-per-host 2 --timeout "$kRunTimeout" -- \
+    "$DEVICE_RANK" || fail "device_rank across 2 hosts exited with status $?"
+  n=$(grep -c 'DEVICE rank=[0-9] error=none kernels=[1-9][0-9]* slotKernels=0 areas=0 registered=[1-9][0-9]* copies=0' "$out")
+  ((n == 4)) || fail "$n of 4 ranks ran every collective right through the kernels on registered slots"
+  n=$(grep -c 'AFTER rank=[0-9] areas=0 imports=0 registered=0 hostLive=0 pid=' "$out")
+  ((n == 4)) || fail "$n of 4 ranks undid everything at destroy"
+  check_summary "$out" 4 2 2
+  echo "ok: every collective on device buffers across 2 hosts on the direct path, nothing staged"
+}
+
 # mp_collectives and allreduce_perf's element check across 2 hosts x 2 ranks, then a rank
 # of the other host killed mid-collective: every survivor names it within 5 s.
 case_ucx_2x2() {

@@ -78,6 +78,11 @@ class TcpSendConnection final : public Connection {
   // the first socket, which only ever becomes readable when the peer goes away.
   WaitHandle waitHandle(bool forSend) override;
   int peer() const override { return peer_; }
+  // Every payload is staged in these slots (zero copy aside), so the direct GPU path can
+  // register them and have its kernels write and read them (docs/cuda.md).
+  MemoryRange slotMemory() const override {
+    return {memory_.get(), memory_ ? slotStride_ * static_cast<size_t>(nslots_) : 0};
+  }
 
  private:
   struct Frame {
@@ -137,6 +142,11 @@ class TcpRecvConnection final : public Connection {
   // POLLIN on the socket that carries the oldest incomplete frame.
   WaitHandle waitHandle(bool forSend) override;
   int peer() const override { return peer_; }
+  // Every payload is staged in these slots (zero copy aside), so the direct GPU path can
+  // register them and have its kernels write and read them (docs/cuda.md).
+  MemoryRange slotMemory() const override {
+    return {memory_.get(), memory_ ? slotStride_ * static_cast<size_t>(nslots_) : 0};
+  }
 
  private:
   enum class SlotState : uint8_t { kFree, kFilling, kFull };

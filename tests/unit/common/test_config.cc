@@ -66,6 +66,21 @@ TEST_CASE("BRAID_STORE_STANDBY: on (rank 1), off, or on another host than rank 0
   CHECK(host->storeStandbyOtherHost);
 }
 
+// The direct GPU path cuts every step into slot-sized slices; a rank that stages must cut
+// alike, so asking for it turns whole blocks off (for the communicator, where one rank asks).
+TEST_CASE("BRAID_CUDA_PATH=direct or ipc turns whole blocks off, staged leaves them on", "[unit]") {
+  for (const char* path : {"direct", "ipc"}) {
+    auto c = parse({{"BRAID_CUDA_PATH", path}});
+    REQUIRE(c.isOk());
+    CHECK_FALSE(c->wholeBlocks);
+  }
+  for (const char* path : {"staged", ""}) {
+    auto c = parse({{"BRAID_CUDA_PATH", path}});
+    REQUIRE(c.isOk());
+    CHECK(c->wholeBlocks);
+  }
+}
+
 TEST_CASE("malformed knobs are rejected naming the variable and value", "[unit]") {
   const std::map<std::string, std::string> bad[] = {
       {{"BRAID_TIMEOUT", "soon"}}, {{"BRAID_TIMEOUT", "-1"}},         {{"BRAID_NCHANNELS", "x"}},

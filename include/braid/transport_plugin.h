@@ -1,12 +1,13 @@
-/* braid transport plugin ABI, versions 1 to 4.
+/* braid transport plugin ABI, versions 1 to 5.
  *
  * A transport plugin is a shared library that exports a table of function pointers that
  * mirrors braid's transport seam one to one:
- *     const braidTransportPlugin_v4_t braidTransportPlugin_v4;   (large messages; current)
+ *     const braidTransportPlugin_v5_t braidTransportPlugin_v5;   (slot memory; current)
+ *     const braidTransportPlugin_v4_t braidTransportPlugin_v4;   (large messages)
  *     const braidTransportPlugin_v3_t braidTransportPlugin_v3;   (the job key)
  *     const braidTransportPlugin_v2_t braidTransportPlugin_v2;   (zero copy)
  *     const braidTransportPlugin_v1_t braidTransportPlugin_v1;   (the first version)
- * braid looks for v4 first, then v3, v2, v1, and speaks all four. braid finds plugins through
+ * braid looks for v5 first, then v4, v3, v2, v1, and speaks all five. braid finds plugins through
  * BRAID_TRANSPORT_PLUGIN (a ':'-separated list of files) and in the plugin folder next to
  * libbraid.so (<libdir>/braid/libbraid-net-<name>.so).
  *
@@ -38,11 +39,12 @@
 extern "C" {
 #endif
 
-#define BRAID_TRANSPORT_PLUGIN_ABI_VERSION 4
+#define BRAID_TRANSPORT_PLUGIN_ABI_VERSION 5
 #define BRAID_TRANSPORT_PLUGIN_SYMBOL_V1 "braidTransportPlugin_v1"
 #define BRAID_TRANSPORT_PLUGIN_SYMBOL_V2 "braidTransportPlugin_v2"
 #define BRAID_TRANSPORT_PLUGIN_SYMBOL_V3 "braidTransportPlugin_v3"
 #define BRAID_TRANSPORT_PLUGIN_SYMBOL_V4 "braidTransportPlugin_v4"
+#define BRAID_TRANSPORT_PLUGIN_SYMBOL_V5 "braidTransportPlugin_v5"
 
 typedef enum {
   braidPluginOk = 0,
@@ -109,7 +111,7 @@ typedef struct {
 } braidWaitHandle_v1;
 
 typedef struct braidTransportPlugin_v1_s {
-  uint32_t abi_version;     /* 1 in a v1 table; 2, 3 or 4 in the base of a later table */
+  uint32_t abi_version;     /* 1 in a v1 table; 2 to 5 in the base of a later table */
   const char* name;         /* what BRAID_TRANSPORT selects, e.g. "ucx" */
   const char* version;      /* the plugin's own version and its library's, for braid-info */
 
@@ -215,6 +217,20 @@ typedef struct braidTransportPlugin_v4_s {
    * message where it asks. A transport whose peek_recv commits nothing may call it. */
   braidPluginResult_t (*peek_tag)(void* connection, uint64_t* tag, braidPluginError_v1* error);
 } braidTransportPlugin_v4_t;
+
+/* Version 5: version 4 (its base, with abi_version 5) and the memory a connection's slots
+ * live in. */
+typedef struct braidTransportPlugin_v5_s {
+  braidTransportPlugin_v4_t base;
+  /* Where every slot this connection hands out (reserve_send) or fills (peek_recv, and
+   * peek_recv_into when the message is not where it was asked to land) lives, as mapped in
+   * this process, for as long as the connection is open: *base and *bytes, or *base NULL
+   * when the slots are not such memory. braid's direct GPU path registers it with the GPU
+   * (cudaHostRegister), whose kernels then write payloads into send slots before post_send
+   * and read received ones before release_recv; it uses that path only when every
+   * connection of the communicator gives its memory. */
+  void (*slot_memory)(void* connection, void** base, size_t* bytes);
+} braidTransportPlugin_v5_t;
 
 #ifdef __cplusplus
 }

@@ -56,7 +56,7 @@ TEST_CASE("plugin loader: a missing file, a missing symbol and a wrong version n
   INFO(badVersion.status().message());
   CHECK(badVersion.status().message().find("libbraid-net-bad-version.so") != std::string::npos);
   CHECK(badVersion.status().message().find("version 99") != std::string::npos);
-  CHECK(badVersion.status().message().find("versions 1 to 4") != std::string::npos);
+  CHECK(badVersion.status().message().find("versions 1 to 5") != std::string::npos);
 }
 
 TEST_CASE("plugin loader: tcp behind the ABI loads, names itself and scores like tcp", "[plugin]") {
@@ -323,6 +323,56 @@ TEST_CASE("plugin ABI v4: max_message_bytes, never below a slot, none before v4,
     CHECK(c->maxMessageBytes() == 32);
   }
   gFakeV4 = FakeV4{};
+}
+
+// Version 5 adds slot_memory: a connection's slots as the direct GPU path registers them
+// (Connection::slotMemory); none through an older table, nor where the plugin says none.
+struct FakeV5 {
+  void* base = nullptr;
+  size_t bytes = 0;
+};
+FakeV5 gFakeV5;
+void fakeSlotMemory(void*, void** base, size_t* bytes) {
+  *base = gFakeV5.base;
+  *bytes = gFakeV5.bytes;
+}
+
+TEST_CASE("plugin ABI v5: slot_memory gives the direct GPU path a connection's slots, none before v5", "[plugin]") {
+  static const braidTransportPlugin_v5_t table = [] {
+    braidTransportPlugin_v5_t t{};
+    t.base = fakeTableV4();
+    t.base.base.base.base.abi_version = 5;
+    t.slot_memory = fakeSlotMemory;
+    return t;
+  }();
+  auto connection = [&](bool v5) {
+    TransportFactory f = plugin::factoryFromTable(&table.base.base.base.base, "fake v5 table", &table.base.base.base,
+                                                  &table.base.base, &table.base, v5 ? &table : nullptr);
+    auto t = f.create(TransportConfig{});
+    REQUIRE(t.isOk());
+    std::string blob;
+    gFake.blobMode = 0;
+    auto c = t.value()->createRecv(1, 0, &blob);
+    REQUIRE(c.isOk());
+    return std::make_pair(std::move(t).value(), std::move(c).value());
+  };
+  static uint8_t slots[4096];
+  gFakeV5 = FakeV5{slots, sizeof slots};
+  {
+    auto [t, c] = connection(true);
+    CHECK(c->slotMemory().base == slots);
+    CHECK(c->slotMemory().bytes == sizeof slots);
+  }
+  {
+    auto [t, c] = connection(false);  // the same plugin loaded as v4
+    CHECK(c->slotMemory().base == nullptr);
+  }
+  gFakeV5 = FakeV5{};  // the plugin's slots are no such memory
+  {
+    auto [t, c] = connection(true);
+    CHECK(c->slotMemory().base == nullptr);
+    CHECK(c->slotMemory().bytes == 0);
+  }
 }
 
 // Plugin ABI v3 hands the job's key to the plugin; a plugin whose peers reach it directly

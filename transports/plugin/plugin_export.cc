@@ -181,6 +181,12 @@ braidPluginResult_t peekTag(void* c, uint64_t* tag, braidPluginError_v1* e) {
   return report(st, e);
 }
 
+void slotMemory(void* c, void** base, size_t* bytes) {
+  const Connection::MemoryRange r = conn(c)->slotMemory();
+  *base = r.base;
+  *bytes = r.base ? r.bytes : 0;
+}
+
 }  // namespace
 
 TransportConfig configFromV1(const braidTransportConfig_v1& c) {
@@ -260,6 +266,14 @@ braidTransportPlugin_v4_t exportTableV4(const char* name, const char* version, C
   t.base.base.base.abi_version = 4;
   t.max_message_bytes = &maxMessageBytes;
   t.peek_tag = &peekTag;
+  return t;
+}
+
+braidTransportPlugin_v5_t exportTableV5(const char* name, const char* version, CreateFn create) {
+  braidTransportPlugin_v5_t t{};
+  t.base = exportTableV4(name, version, create);
+  t.base.base.base.base.abi_version = 5;
+  t.slot_memory = &slotMemory;
   return t;
 }
 

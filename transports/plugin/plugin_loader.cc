@@ -49,8 +49,9 @@ Status call(const std::string& name, F&& f) {
 class PluginConnection final : public Connection {
  public:
   PluginConnection(const braidTransportPlugin_v1_t* t, const braidTransportPlugin_v2_t* v2,
-                   const braidTransportPlugin_v4_t* v4, const std::string* name, void* c, int peer)
-      : t_(t), v2_(v2), v4_(v4), name_(name), c_(c), peer_(peer), slotBytes_(t->slot_bytes(c)),
+                   const braidTransportPlugin_v4_t* v4, const braidTransportPlugin_v5_t* v5, const std::string* name,
+                   void* c, int peer)
+      : t_(t), v2_(v2), v4_(v4), v5_(v5), name_(name), c_(c), peer_(peer), slotBytes_(t->slot_bytes(c)),
         fromUser_(v2 && v2->sends_from_user(c) != 0), tagMask_(v2 ? v2->tag_mask(c) : ~uint64_t{0}),
         // Below a slot's size means no more than a slot.
         maxMessage_(v4 ? std::max(slotBytes_, v4->max_message_bytes(c)) : slotBytes_) {}
@@ -128,11 +129,19 @@ class PluginConnection final : public Connection {
   }
   void disarm(bool forSend) override { t_->disarm(c_, forSend ? 1 : 0); }
   int peer() const override { return peer_; }
+  MemoryRange slotMemory() const override {
+    if (!v5_) return {};
+    void* base = nullptr;
+    size_t bytes = 0;
+    v5_->slot_memory(c_, &base, &bytes);
+    return base && bytes ? MemoryRange{base, bytes} : MemoryRange{};
+  }
 
  private:
   const braidTransportPlugin_v1_t* t_;
   const braidTransportPlugin_v2_t* v2_;  // nullptr for a v1 plugin
   const braidTransportPlugin_v4_t* v4_;  // nullptr below version 4
+  const braidTransportPlugin_v5_t* v5_;  // nullptr below version 5
   const std::string* name_;
   void* c_;
   int peer_;
@@ -145,9 +154,9 @@ class PluginConnection final : public Connection {
 class PluginTransport final : public Transport {
  public:
   PluginTransport(const braidTransportPlugin_v1_t* t, const braidTransportPlugin_v2_t* v2,
-                  const braidTransportPlugin_v4_t* v4, std::string name, void* h,
-                  std::unique_ptr<std::function<Status()>> abortCheck)
-      : t_(t), v2_(v2), v4_(v4), name_(std::move(name)), h_(h), abortCheck_(std::move(abortCheck)) {}
+                  const braidTransportPlugin_v4_t* v4, const braidTransportPlugin_v5_t* v5, std::string name,
+                  void* h, std::unique_ptr<std::function<Status()>> abortCheck)
+      : t_(t), v2_(v2), v4_(v4), v5_(v5), name_(std::move(name)), h_(h), abortCheck_(std::move(abortCheck)) {}
   ~PluginTransport() override { t_->finalize(h_); }
 
   const char* name() const override { return name_.c_str(); }
@@ -181,7 +190,7 @@ class PluginTransport final : public Transport {
       buf.assign(n, '\0');
     }
     *blob = std::move(buf);
-    return std::unique_ptr<Connection>(new PluginConnection(t_, v2_, v4_, &name_, c, peer));
+    return std::unique_ptr<Connection>(new PluginConnection(t_, v2_, v4_, v5_, &name_, c, peer));
   }
 
   StatusOr<std::unique_ptr<Connection>> connectSend(int peer, int channel, const std::string& blob) override {
@@ -191,7 +200,7 @@ class PluginTransport final : public Transport {
     });
     if (!st.isOk()) return st;
     if (!c) return internalError(name_ + ": connect_send returned no connection");
-    return std::unique_ptr<Connection>(new PluginConnection(t_, v2_, v4_, &name_, c, peer));
+    return std::unique_ptr<Connection>(new PluginConnection(t_, v2_, v4_, v5_, &name_, c, peer));
   }
 
   Status establish(Deadline deadline) override {
@@ -202,6 +211,7 @@ class PluginTransport final : public Transport {
   const braidTransportPlugin_v1_t* t_;
   const braidTransportPlugin_v2_t* v2_;
   const braidTransportPlugin_v4_t* v4_;  // nullptr below version 4
+  const braidTransportPlugin_v5_t* v5_;  // nullptr below version 5
   std::string name_;
   void* h_;
   std::unique_ptr<std::function<Status()>> abortCheck_;
@@ -244,6 +254,13 @@ std::string missingEntry(const braidTransportPlugin_v4_t* t) {
   if (!m.empty()) return m;
   if (!t->max_message_bytes) return "max_message_bytes";
   if (!t->peek_tag) return "peek_tag";
+  return "";
+}
+
+std::string missingEntry(const braidTransportPlugin_v5_t* t) {
+  std::string m = missingEntry(&t->base);
+  if (!m.empty()) return m;
+  if (!t->slot_memory) return "slot_memory";
   return "";
 }
 
@@ -334,12 +351,12 @@ std::vector<std::string> pluginFiles(const char* pluginList, const char* pluginD
 
 TransportFactory factoryFromTable(const braidTransportPlugin_v1_t* table, const std::string& origin,
                                   const braidTransportPlugin_v2_t* v2, const braidTransportPlugin_v3_t* v3,
-                                  const braidTransportPlugin_v4_t* v4) {
+                                  const braidTransportPlugin_v4_t* v4, const braidTransportPlugin_v5_t* v5) {
   TransportFactory f;
   f.name = table->name;
   f.origin = origin;
   f.version = table->version ? table->version : "";
-  f.create = [table, v2, v3, v4](const TransportConfig& cfg) -> StatusOr<std::unique_ptr<Transport>> {
+  f.create = [table, v2, v3, v4, v5](const TransportConfig& cfg) -> StatusOr<std::unique_ptr<Transport>> {
     std::vector<const char*> ifs;
     for (const std::string& s : cfg.channelNetIfs) ifs.push_back(s.c_str());
     braidTransportConfig_v1 c{};
@@ -375,7 +392,7 @@ TransportFactory factoryFromTable(const braidTransportPlugin_v1_t* table, const 
     });
     if (!st.isOk()) return st;
     if (!h) return internalError(name + ": init returned no transport");
-    return std::unique_ptr<Transport>(new PluginTransport(table, v2, v4, name, h, std::move(abortCheck)));
+    return std::unique_ptr<Transport>(new PluginTransport(table, v2, v4, v5, name, h, std::move(abortCheck)));
   };
   return f;
 }
@@ -389,7 +406,8 @@ StatusOr<TransportFactory> loadPlugin(const std::string& file) {
     return Status(Code::kSystemError, "cannot load transport plugin " + file + ": " + (err ? err : "unknown error"));
   }
   // The newest table the library offers; its abi_version must match the symbol's.
-  auto* v4 = static_cast<const braidTransportPlugin_v4_t*>(dlsym(lib, BRAID_TRANSPORT_PLUGIN_SYMBOL_V4));
+  auto* v5 = static_cast<const braidTransportPlugin_v5_t*>(dlsym(lib, BRAID_TRANSPORT_PLUGIN_SYMBOL_V5));
+  auto* v4 = v5 ? &v5->base : static_cast<const braidTransportPlugin_v4_t*>(dlsym(lib, BRAID_TRANSPORT_PLUGIN_SYMBOL_V4));
   auto* v3 = v4 ? &v4->base : static_cast<const braidTransportPlugin_v3_t*>(dlsym(lib, BRAID_TRANSPORT_PLUGIN_SYMBOL_V3));
   auto* v2 = v3 ? &v3->base : static_cast<const braidTransportPlugin_v2_t*>(dlsym(lib, BRAID_TRANSPORT_PLUGIN_SYMBOL_V2));
   auto* table = v2 ? &v2->base
@@ -397,30 +415,32 @@ StatusOr<TransportFactory> loadPlugin(const std::string& file) {
   if (!table) {
     dlclose(lib);
     return Status(Code::kInvalidArgument, "transport plugin " + file +
-                                              " exports none of " BRAID_TRANSPORT_PLUGIN_SYMBOL_V4
+                                              " exports none of " BRAID_TRANSPORT_PLUGIN_SYMBOL_V5
+                                              ", " BRAID_TRANSPORT_PLUGIN_SYMBOL_V4
                                               ", " BRAID_TRANSPORT_PLUGIN_SYMBOL_V3
                                               ", " BRAID_TRANSPORT_PLUGIN_SYMBOL_V2
                                               " and " BRAID_TRANSPORT_PLUGIN_SYMBOL_V1
-                                              " (this braid speaks plugin ABI versions 1 to 4)");
+                                              " (this braid speaks plugin ABI versions 1 to 5)");
   }
-  const uint32_t expected = v4 ? 4 : v3 ? 3 : v2 ? 2 : 1;
+  const uint32_t expected = v5 ? 5 : v4 ? 4 : v3 ? 3 : v2 ? 2 : 1;
   if (table->abi_version != expected) {
     uint32_t v = table->abi_version;
     dlclose(lib);
     return Status(Code::kInvalidArgument, "transport plugin " + file + " exports " +
-                                              (v4   ? BRAID_TRANSPORT_PLUGIN_SYMBOL_V4
+                                              (v5   ? BRAID_TRANSPORT_PLUGIN_SYMBOL_V5
+                                               : v4 ? BRAID_TRANSPORT_PLUGIN_SYMBOL_V4
                                                : v3 ? BRAID_TRANSPORT_PLUGIN_SYMBOL_V3
                                                : v2 ? BRAID_TRANSPORT_PLUGIN_SYMBOL_V2
                                                     : BRAID_TRANSPORT_PLUGIN_SYMBOL_V1) +
                                               " with ABI version " + std::to_string(v) +
-                                              " but this braid speaks versions 1 to 4");
+                                              " but this braid speaks versions 1 to 5");
   }
-  std::string missing = v4 ? missingEntry(v4) : v3 ? missingEntry(v3) : v2 ? missingEntry(v2) : missingEntry(table);
+  std::string missing = v5 ? missingEntry(v5) : v4 ? missingEntry(v4) : v3 ? missingEntry(v3) : v2 ? missingEntry(v2) : missingEntry(table);
   if (!missing.empty()) {
     dlclose(lib);
     return Status(Code::kInvalidArgument, "transport plugin " + file + ": its table has no '" + missing + "'");
   }
-  return factoryFromTable(table, file, v2, v3, v4);
+  return factoryFromTable(table, file, v2, v3, v4, v5);
 }
 
 }  // namespace braid::transport::plugin

@@ -26,12 +26,15 @@ StatusOr<TransportFactory> loadPlugin(const std::string& file);
 // A factory over a table already in memory (what loadPlugin ends with; tests use it to
 // feed the adapter deliberately broken tables). `v2` is the whole table when `table` is
 // its base, nullptr for a v1 plugin; `v3` likewise, when `v2` is its base, and `v4` when `v3`
-// is. A v3 plugin is given the job's key (TransportConfig::authKey) at init; a v4 plugin's
-// connections may carry messages larger than a slot (Connection::maxMessageBytes).
+// is, and `v5` when `v4` is. A v3 plugin is given the job's key (TransportConfig::authKey) at
+// init; a v4 plugin's connections may carry messages larger than a slot
+// (Connection::maxMessageBytes); a v5 plugin's tell where their slots live
+// (Connection::slotMemory).
 TransportFactory factoryFromTable(const braidTransportPlugin_v1_t* table, const std::string& origin,
                                   const braidTransportPlugin_v2_t* v2 = nullptr,
                                   const braidTransportPlugin_v3_t* v3 = nullptr,
-                                  const braidTransportPlugin_v4_t* v4 = nullptr);
+                                  const braidTransportPlugin_v4_t* v4 = nullptr,
+                                  const braidTransportPlugin_v5_t* v5 = nullptr);
 
 // The plugin files to load, from the two settings above (nullptr = unset).
 std::vector<std::string> pluginFiles(const char* pluginList, const char* pluginDir);

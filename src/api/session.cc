@@ -1275,8 +1275,8 @@ Status Session::enqueueOnDevice(Call&& call, std::shared_ptr<device::DeviceDone>
 StatusOr<bool> Session::takesDirectPath(int gpu) {
   if (directState_ == 0) {
     // BRAID_CUDA_PATH: staged (the default) or direct, where every connection's slots are
-    // host memory (shared memory, loopback, tcp) and the GPU reaches registered host memory;
-    // otherwise staged, saying why once.
+    // host memory it gives (shared memory, loopback, tcp, plugins of ABI version 5: UCX,
+    // verbs) and the GPU reaches registered host memory; otherwise staged, saying why once.
     const char* v = std::getenv("BRAID_CUDA_PATH");
     const std::string path = v && *v ? v : "staged";
     if (path != "staged" && path != "direct" && path != "ipc")
@@ -1289,7 +1289,8 @@ StatusOr<bool> Session::takesDirectPath(int gpu) {
       Status why = rt.directSupport(gpu);
       if (why.isOk() && !comm_->slotMemory(&ranges))
         why = Status(Code::kInvalidArgument,
-                     "a peer is reached through a transport plugin (UCX, verbs), whose slots the GPU cannot be given");
+                     "a peer is reached through a transport plugin that gives no slot memory (plugin ABI "
+                     "version 4 or older)");
       if (why.isOk()) {
         auto m = std::make_unique<device::DeviceMover>(rt);
         why = m->registerSlots(ranges);

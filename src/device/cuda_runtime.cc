@@ -385,10 +385,10 @@ class CudaRuntime final : public Runtime {
     const char* path = std::getenv("BRAID_CUDA_PATH");
     if (path && !std::strcmp(path, "direct")) {
       Status d = n > 0 ? directSupport(0) : Status(Code::kSystemError, "no GPU");
-      out += d.isOk() ? "; calls: direct (BRAID_CUDA_PATH=direct) over shm and tcp, staged through plugins"
+      out += d.isOk() ? "; calls: direct (BRAID_CUDA_PATH=direct) on the slots of every transport that gives them"
                       : "; calls: staged, the direct path is unavailable: " + d.message();
     } else {
-      out += "; calls: staged (BRAID_CUDA_PATH=direct: kernels on the shm and tcp slots)";
+      out += "; calls: staged (BRAID_CUDA_PATH=direct: kernels on the transports' slots)";
     }
     return out;
   }

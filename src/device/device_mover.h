@@ -3,9 +3,9 @@
 // (device_queue.h), the executor runs it on the device buffers themselves, and every byte it
 // moves or reduces goes through the reduce-copy kernels (cuda/), which read the local input
 // and the incoming slot and write the outgoing slot and the local output in one pass. The
-// slots are the shm transport's segments, or tcp's staging slots across hosts, registered
-// with the GPU so that kernels reach them at their host addresses: NCCL's shm transport
-// works this way, and its network path without GPUDirect RDMA. Each kernel runs on a stream of the calling thread's own and is waited for before the
+// slots are the shm transport's segments, or across hosts tcp's, UCX's or verbs' staging
+// slots, registered with the GPU so that kernels reach them at their host addresses: NCCL's
+// shm transport works this way, and its network path without GPUDirect RDMA. Each kernel runs on a stream of the calling thread's own and is waited for before the
 // executor posts the slot, so a peer reading it sees the whole slice.
 //
 // Every operation goes through Runtime::runKernel, so the tests run the very kernel source

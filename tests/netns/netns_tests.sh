@@ -170,6 +170,14 @@ case_device_direct_2x2() {
   ((n == 4)) || fail "$n of 4 ranks undid everything at destroy"
   check_summary "$out" 4 2 2
   echo "ok: every collective on device buffers across 2 hosts on the direct path, nothing staged"
+  # The same over UCX's tcp, whose slots come through the plugin ABI (version 5).
+  [[ -n ${NETNS_UCX_PLUGIN:-} ]] || { echo "skipped the UCX run: braid was built without UCX"; return 0; }
+  BRAID_TRANSPORT=ucx UCX_TLS=tcp BRAID_CUDA_PATH=direct BRAID_DEBUG=INFO netns_exec "$out" --hosts 2 \
+    --ranks-per-host 2 --timeout "$kRunTimeout" -- "$DEVICE_RANK" || fail "device_rank over ucx exited with status $?"
+  n=$(grep -c 'DEVICE rank=[0-9] error=none kernels=[1-9][0-9]* slotKernels=0 areas=0 registered=[1-9][0-9]* copies=0' "$out")
+  ((n == 4)) || fail "over ucx: $n of 4 ranks ran every collective right through the kernels on registered slots"
+  grep -q -E '4 ranks on 2 hosts.*transports \[self,ucx,ucx,ucx\]' "$out" || fail "rank 0 does not report ucx to every peer"
+  echo "ok: the same over ucx across 2 hosts"
 }
 
 # mp_collectives and allreduce_perf's element check across 2 hosts x 2 ranks, then a rank

@@ -156,6 +156,7 @@ class VerbsQueue final : public RdmaQueue {
   StatusOr<int> poll(Completion* out, int max) override;
   uint64_t creditWord() const override;
   uint8_t* slab() override { return slab_.data(); }
+  size_t slabBytes() const { return slab_.bytes(); }
   const char* asyncFailure() override;
 
   // Arms the completion channel: the fd to sleep on, or -1 when completions are already

@@ -47,6 +47,8 @@ class IbSendConnection final : public Connection {
   }
   void disarm(bool) override { q_->disarm(); }
   int peer() const override { return peer_; }
+  // The staging slots every write goes out of (the direct GPU path registers them).
+  MemoryRange slotMemory() const override { return {q_->slab(), q_->slabBytes()}; }
 
   bool ready() const { return proto_.ready(); }
   VerbsQueue* queue() { return q_.get(); }
@@ -79,6 +81,8 @@ class IbRecvConnection final : public Connection {
   }
   void disarm(bool) override { q_->disarm(); }
   int peer() const override { return peer_; }
+  // The slot FIFO the peer writes into (the direct GPU path registers it).
+  MemoryRange slotMemory() const override { return {q_->slab(), q_->slabBytes()}; }
 
   // Connects to the sender a hello describes and tells it this side is ready.
   Status accept(const SenderHello& h) {

@@ -81,6 +81,11 @@ UcxSendConnection::UcxSendConnection(const TransportConfig& cfg, int peer, Worke
   for (size_t i = 0; i < slots_.size(); ++i) slots_[i].buf = base + i * step;
 }
 
+Connection::MemoryRange UcxSendConnection::slotMemory() const {
+  if (slots_.empty() || !memory_) return {};
+  return {slots_[0].buf, stride(slotBytes_) * slots_.size()};
+}
+
 UcxSendConnection::~UcxSendConnection() {
   if (credit_->request) ucp_request_cancel(worker_->worker, credit_->request);
   auto pending = [&] {
@@ -283,6 +288,11 @@ UcxRecvConnection::UcxRecvConnection(const TransportConfig& cfg, int peer, Worke
   for (size_t i = 0; i < slots_.size(); ++i) slots_[i].buf = base + i * step;
   helloMemory_.reset(new uint8_t[kHelloBytes]);
   hello_->buf = helloMemory_.get();
+}
+
+Connection::MemoryRange UcxRecvConnection::slotMemory() const {
+  if (slots_.empty() || !memory_) return {};
+  return {slots_[0].buf, stride(slotBytes_) * slots_.size()};
 }
 
 UcxRecvConnection::~UcxRecvConnection() {

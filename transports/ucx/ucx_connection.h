@@ -100,6 +100,9 @@ class UcxSendConnection final : public Connection {
   // Whole messages from the caller's memory when the receiver posts its receives on demand
   // (it then lands any size at the caller's destination); else a slot.
   size_t maxMessageBytes() const override { return maxMessage_; }
+  // The staging slots every payload not sent from the caller's memory goes out of (the
+  // direct GPU path registers them).
+  MemoryRange slotMemory() const override;
   Status peekRecv(Slot* s) override;
   Status releaseRecv(const Slot& s) override;
   Status progress() override;
@@ -176,6 +179,8 @@ class UcxRecvConnection final : public Connection {
   Status peekRecvInto(Slot* s, void* dst, size_t bytes) override;
   uint64_t tagMask() const override { return kExecTagMask; }
   size_t maxMessageBytes() const override { return onDemand_ ? kMaxMessageBytes : slotBytes_; }
+  // The slots every message not landed at the caller's destination arrives in.
+  MemoryRange slotMemory() const override;
   // The next message's tag; on demand, while its receive is not posted, from UCX's
   // unexpected queue (ucp_tag_probe_nb, leaving the message there).
   Status peekTag(uint64_t* tag) override;

@@ -1,46 +1,65 @@
 #!/usr/bin/env bash
-# The direct device paths with ranks as processes: BRAIDRUN -np 3 DEVICE_RANK over shared
-# memory for BRAID_CUDA_PATH=direct (each process registers its own mapping of the
-# segments) and ipc (each process makes device slots, the others map them, as CUDA IPC
-# would), and over tcp for direct (each process registers its connections' staging slots),
-# on the host-memory runtime. Every element of every collective is checked; the kernels
-# must have run (on the device slots for ipc) and everything is undone at destroy.
+# The direct device paths with ranks as processes, BRAIDRUN -np N DEVICE_RANK on the
+# host-memory runtime: BRAID_CUDA_PATH=direct over shared memory (each process registers its
+# own mapping of the segments), over tcp (its connections' staging slots), through tcp
+# behind the plugin ABI and over UCX (the slots a v5 plugin hands out); ipc over shared
+# memory (each process makes device slots, the others map them, as CUDA IPC would); and a
+# plugin of the first ABI version, which hands out no slots, where every call is staged.
+# Every element of every collective is checked; the kernels must have run (on the device
+# slots for ipc), nothing staged on the direct paths, and everything undone at destroy.
+#
+# Environment: BRAIDRUN, DEVICE_RANK; TCP_ABI_PLUGIN, V1_PLUGIN (test plugins, where built)
+# and UCX_PLUGIN (where braid has UCX): a case whose plugin is missing says SKIP.
 set -uo pipefail
 fail=0
 pids=()
-for run in "direct shm" "ipc shm" "direct tcp"; do
-  read -r path transport <<<"$run"
-  out=$(BRAID_CUDA_PATH=$path BRAID_TRANSPORT=$transport timeout 120 "$BRAIDRUN" -np 3 "$DEVICE_RANK" 2>&1)
+
+# run CASE NP PATH KIND [VAR=VALUE...]: KIND is direct, ipc or staged.
+run() {
+  local name=$1 np=$2 path=$3 kind=$4 out rc
+  shift 4
+  out=$(env BRAID_CUDA_PATH="$path" BRAID_DEBUG=WARN "$@" timeout 120 "$BRAIDRUN" -np "$np" "$DEVICE_RANK" 2>&1)
   rc=$?
-  echo "== $path over $transport (exit $rc)"
+  echo "== $name (exit $rc)"
   echo "$out"
-  [ $rc = 0 ] || fail=1
-  [ "$(grep -c 'DEVICE rank=[0-9] error=none kernels=[1-9]' <<<"$out")" = 3 ] || { echo "FAIL: $path: not every rank right"; fail=1; }
-  if [ $path = ipc ]; then
-    [ "$(grep -c 'slotKernels=[1-9][0-9]* areas=[1-9]' <<<"$out")" = 3 ] || { echo "FAIL: ipc: device slots unused"; fail=1; }
-  else
-    [ "$(grep -c 'slotKernels=0 areas=0 registered=[1-9][0-9]* copies=0' <<<"$out")" = 3 ] ||
-      { echo "FAIL: direct: slots not registered, or something staged"; fail=1; }
+  [ $rc = 0 ] || { echo "FAIL: $name: exit $rc"; fail=1; }
+  [ "$(grep -c 'DEVICE rank=[0-9] error=none ' <<<"$out")" = "$np" ] || { echo "FAIL: $name: not every rank right"; fail=1; }
+  local want
+  case $kind in
+    ipc) want='kernels=[1-9][0-9]* slotKernels=[1-9][0-9]* areas=[1-9][0-9]* registered=[1-9][0-9]* copies=0' ;;
+    direct) want='kernels=[1-9][0-9]* slotKernels=0 areas=0 registered=[1-9][0-9]* copies=0' ;;
+    staged) want='kernels=0 slotKernels=0 areas=0 registered=0 copies=[1-9]' ;;
+  esac
+  [ "$(grep -c "DEVICE rank=[0-9] error=none $want" <<<"$out")" = "$np" ] ||
+    { echo "FAIL: $name: not every rank ran $kind"; fail=1; }
+  if [ "$kind" = staged ]; then
+    [ "$(grep -c 'device buffers are staged instead on rank [0-9]: a peer is reached through a transport plugin' <<<"$out")" = "$np" ] ||
+      { echo "FAIL: $name: no warning saying why"; fail=1; }
   fi
-  [ "$(grep -c 'AFTER rank=[0-9] areas=0 imports=0 registered=0 hostLive=0 pid=' <<<"$out")" = 3 ] || { echo "FAIL: $path: left over"; fail=1; }
+  [ "$(grep -c 'AFTER rank=[0-9] areas=0 imports=0 registered=0 hostLive=0 pid=' <<<"$out")" = "$np" ] ||
+    { echo "FAIL: $name: left over"; fail=1; }
   pids+=($(grep -o 'AFTER rank=.* pid=[0-9]*' <<<"$out" | sed 's/.*pid=//'))
-done
-# A peer reached through a transport plugin (tcp behind the plugin ABI, which hands out no
-# slot memory): direct is not taken, every call is staged and still right.
+}
+
+run "direct over shm" 3 direct direct BRAID_TRANSPORT=shm
+run "ipc over shm" 3 ipc ipc BRAID_TRANSPORT=shm
+run "direct over tcp" 3 direct direct BRAID_TRANSPORT=tcp
 if [ -f "${TCP_ABI_PLUGIN:-}" ]; then
-  out=$(BRAID_CUDA_PATH=direct BRAID_TRANSPORT_PLUGIN=$TCP_ABI_PLUGIN BRAID_TRANSPORT=tcp-abi BRAID_DEBUG=WARN \
-    timeout 120 "$BRAIDRUN" -np 2 "$DEVICE_RANK" 2>&1)
-  rc=$?
-  echo "== direct through the tcp-abi plugin (exit $rc)"
-  echo "$out"
-  [ $rc = 0 ] || fail=1
-  [ "$(grep -c 'DEVICE rank=[0-9] error=none kernels=0 slotKernels=0 areas=0 registered=0 copies=[1-9]' <<<"$out")" = 2 ] ||
-    { echo "FAIL: through a plugin: not every rank staged and right"; fail=1; }
-  [ "$(grep -c 'device buffers are staged instead on rank [01]: a peer is reached through a transport plugin' <<<"$out")" = 2 ] ||
-    { echo "FAIL: through a plugin: no warning saying why"; fail=1; }
-  pids+=($(grep -o 'AFTER rank=.* pid=[0-9]*' <<<"$out" | sed 's/.*pid=//'))
+  run "direct through tcp behind the plugin ABI" 2 direct direct BRAID_TRANSPORT_PLUGIN="$TCP_ABI_PLUGIN" \
+    BRAID_TRANSPORT=tcp-abi
 else
-  echo "SKIP: the plugin case: ${TCP_ABI_PLUGIN:-TCP_ABI_PLUGIN} is not built (tests/transport left out)"
+  echo "SKIP: tcp behind the plugin ABI: ${TCP_ABI_PLUGIN:-TCP_ABI_PLUGIN} is not built (tests/transport left out)"
+fi
+if [ -f "${V1_PLUGIN:-}" ]; then
+  run "direct asked for through a v1 plugin: staged" 2 direct staged BRAID_TRANSPORT_PLUGIN="$V1_PLUGIN" \
+    BRAID_TRANSPORT=failing
+else
+  echo "SKIP: a v1 plugin: ${V1_PLUGIN:-V1_PLUGIN} is not built (tests/transport left out)"
+fi
+if [ -f "${UCX_PLUGIN:-}" ]; then
+  run "direct over UCX (tcp)" 2 direct direct BRAID_TRANSPORT_PLUGIN="$UCX_PLUGIN" BRAID_TRANSPORT=ucx UCX_TLS=tcp,self
+else
+  echo "SKIP: UCX: braid was built without it"
 fi
 # The segments of these ranks only (other tests may run beside this one).
 left=0

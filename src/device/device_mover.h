@@ -5,8 +5,9 @@
 // and the incoming slot and write the outgoing slot and the local output in one pass. The
 // slots are the shm transport's segments, or across hosts tcp's, UCX's or verbs' staging
 // slots, registered with the GPU so that kernels reach them at their host addresses: NCCL's
-// shm transport works this way, and its network path without GPUDirect RDMA. Each kernel runs on a stream of the calling thread's own and is waited for before the
-// executor posts the slot, so a peer reading it sees the whole slice.
+// shm transport works this way, and its network path without GPUDirect RDMA. Each kernel
+// runs on a stream of the calling thread's own and is waited for before the executor posts
+// the slot, so a peer reading it sees the whole slice.
 //
 // Every operation goes through Runtime::runKernel, so the tests run the very kernel source
 // on the CPU executor through a host-memory runtime (tests/unit/device).

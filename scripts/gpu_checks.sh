@@ -81,6 +81,12 @@ for path in staged direct ipc; do
 done
 step allreduce_D1_np2_all_direct 120 1 env BRAID_CUDA_PATH=direct "$BR" -np 2 "$PERF/allreduce_perf" \
   -b 4K -e 1M -f 16 -n 3 -w 1 -c 1 -o all -d all -D 1
+# The direct path on the slots of the network transports (tcp's, and UCX's through the plugin
+# ABI), as it runs across hosts: here on one host, with the transport forced.
+for tp in tcp ucx; do
+  step "allreduce_D1_np2_direct_$tp" 120 1 env BRAID_CUDA_PATH=direct BRAID_TRANSPORT=$tp UCX_TLS=tcp,self "$BR" \
+    -np 2 "$PERF/allreduce_perf" -b 8 -e 64M -f 8 -n 10 -w 2 -c 1 -D 1
+done
 step kernel_perf_float 90 1 "$BUILD/cuda/kernel_perf" -b 1M -e 256M -f 4 -d float
 step kernel_perf_bf16 90 1 "$BUILD/cuda/kernel_perf" -b 1M -e 256M -f 16 -d bfloat16
 # The grid cap: the old 64 blocks and two waves of blocks, against the default (one per SM).

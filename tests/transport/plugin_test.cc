@@ -4,9 +4,11 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "common/auth.h"
@@ -260,6 +262,18 @@ braidPluginResult_t fakePeekTag(void*, uint64_t* tag, braidPluginError_v1*) {
   return braidPluginOk;
 }
 
+// A transport made by `f` from a default config, and one receive connection of it (from
+// rank 1, channel 0), for the adapter tests of later ABI versions.
+std::pair<std::unique_ptr<Transport>, std::unique_ptr<Connection>> recvConnection(const TransportFactory& f) {
+  auto t = f.create(TransportConfig{});
+  REQUIRE(t.isOk());
+  std::string blob;
+  gFake.blobMode = 0;
+  auto c = t.value()->createRecv(1, 0, &blob);
+  REQUIRE(c.isOk());
+  return std::make_pair(std::move(t).value(), std::move(c).value());
+}
+
 braidTransportPlugin_v4_t fakeTableV4() {
   braidTransportPlugin_v4_t t{};
   t.base.base.base = fakeTable();
@@ -280,15 +294,8 @@ TEST_CASE("plugin ABI v4: max_message_bytes, never below a slot, none before v4,
           "[plugin]") {
   static const braidTransportPlugin_v4_t table = fakeTableV4();
   auto connection = [&](bool v4) {
-    TransportFactory f = plugin::factoryFromTable(&table.base.base.base, "fake v4 table", &table.base.base,
-                                                  &table.base, v4 ? &table : nullptr);
-    auto t = f.create(TransportConfig{});
-    REQUIRE(t.isOk());
-    std::string blob;
-    gFake.blobMode = 0;
-    auto c = t.value()->createRecv(1, 0, &blob);
-    REQUIRE(c.isOk());
-    return std::make_pair(std::move(t).value(), std::move(c).value());
+    return recvConnection(plugin::factoryFromTable(&table.base.base.base, "fake v4 table", &table.base.base,
+                                                   &table.base, v4 ? &table : nullptr));
   };
   gFakeV4 = FakeV4{};
   {
@@ -346,15 +353,9 @@ TEST_CASE("plugin ABI v5: slot_memory gives the direct GPU path a connection's s
     return t;
   }();
   auto connection = [&](bool v5) {
-    TransportFactory f = plugin::factoryFromTable(&table.base.base.base.base, "fake v5 table", &table.base.base.base,
-                                                  &table.base.base, &table.base, v5 ? &table : nullptr);
-    auto t = f.create(TransportConfig{});
-    REQUIRE(t.isOk());
-    std::string blob;
-    gFake.blobMode = 0;
-    auto c = t.value()->createRecv(1, 0, &blob);
-    REQUIRE(c.isOk());
-    return std::make_pair(std::move(t).value(), std::move(c).value());
+    return recvConnection(plugin::factoryFromTable(&table.base.base.base.base, "fake v5 table",
+                                                   &table.base.base.base, &table.base.base, &table.base,
+                                                   v5 ? &table : nullptr));
   };
   static uint8_t slots[4096];
   gFakeV5 = FakeV5{slots, sizeof slots};

@@ -7,6 +7,7 @@
 # plugin of the first ABI version, which hands out no slots, where every call is staged.
 # Every element of every collective is checked; the kernels must have run (on the device
 # slots for ipc), nothing staged on the direct paths, and everything undone at destroy.
+# Then a rank is killed mid-job on each path: every survivor's call fails, naming it.
 #
 # Environment: BRAIDRUN, DEVICE_RANK; TCP_ABI_PLUGIN, V1_PLUGIN (test plugins, where built)
 # and UCX_PLUGIN (where braid has UCX): a case whose plugin is missing says SKIP.
@@ -61,6 +62,21 @@ if [ -f "${UCX_PLUGIN:-}" ]; then
 else
   echo "SKIP: UCX: braid was built without it"
 fi
+# A rank killed (SIGKILL) while the others run device calls, on each path: every survivor's
+# call fails with a remote error naming it, within 5 s (the timeout is 20 s).
+killed() {
+  local name=$1 path=$2 transport=$3 out n
+  out=$(env BRAID_CUDA_PATH="$path" BRAID_TRANSPORT="$transport" DEVICE_DIE_RANK=2 BRAIDRUN_GRACE_SEC=20 \
+    BRAID_TIMEOUT=20 timeout 120 "$BRAIDRUN" -np 3 "$DEVICE_RANK" 2>&1)
+  echo "== rank 2 killed: $name"
+  echo "$out"
+  n=$(grep -E -c 'SURVIVOR rank=[01] result=3 calls=[0-9]+ ms=[0-9]{1,4} error=.*rank 2.*\(failed rank 2\)' <<<"$out")
+  [ "$n" = 2 ] || { echo "FAIL: rank 2 killed, $name: $n of 2 survivors failed within 5 s naming it"; fail=1; }
+}
+killed "direct over shm" direct shm
+killed "ipc over shm" ipc shm
+killed "direct over tcp" direct tcp
+killed "staged" staged shm
 # The segments of these ranks only (other tests may run beside this one).
 left=0
 for pid in "${pids[@]}"; do

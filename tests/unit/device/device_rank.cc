@@ -6,15 +6,56 @@
 //   AFTER rank=R areas=A imports=I registered=G hostLive=H pid=P
 // (P names the process's device slot segments, /dev/shm/braid-fake-slots-P-*.)
 // Exits 1 on any error.
+//
+// With DEVICE_DIE_RANK=V instead: every rank runs one device allreduce, then rank V kills
+// itself (SIGKILL) and the others keep calling until a call or the async error query fails:
+//   SURVIVOR rank=R result=<braidResult_t> calls=C ms=<from the kill's moment to the failure> error=<message>
 
+#include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "braid/braid.h"
 #include "device_checks.h"
 #include "fake_runtime.h"
+
+namespace {
+
+// One rank dies after a first device allreduce; each survivor reports how its device calls
+// failed. A survivor that never fails is stopped by braidrun's grace, reporting nothing.
+int dieOrSurvive(braid::device::test::FakeRuntime& rt, braidComm_t comm, int rank, int victim) {
+  braid::device::test::FakeStream stream;
+  const size_t count = 1 << 18;
+  float* buf = static_cast<float*>(rt.deviceAlloc(count * 4));
+  if (braidAllReduce(buf, buf, count, braidFloat32, braidSum, comm, stream.handle()) != braidSuccess) {
+    std::printf("SURVIVOR rank=%d result=first-call error=%s\n", rank, braidGetLastError(comm));
+    return 1;
+  }
+  stream.synchronize();
+  // Every rank past its first call, so that the victim dies while the others are in theirs.
+  if (braidBarrier(comm) != braidSuccess) return 1;
+  if (rank == victim) raise(SIGKILL);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int calls = 1;; ++calls) {
+    braidResult_t res = braidAllReduce(buf, buf, count, braidFloat32, braidSum, comm, stream.handle());
+    stream.synchronize();
+    if (res == braidSuccess) braidCommGetAsyncError(comm, &res);
+    if (res == braidSuccess || res == braidInProgress) continue;
+    const long long ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("SURVIVOR rank=%d result=%d calls=%d ms=%lld error=%s\n", rank, static_cast<int>(res), calls, ms,
+                braidGetLastError(comm));
+    std::fflush(stdout);
+    braidCommAbort(comm);
+    return 0;
+  }
+}
+
+}  // namespace
 
 int main() {
   static braid::device::test::FakeRuntime rt;  // outlives the communicator
@@ -27,6 +68,7 @@ int main() {
   int rank = 0, n = 1;
   braidCommUserRank(comm, &rank);
   braidCommCount(comm, &n);
+  if (const char* die = std::getenv("DEVICE_DIE_RANK")) return dieOrSurvive(rt, comm, rank, std::atoi(die));
   std::string error;
   braid::device::test::everyCollectiveOnDevice(rt, comm, rank, n, error);
   std::printf("DEVICE rank=%d error=%s kernels=%d slotKernels=%d areas=%d registered=%d copies=%d\n", rank,

@@ -203,20 +203,12 @@ Status DeviceQueue::enqueue(const DeviceCall& call, HostRun run, PieceRun pieceR
     return enqueuePieces(call, std::move(job), &park.block);
   }
 
-  if (hasOut && !call.writesWholeOutput)
-    BRAID_RETURN_IF_ERROR(rt_.copyAsync(job.hostOutput, call.output, call.outputBytes, s));
-  if (hasIn) BRAID_RETURN_IF_ERROR(rt_.copyAsync(base + inAt, call.input, call.inputBytes, s));
-  for (size_t i = 0; i < call.extra.size(); ++i)
-    if (call.extra[i].read)
-      BRAID_RETURN_IF_ERROR(rt_.copyAsync(job.hostExtra[i], call.extra[i].buf, call.extra[i].bytes, s));
+  BRAID_RETURN_IF_ERROR(stageIn(rt_, call, job.hostInput, job.hostOutput, job.hostExtra));
   BRAID_RETURN_IF_ERROR(markThenWait(job, s));
-  Status st;
   // From here the stream waits for this seq: the job must reach the proxy whatever happens,
   // which stores seq after running it (or after failing it), and returns the block.
   park.block = nullptr;
-  if (hasOut) st = rt_.copyAsync(call.output, job.hostOutput, call.outputBytes, s);
-  for (size_t i = 0; i < call.extra.size() && st.isOk(); ++i)
-    if (!call.extra[i].read) st = rt_.copyAsync(call.extra[i].buf, job.hostExtra[i], call.extra[i].bytes, s);
+  Status st = stageOut(rt_, call, job.hostOutput, job.hostExtra);
   if (st.isOk()) {
     auto b = rt_.mark(s);
     if (b.isOk()) job.copiedBack = b.value();
@@ -228,6 +220,30 @@ Status DeviceQueue::enqueue(const DeviceCall& call, HostRun run, PieceRun pieceR
   queue_.push_back(std::move(job));
   cv_.notify_all();
   return st;
+}
+
+// A whole call's copies to the host, on its stream: the output first where the collective
+// may leave bytes of it untouched, then the input and the extra buffers it reads.
+Status DeviceQueue::stageIn(Runtime& rt, const DeviceCall& call, const void* hostInput, void* hostOutput,
+                            const std::vector<void*>& hostExtra) {
+  const Stream s = call.stream;
+  if (call.outputBytes > 0 && !call.writesWholeOutput)
+    BRAID_RETURN_IF_ERROR(rt.copyAsync(hostOutput, call.output, call.outputBytes, s));
+  if (call.inputBytes > 0)
+    BRAID_RETURN_IF_ERROR(rt.copyAsync(const_cast<void*>(hostInput), call.input, call.inputBytes, s));
+  for (size_t i = 0; i < call.extra.size(); ++i)
+    if (call.extra[i].read) BRAID_RETURN_IF_ERROR(rt.copyAsync(hostExtra[i], call.extra[i].buf, call.extra[i].bytes, s));
+  return Status::ok();
+}
+
+// And back: the output and the extra buffers the collective writes.
+Status DeviceQueue::stageOut(Runtime& rt, const DeviceCall& call, const void* hostOutput,
+                             const std::vector<void*>& hostExtra) {
+  const Stream s = call.stream;
+  if (call.outputBytes > 0) BRAID_RETURN_IF_ERROR(rt.copyAsync(call.output, hostOutput, call.outputBytes, s));
+  for (size_t i = 0; i < call.extra.size(); ++i)
+    if (!call.extra[i].read) BRAID_RETURN_IF_ERROR(rt.copyAsync(call.extra[i].buf, hostExtra[i], call.extra[i].bytes, s));
+  return Status::ok();
 }
 
 DeviceQueue::HostLayout DeviceQueue::hostLayout(const DeviceCall& call) {
@@ -314,18 +330,9 @@ Status DeviceQueue::enqueueCaptured(Runtime& rt, const DeviceCall& call, HostRun
   for (size_t at : layout.extraAt) c->hostExtra.push_back(base + at);
   // The graph owns the call from here, whatever follows (a failure frees it too).
   BRAID_RETURN_IF_ERROR(rt.keepWithCapture(s, c, &dropCaptured));
-  if (hasOut && !call.writesWholeOutput)
-    BRAID_RETURN_IF_ERROR(rt.copyAsync(c->hostOutput, call.output, call.outputBytes, s));
-  if (hasIn) BRAID_RETURN_IF_ERROR(rt.copyAsync(base + layout.inAt, call.input, call.inputBytes, s));
-  for (size_t i = 0; i < call.extra.size(); ++i)
-    if (call.extra[i].read)
-      BRAID_RETURN_IF_ERROR(rt.copyAsync(c->hostExtra[i], call.extra[i].buf, call.extra[i].bytes, s));
+  BRAID_RETURN_IF_ERROR(stageIn(rt, call, c->hostInput, c->hostOutput, c->hostExtra));
   BRAID_RETURN_IF_ERROR(rt.launchHostFunc(s, &runCaptured, c));
-  if (hasOut) BRAID_RETURN_IF_ERROR(rt.copyAsync(call.output, c->hostOutput, call.outputBytes, s));
-  for (size_t i = 0; i < call.extra.size(); ++i)
-    if (!call.extra[i].read)
-      BRAID_RETURN_IF_ERROR(rt.copyAsync(call.extra[i].buf, c->hostExtra[i], call.extra[i].bytes, s));
-  return Status::ok();
+  return stageOut(rt, call, c->hostOutput, c->hostExtra);
 }
 
 // Puts marker A and the wait for the job's new seq on the stream; on failure, neither.

@@ -229,6 +229,10 @@ class DeviceQueue {
     std::vector<size_t> extraAt;
   };
   static HostLayout hostLayout(const DeviceCall& call);
+  static Status stageIn(Runtime& rt, const DeviceCall& call, const void* hostInput, void* hostOutput,
+                        const std::vector<void*>& hostExtra);
+  static Status stageOut(Runtime& rt, const DeviceCall& call, const void* hostOutput,
+                         const std::vector<void*>& hostExtra);
   StatusOr<Block> take(size_t bytes, Stream s);
   StatusOr<Block> takeFree(size_t bytes);  // from the pool, or newly pinned
   // One job less uses `b` (under mu_): back to the pool (or, with `park`, kept unused for

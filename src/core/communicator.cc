@@ -1164,18 +1164,34 @@ StatusOr<std::shared_ptr<Op>> Communicator::prepare(const algorithms::Request& r
   }
   op->mover_ = mover;
   if (req.preMul) {
-    // Scale into a private copy; the collective then reads that copy out of place.
-    size_t elems = algorithms::inputElems(req, rank_, nranks_);
-    size_t bytes = elems * dataTypeSize(req.dtype);
+    // Scale into a private copy; the collective then reads that copy out of place. Of blocks
+    // placed by displacements (a reduce_scatterv, a piece of a staged reduce-scatter) only
+    // the blocks are scaled: the gaps are never read, and may be memory still being written
+    // (a staged call's later pieces).
+    const size_t es = dataTypeSize(req.dtype);
+    const size_t elems = algorithms::inputElems(req, rank_, nranks_);
+    const size_t bytes = elems * es;
+    std::vector<std::pair<size_t, size_t>> ranges;  // (first element, elements)
+    if (req.coll == algorithms::Collective::kReduceScatterV && !req.displs.empty()) {
+      for (size_t b = 0; b < req.counts.size(); ++b)
+        if (req.counts[b]) ranges.emplace_back(req.displs[b], req.counts[b]);
+    } else if (elems) {
+      ranges.emplace_back(0, elems);
+    }
+    char* scaled = nullptr;
     if (mover) {
-      BRAID_ASSIGN_OR_RETURN(void* scaled, mover->workspace(1, std::max<size_t>(bytes, 1)));
-      BRAID_RETURN_IF_ERROR(mover->scale(scaled, input, bytes, req.dtype, req.preMulScalar));
-      input = scaled;
+      BRAID_ASSIGN_OR_RETURN(void* w, mover->workspace(1, std::max<size_t>(bytes, 1)));
+      scaled = static_cast<char*>(w);
     } else {
       op->scaled_.reset(new char[std::max<size_t>(bytes, 1)]);
-      if (elems) reduce::scale(req.dtype, op->scaled_.get(), input, req.preMulScalar, elems);
-      input = op->scaled_.get();
+      scaled = op->scaled_.get();
     }
+    for (const auto& [first, n] : ranges) {
+      const char* from = static_cast<const char*>(input) + first * es;
+      if (mover) BRAID_RETURN_IF_ERROR(mover->scale(scaled + first * es, from, n * es, req.dtype, req.preMulScalar));
+      else reduce::scale(req.dtype, scaled + first * es, from, req.preMulScalar, n);
+    }
+    input = scaled;
     algorithms::Request plain = req;
     plain.preMul = false;
     plain.inPlace = false;

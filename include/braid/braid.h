@@ -225,9 +225,13 @@ braidResult_t braidRecv(void* recvbuff, size_t count, braidDataType_t datatype, 
 
 /* Calls between braidGroupStart and braidGroupEnd on this thread are only recorded; at the
  * outermost braidGroupEnd the collectives run in the order issued, then all sends and
- * receives run together, so a group in which every rank sends to and receives from any set
- * of peers cannot deadlock. Groups nest; buffers must stay valid until braidGroupEnd
- * returns. Errors of recorded calls are returned by braidGroupEnd. */
+ * receives run together, each going on as its peer allows whatever the others wait for (as
+ * nonblocking sends and receives completed together): a group in which every rank sends to
+ * and receives from any set of peers cannot deadlock, nor one whose peers take its messages
+ * in calls of their own, in issue order. A receive may use the buffer a send of the same
+ * group sends from (in place): it waits for those bytes to go. Groups nest; buffers must
+ * stay valid until braidGroupEnd returns. Errors of recorded calls are returned by
+ * braidGroupEnd. */
 braidResult_t braidGroupStart(void);
 braidResult_t braidGroupEnd(void);
 

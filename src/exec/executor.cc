@@ -118,7 +118,9 @@ class ChannelRunner {
       for (const Step& st : plan_.steps) BRAID_RETURN_IF_ERROR(checkLinks(st));
     }
     if (acks_) BRAID_RETURN_IF_ERROR(sendAcks());
-    if (setup_ && setup_->singleSlices && !timeline::on()) {
+    if (s_.lanes) {
+      BRAID_RETURN_IF_ERROR(runLanes());
+    } else if (setup_ && setup_->singleSlices && !timeline::on()) {
       // One slice per step, in step order: what the rounds below come to for these steps.
       for (size_t i = 0; i < plan_.steps.size(); ++i) {
         const size_t len = setup_->stepBytes[i];
@@ -219,6 +221,237 @@ class ChannelRunner {
     timeline::span(name, "step", t0, timeline::nowUs() - t0, channel_,
                    "\"round\": " + std::to_string(round) + ", \"rounds\": " + std::to_string(rounds) +
                        ", \"bytes\": " + std::to_string(bytes));
+  }
+
+  // Schedule::lanes. A lane is the steps to one peer or from one, in step order; `next`
+  // and `off` say how far it has come.
+  struct Lane {
+    bool forSend = false;
+    int peer = -1;
+    std::vector<size_t> steps;
+    size_t next = 0;
+    size_t off = 0;
+    int64_t started = 0;  // BRAID_TIMELINE: when steps[next] began
+    bool done() const { return next == steps.size(); }
+    // A send lane's steps as runs of contiguous memory (a message's parts make one), where
+    // a receive may overwrite what a send is to send: the index in `steps` where each run
+    // starts and the address where it ends; `run` is the one `next` is in.
+    struct Run {
+      size_t first;
+      uintptr_t end;
+    };
+    std::vector<Run> runs;
+    size_t run = 0;
+  };
+
+  Connection* laneConnection(const Lane& l) const {
+    return l.forSend ? links_.sendTo[l.peer] : links_.recvFrom[l.peer];
+  }
+
+  // Whether bytes [lo, hi) of the caller's memory are still to be sent by some lane: a
+  // receive into them must wait (a group that receives into the buffer it sends from, as a
+  // sendrecv in place, gets each part out before it is overwritten).
+  bool unsent(std::vector<Lane>& lanes, uintptr_t lo, uintptr_t hi) const {
+    for (Lane& l : lanes) {
+      if (!l.forSend || l.done()) continue;
+      while (l.run + 1 < l.runs.size() && l.runs[l.run + 1].first <= l.next) ++l.run;
+      for (size_t r = l.run; r < l.runs.size(); ++r) {
+        const size_t k = r == l.run ? l.next : l.runs[r].first;
+        const auto from = reinterpret_cast<uintptr_t>(addr(plan_.steps[l.steps[k]].src, r == l.run ? l.off : 0));
+        if (from < hi && lo < l.runs[r].end) return true;
+      }
+    }
+    return false;
+  }
+
+  // Whether some receive of the plan writes bytes some send of it reads.
+  bool receivesOverSends() const {
+    std::vector<std::pair<uintptr_t, uintptr_t>> sent;
+    for (const Step& st : plan_.steps) {
+      if (st.prim != Prim::kSend || st.src.bytes == 0) continue;
+      const auto lo = reinterpret_cast<uintptr_t>(addr(st.src, 0));
+      sent.emplace_back(lo, lo + st.src.bytes);
+    }
+    if (sent.empty()) return false;
+    std::sort(sent.begin(), sent.end());
+    // The longest send range starting at or before each one, so a receive is checked
+    // against the one range that could reach it.
+    std::vector<uintptr_t> reach(sent.size());
+    for (size_t k = 0; k < sent.size(); ++k) reach[k] = std::max(sent[k].second, k ? reach[k - 1] : 0);
+    for (const Step& st : plan_.steps) {
+      if (st.prim != Prim::kRecv || st.dst.bytes == 0) continue;
+      const auto lo = reinterpret_cast<uintptr_t>(addr(st.dst, 0));
+      const auto hi = lo + st.dst.bytes;
+      // The sends starting before hi: the furthest of them ends past lo?
+      const size_t before = static_cast<size_t>(
+          std::lower_bound(sent.begin(), sent.end(), std::make_pair(hi, uintptr_t{0})) - sent.begin());
+      if (before > 0 && reach[before - 1] > lo) return true;
+    }
+    return false;
+  }
+
+  // Runs the next slice of lane `l` if its connection has room or data now: moved is set if
+  // it did. The slice's reserve or receive is the first thing it does and the only thing
+  // that waits (nonBlocking_ makes it return kWouldBlock at once), so a slice that cannot go
+  // yet has changed nothing.
+  Status laneSlice(std::vector<Lane>& lanes, Lane& l, bool* moved) {
+    while (!l.done()) {
+      const size_t i = l.steps[l.next];
+      const Step& st = plan_.steps[i];
+      const size_t len = st.bytes() & ~(es_ - 1);
+      if (l.off >= len) {  // done (an empty message sends nothing, as in runPhase)
+        if (l.started) traceStep(st, 0, 1, len, l.started);
+        ++l.next;
+        l.off = 0;
+        l.started = 0;
+        continue;
+      }
+      if (l.off == 0 && !l.started && timeline::on()) l.started = timeline::nowUs();
+      const size_t n = std::min(sliceBytes_, len - l.off);
+      if (!l.forSend && receivesOverSends_) {
+        const auto lo = reinterpret_cast<uintptr_t>(addr(st.dst, l.off));
+        if (unsent(lanes, lo, lo + n)) return Status::ok();
+      }
+      Status s = runSlice(st, !directSend_.empty() && directSend_[i], l.off, n);
+      if (s.code() == Code::kWouldBlock) return Status::ok();
+      BRAID_RETURN_IF_ERROR(s);
+      l.off += n;
+      *moved = true;
+      return Status::ok();
+    }
+    return Status::ok();
+  }
+
+  // One slice of every lane that can go; whether any did, and whether any lane is left.
+  Status lanePass(std::vector<Lane>& lanes, bool* moved, bool* left) {
+    BRAID_RETURN_IF_ERROR(progressAll());
+    *left = false;
+    for (Lane& l : lanes) {
+      BRAID_RETURN_IF_ERROR(laneSlice(lanes, l, moved));
+      *left = *left || !l.done();
+    }
+    return Status::ok();
+  }
+
+  Status runLanes() {
+    std::vector<Lane> lanes;
+    for (size_t i = 0; i < plan_.steps.size(); ++i) {
+      const Step& st = plan_.steps[i];
+      if (st.prim != Prim::kSend && st.prim != Prim::kRecv) {
+        // A message to this rank itself: a copy that waits for nobody.
+        const size_t len = st.bytes() & ~(es_ - 1);
+        for (size_t off = 0; off < len; off += sliceBytes_)
+          BRAID_RETURN_IF_ERROR(runSlice(st, false, off, std::min(sliceBytes_, len - off)));
+        continue;
+      }
+      const bool forSend = st.prim == Prim::kSend;
+      const int peer = forSend ? st.peerOut : st.peerIn;
+      auto it = std::find_if(lanes.begin(), lanes.end(),
+                             [&](const Lane& l) { return l.forSend == forSend && l.peer == peer; });
+      if (it == lanes.end()) {
+        lanes.emplace_back();
+        lanes.back().forSend = forSend;
+        lanes.back().peer = peer;
+        it = lanes.end() - 1;
+      }
+      it->steps.push_back(i);
+    }
+    receivesOverSends_ = receivesOverSends();
+    for (Lane& l : lanes) {
+      if (!receivesOverSends_ || !l.forSend) continue;
+      for (size_t k = 0; k < l.steps.size(); ++k) {
+        const Step& st = plan_.steps[l.steps[k]];
+        const auto lo = reinterpret_cast<uintptr_t>(addr(st.src, 0));
+        const auto hi = lo + (st.bytes() & ~(es_ - 1));
+        if (!l.runs.empty() && l.runs.back().end == lo) l.runs.back().end = hi;
+        else l.runs.push_back({k, hi});
+      }
+    }
+    nonBlocking_ = true;
+    struct Blocking {
+      bool& flag;
+      ~Blocking() { flag = false; }
+    } blocking{nonBlocking_};
+    NoteGuard guard{this};
+    // A stall (no lane could go) waits as waitLoop does: spin, yield, then sleep, checking
+    // the deadline, the abort flag and the peers' health, naming the first lane left.
+    int64_t spinEnd = 0, yieldEnd = 0;
+    bool stalled = false;
+    for (;;) {
+      bool moved = false, left = false;
+      BRAID_RETURN_IF_ERROR(lanePass(lanes, &moved, &left));
+      if (!left) return Status::ok();
+      if (moved) {
+        stalled = false;
+        guard.clear();
+        continue;
+      }
+      const int64_t now = nowNanos();
+      if (!stalled) {
+        stalled = true;
+        waitStartNs_ = now;
+        spinEnd = now + int64_t{ctx_.wait.spinMicros} * 1000;
+        yieldEnd = spinEnd + int64_t{ctx_.wait.yieldMicros} * 1000;
+        if (nextHealthNs_ == 0) nextHealthNs_ = now + kHealthPeriodNs;
+      }
+      const Lane& first = *std::find_if(lanes.begin(), lanes.end(), [](const Lane& l) { return !l.done(); });
+      BRAID_RETURN_IF_ERROR(checkAlive(first.peer, first.forSend ? "send to" : "receive from", now));
+      if (now < spinEnd) {
+        cpuRelax();
+      } else if (now < yieldEnd) {
+        sched_yield();
+      } else {
+        BRAID_RETURN_IF_ERROR(sleepOnLanes(lanes));
+      }
+    }
+  }
+
+  // Sleeps until a connection some lane waits for may be ready: the sockets of stream
+  // connections (and of others with output still to drain) polled, the futex word of the
+  // first memory connection watched, briefly when there is more than one thing to watch; a
+  // connection that gives nothing to wait on (it is ready) makes it only yield. Armed first,
+  // then one more pass (a peer that went on before the arming wakes nobody): if a lane goes,
+  // no sleep.
+  Status sleepOnLanes(std::vector<Lane>& lanes) {
+    pollfd fds[16];
+    int nfds = 0, words = 0;
+    const uint32_t* word = nullptr;
+    uint32_t value = 0;
+    bool ready = false;
+    std::vector<std::pair<Connection*, bool>> armed;
+    for (const Lane& l : lanes) {
+      if (l.done()) continue;
+      Connection* c = laneConnection(l);
+      armed.emplace_back(c, l.forSend);
+      WaitHandle h = c->waitHandle(l.forSend);
+      if (h.fd >= 0 && nfds < 16) fds[nfds++] = {h.fd, h.fdEvents, 0};
+      if (h.futexWord && words++ == 0) {
+        word = h.futexWord;
+        value = h.futexValue;
+      }
+      ready = ready || (h.fd < 0 && !h.futexWord);
+    }
+    for (Connection* other : active_) {
+      auto lane = [other](const std::pair<Connection*, bool>& a) { return a.first == other; };
+      if (other->flushed() || nfds == 16 || std::any_of(armed.begin(), armed.end(), lane)) continue;
+      WaitHandle oh = other->waitHandle(true);
+      if (oh.fd >= 0) fds[nfds++] = {oh.fd, oh.fdEvents ? oh.fdEvents : static_cast<short>(POLLOUT), 0};
+    }
+    bool moved = false, left = false;
+    Status st = lanePass(lanes, &moved, &left);
+    if (st.isOk() && !moved && left) {
+      if (ready) {
+        sched_yield();
+      } else if (word) {
+        transport::futexWait(word, value, nfds || words > 1 ? 200 : kSleepMicros);
+      } else if (nfds) {
+        ::poll(fds, static_cast<nfds_t>(nfds), ctx_.deadline.remainingMillis(static_cast<int>(kSleepMicros / 1000)));
+      } else {
+        sched_yield();
+      }
+    }
+    for (const auto& a : armed) a.first->disarm(a.second);
+    return st;
   }
 
   // A step may hand its connection the caller's memory only if nothing else in the whole
@@ -594,7 +827,7 @@ class ChannelRunner {
   Status waitFor(Connection* c, bool forSend, Slot* slot, void* landing = nullptr, size_t bytes = 0) {
     auto attempt = [&]() { return tryOnce(c, forSend, slot, landing, bytes); };
     Status st = attempt();
-    if (st.code() != Code::kWouldBlock) return st;
+    if (st.code() != Code::kWouldBlock || nonBlocking_) return st;
     if (timeline::on()) {
       // The wait as a span when it lasted long enough to matter.
       const int64_t t0 = timeline::nowUs();
@@ -612,7 +845,8 @@ class ChannelRunner {
   // Clears the wait note, when one was written, as the wait it describes ends.
   struct NoteGuard {
     ChannelRunner* r;
-    ~NoteGuard() {
+    ~NoteGuard() { clear(); }
+    void clear() {
       if (r->noted_) {
         r->ctx_.waitNote->peer.store(-1, std::memory_order_release);
         r->noted_ = false;
@@ -761,6 +995,8 @@ class ChannelRunner {
   int64_t waitStartNs_ = 0;    // when the current wait began
   bool longWaitSeen_ = false;  // RunHooks::longWait was called
   bool noted_ = false;         // the current wait is in ctx_.waitNote
+  bool nonBlocking_ = false;   // runLanes: waitFor returns kWouldBlock rather than wait
+  bool receivesOverSends_ = false;  // runLanes: a receive may overwrite what a send is to send
 };
 
 }  // namespace

@@ -90,6 +90,13 @@ struct Schedule {
   // scratch): where every connection carries large messages (RunContext::wholeBlockBytes),
   // the executor sends each step's round as one message.
   bool wholeBlocks = false;
+  // A point-to-point group: the steps sending to one peer form a lane, as do those receiving
+  // from one, each lane run in step order; the executor takes each lane as far as its
+  // connection lets it, independently of the others, so that a send waiting for a receiver
+  // busy with a later call never holds up the group's other messages (nonblocking sends and
+  // receives completed together: MPI_Waitall, NCCL's groups). One channel, sends and
+  // receives (and copies between this rank's own buffers) only.
+  bool lanes = false;
   // Which of the communicator's connection sets the steps use: 0 = the per-channel rings'
   // (large slots, deep FIFOs, ring neighbours only), 1 = the mesh (smaller slots, every
   // peer; a mesh schedule has exactly one channel).

@@ -124,6 +124,130 @@ TEST_CASE("a ring exchange of large messages inside one group does not deadlock"
   }
 }
 
+namespace {
+
+// One call's sends and receives as a group: (isSend, peer, count) and a buffer for each.
+Status runGroup(core::Communicator& comm, const std::vector<algorithms::P2POp>& ops, const std::vector<void*>& bufs) {
+  algorithms::Request req;
+  req.coll = algorithms::Collective::kSendRecv;
+  req.dtype = DataType::kUint32;
+  req.p2p = ops;
+  return comm.run(req, nullptr, nullptr, bufs);
+}
+
+// Checks that `in` holds `from`'s message to `to`, starting at element `first` of it.
+bool holds(const std::vector<uint32_t>& in, int from, int to, size_t first = 0) {
+  for (size_t i = 0; i < in.size(); ++i)
+    if (in[i] != tagValue(from, to, first + i)) return false;
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("messages a group sends one peer match the receives that peer makes in calls of their own", "[world]") {
+  // Rank 0 sends two messages of several parts each in one group; rank 1 receives them in
+  // two calls, and then a third, sent alone, in a group with a receive of its own.
+  // 400 KB and 512 KiB: messages of several parts (half a FIFO each), the last part short,
+  // or all parts alike (where parts of the two messages taken for each other give no error).
+  for (std::string transport : {"loopback", "tcp"}) for (size_t count : {size_t{100000}, size_t{131072}}) {
+    WorldOptions o;
+    o.nranks = 2;
+    o.transport = transport;
+    o.timeoutSec = 20;
+    Errors err;
+    Status init = braid::testing::runWorld(o, [&](core::Communicator& comm) {
+      const int r = comm.rank();
+      std::vector<uint32_t> a(count), b(count), c(count);
+      if (r == 0) {
+        for (size_t i = 0; i < count; ++i) {
+          a[i] = tagValue(0, 1, i);
+          b[i] = tagValue(0, 1, count + i);
+          c[i] = tagValue(0, 1, 2 * count + i);
+        }
+        Status s = runGroup(comm, {{true, 1, count}, {true, 1, count}}, {a.data(), b.data()});
+        if (s.isOk()) s = runGroup(comm, {{true, 1, count}}, {c.data()});
+        if (!s.isOk()) err.note("rank 0: " + s.toString());
+        return;
+      }
+      Status s = runGroup(comm, {{false, 0, count}}, {a.data()});
+      if (s.isOk()) s = runGroup(comm, {{false, 0, count}}, {b.data()});
+      if (s.isOk()) s = runGroup(comm, {{false, 0, count}}, {c.data()});
+      if (!s.isOk()) return err.note("rank 1: " + s.toString());
+      if (!holds(a, 0, 1)) return err.note("rank 1: the first message is wrong");
+      if (!holds(b, 0, 1, count)) return err.note("rank 1: the second message is wrong");
+      if (!holds(c, 0, 1, 2 * count)) return err.note("rank 1: the third message is wrong");
+    });
+    REQUIRE(init.isOk());
+    INFO(transport << " count=" << count);
+    CHECK(err.first == "");
+  }
+}
+
+TEST_CASE("a group's receive from one peer goes on while its send to another waits for a later call", "[world]") {
+  // Rank 1 receives from rank 0 and sends to rank 2 in one group; rank 2 takes rank 1's
+  // message only after rank 0's second call, which comes after rank 0's send to rank 1
+  // has been received whole. Every message is larger than a connection's slots hold.
+  for (std::string transport : {"loopback", "tcp"}) {
+    WorldOptions o;
+    o.nranks = 3;
+    o.transport = transport;
+    o.timeoutSec = 20;
+    Errors err;
+    const size_t count = 300000;
+    Status init = braid::testing::runWorld(o, [&](core::Communicator& comm) {
+      const int r = comm.rank();
+      std::vector<uint32_t> out(count), in(count, 0);
+      for (size_t i = 0; i < count; ++i) out[i] = tagValue(r, r == 0 ? 1 : 2, i);
+      Status s;
+      if (r == 0) {
+        s = runGroup(comm, {{true, 1, count}}, {out.data()});
+        for (size_t i = 0; i < count; ++i) out[i] = tagValue(0, 2, i);
+        if (s.isOk()) s = runGroup(comm, {{true, 2, count}}, {out.data()});
+      } else if (r == 1) {
+        s = runGroup(comm, {{false, 0, count}, {true, 2, count}}, {in.data(), out.data()});
+        if (s.isOk() && !holds(in, 0, 1)) return err.note("rank 1: the message from rank 0 is wrong");
+      } else {
+        s = runGroup(comm, {{false, 0, count}}, {in.data()});
+        if (s.isOk() && !holds(in, 0, 2)) return err.note("rank 2: the message from rank 0 is wrong");
+        if (s.isOk()) s = runGroup(comm, {{false, 1, count}}, {in.data()});
+        if (s.isOk() && !holds(in, 1, 2)) return err.note("rank 2: the message from rank 1 is wrong");
+      }
+      if (!s.isOk()) err.note("rank " + std::to_string(r) + ": " + s.toString());
+    });
+    REQUIRE(init.isOk());
+    INFO(transport);
+    CHECK(err.first == "");
+  }
+}
+
+TEST_CASE("a ring exchange in place sends every part before its receive overwrites it", "[world]") {
+  // Each rank sends its buffer to the next and receives the previous rank's into the same
+  // buffer (a sendrecv in place): the receive must wait for the part it overwrites to be out.
+  for (std::string transport : {"loopback", "tcp"}) {
+    for (int n : {2, 3}) {
+      WorldOptions o;
+      o.nranks = n;
+      o.transport = transport;
+      o.timeoutSec = 20;
+      Errors err;
+      const size_t count = 300001;
+      Status init = braid::testing::runWorld(o, [&](core::Communicator& comm) {
+        const int r = comm.rank();
+        const int next = (r + 1) % n, prev = (r + n - 1) % n;
+        std::vector<uint32_t> buf(count);
+        for (size_t i = 0; i < count; ++i) buf[i] = tagValue(r, next, i);
+        // The receive first in the group: the order inside a group does not matter.
+        Status s = runGroup(comm, {{false, prev, count}, {true, next, count}}, {buf.data(), buf.data()});
+        if (!s.isOk()) return err.note("rank " + std::to_string(r) + ": " + s.toString());
+        if (!holds(buf, prev, r)) err.note("rank " + std::to_string(r) + ": wrong elements");
+      });
+      REQUIRE(init.isOk());
+      INFO(transport << " n=" << n);
+      CHECK(err.first == "");
+    }
+  }
+}
+
 TEST_CASE("point-to-point messages interleave with collectives in issue order", "[world]") {
   WorldOptions o;
   o.nranks = 4;

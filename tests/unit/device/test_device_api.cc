@@ -192,6 +192,56 @@ TEST_CASE("C API: sends and receives on device buffers, grouped with a collectiv
   for (int r = 0; r < n; ++r) CHECK(errors[r] == "");
 }
 
+// A group of large sends and receives on device buffers runs as one group, its receive
+// going on while its send waits: rank 2 takes rank 1's message only after rank 0's second
+// call, which comes only once rank 1 has received rank 0's first. Cut into one group per
+// piece, rank 1's later pieces would wait for its send (docs/cuda.md, "Point-to-point calls
+// are staged whole").
+TEST_CASE("C API: a large device group receives while its send waits for a peer's later call", "[device][cuda]") {
+  FakeRuntime rt;
+  InstallRuntime installed(&rt);
+  setenv("BRAID_TIMEOUT", "20", 1);  // a wait that never ends fails within this
+  const size_t count = size_t{4} << 20;  // 16 MiB of int32: four times a connection's slots
+  Failures fail(3);
+  onRanks(3, [&](braidComm_t comm, int r) {
+    FakeStream stream;
+    int* big = static_cast<int*>(rt.deviceAlloc(count * 4));
+    int* big2 = static_cast<int*>(rt.deviceAlloc(count * 4));
+    int* small = static_cast<int*>(rt.deviceAlloc(4));
+    stream.enqueue([=] {
+      for (size_t i = 0; i < count; ++i) big[i] = static_cast<int>(r * 7 + i % 1001);
+      *small = r == 0 ? 42 : -1;
+    });
+    auto ok = [&](braidResult_t res, const char* what) {
+      if (res != braidSuccess) fail(r, std::string(what) + ": " + braidGetLastError(comm));
+    };
+    if (r == 0) {
+      ok(braidSend(big, count, braidInt32, 1, comm, stream.handle()), "send to 1");
+      ok(braidSend(small, 1, braidInt32, 2, comm, stream.handle()), "send to 2");
+    } else if (r == 1) {
+      braidGroupStart();
+      ok(braidRecv(big2, count, braidInt32, 0, comm, stream.handle()), "recv from 0");
+      ok(braidSend(big, count, braidInt32, 2, comm, stream.handle()), "send to 2");
+      ok(braidGroupEnd(), "group");
+    } else {
+      ok(braidRecv(small, 1, braidInt32, 0, comm, stream.handle()), "recv from 0");
+      ok(braidRecv(big2, count, braidInt32, 1, comm, stream.handle()), "recv from 1");
+    }
+    stream.synchronize();
+    fail(r, asyncFailure(comm));
+    const int from = r == 1 ? 0 : 1;
+    for (size_t i = 0; r > 0 && i < count && fail.of[r].empty(); ++i)
+      if (big2[i] != static_cast<int>(from * 7 + i % 1001))
+        fail(r, "element " + std::to_string(i) + " from rank " + std::to_string(from));
+    if (r == 2 && fail.of[r].empty() && *small != 42) fail(r, "rank 0's message is " + std::to_string(*small));
+    rt.deviceFree(big);
+    rt.deviceFree(big2);
+    rt.deviceFree(small);
+  });
+  unsetenv("BRAID_TIMEOUT");
+  for (int r = 0; r < 3; ++r) CHECK(fail.of[r] == "");
+}
+
 TEST_CASE("C API: a host call after device calls waits for them, so every rank sees the same order",
           "[device][cuda]") {
   // Rank 0's stream reaches its device allreduce at once; the others' only after they have

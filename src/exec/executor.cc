@@ -264,9 +264,22 @@ class ChannelRunner {
     return false;
   }
 
+  // Kept by each thread from one run to the next, so that a loop of small groups allocates
+  // nothing (a Lane's vectors keep their capacity).
+  struct LaneScratch {
+    std::vector<Lane> lanes;
+    std::vector<std::pair<uintptr_t, uintptr_t>> sent;
+    std::vector<uintptr_t> reach;
+  };
+  static LaneScratch& laneScratch() {
+    static thread_local LaneScratch scratch;
+    return scratch;
+  }
+
   // Whether some receive of the plan writes bytes some send of it reads.
   bool receivesOverSends() const {
-    std::vector<std::pair<uintptr_t, uintptr_t>> sent;
+    std::vector<std::pair<uintptr_t, uintptr_t>>& sent = laneScratch().sent;
+    sent.clear();
     for (const Step& st : plan_.steps) {
       if (st.prim != Prim::kSend || st.src.bytes == 0) continue;
       const auto lo = reinterpret_cast<uintptr_t>(addr(st.src, 0));
@@ -276,7 +289,8 @@ class ChannelRunner {
     std::sort(sent.begin(), sent.end());
     // The longest send range starting at or before each one, so a receive is checked
     // against the one range that could reach it.
-    std::vector<uintptr_t> reach(sent.size());
+    std::vector<uintptr_t>& reach = laneScratch().reach;
+    reach.resize(sent.size());
     for (size_t k = 0; k < sent.size(); ++k) reach[k] = std::max(sent[k].second, k ? reach[k - 1] : 0);
     for (const Step& st : plan_.steps) {
       if (st.prim != Prim::kRecv || st.dst.bytes == 0) continue;
@@ -334,7 +348,8 @@ class ChannelRunner {
   }
 
   Status runLanes() {
-    std::vector<Lane> lanes;
+    std::vector<Lane>& lanes = laneScratch().lanes;
+    size_t used = 0;
     for (size_t i = 0; i < plan_.steps.size(); ++i) {
       const Step& st = plan_.steps[i];
       if (st.prim != Prim::kSend && st.prim != Prim::kRecv) {
@@ -346,16 +361,23 @@ class ChannelRunner {
       }
       const bool forSend = st.prim == Prim::kSend;
       const int peer = forSend ? st.peerOut : st.peerIn;
-      auto it = std::find_if(lanes.begin(), lanes.end(),
+      auto it = std::find_if(lanes.begin(), lanes.begin() + static_cast<std::ptrdiff_t>(used),
                              [&](const Lane& l) { return l.forSend == forSend && l.peer == peer; });
-      if (it == lanes.end()) {
-        lanes.emplace_back();
-        lanes.back().forSend = forSend;
-        lanes.back().peer = peer;
-        it = lanes.end() - 1;
+      if (it == lanes.begin() + static_cast<std::ptrdiff_t>(used)) {
+        if (used == lanes.size()) lanes.emplace_back();
+        Lane& l = lanes[used++];
+        l.forSend = forSend;
+        l.peer = peer;
+        l.steps.clear();
+        l.next = l.off = 0;
+        l.started = 0;
+        l.runs.clear();
+        l.run = 0;
+        it = lanes.begin() + static_cast<std::ptrdiff_t>(used - 1);
       }
       it->steps.push_back(i);
     }
+    lanes.resize(used);
     receivesOverSends_ = receivesOverSends();
     for (Lane& l : lanes) {
       if (!receivesOverSends_ || !l.forSend) continue;
@@ -377,28 +399,38 @@ class ChannelRunner {
     // the deadline, the abort flag and the peers' health, naming the first lane left.
     int64_t spinEnd = 0, yieldEnd = 0;
     bool stalled = false;
-    for (;;) {
+    int phase = 0;  // of a stall, as in waitLoop: 0 spin, 1 yield, 2 sleep
+    for (uint32_t iter = 0;; ++iter) {
       bool moved = false, left = false;
       BRAID_RETURN_IF_ERROR(lanePass(lanes, &moved, &left));
       if (!left) return Status::ok();
       if (moved) {
         stalled = false;
+        iter = 0;
         guard.clear();
         continue;
       }
-      const int64_t now = nowNanos();
-      if (!stalled) {
-        stalled = true;
-        waitStartNs_ = now;
-        spinEnd = now + int64_t{ctx_.wait.spinMicros} * 1000;
-        yieldEnd = spinEnd + int64_t{ctx_.wait.yieldMicros} * 1000;
-        if (nextHealthNs_ == 0) nextHealthNs_ = now + kHealthPeriodNs;
-      }
-      const Lane& first = *std::find_if(lanes.begin(), lanes.end(), [](const Lane& l) { return !l.done(); });
-      BRAID_RETURN_IF_ERROR(checkAlive(first.peer, first.forSend ? "send to" : "receive from", now));
-      if (now < spinEnd) {
+      // A peer a little behind is met in the first passes, before the clock is read.
+      if (!stalled && ctx_.wait.spinMicros > 0 && iter < kSpinsBeforeClock) {
         cpuRelax();
-      } else if (now < yieldEnd) {
+        continue;
+      }
+      if (!stalled || phase == 2 || (iter & 31) == 0) {
+        const int64_t now = nowNanos();
+        if (!stalled) {
+          stalled = true;
+          waitStartNs_ = now;
+          spinEnd = now + int64_t{ctx_.wait.spinMicros} * 1000;
+          yieldEnd = spinEnd + int64_t{ctx_.wait.yieldMicros} * 1000;
+          if (nextHealthNs_ == 0) nextHealthNs_ = now + kHealthPeriodNs;
+        }
+        const Lane& first = *std::find_if(lanes.begin(), lanes.end(), [](const Lane& l) { return !l.done(); });
+        BRAID_RETURN_IF_ERROR(checkAlive(first.peer, first.forSend ? "send to" : "receive from", now));
+        phase = now < spinEnd ? 0 : now < yieldEnd ? 1 : 2;
+      }
+      if (phase == 0) {
+        cpuRelax();
+      } else if (phase == 1) {
         sched_yield();
       } else {
         BRAID_RETURN_IF_ERROR(sleepOnLanes(lanes));

@@ -8,7 +8,8 @@
 #
 #   scripts/chaos.sh [N]          N trials (default 20), build in ./build
 #
-# Environment: BUILD (build folder; or BRAIDRUN and RANKPROG, the programs themselves), SEED (random seed; default from the clock), TRANSPORTS
+# Environment: BUILD (build folder; or BRAIDRUN and RANKPROG, the programs themselves), SEED (random seed; default from the clock), COLLS
+# (the calls to pick from; default every collective mp_fault runs and sendrecv, a ring exchange of sends and receives in one group), TRANSPORTS
 # (default "shm tcp", add ucx when the plugin is built), LAUNCHERS (default "braidrun env":
 # env starts ranks as torchrun does, rank 0 serving the store), TIMEOUT (BRAID_TIMEOUT for the
 # ranks, default 2), LOG (folder for each trial's output; default a temporary one, removed
@@ -66,6 +67,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${BUILD:-$ROOT/build}
 BRAIDRUN=${BRAIDRUN:-$BUILD/src/launcher/braidrun}
 RANKPROG=${RANKPROG:-$BUILD/tests/multiproc/mp_fault}
+COLLS=${COLLS:-"allreduce broadcast allgather reduce_scatter alltoall reduce gather scatter sendrecv"}
 TRANSPORTS=${TRANSPORTS:-"shm tcp"}
 [[ ${STANDBY:-} == host ]] && TRANSPORTS=${TRANSPORTS_HOST:-tcp}  # two emulated hosts: no shared memory between them
 LAUNCHERS=${LAUNCHERS:-"braidrun env"}
@@ -301,7 +303,7 @@ if [[ ${MODE:-fault} == netns ]]; then
   echo "# chaos (netns): $N trials, seed $SEED, faults '$FAULTS', delay $DELAY, BRAID_TIMEOUT=$TIMEOUT, logs in $LOG"
   start=$(date +%s)
   for ((t = 1; t <= N; ++t)); do
-    pick coll "allreduce broadcast allgather reduce_scatter alltoall reduce gather scatter"
+    pick coll "$COLLS"
     pick count "1 1000 65536"
     pick rph "1 2"
     pick fault "$FAULTS"
@@ -471,7 +473,7 @@ pkill -9 -f "$RANKPROG" 2>/dev/null
 echo "# chaos: $N trials, seed $SEED, transports '$TRANSPORTS', launchers '$LAUNCHERS', BRAID_TIMEOUT=$TIMEOUT, logs in $LOG"
 start=$(date +%s)
 for ((t = 1; t <= N; ++t)); do
-  pick coll "allreduce broadcast allgather reduce_scatter alltoall reduce gather scatter"
+  pick coll "$COLLS"
   pick count "1 1000 65536 1048576"
   pick transport "$TRANSPORTS"
   pick launcher "$LAUNCHERS"

@@ -18,7 +18,8 @@
  * and rank MP_LATE_RANK, if set, starts joining MP_LATE_MS milliseconds late, so the others
  * wait for it inside the join when the victim dies.
  * MP_COLL picks the collective (allreduce, the default; broadcast, allgather, reduce_scatter,
- * alltoall, and reduce, gather, scatter with the root moving as broadcast's); MP_CHECK=1
+ * alltoall, and reduce, gather, scatter with the root moving as broadcast's; sendrecv, a ring
+ * exchange in one group: a send to the next rank and a receive from the previous); MP_CHECK=1
  * checks every result, reduce's and gather's at the root (a wrong one prints "WRONG rank=R
  * iter=I" and exits 2). The victim prints "FAULT rank=R mono_ms=T" just before its fault, T on the host's
  * monotonic clock, which the survivors' RESULT lines also carry (scripts/chaos.sh measures
@@ -135,7 +136,12 @@ int main(int argc, char** argv) {
     else if (!strcmp(coll, "reduce")) r = braidReduce(in, out, count, braidFloat32, braidSum, i % nranks, comm, NULL);
     else if (!strcmp(coll, "gather")) r = braidGather(in, out, count, braidFloat32, i % nranks, comm, NULL);
     else if (!strcmp(coll, "scatter")) r = braidScatter(in, out, count, braidFloat32, i % nranks, comm, NULL);
-    else r = braidAllReduce(in, out, count, braidFloat32, braidSum, comm, NULL);
+    else if (!strcmp(coll, "sendrecv")) {
+      braidGroupStart();
+      braidSend(in, count, braidFloat32, (rank + 1) % nranks, comm, NULL);
+      braidRecv(out, count, braidFloat32, (rank + nranks - 1) % nranks, comm, NULL);
+      r = braidGroupEnd();
+    } else r = braidAllReduce(in, out, count, braidFloat32, braidSum, comm, NULL);
     /* Rooted collectives that leave the output only at the root check it there. */
     const int rootOnly = !strcmp(coll, "reduce") || !strcmp(coll, "gather");
     if (r == braidSuccess && check && (!rootOnly || rank == i % nranks)) {
@@ -161,6 +167,8 @@ int main(int argc, char** argv) {
         } else if (!strcmp(coll, "scatter")) {
           /* Block `rank` of the root's input: elements rank*count + j. */
           want = (float)(i % nranks + i % 5 + (int)(((size_t)rank * count + j) % 7));
+        } else if (!strcmp(coll, "sendrecv")) {
+          want = (float)((rank + nranks - 1) % nranks) + base; /* the previous rank's input */
         } else if (!strcmp(coll, "reduce_scatter")) {
           size_t g = (size_t)rank * count + j;
           want = (float)nranks * (float)(i % 5 + (int)(g % 7)) + (float)(nranks * (nranks - 1) / 2);

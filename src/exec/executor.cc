@@ -397,7 +397,7 @@ class ChannelRunner {
     NoteGuard guard{this};
     // A stall (no lane could go) waits as waitLoop does: spin, yield, then sleep, checking
     // the deadline, the abort flag and the peers' health, naming the first lane left.
-    int64_t spinEnd = 0, yieldEnd = 0;
+    Phases phases;
     bool stalled = false;
     int phase = 0;  // of a stall, as in waitLoop: 0 spin, 1 yield, 2 sleep
     for (uint32_t iter = 0;; ++iter) {
@@ -419,22 +419,13 @@ class ChannelRunner {
         const int64_t now = nowNanos();
         if (!stalled) {
           stalled = true;
-          waitStartNs_ = now;
-          spinEnd = now + int64_t{ctx_.wait.spinMicros} * 1000;
-          yieldEnd = spinEnd + int64_t{ctx_.wait.yieldMicros} * 1000;
-          if (nextHealthNs_ == 0) nextHealthNs_ = now + kHealthPeriodNs;
+          phases = beginWait(now);
         }
         const Lane& first = *std::find_if(lanes.begin(), lanes.end(), [](const Lane& l) { return !l.done(); });
         BRAID_RETURN_IF_ERROR(checkAlive(first.peer, first.forSend ? "send to" : "receive from", now));
-        phase = now < spinEnd ? 0 : now < yieldEnd ? 1 : 2;
+        phase = phases.at(now);
       }
-      if (phase == 0) {
-        cpuRelax();
-      } else if (phase == 1) {
-        sched_yield();
-      } else {
-        BRAID_RETURN_IF_ERROR(sleepOnLanes(lanes));
-      }
+      if (!relax(phase)) BRAID_RETURN_IF_ERROR(sleepOnLanes(lanes));
     }
   }
 
@@ -886,6 +877,28 @@ class ChannelRunner {
     }
   };
 
+  // The phases of a wait that began at `start` (waitLoop, runLanes): it spins until
+  // `spinEnd`, yields until `yieldEnd`, then sleeps.
+  struct Phases {
+    int64_t spinEnd = 0, yieldEnd = 0;
+    int at(int64_t now) const { return now < spinEnd ? 0 : now < yieldEnd ? 1 : 2; }
+  };
+  // Begins a wait at `start`: its phases, and the health check's first turn.
+  Phases beginWait(int64_t start) {
+    waitStartNs_ = start;
+    if (nextHealthNs_ == 0) nextHealthNs_ = start + kHealthPeriodNs;
+    Phases p;
+    p.spinEnd = start + int64_t{ctx_.wait.spinMicros} * 1000;
+    p.yieldEnd = p.spinEnd + int64_t{ctx_.wait.yieldMicros} * 1000;
+    return p;
+  }
+  // Spins or yields once in phase 0 or 1; false in phase 2, where the caller sleeps its way.
+  static bool relax(int phase) {
+    if (phase == 0) cpuRelax();
+    else if (phase == 1) sched_yield();
+    return phase < 2;
+  }
+
   Status waitLoop(Connection* c, bool forSend, Slot* slot, void* landing, size_t bytes) {
     NoteGuard guard{this};
     auto attempt = [&]() { return tryOnce(c, forSend, slot, landing, bytes); };
@@ -901,15 +914,12 @@ class ChannelRunner {
       }
     }
     const char* what = forSend ? "send to" : "receive from";
-    int64_t start = nowNanos();
-    waitStartNs_ = start;
-    int64_t spinEnd = start + int64_t{ctx_.wait.spinMicros} * 1000;
-    int64_t yieldEnd = spinEnd + int64_t{ctx_.wait.yieldMicros} * 1000;
-    if (nextHealthNs_ == 0) nextHealthNs_ = start + kHealthPeriodNs;
+    const int64_t start = nowNanos();
+    const Phases phases = beginWait(start);
     // 0 spin, 1 yield, 2 sleep. Decided now, not after the first 32 tries: with more ranks
     // than cores (no spinning), a wait that spun before its first yield kept the core from
     // the very rank it waits for.
-    int phase = start < spinEnd ? 0 : start < yieldEnd ? 1 : 2;
+    int phase = phases.at(start);
     for (uint32_t iter = 1;; ++iter) {
       BRAID_RETURN_IF_ERROR(progressAll());
       st = attempt();
@@ -917,13 +927,9 @@ class ChannelRunner {
       if (phase == 2 || (iter & 31) == 0) {
         int64_t now = nowNanos();
         BRAID_RETURN_IF_ERROR(checkAlive(c->peer(), what, now));
-        phase = now < spinEnd ? 0 : now < yieldEnd ? 1 : 2;
+        phase = phases.at(now);
       }
-      if (phase == 0) {
-        cpuRelax();
-      } else if (phase == 1) {
-        sched_yield();
-      } else {
+      if (!relax(phase)) {
         st = sleepOn(c, forSend, slot, landing, bytes);
         if (st.code() != Code::kWouldBlock) return st;
       }

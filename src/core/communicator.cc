@@ -1171,13 +1171,6 @@ StatusOr<std::shared_ptr<Op>> Communicator::prepare(const algorithms::Request& r
     const size_t es = dataTypeSize(req.dtype);
     const size_t elems = algorithms::inputElems(req, rank_, nranks_);
     const size_t bytes = elems * es;
-    std::vector<std::pair<size_t, size_t>> ranges;  // (first element, elements)
-    if (req.coll == algorithms::Collective::kReduceScatterV && !req.displs.empty()) {
-      for (size_t b = 0; b < req.counts.size(); ++b)
-        if (req.counts[b]) ranges.emplace_back(req.displs[b], req.counts[b]);
-    } else if (elems) {
-      ranges.emplace_back(0, elems);
-    }
     char* scaled = nullptr;
     if (mover) {
       BRAID_ASSIGN_OR_RETURN(void* w, mover->workspace(1, std::max<size_t>(bytes, 1)));
@@ -1186,10 +1179,17 @@ StatusOr<std::shared_ptr<Op>> Communicator::prepare(const algorithms::Request& r
       op->scaled_.reset(new char[std::max<size_t>(bytes, 1)]);
       scaled = op->scaled_.get();
     }
-    for (const auto& [first, n] : ranges) {
+    auto scale = [&](size_t first, size_t n) -> Status {
       const char* from = static_cast<const char*>(input) + first * es;
-      if (mover) BRAID_RETURN_IF_ERROR(mover->scale(scaled + first * es, from, n * es, req.dtype, req.preMulScalar));
-      else reduce::scale(req.dtype, scaled + first * es, from, req.preMulScalar, n);
+      if (mover) return mover->scale(scaled + first * es, from, n * es, req.dtype, req.preMulScalar);
+      reduce::scale(req.dtype, scaled + first * es, from, req.preMulScalar, n);
+      return Status::ok();
+    };
+    if (req.coll == algorithms::Collective::kReduceScatterV && !req.displs.empty()) {
+      for (size_t b = 0; b < req.counts.size(); ++b)
+        if (req.counts[b]) BRAID_RETURN_IF_ERROR(scale(req.displs[b], req.counts[b]));
+    } else if (elems) {
+      BRAID_RETURN_IF_ERROR(scale(0, elems));
     }
     input = scaled;
     algorithms::Request plain = req;

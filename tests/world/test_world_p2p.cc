@@ -142,6 +142,15 @@ bool holds(const std::vector<uint32_t>& in, int from, int to, size_t first = 0) 
   return true;
 }
 
+// n ranks over `transport`, a timeout a wait that never ends runs into.
+WorldOptions over(const std::string& transport, int n) {
+  WorldOptions o;
+  o.nranks = n;
+  o.transport = transport;
+  o.timeoutSec = 20;
+  return o;
+}
+
 }  // namespace
 
 TEST_CASE("messages a group sends one peer match the receives that peer makes in calls of their own", "[world]") {
@@ -150,10 +159,7 @@ TEST_CASE("messages a group sends one peer match the receives that peer makes in
   // 400 KB and 512 KiB: messages of several parts (half a FIFO each), the last part short,
   // or all parts alike (where parts of the two messages taken for each other give no error).
   for (std::string transport : {"loopback", "tcp"}) for (size_t count : {size_t{100000}, size_t{131072}}) {
-    WorldOptions o;
-    o.nranks = 2;
-    o.transport = transport;
-    o.timeoutSec = 20;
+    const WorldOptions o = over(transport, 2);
     Errors err;
     Status init = braid::testing::runWorld(o, [&](core::Communicator& comm) {
       const int r = comm.rank();
@@ -188,10 +194,7 @@ TEST_CASE("a group's receive from one peer goes on while its send to another wai
   // message only after rank 0's second call, which comes after rank 0's send to rank 1
   // has been received whole. Every message is larger than a connection's slots hold.
   for (std::string transport : {"loopback", "tcp"}) {
-    WorldOptions o;
-    o.nranks = 3;
-    o.transport = transport;
-    o.timeoutSec = 20;
+    const WorldOptions o = over(transport, 3);
     Errors err;
     const size_t count = 300000;
     Status init = braid::testing::runWorld(o, [&](core::Communicator& comm) {
@@ -225,10 +228,7 @@ TEST_CASE("a ring exchange in place sends every part before its receive overwrit
   // buffer (a sendrecv in place): the receive must wait for the part it overwrites to be out.
   for (std::string transport : {"loopback", "tcp"}) {
     for (int n : {2, 3}) {
-      WorldOptions o;
-      o.nranks = n;
-      o.transport = transport;
-      o.timeoutSec = 20;
+      const WorldOptions o = over(transport, n);
       Errors err;
       const size_t count = 300001;
       Status init = braid::testing::runWorld(o, [&](core::Communicator& comm) {

@@ -478,6 +478,21 @@ def scenario_p2p():
                 w.wait()
             for i in range(2):
                 assert torch.all(gots[i] == peer * 10 + i), (i, gots[i][:4])
+    with check("two isends to one peer, taken by two blocking recvs there, 512 KiB each"):
+        # The sends go out as one group; the receives are calls of their own: each must get
+        # its own message whole (the pair's messages match in issue order).
+        if N % 2 == 0:
+            peer = R ^ 1
+            n = 1 << 17
+            if R % 2 == 0:
+                works = [dist.isend(torch.arange(n, dtype=torch.float32) + i * n, peer) for i in range(2)]
+                for w in works:
+                    w.wait()
+            else:
+                for i in range(2):
+                    g = torch.empty(n)
+                    dist.recv(g, peer)
+                    assert torch.equal(g, torch.arange(n, dtype=torch.float32) + i * n), (i, g[:4])
     with check("irecv into a non-contiguous tensor, is_completed polling"):
         nxt, prv = (R + 1) % N, (R - 1) % N
         m = torch.zeros(64, 32)

@@ -1649,24 +1649,28 @@ Status Communicator::explainMismatch(const Status& s, const Op& op, uint64_t pee
   const int peer = s.rank();
   const uint32_t mySeq = static_cast<uint32_t>(op.tag_ >> 32);
   const uint32_t peerSeq = static_cast<uint32_t>(peerTag >> 32);
-  std::string mine = "#" + std::to_string(mySeq) + " " + describeCall(op.shape_);
+  // Point-to-point calls carry no sequence number and publish nothing: their tag says what
+  // they are.
+  const char* p2p = "sends and receives (a point-to-point call)";
+  const bool peerP2P = peerTag == kP2PTag;
+  std::string mine = op.sequenced_ ? "#" + std::to_string(mySeq) + " " + describeCall(op.shape_) : p2p;
   // A peer behind this rank sent a call this rank has finished: that one disagrees.
-  if (peerSeq < mySeq) {
+  if (op.sequenced_ && !peerP2P && peerSeq < mySeq) {
     const std::string then = recorder_.describe(peerSeq);
     if (!then.empty()) mine = then + ", then " + mine;
   }
-  std::string theirs;
-  if (peer >= 0 && peer < nranks_ && !storeLost()) {
+  std::string theirs = peerP2P ? p2p : "";
+  if (!peerP2P && peer >= 0 && peer < nranks_ && !storeLost()) {
     // Published first, so that a peer doing the same finds this rank's call without waiting.
     // A peer that finds nothing waits for a while and then publishes its own (publishCall).
-    publishCall(op);
+    if (op.sequenced_) publishCall(op);
     Deadline deadline = Deadline::after(std::min(2.0, std::max(0.5, opts_.config.timeoutSec / 2)));
     auto v = store_->get(key("call/" + std::to_string(peer) + "/" + std::to_string(peerSeq)), deadline);
     if (v.isOk()) theirs = v.value();
     // A peer ahead of this rank finished this operation, with a call of its own, before it
     // sent what arrived here: that call is the one that disagrees. It publishes it when it
     // fails (fail), at the latest at its next wait.
-    if (peerSeq > mySeq && peerSeq - mySeq < kPublishedCalls) {
+    if (op.sequenced_ && peerSeq > mySeq && peerSeq - mySeq < kPublishedCalls) {
       auto at = store_->get(key("call/" + std::to_string(peer) + "/" + std::to_string(mySeq)), deadline);
       if (at.isOk()) theirs = at.value() + (theirs.empty() ? "" : ", then " + theirs);
     }

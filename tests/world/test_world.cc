@@ -299,6 +299,47 @@ TEST_CASE("a root mismatch and a different collective are decoded too", "[world]
   CHECK(decoded);
 }
 
+// Point-to-point calls carry no sequence number and publish no call: the error says what
+// they are from their tag, at once, rather than waiting for a record that never comes.
+TEST_CASE("a send or receive where the peer runs a collective is decoded as point-to-point", "[world]") {
+  for (bool sends : {true, false}) {
+    INFO((sends ? "rank 0 sends" : "rank 0 receives"));
+    WorldOptions o;
+    o.nranks = 2;
+    o.timeoutSec = 30;
+    std::vector<double> seconds;
+    auto errors = errorsOf(
+        o,
+        [&](core::Communicator& comm) {
+          std::vector<uint32_t> buf(10, 1);
+          if (comm.rank() == 0) {
+            // A send goes out eagerly and returns; rank 0 learns of the mismatch at its next call.
+            algorithms::Request p2p;
+            p2p.coll = algorithms::Collective::kSendRecv;
+            p2p.dtype = DataType::kUint32;
+            p2p.p2p = {{sends, 1, 10}};
+            Status s = comm.run(p2p, nullptr, nullptr, {buf.data()});
+            if (!s.isOk()) return s;
+          }
+          algorithms::Request req;
+          req.coll = algorithms::Collective::kAllReduce;
+          req.dtype = DataType::kUint32;
+          req.count = 10;
+          return comm.run(req, buf.data(), buf.data());
+        },
+        &seconds);
+    bool decoded = false;
+    for (size_t r = 0; r < errors.size(); ++r) {
+      INFO("rank " << r << ": " << errors[r]);
+      decoded = decoded || (errors[r].find("rank 0: sends and receives (a point-to-point call)") != std::string::npos &&
+                            errors[r].find("rank 1: #0 allreduce count=10 uint32 sum") != std::string::npos);
+      CHECK(seconds[r] < 10);  // far from the timeout
+    }
+    CHECK(errors[1] != "");  // rank 1's allreduce met rank 0's point-to-point call
+    CHECK(decoded);
+  }
+}
+
 // A call as the sweep below issues it.
 struct Call {
   algorithms::Collective coll;

@@ -313,7 +313,9 @@ TEST_CASE("a send or receive where the peer runs a collective is decoded as poin
         [&](core::Communicator& comm) {
           std::vector<uint32_t> buf(10, 1);
           if (comm.rank() == 0) {
-            // A send goes out eagerly and returns; rank 0 learns of the mismatch at its next call.
+            // A send goes out eagerly and returns. Rank 0's allreduce may still complete with
+            // the data rank 1 sent before it met the send; rank 0 then learns of the failure
+            // at a later call.
             algorithms::Request p2p;
             p2p.coll = algorithms::Collective::kSendRecv;
             p2p.dtype = DataType::kUint32;

@@ -72,6 +72,11 @@ killed() {
   echo "$out"
   n=$(grep -E -c 'SURVIVOR rank=[01] result=3 calls=[0-9]+ ms=[0-9]{1,4} error=.*rank 2.*\(failed rank 2\)' <<<"$out")
   [ "$n" = 2 ] || { echo "FAIL: rank 2 killed, $name: $n of 2 survivors failed within 5 s naming it"; fail=1; }
+  # The killed rank's device slots, which a GPU frees with the process, are the fake's
+  # shared-memory segments here: gone with it too.
+  local victim
+  victim=$(grep -o 'VICTIM rank=2 pid=[0-9]*' <<<"$out" | sed 's/.*pid=//')
+  [ -n "$victim" ] && rm -f /dev/shm/braid-fake-slots-"$victim"-*
 }
 killed "direct over shm" direct shm
 killed "ipc over shm" ipc shm

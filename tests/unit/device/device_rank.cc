@@ -38,7 +38,13 @@ int dieOrSurvive(braid::device::test::FakeRuntime& rt, braidComm_t comm, int ran
   stream.synchronize();
   // Every rank past its first call, so that the victim dies while the others are in theirs.
   if (braidBarrier(comm) != braidSuccess) return 1;
-  if (rank == victim) raise(SIGKILL);
+  if (rank == victim) {
+    // Its device slots die with it on a GPU; the fake's are shared-memory segments, which
+    // the test removes after the run by this pid.
+    std::printf("VICTIM rank=%d pid=%d\n", rank, static_cast<int>(getpid()));
+    std::fflush(stdout);
+    raise(SIGKILL);
+  }
   const auto t0 = std::chrono::steady_clock::now();
   for (int calls = 1;; ++calls) {
     braidResult_t res = braidAllReduce(buf, buf, count, braidFloat32, braidSum, comm, stream.handle());

@@ -5,6 +5,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <netinet/in.h>
@@ -65,8 +66,13 @@ class EtcdServer {
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
+    const pid_t parent = getpid();
     pid_ = fork();
     if (pid_ == 0) {
+      // Killed with the test, should the test be killed (a CTest timeout) before its
+      // destructor runs: no etcd is left behind.
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(127);
       // dup2, not freopen: closing the inherited stdio streams would flush the test's
       // unwritten output a second time.
       setpgid(0, 0);

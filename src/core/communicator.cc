@@ -1270,6 +1270,7 @@ Status Communicator::bindBuffers(Op* op, const void* input, void* output, std::v
 }
 
 void Communicator::startOp(Op* op, bool startsNow) {
+  op->fillTag_ = static_cast<uint64_t>(seq_) << 32;
   op->tag_ = op->sequenced_ ? (static_cast<uint64_t>(seq_++) << 32) | cachedShapeHash_ : kP2PTag;
   op->remaining_ = static_cast<int>(op->channels_.size());
   op->startedAtQueue_ = startsNow;
@@ -1431,6 +1432,7 @@ exec::RunContext Communicator::channelContext(const Op& op, int channel) const {
   ctx.sliceBytes = mesh ? meshSlotBytes_ : opts_.config.slotBytes;
   ctx.wholeBlockBytes = wholeBlockBytes_;
   ctx.tag = op.tag_;
+  ctx.mismatchFill = op.fillTag_;
   ctx.wait = op.channels_.size() == 1 ? waitOneChannel_ : wait_;
   ctx.streamOutput = op.outputBytes_ >= kStreamOutputBytes;
   ctx.abortFlag = &abortFlag_;
@@ -1652,7 +1654,9 @@ Status Communicator::explainMismatch(const Status& s, const Op& op, uint64_t pee
   // Point-to-point calls carry no sequence number and publish nothing: their tag says what
   // they are.
   const char* p2p = "sends and receives (a point-to-point call)";
-  const bool peerP2P = peerTag == kP2PTag;
+  // Over UCX a tag keeps only some of the sequence number's bits (the executor fills in
+  // the rest from this rank's own tag): the shape part alone tells.
+  const bool peerP2P = (peerTag & 0xffffffffu) == (kP2PTag & 0xffffffffu);
   std::string mine = op.sequenced_ ? "#" + std::to_string(mySeq) + " " + describeCall(op.shape_) : p2p;
   // A peer behind this rank sent a call this rank has finished: that one disagrees.
   if (op.sequenced_ && !peerP2P && peerSeq < mySeq) {

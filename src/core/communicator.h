@@ -68,6 +68,10 @@ class Op {
   std::unique_ptr<char[]> scaled_;    // a pre-multiplied copy of the input
   exec::DataMover* mover_ = nullptr;  // device buffers: what touches their bytes
   uint64_t tag_ = 0;
+  // What fills in the tag bits a transport does not carry when a peer's mismatched tag is
+  // reported (RunContext::mismatchFill): tag_, or for point-to-point the sequence number the
+  // next collective takes.
+  uint64_t fillTag_ = 0;
   CallShape shape_;
   bool sequenced_ = false;  // a collective (point-to-point groups carry no sequence number)
   bool startedAtQueue_ = false;  // recorded as running when queued (run on the caller's thread)

@@ -756,8 +756,9 @@ class ChannelRunner {
 
   Status mismatchWith(int peer, uint64_t peerTag, uint64_t mask) {
     // Bits the transport does not carry (UCX keeps 10 of the sequence number's) are taken
-    // from this rank's own tag: the nearest operation with the bits the peer sent.
-    if (ctx_.mismatchTag) *ctx_.mismatchTag = (peerTag & mask) | (ctx_.tag & ~mask);
+    // from RunContext::mismatchFill: this operation's tag (for a point-to-point call, the
+    // next collective's sequence number), the nearest operation with the bits the peer sent.
+    if (ctx_.mismatchTag) *ctx_.mismatchTag = (peerTag & mask) | (ctx_.mismatchFill & ~mask);
     return Status(Code::kInvalidArgument,
                   "collective mismatch: rank " + std::to_string(peer) + " sent " + describeTag(peerTag) +
                       " while rank " + std::to_string(ctx_.rank) + " runs " + describeTag(ctx_.tag) +

@@ -98,6 +98,10 @@ struct RunContext {
   // Set (when not null) to the tag a peer sent when the executor fails with a collective
   // mismatch, so that the caller can decode both calls.
   uint64_t* mismatchTag = nullptr;
+  // The tag whose bits fill in those a transport does not carry in that report (UCX keeps
+  // 10 of the sequence number's): this operation's own for a collective, the sequence
+  // number of the next collective for a point-to-point call (whose tag has none).
+  uint64_t mismatchFill = 0;
   // The other connection set's links owned by this thread (the mesh while running on the
   // rings, channel 0's rings while running on the mesh), or null. A peer that issued a
   // different collective may be sending on them: a wait longer than kLongWaitNs scans them,

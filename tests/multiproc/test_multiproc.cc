@@ -375,6 +375,52 @@ TEST_CASE("the full collective set across processes over shm and tcp", "[multipr
   }
 }
 
+// A random program of calls (mp_random.cc): every collective with random types, ops
+// (pre-multiplied sums too), counts, roots and in-place use, groups of collectives, groups of
+// sends and receives between random pairs, on the world, a reordered copy and halves, checked
+// element by element, with guard bytes and the gaps of v-collectives left untouched.
+struct RandomRun {
+  const char* env;
+  int np;
+  int seed;
+};
+void runRandomPrograms(const std::vector<RandomRun>& runs) {
+  for (const RandomRun& rr : runs) {
+    INFO("np " << rr.np << " seed " << rr.seed << " " << rr.env);
+    Run r = run(braidrun(rr.np, std::string(rr.env) + " BRAID_TIMEOUT=60") + MP_DIR "/mp_random " +
+                std::to_string(rr.seed) + " 150");
+    INFO(r.out);
+    CHECK(r.status == 0);
+    for (int i = 0; i < rr.np; ++i)
+      CHECK(r.out.find("150 steps ok rank " + std::to_string(i) + "\n") != std::string::npos);
+  }
+}
+
+TEST_CASE("random programs of calls give the right element everywhere over shm and tcp", "[multiproc]") {
+  runRandomPrograms({
+      {"", 2, 1},
+      {"", 5, 2},
+      {"BRAID_TRANSPORT=tcp", 3, 3},
+      {"BRAID_TRANSPORT=tcp BRAID_NSLOTS=2 BRAID_SLOT_BYTES=4096", 4, 4},
+      // The halves' program on a thread of its own, beside the world's.
+      {"MP_RANDOM_THREADS=1", 4, 5},
+      // Non-blocking: calls return at once and several steps stay in flight.
+      {"MP_RANDOM_NONBLOCKING=1", 3, 6},
+      {"MP_RANDOM_NONBLOCKING=1 MP_RANDOM_THREADS=1 BRAID_TRANSPORT=tcp", 4, 7},
+      {"BRAID_ALGO='allreduce:recursive_doubling;allgather:bruck;reduce_scatter:recursive_halving;"
+       "alltoall:bruck;gather:tree;scatter:tree;broadcast:tree;reduce:tree'",
+       5, 8},
+  });
+}
+
+TEST_CASE("random programs of calls give the right element everywhere over ucx", "[multiproc][ucx]") {
+  runRandomPrograms({
+      {"BRAID_TRANSPORT=ucx", 3, 11},
+      {"BRAID_TRANSPORT=ucx MP_RANDOM_NONBLOCKING=1 MP_RANDOM_THREADS=1", 4, 12},
+      {"BRAID_TRANSPORT=ucx BRAID_WHOLE_BLOCKS=0", 2, 13},
+  });
+}
+
 // Each new perf tool, with its own element check (-c 1): zero wrong elements, in and out of
 // place, over a few sizes (and every type and op where that stays quick).
 TEST_CASE("every perf tool checks its results with zero wrong", "[multiproc]") {

@@ -71,6 +71,9 @@ constexpr size_t kMaxOnClosePerConn = 1024;
 constexpr uint64_t kMaxWaitMs = 1000ull * 1000 * 1000;
 // How long a client waits for the server's own TIMEOUT reply beyond the deadline it sent.
 constexpr double kReplyGraceSec = 2.0;
+// The longest one request parks in the store (TcpStoreClient::parkedRoundTrip): what another
+// thread's request on the same connection may have to wait for.
+constexpr double kParkSliceSec = 0.25;
 // A standby store's mirror: how long the store it stands by for waits for each write to be
 // taken before it goes on without a standby (setStandbyWait changes it), and for a standby
 // to be attached.
@@ -1748,8 +1751,23 @@ Status TcpStoreClient::readReply(Deadline deadline, proto::Reply* reply, bool* t
   }
 }
 
+Status TcpStoreClient::parkedRoundTrip(proto::Request req, Deadline deadline, proto::Reply* reply) {
+  for (;;) {
+    const bool last = !deadline.never() && deadline.remainingMillis(INT_MAX) <= kParkSliceSec * 1000;
+    const Deadline slice = last ? deadline : Deadline::after(kParkSliceSec);
+    req.timeoutMs = timeoutMillis(slice);
+    BRAID_RETURN_IF_ERROR(roundTrip(req, withGrace(slice), reply));
+    if (reply->op != proto::Op::kTimeout || last) return Status::ok();
+    // Whoever queued for the connection meanwhile goes first (a mutex lets its unlocker
+    // take it straight back), for a moment at most.
+    for (int i = 0; i < 100 && queued_.load(std::memory_order_relaxed) > 0; ++i) usleep(100);
+  }
+}
+
 Status TcpStoreClient::roundTrip(const proto::Request& req, Deadline replyDeadline, proto::Reply* reply) {
-  std::lock_guard<std::mutex> lock(mu_);
+  queued_.fetch_add(1, std::memory_order_relaxed);
+  std::unique_lock<std::mutex> lock(mu_);
+  queued_.fetch_sub(1, std::memory_order_relaxed);
   Status s = roundTripLocked(req, replyDeadline, reply);
   // The store is gone and its standby is known: ask there (once), as often as it says it does
   // not serve yet (it may not have seen the store go), until the deadline.
@@ -1936,9 +1954,8 @@ StatusOr<std::string> TcpStoreClient::get(const std::string& key, Deadline deadl
   proto::Request req;
   req.op = proto::Op::kGet;
   req.keys = {key};
-  req.timeoutMs = timeoutMillis(deadline);
   proto::Reply rep;
-  BRAID_RETURN_IF_ERROR(roundTrip(req, withGrace(deadline), &rep));
+  BRAID_RETURN_IF_ERROR(parkedRoundTrip(req, deadline, &rep));
   if (rep.op == proto::Op::kTimeout) return waitTimeout("get", rep.value);
   if (rep.op != proto::Op::kValue) return unexpected(address_, req.op, rep.op);
   return std::move(rep.value);
@@ -2014,9 +2031,8 @@ Status TcpStoreClient::wait(const std::vector<std::string>& keys, Deadline deadl
     proto::Request req;
     req.op = proto::Op::kWait;
     req.keys.assign(keys.begin() + begin, keys.begin() + end);
-    req.timeoutMs = timeoutMillis(deadline);
     proto::Reply rep;
-    BRAID_RETURN_IF_ERROR(roundTrip(req, withGrace(deadline), &rep));
+    BRAID_RETURN_IF_ERROR(parkedRoundTrip(req, deadline, &rep));
     if (rep.op == proto::Op::kTimeout) return waitTimeout("wait for " + keyList(keys), rep.value);
     if (rep.op != proto::Op::kOk) return unexpected(address_, req.op, rep.op);
   }
@@ -2053,9 +2069,8 @@ StatusOr<std::vector<std::string>> TcpStoreClient::multiGet(const std::vector<st
     proto::Request req;
     req.op = proto::Op::kMultiGet;
     req.keys.assign(keys.begin() + begin, keys.begin() + end);
-    req.timeoutMs = timeoutMillis(deadline);
     proto::Reply rep;
-    Status s = roundTrip(req, withGrace(deadline), &rep);
+    Status s = parkedRoundTrip(req, deadline, &rep);
     if (s.code() == Code::kWouldBlock) {
       // The values exist but do not fit one reply frame: fetch them one at a time.
       BRAID_ASSIGN_OR_RETURN(auto part, Store::multiGet(req.keys, deadline));

@@ -236,6 +236,12 @@ class TcpStoreClient : public Store {
   // Sends `req` and reads its reply; `replyDeadline` bounds the whole exchange. An ERROR
   // reply becomes its Status; a TIMEOUT reply is returned for the caller to word. Takes mu_.
   Status roundTrip(const proto::Request& req, Deadline replyDeadline, proto::Reply* reply);
+  // A request the store may park until `deadline` (GET, WAIT, MULTI_GET), asked for in short
+  // slices: the connection is shared by every communicator of the process and roundTrip
+  // holds mu_ for a whole exchange, so one long wait would hold every other thread's quick
+  // question until its caller's time had run out. Ends at a reply other than TIMEOUT, or at
+  // the deadline with the last slice's TIMEOUT reply.
+  Status parkedRoundTrip(proto::Request req, Deadline deadline, proto::Reply* reply);
   // Sends a whole request frame by `deadline`. With `orNothing`, a socket that takes none of
   // it now gives kWouldBlock and nothing is sent. Caller holds mu_.
   Status sendFrameLocked(const std::string& frame, Deadline deadline, proto::Op op, bool orNothing);
@@ -253,6 +259,7 @@ class TcpStoreClient : public Store {
   const std::string address_;
   const double opTimeoutSec_;
   std::mutex mu_;
+  std::atomic<int> queued_{0};  // threads waiting for mu_ in roundTrip: a parked wait lets them in
   std::mutex fdMu_;       // orders interrupt()'s shutdown against lose()'s close
   std::atomic<bool> interrupted_{false};
   std::atomic<bool> quiet_{false};

@@ -1264,3 +1264,40 @@ TEST_CASE("tcp store: a standby holds a numbered add's count and its record toge
   CHECK(a->get("m", Deadline::after(1)).value() == "2");
   CHECK(a->add("n", 1).value() == 17);
 }
+
+// Every communicator of a process shares its one store connection. A get that waits in the
+// store for a key (the stall records, a peer's published call, a vote) must not hold that
+// connection for its whole wait: another thread's quick question, with a second to spare,
+// would find its time gone before it was asked and call a live store stalled.
+TEST_CASE("tcp store client: a long wait on the shared connection leaves others' requests quick", "[bootstrap][tcp]") {
+  auto server = startServer();
+  auto client = connectTo(server->port());
+  REQUIRE(client->set("there", "1").isOk());
+  std::atomic<bool> waiting{true};
+  std::thread waiter([&] {
+    auto t0 = std::chrono::steady_clock::now();
+    auto v = client->get("never", Deadline::after(2.5));
+    CHECK(v.status().code() == Code::kTimeout);
+    CHECK(secondsSince(t0) > 2.3);  // the whole wait, in slices
+    waiting = false;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  for (int i = 0; i < 5 && waiting; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    auto there = client->check({"there"}, Deadline::after(1.0));
+    INFO(there.status().toString());
+    CHECK(there.isOk());
+    CHECK((there.isOk() && there.value()));
+    CHECK(secondsSince(t0) < 0.5);
+  }
+  // A key set while another thread waits for it is seen by that wait.
+  std::thread setter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    CHECK(client->set("later", "x").isOk());
+  });
+  auto later = client->get("later", Deadline::after(3));
+  INFO(later.status().toString());
+  CHECK(later.isOk());
+  setter.join();
+  waiter.join();
+}

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <csignal>
 #include <cstring>
 #include <ctime>
 #include <string>
@@ -31,6 +32,19 @@ namespace {
 thread_local int rank = -1, nranks = 0;
 thread_local std::string where;  // the step being checked, for messages
 std::atomic<int> failures{0};
+std::atomic<int> wrong{0};         // failures that are wrong data, not errors returned
+thread_local int myFailures = 0;   // this thread's, errors included
+thread_local bool checking = false;  // inside a data check: a failure is wrong data
+// MP_RANDOM_KILL=STEP[:RANK]: RANK dies by SIGKILL at STEP (MP_RANDOM_FAULT=stop: stops by
+// SIGSTOP, a stalled peer, instead); each survivor ends its program at its first error.
+int killStep = -1, victim = 1;
+int faultSignal = SIGKILL;
+
+long monoMs() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1000L + ts.tv_nsec / 1000000;
+}
 bool nonblocking = false;  // MP_RANDOM_NONBLOCKING: calls return braidInProgress; checks wait
 bool verbose = false;      // MP_RANDOM_VERBOSE: each step before it runs
 
@@ -236,6 +250,8 @@ struct Buffer {
 void fail(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 void fail(const char* fmt, ...) {
   ++failures;
+  ++myFailures;
+  if (checking) ++wrong;
   char what[512];
   va_list ap;
   va_start(ap, fmt);
@@ -296,6 +312,7 @@ struct Coll {
   Buffer* send = nullptr;
   Buffer* recv = nullptr;
   std::vector<unsigned char> sent;  // the send buffer as passed: a collective must not write it
+  bool failed = false;  // its call returned an error: its buffers mean nothing
 };
 enum Kind { kAllReduce, kBroadcast, kReduce, kAllGather, kReduceScatter, kAllToAll, kGather, kScatter,
             kAllGatherV, kReduceScatterV, kAllToAllV, kNumKinds };
@@ -461,9 +478,14 @@ braidResult_t call(Coll& c, braidComm_t comm) {
 }
 
 void check(Coll& c) {
+  if (c.failed) return;
   rank = c.me;
   nranks = c.n;
   where = c.where;
+  struct Checking {
+    Checking() { checking = true; }
+    ~Checking() { checking = false; }
+  } scope;
   const Type& t = *c.t;
   const size_t n = static_cast<size_t>(nranks);
   const int op = c.op;
@@ -573,15 +595,18 @@ std::string describe(const Coll& c) {
 // True for a call's result that means it was taken: done, or running in the background.
 bool taken(braidResult_t r) { return r == braidSuccess || (nonblocking && r == braidInProgress); }
 
-// Waits until nothing is running on comm in the background; reports its error if any.
-void settle(braidComm_t comm) {
-  if (!nonblocking || !comm) return;
+// Waits until nothing is running on comm in the background; reports its error if any and
+// returns false then.
+bool settle(braidComm_t comm) {
+  if (!nonblocking || !comm) return true;
   braidResult_t r = braidInProgress;
   while (braidCommGetAsyncError(comm, &r) == braidSuccess && r == braidInProgress) {
     struct timespec ts = {0, 20000};
     nanosleep(&ts, nullptr);
   }
-  if (r != braidSuccess) fail("in the background: %s: %s", braidGetErrorString(r), braidGetLastError(comm));
+  if (r == braidSuccess) return true;
+  fail("in the background: %s: %s", braidGetErrorString(r), braidGetLastError(comm));
+  return false;
 }
 
 // A group of sends and receives: a random list of messages, posted by each rank in list
@@ -620,9 +645,16 @@ void p2pStep(Rng& g, uint64_t step, size_t maxCount, braidComm_t comm) {
     }
   }
   rc = braidGroupEnd();
-  if (!taken(rc)) fail("braidGroupEnd: %s: %s", braidGetErrorString(rc), braidGetLastError(comm));
-  settle(comm);
+  bool failed = !taken(rc);
+  if (failed) fail("braidGroupEnd: %s: %s", braidGetErrorString(rc), braidGetLastError(comm));
+  if (!settle(comm)) failed = true;
+  checking = !failed;
   for (size_t k = 0; k < msgs.size(); ++k) {
+    if (failed) {  // the buffers mean nothing
+      delete sends[k];
+      delete recvs[k];
+      continue;
+    }
     if (recvs[k]) {
       const Msg& m = msgs[k];
       expectRange("message", t, braidSum, recvs[k]->data(), 0, m.count,
@@ -637,6 +669,7 @@ void p2pStep(Rng& g, uint64_t step, size_t maxCount, braidComm_t comm) {
     delete sends[k];
     delete recvs[k];
   }
+  checking = false;
 }
 
 // A communicator a program may run steps on, with this process's place in it.
@@ -658,15 +691,17 @@ Member memberOf(braidComm_t comm) {
 // `main`, some on `other` (the same ranks in another order), and, where `sub` is given, some
 // on it with a program of its own (every member of `sub` draws the same one from `subSeed`).
 void runSteps(uint64_t seed, int steps, size_t maxCount, Member main, Member other, Member sub, uint64_t subSeed,
-              uint64_t patienceSeed) {
+              uint64_t patienceSeed, int worldRank) {
   // In non-blocking mode collectives may stay in flight for a few steps before their
   // results are checked; `pending` holds them, and a per-rank stream decides when.
   std::vector<Coll> pending;
   Rng patience{patienceSeed};
   auto settleAll = [&]() {
     const int r = rank, n = nranks;  // check() switches to each collective's communicator
-    for (const Member* m : {&main, &other, &sub}) settle(m->comm);
+    bool settled = true;
+    for (const Member* m : {&main, &other, &sub}) settled = settle(m->comm) && settled;
     for (Coll& c : pending) {
+      if (!settled) c.failed = true;  // which of them failed cannot be told
       check(c);
       release(c);
     }
@@ -677,6 +712,12 @@ void runSteps(uint64_t seed, int steps, size_t maxCount, Member main, Member oth
   Rng g{seed};
   for (int s = 0; s < steps; ++s) {
     const uint64_t step = static_cast<uint64_t>(s);
+    if (killStep >= 0 && myFailures > 0) break;  // a peer is gone: this program ends here
+    if (s == killStep && worldRank == victim) {
+      std::printf("FAULT rank=%d step=%d mono_ms=%ld\n", worldRank, s, monoMs());
+      std::fflush(stdout);
+      raise(faultSignal);
+    }
     const int which = g.below(10);
     Member on = main;
     Rng local = g;
@@ -713,14 +754,24 @@ void runSteps(uint64_t seed, int steps, size_t maxCount, Member main, Member oth
       }
       if (verbose) std::fprintf(stderr, "rank %d %s\n", rank, where.c_str());
       if (k > 1) braidGroupStart();
+      bool failed = false;
       for (Coll& c : colls) {
         braidResult_t r = call(c, comm);
-        if (!taken(r)) fail("%s: %s: %s", describe(c).c_str(), braidGetErrorString(r), braidGetLastError(comm));
+        if (!taken(r)) {
+          fail("%s: %s: %s", describe(c).c_str(), braidGetErrorString(r), braidGetLastError(comm));
+          c.failed = true;
+          failed = true;
+        }
       }
       if (k > 1) {
         braidResult_t r = braidGroupEnd();
-        if (!taken(r)) fail("braidGroupEnd: %s: %s", braidGetErrorString(r), braidGetLastError(comm));
+        if (!taken(r)) {
+          fail("braidGroupEnd: %s: %s", braidGetErrorString(r), braidGetLastError(comm));
+          failed = true;
+        }
       }
+      if (k > 1 && failed)
+        for (Coll& c : colls) c.failed = true;
       for (Coll& c : colls) {
         c.where = "step " + std::to_string(s) + ": checking [" + describe(c) + "]";
         pending.push_back(c);
@@ -744,6 +795,12 @@ int main(int argc, char** argv) {
   verbose = std::getenv("MP_RANDOM_VERBOSE") != nullptr;
   nonblocking = std::getenv("MP_RANDOM_NONBLOCKING") != nullptr;
   const bool threads = std::getenv("MP_RANDOM_THREADS") != nullptr;
+  if (const char* k = std::getenv("MP_RANDOM_KILL")) {
+    killStep = std::atoi(k);
+    if (const char* colon = std::strchr(k, ':')) victim = std::atoi(colon + 1);
+    const char* f = std::getenv("MP_RANDOM_FAULT");
+    if (f && std::strcmp(f, "stop") == 0) faultSignal = SIGSTOP;
+  }
   braidConfig_t config = BRAID_CONFIG_INITIALIZER;
   config.blocking = nonblocking ? 0 : 1;
   braidComm_t world = nullptr;
@@ -769,16 +826,26 @@ int main(int argc, char** argv) {
   const uint64_t patienceSeed = seed * 31 + static_cast<uint64_t>(worldRank);
   if (threads) {
     // The halves' program runs beside the world's, on a thread of its own.
-    std::thread side([&] { runSteps(halfSeed, steps / 2, maxCount, memberOf(half), Member{}, Member{}, 0, patienceSeed + 1); });
-    runSteps(seed, steps, maxCount, memberOf(world), memberOf(reversed), Member{}, 0, patienceSeed);
+    std::thread side([&] {
+      runSteps(halfSeed, steps / 2, maxCount, memberOf(half), Member{}, Member{}, 0, patienceSeed + 1, -1);
+    });
+    runSteps(seed, steps, maxCount, memberOf(world), memberOf(reversed), Member{}, 0, patienceSeed, worldRank);
     side.join();
   } else {
-    runSteps(seed, steps, maxCount, memberOf(world), memberOf(reversed), memberOf(half), halfSeed, patienceSeed);
+    runSteps(seed, steps, maxCount, memberOf(world), memberOf(reversed), memberOf(half), halfSeed, patienceSeed,
+             worldRank);
   }
   rank = worldRank;
+  const long stopped = monoMs();
   braidCommDestroy(half);
   braidCommDestroy(reversed);
   braidCommDestroy(world);
+  if (killStep >= 0 && failures > 0) {
+    // A survivor: it stopped at the error; nothing that returned success may be wrong.
+    std::printf("STOPPED rank=%d wrong=%d mono_ms=%ld destroy_ms=%ld\n", worldRank, wrong.load(), stopped,
+                monoMs() - stopped);
+    return wrong ? 2 : 1;
+  }
   if (failures == 0) std::printf("mp_random seed %" PRIu64 ": %d steps ok rank %d\n", seed, steps, rank);
   return failures ? 1 : 0;
 }

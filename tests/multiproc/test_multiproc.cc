@@ -421,6 +421,54 @@ TEST_CASE("random programs of calls give the right element everywhere over ucx",
   });
 }
 
+// The same programs with a peer killed (or stopped) at a given step: every survivor's program
+// ends at an error, each within the timeout (plus the stall records' share for a stop), and
+// nothing that returned success holds a wrong element.
+TEST_CASE("a peer that dies or stops inside a random program fails every survivor, with no wrong result",
+          "[multiproc]") {
+  struct FaultRun {
+    const char* env;
+    int np;
+    int seed;
+    const char* kill;  // STEP:RANK
+  };
+  const FaultRun runs[] = {
+      {"", 4, 21, "40:1"},
+      {"MP_RANDOM_THREADS=1 MP_RANDOM_NONBLOCKING=1", 5, 22, "25:0"},
+      {"BRAID_TRANSPORT=tcp MP_RANDOM_THREADS=1", 3, 23, "60:2"},
+      {"MP_RANDOM_FAULT=stop MP_RANDOM_THREADS=1 MP_RANDOM_NONBLOCKING=1", 4, 24, "30:3"},
+  };
+  for (const FaultRun& fr : runs) {
+    INFO("np " << fr.np << " seed " << fr.seed << " fault " << fr.kill << " " << fr.env);
+    const int timeout = 3;
+    Run r = run(braidrun(fr.np, std::string(fr.env) + " BRAIDRUN_GRACE_SEC=5 BRAID_TIMEOUT=" + std::to_string(timeout) +
+                                    " MP_RANDOM_KILL=" + fr.kill) +
+                MP_DIR "/mp_random " + std::to_string(fr.seed) + " 200");
+    INFO(r.out);
+    CHECK(r.status != 0);
+    auto monoOf = [&](const std::string& line) {
+      size_t at = line.find("mono_ms=");
+      return at == std::string::npos ? -1L : std::stol(line.substr(at + 8));
+    };
+    long faultMs = -1;
+    int survivors = 0;
+    std::istringstream lines(r.out);
+    std::vector<long> stops;
+    for (std::string line; std::getline(lines, line);) {
+      if (line.rfind("FAULT ", 0) == 0) faultMs = monoOf(line);
+      if (line.rfind("STOPPED ", 0) == 0) {
+        ++survivors;
+        CHECK(line.find("wrong=0 ") != std::string::npos);
+        stops.push_back(monoOf(line));
+      }
+    }
+    REQUIRE(faultMs > 0);
+    CHECK(survivors == fr.np - 1);
+    // A death is seen at once; a stop at the timeout plus up to half of it (docs/reliability.md).
+    for (long at : stops) CHECK(at - faultMs < (timeout * 1500 + 1000));
+  }
+}
+
 // Each new perf tool, with its own element check (-c 1): zero wrong elements, in and out of
 // place, over a few sizes (and every type and op where that stays quick).
 TEST_CASE("every perf tool checks its results with zero wrong", "[multiproc]") {

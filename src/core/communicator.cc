@@ -1015,6 +1015,10 @@ Status Communicator::connect() {
                                                               : "BRAID_TRANSPORT=" + cfg.transport);
     }
     meshTransports_[t] = std::move(meshT).value();
+    // The mesh's instance learns its peers as the rings' did (UCX remembers by them which
+    // peer processes stopped taking messages).
+    for (int r = 0; r < nranks_; ++r)
+      if (choice[r] == static_cast<int>(t)) (void)meshTransports_[t]->canConnect(peers_[rank_], peers_[r]);
   }
 
   auto emptyLinks = [&] {

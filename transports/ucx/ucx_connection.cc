@@ -3,8 +3,11 @@
 #include <poll.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <set>
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -53,6 +56,46 @@ WaitHandle armedHandle(Worker* w) {
 
 }  // namespace
 
+namespace {
+// Peer processes ("host/pid") on this host found stopped or gone at a teardown.
+std::mutex gStalledMu;
+std::set<std::string>& stalledProcesses() {
+  static std::set<std::string> s;
+  return s;
+}
+std::string processKey(const std::pair<std::string, int64_t>& id) { return id.first + "/" + std::to_string(id.second); }
+
+// True when process `pid` of this host is stopped (state T or t in /proc/<pid>/stat) or gone.
+bool stoppedOrGone(int64_t pid) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%lld/stat", static_cast<long long>(pid));
+  FILE* f = std::fopen(path, "r");
+  if (!f) return true;
+  char buf[512];
+  size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  buf[n] = 0;
+  const char* close = std::strrchr(buf, ')');  // the command name may hold anything
+  return close && (close[2] == 'T' || close[2] == 't' || close[2] == 'Z' || close[2] == 'X');
+}
+}  // namespace
+
+bool PeerBook::isStalled(int peer) const {
+  if (stalled.count(peer)) return true;
+  auto it = ids.find(peer);
+  if (it == ids.end()) return false;
+  std::lock_guard<std::mutex> lock(gStalledMu);
+  return stalledProcesses().count(processKey(it->second)) > 0;
+}
+
+void PeerBook::markStalled(int peer) {
+  stalled.insert(peer);
+  auto it = ids.find(peer);
+  if (it == ids.end() || it->second.first != localHost || !stoppedOrGone(it->second.second)) return;
+  std::lock_guard<std::mutex> lock(gStalledMu);
+  stalledProcesses().insert(processKey(it->second));
+}
+
 Status peerFailure(int peer, const char* what, ucs_status_t st) {
   return Status(Code::kRemoteError,
                 std::string("ucx: ") + what + " rank " + std::to_string(peer) + " failed: " + ucs_status_string(st),
@@ -94,12 +137,17 @@ UcxSendConnection::~UcxSendConnection() {
       if (s.request) return true;
     return false;
   };
-  if (drain(worker_, pending, 2.0)) return;
+  // A peer already found stalled gets no second wait.
+  if (worker_->peers->isStalled(peer_) ? !pending() : drain(worker_, pending, 2.0)) return;
+  worker_->peers->markStalled(peer_);
   if (ep_) ep_->stuck = true;
   for (Staging& s : slots_)
     if (s.request) ucp_request_cancel(worker_->worker, s.request);
   if (hello_->request) ucp_request_cancel(worker_->worker, hello_->request);
-  if (drain(worker_, pending, 1.0)) return;
+  // A send UCX could not cancel (a rendezvous waiting for the stalled peer) stays with it
+  // until the transport closes the endpoint by force; only the credit receive is waited for.
+  if (drain(worker_, pending, 0.2)) return;
+  drain(worker_, [&] { return credit_->request != nullptr; }, 1.0);
   // UCX still holds requests whose callbacks point into this connection: keep that memory
   // (a vector's move keeps its elements where they are).
   BRAID_WARN("ucx: send connection to rank %d torn down with messages in flight", peer_);
@@ -306,7 +354,8 @@ UcxRecvConnection::~UcxRecvConnection() {
       if (l.request) return true;
     return false;
   };
-  if (drain(worker_, pending, 2.0)) return;
+  if (drain(worker_, pending, worker_->peers->isStalled(peer_) ? 0.2 : 2.0)) return;
+  if (creditOut_->request) worker_->peers->markStalled(peer_);
   if (ep_ && creditOut_->request) ep_->stuck = true;
   BRAID_WARN("ucx: receive connection from rank %d torn down with receives UCX did not cancel", peer_);
   (void)memory_.release();

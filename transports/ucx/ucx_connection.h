@@ -7,6 +7,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -60,6 +62,18 @@ struct Endpoint {
   bool stuck = false;
 };
 
+// The peers a transport's teardown found not taking messages (a stopped peer), so that only
+// the first connection to each waits for its messages to go. A peer process on this host
+// that is stopped or gone is remembered by the whole process, for every communicator's
+// teardown; another peer only by this transport (it may merely have been busy).
+struct PeerBook {
+  std::string localHost;                      // this process's host id
+  std::map<int, std::pair<std::string, int64_t>> ids;  // rank -> (host id, pid), from canConnect
+  std::set<int> stalled;
+  bool isStalled(int peer) const;
+  void markStalled(int peer);
+};
+
 // One channel's worker, its endpoints and the hellos it is waiting for.
 struct Worker {
   ucp_worker_h worker = nullptr;
@@ -69,6 +83,7 @@ struct Worker {
   int ready = -1;
   std::string address;                              // this worker's UCP address
   std::vector<std::unique_ptr<Endpoint>> endpoints;
+  PeerBook* peers = nullptr;  // the transport's, which outlives its workers
 
   // Drives UCX until it has nothing more to do right now (bounded).
   void progress() {

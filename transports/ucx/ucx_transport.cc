@@ -157,6 +157,21 @@ std::string tcpRxSegment(bool rdma) {
   return named || list.find(",all,") != std::string::npos ? "512K" : "";
 }
 
+// Flushes `ep`: true once everything sent on it has completed, false if that takes longer
+// than `seconds` (the request is then left to the forced close that follows, which fails it).
+bool flushed(Worker* w, ucp_ep_h ep, double seconds) {
+  ucp_request_param_t param;
+  param.op_attr_mask = 0;
+  ucs_status_ptr_t r = ucp_ep_flush_nbx(ep, &param);
+  if (r == nullptr) return true;
+  if (UCS_PTR_IS_ERR(r)) return false;
+  Deadline d = Deadline::after(seconds);
+  while (ucp_request_check_status(r) == UCS_INPROGRESS && !d.expired()) ucp_worker_progress(w->worker);
+  const bool done = ucp_request_check_status(r) != UCS_INPROGRESS;
+  ucp_request_free(r);  // released now, or by UCX once the forced close completes it
+  return done;
+}
+
 class UcxTransport final : public Transport {
  public:
   explicit UcxTransport(const TransportConfig& cfg) : cfg_(cfg) {}
@@ -176,6 +191,8 @@ class UcxTransport final : public Transport {
 
   int canConnect(const PeerInfo& local, const PeerInfo& remote) const override {
     if (local.nonce != remote.nonce) return 0;
+    peers_.localHost = local.hostId;
+    peers_.ids[remote.rank] = {remote.hostId, remote.pid};
     // Across hosts UCX beats tcp only when it has RDMA to offer; on one host shared
     // memory (and within a process, loopback) stay ahead.
     if (local.hostId != remote.hostId) return inv_.rdma ? 50 : 5;
@@ -197,6 +214,8 @@ class UcxTransport final : public Transport {
   std::string tcpRxSeg_;    // what braid set UCX_TCP_RX_SEG_SIZE to, or "" (the user's)
   ucp_context_h context_ = nullptr;
   std::map<int, std::unique_ptr<Worker>> workers_;
+  // Who each peer is, as canConnect saw it, and which stopped taking messages (Worker::peers).
+  mutable PeerBook peers_;
   // Per worker, the remote worker address each endpoint leads to.
   std::map<std::pair<Worker*, std::string>, Endpoint*> byAddress_;
   struct PendingRecv {
@@ -215,12 +234,20 @@ class UcxTransport final : public Transport {
 UcxTransport::~UcxTransport() {
   // Close gracefully so what this side still owes a peer (its last credit message, a
   // message still in UCX's send queue) leaves before the socket does; force it if a peer
-  // is gone or stopped taking messages.
+  // is gone or stopped taking messages. Whether it still takes them is learnt by flushing
+  // first: a graceful close that cannot finish leaves its sends on the endpoint, and UCX
+  // aborts the process when the worker goes with them (a rendezvous send to a stopped peer
+  // waits for it forever). A forced close fails them instead.
   for (auto& [channel, w] : workers_) {
     for (auto& e : w->endpoints) {
+      bool force = e->failure != UCS_OK || e->stuck || peers_.isStalled(e->peer);
+      if (!force && !flushed(w.get(), e->ep, 1.0)) {
+        peers_.markStalled(e->peer);
+        force = true;
+      }
       ucp_request_param_t param;
       param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-      param.flags = e->failure == UCS_OK && !e->stuck ? 0 : UCP_EP_CLOSE_FLAG_FORCE;
+      param.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
       ucs_status_ptr_t r = ucp_ep_close_nbx(e->ep, &param);
       if (UCS_PTR_IS_PTR(r)) {
         Deadline d = Deadline::after(1.0);
@@ -333,6 +360,7 @@ StatusOr<Worker*> UcxTransport::worker(int channel) {
   }
   w->address.assign(reinterpret_cast<const char*>(addr), len);
   ucp_worker_release_address(w->worker, addr);
+  w->peers = &peers_;
   Worker* raw = w.get();
   workers_[channel] = std::move(w);
   return raw;

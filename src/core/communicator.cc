@@ -20,6 +20,7 @@
 #include "bootstrap/host_id.h"
 #include "bootstrap/unique_id.h"
 #include "common/log.h"
+#include "common/process_state.h"
 #include "common/tls.h"
 #include "common/timeline.h"
 #include "plan/planner.h"
@@ -1938,19 +1939,10 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::shrink(const std::vector<i
 }
 
 namespace {
-// Whether process `pid` (on this host) is stopped (SIGSTOP, a debugger): its state in
-// /proc/<pid>/stat is T or t.
+// Whether process `pid` (on this host) is stopped (SIGSTOP, a debugger).
 bool processStopped(int64_t pid) {
-  char path[64];
-  std::snprintf(path, sizeof path, "/proc/%lld/stat", static_cast<long long>(pid));
-  FILE* f = std::fopen(path, "r");
-  if (!f) return false;
-  char buf[512];
-  size_t n = std::fread(buf, 1, sizeof buf - 1, f);
-  std::fclose(f);
-  buf[n] = 0;
-  const char* close = std::strrchr(buf, ')');  // the command name may hold spaces and parentheses
-  return close && close[1] == ' ' && (close[2] == 'T' || close[2] == 't');
+  const char state = processState(pid);
+  return state == 'T' || state == 't';
 }
 }  // namespace
 

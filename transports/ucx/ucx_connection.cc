@@ -3,7 +3,6 @@
 #include <poll.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -11,6 +10,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/process_state.h"
 
 namespace braid::transport::ucx {
 namespace {
@@ -65,18 +65,10 @@ std::set<std::string>& stalledProcesses() {
 }
 std::string processKey(const std::pair<std::string, int64_t>& id) { return id.first + "/" + std::to_string(id.second); }
 
-// True when process `pid` of this host is stopped (state T or t in /proc/<pid>/stat) or gone.
+// True when process `pid` of this host is stopped, a zombie, or gone.
 bool stoppedOrGone(int64_t pid) {
-  char path[64];
-  std::snprintf(path, sizeof path, "/proc/%lld/stat", static_cast<long long>(pid));
-  FILE* f = std::fopen(path, "r");
-  if (!f) return true;
-  char buf[512];
-  size_t n = std::fread(buf, 1, sizeof buf - 1, f);
-  std::fclose(f);
-  buf[n] = 0;
-  const char* close = std::strrchr(buf, ')');  // the command name may hold anything
-  return close && (close[2] == 'T' || close[2] == 't' || close[2] == 'Z' || close[2] == 'X');
+  const char state = processState(pid);
+  return state == 0 || state == 'T' || state == 't' || state == 'Z' || state == 'X';
 }
 }  // namespace
 

@@ -782,6 +782,42 @@ void runSteps(uint64_t seed, int steps, size_t maxCount, Member main, Member oth
   settleAll();
 }
 
+// Splits `world` into a copy in reverse order and halves, runs the program of `seed` on them
+// (the halves' on a thread of its own with `threads`), then destroys the splits, adding the
+// time that took to *destroyMs. `killer` is this rank's number in the world the program's
+// fault refers to, or -1. False when the splits could not be made.
+bool runProgram(braidComm_t world, uint64_t seed, int steps, size_t maxCount, bool threads, int killer,
+                long* destroyMs) {
+  braidCommUserRank(world, &rank);
+  braidCommCount(world, &nranks);
+  const int worldRank = rank;
+  braidComm_t reversed = nullptr, half = nullptr;
+  if (!taken(braidCommSplit(world, 0, nranks - rank, &reversed)) ||
+      !taken(braidCommSplit(world, rank % 2, rank, &half))) {
+    std::fprintf(stderr, "rank %d split failed: %s\n", rank, braidGetLastError(world));
+    return false;
+  }
+  if (!settle(reversed) || !settle(half)) return false;
+  const uint64_t halfSeed = seed ^ (0x1234567ull * static_cast<uint64_t>(worldRank % 2 + 1));
+  const uint64_t patienceSeed = seed * 31 + static_cast<uint64_t>(worldRank);
+  if (threads) {
+    std::thread side([&] {
+      runSteps(halfSeed, steps / 2, maxCount, memberOf(half), Member{}, Member{}, 0, patienceSeed + 1, -1);
+    });
+    runSteps(seed, steps, maxCount, memberOf(world), memberOf(reversed), Member{}, 0, patienceSeed, killer);
+    side.join();
+  } else {
+    runSteps(seed, steps, maxCount, memberOf(world), memberOf(reversed), memberOf(half), halfSeed, patienceSeed,
+             killer);
+  }
+  rank = worldRank;
+  const long t0 = monoMs();
+  braidCommDestroy(half);
+  braidCommDestroy(reversed);
+  *destroyMs += monoMs() - t0;
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -795,6 +831,9 @@ int main(int argc, char** argv) {
   verbose = std::getenv("MP_RANDOM_VERBOSE") != nullptr;
   nonblocking = std::getenv("MP_RANDOM_NONBLOCKING") != nullptr;
   const bool threads = std::getenv("MP_RANDOM_THREADS") != nullptr;
+  // MP_RANDOM_RECOVER=1 (with MP_RANDOM_KILL): the survivors agree on who failed, shrink the
+  // world, and run a new program on what is left.
+  const bool recover = std::getenv("MP_RANDOM_RECOVER") != nullptr;
   if (const char* k = std::getenv("MP_RANDOM_KILL")) {
     killStep = std::atoi(k);
     if (const char* colon = std::strchr(k, ':')) victim = std::atoi(colon + 1);
@@ -808,44 +847,55 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "init failed: %s\n", braidGetLastError(nullptr));
     return 1;
   }
-  settle(world);
-  braidCommUserRank(world, &rank);
-  braidCommCount(world, &nranks);
-  const int worldRank = rank;
-  // A second communicator over the same ranks in reverse order, and halves.
-  braidComm_t reversed = nullptr, half = nullptr;
-  if (!taken(braidCommSplit(world, 0, nranks - rank, &reversed)) ||
-      !taken(braidCommSplit(world, rank % 2, rank, &half))) {
-    std::fprintf(stderr, "rank %d split failed: %s\n", rank, braidGetLastError(world));
-    return 1;
-  }
-  settle(reversed);
-  settle(half);
-  if (failures) return 1;
-  const uint64_t halfSeed = seed ^ (0x1234567ull * static_cast<uint64_t>(worldRank % 2 + 1));
-  const uint64_t patienceSeed = seed * 31 + static_cast<uint64_t>(worldRank);
-  if (threads) {
-    // The halves' program runs beside the world's, on a thread of its own.
-    std::thread side([&] {
-      runSteps(halfSeed, steps / 2, maxCount, memberOf(half), Member{}, Member{}, 0, patienceSeed + 1, -1);
-    });
-    runSteps(seed, steps, maxCount, memberOf(world), memberOf(reversed), Member{}, 0, patienceSeed, worldRank);
-    side.join();
-  } else {
-    runSteps(seed, steps, maxCount, memberOf(world), memberOf(reversed), memberOf(half), halfSeed, patienceSeed,
-             worldRank);
-  }
-  rank = worldRank;
+  if (!settle(world)) return 1;
+  int worldRank = 0;
+  braidCommUserRank(world, &worldRank);
+  long destroyMs = 0;
+  if (!runProgram(world, seed, steps, maxCount, threads, worldRank, &destroyMs)) return 1;
   const long stopped = monoMs();
-  braidCommDestroy(half);
-  braidCommDestroy(reversed);
+  if (killStep >= 0 && recover) {
+    // Every survivor, whether its program met the failure or not, agrees on who failed.
+    rank = worldRank;
+    where = "recovery";
+    int flag = 1;
+    braidResult_t r = braidCommAgree(world, &flag);
+    if (r != braidSuccess) {
+      fail("braidCommAgree: %s: %s", braidGetErrorString(r), braidGetLastError(world));
+      return 1;
+    }
+    int failed[64];
+    int nfailed = 0;
+    braidCommGetFailedRanks(world, failed, 64, &nfailed);
+    if (nfailed != 1 || failed[0] != victim) fail("agreement counted %d failed ranks, the first %d", nfailed, failed[0]);
+    braidComm_t next = nullptr;
+    r = braidCommShrink(world, failed, nfailed < 64 ? nfailed : 64, &next, BRAID_SHRINK_DEFAULT);
+    if (!taken(r) || !settle(next)) {
+      fail("braidCommShrink: %s: %s", braidGetErrorString(r), braidGetLastError(world));
+      return 1;
+    }
+    braidCommDestroy(world);
+    const int before = failures.load();
+    myFailures = 0;
+    killStep = -1;
+    if (!runProgram(next, seed ^ 0x5eedull, steps, maxCount, threads, -1, &destroyMs)) return 1;
+    int newRank = 0, newN = 0;
+    braidCommUserRank(next, &newRank);
+    braidCommCount(next, &newN);
+    braidCommDestroy(next);
+    const bool clean = failures.load() == before && wrong.load() == 0;
+    std::printf("RECOVERED rank=%d as rank %d of %d: %s, wrong=%d\n", worldRank, newRank, newN,
+                clean ? "every step ok" : "FAILED", wrong.load());
+    return clean ? 0 : 1;
+  }
+  const long t0 = monoMs();
   braidCommDestroy(world);
+  destroyMs += monoMs() - t0;
   if (killStep >= 0 && failures > 0) {
     // A survivor: it stopped at the error; nothing that returned success may be wrong.
     std::printf("STOPPED rank=%d wrong=%d mono_ms=%ld destroy_ms=%ld\n", worldRank, wrong.load(), stopped,
-                monoMs() - stopped);
+                destroyMs);
     return wrong ? 2 : 1;
   }
-  if (failures == 0) std::printf("mp_random seed %" PRIu64 ": %d steps ok rank %d\n", seed, steps, rank);
+  if (failures == 0) std::printf("mp_random seed %" PRIu64 ": %d steps ok rank %d\n", seed, steps, worldRank);
   return failures ? 1 : 0;
 }

@@ -1299,6 +1299,32 @@ TEST_CASE("collectives and the full set across processes over ucx", "[multiproc]
   }
 }
 
+// The survivors of a random program agree on who failed, shrink the world, split it again
+// and run a new program on it (MP_RANDOM_RECOVER), checked as the first.
+TEST_CASE("survivors of a random program agree, shrink and run a new one with every element right",
+          "[multiproc][recovery]") {
+  struct RecoverRun {
+    const char* env;
+    int np;
+    int seed;
+    const char* kill;
+  };
+  const RecoverRun runs[] = {
+      {"MP_RANDOM_THREADS=1", 4, 31, "35:2"},
+      {"BRAID_TRANSPORT=tcp MP_RANDOM_NONBLOCKING=1", 3, 32, "20:0"},
+  };
+  for (const RecoverRun& rr : runs) {
+    INFO("np " << rr.np << " seed " << rr.seed << " fault " << rr.kill << " " << rr.env);
+    Run r = run(braidrun(rr.np, std::string(rr.env) + " BRAIDRUN_GRACE_SEC=60 BRAID_TIMEOUT=4 MP_RANDOM_RECOVER=1 "
+                                    "MP_RANDOM_KILL=" + rr.kill) +
+                MP_DIR "/mp_random " + std::to_string(rr.seed) + " 150");
+    INFO(r.out);
+    for (int i = 0; i < rr.np - 1; ++i)
+      CHECK(r.out.find("as rank " + std::to_string(i) + " of " + std::to_string(rr.np - 1) +
+                       ": every step ok, wrong=0\n") != std::string::npos);
+  }
+}
+
 // Over UCX a stopped peer leaves rendezvous sends that never complete on the survivors'
 // endpoints. Their teardown flushes first and closes by force what does not flush (a
 // graceful close left the sends on the endpoint, and UCX aborted the process when the worker

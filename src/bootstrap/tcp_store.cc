@@ -71,9 +71,12 @@ constexpr size_t kMaxOnClosePerConn = 1024;
 constexpr uint64_t kMaxWaitMs = 1000ull * 1000 * 1000;
 // How long a client waits for the server's own TIMEOUT reply beyond the deadline it sent.
 constexpr double kReplyGraceSec = 2.0;
-// The longest one request parks in the store (TcpStoreClient::parkedRoundTrip): what another
-// thread's request on the same connection may have to wait for.
+// The longest one request for a few keys parks in the store (TcpStoreClient::parkedRoundTrip):
+// what another thread's request on the same connection may have to wait for. A request for
+// many keys (a large job's allGather) parks longer, up to 2 s, as allGather's own polls do,
+// so that a job's waiting ranks do not flood the store with them.
 constexpr double kParkSliceSec = 0.25;
+constexpr double kParkSliceMaxSec = 2.0;
 // A standby store's mirror: how long the store it stands by for waits for each write to be
 // taken before it goes on without a standby (setStandbyWait changes it), and for a standby
 // to be attached.
@@ -1752,9 +1755,11 @@ Status TcpStoreClient::readReply(Deadline deadline, proto::Reply* reply, bool* t
 }
 
 Status TcpStoreClient::parkedRoundTrip(proto::Request req, Deadline deadline, proto::Reply* reply) {
+  const double sliceSec =
+      std::min(kParkSliceMaxSec, kParkSliceSec * std::max(1.0, static_cast<double>(req.keys.size()) / 64.0));
   for (;;) {
-    const bool last = !deadline.never() && deadline.remainingMillis(INT_MAX) <= kParkSliceSec * 1000;
-    const Deadline slice = last ? deadline : Deadline::after(kParkSliceSec);
+    const bool last = !deadline.never() && deadline.remainingMillis(INT_MAX) <= sliceSec * 1000;
+    const Deadline slice = last ? deadline : Deadline::after(sliceSec);
     req.timeoutMs = timeoutMillis(slice);
     BRAID_RETURN_IF_ERROR(roundTrip(req, withGrace(slice), reply));
     if (reply->op != proto::Op::kTimeout || last) return Status::ok();
@@ -1766,7 +1771,7 @@ Status TcpStoreClient::parkedRoundTrip(proto::Request req, Deadline deadline, pr
 
 Status TcpStoreClient::roundTrip(const proto::Request& req, Deadline replyDeadline, proto::Reply* reply) {
   queued_.fetch_add(1, std::memory_order_relaxed);
-  std::unique_lock<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   queued_.fetch_sub(1, std::memory_order_relaxed);
   Status s = roundTripLocked(req, replyDeadline, reply);
   // The store is gone and its standby is known: ask there (once), as often as it says it does

@@ -237,7 +237,7 @@ class TcpStoreClient : public Store {
   // reply becomes its Status; a TIMEOUT reply is returned for the caller to word. Takes mu_.
   Status roundTrip(const proto::Request& req, Deadline replyDeadline, proto::Reply* reply);
   // A request the store may park until `deadline` (GET, WAIT, MULTI_GET), asked for in short
-  // slices: the connection is shared by every communicator of the process and roundTrip
+  // slices (kParkSliceSec; longer for many keys): the connection is shared by every communicator of the process and roundTrip
   // holds mu_ for a whole exchange, so one long wait would hold every other thread's quick
   // question until its caller's time had run out. Ends at a reply other than TIMEOUT, or at
   // the deadline with the last slice's TIMEOUT reply.

@@ -198,6 +198,13 @@ class Transport {
                                                             const std::string& blob) = 0;
   // Phase 3: completes every connection created so far. Blocks up to `deadline`.
   virtual Status establish(Deadline deadline) = 0;
+
+  // The communicator learnt that `rank` failed (exited, stopped, made no progress for the
+  // timeout, or agreed failed by the survivors): a transport whose teardown waits for what
+  // is in flight to or from a peer (UCX's flushes) may stop waiting for this one. Called at
+  // a communicator's teardown, before its connections close, from the thread that closes
+  // them.
+  virtual void peerFailed(int rank) {}
 };
 
 // The registry: the built-in transports, listed once in registry.cc, then the plugins found

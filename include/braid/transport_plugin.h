@@ -1,13 +1,14 @@
-/* braid transport plugin ABI, versions 1 to 5.
+/* braid transport plugin ABI, versions 1 to 6.
  *
  * A transport plugin is a shared library that exports a table of function pointers that
  * mirrors braid's transport seam one to one:
- *     const braidTransportPlugin_v5_t braidTransportPlugin_v5;   (slot memory; current)
+ *     const braidTransportPlugin_v6_t braidTransportPlugin_v6;   (failed peers; current)
+ *     const braidTransportPlugin_v5_t braidTransportPlugin_v5;   (slot memory)
  *     const braidTransportPlugin_v4_t braidTransportPlugin_v4;   (large messages)
  *     const braidTransportPlugin_v3_t braidTransportPlugin_v3;   (the job key)
  *     const braidTransportPlugin_v2_t braidTransportPlugin_v2;   (zero copy)
  *     const braidTransportPlugin_v1_t braidTransportPlugin_v1;   (the first version)
- * braid looks for v5 first, then v4, v3, v2, v1, and speaks all five. braid finds plugins through
+ * braid looks for v6 first, then v5, v4, v3, v2, v1, and speaks all six. braid finds plugins through
  * BRAID_TRANSPORT_PLUGIN (a ':'-separated list of files) and in the plugin folder next to
  * libbraid.so (<libdir>/braid/libbraid-net-<name>.so).
  *
@@ -39,12 +40,13 @@
 extern "C" {
 #endif
 
-#define BRAID_TRANSPORT_PLUGIN_ABI_VERSION 5
+#define BRAID_TRANSPORT_PLUGIN_ABI_VERSION 6
 #define BRAID_TRANSPORT_PLUGIN_SYMBOL_V1 "braidTransportPlugin_v1"
 #define BRAID_TRANSPORT_PLUGIN_SYMBOL_V2 "braidTransportPlugin_v2"
 #define BRAID_TRANSPORT_PLUGIN_SYMBOL_V3 "braidTransportPlugin_v3"
 #define BRAID_TRANSPORT_PLUGIN_SYMBOL_V4 "braidTransportPlugin_v4"
 #define BRAID_TRANSPORT_PLUGIN_SYMBOL_V5 "braidTransportPlugin_v5"
+#define BRAID_TRANSPORT_PLUGIN_SYMBOL_V6 "braidTransportPlugin_v6"
 
 typedef enum {
   braidPluginOk = 0,
@@ -231,6 +233,21 @@ typedef struct braidTransportPlugin_v5_s {
    * connection of the communicator gives its memory. */
   void (*slot_memory)(void* connection, void** base, size_t* bytes);
 } braidTransportPlugin_v5_t;
+
+/* Version 6: version 5 (its base, with abi_version 6) and the peers braid knows have failed. */
+typedef struct braidTransportPlugin_v6_s {
+  braidTransportPlugin_v5_t base;
+  /* braid has learnt that `rank` failed: its process exited or stopped, it made no progress
+   * for the communicator's timeout, or the survivors agreed it failed. Nothing more will be
+   * sent to or received from it. The transport need not wait for it again: closing a
+   * connection to it, or finalize, may drop what is still in flight to or from it at once
+   * rather than wait for it to go. braid calls it when it tears a communicator down (one that
+   * broke, one whose ranks agreed on failed ones, or one with a peer on this host whose
+   * process exited or is stopped), before the first close, from the thread that then closes
+   * the connections; it may call it for a rank more than once, and never for this
+   * transport's own rank. */
+  void (*peer_failed)(void* transport, int rank);
+} braidTransportPlugin_v6_t;
 
 #ifdef __cplusplus
 }

@@ -1275,7 +1275,7 @@ Status Session::enqueueOnDevice(Call&& call, std::shared_ptr<device::DeviceDone>
 StatusOr<bool> Session::takesDirectPath(int gpu) {
   if (directState_ == 0) {
     // BRAID_CUDA_PATH: staged (the default) or direct, where every connection's slots are
-    // host memory it gives (shared memory, loopback, tcp, plugins of ABI version 5: UCX,
+    // host memory it gives (shared memory, loopback, tcp, plugins of ABI version 5 or later: UCX,
     // verbs) and the GPU reaches registered host memory; otherwise staged, saying why once.
     const char* v = std::getenv("BRAID_CUDA_PATH");
     const std::string path = v && *v ? v : "staged";

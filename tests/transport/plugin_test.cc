@@ -15,6 +15,7 @@
 #include "common/clock.h"
 #include "harness.h"
 #include "support/catch.h"
+#include "transports/plugin/plugin_export.h"
 #include "transports/plugin/plugin_loader.h"
 
 namespace braid::transport::test {
@@ -58,7 +59,7 @@ TEST_CASE("plugin loader: a missing file, a missing symbol and a wrong version n
   INFO(badVersion.status().message());
   CHECK(badVersion.status().message().find("libbraid-net-bad-version.so") != std::string::npos);
   CHECK(badVersion.status().message().find("version 99") != std::string::npos);
-  CHECK(badVersion.status().message().find("versions 1 to 5") != std::string::npos);
+  CHECK(badVersion.status().message().find("versions 1 to 6") != std::string::npos);
 }
 
 TEST_CASE("plugin loader: tcp behind the ABI loads, names itself and scores like tcp", "[plugin]") {
@@ -269,6 +270,7 @@ std::pair<std::unique_ptr<Transport>, std::unique_ptr<Connection>> recvConnectio
   REQUIRE(t.isOk());
   std::string blob;
   gFake.blobMode = 0;
+  gFake.recvBytes = 16;  // the adapter test leaves more than a slot holds
   auto c = t.value()->createRecv(1, 0, &blob);
   REQUIRE(c.isOk());
   return std::make_pair(std::move(t).value(), std::move(c).value());
@@ -374,6 +376,78 @@ TEST_CASE("plugin ABI v5: slot_memory gives the direct GPU path a connection's s
     CHECK(c->slotMemory().base == nullptr);
     CHECK(c->slotMemory().bytes == 0);
   }
+}
+
+// Version 6 adds peer_failed: braid's word that a rank failed, so the plugin's teardown
+// waits for it no more. It reaches the plugin's own transport handle with the rank, and a
+// plugin loaded as v5 hears nothing.
+struct FakeV6 {
+  std::vector<std::pair<void*, int>> told;
+};
+FakeV6 gFakeV6;
+void fakePeerFailed(void* t, int rank) { gFakeV6.told.emplace_back(t, rank); }
+
+// A transport that only records what it is told, exported through the real table.
+class Recording final : public Transport {
+ public:
+  static std::vector<int> failed;
+  const char* name() const override { return "recording"; }
+  int canConnect(const PeerInfo&, const PeerInfo&) const override { return 1; }
+  StatusOr<std::unique_ptr<Connection>> createRecv(int, int, std::string*) override {
+    return Status(Code::kInternal, "none");
+  }
+  StatusOr<std::unique_ptr<Connection>> connectSend(int, int, const std::string&) override {
+    return Status(Code::kInternal, "none");
+  }
+  Status establish(Deadline) override { return Status::ok(); }
+  void peerFailed(int rank) override { failed.push_back(rank); }
+};
+std::vector<int> Recording::failed;
+StatusOr<std::unique_ptr<Transport>> createRecording(const TransportConfig&) {
+  return std::unique_ptr<Transport>(new Recording);
+}
+
+TEST_CASE("plugin ABI v6: peer_failed tells the plugin's transport the rank, nothing before v6", "[plugin]") {
+  static const braidTransportPlugin_v6_t table = [] {
+    braidTransportPlugin_v6_t t{};
+    t.base.base = fakeTableV4();
+    t.base.base.base.base.base.abi_version = 6;
+    t.base.slot_memory = fakeSlotMemory;
+    t.peer_failed = fakePeerFailed;
+    return t;
+  }();
+  auto transportAs = [&](bool v6) {
+    TransportFactory f = plugin::factoryFromTable(&table.base.base.base.base.base, "fake v6 table",
+                                                  &table.base.base.base.base, &table.base.base.base,
+                                                  &table.base.base, &table.base, v6 ? &table : nullptr);
+    TransportConfig cfg;
+    auto t = f.create(cfg);
+    REQUIRE(t.isOk());
+    return std::move(t).value();
+  };
+  gFakeV6 = FakeV6{};
+  transportAs(true)->peerFailed(2);
+  REQUIRE(gFakeV6.told.size() == 1);
+  CHECK(gFakeV6.told[0].first == &gFake);  // the handle fakeInit gave
+  CHECK(gFakeV6.told[0].second == 2);
+  gFakeV6 = FakeV6{};
+  transportAs(false)->peerFailed(2);  // the same plugin loaded as v5
+  CHECK(gFakeV6.told.empty());
+
+  // The export side: braid's own table for a C++ transport forwards it to that transport.
+  static const braidTransportPlugin_v6_t exported = plugin::exportTableV6("recording", "1", &createRecording);
+  CHECK(exported.base.base.base.base.base.abi_version == 6);
+  REQUIRE(exported.peer_failed != nullptr);
+  TransportFactory f = plugin::factoryFromTable(&exported.base.base.base.base.base, "exported v6 table",
+                                                &exported.base.base.base.base, &exported.base.base.base,
+                                                &exported.base.base, &exported.base, &exported);
+  TransportConfig cfg;
+  auto t = f.create(cfg);
+  REQUIRE(t.isOk());
+  Recording::failed.clear();
+  t.value()->peerFailed(3);
+  t.value()->peerFailed(1);
+  CHECK(Recording::failed == std::vector<int>{3, 1});
 }
 
 // Plugin ABI v3 hands the job's key to the plugin; a plugin whose peers reach it directly

@@ -187,6 +187,15 @@ void slotMemory(void* c, void** base, size_t* bytes) {
   *bytes = r.base ? r.bytes : 0;
 }
 
+void peerFailed(void* t, int rank) {
+  if (!t) return;
+  try {
+    transport(t)->peerFailed(rank);
+  } catch (...) {
+    // Only advice: a transport that cannot take it waits for the peer as before.
+  }
+}
+
 }  // namespace
 
 TransportConfig configFromV1(const braidTransportConfig_v1& c) {
@@ -274,6 +283,14 @@ braidTransportPlugin_v5_t exportTableV5(const char* name, const char* version, C
   t.base = exportTableV4(name, version, create);
   t.base.base.base.base.abi_version = 5;
   t.slot_memory = &slotMemory;
+  return t;
+}
+
+braidTransportPlugin_v6_t exportTableV6(const char* name, const char* version, CreateFn create) {
+  braidTransportPlugin_v6_t t{};
+  t.base = exportTableV5(name, version, create);
+  t.base.base.base.base.base.abi_version = 6;
+  t.peer_failed = &peerFailed;
   return t;
 }
 

@@ -154,9 +154,11 @@ class PluginConnection final : public Connection {
 class PluginTransport final : public Transport {
  public:
   PluginTransport(const braidTransportPlugin_v1_t* t, const braidTransportPlugin_v2_t* v2,
-                  const braidTransportPlugin_v4_t* v4, const braidTransportPlugin_v5_t* v5, std::string name,
-                  void* h, std::unique_ptr<std::function<Status()>> abortCheck)
-      : t_(t), v2_(v2), v4_(v4), v5_(v5), name_(std::move(name)), h_(h), abortCheck_(std::move(abortCheck)) {}
+                  const braidTransportPlugin_v4_t* v4, const braidTransportPlugin_v5_t* v5,
+                  const braidTransportPlugin_v6_t* v6, std::string name, void* h,
+                  std::unique_ptr<std::function<Status()>> abortCheck)
+      : t_(t), v2_(v2), v4_(v4), v5_(v5), v6_(v6), name_(std::move(name)), h_(h),
+        abortCheck_(std::move(abortCheck)) {}
   ~PluginTransport() override { t_->finalize(h_); }
 
   const char* name() const override { return name_.c_str(); }
@@ -207,11 +209,16 @@ class PluginTransport final : public Transport {
     return call(name_, [&](braidPluginError_v1* e) { return t_->establish(h_, deadline.nanos(), e); });
   }
 
+  void peerFailed(int rank) override {
+    if (v6_) v6_->peer_failed(h_, rank);
+  }
+
  private:
   const braidTransportPlugin_v1_t* t_;
   const braidTransportPlugin_v2_t* v2_;
   const braidTransportPlugin_v4_t* v4_;  // nullptr below version 4
   const braidTransportPlugin_v5_t* v5_;  // nullptr below version 5
+  const braidTransportPlugin_v6_t* v6_;  // nullptr below version 6
   std::string name_;
   void* h_;
   std::unique_ptr<std::function<Status()>> abortCheck_;
@@ -261,6 +268,13 @@ std::string missingEntry(const braidTransportPlugin_v5_t* t) {
   std::string m = missingEntry(&t->base);
   if (!m.empty()) return m;
   if (!t->slot_memory) return "slot_memory";
+  return "";
+}
+
+std::string missingEntry(const braidTransportPlugin_v6_t* t) {
+  std::string m = missingEntry(&t->base);
+  if (!m.empty()) return m;
+  if (!t->peer_failed) return "peer_failed";
   return "";
 }
 
@@ -351,12 +365,13 @@ std::vector<std::string> pluginFiles(const char* pluginList, const char* pluginD
 
 TransportFactory factoryFromTable(const braidTransportPlugin_v1_t* table, const std::string& origin,
                                   const braidTransportPlugin_v2_t* v2, const braidTransportPlugin_v3_t* v3,
-                                  const braidTransportPlugin_v4_t* v4, const braidTransportPlugin_v5_t* v5) {
+                                  const braidTransportPlugin_v4_t* v4, const braidTransportPlugin_v5_t* v5,
+                                  const braidTransportPlugin_v6_t* v6) {
   TransportFactory f;
   f.name = table->name;
   f.origin = origin;
   f.version = table->version ? table->version : "";
-  f.create = [table, v2, v3, v4, v5](const TransportConfig& cfg) -> StatusOr<std::unique_ptr<Transport>> {
+  f.create = [table, v2, v3, v4, v5, v6](const TransportConfig& cfg) -> StatusOr<std::unique_ptr<Transport>> {
     std::vector<const char*> ifs;
     for (const std::string& s : cfg.channelNetIfs) ifs.push_back(s.c_str());
     braidTransportConfig_v1 c{};
@@ -392,7 +407,7 @@ TransportFactory factoryFromTable(const braidTransportPlugin_v1_t* table, const 
     });
     if (!st.isOk()) return st;
     if (!h) return internalError(name + ": init returned no transport");
-    return std::unique_ptr<Transport>(new PluginTransport(table, v2, v4, v5, name, h, std::move(abortCheck)));
+    return std::unique_ptr<Transport>(new PluginTransport(table, v2, v4, v5, v6, name, h, std::move(abortCheck)));
   };
   return f;
 }
@@ -406,7 +421,8 @@ StatusOr<TransportFactory> loadPlugin(const std::string& file) {
     return Status(Code::kSystemError, "cannot load transport plugin " + file + ": " + (err ? err : "unknown error"));
   }
   // The newest table the library offers; its abi_version must match the symbol's.
-  auto* v5 = static_cast<const braidTransportPlugin_v5_t*>(dlsym(lib, BRAID_TRANSPORT_PLUGIN_SYMBOL_V5));
+  auto* v6 = static_cast<const braidTransportPlugin_v6_t*>(dlsym(lib, BRAID_TRANSPORT_PLUGIN_SYMBOL_V6));
+  auto* v5 = v6 ? &v6->base : static_cast<const braidTransportPlugin_v5_t*>(dlsym(lib, BRAID_TRANSPORT_PLUGIN_SYMBOL_V5));
   auto* v4 = v5 ? &v5->base : static_cast<const braidTransportPlugin_v4_t*>(dlsym(lib, BRAID_TRANSPORT_PLUGIN_SYMBOL_V4));
   auto* v3 = v4 ? &v4->base : static_cast<const braidTransportPlugin_v3_t*>(dlsym(lib, BRAID_TRANSPORT_PLUGIN_SYMBOL_V3));
   auto* v2 = v3 ? &v3->base : static_cast<const braidTransportPlugin_v2_t*>(dlsym(lib, BRAID_TRANSPORT_PLUGIN_SYMBOL_V2));
@@ -415,32 +431,34 @@ StatusOr<TransportFactory> loadPlugin(const std::string& file) {
   if (!table) {
     dlclose(lib);
     return Status(Code::kInvalidArgument, "transport plugin " + file +
-                                              " exports none of " BRAID_TRANSPORT_PLUGIN_SYMBOL_V5
+                                              " exports none of " BRAID_TRANSPORT_PLUGIN_SYMBOL_V6
+                                              ", " BRAID_TRANSPORT_PLUGIN_SYMBOL_V5
                                               ", " BRAID_TRANSPORT_PLUGIN_SYMBOL_V4
                                               ", " BRAID_TRANSPORT_PLUGIN_SYMBOL_V3
                                               ", " BRAID_TRANSPORT_PLUGIN_SYMBOL_V2
                                               " and " BRAID_TRANSPORT_PLUGIN_SYMBOL_V1
-                                              " (this braid speaks plugin ABI versions 1 to 5)");
+                                              " (this braid speaks plugin ABI versions 1 to 6)");
   }
-  const uint32_t expected = v5 ? 5 : v4 ? 4 : v3 ? 3 : v2 ? 2 : 1;
+  const uint32_t expected = v6 ? 6 : v5 ? 5 : v4 ? 4 : v3 ? 3 : v2 ? 2 : 1;
   if (table->abi_version != expected) {
     uint32_t v = table->abi_version;
     dlclose(lib);
     return Status(Code::kInvalidArgument, "transport plugin " + file + " exports " +
-                                              (v5   ? BRAID_TRANSPORT_PLUGIN_SYMBOL_V5
+                                              (v6   ? BRAID_TRANSPORT_PLUGIN_SYMBOL_V6
+                                               : v5 ? BRAID_TRANSPORT_PLUGIN_SYMBOL_V5
                                                : v4 ? BRAID_TRANSPORT_PLUGIN_SYMBOL_V4
                                                : v3 ? BRAID_TRANSPORT_PLUGIN_SYMBOL_V3
                                                : v2 ? BRAID_TRANSPORT_PLUGIN_SYMBOL_V2
                                                     : BRAID_TRANSPORT_PLUGIN_SYMBOL_V1) +
                                               " with ABI version " + std::to_string(v) +
-                                              " but this braid speaks versions 1 to 5");
+                                              " but this braid speaks versions 1 to 6");
   }
-  std::string missing = v5 ? missingEntry(v5) : v4 ? missingEntry(v4) : v3 ? missingEntry(v3) : v2 ? missingEntry(v2) : missingEntry(table);
+  std::string missing = v6 ? missingEntry(v6) : v5 ? missingEntry(v5) : v4 ? missingEntry(v4) : v3 ? missingEntry(v3) : v2 ? missingEntry(v2) : missingEntry(table);
   if (!missing.empty()) {
     dlclose(lib);
     return Status(Code::kInvalidArgument, "transport plugin " + file + ": its table has no '" + missing + "'");
   }
-  return factoryFromTable(table, file, v2, v3, v4, v5);
+  return factoryFromTable(table, file, v2, v3, v4, v5, v6);
 }
 
 }  // namespace braid::transport::plugin

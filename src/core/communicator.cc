@@ -1142,6 +1142,7 @@ Communicator::~Communicator() {
   // Leaving is not dying: this process may go on (and meet again under the same prefix).
   if (store_ && watchedByStore_ && !storeLost())
     (void)store_->cancelOnClose(key("gone/" + std::to_string(rank_)), Deadline::after(opts_.config.timeoutSec));
+  reportFailedPeers();
   connections_.clear();
   transports_.clear();
   meshTransports_.clear();
@@ -1946,7 +1947,7 @@ bool processStopped(int64_t pid) {
 }
 }  // namespace
 
-std::vector<bool> Communicator::knownFailed() {
+std::vector<bool> Communicator::knownFailed(bool askStore) {
   std::vector<bool> failed(static_cast<size_t>(nranks_), false);
   for (int r = 0; r < nranks_; ++r) failed[r] = peerExited(r);
   // A dead or stalled peer named by this rank's own failure or by a published one. An error
@@ -1961,11 +1962,35 @@ std::vector<bool> Communicator::knownFailed() {
     failed[r] = true;
   };
   names(brokenStatus());
-  if (!storeLost()) {
+  if (askStore && !storeLost()) {
     Status published = abortRecord(graceDeadline());
     if (!storeLost()) names(published);  // a store that failed just now names only its host
   }
   return failed;
+}
+
+void Communicator::reportFailedPeers() {
+  std::set<int> failed;
+  {
+    std::lock_guard<std::mutex> lock(errorMu_);
+    failed = agreedFailed_;
+  }
+  if (brokenFlag_.load(std::memory_order_acquire)) {
+    const std::vector<bool> known = knownFailed(/*askStore=*/false);
+    for (int r = 0; r < nranks_; ++r)
+      if (known[r]) failed.insert(r);
+  }
+  // A communicator that did not break may still lead to a peer of this host that another
+  // one found dead or stopped (a split child, a sibling): its process says so.
+  for (int r = 0; r < nranks_ && r < static_cast<int>(peerPidFds_.size()); ++r)
+    if (peerPidFds_[r] >= 0 && (peerExited(r) || processStopped(peers_[r].pid))) failed.insert(r);
+  failed.erase(rank_);
+  for (int r : failed) {
+    for (auto& t : transports_)
+      if (t) t->peerFailed(r);  // a transport no peer chose is gone
+    for (auto& t : meshTransports_)
+      if (t) t->peerFailed(r);
+  }
 }
 
 StatusOr<Communicator::Agreement> Communicator::agree(int flag) {
@@ -2050,6 +2075,8 @@ StatusOr<Communicator::Agreement> Communicator::agree(int flag) {
     const std::string& v = votes[r];
     if (v == "F") {
       a.failed.push_back(r);
+      std::lock_guard<std::mutex> lock(errorMu_);
+      agreedFailed_.insert(r);
     } else if (v.size() > 1 && v[0] == 'V') {
       a.flag &= std::atoi(v.c_str() + 1);
     } else {

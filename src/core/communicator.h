@@ -15,6 +15,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -303,7 +304,13 @@ class Communicator {
   bool peerExited(int r) const;
   // A rank agree() may count as failed without waiting for its vote: a local peer whose
   // process exited, or the rank a published or local error names as dead or stalled.
-  std::vector<bool> knownFailed();
+  // Without `askStore`, only what this process knows (no published error is read).
+  std::vector<bool> knownFailed(bool askStore = true);
+  // Teardown: tells every transport which peers failed (Transport::peerFailed), so that none
+  // waits for them: a peer of this host whose process exited or is stopped, every
+  // agreement's failed ranks, and on a broken communicator the ranks knownFailed() names
+  // without asking the store.
+  void reportFailedPeers();
   std::string key(const std::string& k) const { return opts_.keyPrefix + "/" + k; }
   // This communicator's configuration for a child (split, shrink, grow): the slot geometry
   // as the user set it.
@@ -399,6 +406,7 @@ class Communicator {
   FlightRecorder recorder_;
   std::atomic<bool> storeLostFlag_{false};
   Status storeLost_;  // under errorMu_
+  std::set<int> agreedFailed_;  // every agreement's failed ranks, under errorMu_
 };
 
 // FNV-1a of a call's shape; travels in every slot with the sequence number.

@@ -73,7 +73,10 @@ bool stoppedOrGone(int64_t pid) {
 }  // namespace
 
 bool PeerBook::isStalled(int peer) const {
-  if (stalled.count(peer)) return true;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (stalled.count(peer)) return true;
+  }
   auto it = ids.find(peer);
   if (it == ids.end()) return false;
   std::lock_guard<std::mutex> lock(gStalledMu);
@@ -81,7 +84,10 @@ bool PeerBook::isStalled(int peer) const {
 }
 
 void PeerBook::markStalled(int peer) {
-  stalled.insert(peer);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    stalled.insert(peer);
+  }
   auto it = ids.find(peer);
   if (it == ids.end() || it->second.first != localHost || !stoppedOrGone(it->second.second)) return;
   std::lock_guard<std::mutex> lock(gStalledMu);
@@ -130,7 +136,9 @@ UcxSendConnection::~UcxSendConnection() {
     return false;
   };
   // A peer already found stalled gets no second wait.
-  if (worker_->peers->isStalled(peer_) ? !pending() : drain(worker_, pending, 2.0)) return;
+  const bool known = worker_->peers->isStalled(peer_);
+  if (known ? !pending() : drain(worker_, pending, 2.0)) return;
+  if (!known) BRAID_INFO("ucx: rank %d took no message for 2 s at teardown; closing to it by force", peer_);
   worker_->peers->markStalled(peer_);
   if (ep_) ep_->stuck = true;
   for (Staging& s : slots_)
@@ -346,7 +354,10 @@ UcxRecvConnection::~UcxRecvConnection() {
       if (l.request) return true;
     return false;
   };
-  if (drain(worker_, pending, worker_->peers->isStalled(peer_) ? 0.2 : 2.0)) return;
+  const bool known = worker_->peers->isStalled(peer_);
+  if (drain(worker_, pending, known ? 0.2 : 2.0)) return;
+  if (!known && creditOut_->request)
+    BRAID_INFO("ucx: rank %d took no message for 2 s at teardown; closing to it by force", peer_);
   if (creditOut_->request) worker_->peers->markStalled(peer_);
   if (ep_ && creditOut_->request) ep_->stuck = true;
   BRAID_WARN("ucx: receive connection from rank %d torn down with receives UCX did not cancel", peer_);

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <map>
+#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
@@ -62,13 +63,15 @@ struct Endpoint {
   bool stuck = false;
 };
 
-// The peers a transport's teardown found not taking messages (a stopped peer), so that only
-// the first connection to each waits for its messages to go. A peer process on this host
-// that is stopped or gone is remembered by the whole process, for every communicator's
-// teardown; another peer only by this transport (it may merely have been busy).
+// The peers a transport's teardown found not taking messages (a stopped peer), or that the
+// communicator said failed (Transport::peerFailed), so that at most the first connection to
+// each waits for its messages to go. A peer process on this host that is stopped or gone is
+// remembered by the whole process, for every communicator's teardown; another peer only by
+// this transport (it may merely have been busy).
 struct PeerBook {
   std::string localHost;                      // this process's host id
   std::map<int, std::pair<std::string, int64_t>> ids;  // rank -> (host id, pid), from canConnect
+  mutable std::mutex mu;                      // guards stalled
   std::set<int> stalled;
   bool isStalled(int peer) const;
   void markStalled(int peer);

@@ -202,6 +202,9 @@ class UcxTransport final : public Transport {
   StatusOr<std::unique_ptr<Connection>> createRecv(int peer, int channel, std::string* blob) override;
   StatusOr<std::unique_ptr<Connection>> connectSend(int peer, int channel, const std::string& blob) override;
   Status establish(Deadline deadline) override;
+  // A failed peer gets no flush and no drain at teardown: its endpoints close by force at
+  // once, and its connections cancel what UCX holds for it without waiting for it to go.
+  void peerFailed(int rank) override { peers_.markStalled(rank); }
 
  private:
   StatusOr<Worker*> worker(int channel);
@@ -242,6 +245,7 @@ UcxTransport::~UcxTransport() {
     for (auto& e : w->endpoints) {
       bool force = e->failure != UCS_OK || e->stuck || peers_.isStalled(e->peer);
       if (!force && !flushed(w.get(), e->ep, 1.0)) {
+        BRAID_INFO("ucx: rank %d did not flush in 1 s at teardown; closing to it by force", e->peer);
         peers_.markStalled(e->peer);
         force = true;
       }

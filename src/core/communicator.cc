@@ -38,6 +38,15 @@ namespace {
 constexpr int64_t kStoreCheckPeriodNs = 100 * 1000 * 1000;
 // The least time a store call of the failure checks is given, whatever the deadline left.
 constexpr double kStoreMinWaitSec = 1.0;
+// How long a rank that timed out on a peer held in another communicator waits for the
+// processes' answers (askLiveStatus) before following the peer's holds.
+constexpr double kHeldAskSec = 0.5;
+
+// Whether process `pid` (on this host) is stopped (SIGSTOP, a debugger).
+bool processStopped(int64_t pid) {
+  const char state = processState(pid);
+  return state == 'T' || state == 't';
+}
 // `deadline`, or kStoreMinWaitSec from now where that is later: a check issued just before
 // the operation's deadline still gets a fair chance, so that a store which misses only that
 // deadline is not taken for a stalled one (the operation's own wait reports the timeout).
@@ -1533,6 +1542,18 @@ LiveState Communicator::liveState() const {
   }
   const Status b = brokenStatus();
   if (!b.isOk()) s.failed = b.toString();
+  if (rank_ < static_cast<int>(peers_.size())) s.hostId = peers_[rank_].hostId;
+  int heldBy = s.waitingOn;
+  const int failingOn = failingOn_.load(std::memory_order_acquire);
+  if (b.isOk() && failingOn >= 0) {
+    heldBy = failingOn;
+    s.failed = "failing: gave up on rank " + std::to_string(failingOn);
+  }
+  if (!b.isOk() && (b.code() == Code::kTimeout || b.code() == Code::kRemoteError)) heldBy = b.rank();
+  if (heldBy >= 0 && heldBy != rank_ && heldBy < static_cast<int>(peers_.size())) {
+    s.heldByPid = static_cast<int>(peers_[heldBy].pid);
+    s.heldByHostId = peers_[heldBy].hostId;
+  }
   return s;
 }
 
@@ -1634,6 +1655,8 @@ Status Communicator::findStalledRank(const Status& timeout) {
       if (v.status().code() != Code::kTimeout) return storeLoss(v.status());
       auto there = store_->check({key("stall/" + std::to_string(cur))}, Deadline::after(kStoreMinWaitSec));
       if (!there.isOk()) return storeLoss(there.status());
+      Status far = heldElsewhere(cur, timeout);
+      if (!far.isOk()) return far;
       return Status(Code::kTimeout,
                     "rank " + std::to_string(cur) + " made no progress for " +
                         std::to_string(static_cast<int>(opts_.config.timeoutSec)) + " s (BRAID_TIMEOUT); " +
@@ -1644,6 +1667,106 @@ Status Communicator::findStalledRank(const Status& timeout) {
     if (cur < 0 || cur >= nranks_) break;
   }
   return timeout;  // a cycle: everyone waits on everyone; report what we saw
+}
+
+Status Communicator::heldElsewhere(int cur, const Status& timeout) {
+  // Only a peer of this host that runs: a stopped or exited one is the culprit itself, and
+  // one on another host cannot be told from a stopped one without its answer.
+  if (cur < 0 || cur >= nranks_ || cur >= static_cast<int>(peerPidFds_.size()) || peerPidFds_[cur] < 0)
+    return Status::ok();
+  if (peerExited(cur) || processStopped(peers_[cur].pid) || storeLost() || !answersLiveStatus(this))
+    return Status::ok();
+  // One rank asks per held rank (every process answers every ask); the others read its
+  // verdict: "<rank>\t<text>", or "-" for none.
+  const std::string askKey = key("stall-ask/" + std::to_string(cur));
+  const std::string verdictKey = key("stall-far/" + std::to_string(cur));
+  auto asker = store_->compareSet(askKey, "", std::to_string(rank_), graceDeadline());
+  std::string verdict;
+  if (asker.isOk() && asker.value() != std::to_string(rank_)) {
+    auto v = store_->get(verdictKey, Deadline::after(kHeldAskSec + 2));
+    if (!v.isOk()) return Status::ok();
+    verdict = v.value();
+  } else {
+    auto states = askLiveStatus(*store_, kHeldAskSec);
+    verdict = states.isOk() ? followHolds(cur, states.value()) : "";
+    (void)store_->set(verdictKey, verdict.empty() ? "-" : verdict, graceDeadline());
+  }
+  const size_t tab = verdict.find('\t');
+  if (tab == std::string::npos) return Status::ok();
+  const int named = std::atoi(verdict.c_str());
+  return Status(Code::kTimeout, verdict.substr(tab + 1) + "; " + timeout.message(),
+                named >= 0 && named < nranks_ ? named : cur);
+}
+
+std::string Communicator::followHolds(int cur, const std::vector<LiveState>& states) const {
+  using Proc = std::pair<std::string, int64_t>;  // braid host id, pid
+  auto rankOf = [&](const Proc& p) {
+    for (int r = 0; r < nranks_; ++r)
+      if (peers_[r].hostId == p.first && peers_[r].pid == p.second) return r;
+    return -1;
+  };
+  // A process of this communicator by its rank here; another by its rank where it answered,
+  // else by its pid and host name.
+  auto name = [&](const Proc& p) {
+    const int r = rankOf(p);
+    if (r >= 0) return "rank " + std::to_string(r);
+    for (const LiveState& s : states)
+      if (s.hostId == p.first && s.pid == p.second)
+        return "rank " + std::to_string(s.rank) + " of communicator '" + s.comm + "' (pid " + std::to_string(p.second) +
+               ")";
+    return "pid " + std::to_string(p.second) + " on host " + p.first.substr(0, p.first.find(':'));
+  };
+  const std::string& myHost = peers_[rank_].hostId;
+  Proc at{peers_[cur].hostId, peers_[cur].pid};
+  std::set<Proc> seen{at};
+  std::string trail;
+  std::string why;  // what the process at the chain's end does
+  for (int hop = 0; hop < 8 && why.empty(); ++hop) {
+    const LiveState* held = nullptr;
+    const LiveState* any = nullptr;
+    for (const LiveState& s : states) {
+      if (s.hostId != at.first || s.pid != at.second) continue;
+      if (!any || s.busy) any = &s;
+      // The first rank's record in this communicator is what led here (it recorded no
+      // stall); further along, a wait here counts as one anywhere.
+      if (s.heldByPid <= 0 || (hop == 0 && s.comm == opts_.keyPrefix)) continue;
+      if (!held || (s.busy && !held->busy)) held = &s;
+    }
+    if (!held) {
+      // Not held in another communicator: at the first step, the rank is simply not in
+      // this collective (its caller is elsewhere) and is the one to name, as before.
+      if (hop == 0 || !any) return "";
+      why = any->busy ? "is " + any->describe() + " and waits for no one"
+                      : "is not in a collective (its caller is elsewhere: compute, I/O)";
+      break;
+    }
+    const Proc next{held->heldByHostId, held->heldByPid};
+    if (next == Proc{myHost, peers_[rank_].pid}) {
+      // Held by this rank, which waits for it here: a deadlock across communicators.
+      return std::to_string(cur) + "\trank " + std::to_string(cur) + " made no progress for " +
+             std::to_string(static_cast<int>(opts_.config.timeoutSec)) + " s (BRAID_TIMEOUT): " +
+             (trail.empty() ? "it" : trail + ", " + name(at)) + " waits in communicator '" + held->comm +
+             "' for rank " + std::to_string(rank_) +
+             ", which waits here: ranks that call collectives on several communicators must call them in "
+             "the same order";
+    }
+    trail += (trail.empty() ? "" : ", ") + name(at) + " " +
+             (held->failed.empty() ? "waits for " : "gave up waiting for ") + name(next) + " in communicator '" +
+             held->comm + "'";
+    if (!seen.insert(next).second) return "";  // a cycle among other processes
+    at = next;
+    if (at.first == myHost) {
+      const char state = processState(at.second);
+      if (state == 0 || state == 'Z' || state == 'X') why = "has exited";
+      else if (state == 'T' || state == 't') why = "is stopped";
+    }
+  }
+  if (why.empty()) return "";
+  const int named = rankOf(at);
+  // The trail reads from the rank this one waited for to the culprit.
+  return std::to_string(named >= 0 ? named : cur) + "\t" + name(at) + " made no progress for " +
+         std::to_string(static_cast<int>(opts_.config.timeoutSec)) + " s (BRAID_TIMEOUT): it " + why +
+         (named >= 0 ? "" : " (it is not in this communicator)") + "; " + trail;
 }
 
 void Communicator::publishCall(const Op& op) {
@@ -1732,6 +1855,10 @@ Status Communicator::fail(const Status& s) {
     std::lock_guard<std::mutex> lock(errorMu_);
     if (!broken_.isOk()) return broken_;  // a sibling channel already failed
   }
+  // Following the records below takes a while; meanwhile the live view says whom this
+  // rank gave up on (a rank held here by it is followed through it).
+  if ((s.code() == Code::kTimeout || s.code() == Code::kRemoteError) && s.rank() >= 0 && s.rank() != rank_)
+    failingOn_.store(s.rank(), std::memory_order_release);
   if (s.code() == Code::kTimeout) {
     report = findStalledRank(s);
     const std::string last = recorder_.lastCompleted();
@@ -1938,14 +2065,6 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::shrink(const std::vector<i
   if (made.isOk()) made.value()->epoch_ = epoch_ + 1;
   return made;
 }
-
-namespace {
-// Whether process `pid` (on this host) is stopped (SIGSTOP, a debugger).
-bool processStopped(int64_t pid) {
-  const char state = processState(pid);
-  return state == 'T' || state == 't';
-}
-}  // namespace
 
 std::vector<bool> Communicator::knownFailed(bool askStore) {
   std::vector<bool> failed(static_cast<size_t>(nranks_), false);

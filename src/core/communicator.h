@@ -299,6 +299,15 @@ class Communicator {
   // BRAID_DEBUG_DUMP: writes the flight recorder and `why` to the folder, text and JSON.
   void dumpFlightRecorder(const Status& why);
   Status findStalledRank(const Status& timeout);
+  // findStalledRank's last step, for rank `cur` that recorded nothing here: a live peer of
+  // this host may be held in another communicator (waiting there, or failed there, on a
+  // third process). Asks the processes where they are (askLiveStatus) and follows the holds
+  // to a process that is stopped, has exited, or waits for no one; the error then names
+  // that one (its rank here, when it has one) and the trail. Ok when there is nothing to
+  // follow.
+  Status heldElsewhere(int cur, const Status& timeout);
+  // The verdict of following `cur`'s holds through `states`: "<rank>\t<message>", or "".
+  std::string followHolds(int cur, const std::vector<LiveState>& states) const;
   // Whether local peer `r`'s process has exited (its pidfd is readable); false for a peer
   // not watched (another host, this process).
   bool peerExited(int r) const;
@@ -407,6 +416,7 @@ class Communicator {
   std::atomic<bool> storeLostFlag_{false};
   Status storeLost_;  // under errorMu_
   std::set<int> agreedFailed_;  // every agreement's failed ranks, under errorMu_
+  std::atomic<int> failingOn_{-1};  // the peer fail() is reporting on, while it does (liveState)
 };
 
 // FNV-1a of a call's shape; travels in every slot with the sequence number.

@@ -71,7 +71,9 @@ std::string LiveState::encode() const {
                   "\tbusy=" + (busy ? "1" : "0") + "\trunning=" + (running ? "1" : "0") + "\top=" + clean(op) +
                   "\top_s=" + fixed3(opSeconds) + "\twaiting_on=" + std::to_string(waitingOn) +
                   "\twait_what=" + clean(waitWhat) + "\twait_s=" + fixed3(waitSeconds) +
-                  "\tchannel=" + std::to_string(channel) + "\tfailed=" + clean(failed);
+                  "\tchannel=" + std::to_string(channel) + "\tfailed=" + clean(failed) +
+                  "\thost_id=" + clean(hostId) + "\theld_by_pid=" + std::to_string(heldByPid) +
+                  "\theld_by_host_id=" + clean(heldByHostId);
   return s;
 }
 
@@ -108,6 +110,9 @@ StatusOr<LiveState> LiveState::decode(const std::string& record) {
     else if (k == "wait_s") ok = parseDouble(v, &s.waitSeconds);
     else if (k == "channel") ok = parseInt(v, &s.channel);
     else if (k == "failed") s.failed = v;
+    else if (k == "host_id") s.hostId = v;
+    else if (k == "held_by_pid") ok = parseInt(v, &s.heldByPid) && s.heldByPid >= 0;
+    else if (k == "held_by_host_id") s.heldByHostId = v;
     // Unknown fields are a newer braid's: skipped.
     if (!ok) return bad("field '" + field + "' is not valid");
     if (tab == record.size()) break;
@@ -323,6 +328,12 @@ void addLiveStatus(const std::string& storeKey,
   r->connect = std::move(connect);
   r->thread = std::thread(respond, r);
   reg.byStore[storeKey] = r;
+}
+
+bool answersLiveStatus(const Communicator* comm) {
+  Registry& reg = registry();
+  std::lock_guard<std::mutex> lock(reg.mu);
+  return reg.storeOf.count(comm) > 0;
 }
 
 void removeLiveStatus(const Communicator* comm) {

@@ -42,6 +42,12 @@ struct LiveState {
   double waitSeconds = 0;
   int channel = -1;      // the channel that waits
   std::string failed;    // the error that broke the communicator, "" when none
+  // The process this rank is held by: the one its longest wait is for, or the one the error
+  // that broke the communicator names (braid's host id and pid; 0 when none). A rank waiting
+  // in one communicator for a rank held in another is followed through it (findStalledRank).
+  std::string hostId;    // this process's braid host id (BRAID_HOST_ID or hostname + boot id)
+  int heldByPid = 0;
+  std::string heldByHostId;
 
   // One line, tab-separated key=value fields (tabs and newlines in values become spaces).
   std::string encode() const;
@@ -69,6 +75,8 @@ StatusOr<std::vector<LiveState>> askLiveStatus(bootstrap::Store& store, double w
 // blocked wait). Any thread.
 void addLiveStatus(const std::string& storeKey, std::function<StatusOr<std::unique_ptr<bootstrap::Store>>()> connect,
                    const Communicator* comm);
+// Whether `comm` is registered, so that every process of its store answers askLiveStatus.
+bool answersLiveStatus(const Communicator* comm);
 // Unregisters `comm` (before it is destroyed); the last communicator of a store stops its
 // thread (interrupting its wait) and joins it. Any thread; a no-op for one never added.
 void removeLiveStatus(const Communicator* comm);

@@ -617,6 +617,46 @@ TEST_CASE("a stopped rank makes survivors time out", "[multiproc][chaos]") {
   }
 }
 
+// A survivor that times out on a live rank held in another communicator (waiting there for
+// the stopped rank, or failed there on it) names the stopped rank and the trail, not the
+// live one; and the held rank names the stopped one in its own communicator. Over shared
+// memory and tcp, with the held rank still waiting, failing at the same time, and failed
+// already.
+TEST_CASE("a rank held in another communicator by a stopped one: the survivor names the stopped one",
+          "[multiproc][chaos]") {
+  for (const char* env : {"", "BRAID_TRANSPORT=tcp"}) {
+    for (const char* late : {"1", "0", "2"}) {
+      INFO(env << " late " << late);
+      Run r = run(braidrun(3, std::string("BRAIDRUN_GRACE_SEC=3 BRAID_TIMEOUT=3 ") + env) + MP_DIR "/mp_held " +
+                  late);
+      INFO(r.out);
+      CHECK(r.out.find("RESULT rank=1 comm=split code=" + std::to_string(kTimeout) + " failed_rank=0") !=
+            std::string::npos);
+      CHECK(r.out.find("RESULT rank=2 comm=world code=" + std::to_string(kTimeout) + " failed_rank=0") !=
+            std::string::npos);
+      CHECK(r.out.find("rank 0 made no progress") != std::string::npos);
+      CHECK(r.out.find(std::string(late) == "1" ? "rank 1 waits for rank 0 in communicator 'braid/split0/c0'"
+                                                : "rank 1 gave up waiting for rank 0 in communicator 'braid/split0/c0'") !=
+            std::string::npos);
+    }
+  }
+}
+
+// Rank 0 calls the world's collective where the others expect the split communicator's
+// first: each rank's timeout follows the holds round the cycle and says so.
+TEST_CASE("a deadlock across communicators is reported as such", "[multiproc][chaos]") {
+  Run r = run(braidrun(3, "BRAIDRUN_GRACE_SEC=3 BRAID_TIMEOUT=3") + MP_DIR "/mp_held swap");
+  INFO(r.out);
+  const std::string order = "must call them in the same order";
+  for (const char* who : {"rank 0 (world): ", "rank 1 (split): ", "rank 2 (world): "}) {
+    INFO(who);
+    const size_t at = r.out.find(who);
+    REQUIRE(at != std::string::npos);
+    CHECK(r.out.substr(at, r.out.find('\n', at) - at).find(order) != std::string::npos);
+  }
+  CHECK(r.out.find("rank 1 (split): allreduce: rank 0 made no progress") != std::string::npos);
+}
+
 TEST_CASE("braid-info --status shows where every rank is and which rank holds the others up", "[multiproc][status]") {
   const std::string script = "bash " STATUS_JOB " " BRAIDRUN " " BRAID_INFO " " MP_DIR "/mp_fault ";
   SECTION("a rank whose own thread is away: not in a collective, the others waiting on it") {

@@ -44,8 +44,14 @@ LiveState rankState(int rank, int nranks, int waitingOn, bool busy = true) {
 TEST_CASE("live status records survive the round trip, and malformed ones are refused", "[live]") {
   LiveState s = rankState(2, 4, 1);
   s.failed = "timed out\twaiting\nfor rank 1";
+  s.hostId = "node1:boot-a";
+  s.heldByPid = 101;
+  s.heldByHostId = "node1:boot-a";
   auto back = LiveState::decode(s.encode());
   REQUIRE(back.isOk());
+  CHECK(back.value().hostId == "node1:boot-a");
+  CHECK(back.value().heldByPid == 101);
+  CHECK(back.value().heldByHostId == "node1:boot-a");
   CHECK(back.value().rank == 2);
   CHECK(back.value().nranks == 4);
   CHECK(back.value().waitingOn == 1);
@@ -67,6 +73,12 @@ TEST_CASE("live status records survive the round trip, and malformed ones are re
   CHECK(LiveState::decode("v=1\tcomm=x\trank=zero\tnranks=4").status().message().find("rank=zero") !=
         std::string::npos);
   CHECK(LiveState::decode("v=2\tcomm=x\trank=0\tnranks=1").status().code() == Code::kInvalidArgument);
+  CHECK(LiveState::decode("v=1\tcomm=x\trank=0\tnranks=1\theld_by_pid=-1").status().message().find("held_by_pid") !=
+        std::string::npos);
+  // An older braid's record, without the holds: none.
+  auto older = LiveState::decode("v=1\tcomm=x\trank=0\tnranks=1");
+  REQUIRE(older.isOk());
+  CHECK(older.value().heldByPid == 0);
 }
 
 TEST_CASE("a rank describes its operation, its wait, or that it is not in a collective", "[live]") {

@@ -1547,7 +1547,7 @@ LiveState Communicator::liveState() const {
   const int failingOn = failingOn_.load(std::memory_order_acquire);
   if (b.isOk() && failingOn >= 0) {
     heldBy = failingOn;
-    s.failed = "failing: gave up on rank " + std::to_string(failingOn);
+    s.failed = "gave up waiting for rank " + std::to_string(failingOn) + " (reporting it)";
   }
   if (!b.isOk() && (b.code() == Code::kTimeout || b.code() == Code::kRemoteError)) heldBy = b.rank();
   if (heldBy >= 0 && heldBy != rank_ && heldBy < static_cast<int>(peers_.size())) {

@@ -10,4 +10,9 @@ namespace braid {
 // stopped by a tracer, Z, ...), or 0 when there is no such process.
 char processState(int64_t pid);
 
+// What a state letter says: stopped (SIGSTOP, a debugger), or gone (no such process, a
+// zombie, dead).
+inline bool stateStopped(char state) { return state == 'T' || state == 't'; }
+inline bool stateGone(char state) { return state == 0 || state == 'Z' || state == 'X'; }
+
 }  // namespace braid

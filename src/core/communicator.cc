@@ -43,10 +43,7 @@ constexpr double kStoreMinWaitSec = 1.0;
 constexpr double kHeldAskSec = 0.5;
 
 // Whether process `pid` (on this host) is stopped (SIGSTOP, a debugger).
-bool processStopped(int64_t pid) {
-  const char state = processState(pid);
-  return state == 'T' || state == 't';
-}
+bool processStopped(int64_t pid) { return stateStopped(processState(pid)); }
 // `deadline`, or kStoreMinWaitSec from now where that is later: a check issued just before
 // the operation's deadline still gets a fair chance, so that a store which misses only that
 // deadline is not taken for a stalled one (the operation's own wait reports the timeout).
@@ -1757,8 +1754,8 @@ std::string Communicator::followHolds(int cur, const std::vector<LiveState>& sta
     at = next;
     if (at.first == myHost) {
       const char state = processState(at.second);
-      if (state == 0 || state == 'Z' || state == 'X') why = "has exited";
-      else if (state == 'T' || state == 't') why = "is stopped";
+      if (stateGone(state)) why = "has exited";
+      else if (stateStopped(state)) why = "is stopped";
     }
   }
   if (why.empty()) return "";

@@ -68,7 +68,7 @@ std::string processKey(const std::pair<std::string, int64_t>& id) { return id.fi
 // True when process `pid` of this host is stopped, a zombie, or gone.
 bool stoppedOrGone(int64_t pid) {
   const char state = processState(pid);
-  return state == 0 || state == 'T' || state == 't' || state == 'Z' || state == 'X';
+  return stateStopped(state) || stateGone(state);
 }
 }  // namespace
 

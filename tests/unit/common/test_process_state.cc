@@ -22,7 +22,12 @@ TEST_CASE("processState reads a process's state: running or sleeping, stopped, g
     if (state != 'T') usleep(5000);
   }
   CHECK(state == 'T');
+  CHECK(braid::stateStopped(state));
+  CHECK_FALSE(braid::stateGone(state));
   kill(child, SIGKILL);
   waitpid(child, nullptr, 0);
   CHECK(braid::processState(child) == 0);
+  CHECK(braid::stateGone(braid::processState(child)));
+  CHECK_FALSE(braid::stateStopped(mine));
+  CHECK_FALSE(braid::stateGone(mine));
 }

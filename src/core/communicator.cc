@@ -1643,49 +1643,92 @@ Status Communicator::findStalledRank(const Status& timeout) {
   if (!published.isOk()) return storeLoss(published);
   std::set<int> visited{rank_};
   int cur = waitedFor;
+  // Half a second before giving up on a rank's record, the processes are asked where they
+  // are, should that rank be held in another communicator (heldElsewhere): their answers are
+  // in when the wait ends, which the ask then costs nothing.
+  HeldAsk early;
+  bool used = false;  // heldElsewhere took `early`
+  auto settle = [&](const Status& s) {
+    // A request begun for a rank that recorded after all is read (which removes its keys;
+    // its answers are due by now) and its verdict, none, published for the other askers.
+    if (early.asker && !used && !storeLost()) {
+      if (early.begun) (void)collectLiveStatus(*store_, early.live);
+      (void)store_->set(key("stall-far/" + std::to_string(early.cur)), "-", graceDeadline());
+    }
+    return s;
+  };
   while (!visited.count(cur)) {
     visited.insert(cur);
-    auto v = store_->get(key("stall/" + std::to_string(cur)), deadline);
+    const std::string stallKey = key("stall/" + std::to_string(cur));
+    StatusOr<std::string> v = Status(Code::kTimeout, "not asked");
+    const int64_t askAt = deadline.nanos() - static_cast<int64_t>(kHeldAskSec * 1e9);
+    if (early.cur < 0 && askAt > nowNanos()) {
+      v = store_->get(stallKey, Deadline::atNanos(askAt));
+      if (!v.isOk() && v.status().code() == Code::kTimeout)
+        early = beginHeldAsk(cur, Deadline::atNanos(std::max(deadline.nanos(), nowNanos() + 250 * 1000 * 1000)));
+    }
+    if (!v.isOk() && v.status().code() == Code::kTimeout) v = store_->get(stallKey, deadline);
     if (!v.isOk()) {
       // A store that fails here (rather than answering "not there") is itself the problem:
       // a live one answers whether the key exists at once.
-      if (v.status().code() != Code::kTimeout) return storeLoss(v.status());
-      auto there = store_->check({key("stall/" + std::to_string(cur))}, Deadline::after(kStoreMinWaitSec));
-      if (!there.isOk()) return storeLoss(there.status());
-      Status far = heldElsewhere(cur, timeout);
-      if (!far.isOk()) return far;
-      return Status(Code::kTimeout,
-                    "rank " + std::to_string(cur) + " made no progress for " +
-                        std::to_string(static_cast<int>(opts_.config.timeoutSec)) + " s (BRAID_TIMEOUT); " +
-                        timeout.message(),
-                    cur);
+      if (v.status().code() != Code::kTimeout) return settle(storeLoss(v.status()));
+      auto there = store_->check({stallKey}, Deadline::after(kStoreMinWaitSec));
+      if (!there.isOk()) return settle(storeLoss(there.status()));
+      used = early.cur == cur;
+      Status far = heldElsewhere(cur, timeout, early);
+      if (!far.isOk()) return settle(far);
+      return settle(Status(Code::kTimeout,
+                           "rank " + std::to_string(cur) + " made no progress for " +
+                               std::to_string(static_cast<int>(opts_.config.timeoutSec)) + " s (BRAID_TIMEOUT); " +
+                               timeout.message(),
+                           cur));
     }
     cur = std::atoi(v.value().c_str());
     if (cur < 0 || cur >= nranks_) break;
   }
-  return timeout;  // a cycle: everyone waits on everyone; report what we saw
+  return settle(timeout);  // a cycle: everyone waits on everyone; report what we saw
 }
 
-Status Communicator::heldElsewhere(int cur, const Status& timeout) {
-  // Only a peer of this host that runs: a stopped or exited one is the culprit itself, and
-  // one on another host cannot be told from a stopped one without its answer.
-  if (cur < 0 || cur >= nranks_ || cur >= static_cast<int>(peerPidFds_.size()) || peerPidFds_[cur] < 0)
-    return Status::ok();
-  if (peerExited(cur) || processStopped(peers_[cur].pid) || storeLost() || !answersLiveStatus(this))
-    return Status::ok();
+bool Communicator::mayBeHeld(int cur) {
+  if (cur < 0 || cur >= nranks_ || cur == rank_ || storeLost() || !answersLiveStatus(this)) return false;
+  if (cur < static_cast<int>(peerPidFds_.size()) && peerPidFds_[cur] >= 0)
+    return !peerExited(cur) && !processStopped(peers_[cur].pid);
+  // Unwatched: a peer of another host, or of this process (whose threads share its pid, which
+  // the holds are followed by: not followed).
+  return peers_[cur].hostId != peers_[rank_].hostId;
+}
+
+Communicator::HeldAsk Communicator::beginHeldAsk(int cur, Deadline deadline) {
+  HeldAsk h;
+  h.cur = cur;
+  if (!mayBeHeld(cur)) return h;
+  auto claim = store_->compareSet(key("stall-ask/" + std::to_string(cur)), "", std::to_string(rank_), deadline);
+  if (!claim.isOk()) return h;
+  h.claimed = true;
+  h.asker = claim.value() == std::to_string(rank_);
+  if (!h.asker) return h;
+  auto live = beginLiveStatus(*store_, kHeldAskSec, deadline);
+  h.begun = live.isOk();
+  if (h.begun) h.live = live.value();
+  return h;
+}
+
+Status Communicator::heldElsewhere(int cur, const Status& timeout, const HeldAsk& early) {
+  // Begun early for this rank, or now (its answers then take half a second).
+  const HeldAsk ask = early.cur == cur ? early : beginHeldAsk(cur, Deadline::after(kStoreMinWaitSec));
+  if (!ask.claimed) return Status::ok();
   // One rank asks per held rank (every process answers every ask); the others read its
   // verdict: "<rank>\t<text>", or "-" for none.
-  const std::string askKey = key("stall-ask/" + std::to_string(cur));
   const std::string verdictKey = key("stall-far/" + std::to_string(cur));
-  auto asker = store_->compareSet(askKey, "", std::to_string(rank_), graceDeadline());
   std::string verdict;
-  if (asker.isOk() && asker.value() != std::to_string(rank_)) {
+  if (!ask.asker) {
     auto v = store_->get(verdictKey, Deadline::after(kHeldAskSec + 2));
     if (!v.isOk()) return Status::ok();
     verdict = v.value();
   } else {
-    auto states = askLiveStatus(*store_, kHeldAskSec);
-    verdict = states.isOk() ? followHolds(cur, states.value()) : "";
+    auto states = ask.begun ? collectLiveStatus(*store_, ask.live) : StatusOr<std::vector<LiveState>>(timeout);
+    // A local peer that stopped or exited since the ask began is the culprit itself.
+    verdict = states.isOk() && mayBeHeld(cur) ? followHolds(cur, states.value()) : "";
     (void)store_->set(verdictKey, verdict.empty() ? "-" : verdict, graceDeadline());
   }
   const size_t tab = verdict.find('\t');
@@ -1732,7 +1775,14 @@ std::string Communicator::followHolds(int cur, const std::vector<LiveState>& sta
     if (!held) {
       // Not held in another communicator: at the first step, the rank is simply not in
       // this collective (its caller is elsewhere) and is the one to name, as before.
-      if (hop == 0 || !any) return "";
+      if (hop == 0) return "";
+      if (!any) {
+        // No answer: from a process of this host that runs, nothing to go by; from one of
+        // another host, whose state cannot be read here, the sign that it is stopped.
+        if (at.first == myHost) return "";
+        why = "does not answer (stopped, hung, or cut off from the store)";
+        break;
+      }
       why = any->busy ? "is " + any->describe() + " and waits for no one"
                       : "is not in a collective (its caller is elsewhere: compute, I/O)";
       break;

@@ -299,13 +299,29 @@ class Communicator {
   // BRAID_DEBUG_DUMP: writes the flight recorder and `why` to the folder, text and JSON.
   void dumpFlightRecorder(const Status& why);
   Status findStalledRank(const Status& timeout);
-  // findStalledRank's last step, for rank `cur` that recorded nothing here: a live peer of
-  // this host may be held in another communicator (waiting there, or failed there, on a
-  // third process). Asks the processes where they are (askLiveStatus) and follows the holds
-  // to a process that is stopped, has exited, or waits for no one; the error then names
-  // that one (its rank here, when it has one) and the trail. Ok when there is nothing to
-  // follow.
-  Status heldElsewhere(int cur, const Status& timeout);
+  // One ask per rank that may be held (below): the rank that claims it asks the processes
+  // where they are and publishes the verdict; the others read it.
+  struct HeldAsk {
+    int cur = -1;         // the rank it is for; -1 when none was begun
+    bool claimed = false; // the claim was tried: `cur` may be held
+    bool asker = false;   // this rank asks (and publishes the verdict)
+    bool begun = false;   // ... and its request is out: `live` holds it
+    LiveAsk live;
+  };
+  // Whether `cur` may be held in another communicator: a running peer of this host in
+  // another process (a stopped or exited one is the culprit itself), or a peer of another
+  // host (which only its answer tells from a stopped one). Needs the live view.
+  bool mayBeHeld(int cur);
+  // Claims the ask for `cur` and, claimed, sends it; its store calls bounded by `deadline`.
+  // A store that fails them leaves nothing claimed (its failure is the caller's to report).
+  HeldAsk beginHeldAsk(int cur, Deadline deadline);
+  // findStalledRank's last step, for rank `cur` that recorded nothing here: it may be held in
+  // another communicator (waiting there, or failed there, on a third process). Asks the
+  // processes where they are (askLiveStatus; `early` when begun for `cur` already) and
+  // follows the holds to a process that is stopped, has exited, waits for no one, or does
+  // not answer; the error then names that one (its rank here, when it has one) and the
+  // trail. Ok when there is nothing to follow.
+  Status heldElsewhere(int cur, const Status& timeout, const HeldAsk& early);
   // The verdict of following `cur`'s holds through `states`: "<rank>\t<message>", or "".
   std::string followHolds(int cur, const std::vector<LiveState>& states) const;
   // Whether local peer `r`'s process has exited (its pidfd is readable); false for a peer

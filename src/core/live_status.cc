@@ -11,6 +11,7 @@
 #include <set>
 #include <thread>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "core/communicator.h"
 
@@ -212,13 +213,25 @@ std::string renderLiveStatus(const std::vector<LiveState>& states, double waited
   return out;
 }
 
+StatusOr<LiveAsk> beginLiveStatus(bootstrap::Store& store, double waitSeconds, Deadline opDeadline) {
+  LiveAsk ask;
+  ask.readyNs = nowNanos() + static_cast<int64_t>(std::max(0.0, waitSeconds) * 1e9);
+  BRAID_ASSIGN_OR_RETURN(ask.n, store.add(kRoot + "seq", 1, opDeadline));
+  BRAID_RETURN_IF_ERROR(store.set(kRoot + "req/" + std::to_string(ask.n), "1", opDeadline));
+  return ask;
+}
+
 StatusOr<std::vector<LiveState>> askLiveStatus(bootstrap::Store& store, double waitSeconds) {
+  BRAID_ASSIGN_OR_RETURN(LiveAsk ask, beginLiveStatus(store, waitSeconds));
+  return collectLiveStatus(store, ask);
+}
+
+StatusOr<std::vector<LiveState>> collectLiveStatus(bootstrap::Store& store, const LiveAsk& ask) {
   const Deadline opDeadline = Deadline::after(10);
-  BRAID_ASSIGN_OR_RETURN(int64_t n, store.add(kRoot + "seq", 1, opDeadline));
-  const std::string req = kRoot + "req/" + std::to_string(n);
-  const std::string reply = kRoot + "reply/" + std::to_string(n) + "/";
-  BRAID_RETURN_IF_ERROR(store.set(req, "1", opDeadline));
-  usleep(static_cast<useconds_t>(std::max(0.0, waitSeconds) * 1e6));
+  const std::string req = kRoot + "req/" + std::to_string(ask.n);
+  const std::string reply = kRoot + "reply/" + std::to_string(ask.n) + "/";
+  const int64_t left = ask.readyNs - nowNanos();
+  if (left > 0) usleep(static_cast<useconds_t>(left / 1000));
   BRAID_ASSIGN_OR_RETURN(int64_t count, store.add(reply + "count", 0, opDeadline));
   std::vector<LiveState> states;
   std::vector<std::string> keys{req, reply + "count"};

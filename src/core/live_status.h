@@ -67,6 +67,16 @@ std::string renderLiveStatus(const std::vector<LiveState>& states, double waited
 // that arrive within `waitSeconds`. The store must be braid's (a compareSet-free protocol,
 // but the waits are server-side).
 StatusOr<std::vector<LiveState>> askLiveStatus(bootstrap::Store& store, double waitSeconds);
+// The same in two halves, so that the wait for answers can overlap other work: begin sends
+// the request (its store calls bounded by `deadline`), collect waits out the rest of
+// `waitSeconds` from then and reads the answers.
+// A request begun and never collected is left in the store (a few keys).
+struct LiveAsk {
+  int64_t n = 0;        // the request number
+  int64_t readyNs = 0;  // when to read the answers (CLOCK_MONOTONIC)
+};
+StatusOr<LiveAsk> beginLiveStatus(bootstrap::Store& store, double waitSeconds, Deadline deadline = Deadline::after(10));
+StatusOr<std::vector<LiveState>> collectLiveStatus(bootstrap::Store& store, const LiveAsk& ask);
 
 // The responders: one thread per process and store, with a connection of its own (its waits
 // block in the store, never the communicators' calls), answering for every communicator

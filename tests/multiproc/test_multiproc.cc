@@ -621,15 +621,21 @@ TEST_CASE("a stopped rank makes survivors time out", "[multiproc][chaos]") {
 // the stopped rank, or failed there on it) names the stopped rank and the trail, not the
 // live one; and the held rank names the stopped one in its own communicator. Over shared
 // memory and tcp, with the held rank still waiting, failing at the same time, and failed
-// already.
+// already; and with each rank on a host of its own, where the stopped one is known only by
+// not answering.
 TEST_CASE("a rank held in another communicator by a stopped one: the survivor names the stopped one",
           "[multiproc][chaos]") {
-  for (const char* env : {"", "BRAID_TRANSPORT=tcp"}) {
+  for (const char* env : {"", "BRAID_TRANSPORT=tcp", "hosts"}) {
+    const bool hosts = std::string(env) == "hosts";
     for (const char* late : {"1", "0", "2"}) {
       INFO(env << " late " << late);
-      Run r = run(braidrun(3, std::string("BRAIDRUN_GRACE_SEC=3 BRAID_TIMEOUT=3 ") + env) + MP_DIR "/mp_held " +
-                  late);
+      const std::string prog = hosts ? std::string("sh -c 'BRAID_HOST_ID=fakehost$BRAID_RANK exec " MP_DIR
+                                                   "/mp_held ") + late + "'"
+                                     : std::string(MP_DIR "/mp_held ") + late;
+      Run r = run(braidrun(3, std::string("BRAIDRUN_GRACE_SEC=3 BRAID_TIMEOUT=3 ") + (hosts ? "" : env)) + prog);
       INFO(r.out);
+      CHECK(r.out.find(hosts ? "rank 0 made no progress for 3 s (BRAID_TIMEOUT): it does not answer"
+                             : "rank 0 made no progress for 3 s (BRAID_TIMEOUT): it is stopped") != std::string::npos);
       CHECK(r.out.find("RESULT rank=1 comm=split code=" + std::to_string(kTimeout) + " failed_rank=0") !=
             std::string::npos);
       CHECK(r.out.find("RESULT rank=2 comm=world code=" + std::to_string(kTimeout) + " failed_rank=0") !=

@@ -359,6 +359,17 @@ Session::~Session() {
   mover_.reset();  // unregisters the slots while the communicator still maps them
   dropDeviceSlots();
   const bool broken = comm_ && !comm_->brokenStatus().isOk();
+  if (broken) {
+    const int64_t at = comm_->brokenAtNanos();
+    int64_t was = familyBrokenNs_->load();
+    while (at > was && !familyBrokenNs_->compare_exchange_weak(was, at)) {
+    }
+  }
+  // A communicator that ran nothing since another of the family broke (the world of a job
+  // whose split child failed) ends a failed job as a broken one does; one that ran since (a
+  // shrink's survivors going on) ends as a healthy one.
+  const int64_t familyBroken = familyBrokenNs_->load();
+  const bool failedJob = broken || (comm_ && familyBroken > 0 && !comm_->ranSince(familyBroken));
   // A store that failed a call already is not asked again: each request would wait out
   // its timeout, and nothing here needs the answer.
   const bool storeLost = comm_ && comm_->storeLost();
@@ -368,7 +379,7 @@ Session::~Session() {
     // of splits included) has left, so that a slower rank's last operation never mistakes
     // the store's shutdown for a failure. Only the last session here holding the server
     // waits: the others leave it running.
-    Deadline d = Deadline::after(broken ? 2.0 : 30.0);
+    Deadline d = Deadline::after(failedJob ? 2.0 : 30.0);
     // Withdrawn from what the store would count down at this process's close first: the
     // count down itself is the last request the serving rank may wait for.
     (void)store_->addOnClose(rootPrefix_ + "/live", +1, d);
@@ -1474,6 +1485,7 @@ std::unique_ptr<Session> Session::derived() const {
   child->server_ = server_;
   child->standby_ = standby_;
   child->store_ = store_;
+  child->familyBrokenNs_ = familyBrokenNs_;
   child->rootPrefix_ = rootPrefix_;
   child->trackLive_ = trackLive_;
   child->storeId_ = storeId_;

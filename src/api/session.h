@@ -234,6 +234,9 @@ class Session {
   std::string rootPrefix_ = "braid";
   bool trackLive_ = false;
   bool counted_ = false;
+  // When a communicator of this session's family (itself, a parent, its split children,
+  // shrunk and grown ones: sessions sharing the store) last broke; 0 when none has.
+  std::shared_ptr<std::atomic<int64_t>> familyBrokenNs_ = std::make_shared<std::atomic<int64_t>>(0);
   bool announced_ = false;  // registered with the live-status responder
   std::mutex deviceMu_;
   std::unique_ptr<device::DeviceQueue> deviceQueue_;  // made by the first device call

@@ -1896,6 +1896,11 @@ void Communicator::dumpFlightRecorder(const Status& why) {
   }
 }
 
+bool Communicator::ranSince(int64_t ns) const {
+  const FlightRecorder::Current c = recorder_.current();
+  return c.busy || (!c.op.empty() && c.sinceNs > ns);
+}
+
 Status Communicator::fail(const Status& s) {
   Status report = s;
   {
@@ -1926,6 +1931,7 @@ Status Communicator::fail(const Status& s) {
     std::lock_guard<std::mutex> lock(errorMu_);
     if (broken_.isOk()) {
       broken_ = report;
+      brokenAtNs_.store(FlightRecorder::clockNanos(), std::memory_order_release);
       brokenFlag_.store(true, std::memory_order_release);
       first = true;
     } else {
@@ -1959,6 +1965,7 @@ void Communicator::abort(const Status& why) {
     std::lock_guard<std::mutex> lock(errorMu_);
     if (broken_.isOk()) {
       broken_ = s;
+      brokenAtNs_.store(FlightRecorder::clockNanos(), std::memory_order_release);
       brokenFlag_.store(true, std::memory_order_release);
       first = true;
     }

@@ -205,6 +205,10 @@ class Communicator {
 
   // The error that broke the communicator, or Ok.
   Status brokenStatus() const;
+  // When it broke (FlightRecorder::clockNanos), 0 while it has not.
+  int64_t brokenAtNanos() const { return brokenAtNs_.load(std::memory_order_acquire); }
+  // Whether an operation of this communicator ran or completed well after `ns` (same clock).
+  bool ranSince(int64_t ns) const;
   // What this rank is doing now, for a live view of the job (braid-info --status), from any
   // thread: the operation in flight and whom each channel has waited for longer than 100 ms,
   // or "not in a collective" and the last one completed.
@@ -414,6 +418,7 @@ class Communicator {
 
   std::atomic<int> abortFlag_{0};
   std::atomic<bool> brokenFlag_{false};  // lets the hot path skip errorMu_
+  std::atomic<int64_t> brokenAtNs_{0};
   // The store sets "gone/<rank>" if this rank's connection to it ends (setOnClose).
   bool watchedByStore_ = false;
   // Until joined, the store adds 1 to "init-gone" if this rank's connection ends; initPoll

@@ -698,6 +698,30 @@ std::map<int, double> destroyTimes(const std::string& out) {
   return m;
 }
 
+// Rank 0 serves the store (torchrun's layout) and a stopped rank keeps its connections, so
+// its count of sessions: rank 0 waits for it at the end only while its communicators could
+// still be in use. Here the failure breaks a communicator derived from the world (seed 3404
+// on 3 ranks stops rank 2 in a group of sends and receives on the reversed communicator);
+// the world, last to go, ran nothing since, and rank 0 leaves within the 2 s a broken
+// communicator waits, not the 30 s of a job that finished (the stopped rank is killed at
+// 10 s, which ended the wait at about 5.5 s before).
+TEST_CASE("rank 0 serving the store leaves soon after a split child fails on a stopped rank",
+          "[multiproc][chaos]") {
+  Run r = torchrunJob(3, "BRAID_TIMEOUT=3 MP_RANDOM_KILL=59:2 MP_RANDOM_FAULT=stop",
+                      "timeout -s KILL 10 " MP_DIR "/mp_random 3404 200");
+  INFO(r.out);
+  REQUIRE(r.out.find("[2] FAULT rank=2 step=59") != std::string::npos);
+  CHECK(r.out.find("rank 0 made no progress for 3 s") != std::string::npos);  // rank 2 there
+  std::smatch m;
+  for (int rank : {0, 1}) {
+    INFO("rank " << rank);
+    const std::regex re("\\[" + std::to_string(rank) + "\\] STOPPED rank=" + std::to_string(rank) +
+                        " wrong=0 mono_ms=\\d+ destroy_ms=(\\d+)");
+    REQUIRE(std::regex_search(r.out, m, re));
+    CHECK(std::stol(m[1]) < 4000);
+  }
+}
+
 // Rank 0 serves the store (torchrun's layout) and stalls: every wait on the store is bounded
 // by the operation's deadline, the stopped rank is named, and destroy does not wait on the
 // stalled store again. Rank 1's standby takes over once rank 0 has sent it nothing for half

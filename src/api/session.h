@@ -235,7 +235,8 @@ class Session {
   bool trackLive_ = false;
   bool counted_ = false;
   // When a communicator of this session's family (itself, a parent, its split children,
-  // shrunk and grown ones: sessions sharing the store) last broke; 0 when none has.
+  // shrunk and grown ones: sessions sharing the store) broke, the latest of those whose
+  // sessions have gone; 0 when none has.
   std::shared_ptr<std::atomic<int64_t>> familyBrokenNs_ = std::make_shared<std::atomic<int64_t>>(0);
   bool announced_ = false;  // registered with the live-status responder
   std::mutex deviceMu_;

@@ -1664,6 +1664,7 @@ Status Communicator::findStalledRank(const Status& timeout) {
     const int64_t askAt = deadline.nanos() - static_cast<int64_t>(kHeldAskSec * 1e9);
     if (early.cur < 0 && askAt > nowNanos()) {
       v = store_->get(stallKey, Deadline::atNanos(askAt));
+      // The claim and the request get what is left of the grace, and a quarter second at least.
       if (!v.isOk() && v.status().code() == Code::kTimeout)
         early = beginHeldAsk(cur, Deadline::atNanos(std::max(deadline.nanos(), nowNanos() + 250 * 1000 * 1000)));
     }
@@ -1726,9 +1727,11 @@ Status Communicator::heldElsewhere(int cur, const Status& timeout, const HeldAsk
     if (!v.isOk()) return Status::ok();
     verdict = v.value();
   } else {
-    auto states = ask.begun ? collectLiveStatus(*store_, ask.live) : StatusOr<std::vector<LiveState>>(timeout);
-    // A local peer that stopped or exited since the ask began is the culprit itself.
-    verdict = states.isOk() && mayBeHeld(cur) ? followHolds(cur, states.value()) : "";
+    if (ask.begun) {
+      auto states = collectLiveStatus(*store_, ask.live);
+      // A local peer that stopped or exited since the ask began is the culprit itself.
+      if (states.isOk() && mayBeHeld(cur)) verdict = followHolds(cur, states.value());
+    }
     (void)store_->set(verdictKey, verdict.empty() ? "-" : verdict, graceDeadline());
   }
   const size_t tab = verdict.find('\t');

@@ -207,7 +207,8 @@ class Communicator {
   Status brokenStatus() const;
   // When it broke (FlightRecorder::clockNanos), 0 while it has not.
   int64_t brokenAtNanos() const { return brokenAtNs_.load(std::memory_order_acquire); }
-  // Whether an operation of this communicator ran or completed well after `ns` (same clock).
+  // Whether this communicator has an operation in flight, or completed one after `ns` (same
+  // clock as brokenAtNanos).
   bool ranSince(int64_t ns) const;
   // What this rank is doing now, for a live view of the job (braid-info --status), from any
   // thread: the operation in flight and whom each channel has waited for longer than 100 ms,
@@ -307,7 +308,7 @@ class Communicator {
   // where they are and publishes the verdict; the others read it.
   struct HeldAsk {
     int cur = -1;         // the rank it is for; -1 when none was begun
-    bool claimed = false; // the claim was tried: `cur` may be held
+    bool claimed = false; // `cur` may be held, and the store answered the claim
     bool asker = false;   // this rank asks (and publishes the verdict)
     bool begun = false;   // ... and its request is out: `live` holds it
     LiveAsk live;

@@ -1679,15 +1679,18 @@ Status Communicator::findStalledRank(const Status& timeout) {
       Status far = heldElsewhere(cur, timeout, early);
       if (!far.isOk()) return settle(far);
       return settle(Status(Code::kTimeout,
-                           "rank " + std::to_string(cur) + " made no progress for " +
-                               std::to_string(static_cast<int>(opts_.config.timeoutSec)) + " s (BRAID_TIMEOUT); " +
-                               timeout.message(),
+                           madeNoProgress("rank " + std::to_string(cur)) + "; " + timeout.message(),
                            cur));
     }
     cur = std::atoi(v.value().c_str());
     if (cur < 0 || cur >= nranks_) break;
   }
   return settle(timeout);  // a cycle: everyone waits on everyone; report what we saw
+}
+
+std::string Communicator::madeNoProgress(const std::string& who) const {
+  return who + " made no progress for " + std::to_string(static_cast<int>(opts_.config.timeoutSec)) +
+         " s (BRAID_TIMEOUT)";
 }
 
 bool Communicator::mayBeHeld(int cur) {
@@ -1793,8 +1796,7 @@ std::string Communicator::followHolds(int cur, const std::vector<LiveState>& sta
     const Proc next{held->heldByHostId, held->heldByPid};
     if (next == Proc{myHost, peers_[rank_].pid}) {
       // Held by this rank, which waits for it here: a deadlock across communicators.
-      return std::to_string(cur) + "\trank " + std::to_string(cur) + " made no progress for " +
-             std::to_string(static_cast<int>(opts_.config.timeoutSec)) + " s (BRAID_TIMEOUT): " +
+      return std::to_string(cur) + "\t" + madeNoProgress("rank " + std::to_string(cur)) + ": " +
              (trail.empty() ? "it" : trail + ", " + name(at)) + " waits in communicator '" + held->comm +
              "' for rank " + std::to_string(rank_) +
              ", which waits here: ranks that call collectives on several communicators must call them in "
@@ -1814,8 +1816,7 @@ std::string Communicator::followHolds(int cur, const std::vector<LiveState>& sta
   if (why.empty()) return "";
   const int named = rankOf(at);
   // The trail reads from the rank this one waited for to the culprit.
-  return std::to_string(named >= 0 ? named : cur) + "\t" + name(at) + " made no progress for " +
-         std::to_string(static_cast<int>(opts_.config.timeoutSec)) + " s (BRAID_TIMEOUT): it " + why +
+  return std::to_string(named >= 0 ? named : cur) + "\t" + madeNoProgress(name(at)) + ": it " + why +
          (named >= 0 ? "" : " (it is not in this communicator)") + "; " + trail;
 }
 

@@ -304,6 +304,8 @@ class Communicator {
   // BRAID_DEBUG_DUMP: writes the flight recorder and `why` to the folder, text and JSON.
   void dumpFlightRecorder(const Status& why);
   Status findStalledRank(const Status& timeout);
+  // "<who> made no progress for <BRAID_TIMEOUT> s (BRAID_TIMEOUT)", as a timeout names its culprit.
+  std::string madeNoProgress(const std::string& who) const;
   // One ask per rank that may be held (below): the rank that claims it asks the processes
   // where they are and publishes the verdict; the others read it.
   struct HeldAsk {

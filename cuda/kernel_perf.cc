@@ -1,8 +1,10 @@
 // kernel_perf: the reduce-copy kernels alone on one GPU, against the same GPU's
 // device-to-device copy (cudaMemcpyAsync) measured in the same run.
 //
-//   kernel_perf [-b 1M] [-e 256M] [-f 2] [-d float] [-o sum] [-n 20] [-w 5] [-g 0]
+//   kernel_perf [-b 1M] [-e 256M] [-f 2] [-d float] [-o sum] [-n 20] [-w 5] [-g 0] [-t 0] [-B 0]
 //
+// -t and -B fix the threads per block and the blocks of every kernel launch (0: braid's own
+// choice, chooseLaunchConfig), for comparing launch geometries in one run.
 // For each size (bytes per buffer) it times, on one stream with CUDA events:
 //   memcpy   cudaMemcpyAsync device to device       bytes read + written = 2 x size
 //   copy     braid's copy kernel, 1 -> 1            2 x size
@@ -112,13 +114,14 @@ bool holds(const void* p, size_t count, const std::vector<unsigned char>& want, 
 int main(int argc, char** argv) {
   size_t minBytes = 1 << 20, maxBytes = 256u << 20, factor = 2;
   int iters = 20, warmup = 5, gpu = 0;
+  long threads = 0, blocks = 0;
   DeviceDataType type = DeviceDataType::kFloat32;
   ReduceOp op = ReduceOp::kSum;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "-h" || a == "--help") {
       std::printf("usage: kernel_perf [-b MINBYTES] [-e MAXBYTES] [-f FACTOR] [-d float|half|bfloat16|double|int32|int16|int8|"
-                  "f8e4m3|f8e5m2] [-o sum|prod|max|min] [-n ITERS] [-w WARMUP] [-g GPU]\n");
+                  "f8e4m3|f8e5m2] [-o sum|prod|max|min] [-n ITERS] [-w WARMUP] [-g GPU] [-t THREADS_PER_BLOCK] [-B BLOCKS]\n");
       return 0;
     }
     if (i + 1 >= argc) die("option " + a + " needs a value (see -h)", 2);
@@ -129,6 +132,8 @@ int main(int argc, char** argv) {
     else if (a == "-n") iters = std::atoi(v);
     else if (a == "-w") warmup = std::atoi(v);
     else if (a == "-g") gpu = std::atoi(v);
+    else if (a == "-t") threads = std::atol(v);
+    else if (a == "-B") blocks = std::atol(v);
     else if (a == "-d") {
       bool found = false;
       for (const TypeName& t : kTypes) found = found || (std::strcmp(v, t.name) == 0 && ((type = t.t), true));
@@ -143,6 +148,9 @@ int main(int argc, char** argv) {
   }
   if (factor < 2 || iters < 1 || warmup < 0 || minBytes == 0 || maxBytes < minBytes)
     die("need -f >= 2, -n >= 1, -w >= 0 and 0 < -b <= -e", 2);
+  if ((threads == 0) != (blocks == 0) || threads < 0 || threads > 1024 || threads % 32 != 0 || blocks < 0 ||
+      blocks > 65535)
+    die("-t and -B go together: whole warps up to 1024 threads per block, 1 to 65535 blocks", 2);
 
   auto count = bc::visibleDeviceCount();
   if (!count.isOk()) die("no usable GPU: " + count.status().message(), kExitSkip);
@@ -156,6 +164,7 @@ int main(int argc, char** argv) {
   std::printf("# kernel_perf on GPU %d: %s (sm_%d%d, %d SMs); type %s, op %s; GB/s of bytes read + written\n", gpu,
               prop.name, prop.major, prop.minor, prop.multiProcessorCount, bc::deviceDataTypeName(type),
               op == ReduceOp::kSum ? "sum" : op == ReduceOp::kProd ? "prod" : op == ReduceOp::kMax ? "max" : "min");
+  if (threads > 0) std::printf("# every kernel launched with %ld blocks of %ld threads\n", blocks, threads);
   std::printf("# %12s %10s %10s %10s %10s %8s %8s %8s  %s\n", "size(B)", "memcpy", "copy", "reduce", "fused",
               "copy/mc", "red/mc", "fus/mc", "check");
 
@@ -182,6 +191,11 @@ int main(int argc, char** argv) {
     return static_cast<double>(moved) * iters / (ms * 1e-3) / 1e9;
   };
 
+  bc::LaunchConfig fixed;
+  fixed.grid = static_cast<unsigned>(blocks);
+  fixed.block = static_cast<unsigned>(threads);
+  const bc::LaunchConfig* cfg = threads > 0 ? &fixed : nullptr;
+
   bool allOk = true;
   for (size_t bytes = minBytes; bytes <= maxBytes; bytes *= factor) {
     const size_t n = bytes / es;
@@ -196,7 +210,7 @@ int main(int argc, char** argv) {
     const double memcpyBw = timeIt(2 * used, [&] {
       check(cudaMemcpyAsync(c, a, used, cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync");
     });
-    const double copyBw = timeIt(2 * used, [&] { check(bc::launchCopy(c, nullptr, a, used, stream), "launchCopy"); });
+    const double copyBw = timeIt(2 * used, [&] { check(bc::launchCopy(c, nullptr, a, used, stream, cfg), "launchCopy"); });
     check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
     bool ok = holds(c, n, filled(type, 1, 1), es);
 
@@ -207,7 +221,7 @@ int main(int argc, char** argv) {
     ra.dsts[0] = c;
     ra.ndsts = 1;
     ra.count = n;
-    const double reduceBw = timeIt(3 * used, [&] { check(bc::launchReduceCopy(ra, type, op, stream), "launchReduceCopy"); });
+    const double reduceBw = timeIt(3 * used, [&] { check(bc::launchReduceCopy(ra, type, op, stream, cfg), "launchReduceCopy"); });
     check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
     // 1 op 2: sum 3, prod 2, max 2, min 1.
     const int want = op == ReduceOp::kSum ? 3 : op == ReduceOp::kMin ? 1 : 2;
@@ -215,7 +229,7 @@ int main(int argc, char** argv) {
 
     ra.dsts[1] = d;
     ra.ndsts = 2;
-    const double fusedBw = timeIt(4 * used, [&] { check(bc::launchReduceCopy(ra, type, op, stream), "launchReduceCopy"); });
+    const double fusedBw = timeIt(4 * used, [&] { check(bc::launchReduceCopy(ra, type, op, stream, cfg), "launchReduceCopy"); });
     check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
     ok = ok && holds(c, n, filled(type, 1, want), es) && holds(d, n, filled(type, 1, want), es);
     allOk = allOk && ok;

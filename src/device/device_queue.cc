@@ -106,14 +106,24 @@ DeviceQueue::~DeviceQueue() {
 // issued back to back took 144 ms each against 21 ms when each waited for the last.
 StatusOr<DeviceQueue::Block> DeviceQueue::take(size_t bytes, Stream s) {
   const bool shared = s != kPerThreadStream;
-  if (shared) {
-    auto it = streamBlock_.find(s);
-    if (it != streamBlock_.end() && it->second.bytes >= bytes) {
-      ++users_[it->second.ptr];
-      return it->second;
+  Block b;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shared) {
+      auto it = streamBlock_.find(s);
+      if (it != streamBlock_.end() && it->second.bytes >= bytes) {
+        ++users_[it->second.ptr];
+        return it->second;
+      }
     }
+    b = takePooled(bytes);
   }
-  BRAID_ASSIGN_OR_RETURN(Block b, takeFree(bytes));
+  if (!b.ptr) {
+    // Pinned outside mu_, which the proxy takes between jobs.
+    b.bytes = alignUp(std::max<size_t>(bytes, 1), kRoundUp);
+    BRAID_ASSIGN_OR_RETURN(b.ptr, rt_.allocHost(b.bytes));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
   users_[b.ptr] = 1;
   if (shared) {
     auto it = streamBlock_.find(s);
@@ -143,20 +153,23 @@ void DeviceQueue::release(const Block& b, bool park) {
   else pool_.push_back(b);
 }
 
-StatusOr<DeviceQueue::Block> DeviceQueue::takeFree(size_t bytes) {
+DeviceQueue::Block DeviceQueue::takePooled(size_t bytes) {
   // The smallest pooled block that fits.
   size_t best = pool_.size();
   for (size_t i = 0; i < pool_.size(); ++i)
     if (pool_[i].bytes >= bytes && (best == pool_.size() || pool_[i].bytes < pool_[best].bytes)) best = i;
-  if (best < pool_.size()) {
-    Block b = pool_[best];
-    pool_.erase(pool_.begin() + static_cast<ptrdiff_t>(best));
-    return b;
-  }
-  Block b;
-  b.bytes = alignUp(std::max<size_t>(bytes, 1), kRoundUp);
-  BRAID_ASSIGN_OR_RETURN(b.ptr, rt_.allocHost(b.bytes));
+  if (best == pool_.size()) return Block{};
+  Block b = pool_[best];
+  pool_.erase(pool_.begin() + static_cast<ptrdiff_t>(best));
   return b;
+}
+
+void DeviceQueue::push(Job job) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(std::move(job));
+  }
+  cv_.notify_all();
 }
 
 Status DeviceQueue::enqueue(const DeviceCall& call, HostRun run, PieceRun pieceRun, std::shared_ptr<DeviceDone> done) {
@@ -167,8 +180,12 @@ Status DeviceQueue::enqueue(const DeviceCall& call, HostRun run, PieceRun pieceR
   // takes milliseconds).
   retire(/*all=*/false);
   rt_.freeDeferred();
-  std::lock_guard<std::mutex> lock(mu_);
-  BRAID_RETURN_IF_ERROR(error_);
+  // The stream's work is queued under issueMu_, never mu_: a CUDA call that queues work may
+  // block until the stream drains (a stream holds a bounded amount of queued work), and
+  // the stream drains only as the proxy, which takes mu_ between jobs, stores the flag
+  // values it waits for. On an H200 a loop of 128 MiB calls (32 pieces each) hung so.
+  std::lock_guard<std::mutex> issue(issueMu_);
+  BRAID_RETURN_IF_ERROR(asyncError());
   if (call.direct) return enqueueDirect(call, std::move(run), std::move(pieceRun), std::move(done));
   Stream s = call.stream;
 
@@ -185,7 +202,9 @@ Status DeviceQueue::enqueue(const DeviceCall& call, HostRun run, PieceRun pieceR
     DeviceQueue* q;
     Block* block;
     ~Park() {
-      if (block) q->release(*block, /*park=*/true);
+      if (!block) return;
+      std::lock_guard<std::mutex> lock(q->mu_);
+      q->release(*block, /*park=*/true);
     }
   } park{this, &block};
   char* base = static_cast<char*>(block.ptr);
@@ -217,8 +236,7 @@ Status DeviceQueue::enqueue(const DeviceCall& call, HostRun run, PieceRun pieceR
   if (!st.isOk()) {
     job.run = [st](const void*, void*, const std::vector<void*>&) { return st; };
   }
-  queue_.push_back(std::move(job));
-  cv_.notify_all();
+  push(std::move(job));
   return st;
 }
 
@@ -457,8 +475,7 @@ Status DeviceQueue::enqueueDirect(const DeviceCall& call, HostRun run, PieceRun 
     job.pieces = cutPieces(call);
   }
   BRAID_RETURN_IF_ERROR(markThenWait(job, s));
-  queue_.push_back(std::move(job));
-  cv_.notify_all();
+  push(std::move(job));
   return Status::ok();
 }
 
@@ -547,8 +564,7 @@ Status DeviceQueue::enqueuePieces(const DeviceCall& call, Job job, Block** park)
     else st = b.status();
   }
   job.failed = st;
-  queue_.push_back(std::move(job));
-  cv_.notify_all();
+  push(std::move(job));
   return st;
 }
 
@@ -577,6 +593,7 @@ Status DeviceQueue::runInOrder(const std::function<Status()>& fn) {
   };
   std::shared_ptr<Waiter> w;
   {
+    std::lock_guard<std::mutex> issue(issueMu_);  // after any call another thread is issuing
     std::lock_guard<std::mutex> lock(mu_);
     // With nothing enqueued still to run, the call goes now, on this thread.
     if (proxy_.joinable() && (!queue_.empty() || busy_)) {

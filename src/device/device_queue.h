@@ -233,8 +233,9 @@ class DeviceQueue {
                         const std::vector<void*>& hostExtra);
   static Status stageOut(Runtime& rt, const DeviceCall& call, const void* hostOutput,
                          const std::vector<void*>& hostExtra);
-  StatusOr<Block> take(size_t bytes, Stream s);
-  StatusOr<Block> takeFree(size_t bytes);  // from the pool, or newly pinned
+  StatusOr<Block> take(size_t bytes, Stream s);  // takes mu_ itself
+  Block takePooled(size_t bytes);  // under mu_: the smallest pooled block that fits, or none
+  void push(Job job);  // to the proxy
   // One job less uses `b` (under mu_): back to the pool (or, with `park`, kept unused for
   // good: the stream may still write it) when no job uses it and it is no stream's block.
   void release(const Block& b, bool park = false);
@@ -256,7 +257,11 @@ class DeviceQueue {
   double timeoutSec_;
   Flag flag_;
   Status flagStatus_;
-  uint32_t nextSeq_ = 0;
+
+  // Held while a call's work is queued on its stream (enqueue), so calls reach the proxy in
+  // the order of their flag values. The proxy never takes it.
+  std::mutex issueMu_;
+  uint32_t nextSeq_ = 0;  // under issueMu_
 
   std::mutex mu_;
   std::condition_variable cv_;

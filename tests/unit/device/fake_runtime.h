@@ -31,7 +31,9 @@ namespace braid::device::test {
 
 class FakeStream {
  public:
-  FakeStream() : worker_([this] { loop(); }) {}
+  // `capacity` > 0: at most that much work waits on the stream, and enqueue() blocks until
+  // there is room, as a CUDA stream's queue of work is bounded.
+  explicit FakeStream(size_t capacity = 0) : capacity_(capacity), worker_([this] { loop(); }) {}
   ~FakeStream() {
     {
       std::lock_guard<std::mutex> l(mu_);
@@ -41,7 +43,8 @@ class FakeStream {
     worker_.join();
   }
   void enqueue(std::function<void()> fn) {
-    std::lock_guard<std::mutex> l(mu_);
+    std::unique_lock<std::mutex> l(mu_);
+    if (capacity_ > 0) cv_.wait(l, [&] { return q_.size() < capacity_; });
     q_.push_back(std::move(fn));
     cv_.notify_all();
   }
@@ -61,6 +64,7 @@ class FakeStream {
       auto fn = std::move(q_.front());
       q_.pop_front();
       busy_ = true;
+      cv_.notify_all();  // room for a blocked enqueue()
       l.unlock();
       fn();
       l.lock();
@@ -71,6 +75,7 @@ class FakeStream {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> q_;
+  const size_t capacity_;
   bool busy_ = false;
   bool stop_ = false;
   std::thread worker_;

@@ -5,11 +5,16 @@
 // work queued before it and later work sees its result, in place stays in place, untouched
 // output bytes stay untouched, and a failure never leaves a stream waiting.
 
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
 #include <numeric>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "device/device_queue.h"
@@ -485,6 +490,73 @@ TEST_CASE("device queue: a large allreduce is staged in pieces that overlap the 
     CHECK(firstPieceSawCopies.load() < static_cast<int>(2 * pieces));
     rt.copiesDone = 0;
   }
+  CHECK(rt.markersLive.load() == 0);
+}
+
+// A CUDA stream holds a bounded amount of queued work: a call that queues more blocks until
+// the stream drains, and the stream drains only as the proxy releases its flag waits. A loop
+// of calls in pieces fills such a stream many times over (on an H200, 128 MiB allreduces of
+// 32 pieces hung when enqueue held the lock the proxy takes between jobs). Here the stream
+// holds 16 operations, more than one call's 13 (3 pieces: copies in, markers, waits, copies
+// out) and fewer than two calls': every call completes with its own result. A watchdog ends
+// the process on a hang.
+TEST_CASE("device queue: calls that overfill a stream's bounded queue of work complete", "[device][cuda]") {
+  FakeRuntime rt;
+  Errors errors;
+  braid::testing::WorldOptions o;
+  o.nranks = 2;
+  const size_t count = (DeviceQueue::kPieceMin + DeviceQueue::kPieceBytes) / 4 + 1001;  // 3 pieces
+  constexpr int kCalls = 6;
+  std::mutex doneMu;
+  std::condition_variable doneCv;
+  bool finished = false;
+  std::thread watchdog([&] {
+    std::unique_lock<std::mutex> l(doneMu);
+    if (!doneCv.wait_for(l, std::chrono::seconds(60), [&] { return finished; })) {
+      std::fprintf(stderr, "device queue: calls on a bounded stream hung for 60 s\n");
+      std::_Exit(1);
+    }
+  });
+  Status init = braid::testing::runWorld(o, [&](core::Communicator& comm) {
+    const int r = comm.rank();
+    FakeStream stream(16);
+    DeviceQueue q(rt, 30);
+    std::vector<std::unique_ptr<Device>> outs;
+    Device in(rt, count * 4);
+    for (size_t i = 0; i < count; ++i) in.f()[i] = static_cast<float>((r + 1) * (i % 1000));
+    const algorithms::Request req = floatSum(count, false);
+    DeviceQueue::PieceRun pieceRun = [&](const void* pin, void* pout, size_t first, size_t elements) {
+      algorithms::Request piece = req;
+      piece.count = elements;
+      return comm.run(piece, static_cast<const float*>(pin) + first, static_cast<float*>(pout) + first);
+    };
+    for (int c = 0; c < kCalls; ++c) {
+      outs.push_back(std::make_unique<Device>(rt, count * 4));
+      DeviceCall call = deviceCall(stream.handle(), in.p, count * 4, outs.back()->p, count * 4, true, 4);
+      Status st = q.enqueue(call, hostRun(comm, req), pieceRun);
+      if (!st.isOk()) errors.add("rank " + std::to_string(r) + " call " + std::to_string(c) + ": " + st.toString());
+    }
+    stream.synchronize();
+    q.drain();
+    for (int c = 0; c < kCalls; ++c) {
+      const float* dst = outs[static_cast<size_t>(c)]->f();
+      for (size_t i = 0; i < count; ++i) {
+        if (dst[i] != static_cast<float>(3 * (i % 1000))) {
+          errors.add("rank " + std::to_string(r) + " call " + std::to_string(c) + ": element " + std::to_string(i) +
+                     " is " + std::to_string(dst[i]));
+          break;
+        }
+      }
+    }
+  });
+  {
+    std::lock_guard<std::mutex> l(doneMu);
+    finished = true;
+  }
+  doneCv.notify_all();
+  watchdog.join();
+  REQUIRE(init.isOk());
+  CHECK(errors.first() == "");
   CHECK(rt.markersLive.load() == 0);
 }
 

@@ -16,8 +16,18 @@ StatusOr<int> visibleDeviceCount();
 
 // Launch limits for the current device: maxBlocks = the SM count, or BRAID_CUDA_MAX_BLOCKS
 // (a number in [1, 65535]; anything else is a kInvalidArgument naming it), and
-// maxThreadsPerBlock = 512.
+// maxThreadsPerBlock = 512. Without BRAID_CUDA_MAX_BLOCKS a launch goes further: up to as
+// many blocks as the SMs hold of its kernel at once, of the size CUDA's occupancy
+// calculator gives the most resident threads (at most 512).
 StatusOr<LaunchLimits> currentDeviceLaunchLimits();
+bool maxBlocksOverridden();  // BRAID_CUDA_MAX_BLOCKS is set
+
+// Loads every reduce-copy kernel into the current device's context now. CUDA loads a
+// kernel at its first launch by default (lazy loading, CUDA 12.2 and later), and loading
+// may wait until the context is idle: a first launch from braid's proxy while the caller's
+// stream waits for that proxy's flag waits forever (it did on an H200). Code that launches
+// kernels while a stream waits for it calls this first, before any such wait is queued.
+Status preloadKernels();
 
 // Checks and enqueues one reduce-copy (reduce_copy.h has the semantics) on `stream` of the
 // current device; does not wait for it. Pointers must be device-accessible (device

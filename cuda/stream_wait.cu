@@ -18,4 +18,13 @@ Status launchWaitFlag(const void* deviceFlag, uint32_t value, void* stream) {
   return Status::ok();
 }
 
+Status preloadWaitFlag() {
+  cudaFuncAttributes attr{};
+  const cudaError_t err = cudaFuncGetAttributes(&attr, device_build::waitFlagKernel);
+  if (err != cudaSuccess)
+    return Status(Code::kSystemError, std::string("CUDA: loading the stream-wait kernel: ") + cudaGetErrorName(err) +
+                                          " (" + cudaGetErrorString(err) + ")");
+  return Status::ok();
+}
+
 }  // namespace braid::cuda

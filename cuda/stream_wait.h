@@ -14,4 +14,8 @@ namespace braid::cuda {
 // kSystemError with the CUDA error of the launch.
 Status launchWaitFlag(const void* deviceFlag, uint32_t value, void* stream);
 
+// Loads the kernel into the current device's context now, rather than at its first launch
+// (cuda/device_launch.h, preloadKernels, says why).
+Status preloadWaitFlag();
+
 }  // namespace braid::cuda

@@ -131,6 +131,16 @@ class CudaRuntime final : public Runtime {
       return cudaFailure("cudaHostGetDevicePointer", e);
     }
     f.deviceAddress = reinterpret_cast<uint64_t>(dev);
+    // The polling kernel (the wait where the driver has no stream memory operations) is
+    // loaded now, before any stream waits on this flag: loaded at its first launch it could
+    // wait for another stream's flag wait (cuda::preloadKernels says why).
+    if (waitMode_ != WaitMode::kHost) {
+      Status st = cuda::preloadWaitFlag();
+      if (!st.isOk()) {
+        cudaFreeHost(p);
+        return st;
+      }
+    }
     return f;
   }
   void freeFlag(const Flag& f) override {
@@ -248,7 +258,16 @@ class CudaRuntime final : public Runtime {
     if (!can)
       return Status(Code::kSystemError, "CUDA: GPU " + std::to_string(device) +
                                             " cannot use registered host memory at its host address");
-    return Status::ok();
+    // The direct path launches kernels while the caller's stream waits for it: each must be
+    // loaded before (cuda::preloadKernels says why), on that GPU, leaving this thread's
+    // current device as it was.
+    int current = -1;
+    e = cudaGetDevice(&current);
+    if (e != cudaSuccess) return cudaFailure("cudaGetDevice", e);
+    if (current != device && (e = cudaSetDevice(device)) != cudaSuccess) return cudaFailure("cudaSetDevice", e);
+    Status st = cuda::preloadKernels();
+    if (current != device) cudaSetDevice(current);
+    return st;
   }
 
   Status registerHost(void* p, size_t bytes) override {

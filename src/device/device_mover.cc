@@ -123,7 +123,10 @@ StatusOr<void*> DeviceMover::workspace(int index, size_t bytes) {
   Space& s = space_[index];
   if (s.bytes < bytes) {
     // Pinned host memory: with unified addressing every GPU reaches it at its host address.
-    if (s.ptr) rt_.freeHost(s.ptr);
+    // The old space is freed at the runtime's next freeDeferred(), by a caller's thread: not
+    // here, where a caller's stream may wait for this very call (freeing pinned memory may
+    // wait for the device).
+    if (s.ptr) rt_.deferFree(s.ptr);
     s = Space{};
     BRAID_ASSIGN_OR_RETURN(s.ptr, rt_.allocHost(bytes));
     s.bytes = bytes;

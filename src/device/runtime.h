@@ -94,8 +94,8 @@ class Runtime {
 
   // The direct path (device_mover.h): the reduce-copy kernels run by the proxy's and the
   // channels' threads between device buffers and the shared-memory slots, registered with
-  // the GPU. Ok when `device` reaches registered host memory at its host address; otherwise
-  // why not.
+  // the GPU. Ok when `device` reaches registered host memory at its host address (and its
+  // kernels are loaded on it, ready to launch while a stream waits); otherwise why not.
   virtual Status directSupport(int device);
   // Registers host memory (a shared-memory segment) so kernels reach it; undone by
   // unregisterHost.

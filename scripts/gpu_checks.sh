@@ -59,6 +59,9 @@ else
 fi
 
 BR="$BUILD/src/launcher/braidrun"
+# The build's plugins, also where the build was copied to another machine (libbraid looks
+# in the folder it was built in only while it lives there).
+[ -z "${BRAID_PLUGIN_DIR:-}" ] && [ -d "$BUILD/lib/braid" ] && export BRAID_PLUGIN_DIR=$BUILD/lib/braid
 PERF=$BUILD/perf
 AR="$PERF/allreduce_perf -b 8 -e 128M -f 8 -n 20 -w 5 -c 1 -D 1"
 step test_cuda_gpu 150 1 "$BUILD/tests/unit/cuda/test_cuda_gpu"
@@ -89,8 +92,10 @@ for tp in tcp ucx; do
 done
 step kernel_perf_float 90 1 "$BUILD/cuda/kernel_perf" -b 1M -e 256M -f 4 -d float
 step kernel_perf_bf16 90 1 "$BUILD/cuda/kernel_perf" -b 1M -e 256M -f 16 -d bfloat16
-# The grid cap: the old 64 blocks and two waves of blocks, against the default (one per SM).
-for blocks in 64 264; do
+step kernel_perf_half 90 1 "$BUILD/cuda/kernel_perf" -b 16M -e 256M -f 16 -d half
+# Fixed grid caps (512-thread blocks): the old 64 and one and two per SM of an H200, against
+# the default (what the SMs hold of each kernel, from CUDA's occupancy calculator).
+for blocks in 64 132 264; do
   step "kernel_perf_float_blocks$blocks" 90 0 env BRAID_CUDA_MAX_BLOCKS=$blocks "$BUILD/cuda/kernel_perf" \
     -b 16M -e 256M -f 16 -d float
 done

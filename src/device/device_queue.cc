@@ -184,7 +184,7 @@ Status DeviceQueue::enqueue(const DeviceCall& call, HostRun run, PieceRun pieceR
   // block until the stream drains (a stream holds a bounded amount of queued work), and
   // the stream drains only as the proxy, which takes mu_ between jobs, stores the flag
   // values it waits for. On an H200 a loop of 128 MiB calls (32 pieces each) hung so.
-  std::lock_guard<std::mutex> issue(issueMu_);
+  std::lock_guard<std::mutex> issuing(issueMu_);
   BRAID_RETURN_IF_ERROR(asyncError());
   if (call.direct) return enqueueDirect(call, std::move(run), std::move(pieceRun), std::move(done));
   Stream s = call.stream;
@@ -224,19 +224,40 @@ Status DeviceQueue::enqueue(const DeviceCall& call, HostRun run, PieceRun pieceR
 
   BRAID_RETURN_IF_ERROR(stageIn(rt_, call, job.hostInput, job.hostOutput, job.hostExtra));
   BRAID_RETURN_IF_ERROR(markThenWait(job, s));
-  // From here the stream waits for this seq: the job must reach the proxy whatever happens,
-  // which stores seq after running it (or after failing it), and returns the block.
+  // From here the stream waits for this seq: the job goes to the proxy now, before the
+  // copies back are queued behind the wait (their number is the caller's: a group's
+  // buffers), so a stream whose queue fills with them still drains.
   park.block = nullptr;
-  Status st = stageOut(rt_, call, job.hostOutput, job.hostExtra);
+  void* const hostOutput = job.hostOutput;
+  const std::vector<void*> hostExtra = job.hostExtra;
+  std::shared_ptr<Issue> issue = pushIssuing(std::move(job));
+  return finishIssue(*issue, s, stageOut(rt_, call, hostOutput, hostExtra));
+}
+
+std::shared_ptr<DeviceQueue::Issue> DeviceQueue::pushIssuing(Job&& job) {
+  auto issue = std::make_shared<Issue>();
+  job.issue = issue;
+  push(std::move(job));
+  return issue;
+}
+
+// Marks the end of a pushed job's copies back (when `st` says they were all queued) and
+// tells retire() its part of the block may be returned once the stream is past that mark.
+// A failure here is the runtime's (the collective itself runs on the proxy as on the peers):
+// the call and every later one fail with it.
+Status DeviceQueue::finishIssue(Issue& issue, Stream s, Status st) {
+  void* copiedBack = nullptr;
   if (st.isOk()) {
     auto b = rt_.mark(s);
-    if (b.isOk()) job.copiedBack = b.value();
+    if (b.isOk()) copiedBack = b.value();
     else st = b.status();
   }
-  if (!st.isOk()) {
-    job.run = [st](const void*, void*, const std::vector<void*>&) { return st; };
+  {
+    std::lock_guard<std::mutex> lock(issue.mu);
+    issue.copiedBack = copiedBack;
+    issue.done = true;
   }
-  push(std::move(job));
+  if (!st.isOk()) fail(st);
   return st;
 }
 
@@ -538,45 +559,32 @@ Status DeviceQueue::enqueuePieces(const DeviceCall& call, Job job, Block** park)
       return st;
     }
   }
+  // Every piece's flag value is known before any wait is queued, and the job goes to the
+  // proxy before the waits and copies back (up to a copy per block per piece) are queued:
+  // the stream blocks at the first wait until the proxy runs piece 0, so a queue that fills
+  // behind that wait must not keep the job from the proxy.
+  for (Piece& p : job.pieces) {
+    p.seq = ++nextSeq_;
+    job.seq = p.seq;
+  }
+  *park = nullptr;
+  std::vector<Piece> pieces = job.pieces;
+  std::shared_ptr<Issue> issue = pushIssuing(std::move(job));
   Status st;
-  for (size_t i = 0; i < job.pieces.size() && st.isOk(); ++i) {
-    Piece& p = job.pieces[i];
-    const uint32_t seq = ++nextSeq_;
-    st = rt_.waitFlag(s, flag_, seq);
-    if (!st.isOk()) {
-      --nextSeq_;
-      if (i == 0) {
-        dropMarkers();
-        return st;
-      }
-      break;
-    }
-    // From the first wait on, the job must reach the proxy, which stores its last seq
-    // whatever happens.
-    *park = nullptr;
-    p.seq = seq;
-    job.seq = seq;
-    if (hostOut) st = copyPiece(devOut, hostOut, p, outBlocks);
+  for (const Piece& p : pieces) {
+    st = rt_.waitFlag(s, flag_, p.seq);
+    if (st.isOk() && hostOut) st = copyPiece(devOut, hostOut, p, outBlocks);
+    if (!st.isOk()) break;  // the proxy runs every piece and stores every value regardless
   }
-  if (st.isOk()) {
-    auto b = rt_.mark(s);
-    if (b.isOk()) job.copiedBack = b.value();
-    else st = b.status();
-  }
-  job.failed = st;
-  push(std::move(job));
-  return st;
+  return finishIssue(*issue, s, st);
 }
 
-// The proxy side of a call staged in pieces: each piece's collective once the stream has
-// staged it, then its flag value, which lets the stream copy that piece back.
 Status DeviceQueue::runPieces(Job& job) {
-  Status st = job.failed;
-  if (st.isOk()) st = asyncError();
+  Status st = asyncError();
   const auto* hostIn = static_cast<const char*>(job.hostInput);
   auto* hostOut = static_cast<char*>(job.hostOutput);
   for (const Piece& p : job.pieces) {
-    if (!st.isOk() || p.seq == 0) break;
+    if (!st.isOk()) break;
     st = waitReached(p.staged);
     if (st.isOk()) st = job.pieceRun(hostIn, hostOut, p.offset / job.elementBytes, p.bytes / job.elementBytes);
     if (st.isOk()) flag_.host->store(p.seq, std::memory_order_release);
@@ -660,6 +668,20 @@ void DeviceQueue::retire(bool all) {
   }
   std::vector<Job> keep;
   for (Job& j : jobs) {
+    if (j.issue) {
+      // Its copies back may still be being queued by the caller's thread.
+      bool issued = false;
+      {
+        std::lock_guard<std::mutex> lock(j.issue->mu);
+        issued = j.issue->done;
+        if (issued) j.copiedBack = j.issue->copiedBack;
+      }
+      if (issued) j.issue.reset();
+    }
+    if (j.issue) {
+      keep.push_back(std::move(j));
+      continue;
+    }
     bool done = !j.copiedBack;
     if (j.copiedBack) {
       if (all) {

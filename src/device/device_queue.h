@@ -201,7 +201,17 @@ class DeviceQueue {
     size_t offset = 0;  // from the start of input and output alike (of every block, blockwise)
     size_t bytes = 0;
     void* staged = nullptr;  // marker A of this piece
-    uint32_t seq = 0;        // the flag value that releases its copy back; 0: none queued
+    uint32_t seq = 0;        // the flag value that releases its copy back
+  };
+  // A job reaches the proxy once its stream waits for it, before the copies back behind
+  // those waits are queued (a stream's queue of work is bounded; the caller's thread blocks
+  // when it is full, and it drains only as the proxy runs the job). The caller's thread
+  // then records here the marker after them; retire() returns the job's block once the
+  // stream is past it.
+  struct Issue {
+    std::mutex mu;
+    bool done = false;
+    void* copiedBack = nullptr;  // marker B, or none when queueing failed
   };
   struct Job {
     uint32_t seq = 0;            // the last flag value the stream waits for
@@ -218,7 +228,7 @@ class DeviceQueue {
     size_t elementBytes = 0;
     bool direct = false;  // run on the device buffers (hostInput etc. are those)
     std::shared_ptr<DeviceDone> done;  // a waiting Work's view of it, if any
-    Status failed;  // enqueue could not queue all of it: the proxy only releases the stream
+    std::shared_ptr<Issue> issue;  // set while enqueue still queues its copies back
   };
 
   // Where input, output and extra buffers sit in a call's host block, and its size:
@@ -236,6 +246,8 @@ class DeviceQueue {
   StatusOr<Block> take(size_t bytes, Stream s);  // takes mu_ itself
   Block takePooled(size_t bytes);  // under mu_: the smallest pooled block that fits, or none
   void push(Job job);  // to the proxy
+  std::shared_ptr<Issue> pushIssuing(Job&& job);  // to the proxy, its copies back still to queue
+  Status finishIssue(Issue& issue, Stream s, Status st);
   // One job less uses `b` (under mu_): back to the pool (or, with `park`, kept unused for
   // good: the stream may still write it) when no job uses it and it is no stream's block.
   void release(const Block& b, bool park = false);

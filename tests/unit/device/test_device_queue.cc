@@ -496,16 +496,19 @@ TEST_CASE("device queue: a large allreduce is staged in pieces that overlap the 
 // A CUDA stream holds a bounded amount of queued work: a call that queues more blocks until
 // the stream drains, and the stream drains only as the proxy releases its flag waits. A loop
 // of calls in pieces fills such a stream many times over (on an H200, 128 MiB allreduces of
-// 32 pieces hung when enqueue held the lock the proxy takes between jobs). Here the stream
-// holds 16 operations, more than one call's 13 (3 pieces: copies in, markers, waits, copies
-// out) and fewer than two calls': every call completes with its own result. A watchdog ends
-// the process on a hang.
+// 32 pieces hung when enqueue held the lock the proxy takes between jobs), and one call's
+// copies back can fill it alone (a copy per block per piece, or a group's many buffers).
+// Here a stream holds 2 operations (a call in 3 pieces queues 13) or 1 (a whole call
+// queues 5): every call completes with its own result. A watchdog ends the process on a hang.
 TEST_CASE("device queue: calls that overfill a stream's bounded queue of work complete", "[device][cuda]") {
+  const bool pieces = GENERATE(true, false);
+  const size_t capacity = pieces ? 2 : 1;
+  INFO((pieces ? "in pieces" : "whole") << ", stream capacity " << capacity);
   FakeRuntime rt;
   Errors errors;
   braid::testing::WorldOptions o;
   o.nranks = 2;
-  const size_t count = (DeviceQueue::kPieceMin + DeviceQueue::kPieceBytes) / 4 + 1001;  // 3 pieces
+  const size_t count = pieces ? (DeviceQueue::kPieceMin + DeviceQueue::kPieceBytes) / 4 + 1001 : 50000;
   constexpr int kCalls = 6;
   std::mutex doneMu;
   std::condition_variable doneCv;
@@ -519,7 +522,7 @@ TEST_CASE("device queue: calls that overfill a stream's bounded queue of work co
   });
   Status init = braid::testing::runWorld(o, [&](core::Communicator& comm) {
     const int r = comm.rank();
-    FakeStream stream(16);
+    FakeStream stream(capacity);
     DeviceQueue q(rt, 30);
     std::vector<std::unique_ptr<Device>> outs;
     Device in(rt, count * 4);

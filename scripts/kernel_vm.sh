@@ -339,17 +339,19 @@ case "$MODE" in
     key="$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')"
     write_verbs_hosts_job "$BUILD" 0 "$key" > "$WORK/job0.sh"
     write_verbs_hosts_job "$BUILD" 1 "$key" > "$WORK/job1.sh"
-    # The two VMs, joined by a socket between their emulators; output in $WORK/host*.out.
+    # The two VMs, joined by UDP between their emulators (each frame one datagram); output in
+    # $WORK/host*.out. A datagram wire drops a frame the other side is too slow to take, as
+    # Ethernet does, and RoCE's transport resends it; a stream socket instead pushed back
+    # until the sender's NIC stopped transmitting (the guest's "NETDEV WATCHDOG").
     run_pair() {
       local port=$(( 20000 + RANDOM % 20000 )) pid0 rc0=0 rc1=0
       BRAID_VM_CPUS="${BRAID_VM_CPUS:-1}" run_vm "$WORK/job0.sh" "${BRAID_VM_LIMIT:-600}" host0 \
-        -netdev "socket,id=wire,listen=127.0.0.1:$port" -device virtio-net-pci,netdev=wire,mac=52:54:00:4b:00:01 \
-        > "$WORK/host0.out" 2>&1 &
+        -netdev "socket,id=wire,udp=127.0.0.1:$((port + 1)),localaddr=127.0.0.1:$port" \
+        -device virtio-net-pci,netdev=wire,mac=52:54:00:4b:00:01 > "$WORK/host0.out" 2>&1 &
       pid0=$!
-      sleep 1
       BRAID_VM_CPUS="${BRAID_VM_CPUS:-1}" run_vm "$WORK/job1.sh" "${BRAID_VM_LIMIT:-600}" host1 \
-        -netdev "socket,id=wire,connect=127.0.0.1:$port" -device virtio-net-pci,netdev=wire,mac=52:54:00:4b:00:02 \
-        > "$WORK/host1.out" 2>&1 || rc1=$?
+        -netdev "socket,id=wire,udp=127.0.0.1:$port,localaddr=127.0.0.1:$((port + 1))" \
+        -device virtio-net-pci,netdev=wire,mac=52:54:00:4b:00:02 > "$WORK/host1.out" 2>&1 || rc1=$?
       wait "$pid0" || rc0=$?
       sed 's/^/[host 0] /' "$WORK/host0.out"
       sed 's/^/[host 1] /' "$WORK/host1.out"

@@ -102,6 +102,9 @@ done
 
 if [ -n "$pybuild_pid" ]; then
   if wait "$pybuild_pid" && [ -d "$LOGS/py/braid" ]; then
+    # The package's modules link the build's libbraid, found here also where the build was
+    # copied to another machine (a copied build's modules could not load it there).
+    export LD_LIBRARY_PATH="$BUILD/src/api${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     note "python_build           rc=0"
     step python_cuda 210 1 env BRAID_PYTHON_SITE="$LOGS/py" "$PY" -m pytest -q -rfEs -p no:cacheprovider \
       "$ROOT/tests/python/test_cuda.py"

@@ -1765,6 +1765,7 @@ std::string Communicator::followHolds(int cur, const std::vector<LiveState>& sta
   const std::string& myHost = peers_[rank_].hostId;
   Proc at{peers_[cur].hostId, peers_[cur].pid};
   std::set<Proc> seen{at};
+  std::vector<std::pair<Proc, bool>> hops;  // each process followed, and whether it still waits
   std::string trail;
   std::string why;  // what the process at the chain's end does
   for (int hop = 0; hop < 8 && why.empty(); ++hop) {
@@ -1805,7 +1806,22 @@ std::string Communicator::followHolds(int cur, const std::vector<LiveState>& sta
     trail += (trail.empty() ? "" : ", ") + name(at) + " " +
              (held->failed.empty() ? "waits for " : "gave up waiting for ") + name(next) + " in communicator '" +
              held->comm + "'";
-    if (!seen.insert(next).second) return "";  // a cycle among other processes
+    hops.emplace_back(at, held->failed.empty());
+    if (!seen.insert(next).second) {
+      // Back at a process already passed: a cycle among other processes. If every one of
+      // them still waits, it is a deadlock this rank cannot end: the rank it waits for is in
+      // it or held by it. (One that gave up is failing out of it; nothing more to say then.)
+      bool allWait = true;
+      bool inCycle = false;
+      for (const auto& [proc, waits] : hops) {
+        inCycle = inCycle || proc == next;
+        if (inCycle) allWait = allWait && waits;
+      }
+      if (!allWait) return "";
+      return std::to_string(cur) + "\t" + madeNoProgress("rank " + std::to_string(cur)) + ": " + trail +
+             ": a deadlock across communicators among other ranks, each waiting for the next: ranks that call "
+             "collectives on several communicators must call them in the same order";
+    }
     at = next;
     if (at.first == myHost) {
       const char state = processState(at.second);

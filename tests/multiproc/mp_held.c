@@ -13,7 +13,11 @@
  * it would, then both destroy and exit 1.
  * swap: no rank stops; rank 0 calls the world's broadcast where the others expect it to call
  * the split communicator's allreduce first (rank 1 waits for it there): a deadlock across
- * communicators, which ranks 0 and 1 must report as such. */
+ * communicators, which ranks 0 and 1 must report as such.
+ * cycle: ranks 1 and 2 form two split communicators, A and B; rank 0 calls a broadcast rooted
+ * at rank 1 on the world, while, 1.5 s later, rank 1 calls an allreduce on A and rank 2 one
+ * on B: ranks 1 and 2 deadlock each other, and rank 0, which waits for rank 1 and times out
+ * first, must say so (a deadlock among other ranks). */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,6 +44,7 @@ static int report(int rank, const char* name, braidResult_t r, braidComm_t comm)
 
 int main(int argc, char** argv) {
   const int swap = argc > 1 && !strcmp(argv[1], "swap");
+  const int cycle = argc > 1 && !strcmp(argv[1], "cycle");
   const int late = argc > 1 ? atoi(argv[1]) : 1;
   const int ms = argc > 2 ? atoi(argv[2]) : 2500;
   braidComm_t world = NULL, split = NULL;
@@ -54,7 +59,11 @@ int main(int argc, char** argv) {
     fprintf(stderr, "mp_held runs with 3 ranks, not %d\n", n);
     return 2;
   }
-  if (braidCommSplit(world, rank < 2 ? 0 : BRAID_SPLIT_NOCOLOR, rank, &split) != braidSuccess) {
+  /* Without cycle: ranks 0 and 1 in `split`. With it: ranks 1 and 2 in `split` (A) and `other` (B). */
+  braidComm_t other = NULL;
+  const int color = cycle ? (rank > 0 ? 0 : BRAID_SPLIT_NOCOLOR) : (rank < 2 ? 0 : BRAID_SPLIT_NOCOLOR);
+  if (braidCommSplit(world, color, rank, &split) != braidSuccess ||
+      (cycle && braidCommSplit(world, color, rank, &other) != braidSuccess)) {
     fprintf(stderr, "split: %s\n", braidGetLastError(world));
     return 2;
   }
@@ -62,6 +71,7 @@ int main(int argc, char** argv) {
   float out[1024];
   braidResult_t r = braidAllReduce(buf, out, 1024, braidFloat32, braidSum, world, NULL);
   if (r == braidSuccess && split) r = braidAllReduce(buf, out, 1024, braidFloat32, braidSum, split, NULL);
+  if (r == braidSuccess && other) r = braidAllReduce(buf, out, 1024, braidFloat32, braidSum, other, NULL);
   if (r != braidSuccess) {
     fprintf(stderr, "warm-up: %s\n", braidGetLastError(world));
     return 2;
@@ -69,7 +79,18 @@ int main(int argc, char** argv) {
   r = braidBarrier(world);
   if (r != braidSuccess) return 2;
   int rc = 0;
-  if (swap) {
+  if (cycle) {
+    if (rank == 0) {
+      r = braidBroadcast(buf, out, 1024, braidFloat32, 1, world, NULL);
+      if (r != braidSuccess) rc = report(rank, "world", r, world);
+    } else {
+      sleepMs(1500);
+      braidComm_t c = rank == 1 ? split : other;
+      r = braidAllReduce(buf, out, 1024, braidFloat32, braidSum, c, NULL);
+      if (r != braidSuccess) rc = report(rank, rank == 1 ? "A" : "B", r, c);
+    }
+    sleepMs(3000);  /* every rank answers the others' questions meanwhile */
+  } else if (swap) {
     if (rank == 1) {
       r = braidAllReduce(buf, out, 1024, braidFloat32, braidSum, split, NULL);
       if (r != braidSuccess) rc = report(rank, "split", r, split);
@@ -92,6 +113,7 @@ int main(int argc, char** argv) {
     r = braidBroadcast(buf, out, 1024, braidFloat32, 1, world, NULL);
     if (r != braidSuccess) rc = report(rank, "world", r, world);
   }
+  if (other) braidCommDestroy(other);
   if (split) braidCommDestroy(split);
   braidCommDestroy(world);
   return rc;

@@ -663,6 +663,26 @@ TEST_CASE("a deadlock across communicators is reported as such", "[multiproc][ch
   CHECK(r.out.find("rank 1 (split): allreduce: rank 0 made no progress") != std::string::npos);
 }
 
+// Ranks 1 and 2 deadlock each other across two communicators of their own while rank 0 waits
+// for them on the world: rank 0, which times out first, follows the holds round their cycle
+// and calls it a deadlock among other ranks, naming both waits; ranks 1 and 2 report the
+// deadlock they are in.
+TEST_CASE("a deadlock among other ranks is reported as such by a rank that waits for them", "[multiproc][chaos]") {
+  Run r = run(braidrun(3, "BRAIDRUN_GRACE_SEC=3 BRAID_TIMEOUT=3") + MP_DIR "/mp_held cycle");
+  INFO(r.out);
+  const size_t at = r.out.find("rank 0 (world): ");
+  REQUIRE(at != std::string::npos);
+  const std::string line = r.out.substr(at, r.out.find('\n', at) - at);
+  CHECK(line.find("a deadlock across communicators among other ranks") != std::string::npos);
+  CHECK(std::regex_search(line, std::regex(R"(rank (1|2) waits for rank (1|2) in communicator '[^']+', rank (1|2) waits for rank (1|2) in communicator)")));
+  for (const char* who : {"rank 1 (A): ", "rank 2 (B): "}) {
+    INFO(who);
+    const size_t w = r.out.find(who);
+    REQUIRE(w != std::string::npos);
+    CHECK(r.out.substr(w, r.out.find('\n', w) - w).find("must call them in the same order") != std::string::npos);
+  }
+}
+
 TEST_CASE("braid-info --status shows where every rank is and which rank holds the others up", "[multiproc][status]") {
   const std::string script = "bash " STATUS_JOB " " BRAIDRUN " " BRAID_INFO " " MP_DIR "/mp_fault ";
   SECTION("a rank whose own thread is away: not in a collective, the others waiting on it") {

@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <map>
 #include <mutex>
 #include <string>
-#include <map>
 #include <utility>
 
 #include <cuda_runtime.h>
@@ -72,10 +72,10 @@ Status launchPlan(const KernelPlan& plan, DeviceDataType type, void* stream, con
   if (cfg != nullptr) {
     geometry = *cfg;
   } else {
-    StatusOr<LaunchLimits> limits = currentDeviceLaunchLimits();
-    if (!limits.isOk()) return limits.status();
-    LaunchLimits l = limits.value();
-    if (!maxBlocksOverridden()) {
+    LaunchLimits l;
+    if (maxBlocksOverridden()) {
+      BRAID_ASSIGN_OR_RETURN(l, currentDeviceLaunchLimits());
+    } else {
       BRAID_ASSIGN_OR_RETURN(Residency r, residency(fn, l.maxThreadsPerBlock));
       l.maxThreadsPerBlock = r.block;
       l.maxBlocks = r.perGpu;

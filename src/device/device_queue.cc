@@ -579,6 +579,8 @@ Status DeviceQueue::enqueuePieces(const DeviceCall& call, Job job, Block** park)
   return finishIssue(*issue, s, st);
 }
 
+// The proxy side of a call staged in pieces: each piece's collective once the stream has
+// staged it, then its flag value, which lets the stream copy that piece back.
 Status DeviceQueue::runPieces(Job& job) {
   Status st = asyncError();
   const auto* hostIn = static_cast<const char*>(job.hostInput);
@@ -601,7 +603,7 @@ Status DeviceQueue::runInOrder(const std::function<Status()>& fn) {
   };
   std::shared_ptr<Waiter> w;
   {
-    std::lock_guard<std::mutex> issue(issueMu_);  // after any call another thread is issuing
+    std::lock_guard<std::mutex> issuing(issueMu_);  // after any call another thread is issuing
     std::lock_guard<std::mutex> lock(mu_);
     // With nothing enqueued still to run, the call goes now, on this thread.
     if (proxy_.joinable() && (!queue_.empty() || busy_)) {

@@ -17,6 +17,11 @@ Status Store::addOnClose(const std::string& key, int64_t /*delta*/, Deadline /*d
   return invalidArgument("addOnClose('" + key + "'): this store cannot tell when a client is gone");
 }
 
+StatusOr<int64_t> Store::fence(const std::vector<uint64_t>& /*clients*/, const std::string& /*why*/,
+                                Deadline /*deadline*/) {
+  return invalidArgument("fence: this store does not tell its clients apart");
+}
+
 StatusOr<bool> Store::cancelOnClose(const std::string& key, Deadline /*deadline*/) {
   return invalidArgument("cancelOnClose('" + key + "'): this store cannot tell when a client is gone");
 }

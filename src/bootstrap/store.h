@@ -45,6 +45,17 @@ class Store {
   // gone (the sum of every call; nothing once it is back to 0). braid's TCP store and etcd; the
   // default fails with kInvalidArgument.
   virtual Status addOnClose(const std::string& key, int64_t delta, Deadline deadline = Deadline());
+  // The id by which the store tells this client from others (braid's TCP store: the id sent
+  // in HELLO), for fence(); 0 for a store that does not tell its clients apart.
+  virtual uint64_t clientId() const { return 0; }
+  // Shuts `clients` (their clientId()s) out of the store for good: each connection of theirs
+  // ends as a dead client's does (their setOnClose/addOnClose entries take effect), and they
+  // are refused from then on, told `why`. For processes the others gave up on (a shrink's
+  // excluded ranks) that are still alive, stopped or cut off: without it a stopped process
+  // keeps its entries pending for as long as it stays stopped. Returns how many connections
+  // it closed. The default fails with kInvalidArgument.
+  virtual StatusOr<int64_t> fence(const std::vector<uint64_t>& clients, const std::string& why,
+                                  Deadline deadline = Deadline());
   // Whether every client of this store lives in this process (the in-process store): none
   // can die or stop without the others, so none needs watching.
   virtual bool inProcess() const { return false; }
@@ -92,6 +103,10 @@ StatusOr<std::string> getPolling(Store& store, const std::string& key, Deadline 
 // SIGSEGV"), kLauncherExitListKey the ranks so marked ("3 7", written before the count
 // moves), and kLauncherExitsKey counts them, so a joining rank reads one counter while
 // nobody has ended, and only the ranks listed once one has.
+// What a fenced client is told (Store::fence), before the reason: a caller that meets it
+// was left out of the job, and is not looking at a lost store.
+inline constexpr char kShutOut[] = "shut out of the job's store: ";
+
 inline constexpr char kLauncherExitsKey[] = "braidrun/exits";
 inline constexpr char kLauncherExitListKey[] = "braidrun/exited";
 inline constexpr char kLauncherExitPrefix[] = "braidrun/exit/";

@@ -80,7 +80,7 @@ Status encodeChecked(Op op, const std::vector<std::string_view>& fields, std::st
 
 }  // namespace
 
-bool isRequestOp(uint16_t op) { return op >= 1 && op <= 13; }
+bool isRequestOp(uint16_t op) { return op >= 1 && op <= 14; }
 bool isReplyOp(uint16_t op) { return op >= 0x81 && op <= 0x88; }
 
 const char* opName(Op op) {
@@ -93,6 +93,7 @@ const char* opName(Op op) {
     case Op::kSetOnClose: return "SET_ON_CLOSE";
     case Op::kCancelOnClose: return "CANCEL_ON_CLOSE";
     case Op::kStandby: return "STANDBY";
+    case Op::kFence: return "FENCE";
     case Op::kWait: return "WAIT";
     case Op::kCheck: return "CHECK";
     case Op::kDelete: return "DELETE";
@@ -287,6 +288,15 @@ StatusOr<Request> parseRequest(const Frame& f) {
     case Op::kStandby:
       BRAID_RETURN_IF_ERROR(wantFields(0));
       return req;
+    case Op::kFence:
+      if (fs.size() < 2) return bad(f.op, "expected a reason and at least one client id");
+      req.value = fs[0];
+      for (size_t i = 1; i < fs.size(); ++i) {
+        uint64_t id = 0;
+        if (!fieldU64(fs[i], &id)) return bad(f.op, "client id field is not 8 bytes");
+        req.clients.push_back(id);
+      }
+      return req;
     case Op::kWait:
     case Op::kMultiGet:
       if (fs.empty()) return bad(f.op, "missing timeout field");
@@ -412,6 +422,15 @@ Status encodeRequest(const Request& req, std::string* out) {
       if (req.requestNumber != 0) fields.push_back(owned[1]);
       break;
     case Op::kStandby:
+      break;
+    case Op::kFence:
+      if (req.clients.empty()) return bad(req.op, "needs at least one client id");
+      if (req.clients.size() > kMaxFields - 1)
+        return bad(req.op, std::to_string(req.clients.size()) + " client ids exceed " + std::to_string(kMaxFields - 1));
+      owned.reserve(req.clients.size());
+      for (uint64_t id : req.clients) owned.push_back(u64Field(id));
+      fields.push_back(req.value);
+      for (const auto& o : owned) fields.push_back(o);
       break;
     case Op::kWait:
     case Op::kMultiGet:

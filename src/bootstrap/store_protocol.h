@@ -63,6 +63,9 @@ enum class Op : uint16_t {
   kStandby = 13,        // (no fields): sent to a standby store by the store it stands by for;
                         // this connection then mirrors that store's writes, and its end makes
                         // the standby serve; OK
+  kFence = 14,          // reason, u64 client id...: every connection of those clients (HELLO's
+                        // id) ends as a dead client's does, and they are refused from then on,
+                        // told the reason; INT (connections closed)
   // Replies (server to client).
   kOk = 0x81,       // (no fields)
   kValue = 0x82,    // value
@@ -125,9 +128,10 @@ struct Request {
   uint64_t requestNumber = 0;   // kAdd: 0 (none), or this add's number from its client
   std::string proof;            // kAuth: kProofBytes
   std::vector<std::string> keys;  // one for kSet/kGet/kAdd/kDelete/kSetOnClose/kCancelOnClose; any number otherwise
-  std::string value;            // kSet, kSetOnClose; kCompareSet: the desired value
+  std::string value;            // kSet, kSetOnClose, kFence (the reason); kCompareSet: the desired value
   std::string expected;         // kCompareSet
   int64_t delta = 0;            // kAdd
+  std::vector<uint64_t> clients;  // kFence (with the reason in `value`)
   uint64_t timeoutMs = kNoTimeout;  // kGet/kWait/kMultiGet
 };
 

@@ -93,6 +93,9 @@ const std::string kDedupPrefix = std::string("\x01" "dedup\x01");
 // The SET_ON_CLOSE keys of the hosting process's own client, mirrored to the standby: they
 // take effect when the standby takes over (that process is gone then).
 const std::string kHostOnClosePrefix = std::string("\x01" "onclose\x01");
+// A client shut out by FENCE: the key holds the reason it is refused with. Mirrored as any
+// key is, so that a standby refuses it too once it serves.
+const std::string kFencedPrefix = std::string("\x01" "fenced\x01");
 
 // What each side's proof of the job key is for (common/auth.h): the two never pass for
 // each other.
@@ -697,6 +700,34 @@ struct TcpStoreServer::Impl {
         if (it != data.end()) rep.value = it->second;
         return reply(c, rep);
       }
+      case Op::kFence: {
+        int64_t closed = 0;
+        for (uint64_t id : req.clients) {
+          if (id == 0 || id == c.clientId) continue;  // a client never shuts itself out
+          const std::string k = kFencedPrefix + std::to_string(id);
+          data[k] = kShutOut + req.value;
+          mirrorKey(k);
+          for (auto& [connId, other] : conns) {
+            Conn& o = *other;
+            if (o.dead || !o.hello || o.mirrorSource || o.clientId != id) continue;
+            BRAID_INFO("store %s: shuts out client %s: %s", name.c_str(), o.peer.c_str(), req.value.c_str());
+            // The reason goes first, for the client to read should it come back; the
+            // connection ends even when a stopped client's full socket takes none of it.
+            proto::Reply out;
+            out.op = Op::kError;
+            out.code = Code::kAborted;
+            out.message = data[k];
+            (void)proto::encodeReply(out, &o.out);
+            o.closeAfterFlush = true;
+            flush(o);
+            if (!o.dead) closeConn(o, "shut out", false);
+            ++closed;
+          }
+        }
+        rep.op = Op::kInt;
+        rep.number = closed;
+        return reply(c, rep);
+      }
       case Op::kSetOnClose:
         if (c.onClose.size() >= kMaxOnClosePerConn && !c.onClose.count(req.keys[0])) {
           rep.op = Op::kError;
@@ -948,6 +979,10 @@ struct TcpStoreServer::Impl {
   }
 
   void admit(Conn& c) {
+    if (c.clientId != 0) {
+      auto fenced = data.find(kFencedPrefix + std::to_string(c.clientId));
+      if (fenced != data.end()) return refuse(c, fenced->second);
+    }
     c.hello = true;
     if (tls && key.present) {
       // Both challenges name this connection: its TLS key is derived from them.
@@ -1989,6 +2024,18 @@ StatusOr<std::string> TcpStoreClient::compareSet(const std::string& key, const s
   BRAID_RETURN_IF_ERROR(roundTrip(req, bounded(deadline), &rep));
   if (rep.op != proto::Op::kValue) return unexpected(address_, req.op, rep.op);
   return std::move(rep.value);
+}
+
+StatusOr<int64_t> TcpStoreClient::fence(const std::vector<uint64_t>& clients, const std::string& why,
+                                        Deadline deadline) {
+  proto::Request req;
+  req.op = proto::Op::kFence;
+  req.clients = clients;
+  req.value = why;
+  proto::Reply rep;
+  BRAID_RETURN_IF_ERROR(roundTrip(req, bounded(deadline), &rep));
+  if (rep.op != proto::Op::kInt) return unexpected(address_, req.op, rep.op);
+  return rep.number;
 }
 
 Status TcpStoreClient::setOnClose(const std::string& key, const std::string& value, Deadline deadline) {

@@ -183,7 +183,9 @@ class TcpStoreClient : public Store {
                               double timeoutSec, int watchFd = -1);
   // Sent in HELLO: names this client's numbered adds and, to the store in its own process,
   // the client whose SET_ON_CLOSE keys the standby keeps. Thread-safe.
-  uint64_t clientId() const { return clientId_; }
+  uint64_t clientId() const override { return clientId_; }
+  StatusOr<int64_t> fence(const std::vector<uint64_t>& clients, const std::string& why,
+                          Deadline deadline = Deadline()) override;
   // Adds `delta` to this connection's pending on-close addition to `key` (a counter): when
   // the connection ends the store adds the sum; withdrawn when the sum returns to 0.
   Status addOnClose(const std::string& key, int64_t delta, Deadline deadline = Deadline()) override;

@@ -90,10 +90,10 @@ std::string encodePeer(const transport::PeerInfo& p) {
   return p.hostId + "\n" + std::to_string(p.pid) + "\n" + std::to_string(p.nonce);
 }
 
-// A peer record may carry a fourth line, the rank's topology record (cluster.h), and a
-// fifth, its job-wide settings (jobSettings).
+// A peer record may carry a fourth line, the rank's topology record (cluster.h), a fifth,
+// its job-wide settings (jobSettings), and a sixth, its store client's id (Store::clientId).
 Status decodePeer(const std::string& s, int rank, transport::PeerInfo* p, topology::RankRecord* place,
-                  std::string* settings) {
+                  std::string* settings, uint64_t* storeClient) {
   std::istringstream in(s);
   std::string pid, nonce, placement;
   if (!std::getline(in, p->hostId) || !std::getline(in, pid) || !std::getline(in, nonce))
@@ -107,6 +107,8 @@ Status decodePeer(const std::string& s, int rank, transport::PeerInfo* p, topolo
   }
   settings->clear();
   std::getline(in, *settings);
+  std::string client;
+  *storeClient = std::getline(in, client) ? std::strtoull(client.c_str(), nullptr, 10) : 0;
   return Status::ok();
 }
 
@@ -771,13 +773,15 @@ Status Communicator::exchangePeers() {
   const std::string mySettings = jobSettings(cfg, nranks_);
   BRAID_ASSIGN_OR_RETURN(auto all, bootstrap::allGather(*store_, key("peer"), rank_, nranks_,
                                                         encodePeer(me) + "\n" + topology::encodeRankRecord(where) +
-                                                            "\n" + mySettings,
+                                                            "\n" + mySettings + "\n" +
+                                                            std::to_string(store_->clientId()),
                                                         deadline, poll));
   peers_.resize(static_cast<size_t>(nranks_));
   rankRecords_.resize(static_cast<size_t>(nranks_));
+  storeClients_.assign(static_cast<size_t>(nranks_), 0);
   std::string theirs;
   for (int r = 0; r < nranks_; ++r) {
-    BRAID_RETURN_IF_ERROR(decodePeer(all[r], r, &peers_[r], &rankRecords_[r], &theirs));
+    BRAID_RETURN_IF_ERROR(decodePeer(all[r], r, &peers_[r], &rankRecords_[r], &theirs, &storeClients_[r]));
     if (peers_[r].nonce != nonce_)
       return Status(Code::kRemoteError, "rank " + std::to_string(r) + " belongs to another session (nonce mismatch)", r);
     if (theirs == mySettings) continue;
@@ -1616,6 +1620,16 @@ Status Communicator::storeLoss(const Status& why) {
   // A store that stopped answering is stalled (a stopped or overloaded host); one whose
   // connection broke is gone.
   const bool stalled = why.code() == Code::kTimeout;
+  // Not lost: the others shut this process out (Store::fence), and it must leave.
+  if (why.message().find(bootstrap::kShutOut) != std::string::npos) {
+    Status s(Code::kAborted, why.message());
+    std::lock_guard<std::mutex> lock(errorMu_);
+    if (!storeLostFlag_.load(std::memory_order_relaxed)) {
+      storeLost_ = s;
+      storeLostFlag_.store(true, std::memory_order_release);
+    }
+    return storeLost_;
+  }
   std::string text;
   if (stalled) text = (owner >= 0 ? who + ", does not answer: " : "the job's store does not answer: ") + why.message();
   else text = (owner >= 0 ? "lost " + who + ": " : "lost the job's store: ") + why.message();
@@ -2136,8 +2150,51 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::shrink(const std::vector<i
   }
   child.keyPrefix = key(base);
   auto made = create(store_, newRank, static_cast<int>(survivors.size()), std::move(child));
-  if (made.isOk()) made.value()->epoch_ = epoch_ + 1;
+  if (!made.isOk()) return made;
+  made.value()->epoch_ = epoch_ + 1;
+  if (newRank == 0) fenceExcluded(sorted, survivors);
   return made;
+}
+
+// An excluded rank that the survivors counted as failed (by an agreement, or named dead or
+// stalled) may still be alive: stopped, or cut off. Its process is shut out of the store
+// (Store::fence), so that what the store holds for it ends now as a dead process's would:
+// its share of the live sessions that the store's host waits for before it leaves (a stopped
+// process kept that host waiting up to 30 s after the survivors finished), and its on-close
+// records. Nor can it come back into the job when it resumes: it is told why. A rank left out
+// by choice, not failed, keeps its store. Best effort, by the new rank 0 once every survivor
+// has joined: a store that cannot (etcd, which counts a stopped process out when its lease
+// runs out; PyTorch's) is left as it is.
+void Communicator::fenceExcluded(const std::vector<int>& excluded, const std::vector<int>& survivors) {
+  std::set<int> failed;
+  {
+    std::lock_guard<std::mutex> lock(errorMu_);
+    failed = agreedFailed_;
+  }
+  const std::vector<bool> known = knownFailed();
+  std::set<uint64_t> staying;  // never shut out a client that a survivor shares
+  for (int r : survivors)
+    if (r < static_cast<int>(storeClients_.size())) staying.insert(storeClients_[r]);
+  std::vector<uint64_t> ids;
+  std::vector<int> ranks;
+  for (int r : excluded) {
+    if (!failed.count(r) && !known[r]) continue;
+    const uint64_t id = r < static_cast<int>(storeClients_.size()) ? storeClients_[r] : 0;
+    if (id == 0 || staying.count(id)) continue;
+    ids.push_back(id);
+    ranks.push_back(r);
+  }
+  if (ids.empty()) return;
+  std::string who = ranks.size() == 1 ? "rank " : "ranks ";
+  for (size_t i = 0; i < ranks.size(); ++i) who += (i ? ", " : "") + std::to_string(ranks[i]);
+  const std::string why = who + " of communicator '" + opts_.keyPrefix +
+                          "', counted as failed and left out by the others' shrink";
+  auto closed = store_->fence(ids, why, graceDeadline());
+  if (closed.isOk())
+    BRAID_INFO("rank %d: shut %s out of the job's store, closing %lld connection%s", rank_, who.c_str(),
+               static_cast<long long>(closed.value()), closed.value() == 1 ? "" : "s");
+  else
+    BRAID_TRACE("rank %d: %s stays in the store: %s", rank_, who.c_str(), closed.status().message().c_str());
 }
 
 std::vector<bool> Communicator::knownFailed(bool askStore) {

@@ -343,6 +343,9 @@ class Communicator {
   // agreement's failed ranks, and on a broken communicator the ranks knownFailed() names
   // without asking the store.
   void reportFailedPeers();
+  // shrink's last step on the new rank 0: the excluded ranks counted as failed are shut out
+  // of the store (Store::fence).
+  void fenceExcluded(const std::vector<int>& excluded, const std::vector<int>& survivors);
   std::string key(const std::string& k) const { return opts_.keyPrefix + "/" + k; }
   // This communicator's configuration for a child (split, shrink, grow): the slot geometry
   // as the user set it.
@@ -397,6 +400,7 @@ class Communicator {
   std::unique_ptr<topology::Graph> topology_;
   topology::RankPlace place_;
   std::vector<topology::RankRecord> rankRecords_;  // by rank, from the peer records
+  std::vector<uint64_t> storeClients_;  // by rank, from the peer records: Store::clientId, 0 unknown
   std::vector<int> topoRing_;
   topology::ClusterPlan topoPlan_;  // rank 0's plan: ring, trees, bandwidths
   topology::NicPolicy nicPolicy_;  // BRAID_NET_IF / BRAID_IB_HCA

@@ -89,12 +89,15 @@ void storeSeeds() {
   onClose.value = "1";
   proto::Request cancel = req(Op::kCancelOnClose);
   cancel.keys = {"braid/gone/1"};
+  proto::Request fence = req(Op::kFence);
+  fence.value = "rank 2 left out";
+  fence.clients = {0x1234};
   const std::string r0(1, '\0');
   write("fuzz_store_protocol", "hello", r0 + request(hello));
   write("fuzz_store_protocol", "hello_auth", r0 + request(keyed) + request(auth));
   write("fuzz_store_protocol", "session", r0 + request(hello) + request(set) + request(get) + request(add) +
                                               request(wait) + request(check) + request(del) + request(cas) + request(mget) +
-                                              request(onClose) + request(cancel));
+                                              request(onClose) + request(cancel) + request(fence));
   proto::Reply ok;
   proto::Reply value;
   value.op = Op::kValue;

@@ -27,7 +27,8 @@
  * per shrink (T: from the vote to the new communicator; M: when, on the host's monotonic
  * clock, which the victim's "FAULT rank=R step=S mono_ms=M" line also uses), then
  *   FINAL rank=R newrank=Q size=M steps=S checksum=C match=1 same=1
- * and exits 0; a rank that cannot go on prints ERROR and exits 1. */
+ * and, once braidCommDestroy returned, "DESTROYED rank=R ms=T" (what the destroy took: the
+ * rank serving the store waits there for the others to leave), and exits 0; a rank that cannot go on prints ERROR and exits 1. */
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -299,7 +300,10 @@ int main(int argc, char** argv) {
   printf("FINAL rank=%d newrank=%d size=%d steps=%d checksum=%.3f match=%d same=%d\n", origRank, rank, nranks, step,
          sum, match, lo == hi);
   fflush(stdout);
+  const double destroyStart = nowMs();
   braidCommDestroy(comm);
+  printf("DESTROYED rank=%d ms=%.0f\n", origRank, nowMs() - destroyStart);
+  fflush(stdout);
   free(params);
   free(expect);
   free(buf);

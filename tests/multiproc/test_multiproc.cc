@@ -1184,6 +1184,24 @@ TEST_CASE("where rank 0 serves the store, survivors recover from a stopped rank 
   CHECK(checksumsOf(r.out, R"(FINAL rank=(1|2) newrank=\d size=2 steps=12 checksum=(\S+) match=1 same=1)").size() == 1u);
 }
 
+// A stopped rank keeps its connection to the store, and with it its share of the live
+// sessions that rank 0, serving the store, waits for before it leaves: rank 0 waited until
+// the stopped process was killed (here at 20 s), up to 30 s. The survivors' shrink shuts the
+// stopped process out of the store, so rank 0 leaves as soon as the other survivor has.
+TEST_CASE("where rank 0 serves the store, it leaves at once after a job that shrank away a stopped rank",
+          "[multiproc][recovery]") {
+  Run r = torchrunJob(3, "BRAID_DEBUG=INFO BRAID_TIMEOUT=4 MP_VICTIMS=2:5:stop",
+                      "timeout -s KILL $([ $r = 2 ] && echo 20 || echo 120) " MP_DIR "/mp_recover 12");
+  INFO(r.out);
+  CHECK(r.out.find("ERROR") == std::string::npos);
+  CHECK(countMatches(r.out, "SHRUNK rank=\\d+ step=5 from=3 to=2 failed=2 ") == 2);
+  CHECK(r.out.find("shut rank 2 out of the job's store, closing 1 connection") != std::string::npos);
+  CHECK(checksumsOf(r.out, R"(FINAL rank=(0|1) newrank=\d size=2 steps=12 checksum=(\S+) match=1 same=1)").size() == 1u);
+  std::smatch m;
+  REQUIRE(std::regex_search(r.out, m, std::regex("\\[0\\] DESTROYED rank=0 ms=(\\d+)")));
+  CHECK(std::stol(m[1]) < 3000);
+}
+
 TEST_CASE("braidCommGetGrowId and braidCommGrow: new processes join a running communicator once", "[multiproc][recovery]") {
   Run r = run("timeout 120 " MP_DIR "/mp_grow 2 2 2>&1");
   INFO(r.out);

@@ -171,6 +171,16 @@ TEST_CASE("protocol: requests round trip", "[bootstrap][protocol]") {
   Request standby;
   standby.op = Op::kStandby;
   CHECK(roundTrip(standby).op == Op::kStandby);
+  Request fence;
+  fence.op = Op::kFence;
+  fence.value = "left out";
+  fence.clients = {7, 0xfeedfacecafebeefull};
+  Request f = roundTrip(fence);
+  CHECK(f.value == "left out");
+  CHECK(f.clients == fence.clients);
+  std::string bytes;
+  fence.clients.clear();
+  CHECK_FALSE(encodeRequest(fence, &bytes).isOk());  // nobody to fence
 }
 
 TEST_CASE("protocol: replies round trip", "[bootstrap][protocol]") {
@@ -243,7 +253,7 @@ TEST_CASE("protocol: malformed headers are rejected before their payload arrives
     CHECK(r.error.find("version") != std::string::npos);
   }
   SECTION("unknown opcode") {
-    for (uint16_t op : {0, 14, 99, 0x80, 0x89, 0xffff}) {
+    for (uint16_t op : {0, 15, 99, 0x80, 0x89, 0xffff}) {
       DecodeResult r = decodeReq(header(kMagic, kVersion, op, 4), &f);
       INFO("op " << op);
       CHECK(r.kind == DecodeResult::kMalformed);
@@ -343,6 +353,9 @@ TEST_CASE("protocol: well-formed frames with the wrong fields for their opcode",
   CHECK(parse(frame(Op::kHello, {ver, u64(1), "", u64(5)})).value().clientId == 5);
   CHECK_FALSE(parse(frame(Op::kAdd, {"k", u64(1), "7"})).isOk());  // request number as text
   CHECK_FALSE(parse(frame(Op::kStandby, {"x"})).isOk());
+  CHECK_FALSE(parse(frame(Op::kFence, {"why"})).isOk());            // no client id
+  CHECK_FALSE(parse(frame(Op::kFence, {"why", u64(1), "7"})).isOk());  // a client id as text
+  CHECK(parse(frame(Op::kFence, {"why", u64(1), u64(2)})).value().clients.size() == 2u);
 
   auto parseRep = [](const std::string& p, Op op) {
     std::string bytes = header(kMagic, kVersion, static_cast<uint16_t>(op), static_cast<uint32_t>(p.size())) + p;

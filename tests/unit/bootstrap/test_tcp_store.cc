@@ -1209,6 +1209,60 @@ TEST_CASE("tcp store: addOnClose adds the sum when the connection ends", "[boots
   CHECK(watcher->get("live", Deadline::after(1)).value() == "7");
 }
 
+// FENCE (a shrink's survivors, on a rank they gave up on that may still be alive): the
+// client's connections end as they would at its death, SET_ON_CLOSE and addOnClose entries
+// included, and it is refused from then on with the reason, by the standby too (the fence is
+// mirrored). A client never fences itself; the others go on.
+TEST_CASE("tcp store: FENCE ends a client's connections as its death would, and refuses it after", "[bootstrap][tcp]") {
+  auto primary = startServer(77);
+  auto sb = TcpStoreServer::start("127.0.0.1", 0, 77, AuthKey{}, false, true);
+  REQUIRE(sb.isOk());
+  std::unique_ptr<TcpStoreServer> standby = std::move(sb).value();
+  auto watcher = connectTo(primary->port(), 77);
+  auto x = connectTo(primary->port(), 77);
+  auto y = connectTo(primary->port(), 77);
+  REQUIRE(watcher->set(braid::bootstrap::kStandbyKey, "127.0.0.1:" + std::to_string(standby->port())).isOk());
+  REQUIRE(watcher->add("live", 10).value() == 10);
+  REQUIRE(x->addOnClose("live", -3).isOk());
+  REQUIRE(x->setOnClose("gone/x", "1").isOk());
+  x->setStandby("127.0.0.1", standby->port());
+
+  auto none = y->fence({y->clientId(), 0}, "not me");
+  REQUIRE(none.isOk());
+  CHECK(none.value() == 0);
+  CHECK(y->set("y/still", "1").isOk());
+
+  const uint64_t xid = x->clientId();
+  auto closed = y->fence({xid}, "rank 2 was left out");
+  REQUIRE(closed.isOk());
+  CHECK(closed.value() == 1);
+  CHECK(watcher->get("gone/x", Deadline::after(5)).value() == "1");
+  CHECK(watcher->get("live", Deadline::after(1)).value() == "7");
+  // The fenced client reads the reason, then finds its standby refuses it too.
+  Status first = x->get("anything", Deadline::after(3)).status();
+  CHECK(first.code() == braid::Code::kAborted);
+  CHECK(first.message().find("rank 2 was left out") != std::string::npos);
+  Status later = x->set("k", "v", Deadline::after(3));
+  CHECK_FALSE(later.isOk());
+  CHECK(later.message().find("rank 2 was left out") != std::string::npos);
+  CHECK_FALSE(watcher->check({"k"}).value());
+  // Coming back under the same id is refused; a new client (a new id) is not.
+  RawSocket s(primary->port());
+  proto::Request hello;
+  hello.op = proto::Op::kHello;
+  hello.nonce = 77;
+  hello.clientId = xid;
+  std::string bytes;
+  REQUIRE(proto::encodeRequest(hello, &bytes).isOk());
+  REQUIRE(s.send(bytes));
+  auto refused = readReply(s);
+  CHECK(refused.op == proto::Op::kError);
+  CHECK(refused.message == std::string(braid::bootstrap::kShutOut) + "rank 2 was left out");
+  auto fresh = connectTo(primary->port(), 77);
+  CHECK(fresh->get("y/still", Deadline::after(1)).value() == "1");
+  CHECK(y->add("live", 0).value() == 7);
+}
+
 // An ADD carries its client's request number; asked again (of a standby, after the store
 // that counted it was lost with its reply), it answers what it answered, adding nothing.
 TEST_CASE("tcp store: a numbered ADD asked twice is counted once", "[bootstrap][tcp]") {

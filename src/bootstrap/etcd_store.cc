@@ -40,6 +40,8 @@ constexpr int kFirstPauseUs = 1000;
 constexpr int kMaxPauseUs = 20000;
 constexpr int kMaxReconnectPauseMs = 250;
 constexpr int kMinRequestMs = 100;
+// How long get() polls for a missing key before it watches for it instead.
+constexpr double kPollBeforeWatchSec = 1.0;
 
 const char kB64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
@@ -382,9 +384,20 @@ StatusOr<bool> EtcdStore::cancelOnClose(const std::string& key, Deadline deadlin
 
 void EtcdStore::dropConnection() {
   tls_.reset();
+  std::lock_guard<std::mutex> lock(fdMu_);
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
   usedBefore_ = false;
+}
+
+void EtcdStore::interrupt() {
+  interrupted_.store(true);
+  {
+    std::lock_guard<std::mutex> lock(fdMu_);
+    if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
+  }
+  std::lock_guard<std::mutex> lock(watchMu_);
+  if (watcher_) watcher_->interrupt();
 }
 
 std::string EtcdStore::where() const {
@@ -418,9 +431,10 @@ StatusOr<std::unique_ptr<EtcdStore>> EtcdStore::connectForJob(const std::string&
 }
 
 Status EtcdStore::exchange(const char* path, const std::string& body, Deadline deadline, std::string* reply,
-                           int* httpStatus, bool* sent, bool* reused) {
+                           int* httpStatus, bool* sent, bool* reused, const StreamDone* streamDone) {
   *sent = false;
   *reused = fd_ >= 0 && usedBefore_;
+  if (interrupted_.load()) return Status(Code::kAborted, "interrupted");
   const auto& ep = url_.endpoints[endpoint_];
   const std::string hostPort = ep.first + ":" + std::to_string(ep.second);
   if (fd_ < 0) {
@@ -445,7 +459,12 @@ Status EtcdStore::exchange(const char* path, const std::string& body, Deadline d
       ::close(fd);
       return Status(Code::kRemoteError, std::string("connect: ") + std::strerror(err));
     }
-    fd_ = fd;
+    {
+      std::lock_guard<std::mutex> lock(fdMu_);
+      fd_ = fd;
+      // An interrupt() that came while connecting ends this connection too.
+      if (interrupted_.load()) ::shutdown(fd_, SHUT_RDWR);
+    }
     usedBefore_ = false;
     if (url_.tls) {
       auto t = TlsStream::createVerifiedClient(fd_, credentials_.tls, ep.first);
@@ -558,6 +577,11 @@ Status EtcdStore::exchange(const char* path, const std::string& body, Deadline d
           if (in.size() < eol + 2 + len + 2) break;
           payload.append(in, eol + 2, len);
           scan = eol + 2 + len + 2;
+          if (streamDone && (*streamDone)(payload)) {
+            done = true;
+            closeAfter = true;  // the rest of the stream is not read
+            break;
+          }
         }
         if (done) break;
       } else if (contentLength != std::string::npos) {
@@ -605,7 +629,7 @@ Status EtcdStore::exchange(const char* path, const std::string& body, Deadline d
 }
 
 StatusOr<std::string> EtcdStore::call(const char* path, const std::string& body, Deadline deadline,
-                                      bool retryAfterSend) {
+                                      bool retryAfterSend, const StreamDone* streamDone) {
   // A request never waits longer than the default bound, so that a stalled endpoint is
   // left for the next one rather than waited on forever; and it gets at least 100 ms, so
   // that a deadline that has just passed still reads a key that is there.
@@ -620,7 +644,8 @@ StatusOr<std::string> EtcdStore::call(const char* path, const std::string& body,
     std::string reply;
     int status = 0;
     bool sent = false, reused = false;
-    Status s = exchange(path, body, bound, &reply, &status, &sent, &reused);
+    if (interrupted_.load()) return Status(Code::kAborted, "the etcd store's client was interrupted");
+    Status s = exchange(path, body, bound, &reply, &status, &sent, &reused, streamDone);
     const auto& ep = url_.endpoints[endpoint_];
     const std::string at = "etcd at " + ep.first + ":" + std::to_string(ep.second);
     if (s.isOk()) {
@@ -758,7 +783,7 @@ StatusOr<EtcdStore::Kv> EtcdStore::read(const std::string& key, Deadline deadlin
 }
 
 Status EtcdStore::readMany(const std::vector<std::string>& keys, bool values, Deadline deadline,
-                           std::vector<Kv>* out) {
+                           std::vector<Kv>* out, int64_t* revision) {
   out->assign(keys.size(), Kv{});
   for (size_t first = 0; first < keys.size(); first += kKeysPerTxn) {
     const size_t n = std::min(kKeysPerTxn, keys.size() - first);
@@ -771,6 +796,10 @@ Status EtcdStore::readMany(const std::vector<std::string>& keys, bool values, De
     body += "]}";
     BRAID_ASSIGN_OR_RETURN(std::string r, call("/v3/kv/txn", body, deadline, true));
     BRAID_ASSIGN_OR_RETURN(JsonValue v, parseReply(r, where()));
+    if (revision) {
+      const JsonValue* header = v.find("header");
+      *revision = header ? intField(*header, "revision") : 0;
+    }
     const JsonValue* rs = v.find("responses");
     if (!rs || !rs->isArray() || rs->items().size() != 3 * n)
       return Status(Code::kRemoteError, where() + " answered a transaction of " + std::to_string(3 * n) +
@@ -800,16 +829,85 @@ Status EtcdStore::set(const std::string& key, const std::string& value, Deadline
 StatusOr<std::string> EtcdStore::get(const std::string& key, Deadline deadline) {
   const Deadline bound = deadline.never() ? Deadline::after(kDefaultOpTimeoutSec) : deadline;
   int pauseUs = kFirstPauseUs;
+  // A key that comes soon is polled for; one that keeps the caller waiting longer is
+  // watched, so that many waiting processes (late ranks, the live view's responders, which
+  // wait a minute at a time) do not ask etcd 50 times a second each. Polling again where
+  // the watch cannot be kept.
+  const Deadline watchFrom = Deadline::after(kPollBeforeWatchSec);
+  bool watch = true;
   for (;;) {
+    if (interrupted_.load()) return Status(Code::kAborted, "the etcd store's client was interrupted");
     std::vector<Kv> kvs;
-    Status r = readMany({key}, true, bound, &kvs);
+    int64_t revision = 0;
+    Status r = readMany({key}, true, bound, &kvs, &revision);
     if (r.code() == Code::kTimeout) return Status(Code::kTimeout, "key '" + key + "' was not read in time: " + r.message());
     BRAID_RETURN_IF_ERROR(r);
     if (kvs[0].present) return kvs[0].value;
     if (bound.expired()) return Status(Code::kTimeout, "key '" + key + "' was not set in time (" + where() + ")");
+    if (watch && watchFrom.expired() && revision > 0) {
+      Status w = watchChange(key, revision, bound);
+      if (w.isOk()) continue;
+      if (w.code() == Code::kAborted) return w;
+      if (w.code() == Code::kTimeout && bound.expired())
+        return Status(Code::kTimeout, "key '" + key + "' was not set in time (" + where() + ")");
+      BRAID_TRACE("etcd store: watching '%s': %s; polling instead", key.c_str(), w.message().c_str());
+      watch = false;
+    }
     usleep(static_cast<useconds_t>(std::min<int64_t>(pauseUs, bound.remainingMillis(1000) * 1000 + 1)));
     pauseUs = std::min(pauseUs * 2, kMaxPauseUs);
   }
+}
+
+Status EtcdStore::watchChange(const std::string& key, int64_t afterRevision, Deadline deadline) {
+  std::unique_ptr<EtcdStore> w(new EtcdStore(url_, credentials_));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    w->endpoint_ = endpoint_;
+  }
+  {
+    std::lock_guard<std::mutex> lock(watchMu_);
+    if (interrupted_.load()) return Status(Code::kAborted, "the etcd store's client was interrupted");
+    watcher_ = w.get();
+  }
+  const std::string k = fullKey(key);
+  const std::string body = "{\"create_request\":{\"key\":\"" + base64(k) + "\",\"range_end\":\"" +
+                           base64(k + std::string(1, '\x01')) + "\",\"start_revision\":\"" +
+                           std::to_string(afterRevision + 1) + "\"}}";
+  // The stream: one JSON object per line, {"result": {...}}. The first says the watch was
+  // created; the next with "events" is the change. A watch etcd cancels (its revision
+  // compacted away) ends it without one. Read from its start each time (a few short lines):
+  // a request call() sends again starts a new stream.
+  bool changed = false;
+  std::string why;
+  const StreamDone done = [&](const std::string& text) {
+    for (size_t parsed = 0, eol; (eol = text.find('\n', parsed)) != std::string::npos; parsed = eol + 1) {
+      auto v = topology::parseJson(text.substr(parsed, eol - parsed), "etcd watch");
+      const JsonValue* result = v.isOk() && v.value().isObject() ? v.value().find("result") : nullptr;
+      if (!result) {
+        why = "an unexpected watch message: '" + printable(text.substr(parsed, eol - parsed)) + "'";
+        return true;
+      }
+      const JsonValue* events = result->find("events");
+      if (events && events->isArray() && !events->items().empty()) {
+        changed = true;
+        return true;
+      }
+      const JsonValue* canceled = result->find("canceled");
+      if ((canceled && canceled->isBool() && canceled->boolValue()) || intField(*result, "compact_revision") > 0) {
+        why = "etcd canceled the watch";
+        return true;
+      }
+    }
+    return false;
+  };
+  auto r = w->call("/v3/watch", body, deadline, true, &done);
+  {
+    std::lock_guard<std::mutex> lock(watchMu_);
+    watcher_ = nullptr;
+  }
+  if (!r.isOk()) return r.status();
+  if (changed) return Status::ok();
+  return Status(Code::kRemoteError, why.empty() ? "the watch ended without a change" : why);
 }
 
 // The counter `key` and the addOnClose sums that have fired (their client's marker gone),

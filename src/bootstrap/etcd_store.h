@@ -44,8 +44,10 @@
 // (/v3/auth/authenticate) and sends its token with every request, logging in again when
 // etcd says the token is no longer valid.
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -119,6 +121,9 @@ class EtcdStore : public Store {
   Status setOnClose(const std::string& key, const std::string& value, Deadline deadline = Deadline()) override;
   StatusOr<bool> cancelOnClose(const std::string& key, Deadline deadline = Deadline()) override;
   Status addOnClose(const std::string& key, int64_t delta, Deadline deadline = Deadline()) override;
+  // Ends a call blocked on this client (a get() parked in a watch included) with kAborted,
+  // and fails every later one. Any thread.
+  void interrupt() override;
 
   // The lease's time to live, from BRAID_ETCD_LEASE_TTL (whole seconds, 2 to 3600; default
   // 10): how long after a process dies its setOnClose keys read as set. kInvalidArgument
@@ -141,16 +146,26 @@ class EtcdStore : public Store {
     int64_t modRevision = 0;
   };
 
+  // A streamed reply (a watch) is read until this returns true for the body so far, and the
+  // connection is then dropped (the stream never ends by itself).
+  using StreamDone = std::function<bool(const std::string&)>;
+
   EtcdStore(EtcdUrl url, EtcdCredentials credentials) : url_(std::move(url)), credentials_(std::move(credentials)) {}
   // Logs in as credentials_.user and keeps the token for the requests that follow.
   Status authenticate(Deadline deadline);
   // POSTs `body` to `path` and returns the parsed reply body (a JSON object as text).
   // `retryAfterSend`: whether the request may be sent again once it may have reached etcd.
-  StatusOr<std::string> call(const char* path, const std::string& body, Deadline deadline, bool retryAfterSend);
+  StatusOr<std::string> call(const char* path, const std::string& body, Deadline deadline, bool retryAfterSend,
+                             const StreamDone* streamDone = nullptr);
+  // Waits, on a connection of its own, until a key in [`key`, `key` + "\x01") (the key and
+  // its setOnClose/addOnClose companions) changes after revision `afterRevision`: ok once one
+  // did, kTimeout at the deadline, another error when the watch cannot be kept (the caller
+  // then polls). A wake-up only: the caller reads again.
+  Status watchChange(const std::string& key, int64_t afterRevision, Deadline deadline);
   // One request on the current connection (made if there is none). `sent` says whether any
   // byte of the request left; `reused` whether the connection carried an earlier request.
   Status exchange(const char* path, const std::string& body, Deadline deadline, std::string* reply, int* httpStatus,
-                  bool* sent, bool* reused);
+                  bool* sent, bool* reused, const StreamDone* streamDone = nullptr);
   void dropConnection();
   std::string fullKey(const std::string& key) const { return url_.prefix + "/" + key; }
   StatusOr<Kv> read(const std::string& key, Deadline deadline);
@@ -166,11 +181,17 @@ class EtcdStore : public Store {
   // The key as the failure branch of a transaction read it (add, compareSet).
   StatusOr<Kv> failureRead(const topology::JsonValue& reply, const char* what) const;
   // For each key, whether it exists (and its value when `values`), in one round trip per 64.
-  Status readMany(const std::vector<std::string>& keys, bool values, Deadline deadline, std::vector<Kv>* out);
+  // `revision`, when given: the store's revision the (last) read saw.
+  Status readMany(const std::vector<std::string>& keys, bool values, Deadline deadline, std::vector<Kv>* out,
+                  int64_t* revision = nullptr);
 
   EtcdUrl url_;
   EtcdCredentials credentials_;
   mutable std::mutex mu_;  // the connection; one request at a time
+  std::mutex fdMu_;        // orders interrupt()'s shutdown against fd_'s close and replacement
+  std::atomic<bool> interrupted_{false};
+  std::mutex watchMu_;
+  EtcdStore* watcher_ = nullptr;  // under watchMu_: watchChange's connection, for interrupt()
   int fd_ = -1;
   std::unique_ptr<TlsStream> tls_;  // etcds://: the session on fd_
   std::string token_;                // from authenticate(), sent with every request

@@ -2,7 +2,10 @@
 // thread) and on an etcd store (a real etcd started for the test), plus allGather and
 // barrier with 8 ranks on each.
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -562,6 +565,92 @@ TEST_CASE("etcd store: setOnClose through a lease", "[bootstrap][store][etcd]") 
       CHECK(c.status().code() == Code::kInvalidArgument);
       CHECK(c.status().message().find("BRAID_ETCD_LEASE_TTL='") != std::string::npos);
     }
+  }
+}
+
+// A counter from the etcd server's metrics page (Prometheus text), -1 when it cannot be read.
+double etcdMetric(int port, const std::string& name) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<uint16_t>(port));
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string page;
+  if (fd >= 0 && connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0) {
+    const std::string req = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+    if (send(fd, req.data(), req.size(), 0) == static_cast<ssize_t>(req.size())) {
+      char buf[65536];
+      for (ssize_t n; (n = recv(fd, buf, sizeof buf, 0)) > 0;) page.append(buf, static_cast<size_t>(n));
+    }
+  }
+  if (fd >= 0) close(fd);
+  const size_t at = page.find("\n" + name + " ");
+  return at == std::string::npos ? -1 : std::strtod(page.c_str() + at + name.size() + 2, nullptr);
+}
+
+// A get() that waits longer than a second watches the key instead of reading it 50 times a
+// second (the live view's responders wait a minute at a time, in every process): it wakes at
+// the write, at a setOnClose value whose client is gone, and at interrupt().
+TEST_CASE("etcd store: a get that waits long watches the key, and wakes at its write or at interrupt()",
+          "[bootstrap][store][etcd]") {
+  REQUIRE_ETCD();
+  EtcdWorld w;
+  auto a = w.client();
+  auto b = w.client();
+  using Clock = std::chrono::steady_clock;
+
+  SECTION("woken by the write, without reading all along") {
+    const double txns0 = etcdMetric(sharedEtcd().port(), "etcd_mvcc_txn_total");
+    REQUIRE(txns0 >= 0);
+    Clock::time_point setAt;
+    std::thread writer([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(3000));
+      setAt = Clock::now();
+      REQUIRE(b->set("late/k", "v").isOk());
+    });
+    auto v = a->get("late/k", Deadline::after(10));
+    const auto gotAt = Clock::now();
+    writer.join();
+    REQUIRE(v.isOk());
+    CHECK(v.value() == "v");
+    CHECK(std::chrono::duration<double>(gotAt - setAt).count() < 0.5);
+    // Reading for the whole 3 s takes about 150 transactions; the first second's reads
+    // (about 50) and a few after the watch woke.
+    const double txns = etcdMetric(sharedEtcd().port(), "etcd_mvcc_txn_total") - txns0;
+    INFO("transactions " << txns);
+    CHECK(txns < 100);
+  }
+  SECTION("woken when a setOnClose client goes") {
+    auto c = w.client();
+    REQUIRE(c->setOnClose("gone/c", "bye").isOk());
+    Clock::time_point goneAt;
+    std::thread leaver([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2000));
+      goneAt = Clock::now();
+      c.reset();  // revokes its lease
+    });
+    auto v = a->get("gone/c", Deadline::after(10));
+    const auto gotAt = Clock::now();
+    leaver.join();
+    REQUIRE(v.isOk());
+    CHECK(v.value() == "bye");
+    CHECK(std::chrono::duration<double>(gotAt - goneAt).count() < 0.5);
+  }
+  SECTION("ended by interrupt()") {
+    Clock::time_point interruptedAt;
+    std::thread stopper([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2000));
+      interruptedAt = Clock::now();
+      a->interrupt();
+    });
+    auto v = a->get("never", Deadline::after(20));
+    const auto gotAt = Clock::now();
+    stopper.join();
+    REQUIRE_FALSE(v.isOk());
+    CHECK(v.status().code() == Code::kAborted);
+    CHECK(std::chrono::duration<double>(gotAt - interruptedAt).count() < 0.5);
+    CHECK(a->get("never", Deadline::after(1)).status().code() == Code::kAborted);
+    CHECK(b->set("still", "fine").isOk());  // only that client
   }
 }
 

@@ -407,11 +407,28 @@ Session::~Session() {
 }
 
 void Session::announce() {
-  // braid's own TCP store only: an etcd cluster or a caller's store (PyTorch's) has no
-  // server-side waits to park the responder in.
-  if (!comm_ || storeId_.port == 0 || storeId_.host.empty() || storeId_.nonce == bootstrap::kEtcdStoreNonce ||
-      !comm_->config().liveStatus)
+  if (!comm_ || !comm_->config().liveStatus) return;
+  // An etcd cluster: the responder watches for the next request on connections of its own
+  // (EtcdStore::get), with the job's credentials.
+  if (auto* etcd = dynamic_cast<bootstrap::EtcdStore*>(store_.get())) {
+    const bootstrap::EtcdUrl url = etcd->url();
+    std::string storeKey = url.tls ? "etcds://" : "etcd://";
+    for (size_t i = 0; i < url.endpoints.size(); ++i)
+      storeKey += (i ? "," : "") + url.endpoints[i].first + ":" + std::to_string(url.endpoints[i].second);
+    core::addLiveStatus(
+        storeKey + url.prefix,
+        [url]() -> StatusOr<std::unique_ptr<bootstrap::Store>> {
+          BRAID_ASSIGN_OR_RETURN(auto credentials, bootstrap::EtcdCredentials::fromEnv());
+          BRAID_ASSIGN_OR_RETURN(auto c, bootstrap::EtcdStore::connect(url, Deadline::after(5), std::move(credentials)));
+          return std::unique_ptr<bootstrap::Store>(std::move(c));
+        },
+        comm_.get());
+    announced_ = true;
     return;
+  }
+  // Otherwise braid's own TCP store only: a caller's store (PyTorch's) has no server-side
+  // waits to park the responder in.
+  if (storeId_.port == 0 || storeId_.host.empty() || storeId_.nonce == bootstrap::kEtcdStoreNonce) return;
   const bootstrap::UniqueId id = storeId_;
   const bool tls = comm_->config().tls && id.key.present;
   core::addLiveStatus(
@@ -662,6 +679,7 @@ StatusOr<std::unique_ptr<Session>> Session::fromEtcd(const bootstrap::LaunchEnv&
   opts.keyPrefix = initKeyPrefix(init);
   BRAID_ASSIGN_OR_RETURN(auto s, join(std::move(store), env.rank, env.worldSize, std::move(opts), true));
   s->storeId_ = storeId;
+  s->announce();
   return s;
 }
 

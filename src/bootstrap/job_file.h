@@ -15,7 +15,7 @@ namespace braid::bootstrap {
 
 struct JobFile {
   int pid = 0;            // braidrun's
-  std::string store;      // "host:port"
+  std::string store;      // "host:port", or the etcd URL and prefix of ranks whose store is etcd
   AuthKey key;            // absent when the job runs without one
   bool tls = false;
   int np = 0;

@@ -3,7 +3,7 @@
 // the job's store while the job runs, answered by a thread of each process so that a rank
 // whose user thread is busy elsewhere (compute, I/O) still answers.
 //
-// The protocol, at the root of braid's store:
+// The protocol, at the root of the job's store (braid's, or its prefix in etcd):
 //   braid-status/seq             the asker adds 1 and gets the request number n
 //   braid-status/req/<n>         the asker sets it; every responder waits for it
 //   braid-status/reply/<n>/count each responder adds 1 per communicator it answers for ...
@@ -64,8 +64,9 @@ struct LiveState {
 std::string renderLiveStatus(const std::vector<LiveState>& states, double waitedSeconds);
 
 // Asks every process answering at `store` for its ranks' states and collects the answers
-// that arrive within `waitSeconds`. The store must be braid's (a compareSet-free protocol,
-// but the waits are server-side).
+// that arrive within `waitSeconds`. The store must be braid's or etcd (a compareSet-free
+// protocol, but the responders' waits must not poll: braid's park in the server, etcd's
+// watch).
 StatusOr<std::vector<LiveState>> askLiveStatus(bootstrap::Store& store, double waitSeconds);
 // The same in two halves, so that the wait for answers can overlap other work: begin sends
 // the request (its store calls bounded by `deadline`), collect waits out the rest of

@@ -6,7 +6,7 @@
 //                         `braid-info --plan allreduce 8 1K 1M 1G --hosts 4 --latency 1ms`
 //   braid-info --scaling COLL SIZE [world] [--max-ranks N]
 //                         every algorithm's simulated time from 2 ranks up (docs/scaling.md)
-//   braid-info --status [PID | HOST:PORT] [--wait S] [--watch S]
+//   braid-info --status [PID | HOST:PORT | etcd://HOST:PORT/PREFIX] [--wait S] [--watch S]
 //                         where each rank of a running job is now, and which rank holds
 //                         the others up (core/live_status.h)
 // A world is --hosts H --ranks-per-host R [--channels C] [--transport T] [--latency T]
@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "braid/braid.h"
+#include "bootstrap/etcd_store.h"
 #include "bootstrap/job_file.h"
 #include "bootstrap/launch_env.h"
 #include "bootstrap/tcp_store.h"
@@ -115,14 +116,15 @@ void printUsage(FILE* f) {
                "       braid-info --plan COLL SIZE... [--hosts H] [--ranks-per-host R] [--channels C]\n"
                "                  [--transport T] [--latency 1ms] [--bandwidth 1.2G] [--simulate]\n"
                "       braid-info --scaling COLL SIZE [--ranks-per-host R] [--max-ranks N] [...]\n"
-               "       braid-info --status [PID | HOST:PORT] [--wait S] [--watch S]\n"
+               "       braid-info --status [PID | HOST:PORT | etcd://HOST:PORT/PREFIX] [--wait S] [--watch S]\n"
                "  (no argument)  version, reduction kernels, transports (built in and plugins), machine\n"
                "  --config       every environment knob: name, type, default, current value, help\n"
                "  --plan         the algorithm, channels and predicted time braid picks per size\n"
                "  --scaling      the same for growing rank counts\n"
                "  --status       where each rank of a running job is now and which rank holds the\n"
                "                 others up: braidrun's PID (default: this user's only braidrun job) or\n"
-               "                 the store's HOST:PORT with the job's BRAID_AUTH_KEY[_FILE]; --wait S\n"
+               "                 the store's HOST:PORT with the job's BRAID_AUTH_KEY[_FILE], or its etcd\n"
+               "                 URL with the prefix its ranks log (BRAID_ETCD_* as theirs); --wait S\n"
                "                 for answers (1 s), --watch S to ask again every S seconds\n"
                "  --timeline     merge the per-rank traces BRAID_TIMELINE=DIR wrote into one Chrome\n"
                "                 trace (default DIR/timeline.json; open in ui.perfetto.dev)\n"
@@ -345,13 +347,25 @@ void printTransports() {
     std::printf("  %-10s %s: not loaded: %s\n", failed.name.c_str(), failed.file.c_str(), failed.reason.c_str());
 }
 
-// The store of the job `target` names: a braidrun pid, HOST:PORT, or "" (this user's only
-// running braidrun job, else BRAID_STORE_ADDR); `title` says which job it is.
-braid::StatusOr<std::unique_ptr<braid::bootstrap::TcpStoreClient>> statusStore(const std::string& target,
-                                                                              std::string* title) {
+// The store of the job `target` names: a braidrun pid, HOST:PORT, an etcd URL (the prefix
+// the job's keys are under, its run's tag included), or "" (this user's only running
+// braidrun job, else BRAID_STORE_ADDR); `title` says which job it is.
+braid::StatusOr<std::unique_ptr<braid::bootstrap::Store>> statusStore(const std::string& target, std::string* title) {
   using braid::Code;
   using braid::Status;
   namespace bs = braid::bootstrap;
+  auto isEtcd = [](const std::string& a) { return a.rfind("etcd://", 0) == 0 || a.rfind("etcds://", 0) == 0; };
+  // The credentials are this environment's BRAID_ETCD_* settings, as the ranks' are.
+  auto etcdStore = [](const std::string& at) -> braid::StatusOr<std::unique_ptr<bs::Store>> {
+    BRAID_ASSIGN_OR_RETURN(bs::EtcdUrl url, bs::parseEtcdUrl("the store", at));
+    BRAID_ASSIGN_OR_RETURN(bs::EtcdCredentials credentials, bs::EtcdCredentials::fromEnv());
+    BRAID_ASSIGN_OR_RETURN(auto etcd, bs::EtcdStore::connect(url, braid::Deadline::after(5), std::move(credentials)));
+    return std::unique_ptr<bs::Store>(std::move(etcd));
+  };
+  if (isEtcd(target)) {
+    *title = "job at " + target;
+    return etcdStore(target);
+  }
   std::string addr;
   braid::AuthKey key;
   bool tls = false;
@@ -394,6 +408,7 @@ braid::StatusOr<std::unique_ptr<braid::bootstrap::TcpStoreClient>> statusStore(c
     auto cfg = braid::core::Config::fromEnv();
     tls = cfg.isOk() && cfg.value().tls && key.present;
   }
+  if (isEtcd(addr)) return etcdStore(addr);  // a braidrun job whose ranks' store is etcd
   std::string host;
   int port = 0;
   BRAID_RETURN_IF_ERROR(bs::parseStoreAddress("the store address", addr, &host, &port));
@@ -403,7 +418,7 @@ braid::StatusOr<std::unique_ptr<braid::bootstrap::TcpStoreClient>> statusStore(c
   for (uint64_t init = 0; init <= 64; ++init) {
     const uint64_t nonce = init == 0 ? 0 : 0x6272616964000000ull + init;
     auto c = bs::TcpStoreClient::connect(host, port, nonce, braid::Deadline::after(5), 10, key, tls);
-    if (c.isOk()) return c;
+    if (c.isOk()) return std::unique_ptr<bs::Store>(std::move(c).value());
     last = c.status();
     if (last.message().find("nonce mismatch") == std::string::npos) break;
   }

@@ -685,6 +685,19 @@ class Launcher {
     bootstrap::JobFile job;
     job.pid = static_cast<int>(getpid());
     job.store = storeAddr_;
+    // Ranks whose store is an etcd cluster answer the live view there, under their run's
+    // prefix (as EtcdStore::connectForJob makes it).
+    if (const char* url = envOf("BRAID_STORE")) {
+      auto u = bootstrap::parseEtcdUrl("BRAID_STORE", url);
+      const char* id = xOf("BRAID_JOB_ID");
+      const std::string tag = id ? id : jobId_;
+      if (u.isOk()) {
+        job.store = u.value().tls ? "etcds://" : "etcd://";
+        for (size_t i = 0; i < u.value().endpoints.size(); ++i)
+          job.store += (i ? "," : "") + u.value().endpoints[i].first + ":" + std::to_string(u.value().endpoints[i].second);
+        job.store += u.value().prefix + (tag.empty() ? "" : "/" + tag);
+      }
+    }
     job.key = key_;
     job.tls = tls_;
     job.np = opts_.np;

@@ -709,6 +709,58 @@ TEST_CASE("braid-info --status shows where every rank is and which rank holds th
   }
 }
 
+// With the store in etcd the processes answer the live view as they do through braid's own
+// store, watching for requests on connections of their own: braid-info --status asks at the
+// job's etcd prefix, and a timeout follows a held rank to the stopped one.
+TEST_CASE("with an etcd store, braid-info --status answers and a timeout follows a held rank",
+          "[multiproc][status][etcd]") {
+  if (braid::testing::EtcdServer::binary().empty()) {
+    WARN("skipped: " << braid::testing::EtcdServer::missing());
+    return;
+  }
+  braid::testing::EtcdServer etcd;
+  REQUIRE(etcd.ok());
+  const std::string store = "BRAID_STORE=" + etcd.endpoint() + "/jobs";
+  SECTION("braid-info --status etcd://HOST:PORT/PREFIX") {
+    // Ranks started by hand, as torchrun would: their keys are under /jobs/<run id>. The
+    // question comes well past the responders' first second (they watch by then).
+    Run r = run("for r in 0 1 2; do " + store +
+                " RANK=$r WORLD_SIZE=3 TORCHELASTIC_RUN_ID=live BRAID_TIMEOUT=60 MP_COMPUTE_MS=6000 timeout 60 " MP_DIR
+                "/mp_fault compute 2 5 > /tmp/braid-etcd-status-$$-$r.out 2>&1 & done; "
+                "for i in $(seq 300); do grep -q FAULT /tmp/braid-etcd-status-$$-*.out && break; sleep 0.1; done; "
+                "sleep 2.5; " BRAID_INFO " --status " + etcd.endpoint() + "/jobs/live --wait 0.5; echo STATUS rc=$?; "
+                "wait; cat /tmp/braid-etcd-status-$$-*.out; rm -f /tmp/braid-etcd-status-$$-*.out");
+    INFO(r.out);
+    CHECK(r.out.find("job at etcd://127.0.0.1:") != std::string::npos);
+    CHECK(r.out.find("communicator 'braid' (3 ranks, epoch 0): 3 of 3 answered") != std::string::npos);
+    CHECK(std::regex_search(r.out, std::regex(R"(rank 2  pid \d+ on \S+ +not in a collective; last completed #4 allreduce)")));
+    CHECK(r.out.find("=> rank 2 holds up ranks 0, 1: it is not in a collective") != std::string::npos);
+    CHECK(r.out.find("STATUS rc=0") != std::string::npos);
+    CHECK(countMatches(r.out, "DONE rank=\\d") == 3);  // and the job goes on and ends well
+  }
+  SECTION("a braidrun job, found by braidrun's pid") {
+    Run r = run(store + " bash " STATUS_JOB " " BRAIDRUN " " BRAID_INFO " " MP_DIR "/mp_fault compute 2 3");
+    INFO(r.out);
+    CHECK(r.out.find("communicator 'braid' (3 ranks, epoch 0): 3 of 3 answered") != std::string::npos);
+    CHECK(r.out.find("STATUS by pid\n  => rank 2 holds up ranks 0, 1: it is not in a collective") != std::string::npos);
+    CHECK(r.out.find("JOB rc=0") != std::string::npos);
+  }
+  SECTION("a rank held in another communicator by a stopped one") {
+    for (const bool hosts : {false, true}) {
+      INFO("hosts " << hosts);
+      const std::string prog = hosts ? "sh -c 'BRAID_HOST_ID=fakehost$BRAID_RANK exec " MP_DIR "/mp_held 1'"
+                                     : MP_DIR "/mp_held 1";
+      Run r = run(braidrun(3, store + " BRAIDRUN_GRACE_SEC=3 BRAID_TIMEOUT=3") + prog);
+      INFO(r.out);
+      CHECK(r.out.find(hosts ? "rank 0 made no progress for 3 s (BRAID_TIMEOUT): it does not answer"
+                             : "rank 0 made no progress for 3 s (BRAID_TIMEOUT): it is stopped") != std::string::npos);
+      CHECK(r.out.find("rank 1 waits for rank 0 in communicator 'braid/split0/c0'") != std::string::npos);
+      CHECK(r.out.find("RESULT rank=2 comm=world code=" + std::to_string(kTimeout) + " failed_rank=0") !=
+            std::string::npos);
+    }
+  }
+}
+
 // How long each survivor's braidCommDestroy took ("DESTROYED rank=R ms=T" from mp_fault).
 std::map<int, double> destroyTimes(const std::string& out) {
   std::map<int, double> m;

@@ -93,6 +93,11 @@ const std::string kDedupPrefix = std::string("\x01" "dedup\x01");
 // The SET_ON_CLOSE keys of the hosting process's own client, mirrored to the standby: they
 // take effect when the standby takes over (that process is gone then).
 const std::string kHostOnClosePrefix = std::string("\x01" "onclose\x01");
+// Every other client's SET_ON_CLOSE keys, mirrored to the standby too, one key each:
+// "<prefix><client id>\x01<key>". A client that dies while the store is stopped (or at the
+// moment it is lost) never reaches the standby, which so never sees its connection end; a
+// FENCE of that client there (the survivors' shrink) sets its keys then.
+const std::string kClientOnClosePrefix = std::string("\x01" "clientoc\x01");
 // A client shut out by FENCE: the key holds the reason it is refused with. Mirrored as any
 // key is, so that a standby refuses it too once it serves.
 const std::string kFencedPrefix = std::string("\x01" "fenced\x01");
@@ -196,7 +201,7 @@ struct TcpStoreServer::Impl {
   // SET_ON_CLOSE entries of connections that ended, applied by the loop (not inside
   // closeConn, which runs in the middle of serving other connections).
   std::vector<std::pair<std::string, std::string>> dueOnClose;
-  std::vector<std::string> hostOnCloseFired;  // their mirrored copies, to drop
+  std::vector<std::string> onCloseFired;  // their copies (onCloseRecord), to drop
   bool listening = true;
   int64_t resumeListenNs = 0;
   // A standby store (start with `standby`): until the store it stands by for is gone it takes
@@ -705,6 +710,7 @@ struct TcpStoreServer::Impl {
         for (uint64_t id : req.clients) {
           if (id == 0 || id == c.clientId) continue;  // a client never shuts itself out
           const std::string k = kFencedPrefix + std::to_string(id);
+          int closedHere = 0;
           data[k] = kShutOut + req.value;
           mirrorKey(k);
           for (auto& [connId, other] : conns) {
@@ -722,6 +728,20 @@ struct TcpStoreServer::Impl {
             flush(o);
             if (!o.dead) closeConn(o, "shut out", false);
             ++closed;
+            ++closedHere;
+          }
+          // Not connected here: gone while this store was lost (this is the standby that
+          // took over). What it asked to be set at its end is set now.
+          if (closedHere == 0) {
+            const std::string mine = kClientOnClosePrefix + std::to_string(id) + "\x01";
+            std::vector<std::string> recs;
+            for (const auto& [key, value] : data)
+              if (key.compare(0, mine.size(), mine) == 0) recs.push_back(key);
+            for (const std::string& rec : recs) {
+              dueOnClose.emplace_back(rec.substr(mine.size()), std::move(data[rec]));
+              data.erase(rec);
+              mirrorKey(rec);
+            }
           }
         }
         rep.op = Op::kInt;
@@ -735,16 +755,16 @@ struct TcpStoreServer::Impl {
           rep.message = "a connection may hold at most " + std::to_string(kMaxOnClosePerConn) + " SET_ON_CLOSE keys";
           return reply(c, rep);
         }
-        if (isHostClient(c)) {
-          data[kHostOnClosePrefix + req.keys[0]] = req.value;
-          mirrorKey(kHostOnClosePrefix + req.keys[0]);
+        if (const std::string rec = onCloseRecord(c, req.keys[0]); !rec.empty()) {
+          data[rec] = req.value;
+          mirrorKey(rec);
         }
         c.onClose[req.keys[0]] = std::move(req.value);
         return reply(c, rep);
       case Op::kCancelOnClose:
         rep.op = Op::kBool;
         rep.flag = c.onClose.erase(req.keys[0]) > 0;
-        if (isHostClient(c) && data.erase(kHostOnClosePrefix + req.keys[0])) mirrorKey(kHostOnClosePrefix + req.keys[0]);
+        if (const std::string rec = onCloseRecord(c, req.keys[0]); !rec.empty() && data.erase(rec)) mirrorKey(rec);
         return reply(c, rep);
       case Op::kCheck:
         rep.op = Op::kBool;
@@ -776,6 +796,15 @@ struct TcpStoreServer::Impl {
   bool isHostClient(const Conn& c) const {
     const uint64_t id = localClient.load(std::memory_order_relaxed);
     return id != 0 && c.clientId == id;
+  }
+
+  // Where the store keeps a copy of connection `c`'s SET_ON_CLOSE key `k` (mirrored to the
+  // standby like any key): the hosting process's own client's under kHostOnClosePrefix, every
+  // other client's under kClientOnClosePrefix and its id; "" for a client without an id.
+  std::string onCloseRecord(const Conn& c, const std::string& k) const {
+    if (isHostClient(c)) return kHostOnClosePrefix + k;
+    if (c.clientId == 0) return "";
+    return kClientOnClosePrefix + std::to_string(c.clientId) + "\x01" + k;
   }
 
   // What a SET_ON_CLOSE entry does when its connection ends: set the key to the value, or,
@@ -1099,9 +1128,9 @@ struct TcpStoreServer::Impl {
 
   // Sets the keys of connections that ended since the last pass, waking their waiters.
   void applyOnClose() {
-    for (const auto& k : hostOnCloseFired)
+    for (const auto& k : onCloseFired)
       if (data.erase(k)) mirrorKey(k);
-    hostOnCloseFired.clear();
+    onCloseFired.clear();
     while (!dueOnClose.empty()) {
       auto due = std::move(dueOnClose);
       dueOnClose.clear();
@@ -1237,7 +1266,7 @@ struct TcpStoreServer::Impl {
     // what it asked to be set then is set. Not when the store itself stops.
     if (c.hello && !stopping.load(std::memory_order_relaxed))
       for (auto& kv : c.onClose) {
-        if (isHostClient(c)) hostOnCloseFired.push_back(kHostOnClosePrefix + kv.first);
+        if (std::string rec = onCloseRecord(c, kv.first); !rec.empty()) onCloseFired.push_back(std::move(rec));
         dueOnClose.emplace_back(kv.first, std::move(kv.second));
       }
     c.onClose.clear();

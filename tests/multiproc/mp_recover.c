@@ -2,7 +2,9 @@
  * MP_VICTIMS="R:S[:MODE],..." makes rank R (its rank at start) kill itself (MODE kill, the
  * default) or stop itself (stop) when it reaches global step S, or kill itself after that
  * step's allreduce succeeded and before it votes (novote: no survivor's collective sees it
- * go, only the agreement). MP_HOST_PER_RANK=1 gives every rank a host of its own
+ * go, only the agreement), or kill itself 300 ms after it reached step S (late: after a victim
+ * stopped at the same step, when that is rank 0, serving the store, the store's standby has
+ * not taken over yet). MP_HOST_PER_RANK=1 gives every rank a host of its own
  * (BRAID_HOST_ID), as if each ran on another machine: no shared memory, no pidfd to watch.
  * MP_STEP_MS=T sleeps T ms after every step (a job that lasts while hosts come and go).
  * MP_GROW_AT="S:M": once global step S is done, rank 0 makes a grow id for M more ranks
@@ -28,7 +30,8 @@
  * clock, which the victim's "FAULT rank=R step=S mono_ms=M" line also uses), then
  *   FINAL rank=R newrank=Q size=M steps=S checksum=C match=1 same=1
  * and, once braidCommDestroy returned, "DESTROYED rank=R ms=T" (what the destroy took: the
- * rank serving the store waits there for the others to leave), and exits 0; a rank that cannot go on prints ERROR and exits 1. */
+ * rank serving the store waits there for the others to leave), and exits 0; a rank that
+ * cannot go on prints ERROR and exits 1. */
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -58,7 +61,8 @@ static int faultAt(int rank, int step) {
       if (sscanf(v, ":%7[a-z]%n", mode, &m) < 1) return 0;
       v += m;
     }
-    if (r == rank && s == step) return strcmp(mode, "stop") == 0 ? 2 : strcmp(mode, "novote") == 0 ? 3 : 1;
+    if (r == rank && s == step)
+      return strcmp(mode, "stop") == 0 ? 2 : strcmp(mode, "novote") == 0 ? 3 : strcmp(mode, "late") == 0 ? 4 : 1;
     if (*v == ',') ++v;
   }
   return 0;
@@ -191,7 +195,11 @@ int main(int argc, char** argv) {
   }
   while (step < steps) {
     int fault = faultAt(origRank, step);
-    if (fault == 1 || fault == 2) {
+    if (fault == 4) { /* late: a victim stopped at the same step has stopped by then */
+      struct timespec late = {0, 300 * 1000 * 1000};
+      nanosleep(&late, NULL);
+    }
+    if (fault == 1 || fault == 2 || fault == 4) {
       printf("FAULT rank=%d step=%d mono_ms=%.3f\n", origRank, step, nowMs());
       fflush(stdout);
       raise(fault == 2 ? SIGSTOP : SIGKILL);

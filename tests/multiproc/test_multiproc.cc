@@ -1252,6 +1252,16 @@ TEST_CASE("where rank 0 serves the store, it leaves at once after a job that shr
   std::smatch m;
   REQUIRE(std::regex_search(r.out, m, std::regex("\\[0\\] DESTROYED rank=0 ms=(\\d+)")));
   CHECK(std::stol(m[1]) < 3000);
+  // Rank 0 stopped, and rank 2 killed while rank 0's store was stopped, before rank 1's
+  // standby took over: the standby never saw rank 2's connection end. Rank 1, serving the
+  // store by then, shuts rank 2 out there, which sets what rank 2 left (it waited the 30 s).
+  Run lost = torchrunJob(4, "BRAID_TIMEOUT=2 MP_VICTIMS=0:3:stop,2:3:late",
+                         "timeout -s KILL $([ $r = 0 ] && echo 20 || echo 120) " MP_DIR "/mp_recover 12");
+  INFO(lost.out);
+  CHECK(lost.out.find("ERROR") == std::string::npos);
+  CHECK(countMatches(lost.out, "SHRUNK rank=\\d+ step=3 from=4 to=2 failed=0,2 ") == 2);
+  REQUIRE(std::regex_search(lost.out, m, std::regex("\\[1\\] DESTROYED rank=1 ms=(\\d+)")));
+  CHECK(std::stol(m[1]) < 3000);
 }
 
 TEST_CASE("braidCommGetGrowId and braidCommGrow: new processes join a running communicator once", "[multiproc][recovery]") {

@@ -1263,6 +1263,41 @@ TEST_CASE("tcp store: FENCE ends a client's connections as its death would, and 
   CHECK(y->add("live", 0).value() == 7);
 }
 
+// A client that dies while the store is lost (rank 0 stopped, or gone, at the same moment)
+// never reaches the standby, which so never sees its connection end: its SET_ON_CLOSE and
+// addOnClose keys are mirrored there as records, and a FENCE of it (the survivors' shrink)
+// sets them, once.
+TEST_CASE("tcp store: FENCE at the standby that took over sets the keys of a client lost with the store",
+          "[bootstrap][tcp]") {
+  auto primary = startServer(77);
+  auto sb = TcpStoreServer::start("127.0.0.1", 0, 77, AuthKey{}, false, true);
+  REQUIRE(sb.isOk());
+  std::unique_ptr<TcpStoreServer> standby = std::move(sb).value();
+  auto a = connectTo(primary->port(), 77);
+  auto b = connectTo(primary->port(), 77);  // knows no standby: it goes with the store
+  REQUIRE(a->set(braid::bootstrap::kStandbyKey, "127.0.0.1:" + std::to_string(standby->port())).isOk());
+  a->setStandby("127.0.0.1", standby->port());
+  REQUIRE(a->add("live", 5).value() == 5);
+  REQUIRE(b->addOnClose("live", -2).isOk());
+  REQUIRE(b->setOnClose("gone/b", "1").isOk());
+  REQUIRE(b->setOnClose("gone/b2", "1").isOk());
+  REQUIRE(b->cancelOnClose("gone/b2").value());
+  const uint64_t bid = b->clientId();
+  primary.reset();  // the store stops: it sets nobody's keys
+  b.reset();        // and b dies meanwhile
+  CHECK(a->get("live", Deadline::after(5)).value() == "5");
+  CHECK(standby->stats().promoted);
+  CHECK_FALSE(a->check({"gone/b"}).value());
+  auto closed = a->fence({bid}, "rank 2 was left out");
+  REQUIRE(closed.isOk());
+  CHECK(closed.value() == 0);  // no connection of b's here
+  CHECK(a->get("gone/b", Deadline::after(5)).value() == "1");
+  CHECK(a->get("live", Deadline::after(1)).value() == "3");
+  CHECK_FALSE(a->check({"gone/b2"}).value());  // withdrawn before
+  REQUIRE(a->fence({bid}, "again").isOk());
+  CHECK(a->add("live", 0).value() == 3);  // once
+}
+
 // An ADD carries its client's request number; asked again (of a standby, after the store
 // that counted it was lost with its reply), it answers what it answered, adding nothing.
 TEST_CASE("tcp store: a numbered ADD asked twice is counted once", "[bootstrap][tcp]") {

@@ -20,6 +20,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <memory>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -709,18 +710,26 @@ TEST_CASE("braid-info --status shows where every rank is and which rank holds th
   }
 }
 
+// An etcd server of its own for a test, on free loopback ports; null, said as a warning,
+// where etcd is not installed (the test is then skipped).
+std::unique_ptr<braid::testing::EtcdServer> startEtcd() {
+  if (braid::testing::EtcdServer::binary().empty()) {
+    WARN("skipped: " << braid::testing::EtcdServer::missing());
+    return nullptr;
+  }
+  auto etcd = std::make_unique<braid::testing::EtcdServer>();
+  REQUIRE(etcd->ok());
+  return etcd;
+}
+
 // With the store in etcd the processes answer the live view as they do through braid's own
 // store, watching for requests on connections of their own: braid-info --status asks at the
 // job's etcd prefix, and a timeout follows a held rank to the stopped one.
 TEST_CASE("with an etcd store, braid-info --status answers and a timeout follows a held rank",
           "[multiproc][status][etcd]") {
-  if (braid::testing::EtcdServer::binary().empty()) {
-    WARN("skipped: " << braid::testing::EtcdServer::missing());
-    return;
-  }
-  braid::testing::EtcdServer etcd;
-  REQUIRE(etcd.ok());
-  const std::string store = "BRAID_STORE=" + etcd.endpoint() + "/jobs";
+  auto etcd = startEtcd();
+  if (!etcd) return;
+  const std::string store = "BRAID_STORE=" + etcd->endpoint() + "/jobs";
   SECTION("braid-info --status etcd://HOST:PORT/PREFIX") {
     // Ranks started by hand, as torchrun would: their keys are under /jobs/<run id>. The
     // question comes well past the responders' first second (they watch by then).
@@ -728,7 +737,7 @@ TEST_CASE("with an etcd store, braid-info --status answers and a timeout follows
                 " RANK=$r WORLD_SIZE=3 TORCHELASTIC_RUN_ID=live BRAID_TIMEOUT=60 MP_COMPUTE_MS=6000 timeout 60 " MP_DIR
                 "/mp_fault compute 2 5 > /tmp/braid-etcd-status-$$-$r.out 2>&1 & done; "
                 "for i in $(seq 300); do grep -q FAULT /tmp/braid-etcd-status-$$-*.out && break; sleep 0.1; done; "
-                "sleep 2.5; " BRAID_INFO " --status " + etcd.endpoint() + "/jobs/live --wait 0.5; echo STATUS rc=$?; "
+                "sleep 2.5; " BRAID_INFO " --status " + etcd->endpoint() + "/jobs/live --wait 0.5; echo STATUS rc=$?; "
                 "wait; cat /tmp/braid-etcd-status-$$-*.out; rm -f /tmp/braid-etcd-status-$$-*.out");
     INFO(r.out);
     CHECK(r.out.find("job at etcd://127.0.0.1:") != std::string::npos);
@@ -1062,13 +1071,9 @@ TEST_CASE("replacements join the survivors, who grow back and finish every step"
 // keys behind.
 TEST_CASE("with an etcd store, survivors recover from losing rank 0 and replacements join through it",
           "[multiproc][recovery][etcd]") {
-  if (braid::testing::EtcdServer::binary().empty()) {
-    WARN("skipped: " << braid::testing::EtcdServer::missing());
-    return;
-  }
-  braid::testing::EtcdServer etcd;
-  REQUIRE(etcd.ok());
-  const std::string store = "BRAID_STORE=" + etcd.endpoint() + "/jobs";
+  auto etcd = startEtcd();
+  if (!etcd) return;
+  const std::string store = "BRAID_STORE=" + etcd->endpoint() + "/jobs";
   const auto count = countMatches;
   SECTION("ranks started by hand, as torchrun would, lose rank 0") {
     // MASTER_ADDR is deliberately absent: nobody in the job serves a store.
@@ -1124,7 +1129,7 @@ TEST_CASE("with an etcd store, survivors recover from losing rank 0 and replacem
                 " RANK=$r WORLD_SIZE=3 TORCHELASTIC_RUN_ID=clean timeout 60 " MP_DIR "/mp_recover 5 & done; wait");
     INFO(r.out);
     CHECK(count(r.out, "FINAL rank=\\d newrank=\\d size=3 steps=5 checksum=\\S+ match=1 same=1") == 3);
-    auto u = braid::bootstrap::parseEtcdUrl("url", etcd.endpoint() + "/jobs/clean");
+    auto u = braid::bootstrap::parseEtcdUrl("url", etcd->endpoint() + "/jobs/clean");
     REQUIRE(u.isOk());
     auto c = braid::bootstrap::EtcdStore::connect(u.value(), braid::Deadline::after(10));
     REQUIRE(c.isOk());

@@ -428,7 +428,7 @@ void Session::announce() {
   }
   // Otherwise braid's own TCP store only: a caller's store (PyTorch's) has no server-side
   // waits to park the responder in.
-  if (storeId_.port == 0 || storeId_.host.empty() || storeId_.nonce == bootstrap::kEtcdStoreNonce) return;
+  if (storeId_.port == 0 || storeId_.host.empty()) return;
   const bootstrap::UniqueId id = storeId_;
   const bool tls = comm_->config().tls && id.key.present;
   core::addLiveStatus(

@@ -1618,22 +1618,18 @@ Status Communicator::storeLoss(const Status& why) {
   const int owner = opts_.storeOwnerRank;
   const std::string who = owner >= 0 ? "rank " + std::to_string(owner) + ", which serves the job's store" : "";
   // A store that stopped answering is stalled (a stopped or overloaded host); one whose
-  // connection broke is gone.
+  // connection broke is gone; one that shut this process out (Store::fence) is not lost at
+  // all: the others left this rank out, and it must leave.
   const bool stalled = why.code() == Code::kTimeout;
-  // Not lost: the others shut this process out (Store::fence), and it must leave.
-  if (why.message().find(bootstrap::kShutOut) != std::string::npos) {
-    Status s(Code::kAborted, why.message());
-    std::lock_guard<std::mutex> lock(errorMu_);
-    if (!storeLostFlag_.load(std::memory_order_relaxed)) {
-      storeLost_ = s;
-      storeLostFlag_.store(true, std::memory_order_release);
-    }
-    return storeLost_;
-  }
-  std::string text;
-  if (stalled) text = (owner >= 0 ? who + ", does not answer: " : "the job's store does not answer: ") + why.message();
-  else text = (owner >= 0 ? "lost " + who + ": " : "lost the job's store: ") + why.message();
-  Status s(stalled ? Code::kTimeout : Code::kRemoteError, text, owner);
+  Status s;
+  if (why.message().find(bootstrap::kShutOut) != std::string::npos)
+    s = Status(Code::kAborted, why.message());
+  else if (stalled)
+    s = Status(Code::kTimeout,
+               (owner >= 0 ? who + ", does not answer: " : "the job's store does not answer: ") + why.message(), owner);
+  else
+    s = Status(Code::kRemoteError, (owner >= 0 ? "lost " + who + ": " : "lost the job's store: ") + why.message(),
+               owner);
   std::lock_guard<std::mutex> lock(errorMu_);
   if (!storeLostFlag_.load(std::memory_order_relaxed)) {
     storeLost_ = s;

@@ -412,11 +412,8 @@ void Session::announce() {
   // (EtcdStore::get), with the job's credentials.
   if (auto* etcd = dynamic_cast<bootstrap::EtcdStore*>(store_.get())) {
     const bootstrap::EtcdUrl url = etcd->url();
-    std::string storeKey = url.tls ? "etcds://" : "etcd://";
-    for (size_t i = 0; i < url.endpoints.size(); ++i)
-      storeKey += (i ? "," : "") + url.endpoints[i].first + ":" + std::to_string(url.endpoints[i].second);
     core::addLiveStatus(
-        storeKey + url.prefix,
+        bootstrap::formatEtcdUrl(url),
         [url]() -> StatusOr<std::unique_ptr<bootstrap::Store>> {
           BRAID_ASSIGN_OR_RETURN(auto credentials, bootstrap::EtcdCredentials::fromEnv());
           BRAID_ASSIGN_OR_RETURN(auto c, bootstrap::EtcdStore::connect(url, Deadline::after(5), std::move(credentials)));

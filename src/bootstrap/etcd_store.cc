@@ -201,6 +201,13 @@ std::string countMarkerKey(const std::string& key, int64_t lease) {
 
 }  // namespace
 
+std::string formatEtcdUrl(const EtcdUrl& url) {
+  std::string s = url.tls ? "etcds://" : "etcd://";
+  for (size_t i = 0; i < url.endpoints.size(); ++i)
+    s += (i ? "," : "") + url.endpoints[i].first + ":" + std::to_string(url.endpoints[i].second);
+  return s + url.prefix;
+}
+
 StatusOr<EtcdUrl> parseEtcdUrl(const std::string& what, const std::string& value) {
   auto bad = [&](const std::string& why) {
     return invalidArgument(what + "='" + printable(value) + "' " + why +

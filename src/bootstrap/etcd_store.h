@@ -75,6 +75,8 @@ struct EtcdUrl {
 // the value came from (an environment variable) in the kInvalidArgument message. The prefix
 // is required and keeps to [A-Za-z0-9._/-]. Pure.
 StatusOr<EtcdUrl> parseEtcdUrl(const std::string& what, const std::string& value);
+// The URL again ("etcd://host:port[,host:port...]/prefix"): what parseEtcdUrl reads. Pure.
+std::string formatEtcdUrl(const EtcdUrl& url);
 
 // What a secured cluster asks of its clients: certificates for TLS (used with etcds://) and
 // a user to log in as (empty: none).

@@ -691,12 +691,7 @@ class Launcher {
       auto u = bootstrap::parseEtcdUrl("BRAID_STORE", url);
       const char* id = xOf("BRAID_JOB_ID");
       const std::string tag = id ? id : jobId_;
-      if (u.isOk()) {
-        job.store = u.value().tls ? "etcds://" : "etcd://";
-        for (size_t i = 0; i < u.value().endpoints.size(); ++i)
-          job.store += (i ? "," : "") + u.value().endpoints[i].first + ":" + std::to_string(u.value().endpoints[i].second);
-        job.store += u.value().prefix + (tag.empty() ? "" : "/" + tag);
-      }
+      if (u.isOk()) job.store = bootstrap::formatEtcdUrl(u.value()) + (tag.empty() ? "" : "/" + tag);
     }
     job.key = key_;
     job.tls = tls_;

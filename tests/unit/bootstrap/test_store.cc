@@ -415,6 +415,9 @@ TEST_CASE("etcd store URLs", "[bootstrap][store][etcd]") {
   REQUIRE(t.isOk());
   CHECK(t.value().tls);
   CHECK(t.value().prefix == "/jobs");
+  // Written back as read (without the trailing slash): braidrun's job file, the live view's key.
+  CHECK(formatEtcdUrl(u.value()) == "etcd://10.0.0.1:2379,etcd-b.example:23790/jobs/run-7");
+  CHECK(formatEtcdUrl(t.value()) == "etcds://etcd-a.example:2379/jobs");
   for (const char* bad : {"http://h:1/p", "etcd://h:1", "etcd://h:1/", "etcd://h/p", "etcd://h:0/p", "etcd://h:99999/p",
                           "etcd://:1/p", "etcd://h:1,/p", "etcd://h:1/p q", "etcd://h h:1/p", "etcds:/h:1/p",
                           "https://h:1/p"}) {

@@ -4,9 +4,13 @@
 //
 // fp16 and bf16 give exactly the bits of src/reduce's conversions (which match the x86 F16C
 // instructions): round to nearest even, subnormals exact, signaling NaNs made quiet with
-// their payload kept. The code is integer bit manipulation plus one float add for the
-// subnormal range, not CUDA's conversion intrinsics, whose NaN outputs are canonical.
-//
+// their payload kept. On the host (the CPU executor) that is integer bit manipulation plus
+// one float add for the subnormal range. On the device fp16 (and fp8 from sm_89 on) use the
+// hardware conversions instead (cvt.f32.f16, cvt.rn.f16.f32, cvt.rn.satfinite.e4m3x2.f32):
+// the same bits for every value but a NaN, which comes out canonical, as GPU arithmetic
+// makes every NaN anyway. test_numeric checks the integer code against the toolkit's own
+// definitions of those conversions for every fp32 input.
+
 // fp8 follows the OCP 8-bit floating point specification (OFP8, v1.0):
 //  - E4M3 ("E4M3FN"): bias 7, no infinities, NaN is S.1111.111, largest finite 448;
 //  - E5M2: bias 15, IEEE-style infinities S.11111.00 and NaNs S.11111.{01,10,11}, largest
@@ -27,6 +31,19 @@
 #include <cstring>
 
 #include "cuda/cuda_compat.h"
+
+#if defined(__CUDACC__)
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#endif
+
+// Hardware conversions for fp16 on every device build, for fp8 where the ISA has them.
+#if defined(__CUDA_ARCH__)
+#define BRAID_CUDA_HW_FP16 1
+#if __CUDA_ARCH__ >= 890
+#define BRAID_CUDA_HW_FP8 1
+#endif
+#endif
 
 namespace braid::cuda::BRAID_CUDA_KERNEL_NS {
 
@@ -96,6 +113,9 @@ BRAID_HD double divRn(double a, double b) {
 // ---- fp16 -----------------------------------------------------------------------------
 
 BRAID_HD float halfToFloat(uint16_t h) {
+#if defined(BRAID_CUDA_HW_FP16)
+  return __half2float(__ushort_as_half(h));
+#else
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   const uint32_t em = h & 0x7fffu;
   uint32_t r;
@@ -109,9 +129,13 @@ BRAID_HD float halfToFloat(uint16_t h) {
     r = (em << 13) + 0x38000000u;  // rebias 15 -> 127
   }
   return bitsFloat(r | sign);
+#endif
 }
 
 BRAID_HD uint16_t floatToHalf(float f) {
+#if defined(BRAID_CUDA_HW_FP16)
+  return __half_as_ushort(__float2half_rn(f));
+#else
   const uint32_t u = floatBits(f);
   const uint32_t sign = u & 0x80000000u;
   const uint32_t a = u ^ sign;
@@ -129,6 +153,7 @@ BRAID_HD uint16_t floatToHalf(float f) {
     r = (a + 0xc8000fffu + ((a >> 13) & 1u)) >> 13;
   }
   return static_cast<uint16_t>(r | (sign >> 16));
+#endif
 }
 
 // ---- bf16 -----------------------------------------------------------------------------
@@ -145,12 +170,16 @@ BRAID_HD uint16_t floatToBf16(float f) {
 // ---- fp8 ------------------------------------------------------------------------------
 
 BRAID_HD float fp8e4m3ToFloat(uint8_t x) {
+#if defined(BRAID_CUDA_HW_FP8)
+  return __half2float(__half(__nv_cvt_fp8_to_halfraw(x, __NV_E4M3)));
+#else
   const uint32_t sign = static_cast<uint32_t>(x & 0x80u) << 24;
   const uint32_t em = x & 0x7fu;
   if (em == 0x7fu) return bitsFloat(sign | 0x7fc00000u);
   // Subnormals (exponent field 0) are em * 2^-9; normals rebias 7 -> 127 (120 << 23).
   if (em < 0x08u) return bitsFloat(sign | floatBits(mulRn(static_cast<float>(em), 0x1p-9f)));
   return bitsFloat(sign | ((em << 20) + (120u << 23)));
+#endif
 }
 
 // E5M2 is the top byte of an fp16 with the same value.
@@ -182,10 +211,18 @@ BRAID_HD uint8_t floatToFp8(float f, float magic) {
 }
 
 BRAID_HD uint8_t floatToFp8e4m3(float f) {
+#if defined(BRAID_CUDA_HW_FP8)
+  return __nv_cvt_float_to_fp8(f, __NV_SATFINITE, __NV_E4M3);
+#else
   return floatToFp8<3, 7, 0x7eu, 0x3c800000u>(f, 16384.0f);  // min normal 2^-6; step 2^-9
+#endif
 }
 BRAID_HD uint8_t floatToFp8e5m2(float f) {
+#if defined(BRAID_CUDA_HW_FP8)
+  return __nv_cvt_float_to_fp8(f, __NV_SATFINITE, __NV_E5M2);
+#else
   return floatToFp8<2, 15, 0x7bu, 0x38800000u>(f, 128.0f);  // min normal 2^-14; step 2^-16
+#endif
 }
 
 }  // namespace braid::cuda::BRAID_CUDA_KERNEL_NS

@@ -48,15 +48,17 @@ struct OpCase {
   int divisor;
 };
 
-// One device allocation holding every buffer of a launch at the requested byte offsets.
-void runOne(DeviceDataType t, const OpCase& oc, size_t count, int nsrcs, int ndsts, const size_t* offsets,
-            std::mt19937_64& rng) {
+// Every byte of a launch's buffers in one allocation, each buffer in its own 256-byte-aligned
+// region of `stride` bytes at its requested offset.
+size_t regionStride(DeviceDataType t, size_t count) { return (count * bc::deviceDataTypeSize(t) + 64 + 255) / 256 * 256; }
+
+// Runs the launch whose sources are already in `host` on the device and under the CPU
+// executor and compares every destination element.
+void compareLaunch(DeviceDataType t, const OpCase& oc, size_t count, int nsrcs, int ndsts, const size_t* offsets,
+                   std::vector<unsigned char>& host) {
   const size_t es = bc::deviceDataTypeSize(t);
-  const size_t bytes = count * es;
-  const size_t stride = (bytes + 64 + 255) / 256 * 256;  // each buffer in its own 256-byte-aligned region
+  const size_t stride = regionStride(t, count);
   const int nbuf = nsrcs + ndsts;
-  std::vector<unsigned char> host(stride * nbuf, 0);
-  for (int s = 0; s < nsrcs; ++s) fillRandom(host.data() + s * stride + offsets[s], count, t, rng);
 
   unsigned char* dev = nullptr;
   CUDA_REQUIRE(cudaMalloc(&dev, host.size()));
@@ -104,6 +106,15 @@ void runOne(DeviceDataType t, const OpCase& oc, size_t count, int nsrcs, int nds
   }
 }
 
+// One launch with random sources.
+void runOne(DeviceDataType t, const OpCase& oc, size_t count, int nsrcs, int ndsts, const size_t* offsets,
+            std::mt19937_64& rng) {
+  const size_t stride = regionStride(t, count);
+  std::vector<unsigned char> host(stride * (nsrcs + ndsts), 0);
+  for (int s = 0; s < nsrcs; ++s) fillRandom(host.data() + s * stride + offsets[s], count, t, rng);
+  compareLaunch(t, oc, count, nsrcs, ndsts, offsets, host);
+}
+
 }  // namespace
 
 TEST_CASE("gpu reduce-copy matches the CPU executor for every type and op", "[gpu]") {
@@ -135,6 +146,44 @@ TEST_CASE("gpu reduce-copy matches the CPU executor for every type and op", "[gp
             }
           }
         }
+      }
+    }
+  }
+}
+
+// The device converts fp16 (and fp8 from sm_89 on) with the hardware, the CPU executor with
+// braid's integer code: every code through a widen and narrow (a pre-multiply by 1), through
+// an inexact scaling, and in sums - every pair of codes for fp8, each fp16 code with four
+// rotations of the code space - must give the same bits (NaNs: NaN on both sides).
+TEST_CASE("gpu fp16 and fp8 conversions match the CPU executor for every code", "[gpu]") {
+  const size_t count = 65536;
+  const size_t offsets[3] = {0, 0, 0};
+  for (DeviceDataType t : {DeviceDataType::kFloat16, DeviceDataType::kFloat8E4M3, DeviceDataType::kFloat8E5M2}) {
+    const size_t es = bc::deviceDataTypeSize(t);
+    const size_t stride = regionStride(t, count);
+    const size_t rotations = es == 2 ? 4 : 1;
+    for (size_t r = 0; r < rotations; ++r) {
+      const uint32_t shift[] = {1, 0x1235, 0x7bff, 0x8001};
+      std::vector<unsigned char> host(stride * 3, 0);
+      for (size_t i = 0; i < count; ++i) {
+        if (es == 2) {
+          const uint16_t a = static_cast<uint16_t>(i), b = static_cast<uint16_t>(i + shift[r]);
+          std::memcpy(host.data() + i * 2, &a, 2);
+          std::memcpy(host.data() + stride + i * 2, &b, 2);
+        } else {
+          host[i] = static_cast<unsigned char>(i);            // every pair of codes:
+          host[stride + i] = static_cast<unsigned char>(i >> 8);  // (i mod 256, i / 256)
+        }
+      }
+      INFO(bc::deviceDataTypeName(t) << " rotation " << r);
+      for (const OpCase& oc : {OpCase{ReduceOp::kSum, true, 1.0, 1}, OpCase{ReduceOp::kSum, true, 0.37, 1},
+                               OpCase{ReduceOp::kAvg, false, 1, 3}}) {
+        std::vector<unsigned char> one = host;
+        compareLaunch(t, oc, count, 1, 1, offsets, one);
+      }
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMax, ReduceOp::kMin}) {
+        std::vector<unsigned char> two = host;
+        compareLaunch(t, OpCase{op, false, 1, 1}, count, 2, 1, offsets, two);
       }
     }
   }

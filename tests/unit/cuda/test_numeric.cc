@@ -2,10 +2,13 @@
 // against src/reduce's conversions bit for bit (every 16-bit code one way, ~17 million
 // fp32 patterns covering every exponent the other way); fp8 exhaustively (all 256 codes)
 // against the OCP definitions and against known values; and one-rounding-per-step sums of
-// fp16/bf16/fp8 against the exactly rounded fp64 sum.
+// fp16/bf16/fp8 against the exactly rounded fp64 sum. Where the CUDA toolkit's headers are
+// found, fp16 and fp8 against the toolkit's own conversions, which the kernels use on the
+// device.
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -16,6 +19,9 @@
 #include "reduce/reduce.h"
 #include "support/catch.h"
 #include "unit/cuda/cuda_test_util.h"
+#if defined(BRAID_TEST_TOOLKIT_CONVERSIONS)
+#include "unit/cuda/toolkit_conversions.h"
+#endif
 
 namespace bc = braid::cuda;
 namespace hb = braid::cuda::host_build;
@@ -57,6 +63,55 @@ TEST_CASE("fp16 and bf16 conversions match src/reduce bit for bit", "[cuda]") {
   }
   REQUIRE(checked > 17000000);
 }
+
+#if defined(BRAID_TEST_TOOLKIT_CONVERSIONS)
+// On the device, fp16 and (from sm_89 on) fp8 are converted by the hardware, whose results
+// the toolkit's headers define in software for the host: this is what makes the kernels on a
+// GPU agree with the same kernels under the CPU executor. NaNs are left out (the hardware's
+// come out canonical; both sides keep them NaN, which test_cuda_gpu checks on a device).
+// Every 31st fp32 pattern by default (every exponent, sign and, by the odd stride, every
+// low-bit pattern); BRAID_TEST_EVERY_FLOAT=1 checks all 2^32 (about 40 s).
+TEST_CASE("fp16 and fp8 conversions give the CUDA toolkit's bits for every non-NaN value", "[cuda]") {
+  namespace tk = braid::cuda::test::toolkit;
+  for (uint32_t c = 0; c <= 0xffff; ++c) {
+    const uint16_t h = static_cast<uint16_t>(c);
+    const float want = tk::halfToFloat(h);
+    if (std::isnan(want)) {
+      REQUIRE(std::isnan(hb::halfToFloat(h)));
+      continue;
+    }
+    INFO("fp16 code " << c);
+    REQUIRE(bits(hb::halfToFloat(h)) == bits(want));
+  }
+  for (uint32_t c = 0; c <= 0xff; ++c) {
+    const uint8_t x = static_cast<uint8_t>(c);
+    for (bool e4m3 : {true, false}) {
+      const float want = tk::fp8ToFloat(x, e4m3);
+      const float got = e4m3 ? hb::fp8e4m3ToFloat(x) : hb::fp8e5m2ToFloat(x);
+      INFO((e4m3 ? "e4m3 " : "e5m2 ") << "code " << c);
+      REQUIRE(std::isnan(got) == std::isnan(want));
+      if (!std::isnan(want)) REQUIRE(bits(got) == bits(want));
+    }
+  }
+  const char* every = std::getenv("BRAID_TEST_EVERY_FLOAT");
+  const uint64_t stride = every != nullptr && std::strcmp(every, "1") == 0 ? 1 : 31;
+  uint64_t checked = 0;
+  for (uint64_t u = 0; u <= 0xffffffffull; u += stride) {
+    const float f = fromBits(static_cast<uint32_t>(u));
+    if (std::isnan(f)) continue;
+    const uint16_t h = hb::floatToHalf(f);
+    const uint8_t e4 = hb::floatToFp8e4m3(f);
+    const uint8_t e5 = hb::floatToFp8e5m2(f);
+    if (h != tk::floatToHalf(f) || e4 != tk::floatToFp8(f, true) || e5 != tk::floatToFp8(f, false)) {
+      FAIL("fp32 pattern " << u << ": half " << h << " vs " << tk::floatToHalf(f) << ", e4m3 " << int{e4} << " vs "
+                           << int{tk::floatToFp8(f, true)} << ", e5m2 " << int{e5} << " vs "
+                           << int{tk::floatToFp8(f, false)});
+    }
+    ++checked;
+  }
+  REQUIRE(checked > (stride == 1 ? 4000000000ull : 130000000ull));
+}
+#endif
 
 TEST_CASE("fp8 decode: all 256 codes of both formats match the OCP definitions", "[cuda]") {
   for (int c = 0; c < 256; ++c) {

@@ -1,8 +1,11 @@
 // The C++ API: the same Session as the C API; a failed Status becomes an exception here.
 
 #include <chrono>
+#include <memory>
+#include <mutex>
 
 #include "api/session.h"
+#include "common/log.h"
 #include "braid/braid.hpp"
 
 namespace braid {
@@ -63,6 +66,45 @@ class StoreAdapter : public bootstrap::Store {
     Status st = guard([&] { v = s_->compareSet(key, expected, desired); });
     if (!st.isOk()) return st;
     return v;
+  }
+  void interrupt() override {
+    try {
+      s_->interrupt();
+    } catch (...) {
+    }
+  }
+  // The caller's root connection, when its store offers one: the first one opened (to learn
+  // the root's name) is handed out by the first connect(), later ones open more.
+  LiveRoot liveRoot() override {
+    LiveRoot root;
+    std::shared_ptr<braid::Store> first;
+    Status st = guard([&] { first = s_->openRoot(&root.name); });
+    if (!st.isOk()) {
+      BRAID_INFO("live status: the store gives no root connection: %s", st.message().c_str());
+      return {};
+    }
+    if (!first || root.name.empty()) return {};
+    auto opened = std::make_shared<std::shared_ptr<braid::Store>>(std::move(first));
+    auto mu = std::make_shared<std::mutex>();
+    std::weak_ptr<braid::Store> self = s_;
+    root.connect = [opened, mu, self]() -> StatusOr<std::unique_ptr<bootstrap::Store>> {
+      std::shared_ptr<braid::Store> c;
+      {
+        std::lock_guard<std::mutex> lock(*mu);
+        c = std::move(*opened);
+        opened->reset();
+      }
+      if (!c) {
+        auto s = self.lock();
+        if (!s) return Status(Code::kAborted, "the store is gone");
+        std::string name;
+        Status st = guard([&] { c = s->openRoot(&name); });
+        if (!st.isOk()) return st;
+        if (!c) return Status(Code::kInternal, "the store gives no root connection");
+      }
+      return std::unique_ptr<bootstrap::Store>(new StoreAdapter(std::move(c)));
+    };
+    return root;
   }
 
  private:

@@ -423,9 +423,31 @@ void Session::announce() {
     announced_ = true;
     return;
   }
-  // Otherwise braid's own TCP store only: a caller's store (PyTorch's) has no server-side
-  // waits to park the responder in.
-  if (storeId_.port == 0 || storeId_.host.empty()) return;
+  // A caller's store (PyTorch's) that opens connections to its root: the question and the
+  // answers go there, beside every other communicator on that root (each torch group has
+  // a prefix of its own; a rank held in one group is followed from another).
+  if (storeId_.port == 0 || storeId_.host.empty()) {
+    bootstrap::Store::LiveRoot root = store_ ? store_->liveRoot() : bootstrap::Store::LiveRoot{};
+    if (root.name.empty() || !root.connect) return;
+    auto asker = root.connect();
+    if (!asker.isOk()) {
+      BRAID_INFO("live status: no connection to the root of the caller's store %s: %s", root.name.c_str(),
+                 asker.status().message().c_str());
+      return;
+    }
+    std::shared_ptr<bootstrap::Store> rootStore(std::move(asker).value());
+    auto closings = core::liveViewClosings(*rootStore);
+    if (!closings.isOk()) {
+      BRAID_INFO("live status: the root of the caller's store %s does not answer: %s", root.name.c_str(),
+                 closings.status().message().c_str());
+      return;
+    }
+    comm_->setLiveStore(rootStore);
+    core::addLiveStatus("caller:" + root.name, std::move(root.connect), comm_.get(), closings.value());
+    announced_ = true;
+    return;
+  }
+  // Otherwise braid's own TCP store.
   const bootstrap::UniqueId id = storeId_;
   const bool tls = comm_->config().tls && id.key.present;
   core::addLiveStatus(
@@ -729,7 +751,9 @@ StatusOr<std::unique_ptr<Session>> Session::fromStore(std::shared_ptr<bootstrap:
   opts.configError = configError;
   // The store is the caller's (torch's); the data connections still prove the job's key.
   BRAID_ASSIGN_OR_RETURN(opts.authKey, jobKey(rank, nranks));
-  return settingsFirst(join(std::move(store), rank, nranks, std::move(opts)), configError);
+  auto joined = settingsFirst(join(std::move(store), rank, nranks, std::move(opts)), configError);
+  if (joined.isOk()) joined.value()->announce();
+  return joined;
 }
 
 namespace {

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -75,6 +76,18 @@ class Store {
   // fail: for a thread that must stop while it waits in the store. Any thread. The default
   // does nothing (a store whose calls never wait long).
   virtual void interrupt() {}
+
+  // Where the live view (core/live_status.h) of a job on a caller's store is asked and
+  // answered, when the store offers one (braid::Store::openRoot): `name` names the root
+  // store (communicators of one process on one root share its responder), `connect` opens a
+  // new connection to that root, whose waits block without holding up this store and end at
+  // its interrupt(). An empty name: none. braid's own stores and etcd are reached by address
+  // instead (api::Session::announce).
+  struct LiveRoot {
+    std::string name;
+    std::function<StatusOr<std::unique_ptr<Store>>()> connect;
+  };
+  virtual LiveRoot liveRoot() { return {}; }
 };
 
 // Every rank's `value` for `prefix`, in rank order, once all `nranks` have published.

@@ -1662,7 +1662,7 @@ Status Communicator::findStalledRank(const Status& timeout) {
     // A request begun for a rank that recorded after all is read (which removes its keys;
     // its answers are due by now) and its verdict, none, published for the other askers.
     if (early.asker && !used && !storeLost()) {
-      if (early.begun) (void)collectLiveStatus(*store_, early.live);
+      if (early.begun) (void)collectLiveStatus(liveStore(), early.live);
       (void)store_->set(key("stall-far/" + std::to_string(early.cur)), "-", graceDeadline());
     }
     return s;
@@ -1721,7 +1721,7 @@ Communicator::HeldAsk Communicator::beginHeldAsk(int cur, Deadline deadline) {
   h.claimed = true;
   h.asker = claim.value() == std::to_string(rank_);
   if (!h.asker) return h;
-  auto live = beginLiveStatus(*store_, kHeldAskSec, deadline);
+  auto live = beginLiveStatus(liveStore(), kHeldAskSec, deadline);
   h.begun = live.isOk();
   if (h.begun) h.live = live.value();
   return h;
@@ -1741,7 +1741,7 @@ Status Communicator::heldElsewhere(int cur, const Status& timeout, const HeldAsk
     verdict = v.value();
   } else {
     if (ask.begun) {
-      auto states = collectLiveStatus(*store_, ask.live);
+      auto states = collectLiveStatus(liveStore(), ask.live);
       // A local peer that stopped or exited since the ask began is the culprit itself.
       if (states.isOk() && mayBeHeld(cur)) verdict = followHolds(cur, states.value());
     }

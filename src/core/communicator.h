@@ -214,6 +214,10 @@ class Communicator {
   // thread: the operation in flight and whom each channel has waited for longer than 100 ms,
   // or "not in a collective" and the last one completed.
   LiveState liveState() const;
+  // Where this communicator asks the job's processes for their live states, when that is
+  // not its own store: the root of a caller's store (bootstrap::Store::liveRoot), which
+  // the processes answer at. Set once, before the communicator is used; null: store_.
+  void setLiveStore(std::shared_ptr<bootstrap::Store> s) { liveStore_ = std::move(s); }
   // Whether a call to the store failed (timed out or lost the connection): the store's
   // host is dead or stalled, and teardown should not wait on it.
   bool storeLost() const { return storeLostFlag_.load(std::memory_order_acquire); }
@@ -357,6 +361,8 @@ class Communicator {
   }
 
   std::shared_ptr<bootstrap::Store> store_;
+  std::shared_ptr<bootstrap::Store> liveStore_;  // setLiveStore; null: store_
+  bootstrap::Store& liveStore() const { return liveStore_ ? *liveStore_ : *store_; }
   const int rank_;
   const int nranks_;
   CommOptions opts_;

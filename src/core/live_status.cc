@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -259,11 +260,27 @@ namespace {
 struct Responder {
   std::string storeKey;
   std::function<StatusOr<std::unique_ptr<bootstrap::Store>>()> connect;
+  // A caller's store (storeKey "caller:..."): the thread polls it (see respondPolling), and a
+  // call it is in cannot be cut short, so stopping it waits a bounded time.
+  bool callerStore = false;
   std::mutex mu;
+  std::condition_variable cv;                 // stop, done
   std::unique_ptr<bootstrap::Store> client;  // under mu: set once by the thread
   bool stop = false;                          // under mu
+  bool done = false;                          // under mu: the thread is about to end
+  bool closed = false;                        // under mu: ended because a process closed the view
+  int peers = 0;                              // under mu: the most other ranks of a communicator here
+  int64_t closings = -1;                      // the view's closings when it began (-1: read them first)
   std::thread thread;
 };
+
+// How long stopping a caller's store's responder waits for its thread, which may be in
+// one of the store's calls (a round trip, or the store's own timeout where it is cut off).
+constexpr double kCallerStopWaitSec = 2.0;
+// How often a caller's store's responder checks for a question (and for the view's end).
+constexpr auto kCallerPoll = std::chrono::milliseconds(100);
+// How long a process that closes the view on a caller's store waits for the others to see it.
+constexpr auto kCallerCloseWait = std::chrono::milliseconds(300);
 
 struct Registry {
   std::mutex mu;
@@ -287,58 +304,200 @@ std::vector<std::string> snapshot(const std::string& storeKey) {
   return out;
 }
 
-void respond(std::shared_ptr<Responder> me) {
-  auto c = me->connect();
-  bootstrap::Store* store = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(me->mu);
-    if (me->stop) return;
-    if (!c.isOk()) {
-      BRAID_INFO("live status: no connection to the store %s: %s", me->storeKey.c_str(),
-                  c.status().message().c_str());
-      return;
-    }
-    me->client = std::move(c).value();
-    store = me->client.get();
+// Answers request `n`: one record per communicator of this process on `storeKey`. Then the
+// request to wait for next (several arrived meanwhile: the newest). False: the store failed.
+bool answer(bootstrap::Store& store, const std::string& storeKey, int64_t* n) {
+  const std::string reply = kRoot + "reply/" + std::to_string(*n) + "/";
+  for (const std::string& record : snapshot(storeKey)) {
+    auto j = store.add(reply + "count", 1);
+    if (!j.isOk()) return false;
+    if (!store.set(reply + std::to_string(j.value()), record).isOk()) return false;
   }
-  auto seq = store->add(kRoot + "seq", 0);
-  if (!seq.isOk()) return;
-  int64_t next = seq.value() + 1;
+  auto now = store.add(kRoot + "seq", 0);
+  if (!now.isOk()) return false;
+  *n = std::max(*n + 1, now.value());
+  return true;
+}
+
+bool stopping(Responder& me) {
+  std::lock_guard<std::mutex> lock(me.mu);
+  return me.stop;
+}
+
+// braid's own stores and etcd: the wait for the next question parks in the store.
+void respondBlocking(Responder& me, bootstrap::Store& store, int64_t next) {
   for (;;) {
-    auto got = store->get(kRoot + "req/" + std::to_string(next), Deadline::after(60));
-    {
-      std::lock_guard<std::mutex> lock(me->mu);
-      if (me->stop) return;
-    }
+    auto got = store.get(kRoot + "req/" + std::to_string(next), Deadline::after(60));
+    if (stopping(me)) return;
     if (!got.isOk()) {
       if (got.status().code() == Code::kTimeout) continue;
       return;  // the store is gone: nobody can ask any more
     }
-    const std::string reply = kRoot + "reply/" + std::to_string(next) + "/";
-    for (const std::string& record : snapshot(me->storeKey)) {
-      auto j = store->add(reply + "count", 1);
-      if (!j.isOk()) return;
-      if (!store->set(reply + std::to_string(j.value()), record).isOk()) return;
-    }
-    // Several requests while this one was answered: answer the newest next.
-    auto now = store->add(kRoot + "seq", 0);
-    if (!now.isOk()) return;
-    next = std::max(next + 1, now.value());
+    if (!answer(store, me.storeKey, &next)) return;
   }
+}
+
+// A caller's store (PyTorch's TCPStore) has no wait that can be cut short, and a connection
+// used after its server has gone makes the caller's library log the failure with a stack
+// trace. So the responder checks for the question every kCallerPoll, and stops for good
+// when a process closes the view: kRoot "closed" counts the closings, and a responder that
+// sees it move adds to "closed-ack/<count>" and ends. A process leaving the job closes the
+// view and waits (briefly) for the others' acknowledgements before it goes (closeView), so
+// that nobody calls a store whose host has left.
+void respondPolling(Responder& me, bootstrap::Store& store, int64_t next) {
+  StatusOr<int64_t> base = me.closings;
+  if (me.closings < 0) base = store.add(kRoot + "closed", 0);
+  if (!base.isOk()) return;
+  for (;;) {
+    if (stopping(me)) return;
+    auto asked = store.check({kRoot + "req/" + std::to_string(next)});
+    if (!asked.isOk()) return;
+    if (asked.value()) {
+      if (!answer(store, me.storeKey, &next)) return;
+      continue;
+    }
+    auto closed = store.add(kRoot + "closed", 0);
+    if (!closed.isOk()) return;
+    if (closed.value() > base.value()) {
+      (void)store.add(kRoot + "closed-ack/" + std::to_string(closed.value()), 1);
+      std::lock_guard<std::mutex> lock(me.mu);
+      me.closed = true;
+      return;
+    }
+    std::unique_lock<std::mutex> lock(me.mu);
+    me.cv.wait_for(lock, kCallerPoll, [&] { return me.stop; });
+  }
+}
+
+void respondLoop(Responder& me) {
+  auto c = me.connect();
+  bootstrap::Store* store = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(me.mu);
+    if (me.stop) return;
+    if (!c.isOk()) {
+      BRAID_INFO("live status: no connection to the store %s: %s", me.storeKey.c_str(), c.status().message().c_str());
+      return;
+    }
+    me.client = std::move(c).value();
+    store = me.client.get();
+  }
+  auto seq = store->add(kRoot + "seq", 0);
+  if (!seq.isOk()) return;
+  if (me.callerStore) {
+    respondPolling(me, *store, seq.value() + 1);
+  } else {
+    respondBlocking(me, *store, seq.value() + 1);
+  }
+}
+
+void respond(std::shared_ptr<Responder> me) {
+  respondLoop(*me);
+  std::lock_guard<std::mutex> lock(me->mu);
+  me->done = true;
+  me->cv.notify_all();
+}
+
+// Stops `r`'s thread: interrupts its wait and joins it, or, for a caller's store, wakes it
+// and waits until `until` for it to end, and otherwise leaves it to end by itself (it holds
+// `r`: a call it is in may take the store's own timeout where the store is cut off).
+// Whether it ended.
+bool stopResponder(const std::shared_ptr<Responder>& r, std::chrono::steady_clock::time_point until) {
+  {
+    std::unique_lock<std::mutex> lock(r->mu);
+    r->stop = true;
+    r->cv.notify_all();
+    // A caller's store's responder waits on cv, never in the store (whose connection
+    // closeView may still use): only braid's and etcd's park there.
+    if (r->client && !r->callerStore) r->client->interrupt();
+    if (r->callerStore && !r->cv.wait_until(lock, until, [&] { return r->done; })) {
+      BRAID_INFO("live status: the responder for %s is still in a store call; left to end by itself",
+                 r->storeKey.c_str());
+      lock.unlock();
+      if (r->thread.joinable()) r->thread.detach();
+      return false;
+    }
+  }
+  if (r->thread.joinable()) r->thread.join();
+  return true;
+}
+
+// The last communicator of this process on a caller's store goes: if the view is still
+// open (no other process closed it), close it and give the other processes' responders
+// until kCallerCloseWait to see that, through the stopped responder's connection, which its
+// thread no longer uses.
+void closeView(Responder& r) {
+  bootstrap::Store* store = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(r.mu);
+    if (r.closed || !r.client || r.peers <= 0) return;
+    store = r.client.get();
+  }
+  const Deadline d = Deadline::after(std::chrono::duration<double>(kCallerCloseWait).count());
+  auto closing = store->add(kRoot + "closed", 1, d);
+  if (!closing.isOk()) return;
+  const std::string ack = kRoot + "closed-ack/" + std::to_string(closing.value());
+  while (!d.expired()) {
+    auto acks = store->add(ack, 0, d);
+    if (!acks.isOk() || acks.value() >= r.peers) return;
+    usleep(10000);
+  }
+}
+
+// At exit, the responders of callers' stores still running (communicators never destroyed)
+// stop, and close the view, before the libraries whose code their calls run go away.
+void stopAtExit() {
+  std::vector<std::shared_ptr<Responder>> all;
+  {
+    Registry& reg = registry();
+    std::lock_guard<std::mutex> lock(reg.mu);
+    for (const auto& [key, r] : reg.byStore)
+      if (r->callerStore) all.push_back(r);
+    reg.byStore.clear();
+  }
+  const auto until =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int>(kCallerStopWaitSec * 1000));
+  for (const auto& r : all)
+    if (stopResponder(r, until)) closeView(*r);
 }
 
 }  // namespace
 
+StatusOr<int64_t> liveViewClosings(bootstrap::Store& root) { return root.add(kRoot + "closed", 0, Deadline::after(10)); }
+
 void addLiveStatus(const std::string& storeKey,
-                   std::function<StatusOr<std::unique_ptr<bootstrap::Store>>()> connect, const Communicator* comm) {
+                   std::function<StatusOr<std::unique_ptr<bootstrap::Store>>()> connect, const Communicator* comm,
+                   int64_t closings) {
   Registry& reg = registry();
   std::lock_guard<std::mutex> lock(reg.mu);
   if (reg.storeOf.count(comm)) return;
   reg.storeOf[comm] = storeKey;
-  if (reg.byStore.count(storeKey)) return;
+  auto found = reg.byStore.find(storeKey);
+  if (found != reg.byStore.end()) {
+    std::lock_guard<std::mutex> rlock(found->second->mu);
+    // One that ended because another process closed the view is replaced: a communicator
+    // made since belongs to a job (or a part of one) that goes on.
+    if (!found->second->closed) {
+      found->second->peers = std::max(found->second->peers, comm->size() - 1);
+      return;
+    }
+  }
   auto r = std::make_shared<Responder>();
   r->storeKey = storeKey;
   r->connect = std::move(connect);
+  r->callerStore = storeKey.rfind("caller:", 0) == 0;
+  r->closings = closings;
+  for (const auto& [c, key] : reg.storeOf)
+    if (key == storeKey) r->peers = std::max(r->peers, c->size() - 1);
+  if (r->callerStore) {
+    static const bool registered = std::atexit(stopAtExit) == 0;
+    (void)registered;
+  }
+  if (found != reg.byStore.end()) {
+    // The closed one's thread has ended (or is ending): it is joined or left to end.
+    std::shared_ptr<Responder> old = found->second;
+    if (old->thread.joinable()) old->thread.detach();
+  }
   r->thread = std::thread(respond, r);
   reg.byStore[storeKey] = r;
 }
@@ -365,12 +524,9 @@ void removeLiveStatus(const Communicator* comm) {
     last = r->second;
     reg.byStore.erase(r);
   }
-  {
-    std::lock_guard<std::mutex> lock(last->mu);
-    last->stop = true;
-    if (last->client) last->client->interrupt();
-  }
-  if (last->thread.joinable()) last->thread.join();
+  const bool ended = stopResponder(
+      last, std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int>(kCallerStopWaitSec * 1000)));
+  if (ended && last->callerStore) closeView(*last);
 }
 
 }  // namespace braid::core

@@ -84,8 +84,13 @@ StatusOr<std::vector<LiveState>> collectLiveStatus(bootstrap::Store& store, cons
 // registered at that store. `storeKey` names the store ("host:port#nonce"); `connect` opens
 // the thread's own client (called on that thread, once; its Store::interrupt must end a
 // blocked wait). Any thread.
+// A caller's store (storeKey "caller:<root>") is polled instead, and its view ends when a
+// process leaves (see live_status.cc); `closings`: liveViewClosings(root) read before the
+// communicator was handed to its caller, so that a process leaving right after is seen.
 void addLiveStatus(const std::string& storeKey, std::function<StatusOr<std::unique_ptr<bootstrap::Store>>()> connect,
-                   const Communicator* comm);
+                   const Communicator* comm, int64_t closings = -1);
+// How many times the live view at `root` (a caller's store) was closed so far.
+StatusOr<int64_t> liveViewClosings(bootstrap::Store& root);
 // Whether `comm` is registered, so that every process of its store answers askLiveStatus.
 bool answersLiveStatus(const Communicator* comm);
 // Unregisters `comm` (before it is destroyed); the last communicator of a store stops its

@@ -72,6 +72,15 @@ def test_killed_rank_makes_survivors_raise_within_timeout(n):
 
 
 @requires_torch
+def test_a_rank_held_in_another_group_is_followed_there():
+    res = launch("held", 3, timeout=90)
+    res.assert_all_ok()
+    for r in range(3):
+        extra = res.results[r]["extra"]
+        print(f"rank {r}: after {extra['elapsed']:.2f} s: {extra['error'][:600]}")
+
+
+@requires_torch
 def test_a_rank_that_dies_while_joining_fails_the_others_init_within_seconds():
     res = launch("init_kill", 3, timeout=60)
     assert res.codes[1] != 0, "the victim should have been killed"

@@ -989,6 +989,41 @@ def scenario_kill():
     _abort_group_and_exit(dist)
 
 
+def scenario_held():
+    """Ranks 1 and 2 (of 3) share a second group: rank 2 all-reduces there while ranks 0 and 1
+    all-reduce on the world, so rank 2 waits for rank 1, which waits on the world. braid asks
+    the processes where they are through torch's own store (its live view) and every rank
+    raises within the groups' timeout; the world's error follows rank 2 into the other group
+    and names the calls out of order."""
+    timeout = 4
+    torch, dist = init_torch(timeout_s=timeout)
+    pair = dist.new_group([1, 2], backend="braid", timeout=datetime.timedelta(seconds=timeout))
+    t = torch.ones(1 << 12)
+    dist.all_reduce(t)  # everyone is there
+    with check("every rank raises within the timeout, the world's error naming both groups"):
+        start = time.monotonic()
+        err = None
+        try:
+            if RANK == 2:
+                dist.all_reduce(t, group=pair)
+            else:
+                dist.all_reduce(t)
+        except Exception as e:  # noqa: BLE001
+            err = e
+        elapsed = time.monotonic() - start
+        extra["elapsed"] = elapsed
+        extra["error"] = str(err)[:1500] if err else None
+        assert err is not None, "the out-of-order calls completed"
+        assert elapsed < timeout + 6, f"took {elapsed:.1f} s with a {timeout} s timeout"
+        text = str(err)
+        # Rank 2's own group is braid.pg<name>; the world is braid.
+        assert "must call them in the same order" in text, text
+        if RANK != 2:
+            assert "communicator 'braid.pg" in text, text
+    write_result()
+    leave_after(dist, "held", [1, 2])
+
+
 def failing_braid_group(dist, timeout):
     """Creates a braid group that should fail: its error text, or None if it did not fail
     (recorded in `extra` with the time it took)."""

@@ -405,11 +405,11 @@ void Issuer::stop() {
 // ---- BraidBackend ------------------------------------------------------------------------
 
 BraidBackend::BraidBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                           std::chrono::milliseconds timeout)
+                           std::chrono::milliseconds timeout, const std::string& keyPrefix)
     : c10d::Backend(rank, size), store_(store) {
   try {
     comm_ = std::make_shared<braid::Communicator>(
-        braid::Communicator::fromStore(std::make_shared<C10dStoreAdapter>(store), rank, size, "braid", timeout));
+        braid::Communicator::fromStore(std::make_shared<C10dStoreAdapter>(store), rank, size, keyPrefix, timeout));
   } catch (...) {
     std::rethrow_exception(toTorchError("init", std::current_exception()));
   }

@@ -175,7 +175,10 @@ class BraidBackend : public c10d::Backend {
   // Rendezvous through `store` (torch's per-group PrefixStore); `timeout` becomes braid's
   // per-operation timeout for this communicator (Communicator::fromStore's timeout, in
   // place of BRAID_TIMEOUT).
-  BraidBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, std::chrono::milliseconds timeout);
+  // `keyPrefix` names the group's communicator (its keys under the group's store prefix, its
+  // name in errors, the live view and flight-recorder dumps): "braid" for the world.
+  BraidBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, std::chrono::milliseconds timeout,
+               const std::string& keyPrefix = "braid");
   ~BraidBackend() override;
 
   const std::string getBackendName() const override { return "braid"; }

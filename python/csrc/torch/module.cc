@@ -15,11 +15,12 @@ namespace py = pybind11;
 namespace {
 
 c10::intrusive_ptr<c10d::Backend> createBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                                                const std::chrono::duration<float>& timeout) {
+                                                const std::chrono::duration<float>& timeout,
+                                                const std::string& keyPrefix) {
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
   // The rendezvous blocks until every rank of the group joins: let other Python threads run.
   py::gil_scoped_release nogil;
-  return c10::make_intrusive<braid_torch::BraidBackend>(store, rank, size, ms);
+  return c10::make_intrusive<braid_torch::BraidBackend>(store, rank, size, ms, keyPrefix);
 }
 
 // The braid backend behind a process group's backend object (pg._get_backend(device)).
@@ -35,7 +36,9 @@ braid_torch::BraidBackend& braidOf(const c10::intrusive_ptr<c10d::Backend>& back
 PYBIND11_MODULE(_torch_backend, m) {
   m.doc() = "braid's c10d::Backend for torch.distributed (CPU tensors)";
   m.def("create_backend", &createBackend, py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
-        "Creates the braid backend of one process group; called by torch.distributed.");
+        py::arg("key_prefix") = std::string("braid"),
+        "Creates the braid backend of one process group (its communicator named key_prefix); called by "
+        "torch.distributed.");
   m.def(
       "revoke", [](const c10::intrusive_ptr<c10d::Backend>& b) { braidOf(b, "revoke").revoke(); }, py::arg("backend"),
       "Fails every rank's pending and later calls on the group (braidCommRevoke).");

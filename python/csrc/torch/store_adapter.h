@@ -5,11 +5,15 @@
 
 #include <algorithm>
 #include <chrono>
-#include <thread>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "braid/braid.hpp"
 
@@ -17,9 +21,13 @@ namespace braid_torch {
 
 // Thread-safe because c10d's stores are (TCPStore serialises its client's requests); braid
 // calls it from its progress threads as well as from the thread that creates the backend.
+// openRoot gives braid's live view a connection of its own to the TCPStore underneath.
 class C10dStoreAdapter : public braid::Store {
  public:
-  explicit C10dStoreAdapter(c10::intrusive_ptr<c10d::Store> store) : store_(std::move(store)) {}
+  // `maxPause`: the longest pause between two checks of a wait.
+  explicit C10dStoreAdapter(c10::intrusive_ptr<c10d::Store> store,
+                            std::chrono::microseconds maxPause = std::chrono::microseconds(5000))
+      : store_(std::move(store)), maxPause_(maxPause) {}
 
   void set(const std::string& key, const std::string& value) override {
     store_->set(key, std::vector<uint8_t>(value.begin(), value.end()));
@@ -45,7 +53,9 @@ class C10dStoreAdapter : public braid::Store {
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     auto pause = std::chrono::microseconds(50);
-    while (!check(keys)) {
+    for (;;) {
+      throwIfInterrupted();
+      if (check(keys)) return;
       if (std::chrono::steady_clock::now() >= deadline) {
         std::string names;
         for (const auto& k : keys) names += (names.empty() ? "" : ", ") + k;
@@ -53,9 +63,30 @@ class C10dStoreAdapter : public braid::Store {
                                       std::to_string(timeout.count()) + " ms",
                                   -1);
       }
-      std::this_thread::sleep_for(pause);
-      pause = std::min(pause * 2, std::chrono::microseconds(5000));
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait_for(lock, pause, [&] { return interrupted_; });
+      pause = std::min(pause * 2, maxPause_);
     }
+  }
+
+  void interrupt() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    interrupted_ = true;
+    cv_.notify_all();
+  }
+
+  // The live view's root: a connection of its own (TCPStore::clone) to the TCPStore under
+  // torch's prefixes, named by its address. Its waits check every 100 ms at most, the
+  // load one process's answering thread puts on the store while the job runs (and the
+  // delay of its answer). A store that is not a TCPStore (FileStore, HashStore) has none.
+  std::shared_ptr<braid::Store> openRoot(std::string* name) override {
+    c10::intrusive_ptr<c10d::Store> root = store_;
+    if (auto* prefixed = dynamic_cast<c10d::PrefixStore*>(root.get())) root = prefixed->getUnderlyingNonPrefixStore();
+    auto* tcp = dynamic_cast<c10d::TCPStore*>(root.get());
+    if (tcp == nullptr) return nullptr;
+    *name = tcp->getHost() + ":" + std::to_string(tcp->getPort());
+    c10::intrusive_ptr<c10d::Store> conn = translate([&] { return root->clone(); });
+    return std::make_shared<C10dStoreAdapter>(std::move(conn), std::chrono::microseconds(100000));
   }
 
   bool check(const std::vector<std::string>& keys) override {
@@ -92,7 +123,16 @@ class C10dStoreAdapter : public braid::Store {
     }
   }
 
+  void throwIfInterrupted() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (interrupted_) throw braid::RemoteError("c10d store: interrupted", -1);
+  }
+
   c10::intrusive_ptr<c10d::Store> store_;
+  const std::chrono::microseconds maxPause_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool interrupted_ = false;  // under mu_
 };
 
 }  // namespace braid_torch

@@ -69,7 +69,7 @@ class ProcessGroupBraid(ProcessGroupWrapper):
     def _create_pg(self, store, rank: int, world_size: int) -> BaseProcessGroup:
         pg = BaseProcessGroup(store, rank, world_size)
         pg._set_default_backend(BaseProcessGroup.BackendType.CUSTOM)
-        backend = _braid_torch._create_backend(store, rank, world_size, self._timeout)
+        backend = _braid_torch._torch_backend.create_backend(store, rank, world_size, self._timeout)
         pg._register_backend(torch.device("cpu"), BaseProcessGroup.BackendType.CUSTOM, backend)
         if torch.cuda.is_available():
             pg._register_backend(torch.device("cuda"), BaseProcessGroup.BackendType.CUSTOM, backend)

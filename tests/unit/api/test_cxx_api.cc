@@ -2,6 +2,8 @@
 // (Communicator::fromStore), synchronous and asynchronous collectives, and errors as
 // exceptions. Ranks are threads of this process.
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <map>
@@ -55,6 +57,37 @@ class MapStore : public braid::Store {
   std::map<std::string, std::string> kv_;
 };
 
+// A group's view of a MapStore under a prefix, as torch's PrefixStore is, whose openRoot
+// gives the MapStore itself: the live view's root.
+class PrefixedStore : public braid::Store {
+ public:
+  PrefixedStore(std::shared_ptr<MapStore> root, std::string prefix) : root_(std::move(root)), prefix_(std::move(prefix)) {}
+  void set(const std::string& key, const std::string& value) override { root_->set(prefix_ + key, value); }
+  std::string get(const std::string& key, std::chrono::milliseconds timeout) override {
+    return root_->get(prefix_ + key, timeout);
+  }
+  int64_t add(const std::string& key, int64_t delta) override { return root_->add(prefix_ + key, delta); }
+  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
+    for (const auto& k : keys) root_->get(prefix_ + k, timeout);
+  }
+  bool check(const std::vector<std::string>& keys) override {
+    for (const auto& k : keys)
+      if (!root_->check({prefix_ + k})) return false;
+    return true;
+  }
+  bool deleteKey(const std::string& key) override { return root_->deleteKey(prefix_ + key); }
+  std::shared_ptr<braid::Store> openRoot(std::string* name) override {
+    *name = "maproot";
+    ++rootsOpened;
+    return root_;
+  }
+  static inline std::atomic<int> rootsOpened{0};
+
+ private:
+  std::shared_ptr<MapStore> root_;
+  std::string prefix_;
+};
+
 template <typename F>
 void onRanks(int n, F body) {
   auto store = std::make_shared<MapStore>();
@@ -90,6 +123,59 @@ TEST_CASE("C++ API: fromStore, allreduce, broadcast, async Work", "[unit]") {
     ok[r] = good;
   });
   for (int r = 0; r < n; ++r) CHECK(ok[r] == 1);
+}
+
+// The live view through a caller's store that has a root (torch's TCPStore under its
+// per-group prefixes): each process answers at the root for every group's communicator, and
+// the last communicator to go closes the view there. Asked by hand, with the view's keys.
+TEST_CASE("C++ API: a caller's store with a root carries the live view of every group's communicator", "[unit]") {
+  setenv("BRAID_TRANSPORT", "loopback", 1);
+  auto root = std::make_shared<MapStore>();
+  std::atomic<int> ready{0}, asked{0};
+  std::vector<std::string> records;
+  const int opened = PrefixedStore::rootsOpened.load();
+  std::vector<std::thread> ts;
+  for (int r = 0; r < 2; ++r) {
+    ts.emplace_back([&, r] {
+      braid::Communicator world =
+          braid::Communicator::fromStore(std::make_shared<PrefixedStore>(root, "g0/"), r, 2, "braid");
+      braid::Communicator pair =
+          braid::Communicator::fromStore(std::make_shared<PrefixedStore>(root, "g1/"), r, 2, "braid.pg1");
+      float x[4] = {1, 2, 3, 4};
+      world.allreduce(x, 4, braid::DataType::kFloat32, braid::ReduceOp::kSum);
+      pair.allreduce(x, 4, braid::DataType::kFloat32, braid::ReduceOp::kSum);
+      ++ready;
+      if (r == 0) {
+        while (ready.load() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        const int64_t n = root->add("braid-status/seq", 1);
+        root->set("braid-status/req/" + std::to_string(n), "1");
+        // The responder checks every 100 ms.
+        const std::string reply = "braid-status/reply/" + std::to_string(n) + "/";
+        for (int i = 0; i < 100 && root->add(reply + "count", 0) < 4; ++i)
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        const int64_t count = root->add(reply + "count", 0);
+        for (int64_t j = 1; j <= count; ++j) records.push_back(root->get(reply + std::to_string(j), std::chrono::seconds(1)));
+        asked = 1;
+      }
+      while (asked.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    });
+  }
+  for (auto& t : ts) t.join();
+  // One process: one responder answers for all four communicators (two groups, two ranks).
+  REQUIRE(records.size() == 4);
+  int worlds = 0, pairs = 0;
+  for (const std::string& rec : records) {
+    INFO(rec);
+    CHECK(rec.find("busy=0") != std::string::npos);  // not in a collective
+    worlds += rec.find("\tcomm=braid\t") != std::string::npos;
+    pairs += rec.find("\tcomm=braid.pg1\t") != std::string::npos;
+  }
+  CHECK(worlds == 2);
+  CHECK(pairs == 2);
+  // Each communicator's asking side and the one responder opened a root connection each.
+  CHECK(PrefixedStore::rootsOpened.load() - opened == 5);
+  // The last communicator to go closed the view at the root.
+  CHECK(root->add("braid-status/closed", 0) == 1);
 }
 
 TEST_CASE("C++ API: bad arguments throw InvalidArgument naming them", "[unit]") {

@@ -67,15 +67,26 @@ def agree(flag=1, group=None):
 
 
 
-def _create_backend(store, rank, size, timeout):
-    return _torch_backend.create_backend(store, rank, size, timeout)
+def _key_prefix(group_id):
+    """The name of a group's communicator: "braid" for the world (torch's group "0"), else
+    "braid.pg<group name>", so that errors and braid's live view tell the groups apart."""
+    name = str(group_id) if group_id is not None else ""
+    if name in ("", "0"):
+        return "braid"
+    return "braid.pg" + "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+
+
+def _create_backend(dist_backend_opts, backend_options=None):
+    o = dist_backend_opts
+    return _torch_backend.create_backend(o.store, o.group_rank, o.group_size, o.timeout,
+                                         _key_prefix(getattr(o, "group_id", "")))
 
 
 def _register():
     # Registering twice raises in torch; importing braid.torch twice (or after a reload) must not.
     if BACKEND_NAME in dist.Backend.backend_list or hasattr(dist.Backend, BACKEND_NAME.upper()):
         return
-    dist.Backend.register_backend(BACKEND_NAME, _create_backend, devices=["cpu", "cuda"])
+    dist.Backend.register_backend(BACKEND_NAME, _create_backend, extended_api=True, devices=["cpu", "cuda"])
 
 
 _register()

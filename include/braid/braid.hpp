@@ -364,4 +364,12 @@ class Communicator {
   std::unique_ptr<Impl> impl_;
 };
 
+// Asks every process of the job behind `store` where its communicators are, waits
+// `waitSeconds` for the answers, and returns the report braid-info --status prints: per
+// communicator one line per rank (its operation and whom it waits for, or "no answer"),
+// then which rank holds the others up. The question goes to the store's root
+// (Store::openRoot) when it has one, else to the store itself. Any process that reaches the
+// store may ask, inside the job or not. Throws the store's failure.
+std::string liveStatus(const std::shared_ptr<Store>& store, double waitSeconds = 1.0);
+
 }  // namespace braid

@@ -6,6 +6,7 @@
 
 #include "api/session.h"
 #include "common/log.h"
+#include "core/live_status.h"
 #include "braid/braid.hpp"
 
 namespace braid {
@@ -226,6 +227,18 @@ Communicator Communicator::fromStore(std::shared_ptr<Store> store, int rank, int
   auto adapter = std::make_shared<StoreAdapter>(std::move(store));
   return Communicator(std::unique_ptr<Impl>(fromSession(api::Session::fromStore(adapter, rank, size, keyPrefix,
                                                                               timeout.count() / 1000.0))));
+}
+
+std::string liveStatus(const std::shared_ptr<Store>& store, double waitSeconds) {
+  if (!store) throw InvalidArgument("liveStatus: store is null");
+  if (!(waitSeconds >= 0) || waitSeconds > 3600)
+    throw InvalidArgument("liveStatus: waitSeconds=" + std::to_string(waitSeconds) + " is not within [0, 3600]");
+  std::string name;
+  std::shared_ptr<Store> root = store->openRoot(&name);
+  StoreAdapter at(root ? root : store);
+  auto states = core::askLiveStatus(at, waitSeconds);
+  check(states.status());
+  return core::renderLiveStatus(states.value(), waitSeconds);
 }
 
 Communicator Communicator::fromUniqueId(const braidUniqueId& id, int rank, int size) {

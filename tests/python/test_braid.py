@@ -81,6 +81,13 @@ def test_a_rank_held_in_another_group_is_followed_there():
 
 
 @requires_torch
+def test_live_status_through_torchs_store_from_a_rank_and_from_outside():
+    res = launch("status", 3, timeout=180)
+    res.assert_all_ok()
+    print(res.results[0]["extra"]["report"])
+
+
+@requires_torch
 def test_a_rank_that_dies_while_joining_fails_the_others_init_within_seconds():
     res = launch("init_kill", 3, timeout=60)
     assert res.codes[1] != 0, "the victim should have been killed"

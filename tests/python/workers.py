@@ -1024,6 +1024,48 @@ def scenario_held():
     leave_after(dist, "held", [1, 2])
 
 
+def scenario_status():
+    """Rank 2 stays away (compute) while ranks 0 and 1 wait for it in an all_reduce:
+    braid.torch.live_status() on rank 0, and python -m braid.torch.status from outside the
+    job, show every rank and that rank 2, not in a collective, holds the others up. Then rank
+    2 joins and the all_reduce completes."""
+    import subprocess
+    import braid.torch as bt
+    torch, dist = init_torch(timeout_s=60)
+    t = torch.ones(1 << 10)
+    dist.all_reduce(t)
+    store = dist.distributed_c10d._get_default_store()
+    if RANK < 2:
+        work = dist.all_reduce(t, async_op=True)
+        if RANK == 0:
+            time.sleep(0.5)  # both waits are older than the 100 ms a wait note needs
+            with check("braid.torch.live_status on a rank shows who holds the others up"):
+                report = bt.live_status(wait=1.0)
+                extra["report"] = report
+                assert "communicator 'braid' (3 ranks, epoch 0): 3 of 3 answered" in report, report
+                assert "rank 2 holds up" in report and "it is not in a collective" in report, report
+            with check("python -m braid.torch.status from outside the job"):
+                addr = f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
+                out = subprocess.run([sys.executable, "-m", "braid.torch.status", addr, "--wait", "1"],
+                                     capture_output=True, text=True, timeout=120)
+                extra["cli"] = out.stdout[-2000:] + out.stderr[-2000:]
+                assert out.returncode == 0, out.stderr
+                assert "3 of 3 answered" in out.stdout and "rank 2 holds up" in out.stdout, out.stdout + out.stderr
+            with check("python -m braid.torch.status names a bad address"):
+                out = subprocess.run([sys.executable, "-m", "braid.torch.status", "nohost"], capture_output=True,
+                                     text=True, timeout=120)
+                assert out.returncode == 2 and "is not HOST:PORT" in out.stderr, out.stderr
+            store.set("status/go", "1")
+        work.wait()
+    else:
+        store.wait(["status/go"], datetime.timedelta(seconds=120))
+        dist.all_reduce(t)
+    with check("the all_reduce completes once rank 2 joins"):
+        assert torch.all(t == 9.0), t[:4]
+    write_result()
+    dist.destroy_process_group()
+
+
 def failing_braid_group(dist, timeout):
     """Creates a braid group that should fail: its error text, or None if it did not fail
     (recorded in `extra` with the time it took)."""

@@ -9,6 +9,7 @@
 #include <torch/python.h>
 
 #include "backend.h"
+#include "store_adapter.h"
 
 namespace py = pybind11;
 
@@ -39,6 +40,15 @@ PYBIND11_MODULE(_torch_backend, m) {
         py::arg("key_prefix") = std::string("braid"),
         "Creates the braid backend of one process group (its communicator named key_prefix); called by "
         "torch.distributed.");
+  m.def(
+      "live_status",
+      [](const c10::intrusive_ptr<c10d::Store>& store, double wait) {
+        // The wait for the answers must not hold the GIL: this process's ranks answer too.
+        py::gil_scoped_release nogil;
+        return braid::liveStatus(std::make_shared<braid_torch::C10dStoreAdapter>(store), wait);
+      },
+      py::arg("store"), py::arg("wait") = 1.0,
+      "Where every process of the job behind torch's store is: braid-info --status's report.");
   m.def(
       "revoke", [](const c10::intrusive_ptr<c10d::Backend>& b) { braidOf(b, "revoke").revoke(); }, py::arg("backend"),
       "Fails every rank's pending and later calls on the group (braidCommRevoke).");

@@ -126,13 +126,13 @@ TEST_CASE("C++ API: fromStore, allreduce, broadcast, async Work", "[unit]") {
 }
 
 // The live view through a caller's store that has a root (torch's TCPStore under its
-// per-group prefixes): each process answers at the root for every group's communicator, and
-// the last communicator to go closes the view there. Asked by hand, with the view's keys.
+// per-group prefixes): each process answers at the root for every group's communicator,
+// braid::liveStatus asks there, and the last communicator to go closes the view.
 TEST_CASE("C++ API: a caller's store with a root carries the live view of every group's communicator", "[unit]") {
   setenv("BRAID_TRANSPORT", "loopback", 1);
   auto root = std::make_shared<MapStore>();
   std::atomic<int> ready{0}, asked{0};
-  std::vector<std::string> records;
+  std::string report;
   const int opened = PrefixedStore::rootsOpened.load();
   std::vector<std::thread> ts;
   for (int r = 0; r < 2; ++r) {
@@ -147,35 +147,24 @@ TEST_CASE("C++ API: a caller's store with a root carries the live view of every 
       ++ready;
       if (r == 0) {
         while (ready.load() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        const int64_t n = root->add("braid-status/seq", 1);
-        root->set("braid-status/req/" + std::to_string(n), "1");
-        // The responder checks every 100 ms.
-        const std::string reply = "braid-status/reply/" + std::to_string(n) + "/";
-        for (int i = 0; i < 100 && root->add(reply + "count", 0) < 4; ++i)
-          std::this_thread::sleep_for(std::chrono::milliseconds(10));
-        const int64_t count = root->add(reply + "count", 0);
-        for (int64_t j = 1; j <= count; ++j) records.push_back(root->get(reply + std::to_string(j), std::chrono::seconds(1)));
+        // Asked through one group's store: the question goes to the root, where both answer.
+        report = braid::liveStatus(std::make_shared<PrefixedStore>(root, "g1/"), 1.0);
         asked = 1;
       }
       while (asked.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     });
   }
   for (auto& t : ts) t.join();
-  // One process: one responder answers for all four communicators (two groups, two ranks).
-  REQUIRE(records.size() == 4);
-  int worlds = 0, pairs = 0;
-  for (const std::string& rec : records) {
-    INFO(rec);
-    CHECK(rec.find("busy=0") != std::string::npos);  // not in a collective
-    worlds += rec.find("\tcomm=braid\t") != std::string::npos;
-    pairs += rec.find("\tcomm=braid.pg1\t") != std::string::npos;
-  }
-  CHECK(worlds == 2);
-  CHECK(pairs == 2);
-  // Each communicator's asking side and the one responder opened a root connection each.
-  CHECK(PrefixedStore::rootsOpened.load() - opened == 5);
+  INFO(report);
+  CHECK(report.find("communicator 'braid' (2 ranks, epoch 0): 2 of 2 answered within 1.0 s") != std::string::npos);
+  CHECK(report.find("communicator 'braid.pg1' (2 ranks, epoch 0): 2 of 2 answered within 1.0 s") != std::string::npos);
+  CHECK(report.find("not in a collective; last completed #0 allreduce count=4 float sum") != std::string::npos);
+  // Each communicator's asking side, the one responder and liveStatus opened a root each.
+  CHECK(PrefixedStore::rootsOpened.load() - opened == 6);
   // The last communicator to go closed the view at the root.
   CHECK(root->add("braid-status/closed", 0) == 1);
+  CHECK_THROWS_AS(braid::liveStatus(nullptr), braid::InvalidArgument);
+  CHECK_THROWS_AS(braid::liveStatus(root, -1), braid::InvalidArgument);
 }
 
 TEST_CASE("C++ API: bad arguments throw InvalidArgument naming them", "[unit]") {

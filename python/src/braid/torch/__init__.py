@@ -18,6 +18,10 @@ its call with the reason.
 Recovery: ``torch.distributed.shrink_group(failed)`` works on braid groups (the survivors
 go on without the failed ranks, no new rendezvous), ``pg.abort()`` fails a group's work,
 and ``braid.torch.agree`` / ``braid.torch.revoke`` give braid's agreement and revocation.
+
+Where every rank is: ``braid.torch.live_status()`` from any rank, or from outside the job
+``python -m braid.torch.status MASTER_ADDR:MASTER_PORT`` (braid-info --status's report,
+asked through torch's own store).
 """
 
 import torch  # noqa: F401  (loads libtorch before the extension that links it)
@@ -67,6 +71,18 @@ def agree(flag=1, group=None):
 
 
 
+def live_status(store=None, wait=1.0):
+    """Where every process of the job is, as the text braid-info --status prints: per group's
+    communicator (``braid`` for the world, ``braid.pg<name>`` for the others) one line per
+    rank with its operation and whom it waits for (or "no answer" from a stopped or lost
+    one), then which rank holds the others up. Asks through ``store`` (default: the default
+    group's) and waits ``wait`` seconds for the answers; the view ends once a process has
+    left the job."""
+    if store is None:
+        store = dist.distributed_c10d._get_default_store()
+    return _torch_backend.live_status(store, float(wait))
+
+
 def _key_prefix(group_id):
     """The name of a group's communicator: "braid" for the world (torch's group "0"), else
     "braid.pg<group name>", so that errors and braid's live view tell the groups apart."""
@@ -91,4 +107,4 @@ def _register():
 
 _register()
 
-__all__ = ["BACKEND_NAME", "agree", "revoke"]
+__all__ = ["BACKEND_NAME", "agree", "live_status", "revoke"]

@@ -39,6 +39,20 @@ def check(name):
     return _Ctx()
 
 
+def timed_failure(fn, keep=1000):
+    """Runs fn(); records how long it took and its error (or None) in `extra` ("elapsed",
+    "error", the text cut to `keep` characters) and returns the error."""
+    start = time.monotonic()
+    err = None
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001
+        err = e
+    extra["elapsed"] = time.monotonic() - start
+    extra["error"] = str(err)[:keep] if err else None
+    return err
+
+
 def write_result():
     with open(os.path.join(OUT, f"rank{RANK}.json.tmp"), "w") as f:
         json.dump({"checks": checks, "extra": extra}, f)
@@ -1001,18 +1015,8 @@ def scenario_held():
     t = torch.ones(1 << 12)
     dist.all_reduce(t)  # everyone is there
     with check("every rank raises within the timeout, the world's error naming both groups"):
-        start = time.monotonic()
-        err = None
-        try:
-            if RANK == 2:
-                dist.all_reduce(t, group=pair)
-            else:
-                dist.all_reduce(t)
-        except Exception as e:  # noqa: BLE001
-            err = e
-        elapsed = time.monotonic() - start
-        extra["elapsed"] = elapsed
-        extra["error"] = str(err)[:1500] if err else None
+        err = timed_failure(lambda: dist.all_reduce(t, group=pair) if RANK == 2 else dist.all_reduce(t), keep=1500)
+        elapsed = extra["elapsed"]
         assert err is not None, "the out-of-order calls completed"
         assert elapsed < timeout + 6, f"took {elapsed:.1f} s with a {timeout} s timeout"
         text = str(err)
@@ -1146,18 +1150,8 @@ def scenario_mismatch():
     torch, dist = init_torch(timeout_s=30)
     t = torch.ones(1000)
     with check("every rank raises from the mismatched call"):
-        start = time.monotonic()
-        err = None
-        try:
-            if RANK == 0:
-                dist.broadcast(t, src=0)
-            else:
-                dist.all_reduce(t)
-        except Exception as e:  # noqa: BLE001
-            err = e
-        elapsed = time.monotonic() - start
-        extra["elapsed"] = elapsed
-        extra["error"] = str(err)[:1000] if err else None
+        err = timed_failure(lambda: dist.broadcast(t, src=0) if RANK == 0 else dist.all_reduce(t))
+        elapsed = extra["elapsed"]
         assert err is not None, "the mismatched call succeeded"
         # ValueError where this rank found it (the caller's error), DistBackendError (a
         # RuntimeError) where a peer's report broke the group.

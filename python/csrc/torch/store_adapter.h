@@ -76,9 +76,9 @@ class C10dStoreAdapter : public braid::Store {
   }
 
   // The live view's root: a connection of its own (TCPStore::clone) to the TCPStore under
-  // torch's prefixes, named by its address. Its waits check every 100 ms at most, the
-  // load one process's answering thread puts on the store while the job runs (and the
-  // delay of its answer). A store that is not a TCPStore (FileStore, HashStore) has none.
+  // torch's prefixes, named by its address; its waits (the asking side's, for the answers)
+  // check every 100 ms at most, and the answering thread polls it on its own schedule
+  // (core/live_status.cc). A store that is not a TCPStore (FileStore, HashStore) has none.
   std::shared_ptr<braid::Store> openRoot(std::string* name) override {
     c10::intrusive_ptr<c10d::Store> root = store_;
     if (auto* prefixed = dynamic_cast<c10d::PrefixStore*>(root.get())) root = prefixed->getUnderlyingNonPrefixStore();

@@ -83,21 +83,17 @@ class Store {
     (void)desired;
     throw Error(braidInvalidArgument, "this store has no compare-and-set operation (needed by agree), for key '" + key + "'");
   }
-  // The live view (braid-info --status, and the timeout that follows a stalled rank into the
+  // The live view (braid::liveStatus, and the timeout that follows a stalled rank into the
   // communicator where it waits) asks every process of the job, through the store, where
   // each of its communicators is. A store that can carry it returns a new connection to the
   // root of the same store (outside any prefix its own keys have) and sets *name to a name
   // for that root, the same for every communicator on it: each process answers for all of
-  // them from one thread, which waits in that connection's get() for the next question, so
-  // that connection's calls must not hold up this store's, and its interrupt() must end a
-  // blocked get() or wait() at once. nullptr, the default: no live view through this store.
+  // them from one thread, which checks that connection for a question every 100 ms, so its
+  // calls must not hold up this store's. nullptr, the default: no live view through this store.
   virtual std::shared_ptr<Store> openRoot(std::string* name) {
     (void)name;
     return nullptr;
   }
-  // Makes a get() or wait() blocked in another thread throw at once, and later ones too.
-  // Any thread. The default does nothing.
-  virtual void interrupt() {}
 };
 
 // An operation in flight. wait() blocks and throws the operation's error; test() polls. On

@@ -68,12 +68,6 @@ class StoreAdapter : public bootstrap::Store {
     if (!st.isOk()) return st;
     return v;
   }
-  void interrupt() override {
-    try {
-      s_->interrupt();
-    } catch (...) {
-    }
-  }
   // The caller's root connection, when its store offers one: the first one opened (to learn
   // the root's name) is handed out by the first connect(), later ones open more.
   LiveRoot liveRoot() override {

@@ -80,9 +80,8 @@ class Store {
   // Where the live view (core/live_status.h) of a job on a caller's store is asked and
   // answered, when the store offers one (braid::Store::openRoot): `name` names the root
   // store (communicators of one process on one root share its responder), `connect` opens a
-  // new connection to that root, whose waits block without holding up this store and end at
-  // its interrupt(). An empty name: none. braid's own stores and etcd are reached by address
-  // instead (api::Session::announce).
+  // new connection to that root, whose calls do not hold up this store's. An empty name:
+  // none. braid's own stores and etcd are reached by address instead (api::Session::announce).
   struct LiveRoot {
     std::string name;
     std::function<StatusOr<std::unique_ptr<Store>>()> connect;

@@ -260,8 +260,9 @@ namespace {
 struct Responder {
   std::string storeKey;
   std::function<StatusOr<std::unique_ptr<bootstrap::Store>>()> connect;
-  // A caller's store (storeKey "caller:..."): the thread polls it (see respondPolling), and a
-  // call it is in cannot be cut short, so stopping it waits a bounded time.
+  // A caller's store (addLiveStatus's `closings` >= 0): the thread polls it (see
+  // respondPolling), and a call it is in cannot be cut short, so stopping it waits a
+  // bounded time.
   bool callerStore = false;
   std::mutex mu;
   std::condition_variable cv;                 // stop, done
@@ -270,7 +271,7 @@ struct Responder {
   bool done = false;                          // under mu: the thread is about to end
   bool closed = false;                        // under mu: ended because a process closed the view
   int peers = 0;                              // under mu: the most other ranks of a communicator here
-  int64_t closings = -1;                      // the view's closings when it began (-1: read them first)
+  int64_t closings = -1;                      // a caller's store: the view's closings when it began
   std::thread thread;
 };
 
@@ -345,9 +346,6 @@ void respondBlocking(Responder& me, bootstrap::Store& store, int64_t next) {
 // view and waits (briefly) for the others' acknowledgements before it goes (closeView), so
 // that nobody calls a store whose host has left.
 void respondPolling(Responder& me, bootstrap::Store& store, int64_t next) {
-  StatusOr<int64_t> base = me.closings;
-  if (me.closings < 0) base = store.add(kRoot + "closed", 0);
-  if (!base.isOk()) return;
   for (;;) {
     if (stopping(me)) return;
     auto asked = store.check({kRoot + "req/" + std::to_string(next)});
@@ -358,7 +356,7 @@ void respondPolling(Responder& me, bootstrap::Store& store, int64_t next) {
     }
     auto closed = store.add(kRoot + "closed", 0);
     if (!closed.isOk()) return;
-    if (closed.value() > base.value()) {
+    if (closed.value() > me.closings) {
       (void)store.add(kRoot + "closed-ack/" + std::to_string(closed.value()), 1);
       std::lock_guard<std::mutex> lock(me.mu);
       me.closed = true;
@@ -485,7 +483,7 @@ void addLiveStatus(const std::string& storeKey,
   auto r = std::make_shared<Responder>();
   r->storeKey = storeKey;
   r->connect = std::move(connect);
-  r->callerStore = storeKey.rfind("caller:", 0) == 0;
+  r->callerStore = closings >= 0;
   r->closings = closings;
   for (const auto& [c, key] : reg.storeOf)
     if (key == storeKey) r->peers = std::max(r->peers, c->size() - 1);

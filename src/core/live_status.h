@@ -84,9 +84,11 @@ StatusOr<std::vector<LiveState>> collectLiveStatus(bootstrap::Store& store, cons
 // registered at that store. `storeKey` names the store ("host:port#nonce"); `connect` opens
 // the thread's own client (called on that thread, once; its Store::interrupt must end a
 // blocked wait). Any thread.
-// A caller's store (storeKey "caller:<root>") is polled instead, and its view ends when a
-// process leaves (see live_status.cc); `closings`: liveViewClosings(root) read before the
-// communicator was handed to its caller, so that a process leaving right after is seen.
+// `closings` >= 0: the root of a caller's store (bootstrap::Store::liveRoot), which has no
+// wait to park in: the thread polls it, and the view there ends when a process leaves (see
+// live_status.cc); the value is liveViewClosings(root) read before the communicator was
+// handed to its caller, so that a process leaving right after is seen. -1: braid's store or
+// etcd, where the thread parks.
 void addLiveStatus(const std::string& storeKey, std::function<StatusOr<std::unique_ptr<bootstrap::Store>>()> connect,
                    const Communicator* comm, int64_t closings = -1);
 // How many times the live view at `root` (a caller's store) was closed so far.

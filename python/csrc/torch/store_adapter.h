@@ -5,10 +5,9 @@
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -53,9 +52,7 @@ class C10dStoreAdapter : public braid::Store {
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     auto pause = std::chrono::microseconds(50);
-    for (;;) {
-      throwIfInterrupted();
-      if (check(keys)) return;
+    while (!check(keys)) {
       if (std::chrono::steady_clock::now() >= deadline) {
         std::string names;
         for (const auto& k : keys) names += (names.empty() ? "" : ", ") + k;
@@ -63,16 +60,9 @@ class C10dStoreAdapter : public braid::Store {
                                       std::to_string(timeout.count()) + " ms",
                                   -1);
       }
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait_for(lock, pause, [&] { return interrupted_; });
+      std::this_thread::sleep_for(pause);
       pause = std::min(pause * 2, maxPause_);
     }
-  }
-
-  void interrupt() override {
-    std::lock_guard<std::mutex> lock(mu_);
-    interrupted_ = true;
-    cv_.notify_all();
   }
 
   // The live view's root: a connection of its own (TCPStore::clone) to the TCPStore under
@@ -123,16 +113,8 @@ class C10dStoreAdapter : public braid::Store {
     }
   }
 
-  void throwIfInterrupted() {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (interrupted_) throw braid::RemoteError("c10d store: interrupted", -1);
-  }
-
   c10::intrusive_ptr<c10d::Store> store_;
   const std::chrono::microseconds maxPause_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool interrupted_ = false;  // under mu_
 };
 
 }  // namespace braid_torch

@@ -64,7 +64,7 @@ BR="$BUILD/src/launcher/braidrun"
 [ -z "${BRAID_PLUGIN_DIR:-}" ] && [ -d "$BUILD/lib/braid" ] && export BRAID_PLUGIN_DIR=$BUILD/lib/braid
 PERF=$BUILD/perf
 AR="$PERF/allreduce_perf -b 8 -e 128M -f 8 -n 20 -w 5 -c 1 -D 1"
-step test_cuda_gpu 150 1 "$BUILD/tests/unit/cuda/test_cuda_gpu"
+step test_cuda_gpu 240 1 "$BUILD/tests/unit/cuda/test_cuda_gpu"
 step test_device 120 1 "$BUILD/tests/unit/device/test_device"
 # The three ways a device call runs, 2 ranks sharing the GPU, side by side: staged through
 # pinned host memory (default), direct (the fused kernels between the device buffers and the
@@ -93,6 +93,7 @@ done
 step kernel_perf_float 90 1 "$BUILD/cuda/kernel_perf" -b 1M -e 256M -f 4 -d float
 step kernel_perf_bf16 90 1 "$BUILD/cuda/kernel_perf" -b 1M -e 256M -f 16 -d bfloat16
 step kernel_perf_half 90 1 "$BUILD/cuda/kernel_perf" -b 16M -e 256M -f 16 -d half
+step kernel_perf_f8e4m3 90 1 "$BUILD/cuda/kernel_perf" -b 16M -e 256M -f 16 -d f8e4m3
 # Fixed grid caps (512-thread blocks): the old 64 and one and two per SM of an H200, against
 # the default (what the SMs hold of each kernel, from CUDA's occupancy calculator).
 for blocks in 64 132 264; do

@@ -260,10 +260,6 @@ namespace {
 struct Responder {
   std::string storeKey;
   std::function<StatusOr<std::unique_ptr<bootstrap::Store>>()> connect;
-  // A caller's store (addLiveStatus's `closings` >= 0): the thread polls it (see
-  // respondPolling), and a call it is in cannot be cut short, so stopping it waits a
-  // bounded time.
-  bool callerStore = false;
   std::mutex mu;
   std::condition_variable cv;                 // stop, done
   std::unique_ptr<bootstrap::Store> client;  // under mu: set once by the thread
@@ -272,6 +268,10 @@ struct Responder {
   bool closed = false;                        // under mu: ended because a process closed the view
   int peers = 0;                              // under mu: the most other ranks of a communicator here
   int64_t closings = -1;                      // a caller's store: the view's closings when it began
+  // A caller's store (addLiveStatus's `closings` >= 0): the thread polls it (see
+  // respondPolling), and a call it is in cannot be cut short, so stopping it waits a
+  // bounded time.
+  bool callerStore() const { return closings >= 0; }
   std::thread thread;
 };
 
@@ -382,7 +382,7 @@ void respondLoop(Responder& me) {
   }
   auto seq = store->add(kRoot + "seq", 0);
   if (!seq.isOk()) return;
-  if (me.callerStore) {
+  if (me.callerStore()) {
     respondPolling(me, *store, seq.value() + 1);
   } else {
     respondBlocking(me, *store, seq.value() + 1);
@@ -407,8 +407,8 @@ bool stopResponder(const std::shared_ptr<Responder>& r, std::chrono::steady_cloc
     r->cv.notify_all();
     // A caller's store's responder waits on cv, never in the store (whose connection
     // closeView may still use): only braid's and etcd's park there.
-    if (r->client && !r->callerStore) r->client->interrupt();
-    if (r->callerStore && !r->cv.wait_until(lock, until, [&] { return r->done; })) {
+    if (r->client && !r->callerStore()) r->client->interrupt();
+    if (r->callerStore() && !r->cv.wait_until(lock, until, [&] { return r->done; })) {
       BRAID_INFO("live status: the responder for %s is still in a store call; left to end by itself",
                  r->storeKey.c_str());
       lock.unlock();
@@ -450,7 +450,7 @@ void stopAtExit() {
     Registry& reg = registry();
     std::lock_guard<std::mutex> lock(reg.mu);
     for (const auto& [key, r] : reg.byStore)
-      if (r->callerStore) all.push_back(r);
+      if (r->callerStore()) all.push_back(r);
     reg.byStore.clear();
   }
   const auto until =
@@ -483,11 +483,10 @@ void addLiveStatus(const std::string& storeKey,
   auto r = std::make_shared<Responder>();
   r->storeKey = storeKey;
   r->connect = std::move(connect);
-  r->callerStore = closings >= 0;
   r->closings = closings;
   for (const auto& [c, key] : reg.storeOf)
     if (key == storeKey) r->peers = std::max(r->peers, c->size() - 1);
-  if (r->callerStore) {
+  if (r->callerStore()) {
     static const bool registered = std::atexit(stopAtExit) == 0;
     (void)registered;
   }
@@ -524,7 +523,7 @@ void removeLiveStatus(const Communicator* comm) {
   }
   const bool ended = stopResponder(
       last, std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int>(kCallerStopWaitSec * 1000)));
-  if (ended && last->callerStore) closeView(*last);
+  if (ended && last->callerStore()) closeView(*last);
 }
 
 }  // namespace braid::core

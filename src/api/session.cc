@@ -814,19 +814,37 @@ bool outputInBlocks(Collective c) { return c == Collective::kAllGather || c == C
 // Whether a side of a call cut in pieces holds a block per rank (each piece a range of every
 // block), or one block (or, elementwise, the whole buffer: the piece a range of it).
 bool inputHoldsBlocks(Collective c) {
-  return inputInBlocks(c) || c == Collective::kReduceScatterV || c == Collective::kScatter;
+  return inputInBlocks(c) || c == Collective::kReduceScatterV || c == Collective::kScatter ||
+         c == Collective::kAllToAllV;
 }
 bool outputHoldsBlocks(Collective c) {
-  return outputInBlocks(c) || c == Collective::kAllGatherV || c == Collective::kGather;
+  return outputInBlocks(c) || c == Collective::kAllGatherV || c == Collective::kGather || c == Collective::kAllToAllV;
 }
 
 // One piece of a device call staged in pieces (device_queue.h): elements [first, first +
 // elements) of an elementwise call, or of every rank's block of an allgather,
-// reduce-scatter or alltoall, which is then that range of each block as a v-variant: the
+// reduce-scatter or alltoall, which is then that range of each block as a v-variant (of an
+// alltoallv: piece number `first` of each block, as device_queue.h cuts them): the
 // same call on every rank, whatever its path (a staged rank's host copies and a direct
 // rank's device buffers have the same layout).
 algorithms::Request pieceRequest(const algorithms::Request& req, int nranks, size_t first, size_t elements) {
   algorithms::Request piece = req;
+  if (req.coll == Collective::kAllToAllV) {
+    // Piece `first` of every block on both sides, each cut by its own size
+    // (DeviceQueue::pairPieceBytes), which the block's sender and receiver both know.
+    const size_t es = dataTypeSize(req.dtype), n = req.counts.size();
+    const auto cut = [&](const std::vector<size_t>& counts, const std::vector<size_t>& displs, std::vector<size_t>* c,
+                         std::vector<size_t>* d) {
+      for (size_t b = 0; b < n; ++b) {
+        const size_t step = device::DeviceQueue::pairPieceBytes(counts[b] * es, n) / es, from = first * step;
+        (*c)[b] = from < counts[b] ? std::min(step, counts[b] - from) : 0;
+        (*d)[b] = displs[b] + std::min(from, counts[b]);
+      }
+    };
+    cut(req.sendCounts, req.sendDispls, &piece.sendCounts, &piece.sendDispls);
+    cut(req.counts, req.displs, &piece.counts, &piece.displs);
+    return piece;
+  }
   if (req.coll == Collective::kGather || req.coll == Collective::kScatter) {
     // The range of each of the root's blocks, which then lie apart (Request::displs).
     piece.count = elements;
@@ -1127,8 +1145,9 @@ Status Session::prepare(const CallArgs& a, Call* out) const {
       call.device.elementBytes = es;
     if (inputInBlocks(c) || outputInBlocks(c)) call.device.blocks = static_cast<size_t>(comm_->size());
     // Allgatherv and reduce_scatterv, blocks of the sizes every rank's counts give, may be
-    // staged in pieces too (alltoallv's counts are each rank's own: no common cut).
-    // So may gather and scatter: the root holds the blocks, the others their own alone.
+    // staged in pieces too. So may gather and scatter: the root holds the blocks, the others
+    // their own alone. Alltoallv's counts are each rank's own: it is cut block by block and
+    // the ranks agree how many pieces it runs (device_queue.h).
     if (c == Collective::kAllGatherV || c == Collective::kReduceScatterV || c == Collective::kGather ||
         c == Collective::kScatter) {
       const bool rooted = c == Collective::kGather || c == Collective::kScatter;
@@ -1142,6 +1161,14 @@ Status Session::prepare(const CallArgs& a, Call* out) const {
         const size_t displ = c == Collective::kAllGatherV ? req.displs[b] : at;
         call.device.blockRanges.emplace_back(displ * es, elems * es);
         at += elems;
+      }
+    }
+    if (c == Collective::kAllToAllV) {
+      call.device.elementBytes = es;
+      call.device.pairwise = true;
+      for (size_t b = 0; b < n; ++b) {
+        call.device.inputRanges.emplace_back(req.sendDispls[b] * es, req.sendCounts[b] * es);
+        call.device.outputRanges.emplace_back(req.displs[b] * es, req.counts[b] * es);
       }
     }
     if (c == Collective::kBroadcast && !isRoot) {
@@ -1245,6 +1272,22 @@ Status Session::enqueueOnDevice(Call&& call, std::shared_ptr<device::DeviceDone>
   {
     std::lock_guard<std::mutex> lock(captureGuard_->errorMu);
     if (!captureGuard_->error.isOk()) return captureGuard_->error;
+  }
+  if (call.device.pairwise) {
+    // How many pieces an alltoallv runs: the most any rank's blocks take (device_queue.h),
+    // agreed on the host, in the communicator's order of calls.
+    core::Communicator* comm = comm_.get();
+    call.device.agreePieces = [comm](size_t own) -> StatusOr<size_t> {
+      algorithms::Request most;
+      most.coll = Collective::kAllReduce;
+      most.dtype = DataType::kUint64;
+      most.op = ReduceOp::kMax;
+      most.count = 1;
+      most.inPlace = true;
+      uint64_t v = own;
+      BRAID_RETURN_IF_ERROR(comm->run(most, &v, &v));
+      return static_cast<size_t>(v);
+    };
   }
   // Before anything touches the stream: a stream being captured into a CUDA graph gets the
   // call as graph nodes (device_queue.h, "Captured calls"), staged calls only.

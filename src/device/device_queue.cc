@@ -216,7 +216,14 @@ Status DeviceQueue::enqueue(const DeviceCall& call, HostRun run, PieceRun pieceR
   job.run = std::move(run);
   for (size_t i = 0; i < call.extra.size(); ++i) job.hostExtra.push_back(base + extraAt[i]);
 
-  if (pieceRun && cutsIntoPieces(call)) {
+  if (pieceRun && call.pairwise) {
+    job.pieceRun = std::move(pieceRun);
+    job.agree = call.agreePieces;
+    job.ownPieces = ownPairPieces(call);
+    job.elementBytes = call.elementBytes;
+    if (job.ownPieces > 1) return enqueuePairPieces(call, std::move(job), &park.block);
+    // Every block of this rank's in one piece: staged whole, below; the proxy runs the pieces.
+  } else if (pieceRun && cutsIntoPieces(call)) {
     job.pieceRun = std::move(pieceRun);
     job.elementBytes = call.elementBytes;
     return enqueuePieces(call, std::move(job), &park.block);
@@ -317,6 +324,9 @@ struct CapturedCall {
   DeviceQueue::HostRun run;
   DeviceQueue::PieceRun pieceRun;                   // set where the call runs in pieces
   std::vector<std::pair<size_t, size_t>> pieces;  // (first, elements) of each
+  // A pairwise call: the number of pieces is agreed at each replay, from this rank's own.
+  std::function<StatusOr<size_t>(size_t)> agree;
+  size_t ownPieces = 0;
   void* block = nullptr;
   const void* hostInput = nullptr;
   void* hostOutput = nullptr;
@@ -329,7 +339,13 @@ void runCaptured(void* p) {
   std::lock_guard<std::mutex> lock(c->guard->runMu);
   if (!c->guard->alive) return;  // the communicator is gone: the output is left as it was
   Status st;
-  if (c->pieceRun) {
+  if (c->agree) {
+    auto all = c->agree(c->ownPieces);
+    if (!all.isOk()) st = all.status();
+    else if (all.value() == 1) st = c->run(c->hostInput, c->hostOutput, c->hostExtra);
+    for (size_t k = 0; st.isOk() && all.value() > 1 && k < all.value(); ++k)
+      st = c->pieceRun(c->hostInput, c->hostOutput, k, all.value());
+  } else if (c->pieceRun) {
     for (size_t i = 0; i < c->pieces.size() && st.isOk(); ++i)
       st = c->pieceRun(c->hostInput, c->hostOutput, c->pieces[i].first, c->pieces[i].second);
   } else {
@@ -356,8 +372,12 @@ Status DeviceQueue::enqueueCaptured(Runtime& rt, const DeviceCall& call, HostRun
   const HostLayout layout = hostLayout(call);
   // A block of its own, for the graph's lifetime: replays may come at any time.
   BRAID_ASSIGN_OR_RETURN(void* block, rt.allocHost(layout.bytes));
-  auto* c = new CapturedCall{&rt, std::move(guard), std::move(run), nullptr, {}, block, nullptr, nullptr, {}};
-  if (pieceRun && cutsIntoPieces(call)) {
+  auto* c = new CapturedCall{&rt, std::move(guard), std::move(run), nullptr, {}, nullptr, 0, block, nullptr, nullptr, {}};
+  if (pieceRun && call.pairwise) {
+    c->pieceRun = std::move(pieceRun);
+    c->agree = call.agreePieces;
+    c->ownPieces = ownPairPieces(call);
+  } else if (pieceRun && cutsIntoPieces(call)) {
     c->pieceRun = std::move(pieceRun);
     for (const Piece& p : cutPieces(call))
       c->pieces.emplace_back(p.offset / call.elementBytes, p.bytes / call.elementBytes);
@@ -391,7 +411,7 @@ Status DeviceQueue::markThenWait(Job& job, Stream s) {
 // in place or disjoint, writing its whole output. Every rank decides alike (the same count
 // and kind of call).
 bool DeviceQueue::cutsIntoPieces(const DeviceCall& call) {
-  if (call.elementBytes == 0 || !call.extra.empty()) return false;
+  if (call.elementBytes == 0 || !call.extra.empty() || call.pairwise) return false;
   if (!call.blockRanges.empty()) return cutsUnequalBlocks(call);
   if (!call.writesWholeOutput) return false;
   const auto in = reinterpret_cast<uintptr_t>(call.input);
@@ -490,7 +510,12 @@ Status DeviceQueue::enqueueDirect(const DeviceCall& call, HostRun run, PieceRun 
   job.hostOutput = call.output;
   for (const DeviceExtra& e : call.extra) job.hostExtra.push_back(e.buf);
   job.run = std::move(run);
-  if (pieceRun && cutsIntoPieces(call)) {
+  if (pieceRun && call.pairwise) {
+    job.pieceRun = std::move(pieceRun);
+    job.agree = call.agreePieces;
+    job.ownPieces = ownPairPieces(call);
+    job.elementBytes = call.elementBytes;
+  } else if (pieceRun && cutsIntoPieces(call)) {
     job.pieceRun = std::move(pieceRun);
     job.elementBytes = call.elementBytes;
     job.pieces = cutPieces(call);
@@ -590,6 +615,99 @@ Status DeviceQueue::runPieces(Job& job) {
     st = waitReached(p.staged);
     if (st.isOk()) st = job.pieceRun(hostIn, hostOut, p.offset / job.elementBytes, p.bytes / job.elementBytes);
     if (st.isOk()) flag_.host->store(p.seq, std::memory_order_release);
+  }
+  return st;
+}
+
+size_t DeviceQueue::pairPieceBytes(size_t bytes, size_t blocks) {
+  const size_t share = kPieceBytes / std::max<size_t>(blocks, 1);
+  return alignUp(std::max({share, (bytes + kMaxPieces - 1) / kMaxPieces, size_t{1}}), size_t{4096});
+}
+
+size_t DeviceQueue::pairPieces(size_t bytes, size_t blocks) {
+  const size_t piece = pairPieceBytes(bytes, blocks);
+  return std::max<size_t>(1, (bytes + piece - 1) / piece);
+}
+
+// A pairwise call's pieces on this rank: the most any block of its own takes, on either side.
+size_t DeviceQueue::ownPairPieces(const DeviceCall& call) {
+  size_t most = 1;
+  for (const auto* ranges : {&call.inputRanges, &call.outputRanges})
+    for (const auto& r : *ranges) most = std::max(most, pairPieces(r.second, ranges->size()));
+  return most;
+}
+
+// The stream side of a pairwise call this rank stages in pieces, as enqueuePieces: piece k of
+// every block in (a copy per block it reaches) and its marker, for each piece; then each
+// piece's wait and its ranges back. Called with issueMu_ held, `job` laid out by enqueue().
+Status DeviceQueue::enqueuePairPieces(const DeviceCall& call, Job job, Block** park) {
+  const Stream s = call.stream;
+  const auto copyPiece = [&](char* dst, const char* src, const std::vector<std::pair<size_t, size_t>>& ranges,
+                             size_t k) -> Status {
+    for (const auto& [at, bytes] : ranges) {
+      const size_t piece = pairPieceBytes(bytes, ranges.size()), from = k * piece;
+      if (from < bytes) BRAID_RETURN_IF_ERROR(rt_.copyAsync(dst + at + from, src + at + from, std::min(piece, bytes - from), s));
+    }
+    return Status::ok();
+  };
+  const auto* devIn = static_cast<const char*>(call.input);
+  auto* devOut = static_cast<char*>(call.output);
+  auto* hostIn = static_cast<char*>(const_cast<void*>(job.hostInput));  // inside our own block
+  auto* hostOut = static_cast<char*>(job.hostOutput);
+  job.pieces.assign(job.ownPieces, Piece{});
+  for (size_t k = 0; k < job.pieces.size(); ++k) {
+    Status st = hostIn ? copyPiece(hostIn, devIn, call.inputRanges, k) : Status::ok();
+    if (st.isOk()) {
+      auto m = rt_.mark(s);
+      if (m.isOk()) job.pieces[k].staged = m.value();
+      else st = m.status();
+    }
+    if (!st.isOk()) {
+      for (Piece& p : job.pieces)
+        if (p.staged) rt_.releaseMarker(p.staged);
+      return st;
+    }
+  }
+  for (Piece& p : job.pieces) {
+    p.seq = ++nextSeq_;
+    job.seq = p.seq;
+  }
+  *park = nullptr;
+  const size_t pieces = job.pieces.size();
+  std::vector<uint32_t> seqs;
+  for (const Piece& p : job.pieces) seqs.push_back(p.seq);
+  std::shared_ptr<Issue> issue = pushIssuing(std::move(job));
+  Status st;
+  for (size_t k = 0; k < pieces && st.isOk(); ++k) {
+    st = rt_.waitFlag(s, flag_, seqs[k]);
+    if (st.isOk() && hostOut) st = copyPiece(devOut, hostOut, call.outputRanges, k);
+  }
+  return finishIssue(*issue, s, st);
+}
+
+// The proxy side of a pairwise call: the ranks agree how many pieces it runs, then this rank
+// runs them all, each once the stream has staged it (a call staged whole, or direct: once the
+// stream has reached the call), releasing each piece staged on its own as it is done. Agreed
+// on one piece, the call runs whole.
+Status DeviceQueue::runPairPieces(Job& job) {
+  Status st = asyncError();
+  size_t all = 0;
+  if (st.isOk()) {
+    auto agreed = job.agree(job.ownPieces);
+    if (!agreed.isOk()) st = agreed.status();
+    else if (agreed.value() < job.ownPieces || agreed.value() > kMaxPieces)
+      st = internalError("the ranks agreed on " + std::to_string(agreed.value()) + " pieces of an alltoallv where this rank has " +
+                         std::to_string(job.ownPieces) + " (at most " + std::to_string(kMaxPieces) + ")");
+    else all = agreed.value();
+  }
+  const bool ownPieces = !job.pieces.empty();
+  if (st.isOk() && !ownPieces) st = waitReached(job.staged);
+  if (st.isOk() && all == 1) return job.run(job.hostInput, job.hostOutput, job.hostExtra);
+  for (size_t k = 0; k < all && st.isOk(); ++k) {
+    const bool own = k < job.pieces.size();
+    if (own) st = waitReached(job.pieces[k].staged);
+    if (st.isOk()) st = job.pieceRun(job.hostInput, job.hostOutput, k, all);
+    if (st.isOk() && own) flag_.host->store(job.pieces[k].seq, std::memory_order_release);
   }
   return st;
 }
@@ -745,7 +863,9 @@ void DeviceQueue::proxyLoop() {
       continue;
     }
     Status st;
-    if (job.direct) {
+    if (job.agree) {
+      st = runPairPieces(job);
+    } else if (job.direct) {
       // On the device buffers, once the stream has reached the call: whole, or its pieces
       // one after another.
       st = asyncError();

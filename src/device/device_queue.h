@@ -28,6 +28,15 @@
 // range clipped to each block's end, with a copy per block that reaches the range; so are
 // gather and scatter, whose root alone holds the blocks (one strided copy again).
 //
+// An alltoallv (DeviceCall::pairwise) has blocks of its own sizes on both sides, and a rank
+// knows only its own: what it sends each peer and receives from each. Each block is cut by
+// its size alone (pairPieceBytes), so its sender and its receiver cut it alike, but how many
+// pieces the call runs is the largest count over every block of every rank, which no rank
+// knows: the proxy first agrees it with the other ranks (DeviceCall::agreePieces, one small
+// allreduce), then runs that many, each an alltoallv of the blocks' ranges. A rank stages
+// its own pieces as above (a copy per block the piece reaches), or, when every block of its
+// own fits in one piece, stages the call whole and runs all the pieces on that copy.
+//
 // A direct call (DeviceCall::direct) puts only [mark A] [wait: flag >= seq] on the stream;
 // the proxy runs it on the device buffers once the stream passes A, then stores seq.
 //
@@ -100,6 +109,14 @@ struct DeviceCall {
   std::vector<std::pair<size_t, size_t>> blockRanges;
   size_t ownBlock = 0;
   bool blocksOnOutput = false;
+  // Alltoallv: input and output each hold a block per rank of its own size, as (byte
+  // offset, bytes) in rank order, the send counts' and the receive counts' (`inputRanges`,
+  // `outputRanges`); with elementBytes, the call is staged and run in pieces (the header's
+  // alltoallv), `agreePieces` giving, from this rank's number of pieces, the largest over
+  // all ranks (the same answer on every rank; it runs on the proxy, in the calls' order).
+  bool pairwise = false;
+  std::vector<std::pair<size_t, size_t>> inputRanges, outputRanges;
+  std::function<StatusOr<size_t>(size_t)> agreePieces;
   // The direct path (device_mover.h): nothing is staged; the proxy runs the collective on
   // the device buffers themselves once the stream reaches the call, in the same pieces a
   // staged call would be cut into (so ranks on either path issue the same calls).
@@ -149,7 +166,8 @@ class DeviceQueue {
   // Runs the collective on elements [first, first + elements) of the host copies (one piece
   // of an elementwise call), or of every block (of a blockwise call; of unequal blocks,
   // clipped to each block's end); `input` and `output` are the whole buffers (output
-  // nullptr where the call has none).
+  // nullptr where the call has none). For a pairwise call, `first` is the piece's index and
+  // `elements` the number of pieces the ranks agreed on.
   using PieceRun = std::function<Status(const void* input, void* output, size_t first, size_t elements)>;
 
   // Pieces: calls of at least kPieceMin bytes, in pieces of kPieceBytes (more for very
@@ -159,6 +177,13 @@ class DeviceQueue {
   static constexpr size_t kPieceBytes = size_t{4} << 20;
   static constexpr size_t kPieceMin = 2 * kPieceBytes;
   static constexpr size_t kMaxPieces = 64;
+
+  // A pairwise call's block of `bytes`, among `blocks` blocks a side: the bytes of each of
+  // its pieces (the last may be shorter), as an alltoall's block share of a piece, more for a
+  // block that would take over kMaxPieces; a multiple of 4 KiB. And how many pieces it takes
+  // (1 for an empty block).
+  static size_t pairPieceBytes(size_t bytes, size_t blocks);
+  static size_t pairPieces(size_t bytes, size_t blocks);
 
   // `timeoutSec` bounds how long the proxy waits for a stream to reach a call (a stream
   // stalled by other work) before failing it.
@@ -229,6 +254,10 @@ class DeviceQueue {
     bool direct = false;  // run on the device buffers (hostInput etc. are those)
     std::shared_ptr<DeviceDone> done;  // a waiting Work's view of it, if any
     std::shared_ptr<Issue> issue;  // set while enqueue still queues its copies back
+    // A pairwise call: how many pieces the ranks run is agreed first (`pieces`: this rank's
+    // staged pieces, or none when it is staged whole or direct; `ownPieces`: its count).
+    std::function<StatusOr<size_t>(size_t)> agree;
+    size_t ownPieces = 0;
   };
 
   // Where input, output and extra buffers sit in a call's host block, and its size:
@@ -261,6 +290,9 @@ class DeviceQueue {
   static bool cutsUnequalBlocks(const DeviceCall& call);
   static size_t blockBytes(const DeviceCall& call);
   Status enqueuePieces(const DeviceCall& call, Job job, Block** park);
+  static size_t ownPairPieces(const DeviceCall& call);
+  Status enqueuePairPieces(const DeviceCall& call, Job job, Block** park);
+  Status runPairPieces(Job& job);
   Status waitReached(void* marker);
   void retire(bool all);
   void fail(const Status& s);

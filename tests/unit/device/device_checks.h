@@ -7,6 +7,7 @@
 #include <climits>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "braid/braid.h"
 #include "fake_runtime.h"
@@ -88,6 +89,30 @@ inline void everyCollectiveOnDevice(FakeRuntime& rt, braidComm_t comm, int r, in
   if (step("alltoall", [&] { return braidAllToAll(in, out, count, braidFloat32, comm, stream.handle()); }))
     check("alltoall", out, count * n,
           [&](size_t i) { return static_cast<float>(i / count + 1) * v(r * count + i % count); });
+  // Alltoallv: rank r sends rank j count - 1000 * ((r + j) % 3) elements, its blocks back to
+  // back in rank order, and receives them the same way.
+  {
+    std::vector<size_t> sc(n), sd(n), rc(n), rd(n);
+    const auto pair = [&](int from, int to) { return count - 1000 * static_cast<size_t>((from + to) % 3); };
+    for (int j = 0, s = 0, t = 0; j < n; ++j) {
+      sc[j] = pair(r, j);
+      rc[j] = pair(j, r);
+      sd[j] = s;
+      rd[j] = t;
+      s += static_cast<int>(sc[j]);
+      t += static_cast<int>(rc[j]);
+    }
+    if (step("alltoallv", [&] {
+          return braidAllToAllV(in, sc.data(), sd.data(), out, rc.data(), rd.data(), braidFloat32, comm, stream.handle());
+        })) {
+      // Block j holds what rank j sent here: its input from its displacement for this rank.
+      for (int j = 0; j < n && error.empty(); ++j) {
+        size_t at = 0;
+        for (int q = 0; q < r; ++q) at += pair(j, q);
+        check("alltoallv", out + rd[j], rc[j], [&](size_t i) { return static_cast<float>(j + 1) * v(at + i); });
+      }
+    }
+  }
   // A ring of sends and receives, grouped.
   if (step("send/recv", [&] {
         braidGroupStart();

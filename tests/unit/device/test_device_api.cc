@@ -919,6 +919,131 @@ TEST_CASE("C API: a large device allgatherv or reduce_scatterv, staged in pieces
   CHECK((rt.kernels.load() > 0) == (std::string(path) != "staged"));
 }
 
+// Alltoallv: each rank knows only its own counts, so each block is cut by its own size and
+// the ranks agree how many pieces the call runs. Rank 0 sends rank 1 a block of seven
+// pieces, rank 1 sends itself one of two, every other block is small or empty: ranks 0 and 1
+// stage in pieces, ranks 2 and 3 stage whole and run the same seven pieces on that copy.
+// Blocks lie apart and out of rank order on both sides; every element arrives, the gaps
+// between the received blocks stay as they were, and a small call (one piece everywhere)
+// runs whole. Then rank 0 captures the call into a graph and replays it while its peers
+// issue it uncaptured: the replay agrees on the pieces as they do.
+TEST_CASE("C API: a large device alltoallv, cut block by block into the pieces the ranks agree on, gives every element",
+          "[device][cuda]") {
+  FakeRuntime rt;
+  InstallRuntime installed(&rt);
+  const char* path = GENERATE("staged", "direct", "ipc");
+  INFO(path);
+  CudaPath cudaPath(path);
+  setenv("BRAID_TIMEOUT", "20", 1);  // a mismatch would fail, or wait this long
+  const int n = 4;
+  // counts[i][j]: elements rank i sends rank j.
+  std::vector<std::vector<size_t>> counts(n, std::vector<size_t>(n));
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < n; ++j) counts[i][j] = (i * 7 + j * 3) % 11 * 97;  // some empty
+  counts[0][1] = (size_t{3} << 19) + 1234;  // 6.3 MB: seven pieces of 1 MiB
+  counts[1][1] = 300001;                    // 1.2 MB: two
+  counts[3][2] = 4097;
+  const float gap = -7.0f;
+  auto value = [](int from, int to, size_t i) { return static_cast<float>((from + 1) * (to * 5 + i % 4099)); };
+  const int copiesBefore = rt.copiesDone.load();
+  Failures fail(n);
+  onRanks(n, [&](braidComm_t comm, int r) {
+    FakeStream stream;
+    // Send blocks in rank order with a gap of 2 before each; receive blocks in reverse rank
+    // order with a gap of 16 before each.
+    std::vector<size_t> sendCounts(n), sendDispls(n), recvCounts(n), recvDispls(n);
+    size_t inExtent = 0, outExtent = 0;
+    for (int j = 0; j < n; ++j) {
+      sendCounts[j] = counts[r][j];
+      sendDispls[j] = inExtent + 2;
+      inExtent = sendDispls[j] + sendCounts[j];
+    }
+    for (int j = n - 1; j >= 0; --j) {
+      recvCounts[j] = counts[j][r];
+      recvDispls[j] = outExtent + 16;
+      outExtent = recvDispls[j] + recvCounts[j];
+    }
+    outExtent += 5;
+    float* in = static_cast<float*>(rt.deviceAlloc(inExtent * 4));
+    float* out = static_cast<float*>(rt.deviceAlloc(outExtent * 4));
+    auto fill = [&](int scale) {
+      stream.enqueue([=, &sendDispls] {
+        std::fill(out, out + outExtent, gap);
+        for (int j = 0; j < n; ++j)
+          for (size_t i = 0; i < counts[r][j]; ++i) in[sendDispls[j] + i] = scale * value(r, j, i);
+      });
+    };
+    auto check = [&](const std::string& what, int scale, const std::vector<size_t>& got) {
+      std::vector<bool> inBlock(outExtent, false);
+      for (int j = 0; j < n && fail.of[r].empty(); ++j) {
+        for (size_t i = 0; i < got[j] && fail.of[r].empty(); ++i) {
+          inBlock[recvDispls[j] + i] = true;
+          if (out[recvDispls[j] + i] != scale * value(j, r, i))
+            fail(r, what + ": element " + std::to_string(i) + " from rank " + std::to_string(j) + " is " +
+                        std::to_string(out[recvDispls[j] + i]));
+        }
+      }
+      for (size_t k = 0; k < outExtent && fail.of[r].empty(); ++k)
+        if (!inBlock[k] && out[k] != gap)
+          fail(r, what + ": gap element " + std::to_string(k) + " is " + std::to_string(out[k]));
+    };
+    auto alltoallv = [&](const std::vector<size_t>& sc, const std::vector<size_t>& rc, const std::string& what) {
+      if (braidAllToAllV(in, sc.data(), sendDispls.data(), out, rc.data(), recvDispls.data(), braidFloat32, comm,
+                         stream.handle()) != braidSuccess)
+        fail(r, what + ": " + braidGetLastError(comm));
+    };
+    {
+      Gate gate;
+      gate.closeOn(stream);
+      fill(1);
+      alltoallv(sendCounts, recvCounts, "alltoallv");
+      gate.open();
+      stream.synchronize();
+      check("alltoallv", 1, recvCounts);
+    }
+    // Small: every block at most 1 KiB, one piece on every rank.
+    std::vector<size_t> smallSend(n), smallRecv(n);
+    for (int j = 0; j < n; ++j) {
+      smallSend[j] = std::min<size_t>(sendCounts[j], 256);
+      smallRecv[j] = std::min<size_t>(recvCounts[j], 256);
+    }
+    const int copiesBeforeSmall = rt.copiesDone.load();
+    fill(2);
+    alltoallv(smallSend, smallRecv, "small alltoallv");
+    stream.synchronize();
+    check("small alltoallv", 2, smallRecv);
+    // Staged whole: the output in (for its gaps), the input, the output back.
+    if (std::string(path) == "staged" && rt.copiesDone.load() - copiesBeforeSmall < 3)
+      fail(r, "small alltoallv: " + std::to_string(rt.copiesDone.load() - copiesBeforeSmall) + " copies");
+    // Rank 0 replays a graph of the large call; the others issue it as before (with ipc,
+    // where a replay's host buffers would meet its peers' device slots, every rank replays).
+    std::shared_ptr<FakeRuntime::Graph> graph;
+    if (r == 0 || std::string(path) == "ipc") {
+      rt.beginCapture(stream.handle());
+      alltoallv(sendCounts, recvCounts, "captured alltoallv");
+      graph = rt.endCapture(stream.handle());
+    }
+    for (int round = 3; round <= 4 && fail.of[r].empty(); ++round) {
+      fill(round);
+      if (graph) rt.launch(graph, stream.handle());
+      else alltoallv(sendCounts, recvCounts, "alltoallv " + std::to_string(round));
+      stream.synchronize();
+      check("alltoallv " + std::to_string(round), round, recvCounts);
+    }
+    fail(r, asyncFailure(comm));
+    graph.reset();
+    rt.deviceFree(in);
+    rt.deviceFree(out);
+  });
+  unsetenv("BRAID_TIMEOUT");
+  for (int r = 0; r < n; ++r) CHECK(fail.of[r] == "");
+  // Staged, rank 0 copies the large block in seven pieces in its one uncaptured large call,
+  // rank 1 out in its three, where a whole call makes three copies.
+  const int copies = rt.copiesDone.load() - copiesBefore;
+  if (std::string(path) == "staged") CHECK(copies >= 7 * 4);
+  else CHECK(copies <= 2 * 3 * n);  // the graphs' copies (staged) alone
+}
+
 // Gather and scatter of 8 MiB or more are staged in pieces too: the root holds every block
 // (one strided copy per piece), the other ranks their own block alone, and every rank cuts
 // the same count the same way. Every element right, at the root in place and out of place.

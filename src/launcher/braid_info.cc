@@ -422,7 +422,13 @@ braid::StatusOr<std::unique_ptr<braid::bootstrap::Store>> statusStore(const std:
     last = c.status();
     if (last.message().find("nonce mismatch") == std::string::npos) break;
   }
-  return last;
+  // Something listens there but does not speak braid's store protocol: a PyTorch job's store
+  // (torchrun's MASTER_ADDR:MASTER_PORT), perhaps, where braid's ranks answer too, asked
+  // through torch's client.
+  if (last.message().find("HELLO") == std::string::npos) return last;
+  return Status(last.code(), last.message() + "\nIf " + addr +
+                                 " is a PyTorch job's store (MASTER_ADDR:MASTER_PORT), ask it with: python -m "
+                                 "braid.torch.status " + addr);
 }
 
 int printStatus(int argc, char** argv) {

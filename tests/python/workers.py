@@ -1031,8 +1031,9 @@ def scenario_held():
 def scenario_status():
     """Rank 2 stays away (compute) while ranks 0 and 1 wait for it in an all_reduce:
     braid.torch.live_status() on rank 0, and python -m braid.torch.status from outside the
-    job, show every rank and that rank 2, not in a collective, holds the others up. Then rank
-    2 joins and the all_reduce completes."""
+    job, show every rank and that rank 2, not in a collective, holds the others up;
+    braid-info --status, pointed at torch's store, says to use the latter. Then rank 2 joins
+    and the all_reduce completes."""
     import subprocess
     import braid.torch as bt
     torch, dist = init_torch(timeout_s=60)
@@ -1055,6 +1056,11 @@ def scenario_status():
                 extra["cli"] = out.stdout[-2000:] + out.stderr[-2000:]
                 assert out.returncode == 0, out.stderr
                 assert "3 of 3 answered" in out.stdout and "rank 2 holds up" in out.stdout, out.stdout + out.stderr
+            with check("braid-info --status on torch's store says to ask it through torch"):
+                import braid
+                info = os.path.join(os.path.dirname(os.path.abspath(braid.__file__)), "bin", "braid-info")
+                out = subprocess.run([info, "--status", addr], capture_output=True, text=True, timeout=120)
+                assert out.returncode == 1 and f"python -m braid.torch.status {addr}" in out.stderr, out.stderr
             with check("python -m braid.torch.status names a bad address"):
                 out = subprocess.run([sys.executable, "-m", "braid.torch.status", "nohost"], capture_output=True,
                                      text=True, timeout=120)

@@ -94,6 +94,12 @@ class Store {
     (void)name;
     return nullptr;
   }
+  // Whether this process hosts the store openRoot reaches (its server runs here): 1 yes, 0
+  // no (another process, a rank or a launcher, hosts it), -1 unknown (the default). Nobody
+  // may call a store whose host has left, so the view ends when its host's last
+  // communicator goes, telling the other processes to stop checking; where the host is
+  // unknown, it ends when the first process leaves.
+  virtual int hostsRoot() { return -1; }
 };
 
 // An operation in flight. wait() blocks and throws the operation's error; test() polls. On

@@ -79,6 +79,7 @@ class StoreAdapter : public bootstrap::Store {
       return {};
     }
     if (!first || root.name.empty()) return {};
+    if (!guard([&] { root.hosts = s_->hostsRoot(); }).isOk()) root.hosts = -1;
     auto opened = std::make_shared<std::shared_ptr<braid::Store>>(std::move(first));
     auto mu = std::make_shared<std::mutex>();
     std::weak_ptr<braid::Store> self = s_;

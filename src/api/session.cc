@@ -443,7 +443,9 @@ void Session::announce() {
       return;
     }
     comm_->setLiveStore(rootStore);
-    core::addLiveStatus("caller:" + root.name, std::move(root.connect), comm_.get(), closings.value());
+    BRAID_INFO("live status: through the caller's store %s, which this process %s", root.name.c_str(),
+               root.hosts > 0 ? "hosts" : root.hosts == 0 ? "does not host" : "may host");
+    core::addLiveStatus("caller:" + root.name, std::move(root.connect), comm_.get(), closings.value(), root.hosts);
     announced_ = true;
     return;
   }

@@ -85,6 +85,7 @@ class Store {
   struct LiveRoot {
     std::string name;
     std::function<StatusOr<std::unique_ptr<Store>>()> connect;
+    int hosts = -1;  // whether this process hosts the root (braid::Store::hostsRoot)
   };
   virtual LiveRoot liveRoot() { return {}; }
 };

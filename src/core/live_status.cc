@@ -268,6 +268,7 @@ struct Responder {
   bool closed = false;                        // under mu: ended because a process closed the view
   int peers = 0;                              // under mu: the most other ranks of a communicator here
   int64_t closings = -1;                      // a caller's store: the view's closings when it began
+  int hosts = -1;                             // a caller's store: whether this process hosts it (-1: unknown)
   // A caller's store (addLiveStatus's `closings` >= 0): the thread polls it (see
   // respondPolling), and a call it is in cannot be cut short, so stopping it waits a
   // bounded time.
@@ -342,9 +343,11 @@ void respondBlocking(Responder& me, bootstrap::Store& store, int64_t next) {
 // used after its server has gone makes the caller's library log the failure with a stack
 // trace. So the responder checks for the question every kCallerPoll, and stops for good
 // when a process closes the view: kRoot "closed" counts the closings, and a responder that
-// sees it move adds to "closed-ack/<count>" and ends. A process leaving the job closes the
-// view and waits (briefly) for the others' acknowledgements before it goes (closeView), so
-// that nobody calls a store whose host has left.
+// sees it move adds to "closed-ack/<count>" and ends. The store's host (or, where no
+// process knows whether it hosts the store, any process) closes the view as it leaves and
+// waits (briefly) for the others' acknowledgements before it goes (closeView), so that
+// nobody calls a store whose host has left. A process that does not host it just stops
+// checking: the others' view goes on.
 void respondPolling(Responder& me, bootstrap::Store& store, int64_t next) {
   for (;;) {
     if (stopping(me)) return;
@@ -421,25 +424,38 @@ bool stopResponder(const std::shared_ptr<Responder>& r, std::chrono::steady_cloc
 }
 
 // The last communicator of this process on a caller's store goes: if the view is still
-// open (no other process closed it), close it and give the other processes' responders
-// until kCallerCloseWait to see that, through the stopped responder's connection, which its
-// thread no longer uses.
+// open (no other process closed it) and this process may host the store, close it and give
+// the other processes' responders until kCallerCloseWait to see that, through the stopped
+// responder's connection, which its thread no longer uses, or, where it stopped before it
+// had one (a process that leaves within milliseconds of its start), a new one.
 void closeView(Responder& r) {
   bootstrap::Store* store = nullptr;
   {
     std::lock_guard<std::mutex> lock(r.mu);
-    if (r.closed || !r.client || r.peers <= 0) return;
+    if (r.closed || r.peers <= 0 || r.hosts == 0) return;
     store = r.client.get();
+  }
+  std::unique_ptr<bootstrap::Store> own;
+  if (!store) {
+    auto c = r.connect();
+    if (!c.isOk()) return;
+    own = std::move(c).value();
+    store = own.get();
   }
   const Deadline d = Deadline::after(std::chrono::duration<double>(kCallerCloseWait).count());
   auto closing = store->add(kRoot + "closed", 1, d);
   if (!closing.isOk()) return;
   const std::string ack = kRoot + "closed-ack/" + std::to_string(closing.value());
+  int64_t seen = 0;
   while (!d.expired()) {
     auto acks = store->add(ack, 0, d);
-    if (!acks.isOk() || acks.value() >= r.peers) return;
+    if (!acks.isOk()) break;
+    seen = acks.value();
+    if (seen >= r.peers) break;
     usleep(10000);
   }
+  BRAID_INFO("live status: closed the view at %s; %lld of %d other processes stopped checking", r.storeKey.c_str(),
+             static_cast<long long>(seen), r.peers);
 }
 
 // At exit, the responders of callers' stores still running (communicators never destroyed)
@@ -465,7 +481,7 @@ StatusOr<int64_t> liveViewClosings(bootstrap::Store& root) { return root.add(kRo
 
 void addLiveStatus(const std::string& storeKey,
                    std::function<StatusOr<std::unique_ptr<bootstrap::Store>>()> connect, const Communicator* comm,
-                   int64_t closings) {
+                   int64_t closings, int hosts) {
   Registry& reg = registry();
   std::lock_guard<std::mutex> lock(reg.mu);
   if (reg.storeOf.count(comm)) return;
@@ -484,6 +500,7 @@ void addLiveStatus(const std::string& storeKey,
   r->storeKey = storeKey;
   r->connect = std::move(connect);
   r->closings = closings;
+  r->hosts = hosts;
   for (const auto& [c, key] : reg.storeOf)
     if (key == storeKey) r->peers = std::max(r->peers, c->size() - 1);
   if (r->callerStore()) {

@@ -88,9 +88,10 @@ StatusOr<std::vector<LiveState>> collectLiveStatus(bootstrap::Store& store, cons
 // wait to park in: the thread polls it, and the view there ends when a process leaves (see
 // live_status.cc); the value is liveViewClosings(root) read before the communicator was
 // handed to its caller, so that a process leaving right after is seen. -1: braid's store or
-// etcd, where the thread parks.
+// etcd, where the thread parks. `hosts`, for a caller's store: whether this process hosts
+// it (1), does not (0: its leaving does not end the view), or may (-1).
 void addLiveStatus(const std::string& storeKey, std::function<StatusOr<std::unique_ptr<bootstrap::Store>>()> connect,
-                   const Communicator* comm, int64_t closings = -1);
+                   const Communicator* comm, int64_t closings = -1, int hosts = -1);
 // How many times the live view at `root` (a caller's store) was closed so far.
 StatusOr<int64_t> liveViewClosings(bootstrap::Store& root);
 // Whether `comm` is registered, so that every process of its store answers askLiveStatus.

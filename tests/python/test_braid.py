@@ -43,7 +43,7 @@ def test_monitored_barrier_and_sparse_all_reduce(n):
 
 
 @requires_torch
-@pytest.mark.parametrize("order", ["first", "last"])
+@pytest.mark.parametrize("order", ["first", "last", "together"])
 def test_destroy_process_group_in_any_order_leaves_no_stack_traces(order):
     res = launch("leave", 3, timeout=60, env={"BRAID_TEST_LEAVE": order})
     res.assert_all_ok()
@@ -83,6 +83,13 @@ def test_a_rank_held_in_another_group_is_followed_there():
 @requires_torch
 def test_live_status_through_torchs_store_from_a_rank_and_from_outside():
     res = launch("status", 3, timeout=180)
+    res.assert_all_ok()
+    print(res.results[0]["extra"]["report"])
+
+
+@requires_torch
+def test_the_live_view_goes_on_after_a_rank_that_does_not_host_the_store_leaves():
+    res = launch("status_after_leave", 3, timeout=120)
     res.assert_all_ok()
     print(res.results[0]["extra"]["report"])
 

@@ -812,6 +812,19 @@ def scenario_cuda():
         dist.all_to_all_single(a_out, a_in)
         want = torch.cat([torch.arange(3 * R, 3 * R + 3, device=dev, dtype=torch.int32) + 100 * r for r in range(N)])
         assert torch.equal(a_out, want), a_out.tolist()
+    with check("all_to_all_single with uneven splits on cuda, one block large enough to go in pieces"):
+        # Rank r sends rank s (r + 2 * s) % 5 * 1000 + 7 rows, rank 0 to rank 1 3 Mi more:
+        # the ranks agree on that block's pieces.
+        rows = [[(r + 2 * s) % 5 * 1000 + 7 + (3 << 20 if (r, s) == (0, 1 % N) else 0) for s in range(N)]
+                for r in range(N)]
+        a_in = torch.cat([torch.arange(rows[R][s], device=dev, dtype=torch.float32) % 4099 + 10000 * (R + 1) + s
+                          for s in range(N)])
+        recv = [rows[r][R] for r in range(N)]
+        a_out = torch.full((sum(recv),), -1.0, device=dev)
+        dist.all_to_all_single(a_out, a_in, output_split_sizes=recv, input_split_sizes=rows[R])
+        want = torch.cat([torch.arange(rows[r][R], device=dev, dtype=torch.float32) % 4099 + 10000 * (r + 1) + R
+                          for r in range(N)])
+        assert torch.equal(a_out, want), (a_out != want).nonzero()[:4].tolist()
     with check("gather and scatter lists on cuda"):
         x = torch.full((7,), float(R), device=dev)
         outs = [torch.empty(7, device=dev) for _ in range(N)] if R == 0 else None
@@ -932,17 +945,28 @@ def scenario_gaps():
 
 def scenario_leave():
     """destroy_process_group with the ranks leaving in the order BRAID_TEST_LEAVE gives
-    ("first": rank 0, which hosts torch's store, leaves first; "last": it leaves last)."""
+    ("first": rank 0, which hosts torch's store, leaves first; "last": it leaves last;
+    "together": all at once, as a script's ranks that finish alike do)."""
     torch, dist = init_torch()
     with check("a collective before leaving"):
         t = torch.ones(8)
         dist.all_reduce(t)
         assert torch.equal(t, torch.full((8,), float(WORLD)))
     order = os.environ.get("BRAID_TEST_LEAVE", "first")
-    time.sleep(0.3 * (RANK if order == "first" else WORLD - RANK))
+    if order == "together":
+        # Within one check of the view apart, rank 0 (the store's host) first, each process
+        # going as soon as its group is destroyed: a rank still leaving must not call the
+        # store after its host has gone.
+        time.sleep(0.04 * RANK)
+    else:
+        time.sleep(0.3 * (RANK if order == "first" else WORLD - RANK))
     with check("destroy_process_group returns"):
         dist.destroy_process_group()
     write_result()
+    if order == "together":
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
 
 def _abort_group_and_exit(dist):
@@ -1072,6 +1096,33 @@ def scenario_status():
         dist.all_reduce(t)
     with check("the all_reduce completes once rank 2 joins"):
         assert torch.all(t == 9.0), t[:4]
+    write_result()
+    dist.destroy_process_group()
+
+
+def scenario_status_after_leave():
+    """Rank 2, which does not host torch's store, destroys its group and leaves; the view goes
+    on for the others: braid.torch.live_status() on rank 0 still gets ranks 0 and 1's answers."""
+    import braid.torch as bt
+    torch, dist = init_torch(timeout_s=60)
+    t = torch.ones(16)
+    dist.all_reduce(t)
+    store = dist.distributed_c10d._get_default_store()
+    if RANK == 2:
+        dist.destroy_process_group()
+        store.set("leave/gone", "1")
+        write_result()
+        return
+    store.wait(["leave/gone"], datetime.timedelta(seconds=60))
+    time.sleep(0.3)  # more than one check of the view
+    if RANK == 0:
+        with check("the view answers after a rank that does not host the store left"):
+            report = bt.live_status(wait=1.0)
+            extra["report"] = report
+            assert "communicator 'braid' (3 ranks, epoch 0): 2 of 3 answered" in report, report
+        store.set("leave/asked", "1")
+    else:
+        store.wait(["leave/asked"], datetime.timedelta(seconds=60))
     write_result()
     dist.destroy_process_group()
 

@@ -79,6 +79,21 @@ class C10dStoreAdapter : public braid::Store {
     return std::make_shared<C10dStoreAdapter>(std::move(conn), std::chrono::microseconds(100000));
   }
 
+  // Whether this process runs the TCPStore's server, as the store's description says
+  // ("server=TCPServer(port=...)" in the host, "server=<nullptr>" in a client): the rank
+  // that made it with is_master (rank 0 under init_method env:// and tcp://), none where
+  // torchrun's agent hosts it.
+  int hostsRoot() override {
+    c10::intrusive_ptr<c10d::Store> root = store_;
+    if (auto* prefixed = dynamic_cast<c10d::PrefixStore*>(root.get())) root = prefixed->getUnderlyingNonPrefixStore();
+    auto* tcp = dynamic_cast<c10d::TCPStore*>(root.get());
+    if (tcp == nullptr) return -1;
+    const std::string repr = tcp->repr();
+    if (repr.find("server=TCPServer") != std::string::npos) return 1;
+    if (repr.find("server=<nullptr>") != std::string::npos) return 0;
+    return -1;
+  }
+
   bool check(const std::vector<std::string>& keys) override {
     return translate([&] { return store_->check(keys); });
   }

@@ -1287,7 +1287,13 @@ Status Session::enqueueOnDevice(Call&& call, std::shared_ptr<device::DeviceDone>
       most.count = 1;
       most.inPlace = true;
       uint64_t v = own;
-      BRAID_RETURN_IF_ERROR(comm->run(most, &v, &v));
+      Status st = comm->run(most, &v, &v);
+      if (!st.isOk())
+        return Status(st.code(),
+                      "agreeing with the other ranks on how many pieces an alltoallv on device buffers runs (an "
+                      "allreduce of one uint64, which every rank makes that passes device buffers to it): " +
+                          st.message(),
+                      st.rank());
       return static_cast<size_t>(v);
     };
   }

@@ -1196,6 +1196,43 @@ TEST_CASE("C API: with device slots, a rank that passes host buffers where its p
   CHECK(errors[1].find("from device buffers where rank 1 runs it on host buffers") != std::string::npos);
 }
 
+// An alltoallv on device buffers starts with the ranks' agreement on its pieces, which a
+// rank that passes host buffers to the same call does not take part in: both fail at that
+// call, naming the two calls, rather than one of them waiting out the timeout.
+TEST_CASE("C API: an alltoallv on host buffers where a peer passes device buffers fails on both, naming the calls",
+          "[device][cuda]") {
+  FakeRuntime rt;
+  InstallRuntime installed(&rt);
+  setenv("BRAID_TIMEOUT", "20", 1);
+  const int n = 2;
+  const size_t count = 1000;
+  std::vector<std::string> errors(n);
+  const auto t0 = std::chrono::steady_clock::now();
+  onRanks(n, [&](braidComm_t comm, int r) {
+    FakeStream stream;
+    float* dev = static_cast<float*>(rt.deviceAlloc(4 * count * 4));
+    std::vector<float> host(4 * count, 1.0f);
+    const size_t counts[2] = {count, count}, displs[2] = {0, count};
+    braidResult_t res = r == 0 ? braidAllToAllV(dev, counts, displs, dev + 2 * count, counts, displs, braidFloat32,
+                                                comm, stream.handle())
+                               : braidAllToAllV(host.data(), counts, displs, host.data() + 2 * count, counts, displs,
+                                                braidFloat32, comm, nullptr);
+    stream.synchronize();
+    if (res == braidSuccess && r == 0) braidCommGetAsyncError(comm, &res);
+    errors[r] = res == braidSuccess ? "no failure" : braidGetLastError(comm);
+    rt.deviceFree(dev);
+  });
+  unsetenv("BRAID_TIMEOUT");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (int r = 0; r < n; ++r) {
+    INFO("rank " << r << ": " << errors[r]);
+    CHECK(errors[r].find("mismatch") != std::string::npos);
+    CHECK(errors[r].find("alltoallv") != std::string::npos);
+  }
+  CHECK(errors[0].find("how many pieces an alltoallv on device buffers runs") != std::string::npos);
+  CHECK(seconds < 10);
+}
+
 TEST_CASE("C API: BRAID_CUDA_PATH=direct where the GPU cannot take it stages instead, an unknown path is refused",
           "[device][cuda]") {
   FakeRuntime rt;

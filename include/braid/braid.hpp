@@ -88,7 +88,8 @@ class Store {
   // each of its communicators is. A store that can carry it returns a new connection to the
   // root of the same store (outside any prefix its own keys have) and sets *name to a name
   // for that root, the same for every communicator on it: each process answers for all of
-  // them from one thread, which checks that connection for a question every 100 ms, so its
+  // them from one thread, which checks that connection for a question every 100 ms (less
+  // often in jobs of over 100 processes, at least once a second), so its
   // calls must not hold up this store's. nullptr, the default: no live view through this store.
   virtual std::shared_ptr<Store> openRoot(std::string* name) {
     (void)name;

@@ -39,7 +39,9 @@ constexpr int64_t kStoreCheckPeriodNs = 100 * 1000 * 1000;
 // The least time a store call of the failure checks is given, whatever the deadline left.
 constexpr double kStoreMinWaitSec = 1.0;
 // How long a rank that timed out on a peer held in another communicator waits for the
-// processes' answers (askLiveStatus) before following the peer's holds.
+// processes' answers (askLiveStatus) before following the peer's holds; more where the
+// processes check a caller's store for the question less often (a large job's,
+// liveAnswerSeconds).
 constexpr double kHeldAskSec = 0.5;
 
 // Whether process `pid` (on this host) is stopped (SIGSTOP, a debugger).
@@ -1671,7 +1673,7 @@ Status Communicator::findStalledRank(const Status& timeout) {
     visited.insert(cur);
     const std::string stallKey = key("stall/" + std::to_string(cur));
     StatusOr<std::string> v = Status(Code::kTimeout, "not asked");
-    const int64_t askAt = deadline.nanos() - static_cast<int64_t>(kHeldAskSec * 1e9);
+    const int64_t askAt = deadline.nanos() - static_cast<int64_t>(heldAskSeconds() * 1e9);
     if (early.cur < 0 && askAt > nowNanos()) {
       v = store_->get(stallKey, Deadline::atNanos(askAt));
       // The claim and the request get what is left of the grace, and a quarter second at least.
@@ -1712,6 +1714,8 @@ bool Communicator::mayBeHeld(int cur) {
   return peers_[cur].hostId != peers_[rank_].hostId;
 }
 
+double Communicator::heldAskSeconds() const { return std::max(kHeldAskSec, liveAnswerSeconds(this)); }
+
 Communicator::HeldAsk Communicator::beginHeldAsk(int cur, Deadline deadline) {
   HeldAsk h;
   h.cur = cur;
@@ -1721,7 +1725,7 @@ Communicator::HeldAsk Communicator::beginHeldAsk(int cur, Deadline deadline) {
   h.claimed = true;
   h.asker = claim.value() == std::to_string(rank_);
   if (!h.asker) return h;
-  auto live = beginLiveStatus(liveStore(), kHeldAskSec, deadline);
+  auto live = beginLiveStatus(liveStore(), heldAskSeconds(), deadline);
   h.begun = live.isOk();
   if (h.begun) h.live = live.value();
   return h;
@@ -1736,7 +1740,7 @@ Status Communicator::heldElsewhere(int cur, const Status& timeout, const HeldAsk
   const std::string verdictKey = key("stall-far/" + std::to_string(cur));
   std::string verdict;
   if (!ask.asker) {
-    auto v = store_->get(verdictKey, Deadline::after(kHeldAskSec + 2));
+    auto v = store_->get(verdictKey, Deadline::after(heldAskSeconds() + 2));
     if (!v.isOk()) return Status::ok();
     verdict = v.value();
   } else {

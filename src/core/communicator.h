@@ -326,6 +326,9 @@ class Communicator {
   // Claims the ask for `cur` and, claimed, sends it; its store calls bounded by `deadline`.
   // A store that fails them leaves nothing claimed (its failure is the caller's to report).
   HeldAsk beginHeldAsk(int cur, Deadline deadline);
+  // How long the ask waits for the processes' answers (kHeldAskSec, or more on a large job's
+  // polled store: liveAnswerSeconds).
+  double heldAskSeconds() const;
   // findStalledRank's last step, for rank `cur` that recorded nothing here: it may be held in
   // another communicator (waiting there, or failed there, on a third process). Asks the
   // processes where they are (askLiveStatus; `early` when begun for `cur` already) and

@@ -279,8 +279,6 @@ struct Responder {
 // How long stopping a caller's store's responder waits for its thread, which may be in
 // one of the store's calls (a round trip, or the store's own timeout where it is cut off).
 constexpr double kCallerStopWaitSec = 2.0;
-// How often a caller's store's responder checks for a question (and for the view's end).
-constexpr auto kCallerPoll = std::chrono::milliseconds(100);
 // How long a process that closes the view on a caller's store waits for the others to see it.
 constexpr auto kCallerCloseWait = std::chrono::milliseconds(300);
 
@@ -341,7 +339,7 @@ void respondBlocking(Responder& me, bootstrap::Store& store, int64_t next) {
 
 // A caller's store (PyTorch's TCPStore) has no wait that can be cut short, and a connection
 // used after its server has gone makes the caller's library log the failure with a stack
-// trace. So the responder checks for the question every kCallerPoll, and stops for good
+// trace. So the responder checks for the question every callerPollInterval, and stops for good
 // when a process closes the view: kRoot "closed" counts the closings, and a responder that
 // sees it move adds to "closed-ack/<count>" and ends. The store's host (or, where no
 // process knows whether it hosts the store, any process) closes the view as it leaves and
@@ -366,7 +364,7 @@ void respondPolling(Responder& me, bootstrap::Store& store, int64_t next) {
       return;
     }
     std::unique_lock<std::mutex> lock(me.mu);
-    me.cv.wait_for(lock, kCallerPoll, [&] { return me.stop; });
+    me.cv.wait_for(lock, callerPollInterval(me.peers + 1), [&] { return me.stop; });
   }
 }
 
@@ -476,6 +474,21 @@ void stopAtExit() {
 }
 
 }  // namespace
+
+std::chrono::milliseconds callerPollInterval(int processes) {
+  return std::chrono::milliseconds(std::clamp(processes, 100, 1000));
+}
+
+double liveAnswerSeconds(const Communicator* comm) {
+  Registry& reg = registry();
+  std::lock_guard<std::mutex> lock(reg.mu);
+  auto key = reg.storeOf.find(comm);
+  if (key == reg.storeOf.end()) return 0;
+  auto r = reg.byStore.find(key->second);
+  if (r == reg.byStore.end() || !r->second->callerStore()) return 0;
+  std::lock_guard<std::mutex> rlock(r->second->mu);
+  return std::chrono::duration<double>(callerPollInterval(r->second->peers + 1)).count() + 0.2;
+}
 
 StatusOr<int64_t> liveViewClosings(bootstrap::Store& root) { return root.add(kRoot + "closed", 0, Deadline::after(10)); }
 

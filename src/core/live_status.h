@@ -12,6 +12,7 @@
 // asker knows it is missing from the ranks that did answer (each gives its communicator's
 // size). The asker removes the request's keys when done.
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -92,6 +93,16 @@ StatusOr<std::vector<LiveState>> collectLiveStatus(bootstrap::Store& store, cons
 // it (1), does not (0: its leaving does not end the view), or may (-1).
 void addLiveStatus(const std::string& storeKey, std::function<StatusOr<std::unique_ptr<bootstrap::Store>>()> connect,
                    const Communicator* comm, int64_t closings = -1, int hosts = -1);
+// How often the thread on a caller's store, which polls it, checks for a question, with
+// `processes` processes answering there: every 100 ms up to 100 processes, then every 1 ms
+// per process, at most every second, so that a whole job's checks (two requests each) ask
+// at most about 2,000 requests a second of the store up to 1,000 processes (two a second
+// per process beyond).
+std::chrono::milliseconds callerPollInterval(int processes);
+// How long an asker waits at least for the answers of every process of `comm`'s store: its
+// thread's polling interval and a margin on a caller's store, 0 where the threads wait in
+// the store (braid's, etcd) and answer at once, or where `comm` is not registered.
+double liveAnswerSeconds(const Communicator* comm);
 // How many times the live view at `root` (a caller's store) was closed so far.
 StatusOr<int64_t> liveViewClosings(bootstrap::Store& root);
 // Whether `comm` is registered, so that every process of its store answers askLiveStatus.

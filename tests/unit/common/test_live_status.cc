@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <string>
 #include <thread>
@@ -185,4 +186,23 @@ TEST_CASE("an interrupted store client ends a blocked wait at once, quietly", "[
   waiter.join();
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
   CHECK(client->get("never", Deadline::after(1)).status().message().find("interrupted") != std::string::npos);
+}
+
+// A caller's store is polled: a job's checks (two requests each) stay within 2,000 requests
+// a second up to 1,000 processes, and no process checks less often than once a second.
+TEST_CASE("the threads on a caller's store check it less often as the job grows, at most once a second", "[live]") {
+  using braid::core::callerPollInterval;
+  using std::chrono::milliseconds;
+  CHECK(callerPollInterval(1) == milliseconds(100));
+  CHECK(callerPollInterval(100) == milliseconds(100));
+  CHECK(callerPollInterval(256) == milliseconds(256));
+  CHECK(callerPollInterval(1000) == milliseconds(1000));
+  CHECK(callerPollInterval(100000) == milliseconds(1000));
+  for (int processes : {8, 64, 256, 1024, 4096}) {
+    const double perSecond = processes * 2 * 1000.0 / static_cast<double>(callerPollInterval(processes).count());
+    INFO(processes << " processes: " << perSecond << " requests a second");
+    CHECK(perSecond <= std::max(2000.0, processes * 2.0));
+  }
+  // Not registered: answers are not waited for.
+  CHECK(braid::core::liveAnswerSeconds(nullptr) == 0);
 }

@@ -76,8 +76,9 @@ def live_status(store=None, wait=1.0):
     communicator (``braid`` for the world, ``braid.pg<name>`` for the others) one line per
     rank with its operation and whom it waits for (or "no answer" from a stopped or lost
     one), then which rank holds the others up. Asks through ``store`` (default: the default
-    group's) and waits ``wait`` seconds for the answers; the view ends once a process has
-    left the job."""
+    group's) and waits ``wait`` seconds for the answers (the processes of a job of 1,000 or
+    more check for the question once a second: wait 2 there); the view ends once the process
+    hosting torch's store has left the job."""
     if store is None:
         store = dist.distributed_c10d._get_default_store()
     return _torch_backend.live_status(store, float(wait))

@@ -88,6 +88,15 @@ def test_live_status_through_torchs_store_from_a_rank_and_from_outside():
 
 
 @requires_torch
+def test_live_status_waits_longer_in_jobs_whose_processes_check_less_often():
+    sys.path.insert(0, SITE)
+    from braid.torch import default_status_wait
+    assert [default_status_wait(n) for n in (1, 8, 100)] == [1.0, 1.0, 1.0]
+    assert default_status_wait(256) == pytest.approx(1.256)
+    assert default_status_wait(1000) == default_status_wait(100000) == pytest.approx(2.0)
+
+
+@requires_torch
 def test_the_live_view_goes_on_after_a_rank_that_does_not_host_the_store_leaves():
     res = launch("status_after_leave", 3, timeout=120)
     res.assert_all_ok()

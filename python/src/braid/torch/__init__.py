@@ -71,17 +71,27 @@ def agree(flag=1, group=None):
 
 
 
-def live_status(store=None, wait=1.0):
+def live_status(store=None, wait=None):
     """Where every process of the job is, as the text braid-info --status prints: per group's
     communicator (``braid`` for the world, ``braid.pg<name>`` for the others) one line per
     rank with its operation and whom it waits for (or "no answer" from a stopped or lost
     one), then which rank holds the others up. Asks through ``store`` (default: the default
-    group's) and waits ``wait`` seconds for the answers (the processes of a job of 1,000 or
-    more check for the question once a second: wait 2 there); the view ends once the process
-    hosting torch's store has left the job."""
+    group's) and waits ``wait`` seconds for the answers: by default 1, or, where the job is
+    large enough that its processes check for the question less often (every millisecond
+    per process over 100, at most once a second), that interval and a second more. The view
+    ends once the process hosting torch's store has left the job."""
     if store is None:
         store = dist.distributed_c10d._get_default_store()
+    if wait is None:
+        wait = default_status_wait(dist.get_world_size() if dist.is_initialized() else 1)
     return _torch_backend.live_status(store, float(wait))
+
+
+def default_status_wait(processes):
+    """Seconds to wait for the live view's answers from a job of ``processes`` processes:
+    their threads on torch's store check for a question every max(100, processes)
+    milliseconds, at most every second; a second more covers the answers' own round trips."""
+    return 1.0 if processes <= 100 else min(processes, 1000) / 1000.0 + 1.0
 
 
 def _key_prefix(group_id):

@@ -14,7 +14,8 @@ import sys
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m braid.torch.status", description=__doc__.splitlines()[0])
     p.add_argument("address", help="the job's store, HOST:PORT (torchrun's MASTER_ADDR:MASTER_PORT)")
-    p.add_argument("--wait", type=float, default=1.0, help="seconds to wait for the answers (default 1)")
+    p.add_argument("--wait", type=float, default=1.0, help="seconds to wait for the answers (default 1; 2 for a job of 1,000 processes or more, "
+                        "whose processes check for the question once a second)")
     a = p.parse_args(argv)
     host, sep, port = a.address.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:

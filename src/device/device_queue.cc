@@ -525,8 +525,8 @@ Status DeviceQueue::enqueueDirect(const DeviceCall& call, HostRun run, PieceRun 
   return Status::ok();
 }
 
-// The stream side of a call staged in pieces (the header shows the order); called with mu_
-// held, `job` laid out by enqueue(). Clears *park once a wait is on the stream.
+// The stream side of a call staged in pieces (the header shows the order); called with
+// issueMu_ held, `job` laid out by enqueue(). Clears *park once a wait is on the stream.
 Status DeviceQueue::enqueuePieces(const DeviceCall& call, Job job, Block** park) {
   const Stream s = call.stream;
   job.pieces = cutPieces(call);
@@ -566,21 +566,31 @@ Status DeviceQueue::enqueuePieces(const DeviceCall& call, Job job, Block** park)
   };
   const bool inBlocks = unequal ? !call.blocksOnOutput : blockwise && call.inputBytes >= call.outputBytes;
   const bool outBlocks = unequal ? call.blocksOnOutput : blockwise && call.outputBytes >= call.inputBytes;
+  const std::vector<Piece> cut = job.pieces;
+  return stagePieces(
+      s, std::move(job), park,
+      // A scatter's non-root has no input, a reduce's non-root no output.
+      [&](size_t k) { return hostIn ? copyPiece(hostIn, devIn, cut[k], inBlocks) : Status::ok(); },
+      [&](size_t k) { return hostOut ? copyPiece(devOut, hostOut, cut[k], outBlocks) : Status::ok(); });
+}
+
+// What enqueuePieces and enqueuePairPieces queue on stream `s` for `job.pieces`, given how
+// piece k is copied in (`copyIn`) and back (`copyOut`). Clears *park once a wait is on the
+// stream.
+Status DeviceQueue::stagePieces(Stream s, Job job, Block** park, const std::function<Status(size_t)>& copyIn,
+                                const std::function<Status(size_t)>& copyOut) {
   // Before any wait is queued, a failure leaves nothing waiting: the markers go, the call
   // fails here.
-  const auto dropMarkers = [&] {
-    for (Piece& p : job.pieces)
-      if (p.staged) rt_.releaseMarker(p.staged);
-  };
-  for (Piece& p : job.pieces) {
-    Status st = hostIn ? copyPiece(hostIn, devIn, p, inBlocks) : Status::ok();  // a scatter's non-root has none
+  for (size_t k = 0; k < job.pieces.size(); ++k) {
+    Status st = copyIn(k);
     if (st.isOk()) {
       auto m = rt_.mark(s);
-      if (m.isOk()) p.staged = m.value();
+      if (m.isOk()) job.pieces[k].staged = m.value();
       else st = m.status();
     }
     if (!st.isOk()) {
-      dropMarkers();
+      for (Piece& p : job.pieces)
+        if (p.staged) rt_.releaseMarker(p.staged);
       return st;
     }
   }
@@ -588,18 +598,18 @@ Status DeviceQueue::enqueuePieces(const DeviceCall& call, Job job, Block** park)
   // proxy before the waits and copies back (up to a copy per block per piece) are queued:
   // the stream blocks at the first wait until the proxy runs piece 0, so a queue that fills
   // behind that wait must not keep the job from the proxy.
+  std::vector<uint32_t> seqs;
   for (Piece& p : job.pieces) {
     p.seq = ++nextSeq_;
     job.seq = p.seq;
+    seqs.push_back(p.seq);
   }
   *park = nullptr;
-  std::vector<Piece> pieces = job.pieces;
   std::shared_ptr<Issue> issue = pushIssuing(std::move(job));
   Status st;
-  for (const Piece& p : pieces) {
-    st = rt_.waitFlag(s, flag_, p.seq);
-    if (st.isOk() && hostOut) st = copyPiece(devOut, hostOut, p, outBlocks);
-    if (!st.isOk()) break;  // the proxy runs every piece and stores every value regardless
+  for (size_t k = 0; k < seqs.size() && st.isOk(); ++k) {
+    st = rt_.waitFlag(s, flag_, seqs[k]);
+    if (st.isOk()) st = copyOut(k);  // on failure the proxy runs every piece and stores every value regardless
   }
   return finishIssue(*issue, s, st);
 }
@@ -637,9 +647,9 @@ size_t DeviceQueue::ownPairPieces(const DeviceCall& call) {
   return most;
 }
 
-// The stream side of a pairwise call this rank stages in pieces, as enqueuePieces: piece k of
-// every block in (a copy per block it reaches) and its marker, for each piece; then each
-// piece's wait and its ranges back. Called with issueMu_ held, `job` laid out by enqueue().
+// The stream side of a pairwise call this rank stages in pieces, as enqueuePieces: piece k
+// of every block (a copy per block it reaches). Called with issueMu_ held, `job` laid out by
+// enqueue().
 Status DeviceQueue::enqueuePairPieces(const DeviceCall& call, Job job, Block** park) {
   const Stream s = call.stream;
   const auto copyPiece = [&](char* dst, const char* src, const std::vector<std::pair<size_t, size_t>>& ranges,
@@ -655,34 +665,10 @@ Status DeviceQueue::enqueuePairPieces(const DeviceCall& call, Job job, Block** p
   auto* hostIn = static_cast<char*>(const_cast<void*>(job.hostInput));  // inside our own block
   auto* hostOut = static_cast<char*>(job.hostOutput);
   job.pieces.assign(job.ownPieces, Piece{});
-  for (size_t k = 0; k < job.pieces.size(); ++k) {
-    Status st = hostIn ? copyPiece(hostIn, devIn, call.inputRanges, k) : Status::ok();
-    if (st.isOk()) {
-      auto m = rt_.mark(s);
-      if (m.isOk()) job.pieces[k].staged = m.value();
-      else st = m.status();
-    }
-    if (!st.isOk()) {
-      for (Piece& p : job.pieces)
-        if (p.staged) rt_.releaseMarker(p.staged);
-      return st;
-    }
-  }
-  for (Piece& p : job.pieces) {
-    p.seq = ++nextSeq_;
-    job.seq = p.seq;
-  }
-  *park = nullptr;
-  const size_t pieces = job.pieces.size();
-  std::vector<uint32_t> seqs;
-  for (const Piece& p : job.pieces) seqs.push_back(p.seq);
-  std::shared_ptr<Issue> issue = pushIssuing(std::move(job));
-  Status st;
-  for (size_t k = 0; k < pieces && st.isOk(); ++k) {
-    st = rt_.waitFlag(s, flag_, seqs[k]);
-    if (st.isOk() && hostOut) st = copyPiece(devOut, hostOut, call.outputRanges, k);
-  }
-  return finishIssue(*issue, s, st);
+  return stagePieces(
+      s, std::move(job), park,
+      [&](size_t k) { return hostIn ? copyPiece(hostIn, devIn, call.inputRanges, k) : Status::ok(); },
+      [&](size_t k) { return hostOut ? copyPiece(devOut, hostOut, call.outputRanges, k) : Status::ok(); });
 }
 
 // The proxy side of a pairwise call: the ranks agree how many pieces it runs, then this rank

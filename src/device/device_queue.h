@@ -290,6 +290,8 @@ class DeviceQueue {
   static bool cutsUnequalBlocks(const DeviceCall& call);
   static size_t blockBytes(const DeviceCall& call);
   Status enqueuePieces(const DeviceCall& call, Job job, Block** park);
+  Status stagePieces(Stream s, Job job, Block** park, const std::function<Status(size_t)>& copyIn,
+                     const std::function<Status(size_t)>& copyOut);
   static size_t ownPairPieces(const DeviceCall& call);
   Status enqueuePairPieces(const DeviceCall& call, Job job, Block** park);
   Status runPairPieces(Job& job);

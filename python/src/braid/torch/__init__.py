@@ -90,7 +90,8 @@ def live_status(store=None, wait=None):
 def default_status_wait(processes):
     """Seconds to wait for the live view's answers from a job of ``processes`` processes:
     their threads on torch's store check for a question every max(100, processes)
-    milliseconds, at most every second; a second more covers the answers' own round trips."""
+    milliseconds, at most every second (core::callerPollInterval in libbraid); a second more
+    covers the answers' own round trips."""
     return 1.0 if processes <= 100 else min(processes, 1000) / 1000.0 + 1.0
 
 

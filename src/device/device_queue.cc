@@ -634,16 +634,16 @@ size_t DeviceQueue::pairPieceBytes(size_t bytes, size_t blocks) {
   return alignUp(std::max({share, (bytes + kMaxPieces - 1) / kMaxPieces, size_t{1}}), size_t{4096});
 }
 
-size_t DeviceQueue::pairPieces(size_t bytes, size_t blocks) {
-  const size_t piece = pairPieceBytes(bytes, blocks);
-  return std::max<size_t>(1, (bytes + piece - 1) / piece);
-}
-
-// A pairwise call's pieces on this rank: the most any block of its own takes, on either side.
+// A pairwise call's pieces on this rank: the most any block of its own takes, on either side
+// (at least one).
 size_t DeviceQueue::ownPairPieces(const DeviceCall& call) {
   size_t most = 1;
-  for (const auto* ranges : {&call.inputRanges, &call.outputRanges})
-    for (const auto& r : *ranges) most = std::max(most, pairPieces(r.second, ranges->size()));
+  for (const auto* ranges : {&call.inputRanges, &call.outputRanges}) {
+    for (const auto& [at, bytes] : *ranges) {
+      const size_t piece = pairPieceBytes(bytes, ranges->size());
+      most = std::max(most, (bytes + piece - 1) / piece);
+    }
+  }
   return most;
 }
 

@@ -180,10 +180,8 @@ class DeviceQueue {
 
   // A pairwise call's block of `bytes`, among `blocks` blocks a side: the bytes of each of
   // its pieces (the last may be shorter), as an alltoall's block share of a piece, more for a
-  // block that would take over kMaxPieces; a multiple of 4 KiB. And how many pieces it takes
-  // (1 for an empty block).
+  // block that would take over kMaxPieces; a multiple of 4 KiB.
   static size_t pairPieceBytes(size_t bytes, size_t blocks);
-  static size_t pairPieces(size_t bytes, size_t blocks);
 
   // `timeoutSec` bounds how long the proxy waits for a stream to reach a call (a stream
   // stalled by other work) before failing it.

@@ -74,4 +74,7 @@ std::string jsonQuote(const std::string& s);
 // `d` in the shortest form that reads back to the same double.
 std::string jsonNumber(double d);
 
+// Appends code point `cp` to `out` in UTF-8 (what the JSON and XML readers' escapes stand for).
+void appendUtf8(std::string* out, unsigned long cp);
+
 }  // namespace braid::topology

@@ -53,6 +53,12 @@ TEST_CASE("XML reader: elements, attributes, entities, prolog", "[topology][xml]
   CHECK(*root.children[1].attr("k") == "v");
 }
 
+TEST_CASE("XML reader: character references of two, three and four bytes in UTF-8", "[topology][xml]") {
+  auto r = parseXml("<a v='&#xE9;&#8364;&#x1F600;&#x7F;'/>", "t.xml");
+  REQUIRE(r.isOk());
+  CHECK(*r.value().attr("v") == "\xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80\x7F");
+}
+
 TEST_CASE("XML reader: malformed documents name line and column", "[topology][xml]") {
   CHECK_THAT(xmlError(""), Catch::Contains("t.xml:1:1: no root element"));
   CHECK_THAT(xmlError("<a>\n<b>\n</a>"), Catch::Contains("t.xml:3:1: </a> does not match <b> opened at line 2"));

@@ -265,7 +265,8 @@ for path in sorted(glob.glob(log + "/trial-*.log"), key=lambda p: int(re.search(
         shm += dshm; problems.append(f"{dshm} /dev/shm entries left")
     # Each survivor's shrink handles the faults since its previous one: timed from the
     # earliest of them, as a stop when one of them is (a stop is noticed at the timeout).
-    previous = {}
+    # A rank that joined later (a replacement, a grow) counts the faults since it joined.
+    previous = {r: float(m) for r, m in re.findall(r"JOINED rank=(\d+) .*mono_ms=([\d.]+)", text)}
     for r, st, frm, to, fl, mono in re.findall(r"SHRUNK rank=(\d+) step=(\d+) from=(\d+) to=(\d+) failed=(\S+) ms=\d+ mono_ms=([\d.]+)", text):
         at = float(mono)
         since = [v for v in fired if previous.get(r, 0) < fired[v] <= at]

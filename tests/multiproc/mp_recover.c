@@ -22,8 +22,10 @@
  * each lost rank (BRAID_ELASTIC_JOIN=1); the running ranks fold "a replacement waits" into
  * their vote, admit it after the step with braidCommGrowJoiners, and hand it the step count
  * and the parameters with a broadcast, so it finishes the remaining steps with them and
- * prints the same FINAL line ("GROWN rank=R step=S from=N to=M epoch=E" per grow; a
- * replacement is named by its process index, BRAID_REPLACEMENT).
+ * prints the same FINAL line ("GROWN rank=R step=S from=N to=M epoch=E mono_ms=M
+ * old_destroy_ms=D" per grow, D what destroying the communicator it grew from took; a
+ * replacement is named by its process index, BRAID_REPLACEMENT; it prints "JOINED rank=R
+ * newrank=Q size=M step=S epoch=E mono_ms=M" once admitted).
  * Each survivor prints
  *   SHRUNK rank=R step=S from=N to=M failed=F1,F2 ms=T mono_ms=M
  * per shrink (T: from the vote to the new communicator; M: when, on the host's monotonic
@@ -188,7 +190,8 @@ int main(int argc, char** argv) {
     step = (int)state[0];
     int epoch = -1;
     braidCommGetEpoch(comm, &epoch);
-    printf("JOINED rank=%d newrank=%d size=%d step=%d epoch=%d\n", origRank, rank, nranks, step, epoch);
+    printf("JOINED rank=%d newrank=%d size=%d step=%d epoch=%d mono_ms=%.3f\n", origRank, rank, nranks, step, epoch,
+           nowMs());
     fflush(stdout);
     free(failed);
     failed = calloc((size_t)nranks, sizeof(int));
@@ -257,7 +260,16 @@ int main(int argc, char** argv) {
           fflush(stdout);
         }
         if (grown) {
+          /* MP_LATE_DESTROY_MS: rank 1 destroys the old communicator that much later than the
+           * others, as a rank busy elsewhere would. */
+          if (origRank == 1 && getenv("MP_LATE_DESTROY_MS")) {
+            long late = atol(getenv("MP_LATE_DESTROY_MS"));
+            struct timespec ts = {late / 1000, (late % 1000) * 1000000L};
+            nanosleep(&ts, NULL);
+          }
+          const double destroyStart = nowMs();
           braidCommDestroy(comm);
+          const double oldDestroyMs = nowMs() - destroyStart;
           comm = grown;
           int newSize = 0, epoch = -1;
           braidCommUserRank(comm, &rank);
@@ -267,8 +279,8 @@ int main(int argc, char** argv) {
           rc = braidBroadcast(state, state, 2, braidFloat64, 0, comm, NULL);
           if (rc == braidSuccess) rc = braidBroadcast(params, params, count, braidFloat32, 0, comm, NULL);
           if (rc != braidSuccess) return fail(origRank, "state broadcast", rc, comm);
-          printf("GROWN rank=%d step=%d from=%d to=%d epoch=%d mono_ms=%.3f\n", origRank, step, nranks, newSize, epoch,
-                 nowMs());
+          printf("GROWN rank=%d step=%d from=%d to=%d epoch=%d mono_ms=%.3f old_destroy_ms=%.0f\n", origRank, step, nranks,
+                 newSize, epoch, nowMs(), oldDestroyMs);
           fflush(stdout);
           nranks = newSize;
           free(failed);

@@ -1521,6 +1521,32 @@ TEST_CASE("over ucx a survivor of a stopped peer tears down without aborting, an
   CHECK(survivors == 2);
 }
 
+// A grow (or a shrink) makes the new communicator, then each rank destroys the old one
+// when it gets to it. Over UCX a rank's teardown flushes its endpoints, which waits for the
+// peer's side: torn down on the caller's thread, a rank that came first waited a second
+// for each peer not there yet, while its new peers waited for it (with BRAID_TIMEOUT=2, a
+// grow by a grow id failed at its first broadcast in a fifth of the runs). The teardown
+// runs on a thread of its own: rank 1 destroys the old communicator 1.5 s after the
+// others, and theirs returns at once.
+TEST_CASE("over ucx destroying the communicator a grow started from keeps nobody waiting", "[multiproc][ucx]") {
+  Run r = run(braidrun(3, "BRAID_TRANSPORT=ucx BRAID_TIMEOUT=5 BRAID_DEBUG=INFO MP_VICTIMS= MP_GROW_AT=3:1 "
+                          "MP_LATE_DESTROY_MS=1500") +
+              MP_DIR "/mp_recover 8");
+  INFO(r.out);
+  CHECK(r.status == 0);
+  CHECK(r.out.find("ERROR") == std::string::npos);
+  std::regex grown(R"(GROWN rank=(\d+) step=3 from=3 to=4 epoch=1 mono_ms=\S+ old_destroy_ms=(\d+))");
+  int ranks = 0;
+  for (auto it = std::sregex_iterator(r.out.begin(), r.out.end(), grown); it != std::sregex_iterator(); ++it) {
+    ++ranks;
+    INFO("rank " << (*it)[1]);
+    CHECK(std::stol((*it)[2]) < 500);
+  }
+  CHECK(ranks == 3);
+  CHECK(checksumsOf(r.out, R"(FINAL rank=(\d) newrank=\d size=4 steps=8 checksum=(\S+) match=1 same=1)").size() == 1u);
+  CHECK(countMatches(r.out, "FINAL rank=") == 4);
+}
+
 TEST_CASE("allreduce_perf over ucx checks its results with zero wrong", "[multiproc][ucx]") {
   for (const char* env : kUcxEnvs) {
     for (int np : {2, 4}) {

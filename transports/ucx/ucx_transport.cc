@@ -1,17 +1,22 @@
 #include "transports/ucx/ucx_transport.h"
 
+#include <pthread.h>
 #include <sys/eventfd.h>
 #include <ucs/debug/log_def.h>
 #include <uct/api/uct.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cctype>
 #include <cerrno>
 #include <cstdarg>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <thread>
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -172,6 +177,100 @@ bool flushed(Worker* w, ucp_ep_h ep, double seconds) {
   return done;
 }
 
+// Closes a transport's endpoints, then its workers and its UCP context. Each endpoint is
+// closed gracefully, so what this side still owes a peer (its last credit message, a
+// message still in UCX's send queue) leaves before the socket does; by force if the peer is
+// gone or stopped taking messages. Whether it still takes them is learnt by flushing first:
+// a graceful close that cannot finish leaves its sends on the endpoint, and UCX aborts the
+// process when the worker goes with them (a rendezvous send to a stopped peer waits for it
+// forever). A forced close fails them instead.
+void closeWorkers(std::map<int, std::unique_ptr<Worker>>& workers, ucp_context_h context, PeerBook& peers) {
+  for (auto& [channel, w] : workers) {
+    for (auto& e : w->endpoints) {
+      bool force = e->failure != UCS_OK || e->stuck || peers.isStalled(e->peer);
+      if (!force && !flushed(w.get(), e->ep, 1.0)) {
+        BRAID_INFO("ucx: rank %d did not flush in 1 s at teardown; closing to it by force", e->peer);
+        peers.markStalled(e->peer);
+        force = true;
+      }
+      ucp_request_param_t param;
+      param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      param.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+      ucs_status_ptr_t r = ucp_ep_close_nbx(e->ep, &param);
+      if (UCS_PTR_IS_PTR(r)) {
+        Deadline d = Deadline::after(1.0);
+        while (ucp_request_check_status(r) == UCS_INPROGRESS && !d.expired()) ucp_worker_progress(w->worker);
+        if (ucp_request_check_status(r) == UCS_INPROGRESS) ucp_request_cancel(w->worker, r);
+        ucp_request_free(r);
+      }
+    }
+    drainUnexpected(w->worker);
+    ucp_worker_destroy(w->worker);
+    if (w->ready >= 0) close(w->ready);
+  }
+  if (context) ucp_cleanup(context);
+}
+
+// The teardowns of destroyed transports, each on a thread of its own. The process waits
+// for those still running when it exits (before UCX's own library goes), and before it
+// forks: a child forked while one of them is inside UCX would inherit UCX's locks held
+// and its state half changed (the conformance suite's forked ranks then never met).
+class Teardowns {
+ public:
+  Teardowns() { pthread_atfork(&Teardowns::beforeFork, nullptr, nullptr); }
+  void start(std::function<void()> fn) {
+    std::lock_guard<std::mutex> lock(mu_);
+    forgetIfForked();
+    for (auto it = running_.begin(); it != running_.end();) {
+      if (it->done->load()) {
+        it->thread.join();
+        it = running_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    auto done = std::make_shared<std::atomic<bool>>(false);
+    running_.push_back({std::thread([fn = std::move(fn), done] {
+                          fn();
+                          done->store(true);
+                        }),
+                        done});
+  }
+  ~Teardowns() { waitAll(); }
+
+  void waitAll() {
+    std::lock_guard<std::mutex> lock(mu_);
+    forgetIfForked();
+    for (Running& r : running_) r.thread.join();
+    running_.clear();
+  }
+
+ private:
+  struct Running {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+  static void beforeFork();
+  // In a child forked while teardowns ran (or had run) in its parent: those threads are the
+  // parent's, not this process's to join.
+  void forgetIfForked() {
+    if (getpid() == pid_) return;
+    new std::vector<Running>(std::move(running_));
+    running_.clear();
+    pid_ = getpid();
+  }
+  std::mutex mu_;
+  std::vector<Running> running_;
+  pid_t pid_ = getpid();
+};
+
+Teardowns& teardowns() {
+  static Teardowns t;
+  return t;
+}
+
+void Teardowns::beforeFork() { teardowns().waitAll(); }
+
 class UcxTransport final : public Transport {
  public:
   explicit UcxTransport(const TransportConfig& cfg) : cfg_(cfg) {}
@@ -191,8 +290,8 @@ class UcxTransport final : public Transport {
 
   int canConnect(const PeerInfo& local, const PeerInfo& remote) const override {
     if (local.nonce != remote.nonce) return 0;
-    peers_.localHost = local.hostId;
-    peers_.ids[remote.rank] = {remote.hostId, remote.pid};
+    peers_->localHost = local.hostId;
+    peers_->ids[remote.rank] = {remote.hostId, remote.pid};
     // Across hosts UCX beats tcp only when it has RDMA to offer; on one host shared
     // memory (and within a process, loopback) stay ahead.
     if (local.hostId != remote.hostId) return inv_.rdma ? 50 : 5;
@@ -204,7 +303,7 @@ class UcxTransport final : public Transport {
   Status establish(Deadline deadline) override;
   // A failed peer gets no flush and no drain at teardown: its endpoints close by force at
   // once, and its connections cancel what UCX holds for it without waiting for it to go.
-  void peerFailed(int rank) override { peers_.markStalled(rank); }
+  void peerFailed(int rank) override { peers_->markStalled(rank); }
 
  private:
   StatusOr<Worker*> worker(int channel);
@@ -217,8 +316,9 @@ class UcxTransport final : public Transport {
   std::string tcpRxSeg_;    // what braid set UCX_TCP_RX_SEG_SIZE to, or "" (the user's)
   ucp_context_h context_ = nullptr;
   std::map<int, std::unique_ptr<Worker>> workers_;
-  // Who each peer is, as canConnect saw it, and which stopped taking messages (Worker::peers).
-  mutable PeerBook peers_;
+  // Who each peer is, as canConnect saw it, and which stopped taking messages (Worker::peers);
+  // shared with the teardown, which may outlive this object (closeWorkers).
+  std::shared_ptr<PeerBook> peers_ = std::make_shared<PeerBook>();
   // Per worker, the remote worker address each endpoint leads to.
   std::map<std::pair<Worker*, std::string>, Endpoint*> byAddress_;
   struct PendingRecv {
@@ -235,36 +335,16 @@ class UcxTransport final : public Transport {
 };
 
 UcxTransport::~UcxTransport() {
-  // Close gracefully so what this side still owes a peer (its last credit message, a
-  // message still in UCX's send queue) leaves before the socket does; force it if a peer
-  // is gone or stopped taking messages. Whether it still takes them is learnt by flushing
-  // first: a graceful close that cannot finish leaves its sends on the endpoint, and UCX
-  // aborts the process when the worker goes with them (a rendezvous send to a stopped peer
-  // waits for it forever). A forced close fails them instead.
-  for (auto& [channel, w] : workers_) {
-    for (auto& e : w->endpoints) {
-      bool force = e->failure != UCS_OK || e->stuck || peers_.isStalled(e->peer);
-      if (!force && !flushed(w.get(), e->ep, 1.0)) {
-        BRAID_INFO("ucx: rank %d did not flush in 1 s at teardown; closing to it by force", e->peer);
-        peers_.markStalled(e->peer);
-        force = true;
-      }
-      ucp_request_param_t param;
-      param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-      param.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
-      ucs_status_ptr_t r = ucp_ep_close_nbx(e->ep, &param);
-      if (UCS_PTR_IS_PTR(r)) {
-        Deadline d = Deadline::after(1.0);
-        while (ucp_request_check_status(r) == UCS_INPROGRESS && !d.expired()) ucp_worker_progress(w->worker);
-        if (ucp_request_check_status(r) == UCS_INPROGRESS) ucp_request_cancel(w->worker, r);
-        ucp_request_free(r);
-      }
-    }
-    drainUnexpected(w->worker);
-    ucp_worker_destroy(w->worker);
-    if (w->ready >= 0) close(w->ready);
-  }
-  if (context_) ucp_cleanup(context_);
+  // On a thread of its own, which goes on driving these workers while it waits (closeWorkers):
+  // the peers tear down their side of the same communicator when they get to it, which may
+  // be a second later (after a grow or a shrink, a peer busy making the new communicator),
+  // and their flushes wait for this side's workers as this side's wait for theirs. Torn down
+  // here, in turn, a side that was first waited a second for each peer still busy, and a
+  // side that came later a second for each peer already gone, while its caller, who had
+  // just made the new communicator, kept its new peers waiting (over UCX, a grow by a grow
+  // id failed at the first broadcast in a fifth of the runs with BRAID_TIMEOUT=2).
+  auto workers = std::make_shared<std::map<int, std::unique_ptr<Worker>>>(std::move(workers_));
+  teardowns().start([workers, context = context_, peers = peers_] { closeWorkers(*workers, context, *peers); });
 }
 
 // UCX 1.13's shared-memory transports (mm: posix, sysv, xpmem) keep a message's length in 16
@@ -364,7 +444,7 @@ StatusOr<Worker*> UcxTransport::worker(int channel) {
   }
   w->address.assign(reinterpret_cast<const char*>(addr), len);
   ucp_worker_release_address(w->worker, addr);
-  w->peers = &peers_;
+  w->peers = peers_.get();
   Worker* raw = w.get();
   workers_[channel] = std::move(w);
   return raw;

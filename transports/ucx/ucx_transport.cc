@@ -255,7 +255,7 @@ class Teardowns {
   // parent's, not this process's to join.
   void forgetIfForked() {
     if (getpid() == pid_) return;
-    new std::vector<Running>(std::move(running_));
+    if (!running_.empty()) new std::vector<Running>(std::move(running_));  // left to the parent
     running_.clear();
     pid_ = getpid();
   }

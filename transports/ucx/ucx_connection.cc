@@ -34,17 +34,6 @@ bool zeroCopyOff() {
 
 bool onDemandFor(size_t slotBytes) { return !zeroCopyOff() && slotBytes >= kOnDemandMinSlot; }
 
-// Waits for outstanding callbacks while a connection is torn down; true if none is left.
-template <typename Pending>
-bool drain(Worker* w, Pending&& pending, double seconds) {
-  Deadline d = Deadline::after(seconds);
-  while (pending()) {
-    if (d.expired()) return false;
-    w->progress();
-  }
-  return true;
-}
-
 WaitHandle armedHandle(Worker* w) {
   WaitHandle h;
   if (w->efd < 0) return h;
@@ -52,6 +41,25 @@ WaitHandle armedHandle(Worker* w) {
   // UCS_ERR_BUSY: events are pending right now; the caller must not sleep.
   h.fd = ucp_worker_arm(w->worker) == UCS_OK ? w->efd : w->ready;
   return h;
+}
+
+// A connection's requests still with UCX at its teardown, and the memory their callbacks
+// point into, handed to its worker (Leftover).
+template <typename Kept>
+struct KeptLeftover final : Leftover {
+  explicit KeptLeftover(Kept k) : kept(std::move(k)) {}
+  bool pending() const override { return kept.pending(); }
+  bool waitsForPeer() const override { return kept.waitsForPeer(); }
+  void cancel(ucp_worker_h worker) override { kept.cancel(worker); }
+  Kept kept;
+};
+
+template <typename Kept>
+void handOver(Worker* w, int peer, Endpoint* ep, Kept k) {
+  auto left = std::make_unique<KeptLeftover<Kept>>(std::move(k));
+  left->peer = peer;
+  left->ep = ep;
+  w->leftovers.push_back(std::move(left));
 }
 
 }  // namespace
@@ -128,34 +136,36 @@ Connection::MemoryRange UcxSendConnection::slotMemory() const {
 }
 
 UcxSendConnection::~UcxSendConnection() {
-  if (credit_->request) ucp_request_cancel(worker_->worker, credit_->request);
-  auto pending = [&] {
-    if (hello_->request || credit_->request) return true;
-    for (const Staging& s : slots_)
-      if (s.request) return true;
-    return false;
+  struct Kept {
+    std::vector<Staging> slots;
+    std::unique_ptr<uint8_t[]> memory;
+    std::unique_ptr<Staging> hello;
+    std::unique_ptr<CreditLanding> credit;
+    std::vector<uint8_t> helloBuf;
+    bool waitsForPeer() const {
+      if (hello->request) return true;
+      for (const Staging& s : slots)
+        if (s.request) return true;
+      return false;
+    }
+    bool pending() const { return waitsForPeer() || credit->request; }
+    void cancel(ucp_worker_h w) {
+      for (Staging& s : slots)
+        if (s.request) ucp_request_cancel(w, s.request);
+      if (hello->request) ucp_request_cancel(w, hello->request);
+      if (credit->request) ucp_request_cancel(w, credit->request);
+    }
   };
-  // A peer already found stalled gets no second wait.
-  const bool known = worker_->peers->isStalled(peer_);
-  if (known ? !pending() : drain(worker_, pending, 2.0)) return;
-  if (!known) BRAID_INFO("ucx: rank %d took no message for 2 s at teardown; closing to it by force", peer_);
-  worker_->peers->markStalled(peer_);
-  if (ep_) ep_->stuck = true;
-  for (Staging& s : slots_)
-    if (s.request) ucp_request_cancel(worker_->worker, s.request);
-  if (hello_->request) ucp_request_cancel(worker_->worker, hello_->request);
-  // A send UCX could not cancel (a rendezvous waiting for the stalled peer) stays with it
-  // until the transport closes the endpoint by force; only the credit receive is waited for.
-  if (drain(worker_, pending, 0.2)) return;
-  drain(worker_, [&] { return credit_->request != nullptr; }, 1.0);
-  // UCX still holds requests whose callbacks point into this connection: keep that memory
-  // (a vector's move keeps its elements where they are).
-  BRAID_WARN("ucx: send connection to rank %d torn down with messages in flight", peer_);
-  (void)memory_.release();
-  (void)hello_.release();
-  (void)credit_.release();
-  new std::vector<Staging>(std::move(slots_));
-  new std::vector<uint8_t>(std::move(helloBuf_));
+  // No credit this side waits for matters any more.
+  if (credit_->request) ucp_request_cancel(worker_->worker, credit_->request);
+  worker_->progress();
+  // Moving a vector or a unique_ptr leaves what the callbacks point at where it is.
+  Kept k{std::move(slots_), std::move(memory_), std::move(hello_), std::move(credit_), std::move(helloBuf_)};
+  if (!k.pending()) return;
+  // A peer that failed or stopped taking messages gets no wait: what UCX can cancel goes
+  // now, the rest when its endpoint closes by force.
+  if (worker_->peers->isStalled(peer_)) k.cancel(worker_->worker);
+  handOver(worker_, peer_, ep_, std::move(k));
 }
 
 void UcxSendConnection::sendDone(void* request, ucs_status_t status, void* user) {
@@ -344,28 +354,35 @@ Connection::MemoryRange UcxRecvConnection::slotMemory() const {
 }
 
 UcxRecvConnection::~UcxRecvConnection() {
+  struct Kept {
+    std::vector<Landing> slots;
+    std::unique_ptr<uint8_t[]> memory;
+    std::unique_ptr<Landing> hello;
+    std::unique_ptr<uint8_t[]> helloMemory;
+    std::unique_ptr<CreditOut> creditOut;
+    bool waitsForPeer() const { return creditOut->request != nullptr; }
+    bool pending() const {
+      if (hello->request || creditOut->request) return true;
+      for (const Landing& l : slots)
+        if (l.request) return true;
+      return false;
+    }
+    void cancel(ucp_worker_h w) {
+      for (Landing& l : slots)
+        if (l.request) ucp_request_cancel(w, l.request);
+      if (hello->request) ucp_request_cancel(w, hello->request);
+      if (creditOut->request) ucp_request_cancel(w, creditOut->request);
+    }
+  };
   // Posted receives stay with UCX until cancelled; their callbacks point into this object.
   for (Landing& l : slots_)
     if (l.request) ucp_request_cancel(worker_->worker, l.request);
   if (hello_->request) ucp_request_cancel(worker_->worker, hello_->request);
-  auto pending = [&] {
-    if (hello_->request || creditOut_->request) return true;
-    for (const Landing& l : slots_)
-      if (l.request) return true;
-    return false;
-  };
-  const bool known = worker_->peers->isStalled(peer_);
-  if (drain(worker_, pending, known ? 0.2 : 2.0)) return;
-  if (!known && creditOut_->request)
-    BRAID_INFO("ucx: rank %d took no message for 2 s at teardown; closing to it by force", peer_);
-  if (creditOut_->request) worker_->peers->markStalled(peer_);
-  if (ep_ && creditOut_->request) ep_->stuck = true;
-  BRAID_WARN("ucx: receive connection from rank %d torn down with receives UCX did not cancel", peer_);
-  (void)memory_.release();
-  (void)helloMemory_.release();
-  (void)hello_.release();
-  (void)creditOut_.release();
-  new std::vector<Landing>(std::move(slots_));
+  worker_->progress();
+  Kept k{std::move(slots_), std::move(memory_), std::move(hello_), std::move(helloMemory_), std::move(creditOut_)};
+  if (!k.pending()) return;
+  if (worker_->peers->isStalled(peer_)) k.cancel(worker_->worker);
+  handOver(worker_, peer_, ep_, std::move(k));
 }
 
 void UcxRecvConnection::recvDone(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user) {

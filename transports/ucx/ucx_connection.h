@@ -77,6 +77,25 @@ struct PeerBook {
   void markStalled(int peer);
 };
 
+// What a torn-down connection left with UCX: requests still in flight (a message the peer
+// has not taken yet, a receive UCX did not cancel) and the memory their callbacks point
+// into. The connection's destructor hands them to its worker rather than wait for them on
+// the caller's thread; the transport's teardown waits for all of them at once, on its own
+// thread (settleLeftovers in ucx_transport.cc), and frees them once the worker is gone.
+struct Leftover {
+  virtual ~Leftover() = default;
+  // Some request is still with UCX.
+  virtual bool pending() const = 0;
+  // Some of them waits for the peer to take a message (a send, a credit): while it does,
+  // the peer is not taking messages.
+  virtual bool waitsForPeer() const = 0;
+  // Cancels what UCX can cancel; a send it cannot (a rendezvous) fails when the endpoint
+  // closes by force.
+  virtual void cancel(ucp_worker_h worker) = 0;
+  int peer = -1;
+  Endpoint* ep = nullptr;
+};
+
 // One channel's worker, its endpoints and the hellos it is waiting for.
 struct Worker {
   ucp_worker_h worker = nullptr;
@@ -87,6 +106,7 @@ struct Worker {
   std::string address;                              // this worker's UCP address
   std::vector<std::unique_ptr<Endpoint>> endpoints;
   PeerBook* peers = nullptr;  // the transport's, which outlives its workers
+  std::vector<std::unique_ptr<Leftover>> leftovers;  // of its torn-down connections
 
   // Drives UCX until it has nothing more to do right now (bounded).
   void progress() {

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cctype>
 #include <cerrno>
 #include <cstdarg>
@@ -162,6 +163,59 @@ std::string tcpRxSegment(bool rdma) {
   return named || list.find(",all,") != std::string::npos ? "512K" : "";
 }
 
+// Progresses every worker once; when none had anything to do, pauses briefly, so that a
+// teardown waiting on its own thread leaves the cores to the communicators still running.
+void pauseIfIdle(unsigned progressed) {
+  if (progressed == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+}
+void progressAll(std::map<int, std::unique_ptr<Worker>>& workers) {
+  unsigned n = 0;
+  for (auto& [channel, w] : workers) n += ucp_worker_progress(w->worker);
+  pauseIfIdle(n);
+}
+
+// Waits for what the workers' torn-down connections left with UCX (Worker::leftovers): up
+// to 2 s for every peer together, none for a peer already known to have failed or stopped.
+// A peer whose messages are still not taken then is marked stalled, so its endpoint closes
+// by force (which fails its rendezvous sends), and what UCX can cancel is cancelled. Waited
+// for here rather than in each connection's destructor, the caller's communicator goes at
+// once: after a failed collective, a rendezvous send whose receive the peer has cancelled
+// waits until the peer's worker goes, and a shrink that waited 2 s for each such peer in
+// turn kept the shrunk communicator's first collective waiting on it past the timeout.
+void settleLeftovers(std::map<int, std::unique_ptr<Worker>>& workers, PeerBook& peers) {
+  auto waiting = [&] {
+    for (auto& [channel, w] : workers)
+      for (auto& l : w->leftovers)
+        if (l->pending() && !peers.isStalled(l->peer)) return true;
+    return false;
+  };
+  Deadline d = Deadline::after(2.0);
+  while (waiting() && !d.expired()) progressAll(workers);
+  bool cancelled = false;
+  for (auto& [channel, w] : workers) {
+    for (auto& l : w->leftovers) {
+      if (!l->pending()) continue;
+      if (l->waitsForPeer()) {
+        if (!peers.isStalled(l->peer))
+          BRAID_INFO("ucx: rank %d took no message for 2 s at teardown; closing to it by force", l->peer);
+        peers.markStalled(l->peer);
+        if (l->ep) l->ep->stuck = true;
+      }
+      l->cancel(w->worker);
+      cancelled = true;
+    }
+  }
+  if (!cancelled) return;
+  auto pending = [&] {
+    for (auto& [channel, w] : workers)
+      for (auto& l : w->leftovers)
+        if (l->pending()) return true;
+    return false;
+  };
+  Deadline shortly = Deadline::after(0.2);
+  while (pending() && !shortly.expired()) progressAll(workers);
+}
+
 // Flushes `ep`: true once everything sent on it has completed, false if that takes longer
 // than `seconds` (the request is then left to the forced close that follows, which fails it).
 bool flushed(Worker* w, ucp_ep_h ep, double seconds) {
@@ -171,7 +225,7 @@ bool flushed(Worker* w, ucp_ep_h ep, double seconds) {
   if (r == nullptr) return true;
   if (UCS_PTR_IS_ERR(r)) return false;
   Deadline d = Deadline::after(seconds);
-  while (ucp_request_check_status(r) == UCS_INPROGRESS && !d.expired()) ucp_worker_progress(w->worker);
+  while (ucp_request_check_status(r) == UCS_INPROGRESS && !d.expired()) pauseIfIdle(ucp_worker_progress(w->worker));
   const bool done = ucp_request_check_status(r) != UCS_INPROGRESS;
   ucp_request_free(r);  // released now, or by UCX once the forced close completes it
   return done;
@@ -185,6 +239,7 @@ bool flushed(Worker* w, ucp_ep_h ep, double seconds) {
 // process when the worker goes with them (a rendezvous send to a stopped peer waits for it
 // forever). A forced close fails them instead.
 void closeWorkers(std::map<int, std::unique_ptr<Worker>>& workers, ucp_context_h context, PeerBook& peers) {
+  settleLeftovers(workers, peers);
   for (auto& [channel, w] : workers) {
     for (auto& e : w->endpoints) {
       bool force = e->failure != UCS_OK || e->stuck || peers.isStalled(e->peer);
@@ -199,7 +254,8 @@ void closeWorkers(std::map<int, std::unique_ptr<Worker>>& workers, ucp_context_h
       ucs_status_ptr_t r = ucp_ep_close_nbx(e->ep, &param);
       if (UCS_PTR_IS_PTR(r)) {
         Deadline d = Deadline::after(1.0);
-        while (ucp_request_check_status(r) == UCS_INPROGRESS && !d.expired()) ucp_worker_progress(w->worker);
+        while (ucp_request_check_status(r) == UCS_INPROGRESS && !d.expired())
+          pauseIfIdle(ucp_worker_progress(w->worker));
         if (ucp_request_check_status(r) == UCS_INPROGRESS) ucp_request_cancel(w->worker, r);
         ucp_request_free(r);
       }
@@ -207,6 +263,9 @@ void closeWorkers(std::map<int, std::unique_ptr<Worker>>& workers, ucp_context_h
     drainUnexpected(w->worker);
     ucp_worker_destroy(w->worker);
     if (w->ready >= 0) close(w->ready);
+    // The forced closes failed what UCX still held, and a request the worker took with it
+    // calls back no more: the memory the callbacks pointed into can go.
+    w->leftovers.clear();
   }
   if (context) ucp_cleanup(context);
 }

@@ -361,6 +361,12 @@ UcxRecvConnection::~UcxRecvConnection() {
     std::unique_ptr<uint8_t[]> helloMemory;
     std::unique_ptr<CreditOut> creditOut;
     bool waitsForPeer() const { return creditOut->request != nullptr; }
+    // A receive UCX is still landing in the caller's memory (a rendezvous under way).
+    bool intoCaller() const {
+      for (const Landing& l : slots)
+        if (l.request && l.into && l.into != l.buf) return true;
+      return false;
+    }
     bool pending() const {
       if (hello->request || creditOut->request) return true;
       for (const Landing& l : slots)
@@ -381,6 +387,16 @@ UcxRecvConnection::~UcxRecvConnection() {
   worker_->progress();
   Kept k{std::move(slots_), std::move(memory_), std::move(hello_), std::move(helloMemory_), std::move(creditOut_)};
   if (!k.pending()) return;
+  // A receive UCX could not cancel is one it is landing: when that is in the caller's
+  // memory, which the caller may free once its communicator is gone, it is waited for
+  // here (bounded), not on the teardown's thread. Only the rest is handed over.
+  if (k.intoCaller()) {
+    Deadline d = Deadline::after(worker_->peers->isStalled(peer_) ? 0.2 : 2.0);
+    while (k.intoCaller() && !d.expired()) worker_->progress();
+    if (k.intoCaller())
+      BRAID_WARN("ucx: a receive from rank %d into the caller's memory did not finish at teardown", peer_);
+    if (!k.pending()) return;
+  }
   if (worker_->peers->isStalled(peer_)) k.cancel(worker_->worker);
   handOver(worker_, peer_, ep_, std::move(k));
 }

@@ -163,11 +163,13 @@ std::string tcpRxSegment(bool rdma) {
   return named || list.find(",all,") != std::string::npos ? "512K" : "";
 }
 
-// Progresses every worker once; when none had anything to do, pauses briefly, so that a
-// teardown waiting on its own thread leaves the cores to the communicators still running.
+// After a round of progress that found nothing to do, a brief pause, so that a teardown
+// waiting on its own thread leaves the cores to the communicators still running.
 void pauseIfIdle(unsigned progressed) {
   if (progressed == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
 }
+
+// Progresses every worker once (then pauseIfIdle).
 void progressAll(std::map<int, std::unique_ptr<Worker>>& workers) {
   unsigned n = 0;
   for (auto& [channel, w] : workers) n += ucp_worker_progress(w->worker);
@@ -183,14 +185,14 @@ void progressAll(std::map<int, std::unique_ptr<Worker>>& workers) {
 // waits until the peer's worker goes, and a shrink that waited 2 s for each such peer in
 // turn kept the shrunk communicator's first collective waiting on it past the timeout.
 void settleLeftovers(std::map<int, std::unique_ptr<Worker>>& workers, PeerBook& peers) {
-  auto waiting = [&] {
+  auto pending = [&](bool liveOnly) {
     for (auto& [channel, w] : workers)
       for (auto& l : w->leftovers)
-        if (l->pending() && !peers.isStalled(l->peer)) return true;
+        if (l->pending() && !(liveOnly && peers.isStalled(l->peer))) return true;
     return false;
   };
   Deadline d = Deadline::after(2.0);
-  while (waiting() && !d.expired()) progressAll(workers);
+  while (pending(true) && !d.expired()) progressAll(workers);
   bool cancelled = false;
   for (auto& [channel, w] : workers) {
     for (auto& l : w->leftovers) {
@@ -206,14 +208,8 @@ void settleLeftovers(std::map<int, std::unique_ptr<Worker>>& workers, PeerBook& 
     }
   }
   if (!cancelled) return;
-  auto pending = [&] {
-    for (auto& [channel, w] : workers)
-      for (auto& l : w->leftovers)
-        if (l->pending()) return true;
-    return false;
-  };
   Deadline shortly = Deadline::after(0.2);
-  while (pending() && !shortly.expired()) progressAll(workers);
+  while (pending(false) && !shortly.expired()) progressAll(workers);
 }
 
 // Flushes `ep`: true once everything sent on it has completed, false if that takes longer

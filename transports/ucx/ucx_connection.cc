@@ -162,9 +162,6 @@ UcxSendConnection::~UcxSendConnection() {
   // Moving a vector or a unique_ptr leaves what the callbacks point at where it is.
   Kept k{std::move(slots_), std::move(memory_), std::move(hello_), std::move(credit_), std::move(helloBuf_)};
   if (!k.pending()) return;
-  // A peer that failed or stopped taking messages gets no wait: what UCX can cancel goes
-  // now, the rest when its endpoint closes by force.
-  if (worker_->peers->isStalled(peer_)) k.cancel(worker_->worker);
   handOver(worker_, peer_, ep_, std::move(k));
 }
 
@@ -397,7 +394,6 @@ UcxRecvConnection::~UcxRecvConnection() {
       BRAID_WARN("ucx: a receive from rank %d into the caller's memory did not finish at teardown", peer_);
     if (!k.pending()) return;
   }
-  if (worker_->peers->isStalled(peer_)) k.cancel(worker_->worker);
   handOver(worker_, peer_, ep_, std::move(k));
 }
 

@@ -97,6 +97,19 @@ void installQuietSelection() {
   std::call_once(once, [] { ucs_log_push_handler(&quietSelection); });
 }
 
+// After a round of progress that found nothing to do, a brief pause, so that a teardown
+// waiting on its own thread leaves the cores to the communicators still running.
+void pauseIfIdle(unsigned progressed) {
+  if (progressed == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+}
+
+// Drives `worker` until request `r` completes or `seconds` pass; true if it completed.
+bool awaitRequest(ucp_worker_h worker, void* r, double seconds) {
+  Deadline d = Deadline::after(seconds);
+  while (ucp_request_check_status(r) == UCS_INPROGRESS && !d.expired()) pauseIfIdle(ucp_worker_progress(worker));
+  return ucp_request_check_status(r) != UCS_INPROGRESS;
+}
+
 // Consumes messages nobody will receive any more (the last credit a peer sent as this side
 // was closing, a stranger's traffic), so the worker goes without UCX warning about them.
 void drainUnexpected(ucp_worker_h worker) {
@@ -111,9 +124,7 @@ void drainUnexpected(ucp_worker_h worker) {
     param.op_attr_mask = 0;
     ucs_status_ptr_t r = ucp_tag_msg_recv_nbx(worker, scratch.data(), info.length, msg, &param);
     if (UCS_PTR_IS_PTR(r)) {
-      Deadline d = Deadline::after(0.5);
-      while (ucp_request_check_status(r) == UCS_INPROGRESS && !d.expired()) ucp_worker_progress(worker);
-      if (ucp_request_check_status(r) == UCS_INPROGRESS) ucp_request_cancel(worker, r);
+      if (!awaitRequest(worker, r, 0.5)) ucp_request_cancel(worker, r);
       ucp_request_free(r);
     }
   }
@@ -161,12 +172,6 @@ std::string tcpRxSegment(bool rdma) {
   const bool named = list.find(",tcp,") != std::string::npos;
   if (exclude) return named ? "" : "512K";
   return named || list.find(",all,") != std::string::npos ? "512K" : "";
-}
-
-// After a round of progress that found nothing to do, a brief pause, so that a teardown
-// waiting on its own thread leaves the cores to the communicators still running.
-void pauseIfIdle(unsigned progressed) {
-  if (progressed == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
 }
 
 // Progresses every worker once (then pauseIfIdle).
@@ -220,9 +225,7 @@ bool flushed(Worker* w, ucp_ep_h ep, double seconds) {
   ucs_status_ptr_t r = ucp_ep_flush_nbx(ep, &param);
   if (r == nullptr) return true;
   if (UCS_PTR_IS_ERR(r)) return false;
-  Deadline d = Deadline::after(seconds);
-  while (ucp_request_check_status(r) == UCS_INPROGRESS && !d.expired()) pauseIfIdle(ucp_worker_progress(w->worker));
-  const bool done = ucp_request_check_status(r) != UCS_INPROGRESS;
+  const bool done = awaitRequest(w->worker, r, seconds);
   ucp_request_free(r);  // released now, or by UCX once the forced close completes it
   return done;
 }
@@ -249,10 +252,7 @@ void closeWorkers(std::map<int, std::unique_ptr<Worker>>& workers, ucp_context_h
       param.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
       ucs_status_ptr_t r = ucp_ep_close_nbx(e->ep, &param);
       if (UCS_PTR_IS_PTR(r)) {
-        Deadline d = Deadline::after(1.0);
-        while (ucp_request_check_status(r) == UCS_INPROGRESS && !d.expired())
-          pauseIfIdle(ucp_worker_progress(w->worker));
-        if (ucp_request_check_status(r) == UCS_INPROGRESS) ucp_request_cancel(w->worker, r);
+        if (!awaitRequest(w->worker, r, 1.0)) ucp_request_cancel(w->worker, r);
         ucp_request_free(r);
       }
     }

@@ -111,6 +111,7 @@ run_vm() {
   kdir="$(kernel_dir)"
   local work="$WORK/$name"
   local ird="$work/initramfs"
+  rm -rf "$work"  # a job run once more starts afresh
   mkdir -p "$ird"/{bin,sbin,proc,sys,dev,lower,upper,host}
   cp /bin/busybox "$ird/bin/busybox"
   local a
@@ -189,6 +190,15 @@ failed=0
 check=""
 # The check of a step that kills rank 1 of 3: ranks 0 and 2 failed naming it.
 KILLED1='for r in 0 2; do grep -q "RESULT rank=$r code=[1-9][0-9]* failed_rank=1 " /tmp/step.log || echo "rank $r did not fail naming rank 1"; done'
+# The guest's heartbeat: its clock, once a second. The guest's clock follows the host's, so
+# a gap between two beats is a time the guest did not run at all (its emulator was not
+# scheduled), which its ranks' timeouts count as their peers' silence.
+(while :; do date +%s; sleep 1; done) > /tmp/heartbeat 2>/dev/null &
+# The longest gap between beats from $1 to now, in seconds.
+longest_gap() {
+  awk -v s="$1" -v e="$(date +%s)" '$1 >= s - 1 { if (p && $1 - p > g) g = $1 - p; p = $1 }
+    END { if (p && e - p > g) g = e - p; print g + 0 }' /tmp/heartbeat
+}
 step() {
   name="$1"; shift
   start=$(date +%s)
@@ -198,6 +208,9 @@ step() {
   [ "$rc" = 0 ] || why="exit $rc"
   if [ -z "$why" ] && [ -n "$check" ]; then why=$(sh -c "$check" < /tmp/step.log); fi
   secs=$(( $(date +%s) - start ))
+  gap=$(longest_gap "$start")
+  # Said of every step, passed or failed; the host looks for it (emulator_stalled).
+  [ "$gap" -lt 10 ] || echo "kernel-vm: the guest did not run for $gap s (a gap in its heartbeat) during: $name"
   if [ -z "$why" ]; then
     echo "kernel-vm: ok   $name (${secs} s)"
   else
@@ -318,6 +331,19 @@ exit $failed
 EOF
 }
 
+# Whether a failed job's output (FILES) shows that its emulator, not the job, stalled: a
+# guest that did not run for 10 s or more (its heartbeat), or whose emulated NIC stopped
+# sending (its kernel's "NETDEV WATCHDOG": the emulator stopped serving the queue, as a
+# loaded machine's software emulation once did for two minutes). Either fails the job's
+# ranks through no fault of theirs (their timeouts count the guest's lost time); the job is
+# then run once more, saying why.
+emulator_stalled() {
+  local why
+  why="$(grep -h -m1 -o -e "NETDEV WATCHDOG" -e "the guest did not run for [0-9]* s" "$@" | head -1)"
+  [ -n "$why" ] || return 1
+  echo "kernel_vm: the emulator stalled ($why): running the job once more"
+}
+
 # Exits unless $BUILD is a build tree; need_verbs: skips unless it has the verbs plugin.
 need_build() { [ -x "$BUILD/src/launcher/braidrun" ] || { echo "kernel_vm: no build at $BUILD"; exit 2; }; }
 need_verbs() {
@@ -357,12 +383,8 @@ case "$MODE" in
       sed 's/^/[host 1] /' "$WORK/host1.out"
       [ "$rc0" = 0 ] && [ "$rc1" = 0 ]
     }
-    # A guest whose emulated NIC stops sending (its kernel's "NETDEV WATCHDOG": the emulator
-    # stopped serving the queue, as a loaded machine's software emulation once did for two
-    # minutes) fails the jobs through no fault of theirs: the pair runs once more, saying so.
     if ! run_pair; then
-      grep -q "NETDEV WATCHDOG" "$WORK/host0.out" "$WORK/host1.out" || exit 1
-      echo "kernel_vm: the emulated wire stalled (NETDEV WATCHDOG in a guest): running the pair once more"
+      emulator_stalled "$WORK/host0.out" "$WORK/host1.out" || exit 1
       run_pair
     fi
     ;;
@@ -379,7 +401,13 @@ case "$MODE" in
         need_verbs
         write_verbs_job "$BUILD" > "$job" ;;
     esac
-    run_vm "$job" "${BRAID_VM_LIMIT:-600}"
+    rc=0
+    run_vm "$job" "${BRAID_VM_LIMIT:-600}" > "$WORK/vm.out" || rc=$?
+    cat "$WORK/vm.out"
+    if [ "$rc" != 0 ]; then
+      emulator_stalled "$WORK/vm.out" || exit "$rc"
+      run_vm "$job" "${BRAID_VM_LIMIT:-600}"
+    fi
     ;;
   *) echo "usage: $0 prepare | ktls BUILD | ktls-bench BUILD | verbs BUILD | verbs-hosts BUILD | job FILE" >&2; exit 2 ;;
 esac

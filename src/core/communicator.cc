@@ -93,9 +93,10 @@ std::string encodePeer(const transport::PeerInfo& p) {
 }
 
 // A peer record may carry a fourth line, the rank's topology record (cluster.h), a fifth,
-// its job-wide settings (jobSettings), and a sixth, its store client's id (Store::clientId).
+// its job-wide settings (jobSettings), a sixth, its store client's id (Store::clientId),
+// and a seventh, its kernel and CPUs (cpu_share.h).
 Status decodePeer(const std::string& s, int rank, transport::PeerInfo* p, topology::RankRecord* place,
-                  std::string* settings, uint64_t* storeClient) {
+                  std::string* settings, uint64_t* storeClient, CpuRecord* cpus) {
   std::istringstream in(s);
   std::string pid, nonce, placement;
   if (!std::getline(in, p->hostId) || !std::getline(in, pid) || !std::getline(in, nonce))
@@ -111,6 +112,8 @@ Status decodePeer(const std::string& s, int rank, transport::PeerInfo* p, topolo
   std::getline(in, *settings);
   std::string client;
   *storeClient = std::getline(in, client) ? std::strtoull(client.c_str(), nullptr, 10) : 0;
+  std::string cpuLine;
+  *cpus = std::getline(in, cpuLine) ? decodeCpuRecord(cpuLine) : CpuRecord{};
   return Status::ok();
 }
 
@@ -448,14 +451,25 @@ Status Communicator::init() {
   // Spinning pays only while every busy thread has a core. An op on several channels keeps
   // one thread per channel busy on every local rank; an op on one channel (every small
   // one) keeps one per rank busy, so it may spin whenever the ranks alone fit the cores.
+  // Ranks of other host ids under this kernel on the same CPUs count too (cpu_share.h):
+  // three emulated hosts on 2 cores that spun had their ping-pongs take 75-150 us one way
+  // instead of 6 (braid-doctor, tests/netns/doctor.sh), the spinner holding its partner off.
+  auto crowded = [&](int threadsPerRank) {
+    return localSize_ * threadsPerRank > cores ||
+           (cpuShare_.cpus > 0 && cpuShare_.ranks * threadsPerRank > cpuShare_.cpus);
+  };
   auto policy = [&](bool oversubscribed) {
     exec::WaitPolicy w;
     w.spinMicros = cfg.spinMicros >= 0 ? cfg.spinMicros : (oversubscribed ? 0 : 50);
     w.yieldMicros = cfg.yieldMicros >= 0 ? cfg.yieldMicros : (oversubscribed ? 20 : 200);
     return w;
   };
-  wait_ = policy(localSize_ * nchannels_ > cores);
-  waitOneChannel_ = policy(localSize_ > cores);
+  wait_ = policy(crowded(nchannels_));
+  waitOneChannel_ = policy(crowded(1));
+  if (cpuShare_.ranks > localSize_ && crowded(1) && localSize_ <= cores)
+    BRAID_INFO("rank %d: %d ranks of this job share %d CPUs under this kernel, %d of them with its host id: "
+               "waiting yields instead of spinning",
+               rank_, cpuShare_.ranks, cpuShare_.cpus, localSize_);
 
   plan::World world;
   world.rank = rank_;
@@ -776,14 +790,17 @@ Status Communicator::exchangePeers() {
   BRAID_ASSIGN_OR_RETURN(auto all, bootstrap::allGather(*store_, key("peer"), rank_, nranks_,
                                                         encodePeer(me) + "\n" + topology::encodeRankRecord(where) +
                                                             "\n" + mySettings + "\n" +
-                                                            std::to_string(store_->clientId()),
+                                                            std::to_string(store_->clientId()) + "\n" +
+                                                            encodeCpuRecord(localCpuRecord()),
                                                         deadline, poll));
   peers_.resize(static_cast<size_t>(nranks_));
   rankRecords_.resize(static_cast<size_t>(nranks_));
   storeClients_.assign(static_cast<size_t>(nranks_), 0);
+  std::vector<CpuRecord> cpus(static_cast<size_t>(nranks_));
   std::string theirs;
   for (int r = 0; r < nranks_; ++r) {
-    BRAID_RETURN_IF_ERROR(decodePeer(all[r], r, &peers_[r], &rankRecords_[r], &theirs, &storeClients_[r]));
+    BRAID_RETURN_IF_ERROR(
+        decodePeer(all[r], r, &peers_[r], &rankRecords_[r], &theirs, &storeClients_[r], &cpus[static_cast<size_t>(r)]));
     if (peers_[r].nonce != nonce_)
       return Status(Code::kRemoteError, "rank " + std::to_string(r) + " belongs to another session (nonce mismatch)", r);
     if (theirs == mySettings) continue;
@@ -800,6 +817,7 @@ Status Communicator::exchangePeers() {
                              "; every rank of a job must set it the same");
     }
   }
+  cpuShare_ = cpuShare(cpus, rank_);
   localRank_ = 0;
   localSize_ = 0;
   peerPidFds_.assign(static_cast<size_t>(nranks_), -1);

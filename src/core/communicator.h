@@ -25,6 +25,7 @@
 #include "common/auth.h"
 #include "common/status.h"
 #include "core/config.h"
+#include "core/cpu_share.h"
 #include "exec/executor.h"
 #include "plan/algo_override.h"
 #include "plan/cost_model.h"
@@ -409,6 +410,7 @@ class Communicator {
   std::unique_ptr<topology::Graph> topology_;
   topology::RankPlace place_;
   std::vector<topology::RankRecord> rankRecords_;  // by rank, from the peer records
+  CpuShare cpuShare_;  // who else waits on this rank's CPUs, from the peer records
   std::vector<uint64_t> storeClients_;  // by rank, from the peer records: Store::clientId, 0 unknown
   std::vector<int> topoRing_;
   topology::ClusterPlan topoPlan_;  // rank 0's plan: ring, trees, bandwidths

@@ -208,9 +208,9 @@ step() {
   [ "$rc" = 0 ] || why="exit $rc"
   if [ -z "$why" ] && [ -n "$check" ]; then why=$(sh -c "$check" < /tmp/step.log); fi
   secs=$(( $(date +%s) - start ))
-  gap=$(longest_gap "$start")
+  gap=$(longest_gap "$start" 2>/dev/null)
   # Said of every step, passed or failed; the host looks for it (emulator_stalled).
-  [ "$gap" -lt 10 ] || echo "kernel-vm: the guest did not run for $gap s (a gap in its heartbeat) during: $name"
+  [ "${gap:-0}" -lt 10 ] || echo "kernel-vm: the guest did not run for $gap s (a gap in its heartbeat) during: $name"
   if [ -z "$why" ]; then
     echo "kernel-vm: ok   $name (${secs} s)"
   else

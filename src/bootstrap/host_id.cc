@@ -12,16 +12,20 @@ std::string hostId(const std::function<const char*(const char*)>& getenv) {
   char host[256] = {0};
   if (gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
   std::string id = host[0] ? host : "unknown-host";
+  const std::string boot = bootId();
+  if (!boot.empty()) id += ":" + boot;
+  return id;
+}
+
+std::string bootId() {
+  std::string b;
   if (FILE* f = std::fopen("/proc/sys/kernel/random/boot_id", "r")) {
     char boot[64] = {0};
-    if (std::fgets(boot, sizeof(boot), f)) {
-      std::string b(boot);
-      while (!b.empty() && (b.back() == '\n' || b.back() == ' ')) b.pop_back();
-      if (!b.empty()) id += ":" + b;
-    }
+    if (std::fgets(boot, sizeof(boot), f)) b = boot;
     std::fclose(f);
   }
-  return id;
+  while (!b.empty() && (b.back() == '\n' || b.back() == ' ')) b.pop_back();
+  return b;
 }
 
 std::string hostId() {

@@ -16,4 +16,8 @@ std::string hostId();
 // As above, with the environment read through `getenv` (for tests).
 std::string hostId(const std::function<const char*(const char*)>& getenv);
 
+// The running kernel's boot id (/proc/sys/kernel/random/boot_id), the same for every
+// process under one kernel whatever its hostname or namespaces; "" when unreadable.
+std::string bootId();
+
 }  // namespace braid::bootstrap

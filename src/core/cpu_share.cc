@@ -1,8 +1,9 @@
 #include "core/cpu_share.h"
 
+#include "bootstrap/host_id.h"
+
 #include <sched.h>
 
-#include <cstdio>
 #include <cstdlib>
 #include <set>
 
@@ -10,13 +11,7 @@ namespace braid::core {
 
 CpuRecord localCpuRecord() {
   CpuRecord r;
-  if (FILE* f = std::fopen("/proc/sys/kernel/random/boot_id", "r")) {
-    char boot[64] = {0};
-    if (std::fgets(boot, sizeof(boot), f)) {
-      for (const char* p = boot; *p && *p != '\n' && *p != ' '; ++p) r.kernel += *p;
-    }
-    std::fclose(f);
-  }
+  r.kernel = bootstrap::bootId();
   cpu_set_t set;
   CPU_ZERO(&set);
   if (sched_getaffinity(0, sizeof(set), &set) == 0) {

@@ -34,8 +34,11 @@ TEST_CASE("hostId defaults to hostname and boot id", "[bootstrap][host_id]") {
   gethostname(host, sizeof(host) - 1);
   CHECK(id.rfind(host, 0) == 0);
   std::ifstream boot("/proc/sys/kernel/random/boot_id");
-  std::string bootId;
-  if (std::getline(boot, bootId)) CHECK(id == std::string(host) + ":" + bootId);
+  std::string bootLine;
+  if (std::getline(boot, bootLine)) {
+    CHECK(id == std::string(host) + ":" + bootLine);
+    CHECK(bootId() == bootLine);  // the kernel's id alone, without its newline
+  }
   CHECK(hostId(empty) == id);  // an empty BRAID_HOST_ID counts as unset
   CHECK(hostId(none) == id);   // stable
 }

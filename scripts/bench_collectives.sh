@@ -134,7 +134,7 @@ fmt() { printf '%-8s %9s %9s %6s | %9s %9s %9s %6s %6s | %s\n' "$@"; }
 misses=0; checked=0
 say "# bench_collectives $(date -Is): NP=$NP SIZES='${SIZES[*]}' ROUNDS=$ROUNDS CHECK=$CHECK AVG=$AVG"
 say "# braid: $BUILD_DIR ($(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null)$(git -C "$ROOT" diff --quiet 2>/dev/null || echo '+dirty')); peers: $CACHE; raw logs: $RAW"
-say "# host: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); busbw in GB/s (1e9 B/s); x = braid/peer, > 1: braid better"
+say "# host: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), tcp congestion control $(tcp_cc); busbw in GB/s (1e9 B/s); x = braid/peer, > 1: braid better"
 say "# targets: shm = braid-shm >= mpi-shm; tcp = braid-tcp >= 2 x gloo-tcp (sendrecv: Gloo point-to-point, not a Gloo collective)"
 t_start=$SECONDS
 

@@ -18,6 +18,10 @@ iters() { local b=$1; if [ "$b" -le 65536 ]; then echo 200; elif [ "$b" -le 1048
   elif [ "$b" -le 67108864 ]; then echo 3; else echo 2; fi; }
 warm() { local b=$1; if [ "$b" -le 4194304 ]; then echo 3; elif [ "$b" -le 16777216 ]; then echo 2; else echo 1; fi; }
 
+# The kernel's default tcp congestion control, for the host line: over loopback a pacing one
+# (bbr) changes how UCX's tcp and OpenMPI's compare with braid's own (docs/performance.md).
+tcp_cc() { cat /proc/sys/net/ipv4/tcp_congestion_control 2>/dev/null || echo unknown; }
+
 # Reads a table on stdin (braid's tools and the peer harnesses print the same columns: 1 size,
 # 6 time in us, 9 #wrong). With $1 = bw:FACTOR prints the best busbw over the data rows,
 # recomputed from size and time (size / time * FACTOR; the table's own busbw column has only two

@@ -22,6 +22,7 @@
 #include "common/log.h"
 #include "common/process_state.h"
 #include "common/tls.h"
+#include "common/ucx_env.h"
 #include "common/timeline.h"
 #include "plan/planner.h"
 #include "reduce/reduce.h"
@@ -117,6 +118,18 @@ Status decodePeer(const std::string& s, int rank, transport::PeerInfo* p, topolo
   return Status::ok();
 }
 
+// Whether UCX, asked for by name on one host, would move braid's messages over tcp connections
+// the kernel paces: UCX_TLS names no shared-memory transport and the kernel's congestion
+// control is BBR's. Such a job takes the slots of a stream transport (Communicator::init).
+bool ucxOverPacedTcp() {
+  return !ucxTlsMayUseSharedMemory(std::getenv("UCX_TLS")) && congestionControlPaces(tcpCongestionControl());
+}
+
+// The jobSettings field that says what ucxOverPacedTcp says on this rank ("paced tcp" or "not
+// paced tcp"), and why in parentheses. Ranks must agree on the first part, and only when they
+// all share one host, where it decides the slots (exchangePeers).
+const char* const kUcxOneHostSetting = "UCX on one host";
+
 // The settings every rank of a job must share, as one line of NAME=value fields separated
 // by tabs. They decide how a call is cut into slots and rounds, which algorithm runs and how
 // connections are made, so a rank that differs would cut other slices than its peers (wrong
@@ -139,6 +152,13 @@ std::string jobSettings(const Config& c, int nranks) {
   add("BRAID_ALGO", c.algo.empty() ? "(unset)" : c.algo);
   add("BRAID_SOCKETS_PER_PEER", std::to_string(c.socketsPerPeer));
   add("BRAID_TLS", c.tls ? "1" : "0");
+  if (c.transport == "ucx") {
+    const char* tls = std::getenv("UCX_TLS");
+    const std::string cc = tcpCongestionControl();
+    add(kUcxOneHostSetting, std::string(ucxOverPacedTcp() ? "paced tcp" : "not paced tcp") + " (UCX_TLS" +
+                                (tls ? std::string("=") + tls : std::string(" unset")) + ", tcp congestion control " +
+                                (cc.empty() ? "unknown" : cc) + ")");
+  }
   return s;
 }
 
@@ -406,11 +426,18 @@ Status Communicator::init() {
     size_t slotBytes = stream ? 64 * 1024 : 512 * 1024;
     int nslots = 8;
     meshSlotBytes_ = kMeshSlotBytes;
-    if (forced == "ucx" && hosts.size() == 1) {
+    if (forced == "ucx" && hosts.size() == 1 && !ucxOverPacedTcp()) {
       // UCX inside one host moves messages through its own shared memory: each message
       // costs a match and a rendezvous, so fewer, larger ones pay (sendrecv_perf, 2 ranks:
       // 256 KiB slots 1.5x faster than 64 KiB; docs/performance.md). The same holds for
-      // the mesh, which carries point-to-point traffic.
+      // the mesh, which carries point-to-point traffic. Over tcp alone, the same 4 MiB of
+      // slots per connection also ran 1.02-1.14x faster than a stream's 64 KiB x 8 while
+      // the kernel did not pace tcp (cubic). Under BBR they keep data queued in UCX's one
+      // socket per pair, so BBR leaves its start-up and paces it, and `ss -ti` then shows
+      // segments out of order and sent twice (DSACKs). A stream's slots leave that socket
+      // waiting for data, BBR stays in its start-up, nothing is resent, and they ran 1.04-1.47x
+      // faster (allreduce and reduce-scatter, 2 and 4 ranks, 1-256 MiB;
+      // docs/performance.md, "UCX over tcp and the kernel's pacing").
       slotBytes = 256 * 1024;
       nslots = 16;
       meshSlotBytes_ = kUcxMeshSlotBytes;
@@ -798,6 +825,7 @@ Status Communicator::exchangePeers() {
   storeClients_.assign(static_cast<size_t>(nranks_), 0);
   std::vector<CpuRecord> cpus(static_cast<size_t>(nranks_));
   std::string theirs;
+  std::string ucxDiffers;  // kUcxOneHostSetting's first difference, an error on one host only
   for (int r = 0; r < nranks_; ++r) {
     BRAID_RETURN_IF_ERROR(
         decodePeer(all[r], r, &peers_[r], &rankRecords_[r], &theirs, &storeClients_[r], &cpus[static_cast<size_t>(r)]));
@@ -812,11 +840,22 @@ Status Communicator::exchangePeers() {
       const std::string mine = field.substr(name.size() + 1);
       const std::string other = settingOf(theirs, name);
       if (other == mine) continue;
-      return invalidArgument(name + " differs between ranks: rank " + std::to_string(r) + " has " +
-                             (other.empty() ? "no value" : other) + ", rank " + std::to_string(rank_) + " has " + mine +
-                             "; every rank of a job must set it the same");
+      if (name == kUcxOneHostSetting && other.substr(0, other.find(" (")) == mine.substr(0, mine.find(" (")))
+        continue;
+      const std::string differs = name + " differs between ranks: rank " + std::to_string(r) + " has " +
+                                  (other.empty() ? "no value" : other) + ", rank " + std::to_string(rank_) +
+                                  " has " + mine;
+      if (name == kUcxOneHostSetting) {
+        if (ucxDiffers.empty())
+          ucxDiffers = differs + "; on one host it decides how messages are cut, so every rank needs the same";
+        continue;
+      }
+      return invalidArgument(differs + "; every rank of a job must set it the same");
     }
   }
+  if (!ucxDiffers.empty() && std::all_of(peers_.begin(), peers_.end(),
+                                         [&](const transport::PeerInfo& p) { return p.hostId == me.hostId; }))
+    return invalidArgument(ucxDiffers);
   cpuShare_ = cpuShare(cpus, rank_);
   localRank_ = 0;
   localSize_ = 0;

@@ -1,6 +1,7 @@
 // Real processes launched with braidrun: collectives over shm and forced tcp, the perf tool's
 // own result check, bad input, init through a unique id, and peers that die or stall.
 
+#include "common/ucx_env.h"
 #include "support/catch.h"
 #include "support/etcd_server.h"
 #include "support/run_command.h"
@@ -1639,6 +1640,35 @@ TEST_CASE("UCX_TLS naming nothing usable fails init quoting UCX's reason", "[mul
   INFO(r.out);
   CHECK(r.status != 0);
   CHECK(r.out.find("ucx: ucp_init: No such device (UCX_TLS=bogus)") != std::string::npos);
+}
+// UCX on one host over tcp the kernel paces (BBR) takes a stream's slots, where shared memory
+// takes larger ones; both ends of a connection must cut the same, so ranks of one host whose
+// UCX_TLS puts them on different sides fail init, each naming a rank that differs. On another
+// host id each, the slots follow the hosts and the difference does not matter. Under a
+// congestion control that does not pace, both ranks are on the same side and the job runs.
+TEST_CASE("ranks on one host whose UCX_TLS decides other slots fail init, naming them", "[multiproc][ucx]") {
+  const std::string cc = braid::tcpCongestionControl();
+  const bool paced = braid::congestionControlPaces(cc);
+  INFO("tcp congestion control " << cc);
+  const std::string tls = "BRAID_TRANSPORT=ucx BRAID_TIMEOUT=30 UCX_TLS=$([ $r = 1 ] && echo tcp,sm,self || echo tcp,self)";
+  Run r = torchrunJob(2, tls, MP_DIR "/mp_collectives");
+  INFO(r.out);
+  if (paced) {
+    CHECK(r.status != 0);
+    CHECK(r.out.find("rank 0 could not join the communicator: UCX on one host differs between ranks: rank 1 has not "
+                     "paced tcp (UCX_TLS=tcp,sm,self, tcp congestion control " + cc + "), rank 0 has paced tcp "
+                     "(UCX_TLS=tcp,self, tcp congestion control " + cc + "); on one host it decides how messages are "
+                     "cut, so every rank needs the same") != std::string::npos);
+    CHECK(r.out.find("rank 1 could not join the communicator: UCX on one host differs between ranks: rank 0 has "
+                     "paced tcp") != std::string::npos);
+  } else {
+    CHECK(r.status == 0);
+    for (int i = 0; i < 2; ++i) CHECK(r.out.find("collectives ok rank " + std::to_string(i)) != std::string::npos);
+  }
+  Run hosts = torchrunJob(2, tls + " BRAID_HOST_ID=host$r", MP_DIR "/mp_collectives");
+  INFO(hosts.out);
+  CHECK(hosts.status == 0);
+  for (int i = 0; i < 2; ++i) CHECK(hosts.out.find("collectives ok rank " + std::to_string(i)) != std::string::npos);
 }
 #else
 TEST_CASE("collectives across processes over ucx", "[multiproc][ucx]") {

@@ -22,6 +22,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/random.h"
+#include "common/ucx_env.h"
 #include "transports/ucx/ucx_connection.h"
 
 namespace braid::transport::ucx {
@@ -144,13 +145,7 @@ void drainUnexpected(ucp_worker_h worker) {
 // rendezvous.
 std::string rndvThreshold(bool rdma) {
   if (std::getenv("UCX_RNDV_THRESH") || rdma) return "";
-  const char* tls = std::getenv("UCX_TLS");
-  if (!tls || !*tls || tls[0] == '^') return "65537";
-  std::string list = std::string(",") + tls + ",";
-  for (const char* shared : {"all", "sm", "shm", "posix", "sysv", "cma", "knem", "xpmem", "mm"}) {
-    if (list.find(std::string(",") + shared + ",") != std::string::npos) return "65537";
-  }
-  return "262145";
+  return ucxTlsMayUseSharedMemory(std::getenv("UCX_TLS")) ? "65537" : "262145";
 }
 
 // The receive segment of UCX's tcp transport braid asks for when the user did not set

@@ -101,6 +101,9 @@ struct Layout {
   // one message, which takes one slot of the FIFO whatever its size: its rounds and parts
   // are cut by wholeBlockRound() instead of roundBytes/smallRoundBytes.
   size_t wholeBlockBytes = 0;
+  // Whether the rings' schedules (allgather) may go in whole blocks too, or only the mesh's
+  // point-to-point groups: false over UCX's paced tcp on one host (core::Communicator).
+  bool wholeBlocksInRings = true;
   // Allreduces up to this many bytes use the small-message algorithm (0 = never).
   size_t smallMaxBytes = 0;
   // The topology's double binary tree (topology::doubleBinaryTree, published by rank 0):

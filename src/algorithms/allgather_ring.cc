@@ -33,7 +33,7 @@ StatusOr<Schedule> ringAllgather(const Request& req, const Layout& layout, const
   BRAID_ASSIGN_OR_RETURN(Schedule s, ringSchedule(req, "ring", layout));
   // Every rank sends its block at once and forwards each block whole: no step waits on a
   // piece of another, so each step's round may travel as one message.
-  s.wholeBlocks = true;
+  s.wholeBlocks = layout.wholeBlocksInRings;
 
   size_t maxCount = 0;
   for (size_t c : counts) maxCount = std::max(maxCount, c);

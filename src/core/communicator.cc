@@ -426,7 +426,8 @@ Status Communicator::init() {
     size_t slotBytes = stream ? 64 * 1024 : 512 * 1024;
     int nslots = 8;
     meshSlotBytes_ = kMeshSlotBytes;
-    if (forced == "ucx" && hosts.size() == 1 && !ucxOverPacedTcp()) {
+    ucxPacedTcp_ = forced == "ucx" && hosts.size() == 1 && ucxOverPacedTcp();
+    if (forced == "ucx" && hosts.size() == 1 && !ucxPacedTcp_) {
       // UCX inside one host moves messages through its own shared memory: each message
       // costs a match and a rendezvous, so fewer, larger ones pay (sendrecv_perf, 2 ranks:
       // 256 KiB slots 1.5x faster than 64 KiB; docs/performance.md). The same holds for
@@ -535,7 +536,11 @@ Status Communicator::init() {
     for (int r = 0; r < nranks_; ++r) tp += (r ? "," : "") + transportNames_[r];
     BRAID_INFO("braid %d.%d.%d: %d ranks on %zu hosts, %d channels, slots %zu x %d, whole blocks %s, transports [%s], %s",
                0, 1, 0, nranks_, hosts.size(), nchannels_, cfg.slotBytes, cfg.nslots,
-               wholeBlockBytes_ ? (std::to_string(wholeBlockBytes_ >> 20) + " MiB").c_str() : "off", tp.c_str(),
+               wholeBlockBytes_ ? (std::to_string(wholeBlockBytes_ >> 20) + " MiB" +
+                                   (ucxPacedTcp_ ? " (point-to-point only: UCX over paced tcp)" : ""))
+                                      .c_str()
+                                : "off",
+               tp.c_str(),
                topology::Placement::local().summary().c_str());
   }
   deadline = Deadline::after(cfg.timeoutSec);  // the link probe may have taken most of one
@@ -1184,6 +1189,12 @@ Status Communicator::connect() {
     if (n == nranks_) wholeBlockBytes_ = kWholeBlockBytes;
   }
   layout_.wholeBlockBytes = wholeBlockBytes_;
+  // Over UCX's paced tcp on one host, an allgather's whole block is a rendezvous that fills
+  // the socket, which BBR then paces, where a stream's slices leave it waiting for data:
+  // allgather in slices ran 1.15-1.46x faster at 2 and 4 ranks, 1-16 MiB, except 2 ranks at
+  // 1 MiB. Point-to-point groups keep them (one-way sendrecv in slices: 0.73-0.95x).
+  // docs/performance.md, "UCX over tcp and the kernel's pacing".
+  layout_.wholeBlocksInRings = !ucxPacedTcp_;
   BRAID_ASSIGN_OR_RETURN(int64_t noAcks, store_->add(noAcksKey, 0));
   sendAcks_ = noAcks == 0;
   if (!sendAcks_ && rank_ == 0)

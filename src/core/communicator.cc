@@ -22,8 +22,8 @@
 #include "common/log.h"
 #include "common/process_state.h"
 #include "common/tls.h"
-#include "common/ucx_env.h"
 #include "common/timeline.h"
+#include "common/ucx_env.h"
 #include "plan/planner.h"
 #include "reduce/reduce.h"
 #include "topology/discover.h"
@@ -436,9 +436,9 @@ Status Communicator::init() {
       // the kernel did not pace tcp (cubic). Under BBR they keep data queued in UCX's one
       // socket per pair, so BBR leaves its start-up and paces it, and `ss -ti` then shows
       // segments out of order and sent twice (DSACKs). A stream's slots leave that socket
-      // waiting for data, BBR stays in its start-up, nothing is resent, and they ran 1.04-1.47x
-      // faster (allreduce and reduce-scatter, 2 and 4 ranks, 1-256 MiB;
-      // docs/performance.md, "UCX over tcp and the kernel's pacing").
+      // waiting for data, BBR stays in its start-up, nothing is resent, and they ran 1.04-1.44x
+      // faster (allreduce and reduce-scatter, 2 and 4 ranks, 1-256 MiB; docs/performance.md,
+      // "UCX over tcp and the kernel's pacing").
       slotBytes = 256 * 1024;
       nslots = 16;
       meshSlotBytes_ = kUcxMeshSlotBytes;
@@ -1191,8 +1191,8 @@ Status Communicator::connect() {
   layout_.wholeBlockBytes = wholeBlockBytes_;
   // Over UCX's paced tcp on one host, an allgather's whole block is a rendezvous that fills
   // the socket, which BBR then paces, where a stream's slices leave it waiting for data:
-  // allgather in slices ran 1.15-1.46x faster at 2 and 4 ranks, 1-16 MiB, except 2 ranks at
-  // 1 MiB. Point-to-point groups keep them (one-way sendrecv in slices: 0.73-0.95x).
+  // allgather in slices ran 1.15-1.46x faster at 2 and 4 ranks, 1-256 MiB, except 2 ranks
+  // at 1 MiB. Point-to-point groups keep them (one-way sendrecv in slices: 0.73-0.95x).
   // docs/performance.md, "UCX over tcp and the kernel's pacing".
   layout_.wholeBlocksInRings = !ucxPacedTcp_;
   BRAID_ASSIGN_OR_RETURN(int64_t noAcks, store_->add(noAcksKey, 0));

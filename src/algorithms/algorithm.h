@@ -102,7 +102,8 @@ struct Layout {
   // are cut by wholeBlockRound() instead of roundBytes/smallRoundBytes.
   size_t wholeBlockBytes = 0;
   // Whether the rings' schedules (allgather) may go in whole blocks too, or only the mesh's
-  // point-to-point groups: false over UCX's paced tcp on one host (core::Communicator).
+  // (alltoall, point-to-point groups): false over UCX's paced tcp on one host
+  // (core::Communicator).
   bool wholeBlocksInRings = true;
   // Allreduces up to this many bytes use the small-message algorithm (0 = never).
   size_t smallMaxBytes = 0;

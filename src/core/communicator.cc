@@ -537,7 +537,7 @@ Status Communicator::init() {
     BRAID_INFO("braid %d.%d.%d: %d ranks on %zu hosts, %d channels, slots %zu x %d, whole blocks %s, transports [%s], %s",
                0, 1, 0, nranks_, hosts.size(), nchannels_, cfg.slotBytes, cfg.nslots,
                wholeBlockBytes_ ? (std::to_string(wholeBlockBytes_ >> 20) + " MiB" +
-                                   (ucxPacedTcp_ ? " (point-to-point only: UCX over paced tcp)" : ""))
+                                   (ucxPacedTcp_ ? " (alltoall and point-to-point only: UCX over paced tcp)" : ""))
                                       .c_str()
                                 : "off",
                tp.c_str(),
@@ -1192,7 +1192,8 @@ Status Communicator::connect() {
   // Over UCX's paced tcp on one host, an allgather's whole block is a rendezvous that fills
   // the socket, which BBR then paces, where a stream's slices leave it waiting for data:
   // allgather in slices ran 1.15-1.46x faster at 2 and 4 ranks, 1-256 MiB, except 2 ranks
-  // at 1 MiB. Point-to-point groups keep them (one-way sendrecv in slices: 0.73-0.95x).
+  // at 1 MiB. The mesh's schedules keep them: one-way sendrecv in slices ran 0.73-0.95x;
+  // alltoall was mixed (0.91-1.27x) and stays as it was.
   // docs/performance.md, "UCX over tcp and the kernel's pacing".
   layout_.wholeBlocksInRings = !ucxPacedTcp_;
   BRAID_ASSIGN_OR_RETURN(int64_t noAcks, store_->add(noAcksKey, 0));

@@ -1599,7 +1599,7 @@ TEST_CASE("allreduce_perf over ucx checks its results with zero wrong", "[multip
 // to send the steps of allgather, alltoall and point-to-point groups whole (BRAID_WHOLE_BLOCKS,
 // on by default): the job says so, and every result checks, up to blocks of 8 MiB; with
 // BRAID_WHOLE_BLOCKS=0 the same runs go in slices. Over tcp the kernel paces (BBR), UCX on
-// one host keeps whole blocks for point-to-point groups only, and says so.
+// one host keeps whole blocks for alltoall and point-to-point groups only, and says so.
 TEST_CASE("whole blocks over ucx: allgather, alltoall and sendrecv check with zero wrong", "[multiproc][ucx]") {
   const bool paced = braid::congestionControlPaces(braid::tcpCongestionControl());
   for (const char* env : kUcxEnvs) {
@@ -1614,7 +1614,7 @@ TEST_CASE("whole blocks over ucx: allgather, alltoall and sendrecv check with ze
         CHECK(r.status == 0);
         CHECK(r.out.find("Out of bounds values : 0 OK") != std::string::npos);
         CHECK(r.out.find(*whole                ? "whole blocks off"
-                         : paced && overTcp ? "whole blocks 64 MiB (point-to-point only: UCX over paced tcp)"
+                         : paced && overTcp ? "whole blocks 64 MiB (alltoall and point-to-point only: UCX over paced tcp)"
                                             : "whole blocks 64 MiB") != std::string::npos);
       }
     }

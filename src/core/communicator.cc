@@ -845,17 +845,13 @@ Status Communicator::exchangePeers() {
       const std::string mine = field.substr(name.size() + 1);
       const std::string other = settingOf(theirs, name);
       if (other == mine) continue;
-      if (name == kUcxOneHostSetting && other.substr(0, other.find(" (")) == mine.substr(0, mine.find(" (")))
-        continue;
       const std::string differs = name + " differs between ranks: rank " + std::to_string(r) + " has " +
                                   (other.empty() ? "no value" : other) + ", rank " + std::to_string(rank_) +
                                   " has " + mine;
-      if (name == kUcxOneHostSetting) {
-        if (ucxDiffers.empty())
-          ucxDiffers = differs + "; on one host it decides how messages are cut, so every rank needs the same";
-        continue;
-      }
-      return invalidArgument(differs + "; every rank of a job must set it the same");
+      if (name != kUcxOneHostSetting) return invalidArgument(differs + "; every rank of a job must set it the same");
+      // Only the decision before the reasons in parentheses counts, and only on one host (below).
+      if (ucxDiffers.empty() && other.substr(0, other.find(" (")) != mine.substr(0, mine.find(" (")))
+        ucxDiffers = differs + "; on one host it decides how messages are cut, so every rank needs the same";
     }
   }
   if (!ucxDiffers.empty() && std::all_of(peers_.begin(), peers_.end(),
@@ -1189,10 +1185,9 @@ Status Communicator::connect() {
     if (n == nranks_) wholeBlockBytes_ = kWholeBlockBytes;
   }
   layout_.wholeBlockBytes = wholeBlockBytes_;
-  // Over UCX's paced tcp on one host, an allgather's whole block is a rendezvous that fills
-  // the socket, which BBR then paces, where a stream's slices leave it waiting for data:
-  // allgather in slices ran 1.15-1.46x faster at 2 and 4 ranks, 1-256 MiB, except 2 ranks
-  // at 1 MiB. The mesh's schedules keep them: one-way sendrecv in slices ran 0.73-0.95x;
+  // Over UCX's paced tcp on one host, allgather's whole blocks (a rendezvous each) ran slower
+  // than the stream's slices: in slices it ran 1.15-1.46x faster at 2 and 4 ranks, 1-256 MiB,
+  // except 2 ranks at 1 MiB. The mesh's schedules keep them: one-way sendrecv in slices ran 0.73-0.95x;
   // alltoall was mixed (0.91-1.27x) and stays as it was.
   // docs/performance.md, "UCX over tcp and the kernel's pacing".
   layout_.wholeBlocksInRings = !ucxPacedTcp_;

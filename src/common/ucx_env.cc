@@ -1,6 +1,6 @@
 #include "common/ucx_env.h"
 
-#include <fstream>
+#include <string>
 
 namespace braid {
 
@@ -12,14 +12,5 @@ bool ucxTlsMayUseSharedMemory(const char* tls) {
   }
   return false;
 }
-
-std::string tcpCongestionControl() {
-  std::ifstream in("/proc/sys/net/ipv4/tcp_congestion_control");
-  std::string name;
-  if (!(in >> name)) return "";
-  return name;
-}
-
-bool congestionControlPaces(const std::string& name) { return name.compare(0, 3, "bbr") == 0; }
 
 }  // namespace braid

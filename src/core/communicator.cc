@@ -21,6 +21,7 @@
 #include "bootstrap/unique_id.h"
 #include "common/log.h"
 #include "common/process_state.h"
+#include "common/tcp_pacing.h"
 #include "common/tls.h"
 #include "common/timeline.h"
 #include "common/ucx_env.h"

@@ -1,7 +1,7 @@
 // Real processes launched with braidrun: collectives over shm and forced tcp, the perf tool's
 // own result check, bad input, init through a unique id, and peers that die or stall.
 
-#include "common/ucx_env.h"
+#include "common/tcp_pacing.h"
 #include "support/catch.h"
 #include "support/etcd_server.h"
 #include "support/run_command.h"

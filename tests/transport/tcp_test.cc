@@ -3,6 +3,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -11,6 +12,7 @@
 #include <cerrno>
 #include <csignal>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -22,6 +24,7 @@
 #include "support/catch.h"
 #include "support/wiretap.h"
 #include "transports/tcp/socket_util.h"
+#include "transports/tcp/tcp_connection.h"
 #include "transports/tcp/tcp_transport.h"
 
 namespace braid::transport::test {
@@ -487,6 +490,158 @@ TEST_CASE("tcp: frames sent before a clean close are delivered before the error"
   CHECK(st.code() == Code::kRemoteError);
   CHECK(st.rank() == 1);
   CHECK(st.message().find("connection to rank 1 closed") != std::string::npos);
+}
+
+// A connected loopback pair: *sender gets a data socket as the transport configures it,
+// *reader a blocking socket. Both kernel buffers are made small so a frame of 64 KiB cannot
+// all be in the kernel at once.
+void smallBufferPair(int* sender, int* reader) {
+  int l = socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(l >= 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  int small = 4096;
+  REQUIRE(setsockopt(l, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)) == 0);
+  REQUIRE(bind(l, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
+  socklen_t len = sizeof(a);
+  REQUIRE(getsockname(l, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+  REQUIRE(listen(l, 1) == 0);
+  *sender = socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(*sender >= 0);
+  REQUIRE(setsockopt(*sender, SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)) == 0);
+  REQUIRE(connect(*sender, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
+  REQUIRE(tcp::setNonBlocking(*sender).isOk());
+  *reader = accept(l, nullptr, nullptr);
+  REQUIRE(*reader >= 0);
+  close(l);
+}
+
+TEST_CASE("tcp: a frame sent from the caller's memory is read from it until flushed, and not after",
+          "[transport][tcp]") {
+  int fd = -1, reader = -1;
+  smallBufferPair(&fd, &reader);
+  TransportConfig cfg = tcpConfig(0, freshNonce());
+  cfg.slotBytes = 64 * 1024;
+  cfg.nslots = 4;
+  tcp::TcpSendConnection send(cfg, 1, {fd});
+  REQUIRE(send.sendsFromUser());
+
+  std::vector<char> user(cfg.slotBytes, 'x');
+  Slot s;
+  REQUIRE(send.reserveSend(&s).isOk());
+  s.tag = 7;
+  REQUIRE(send.postSendFrom(s, user.data(), user.size()).isOk());
+  // The kernel holds a few KiB: the rest of the frame waits, still in the caller's memory.
+  REQUIRE_FALSE(send.flushed());
+  std::fill(user.begin(), user.end(), 'y');
+
+  std::string got;
+  const size_t frame = tcp::kFrameHeaderBytes + user.size();
+  const Deadline deadline = Deadline::after(10);
+  while (got.size() < frame && !deadline.expired()) {
+    REQUIRE(send.progress().isOk());
+    pollfd p{reader, POLLIN, 0};
+    if (poll(&p, 1, 10) <= 0) continue;
+    char buf[8192];
+    ssize_t n = recv(reader, buf, std::min(sizeof(buf), frame - got.size()), 0);
+    REQUIRE(n > 0);
+    got.append(buf, static_cast<size_t>(n));
+  }
+  REQUIRE(got.size() == frame);
+  REQUIRE(send.progress().isOk());
+  CHECK(send.flushed());
+  // What left before the change was read as it was, what left after it as it became.
+  CHECK(got[tcp::kFrameHeaderBytes] == 'x');
+  CHECK(got.back() == 'y');
+
+  // Flushed: the caller's memory is no longer read. The next frame comes from a slot.
+  std::fill(user.begin(), user.end(), 'z');
+  REQUIRE(send.reserveSend(&s).isOk());
+  std::memset(s.data, 'q', 16);
+  REQUIRE(send.postSend(s, 16).isOk());
+  got.clear();
+  while (got.size() < tcp::kFrameHeaderBytes + 16 && !deadline.expired()) {
+    REQUIRE(send.progress().isOk());
+    char buf[64];
+    ssize_t n = recv(reader, buf, tcp::kFrameHeaderBytes + 16 - got.size(), MSG_DONTWAIT);
+    if (n > 0) got.append(buf, static_cast<size_t>(n));
+  }
+  CHECK(got.substr(tcp::kFrameHeaderBytes) == std::string(16, 'q'));
+  close(reader);
+}
+
+TEST_CASE("tcp: BRAID_TCP_ZCOPY=0 stages every frame in a slot", "[transport][tcp]") {
+  int fd = -1, reader = -1;
+  smallBufferPair(&fd, &reader);
+  TransportConfig cfg = tcpConfig(0, freshNonce());
+  setenv("BRAID_TCP_ZCOPY", "0", 1);
+  tcp::TcpSendConnection send(cfg, 1, {fd});
+  unsetenv("BRAID_TCP_ZCOPY");
+  CHECK_FALSE(send.sendsFromUser());
+  Slot s;
+  REQUIRE(send.reserveSend(&s).isOk());
+  char byte = 0;
+  Status st = send.postSendFrom(s, &byte, 1);
+  CHECK(st.code() == Code::kInternal);
+  close(reader);
+}
+
+TEST_CASE("tcp: a socket to this host's own address leaves a pacing congestion control, others keep it",
+          "[transport][tcp]") {
+  in_addr loop{};
+  loop.s_addr = htonl(INADDR_LOOPBACK);
+  in_addr elsewhere{};
+  REQUIRE(inet_pton(AF_INET, "192.0.2.1", &elsewhere) == 1);  // TEST-NET-1: never local
+  CHECK(tcp::isLocalAddress(loop));
+  CHECK_FALSE(tcp::isLocalAddress(elsewhere));
+  const in_addr own = tcp::defaultAdvertisedAddress();  // an interface's address, or loopback
+  CHECK(tcp::isLocalAddress(own));
+
+  auto ccOf = [](int fd) {
+    char name[32] = {};
+    socklen_t len = sizeof(name) - 1;
+    REQUIRE(getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, &len) == 0);
+    return std::string(name, strnlen(name, len));
+  };
+  auto socketWith = [](const char* cc) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    REQUIRE(fd >= 0);
+    if (setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, cc, static_cast<socklen_t>(std::strlen(cc))) != 0) {
+      close(fd);
+      return -1;
+    }
+    return fd;
+  };
+
+  // A congestion control that does not pace is left alone, whoever the peer is.
+  int reno = socketWith("reno");
+  REQUIRE(reno >= 0);  // reno is built into every Linux kernel and always allowed
+  CHECK(tcp::unpaceLocalSocket(reno, loop).empty());
+  CHECK(ccOf(reno) == "reno");
+  close(reno);
+
+  int local = socketWith("bbr");
+  if (local < 0) {
+    WARN("bbr is not available to this process (tcp_allowed_congestion_control): only the half without it ran");
+    return;
+  }
+  std::string now;
+  CHECK(tcp::unpaceLocalSocket(local, loop, &now) == "bbr");
+  CHECK((now == "cubic" || now == "reno"));
+  CHECK(ccOf(local) == now);
+  close(local);
+
+  int own_ = socketWith("bbr");
+  REQUIRE(own_ >= 0);
+  CHECK(tcp::unpaceLocalSocket(own_, own) == "bbr");
+  close(own_);
+
+  int remote = socketWith("bbr");
+  REQUIRE(remote >= 0);
+  CHECK(tcp::unpaceLocalSocket(remote, elsewhere).empty());
+  CHECK(ccOf(remote) == "bbr");
+  close(remote);
 }
 
 TEST_CASE("tcp: connecting to a port nobody listens on times out naming the peer", "[transport][tcp]") {

@@ -96,6 +96,18 @@ in_addr defaultAdvertisedAddress();
 [[nodiscard]] Status setBufferSizes(int fd);
 [[nodiscard]] Status configureDataSocket(int fd);
 
+// Whether `a` is an address of this network namespace: loopback, or an address of one of
+// its interfaces. A connection to it never leaves the kernel.
+bool isLocalAddress(in_addr a);
+
+// A data socket whose peer is at a local address has no link to pace for, and a pacing
+// congestion control (BBR) holds its stream below what the kernel could copy (measured on
+// loopback, docs/performance.md). Such a socket is switched to cubic (reno where cubic is not
+// allowed); sockets to other hosts, and any that do not pace, keep the kernel's choice.
+// Returns the congestion control the socket had when it was switched, and sets *now to the
+// one it has now; returns "" when it was not switched.
+std::string unpaceLocalSocket(int fd, in_addr peer, std::string* now = nullptr);
+
 // Whether `err` (from send/recv/connect) means the peer or the path to it is gone, as
 // opposed to a local failure.
 bool isConnectionLoss(int err);

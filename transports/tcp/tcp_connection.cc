@@ -81,6 +81,8 @@ TcpSendConnection::TcpSendConnection(const TransportConfig& cfg, int peer, std::
     if (i < tls.size()) streams_[i].tls = std::move(tls[i]);
   }
   hasTls_ = !tls.empty();
+  const char* zcopy = std::getenv("BRAID_TCP_ZCOPY");
+  fromUser_ = !(zcopy && std::strcmp(zcopy, "0") == 0);
   if (!memory_) error_ = systemError("posix_memalign", ENOMEM);
 }
 
@@ -109,6 +111,16 @@ Status TcpSendConnection::reserveSend(Slot* s) {
 }
 
 Status TcpSendConnection::postSend(const Slot& s, size_t bytes) {
+  return post(s, slotData(postSeq_), bytes);
+}
+
+Status TcpSendConnection::postSendFrom(const Slot& s, const void* src, size_t bytes) {
+  if (!fromUser_) return internalError("tcp: postSendFrom with BRAID_TCP_ZCOPY=0");
+  if (src == nullptr && bytes > 0) return invalidArgument("tcp: postSendFrom of a null buffer");
+  return post(s, static_cast<const uint8_t*>(src), bytes);
+}
+
+Status TcpSendConnection::post(const Slot& s, const uint8_t* src, size_t bytes) {
   if (!error_.isOk()) return error_;
   Frame& f = frames_[postSeq_ % static_cast<uint64_t>(nslots_)];
   if (f.busy || s.data != slotData(postSeq_)) {
@@ -120,6 +132,7 @@ Status TcpSendConnection::postSend(const Slot& s, size_t bytes) {
   }
   encodeFrameHeader(static_cast<uint32_t>(bytes), s.tag, f.header);
   f.bytes = static_cast<uint32_t>(bytes);
+  f.src = src;
   f.busy = true;
   Stream& st = streams_[postSeq_ % streams_.size()];
   ++postSeq_;
@@ -172,7 +185,7 @@ Status TcpSendConnection::writeStream(Stream& st) {
         skip -= kFrameHeaderBytes;
       }
       if (f.bytes > skip) {
-        iov[n].iov_base = slotData(seq) + skip;
+        iov[n].iov_base = const_cast<uint8_t*>(f.src) + skip;
         iov[n].iov_len = f.bytes - skip;
         total += iov[n++].iov_len;
       }

@@ -67,6 +67,11 @@ class TcpSendConnection final : public Connection {
   Status reserveSend(Slot* s) override;
   // Writes the frame right away when its socket has nothing queued before it.
   Status postSend(const Slot& s, size_t bytes) override;
+  // Zero copy on the sending side: the frame's payload is written from `src` (up to
+  // slotBytes) instead of the reserved slot, which stays unused. BRAID_TCP_ZCOPY=0 turns it
+  // off, for comparison.
+  bool sendsFromUser() const override { return fromUser_; }
+  Status postSendFrom(const Slot& s, const void* src, size_t bytes) override;
   Status peekRecv(Slot* s) override;
   Status releaseRecv(const Slot& s) override;
   // Writes queued frames until the kernel pushes back. Free when nothing is queued.
@@ -89,6 +94,7 @@ class TcpSendConnection final : public Connection {
     uint8_t header[kFrameHeaderBytes];
     uint32_t bytes = 0;
     bool busy = false;  // posted and not completely written yet
+    const uint8_t* src = nullptr;  // the payload: the caller's memory (postSendFrom) or the slot
   };
   struct Stream {
     int fd = -1;
@@ -107,6 +113,7 @@ class TcpSendConnection final : public Connection {
   uint8_t* slotData(uint64_t seq) const {
     return memory_.get() + (seq % static_cast<uint64_t>(nslots_)) * slotStride_;
   }
+  Status post(const Slot& s, const uint8_t* src, size_t bytes);
   Status writeStream(Stream& st);
   Status fail(Status s);
 
@@ -120,6 +127,7 @@ class TcpSendConnection final : public Connection {
   uint64_t postSeq_ = 0;  // sequence number of the next frame to reserve and post
   uint32_t queued_ = 0;   // frames posted and not completely written, all sockets
   bool hasTls_ = false;   // BRAID_TLS: the streams write through TLS sessions
+  bool fromUser_ = true;  // BRAID_TCP_ZCOPY=0 clears it
   Status error_;          // sticky: a connection that lost its peer stays failed
 };
 

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <climits>
 #include <cstdio>
@@ -289,6 +290,14 @@ StatusOr<std::unique_ptr<Connection>> TcpTransport::connectSend(int peer, int ch
         if (!s.isOk()) {
           closeAll();
           return s;
+        }
+        // Data flows from this end: its congestion control is the one that matters.
+        std::string now;
+        const std::string paced = unpaceLocalSocket(o.fd, addr.sin_addr, &now);
+        static std::atomic<bool> logged{false};  // once per process: every communicator does the same
+        if (!paced.empty() && !logged.exchange(true)) {
+          BRAID_INFO("tcp: rank %d: connections within this host use %s, not the kernel's %s, which paces them",
+                     cfg_.rank, now.c_str(), paced.c_str());
         }
         if (connect(o.fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
           o.state = State::kHandshake;

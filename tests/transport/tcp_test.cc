@@ -587,6 +587,92 @@ TEST_CASE("tcp: BRAID_TCP_ZCOPY=0 stages every frame in a slot", "[transport][tc
   close(reader);
 }
 
+TEST_CASE("tcp: a frame asked for with peekRecvInto lands in the caller's memory, and the next waits to land too",
+          "[transport][tcp]") {
+  RawPeer rp;
+  makeRawPeer(&rp);
+  const std::string a(1000, 'a'), b(1000, 'b');
+  const std::string wire = frameBytes(1000, 0, a) + frameBytes(1000, 1, b);
+  REQUIRE(sendAll(rp.fd, wire.data(), wire.size()));
+  std::string d0(1000, '.'), d1(1000, '.');
+  Slot s;
+  REQUIRE(recvSlot(*rp.recv, &s, Deadline::after(5), d0.data(), d0.size()).isOk());
+  CHECK(s.data == d0.data());
+  CHECK(s.tag == 0);
+  CHECK(d0 == a);
+  REQUIRE(rp.recv->releaseRecv(s).isOk());
+  // Frame 1 was in the socket all along; its payload was not read ahead into a slot.
+  REQUIRE(recvSlot(*rp.recv, &s, Deadline::after(5), d1.data(), d1.size()).isOk());
+  CHECK(s.data == d1.data());
+  CHECK(s.tag == 1);
+  CHECK(d1 == b);
+  REQUIRE(rp.recv->releaseRecv(s).isOk());
+}
+
+TEST_CASE("tcp: frames read ahead into slots, a frame begun in its slot, and one larger than asked for all arrive whole",
+          "[transport][tcp]") {
+  RawPeer rp;
+  makeRawPeer(&rp);
+  // Two frames, taken without landing: the second is read ahead into its slot, and asking
+  // for it to land then hands out the slot.
+  const std::string a(1000, 'a'), b(1000, 'b');
+  std::string wire = frameBytes(1000, 0, a) + frameBytes(1000, 1, b);
+  REQUIRE(sendAll(rp.fd, wire.data(), wire.size()));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  Slot s;
+  REQUIRE(recvSlot(*rp.recv, &s, Deadline::after(5)).isOk());
+  CHECK(std::string(static_cast<const char*>(s.data), s.bytes) == a);
+  REQUIRE(rp.recv->releaseRecv(s).isOk());
+  std::string d(2000, '.');
+  REQUIRE(recvSlot(*rp.recv, &s, Deadline::after(5), d.data(), 1000).isOk());
+  CHECK(s.data != d.data());
+  CHECK(std::string(static_cast<const char*>(s.data), s.bytes) == b);
+  REQUIRE(rp.recv->releaseRecv(s).isOk());
+
+  // Half a frame read into its slot, then asked to land: the half moves, the rest follows.
+  std::string c(2000, 'c');
+  for (size_t i = 0; i < c.size(); ++i) c[i] = static_cast<char>('a' + i % 26);
+  wire = frameBytes(2000, 2, c);
+  REQUIRE(sendAll(rp.fd, wire.data(), tcp::kFrameHeaderBytes + 1000));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  CHECK(rp.recv->peekRecv(&s).code() == Code::kWouldBlock);
+  REQUIRE(sendAll(rp.fd, wire.data() + tcp::kFrameHeaderBytes + 1000, 1000));
+  d.assign(2000, '.');
+  REQUIRE(recvSlot(*rp.recv, &s, Deadline::after(5), d.data(), d.size()).isOk());
+  CHECK(s.data == d.data());
+  CHECK(s.tag == 2);
+  CHECK(d == c);
+  REQUIRE(rp.recv->releaseRecv(s).isOk());
+
+  // More bytes than the caller asked for: the frame stays in its slot, whole, and nothing
+  // lands in the caller's memory.
+  wire = frameBytes(100, 3, std::string(100, 'x'));
+  REQUIRE(sendAll(rp.fd, wire.data(), wire.size()));
+  d.assign(2000, '.');
+  REQUIRE(recvSlot(*rp.recv, &s, Deadline::after(5), d.data(), 50).isOk());
+  CHECK(s.data != d.data());
+  CHECK(s.bytes == 100);
+  CHECK(std::string(static_cast<const char*>(s.data), s.bytes) == std::string(100, 'x'));
+  CHECK(d == std::string(2000, '.'));
+  REQUIRE(rp.recv->releaseRecv(s).isOk());
+}
+
+TEST_CASE("tcp: BRAID_TCP_ZCOPY=send receives through slots", "[transport][tcp]") {
+  setenv("BRAID_TCP_ZCOPY", "send", 1);
+  RawPeer rp;
+  makeRawPeer(&rp);
+  unsetenv("BRAID_TCP_ZCOPY");
+  const std::string a(1000, 'a');
+  const std::string wire = frameBytes(1000, 0, a);
+  REQUIRE(sendAll(rp.fd, wire.data(), wire.size()));
+  std::string d(1000, '.');
+  Slot s;
+  REQUIRE(recvSlot(*rp.recv, &s, Deadline::after(5), d.data(), d.size()).isOk());
+  CHECK(s.data != d.data());
+  CHECK(std::string(static_cast<const char*>(s.data), s.bytes) == a);
+  REQUIRE(rp.recv->releaseRecv(s).isOk());
+}
+
 TEST_CASE("tcp: a socket to this host's own address leaves a pacing congestion control, others keep it",
           "[transport][tcp]") {
   in_addr loop{};

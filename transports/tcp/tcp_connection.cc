@@ -20,6 +20,15 @@ constexpr int kMaxIov = 64;
 
 Status wouldBlock() { return Status(Code::kWouldBlock); }
 
+// BRAID_TCP_ZCOPY: "0" stages every payload in a slot on both ends, "send" lands none
+// (receives go through slots), anything else or unset is zero copy both ways.
+const char* zeroCopySetting() {
+  const char* v = std::getenv("BRAID_TCP_ZCOPY");
+  return v ? v : "";
+}
+bool sendsFromCaller() { return std::strcmp(zeroCopySetting(), "0") != 0; }
+bool landsInCaller() { return sendsFromCaller() && std::strcmp(zeroCopySetting(), "send") != 0; }
+
 // Slots start on cache-line boundaries so that reduce kernels writing into neighbouring
 // slots never share a line.
 size_t strideFor(size_t slotBytes) { return (slotBytes + 63) & ~size_t{63}; }
@@ -81,8 +90,7 @@ TcpSendConnection::TcpSendConnection(const TransportConfig& cfg, int peer, std::
     if (i < tls.size()) streams_[i].tls = std::move(tls[i]);
   }
   hasTls_ = !tls.empty();
-  const char* zcopy = std::getenv("BRAID_TCP_ZCOPY");
-  fromUser_ = !(zcopy && std::strcmp(zcopy, "0") == 0);
+  fromUser_ = sendsFromCaller();
   if (!memory_) error_ = systemError("posix_memalign", ENOMEM);
 }
 
@@ -260,6 +268,7 @@ TcpRecvConnection::TcpRecvConnection(const TransportConfig& cfg, std::shared_ptr
       sockets_(std::move(sockets)),
       memory_(allocateSlots(slotStride_, cfg.nslots)),
       slots_(static_cast<size_t>(cfg.nslots)) {
+  intoUser_ = landsInCaller();
   if (!memory_) error_ = systemError("posix_memalign", ENOMEM);
 }
 
@@ -291,6 +300,29 @@ Status TcpRecvConnection::postSend(const Slot&, size_t) {
 }
 
 Status TcpRecvConnection::peekRecv(Slot* s) {
+  landingAsked_ = false;
+  return peekOldest(s);
+}
+
+Status TcpRecvConnection::peekRecvInto(Slot* s, void* dst, size_t bytes) {
+  if (!intoUser_ || dst == nullptr) return peekRecv(s);
+  RecvSlot& slot = slots_[peekSeq_ % static_cast<uint64_t>(nslots_)];
+  landingAsked_ = true;
+  if (slot.state == SlotState::kFree) {
+    // Not begun: its payload goes to dst when it is read.
+    landing_ = static_cast<uint8_t*>(dst);
+    landingBytes_ = bytes;
+  } else if (slot.state == SlotState::kFilling && slot.data == slotData(peekSeq_) && slot.bytes <= bytes &&
+             adoptSockets()) {
+    // Begun in its slot: what is there moves, the rest is read into dst.
+    const Stream& st = streams_[peekSeq_ % streams_.size()];
+    if (st.inPayload && st.payloadHave > 0) std::memcpy(dst, slot.data, st.payloadHave);
+    slot.data = static_cast<uint8_t*>(dst);
+  }
+  return peekOldest(s);
+}
+
+Status TcpRecvConnection::peekOldest(Slot* s) {
   RecvSlot* slot = &slots_[peekSeq_ % static_cast<uint64_t>(nslots_)];
   if (slot->state != SlotState::kFull) {
     Status st = progress();
@@ -301,7 +333,7 @@ Status TcpRecvConnection::peekRecv(Slot* s) {
       return wouldBlock();
     }
   }
-  s->data = slotData(peekSeq_);
+  s->data = slot->data;
   s->bytes = slot->bytes;
   s->tag = slot->tag;
   return Status::ok();
@@ -309,10 +341,11 @@ Status TcpRecvConnection::peekRecv(Slot* s) {
 
 Status TcpRecvConnection::releaseRecv(const Slot& s) {
   RecvSlot& slot = slots_[peekSeq_ % static_cast<uint64_t>(nslots_)];
-  if (slot.state != SlotState::kFull || s.data != slotData(peekSeq_)) {
+  if (slot.state != SlotState::kFull || s.data != slot.data) {
     return invalidArgument("tcp: releaseRecv of a slot that is not the oldest received one");
   }
   slot.state = SlotState::kFree;
+  landing_ = nullptr;
   ++peekSeq_;
   return Status::ok();
 }
@@ -374,17 +407,21 @@ Status TcpRecvConnection::readStream(Stream& st) {
       slot.bytes = bytes;
       slot.tag = tag;
       slot.state = SlotState::kFilling;
+      const bool lands = st.nextSeq == peekSeq_ && landing_ && bytes <= landingBytes_;
+      slot.data = lands ? landing_ : slotData(st.nextSeq);
       st.inPayload = true;
       st.payloadHave = 0;
       st.headerHave = 0;
     }
+    // While the executor lands payloads, a later frame's waits in the kernel for its turn.
+    if (landingAsked_ && st.nextSeq != peekSeq_ && st.payloadHave == 0 && slot.bytes > 0) return Status::ok();
     bool drained = false;
     if (st.payloadHave < slot.bytes) {
       // The rest of the payload, and the next frame's header if it is already there: one
       // system call per frame while data keeps coming.
       size_t want = slot.bytes - st.payloadHave;
       iovec iov[2];
-      iov[0].iov_base = slotData(st.nextSeq) + st.payloadHave;
+      iov[0].iov_base = slot.data + st.payloadHave;
       iov[0].iov_len = want;
       iov[1].iov_base = st.header;
       iov[1].iov_len = kFrameHeaderBytes;

@@ -8,6 +8,9 @@
 // straight into one of its slots (no intermediate buffer) and reads the next frame's header
 // in the same readv() as the current payload, so a stream of large frames costs about one
 // system call per slot on each side.
+//
+// Zero copy: a frame may be written from the caller's memory instead of its slot
+// (postSendFrom), and read into the caller's memory instead of its slot (peekRecvInto).
 
 #include <cstddef>
 #include <cstdint>
@@ -142,9 +145,16 @@ class TcpRecvConnection final : public Connection {
   // Calls progress() when the oldest slot is not complete yet. Returns complete slots that
   // arrived before a failure ahead of reporting the failure.
   Status peekRecv(Slot* s) override;
-  // `s` must be the slot peekRecv returned last.
+  // Zero copy on the receiving side: the oldest frame's payload is read from the socket
+  // straight into `dst` unless it is already in its slot (what was read of it so far is
+  // moved there). While the executor asks this way, the payloads of later frames are left in
+  // the kernel until they are asked for, so that they can land too; peekRecv reads ahead
+  // into the slots again. BRAID_TCP_ZCOPY=0 or =send turns it off.
+  Status peekRecvInto(Slot* s, void* dst, size_t bytes) override;
+  // `s` must be the message peekRecv or peekRecvInto returned last.
   Status releaseRecv(const Slot& s) override;
-  // Reads frames into free slots. Costs no system call while every slot is full.
+  // Reads frames into free slots (into a landing, for the frame peekRecvInto waits for).
+  // Costs no system call while every slot is full.
   Status progress() override;
   bool seesPeerFailure() const override { return true; }
   // POLLIN on the socket that carries the oldest incomplete frame.
@@ -162,6 +172,7 @@ class TcpRecvConnection final : public Connection {
     uint32_t bytes = 0;
     uint64_t tag = 0;
     SlotState state = SlotState::kFree;
+    uint8_t* data = nullptr;  // where the payload goes: the slot, or a landing (peekRecvInto)
   };
   struct Stream {
     int fd = -1;
@@ -178,6 +189,8 @@ class TcpRecvConnection final : public Connection {
     return memory_.get() + (seq % static_cast<uint64_t>(nslots_)) * slotStride_;
   }
   bool adoptSockets();
+  // The oldest frame once complete (progress() first), else kWouldBlock or the failure.
+  Status peekOldest(Slot* s);
   Status readStream(Stream& st);
   Status closedError(const char* why, int err) const;
 
@@ -191,6 +204,12 @@ class TcpRecvConnection final : public Connection {
   std::vector<RecvSlot> slots_;
   std::vector<Stream> streams_;
   uint64_t peekSeq_ = 0;  // oldest frame not released
+  // peekRecvInto: where frame peekSeq_ lands when its payload has not been read yet, and
+  // whether the executor asked so last (payloads of later frames then wait in the kernel).
+  uint8_t* landing_ = nullptr;
+  size_t landingBytes_ = 0;
+  bool landingAsked_ = false;
+  bool intoUser_ = true;  // BRAID_TCP_ZCOPY=0 or =send clears it
   Status error_;          // sticky, once a socket failed mid-frame or reset
 };
 

@@ -3,7 +3,6 @@
 // plugin's rendezvous threshold and the core's slot geometry for UCX on one host (with
 // common/tcp_pacing.h).
 
-
 namespace braid {
 
 // Whether a UCX_TLS value (nullptr when unset) may let UCX move messages through shared

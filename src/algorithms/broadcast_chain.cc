@@ -36,7 +36,7 @@ StatusOr<Schedule> broadcastChain(const Request& req, const Layout& layout) {
     int q = (pos.index - rootPos.index + n) % n;  // distance from the root along the chain
     if (q == 0) {
       if (n > 1) plan.steps.push_back(Step{Prim::kSend, -1, pos.next, in, {}});
-      if (!req.inPlace) plan.steps.push_back(Step{Prim::kCopy, -1, -1, in, out});
+      if (!req.inPlace) plan.steps.push_back(Step{Prim::kCopy, -1, -1, in, out, /*finalOut=*/true});
     } else if (q < n - 1) {
       plan.steps.push_back(Step{Prim::kRecvCopySend, pos.prev, pos.next, {}, out});
     } else {

@@ -33,7 +33,7 @@ StatusOr<Schedule> broadcastTree(const Request& req, const Layout& layout) {
   if (layout.rank == req.root) {
     for (int c : t.child)
       if (c >= 0) plan.steps.push_back(Step{Prim::kSend, -1, c, in, {}});
-    if (!req.inPlace) plan.steps.push_back(Step{Prim::kCopy, -1, -1, in, out});
+    if (!req.inPlace) plan.steps.push_back(Step{Prim::kCopy, -1, -1, in, out, /*finalOut=*/true});
     return s;
   }
   int first = -1, second = -1;

@@ -701,7 +701,9 @@ class ChannelRunner {
       case Prim::kCopy: {
         char* d = addr(st.dst, off);
         const char* sp = addr(st.src, off);
-        if (d != sp) reduce::copy(d, sp, len);
+        if (d == sp) return Status::ok();
+        if (st.finalOut) writeOut(d, sp, len);
+        else reduce::copy(d, sp, len);
         return Status::ok();
       }
       case Prim::kLocalReduce: {

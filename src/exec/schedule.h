@@ -46,6 +46,10 @@ struct Step {
   int peerOut = -1;
   Region src;  // unused by kRecv / kRecvCopySend
   Region dst;  // unused by kSend / kRecvReduceSend
+  // kCopy: nothing later in the operation reads `dst` (a broadcast root's own copy), so an
+  // output that outgrows the caches is written with streaming stores, as received results
+  // are (RunContext::streamOutput).
+  bool finalOut = false;
   // Bytes the step moves; equal to src.bytes or dst.bytes, whichever it uses.
   size_t bytes() const;
 };

@@ -53,7 +53,6 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <ifaddrs.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <arpa/inet.h>
@@ -86,6 +85,7 @@
 #include "bootstrap/tcp_store.h"
 #include "bootstrap/unique_id.h"
 #include "common/clock.h"
+#include "common/local_address.h"
 #include "common/shm_names.h"
 
 extern char** environ;
@@ -712,16 +712,7 @@ class Launcher {
     if (h == shortName) return true;
     // One of this host's own IPv4 addresses.
     in_addr a{};
-    if (inet_pton(AF_INET, h.c_str(), &a) != 1) return false;
-    ifaddrs* ifs = nullptr;
-    if (getifaddrs(&ifs) != 0) return false;
-    bool mine = false;
-    for (ifaddrs* i = ifs; i && !mine; i = i->ifa_next) {
-      if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET)
-        mine = reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr == a.s_addr;
-    }
-    freeifaddrs(ifs);
-    return mine;
+    return inet_pton(AF_INET, h.c_str(), &a) == 1 && isLocalIpv4Address(a);
   }
 
   bool place() {

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/local_address.h"
 #include "common/tls.h"
 #include "harness.h"
 #include "support/catch.h"
@@ -679,10 +680,10 @@ TEST_CASE("tcp: a socket to this host's own address leaves a pacing congestion c
   loop.s_addr = htonl(INADDR_LOOPBACK);
   in_addr elsewhere{};
   REQUIRE(inet_pton(AF_INET, "192.0.2.1", &elsewhere) == 1);  // TEST-NET-1: never local
-  CHECK(tcp::isLocalAddress(loop));
-  CHECK_FALSE(tcp::isLocalAddress(elsewhere));
+  CHECK(isLocalIpv4Address(loop));
+  CHECK_FALSE(isLocalIpv4Address(elsewhere));
   const in_addr own = tcp::defaultAdvertisedAddress();  // an interface's address, or loopback
-  CHECK(tcp::isLocalAddress(own));
+  CHECK(isLocalIpv4Address(own));
 
   auto ccOf = [](int fd) {
     char name[32] = {};

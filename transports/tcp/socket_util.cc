@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/local_address.h"
 #include "common/tcp_pacing.h"
 
 namespace braid::transport::tcp {
@@ -273,25 +274,12 @@ Status configureDataSocket(int fd) {
   return setBufferSizes(fd);
 }
 
-bool isLocalAddress(in_addr a) {
-  if ((ntohl(a.s_addr) >> 24) == 127) return true;
-  ifaddrs* list = nullptr;
-  if (getifaddrs(&list) != 0) return false;
-  bool local = false;
-  for (ifaddrs* i = list; i != nullptr && !local; i = i->ifa_next) {
-    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
-    local = reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr == a.s_addr;
-  }
-  freeifaddrs(list);
-  return local;
-}
-
 std::string unpaceLocalSocket(int fd, in_addr peer, std::string* now) {
   char name[32] = {};
   socklen_t len = sizeof(name) - 1;
   if (getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, &len) != 0) return "";
   const std::string had(name, strnlen(name, len));
-  if (!congestionControlPaces(had) || !isLocalAddress(peer)) return "";
+  if (!congestionControlPaces(had) || !isLocalIpv4Address(peer)) return "";
   for (const char* cc : {"cubic", "reno"}) {
     if (setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, cc, static_cast<socklen_t>(std::strlen(cc))) == 0) {
       if (now) *now = cc;

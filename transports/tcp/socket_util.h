@@ -96,11 +96,7 @@ in_addr defaultAdvertisedAddress();
 [[nodiscard]] Status setBufferSizes(int fd);
 [[nodiscard]] Status configureDataSocket(int fd);
 
-// Whether `a` is an address of this network namespace: loopback, or an address of one of
-// its interfaces. A connection to it never leaves the kernel.
-bool isLocalAddress(in_addr a);
-
-// A data socket whose peer is at a local address has no link to pace for, and a pacing
+// A data socket whose peer is at a local address (common/local_address.h) has no link to pace for, and a pacing
 // congestion control (BBR) holds its stream below what the kernel could copy (measured on
 // loopback, docs/performance.md). Such a socket is switched to cubic (reno where cubic is not
 // allowed); sockets to other hosts, and any that do not pace, keep the kernel's choice.

@@ -312,9 +312,9 @@ Status TcpRecvConnection::peekRecvInto(Slot* s, void* dst, size_t bytes) {
     // Not begun: its payload goes to dst when it is read.
     landing_ = static_cast<uint8_t*>(dst);
     landingBytes_ = bytes;
-  } else if (slot.state == SlotState::kFilling && slot.data == slotData(peekSeq_) && slot.bytes <= bytes &&
-             adoptSockets()) {
-    // Begun in its slot: what is there moves, the rest is read into dst.
+  } else if (slot.state == SlotState::kFilling && slot.data == slotData(peekSeq_) && slot.bytes <= bytes) {
+    // Begun in its slot (so the sockets are adopted): what is there moves, the rest is read
+    // into dst.
     const Stream& st = streams_[peekSeq_ % streams_.size()];
     if (st.inPayload && st.payloadHave > 0) std::memcpy(dst, slot.data, st.payloadHave);
     slot.data = static_cast<uint8_t*>(dst);

@@ -2,7 +2,8 @@
 # braid over its UCX plugin against the peers that use UCX, in one run, with ratios:
 #   1. allreduce and allgather busbw, braid (BRAID_TRANSPORT=ucx) vs OpenMPI's UCX path
 #      (pml ucx), both with the same UCX_TLS: tcp, then shared memory; 2 and 4 ranks;
-#   2. braid over ucx with UCX_TLS=tcp vs braid's own tcp transport (allreduce);
+#   2. braid over ucx with UCX_TLS=tcp vs braid's own tcp transport (allreduce), and the
+#      bound on it: ucx_perftest -t tag_bw against braid's tcp, one direction (no target);
 #   3. sendrecv_perf --one-way over ucx (2 ranks: rank 0 sends, rank 1 receives) vs
 #      ucx_perftest -t tag_bw (one direction too) with the same UCX_TLS;
 #   4. (only when PARTS names it) braid over ucx with whole blocks (the default) vs
@@ -81,7 +82,8 @@ run_one() {
                    "$PERF_DIR/${coll}_perf" "${common[@]}" "${extra[@]}" ;;
       braid-slices) BRAID_WHOLE_BLOCKS=0 BRAID_TRANSPORT=ucx UCX_TLS=$tls timeout -k 10 "$RUN_TIMEOUT" "$RUN" -np "$np" \
                       "$PERF_DIR/${coll}_perf" "${common[@]}" "${extra[@]}" ;;
-      braid-tcp) BRAID_TRANSPORT=tcp timeout -k 10 "$RUN_TIMEOUT" "$RUN" -np "$np" "$PERF_DIR/${coll}_perf" "${common[@]}" ;;
+      braid-tcp) BRAID_TRANSPORT=tcp timeout -k 10 "$RUN_TIMEOUT" "$RUN" -np "$np" "$PERF_DIR/${coll}_perf" "${common[@]}" \
+                   "${extra[@]}" ;;
       mpi-ucx) timeout -k 10 "$RUN_TIMEOUT" mpirun --allow-run-as-root --oversubscribe -np "$np" \
                  --mca pml ucx --mca pml_ucx_devices any --mca pml_ucx_tls any -x UCX_TLS="$tls" \
                  "$MPI_EXE" -C "$coll" "${common[@]}" ;;
@@ -156,6 +158,19 @@ if [[ $PARTS == *" 2 "* ]]; then
       done
       row "$s" "$(best_of max "${A[@]}")" "$(best_of max "${B[@]}")" 0.9
     done
+  done
+  # What UCX's tcp carries at best, with its own tool and a window of sends in flight,
+  # against braid's tcp in the same direction: a bound on part 2 for anything built on UCX.
+  say ""
+  say "== part 2, the bound: ucx_perftest -t tag_bw (UCX_TLS=tcp,self) vs braid's tcp, sendrecv_perf --one-way (no target)"
+  say "$(fmt size perftest braid-tcp x '')"
+  for s in "${P2P_SIZES[@]}"; do
+    b=$(bytes "$s"); A=(); B=()
+    for ROUND in $(seq "$ROUNDS"); do
+      A+=("$(perftest_bw tcp,self "$b")")
+      B+=("$(run_one braid-tcp - sendrecv "$b" 2)")
+    done
+    say "$(fmt "$s" "$(best_of max "${A[@]}")" "$(best_of max "${B[@]}")" "$(ratio "$(best_of max "${A[@]}")" "$(best_of max "${B[@]}")" max)" '')"
   done
 fi
 

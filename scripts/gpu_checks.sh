@@ -149,6 +149,14 @@ for path in direct ipc; do
   step "allreduce_D1_np2_graph_$path" 60 1 env BRAID_CUDA_PATH=$path "$BR" -np 2 "$PERF/allreduce_perf" \
     -b 8 -e 64M -f 8 -n 10 -w 2 -c 1 -D 1 -G 3
 done
+# The direct and ipc paths launch one kernel per slice and wait for it: larger slots mean
+# fewer launches (2 and 8 MiB against the default 512 KiB of allreduce_D1_np2_direct/_ipc).
+for path in direct ipc; do
+  for slot in 2M 8M; do
+    step "allreduce_D1_np2_${path}_slot$slot" 60 0 env BRAID_CUDA_PATH=$path BRAID_SLOT_BYTES=$slot "$BR" -np 2 \
+      "$PERF/allreduce_perf" -b 1M -e 128M -f 8 -n 20 -w 5 -c 1 -D 1
+  done
+done
 # One core per rank (braidrun's old binding) against the default blocks of cores.
 step allreduce_D1_np2_bind_core 90 0 "$BR" -np 2 --bind-to core "$PERF/allreduce_perf" -b 8 -e 128M -f 64 -n 20 -w 5 -c 1 -D 1
 note "== done in ${SECONDS}s, correctness steps $([ $failed = 0 ] && echo passed || echo FAILED)"

@@ -162,7 +162,7 @@ if [[ $PARTS == *" 2 "* ]]; then
   # What UCX's tcp carries at best, with its own tool and a window of sends in flight,
   # against braid's tcp in the same direction: a bound on part 2 for anything built on UCX.
   say ""
-  say "== part 2, the bound: ucx_perftest -t tag_bw (UCX_TLS=tcp,self) vs braid's tcp, sendrecv_perf --one-way (no target)"
+  say "== part 2, the bound: ucx_perftest -t tag_bw (UCX_TLS=tcp,self) vs braid's tcp, sendrecv_perf --one-way (x = perftest / braid-tcp, no target)"
   say "$(fmt size perftest braid-tcp x '')"
   for s in "${P2P_SIZES[@]}"; do
     b=$(bytes "$s"); A=(); B=()

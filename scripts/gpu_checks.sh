@@ -153,7 +153,7 @@ done
 # fewer launches (2 and 8 MiB against the default 512 KiB of allreduce_D1_np2_direct/_ipc).
 for path in direct ipc; do
   for slot in 2M 8M; do
-    step "allreduce_D1_np2_${path}_slot$slot" 60 0 env BRAID_CUDA_PATH=$path BRAID_SLOT_BYTES=$slot "$BR" -np 2 \
+    step "allreduce_D1_np2_${path}_slot$slot" 60 1 env BRAID_CUDA_PATH=$path BRAID_SLOT_BYTES=$slot "$BR" -np 2 \
       "$PERF/allreduce_perf" -b 1M -e 128M -f 8 -n 20 -w 5 -c 1 -D 1
   done
 done

@@ -39,20 +39,21 @@ rm -f "$DIR"/junit-*.xml
 echo "== configuring $DIR (BRAID_SANITIZE=$SANITIZE)"
 cmake -S "$ROOT" -B "$DIR" "${EXTRA[@]}" -DBRAID_SANITIZE="$SANITIZE" -DBRAID_ENABLE_CUDA=OFF \
   -DBRAID_BUILD_PERF=OFF "-DBRAID_TEST_DIRS=$DIRS" >/dev/null
+if [ "$SANITIZE" = thread ]; then
+  # UCX's memory hooks (libucm) patch madvise, which glibc calls on a thread's stack as the
+  # thread exits; under TSan that call, from a thread TSan has already let go, crashes.
+  # The hooks keep UCX's registration cache coherent; the tcp and shared-memory transports
+  # UCX uses here register nothing. Set before the build, whose test discovery runs the
+  # test programs too (test_transport listed no tests when it crashed there).
+  export UCX_MEM_MMAP_HOOK_MODE="${UCX_MEM_MMAP_HOOK_MODE:-none}"
+fi
 echo "== building"
 cmake --build "$DIR" -j "$JOBS" >/dev/null
 # halt_on_error and a non-zero exit for every report; leaks are checked too (ASan).
 export ASAN_OPTIONS="${ASAN_OPTIONS:-abort_on_error=0:halt_on_error=1:detect_leaks=1:exitcode=66}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1:exitcode=67}"
 export LSAN_OPTIONS="${LSAN_OPTIONS:-suppressions=$ROOT/tests/sanitizers/lsan.supp:print_suppressions=0}"
-export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1:exitcode=68:second_deadlock_stack=1}"
-if [ "$SANITIZE" = thread ]; then
-  # UCX's memory hooks (libucm) patch madvise, which glibc calls on a thread's stack as the
-  # thread exits; under TSan that call, from a thread TSan has already let go, crashes.
-  # The hooks keep UCX's registration cache coherent; the tcp and shared-memory transports
-  # UCX uses here register nothing.
-  export UCX_MEM_MMAP_HOOK_MODE="${UCX_MEM_MMAP_HOOK_MODE:-none}"
-fi
+export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1:exitcode=68:second_deadlock_stack=1:suppressions=$ROOT/tests/sanitizers/tsan.supp}"
 cd "$DIR"
 echo "== ctest ($SANITIZE)"
 status=0

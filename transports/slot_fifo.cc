@@ -2,11 +2,15 @@
 
 #include <linux/futex.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <new>
+#include <random>
+#include <string>
 
 namespace braid::transport {
 
@@ -27,6 +31,12 @@ struct SlotFifo::Header {
   alignas(kLine) std::atomic<uint32_t> recvWaiting;  // receiver asleep on `tail`
   alignas(kLine) std::atomic<uint32_t> head;         // slots released (receiver writes)
   alignas(kLine) std::atomic<uint32_t> sendWaiting;  // sender asleep on `head`
+  // References (FifoConnection::enableRefs): the sender's offer, then the receiver's answer.
+  alignas(kLine) std::atomic<uint32_t> refsOffered;  // sender: 1 once the three below are set
+  int32_t refsPid;                                   // the sender's pid, as it sees it
+  uint64_t refsWord;                                 // address of a word of its memory
+  uint64_t refsValue;                                // what that word holds
+  alignas(kLine) std::atomic<uint32_t> refsAnswer;   // receiver: 0 none yet, 1 reads, 2 cannot
 };
 
 // One cache line per slot, written only by the sender: the receiver learns that the slot is
@@ -43,6 +53,7 @@ struct alignas(kLine) SlotFifo::SlotMeta {
 static_assert(sizeof(SlotFifo::SlotMeta) == kLine, "a slot's metadata is one cache line");
 constexpr size_t kInlineBytes = sizeof(SlotFifo::SlotMeta::inl);
 constexpr uint32_t kInDeviceArea = 1;
+constexpr uint32_t kInSenderMemory = 2;  // a reference: inl holds the address (u64)
 
 static size_t alignUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
@@ -67,6 +78,8 @@ void SlotFifo::format(void* region, int nslots, size_t slotBytes, uint64_t nonce
   h->head.store(0);
   h->recvWaiting.store(0);
   h->sendWaiting.store(0);
+  h->refsOffered.store(0);
+  h->refsAnswer.store(0);
   std::atomic_thread_fence(std::memory_order_release);
   h->magic = kFifoMagic;
 }
@@ -144,7 +157,8 @@ Status SlotFifo::peekRecv(Slot* s) {
   SlotMeta& m = meta_[recvSlot_];
   if (m.seq.load(std::memory_order_acquire) != recvIdx_ + 1) return Status(Code::kWouldBlock);
   s->device = (m.flags & kInDeviceArea) != 0;
-  s->data = m.bytes <= kInlineBytes && !s->device ? m.inl : data_ + static_cast<size_t>(recvSlot_) * slotBytes_;
+  const bool inSlot = s->device || (m.flags & kInSenderMemory) || m.bytes > kInlineBytes;
+  s->data = inSlot ? data_ + static_cast<size_t>(recvSlot_) * slotBytes_ : m.inl;
   s->bytes = m.bytes;
   s->tag = m.tag;
   return Status::ok();
@@ -157,6 +171,49 @@ Status SlotFifo::releaseRecv(const Slot&) {
   if (hdr_->sendWaiting.load(std::memory_order_seq_cst)) futexWakeAll(&hdr_->head);
   return Status::ok();
 }
+
+void SlotFifo::offerRefs(int32_t pid, const uint64_t* word) {
+  hdr_->refsPid = pid;
+  hdr_->refsWord = reinterpret_cast<uint64_t>(word);
+  hdr_->refsValue = *word;
+  hdr_->refsOffered.store(1, std::memory_order_release);
+}
+
+bool SlotFifo::refsOffered(int32_t* pid, uint64_t* word, uint64_t* value) const {
+  if (hdr_->refsOffered.load(std::memory_order_acquire) != 1) return false;
+  *pid = hdr_->refsPid;
+  *word = hdr_->refsWord;
+  *value = hdr_->refsValue;
+  return true;
+}
+
+void SlotFifo::answerRefs(bool ok) { hdr_->refsAnswer.store(ok ? 1 : 2, std::memory_order_release); }
+
+bool SlotFifo::refsAccepted() const { return hdr_->refsAnswer.load(std::memory_order_acquire) == 1; }
+
+Status SlotFifo::postRef(const Slot& s, const void* src, size_t bytes) {
+  SlotMeta& m = meta_[sendSlot_];
+  m.bytes = bytes;
+  m.tag = s.tag;
+  m.flags = kInSenderMemory;
+  const uint64_t addr = reinterpret_cast<uint64_t>(src);
+  std::memcpy(m.inl, &addr, sizeof(addr));
+  m.seq.store(sendIdx_ + 1, std::memory_order_release);
+  ++sendIdx_;
+  sendSlot_ = nextSlot(sendSlot_, nslots_);
+  hdr_->tail.store(sendIdx_, std::memory_order_seq_cst);
+  if (hdr_->recvWaiting.load(std::memory_order_seq_cst)) futexWakeAll(&hdr_->tail);
+  return Status::ok();
+}
+
+bool SlotFifo::headIsRef(uint64_t* addr) const {
+  const SlotMeta& m = meta_[recvSlot_];
+  if (!(m.flags & kInSenderMemory)) return false;
+  std::memcpy(addr, m.inl, sizeof(*addr));
+  return true;
+}
+
+uint32_t SlotFifo::released() const { return hdr_->head.load(std::memory_order_acquire); }
 
 WaitHandle SlotFifo::armRecv() {
   hdr_->recvWaiting.store(1, std::memory_order_seq_cst);
@@ -182,7 +239,105 @@ void futexWait(const void* word, uint32_t value, int64_t timeoutMicros) {
 
 FifoConnection::FifoConnection(void* region, int peer, bool sender, void (*release)(void*),
                                void* owner)
-    : region_(region), fifo_(region), peer_(peer), release_(release), owner_(owner) {}
+    : region_(region), fifo_(region), peer_(peer), sender_(sender), release_(release), owner_(owner) {}
+
+void FifoConnection::enableRefs() {
+  refs_ = true;
+  if (!sender_) return;
+  std::random_device rd;
+  cookie_ = (uint64_t{rd()} << 32) | rd();
+  fifo_.offerRefs(static_cast<int32_t>(getpid()), &cookie_);
+}
+
+Status FifoConnection::postSendFrom(const Slot& s, const void* src, size_t bytes) {
+  if (!refs_ || bytes < kRefMinBytes || !fifo_.refsAccepted()) {
+    std::memcpy(s.data, src, bytes);
+    return fifo_.postSend(s, bytes);
+  }
+  BRAID_RETURN_IF_ERROR(fifo_.postRef(s, src, bytes));
+  refsPosted_ = true;
+  refsUntil_ = fifo_.posted();
+  return Status::ok();
+}
+
+bool FifoConnection::flushed() const {
+  // The receiver has released the last reference: it read every one.
+  return !refsPosted_ || static_cast<int32_t>(fifo_.released() - refsUntil_) >= 0;
+}
+
+// One process_vm_readv for the payload and the sender's word together: the word proves
+// that the process read is still the sender (a pid is reused after its process ends).
+Status FifoConnection::readRef(void* to, uint64_t addr, size_t bytes) {
+  uint64_t word = 0;
+  struct iovec local[2] = {{to, bytes}, {&word, sizeof(word)}};
+  struct iovec remote[2] = {{reinterpret_cast<void*>(addr), bytes},
+                            {reinterpret_cast<void*>(refsWord_), sizeof(word)}};
+  const ssize_t n = process_vm_readv(refsPid_, local, 2, remote, 2, 0);
+  const int err = errno;
+  if (n < 0) {
+    return Status(Code::kRemoteError,
+                  "shm: reading a message of " + std::to_string(bytes) + " bytes from rank " + std::to_string(peer_) +
+                      "'s memory failed: " + std::strerror(err) + (err == ESRCH ? " (it has ended)" : ""),
+                  peer_);
+  }
+  if (static_cast<size_t>(n) != bytes + sizeof(word) || word != refsValue_) {
+    return Status(Code::kRemoteError,
+                  "shm: rank " + std::to_string(peer_) + " has ended: its pid now names another process, or " +
+                      "the message it sent from its memory is no longer there",
+                  peer_);
+  }
+  return Status::ok();
+}
+
+Status FifoConnection::peekRecvInto(Slot* s, void* dst, size_t bytes) {
+  if (refs_ && !answered_) {
+    // Answer the sender's offer once it is there: can this process read its memory?
+    int32_t pid = 0;
+    uint64_t word = 0, value = 0;
+    if (fifo_.refsOffered(&pid, &word, &value)) {
+      uint64_t got = 0;
+      struct iovec local = {&got, sizeof(got)};
+      struct iovec remote = {reinterpret_cast<void*>(word), sizeof(got)};
+      const bool ok = pid > 0 && process_vm_readv(pid, &local, 1, &remote, 1, 0) == sizeof(got) && got == value;
+      if (ok) {
+        refsPid_ = pid;
+        refsWord_ = word;
+        refsValue_ = value;
+      }
+      fifo_.answerRefs(ok);
+      answered_ = true;
+    }
+  }
+  BRAID_RETURN_IF_ERROR(fifo_.peekRecv(s));
+  uint64_t addr = 0;
+  if (!refs_ || !fifo_.headIsRef(&addr)) return Status::ok();
+  if (landedAt_) {
+    s->data = landedAt_;
+    return Status::ok();
+  }
+  if (fetched_) return Status::ok();
+  if (refsPid_ == 0 || s->bytes > fifo_.slotBytes()) {
+    // A reference this side never agreed to read, or larger than a slot: not this protocol.
+    return Status(Code::kRemoteError,
+                  "shm: rank " + std::to_string(peer_) + " sent a message from its memory that this side cannot read",
+                  peer_);
+  }
+  if (dst && s->bytes <= bytes) {
+    BRAID_RETURN_IF_ERROR(readRef(dst, addr, s->bytes));
+    landedAt_ = dst;
+    s->data = dst;
+    return Status::ok();
+  }
+  BRAID_RETURN_IF_ERROR(readRef(s->data, addr, s->bytes));
+  fetched_ = true;
+  return Status::ok();
+}
+
+Status FifoConnection::releaseRecv(const Slot& s) {
+  fetched_ = false;
+  landedAt_ = nullptr;
+  return fifo_.releaseRecv(s);
+}
 
 FifoConnection::~FifoConnection() {
   if (release_) release_(owner_);

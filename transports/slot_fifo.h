@@ -44,6 +44,26 @@ class SlotFifo {
   WaitHandle armRecv();
   void disarmRecv();
 
+  // References to the sender's memory (cross-memory attach; FifoConnection). The sender
+  // offers them once, naming its pid and a word of its memory holding a random value; the
+  // receiver reads that word from that pid and answers whether it could (the value then
+  // proves the pid is the sender's, also across pid namespaces). Only then does the sender
+  // post references: a slot that names bytes in its memory instead of holding them.
+  void offerRefs(int32_t pid, const uint64_t* word);
+  // Receiver: the offer, if the sender made one.
+  bool refsOffered(int32_t* pid, uint64_t* word, uint64_t* value) const;
+  void answerRefs(bool ok);
+  // Sender: the receiver answered that it reads references.
+  bool refsAccepted() const;
+  // Sender: posts a reference to `bytes` at `src` in the reserved slot's place.
+  Status postRef(const Slot& s, const void* src, size_t bytes);
+  // Receiver: whether the message peekRecv returns is a reference, and where its bytes are.
+  bool headIsRef(uint64_t* addr) const;
+  // The slot the next message goes to (sender) and the count of messages released
+  // (receiver's `head`), as free-running indices.
+  uint32_t posted() const { return sendIdx_; }
+  uint32_t released() const;
+
  public:
   struct Header;    // layout private to slot_fifo.cc
   struct SlotMeta;
@@ -76,9 +96,21 @@ class FifoConnection : public Connection {
   size_t slotBytes() const override { return fifo_.slotBytes(); }
   Status reserveSend(Slot* s) override { return fifo_.reserveSend(s); }
   Status postSend(const Slot& s, size_t bytes) override { return fifo_.postSend(s, bytes); }
-  Status peekRecv(Slot* s) override { return fifo_.peekRecv(s); }
-  Status releaseRecv(const Slot& s) override { return fifo_.releaseRecv(s); }
+  Status peekRecv(Slot* s) override { return peekRecvInto(s, nullptr, 0); }
+  Status releaseRecv(const Slot& s) override;
   Status progress() override { return Status::ok(); }
+  // Between processes (enableRefs), sends of kRefMinBytes and more go as references to the
+  // caller's memory, which the receiver copies with one process_vm_readv, into the step's
+  // destination where it asks for that (peekRecvInto) or into the slot: one copy instead of
+  // two (into the slot, out of it). The sender is flushed once the receiver has released
+  // every reference.
+  static constexpr size_t kRefMinBytes = 64 * 1024;
+  void enableRefs();
+  bool sendsFromUser() const override { return refs_; }
+  bool inReceiverMemory() const override { return true; }
+  Status postSendFrom(const Slot& s, const void* src, size_t bytes) override;
+  Status peekRecvInto(Slot* s, void* dst, size_t bytes) override;
+  bool flushed() const override;
   WaitHandle waitHandle(bool forSend) override { return forSend ? fifo_.armSend() : fifo_.armRecv(); }
   void disarm(bool forSend) override { forSend ? fifo_.disarmSend() : fifo_.disarmRecv(); }
   int peer() const override { return peer_; }
@@ -99,10 +131,26 @@ class FifoConnection : public Connection {
   }
 
  private:
+  Status readRef(void* to, uint64_t addr, size_t bytes);
+
   char* deviceArea_ = nullptr;
   void* region_;
   SlotFifo fifo_;
   int peer_;
+  bool sender_;
+  bool refs_ = false;
+  // Sender: the word the receiver reads back, and the index after the last reference posted.
+  uint64_t cookie_ = 0;
+  bool refsPosted_ = false;
+  uint32_t refsUntil_ = 0;
+  // Receiver: the offer as read (refsPid_ 0: none answered yet), and the head message's
+  // bytes once copied: into its slot (fetched_) or to landedAt_.
+  int32_t refsPid_ = 0;
+  uint64_t refsWord_ = 0;
+  uint64_t refsValue_ = 0;
+  bool answered_ = false;
+  bool fetched_ = false;
+  void* landedAt_ = nullptr;
   void (*release_)(void*);
   void* owner_;
 };

@@ -67,6 +67,10 @@ class Connection {
   // memory) as the next message instead of the slot's contents. `src` must stay unchanged
   // until flushed().
   virtual bool sendsFromUser() const { return false; }
+  // A memory transport: the slots are the receiver's memory, so a slot-sized send already
+  // costs one copy, and a reduction writes straight into the receiver's memory. Sends from
+  // the caller's memory then pay only where the receiver copies once instead of twice.
+  virtual bool inReceiverMemory() const { return false; }
   virtual Status postSendFrom(const Slot& s, const void* src, size_t bytes) {
     return Status(Code::kInternal, "this transport cannot send from the caller's memory");
   }

@@ -6,11 +6,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "common/shm_names.h"
+#include "transports/slot_fifo.h"
 #include "support/catch.h"
 #include "transports/shm/shm_connection.h"
 
@@ -125,4 +129,158 @@ TEST_CASE("shm: removeSegmentsOf removes a dead process's segments and nobody el
   CHECK(inDevShm(mine));
   CHECK(removeSegmentsOf(child) == 0);
   shm_unlink(mine.c_str());
+}
+
+// ---- references to the sender's memory (FifoConnection::enableRefs) ----------------------
+
+namespace {
+
+// A FIFO region as the receiver formats it, in memory this process owns.
+struct Region {
+  Region(int nslots, size_t slotBytes) {
+    bytes = transport::SlotFifo::regionBytes(nslots, slotBytes);
+    mem = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
+    std::memset(mem, 0, bytes);
+    transport::SlotFifo::format(mem, nslots, slotBytes, 42);
+  }
+  ~Region() { std::free(mem); }
+  void* mem = nullptr;
+  size_t bytes = 0;
+};
+
+bool allOf(const void* p, size_t n, char c) {
+  const char* b = static_cast<const char*>(p);
+  return std::all_of(b, b + n, [c](char x) { return x == c; });
+}
+
+}  // namespace
+
+TEST_CASE("shm: sends of 64 KiB and more go as references the receiver reads once, into the destination or its slot",
+          "[transport][shm]") {
+  constexpr size_t kSlot = 256 * 1024;
+  Region region(4, kSlot);
+  transport::FifoConnection recv(region.mem, 1, /*sender=*/false, nullptr, nullptr);
+  transport::FifoConnection send(region.mem, 0, /*sender=*/true, nullptr, nullptr);
+  recv.enableRefs();
+  send.enableRefs();
+  REQUIRE(send.sendsFromUser());
+  REQUIRE(send.inReceiverMemory());
+  std::vector<char> user(kSlot, 'a'), dst(kSlot, 0);
+  transport::Slot s;
+
+  // The receiver has not answered the offer yet: the bytes are copied into the slot.
+  REQUIRE(send.reserveSend(&s).isOk());
+  REQUIRE(send.postSendFrom(s, user.data(), 128 * 1024).isOk());
+  CHECK(send.flushed());
+  transport::Slot r;
+  REQUIRE(recv.peekRecvInto(&r, dst.data(), 128 * 1024).isOk());  // answers the offer first
+  CHECK(r.data != dst.data());
+  CHECK(allOf(r.data, 128 * 1024, 'a'));
+  REQUIRE(recv.releaseRecv(r).isOk());
+
+  // Answered: a reference. Until the receiver reads it the bytes stay the caller's, so what
+  // arrives is what they are when read; the sender is flushed once the slot is released.
+  REQUIRE(send.reserveSend(&s).isOk());
+  s.tag = 9;
+  REQUIRE(send.postSendFrom(s, user.data(), 128 * 1024).isOk());
+  CHECK_FALSE(send.flushed());
+  std::fill(user.begin(), user.end(), 'b');
+  REQUIRE(recv.peekRecvInto(&r, dst.data(), kSlot).isOk());
+  CHECK(r.data == dst.data());
+  CHECK(r.bytes == 128 * 1024);
+  CHECK(r.tag == 9);
+  CHECK(allOf(dst.data(), 128 * 1024, 'b'));
+  CHECK(allOf(dst.data() + 128 * 1024, kSlot - 128 * 1024, 0));
+  // Asked again before the release: the same message, not read again.
+  std::fill(user.begin(), user.end(), 'c');
+  REQUIRE(recv.peekRecvInto(&r, dst.data(), kSlot).isOk());
+  CHECK(allOf(dst.data(), 128 * 1024, 'b'));
+  CHECK_FALSE(send.flushed());
+  REQUIRE(recv.releaseRecv(r).isOk());
+  CHECK(send.flushed());
+
+  // Without a destination (a reduction's receive), or one too small, it is read into the slot.
+  REQUIRE(send.reserveSend(&s).isOk());
+  REQUIRE(send.postSendFrom(s, user.data(), kSlot).isOk());
+  REQUIRE(recv.peekRecv(&r).isOk());
+  CHECK(r.data != user.data());
+  CHECK(allOf(r.data, kSlot, 'c'));
+  REQUIRE(recv.releaseRecv(r).isOk());
+  REQUIRE(send.reserveSend(&s).isOk());
+  REQUIRE(send.postSendFrom(s, user.data(), kSlot).isOk());
+  REQUIRE(recv.peekRecvInto(&r, dst.data(), kSlot - 64).isOk());
+  CHECK(r.data != dst.data());
+  CHECK(r.bytes == kSlot);
+  REQUIRE(recv.releaseRecv(r).isOk());
+  CHECK(send.flushed());
+
+  // Below 64 KiB a copy costs less than the system call: the bytes go into the slot.
+  REQUIRE(send.reserveSend(&s).isOk());
+  REQUIRE(send.postSendFrom(s, user.data(), 64 * 1024 - 64).isOk());
+  CHECK(send.flushed());
+  std::fill(user.begin(), user.end(), 'd');
+  REQUIRE(recv.peekRecvInto(&r, dst.data(), kSlot).isOk());
+  CHECK(r.data != dst.data());
+  CHECK(allOf(r.data, 64 * 1024 - 64, 'c'));
+  REQUIRE(recv.releaseRecv(r).isOk());
+}
+
+TEST_CASE("shm: without the receiver's consent (BRAID_SHM_CMA=0 there) the sender copies", "[transport][shm]") {
+  constexpr size_t kSlot = 128 * 1024;
+  Region region(2, kSlot);
+  transport::FifoConnection recv(region.mem, 1, /*sender=*/false, nullptr, nullptr);
+  transport::FifoConnection send(region.mem, 0, /*sender=*/true, nullptr, nullptr);
+  CHECK_FALSE(recv.sendsFromUser());
+  send.enableRefs();
+  std::vector<char> user(kSlot, 'e');
+  transport::Slot s, r;
+  for (int i = 0; i < 3; ++i) {
+    REQUIRE(send.reserveSend(&s).isOk());
+    REQUIRE(send.postSendFrom(s, user.data(), kSlot).isOk());
+    CHECK(send.flushed());
+    REQUIRE(recv.peekRecv(&r).isOk());
+    CHECK(allOf(r.data, kSlot, 'e'));
+    REQUIRE(recv.releaseRecv(r).isOk());
+  }
+}
+
+TEST_CASE("shm: a reference from a sender that has ended is an error naming it", "[transport][shm]") {
+  constexpr size_t kSlot = 128 * 1024;
+  const size_t bytes = transport::SlotFifo::regionBytes(2, kSlot);
+  void* mem = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(mem != MAP_FAILED);
+  transport::SlotFifo::format(mem, 2, kSlot, 42);
+  transport::FifoConnection recv(mem, 3, /*sender=*/false, nullptr, nullptr);
+  recv.enableRefs();
+  int toChild[2], toParent[2];
+  REQUIRE(pipe(toChild) == 0);
+  REQUIRE(pipe(toParent) == 0);
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    transport::FifoConnection send(mem, 0, /*sender=*/true, nullptr, nullptr);
+    send.enableRefs();
+    char c = 'o';
+    if (write(toParent[1], &c, 1) != 1 || read(toChild[0], &c, 1) != 1) _exit(1);
+    std::vector<char> user(kSlot, 'f');
+    transport::Slot s;
+    if (!send.reserveSend(&s).isOk() || !send.postSendFrom(s, user.data(), kSlot).isOk()) _exit(2);
+    _exit(send.flushed() ? 3 : 0);  // a reference: not flushed, and the memory goes with the process
+  }
+  char c = 0;
+  REQUIRE(read(toParent[0], &c, 1) == 1);
+  transport::Slot r;
+  CHECK(recv.peekRecv(&r).code() == Code::kWouldBlock);  // answers the offer
+  REQUIRE(write(toChild[1], &c, 1) == 1);
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+  std::vector<char> dst(kSlot);
+  Status st = recv.peekRecvInto(&r, dst.data(), kSlot);
+  CHECK(st.code() == Code::kRemoteError);
+  CHECK(st.rank() == 3);
+  CHECK_THAT(st.message(), Catch::Matchers::Contains("rank 3"));
+  for (int fd : {toChild[0], toChild[1], toParent[0], toParent[1]}) close(fd);
+  munmap(mem, bytes);
 }

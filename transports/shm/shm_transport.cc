@@ -4,6 +4,8 @@
 
 #include <cinttypes>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "common/shm_names.h"
@@ -33,8 +35,9 @@ class ShmTransport : public Transport {
                                                                   cfg_.nonce, cfg_.numaNode));
     created_.push_back(seg->name);
     *blob = seg->name;
-    return std::unique_ptr<Connection>(
-        new FifoConnection(seg->mem, peer, /*sender=*/false, &releaseSegment, seg));
+    auto conn = std::make_unique<FifoConnection>(seg->mem, peer, /*sender=*/false, &releaseSegment, seg);
+    if (refs_) conn->enableRefs();
+    return std::unique_ptr<Connection>(std::move(conn));
   }
 
   StatusOr<std::unique_ptr<Connection>> connectSend(int peer, int channel, const std::string& blob) override {
@@ -45,8 +48,9 @@ class ShmTransport : public Transport {
     // (the receiver's unlink in establish() then finds it gone), which leaves nothing in
     // /dev/shm if the receiver dies before then.
     shm_unlink(blob.c_str());
-    return std::unique_ptr<Connection>(
-        new FifoConnection(seg->mem, peer, /*sender=*/true, &releaseSegment, seg));
+    auto conn = std::make_unique<FifoConnection>(seg->mem, peer, /*sender=*/true, &releaseSegment, seg);
+    if (refs_) conn->enableRefs();
+    return std::unique_ptr<Connection>(std::move(conn));
   }
 
   Status establish(Deadline) override {
@@ -64,6 +68,13 @@ class ShmTransport : public Transport {
 
   TransportConfig cfg_;
   std::vector<std::string> created_;
+  // Large sends as references to the sender's memory (FifoConnection::enableRefs), unless
+  // BRAID_SHM_CMA=0: one copy per message instead of two, where the kernel lets ranks read
+  // each other's memory (process_vm_readv: same user, and ptrace allowed between them).
+  const bool refs_ = [] {
+    const char* v = std::getenv("BRAID_SHM_CMA");
+    return !(v && std::strcmp(v, "0") == 0);
+  }();
 };
 
 }  // namespace

@@ -310,13 +310,13 @@ Status FifoConnection::peekRecvInto(Slot* s, void* dst, size_t bytes) {
   }
   BRAID_RETURN_IF_ERROR(fifo_.peekRecv(s));
   uint64_t addr = 0;
-  if (!refs_ || !fifo_.headIsRef(&addr)) return Status::ok();
+  if (!fifo_.headIsRef(&addr)) return Status::ok();
   if (landedAt_) {
     s->data = landedAt_;
     return Status::ok();
   }
   if (fetched_) return Status::ok();
-  if (refsPid_ == 0 || s->bytes > fifo_.slotBytes()) {
+  if (!refs_ || refsPid_ == 0 || s->bytes > fifo_.slotBytes()) {
     // A reference this side never agreed to read, or larger than a slot: not this protocol.
     return Status(Code::kRemoteError,
                   "shm: rank " + std::to_string(peer_) + " sent a message from its memory that this side cannot read",

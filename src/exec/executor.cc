@@ -457,7 +457,10 @@ class ChannelRunner {
     }
     for (Connection* other : active_) {
       auto lane = [other](const std::pair<Connection*, bool>& a) { return a.first == other; };
-      if (other->flushed() || nfds == 16 || std::any_of(armed.begin(), armed.end(), lane)) continue;
+      // A memory transport has nothing staged to drain (an unread reference waits in flushAll).
+      if (other->inReceiverMemory() || other->flushed() || nfds == 16 ||
+          std::any_of(armed.begin(), armed.end(), lane))
+        continue;
       WaitHandle oh = other->waitHandle(true);
       if (oh.fd >= 0) fds[nfds++] = {oh.fd, oh.fdEvents ? oh.fdEvents : static_cast<short>(POLLOUT), 0};
     }
@@ -983,7 +986,7 @@ class ChannelRunner {
     if (h.fd >= 0) fds[nfds++] = {h.fd, h.fdEvents, 0};
     // Other stream connections with staged output must keep draining while we sleep.
     for (Connection* other : active_) {
-      if (other == c || other->flushed() || nfds == 16) continue;
+      if (other == c || other->inReceiverMemory() || other->flushed() || nfds == 16) continue;
       WaitHandle oh = other->waitHandle(true);
       if (oh.fd >= 0) fds[nfds++] = {oh.fd, oh.fdEvents ? oh.fdEvents : static_cast<short>(POLLOUT), 0};
     }

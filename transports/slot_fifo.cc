@@ -133,6 +133,12 @@ Status SlotFifo::postSend(const Slot& s, size_t bytes, bool device) {
   m.tag = s.tag;
   m.flags = device ? kInDeviceArea : 0;
   if (bytes <= kInlineBytes && !device) std::memcpy(m.inl, s.data, bytes);
+  publish(m);
+  return Status::ok();
+}
+
+// The slot's metadata is written: its sequence number goes last, then the FIFO's tail.
+inline void SlotFifo::publish(SlotMeta& m) {
   m.seq.store(sendIdx_ + 1, std::memory_order_release);
   ++sendIdx_;
   sendSlot_ = nextSlot(sendSlot_, nslots_);
@@ -140,7 +146,6 @@ Status SlotFifo::postSend(const Slot& s, size_t bytes, bool device) {
   // receiver about to sleep either sees the new index or gets woken.
   hdr_->tail.store(sendIdx_, std::memory_order_seq_cst);
   if (hdr_->recvWaiting.load(std::memory_order_seq_cst)) futexWakeAll(&hdr_->tail);
-  return Status::ok();
 }
 
 WaitHandle SlotFifo::armSend() {
@@ -198,11 +203,7 @@ Status SlotFifo::postRef(const Slot& s, const void* src, size_t bytes) {
   m.flags = kInSenderMemory;
   const uint64_t addr = reinterpret_cast<uint64_t>(src);
   std::memcpy(m.inl, &addr, sizeof(addr));
-  m.seq.store(sendIdx_ + 1, std::memory_order_release);
-  ++sendIdx_;
-  sendSlot_ = nextSlot(sendSlot_, nslots_);
-  hdr_->tail.store(sendIdx_, std::memory_order_seq_cst);
-  if (hdr_->recvWaiting.load(std::memory_order_seq_cst)) futexWakeAll(&hdr_->tail);
+  publish(m);
   return Status::ok();
 }
 

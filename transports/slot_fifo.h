@@ -69,6 +69,8 @@ class SlotFifo {
   struct SlotMeta;
 
  private:
+  void publish(SlotMeta& m);
+
   Header* hdr_;
   SlotMeta* meta_;
   char* data_;

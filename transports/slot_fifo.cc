@@ -12,6 +12,8 @@
 #include <random>
 #include <string>
 
+#include "common/log.h"
+
 namespace braid::transport {
 
 namespace {
@@ -299,7 +301,19 @@ Status FifoConnection::peekRecvInto(Slot* s, void* dst, size_t bytes) {
       uint64_t got = 0;
       struct iovec local = {&got, sizeof(got)};
       struct iovec remote = {reinterpret_cast<void*>(word), sizeof(got)};
-      const bool ok = pid > 0 && process_vm_readv(pid, &local, 1, &remote, 1, 0) == sizeof(got) && got == value;
+      const ssize_t n = pid > 0 ? process_vm_readv(pid, &local, 1, &remote, 1, 0) : -1;
+      const int err = n < 0 ? errno : 0;
+      const bool ok = n == sizeof(got) && got == value;
+      static std::atomic<bool> logged{false};  // once per process: every connection answers alike
+      if (!logged.exchange(true)) {
+        if (ok) {
+          BRAID_INFO("shm: messages of %zu bytes and more from rank %d are read from its memory (process_vm_readv)",
+                     kRefMinBytes, peer_);
+        } else {
+          BRAID_INFO("shm: rank %d's memory cannot be read (%s): messages go through the slots",
+                     peer_, err ? std::strerror(err) : "its pid names another process");
+        }
+      }
       if (ok) {
         refsPid_ = pid;
         refsWord_ = word;

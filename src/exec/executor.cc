@@ -495,7 +495,7 @@ class ChannelRunner {
   //   forwards straight into the next slot);
   // - where this rank only sends (a gather's leaves, a one-way send): its copy into the
   //   slot ran beside the receiver's, and the receiver's read of the sender's memory is
-  //   slower than a copy out of a slot in its cache (2 ranks, 1-16 MiB: 0.68-0.89x);
+  //   slower than a copy out of a slot in its cache (2 and 4 ranks, 1-16 MiB: 0.62-0.89x);
   // - for outputs large enough to be written with streaming stores, which the receiver's
   //   copy out of a slot uses and the kernel's copy does not (2 ranks, 64 MiB: 0.43-0.87x).
   bool directPays(const Connection* c) const {
@@ -1014,7 +1014,6 @@ class ChannelRunner {
     // spin, yield and sleep phases as any other wait; waiting for sockets polls them.
     const Phases phases = beginWait(start);
     int phase = phases.at(start);
-    WaitHandle futex;
     for (uint32_t iter = 1;; ++iter) {
       BRAID_RETURN_IF_ERROR(progressAll());
       bool done = true;
@@ -1046,7 +1045,7 @@ class ChannelRunner {
         phase = phases.at(now);
       }
       if (relax(phase)) continue;
-      futex = onFutex->waitHandle(true);
+      const WaitHandle futex = onFutex->waitHandle(true);
       // Armed, then checked again: a release before the arming would wake nobody.
       if (futex.futexWord && !onFutex->flushed())
         transport::futexWait(futex.futexWord, futex.futexValue, nfds ? 200 : kSleepMicros);

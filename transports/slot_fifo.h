@@ -2,7 +2,8 @@
 // A single-producer single-consumer FIFO of fixed-size slots laid out in one memory region,
 // shared by the memory transports: `shm` places the region in a shared segment, `loopback`
 // on the heap. The region lives with the receiver, so the sender writes (or reduces)
-// straight into the receiver's memory and no copy is made on the receiving side.
+// straight into the receiver's memory. A slot may instead hold a reference to the sender's
+// memory, which the receiver reads itself (FifoConnection::enableRefs).
 //
 // Indices are free-running 32-bit counters (wrap-around is fine: only differences are
 // used) and double as futex words, so a waiter sleeps on exactly the word its peer bumps.

@@ -60,8 +60,8 @@ class SlotFifo {
   Status postRef(const Slot& s, const void* src, size_t bytes);
   // Receiver: whether the message peekRecv returns is a reference, and where its bytes are.
   bool headIsRef(uint64_t* addr) const;
-  // The slot the next message goes to (sender) and the count of messages released
-  // (receiver's `head`), as free-running indices.
+  // The count of messages posted (sender) and released (the receiver's `head`), as
+  // free-running indices.
   uint32_t posted() const { return sendIdx_; }
   uint32_t released() const;
 
@@ -146,7 +146,7 @@ class FifoConnection : public Connection {
   uint64_t cookie_ = 0;
   bool refsPosted_ = false;
   uint32_t refsUntil_ = 0;
-  // Receiver: the offer as read (refsPid_ 0: none answered yet), and the head message's
+  // Receiver: the offer as accepted (refsPid_ 0: not, or not yet), and the head message's
   // bytes once copied: into its slot (fetched_) or to landedAt_.
   int32_t refsPid_ = 0;
   uint64_t refsWord_ = 0;

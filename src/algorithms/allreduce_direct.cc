@@ -58,17 +58,22 @@ StatusOr<Schedule> allreduceDirect(const Request& req, const Layout& layout) {
     mine = Region{Buf::kScratch, 0, bytes};
     plan.steps.push_back(Step{Prim::kCopy, -1, -1, in, mine});
   }
+  // The running result x0 op x1 op ...: rank 0's starts in its input (the first reduction
+  // reads it there, so nothing is copied), every other rank's in `out`.
+  Region partial = out;
   for (int q = 0; q < n; ++q) {
     if (q == 0) {
       if (r == 0) {
-        if (!req.inPlace) plan.steps.push_back(Step{Prim::kCopy, -1, -1, in, out});
+        partial = in;
+        if (n == 1 && !req.inPlace) plan.steps.push_back(Step{Prim::kCopy, -1, -1, in, out});
       } else {
         plan.steps.push_back(Step{Prim::kRecv, 0, -1, {}, out});
       }
     } else if (q == r) {
       plan.steps.push_back(Step{Prim::kLocalReduce, -1, -1, mine, out});  // out = out op x_r
     } else {
-      plan.steps.push_back(Step{Prim::kRecvReduce, q, -1, out, out});  // out = out op x_q
+      plan.steps.push_back(Step{Prim::kRecvReduce, q, -1, partial, out});  // out = partial op x_q
+      partial = out;
     }
   }
   return s;
@@ -101,9 +106,14 @@ StatusOr<Schedule> allreduceTwoShot(const Request& req, const Layout& layout) {
   for (int q = 0; q < n; ++q)
     if (q != r && shard(Buf::kInput, q).bytes) plan.steps.push_back(Step{Prim::kSend, -1, q, shard(Buf::kInput, q), {}});
   if (own.bytes) {
-    if (!req.inPlace) plan.steps.push_back(Step{Prim::kCopy, -1, -1, shard(Buf::kInput, r), own});
+    // The first reduction reads our own part from the input, so out of place nothing is
+    // copied: own = x_r op x_q, then own op the rest.
+    Region partial = shard(Buf::kInput, r);
     for (int q = 0; q < n; ++q)
-      if (q != r) plan.steps.push_back(Step{Prim::kRecvReduce, q, -1, own, own});
+      if (q != r) {
+        plan.steps.push_back(Step{Prim::kRecvReduce, q, -1, partial, own});
+        partial = own;
+      }
     // Allgather: our reduced shard to everyone.
     for (int q = 0; q < n; ++q)
       if (q != r) plan.steps.push_back(Step{Prim::kSend, -1, q, own, {}});

@@ -49,15 +49,20 @@ StatusOr<Schedule> allreduceRecursiveDoubling(const Request& req, const Layout& 
     plan.steps.push_back(Step{Prim::kRecv, r - p, -1, {}, out});
     return s;
   }
+  // This rank's partial result: in `in` until a step first writes `out`. The first exchange
+  // sends from `in` and reduces it into `out`, so an out-of-place call copies nothing.
+  Region partial = in;
   if (r + p < n) {
     plan.steps.push_back(Step{Prim::kRecvReduce, r + p, -1, in, out});  // out = extra's data op ours
-  } else if (!req.inPlace) {
+    partial = out;
+  } else if (!req.inPlace && p == 1) {
     plan.steps.push_back(Step{Prim::kCopy, -1, -1, in, out});
   }
   for (int d = 1; d < p; d *= 2) {
     int partner = r ^ d;
-    plan.steps.push_back(Step{Prim::kSend, -1, partner, out, {}});
-    plan.steps.push_back(Step{Prim::kRecvReduce, partner, -1, out, out});  // out = theirs op ours
+    plan.steps.push_back(Step{Prim::kSend, -1, partner, partial, {}});
+    plan.steps.push_back(Step{Prim::kRecvReduce, partner, -1, partial, out});  // out = theirs op ours
+    partial = out;
   }
   if (r + p < n) plan.steps.push_back(Step{Prim::kSend, -1, r + p, out, {}});
   return s;

@@ -358,6 +358,33 @@ TEST_CASE("direct allreduces: every element once from every rank", "[unit]") {
   checkAllreduce(&algorithms::allreduceTwoShot, 33);
 }
 
+TEST_CASE("out-of-place allreduces copy nothing: the first reduction reads the input", "[unit]") {
+  // A copy of the input into the output before the first exchange costs a pass over the
+  // data (2 ranks, 64 KiB, recursive doubling over shm: 1.18x faster without it).
+  using Build = StatusOr<exec::Schedule> (*)(const algorithms::Request&, const algorithms::Layout&);
+  const std::pair<const char*, Build> algos[] = {{"recursive doubling", &algorithms::allreduceRecursiveDoubling},
+                                                 {"two-shot", &algorithms::allreduceTwoShot},
+                                                 {"direct", &algorithms::allreduceDirect},
+                                                 {"rabenseifner", &algorithms::allreduceRabenseifner},
+                                                 {"ring", &algorithms::allreduceRing}};
+  for (const auto& [name, build] : algos)
+    for (int n = 1; n <= 9; ++n)
+      for (int r = 0; r < n; ++r) {
+        algorithms::Request req;
+        req.count = 1000;
+        SimConfig c;
+        c.n = n;
+        auto s = build(req, layoutOf(c, r));
+        REQUIRE(s.isOk());
+        int copies = 0;
+        for (const auto& ch : s->channels)
+          for (const auto& st : ch.steps)
+            if (st.prim == Prim::kCopy && st.src.buf == Buf::kInput && st.dst.buf == Buf::kOutput) ++copies;
+        INFO(name << " n=" << n << " rank=" << r);
+        CHECK(copies == (n == 1 ? static_cast<int>(s->channels.size()) : 0));
+      }
+}
+
 TEST_CASE("direct allreduce folds in the same order on every rank", "[unit]") {
   // Bit-identical results need the same association everywhere: x0, then x1, x2, ... one by
   // one. Read the fold order back from each rank's steps.
@@ -373,10 +400,12 @@ TEST_CASE("direct allreduce folds in the same order on every rank", "[unit]") {
         REQUIRE(s.isOk());
         std::vector<int> order;
         for (const auto& st : s->channels[0].steps) {
+          // A reduction that reads the input starts from this rank's own data.
+          if (st.prim == Prim::kRecvReduce && st.src.buf == Buf::kInput) order.push_back(r);
           if (st.prim == Prim::kRecv || st.prim == Prim::kRecvReduce) order.push_back(st.peerIn);
           if (st.prim == Prim::kLocalReduce || (st.prim == Prim::kCopy && st.dst.buf == Buf::kOutput)) order.push_back(r);
         }
-        if (ip && r == 0) order.insert(order.begin(), 0);  // x0 is already in place
+        if (ip && r == 0 && n == 1) order.insert(order.begin(), 0);  // x0 is already in place
         std::vector<int> want(n);
         for (int q = 0; q < n; ++q) want[q] = q;
         INFO("n=" << n << " rank=" << r << (ip ? " in place" : ""));

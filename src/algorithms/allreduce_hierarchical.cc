@@ -91,9 +91,14 @@ StatusOr<Schedule> allreduceHierarchical(const Request& req, const Layout& layou
       plan.steps.push_back(Step{Prim::kSend, -1, local[i], shard(Buf::kInput, i), {}});
   if (owner && shard(Buf::kOutput, li).bytes) {
     const Region own = shard(Buf::kOutput, li);
-    if (!req.inPlace) plan.steps.push_back(Step{Prim::kCopy, -1, -1, shard(Buf::kInput, li), own});
+    // The first reduction reads our own part from the input; a copy only where none does.
+    Region partial = shard(Buf::kInput, li);
     for (size_t j = 0; j < local.size(); ++j)
-      if (static_cast<int>(j) != li) plan.steps.push_back(Step{Prim::kRecvReduce, local[j], -1, own, own});
+      if (static_cast<int>(j) != li) {
+        plan.steps.push_back(Step{Prim::kRecvReduce, local[j], -1, partial, own});
+        partial = own;
+      }
+    if (!req.inPlace && partial.buf == Buf::kInput) plan.steps.push_back(Step{Prim::kCopy, -1, -1, partial, own});
   }
   endPhase(shardRounds);
 

@@ -366,7 +366,8 @@ TEST_CASE("out-of-place allreduces copy nothing: the first reduction reads the i
                                                  {"two-shot", &algorithms::allreduceTwoShot},
                                                  {"direct", &algorithms::allreduceDirect},
                                                  {"rabenseifner", &algorithms::allreduceRabenseifner},
-                                                 {"ring", &algorithms::allreduceRing}};
+                                                 {"ring", &algorithms::allreduceRing},
+                                                 {"hierarchical", &algorithms::allreduceHierarchical}};
   for (const auto& [name, build] : algos)
     for (int n = 1; n <= 9; ++n)
       for (int r = 0; r < n; ++r) {
@@ -374,6 +375,10 @@ TEST_CASE("out-of-place allreduces copy nothing: the first reduction reads the i
         req.count = 1000;
         SimConfig c;
         c.n = n;
+        // Two ranks per host (the last may be alone there, and then copies: nothing to reduce
+        // with inside its host, in the hierarchical schedule).
+        for (int q = 0; q < n; ++q) c.hosts.push_back("h" + std::to_string(q / 2));
+        const bool alone = std::string(name) == "hierarchical" && r == n - 1 && n % 2 == 1;
         auto s = build(req, layoutOf(c, r));
         REQUIRE(s.isOk());
         int copies = 0;
@@ -381,7 +386,7 @@ TEST_CASE("out-of-place allreduces copy nothing: the first reduction reads the i
           for (const auto& st : ch.steps)
             if (st.prim == Prim::kCopy && st.src.buf == Buf::kInput && st.dst.buf == Buf::kOutput) ++copies;
         INFO(name << " n=" << n << " rank=" << r);
-        CHECK(copies == (n == 1 ? static_cast<int>(s->channels.size()) : 0));
+        CHECK(copies == (n == 1 ? static_cast<int>(s->channels.size()) : alone ? 1 : 0));
       }
 }
 

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "common/log.h"
+#include "reduce/reduce.h"
 
 namespace braid::transport {
 
@@ -254,7 +255,7 @@ void FifoConnection::enableRefs() {
 
 Status FifoConnection::postSendFrom(const Slot& s, const void* src, size_t bytes) {
   if (!refs_ || bytes < kRefMinBytes || !fifo_.refsAccepted()) {
-    std::memcpy(s.data, src, bytes);
+    reduce::copyBytes(s.data, src, bytes);
     return fifo_.postSend(s, bytes);
   }
   BRAID_RETURN_IF_ERROR(fifo_.postRef(s, src, bytes));

@@ -431,6 +431,7 @@ struct Options {
   int root = 0;  // -1: every root in turn
   std::string jsonFile;
   std::string csvFile;
+  size_t misalign = 0;  // --misalign: bytes past a page boundary where both buffers start
   bool device = false;  // -D 1: buffers in GPU memory
   // nccl-tests' remaining flags, with their meaning there.
   int blocking = 0;       // -z: 1 waits for each call and lines the ranks up; 2 only waits
@@ -481,6 +482,8 @@ void printUsage(const Tool& tool, FILE* out) {
                "                             accepted; braid registers what it needs itself (said in the header)\n"
                "  -J, --json <file>          also write the results as JSON (rank 0)\n"
                "      --csv <file>           also write the results as CSV, a row per size (rank 0)\n"
+               "      --misalign <bytes>     start both host buffers this many bytes past a page boundary\n"
+               "                             (0-4095, default 0); malloc's large blocks start 16 bytes in\n"
                "  -D, --device <0|1>         1: buffers in GPU memory, one GPU per rank (local rank %% GPUs),\n"
                "                             calls on CUDA's default stream (default 0: host memory)\n"
                "  -t, --nthreads 1, -g, --ngpus 1\n"
@@ -523,12 +526,14 @@ bool parseOp(const char* s, Options* o) {
   return false;
 }
 
-// --csv has no one-letter form (nccl-tests has none to follow).
+// --csv and --misalign have no one-letter form (nccl-tests has none to follow).
 constexpr int kCsvFlag = 1000;
+constexpr int kMisalignFlag = 1001;
 
 // "-b (--minbytes)": messages name both spellings, since the user may have typed either.
 std::string flagName(const option* longOpts, int c) {
   if (c == kCsvFlag) return "--csv";
+  if (c == kMisalignFlag) return "--misalign";
   std::string s = std::string("-") + static_cast<char>(c);
   for (const option* lo = longOpts; lo->name; ++lo)
     if (lo->val == c) return s + " (--" + lo->name + ")";
@@ -550,7 +555,7 @@ int parseArgs(const Tool& tool, int argc, char** argv, Options* o) {
       {"run_cycles", required_argument, nullptr, 'N'},   {"timeout", required_argument, nullptr, 'T'},
       {"report_cputime", required_argument, nullptr, 'C'}, {"parallel_init", required_argument, nullptr, 'p'},
       {"cudagraph", required_argument, nullptr, 'G'},   {"local_register", required_argument, nullptr, 'R'},
-      {"csv", required_argument, nullptr, kCsvFlag},
+      {"csv", required_argument, nullptr, kCsvFlag},     {"misalign", required_argument, nullptr, kMisalignFlag},
       {nullptr, 0, nullptr, 0},
   };
   const bool quiet = quietRank();
@@ -664,6 +669,10 @@ int parseArgs(const Tool& tool, int argc, char** argv, Options* o) {
       case kCsvFlag:
         if (!*optarg) return bad(f, optarg, "a file name");
         o->csvFile = optarg;
+        break;
+      case kMisalignFlag:
+        if (!parseInt(optarg, 0, 4095, &v)) return bad(f, optarg, "a byte offset from 0 to 4095");
+        o->misalign = static_cast<size_t>(v);
         break;
       case 'h':
         if (!quiet) printUsage(tool, stdout);
@@ -952,8 +961,10 @@ void gatherRankInfo(Run& run) {
 }
 
 struct Buffers {
-  uint8_t* send = nullptr;
+  uint8_t* send = nullptr;  // sendBase + --misalign
   uint8_t* recv = nullptr;
+  uint8_t* sendBase = nullptr;  // what allocTouched returned, for free()
+  uint8_t* recvBase = nullptr;
   size_t sendBytes = 0;
   size_t recvBytes = 0;
   // -D 1: GPU mirrors of send and recv; the calls get these, filled from and checked
@@ -1146,6 +1157,7 @@ void printHeader(const Run& run) {
   if (o.localRegister > 0)
     std::printf("# -R %d: nothing to register; braid registers the memory its transports need itself\n",
                 o.localRegister);
+  if (o.misalign) std::printf("# host buffers start %zu bytes past a page boundary (--misalign)\n", o.misalign);
   std::printf("#\n");
   for (size_t r = 0; r < run.ranks.size(); ++r) {
     std::printf("#  Rank %2zu Pid %6d on %10s", r, run.ranks[r].pid, run.ranks[r].host.c_str());
@@ -1286,8 +1298,10 @@ int runTool(const Tool& tool, int argc, char** argv) {
     buf.sendBytes = std::max(buf.sendBytes, c.sendCount * elt);
     buf.recvBytes = std::max({buf.recvBytes, c.recvCount * elt, c.sendCount * elt});
   }
-  buf.send = allocTouched(buf.sendBytes);
-  buf.recv = allocTouched(buf.recvBytes);
+  buf.sendBase = allocTouched(buf.sendBytes + o.misalign);
+  buf.recvBase = allocTouched(buf.recvBytes + o.misalign);
+  buf.send = buf.sendBase ? buf.sendBase + o.misalign : nullptr;
+  buf.recv = buf.recvBase ? buf.recvBase + o.misalign : nullptr;
   if (!buf.send || !buf.recv) {
     std::fprintf(stderr, "%s: rank %d: cannot allocate %zu + %zu bytes of buffers\n", tool.name, run.rank,
                  buf.sendBytes, buf.recvBytes);
@@ -1349,8 +1363,8 @@ int runTool(const Tool& tool, int argc, char** argv) {
   }
   writeJson(run, "");
   writeCsv(run);
-  std::free(buf.send);
-  std::free(buf.recv);
+  std::free(buf.sendBase);
+  std::free(buf.recvBase);
   device::release(buf.dsend);
   device::release(buf.drecv);
   device::destroyStream(run.stream);

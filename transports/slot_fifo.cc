@@ -12,8 +12,8 @@
 #include <random>
 #include <string>
 
+#include "common/copy.h"
 #include "common/log.h"
-#include "reduce/reduce.h"
 
 namespace braid::transport {
 
@@ -255,7 +255,7 @@ void FifoConnection::enableRefs() {
 
 Status FifoConnection::postSendFrom(const Slot& s, const void* src, size_t bytes) {
   if (!refs_ || bytes < kRefMinBytes || !fifo_.refsAccepted()) {
-    reduce::copyBytes(s.data, src, bytes);
+    copyBytes(s.data, src, bytes);
     return fifo_.postSend(s, bytes);
   }
   BRAID_RETURN_IF_ERROR(fifo_.postRef(s, src, bytes));

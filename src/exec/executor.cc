@@ -1,5 +1,6 @@
 #include "exec/executor.h"
 
+#include "common/copy.h"
 #include "common/timeline.h"
 
 #include <poll.h>
@@ -584,7 +585,7 @@ class ChannelRunner {
   // Stores a slice of the final result.
   void writeOut(void* dst, const void* src, size_t bytes) {
     if (ctx_.streamOutput) reduce::copyStreaming(dst, src, bytes);
-    else reduce::copyBytes(dst, src, bytes);
+    else copyBytes(dst, src, bytes);
   }
 
   void reduceInto(void* dst, const void* a, const void* b, size_t bytes) {
@@ -725,7 +726,7 @@ class ChannelRunner {
         BRAID_RETURN_IF_ERROR(reserve(st.peerOut, &out));
         for (size_t k = 0; k < len; k += kFuseBytes) {
           size_t piece = std::min(kFuseBytes, len - k);
-          reduce::copyBytes(static_cast<char*>(out.data) + k, static_cast<const char*>(in.data) + k, piece);
+          copyBytes(static_cast<char*>(out.data) + k, static_cast<const char*>(in.data) + k, piece);
           writeOut(addr(st.dst, off) + k, static_cast<const char*>(in.data) + k, piece);
         }
         BRAID_RETURN_IF_ERROR(post(st.peerOut, out, len));
@@ -754,11 +755,11 @@ class ChannelRunner {
   Status sendCopy(int peer, Slot& out, const void* src, size_t len, bool direct) {
     if (direct) return postFrom(peer, out, src, len);
     if (!whole_ || len <= links_.sendTo[peer]->slotBytes()) {
-      reduce::copyBytes(out.data, src, len);
+      copyBytes(out.data, src, len);
       return post(peer, out, len);
     }
     bounce_.emplace_back(new char[len]);
-    reduce::copyBytes(bounce_.back().get(), src, len);
+    copyBytes(bounce_.back().get(), src, len);
     return postFrom(peer, out, bounce_.back().get(), len);
   }
 

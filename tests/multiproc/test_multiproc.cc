@@ -515,7 +515,7 @@ TEST_CASE("every perf tool checks its results with zero wrong", "[multiproc]") {
       {"BRAID_TRANSPORT=tcp", 4, "sendrecv_perf -b 8 -e 4M -f 64"},
       {"BRAID_TRANSPORT=tcp", 4, "alltoall_perf -b 8 -e 1M -f 64"},
       // Buffers off a page boundary, as malloc's are: copies into and out of page-aligned
-      // slots at short distances modulo 4 KiB (reduce::copyBytes' vector loop), and back.
+      // slots at short distances modulo 4 KiB (copyBytes' vector loop), and back.
       {"", 2, "sendrecv_perf -b 8 -e 4M -f 16 --misalign 16"},
       {"BRAID_SHM_CMA=0", 3, "allreduce_perf -b 8 -e 1M -f 32 --misalign 16"},
       {"BRAID_SHM_CMA=0", 3, "allgather_perf -b 8 -e 1M -f 32 --misalign 4000"},

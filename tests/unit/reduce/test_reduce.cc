@@ -1099,36 +1099,6 @@ TEST_CASE("copy is exact below and above the streaming threshold", "[reduce]") {
   }
 }
 
-TEST_CASE("copyBytes is exact at every distance modulo 4 KiB, the loop's and memcpy's", "[reduce]") {
-  // Distances 1-63 (destination past the source, modulo a page) take the vector loop, the
-  // rest memcpy; sizes around the loop's 64-byte turn and its 256-byte floor.
-  const size_t kSizes[] = {0, 1, 63, 64, 65, 255, 256, 257, 4096 + 13, 70000};
-  const size_t kMax = 70000;
-  std::mt19937_64 rng(7);
-  auto* srcBase = static_cast<unsigned char*>(std::aligned_alloc(4096, kMax + 8192));
-  auto* dstBase = static_cast<unsigned char*>(std::aligned_alloc(4096, kMax + 8192));
-  REQUIRE(srcBase);
-  REQUIRE(dstBase);
-  for (size_t srcOff : {0, 16, 4000})
-    for (size_t distance : {0, 1, 8, 16, 31, 32, 48, 63, 64, 65, 127, 2048, 4080, 4095}) {
-      const size_t dstOff = (srcOff + distance) % 4096;
-      for (size_t bytes : kSizes) {
-        fillRandom(DataType::kUint8, srcBase, kMax + 8192, rng);
-        std::memset(dstBase, 0xA5, kMax + 8192);
-        rd::copyBytes(dstBase + dstOff, srcBase + srcOff, bytes);
-        INFO("bytes " << bytes << " src+" << srcOff << " dst+" << dstOff);
-        CHECK(std::memcmp(dstBase + dstOff, srcBase + srcOff, bytes) == 0);
-        // Nothing before or after the destination is touched.
-        size_t outside = 0;
-        for (size_t i = 0; i < dstOff; ++i) outside += dstBase[i] != 0xA5;
-        for (size_t i = dstOff + bytes; i < kMax + 8192; ++i) outside += dstBase[i] != 0xA5;
-        CHECK(outside == 0);
-      }
-    }
-  std::free(srcBase);
-  std::free(dstBase);
-}
-
 // ---- bitwise ops ----------------------------------------------------------------------------------
 
 TEST_CASE("bitwise and, or, xor match the reference for every integer type", "[reduce][bitwise]") {

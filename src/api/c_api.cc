@@ -285,6 +285,23 @@ std::vector<Status> runGroup(std::vector<GroupEntry>& entries) {
     std::string name;
   };
   std::vector<Status> result(entries.size());
+  // One blocking communicator: its calls run one after the other on this thread, as they
+  // would from its queue, without waking a progress thread for each (the wake-up was most of
+  // a small group's time). Several communicators must progress at once, so they queue.
+  if (entries.size() == 1 && entries[0].comm->blocking && entries[0].error.isOk()) {
+    GroupEntry& e = entries[0];
+    std::vector<Call> calls = std::move(e.collectives);
+    if (!e.p2p.empty()) calls.push_back(Session::p2pCall(e.p2p, "braidGroupEnd (sends and receives)"));
+    for (Call& c : calls) {
+      std::string name = c.name;
+      Status st = e.comm->session->run(std::move(c));
+      if (!st.isOk()) {
+        result[0] = st.withContext(name);
+        break;  // later calls would only meet peers out of step
+      }
+    }
+    return result;
+  }
   std::vector<Pending> pending;
   for (size_t i = 0; i < entries.size(); ++i) {
     GroupEntry& e = entries[i];

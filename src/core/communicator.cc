@@ -1295,7 +1295,13 @@ StatusOr<std::shared_ptr<Op>> Communicator::prepareScheduled(std::shared_ptr<Op>
 }
 
 Status Communicator::useSchedule(const algorithms::Request& req) {
-  if (cachedSchedule_ && sameRequest(req, cachedReq_)) return Status::ok();
+  if (cachedSchedule_ && sameRequest(req, plans_[currentPlan_].req)) return Status::ok();
+  for (size_t i = 0; i < plans_.size(); ++i) {
+    if (i != currentPlan_ && sameRequest(req, plans_[i].req)) {
+      adoptPlan(i);
+      return Status::ok();
+    }
+  }
   BRAID_ASSIGN_OR_RETURN(exec::Schedule sched, plan::planCollective(req, layout_, &algoRules_, machine_));
   if (sched.channels.empty()) return internalError("planner returned a schedule without channels");
   if (sched.connectionSet == 1 && sched.channels.size() != 1)
@@ -1303,11 +1309,39 @@ Status Communicator::useSchedule(const algorithms::Request& req) {
   if (static_cast<int>(sched.channels.size()) > nchannels_)
     return internalError(sched.algorithm + ": more channels than the communicator has");
   if (sendAcks_ && needsAcks(req)) exec::computeAcks(&sched, nranks_);
-  cachedSchedule_ = std::make_shared<const exec::Schedule>(std::move(sched));
-  cachedReq_ = req;
-  cachedShapeHash_ = shapeHash(req);  // what it hashes, sameRequest compares
-  ++scheduleGen_;
+  PlannedCall fresh;
+  for (const exec::ChannelPlan& ch : sched.channels) fresh.steps += ch.steps.size();
+  fresh.req = req;
+  fresh.schedule = std::make_shared<const exec::Schedule>(std::move(sched));
+  fresh.shapeHash = shapeHash(req);  // what it hashes, sameRequest compares
+  fresh.gen = ++planGens_;
+  // Room for it: the least recently used plans go (an op still running keeps its schedule).
+  size_t held = 0;
+  for (const PlannedCall& p : plans_) held += p.steps;
+  while (!plans_.empty() && (plans_.size() >= kPlanCacheEntries || held + fresh.steps > kPlanCacheSteps)) {
+    size_t oldest = 0;
+    for (size_t i = 1; i < plans_.size(); ++i)
+      if (plans_[i].lastUse < plans_[oldest].lastUse) oldest = i;
+    held -= plans_[oldest].steps;
+    plans_.erase(plans_.begin() + static_cast<std::ptrdiff_t>(oldest));
+  }
+  plans_.push_back(std::move(fresh));
+  adoptPlan(plans_.size() - 1);
   return Status::ok();
+}
+
+uint64_t Communicator::plansMade() const {
+  std::lock_guard<std::mutex> lock(submitMu_);
+  return planGens_;
+}
+
+void Communicator::adoptPlan(size_t i) {
+  PlannedCall& p = plans_[i];
+  p.lastUse = ++planUses_;
+  currentPlan_ = i;
+  cachedSchedule_ = p.schedule;
+  cachedShapeHash_ = p.shapeHash;
+  scheduleGen_ = p.gen;
 }
 
 void Communicator::bindSchedule(Op* op, const algorithms::Request& req) {
@@ -1460,13 +1494,17 @@ bool Communicator::runAlone(const algorithms::Request& req, const void* input, v
     op.done_ = false;
     // What the executor works out before running the channel, once per schedule.
     if (op.setupGen_ != op.boundGen_) {
-      op.setup_ = exec::prepareChannel(*op.schedule_, op.channels_[0], channelLinks(op, op.channels_[0]),
-                                       channelContext(op, op.channels_[0]));
+      PlannedCall& plan = plans_[currentPlan_];  // the one op is bound to
+      if (!plan.alone) {
+        plan.alone = std::make_shared<const exec::ChannelSetup>(exec::prepareChannel(
+            *op.schedule_, op.channels_[0], channelLinks(op, op.channels_[0]), channelContext(op, op.channels_[0])));
+      }
+      op.setup_ = plan.alone;
       op.setupGen_ = op.boundGen_;
     }
     startOp(&op, /*startsNow=*/true);
   }
-  Status s = execChannel(op, op.channels_[0], &op.setup_);
+  Status s = execChannel(op, op.channels_[0], op.setup_.get());
   op.completeAlone(s);
   if (!s.isOk()) s = s.withContext(op.name_);
   if (t0) traceCall(op, t0, s);

@@ -62,7 +62,7 @@ class Op {
   uint64_t boundGen_ = 0;
   // Communicator::runAlone's (where the op runs without a mover): exec::prepareChannel's
   // for channels_[0], and the boundGen_ it was made for.
-  exec::ChannelSetup setup_;
+  std::shared_ptr<const exec::ChannelSetup> setup_;  // the plan's (Communicator::PlannedCall)
   uint64_t setupGen_ = 0;
   exec::Buffers buffers_;
   std::unique_ptr<char[]> scratch_;   // Schedule::scratchBytes
@@ -128,6 +128,9 @@ class Communicator {
   // BRAID_TIMEOUT (or the configured timeout), in seconds.
   double timeoutSeconds() const { return opts_.config.timeoutSec; }
   int nchannels() const { return nchannels_; }
+  // How many calls the planner has made schedules for (a call whose shape is still in the
+  // plan cache reuses its schedule).
+  uint64_t plansMade() const;
   // The host index of every rank (ranks of one host share one), as the layout has it.
   const std::vector<int>& hostOfRanks() const { return layout_.hostOf; }
 
@@ -419,7 +422,7 @@ class Communicator {
   topology::ClusterPlan topoPlan_;  // rank 0's plan: ring, trees, bandwidths
   topology::NicPolicy nicPolicy_;  // BRAID_NET_IF / BRAID_IB_HCA
 
-  std::mutex submitMu_;
+  mutable std::mutex submitMu_;
   std::shared_ptr<Op> spareOp_;  // run()'s last Op, recycled once nobody else holds it
   Op aloneOp_;                   // runAlone's, used only while inflight_ is 0 before it
   uint32_t seq_ = 0;       // collectives issued (point-to-point groups do not count)
@@ -430,12 +433,33 @@ class Communicator {
   std::atomic<int> inflight_{0};
   std::vector<std::unique_ptr<Worker>> workers_;
 
-  // The last planned call and its Schedule: training loops repeat the same shapes, and a
-  // Schedule depends only on the request and the (fixed) layout.
-  algorithms::Request cachedReq_;
+  // Planned calls: a Schedule depends only on the request and the (fixed) layout, and
+  // training loops repeat their shapes, often several in turn (gradient buckets of different
+  // sizes, a scalar between them), so each is planned once while it stays in use. At most
+  // kPlanCacheEntries, holding at most kPlanCacheSteps steps in all besides the newest; the
+  // least recently used goes first.
+  struct PlannedCall {
+    algorithms::Request req;
+    std::shared_ptr<const exec::Schedule> schedule;
+    uint32_t shapeHash = 0;  // shapeHash(req)
+    uint64_t gen = 0;        // its scheduleGen_, unique to it
+    uint64_t lastUse = 0;
+    size_t steps = 0;        // in all its channels
+    // exec::prepareChannel's for the channel runAlone runs, once it ran there.
+    std::shared_ptr<const exec::ChannelSetup> alone;
+  };
+  static constexpr size_t kPlanCacheEntries = 64;
+  static constexpr size_t kPlanCacheSteps = size_t{1} << 16;
+  std::vector<PlannedCall> plans_;
+  size_t currentPlan_ = 0;  // the plans_ entry cachedSchedule_ comes from (when there is one)
+  uint64_t planUses_ = 0;
+  uint64_t planGens_ = 0;  // also the count plansMade() reports
+  // The plan in use: makes plans_[i] the current one.
+  void adoptPlan(size_t i);
+  // The current plan's schedule, its shapeHash and its gen: what the hot path reads.
   std::shared_ptr<const exec::Schedule> cachedSchedule_;
-  uint32_t cachedShapeHash_ = 0;  // shapeHash(cachedReq_)
-  uint64_t scheduleGen_ = 0;      // bumped whenever cachedSchedule_ changes (Op::boundGen_)
+  uint32_t cachedShapeHash_ = 0;
+  uint64_t scheduleGen_ = 0;  // the current plan's gen (Op::boundGen_)
 
   std::atomic<int> abortFlag_{0};
   std::atomic<bool> brokenFlag_{false};  // lets the hot path skip errorMu_

@@ -214,6 +214,56 @@ TEST_CASE("over ucx, zero copy: allreduce (ring, tree, recursive doubling) and c
     CHECK(runBroadcastCases(b) == "");
   }
 }
+TEST_CASE("a loop over several shapes plans each once, and one the cache let go again", "[world]") {
+  WorldOptions o;
+  o.nranks = 3;
+  std::mutex mu;
+  std::vector<std::string> errors;
+  Status init = braid::testing::runWorld(o, [&](core::Communicator& comm) {
+    const int n = comm.size();
+    auto fail = [&](const std::string& what) {
+      std::lock_guard<std::mutex> lock(mu);
+      errors.push_back("rank " + std::to_string(comm.rank()) + ": " + what);
+    };
+    // Each rank contributes rank + 1 + i at element i: the sum is n(n+1)/2 + n*i.
+    auto allreduce = [&](size_t count) {
+      std::vector<float> in(count), out(count, -1.0f);
+      for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>(comm.rank() + 1 + static_cast<int>(i % 64));
+      algorithms::Request req;
+      req.coll = algorithms::Collective::kAllReduce;
+      req.count = count;
+      req.dtype = DataType::kFloat32;
+      req.op = ReduceOp::kSum;
+      Status s = comm.run(req, in.data(), out.data());
+      if (!s.isOk()) return fail("count " + std::to_string(count) + ": " + s.toString());
+      for (size_t i = 0; i < count; ++i) {
+        const float want = static_cast<float>(n * (n + 1) / 2 + n * static_cast<int>(i % 64));
+        if (out[i] != want) {
+          return fail("count " + std::to_string(count) + ": element " + std::to_string(i) + " is " +
+                      std::to_string(out[i]) + ", expected " + std::to_string(want));
+        }
+      }
+    };
+    const uint64_t before = comm.plansMade();
+    // Three shapes in turn, as gradient buckets of different sizes and a scalar would come.
+    for (int round = 0; round < 20; ++round)
+      for (size_t count : {size_t{1}, size_t{4096}, size_t{100000}}) allreduce(count);
+    if (comm.plansMade() - before != 3) fail("3 shapes took " + std::to_string(comm.plansMade() - before) + " plans");
+    // More shapes than the cache keeps: the oldest, count 1, goes; the newest stays.
+    for (size_t count = 200; count < 270; ++count) allreduce(count);
+    if (comm.plansMade() - before != 73) fail("73 shapes took " + std::to_string(comm.plansMade() - before) + " plans");
+    allreduce(269);
+    allreduce(1);
+    if (comm.plansMade() - before != 74) {
+      fail("after count 269 again and count 1 again: " + std::to_string(comm.plansMade() - before) +
+           " plans, expected 74");
+    }
+  });
+  REQUIRE(init.isOk());
+  for (const std::string& e : errors) INFO(e);
+  CHECK(errors.empty());
+}
+
 TEST_CASE("ring allreduce with 4-6 ranks", "[world]") { allreduceWorlds(4, 6); }
 TEST_CASE("ring allreduce with 7-9 ranks", "[world]") { allreduceWorlds(7, 9); }
 

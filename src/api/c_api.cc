@@ -262,7 +262,9 @@ braidResult_t pointToPoint(braidComm_t comm, const char* fn, bool isSend, const 
     auto m = comm->session->prepareP2P(fn, isSend, buf, count, datatype, peer, stream);
     if (tlsGroup.depth > 0) {
       if (!m.isOk()) return noteInGroup(comm, m.status());
-      groupEntry(comm).p2p.push_back(m.value());
+      std::vector<P2PMessage>& p2p = groupEntry(comm).p2p;
+      if (p2p.empty()) p2p.reserve(4);  // a send and a receive, mostly: one allocation
+      p2p.push_back(m.value());
       return Status::ok();
     }
     if (!m.isOk()) return m.status();
@@ -290,16 +292,15 @@ std::vector<Status> runGroup(std::vector<GroupEntry>& entries) {
   // a small group's time). Several communicators must progress at once, so they queue.
   if (entries.size() == 1 && entries[0].comm->blocking && entries[0].error.isOk()) {
     GroupEntry& e = entries[0];
-    std::vector<Call> calls = std::move(e.collectives);
-    if (!e.p2p.empty()) calls.push_back(Session::p2pCall(e.p2p, "braidGroupEnd (sends and receives)"));
-    for (Call& c : calls) {
-      std::string name = c.name;
+    auto runOne = [&](Call&& c) {
+      const char* name = c.name;
       Status st = e.comm->session->run(std::move(c));
-      if (!st.isOk()) {
-        result[0] = st.withContext(name);
-        break;  // later calls would only meet peers out of step
-      }
-    }
+      if (!st.isOk()) result[0] = st.withContext(name);
+      return st.isOk();  // after a failure, later calls would only meet peers out of step
+    };
+    for (Call& c : e.collectives)
+      if (!runOne(std::move(c))) return result;
+    if (!e.p2p.empty()) runOne(Session::p2pCall(e.p2p, "braidGroupEnd (sends and receives)"));
     return result;
   }
   std::vector<Pending> pending;

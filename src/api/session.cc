@@ -1229,6 +1229,8 @@ Call Session::p2pCall(const std::vector<P2PMessage>& msgs, const char* name) {
   call.name = name;
   call.req.coll = Collective::kSendRecv;
   call.req.dtype = DataType::kUint8;
+  call.req.p2p.reserve(msgs.size());
+  call.extra.reserve(msgs.size());
   for (const P2PMessage& m : msgs) {
     call.req.p2p.push_back(algorithms::P2POp{m.isSend, m.peer, m.bytes});
     call.extra.push_back(m.buf);

@@ -1438,9 +1438,9 @@ StatusOr<std::vector<std::string>> Communicator::exchangeAll(const std::string& 
 Status Communicator::run(const algorithms::Request& req, const void* input, void* output, std::vector<void*> extra,
                          exec::DataMover* mover) {
   const int64_t t0 = timeline::on() ? timeline::nowUs() : 0;
-  if (!mover && extra.empty() && !req.preMul) {
+  if (!mover && !req.preMul) {
     Status s;
-    if (runAlone(req, input, output, t0, &s)) return s;
+    if (runAlone(req, input, output, extra, t0, &s)) return s;
   }
   std::shared_ptr<Op> op;
   bool runInline = false;
@@ -1470,8 +1470,8 @@ Status Communicator::run(const algorithms::Request& req, const void* input, void
   return s;
 }
 
-bool Communicator::runAlone(const algorithms::Request& req, const void* input, void* output, int64_t t0,
-                            Status* result) {
+bool Communicator::runAlone(const algorithms::Request& req, const void* input, void* output,
+                            std::vector<void*>& extra, int64_t t0, Status* result) {
   Op& op = aloneOp_;
   {
     std::lock_guard<std::mutex> lock(submitMu_);
@@ -1484,12 +1484,11 @@ bool Communicator::runAlone(const algorithms::Request& req, const void* input, v
       return true;
     }
     bindSchedule(&op, req);
-    // No channel with work (finishEmpty), several, or a point-to-point group: the general
-    // path.
-    if (op.channels_.size() != 1 || !op.sequenced_) return false;
+    // No channel with work (finishEmpty), or several: the general path.
+    if (op.channels_.size() != 1) return false;
     op.mover_ = nullptr;
-    // Host buffers only, no extra buffers: nothing here can fail.
-    (void)bindBuffers(&op, input, output, {});
+    // Host buffers only (a point-to-point group's are the extra ones): nothing here can fail.
+    (void)bindBuffers(&op, input, output, std::move(extra));
     if (!op.status_.isOk()) op.status_ = Status::ok();
     op.done_ = false;
     // What the executor works out before running the channel, once per schedule.

@@ -268,7 +268,9 @@ class Communicator {
   // channel to run, done on the caller's thread with aloneOp_ (no allocation, no reference
   // count, no progress thread to wake). False when the call does not qualify (nothing is
   // done then); otherwise *result is the call's outcome. `t0`: BRAID_TIMELINE's start, or 0.
-  bool runAlone(const algorithms::Request& req, const void* input, void* output, int64_t t0, Status* result);
+  // `extra` (a point-to-point group's buffers) is taken only when it runs.
+  bool runAlone(const algorithms::Request& req, const void* input, void* output, std::vector<void*>& extra, int64_t t0,
+                Status* result);
   // Hands op->channels_[first...] to their progress threads.
   void enqueue(const std::shared_ptr<Op>& op, size_t first);
   // Runs one channel of `op` and completes it there (Op::complete).

@@ -127,7 +127,7 @@ class ChannelRunner {
       for (size_t i = 0; i < plan_.steps.size(); ++i) {
         const size_t len = setup_->stepBytes[i];
         if (len == 0) continue;
-        const bool direct = !directSend_.empty() && directSend_[i];
+        const bool direct = isDirect(i);
         BRAID_RETURN_IF_ERROR(runSlice(plan_.steps[i], direct, 0, len));
       }
     } else if (plan_.phases.empty()) {
@@ -190,7 +190,7 @@ class ChannelRunner {
           lo = elems * r / rounds * es_;
           hi = elems * (r + 1) / rounds * es_;
         }
-        const bool direct = !directSend_.empty() && directSend_[i];
+        const bool direct = isDirect(i);
         const int64_t t0 = timeline::on() ? timeline::nowUs() : 0;
         for (size_t off = lo; off < hi; off += sliceBytes_) {
           BRAID_RETURN_IF_ERROR(runSlice(st, direct, off, std::min(sliceBytes_, hi - off)));
@@ -272,6 +272,7 @@ class ChannelRunner {
     std::vector<Lane> lanes;
     std::vector<std::pair<uintptr_t, uintptr_t>> sent;
     std::vector<uintptr_t> reach;
+    std::vector<uintptr_t> starts, ends;  // markDirectSends'
   };
   static LaneScratch& laneScratch() {
     static thread_local LaneScratch scratch;
@@ -328,7 +329,7 @@ class ChannelRunner {
         const auto lo = reinterpret_cast<uintptr_t>(addr(st.dst, l.off));
         if (unsent(lanes, lo, lo + n)) return Status::ok();
       }
-      Status s = runSlice(st, !directSend_.empty() && directSend_[i], l.off, n);
+      Status s = runSlice(st, isDirect(i), l.off, n);
       if (s.code() == Code::kWouldBlock) return Status::ok();
       BRAID_RETURN_IF_ERROR(s);
       l.off += n;
@@ -528,7 +529,10 @@ class ChannelRunner {
     // meeting [lo, hi) are those starting before hi less those ending at or before lo, so
     // each query costs two binary searches (a run of many ranks and channels has thousands
     // of steps, and this runs on every call).
-    std::vector<uintptr_t> starts, ends;
+    std::vector<uintptr_t>& starts = laneScratch().starts;
+    std::vector<uintptr_t>& ends = laneScratch().ends;
+    starts.clear();
+    ends.clear();
     for (const ChannelPlan& ch : s_.channels) {
       for (const Step& st : ch.steps) {
         if (!writesDst(st.prim) || st.dst.bytes == 0) continue;
@@ -541,7 +545,6 @@ class ChannelRunner {
     }
     std::sort(starts.begin(), starts.end());
     std::sort(ends.begin(), ends.end());
-    directSend_.assign(plan_.steps.size(), false);
     for (size_t i = 0; i < plan_.steps.size(); ++i) {
       const Step& st = plan_.steps[i];
       const Region* r = sentRegion(st);
@@ -553,8 +556,19 @@ class ChannelRunner {
                        static_cast<size_t>(std::upper_bound(ends.begin(), ends.end(), lo) - ends.begin());
       // A forwarding step's own destination is the range it sends: not another writer.
       if (writesDst(st.prim) && st.dst.bytes > 0) --meeting;
-      directSend_[i] = meeting == 0;
+      if (meeting == 0) setDirect(i);
     }
+  }
+  // Which steps send from the caller's memory (markDirectSends): a bit per step, the first
+  // 64 without an allocation.
+  bool isDirect(size_t i) const { return i < 64 ? (directBits_ >> i) & 1 : i < directMore_.size() && directMore_[i]; }
+  void setDirect(size_t i) {
+    if (i < 64) {
+      directBits_ |= uint64_t{1} << i;
+      return;
+    }
+    if (directMore_.size() < plan_.steps.size()) directMore_.assign(plan_.steps.size(), false);
+    directMore_[i] = true;
   }
 
 
@@ -1090,7 +1104,8 @@ class ChannelRunner {
   ConnList active_;
   int channel_;
   const ChannelSetup* setup_;  // prepareChannel's, or null
-  std::vector<bool> directSend_;  // per step; empty when no connection sends from user memory
+  uint64_t directBits_ = 0;        // isDirect of steps 0-63
+  std::vector<bool> directMore_;   // of the others, when some of them is
   bool reduces_ = false;          // some step of the operation reduces (markDirectSends)
   bool sendsOnly_ = false;        // this channel's steps only send
   int64_t nextHealthNs_ = 0;

@@ -368,12 +368,16 @@ def scenario_elastic():
       ELASTIC_KILL_HOST=H:S   a process on host H (HOROVOD_HOSTNAME) kills itself at step S
       ELASTIC_ADD=S:FILE      rank 0 appends FILE.add to FILE at step S (a host discovery
                               script that prints FILE then offers more slots)
+      ELASTIC_FINAL_SIZE=N    after the last step, keep committing (up to 120 s) until the
+                              job is N processes again: a replacement still starting Python
+                              is then admitted rather than left out when the steps run out
     Every process that finishes writes pid<P>.json: its final rank and size, the sizes it
     saw, its resets, the last step and whether the parameters are the exact expected ones."""
     steps = int(os.environ.get("ELASTIC_STEPS", "30"))
     kill = os.environ.get("ELASTIC_KILL")
     kill_host = os.environ.get("ELASTIC_KILL_HOST")
     add = os.environ.get("ELASTIC_ADD")
+    final_size = int(os.environ.get("ELASTIC_FINAL_SIZE", "0"))
     hvd.init()
     torch.manual_seed(1234)
     model = torch.nn.Linear(4, 3).double()
@@ -410,6 +414,11 @@ def scenario_elastic():
             opt.step()
             time.sleep(0.05)
             state.step = s + 1
+            state.commit()
+        # Admission happens at a commit: with the steps done, commit until the job is whole.
+        deadline = time.time() + 120
+        while hvd.size() < final_size and time.time() < deadline:
+            time.sleep(0.1)
             state.commit()
 
     train(state)

@@ -38,7 +38,10 @@ class EtcdServer {
     int authTokenTtlSec = 0;  // etcd's --auth-token-ttl (simple tokens; 0: etcd's 300 s)
   };
 
-  // Starts etcd and waits (up to 20 s) until it answers; ok() says whether it did.
+  // Starts etcd and waits until it answers; ok() says whether it did. Its ports are free
+  // when chosen but may be taken before etcd binds them (by another test's outgoing
+  // connection, whose local port comes from the same range): an etcd that exits before it
+  // answers is started again on other ports, up to 5 times. One that runs gets 30 s.
   EtcdServer() : EtcdServer(Options{}) {}
   explicit EtcdServer(Options opts) {
     const std::string bin = binary();
@@ -46,44 +49,8 @@ class EtcdServer {
     char dir[] = "/tmp/braid-etcd-XXXXXX";
     if (!mkdtemp(dir)) return;
     dir_ = dir;
-    port_ = freePort();
-    const int peer = freePort();
-    std::string client = "http://127.0.0.1:" + std::to_string(port_);
-    const std::string peerUrl = "http://127.0.0.1:" + std::to_string(peer);
-    const std::string log = dir_ + "/etcd.log";
-    std::vector<std::string> args = {"etcd", "--name", "t", "--data-dir", dir_ + "/data"};
-    if (opts.tls) {
-      if (!makeCertificates()) return;
-      tlsPort_ = freePort();
-      client += ",https://127.0.0.1:" + std::to_string(tlsPort_);
-      args.insert(args.end(), {"--cert-file", dir_ + "/server.pem", "--key-file", dir_ + "/server.key",
-                               "--trusted-ca-file", caFile(), "--client-cert-auth"});
-    }
-    if (opts.authTokenTtlSec > 0) args.insert(args.end(), {"--auth-token-ttl", std::to_string(opts.authTokenTtlSec)});
-    args.insert(args.end(), {"--listen-client-urls", client, "--advertise-client-urls", client, "--listen-peer-urls",
-                             peerUrl, "--initial-advertise-peer-urls", peerUrl, "--initial-cluster", "t=" + peerUrl,
-                             "--log-level", "error"});
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    const pid_t parent = getpid();
-    pid_ = fork();
-    if (pid_ == 0) {
-      // Killed with the test, should the test be killed (a CTest timeout) before its
-      // destructor runs: no etcd is left behind.
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (getppid() != parent) _exit(127);
-      // dup2, not freopen: closing the inherited stdio streams would flush the test's
-      // unwritten output a second time.
-      setpgid(0, 0);
-      int out = open("/dev/null", O_WRONLY), err = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-      dup2(out, 1);
-      dup2(err, 2);
-      execv(bin.c_str(), argv.data());
-      _exit(127);
-    }
-    auto url = bootstrap::parseEtcdUrl("test", endpoint() + "/ready");
-    if (url.isOk()) ok_ = bootstrap::EtcdStore::connect(url.value(), Deadline::after(20)).isOk();
+    if (opts.tls && !makeCertificates()) return;
+    for (int attempt = 0; attempt < 5 && !ok_; ++attempt) ok_ = start(bin, opts);
   }
 
   // Turns etcd's authentication on, with user root (password `password`) in role root,
@@ -143,6 +110,63 @@ class EtcdServer {
   }
 
  private:
+  // One try: etcd on fresh ports, with a fresh data folder; whether it answered. Leaves no
+  // process behind when it did not.
+  bool start(const std::string& bin, const Options& opts) {
+    std::system(("rm -rf '" + dir_ + "/data'").c_str());
+    port_ = freePort();
+    const int peer = freePort();
+    std::string client = "http://127.0.0.1:" + std::to_string(port_);
+    const std::string peerUrl = "http://127.0.0.1:" + std::to_string(peer);
+    const std::string log = dir_ + "/etcd.log";
+    std::vector<std::string> args = {"etcd", "--name", "t", "--data-dir", dir_ + "/data"};
+    if (opts.tls) {
+      tlsPort_ = freePort();
+      client += ",https://127.0.0.1:" + std::to_string(tlsPort_);
+      args.insert(args.end(), {"--cert-file", dir_ + "/server.pem", "--key-file", dir_ + "/server.key",
+                               "--trusted-ca-file", caFile(), "--client-cert-auth"});
+    }
+    if (opts.authTokenTtlSec > 0) args.insert(args.end(), {"--auth-token-ttl", std::to_string(opts.authTokenTtlSec)});
+    args.insert(args.end(), {"--listen-client-urls", client, "--advertise-client-urls", client, "--listen-peer-urls",
+                             peerUrl, "--initial-advertise-peer-urls", peerUrl, "--initial-cluster", "t=" + peerUrl,
+                             "--log-level", "error"});
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    const pid_t parent = getpid();
+    pid_ = fork();
+    if (pid_ < 0) return false;
+    if (pid_ == 0) {
+      // Killed with the test, should the test be killed (a CTest timeout) before its
+      // destructor runs: no etcd is left behind.
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(127);
+      // dup2, not freopen: closing the inherited stdio streams would flush the test's
+      // unwritten output a second time.
+      setpgid(0, 0);
+      int out = open("/dev/null", O_WRONLY), err = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      dup2(out, 1);
+      dup2(err, 2);
+      execv(bin.c_str(), argv.data());
+      _exit(127);
+    }
+    auto url = bootstrap::parseEtcdUrl("test", endpoint() + "/ready");
+    if (!url.isOk()) return false;
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (std::chrono::steady_clock::now() < give_up) {
+      if (bootstrap::EtcdStore::connect(url.value(), Deadline::after(1)).isOk()) return true;
+      if (waitpid(pid_, nullptr, WNOHANG) == pid_) {  // it exited: most likely a port was taken
+        pid_ = -1;
+        return false;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+    return false;
+  }
+
   // A CA, a server certificate for 127.0.0.1 and a client certificate signed by it, and a
   // second CA with a client certificate of its own, made with the openssl command. The
   // server's certificate is good for client use too: with --client-cert-auth, etcd's JSON

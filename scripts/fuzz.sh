@@ -7,6 +7,9 @@
 # finds goes to a scratch folder). Fails if a target crashes, leaks, trips a sanitizer or a
 # property; the input that did it is kept as build-fuzz/crash-<target>-*. Prints each
 # target's executions and coverage. Needs clang and libclang-rt-dev (scripts/setup.sh).
+# FUZZ_PREBUILT=1 with FUZZ_BUILD_DIR: that build is configured already (an ASan build made
+# with FUZZ_TARGETS=1 by scripts/test_sanitizers.sh, as CI does), where coverage covers the
+# decoders alone; only the targets are built there.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DIR="${FUZZ_BUILD_DIR:-$ROOT/build-fuzz}"
@@ -16,10 +19,16 @@ TARGETS=(fuzz_store_protocol fuzz_wire fuzz_unique_id fuzz_topology fuzz_algo_ov
 [ "$#" -gt 0 ] && TARGETS=("$@")
 command -v clang++ >/dev/null || { echo "fuzz.sh: clang++ not found (apt-get install clang libclang-rt-dev)" >&2; exit 2; }
 
-echo "== configuring $DIR (clang, libFuzzer + ASan + UBSan)"
-CC=clang CXX=clang++ cmake -S "$ROOT" -B "$DIR" -DCMAKE_BUILD_TYPE=Release \
-  "-DCMAKE_C_FLAGS_RELEASE=-O1 -gline-tables-only" "-DCMAKE_CXX_FLAGS_RELEASE=-O1 -gline-tables-only" -DBRAID_SANITIZE=fuzzer \
-  -DBRAID_ENABLE_CUDA=OFF -DBRAID_BUILD_PERF=OFF "-DBRAID_TEST_DIRS=fuzz" >/dev/null
+if [ "${FUZZ_PREBUILT:-0}" = 1 ]; then
+  grep -q "^BRAID_ASAN_FUZZ_TARGETS:BOOL=ON" "$DIR/CMakeCache.txt" 2>/dev/null || {
+    echo "fuzz.sh: FUZZ_PREBUILT=1 but $DIR is not a build with BRAID_ASAN_FUZZ_TARGETS=ON" >&2; exit 2; }
+  echo "== fuzz targets from $DIR (ASan + UBSan, coverage in the decoders)"
+else
+  echo "== configuring $DIR (clang, libFuzzer + ASan + UBSan)"
+  CC=clang CXX=clang++ cmake -S "$ROOT" -B "$DIR" -DCMAKE_BUILD_TYPE=Release \
+    "-DCMAKE_C_FLAGS_RELEASE=-O1 -gline-tables-only" "-DCMAKE_CXX_FLAGS_RELEASE=-O1 -gline-tables-only" -DBRAID_SANITIZE=fuzzer \
+    -DBRAID_ENABLE_CUDA=OFF -DBRAID_BUILD_PERF=OFF "-DBRAID_TEST_DIRS=fuzz" >/dev/null
+fi
 echo "== building ${TARGETS[*]}"
 cmake --build "$DIR" -j "$JOBS" --target "${TARGETS[@]}" >/dev/null
 

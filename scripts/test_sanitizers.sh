@@ -3,7 +3,8 @@
 #   bash scripts/test_sanitizers.sh            # ASan + UBSan (build-asan/)
 #   SANITIZE=thread bash scripts/test_sanitizers.sh   # TSan (build-tsan/)
 # SANITIZE_DIRS narrows the test folders (CI: "unit;world"), SANITIZE_EXCLUDE is a regex of
-# tests to leave out. Extra arguments go to ctest (e.g. -R allreduce). Fails if any test fails or a sanitizer
+# tests to leave out. FUZZ_TARGETS=1 (ASan with clang) builds the fuzz targets too, for
+# scripts/fuzz.sh to run from this build (FUZZ_PREBUILT=1) instead of a build of its own. Extra arguments go to ctest (e.g. -R allreduce). Fails if any test fails or a sanitizer
 # reports anything. Needs the packages scripts/setup.sh installs (run it once).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -32,6 +33,12 @@ if [ "$SANITIZE" = address ] && command -v clang++ >/dev/null; then
          "-DCMAKE_C_FLAGS_RELEASE=-O1 -gline-tables-only" "-DCMAKE_CXX_FLAGS_RELEASE=-O1 -gline-tables-only")
 else
   EXTRA=(-DCMAKE_BUILD_TYPE=RelWithDebInfo)
+fi
+if [ "${FUZZ_TARGETS:-0}" = 1 ]; then
+  [ "$SANITIZE" = address ] && command -v clang++ >/dev/null || {
+    echo "FUZZ_TARGETS=1 needs SANITIZE=address and clang++" >&2; exit 2; }
+  EXTRA+=(-DBRAID_ASAN_FUZZ_TARGETS=ON)
+  DIRS="$DIRS;fuzz"
 fi
 # Every ctest run below leaves a JUnit report in $DIR (scripts/test.sh reads which tests
 # passed); none survives from an earlier run.

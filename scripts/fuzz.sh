@@ -8,8 +8,8 @@
 # property; the input that did it is kept as build-fuzz/crash-<target>-*. Prints each
 # target's executions and coverage. Needs clang and libclang-rt-dev (scripts/setup.sh).
 # FUZZ_PREBUILT=1 with FUZZ_BUILD_DIR: that build is configured already (an ASan build made
-# with FUZZ_TARGETS=1 by scripts/test_sanitizers.sh, as CI does), where coverage covers the
-# decoders alone; only the targets are built there.
+# with FUZZ_TARGETS=1 by scripts/test_sanitizers.sh, as CI does, with coverage in the
+# decoders alone); only the targets are built there.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DIR="${FUZZ_BUILD_DIR:-$ROOT/build-fuzz}"

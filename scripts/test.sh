@@ -2,8 +2,8 @@
 # The whole test suite: set up, build, the unit and world tests under ASan and UBSan
 # (scripts/test_sanitizers.sh), a short libFuzzer run of every decoder (scripts/fuzz.sh),
 # then every test under CTest (unit, world, transport, multiproc, chaos; gpu and python
-# where available; those that passed under the sanitizers are not run twice). Ends with CTest's summary line and fails if any test, sanitizer run or
-# fuzz target fails.
+# where available; those that passed under the sanitizers are not run twice). Ends with
+# CTest's summary line and fails if any test, sanitizer run or fuzz target fails.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/scripts/setup.sh"

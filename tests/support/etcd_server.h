@@ -151,9 +151,8 @@ class EtcdServer {
       _exit(127);
     }
     auto url = bootstrap::parseEtcdUrl("test", endpoint() + "/ready");
-    if (!url.isOk()) return false;
-    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (std::chrono::steady_clock::now() < give_up) {
+    const auto giveUp = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (url.isOk() && std::chrono::steady_clock::now() < giveUp) {
       if (bootstrap::EtcdStore::connect(url.value(), Deadline::after(1)).isOk()) return true;
       if (waitpid(pid_, nullptr, WNOHANG) == pid_) {  // it exited: most likely a port was taken
         pid_ = -1;

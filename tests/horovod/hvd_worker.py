@@ -57,6 +57,37 @@ def value(rank, shape, dtype, salt=0):
     return base.reshape(shape).to(dtype)
 
 
+def adasum_input(rank, shape, index):
+    """Tensor `index` of rank `rank`'s Adasum input, in float64: a part every rank shares
+    plus a part of its own; the last tensor is zero on rank 0."""
+    n = 1
+    for d in shape:
+        n *= d
+    k = torch.arange(n, dtype=torch.float64)
+    v = torch.cos(k * 0.7 + index) + 0.5 * torch.sin(k * (1.3 + rank) + 2 * rank)
+    if index == 3 and rank == 0:
+        v = torch.zeros(n, dtype=torch.float64)
+    return v.reshape(shape)
+
+
+def adasum_reference(vectors):
+    """Horovod's Adasum of the ranks' tensors in float64: pairs (r, r ^ 1) combine, then pairs
+    of pairs, the lower ranks' vector as `a`; a coefficient is 1 where a norm is tiny."""
+    vs = [v.reshape(-1) for v in vectors]
+    level = 1
+    while level < len(vs):
+        nxt = []
+        for r in range(len(vs)):
+            a, b = (vs[r], vs[r ^ level]) if r & level == 0 else (vs[r ^ level], vs[r])
+            dot, aa, bb = float((a * b).sum()), float((a * a).sum()), float((b * b).sum())
+            ca = 1 - dot / aa * 0.5 if aa >= 1e-8 else 1.0
+            cb = 1 - dot / bb * 0.5 if bb >= 1e-8 else 1.0
+            nxt.append(ca * a + cb * b)
+        vs = nxt
+        level <<= 1
+    return vs[0].reshape(vectors[0].shape)
+
+
 def scenario_ops():
     os.environ["HOROVOD_DYNAMIC_PROCESS_SETS"] = "1"  # add_process_set after init
     hvd.init()
@@ -237,14 +268,75 @@ def scenario_ops():
                 raise AssertionError("no ValueError")
         hvd.synchronize(h)
 
-    @check("Adasum is refused clearly")
+    @check("Adasum: the pairwise adaptive sum, per tensor of a fused group, the same on every rank")
     def _():
+        if size & (size - 1):
+            # Horovod's front end refuses it before braid's core sees it.
+            try:
+                hvd.allreduce(torch.ones(2), op=hvd.Adasum)
+            except NotImplementedError as e:
+                assert "power of 2" in str(e), str(e)
+            else:
+                raise AssertionError("no error for Adasum on %d ranks" % size)
+            return
+        tol = {torch.float16: 2e-2, torch.bfloat16: 1e-1, torch.float32: 1e-5, torch.float64: 1e-12}
+        shapes = [(5,), (3, 4), (0,), (64,)]
+        for dtype, t in tol.items():
+            # Rank-dependent values with a part shared by all (so the dot products are not 0),
+            # and one tensor that is zero on rank 0 (its coefficient is then 1).
+            ins = [adasum_input(rank, s, i) for i, s in enumerate(shapes)]
+            outs = hvd.grouped_allreduce([x.to(dtype) for x in ins], op=hvd.Adasum, name="adasum_%s" % dtype)
+            single = hvd.allreduce(ins[1].to(dtype), op=hvd.Adasum, name="adasum1_%s" % dtype)
+            for i, s in enumerate(shapes):
+                want = adasum_reference([adasum_input(r, s, i) for r in range(size)])
+                got = outs[i].to(torch.float64)
+                assert got.shape == want.shape, (dtype, s, got.shape)
+                assert torch.allclose(got, want, rtol=t, atol=t), (str(dtype), s, got, want)
+            assert torch.equal(single, outs[1]), (str(dtype), single, outs[1])
+            every = hvd.allgather(torch.cat([o.reshape(-1) for o in outs]).to(torch.float64).unsqueeze(0))
+            for r in range(size):
+                assert torch.equal(every[r], every[0]), "rank %d's Adasum result differs from rank 0's" % r
+        # The defining cases (as Horovod's own Adasum tests put them): vectors orthogonal to
+        # each other add up; vectors along one line average. Relative error under 100 eps.
+        for dtype in (torch.float32, torch.float64):
+            eps = torch.finfo(dtype).eps
+            for n in (size * 20 - 17, 4096):
+                gen = torch.Generator().manual_seed(n)
+                q, _ = torch.linalg.qr(torch.randn(n, size, dtype=torch.float64, generator=gen))
+                q = q.to(dtype).to(torch.float64)
+                line = torch.randn(n, 1, dtype=torch.float64, generator=gen) @ \
+                    torch.randn(1, size, dtype=torch.float64, generator=gen)
+                line = line.to(dtype).to(torch.float64)
+                for what, cols, want in (("orthogonal", q, q.sum(dim=1)), ("parallel", line, line.mean(dim=1))):
+                    got = hvd.allreduce(cols[:, rank].to(dtype).contiguous(), op=hvd.Adasum,
+                                        name="adasum_%s_%d_%s" % (what, n, dtype)).to(torch.float64)
+                    rel = float((got - want).norm() / want.norm())
+                    assert rel < 100 * eps, (what, n, str(dtype), rel)
         try:
-            hvd.allreduce(torch.ones(2), op=hvd.Adasum)
-        except (RuntimeError, NotImplementedError) as e:
-            assert "Adasum" in str(e) or "power of 2" in str(e), str(e)
+            hvd.allreduce(torch.ones(2, dtype=torch.int32), op=hvd.Adasum)
+        except RuntimeError as e:
+            assert "Adasum" in str(e) and "int" in str(e), str(e)
         else:
-            raise AssertionError("no error")
+            raise AssertionError("no error for an integer Adasum")
+
+    @check("DistributedOptimizer with op=Adasum: same model everywhere")
+    def _():
+        if size & (size - 1):
+            return
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                       named_parameters=model.named_parameters(), op=hvd.Adasum)
+        torch.manual_seed(200 + rank)
+        for _ in range(3):
+            opt.zero_grad()
+            model(torch.randn(4, 8)).pow(2).mean().backward()
+            opt.step()
+        flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+        allp = hvd.allgather(flat.unsqueeze(0))
+        for r in range(size):
+            assert torch.equal(allp[r], flat), "rank %d's model differs" % r
 
     @check("join with uneven data: joined ranks contribute zeros, join returns the last rank")
     def _():

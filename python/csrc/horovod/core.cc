@@ -12,6 +12,7 @@
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
+#include <type_traits>
 #include <sys/stat.h>
 
 namespace braid_hvd {
@@ -930,6 +931,7 @@ void Core::execute(ProcessSet& ps, std::vector<Response>& responses) {
 
 void Core::runAllreduces(ProcessSet& ps, std::vector<Response*>& group) {
   const Request& rq = group[0]->req;
+  if (rq.op == kOpAdasum) return runAdasum(ps, group);
   auto st = static_cast<at::ScalarType>(rq.dtype);
   braid::DataType dt = braidType(st);
   // Average of floating-point data is braid's own average (one pass fewer than a sum and a
@@ -1014,6 +1016,122 @@ void Core::runAllreduces(ProcessSet& ps, std::vector<Response*>& group) {
     if (g->local) std::memcpy(ptr(g->local->output), buf + off, b);
     off += b;
     if (g->local && timeline_.on()) timeline_.end(g->name);
+    complete(ps, g->local, "");
+  }
+}
+
+namespace {
+
+// Adasum (Maleki et al., "Scaling Distributed Training with Adaptive Summation", MLSys
+// 2021), with Horovod's definition for two vectors a and b: a scaled by 1 - a.b / (2 |a|^2)
+// plus b scaled by 1 - a.b / (2 |b|^2), a coefficient being 1 when its vector's squared
+// norm is under 1e-8. Over 2^k ranks the vectors combine pairwise, rank r with r ^ 1, then
+// the pairs' results with those of r ^ 2, and so on; a is always the lower ranks' vector.
+// Each tensor of a fused group gets coefficients of its own.
+//
+// Both ranks of a pair compute the same combination from the same two vectors, with the
+// same operations in the same order (sums and products in fp64, one rounding to the tensor's
+// type at the end), so they hold bitwise the same result, and after the last level every
+// rank does.
+template <typename T>
+void adasumCombine(T* mine, const T* theirs, size_t n, bool mineIsLeft) {
+  const T* a = mineIsLeft ? mine : theirs;
+  const T* b = mineIsLeft ? theirs : mine;
+  double dot = 0, aa = 0, bb = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double x = static_cast<double>(a[i]), y = static_cast<double>(b[i]);
+    dot += x * y;
+    aa += x * x;
+    bb += y * y;
+  }
+  const double ca = aa >= 1e-8 ? 1.0 - dot / aa * 0.5 : 1.0;
+  const double cb = bb >= 1e-8 ? 1.0 - dot / bb * 0.5 : 1.0;
+  for (size_t i = 0; i < n; ++i) {
+    const double v = ca * static_cast<double>(a[i]) + cb * static_cast<double>(b[i]);
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+      mine[i] = static_cast<T>(v);
+    } else {
+      mine[i] = static_cast<T>(static_cast<float>(v));
+    }
+  }
+}
+
+void adasumSegment(at::ScalarType st, char* mine, const char* theirs, size_t n, bool mineIsLeft) {
+  switch (st) {
+    case at::kHalf:
+      return adasumCombine(reinterpret_cast<c10::Half*>(mine), reinterpret_cast<const c10::Half*>(theirs), n,
+                           mineIsLeft);
+    case at::kBFloat16:
+      return adasumCombine(reinterpret_cast<c10::BFloat16*>(mine), reinterpret_cast<const c10::BFloat16*>(theirs),
+                           n, mineIsLeft);
+    case at::kFloat:
+      return adasumCombine(reinterpret_cast<float*>(mine), reinterpret_cast<const float*>(theirs), n, mineIsLeft);
+    case at::kDouble:
+      return adasumCombine(reinterpret_cast<double*>(mine), reinterpret_cast<const double*>(theirs), n, mineIsLeft);
+    default:
+      throw std::logic_error("adasumSegment: not a floating-point type");
+  }
+}
+
+}  // namespace
+
+// The group's tensors side by side in one buffer; each level exchanges the whole buffer
+// with the partner rank (log2(n) exchanges of every byte, where a sum's allreduce moves
+// about two), then combines tensor by tensor.
+void Core::runAdasum(ProcessSet& ps, std::vector<Response*>& group) {
+  const Request& rq = group[0]->req;
+  const auto st = static_cast<at::ScalarType>(rq.dtype);
+  const int n = ps.comm->size();
+  const int me = ps.comm->rank();
+  std::string err;
+  if (st != at::kHalf && st != at::kBFloat16 && st != at::kFloat && st != at::kDouble) {
+    err = std::string("allreduce with op=Adasum needs floating-point tensors (float16, bfloat16, float32 or "
+                      "float64), not ") + c10::toString(st);
+  } else if ((n & (n - 1)) != 0) {
+    err = "allreduce with op=Adasum needs a power-of-two number of ranks; this process set has " +
+          std::to_string(n);
+  }
+  if (!err.empty()) {
+    for (auto* g : group) complete(ps, g->local, err);
+    return;
+  }
+  const size_t esz = c10::elementSize(st);
+  size_t total = 0;
+  for (auto* g : group) total += numelOf(g->req.shape) * esz;
+  if (!fusion_.defined() || static_cast<size_t>(fusion_.numel()) < 2 * total)
+    fusion_ = at::empty({static_cast<int64_t>(std::max<size_t>(2 * total, 1))}, at::kByte);
+  char* buf = static_cast<char*>(fusion_.data_ptr());
+  char* peerBuf = buf + total;
+  size_t off = 0;
+  for (auto* g : group) {
+    const size_t b = numelOf(g->req.shape) * esz;
+    if (g->local) std::memcpy(buf + off, ptr(g->local->input), b);
+    else std::memset(buf + off, 0, b);  // a joined rank contributes zeros: Adasum(a, 0) is a
+    if (g->local && timeline_.on()) timeline_.begin(g->name, "BRAID_ADASUM");
+    off += b;
+  }
+  if (rq.prescale != 1.0 && total > 0)
+    scale(at::from_blob(buf, {static_cast<int64_t>(total / esz)}, at::TensorOptions().dtype(st)), rq.prescale);
+  for (int level = 1; level < n && total > 0; level <<= 1) {
+    const int partner = me ^ level;
+    ps.comm->sendRecv({braid::P2POp{true, buf, total, braid::DataType::kUint8, partner},
+                       braid::P2POp{false, peerBuf, total, braid::DataType::kUint8, partner}});
+    off = 0;
+    for (auto* g : group) {
+      const size_t count = static_cast<size_t>(numelOf(g->req.shape));
+      adasumSegment(st, buf + off, peerBuf + off, count, (me & level) == 0);
+      off += count * esz;
+    }
+  }
+  off = 0;
+  for (auto* g : group) {
+    const size_t b = numelOf(g->req.shape) * esz;
+    if (g->local) {
+      std::memcpy(ptr(g->local->output), buf + off, b);
+      scale(g->local->output, rq.postscale);
+      if (timeline_.on()) timeline_.end(g->name);
+    }
+    off += b;
     complete(ps, g->local, "");
   }
 }

@@ -190,6 +190,7 @@ class Core {
                  std::vector<Response>* out);
   void execute(ProcessSet& ps, std::vector<Response>& responses);
   void runAllreduces(ProcessSet& ps, std::vector<Response*>& group);
+  void runAdasum(ProcessSet& ps, std::vector<Response*>& group);
   void runOne(ProcessSet& ps, Response& r);
   void complete(ProcessSet& ps, const std::shared_ptr<Entry>& e, const std::string& err);
   void remember(ProcessSet& ps, const std::string& name, const std::string& signature);

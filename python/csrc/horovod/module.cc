@@ -51,9 +51,6 @@ void checkTensor(const at::Tensor& t, const char* what) {
 }
 
 void checkReduceOp(int op, const char* what) {
-  if (op == braid_hvd::kOpAdasum)
-    throw std::runtime_error(std::string(what) +
-                             ": op=Adasum is not supported by braid's Horovod core; use Average or Sum");
   if (op < braid_hvd::kOpAverage || op > braid_hvd::kOpProduct)
     throw std::invalid_argument(std::string(what) + ": unknown reduce op " + std::to_string(op));
 }
@@ -75,6 +72,14 @@ Entry reduceEntry(Kind kind, const at::Tensor& t, const at::Tensor& out, const s
                   double prescale, double postscale, const char* what) {
   checkTensor(t, what);
   checkReduceOp(op, what);
+  if (op == braid_hvd::kOpAdasum) {
+    if (kind != Kind::kAllreduce)
+      throw std::runtime_error(std::string(what) + ": op=Adasum is for allreduce only; use Average or Sum");
+    if (!at::isFloatingType(t.scalar_type()))
+      throw std::runtime_error(std::string(what) +
+                               ": op=Adasum needs floating-point tensors (float16, bfloat16, float32 or float64), not " +
+                               c10::toString(t.scalar_type()));
+  }
   Entry e;
   e.req.kind = kind;
   e.req.dtype = static_cast<int32_t>(t.scalar_type());
@@ -95,8 +100,19 @@ int submit(int setId, std::vector<Entry> entries) {
 
 // ---- the tensor functions -------------------------------------------------------------------
 
+// Adasum combines ranks pairwise, level by level, so it needs a power-of-two set (as in
+// Horovod, whose front end also checks this for the global set).
+void checkAdasumSet(int op, int setId, const char* what) {
+  if (op != braid_hvd::kOpAdasum) return;
+  const int n = setSize(setId);
+  if ((n & (n - 1)) != 0)
+    throw std::runtime_error(std::string(what) + ": op=Adasum needs a power-of-two number of ranks; process set " +
+                             std::to_string(setId) + " has " + std::to_string(n));
+}
+
 int allreduce(at::Tensor t, at::Tensor out, int divisor, const std::string& name, int op, double prescale,
               double postscale, int setId) {
+  checkAdasumSet(op, setId, "allreduce");
   double post = divisor > 1 ? postscale / divisor : postscale;
   std::vector<Entry> v;
   v.push_back(reduceEntry(Kind::kAllreduce, t, out, nameOr(name, setId, Kind::kAllreduce), op, prescale, post,
@@ -107,6 +123,7 @@ int allreduce(at::Tensor t, at::Tensor out, int divisor, const std::string& name
 int groupedAllreduce(const std::vector<at::Tensor>& ts, const std::vector<at::Tensor>& outs, int divisor,
                      const std::string& name, int op, double prescale, double postscale, int setId) {
   if (ts.size() != outs.size()) throw std::invalid_argument("grouped_allreduce: as many outputs as inputs needed");
+  checkAdasumSet(op, setId, "grouped_allreduce");
   double post = divisor > 1 ? postscale / divisor : postscale;
   std::string base = nameOr(name, setId, Kind::kAllreduce);
   std::vector<Entry> v;

@@ -336,6 +336,7 @@ bool Core::init(const std::vector<int32_t>& ranks, const std::vector<std::vector
     cycleTime_ = std::chrono::microseconds(static_cast<int64_t>(envDouble("HOROVOD_CYCLE_TIME", 1.0) * 1000));
     fusionThreshold_ = static_cast<size_t>(envInt("HOROVOD_FUSION_THRESHOLD", 128 << 20));
     fuseBelow_ = static_cast<size_t>(envInt("BRAID_HOROVOD_FUSE_BELOW", 1 << 20));
+    adasumHalvingBytes_ = static_cast<size_t>(envInt("BRAID_HOROVOD_ADASUM_HALVING", 64 << 10));
     cacheCapacity_ = static_cast<size_t>(envInt("HOROVOD_CACHE_CAPACITY", 1024));
     stallWarning_ = std::chrono::seconds(envInt("HOROVOD_STALL_CHECK_TIME_SECONDS", 60));
     if (const char* d = std::getenv("HOROVOD_STALL_CHECK_DISABLE"); d && std::string(d) == "1")
@@ -1020,69 +1021,144 @@ void Core::runAllreduces(ProcessSet& ps, std::vector<Response*>& group) {
   }
 }
 
-namespace {
-
 // Adasum (Maleki et al., "Scaling Distributed Training with Adaptive Summation", MLSys
 // 2021), with Horovod's definition for two vectors a and b: a scaled by 1 - a.b / (2 |a|^2)
 // plus b scaled by 1 - a.b / (2 |b|^2), a coefficient being 1 when its vector's squared
 // norm is under 1e-8. Over 2^k ranks the vectors combine pairwise, rank r with r ^ 1, then
 // the pairs' results with those of r ^ 2, and so on; a is always the lower ranks' vector.
-// Each tensor of a fused group gets coefficients of its own.
-//
-// Both ranks of a pair compute the same combination from the same two vectors, with the
-// same operations in the same order (sums and products in fp64, one rounding to the tensor's
-// type at the end), so they hold bitwise the same result, and after the last level every
-// rank does.
+// Each tensor of a fused group gets coefficients of its own. Sums and products are in
+// fp64, with one rounding to the tensor's type per level.
+namespace {
+
+double adasumCoefficient(double dot, double normSq) { return normSq >= 1e-8 ? 1.0 - dot / normSq * 0.5 : 1.0; }
+
+// Four partial sums of each kind, so that the additions do not wait on each other (the
+// order is fixed, so every rank that sums the same data gets the same bits).
 template <typename T>
-void adasumCombine(T* mine, const T* theirs, size_t n, bool mineIsLeft) {
-  const T* a = mineIsLeft ? mine : theirs;
-  const T* b = mineIsLeft ? theirs : mine;
-  double dot = 0, aa = 0, bb = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const double x = static_cast<double>(a[i]), y = static_cast<double>(b[i]);
-    dot += x * y;
-    aa += x * x;
-    bb += y * y;
+void adasumDots(const T* a, const T* b, size_t n, double* sums) {
+  double dot[4] = {0, 0, 0, 0}, aa[4] = {0, 0, 0, 0}, bb[4] = {0, 0, 0, 0};
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    for (int k = 0; k < 4; ++k) {
+      const double x = static_cast<double>(a[i + k]), y = static_cast<double>(b[i + k]);
+      dot[k] += x * y;
+      aa[k] += x * x;
+      bb[k] += y * y;
+    }
   }
-  const double ca = aa >= 1e-8 ? 1.0 - dot / aa * 0.5 : 1.0;
-  const double cb = bb >= 1e-8 ? 1.0 - dot / bb * 0.5 : 1.0;
+  for (; i < n; ++i) {
+    const double x = static_cast<double>(a[i]), y = static_cast<double>(b[i]);
+    dot[0] += x * y;
+    aa[0] += x * x;
+    bb[0] += y * y;
+  }
+  sums[0] += (dot[0] + dot[1]) + (dot[2] + dot[3]);
+  sums[1] += (aa[0] + aa[1]) + (aa[2] + aa[3]);
+  sums[2] += (bb[0] + bb[1]) + (bb[2] + bb[3]);
+}
+
+// out = ca a + cb b; out may be a or b.
+template <typename T>
+void adasumCombine(T* out, const T* a, const T* b, size_t n, double ca, double cb) {
   for (size_t i = 0; i < n; ++i) {
     const double v = ca * static_cast<double>(a[i]) + cb * static_cast<double>(b[i]);
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-      mine[i] = static_cast<T>(v);
+      out[i] = static_cast<T>(v);
     } else {
-      mine[i] = static_cast<T>(static_cast<float>(v));
+      out[i] = static_cast<T>(static_cast<float>(v));
     }
   }
 }
 
-void adasumSegment(at::ScalarType st, char* mine, const char* theirs, size_t n, bool mineIsLeft) {
-  switch (st) {
-    case at::kHalf:
-      return adasumCombine(reinterpret_cast<c10::Half*>(mine), reinterpret_cast<const c10::Half*>(theirs), n,
-                           mineIsLeft);
-    case at::kBFloat16:
-      return adasumCombine(reinterpret_cast<c10::BFloat16*>(mine), reinterpret_cast<const c10::BFloat16*>(theirs),
-                           n, mineIsLeft);
-    case at::kFloat:
-      return adasumCombine(reinterpret_cast<float*>(mine), reinterpret_cast<const float*>(theirs), n, mineIsLeft);
-    case at::kDouble:
-      return adasumCombine(reinterpret_cast<double*>(mine), reinterpret_cast<const double*>(theirs), n, mineIsLeft);
-    default:
-      throw std::logic_error("adasumSegment: not a floating-point type");
+void exchange(braid::Communicator& comm, int peer, const void* send, size_t sendBytes, void* recv,
+              size_t recvBytes) {
+  comm.sendRecv({braid::P2POp{true, const_cast<void*>(send), sendBytes, braid::DataType::kUint8, peer},
+                 braid::P2POp{false, recv, recvBytes, braid::DataType::kUint8, peer}});
+}
+
+// Adasum over the communicator, in place in `buf` (tensor i at elements seg[i] to seg[i+1]),
+// with `peer` as large as `buf` for what the partners send.
+//
+// Below `halvingBytes` bytes: at each level the partners swap their whole vectors and both
+// compute the combination, with the same operations in the same order, so both hold the
+// same bits.
+//
+// From `halvingBytes` up, as Horovod's MPI path does it (vector halving, distance
+// doubling): at each level a rank keeps half of its current stretch and sends the partner
+// the other half, so each combines only its half. The dot products and norms of a level are
+// then partial sums, added up over the 2 * level ranks whose stretches make up the whole
+// vector (in the same pairs on each, so every one gets the same bits). After the last level
+// each rank holds 1/n of the result, and the stretches travel back level by level.
+template <typename T>
+void adasumLevels(braid::Communicator& comm, T* buf, T* peer, const std::vector<size_t>& seg, size_t halvingBytes) {
+  const int n = comm.size();
+  const int me = comm.rank();
+  const size_t groups = seg.size() - 1;
+  const size_t count = seg.back();
+  std::vector<double> sums(3 * groups), theirs(3 * groups);
+  auto combineRange = [&](size_t lo, size_t hi, bool left) {
+    for (size_t i = 0; i < groups; ++i) {
+      const size_t a0 = std::max(seg[i], lo), a1 = std::min(seg[i + 1], hi);
+      if (a0 >= a1) continue;
+      const double ca = adasumCoefficient(sums[3 * i], sums[3 * i + 1]);
+      const double cb = adasumCoefficient(sums[3 * i], sums[3 * i + 2]);
+      adasumCombine(buf + a0, left ? buf + a0 : peer + a0, left ? peer + a0 : buf + a0, a1 - a0, ca, cb);
+    }
+  };
+  auto dotsOver = [&](size_t lo, size_t hi, bool left) {
+    std::fill(sums.begin(), sums.end(), 0.0);
+    for (size_t i = 0; i < groups; ++i) {
+      const size_t a0 = std::max(seg[i], lo), a1 = std::min(seg[i + 1], hi);
+      if (a0 < a1) adasumDots(left ? buf + a0 : peer + a0, left ? peer + a0 : buf + a0, a1 - a0, &sums[3 * i]);
+    }
+  };
+  if (count * sizeof(T) < halvingBytes) {
+    for (int level = 1; level < n; level <<= 1) {
+      const bool left = (me & level) == 0;
+      exchange(comm, me ^ level, buf, count * sizeof(T), peer, count * sizeof(T));
+      dotsOver(0, count, left);
+      combineRange(0, count, left);
+    }
+    return;
+  }
+  size_t lo = 0, hi = count;
+  std::vector<std::pair<size_t, size_t>> stretches;
+  for (int level = 1; level < n; level <<= 1) {
+    const bool left = (me & level) == 0;
+    const size_t mid = lo + (hi - lo) / 2;
+    stretches.emplace_back(lo, hi);
+    const size_t keepLo = left ? lo : mid, keepHi = left ? mid : hi;
+    const size_t sendLo = left ? mid : lo, sendHi = left ? hi : mid;
+    exchange(comm, me ^ level, buf + sendLo, (sendHi - sendLo) * sizeof(T), peer + keepLo,
+             (keepHi - keepLo) * sizeof(T));
+    lo = keepLo;
+    hi = keepHi;
+    dotsOver(lo, hi, left);
+    for (int bit = 1; bit <= level; bit <<= 1) {
+      exchange(comm, me ^ bit, sums.data(), sums.size() * sizeof(double), theirs.data(),
+               theirs.size() * sizeof(double));
+      const bool lower = (me & bit) == 0;
+      for (size_t j = 0; j < sums.size(); ++j) sums[j] = lower ? sums[j] + theirs[j] : theirs[j] + sums[j];
+    }
+    combineRange(lo, hi, left);
+  }
+  for (int level = n >> 1; level >= 1; level >>= 1) {
+    const auto [plo, phi] = stretches.back();
+    stretches.pop_back();
+    const bool left = (me & level) == 0;
+    const size_t otherLo = left ? hi : plo, otherHi = left ? phi : lo;
+    exchange(comm, me ^ level, buf + lo, (hi - lo) * sizeof(T), buf + otherLo, (otherHi - otherLo) * sizeof(T));
+    lo = plo;
+    hi = phi;
   }
 }
 
 }  // namespace
 
-// The group's tensors side by side in one buffer; each level exchanges the whole buffer
-// with the partner rank (log2(n) exchanges of every byte, where a sum's allreduce moves
-// about two), then combines tensor by tensor.
 void Core::runAdasum(ProcessSet& ps, std::vector<Response*>& group) {
   const Request& rq = group[0]->req;
   const auto st = static_cast<at::ScalarType>(rq.dtype);
   const int n = ps.comm->size();
-  const int me = ps.comm->rank();
   std::string err;
   if (st != at::kHalf && st != at::kBFloat16 && st != at::kFloat && st != at::kDouble) {
     err = std::string("allreduce with op=Adasum needs floating-point tensors (float16, bfloat16, float32 or "
@@ -1096,42 +1172,41 @@ void Core::runAdasum(ProcessSet& ps, std::vector<Response*>& group) {
     return;
   }
   const size_t esz = c10::elementSize(st);
-  size_t total = 0;
-  for (auto* g : group) total += numelOf(g->req.shape) * esz;
+  std::vector<size_t> seg{0};
+  for (auto* g : group) seg.push_back(seg.back() + static_cast<size_t>(numelOf(g->req.shape)));
+  const size_t total = seg.back() * esz;
   if (!fusion_.defined() || static_cast<size_t>(fusion_.numel()) < 2 * total)
     fusion_ = at::empty({static_cast<int64_t>(std::max<size_t>(2 * total, 1))}, at::kByte);
   char* buf = static_cast<char*>(fusion_.data_ptr());
   char* peerBuf = buf + total;
-  size_t off = 0;
-  for (auto* g : group) {
-    const size_t b = numelOf(g->req.shape) * esz;
-    if (g->local) std::memcpy(buf + off, ptr(g->local->input), b);
-    else std::memset(buf + off, 0, b);  // a joined rank contributes zeros: Adasum(a, 0) is a
+  for (size_t i = 0; i < group.size(); ++i) {
+    Response* g = group[i];
+    const size_t b = (seg[i + 1] - seg[i]) * esz;
+    if (g->local) std::memcpy(buf + seg[i] * esz, ptr(g->local->input), b);
+    else std::memset(buf + seg[i] * esz, 0, b);  // a joined rank contributes zeros: Adasum(a, 0) is a
     if (g->local && timeline_.on()) timeline_.begin(g->name, "BRAID_ADASUM");
-    off += b;
   }
   if (rq.prescale != 1.0 && total > 0)
-    scale(at::from_blob(buf, {static_cast<int64_t>(total / esz)}, at::TensorOptions().dtype(st)), rq.prescale);
-  for (int level = 1; level < n && total > 0; level <<= 1) {
-    const int partner = me ^ level;
-    ps.comm->sendRecv({braid::P2POp{true, buf, total, braid::DataType::kUint8, partner},
-                       braid::P2POp{false, peerBuf, total, braid::DataType::kUint8, partner}});
-    off = 0;
-    for (auto* g : group) {
-      const size_t count = static_cast<size_t>(numelOf(g->req.shape));
-      adasumSegment(st, buf + off, peerBuf + off, count, (me & level) == 0);
-      off += count * esz;
+    scale(at::from_blob(buf, {static_cast<int64_t>(seg.back())}, at::TensorOptions().dtype(st)), rq.prescale);
+  auto levels = [&](auto* typed) {
+    using T = std::remove_pointer_t<decltype(typed)>;
+    adasumLevels(*ps.comm, typed, reinterpret_cast<T*>(peerBuf), seg, adasumHalvingBytes_);
+  };
+  if (total > 0) {
+    switch (st) {
+      case at::kHalf: levels(reinterpret_cast<c10::Half*>(buf)); break;
+      case at::kBFloat16: levels(reinterpret_cast<c10::BFloat16*>(buf)); break;
+      case at::kFloat: levels(reinterpret_cast<float*>(buf)); break;
+      default: levels(reinterpret_cast<double*>(buf)); break;
     }
   }
-  off = 0;
-  for (auto* g : group) {
-    const size_t b = numelOf(g->req.shape) * esz;
+  for (size_t i = 0; i < group.size(); ++i) {
+    Response* g = group[i];
     if (g->local) {
-      std::memcpy(ptr(g->local->output), buf + off, b);
+      std::memcpy(ptr(g->local->output), buf + seg[i] * esz, (seg[i + 1] - seg[i]) * esz);
       scale(g->local->output, rq.postscale);
       if (timeline_.on()) timeline_.end(g->name);
     }
-    off += b;
     complete(ps, g->local, "");
   }
 }

@@ -215,6 +215,7 @@ class Core {
   std::chrono::microseconds cycleTime_{1000};
   size_t fusionThreshold_ = 128u << 20;
   size_t fuseBelow_ = 1u << 20;  // BRAID_HOROVOD_FUSE_BELOW: bigger tensors reduce in place
+  size_t adasumHalvingBytes_ = 64u << 10;  // BRAID_HOROVOD_ADASUM_HALVING: Adasum halves from this size
   size_t cacheCapacity_ = 1024;
   std::chrono::seconds stallWarning_{60};
 

@@ -76,9 +76,8 @@ Entry reduceEntry(Kind kind, const at::Tensor& t, const at::Tensor& out, const s
     if (kind != Kind::kAllreduce)
       throw std::runtime_error(std::string(what) + ": op=Adasum is for allreduce only; use Average or Sum");
     if (!at::isFloatingType(t.scalar_type()))
-      throw std::runtime_error(std::string(what) +
-                               ": op=Adasum needs floating-point tensors (float16, bfloat16, float32 or float64), not " +
-                               c10::toString(t.scalar_type()));
+      throw std::runtime_error(std::string(what) + ": op=Adasum needs floating-point tensors (float16, " +
+                               "bfloat16, float32 or float64), not " + c10::toString(t.scalar_type()));
   }
   Entry e;
   e.req.kind = kind;

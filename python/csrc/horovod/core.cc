@@ -1159,15 +1159,10 @@ void Core::runAdasum(ProcessSet& ps, std::vector<Response*>& group) {
   const Request& rq = group[0]->req;
   const auto st = static_cast<at::ScalarType>(rq.dtype);
   const int n = ps.comm->size();
-  std::string err;
-  if (st != at::kHalf && st != at::kBFloat16 && st != at::kFloat && st != at::kDouble) {
-    err = std::string("allreduce with op=Adasum needs floating-point tensors (float16, bfloat16, float32 or "
-                      "float64), not ") + c10::toString(st);
-  } else if ((n & (n - 1)) != 0) {
-    err = "allreduce with op=Adasum needs a power-of-two number of ranks; this process set has " +
-          std::to_string(n);
-  }
-  if (!err.empty()) {
+  // The call refused other types and sizes (module.cc); a set can shrink since (elastic).
+  if ((n & (n - 1)) != 0) {
+    const std::string err = "allreduce with op=Adasum needs a power-of-two number of ranks; this process set has " +
+                            std::to_string(n);
     for (auto* g : group) complete(ps, g->local, err);
     return;
   }
@@ -1197,7 +1192,8 @@ void Core::runAdasum(ProcessSet& ps, std::vector<Response*>& group) {
       case at::kHalf: levels(reinterpret_cast<c10::Half*>(buf)); break;
       case at::kBFloat16: levels(reinterpret_cast<c10::BFloat16*>(buf)); break;
       case at::kFloat: levels(reinterpret_cast<float*>(buf)); break;
-      default: levels(reinterpret_cast<double*>(buf)); break;
+      case at::kDouble: levels(reinterpret_cast<double*>(buf)); break;
+      default: throw std::logic_error(std::string("Adasum on tensors of type ") + c10::toString(st));
     }
   }
   for (size_t i = 0; i < group.size(); ++i) {

@@ -75,9 +75,10 @@ Entry reduceEntry(Kind kind, const at::Tensor& t, const at::Tensor& out, const s
   if (op == braid_hvd::kOpAdasum) {
     if (kind != Kind::kAllreduce)
       throw std::runtime_error(std::string(what) + ": op=Adasum is for allreduce only; use Average or Sum");
-    if (!at::isFloatingType(t.scalar_type()))
+    const auto st = t.scalar_type();
+    if (st != at::kHalf && st != at::kBFloat16 && st != at::kFloat && st != at::kDouble)
       throw std::runtime_error(std::string(what) + ": op=Adasum needs floating-point tensors (float16, " +
-                               "bfloat16, float32 or float64), not " + c10::toString(t.scalar_type()));
+                               "bfloat16, float32 or float64), not " + c10::toString(st));
   }
   Entry e;
   e.req.kind = kind;

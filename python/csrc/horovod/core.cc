@@ -1170,15 +1170,25 @@ void Core::runAdasum(ProcessSet& ps, std::vector<Response*>& group) {
   std::vector<size_t> seg{0};
   for (auto* g : group) seg.push_back(seg.back() + static_cast<size_t>(numelOf(g->req.shape)));
   const size_t total = seg.back() * esz;
-  if (!fusion_.defined() || static_cast<size_t>(fusion_.numel()) < 2 * total)
-    fusion_ = at::empty({static_cast<int64_t>(std::max<size_t>(2 * total, 1))}, at::kByte);
+  // A tensor alone is combined in its output, as a sum reduces in place; a group is fused.
+  // The fusion buffer holds the fused tensors (unless alone) and what the partners send.
+  const bool alone = group.size() == 1 && group[0]->local;
+  const size_t need = alone ? total : 2 * total;
+  if (!fusion_.defined() || static_cast<size_t>(fusion_.numel()) < need)
+    fusion_ = at::empty({static_cast<int64_t>(std::max<size_t>(need, 1))}, at::kByte);
   char* buf = static_cast<char*>(fusion_.data_ptr());
   char* peerBuf = buf + total;
+  if (alone) {
+    Entry& e = *group[0]->local;
+    if (e.output.data_ptr() != e.input.data_ptr()) e.output.copy_(e.input);
+    buf = static_cast<char*>(ptr(e.output));
+    peerBuf = static_cast<char*>(fusion_.data_ptr());
+  }
   for (size_t i = 0; i < group.size(); ++i) {
     Response* g = group[i];
     const size_t b = (seg[i + 1] - seg[i]) * esz;
-    if (g->local) std::memcpy(buf + seg[i] * esz, ptr(g->local->input), b);
-    else std::memset(buf + seg[i] * esz, 0, b);  // a joined rank contributes zeros: Adasum(a, 0) is a
+    if (!g->local) std::memset(buf + seg[i] * esz, 0, b);  // a joined rank contributes zeros: Adasum(a, 0) is a
+    else if (!alone) std::memcpy(buf + seg[i] * esz, ptr(g->local->input), b);
     if (g->local && timeline_.on()) timeline_.begin(g->name, "BRAID_ADASUM");
   }
   if (rq.prescale != 1.0 && total > 0)
@@ -1199,7 +1209,7 @@ void Core::runAdasum(ProcessSet& ps, std::vector<Response*>& group) {
   for (size_t i = 0; i < group.size(); ++i) {
     Response* g = group[i];
     if (g->local) {
-      std::memcpy(ptr(g->local->output), buf + seg[i] * esz, (seg[i + 1] - seg[i]) * esz);
+      if (!alone) std::memcpy(ptr(g->local->output), buf + seg[i] * esz, (seg[i + 1] - seg[i]) * esz);
       scale(g->local->output, rq.postscale);
       if (timeline_.on()) timeline_.end(g->name);
     }

@@ -266,6 +266,11 @@ class ChannelRunner {
     return false;
   }
 
+  // EarlierWriters' sorted addresses and Fenwick trees.
+  struct EarlierScratch {
+    std::vector<uintptr_t> at;           // every start and end, sorted, without repeats
+    std::vector<uint32_t> starts, ends;  // the trees over `at`
+  };
   // Kept by each thread from one run to the next, so that a loop of small groups allocates
   // nothing (a Lane's vectors keep their capacity).
   struct LaneScratch {
@@ -273,6 +278,7 @@ class ChannelRunner {
     std::vector<std::pair<uintptr_t, uintptr_t>> sent;
     std::vector<uintptr_t> reach;
     std::vector<uintptr_t> starts, ends;  // markDirectSends'
+    EarlierScratch earlier;               // markDirectSends'
   };
   static LaneScratch& laneScratch() {
     static thread_local LaneScratch scratch;
@@ -483,11 +489,25 @@ class ChannelRunner {
     return st;
   }
 
-  // A step may hand its connection the caller's memory only if nothing else in the whole
-  // operation writes those bytes (the transport reads them until the operation is flushed,
-  // and rounds interleave the steps): no other step of any channel writes an overlapping
-  // range. Input and output alias when the call is in place; comparing addresses covers
-  // that. Scratch is reused between steps and never qualifies.
+  // A step may hand its connection the caller's memory only if nothing in the operation
+  // writes those bytes while the transport may still read them, which it does until the
+  // operation is flushed: no step of another channel (they run side by side) and no later
+  // step of this one writes an overlapping range. Input and output alias when the call is
+  // in place; comparing addresses covers that. Scratch is reused between steps and never
+  // qualifies.
+  //
+  // A step of this channel that is over before the send starts cannot write while the
+  // transport reads: one of an earlier phase, or one before it in a phase of one round
+  // (runPhase runs such a step whole before the next; in more rounds the steps
+  // interleave). Where a connection moves a message from the caller's memory to the
+  // receiver's without a slot between them (maxMessageBytes above slotBytes: UCX's
+  // rendezvous), such writers do not count, so a reduction's result goes out from where it
+  // was written, as do the blocks of a recursive-doubling allgather: 4 ranks over UCX's
+  // shared memory, 1 MiB, rabenseifner, two-shot and tree allreduce and that allgather took
+  // 0.74-0.89 of the time. Elsewhere they still count: over tcp the kernel copies either
+  // way, and rabenseifner at 2 ranks and 1 MiB took 1.2-1.4x as long; over shared memory
+  // the receiver then reads the sender's memory, slower on some machines than a slot
+  // (that allgather at 1 MiB, 1.4-1.6x as long; docs/performance.md).
   //
   // Over a memory transport a slot is already the receiver's memory: sending from the
   // caller's memory moves the one copy to the receiver, which then copies once instead of
@@ -535,18 +555,20 @@ class ChannelRunner {
     ends.clear();
     for (const ChannelPlan& ch : s_.channels) {
       for (const Step& st : ch.steps) {
-        if (!writesDst(st.prim) || st.dst.bytes == 0) continue;
         // A copy onto itself (an in-place call's own block) writes nothing (runSlice).
-        if (st.prim == Prim::kCopy && addr(st.dst, 0) == addr(st.src, 0)) continue;
-        const auto lo = reinterpret_cast<uintptr_t>(addr(st.dst, 0));
+        uintptr_t lo, hi;
+        if (!writtenRange(st, &lo, &hi)) continue;
         starts.push_back(lo);
-        ends.push_back(lo + st.dst.bytes);
+        ends.push_back(hi);
       }
     }
     std::sort(starts.begin(), starts.end());
     std::sort(ends.begin(), ends.end());
+    EarlierWriters earlier(laneScratch().earlier);
+    size_t phase = 0;  // of plan_.phases, the one holding step i
     for (size_t i = 0; i < plan_.steps.size(); ++i) {
       const Step& st = plan_.steps[i];
+      while (phase + 1 < plan_.phases.size() && plan_.phases[phase + 1].firstStep <= i) ++phase;
       const Region* r = sentRegion(st);
       Connection* c = st.peerOut >= 0 ? links_.sendTo[st.peerOut] : nullptr;
       if (!r || !c || r->buf == Buf::kScratch || r->bytes == 0 || !directPays(c)) continue;
@@ -556,8 +578,75 @@ class ChannelRunner {
                        static_cast<size_t>(std::upper_bound(ends.begin(), ends.end(), lo) - ends.begin());
       // A forwarding step's own destination is the range it sends: not another writer.
       if (writesDst(st.prim) && st.dst.bytes > 0) --meeting;
+      if (meeting > 0 && !s_.lanes && c->maxMessageBytes() > c->slotBytes()) {
+        // The steps over before this one starts (lanes run in no fixed order: none).
+        const bool oneRound = plan_.phases.empty() ? plan_.rounds == 1 : plan_.phases[phase].rounds == 1;
+        const size_t over = oneRound ? i : plan_.phases.empty() ? 0 : plan_.phases[phase].firstStep;
+        meeting -= earlier.meeting(*this, over, lo, hi);
+      }
       if (meeting == 0) setDirect(i);
     }
+  }
+
+  // How many of this channel's first `over` steps write a range meeting [lo, hi).
+  // markDirectSends asks with `over` increasing, and each step's range goes once into two
+  // Fenwick trees (of starts and of ends, over the sorted addresses), so a channel of
+  // thousands of steps costs O(steps log steps) per call.
+  class EarlierWriters {
+   public:
+    explicit EarlierWriters(EarlierScratch& s) : s_(s) {}
+    size_t meeting(const ChannelRunner& ex, size_t over, uintptr_t lo, uintptr_t hi) {
+      if (!built_) build(ex);
+      for (; added_ < over; ++added_) {
+        uintptr_t wlo, whi;
+        if (!ex.writtenRange(ex.plan_.steps[added_], &wlo, &whi)) continue;
+        bump(s_.starts, indexOf(wlo));
+        bump(s_.ends, indexOf(whi));
+      }
+      // Those starting before hi, less those ending at or before lo.
+      const auto beforeHi = static_cast<size_t>(std::lower_bound(s_.at.begin(), s_.at.end(), hi) - s_.at.begin());
+      const auto uptoLo = static_cast<size_t>(std::upper_bound(s_.at.begin(), s_.at.end(), lo) - s_.at.begin());
+      return sum(s_.starts, beforeHi) - sum(s_.ends, uptoLo);
+    }
+
+   private:
+    void build(const ChannelRunner& ex) {
+      built_ = true;
+      s_.at.clear();
+      for (const Step& st : ex.plan_.steps) {
+        uintptr_t wlo, whi;
+        if (!ex.writtenRange(st, &wlo, &whi)) continue;
+        s_.at.push_back(wlo);
+        s_.at.push_back(whi);
+      }
+      std::sort(s_.at.begin(), s_.at.end());
+      s_.at.erase(std::unique(s_.at.begin(), s_.at.end()), s_.at.end());
+      s_.starts.assign(s_.at.size() + 1, 0);
+      s_.ends.assign(s_.at.size() + 1, 0);
+    }
+    size_t indexOf(uintptr_t a) const {
+      return static_cast<size_t>(std::lower_bound(s_.at.begin(), s_.at.end(), a) - s_.at.begin());
+    }
+    // Fenwick tree over positions 0..n-1 (stored 1-based): add one at k; the sum below k.
+    static void bump(std::vector<uint32_t>& t, size_t k) {
+      for (size_t j = k + 1; j < t.size(); j += j & (~j + 1)) ++t[j];
+    }
+    static size_t sum(const std::vector<uint32_t>& t, size_t k) {
+      size_t n = 0;
+      for (size_t j = k; j > 0; j -= j & (~j + 1)) n += t[j];
+      return n;
+    }
+    EarlierScratch& s_;
+    bool built_ = false;
+    size_t added_ = 0;
+  };
+  // The bytes `st` writes, as markDirectSends counts them: none for a copy onto itself.
+  bool writtenRange(const Step& st, uintptr_t* lo, uintptr_t* hi) const {
+    if (!writesDst(st.prim) || st.dst.bytes == 0) return false;
+    if (st.prim == Prim::kCopy && addr(st.dst, 0) == addr(st.src, 0)) return false;
+    *lo = reinterpret_cast<uintptr_t>(addr(st.dst, 0));
+    *hi = *lo + st.dst.bytes;
+    return true;
   }
   // Which steps send from the caller's memory (markDirectSends): a bit per step, the first
   // 64 without an allocation.

@@ -178,24 +178,27 @@ void allreduceWorlds(int lo, int hi) {
 
 TEST_CASE("ring allreduce with 1-3 ranks", "[world]") { allreduceWorlds(1, 3); }
 
-TEST_CASE("over ucx, zero copy: allreduce (ring, tree, recursive doubling) and chain broadcast, 2-4 ranks", "[world][ucx]") {
-  // UCX's ring connections send from and receive into the callers' buffers; in place,
-  // a sent range is rewritten later in the same call, which must not reach the wire.
-  if (!braid::testing::transportAvailable("ucx")) {
-    WARN("skipped: no ucx transport plugin in this build");
-    return;
-  }
+namespace {
+
+// Transports that send from the callers' buffers (ucx, tcp): in place, a sent range is
+// rewritten later in the same call, which must not reach the wire, while a reduction's
+// result may go out from where an earlier step of the channel wrote it. Slots of 256 KiB,
+// UCX's on one host: its messages above 64 KiB go by rendezvous, so the receiver reads the
+// sender's memory late, when a later step's write would show.
+void zeroCopyWorlds(const char* transport) {
+  const size_t slotBytes = 256 * 1024;
   for (int n = 2; n <= 4; ++n) {
-    for (const char* algo : {"allreduce:ring", "allreduce:tree", "allreduce:recursive_doubling"}) {
+    for (const char* algo : {"allreduce:ring", "allreduce:tree", "allreduce:recursive_doubling",
+                             "allreduce:rabenseifner", "allreduce:direct", "allreduce:two_shot"}) {
       WorldOptions o;
       o.nranks = n;
       o.nchannels = 2;
-      o.transport = "ucx";
+      o.transport = transport;
       o.algo = algo;
-      o.slotBytes = 64 * 1024;
+      o.slotBytes = slotBytes;
       o.nslots = 4;
       o.timeoutSec = 60;
-      INFO("nranks " << n << " " << algo);
+      INFO(transport << ", nranks " << n << " " << algo << ", slots of " << slotBytes);
       std::vector<Case> cases;
       for (bool ip : {false, true}) {
         cases.push_back({(1u << 20) + 3, DataType::kFloat32, ReduceOp::kSum, ip});
@@ -207,13 +210,28 @@ TEST_CASE("over ucx, zero copy: allreduce (ring, tree, recursive doubling) and c
     }
     WorldOptions b;
     b.nranks = n;
-    b.transport = "ucx";
+    b.transport = transport;
     b.slotBytes = 64 * 1024;
     b.nslots = 4;
     b.timeoutSec = 60;
     CHECK(runBroadcastCases(b) == "");
   }
 }
+
+}  // namespace
+
+TEST_CASE("over ucx, zero copy: every allreduce algorithm and chain broadcast, 2-4 ranks", "[world][ucx]") {
+  if (!braid::testing::transportAvailable("ucx")) {
+    WARN("skipped: no ucx transport plugin in this build");
+    return;
+  }
+  zeroCopyWorlds("ucx");
+}
+
+TEST_CASE("over tcp, zero copy: every allreduce algorithm and chain broadcast, 2-4 ranks", "[world]") {
+  zeroCopyWorlds("tcp");
+}
+
 TEST_CASE("a loop over several shapes plans each once, and one the cache let go again", "[world]") {
   WorldOptions o;
   o.nranks = 3;

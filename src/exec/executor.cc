@@ -504,7 +504,7 @@ class ChannelRunner {
   // rendezvous), such writers do not count, so a reduction's result goes out from where it
   // was written, as do the blocks of a recursive-doubling allgather: 4 ranks over UCX's
   // shared memory, 1 MiB, rabenseifner, two-shot and tree allreduce and that allgather took
-  // 0.74-0.89 of the time. Elsewhere they still count: over tcp the kernel copies either
+  // 0.62-0.88 of the time. Elsewhere they still count: over tcp the kernel copies either
   // way, and rabenseifner at 2 ranks and 1 MiB took 1.2-1.4x as long; over shared memory
   // the receiver then reads the sender's memory, slower on some machines than a slot
   // (that allgather at 1 MiB, 1.4-1.6x as long; docs/performance.md).

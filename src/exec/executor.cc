@@ -555,7 +555,6 @@ class ChannelRunner {
     ends.clear();
     for (const ChannelPlan& ch : s_.channels) {
       for (const Step& st : ch.steps) {
-        // A copy onto itself (an in-place call's own block) writes nothing (runSlice).
         uintptr_t lo, hi;
         if (!writtenRange(st, &lo, &hi)) continue;
         starts.push_back(lo);
@@ -580,9 +579,8 @@ class ChannelRunner {
       if (writesDst(st.prim) && st.dst.bytes > 0) --meeting;
       if (meeting > 0 && !s_.lanes && c->maxMessageBytes() > c->slotBytes()) {
         // The steps over before this one starts (lanes run in no fixed order: none).
-        const bool oneRound = plan_.phases.empty() ? plan_.rounds == 1 : plan_.phases[phase].rounds == 1;
-        const size_t over = oneRound ? i : plan_.phases.empty() ? 0 : plan_.phases[phase].firstStep;
-        meeting -= earlier.meeting(*this, over, lo, hi);
+        const Phase ph = plan_.phases.empty() ? Phase{0, plan_.steps.size(), plan_.rounds} : plan_.phases[phase];
+        meeting -= earlier.meeting(*this, ph.rounds == 1 ? i : ph.firstStep, lo, hi);
       }
       if (meeting == 0) setDirect(i);
     }
@@ -640,7 +638,8 @@ class ChannelRunner {
     bool built_ = false;
     size_t added_ = 0;
   };
-  // The bytes `st` writes, as markDirectSends counts them: none for a copy onto itself.
+  // The bytes `st` writes, as markDirectSends counts them: none for a copy onto itself (an
+  // in-place call's own block, which runSlice skips).
   bool writtenRange(const Step& st, uintptr_t* lo, uintptr_t* hi) const {
     if (!writesDst(st.prim) || st.dst.bytes == 0) return false;
     if (st.prim == Prim::kCopy && addr(st.dst, 0) == addr(st.src, 0)) return false;

@@ -1815,6 +1815,14 @@ Status TcpStoreClient::readReply(Deadline deadline, proto::Reply* reply, bool* t
     }
     if (n < 0 && (errno == ECONNRESET || errno == EPIPE)) closedByPeer_ = true;
     if (n < 0 && errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK) return lose("recv failed: " + errnoText(errno));
+    // A reply that is arriving comes from a store that answers, however long a large value
+    // takes to cross a slow link: each piece gives it the grace again, up to the op timeout
+    // from the request (a parked GET's own deadline is only its slice plus the grace).
+    if (n > 0 && !deadline.never()) {
+      const int64_t more = std::min<int64_t>(nowNanos() + static_cast<int64_t>(kReplyGraceSec * 1e9),
+                                             requestSentNs_ + static_cast<int64_t>(opTimeoutSec_ * 1e9));
+      if (more > deadline.nanos()) deadline = Deadline::atNanos(more);
+    }
   }
 }
 
@@ -1894,6 +1902,10 @@ Status TcpStoreClient::roundTripLocked(const proto::Request& req, Deadline reply
   Status s = readReply(replyDeadline, reply, &timedOut);
   if (timedOut) {
     ++owedReplies_;
+    if (!inbuf_.empty())
+      return Status(Code::kTimeout, "store at " + address_ + " stopped sending its reply to a " +
+                                        proto::opName(req.op) + " request after " + std::to_string(inbuf_.size()) +
+                                        " bytes; is it stalled?");
     // Name the wait: a caller whose own time had nearly run out is not a stalled store.
     return Status(Code::kTimeout, "store at " + address_ + " did not answer a " + proto::opName(req.op) +
                                       " request in " + std::to_string(leftMs) +

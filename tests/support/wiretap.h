@@ -1,7 +1,8 @@
 #pragma once
 // A TCP forwarder on loopback standing between a client and a server: an attacker on the
 // path. Forwards one connection both ways, records what the client sends, and can flip one
-// byte of it on the way. Tests point the client at port() instead of the server.
+// byte of it on the way, or pass the server's bytes on slowly. Tests point the client at
+// port() instead of the server.
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -9,7 +10,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -45,6 +48,9 @@ class Wiretap {
   bool ok() const { return ok_; }
   const sockaddr_in& address() const { return addr_; }
   int port() const { return ntohs(addr_.sin_port); }
+  // Passes the server's bytes to the client at about `bytesPerSecond` from now on (0: at
+  // once): a slow link on the way back.
+  void slowReplies(long bytesPerSecond) { replyRate_ = bytesPerSecond; }
   // Everything the client has sent so far.
   std::string seen() {
     std::lock_guard<std::mutex> l(mu_);
@@ -81,7 +87,10 @@ class Wiretap {
       if (poll(p, 2, 50) <= 0) continue;
       for (int i = 0; i < 2 && !stop_; ++i) {
         if (!(p[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-        ssize_t n = recv(p[i].fd, buf, sizeof(buf), 0);
+        const long rate = i == 1 ? replyRate_.load() : 0;
+        // A slow link passes a twentieth of a second's bytes at a time.
+        const size_t most = rate > 0 ? std::min<size_t>(sizeof(buf), std::max<long>(1, rate / 20)) : sizeof(buf);
+        ssize_t n = recv(p[i].fd, buf, most, 0);
         if (n <= 0) {
           stop_ = true;
           break;
@@ -93,6 +102,7 @@ class Wiretap {
           seen_.append(buf, static_cast<size_t>(n));
         }
         (void)sendAll(i == 0 ? b : a, buf, static_cast<size_t>(n));
+        if (rate > 0) std::this_thread::sleep_for(std::chrono::microseconds(n * 1000000 / rate));
       }
     }
     close(a);
@@ -102,6 +112,7 @@ class Wiretap {
   sockaddr_in to_{};
   sockaddr_in addr_{};
   long flipAt_;
+  std::atomic<long> replyRate_{0};
   int listen_ = -1;
   bool ok_ = false;
   std::atomic<bool> stop_{false};

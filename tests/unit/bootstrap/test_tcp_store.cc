@@ -307,6 +307,71 @@ TEST_CASE("tcp store: large values and the frame limit", "[bootstrap][tcp]") {
   CHECK(c->set("after", "1").isOk());
 }
 
+// A large value crossing a slow link takes longer than a parked GET's slice and grace: the
+// client waits for a reply that keeps arriving, up to its op timeout from the request, and
+// gives up on one that stops arriving, naming it.
+TEST_CASE("tcp store client: a reply that keeps arriving is waited for, one that stops is not", "[bootstrap][tcp]") {
+  SECTION("3 MiB at 1 MiB/s") {
+    auto server = startServer();
+    braid::testing::Wiretap tap(braid::testing::Wiretap::loopback(server->port()));
+    REQUIRE(tap.ok());
+    auto c = connectTo(tap.port());
+    std::string big(3 << 20, 'v');
+    for (size_t i = 0; i < big.size(); i += 4093) big[i] = static_cast<char>(i);
+    REQUIRE(c->set("big", big).isOk());
+    tap.slowReplies(1 << 20);
+    auto t0 = std::chrono::steady_clock::now();
+    auto v = c->get("big", Deadline::after(30));
+    INFO(v.status().toString());
+    REQUIRE(v.isOk());
+    CHECK(v.value() == big);
+    CHECK(secondsSince(t0) > 2.5);  // longer than the slice and the grace
+  }
+  // A reply frame of 1 MiB, sent by `send` in the fake store's own way.
+  auto script = [](std::function<void(int, const std::string&)> send) {
+    return [send](int fd) {
+      if (!FakeServer::readFrame(fd)) return;  // HELLO
+      FakeServer::reply(fd, proto::Reply{});
+      if (!FakeServer::readFrame(fd)) return;  // GET
+      proto::Reply value;
+      value.op = proto::Op::kValue;
+      value.value.assign(1 << 20, 'v');
+      std::string out;
+      (void)proto::encodeReply(value, &out);
+      send(fd, out);
+    };
+  };
+  SECTION("half a reply, then nothing") {
+    FakeServer fake(script([](int fd, const std::string& out) {
+      (void)!::send(fd, out.data(), out.size() / 2, MSG_NOSIGNAL);
+      char c;
+      (void)!recv(fd, &c, 1, 0);  // until the client goes
+    }));
+    auto c = connectTo(fake.port());
+    auto t0 = std::chrono::steady_clock::now();
+    auto v = c->get("big", Deadline::after(30));
+    CHECK(v.status().code() == Code::kTimeout);
+    CHECK(v.status().message().find("stopped sending its reply to a GET request after") != std::string::npos);
+    CHECK(secondsSince(t0) < 4);
+  }
+  SECTION("a byte at a time, past the op timeout") {
+    FakeServer fake(script([](int fd, const std::string& out) {
+      for (size_t i = 0; i < out.size(); ++i) {
+        if (::send(fd, &out[i], 1, MSG_NOSIGNAL) != 1) return;  // the client went
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      }
+    }));
+    auto c = connectTo(fake.port(), 0, 5, /*opTimeout=*/3);
+    auto t0 = std::chrono::steady_clock::now();
+    auto v = c->get("big", Deadline::after(30));
+    CHECK(v.status().code() == Code::kTimeout);
+    INFO(v.status().message());
+    CHECK(v.status().message().find("stopped sending its reply") != std::string::npos);
+    CHECK(secondsSince(t0) > 2.8);
+    CHECK(secondsSince(t0) < 5);
+  }
+}
+
 TEST_CASE("tcp store: multiGet whose values exceed one frame falls back to single gets", "[bootstrap][tcp]") {
   auto server = startServer();
   auto c = connectTo(server->port());

@@ -1817,7 +1817,9 @@ Status TcpStoreClient::readReply(Deadline deadline, proto::Reply* reply, bool* t
     if (n < 0 && errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK) return lose("recv failed: " + errnoText(errno));
     // A reply that is arriving comes from a store that answers, however long a large value
     // takes to cross a slow link: each piece gives it the grace again, up to the op timeout
-    // from the request (a parked GET's own deadline is only its slice plus the grace).
+    // from the request (a parked GET's own deadline is only its slice plus the grace). That
+    // may pass the caller's own deadline: the rest of the reply would have to be read before
+    // the connection's next request anyway.
     if (n > 0 && !deadline.never()) {
       const int64_t more = std::min<int64_t>(nowNanos() + static_cast<int64_t>(kReplyGraceSec * 1e9),
                                              requestSentNs_ + static_cast<int64_t>(opTimeoutSec_ * 1e9));

@@ -47,10 +47,24 @@ algorithms::Layout layoutFor(const World& world) {
 
 namespace {
 
+// Where every connection moves a whole block as one message from the sender's memory (UCX's
+// rendezvous over shared memory), each step of an allreduce pays a handshake before its
+// bytes move, and the ring's 2(n-1) steps cost more than Rabenseifner's 2 log2(n). At 4
+// ranks on one host, 512 KiB-4 MiB, Rabenseifner took 0.72-0.93 of the ring's time over
+// UCX_TLS=sm,self; at 2 ranks the two were even, at 3 and 8 ranks and from 8 MiB the ring
+// was as fast or faster, and over UCX's tcp (blocks not sent whole in rings) it was too.
+// docs/performance.md, "The allreduce over UCX's shared memory at 4 ranks".
+bool rendezvousHalving(const algorithms::Layout& layout, size_t bytes) {
+  return layout.nranks == 4 && layout.wholeBlockBytes > 0 && layout.wholeBlocksInRings && bytes >= (512u << 10) &&
+         bytes <= (4u << 20);
+}
+
 bool isDefault(const algorithms::AlgorithmInfo& a, const algorithms::Request& req, const algorithms::Layout& layout) {
   if (req.coll == algorithms::Collective::kAllReduce) {
     // Small messages are latency-bound: log2(n) hops beat the ring's 2(n-1).
-    bool small = layout.nranks > 1 && req.count * dataTypeSize(req.dtype) <= layout.smallMaxBytes;
+    const size_t bytes = req.count * dataTypeSize(req.dtype);
+    bool small = layout.nranks > 1 && bytes <= layout.smallMaxBytes;
+    if (!small && rendezvousHalving(layout, bytes)) return std::string(a.name) == "rabenseifner";
     return std::string(a.name) == (small ? "recursive_doubling" : "ring");
   }
   for (const auto& t : algorithms::algorithmTable())

@@ -119,16 +119,28 @@ Status decodePeer(const std::string& s, int rank, transport::PeerInfo* p, topolo
   return Status::ok();
 }
 
-// Whether UCX, asked for by name on one host, would move braid's messages over tcp connections
-// the kernel paces: UCX_TLS names no shared-memory transport and the kernel's congestion
-// control is BBR's. Such a job takes the slots of a stream transport (Communicator::init).
-bool ucxOverPacedTcp() {
-  return !ucxTlsMayUseSharedMemory(std::getenv("UCX_TLS")) && congestionControlPaces(tcpCongestionControl());
+// How UCX, asked for by name on one host, would move braid's messages: through shared memory
+// when UCX_TLS may use it, otherwise over tcp connections, paced by the kernel when its
+// congestion control is BBR's. Each takes other slots (Communicator::init).
+enum class UcxOneHost { kSharedMemory, kTcp, kPacedTcp };
+
+UcxOneHost ucxOneHost() {
+  if (ucxTlsMayUseSharedMemory(std::getenv("UCX_TLS"))) return UcxOneHost::kSharedMemory;
+  return congestionControlPaces(tcpCongestionControl()) ? UcxOneHost::kPacedTcp : UcxOneHost::kTcp;
 }
 
-// The jobSettings field that says what ucxOverPacedTcp says on this rank ("paced tcp" or "not
-// paced tcp"), and why in parentheses. Ranks must agree on the first part, and only when they
-// all share one host, where it decides the slots (exchangePeers).
+const char* ucxOneHostName(UcxOneHost u) {
+  switch (u) {
+    case UcxOneHost::kSharedMemory: return "shared memory";
+    case UcxOneHost::kTcp: return "tcp";
+    case UcxOneHost::kPacedTcp: return "paced tcp";
+  }
+  return "?";
+}
+
+// The jobSettings field that says what ucxOneHost says on this rank ("shared memory", "tcp"
+// or "paced tcp"), and why in parentheses. Ranks must agree on the first part, and only when
+// they all share one host, where it decides the slots (exchangePeers).
 const char* const kUcxOneHostSetting = "UCX on one host";
 
 // The settings every rank of a job must share, as one line of NAME=value fields separated
@@ -156,7 +168,7 @@ std::string jobSettings(const Config& c, int nranks) {
   if (c.transport == "ucx") {
     const char* tls = std::getenv("UCX_TLS");
     const std::string cc = tcpCongestionControl();
-    add(kUcxOneHostSetting, std::string(ucxOverPacedTcp() ? "paced tcp" : "not paced tcp") + " (UCX_TLS" +
+    add(kUcxOneHostSetting, std::string(ucxOneHostName(ucxOneHost())) + " (UCX_TLS" +
                                 (tls ? std::string("=") + tls : std::string(" unset")) + ", tcp congestion control " +
                                 (cc.empty() ? "unknown" : cc) + ")");
   }
@@ -427,22 +439,30 @@ Status Communicator::init() {
     size_t slotBytes = stream ? 64 * 1024 : 512 * 1024;
     int nslots = 8;
     meshSlotBytes_ = kMeshSlotBytes;
-    ucxPacedTcp_ = forced == "ucx" && hosts.size() == 1 && ucxOverPacedTcp();
-    if (forced == "ucx" && hosts.size() == 1 && !ucxPacedTcp_) {
+    const bool oneHostUcx = forced == "ucx" && hosts.size() == 1;
+    const UcxOneHost ucxPath = oneHostUcx ? ucxOneHost() : UcxOneHost::kSharedMemory;
+    ucxPacedTcp_ = oneHostUcx && ucxPath == UcxOneHost::kPacedTcp;
+    if (oneHostUcx && ucxPath == UcxOneHost::kSharedMemory) {
       // UCX inside one host moves messages through its own shared memory: each message
       // costs a match and a rendezvous, so fewer, larger ones pay (sendrecv_perf, 2 ranks:
       // 256 KiB slots 1.5x faster than 64 KiB; docs/performance.md). The same holds for
-      // the mesh, which carries point-to-point traffic. Over tcp alone, the same 4 MiB of
-      // slots per connection also ran 1.02-1.14x faster than a stream's 64 KiB x 8 while
-      // the kernel did not pace tcp (cubic). Under BBR they keep data queued in UCX's one
-      // socket per pair, so BBR leaves its start-up and paces it, and `ss -ti` then shows
-      // segments out of order and sent twice (DSACKs). A stream's slots leave that socket
-      // waiting for data, BBR stays in its start-up, nothing is resent, and they ran 1.04-1.44x
-      // faster (allreduce and reduce-scatter, 2 and 4 ranks, 1-256 MiB; docs/performance.md,
-      // "UCX over tcp and the kernel's pacing").
+      // the mesh, which carries point-to-point traffic.
       slotBytes = 256 * 1024;
       nslots = 16;
       meshSlotBytes_ = kUcxMeshSlotBytes;
+    } else if (oneHostUcx) {
+      // Over UCX's tcp alone, slots of 1 MiB, each message above UCX's eager limit for tcp
+      // (rndvThreshold in the plugin) going by rendezvous, with the same 4 MiB per
+      // connection: allreduce at 2 and 4 ranks from 256 KiB to 256 MiB ran 1.1-2x faster
+      // than 256 KiB x 16 (eager, copied out of UCX's receive segments) and than a stream's
+      // 64 KiB x 8, both under BBR and under cubic; slots of 2 MiB were faster at 2 ranks
+      // and slower at 4 (docs/performance.md, "UCX over tcp: slots of 1 MiB"). The mesh
+      // keeps what it had: a stream's slots under BBR, whose pacing spreads the data a
+      // larger queue keeps in UCX's one socket per pair (segments out of order and resent,
+      // "UCX over tcp and the kernel's pacing"), UCX's own otherwise.
+      slotBytes = 1024 * 1024;
+      nslots = 4;
+      if (!ucxPacedTcp_) meshSlotBytes_ = kUcxMeshSlotBytes;
     }
     userSlotBytes_ = opts_.config.slotBytes;
     userNslots_ = opts_.config.nslots;
@@ -1190,7 +1210,9 @@ Status Communicator::connect() {
   // than the stream's slices: in slices it ran 1.15-1.46x faster at 2 and 4 ranks, 1-256 MiB,
   // except 2 ranks at 1 MiB. The mesh's schedules keep them: one-way sendrecv in slices ran 0.73-0.95x;
   // alltoall was mixed (0.91-1.27x) and stays as it was.
-  // docs/performance.md, "UCX over tcp and the kernel's pacing".
+  // docs/performance.md, "UCX over tcp and the kernel's pacing". With the 1 MiB slots of UCX
+  // over tcp the slices still ran as fast or faster: at 4 ranks, 16 and 256 MiB, whole blocks
+  // took 1.2-1.3x as long ("UCX over tcp: slots of 1 MiB").
   layout_.wholeBlocksInRings = !ucxPacedTcp_;
   BRAID_ASSIGN_OR_RETURN(int64_t noAcks, store_->add(noAcksKey, 0));
   sendAcks_ = noAcks == 0;

@@ -379,8 +379,8 @@ class Communicator {
   int nchannels_ = 1;
   // The mesh's slot size (every rank decides it from the same facts, as the rings' slots).
   size_t meshSlotBytes_ = 0;
-  // UCX on one host over tcp the kernel paces (ucxOverPacedTcp): a stream's slots, and
-  // whole blocks only for the mesh's schedules (alltoall, point-to-point groups).
+  // UCX on one host over tcp the kernel paces (ucxOneHost): a stream's slots in the mesh,
+  // and whole blocks only for the mesh's schedules (alltoall, point-to-point groups).
   bool ucxPacedTcp_ = false;
   // The rings' slot geometry as the user set it (0 = auto), before init resolved it into
   // opts_.config: what children start from, so that every rank of a child, new processes of

@@ -25,8 +25,8 @@ struct Config {
   double timeoutSec = 300;
   int nchannels = 0;          // 0 = choose from cores per local rank
   std::string transport;      // "" = best per peer pair
-  size_t slotBytes = 0;       // 0 = auto: 512K when every peer shares memory, 64K with tcp
-  int nslots = 0;             // 0 = auto: 8 (16 for UCX inside one host, unless over paced tcp)
+  size_t slotBytes = 0;       // 0 = auto: 512K when every peer shares memory, 64K with tcp (UCX on one host: below)
+  int nslots = 0;             // 0 = auto: 8 (UCX inside one host: 16 x 256K through shared memory, 4 x 1M over tcp)
   int spinMicros = -1;        // -1 = choose from cores per local rank
   int yieldMicros = -1;
   int socketsPerPeer = 1;

@@ -1660,30 +1660,49 @@ TEST_CASE("UCX_TLS naming nothing usable fails init quoting UCX's reason", "[mul
   CHECK(r.status != 0);
   CHECK(r.out.find("ucx: ucp_init: No such device (UCX_TLS=bogus)") != std::string::npos);
 }
-// UCX on one host over tcp the kernel paces (BBR) takes a stream's slots, where shared memory
-// takes larger ones; both ends of a connection must cut the same, so ranks of one host whose
-// UCX_TLS puts them on different sides fail init, each naming a rank that differs. On another
-// host id each, the slots follow the hosts and the difference does not matter. Under a
-// congestion control that does not pace, both ranks are on the same side and the job runs.
+// UCX on one host takes 256 KiB x 16 slots through shared memory and 1 MiB x 4 over tcp
+// alone (each message above UCX's eager limit then goes by rendezvous); a user's
+// BRAID_SLOT_BYTES and BRAID_NSLOTS win, and across hosts a stream's 64 KiB x 8 apply. The
+// results check either way.
+TEST_CASE("slots over ucx on one host follow UCX_TLS", "[multiproc][ucx]") {
+  struct Case {
+    const char* env;
+    const char* slots;
+    const char* host;  // BRAID_HOST_ID by rank, or nothing: one host
+  };
+  for (const Case& c : {Case{"BRAID_TRANSPORT=ucx", "slots 262144 x 16,", ""},
+                        Case{"BRAID_TRANSPORT=ucx UCX_TLS=tcp", "slots 1048576 x 4,", ""},
+                        Case{"BRAID_TRANSPORT=ucx UCX_TLS=tcp,self", "slots 1048576 x 4,", ""},
+                        Case{"BRAID_TRANSPORT=ucx UCX_TLS=tcp BRAID_SLOT_BYTES=128K BRAID_NSLOTS=6", "slots 131072 x 6,", ""},
+                        Case{"BRAID_TRANSPORT=ucx UCX_TLS=tcp", "slots 65536 x 8,", "BRAID_HOST_ID=mp-slots-$((BRAID_RANK % 2)) "}}) {
+    INFO(c.env << " " << c.host);
+    Run r = run(braidrun(3, std::string(c.env) + " BRAID_DEBUG=INFO") + "sh -c '" + c.host + "exec " ALLREDUCE_PERF
+                " -b 8 -e 4M -f 8 -n 2 -w 1 -c 1'");
+    INFO(r.out);
+    CHECK(r.status == 0);
+    CHECK(r.out.find(c.slots) != std::string::npos);
+    CHECK(r.out.find("Out of bounds values : 0 OK") != std::string::npos);
+  }
+}
+
+// Through shared memory, over tcp and over tcp the kernel paces (BBR), UCX on one host cuts
+// messages differently; both ends of a connection must cut the same, so ranks of one host
+// whose UCX_TLS puts them on different sides fail init, each naming a rank that differs. On
+// another host id each, the slots follow the hosts and the difference does not matter.
 TEST_CASE("ranks on one host whose UCX_TLS decides other slots fail init, naming them", "[multiproc][ucx]") {
   const std::string cc = braid::tcpCongestionControl();
-  const bool paced = braid::congestionControlPaces(cc);
+  const std::string overTcp = braid::congestionControlPaces(cc) ? "paced tcp" : "tcp";
   INFO("tcp congestion control " << cc);
   const std::string tls = "BRAID_TRANSPORT=ucx BRAID_TIMEOUT=30 UCX_TLS=$([ $r = 1 ] && echo tcp,sm,self || echo tcp,self)";
   Run r = torchrunJob(2, tls, MP_DIR "/mp_collectives");
   INFO(r.out);
-  if (paced) {
-    CHECK(r.status != 0);
-    CHECK(r.out.find("rank 0 could not join the communicator: UCX on one host differs between ranks: rank 1 has not "
-                     "paced tcp (UCX_TLS=tcp,sm,self, tcp congestion control " + cc + "), rank 0 has paced tcp "
-                     "(UCX_TLS=tcp,self, tcp congestion control " + cc + "); on one host it decides how messages are "
-                     "cut, so every rank needs the same") != std::string::npos);
-    CHECK(r.out.find("rank 1 could not join the communicator: UCX on one host differs between ranks: rank 0 has "
-                     "paced tcp") != std::string::npos);
-  } else {
-    CHECK(r.status == 0);
-    for (int i = 0; i < 2; ++i) CHECK(r.out.find("collectives ok rank " + std::to_string(i)) != std::string::npos);
-  }
+  CHECK(r.status != 0);
+  CHECK(r.out.find("rank 0 could not join the communicator: UCX on one host differs between ranks: rank 1 has shared "
+                   "memory (UCX_TLS=tcp,sm,self, tcp congestion control " + cc + "), rank 0 has " + overTcp +
+                   " (UCX_TLS=tcp,self, tcp congestion control " + cc + "); on one host it decides how messages are "
+                   "cut, so every rank needs the same") != std::string::npos);
+  CHECK(r.out.find("rank 1 could not join the communicator: UCX on one host differs between ranks: rank 0 has " +
+                   overTcp + " (") != std::string::npos);
   Run hosts = torchrunJob(2, tls + " BRAID_HOST_ID=host$r", MP_DIR "/mp_collectives");
   INFO(hosts.out);
   CHECK(hosts.status == 0);

@@ -137,12 +137,12 @@ void drainUnexpected(ucp_worker_h worker) {
 // rendezvous, which costs a round trip per message: over tcp an extra request before the
 // data, over shared memory a wake-up of each side in turn, ruinous when ranks outnumber
 // cores. Measured (docs/performance.md, "UCX"): over tcp alone, eager for every message up
-// to a slot (256 KiB; 64 KiB across hosts or over paced tcp), rendezvous for the whole
-// blocks above it (UCX then moves them without its eager fragments: allgather, 4 ranks,
-// 16 MiB, 1.18 GB/s busbw against 1.06 with every message eager); where shared memory is in
-// the set, eager up to 64 KiB (inclusive: the mesh's and recursive doubling's messages are
-// often exactly that) and single-copy (cma) rendezvous above it. UCX's threshold is the
-// first size that goes by rendezvous.
+// to 256 KiB, rendezvous above it, where UCX moves a message without its eager fragments:
+// for the whole blocks (allgather, 4 ranks, 16 MiB, 1.18 GB/s busbw against 1.06 with
+// every message eager) and for the 1 MiB slots of UCX over tcp on one host (Communicator::
+// init); where shared memory is in the set, eager up to 64 KiB (inclusive: the mesh's and
+// recursive doubling's messages are often exactly that) and single-copy (cma) rendezvous
+// above it. UCX's threshold is the first size that goes by rendezvous.
 std::string rndvThreshold(bool rdma) {
   if (std::getenv("UCX_RNDV_THRESH") || rdma) return "";
   return ucxTlsMayUseSharedMemory(std::getenv("UCX_TLS")) ? "65537" : "262145";

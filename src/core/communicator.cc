@@ -1212,7 +1212,7 @@ Status Communicator::connect() {
   // alltoall was mixed (0.91-1.27x) and stays as it was.
   // docs/performance.md, "UCX over tcp and the kernel's pacing". With the 1 MiB slots of UCX
   // over tcp the slices still ran as fast or faster: at 4 ranks, 16 and 256 MiB, whole blocks
-  // took 1.2-1.3x as long ("UCX over tcp: slots of 1 MiB").
+  // took 1.2-1.5x as long ("UCX over tcp: slots of 1 MiB").
   layout_.wholeBlocksInRings = !ucxPacedTcp_;
   BRAID_ASSIGN_OR_RETURN(int64_t noAcks, store_->add(noAcksKey, 0));
   sendAcks_ = noAcks == 0;

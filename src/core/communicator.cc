@@ -439,30 +439,33 @@ Status Communicator::init() {
     size_t slotBytes = stream ? 64 * 1024 : 512 * 1024;
     int nslots = 8;
     meshSlotBytes_ = kMeshSlotBytes;
-    const bool oneHostUcx = forced == "ucx" && hosts.size() == 1;
-    const UcxOneHost ucxPath = oneHostUcx ? ucxOneHost() : UcxOneHost::kSharedMemory;
-    ucxPacedTcp_ = oneHostUcx && ucxPath == UcxOneHost::kPacedTcp;
-    if (oneHostUcx && ucxPath == UcxOneHost::kSharedMemory) {
-      // UCX inside one host moves messages through its own shared memory: each message
-      // costs a match and a rendezvous, so fewer, larger ones pay (sendrecv_perf, 2 ranks:
-      // 256 KiB slots 1.5x faster than 64 KiB; docs/performance.md). The same holds for
-      // the mesh, which carries point-to-point traffic.
-      slotBytes = 256 * 1024;
-      nslots = 16;
-      meshSlotBytes_ = kUcxMeshSlotBytes;
-    } else if (oneHostUcx) {
-      // Over UCX's tcp alone, slots of 1 MiB, each message above UCX's eager limit for tcp
-      // (rndvThreshold in the plugin) going by rendezvous, with the same 4 MiB per
-      // connection: allreduce at 2 and 4 ranks from 256 KiB to 256 MiB ran 1.1-2x faster
-      // than 256 KiB x 16 (eager, copied out of UCX's receive segments) and than a stream's
-      // 64 KiB x 8, both under BBR and under cubic; slots of 2 MiB were faster at 2 ranks
-      // and slower at 4 (docs/performance.md, "UCX over tcp: slots of 1 MiB"). The mesh
-      // keeps what it had: a stream's slots under BBR, whose pacing spreads the data a
-      // larger queue keeps in UCX's one socket per pair (segments out of order and resent,
-      // "UCX over tcp and the kernel's pacing"), UCX's own otherwise.
-      slotBytes = 1024 * 1024;
-      nslots = 4;
-      if (!ucxPacedTcp_) meshSlotBytes_ = kUcxMeshSlotBytes;
+    ucxPacedTcp_ = false;
+    if (forced == "ucx" && hosts.size() == 1) {
+      const UcxOneHost path = ucxOneHost();
+      ucxPacedTcp_ = path == UcxOneHost::kPacedTcp;
+      if (path == UcxOneHost::kSharedMemory) {
+        // UCX inside one host moves messages through its own shared memory: each message
+        // costs a match and a rendezvous, so fewer, larger ones pay (sendrecv_perf, 2 ranks:
+        // 256 KiB slots 1.5x faster than 64 KiB; docs/performance.md). The same holds for
+        // the mesh, which carries point-to-point traffic.
+        slotBytes = 256 * 1024;
+        nslots = 16;
+        meshSlotBytes_ = kUcxMeshSlotBytes;
+      } else {
+        // Over UCX's tcp alone, slots of 1 MiB, each message above UCX's eager limit for
+        // tcp (rndvThreshold in the plugin) going by rendezvous, with the same 4 MiB per
+        // connection: allreduce at 2 and 4 ranks from 256 KiB to 256 MiB ran 1.06-2.1x
+        // faster than a stream's 64 KiB x 8 under BBR (even at 4 ranks and 1 MiB) and than
+        // 256 KiB x 16 under cubic, both sent eager and copied out of UCX's receive
+        // segments; slots of 2 MiB were faster at 2 ranks and slower at 4
+        // (docs/performance.md, "UCX over tcp: slots of 1 MiB"). The mesh keeps what it
+        // had: a stream's slots under BBR, whose pacing spread the data a larger eager
+        // queue kept in UCX's one socket per pair (segments out of order and resent, "UCX
+        // over tcp and the kernel's pacing"), UCX's own otherwise.
+        slotBytes = 1024 * 1024;
+        nslots = 4;
+        if (!ucxPacedTcp_) meshSlotBytes_ = kUcxMeshSlotBytes;
+      }
     }
     userSlotBytes_ = opts_.config.slotBytes;
     userNslots_ = opts_.config.nslots;

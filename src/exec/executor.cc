@@ -1107,14 +1107,20 @@ class ChannelRunner {
 
   Status flushAll() {
     // Memory transports are flushed unless the receiver has yet to read a message sent from
-    // the caller's memory; stream transports while they hold staged bytes.
+    // the caller's memory; stream transports while they hold staged bytes, UCX while a
+    // message is not taken (a rendezvous the receiver has yet to read).
     bool flushed = true;
     for (Connection* c : active_) flushed &= c->flushed();
     if (flushed) return Status::ok();
     NoteGuard guard{this};
     const int64_t start = nowNanos();
-    // Waiting for a receiver to read (a futex, as for a free slot) goes through the same
-    // spin, yield and sleep phases as any other wait; waiting for sockets polls them.
+    // Every flush goes through the spin, yield and sleep phases of any other wait: a futex
+    // for a memory transport's receiver, the wait handles of the others (sockets, UCX's
+    // event fd). Polling those from the 65th try on, as flushes once did, slept while
+    // ranks outnumbered cores instead of yielding to the peer that was to read: UCX over
+    // shared memory, 4 ranks on 2 cores, allgather at 64 KiB and 1 MiB 1.19x and 1.43x the
+    // busbw with the phases, braid's tcp within the noise (docs/performance.md, "Flushes
+    // wait in phases").
     const Phases phases = beginWait(start);
     int phase = phases.at(start);
     for (uint32_t iter = 1;; ++iter) {
@@ -1132,27 +1138,28 @@ class ChannelRunner {
           if (!onFutex) onFutex = c;
           continue;
         }
-        if (iter <= 64) continue;
+        if (phase < 2) continue;
         WaitHandle h = c->waitHandle(true);
         if (h.fd >= 0 && nfds < 16) fds[nfds++] = {h.fd, h.fdEvents ? h.fdEvents : static_cast<short>(POLLOUT), 0};
       }
       if (done) return Status::ok();
-      if (!onFutex) {
-        BRAID_RETURN_IF_ERROR(checkAlive(waitingOn, "flush data to", nowNanos()));
-        if (iter > 64 && nfds) ::poll(fds, static_cast<nfds_t>(nfds), 1);
-        continue;
-      }
       if (phase == 2 || (iter & 31) == 0) {
         const int64_t now = nowNanos();
         BRAID_RETURN_IF_ERROR(checkAlive(waitingOn, "flush data to", now));
         phase = phases.at(now);
       }
       if (relax(phase)) continue;
-      const WaitHandle futex = onFutex->waitHandle(true);
-      // Armed, then checked again: a release before the arming would wake nobody.
-      if (futex.futexWord && !onFutex->flushed())
-        transport::futexWait(futex.futexWord, futex.futexValue, nfds ? 200 : kSleepMicros);
-      onFutex->disarm(true);
+      if (onFutex) {
+        const WaitHandle futex = onFutex->waitHandle(true);
+        // Armed, then checked again: a release before the arming would wake nobody.
+        if (futex.futexWord && !onFutex->flushed())
+          transport::futexWait(futex.futexWord, futex.futexValue, nfds ? 200 : kSleepMicros);
+        onFutex->disarm(true);
+      } else if (nfds) {
+        ::poll(fds, static_cast<nfds_t>(nfds), 1);
+      } else {
+        sched_yield();
+      }
     }
   }
 

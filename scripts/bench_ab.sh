@@ -10,20 +10,37 @@
 #   COLLS="allreduce allgather broadcast sendrecv"   perf tools (sendrecv runs --one-way)
 #   NPS="2 4", SIZES="1M 16M 64M", ROUNDS=3
 #   SKIP_SETUP=1  use $BUILD_DIR (default build/) as it is; otherwise scripts/setup.sh first
+#   BUILD_A, BUILD_B  build trees for each side (default $BUILD_DIR): a change against the
+#                 commit before it, e.g. BUILD_A=/tmp/before/build A="" B=""
+#   ITERS_X=k     k times the iterations and warmups (scripts/bench_lib.sh)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 if [ "${SKIP_SETUP:-0}" != 1 ]; then bash "$ROOT/scripts/setup.sh"; fi
 BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
 source "$ROOT/scripts/bench_lib.sh"
-RUN="$(find_exe braidrun)"
-[ -n "$RUN" ] || { echo "bench_ab: no braidrun under $BUILD_DIR" >&2; exit 1; }
 A="${A:-}"; B="${B:-}"; BASE="${BASE:-BRAID_TRANSPORT=tcp}"
-echo "# bench_ab $(date -Iseconds): A='$A' B='$B' BASE='$BASE' ROUNDS=${ROUNDS:-3}"
-echo "# braid: $BUILD_DIR ($(git -C "$ROOT" rev-parse --short HEAD)); host: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), tcp congestion control $(tcp_cc)"
+BUILD_A="${BUILD_A:-$BUILD_DIR}"; BUILD_B="${BUILD_B:-$BUILD_DIR}"
+# A program of one side's build tree.
+side_exe() {
+  local tree=BUILD_$1 exe
+  exe="$(BUILD_DIR="${!tree}" find_exe "$2")"
+  [ -n "$exe" ] || { echo "bench_ab: no $2 under ${!tree}" >&2; exit 1; }
+  echo "$exe"
+}
+# A build tree and the commit of the source it lies in (+dirty: with uncommitted changes).
+describe() {
+  local src="$1"; git -C "$src" rev-parse HEAD >/dev/null 2>&1 || src="$ROOT"
+  echo "$1 ($(git -C "$src" rev-parse --short HEAD)$(git -C "$src" diff --quiet 2>/dev/null || echo '+dirty'))"
+}
+declare -A RUN EXE
+RUN[A]="$(side_exe A braidrun)"; RUN[B]="$(side_exe B braidrun)"
+echo "# bench_ab $(date -Iseconds): A='$A' B='$B' BASE='$BASE' ROUNDS=${ROUNDS:-3} ITERS_X=${ITERS_X:-1}"
+if [ "$BUILD_A" = "$BUILD_B" ]; then echo "# braid: $(describe "$BUILD_A")"
+else echo "# braid: A $(describe "$BUILD_A"), B $(describe "$BUILD_B")"; fi
+echo "# host: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), tcp congestion control $(tcp_cc)"
 printf "%-10s %3s %6s %9s %9s %6s\n" coll np size A B "B/A"
 for coll in ${COLLS:-allreduce allgather broadcast sendrecv}; do
-  exe="$(find_exe "${coll}_perf")"
-  [ -n "$exe" ] || { echo "bench_ab: no ${coll}_perf under $BUILD_DIR" >&2; exit 1; }
+  EXE[A]="$(side_exe A "${coll}_perf")"; EXE[B]="$(side_exe B "${coll}_perf")"
   extra=(); [ "$coll" = sendrecv ] && extra=(--one-way)
   for np in ${NPS:-2 4}; do
     factor="$(bus_factor "$coll" "$np")"
@@ -34,7 +51,7 @@ for coll in ${COLLS:-allreduce allgather broadcast sendrecv}; do
         for side in A B; do
           settings="$BASE ${!side}"
           # shellcheck disable=SC2086
-          v="$(env $settings timeout 300 "$RUN" -np "$np" "$exe" -b "$b" -e "$b" -n "$n" -w "$w" -c 0 "${extra[@]}" 2>&1 \
+          v="$(env $settings timeout 300 "${RUN[$side]}" -np "$np" "${EXE[$side]}" -b "$b" -e "$b" -n "$n" -w "$w" -c 0 "${extra[@]}" 2>&1 \
               | pick_col "bw:$factor" || true)"
           if [ "$side" = A ]; then runsA+=("$v"); else runsB+=("$v"); fi
         done

@@ -17,6 +17,7 @@
 #   COLLS=all             comma/space list of allreduce broadcast reduce allgather
 #                         reduce_scatter alltoall gather scatter sendrecv
 #   ROUNDS=2              alternating rounds (best of each kept)
+#   ITERS_X=1             k times the iterations and warmups of every run (bench_lib.sh)
 #   TRANSPORTS="shm tcp"  which halves to run (shm: braid vs MPI; tcp: braid vs MPI and Gloo)
 #   PEERS="mpi gloo"      which peers to run
 #   LAT=1                 8 B allreduce latency at LAT_NP=2 ranks (LAT=0 skips, LAT=only
@@ -132,7 +133,7 @@ gloo_has() { has "allreduce broadcast reduce allgather reduce_scatter alltoall g
 fmt() { printf '%-8s %9s %9s %6s | %9s %9s %9s %6s %6s | %s\n' "$@"; }
 
 misses=0; checked=0
-say "# bench_collectives $(date -Is): NP=$NP SIZES='${SIZES[*]}' ROUNDS=$ROUNDS CHECK=$CHECK AVG=$AVG"
+say "# bench_collectives $(date -Is): NP=$NP SIZES='${SIZES[*]}' ROUNDS=$ROUNDS CHECK=$CHECK AVG=$AVG ITERS_X=${ITERS_X:-1}"
 say "# braid: $BUILD_DIR ($(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null)$(git -C "$ROOT" diff --quiet 2>/dev/null || echo '+dirty')); peers: $CACHE; raw logs: $RAW"
 say "# host: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), tcp congestion control $(tcp_cc); busbw in GB/s (1e9 B/s); x = braid/peer, > 1: braid better"
 say "# targets: shm = braid-shm >= mpi-shm; tcp = braid-tcp >= 2 x gloo-tcp (sendrecv: Gloo point-to-point, not a Gloo collective)"

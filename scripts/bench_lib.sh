@@ -13,10 +13,14 @@ bytes() {  # 1M -> 1048576
     printf "%d\n", n }'
 }
 # Iterations and warmups by size: every run lasts roughly the same, whatever the size.
-iters() { local b=$1; if [ "$b" -le 65536 ]; then echo 200; elif [ "$b" -le 1048576 ]; then echo 20;
-  elif [ "$b" -le 4194304 ]; then echo 10; elif [ "$b" -le 16777216 ]; then echo 5;
-  elif [ "$b" -le 67108864 ]; then echo 3; else echo 2; fi; }
-warm() { local b=$1; if [ "$b" -le 4194304 ]; then echo 3; elif [ "$b" -le 16777216 ]; then echo 2; else echo 1; fi; }
+# ITERS_X=k runs k times as many iterations and warmups (default 1): a run of 20 iterations
+# at 1 MiB lasts a few ms, shorter than the scheduler's slice, which decides it alone when
+# ranks outnumber cores.
+iters() { local b=$1 n; if [ "$b" -le 65536 ]; then n=200; elif [ "$b" -le 1048576 ]; then n=20;
+  elif [ "$b" -le 4194304 ]; then n=10; elif [ "$b" -le 16777216 ]; then n=5;
+  elif [ "$b" -le 67108864 ]; then n=3; else n=2; fi; echo $(( n * ${ITERS_X:-1} )); }
+warm() { local b=$1 n; if [ "$b" -le 4194304 ]; then n=3; elif [ "$b" -le 16777216 ]; then n=2; else n=1; fi
+  echo $(( n * ${ITERS_X:-1} )); }
 
 # The kernel's default tcp congestion control, for the host line: over loopback a pacing one
 # (bbr) changes how UCX's tcp and OpenMPI's compare with braid's own (docs/performance.md).

@@ -23,6 +23,7 @@
 #   PARTS="1 2 3"             which parts to run (4: whole blocks on/off, SIZES4="1M 16M 256M")
 #   ROUNDS=2, CHECK=1, RUN_TIMEOUT=300, SKIP_SETUP, BUILD_DIR, BENCH_CACHE, RESULTS: as in
 #                             scripts/bench_collectives.sh
+#   ITERS_X=1                 k times the iterations and warmups of every run (bench_lib.sh)
 # Debian's OpenMPI leaves its UCX path off by default; this selects it with
 #   mpirun --mca pml ucx --mca pml_ucx_devices any --mca pml_ucx_tls any -x UCX_TLS=...
 set -euo pipefail
@@ -111,7 +112,7 @@ perftest_bw() {
     END { if (v != "") printf "%.3f\n", v * 1048576 / 1e9 }' "$log"
 }
 
-say "# bench_ucx $(date -Is): NPS='$NPS' SIZES='${SIZES[*]}' TLS='$TLS' ROUNDS=$ROUNDS"
+say "# bench_ucx $(date -Is): NPS='$NPS' SIZES='${SIZES[*]}' TLS='$TLS' ROUNDS=$ROUNDS ITERS_X=${ITERS_X:-1}"
 say "# braid: $BUILD_DIR ($(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null)$(git -C "$ROOT" diff --quiet 2>/dev/null || echo '+dirty')); $(ucx_info -v | head -1 | sed 's/# //'); raw logs: $RAW"
 say "# host: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), tcp congestion control $(tcp_cc); busbw in GB/s (1e9 B/s); x = braid/peer, > 1: braid better"
 misses=0; checked=0

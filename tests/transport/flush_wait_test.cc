@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <cstdint>
-#include <cstring>
 #include <vector>
 
 #include "exec/executor.h"

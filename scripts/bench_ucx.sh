@@ -69,10 +69,11 @@ fmt() { printf '%-8s %10s %10s %7s  %s\n' "$@"; }
 
 # One run: impl (braid-ucx, mpi-ucx, braid-tcp), UCX_TLS value, collective, bytes, ranks.
 # Prints the best busbw of this round's table; the whole output goes to a log under $RAW.
+# RUN_ITERS_MUL=k (in its environment) runs k times the usual iterations.
 run_one() {
   local impl=$1 tls=$2 coll=$3 b=$4 np=$5 n w chk=0 log extra=()
   [ "$coll" = sendrecv ] && extra=(--one-way)
-  n=$(iters "$b"); w=$(warm "$b")
+  n=$(( $(iters "$b") * ${RUN_ITERS_MUL:-1} )); w=$(warm "$b")
   [ "$CHECK" = all ] || { [ "$CHECK" != 0 ] && [ "$ROUND" = 1 ]; } && chk=1
   log=$RAW/$coll-$b-np$np-$impl-${tls//,/_}.log
   local common=(-b "$b" -e "$b" -n "$n" -w "$w" -c "$chk")
@@ -95,11 +96,16 @@ run_one() {
     END { printf "%s", buf }' "$log" | pick_col "bw:$(bus_factor "$coll" "$np")"
 }
 
+# Point-to-point runs (ucx_perftest and braid's sendrecv_perf beside it, parts 2 and 3) send
+# P2P_X times a collective's iterations, the same count on both sides: one message of 64 KiB
+# takes a few µs, and a run of 200 lasts about a millisecond.
+P2P_X=10
+
 # ucx_perftest -t tag_bw between two processes on this host; prints GB/s (1e9 B/s).
 # Its MB/s are 2^20 bytes.
 perftest_bw() {
   local tls=$1 b=$2 port=$((13500 + RANDOM % 2000)) log=$RAW/perftest-$b-${1//,/_}.log n
-  n=$(( $(iters "$b") * 10 ))
+  n=$(( $(iters "$b") * P2P_X ))
   {
     echo "### round $ROUND $(date -Is)"
     UCX_TLS=$tls timeout 120 ucx_perftest -p "$port" >/dev/null 2>&1 &
@@ -169,7 +175,7 @@ if [[ $PARTS == *" 2 "* ]]; then
     b=$(bytes "$s"); A=(); B=()
     for ROUND in $(seq "$ROUNDS"); do
       A+=("$(perftest_bw tcp,self "$b")")
-      B+=("$(run_one braid-tcp - sendrecv "$b" 2)")
+      B+=("$(RUN_ITERS_MUL=$P2P_X run_one braid-tcp - sendrecv "$b" 2)")
     done
     say "$(fmt "$s" "$(best_of max "${A[@]}")" "$(best_of max "${B[@]}")" "$(ratio "$(best_of max "${A[@]}")" "$(best_of max "${B[@]}")" max)" '')"
   done
@@ -185,7 +191,7 @@ if [[ $PARTS == *" 3 "* ]]; then
     for s in "${P2P_SIZES[@]}"; do
       b=$(bytes "$s"); A=(); B=()
       for ROUND in $(seq "$ROUNDS"); do
-        A+=("$(run_one braid-ucx "$tls" sendrecv "$b" 2)")
+        A+=("$(RUN_ITERS_MUL=$P2P_X run_one braid-ucx "$tls" sendrecv "$b" 2)")
         B+=("$(perftest_bw "$tls" "$b")")
       done
       row "$s" "$(best_of max "${A[@]}")" "$(best_of max "${B[@]}")" 0.9

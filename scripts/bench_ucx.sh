@@ -9,7 +9,8 @@
 #   4. (only when PARTS names it) braid over ucx with whole blocks (the default) vs
 #      BRAID_WHOLE_BLOCKS=0 (slot-sized slices), allgather, alltoall and one-way sendrecv:
 #      what whole blocks give, no target.
-# Implementations alternate size by size, ROUNDS times; the best of each is kept.
+# Implementations alternate size by size, ROUNDS times; the best of each is kept. Where
+# ucx_perftest runs, braid's sendrecv_perf beside it sends as many messages (P2P_X below).
 # x = braid / peer busbw (> 1: braid better). Targets (marked ok / MISS): part 1 x >= 1.0,
 # part 2 x >= 0.9, part 3 x >= 0.9.
 #

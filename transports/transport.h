@@ -78,6 +78,13 @@ class Connection {
   // that can do so returns s->data == dst; otherwise it returns a slot as peekRecv does.
   // Calling it again before releaseRecv returns the same message.
   virtual Status peekRecvInto(Slot* s, void* dst, size_t bytes) { return peekRecv(s); }
+  // Receiver: the message `ahead` places after the oldest unreleased one (0: the next to be
+  // peeked) will be asked for with peekRecvInto(dst, bytes), or peekRecv when dst is null. A
+  // transport that posts receives may post it now, so that it lands in place even when it
+  // arrives before the peek. The caller announces only messages its operation will take, in
+  // order, with the same dst and bytes when it repeats one, and leaves dst's bytes alone
+  // until the peek. A hint: the peek still says where the message landed.
+  virtual Status expectRecv(size_t ahead, void* dst, size_t bytes) { return Status::ok(); }
   // The bits of Slot::tag this connection carries; a receiver compares tags under it.
   virtual uint64_t tagMask() const { return ~uint64_t{0}; }
   // Large messages (optional). The largest message this connection carries when it goes

@@ -1,14 +1,15 @@
-/* braid transport plugin ABI, versions 1 to 6.
+/* braid transport plugin ABI, versions 1 to 7.
  *
  * A transport plugin is a shared library that exports a table of function pointers that
  * mirrors braid's transport seam one to one:
- *     const braidTransportPlugin_v6_t braidTransportPlugin_v6;   (failed peers; current)
+ *     const braidTransportPlugin_v7_t braidTransportPlugin_v7;   (receives ahead; current)
+ *     const braidTransportPlugin_v6_t braidTransportPlugin_v6;   (failed peers)
  *     const braidTransportPlugin_v5_t braidTransportPlugin_v5;   (slot memory)
  *     const braidTransportPlugin_v4_t braidTransportPlugin_v4;   (large messages)
  *     const braidTransportPlugin_v3_t braidTransportPlugin_v3;   (the job key)
  *     const braidTransportPlugin_v2_t braidTransportPlugin_v2;   (zero copy)
  *     const braidTransportPlugin_v1_t braidTransportPlugin_v1;   (the first version)
- * braid looks for v6 first, then v5, v4, v3, v2, v1, and speaks all six. braid finds plugins through
+ * braid looks for v7 first, then v6, v5, v4, v3, v2, v1, and speaks all seven. braid finds plugins through
  * BRAID_TRANSPORT_PLUGIN (a ':'-separated list of files) and in the plugin folder next to
  * libbraid.so (<libdir>/braid/libbraid-net-<name>.so).
  *
@@ -40,13 +41,14 @@
 extern "C" {
 #endif
 
-#define BRAID_TRANSPORT_PLUGIN_ABI_VERSION 6
+#define BRAID_TRANSPORT_PLUGIN_ABI_VERSION 7
 #define BRAID_TRANSPORT_PLUGIN_SYMBOL_V1 "braidTransportPlugin_v1"
 #define BRAID_TRANSPORT_PLUGIN_SYMBOL_V2 "braidTransportPlugin_v2"
 #define BRAID_TRANSPORT_PLUGIN_SYMBOL_V3 "braidTransportPlugin_v3"
 #define BRAID_TRANSPORT_PLUGIN_SYMBOL_V4 "braidTransportPlugin_v4"
 #define BRAID_TRANSPORT_PLUGIN_SYMBOL_V5 "braidTransportPlugin_v5"
 #define BRAID_TRANSPORT_PLUGIN_SYMBOL_V6 "braidTransportPlugin_v6"
+#define BRAID_TRANSPORT_PLUGIN_SYMBOL_V7 "braidTransportPlugin_v7"
 
 typedef enum {
   braidPluginOk = 0,
@@ -113,7 +115,7 @@ typedef struct {
 } braidWaitHandle_v1;
 
 typedef struct braidTransportPlugin_v1_s {
-  uint32_t abi_version;     /* 1 in a v1 table; 2 to 5 in the base of a later table */
+  uint32_t abi_version;     /* 1 in a v1 table; 2 to 7 in the base of a later table */
   const char* name;         /* what BRAID_TRANSPORT selects, e.g. "ucx" */
   const char* version;      /* the plugin's own version and its library's, for braid-info */
 
@@ -248,6 +250,24 @@ typedef struct braidTransportPlugin_v6_s {
    * transport's own rank. */
   void (*peer_failed)(void* transport, int rank);
 } braidTransportPlugin_v6_t;
+
+/* Version 7: version 6 (its base, with abi_version 7) and receives braid announces ahead. */
+typedef struct braidTransportPlugin_v7_s {
+  braidTransportPlugin_v6_t base;
+  /* braid will ask for the message `ahead` places after the oldest one it has not released
+   * on this connection (0: the next it peeks) with peek_recv_into(dst, bytes), or with
+   * peek_recv when dst is NULL; bytes is its length. A transport that posts receives (UCX)
+   * may post that one now, so that a message that arrives before braid asks for it lands in
+   * place rather than in a queue it is copied out of later. braid announces a message only
+   * when its current operation will ask for it, only after the ones before it (ahead 1
+   * after ahead 0), again only with the same dst and bytes, and leaves the bytes at dst
+   * alone (no reads, no writes) from then until that peek; it may announce some messages
+   * and not others. It is a hint: a
+   * transport with no use for it returns braidPluginOk, and the peek still says where the
+   * message landed. */
+  braidPluginResult_t (*expect_recv)(void* connection, size_t ahead, void* dst, size_t bytes,
+                                     braidPluginError_v1* error);
+} braidTransportPlugin_v7_t;
 
 #ifdef __cplusplus
 }

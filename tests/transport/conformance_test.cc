@@ -8,10 +8,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <deque>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "harness.h"
@@ -335,6 +337,66 @@ std::string zeroCopy(Endpoint& ep) {
       }
       T_OK(c.releaseRecv(s));
     }
+  }
+  return "";
+}
+
+// Receives announced ahead (Connection::expectRecv): the receiver announces the first two
+// messages before the sender sends anything, lets them arrive, then takes each with what it
+// announced while announcing the one two places further on. Every message arrives whole, in
+// order, with its tag; one larger than a slot lands where it was announced; nothing outside
+// the announced bytes changes. Messages alternate between the caller's memory and slots at
+// both ends. UCX posts the announced receives; the other transports ignore the word.
+std::string announcedReceives(Endpoint& ep) {
+  T_RUN(setupPair(ep, 1));
+  const size_t slot = ep.cfg.slotBytes;
+  Connection& c = ep.rank == 0 ? *ep.send[0] : *ep.recv[0];
+  const bool large = c.maxMessageBytes() > slot;
+  std::vector<size_t> sizes;
+  for (uint64_t seq = 0; seq < 3 * static_cast<uint64_t>(ep.cfg.nslots) + 4; ++seq)
+    sizes.push_back(large && seq % 4 == 1 ? 2 * slot + 7 : variedSize(seq, slot));
+  auto tagOf = [](uint64_t seq) { return (seq << 32) | (0x27D4EB2Fu * static_cast<uint32_t>(seq + 5)); };
+  if (ep.rank == 0) {
+    T_RUN(waitPeer(ep, "announced"));
+    std::vector<std::vector<uint8_t>> bufs(sizes.size());
+    for (uint64_t seq = 0; seq < sizes.size(); ++seq) {
+      const size_t n = sizes[seq];
+      T_OK(postPatterned(c, seq, n, tagOf(seq), n > slot || (c.sendsFromUser() && seq % 2 == 0), Deadline::after(30),
+                         &bufs[seq]));
+    }
+    T_OK(flush(c, Deadline::after(30)));
+    return "";
+  }
+  // Each message's landing has 32 guard bytes either side; every third one is a slot.
+  std::vector<std::vector<uint8_t>> dst(sizes.size());
+  for (uint64_t seq = 0; seq < sizes.size(); ++seq) dst[seq].assign(sizes[seq] + 64, 0xEE);
+  auto land = [&](uint64_t seq) -> uint8_t* {
+    return sizes[seq] > slot || seq % 3 != 2 ? dst[seq].data() + 32 : nullptr;
+  };
+  T_OK(c.expectRecv(0, land(0), sizes[0]));
+  T_OK(c.expectRecv(1, land(1), sizes[1]));
+  T_RUN(signalPeer(ep, "announced"));
+  const Deadline settle = Deadline::after(0.2);
+  while (!settle.expired()) {
+    T_OK(c.progress());
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  for (uint64_t seq = 0; seq < sizes.size(); ++seq) {
+    const size_t n = sizes[seq];
+    const std::string what = "message " + std::to_string(seq) + " (" + std::to_string(n) + " bytes)";
+    Slot s;
+    T_OK(recvSlot(c, &s, Deadline::after(30), land(seq), n));
+    // Announced again (the same words), and the one after that, while this one is held.
+    if (seq + 1 < sizes.size()) T_OK(c.expectRecv(1, land(seq + 1), sizes[seq + 1]));
+    if (seq + 2 < sizes.size()) T_OK(c.expectRecv(2, land(seq + 2), sizes[seq + 2]));
+    T_EXPECT(s.bytes == n, what + ": " + std::to_string(s.bytes) + " bytes arrived");
+    T_EXPECT(((s.tag ^ tagOf(seq)) & c.tagMask()) == 0, what + ": wrong tag");
+    T_EXPECT(checkPattern(s.data, n, seq) < 0, what + ": payload differs");
+    if (n > slot) T_EXPECT(s.data == land(seq), what + " did not land where it was announced");
+    for (size_t k = 0; k < 32; ++k) {
+      T_EXPECT(dst[seq][k] == 0xEE && dst[seq][32 + n + k] == 0xEE, what + " wrote outside the bytes announced");
+    }
+    T_OK(c.releaseRecv(s));
   }
   return "";
 }
@@ -755,6 +817,8 @@ const PairCase kPairCases[] = {
      true},
     {"zero copy with small slots", zeroCopy, 4096, 3, 1, true, true},
     {"large messages from user memory into user memory, among slot-sized ones", largeMessages, 64 << 10, 4, 1, true,
+     true},
+    {"receives announced ahead land whole, in order and where announced", announcedReceives, 64 << 10, 4, 1, true,
      true},
     {"bulk 64 MiB verified", bulk, 512 << 10, 8, 1, true, true},
     {"bulk 64 MiB verified over 2 sockets per peer", bulk, 512 << 10, 8, 2, false, true},

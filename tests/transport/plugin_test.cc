@@ -59,7 +59,7 @@ TEST_CASE("plugin loader: a missing file, a missing symbol and a wrong version n
   INFO(badVersion.status().message());
   CHECK(badVersion.status().message().find("libbraid-net-bad-version.so") != std::string::npos);
   CHECK(badVersion.status().message().find("version 99") != std::string::npos);
-  CHECK(badVersion.status().message().find("versions 1 to 6") != std::string::npos);
+  CHECK(badVersion.status().message().find("versions 1 to 7") != std::string::npos);
 }
 
 TEST_CASE("plugin loader: tcp behind the ABI loads, names itself and scores like tcp", "[plugin]") {
@@ -448,6 +448,84 @@ TEST_CASE("plugin ABI v6: peer_failed tells the plugin's transport the rank, not
   t.value()->peerFailed(3);
   t.value()->peerFailed(1);
   CHECK(Recording::failed == std::vector<int>{3, 1});
+}
+
+// Version 7 adds expect_recv: braid's word of a receive ahead of its peek. It reaches the
+// plugin's connection as given, its error comes back naming the plugin, and a plugin loaded
+// as v6 hears nothing.
+struct FakeV7 {
+  struct Call {
+    void* connection;
+    size_t ahead;
+    void* dst;
+    size_t bytes;
+  };
+  std::vector<Call> calls;
+  bool fail = false;
+};
+FakeV7 gFakeV7;
+braidPluginResult_t fakeExpect(void* c, size_t ahead, void* dst, size_t bytes, braidPluginError_v1* e) {
+  if (gFakeV7.fail) {
+    e->rank = 1;
+    std::snprintf(e->message, sizeof(e->message), "no room to post it");
+    return braidPluginSystemError;
+  }
+  gFakeV7.calls.push_back({c, ahead, dst, bytes});
+  return braidPluginOk;
+}
+
+TEST_CASE("plugin ABI v7: expect_recv reaches the plugin's connection, nothing before v7", "[plugin]") {
+  static const braidTransportPlugin_v7_t table = [] {
+    braidTransportPlugin_v7_t t{};
+    t.base.base.base = fakeTableV4();
+    t.base.base.base.base.base.base.abi_version = 7;
+    t.base.base.slot_memory = fakeSlotMemory;
+    t.base.peer_failed = fakePeerFailed;
+    t.expect_recv = fakeExpect;
+    return t;
+  }();
+  auto connectionAs = [&](int version) {
+    const braidTransportPlugin_v7_t& x = table;
+    return recvConnection(plugin::factoryFromTable(&x.base.base.base.base.base.base, "fake v7 table",
+                                                   version >= 2 ? &x.base.base.base.base.base : nullptr,
+                                                   version >= 3 ? &x.base.base.base.base : nullptr,
+                                                   version >= 4 ? &x.base.base.base : nullptr,
+                                                   version >= 5 ? &x.base.base : nullptr,
+                                                   version >= 6 ? &x.base : nullptr, version >= 7 ? &x : nullptr));
+  };
+  std::vector<uint8_t> dst(64);
+  gFakeV7 = FakeV7{};
+  {
+    auto [t, c] = connectionAs(7);
+    REQUIRE(c->expectRecv(0, dst.data(), 24).isOk());
+    REQUIRE(c->expectRecv(1, nullptr, 16).isOk());
+    REQUIRE(gFakeV7.calls.size() == 2);
+    CHECK(gFakeV7.calls[0].connection == &gFake);  // the handle fakeCreateRecv gave
+    CHECK(gFakeV7.calls[0].ahead == 0);
+    CHECK(gFakeV7.calls[0].dst == dst.data());
+    CHECK(gFakeV7.calls[0].bytes == 24);
+    CHECK(gFakeV7.calls[1].ahead == 1);
+    CHECK(gFakeV7.calls[1].dst == nullptr);
+    CHECK(gFakeV7.calls[1].bytes == 16);
+    gFakeV7.fail = true;
+    Status st = c->expectRecv(0, dst.data(), 24);
+    INFO(st.toString());
+    CHECK(st.code() == Code::kSystemError);
+    CHECK(st.rank() == 1);
+    CHECK(st.message().find("fake: no room to post it") != std::string::npos);  // the plugin named
+  }
+  gFakeV7 = FakeV7{};
+  {
+    auto [t, c] = connectionAs(6);  // the same plugin loaded as v6
+    REQUIRE(c->expectRecv(0, dst.data(), 24).isOk());
+    CHECK(gFakeV7.calls.empty());
+  }
+  gFakeV7 = FakeV7{};
+
+  // The export side: braid's own table forwards it to the C++ connection (tcp's ignores it).
+  static const braidTransportPlugin_v7_t exported = plugin::exportTableV7("recording", "1", &createRecording);
+  CHECK(exported.base.base.base.base.base.base.abi_version == 7);
+  CHECK(exported.expect_recv != nullptr);
 }
 
 // Plugin ABI v3 hands the job's key to the plugin; a plugin whose peers reach it directly

@@ -187,6 +187,10 @@ void slotMemory(void* c, void** base, size_t* bytes) {
   *bytes = r.base ? r.bytes : 0;
 }
 
+braidPluginResult_t expectRecv(void* c, size_t ahead, void* dst, size_t bytes, braidPluginError_v1* e) {
+  return report(conn(c)->expectRecv(ahead, dst, bytes), e);
+}
+
 void peerFailed(void* t, int rank) {
   if (!t) return;
   try {
@@ -291,6 +295,14 @@ braidTransportPlugin_v6_t exportTableV6(const char* name, const char* version, C
   t.base = exportTableV5(name, version, create);
   t.base.base.base.base.base.abi_version = 6;
   t.peer_failed = &peerFailed;
+  return t;
+}
+
+braidTransportPlugin_v7_t exportTableV7(const char* name, const char* version, CreateFn create) {
+  braidTransportPlugin_v7_t t{};
+  t.base = exportTableV6(name, version, create);
+  t.base.base.base.base.base.base.abi_version = 7;
+  t.expect_recv = &expectRecv;
   return t;
 }
 

@@ -19,11 +19,12 @@ namespace braid::transport::plugin {
 
 using CreateFn = StatusOr<std::unique_ptr<Transport>> (*)(const TransportConfig& cfg);
 
-// Builds the table for one transport; a library exports one (v6; v5 to v1 for a library
+// Builds the table for one transport; a library exports one (v7; v6 to v1 for a library
 // that must also load into an older braid). Only a v3 or later transport is given the job's
 // key, only a v4 or later one may carry messages larger than a slot, only a v5 one's slots
-// reach the direct GPU path (Connection::slotMemory), and only a v6 one hears of failed
-// peers (Transport::peerFailed).
+// reach the direct GPU path (Connection::slotMemory), only a v6 one hears of failed peers
+// (Transport::peerFailed), and only a v7 one of receives ahead (Connection::expectRecv).
+braidTransportPlugin_v7_t exportTableV7(const char* name, const char* version, CreateFn create);
 braidTransportPlugin_v6_t exportTableV6(const char* name, const char* version, CreateFn create);
 braidTransportPlugin_v5_t exportTableV5(const char* name, const char* version, CreateFn create);
 braidTransportPlugin_v4_t exportTableV4(const char* name, const char* version, CreateFn create);
@@ -37,6 +38,11 @@ TransportConfig configFromV1(const braidTransportConfig_v1& c);
 }  // namespace braid::transport::plugin
 
 #define BRAID_EXPORT_TRANSPORT_PLUGIN(NAME, VERSION, CREATE)                                 \
+  extern "C" __attribute__((visibility("default"))) const braidTransportPlugin_v7_t         \
+      braidTransportPlugin_v7 = ::braid::transport::plugin::exportTableV7(NAME, VERSION, CREATE)
+
+// The sixth ABI: failed peers, no receives ahead.
+#define BRAID_EXPORT_TRANSPORT_PLUGIN_V6(NAME, VERSION, CREATE)                              \
   extern "C" __attribute__((visibility("default"))) const braidTransportPlugin_v6_t         \
       braidTransportPlugin_v6 = ::braid::transport::plugin::exportTableV6(NAME, VERSION, CREATE)
 

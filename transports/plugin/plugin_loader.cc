@@ -49,9 +49,9 @@ Status call(const std::string& name, F&& f) {
 class PluginConnection final : public Connection {
  public:
   PluginConnection(const braidTransportPlugin_v1_t* t, const braidTransportPlugin_v2_t* v2,
-                   const braidTransportPlugin_v4_t* v4, const braidTransportPlugin_v5_t* v5, const std::string* name,
-                   void* c, int peer)
-      : t_(t), v2_(v2), v4_(v4), v5_(v5), name_(name), c_(c), peer_(peer), slotBytes_(t->slot_bytes(c)),
+                   const braidTransportPlugin_v4_t* v4, const braidTransportPlugin_v5_t* v5,
+                   const braidTransportPlugin_v7_t* v7, const std::string* name, void* c, int peer)
+      : t_(t), v2_(v2), v4_(v4), v5_(v5), v7_(v7), name_(name), c_(c), peer_(peer), slotBytes_(t->slot_bytes(c)),
         fromUser_(v2 && v2->sends_from_user(c) != 0), tagMask_(v2 ? v2->tag_mask(c) : ~uint64_t{0}),
         // Below a slot's size means no more than a slot.
         maxMessage_(v4 ? std::max(slotBytes_, v4->max_message_bytes(c)) : slotBytes_) {}
@@ -85,6 +85,10 @@ class PluginConnection final : public Connection {
     Status st = call(*name_, [&](braidPluginError_v1* e) { return v4_->peek_tag(c_, &t, e); });
     if (st.isOk()) *tag = t;
     return st;
+  }
+  Status expectRecv(size_t ahead, void* dst, size_t bytes) override {
+    if (!v7_) return Status::ok();
+    return call(*name_, [&](braidPluginError_v1* e) { return v7_->expect_recv(c_, ahead, dst, bytes, e); });
   }
   Status peekRecv(Slot* s) override { return peek(s, nullptr, 0); }
   Status peekRecvInto(Slot* s, void* dst, size_t bytes) override { return peek(s, dst, bytes); }
@@ -142,6 +146,7 @@ class PluginConnection final : public Connection {
   const braidTransportPlugin_v2_t* v2_;  // nullptr for a v1 plugin
   const braidTransportPlugin_v4_t* v4_;  // nullptr below version 4
   const braidTransportPlugin_v5_t* v5_;  // nullptr below version 5
+  const braidTransportPlugin_v7_t* v7_;  // nullptr below version 7
   const std::string* name_;
   void* c_;
   int peer_;
@@ -155,9 +160,9 @@ class PluginTransport final : public Transport {
  public:
   PluginTransport(const braidTransportPlugin_v1_t* t, const braidTransportPlugin_v2_t* v2,
                   const braidTransportPlugin_v4_t* v4, const braidTransportPlugin_v5_t* v5,
-                  const braidTransportPlugin_v6_t* v6, std::string name, void* h,
-                  std::unique_ptr<std::function<Status()>> abortCheck)
-      : t_(t), v2_(v2), v4_(v4), v5_(v5), v6_(v6), name_(std::move(name)), h_(h),
+                  const braidTransportPlugin_v6_t* v6, const braidTransportPlugin_v7_t* v7, std::string name,
+                  void* h, std::unique_ptr<std::function<Status()>> abortCheck)
+      : t_(t), v2_(v2), v4_(v4), v5_(v5), v6_(v6), v7_(v7), name_(std::move(name)), h_(h),
         abortCheck_(std::move(abortCheck)) {}
   ~PluginTransport() override { t_->finalize(h_); }
 
@@ -192,7 +197,7 @@ class PluginTransport final : public Transport {
       buf.assign(n, '\0');
     }
     *blob = std::move(buf);
-    return std::unique_ptr<Connection>(new PluginConnection(t_, v2_, v4_, v5_, &name_, c, peer));
+    return std::unique_ptr<Connection>(new PluginConnection(t_, v2_, v4_, v5_, v7_, &name_, c, peer));
   }
 
   StatusOr<std::unique_ptr<Connection>> connectSend(int peer, int channel, const std::string& blob) override {
@@ -202,7 +207,7 @@ class PluginTransport final : public Transport {
     });
     if (!st.isOk()) return st;
     if (!c) return internalError(name_ + ": connect_send returned no connection");
-    return std::unique_ptr<Connection>(new PluginConnection(t_, v2_, v4_, v5_, &name_, c, peer));
+    return std::unique_ptr<Connection>(new PluginConnection(t_, v2_, v4_, v5_, v7_, &name_, c, peer));
   }
 
   Status establish(Deadline deadline) override {
@@ -219,6 +224,7 @@ class PluginTransport final : public Transport {
   const braidTransportPlugin_v4_t* v4_;  // nullptr below version 4
   const braidTransportPlugin_v5_t* v5_;  // nullptr below version 5
   const braidTransportPlugin_v6_t* v6_;  // nullptr below version 6
+  const braidTransportPlugin_v7_t* v7_;  // nullptr below version 7
   std::string name_;
   void* h_;
   std::unique_ptr<std::function<Status()>> abortCheck_;
@@ -275,6 +281,13 @@ std::string missingEntry(const braidTransportPlugin_v6_t* t) {
   std::string m = missingEntry(&t->base);
   if (!m.empty()) return m;
   if (!t->peer_failed) return "peer_failed";
+  return "";
+}
+
+std::string missingEntry(const braidTransportPlugin_v7_t* t) {
+  std::string m = missingEntry(&t->base);
+  if (!m.empty()) return m;
+  if (!t->expect_recv) return "expect_recv";
   return "";
 }
 
@@ -366,12 +379,12 @@ std::vector<std::string> pluginFiles(const char* pluginList, const char* pluginD
 TransportFactory factoryFromTable(const braidTransportPlugin_v1_t* table, const std::string& origin,
                                   const braidTransportPlugin_v2_t* v2, const braidTransportPlugin_v3_t* v3,
                                   const braidTransportPlugin_v4_t* v4, const braidTransportPlugin_v5_t* v5,
-                                  const braidTransportPlugin_v6_t* v6) {
+                                  const braidTransportPlugin_v6_t* v6, const braidTransportPlugin_v7_t* v7) {
   TransportFactory f;
   f.name = table->name;
   f.origin = origin;
   f.version = table->version ? table->version : "";
-  f.create = [table, v2, v3, v4, v5, v6](const TransportConfig& cfg) -> StatusOr<std::unique_ptr<Transport>> {
+  f.create = [table, v2, v3, v4, v5, v6, v7](const TransportConfig& cfg) -> StatusOr<std::unique_ptr<Transport>> {
     std::vector<const char*> ifs;
     for (const std::string& s : cfg.channelNetIfs) ifs.push_back(s.c_str());
     braidTransportConfig_v1 c{};
@@ -407,7 +420,7 @@ TransportFactory factoryFromTable(const braidTransportPlugin_v1_t* table, const 
     });
     if (!st.isOk()) return st;
     if (!h) return internalError(name + ": init returned no transport");
-    return std::unique_ptr<Transport>(new PluginTransport(table, v2, v4, v5, v6, name, h, std::move(abortCheck)));
+    return std::unique_ptr<Transport>(new PluginTransport(table, v2, v4, v5, v6, v7, name, h, std::move(abortCheck)));
   };
   return f;
 }
@@ -421,7 +434,8 @@ StatusOr<TransportFactory> loadPlugin(const std::string& file) {
     return Status(Code::kSystemError, "cannot load transport plugin " + file + ": " + (err ? err : "unknown error"));
   }
   // The newest table the library offers; its abi_version must match the symbol's.
-  auto* v6 = static_cast<const braidTransportPlugin_v6_t*>(dlsym(lib, BRAID_TRANSPORT_PLUGIN_SYMBOL_V6));
+  auto* v7 = static_cast<const braidTransportPlugin_v7_t*>(dlsym(lib, BRAID_TRANSPORT_PLUGIN_SYMBOL_V7));
+  auto* v6 = v7 ? &v7->base : static_cast<const braidTransportPlugin_v6_t*>(dlsym(lib, BRAID_TRANSPORT_PLUGIN_SYMBOL_V6));
   auto* v5 = v6 ? &v6->base : static_cast<const braidTransportPlugin_v5_t*>(dlsym(lib, BRAID_TRANSPORT_PLUGIN_SYMBOL_V5));
   auto* v4 = v5 ? &v5->base : static_cast<const braidTransportPlugin_v4_t*>(dlsym(lib, BRAID_TRANSPORT_PLUGIN_SYMBOL_V4));
   auto* v3 = v4 ? &v4->base : static_cast<const braidTransportPlugin_v3_t*>(dlsym(lib, BRAID_TRANSPORT_PLUGIN_SYMBOL_V3));
@@ -431,34 +445,36 @@ StatusOr<TransportFactory> loadPlugin(const std::string& file) {
   if (!table) {
     dlclose(lib);
     return Status(Code::kInvalidArgument, "transport plugin " + file +
-                                              " exports none of " BRAID_TRANSPORT_PLUGIN_SYMBOL_V6
+                                              " exports none of " BRAID_TRANSPORT_PLUGIN_SYMBOL_V7
+                                              ", " BRAID_TRANSPORT_PLUGIN_SYMBOL_V6
                                               ", " BRAID_TRANSPORT_PLUGIN_SYMBOL_V5
                                               ", " BRAID_TRANSPORT_PLUGIN_SYMBOL_V4
                                               ", " BRAID_TRANSPORT_PLUGIN_SYMBOL_V3
                                               ", " BRAID_TRANSPORT_PLUGIN_SYMBOL_V2
                                               " and " BRAID_TRANSPORT_PLUGIN_SYMBOL_V1
-                                              " (this braid speaks plugin ABI versions 1 to 6)");
+                                              " (this braid speaks plugin ABI versions 1 to 7)");
   }
-  const uint32_t expected = v6 ? 6 : v5 ? 5 : v4 ? 4 : v3 ? 3 : v2 ? 2 : 1;
+  const uint32_t expected = v7 ? 7 : v6 ? 6 : v5 ? 5 : v4 ? 4 : v3 ? 3 : v2 ? 2 : 1;
   if (table->abi_version != expected) {
     uint32_t v = table->abi_version;
     dlclose(lib);
     return Status(Code::kInvalidArgument, "transport plugin " + file + " exports " +
-                                              (v6   ? BRAID_TRANSPORT_PLUGIN_SYMBOL_V6
+                                              (v7   ? BRAID_TRANSPORT_PLUGIN_SYMBOL_V7
+                                               : v6 ? BRAID_TRANSPORT_PLUGIN_SYMBOL_V6
                                                : v5 ? BRAID_TRANSPORT_PLUGIN_SYMBOL_V5
                                                : v4 ? BRAID_TRANSPORT_PLUGIN_SYMBOL_V4
                                                : v3 ? BRAID_TRANSPORT_PLUGIN_SYMBOL_V3
                                                : v2 ? BRAID_TRANSPORT_PLUGIN_SYMBOL_V2
                                                     : BRAID_TRANSPORT_PLUGIN_SYMBOL_V1) +
                                               " with ABI version " + std::to_string(v) +
-                                              " but this braid speaks versions 1 to 6");
+                                              " but this braid speaks versions 1 to 7");
   }
-  std::string missing = v6 ? missingEntry(v6) : v5 ? missingEntry(v5) : v4 ? missingEntry(v4) : v3 ? missingEntry(v3) : v2 ? missingEntry(v2) : missingEntry(table);
+  std::string missing = v7 ? missingEntry(v7) : v6 ? missingEntry(v6) : v5 ? missingEntry(v5) : v4 ? missingEntry(v4) : v3 ? missingEntry(v3) : v2 ? missingEntry(v2) : missingEntry(table);
   if (!missing.empty()) {
     dlclose(lib);
     return Status(Code::kInvalidArgument, "transport plugin " + file + ": its table has no '" + missing + "'");
   }
-  return factoryFromTable(table, file, v2, v3, v4, v5, v6);
+  return factoryFromTable(table, file, v2, v3, v4, v5, v6, v7);
 }
 
 }  // namespace braid::transport::plugin

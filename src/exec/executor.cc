@@ -48,6 +48,7 @@ class ChannelRunner {
                 const RunContext& ctx, const ChannelSetup* setup = nullptr)
       : s_(s), plan_(s.channels[channel]), b_(b), links_(links), ctx_(ctx),
         es_(dataTypeSize(s.dtype)), channel_(channel), setup_(setup) {
+    announces_ = !ctx.mover;
     if (setup) {
       for (Connection* c : setup->active) active_.push_back(c);
       acks_ = setup->acks;
@@ -124,11 +125,18 @@ class ChannelRunner {
       BRAID_RETURN_IF_ERROR(runLanes());
     } else if (setup_ && setup_->singleSlices && !timeline::on()) {
       // One slice per step, in step order: what the rounds below come to for these steps.
-      for (size_t i = 0; i < plan_.steps.size(); ++i) {
+      const size_t n = plan_.steps.size();
+      for (size_t i = 0; i < n; ++i) {
         const size_t len = setup_->stepBytes[i];
         if (len == 0) continue;
         const bool direct = isDirect(i);
-        BRAID_RETURN_IF_ERROR(runSlice(plan_.steps[i], direct, 0, len));
+        const Step& st = plan_.steps[i];
+        if (announces_ && receives(st.prim)) {
+          const bool nx = i + 1 < n && setup_->stepBytes[i + 1] > 0;
+          BRAID_RETURN_IF_ERROR(
+              announce(st, 0, len, nx ? &plan_.steps[i + 1] : nullptr, 0, nx ? setup_->stepBytes[i + 1] : 0));
+        }
+        BRAID_RETURN_IF_ERROR(runSlice(st, direct, 0, len));
       }
     } else if (plan_.phases.empty()) {
       BRAID_RETURN_IF_ERROR(runPhase(0, plan_.steps.size(), plan_.rounds));
@@ -176,29 +184,86 @@ class ChannelRunner {
     return Status::ok();
   }
 
+  // Part r of `rounds` of a step of `bytes` bytes, [*lo, *hi), in whole elements; both ends
+  // compute the same split. One round (every small message) takes the whole step without
+  // dividing (es_ is a power of 2).
+  void roundPart(size_t bytes, size_t r, size_t rounds, size_t* lo, size_t* hi) const {
+    *lo = 0;
+    *hi = bytes & ~(es_ - 1);
+    if (rounds > 1) {
+      const size_t elems = *hi / es_;
+      *lo = elems * r / rounds * es_;
+      *hi = elems * (r + 1) / rounds * es_;
+    }
+  }
+
   Status runPhase(size_t first, size_t count, int nrounds) {
     const size_t rounds = static_cast<size_t>(nrounds);
     for (size_t r = 0; r < rounds; ++r) {
       for (size_t i = first; i < first + count; ++i) {
         const Step& st = plan_.steps[i];
-        // Part r of the step, in whole elements; both ends compute the same split. One round
-        // (every small message) takes the whole step without dividing (es_ is a power of 2).
-        size_t lo = 0;
-        size_t hi = st.bytes() & ~(es_ - 1);
-        if (rounds > 1) {
-          const size_t elems = hi / es_;
-          lo = elems * r / rounds * es_;
-          hi = elems * (r + 1) / rounds * es_;
-        }
+        size_t lo, hi;
+        roundPart(st.bytes(), r, rounds, &lo, &hi);
         const bool direct = isDirect(i);
         const int64_t t0 = timeline::on() ? timeline::nowUs() : 0;
         for (size_t off = lo; off < hi; off += sliceBytes_) {
-          BRAID_RETURN_IF_ERROR(runSlice(st, direct, off, std::min(sliceBytes_, hi - off)));
+          const size_t len = std::min(sliceBytes_, hi - off);
+          if (announces_ && receives(st.prim)) {
+            // The receive after this one on the same connection, when it comes next: this
+            // step's next slice, or the next step's first.
+            const Step* nx = nullptr;
+            size_t nxOff = 0, nxLen = 0;
+            if (off + len < hi) {
+              nx = &st;
+              nxOff = off + len;
+              nxLen = std::min(sliceBytes_, hi - nxOff);
+            } else if (i + 1 < first + count) {
+              size_t nlo, nhi;
+              roundPart(plan_.steps[i + 1].bytes(), r, rounds, &nlo, &nhi);
+              if (nhi > nlo) {
+                nx = &plan_.steps[i + 1];
+                nxOff = nlo;
+                nxLen = std::min(sliceBytes_, nhi - nlo);
+              }
+            }
+            BRAID_RETURN_IF_ERROR(announce(st, off, len, nx, nxOff, nxLen));
+          }
+          BRAID_RETURN_IF_ERROR(runSlice(st, direct, off, len));
         }
         if (t0) traceStep(st, r, rounds, hi - lo, t0);
       }
     }
     return Status::ok();
+  }
+
+  static bool receives(Prim p) { return p != Prim::kSend && p != Prim::kCopy && p != Prim::kLocalReduce; }
+  // Where runSlice asks the slice of `st` at `off` to land: the destination of a step that
+  // only stores or forwards what it receives, else a slot (nullptr).
+  void* landingOf(const Step& st, size_t off) const {
+    return st.prim == Prim::kRecv || st.prim == Prim::kRecvCopySend ? addr(st.dst, off) : nullptr;
+  }
+
+  // Tells the connection of the slice of `st` at `off` (`len` bytes) about its receive, and
+  // about the one after it when that is the slice of `nx` at `nxOff` (Connection::expectRecv):
+  // over UCX, that one is then posted while this slice is still reduced and sent, instead of
+  // arriving before its receive and being copied out of UCX's unexpected queue. The next
+  // landing must lie clear of all this slice reads and writes, the only work between now
+  // and its peek; a send from the caller's memory is never of a range a later step writes
+  // (markDirectSends), so earlier sends still in flight cannot meet it.
+  Status announce(const Step& st, size_t off, size_t len, const Step* nx, size_t nxOff, size_t nxLen) {
+    Connection* c = links_.recvFrom[st.peerIn];
+    BRAID_RETURN_IF_ERROR(c->expectRecv(0, landingOf(st, off), len));
+    if (!nx || nxLen == 0 || !receives(nx->prim) || nx->peerIn != st.peerIn) return Status::ok();
+    char* at = static_cast<char*>(landingOf(*nx, nxOff));
+    if (at) {
+      auto meets = [&](const Region& r) {
+        if (r.bytes == 0) return false;
+        const char* b = addr(r, off);
+        return b < at + nxLen && at < b + len;
+      };
+      if (meets(st.src) || meets(st.dst)) return Status::ok();
+    }
+    return c->expectRecv(1, at, nxLen);
   }
 
   // The region a step sends from the caller's memory when its connection can (zero copy):
@@ -1171,6 +1236,9 @@ class ChannelRunner {
   size_t es_;
   size_t sliceBytes_;
   bool whole_ = false;  // slices of a wholeBlocks schedule above a slot (RunContext::wholeBlockBytes)
+  // Receives are announced to their connections ahead (announce); not through a DataMover,
+  // whose receives never land in the caller's memory.
+  bool announces_ = false;
   bool acks_ = false;   // this channel sends and receives the schedule's acknowledgements
   // Copies that large messages of non-direct steps are sent from (sendCopy).
   std::vector<std::unique_ptr<char[]>> bounce_;

@@ -102,6 +102,25 @@ void PeerBook::markStalled(int peer) {
   stalledProcesses().insert(processKey(it->second));
 }
 
+size_t eagerMaxUnder(const char* rndvThresh, size_t unknown) {
+  if (!rndvThresh || !*rndvThresh) return unknown;
+  const std::string v = rndvThresh;
+  if (v == "inf") return SIZE_MAX;
+  char* end = nullptr;
+  const unsigned long long n = std::strtoull(v.c_str(), &end, 10);
+  if (end == v.c_str()) return unknown;
+  unsigned long long unit = 1;
+  switch (*end) {
+    case 'k': case 'K': unit = 1ull << 10; ++end; break;
+    case 'm': case 'M': unit = 1ull << 20; ++end; break;
+    case 'g': case 'G': unit = 1ull << 30; ++end; break;
+    default: break;
+  }
+  if (*end == 'b' || *end == 'B') ++end;
+  if (*end != '\0' || n == 0) return unknown;
+  return static_cast<size_t>(n * unit - 1);
+}
+
 Status peerFailure(int peer, const char* what, ucs_status_t st) {
   return Status(Code::kRemoteError,
                 std::string("ucx: ") + what + " rank " + std::to_string(peer) + " failed: " + ucs_status_string(st),
@@ -524,15 +543,34 @@ Status UcxRecvConnection::peekTag(uint64_t* tag) {
   return Status::ok();
 }
 
+// On demand: a message's receive goes up when it is announced or peeked, in message order,
+// into the caller's buffer when one is given (UCX matches one sender's messages in the order
+// sent), whatever its size: a message larger than a slot can only land there.
+Status UcxRecvConnection::postFor(Landing& l, void* dst, size_t bytes) {
+  if (dst && bytes <= kMaxMessageBytes) return post(l, tag_, dst, bytes);
+  return post(l, tag_, l.buf, slotBytes_);
+}
+
+// A receive posted ahead pays for an eager message: one that arrives before its receive
+// waits in UCX's unexpected queue, copied there from the socket's segment and copied again
+// into place. A rendezvous message waits as a request only and moves once its receive is
+// up; posting that ahead only starts a second transfer beside the current one, which
+// measured slower where ranks share cores (docs/performance.md, "Receives announced ahead").
+Status UcxRecvConnection::expectRecv(size_t ahead, void* dst, size_t bytes) {
+  // Posted ahead, every slot already waits for its message; and a landing must be free.
+  if (!onDemand_ || ahead >= slots_.size()) return Status::ok();
+  if (ahead > 0 && bytes > worker_->eagerMaxBytes) return Status::ok();
+  // Receives go up in message order: this one only after those before it.
+  for (size_t k = 0; k < ahead; ++k)
+    if (!slots_[(peekSeq_ + k) % slots_.size()].posted) return Status::ok();
+  Landing& l = slots_[(peekSeq_ + ahead) % slots_.size()];
+  if (l.posted) return Status::ok();
+  return postFor(l, dst, bytes);
+}
+
 Status UcxRecvConnection::peek(Slot* s, void* dst, size_t bytes) {
   Landing& l = slots_[peekSeq_ % slots_.size()];
-  if (!l.posted) {
-    // On demand: this message's receive goes up now, in message order, into the caller's
-    // buffer when one is given (UCX matches one sender's messages in the order sent), whatever
-    // its size: a message larger than a slot can only land there.
-    if (dst && bytes <= kMaxMessageBytes) BRAID_RETURN_IF_ERROR(post(l, tag_, dst, bytes));
-    else BRAID_RETURN_IF_ERROR(post(l, tag_, l.buf, slotBytes_));
-  }
+  if (!l.posted) BRAID_RETURN_IF_ERROR(postFor(l, dst, bytes));
   if (!l.done) {
     worker_->progress();
     if (!l.done) {

@@ -107,6 +107,9 @@ struct Worker {
   std::vector<std::unique_ptr<Endpoint>> endpoints;
   PeerBook* peers = nullptr;  // the transport's, which outlives its workers
   std::vector<std::unique_ptr<Leftover>> leftovers;  // of its torn-down connections
+  // The largest message UCX sends eagerly (below its rendezvous threshold): only those are
+  // worth a receive posted ahead (UcxRecvConnection::expectRecv).
+  size_t eagerMaxBytes = 64 * 1024;
 
   // Drives UCX until it has nothing more to do right now (bounded).
   void progress() {
@@ -119,6 +122,11 @@ struct Worker {
 // (Connection::maxMessageBytes), where receives are posted on demand: UCX moves a tagged
 // message of any size, so this only bounds what one step hands it at once.
 constexpr size_t kMaxMessageBytes = size_t{1} << 30;
+
+// The largest eager message under a UCX_RNDV_THRESH value in UCX's syntax ("262145",
+// "64k", "inf"; the threshold is the first size sent by rendezvous), or `unknown` for one
+// UCX works out itself ("auto") or that does not parse.
+size_t eagerMaxUnder(const char* rndvThresh, size_t unknown);
 
 // What a failed UCX call or completion becomes: kRemoteError naming the peer.
 Status peerFailure(int peer, const char* what, ucs_status_t st);
@@ -215,6 +223,8 @@ class UcxRecvConnection final : public Connection {
   Status peekRecv(Slot* s) override;
   // On demand mode only: the message lands at dst when its receive is posted here.
   Status peekRecvInto(Slot* s, void* dst, size_t bytes) override;
+  // On demand mode only: posts the announced message's receive now, where its peek would.
+  Status expectRecv(size_t ahead, void* dst, size_t bytes) override;
   uint64_t tagMask() const override { return kExecTagMask; }
   size_t maxMessageBytes() const override { return onDemand_ ? kMaxMessageBytes : slotBytes_; }
   // The slots every message not landed at the caller's destination arrives in.
@@ -258,6 +268,8 @@ class UcxRecvConnection final : public Connection {
   static void recvDone(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user);
   static void creditSent(void* request, ucs_status_t status, void* user);
   Status post(Landing& l, uint64_t tag, void* into, size_t capacity);
+  // On demand: the data receive of the next message into `dst` (or its slot).
+  Status postFor(Landing& l, void* dst, size_t bytes);
   Status peek(Slot* s, void* dst, size_t bytes);
   // Logs why the hello that arrived is not taken, and posts the hello's receive again.
   StatusOr<std::string> refuseHello(const std::string& why);

@@ -495,6 +495,10 @@ StatusOr<Worker*> UcxTransport::worker(int channel) {
   w->address.assign(reinterpret_cast<const char*>(addr), len);
   ucp_worker_release_address(w->worker, addr);
   w->peers = peers_.get();
+  // UCX's own choice of threshold (an RDMA device's, or "auto") is not known here: then
+  // only messages up to 64 KiB, eager under every threshold braid sets, go ahead.
+  w->eagerMaxBytes = eagerMaxUnder(rndvThresh_.empty() ? std::getenv("UCX_RNDV_THRESH") : rndvThresh_.c_str(),
+                                   64 * 1024);
   Worker* raw = w.get();
   workers_[channel] = std::move(w);
   return raw;

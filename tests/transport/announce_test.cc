@@ -22,12 +22,6 @@ using namespace braid::transport::test;
 
 namespace {
 
-const TransportFactory* findFactory(const std::string& name) {
-  for (const TransportFactory& f : registry())
-    if (name == f.name) return &f;
-  return nullptr;
-}
-
 class Announced final : public Connection {
  public:
   explicit Announced(Connection* inner) : in_(inner) {}
@@ -246,7 +240,7 @@ std::string runCases(Endpoint& ep) {
 
 TEST_CASE("receives announced ahead leave alone what the slice before them reads", "[transport][executor]") {
   for (const char* name : {"shm", "ucx"}) {
-    const TransportFactory* f = findFactory(name);
+    const TransportFactory* f = registeredFactory(name);
     if (!f) continue;  // ucx: a plugin that may not be built here
     if (!supportsMode(*f, Mode::kThreads)) continue;
     INFO(name);

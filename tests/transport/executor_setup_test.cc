@@ -17,12 +17,6 @@ using namespace braid::transport::test;
 
 namespace {
 
-const TransportFactory* findFactory(const std::string& name) {
-  for (const TransportFactory& f : registry())
-    if (name == f.name) return &f;
-  return nullptr;
-}
-
 // One rank's half of a two-rank float sum: send the input to the peer, then add the peer's
 // input to ours into the output, in `rounds` rounds.
 Schedule exchange(int peer, size_t bytes, int rounds) {
@@ -126,7 +120,7 @@ std::string runCases(Endpoint& ep) {
 
 TEST_CASE("a channel prepared once runs each call like one worked out per call", "[transport][executor]") {
   for (const char* name : {"shm", "tcp", "ucx"}) {
-    const TransportFactory* f = findFactory(name);
+    const TransportFactory* f = registeredFactory(name);
     if (!f) continue;  // ucx: a plugin that may not be built here
     if (!supportsMode(*f, Mode::kThreads)) continue;
     INFO(name);

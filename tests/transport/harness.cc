@@ -357,6 +357,12 @@ TransportConfig loopbackPairConfig(int rank, uint64_t nonce) {
   return cfg;
 }
 
+const TransportFactory* registeredFactory(const std::string& name) {
+  for (const TransportFactory& f : registry())
+    if (name == f.name) return &f;
+  return nullptr;
+}
+
 uint64_t freshNonce() {
   static std::atomic<uint64_t> counter{0};
   static const uint64_t base = [] {

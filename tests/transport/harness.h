@@ -69,6 +69,9 @@ using Scenario = std::function<std::string(Endpoint&)>;
 std::string runPair(const TransportFactory& factory, Mode mode, const TransportConfig& cfg,
                     const Scenario& scenario, double timeoutSec = 120);
 
+// The registered transport called `name` (registry()), or nullptr.
+const TransportFactory* registeredFactory(const std::string& name);
+
 // A nonce no other test in this run (or a concurrent one) uses.
 uint64_t freshNonce();
 

@@ -262,9 +262,8 @@ typedef struct braidTransportPlugin_v7_s {
    * when its current operation will ask for it, only after the ones before it (ahead 1
    * after ahead 0), again only with the same dst and bytes, and leaves the bytes at dst
    * alone (no reads, no writes) from then until that peek; it may announce some messages
-   * and not others. It is a hint: a
-   * transport with no use for it returns braidPluginOk, and the peek still says where the
-   * message landed. */
+   * and not others. It is a hint: a transport with no use for it returns braidPluginOk,
+   * and the peek still says where the message landed. */
   braidPluginResult_t (*expect_recv)(void* connection, size_t ahead, void* dst, size_t bytes,
                                      braidPluginError_v1* error);
 } braidTransportPlugin_v7_t;

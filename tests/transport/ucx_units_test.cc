@@ -15,6 +15,10 @@ TEST_CASE("ucx: the largest eager message under a UCX_RNDV_THRESH value", "[ucx]
   CHECK(eagerMaxUnder("1mb", kUnknown) == (size_t{1} << 20) - 1);
   CHECK(eagerMaxUnder("2G", kUnknown) == (size_t{2} << 30) - 1);
   CHECK(eagerMaxUnder("inf", kUnknown) == SIZE_MAX);
+  CHECK(eagerMaxUnder("99999999999999999999", kUnknown) == SIZE_MAX);  // beyond any message
+  CHECK(eagerMaxUnder("18446744073709551615g", kUnknown) == SIZE_MAX);
+  CHECK(eagerMaxUnder("-1", kUnknown) == kUnknown);
+  CHECK(eagerMaxUnder(" 64k", kUnknown) == kUnknown);
   // UCX's own choice, and what does not parse: the caller's guess.
   CHECK(eagerMaxUnder("auto", kUnknown) == kUnknown);
   CHECK(eagerMaxUnder(nullptr, kUnknown) == kUnknown);

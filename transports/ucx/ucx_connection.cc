@@ -3,6 +3,7 @@
 #include <poll.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -106,9 +107,11 @@ size_t eagerMaxUnder(const char* rndvThresh, size_t unknown) {
   if (!rndvThresh || !*rndvThresh) return unknown;
   const std::string v = rndvThresh;
   if (v == "inf") return SIZE_MAX;
+  if (v[0] < '0' || v[0] > '9') return unknown;
   char* end = nullptr;
+  errno = 0;
   const unsigned long long n = std::strtoull(v.c_str(), &end, 10);
-  if (end == v.c_str()) return unknown;
+  const bool huge = errno == ERANGE;
   unsigned long long unit = 1;
   switch (*end) {
     case 'k': case 'K': unit = 1ull << 10; ++end; break;
@@ -118,6 +121,7 @@ size_t eagerMaxUnder(const char* rndvThresh, size_t unknown) {
   }
   if (*end == 'b' || *end == 'B') ++end;
   if (*end != '\0' || n == 0) return unknown;
+  if (huge || n > SIZE_MAX / unit) return SIZE_MAX;
   return static_cast<size_t>(n * unit - 1);
 }
 

@@ -107,9 +107,9 @@ struct Worker {
   std::vector<std::unique_ptr<Endpoint>> endpoints;
   PeerBook* peers = nullptr;  // the transport's, which outlives its workers
   std::vector<std::unique_ptr<Leftover>> leftovers;  // of its torn-down connections
-  // The largest message UCX sends eagerly (below its rendezvous threshold): only those are
-  // worth a receive posted ahead (UcxRecvConnection::expectRecv).
-  size_t eagerMaxBytes = 64 * 1024;
+  // The largest message UCX sends eagerly (below its rendezvous threshold), as the transport
+  // works it out: only those are worth a receive posted ahead (UcxRecvConnection::expectRecv).
+  size_t eagerMaxBytes = 0;
 
   // Drives UCX until it has nothing more to do right now (bounded).
   void progress() {

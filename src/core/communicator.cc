@@ -121,12 +121,14 @@ Status decodePeer(const std::string& s, int rank, transport::PeerInfo* p, topolo
 
 // How UCX, asked for by name on one host, would move braid's messages: through shared memory
 // when UCX_TLS may use it, otherwise over tcp connections, paced by the kernel when its
-// congestion control is BBR's. Each takes other slots (Communicator::init).
+// congestion control is BBR's and this process cannot take UCX's sockets off it (the plugin
+// does so where it can, ucx_transport.cc). Each takes other slots (Communicator::init).
 enum class UcxOneHost { kSharedMemory, kTcp, kPacedTcp };
 
 UcxOneHost ucxOneHost() {
   if (ucxTlsMayUseSharedMemory(std::getenv("UCX_TLS"))) return UcxOneHost::kSharedMemory;
-  return congestionControlPaces(tcpCongestionControl()) ? UcxOneHost::kPacedTcp : UcxOneHost::kTcp;
+  return congestionControlPaces(tcpCongestionControl()) && !canUnpaceSockets() ? UcxOneHost::kPacedTcp
+                                                                                : UcxOneHost::kTcp;
 }
 
 const char* ucxOneHostName(UcxOneHost u) {

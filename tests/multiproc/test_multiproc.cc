@@ -1612,10 +1612,11 @@ TEST_CASE("allreduce_perf over ucx checks its results with zero wrong", "[multip
 // Over UCX every connection carries messages larger than a slot, so the ranks agree at init
 // to send the steps of allgather, alltoall and point-to-point groups whole (BRAID_WHOLE_BLOCKS,
 // on by default): the job says so, and every result checks, up to blocks of 8 MiB; with
-// BRAID_WHOLE_BLOCKS=0 the same runs go in slices. Over tcp the kernel paces (BBR), UCX on
-// one host keeps whole blocks for alltoall and point-to-point groups only, and says so.
+// BRAID_WHOLE_BLOCKS=0 the same runs go in slices. Over tcp the kernel paces (BBR) where this
+// process cannot take UCX's sockets off it, UCX on one host keeps whole blocks for alltoall
+// and point-to-point groups only, and says so.
 TEST_CASE("whole blocks over ucx: allgather, alltoall and sendrecv check with zero wrong", "[multiproc][ucx]") {
-  const bool paced = braid::congestionControlPaces(braid::tcpCongestionControl());
+  const bool paced = braid::congestionControlPaces(braid::tcpCongestionControl()) && !braid::canUnpaceSockets();
   for (const char* env : kUcxEnvs) {
     const bool overTcp = std::string(env).find("UCX_TLS=tcp") != std::string::npos;
     for (const char* whole : {"", " BRAID_WHOLE_BLOCKS=0"}) {
@@ -1685,13 +1686,13 @@ TEST_CASE("slots over ucx on one host follow UCX_TLS", "[multiproc][ucx]") {
   }
 }
 
-// Through shared memory, over tcp and over tcp the kernel paces (BBR), UCX on one host cuts
-// messages differently; both ends of a connection must cut the same, so ranks of one host
+// Through shared memory, over tcp and over tcp the kernel paces (BBR, where this process
+// cannot take UCX's sockets off it), UCX on one host cuts messages differently; both ends of a connection must cut the same, so ranks of one host
 // whose UCX_TLS puts them on different sides fail init, each naming a rank that differs. On
 // another host id each, the slots follow the hosts and the difference does not matter.
 TEST_CASE("ranks on one host whose UCX_TLS decides other slots fail init, naming them", "[multiproc][ucx]") {
   const std::string cc = braid::tcpCongestionControl();
-  const std::string overTcp = braid::congestionControlPaces(cc) ? "paced tcp" : "tcp";
+  const std::string overTcp = braid::congestionControlPaces(cc) && !braid::canUnpaceSockets() ? "paced tcp" : "tcp";
   INFO("tcp congestion control " << cc);
   const std::string tls = "BRAID_TRANSPORT=ucx BRAID_TIMEOUT=30 UCX_TLS=$([ $r = 1 ] && echo tcp,sm,self || echo tcp,self)";
   Run r = torchrunJob(2, tls, MP_DIR "/mp_collectives");

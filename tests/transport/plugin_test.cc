@@ -2,10 +2,17 @@
 // and the adapter's checks on what a plugin hands back (a plugin may be wrong; braid must
 // not crash for it).
 
+#include <dirent.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -13,6 +20,7 @@
 
 #include "common/auth.h"
 #include "common/clock.h"
+#include "common/tcp_pacing.h"
 #include "harness.h"
 #include "support/catch.h"
 #include "transports/plugin/plugin_export.h"
@@ -719,6 +727,69 @@ TEST_CASE("ucx plugin: the rendezvous threshold and tcp segment follow UCX_TLS a
   CHECK(sm.find("eager up to 64 KiB (UCX_RNDV_THRESH=65537)") != std::string::npos);
   CHECK(tcp.find("eager up to 256 KiB (UCX_RNDV_THRESH=262145)") != std::string::npos);
   CHECK(user.find("UCX_RNDV_THRESH") == std::string::npos);
+}
+
+// UCX's tcp opens sockets of its own and sets no congestion control on them; where the kernel
+// paces tcp (BBR), the plugin takes those within one host off it as braid's tcp does with
+// its own (docs/transports.md, "UCX").
+TEST_CASE("ucx plugin: its tcp connections within one host leave a pacing congestion control", "[plugin][ucx]") {
+  const TransportFactory* ucx = ucxFactory();
+  if (!ucx) {
+    WARN("skipped: no ucx plugin in this build");
+    return;
+  }
+  if (!canUnpaceSockets()) {
+    WARN("skipped: the kernel's tcp congestion control (" << tcpCongestionControl()
+                                                         << ") does not pace, or this process may not leave it");
+    return;
+  }
+  // The congestion control of each tcp socket this process opened since `before`.
+  auto tcpSocketsSince = [](const std::set<uint64_t>& before) {
+    std::vector<std::pair<std::string, bool>> found;  // (congestion control, listening)
+    DIR* dir = opendir("/proc/self/fd");
+    REQUIRE(dir != nullptr);
+    while (dirent* e = readdir(dir)) {
+      const int fd = std::atoi(e->d_name);
+      struct stat st;
+      if (e->d_name[0] < '0' || e->d_name[0] > '9' || fd == dirfd(dir) || fstat(fd, &st) != 0 ||
+          !S_ISSOCK(st.st_mode) || before.count(static_cast<uint64_t>(st.st_ino)))
+        continue;
+      int protocol = 0, listening = 0;
+      socklen_t len = sizeof(protocol);
+      if (getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &protocol, &len) != 0 || protocol != IPPROTO_TCP) continue;
+      len = sizeof(listening);
+      getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len);
+      char name[32] = {};
+      len = sizeof(name) - 1;
+      if (getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, &len) != 0) continue;
+      found.emplace_back(std::string(name, strnlen(name, len)), listening != 0);
+    }
+    closedir(dir);
+    return found;
+  };
+  RestoreEnv restore({"UCX_TLS"});
+  setenv("UCX_TLS", "tcp", 1);
+  const std::set<uint64_t> before = openSocketInodes();
+  std::vector<std::pair<std::string, bool>> seen;
+  TransportConfig cfg = loopbackPairConfig(0, freshNonce());
+  const std::string result = runPair(*ucx, Mode::kThreads, cfg, [&](Endpoint& ep) -> std::string {
+    std::string err = setupPair(ep, 1);
+    if (!err.empty()) return err;
+    if (ep.rank == 1) return signalPeer(ep, "established");
+    err = waitPeer(ep, "established");
+    if (!err.empty()) return err;
+    seen = tcpSocketsSince(before);  // both transports are still up
+    return "";
+  });
+  REQUIRE(result == "");
+  int connected = 0, listeners = 0;
+  for (const auto& [cc, listening] : seen) {
+    INFO((listening ? "listener" : "connection") << " under " << cc);
+    CHECK_FALSE(congestionControlPaces(cc));
+    (listening ? listeners : connected) += 1;
+  }
+  CHECK(connected >= 2);  // both ends of at least one connection
+  CHECK(listeners >= 1);
 }
 
 }  // namespace

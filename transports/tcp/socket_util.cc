@@ -275,18 +275,7 @@ Status configureDataSocket(int fd) {
 }
 
 std::string unpaceLocalSocket(int fd, in_addr peer, std::string* now) {
-  char name[32] = {};
-  socklen_t len = sizeof(name) - 1;
-  if (getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, &len) != 0) return "";
-  const std::string had(name, strnlen(name, len));
-  if (!congestionControlPaces(had) || !isLocalIpv4Address(peer)) return "";
-  for (const char* cc : {"cubic", "reno"}) {
-    if (setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, cc, static_cast<socklen_t>(std::strlen(cc))) == 0) {
-      if (now) *now = cc;
-      return had;
-    }
-  }
-  return "";
+  return isLocalIpv4Address(peer) ? unpaceSocket(fd, now) : "";
 }
 
 bool isConnectionLoss(int err) {

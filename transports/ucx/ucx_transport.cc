@@ -17,11 +17,13 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/random.h"
+#include "common/tcp_pacing.h"
 #include "common/ucx_env.h"
 #include "transports/ucx/ucx_connection.h"
 
@@ -382,6 +384,11 @@ class UcxTransport final : public Transport {
   };
   std::vector<PendingRecv> pendingRecv_;
   std::vector<PendingSend> pendingSend_;
+  // The sockets this process had before its first worker, when the kernel paces tcp: UCX's
+  // tcp opens its own and sets no congestion control (unpaceUcxSockets).
+  bool watchSockets_ = false;
+  std::set<uint64_t> socketsBefore_;
+  void unpaceUcxSockets();
 };
 
 UcxTransport::~UcxTransport() {
@@ -477,6 +484,10 @@ StatusOr<Worker*> UcxTransport::worker(int channel) {
   auto it = workers_.find(channel);
   if (it != workers_.end()) return it->second.get();
   BRAID_RETURN_IF_ERROR(startContext());
+  if (workers_.empty() && congestionControlPaces(tcpCongestionControl())) {
+    watchSockets_ = true;
+    socketsBefore_ = openSocketInodes();
+  }
   auto w = std::make_unique<Worker>();
   ucp_worker_params_t wp;
   wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
@@ -637,7 +648,30 @@ Status UcxTransport::establish(Deadline deadline) {
     }
     for (auto& [channel, w] : workers_) w->progress();
   }
+  unpaceUcxSockets();
   return Status::ok();
+}
+
+// UCX's tcp connections within one host go as braid's own do (tcp_transport.cc): off a
+// congestion control that paces, which held a stream over loopback below what the kernel
+// could copy and, with more data queued, had it resend and reorder segments
+// (docs/performance.md, "UCX over tcp and the kernel's pacing"). UCX gives no hold of its
+// sockets, so they are found as the ones opened since its first worker: by now every
+// connection to a sender and every one this side opened. Its listeners are taken off too
+// when every peer shares this host, so that a connection accepted later starts off it;
+// otherwise they keep the kernel's choice for the peers on other hosts.
+void UcxTransport::unpaceUcxSockets() {
+  if (!watchSockets_) return;
+  watchSockets_ = false;
+  bool oneHost = true;
+  for (const auto& [rank, id] : peers_->ids) oneHost = oneHost && id.first == peers_->localHost;
+  std::string had, now;
+  const int n = unpaceNewLocalSockets(socketsBefore_, oneHost, &had, &now);
+  socketsBefore_.clear();
+  static std::atomic<bool> logged{false};  // once per process: every communicator does the same
+  if (n > 0 && !logged.exchange(true))
+    BRAID_INFO("ucx: rank %d: UCX's tcp connections within this host use %s, not the kernel's %s, which paces them",
+               cfg_.rank, now.c_str(), had.c_str());
 }
 
 }  // namespace

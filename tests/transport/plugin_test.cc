@@ -725,7 +725,7 @@ TEST_CASE("ucx plugin: the rendezvous threshold and tcp segment follow UCX_TLS a
   CHECK(user.find("UCX_TCP_RX_SEG_SIZE") == std::string::npos);
   CHECK(all.find("eager up to 64 KiB (UCX_RNDV_THRESH=65537)") != std::string::npos);
   CHECK(sm.find("eager up to 64 KiB (UCX_RNDV_THRESH=65537)") != std::string::npos);
-  CHECK(tcp.find("eager up to 256 KiB (UCX_RNDV_THRESH=262145)") != std::string::npos);
+  CHECK(tcp.find("eager up to 128 KiB (UCX_RNDV_THRESH=131073)") != std::string::npos);
   CHECK(user.find("UCX_RNDV_THRESH") == std::string::npos);
 }
 

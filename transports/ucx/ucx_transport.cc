@@ -138,16 +138,18 @@ void drainUnexpected(ucp_worker_h worker) {
 // one, UCX's automatic threshold sends most of braid's messages (up to a 256 KiB slot) by
 // rendezvous, which costs a round trip per message: over tcp an extra request before the
 // data, over shared memory a wake-up of each side in turn, ruinous when ranks outnumber
-// cores. Measured (docs/performance.md, "UCX"): over tcp alone, eager for every message up
-// to 256 KiB, rendezvous above it, where UCX moves a message without its eager fragments:
-// for the whole blocks (allgather, 4 ranks, 16 MiB, 1.18 GB/s busbw against 1.06 with
-// every message eager) and for the 1 MiB slots of UCX over tcp on one host (Communicator::
-// init); where shared memory is in the set, eager up to 64 KiB (inclusive: the mesh's and
-// recursive doubling's messages are often exactly that) and single-copy (cma) rendezvous
-// above it. UCX's threshold is the first size that goes by rendezvous.
+// cores. Measured (docs/performance.md, "UCX"): over tcp alone, eager up to 128 KiB and
+// rendezvous above it, where UCX's tcp puts the message straight into the receiver's
+// buffer instead of copying it out of its receive segment (and, when it came before its
+// receive, out of the unexpected queue too): allgather at 4 ranks and 1 MiB (256 KiB
+// messages) took 0.73 of the time with eager up to 256 KiB, allreduce 0.87; messages of 128
+// KiB gained nothing by it (a 2-rank allreduce of 256 KiB took 1.07x as long). Where shared
+// memory is in the set, eager up to 64 KiB (inclusive: the mesh's and recursive doubling's
+// messages are often exactly that) and single-copy (cma) rendezvous above it. UCX's
+// threshold is the first size that goes by rendezvous.
 std::string rndvThreshold(bool rdma) {
   if (std::getenv("UCX_RNDV_THRESH") || rdma) return "";
-  return ucxTlsMayUseSharedMemory(std::getenv("UCX_TLS")) ? "65537" : "262145";
+  return ucxTlsMayUseSharedMemory(std::getenv("UCX_TLS")) ? "65537" : "131073";
 }
 
 // The receive segment of UCX's tcp transport braid asks for when the user did not set
@@ -334,9 +336,9 @@ class UcxTransport final : public Transport {
   std::string describe() const override {
     return std::string("UCX ") + ucxVersion() + "; " + (inv_.summary.empty() ? "no devices" : inv_.summary) +
            (inv_.rdma ? "; RDMA" : "; no RDMA device") +
-           (rndvThresh_.empty()        ? ""
-            : rndvThresh_ == "262145"  ? "; eager up to 256 KiB (UCX_RNDV_THRESH=262145)"
-                                       : "; eager up to 64 KiB (UCX_RNDV_THRESH=" + rndvThresh_ + ")") +
+           (rndvThresh_.empty() ? ""
+                                : "; eager up to " + std::to_string(eagerMaxUnder(rndvThresh_.c_str(), 0) / 1024) +
+                                      " KiB (UCX_RNDV_THRESH=" + rndvThresh_ + ")") +
            (tcpRxSeg_.empty() ? "" : "; tcp receives in " + tcpRxSeg_ + " segments (UCX_TCP_RX_SEG_SIZE)");
   }
 

@@ -105,6 +105,10 @@ struct Layout {
   // (alltoall, point-to-point groups): false over UCX's paced tcp on one host
   // (core::Communicator).
   bool wholeBlocksInRings = true;
+  // Whether a whole block moves through memory after a handshake of both sides (UCX's
+  // rendezvous over its shared memory on one host), rather than through a socket: where
+  // each step pays that handshake, fewer steps pay (the planner's rendezvousHalving).
+  bool rendezvousInMemory = false;
   // Allreduces up to this many bytes use the small-message algorithm (0 = never).
   size_t smallMaxBytes = 0;
   // The topology's double binary tree (topology::doubleBinaryTree, published by rank 0):

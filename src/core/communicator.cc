@@ -442,9 +442,11 @@ Status Communicator::init() {
     int nslots = 8;
     meshSlotBytes_ = kMeshSlotBytes;
     ucxPacedTcp_ = false;
+    ucxSharedMemory_ = false;
     if (forced == "ucx" && hosts.size() == 1) {
       const UcxOneHost path = ucxOneHost();
       ucxPacedTcp_ = path == UcxOneHost::kPacedTcp;
+      ucxSharedMemory_ = path == UcxOneHost::kSharedMemory;
       if (path == UcxOneHost::kSharedMemory) {
         // UCX inside one host moves messages through its own shared memory: each message
         // costs a match and a rendezvous, so fewer, larger ones pay (sendrecv_perf, 2 ranks:
@@ -1219,6 +1221,7 @@ Status Communicator::connect() {
   // over tcp the slices still ran as fast or faster: at 4 ranks, 16 and 256 MiB, whole blocks
   // took 1.2-1.5x as long ("UCX over tcp: slots of 1 MiB").
   layout_.wholeBlocksInRings = !ucxPacedTcp_;
+  layout_.rendezvousInMemory = ucxSharedMemory_;
   BRAID_ASSIGN_OR_RETURN(int64_t noAcks, store_->add(noAcksKey, 0));
   sendAcks_ = noAcks == 0;
   if (!sendAcks_ && rank_ == 0)

@@ -382,6 +382,9 @@ class Communicator {
   // UCX on one host over tcp the kernel paces (ucxOneHost): a stream's slots in the mesh,
   // and whole blocks only for the mesh's schedules (alltoall, point-to-point groups).
   bool ucxPacedTcp_ = false;
+  // UCX on one host through its shared memory (ucxOneHost): whole blocks move by a
+  // handshake, then one copy (Layout::rendezvousInMemory).
+  bool ucxSharedMemory_ = false;
   // The rings' slot geometry as the user set it (0 = auto), before init resolved it into
   // opts_.config: what children start from, so that every rank of a child, new processes of
   // a grow included, resolves it from the child's own hosts.

@@ -139,14 +139,14 @@ void drainUnexpected(ucp_worker_h worker) {
 // rendezvous, which costs a round trip per message: over tcp an extra request before the
 // data, over shared memory a wake-up of each side in turn, ruinous when ranks outnumber
 // cores. Measured (docs/performance.md, "UCX"): over tcp alone, eager up to 128 KiB and
-// rendezvous above it, where UCX's tcp puts the message straight into the receiver's
-// buffer instead of copying it out of its receive segment (and, when it came before its
-// receive, out of the unexpected queue too): allgather at 4 ranks and 1 MiB (256 KiB
-// messages) took 0.73 of the time with eager up to 256 KiB, allreduce 0.87; messages of 128
-// KiB gained nothing by it (a 2-rank allreduce of 256 KiB took 1.07x as long). Where shared
-// memory is in the set, eager up to 64 KiB (inclusive: the mesh's and recursive doubling's
-// messages are often exactly that) and single-copy (cma) rendezvous above it. UCX's
-// threshold is the first size that goes by rendezvous.
+// rendezvous above it. UCX 1.13's tcp copies a rendezvous message out of its receive
+// segment as it does an eager one, but only once the receive is posted; an eager message
+// that comes first is copied into UCX's unexpected queue and again into place. At 4 ranks
+// and 1 MiB (256 KiB messages) allgather took 0.73 of the time with eager up to 256 KiB,
+// allreduce 0.87; messages of 128 KiB gained nothing by it (a 2-rank allreduce of 256 KiB
+// took 1.07x as long). Where shared memory is in the set, eager up to 64 KiB (inclusive:
+// the mesh's and recursive doubling's messages are often exactly that) and single-copy
+// (cma) rendezvous above it. UCX's threshold is the first size that goes by rendezvous.
 std::string rndvThreshold(bool rdma) {
   if (std::getenv("UCX_RNDV_THRESH") || rdma) return "";
   return ucxTlsMayUseSharedMemory(std::getenv("UCX_TLS")) ? "65537" : "131073";

@@ -68,13 +68,14 @@ TEST_CASE("planner: one host keeps recursive doubling up to 64 KiB, then ring", 
   }
 }
 
-TEST_CASE("planner: over rendezvous of whole blocks on one host, 4 ranks halve and double from 512 KiB to 4 MiB",
+TEST_CASE("planner: over rendezvous of whole blocks through memory, 4 ranks halve and double from 512 KiB to 4 MiB",
           "[unit]") {
-  auto pick = [](int n, size_t bytes, size_t wholeBlockBytes, bool inRings) {
+  auto pick = [](int n, size_t bytes, size_t wholeBlockBytes, bool inRings, bool inMemory = true) {
     plan::Machine m = plan::uniformMachine(1, n);
     algorithms::Layout l = plan::simLayout(m, 0);
     l.wholeBlockBytes = wholeBlockBytes;
     l.wholeBlocksInRings = inRings;
+    l.rendezvousInMemory = inMemory;
     auto p = plan::choosePlan(request(Collective::kAllReduce, bytes, n), l, m, nullptr, nullptr);
     REQUIRE(p.isOk());
     return std::string(p->algo->name);
@@ -83,9 +84,11 @@ TEST_CASE("planner: over rendezvous of whole blocks on one host, 4 ranks halve a
   for (size_t b : {size_t{512} << 10, size_t{1} << 20, size_t{4} << 20}) {
     INFO("bytes=" << b);
     CHECK(pick(4, b, whole, true) == "rabenseifner");
-    // Slots only (shm, tcp), or blocks sent whole in the mesh alone (UCX's tcp): the ring.
+    // Slots only (shm, tcp), or blocks sent whole in the mesh alone (UCX over paced tcp): the ring.
     CHECK(pick(4, b, 0, true) == "ring");
     CHECK(pick(4, b, whole, false) == "ring");
+    // Whole blocks in the rings too, through sockets (UCX's tcp): the ring.
+    CHECK(pick(4, b, whole, true, false) == "ring");
     // Other rank counts keep the ring.
     CHECK(pick(2, b, whole, true) == "ring");
     CHECK(pick(8, b, whole, true) == "ring");

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # braid against itself: two settings of the environment, alternated run by run on the same
-# machine, best busbw of each and the ratio B / A (> 1: B better). For a knob's effect where
-# the machine is too noisy for two separate runs to compare.
+# machine, best busbw of each (or the median, STAT=median) and the ratio B / A (> 1: B
+# better). For a knob's effect where the machine is too noisy for two separate runs to
+# compare.
 #
 # usage: A="BRAID_TCP_ZCOPY=0" B="" scripts/bench_ab.sh
 # environment:
@@ -13,6 +14,8 @@
 #   BUILD_A, BUILD_B  build trees for each side (default $BUILD_DIR): a change against the
 #                 commit before it, e.g. BUILD_A=/tmp/before/build A="" B=""
 #   ITERS_X=k     k times the iterations and warmups (scripts/bench_lib.sh)
+#   STAT=median   the median busbw of the rounds instead of the best: steadier where runs
+#                 are bimodal (ranks sharing cores), with ROUNDS of 6 or more
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 if [ "${SKIP_SETUP:-0}" != 1 ]; then bash "$ROOT/scripts/setup.sh"; fi
@@ -34,7 +37,9 @@ describe() {
 }
 declare -A RUN EXE
 RUN[A]="$(side_exe A braidrun)"; RUN[B]="$(side_exe B braidrun)"
-echo "# bench_ab $(date -Iseconds): A='$A' B='$B' BASE='$BASE' ROUNDS=${ROUNDS:-3} ITERS_X=${ITERS_X:-1}"
+STAT="${STAT:-max}"
+case "$STAT" in max|median) ;; *) echo "bench_ab: STAT=$STAT: use max (the best) or median" >&2; exit 2 ;; esac
+echo "# bench_ab $(date -Iseconds): A='$A' B='$B' BASE='$BASE' ROUNDS=${ROUNDS:-3} ITERS_X=${ITERS_X:-1} STAT=$STAT"
 if [ "$BUILD_A" = "$BUILD_B" ]; then echo "# braid: $(describe "$BUILD_A")"
 else echo "# braid: A $(describe "$BUILD_A"), B $(describe "$BUILD_B")"; fi
 echo "# host: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), tcp congestion control $(tcp_cc)"
@@ -56,7 +61,7 @@ for coll in ${COLLS:-allreduce allgather broadcast sendrecv}; do
           if [ "$side" = A ]; then runsA+=("$v"); else runsB+=("$v"); fi
         done
       done
-      bestA="$(best_of max "${runsA[@]}")"; bestB="$(best_of max "${runsB[@]}")"
+      bestA="$(best_of "$STAT" "${runsA[@]}")"; bestB="$(best_of "$STAT" "${runsB[@]}")"
       printf "%-10s %3s %6s %9s %9s %6s\n" "$coll" "$np" "$size" "$bestA" "$bestB" "$(ratio "$bestB" "$bestA" max)"
     done
   done

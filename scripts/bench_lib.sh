@@ -48,10 +48,16 @@ bus_factor() {  # collective, ranks: nccl-tests' busbw / algbw
 }
 
 # Best over rounds: max busbw / min time; WRONG wins over numbers, empty cells become "-".
-best_of() {
+best_of() {  # mode (max, min, or median: the middle value, the mean of the two middle ones), values
   local mode=$1; shift
   if printf '%s\n' "$@" | grep -qx WRONG; then echo WRONG; return; fi
-  local v; v=$(printf '%s\n' "$@" | grep -E '^[0-9.eE+-]+$' | sort -g | { [ "$mode" = min ] && head -1 || tail -1; })
+  local v
+  if [ "$mode" = median ]; then
+    v=$(printf '%s\n' "$@" | grep -E '^[0-9.eE+-]+$' | sort -g |
+        awk '{ x[NR] = $1 } END { if (NR) printf "%.3f\n", NR % 2 ? x[(NR + 1) / 2] : (x[NR / 2] + x[NR / 2 + 1]) / 2 }')
+  else
+    v=$(printf '%s\n' "$@" | grep -E '^[0-9.eE+-]+$' | sort -g | { [ "$mode" = min ] && head -1 || tail -1; })
+  fi
   echo "${v:--}"
 }
 ratio() {  # braid value, peer value, mode (max: braid/peer; min: peer/braid)

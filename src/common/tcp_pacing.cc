@@ -25,11 +25,15 @@ std::string tcpCongestionControl() {
 
 bool congestionControlPaces(const std::string& name) { return name.compare(0, 3, "bbr") == 0; }
 
-std::string unpaceSocket(int fd, std::string* now) {
+std::string congestionControlOf(int fd) {
   char name[32] = {};
   socklen_t len = sizeof(name) - 1;
   if (getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, &len) != 0) return "";
-  const std::string had(name, strnlen(name, len));
+  return std::string(name, strnlen(name, len));
+}
+
+std::string unpaceSocket(int fd, std::string* now) {
+  const std::string had = congestionControlOf(fd);
   if (!congestionControlPaces(had)) return "";
   for (const char* cc : {"cubic", "reno"}) {
     if (setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, cc, static_cast<socklen_t>(std::strlen(cc))) == 0) {

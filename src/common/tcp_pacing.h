@@ -18,6 +18,9 @@ std::string tcpCongestionControl();
 // queue discipline: the BBR family ("bbr", "bbr2", ...).
 bool congestionControlPaces(const std::string& name);
 
+// A tcp socket's congestion control (TCP_CONGESTION), or "" when it cannot be read.
+std::string congestionControlOf(int fd);
+
 // Switches a tcp socket whose congestion control paces to cubic (reno where cubic is not
 // allowed). Returns the one it had and sets *now to the one it has when it switched it;
 // returns "" when it did not (it does not pace, or neither could be set).

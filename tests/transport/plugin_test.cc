@@ -4,7 +4,6 @@
 
 #include <dirent.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 
@@ -759,10 +758,7 @@ TEST_CASE("ucx plugin: its tcp connections within one host leave a pacing conges
       if (getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &protocol, &len) != 0 || protocol != IPPROTO_TCP) continue;
       len = sizeof(listening);
       getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len);
-      char name[32] = {};
-      len = sizeof(name) - 1;
-      if (getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, &len) != 0) continue;
-      found.emplace_back(std::string(name, strnlen(name, len)), listening != 0);
+      found.emplace_back(congestionControlOf(fd), listening != 0);
     }
     closedir(dir);
     return found;

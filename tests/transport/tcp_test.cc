@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "common/local_address.h"
+#include "common/tcp_pacing.h"
 #include "common/tls.h"
 #include "harness.h"
 #include "support/catch.h"
@@ -685,12 +686,6 @@ TEST_CASE("tcp: a socket to this host's own address leaves a pacing congestion c
   const in_addr own = tcp::defaultAdvertisedAddress();  // an interface's address, or loopback
   CHECK(isLocalIpv4Address(own));
 
-  auto ccOf = [](int fd) {
-    char name[32] = {};
-    socklen_t len = sizeof(name) - 1;
-    REQUIRE(getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, &len) == 0);
-    return std::string(name, strnlen(name, len));
-  };
   auto socketWith = [](const char* cc) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     REQUIRE(fd >= 0);
@@ -705,7 +700,7 @@ TEST_CASE("tcp: a socket to this host's own address leaves a pacing congestion c
   int reno = socketWith("reno");
   REQUIRE(reno >= 0);  // reno is built into every Linux kernel and always allowed
   CHECK(tcp::unpaceLocalSocket(reno, loop).empty());
-  CHECK(ccOf(reno) == "reno");
+  CHECK(congestionControlOf(reno) == "reno");
   close(reno);
 
   int local = socketWith("bbr");
@@ -716,7 +711,7 @@ TEST_CASE("tcp: a socket to this host's own address leaves a pacing congestion c
   std::string now;
   CHECK(tcp::unpaceLocalSocket(local, loop, &now) == "bbr");
   CHECK((now == "cubic" || now == "reno"));
-  CHECK(ccOf(local) == now);
+  CHECK(congestionControlOf(local) == now);
   close(local);
 
   int own_ = socketWith("bbr");
@@ -727,7 +722,7 @@ TEST_CASE("tcp: a socket to this host's own address leaves a pacing congestion c
   int remote = socketWith("bbr");
   REQUIRE(remote >= 0);
   CHECK(tcp::unpaceLocalSocket(remote, elsewhere).empty());
-  CHECK(ccOf(remote) == "bbr");
+  CHECK(congestionControlOf(remote) == "bbr");
   close(remote);
 }
 

@@ -16,6 +16,7 @@
 
 #include "support/catch.h"
 
+using braid::congestionControlOf;
 using braid::congestionControlPaces;
 using braid::tcpCongestionControl;
 
@@ -37,13 +38,6 @@ TEST_CASE("the kernel's tcp congestion control is read as the kernel says it", "
 }
 
 namespace {
-
-std::string congestionControlOf(int fd) {
-  char name[32] = {};
-  socklen_t len = sizeof(name) - 1;
-  if (getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, &len) != 0) return "";
-  return std::string(name, strnlen(name, len));
-}
 
 // A tcp socket under `cc`, or -1 when this process may not choose it.
 int tcpSocketWith(const char* cc) {

@@ -24,6 +24,7 @@
 #include "common/tls.h"
 #include "harness.h"
 #include "support/catch.h"
+#include "support/tcp_socket.h"
 #include "support/wiretap.h"
 #include "transports/tcp/socket_util.h"
 #include "transports/tcp/tcp_connection.h"
@@ -686,24 +687,14 @@ TEST_CASE("tcp: a socket to this host's own address leaves a pacing congestion c
   const in_addr own = tcp::defaultAdvertisedAddress();  // an interface's address, or loopback
   CHECK(isLocalIpv4Address(own));
 
-  auto socketWith = [](const char* cc) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    REQUIRE(fd >= 0);
-    if (setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, cc, static_cast<socklen_t>(std::strlen(cc))) != 0) {
-      close(fd);
-      return -1;
-    }
-    return fd;
-  };
-
   // A congestion control that does not pace is left alone, whoever the peer is.
-  int reno = socketWith("reno");
+  int reno = braid::testing::tcpSocketWith("reno");
   REQUIRE(reno >= 0);  // reno is built into every Linux kernel and always allowed
   CHECK(tcp::unpaceLocalSocket(reno, loop).empty());
   CHECK(congestionControlOf(reno) == "reno");
   close(reno);
 
-  int local = socketWith("bbr");
+  int local = braid::testing::tcpSocketWith("bbr");
   if (local < 0) {
     WARN("bbr is not available to this process (tcp_allowed_congestion_control): only the half without it ran");
     return;
@@ -714,12 +705,12 @@ TEST_CASE("tcp: a socket to this host's own address leaves a pacing congestion c
   CHECK(congestionControlOf(local) == now);
   close(local);
 
-  int own_ = socketWith("bbr");
+  int own_ = braid::testing::tcpSocketWith("bbr");
   REQUIRE(own_ >= 0);
   CHECK(tcp::unpaceLocalSocket(own_, own) == "bbr");
   close(own_);
 
-  int remote = socketWith("bbr");
+  int remote = braid::testing::tcpSocketWith("bbr");
   REQUIRE(remote >= 0);
   CHECK(tcp::unpaceLocalSocket(remote, elsewhere).empty());
   CHECK(congestionControlOf(remote) == "bbr");

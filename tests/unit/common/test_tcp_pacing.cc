@@ -5,20 +5,20 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <cstring>
 #include <fstream>
 #include <set>
 #include <string>
 
 #include "support/catch.h"
+#include "support/tcp_socket.h"
 
 using braid::congestionControlOf;
 using braid::congestionControlPaces;
 using braid::tcpCongestionControl;
+using braid::testing::tcpSocketWith;
 
 TEST_CASE("the BBR family paces tcp, other congestion controls do not", "[unit]") {
   CHECK(congestionControlPaces("bbr"));
@@ -36,21 +36,6 @@ TEST_CASE("the kernel's tcp congestion control is read as the kernel says it", "
   in >> expected;
   CHECK(tcpCongestionControl() == expected);
 }
-
-namespace {
-
-// A tcp socket under `cc`, or -1 when this process may not choose it.
-int tcpSocketWith(const char* cc) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
-  if (setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, cc, static_cast<socklen_t>(std::strlen(cc))) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-}  // namespace
 
 TEST_CASE("a socket leaves a pacing congestion control for cubic or reno, others keep theirs", "[unit]") {
   const int reno = tcpSocketWith("reno");

@@ -45,6 +45,10 @@ constexpr double kStoreMinWaitSec = 1.0;
 // processes check a caller's store for the question less often (a large job's,
 // liveAnswerSeconds).
 constexpr double kHeldAskSec = 0.5;
+// How much longer than that the ask waits for a process the holds lead to that has not
+// answered yet (one that runs on a loaded host answers late; one that never answers is
+// stopped or cut off, and is named so after this wait).
+constexpr double kHeldAnswerMoreSec = 1.5;
 
 // Whether process `pid` (on this host) is stopped (SIGSTOP, a debugger).
 bool processStopped(int64_t pid) { return stateStopped(processState(pid)); }
@@ -1872,12 +1876,18 @@ Status Communicator::heldElsewhere(int cur, const Status& timeout, const HeldAsk
   const std::string verdictKey = key("stall-far/" + std::to_string(cur));
   std::string verdict;
   if (!ask.asker) {
-    auto v = store_->get(verdictKey, Deadline::after(heldAskSeconds() + 2));
+    auto v = store_->get(verdictKey, Deadline::after(heldAskSeconds() + kHeldAnswerMoreSec + 2));
     if (!v.isOk()) return Status::ok();
     verdict = v.value();
   } else {
     if (ask.begun) {
-      auto states = collectLiveStatus(liveStore(), ask.live);
+      auto unanswered = [&](const std::vector<LiveState>& got) {
+        bool missing = false;
+        (void)followHolds(cur, got, &missing);
+        return missing;
+      };
+      const Deadline more = Deadline::atNanos(ask.live.readyNs + static_cast<int64_t>(kHeldAnswerMoreSec * 1e9));
+      auto states = collectLiveStatus(liveStore(), ask.live, more, unanswered);
       // A local peer that stopped or exited since the ask began is the culprit itself.
       if (states.isOk() && mayBeHeld(cur)) verdict = followHolds(cur, states.value());
     }
@@ -1890,7 +1900,7 @@ Status Communicator::heldElsewhere(int cur, const Status& timeout, const HeldAsk
                 named >= 0 && named < nranks_ ? named : cur);
 }
 
-std::string Communicator::followHolds(int cur, const std::vector<LiveState>& states) const {
+std::string Communicator::followHolds(int cur, const std::vector<LiveState>& states, bool* unanswered) const {
   using Proc = std::pair<std::string, int64_t>;  // braid host id, pid
   auto rankOf = [&](const Proc& p) {
     for (int r = 0; r < nranks_; ++r)
@@ -1926,6 +1936,7 @@ std::string Communicator::followHolds(int cur, const std::vector<LiveState>& sta
       if (!held || (s.busy && !held->busy)) held = &s;
     }
     if (!held) {
+      if (!any && unanswered) *unanswered = true;
       // Not held in another communicator: at the first step, the rank is simply not in
       // this collective (its caller is elsewhere) and is the one to name, as before.
       if (hop == 0) return "";

@@ -343,7 +343,8 @@ class Communicator {
   // trail. Ok when there is nothing to follow.
   Status heldElsewhere(int cur, const Status& timeout, const HeldAsk& early);
   // The verdict of following `cur`'s holds through `states`: "<rank>\t<message>", or "".
-  std::string followHolds(int cur, const std::vector<LiveState>& states) const;
+  // `unanswered`, where given, is set when the holds lead to a process that gave no answer.
+  std::string followHolds(int cur, const std::vector<LiveState>& states, bool* unanswered = nullptr) const;
   // Whether local peer `r`'s process has exited (its pidfd is readable); false for a peer
   // not watched (another host, this process).
   bool peerExited(int r) const;

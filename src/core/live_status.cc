@@ -227,27 +227,38 @@ StatusOr<std::vector<LiveState>> askLiveStatus(bootstrap::Store& store, double w
   return collectLiveStatus(store, ask);
 }
 
-StatusOr<std::vector<LiveState>> collectLiveStatus(bootstrap::Store& store, const LiveAsk& ask) {
+StatusOr<std::vector<LiveState>> collectLiveStatus(bootstrap::Store& store, const LiveAsk& ask, Deadline until,
+                                                    const std::function<bool(const std::vector<LiveState>&)>& more) {
   const Deadline opDeadline = Deadline::after(10);
   const std::string req = kRoot + "req/" + std::to_string(ask.n);
   const std::string reply = kRoot + "reply/" + std::to_string(ask.n) + "/";
   const int64_t left = ask.readyNs - nowNanos();
   if (left > 0) usleep(static_cast<useconds_t>(left / 1000));
-  BRAID_ASSIGN_OR_RETURN(int64_t count, store.add(reply + "count", 0, opDeadline));
   std::vector<LiveState> states;
   std::vector<std::string> keys{req, reply + "count"};
-  for (int64_t j = 1; j <= count; ++j) {
-    const std::string k = reply + std::to_string(j);
-    keys.push_back(k);
-    // Counted, so its record is on its way: a short wait for it.
-    auto v = store.get(k, Deadline::after(0.5));
-    if (!v.isOk()) continue;
-    auto s = LiveState::decode(v.value());
-    if (s.isOk()) {
-      states.push_back(std::move(s).value());
-    } else {
-      BRAID_WARN("braid-info --status: ignoring an answer: %s", s.status().message().c_str());
+  int64_t read = 0;  // answers read so far
+  for (;;) {
+    auto count = store.add(reply + "count", 0, opDeadline);
+    if (!count.isOk()) {
+      if (read == 0) return count.status();
+      break;  // keep what was read
     }
+    for (int64_t j = read + 1; j <= count.value(); ++j) {
+      const std::string k = reply + std::to_string(j);
+      keys.push_back(k);
+      // Counted, so its record is on its way: a short wait for it.
+      auto v = store.get(k, Deadline::after(0.5));
+      if (!v.isOk()) continue;
+      auto s = LiveState::decode(v.value());
+      if (s.isOk()) {
+        states.push_back(std::move(s).value());
+      } else {
+        BRAID_WARN("braid-info --status: ignoring an answer: %s", s.status().message().c_str());
+      }
+    }
+    read = std::max(read, count.value());
+    if (!more || until.never() || until.expired() || !more(states)) break;
+    usleep(20 * 1000);
   }
   for (const std::string& k : keys) (void)store.deleteKey(k, Deadline::after(2));
   return states;
@@ -308,10 +319,15 @@ std::vector<std::string> snapshot(const std::string& storeKey) {
 // request to wait for next (several arrived meanwhile: the newest). False: the store failed.
 bool answer(bootstrap::Store& store, const std::string& storeKey, int64_t* n) {
   const std::string reply = kRoot + "reply/" + std::to_string(*n) + "/";
-  for (const std::string& record : snapshot(storeKey)) {
-    auto j = store.add(reply + "count", 1);
-    if (!j.isOk()) return false;
-    if (!store.set(reply + std::to_string(j.value()), record).isOk()) return false;
+  // All of this process's records are counted at once, so that an asker that sees one of
+  // them counted waits for the rest (collectLiveStatus), never reads a process half-answered.
+  const std::vector<std::string> records = snapshot(storeKey);
+  if (!records.empty()) {
+    const auto k = static_cast<int64_t>(records.size());
+    auto last = store.add(reply + "count", k);
+    if (!last.isOk()) return false;
+    for (int64_t i = 0; i < k; ++i)
+      if (!store.set(reply + std::to_string(last.value() - k + 1 + i), records[i]).isOk()) return false;
   }
   auto now = store.add(kRoot + "seq", 0);
   if (!now.isOk()) return false;

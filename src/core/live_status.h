@@ -6,8 +6,9 @@
 // The protocol, at the root of the job's store (braid's, or its prefix in etcd):
 //   braid-status/seq             the asker adds 1 and gets the request number n
 //   braid-status/req/<n>         the asker sets it; every responder waits for it
-//   braid-status/reply/<n>/count each responder adds 1 per communicator it answers for ...
-//   braid-status/reply/<n>/<j>   ... and sets the j it got to that communicator's LiveState
+//   braid-status/reply/<n>/count each responder adds the number of communicators it answers
+//                                for (all at once) ...
+//   braid-status/reply/<n>/<j>   ... and sets the j's it got to those communicators' LiveStates
 // A rank that does not answer within the asker's wait is stopped, gone, or unreachable; the
 // asker knows it is missing from the ranks that did answer (each gives its communicator's
 // size). The asker removes the request's keys when done.
@@ -78,7 +79,11 @@ struct LiveAsk {
   int64_t readyNs = 0;  // when to read the answers (CLOCK_MONOTONIC)
 };
 StatusOr<LiveAsk> beginLiveStatus(bootstrap::Store& store, double waitSeconds, Deadline deadline = Deadline::after(10));
-StatusOr<std::vector<LiveState>> collectLiveStatus(bootstrap::Store& store, const LiveAsk& ask);
+// `more`, where given, is asked after each read whether an answer the caller needs is still
+// missing from those read so far: while it says so, collect reads again until `until`.
+StatusOr<std::vector<LiveState>> collectLiveStatus(bootstrap::Store& store, const LiveAsk& ask,
+                                                    Deadline until = Deadline(),
+                                                    const std::function<bool(const std::vector<LiveState>&)>& more = {});
 
 // The responders: one thread per process and store, with a connection of its own (its waits
 // block in the store, never the communicators' calls), answering for every communicator

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <atomic>
 #include <string>
 #include <thread>
@@ -170,6 +171,59 @@ TEST_CASE("asking for live status through braid's store: answers collected, the 
   CHECK_FALSE(asker->check({"braid-status/reply/1/count"}).value());
   CHECK_FALSE(asker->check({"braid-status/reply/1/1"}).value());
   CHECK(asker->add("braid-status/seq", 0).value() == 1);
+}
+
+// A process that answers after the asker's wait (a loaded host) is read when the caller says
+// it still needs that answer, for at most the extra time the caller gives.
+TEST_CASE("collecting live status waits past its wait for an answer still needed, up to a bound", "[live]") {
+  auto server = bootstrap::TcpStoreServer::start("127.0.0.1", 0, 0);
+  REQUIRE(server.isOk());
+  const int port = server.value()->port();
+  auto asker = bootstrap::TcpStoreClient::connect("127.0.0.1", port, 0, Deadline::after(5));
+  REQUIRE(asker.isOk());
+  auto needsRank1 = [](const std::vector<LiveState>& got) {
+    return std::none_of(got.begin(), got.end(), [](const LiveState& s) { return s.rank == 1; });
+  };
+  struct Got {
+    size_t answers = 0;
+    double seconds = 0;  // in collect
+  };
+  // Rank 0 answers at once, rank 1 `lateMs` after the request; the asker waits 0.1 s.
+  auto ask = [&](int lateMs, double moreSeconds) {
+    bootstrap::Store& store = *asker.value();
+    const int64_t n = store.add("braid-status/seq", 0).value() + 1;
+    std::thread late([port, n, lateMs] {
+      auto c = bootstrap::TcpStoreClient::connect("127.0.0.1", port, 0, Deadline::after(5));
+      if (!c.isOk()) return;
+      const std::string reply = "braid-status/reply/" + std::to_string(n) + "/";
+      (void)c.value()->get("braid-status/req/" + std::to_string(n), Deadline::after(10));
+      for (int r : {0, 1}) {
+        if (r == 1) usleep(lateMs * 1000);
+        auto j = c.value()->add(reply + "count", 1);
+        if (j.isOk()) (void)c.value()->set(reply + std::to_string(j.value()), rankState(r, 2, -1).encode());
+      }
+    });
+    Got got;
+    auto begun = core::beginLiveStatus(store, 0.1);
+    if (begun.isOk() && begun.value().n == n) {
+      const auto t0 = std::chrono::steady_clock::now();
+      auto states = moreSeconds > 0
+                        ? core::collectLiveStatus(store, begun.value(), Deadline::after(moreSeconds), needsRank1)
+                        : core::collectLiveStatus(store, begun.value());
+      got.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (states.isOk()) got.answers = states.value().size();
+    }
+    late.join();
+    return got;
+  };
+  const Got plain = ask(500, 0);      // no caller asking for more: the late answer is missed
+  const Got waited = ask(500, 2.0);   // waited for, and no longer than it takes
+  const Got bounded = ask(1500, 0.4); // past the bound: missed, and the wait ends at the bound
+  CHECK(plain.answers == 1);
+  CHECK(waited.answers == 2);
+  CHECK(waited.seconds < 1.5);
+  CHECK(bounded.answers == 1);
+  CHECK(bounded.seconds < 1.0);
 }
 
 TEST_CASE("an interrupted store client ends a blocked wait at once, quietly", "[live]") {

@@ -1534,10 +1534,11 @@ bool Communicator::runAlone(const algorithms::Request& req, const void* input, v
       }
       op.setup_ = plan.alone;
       op.setupGen_ = op.boundGen_;
+      op.directSends_.valid = false;
     }
     startOp(&op, /*startsNow=*/true);
   }
-  Status s = execChannel(op, op.channels_[0], op.setup_.get());
+  Status s = execChannel(op, op.channels_[0], op.setup_.get(), &op.directSends_);
   op.completeAlone(s);
   if (!s.isOk()) s = s.withContext(op.name_);
   if (t0) traceCall(op, t0, s);
@@ -1600,10 +1601,12 @@ const exec::ChannelLinks& Communicator::channelLinks(const Op& op, int channel) 
   return op.schedule_->connectionSet == 1 ? meshLinks_ : links_[channel];
 }
 
-Status Communicator::execChannel(const Op& op, int channel, const exec::ChannelSetup* setup) {
+Status Communicator::execChannel(const Op& op, int channel, const exec::ChannelSetup* setup,
+                                 exec::DirectSends* direct) {
   Status s = brokenStatus();
   if (s.isOk()) {
     exec::RunContext ctx = channelContext(op, channel);
+    ctx.directSends = setup ? direct : nullptr;
     const bool mesh = op.schedule_->connectionSet == 1;
     ctx.deadline = Deadline::afterCoarse(opts_.config.timeoutSec);
     uint64_t peerTag = 0;

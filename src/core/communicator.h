@@ -64,6 +64,8 @@ class Op {
   // for channels_[0], and the boundGen_ it was made for.
   std::shared_ptr<const exec::ChannelSetup> setup_;  // the plan's (Communicator::PlannedCall)
   uint64_t setupGen_ = 0;
+  // The executor's decisions of the last run with setup_, for the same buffers next time.
+  exec::DirectSends directSends_;
   exec::Buffers buffers_;
   std::unique_ptr<char[]> scratch_;   // Schedule::scratchBytes
   size_t scratchCap_ = 0;             // bytes scratch_ holds, kept between repeated calls
@@ -277,7 +279,10 @@ class Communicator {
   void runChannel(const std::shared_ptr<Op>& op, int channel);
   // Runs one channel of `op`: what it ended with, failures recorded, the op not completed.
   // `setup`: exec::prepareChannel's for this channel of op's schedule, or null.
-  Status execChannel(const Op& op, int channel, const exec::ChannelSetup* setup = nullptr);
+  // `direct`: with `setup`, where the executor keeps its decisions between runs
+  // (exec::DirectSends).
+  Status execChannel(const Op& op, int channel, const exec::ChannelSetup* setup = nullptr,
+                     exec::DirectSends* direct = nullptr);
   // The run context of `op`'s channel `channel`, less what each run adds (its deadline,
   // hooks and mismatch report), and the links it runs on.
   exec::RunContext channelContext(const Op& op, int channel) const;

@@ -104,7 +104,27 @@ class ChannelRunner {
 
   Status run() {
     // Which steps may send from the caller's memory depends on the buffers: every run.
-    if (!ctx_.mover && (!setup_ || setup_->userSends)) markDirectSends();
+    if (!ctx_.mover && (!setup_ || setup_->userSends)) {
+      DirectSends* kept = setup_ ? ctx_.directSends : nullptr;
+      if (kept && kept->valid && sameBuffers(kept->buffers, b_) && kept->streamOutput == ctx_.streamOutput) {
+        reduces_ = kept->reduces;
+        sendsOnly_ = kept->sendsOnly;
+        directBits_ = kept->bits;
+        directMore_ = kept->more;
+      } else {
+        markDirectSends();
+        if (kept) {
+          kept->valid = true;
+          kept->buffers = b_;
+          kept->streamOutput = ctx_.streamOutput;
+          kept->reduces = reduces_;
+          kept->sendsOnly = sendsOnly_;
+          kept->bits = directBits_;
+          kept->more = directMore_;
+          ++kept->workedOut;
+        }
+      }
+    }
     Status st = runSteps();
     // After a failure the transport may still read a copy a large message was sent from;
     // the connections are abandoned with the communicator, and the copies with them.
@@ -711,6 +731,9 @@ class ChannelRunner {
     *lo = reinterpret_cast<uintptr_t>(addr(st.dst, 0));
     *hi = *lo + st.dst.bytes;
     return true;
+  }
+  static bool sameBuffers(const Buffers& a, const Buffers& b) {
+    return a.input == b.input && a.output == b.output && a.scratch == b.scratch && a.extra == b.extra;
   }
   // Which steps send from the caller's memory (markDirectSends): a bit per step, the first
   // 64 without an allocation.

@@ -2,6 +2,7 @@
 // communicator runs a loop of small calls) moves the same bytes as runChannel working
 // everything out on each call, over real transport pairs; and the setup says when a channel
 // is not one slice per step, or lacks a connection.
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -93,6 +94,52 @@ std::string runCases(Endpoint& ep) {
           return what + ", run " + std::to_string(run) + ": element " + std::to_string(i) + " is " +
                  std::to_string(out[i]);
       }
+    }
+  }
+  // The sends' decisions kept between runs (DirectSends): reused while the buffers stay,
+  // worked out again when they move; in place, the send's bytes are written later by the
+  // receive, so it must not be sent from the caller's memory.
+  {
+    const size_t n = 1024;
+    const Schedule s = exchange(ep.peer, n * sizeof(float), 1);
+    const ChannelSetup setup = prepareChannel(s, 0, links, ctx);
+    const bool direct = ep.send[0]->sendsFromUser() && !ep.send[0]->inReceiverMemory();
+    DirectSends kept;
+    std::vector<float> a(n), b(n), c(n);
+    struct Run {
+      float* in;
+      float* out;
+      uint64_t workedOut;  // after the run
+      bool sendsDirect;
+    };
+    const Run runs[] = {{a.data(), b.data(), 1, direct}, {a.data(), b.data(), 1, direct},
+                        {c.data(), c.data(), 2, false},  {a.data(), c.data(), 3, direct},
+                        {a.data(), c.data(), 3, direct}};
+    int k = 0;
+    for (const Run& r : runs) {
+      const std::string what = "kept decisions, run " + std::to_string(k++);
+      auto value = [&](int rank, size_t i) { return static_cast<float>(rank * 100 + k * 10 + static_cast<int>(i % 5)); };
+      for (size_t i = 0; i < n; ++i) r.in[i] = value(ep.rank, i);
+      if (r.out != r.in) std::fill(r.out, r.out + n, -1.0f);
+      Buffers bufs;
+      bufs.input = r.in;
+      bufs.output = r.out;
+      RunContext rc = ctx;
+      rc.tag = (++seq << 32) | 7;
+      rc.deadline = Deadline::after(20);
+      rc.directSends = &kept;
+      Status st = runChannel(s, 0, bufs, links, rc, &setup);
+      if (!st.isOk()) return what + ": " + st.toString();
+      for (size_t i = 0; i < n; ++i) {
+        if (r.out[i] != value(0, i) + value(1, i))
+          return what + ": element " + std::to_string(i) + " is " + std::to_string(r.out[i]);
+      }
+      if (!setup.userSends) continue;  // nothing to decide: the executor keeps nothing
+      if (!kept.valid || kept.buffers.input != r.in || kept.buffers.output != r.out)
+        return what + ": the kept decisions are not for this run's buffers";
+      if (kept.workedOut != r.workedOut) return what + ": worked out " + std::to_string(kept.workedOut) + " times";
+      if (((kept.bits & 1) != 0) != r.sendsDirect) return what + ": the send from the caller's memory is " +
+                                                          std::to_string(kept.bits & 1);
     }
   }
   // A step whose connection is missing: the setup keeps the reason, and a run with it fails

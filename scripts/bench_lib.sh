@@ -15,12 +15,14 @@ bytes() {  # 1M -> 1048576
 # Iterations and warmups by size: every run lasts roughly the same, whatever the size.
 # ITERS_X=k runs k times as many iterations and warmups (default 1): a run of 20 iterations
 # at 1 MiB lasts a few ms, shorter than the scheduler's slice, which decides it alone when
-# ranks outnumber cores.
-iters() { local b=$1 n; if [ "$b" -le 65536 ]; then n=200; elif [ "$b" -le 1048576 ]; then n=20;
+# ranks outnumber cores. Calls up to 64 KiB take a few µs: 1,000 of them after 20 warmups
+# (200 after 3 before 2026-12-04, whose runs of about a millisecond read far apart
+# between rounds at 64 KiB (1.65x), the first calls' page faults and FIFO set-up included).
+iters() { local b=$1 n; if [ "$b" -le 65536 ]; then n=1000; elif [ "$b" -le 1048576 ]; then n=20;
   elif [ "$b" -le 4194304 ]; then n=10; elif [ "$b" -le 16777216 ]; then n=5;
   elif [ "$b" -le 67108864 ]; then n=3; else n=2; fi; echo $(( n * ${ITERS_X:-1} )); }
-warm() { local b=$1 n; if [ "$b" -le 4194304 ]; then n=3; elif [ "$b" -le 16777216 ]; then n=2; else n=1; fi
-  echo $(( n * ${ITERS_X:-1} )); }
+warm() { local b=$1 n; if [ "$b" -le 65536 ]; then n=20; elif [ "$b" -le 4194304 ]; then n=3;
+  elif [ "$b" -le 16777216 ]; then n=2; else n=1; fi; echo $(( n * ${ITERS_X:-1} )); }
 
 # The kernel's default tcp congestion control, for the host line: over loopback a pacing one
 # (bbr) changes how UCX's tcp and OpenMPI's compare with braid's own (docs/performance.md).

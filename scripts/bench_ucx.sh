@@ -9,7 +9,7 @@
 #   4. (only when PARTS names it) braid over ucx with whole blocks (the default) vs
 #      BRAID_WHOLE_BLOCKS=0 (slot-sized slices), allgather, alltoall and one-way sendrecv:
 #      what whole blocks give, no target.
-# Implementations alternate size by size, ROUNDS times; the best of each is kept. Where
+# Implementations alternate size by size, ROUNDS times; the best of each is kept (STAT). Where
 # ucx_perftest runs, braid's sendrecv_perf beside it sends as many messages (P2P_X below).
 # x = braid / peer busbw (> 1: braid better). Targets (marked ok / MISS): part 1 x >= 1.0,
 # part 2 x >= 0.9, part 3 x >= 0.9.
@@ -25,6 +25,9 @@
 #   ROUNDS=2, CHECK=1, RUN_TIMEOUT=300, SKIP_SETUP, BUILD_DIR, BENCH_CACHE, RESULTS: as in
 #                             scripts/bench_collectives.sh
 #   ITERS_X=1                 k times the iterations and warmups of every run (bench_lib.sh)
+#   STAT=max                  max: the best busbw of the rounds; median: their median, steadier
+#                             where runs are bimodal (64 KiB calls, ranks sharing cores), with
+#                             ROUNDS of 5 or more
 # Debian's OpenMPI leaves its UCX path off by default; this selects it with
 #   mpirun --mca pml ucx --mca pml_ucx_devices any --mca pml_ucx_tls any -x UCX_TLS=...
 set -euo pipefail
@@ -44,6 +47,8 @@ TLS=${TLS:-tcp sm}
 COLLS=${COLLS:-allreduce allgather}
 PARTS=" ${PARTS:-1 2 3} "
 ROUNDS=${ROUNDS:-2}
+STAT="${STAT:-max}"
+case "$STAT" in max|median) ;; *) echo "bench_ucx: STAT=$STAT: use max (the best) or median" >&2; exit 2 ;; esac
 CHECK=${CHECK:-1}
 RUN_TIMEOUT=${RUN_TIMEOUT:-300}
 CACHE=${BENCH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/braid-bench-peers}
@@ -119,7 +124,7 @@ perftest_bw() {
     END { if (v != "") printf "%.3f\n", v * 1048576 / 1e9 }' "$log"
 }
 
-say "# bench_ucx $(date -Is): NPS='$NPS' SIZES='${SIZES[*]}' TLS='$TLS' ROUNDS=$ROUNDS ITERS_X=${ITERS_X:-1}"
+say "# bench_ucx $(date -Is): NPS='$NPS' SIZES='${SIZES[*]}' TLS='$TLS' ROUNDS=$ROUNDS ITERS_X=${ITERS_X:-1} STAT=$STAT"
 say "# braid: $BUILD_DIR ($(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null)$(git -C "$ROOT" diff --quiet 2>/dev/null || echo '+dirty')); $(ucx_info -v | head -1 | sed 's/# //'); raw logs: $RAW"
 say "# host: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), tcp congestion control $(tcp_cc); busbw in GB/s (1e9 B/s); x = braid/peer, > 1: braid better"
 misses=0; checked=0
@@ -146,7 +151,7 @@ if [[ $PARTS == *" 1 "* ]]; then
             A+=("$(run_one braid-ucx "$tls" "$coll" "$b" "$np")")
             B+=("$(run_one mpi-ucx "$tls" "$coll" "$b" "$np")")
           done
-          row "$s" "$(best_of max "${A[@]}")" "$(best_of max "${B[@]}")" 1.0
+          row "$s" "$(best_of "$STAT" "${A[@]}")" "$(best_of "$STAT" "${B[@]}")" 1.0
         done
       done
     done
@@ -164,7 +169,7 @@ if [[ $PARTS == *" 2 "* ]]; then
         A+=("$(run_one braid-ucx tcp,self allreduce "$b" "$np")")
         B+=("$(run_one braid-tcp - allreduce "$b" "$np")")
       done
-      row "$s" "$(best_of max "${A[@]}")" "$(best_of max "${B[@]}")" 0.9
+      row "$s" "$(best_of "$STAT" "${A[@]}")" "$(best_of "$STAT" "${B[@]}")" 0.9
     done
   done
   # What UCX's tcp carries at best, with its own tool and a window of sends in flight,
@@ -178,7 +183,7 @@ if [[ $PARTS == *" 2 "* ]]; then
       A+=("$(perftest_bw tcp,self "$b")")
       B+=("$(RUN_ITERS_MUL=$P2P_X run_one braid-tcp - sendrecv "$b" 2)")
     done
-    say "$(fmt "$s" "$(best_of max "${A[@]}")" "$(best_of max "${B[@]}")" "$(ratio "$(best_of max "${A[@]}")" "$(best_of max "${B[@]}")" max)" '')"
+    say "$(fmt "$s" "$(best_of "$STAT" "${A[@]}")" "$(best_of "$STAT" "${B[@]}")" "$(ratio "$(best_of "$STAT" "${A[@]}")" "$(best_of "$STAT" "${B[@]}")" max)" '')"
   done
 fi
 
@@ -195,7 +200,7 @@ if [[ $PARTS == *" 3 "* ]]; then
         A+=("$(RUN_ITERS_MUL=$P2P_X run_one braid-ucx "$tls" sendrecv "$b" 2)")
         B+=("$(perftest_bw "$tls" "$b")")
       done
-      row "$s" "$(best_of max "${A[@]}")" "$(best_of max "${B[@]}")" 0.9
+      row "$s" "$(best_of "$STAT" "${A[@]}")" "$(best_of "$STAT" "${B[@]}")" 0.9
     done
   done
 fi
@@ -215,7 +220,7 @@ if [[ $PARTS == *" 4 "* ]]; then
             A+=("$(run_one braid-ucx "$tls" "$coll" "$b" "$np")")
             B+=("$(run_one braid-slices "$tls" "$coll" "$b" "$np")")
           done
-          say "$(fmt "$s" "$(best_of max "${A[@]}")" "$(best_of max "${B[@]}")" "$(ratio "$(best_of max "${A[@]}")" "$(best_of max "${B[@]}")" max)" '')"
+          say "$(fmt "$s" "$(best_of "$STAT" "${A[@]}")" "$(best_of "$STAT" "${B[@]}")" "$(ratio "$(best_of "$STAT" "${A[@]}")" "$(best_of "$STAT" "${B[@]}")" max)" '')"
         done
       done
     done

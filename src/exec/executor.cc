@@ -103,7 +103,8 @@ class ChannelRunner {
   }
 
   Status run() {
-    // Which steps may send from the caller's memory depends on the buffers: every run.
+    // Which steps may send from the caller's memory depends on the buffers: worked out on
+    // every run, or taken from the last run with the same ones (DirectSends).
     if (!ctx_.mover && (!setup_ || setup_->userSends)) {
       DirectSends* kept = setup_ ? ctx_.directSends : nullptr;
       if (kept && kept->valid && sameBuffers(kept->buffers, b_) && kept->streamOutput == ctx_.streamOutput) {

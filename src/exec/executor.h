@@ -81,9 +81,9 @@ class RunHooks {
 
 // Which steps of a channel send from the caller's memory (zero copy), as the executor
 // worked them out for one set of buffers. That depends on where the buffers lie (a send
-// must not read bytes a later step writes), so it is worked out on every run: for a small
-// call, most of the executor's own set-up (about 1,300 instructions of a 2-rank allgather
-// over UCX). A caller that runs one ChannelSetup again and again, one run at a time
+// must not read bytes a later step writes), and working it out was most of a small call's
+// set-up in the executor (about 1,300 instructions of a 2-rank allgather over UCX). A
+// caller that runs one ChannelSetup again and again, one run at a time
 // (Communicator::runAlone), keeps one of these beside it (RunContext::directSends): a run
 // with the same buffers then takes the decisions from it.
 struct DirectSends {

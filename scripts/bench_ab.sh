@@ -16,6 +16,8 @@
 #   ITERS_X=k     k times the iterations and warmups (scripts/bench_lib.sh)
 #   STAT=median   the median busbw of the rounds instead of the best: steadier where runs
 #                 are bimodal (ranks sharing cores), with ROUNDS of 6 or more
+#   STAT=paired   the medians, and B/A the median of the rounds' own ratios (a round's two
+#                 runs are seconds apart): steadiest where the machine swings for minutes
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 if [ "${SKIP_SETUP:-0}" != 1 ]; then bash "$ROOT/scripts/setup.sh"; fi
@@ -38,7 +40,7 @@ describe() {
 declare -A RUN EXE
 RUN[A]="$(side_exe A braidrun)"; RUN[B]="$(side_exe B braidrun)"
 STAT="${STAT:-max}"
-case "$STAT" in max|median) ;; *) echo "bench_ab: STAT=$STAT: use max (the best) or median" >&2; exit 2 ;; esac
+case "$STAT" in max|median|paired) ;; *) echo "bench_ab: STAT=$STAT: use max (the best), median or paired" >&2; exit 2 ;; esac
 echo "# bench_ab $(date -Iseconds): A='$A' B='$B' BASE='$BASE' ROUNDS=${ROUNDS:-3} ITERS_X=${ITERS_X:-1} STAT=$STAT"
 if [ "$BUILD_A" = "$BUILD_B" ]; then echo "# braid: $(describe "$BUILD_A")"
 else echo "# braid: A $(describe "$BUILD_A"), B $(describe "$BUILD_B")"; fi
@@ -61,8 +63,8 @@ for coll in ${COLLS:-allreduce allgather broadcast sendrecv}; do
           if [ "$side" = A ]; then runsA+=("$v"); else runsB+=("$v"); fi
         done
       done
-      bestA="$(best_of "$STAT" "${runsA[@]}")"; bestB="$(best_of "$STAT" "${runsB[@]}")"
-      printf "%-10s %3s %6s %9s %9s %6s\n" "$coll" "$np" "$size" "$bestA" "$bestB" "$(ratio "$bestB" "$bestA" max)"
+      printf "%-10s %3s %6s %9s %9s %6s\n" "$coll" "$np" "$size" "$(shown_of "${runsA[@]}")" "$(shown_of "${runsB[@]}")" \
+        "$(x_of runsB runsA)"
     done
   done
 done

@@ -66,6 +66,29 @@ ratio() {  # braid value, peer value, mode (max: braid/peer; min: peer/braid)
   awk -v a="$1" -v b="$2" -v m="$3" 'BEGIN { if (a !~ /^[0-9.eE+-]+$/ || b !~ /^[0-9.eE+-]+$/ || a + 0 == 0 || b + 0 == 0) print "-";
     else printf "%.2f", m == "min" ? b / a : a / b }'
 }
+# The median over rounds of a_i / b_i, the two sides' values of the same round (STAT=paired).
+# The two runs of a round are seconds apart and meet the machine in the same state; on a
+# shared VM that swings between a fast and a slow state for minutes at a time (2-3x at
+# 64 KiB), a ratio of medians taken side by side compares one side's fast runs with the
+# other's slow ones whenever the swing splits the rounds. A round with a missing value is
+# left out; "-" when none is left or either side was WRONG.
+# usage: paired_ratio n a_1 .. a_n b_1 .. b_n
+paired_ratio() {
+  local n=$1 i; shift
+  if printf '%s\n' "$@" | grep -qx WRONG; then echo -; return; fi
+  for ((i = 1; i <= n; i++)); do echo "${!i} $(eval echo "\${$((i + n))}")"; done |
+    awk '$1 ~ /^[0-9.eE+-]+$/ && $2 ~ /^[0-9.eE+-]+$/ && $1 + 0 > 0 && $2 + 0 > 0 { printf "%.6f\n", $1 / $2 }' | sort -g |
+    awk '{ x[NR] = $1 } END { if (!NR) print "-"; else printf "%.2f\n", NR % 2 ? x[(NR + 1) / 2] : (x[NR / 2] + x[NR / 2 + 1]) / 2 }'
+}
+# The values shown for one side's rounds under $STAT (paired shows medians).
+shown_of() { best_of "$([ "$STAT" = paired ] && echo median || echo "$STAT")" "$@"; }
+# x = a / b for the rounds of arrays named by $1 and $2 under $STAT: the ratio of the shown
+# values, or with STAT=paired the median of the round-by-round ratios.
+x_of() {
+  local -n xa=$1 xb=$2
+  if [ "$STAT" = paired ]; then paired_ratio "${#xa[@]}" "${xa[@]}" "${xb[@]}"
+  else ratio "$(shown_of "${xa[@]}")" "$(shown_of "${xb[@]}")" max; fi
+}
 verdict() {  # ratio, threshold
   awk -v x="$1" -v t="$2" 'BEGIN { if (x == "-") print "n/a"; else print (x + 0 >= t ? "ok" : "MISS") }'
 }

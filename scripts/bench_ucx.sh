@@ -27,7 +27,9 @@
 #   ITERS_X=1                 k times the iterations and warmups of every run (bench_lib.sh)
 #   STAT=max                  max: the best busbw of the rounds; median: their median, steadier
 #                             where runs are bimodal (64 KiB calls, ranks sharing cores), with
-#                             ROUNDS of 5 or more
+#                             ROUNDS of 5 or more; paired: x is the median of the rounds' own
+#                             ratios (each round's two runs are seconds apart), the columns
+#                             medians: steadiest where the machine swings for minutes
 # Debian's OpenMPI leaves its UCX path off by default; this selects it with
 #   mpirun --mca pml ucx --mca pml_ucx_devices any --mca pml_ucx_tls any -x UCX_TLS=...
 set -euo pipefail
@@ -48,7 +50,7 @@ COLLS=${COLLS:-allreduce allgather}
 PARTS=" ${PARTS:-1 2 3} "
 ROUNDS=${ROUNDS:-2}
 STAT="${STAT:-max}"
-case "$STAT" in max|median) ;; *) echo "bench_ucx: STAT=$STAT: use max (the best) or median" >&2; exit 2 ;; esac
+case "$STAT" in max|median|paired) ;; *) echo "bench_ucx: STAT=$STAT: use max (the best), median or paired" >&2; exit 2 ;; esac
 CHECK=${CHECK:-1}
 RUN_TIMEOUT=${RUN_TIMEOUT:-300}
 CACHE=${BENCH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/braid-bench-peers}
@@ -128,14 +130,17 @@ say "# bench_ucx $(date -Is): NPS='$NPS' SIZES='${SIZES[*]}' TLS='$TLS' ROUNDS=$
 say "# braid: $BUILD_DIR ($(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null)$(git -C "$ROOT" diff --quiet 2>/dev/null || echo '+dirty')); $(ucx_info -v | head -1 | sed 's/# //'); raw logs: $RAW"
 say "# host: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), tcp congestion control $(tcp_cc); busbw in GB/s (1e9 B/s); x = braid/peer, > 1: braid better"
 misses=0; checked=0
-# Prints a row and counts its verdict: size, braid, peer, threshold.
+# Prints a row for the rounds in A (braid) and B (the peer) and counts its verdict: size,
+# threshold.
 row() {
   local x v
-  x=$(ratio "$2" "$3" max); v=$(verdict "$x" "$4")
+  x=$(x_of A B); v=$(verdict "$x" "$2")
   [ "$v" = n/a ] || checked=$((checked + 1))
   [ "$v" = MISS ] && misses=$((misses + 1))
-  say "$(fmt "$1" "$2" "$3" "$x" "$v")"
+  say "$(fmt "$1" "$(shown_of "${A[@]}")" "$(shown_of "${B[@]}")" "$x" "$v")"
 }
+# A row with no target, for the rounds in A and B: size.
+plain_row() { say "$(fmt "$1" "$(shown_of "${A[@]}")" "$(shown_of "${B[@]}")" "$(x_of A B)" '')"; }
 
 if [[ $PARTS == *" 1 "* ]]; then
   for fam in $TLS; do
@@ -151,7 +156,7 @@ if [[ $PARTS == *" 1 "* ]]; then
             A+=("$(run_one braid-ucx "$tls" "$coll" "$b" "$np")")
             B+=("$(run_one mpi-ucx "$tls" "$coll" "$b" "$np")")
           done
-          row "$s" "$(best_of "$STAT" "${A[@]}")" "$(best_of "$STAT" "${B[@]}")" 1.0
+          row "$s" 1.0
         done
       done
     done
@@ -169,7 +174,7 @@ if [[ $PARTS == *" 2 "* ]]; then
         A+=("$(run_one braid-ucx tcp,self allreduce "$b" "$np")")
         B+=("$(run_one braid-tcp - allreduce "$b" "$np")")
       done
-      row "$s" "$(best_of "$STAT" "${A[@]}")" "$(best_of "$STAT" "${B[@]}")" 0.9
+      row "$s" 0.9
     done
   done
   # What UCX's tcp carries at best, with its own tool and a window of sends in flight,
@@ -183,7 +188,7 @@ if [[ $PARTS == *" 2 "* ]]; then
       A+=("$(perftest_bw tcp,self "$b")")
       B+=("$(RUN_ITERS_MUL=$P2P_X run_one braid-tcp - sendrecv "$b" 2)")
     done
-    say "$(fmt "$s" "$(best_of "$STAT" "${A[@]}")" "$(best_of "$STAT" "${B[@]}")" "$(ratio "$(best_of "$STAT" "${A[@]}")" "$(best_of "$STAT" "${B[@]}")" max)" '')"
+    plain_row "$s"
   done
 fi
 
@@ -200,7 +205,7 @@ if [[ $PARTS == *" 3 "* ]]; then
         A+=("$(RUN_ITERS_MUL=$P2P_X run_one braid-ucx "$tls" sendrecv "$b" 2)")
         B+=("$(perftest_bw "$tls" "$b")")
       done
-      row "$s" "$(best_of "$STAT" "${A[@]}")" "$(best_of "$STAT" "${B[@]}")" 0.9
+      row "$s" 0.9
     done
   done
 fi
@@ -220,7 +225,7 @@ if [[ $PARTS == *" 4 "* ]]; then
             A+=("$(run_one braid-ucx "$tls" "$coll" "$b" "$np")")
             B+=("$(run_one braid-slices "$tls" "$coll" "$b" "$np")")
           done
-          say "$(fmt "$s" "$(best_of "$STAT" "${A[@]}")" "$(best_of "$STAT" "${B[@]}")" "$(ratio "$(best_of "$STAT" "${A[@]}")" "$(best_of "$STAT" "${B[@]}")" max)" '')"
+          plain_row "$s"
         done
       done
     done

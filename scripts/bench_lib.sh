@@ -75,8 +75,9 @@ ratio() {  # braid value, peer value, mode (max: braid/peer; min: peer/braid)
 # usage: paired_ratio n a_1 .. a_n b_1 .. b_n
 paired_ratio() {
   local n=$1 i; shift
+  local v=("$@")
   if printf '%s\n' "$@" | grep -qx WRONG; then echo -; return; fi
-  for ((i = 1; i <= n; i++)); do echo "${!i} $(eval echo "\${$((i + n))}")"; done |
+  for ((i = 0; i < n; i++)); do echo "${v[i]:--} ${v[i + n]:--}"; done |
     awk '$1 ~ /^[0-9.eE+-]+$/ && $2 ~ /^[0-9.eE+-]+$/ && $1 + 0 > 0 && $2 + 0 > 0 { printf "%.6f\n", $1 / $2 }' | sort -g |
     awk '{ x[NR] = $1 } END { if (!NR) print "-"; else printf "%.2f\n", NR % 2 ? x[(NR + 1) / 2] : (x[NR / 2] + x[NR / 2 + 1]) / 2 }'
 }

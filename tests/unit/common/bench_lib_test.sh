@@ -23,6 +23,7 @@ expect "paired, swing" "$(paired_ratio 5 4 4 4 1 1 4 4 1 1 1)" 1.00
 expect "medians, swing" "$(ratio "$(best_of median 4 4 4 1 1)" "$(best_of median 4 4 1 1 1)" max)" 4.00
 expect "paired, even" "$(paired_ratio 4 1 2 3 4 1 1 1 1)" 2.50
 expect "paired, a round missing" "$(paired_ratio 3 2 - 6 1 5 2)" 2.50
+expect "paired, a run that printed nothing" "$(paired_ratio 3 "" 2 4 1 1 "")" 2.00
 expect "paired, nothing left" "$(paired_ratio 2 - 1 1 -)" -
 expect "paired, WRONG" "$(paired_ratio 2 1 WRONG 1 1)" -
 

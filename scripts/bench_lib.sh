@@ -49,14 +49,18 @@ bus_factor() {  # collective, ranks: nccl-tests' busbw / algbw
   esac
 }
 
+# The median of the numbers on stdin, one per line (the middle value, the mean of the two
+# middle ones), printed with the printf format $1; nothing when there are none.
+median_of() {
+  sort -g | awk -v f="$1" '{ x[NR] = $1 } END { if (NR) printf f "\n", NR % 2 ? x[(NR + 1) / 2] : (x[NR / 2] + x[NR / 2 + 1]) / 2 }'
+}
 # Best over rounds: max busbw / min time; WRONG wins over numbers, empty cells become "-".
 best_of() {  # mode (max, min, or median: the middle value, the mean of the two middle ones), values
   local mode=$1; shift
   if printf '%s\n' "$@" | grep -qx WRONG; then echo WRONG; return; fi
   local v
   if [ "$mode" = median ]; then
-    v=$(printf '%s\n' "$@" | grep -E '^[0-9.eE+-]+$' | sort -g |
-        awk '{ x[NR] = $1 } END { if (NR) printf "%.3f\n", NR % 2 ? x[(NR + 1) / 2] : (x[NR / 2] + x[NR / 2 + 1]) / 2 }')
+    v=$(printf '%s\n' "$@" | grep -E '^[0-9.eE+-]+$' | median_of %.3f)
   else
     v=$(printf '%s\n' "$@" | grep -E '^[0-9.eE+-]+$' | sort -g | { [ "$mode" = min ] && head -1 || tail -1; })
   fi
@@ -74,12 +78,12 @@ ratio() {  # braid value, peer value, mode (max: braid/peer; min: peer/braid)
 # left out; "-" when none is left or either side was WRONG.
 # usage: paired_ratio n a_1 .. a_n b_1 .. b_n
 paired_ratio() {
-  local n=$1 i; shift
+  local n=$1 i x; shift
   local v=("$@")
   if printf '%s\n' "$@" | grep -qx WRONG; then echo -; return; fi
-  for ((i = 0; i < n; i++)); do echo "${v[i]:--} ${v[i + n]:--}"; done |
-    awk '$1 ~ /^[0-9.eE+-]+$/ && $2 ~ /^[0-9.eE+-]+$/ && $1 + 0 > 0 && $2 + 0 > 0 { printf "%.6f\n", $1 / $2 }' | sort -g |
-    awk '{ x[NR] = $1 } END { if (!NR) print "-"; else printf "%.2f\n", NR % 2 ? x[(NR + 1) / 2] : (x[NR / 2] + x[NR / 2 + 1]) / 2 }'
+  x=$(for ((i = 0; i < n; i++)); do echo "${v[i]:--} ${v[i + n]:--}"; done |
+    awk '$1 ~ /^[0-9.eE+-]+$/ && $2 ~ /^[0-9.eE+-]+$/ && $1 + 0 > 0 && $2 + 0 > 0 { printf "%.6f\n", $1 / $2 }' | median_of %.2f)
+  echo "${x:--}"
 }
 # The values shown for one side's rounds under $STAT (paired shows medians).
 shown_of() { best_of "$([ "$STAT" = paired ] && echo median || echo "$STAT")" "$@"; }

@@ -1606,7 +1606,7 @@ Status Communicator::execChannel(const Op& op, int channel, const exec::ChannelS
   Status s = brokenStatus();
   if (s.isOk()) {
     exec::RunContext ctx = channelContext(op, channel);
-    ctx.directSends = setup ? direct : nullptr;
+    ctx.directSends = direct;
     const bool mesh = op.schedule_->connectionSet == 1;
     ctx.deadline = Deadline::afterCoarse(opts_.config.timeoutSec);
     uint64_t peerTag = 0;

@@ -107,7 +107,8 @@ struct Layout {
   bool wholeBlocksInRings = true;
   // Whether a whole block moves through memory after a handshake of both sides (UCX's
   // rendezvous over its shared memory on one host), rather than through a socket: where
-  // each step pays that handshake, fewer steps pay (the planner's rendezvousHalving).
+  // each step pays that handshake, fewer steps pay (the planner's rendezvousHalving and
+  // ucxMemoryTwoShot).
   bool rendezvousInMemory = false;
   // Allreduces up to this many bytes use the small-message algorithm (0 = never).
   size_t smallMaxBytes = 0;

@@ -61,10 +61,25 @@ bool rendezvousHalving(const algorithms::Layout& layout, size_t bytes) {
          bytes >= (512u << 10) && bytes <= (4u << 20);
 }
 
+// Over UCX's shared memory (rendezvousInMemory), 4 ranks, 64-256 KiB: two-shot (a direct
+// reduce-scatter, then a direct allgather) takes two rounds like recursive doubling, where
+// the ring takes six, yet each rank sends 1.5 times the buffer instead of twice and reduces
+// 0.75 of it instead of twice. Against the default (recursive doubling at 64 KiB, the ring
+// above), alternated run by run over UCX_TLS=sm,self with 4 ranks on 2 cores, medians of
+// five or six paired runs of 9-15 rounds: 64 KiB 1.29x busbw (1.09-1.30), 128 KiB 1.08x
+// (0.73-1.35), 256 KiB 1.16x (0.97-1.59). At 32 and 48 KiB recursive doubling was as fast
+// or faster (0.84-1.20), at 512 KiB Rabenseifner (0.96), at 3, 5 and 6 ranks neither was
+// clearly ahead (0.93-1.21), and over braid's shm and UCX's tcp two-shot lost at 64 KiB.
+// docs/performance.md, "Two-shot at 4 ranks over UCX's shared memory".
+bool ucxMemoryTwoShot(const algorithms::Layout& layout, size_t bytes) {
+  return layout.nranks == 4 && layout.rendezvousInMemory && bytes >= (64u << 10) && bytes <= (256u << 10);
+}
+
 bool isDefault(const algorithms::AlgorithmInfo& a, const algorithms::Request& req, const algorithms::Layout& layout) {
   if (req.coll == algorithms::Collective::kAllReduce) {
     // Small messages are latency-bound: log2(n) hops beat the ring's 2(n-1).
     const size_t bytes = req.count * dataTypeSize(req.dtype);
+    if (ucxMemoryTwoShot(layout, bytes)) return std::string(a.name) == "two_shot";
     bool small = layout.nranks > 1 && bytes <= layout.smallMaxBytes;
     if (!small && rendezvousHalving(layout, bytes)) return std::string(a.name) == "rabenseifner";
     return std::string(a.name) == (small ? "recursive_doubling" : "ring");

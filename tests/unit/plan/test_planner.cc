@@ -93,9 +93,31 @@ TEST_CASE("planner: over rendezvous of whole blocks through memory, 4 ranks halv
     CHECK(pick(2, b, whole, true) == "ring");
     CHECK(pick(8, b, whole, true) == "ring");
   }
-  CHECK(pick(4, size_t{256} << 10, whole, true) == "ring");
   CHECK(pick(4, size_t{8} << 20, whole, true) == "ring");
-  CHECK(pick(4, size_t{64} << 10, whole, true) == "recursive_doubling");
+}
+
+TEST_CASE("planner: over UCX's shared memory, 4 ranks take two shots from 64 KiB to 256 KiB", "[unit]") {
+  auto pick = [](int n, size_t bytes, bool inMemory) {
+    plan::Machine m = plan::uniformMachine(1, n);
+    algorithms::Layout l = plan::simLayout(m, 0);
+    l.wholeBlockBytes = size_t{64} << 20;
+    l.rendezvousInMemory = inMemory;
+    auto p = plan::choosePlan(request(Collective::kAllReduce, bytes, n), l, m, nullptr, nullptr);
+    REQUIRE(p.isOk());
+    return std::string(p->algo->name);
+  };
+  for (size_t b : {size_t{64} << 10, size_t{128} << 10, size_t{256} << 10}) {
+    INFO("bytes=" << b);
+    CHECK(pick(4, b, true) == "two_shot");
+    // Through sockets or braid's own slots, and at other rank counts: the defaults.
+    CHECK(pick(4, b, false) == (b <= (size_t{64} << 10) ? "recursive_doubling" : "ring"));
+    CHECK(pick(3, b, true) == (b <= (size_t{64} << 10) ? "recursive_doubling" : "ring"));
+    CHECK(pick(8, b, true) == (b <= (size_t{64} << 10) ? "recursive_doubling" : "ring"));
+  }
+  // Either side of the range: recursive doubling below, Rabenseifner above.
+  CHECK(pick(4, size_t{48} << 10, true) == "recursive_doubling");
+  CHECK(pick(4, (size_t{256} << 10) + 4, true) == "ring");
+  CHECK(pick(4, size_t{512} << 10, true) == "rabenseifner");
 }
 
 TEST_CASE("planner: planCollective builds what choosePlan chose, for every collective", "[unit]") {

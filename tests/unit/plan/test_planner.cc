@@ -114,7 +114,7 @@ TEST_CASE("planner: over UCX's shared memory, 4 ranks take two shots from 64 KiB
     CHECK(pick(3, b, true) == (b <= (size_t{64} << 10) ? "recursive_doubling" : "ring"));
     CHECK(pick(8, b, true) == (b <= (size_t{64} << 10) ? "recursive_doubling" : "ring"));
   }
-  // Either side of the range: recursive doubling below, Rabenseifner above.
+  // Either side of the range: recursive doubling below, the ring just above, Rabenseifner from 512 KiB.
   CHECK(pick(4, size_t{48} << 10, true) == "recursive_doubling");
   CHECK(pick(4, (size_t{256} << 10) + 4, true) == "ring");
   CHECK(pick(4, size_t{512} << 10, true) == "rabenseifner");

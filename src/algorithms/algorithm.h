@@ -107,8 +107,9 @@ struct Layout {
   bool wholeBlocksInRings = true;
   // Whether a whole block moves through memory after a handshake of both sides (UCX's
   // rendezvous over its shared memory on one host), rather than through a socket: where
-  // each step pays that handshake, fewer steps pay (the planner's rendezvousHalving and
-  // ucxMemoryTwoShot).
+  // each step pays that handshake, fewer steps pay (the planner's rendezvousHalving). It
+  // also marks UCX's shared memory for the planner's ucxMemoryTwoShot, whose messages go
+  // eager.
   bool rendezvousInMemory = false;
   // Allreduces up to this many bytes use the small-message algorithm (0 = never).
   size_t smallMaxBytes = 0;

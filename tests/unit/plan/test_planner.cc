@@ -68,17 +68,24 @@ TEST_CASE("planner: one host keeps recursive doubling up to 64 KiB, then ring", 
   }
 }
 
+// The allreduce the planner picks on one host of n ranks for connections that carry whole
+// blocks of `wholeBlockBytes` (0: slots only), in the rings too or not, by rendezvous
+// through memory (UCX's shared memory) or not.
+static std::string pickAllreduce(int n, size_t bytes, size_t wholeBlockBytes, bool inRings, bool inMemory) {
+  plan::Machine m = plan::uniformMachine(1, n);
+  algorithms::Layout l = plan::simLayout(m, 0);
+  l.wholeBlockBytes = wholeBlockBytes;
+  l.wholeBlocksInRings = inRings;
+  l.rendezvousInMemory = inMemory;
+  auto p = plan::choosePlan(request(Collective::kAllReduce, bytes, n), l, m, nullptr, nullptr);
+  REQUIRE(p.isOk());
+  return std::string(p->algo->name);
+}
+
 TEST_CASE("planner: over rendezvous of whole blocks through memory, 4 ranks halve and double from 512 KiB to 4 MiB",
           "[unit]") {
   auto pick = [](int n, size_t bytes, size_t wholeBlockBytes, bool inRings, bool inMemory = true) {
-    plan::Machine m = plan::uniformMachine(1, n);
-    algorithms::Layout l = plan::simLayout(m, 0);
-    l.wholeBlockBytes = wholeBlockBytes;
-    l.wholeBlocksInRings = inRings;
-    l.rendezvousInMemory = inMemory;
-    auto p = plan::choosePlan(request(Collective::kAllReduce, bytes, n), l, m, nullptr, nullptr);
-    REQUIRE(p.isOk());
-    return std::string(p->algo->name);
+    return pickAllreduce(n, bytes, wholeBlockBytes, inRings, inMemory);
   };
   const size_t whole = size_t{64} << 20;
   for (size_t b : {size_t{512} << 10, size_t{1} << 20, size_t{4} << 20}) {
@@ -97,15 +104,7 @@ TEST_CASE("planner: over rendezvous of whole blocks through memory, 4 ranks halv
 }
 
 TEST_CASE("planner: over UCX's shared memory, 4 ranks take two shots from 64 KiB to 256 KiB", "[unit]") {
-  auto pick = [](int n, size_t bytes, bool inMemory) {
-    plan::Machine m = plan::uniformMachine(1, n);
-    algorithms::Layout l = plan::simLayout(m, 0);
-    l.wholeBlockBytes = size_t{64} << 20;
-    l.rendezvousInMemory = inMemory;
-    auto p = plan::choosePlan(request(Collective::kAllReduce, bytes, n), l, m, nullptr, nullptr);
-    REQUIRE(p.isOk());
-    return std::string(p->algo->name);
-  };
+  auto pick = [](int n, size_t bytes, bool inMemory) { return pickAllreduce(n, bytes, size_t{64} << 20, true, inMemory); };
   for (size_t b : {size_t{64} << 10, size_t{128} << 10, size_t{256} << 10}) {
     INFO("bytes=" << b);
     CHECK(pick(4, b, true) == "two_shot");

@@ -90,6 +90,49 @@ for tp in tcp ucx; do
   step "allreduce_D1_np2_direct_$tp" 120 1 env BRAID_CUDA_PATH=direct BRAID_TRANSPORT=$tp UCX_TLS=tcp,self "$BR" \
     -np 2 "$PERF/allreduce_perf" -b 8 -e 64M -f 8 -n 10 -w 2 -c 1 -D 1
 done
+# NCCL in the same run (bench/peers/nccl_coll_perf.cc, the tools' table; docs/cuda.md,
+# "Against NCCL"). NCCL refuses two ranks on one GPU; with a host id per rank it runs them
+# through its network path (sockets), the configuration of braid's ranks across emulated
+# hosts (BRAID_TRANSPORT=tcp), staged and direct. With two GPUs or more, one rank per GPU on
+# both sides. compare LABEL A B: per size, the busbw of logs A and B and x = B's time / A's
+# (columns 6 and 8, braid's out of place; x > 1: A faster, the busbw ratio where both are > 0).
+compare() {
+  local label=$1 a=$LOGS/$2.log b=$LOGS/$3.log
+  [ -s "$a" ] && [ -s "$b" ] || { note "$label: a log is missing"; return 0; }
+  note "$label: size (B), busbw $2, busbw $3 (GB/s), x"
+  awk 'FNR == 1 { f++ } /^ *[0-9]+ / { t[f, $1] = $6; bw[f, $1] = $8; if (f == 1) order[++n] = $1 }
+       END { for (i = 1; i <= n; i++) { s = order[i]; if ((2, s) in t && t[1, s] > 0)
+               printf "  %10s  %8.2f  %8.2f  x %5.2f\n", s, bw[1, s], bw[2, s], t[2, s] / t[1, s] } }' \
+    "$a" "$b" | tee -a "$SUMMARY"
+}
+NCCL_PERF=$BUILD/perf/nccl_coll_perf
+if [ -x "$NCCL_PERF" ]; then
+  NSZ="-b 8 -e 128M -f 8 -n 20 -w 5 -c 1"
+  ngpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
+  step nccl_coll_perf_gpu 300 1 bash "$ROOT/tests/unit/cuda/nccl_coll_perf.sh" gpu "$BR" "$NCCL_PERF"
+  step nccl_allreduce_np2_hosts 150 0 "$BR" -np 2 "$NCCL_PERF" --host-per-rank -C allreduce $NSZ
+  step allreduce_D1_np2_tcp 150 0 env BRAID_TRANSPORT=tcp "$BR" -np 2 "$PERF/allreduce_perf" $NSZ -D 1
+  step allreduce_D1_np2_tcp_direct 150 0 env BRAID_TRANSPORT=tcp BRAID_CUDA_PATH=direct "$BR" -np 2 \
+    "$PERF/allreduce_perf" $NSZ -D 1
+  compare "2 ranks on one GPU over sockets: braid's tcp, staged, against NCCL's network path" \
+    allreduce_D1_np2_tcp nccl_allreduce_np2_hosts
+  compare "the same, braid's tcp direct" allreduce_D1_np2_tcp_direct nccl_allreduce_np2_hosts
+  compare "braid's own path on one host (shared memory, staged) against NCCL's network path" \
+    allreduce_D1_np2 nccl_allreduce_np2_hosts
+  if [ "${ngpus:-0}" -ge 2 ]; then
+    step "nccl_allreduce_np$ngpus" 150 0 "$BR" -np "$ngpus" "$NCCL_PERF" -C allreduce $NSZ
+    for path in staged ipc; do
+      step "allreduce_D1_np${ngpus}_gpus_$path" 150 0 env BRAID_CUDA_PATH=$path "$BR" -np "$ngpus" \
+        "$PERF/allreduce_perf" $NSZ -D 1
+      compare "one rank per GPU ($ngpus), braid $path against NCCL" "allreduce_D1_np${ngpus}_gpus_$path" \
+        "nccl_allreduce_np$ngpus"
+    done
+  else
+    note "NCCL with one rank per GPU: ${ngpus:-0} GPU here, and NCCL refuses two ranks on one (nccl_coll_perf_gpu)"
+  fi
+else
+  note "nccl_coll_perf: not built (needs nvcc and NCCL under the toolkit): no NCCL comparison"
+fi
 step kernel_perf_float 90 1 "$BUILD/cuda/kernel_perf" -b 1M -e 256M -f 4 -d float
 step kernel_perf_bf16 90 1 "$BUILD/cuda/kernel_perf" -b 1M -e 256M -f 16 -d bfloat16
 step kernel_perf_half 90 1 "$BUILD/cuda/kernel_perf" -b 16M -e 256M -f 16 -d half

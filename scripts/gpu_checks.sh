@@ -7,7 +7,9 @@
 # QUICK=1 leaves out the slowest step (allreduce of every type and op on device buffers).
 # BUDGET_S (default: none) bounds the whole run: each step's limit is cut to what is left,
 # and a step with under 15 s left is skipped and said so. The steps run most telling first:
-# the unit tests, then the paths that have run least, then the benchmarks.
+# the unit tests and the three paths of an allreduce, then the figures the GPU path is held
+# to (the kernels against memcpy, braid against NCCL), then the paths that have run least,
+# then the other benchmarks.
 # Exits non-zero when any correctness step failed; benchmarks only report.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -73,23 +75,11 @@ step allreduce_D1_np2 120 1 "$BR" -np 2 $AR
 for path in direct ipc; do
   step "allreduce_D1_np2_$path" 120 1 env BRAID_CUDA_PATH=$path BRAID_DEBUG=INFO "$BR" -np 2 $AR
 done
-for path in direct ipc; do
-  for coll in broadcast sendrecv allgather reduce_scatter alltoall reduce gather scatter; do
-    step "${coll}_D1_np3_$path" 60 1 env BRAID_CUDA_PATH=$path "$BR" -np 3 "$PERF/${coll}_perf" \
-      -b 8 -e 16M -f 64 -n 5 -w 1 -c 1 -D 1
-  done
-done
-for path in staged direct ipc; do
-  step "allreduce_D1_np4_$path" 120 1 env BRAID_CUDA_PATH=$path "$BR" -np 4 $AR
-done
-step allreduce_D1_np2_all_direct 120 1 env BRAID_CUDA_PATH=direct "$BR" -np 2 "$PERF/allreduce_perf" \
-  -b 4K -e 1M -f 16 -n 3 -w 1 -c 1 -o all -d all -D 1
-# The direct path on the slots of the network transports (tcp's, and UCX's through the plugin
-# ABI), as it runs across hosts: here on one host, with the transport forced.
-for tp in tcp ucx; do
-  step "allreduce_D1_np2_direct_$tp" 120 1 env BRAID_CUDA_PATH=direct BRAID_TRANSPORT=$tp UCX_TLS=tcp,self "$BR" \
-    -np 2 "$PERF/allreduce_perf" -b 8 -e 64M -f 8 -n 10 -w 2 -c 1 -D 1
-done
+# The kernels alone against the GPU's device-to-device memcpy (the target: 0.85x for the sum).
+step kernel_perf_float 90 1 "$BUILD/cuda/kernel_perf" -b 1M -e 256M -f 4 -d float
+step kernel_perf_bf16 90 1 "$BUILD/cuda/kernel_perf" -b 1M -e 256M -f 16 -d bfloat16
+step kernel_perf_half 90 1 "$BUILD/cuda/kernel_perf" -b 16M -e 256M -f 16 -d half
+step kernel_perf_f8e4m3 90 1 "$BUILD/cuda/kernel_perf" -b 16M -e 256M -f 16 -d f8e4m3
 # NCCL in the same run (bench/peers/nccl_coll_perf.cc, the tools' table; docs/cuda.md,
 # "Against NCCL"). NCCL refuses two ranks on one GPU; with a host id per rank it runs them
 # through its network path (sockets), the configuration of braid's ranks across emulated
@@ -133,10 +123,23 @@ if [ -x "$NCCL_PERF" ]; then
 else
   note "nccl_coll_perf: not built (needs nvcc and NCCL under the toolkit): no NCCL comparison"
 fi
-step kernel_perf_float 90 1 "$BUILD/cuda/kernel_perf" -b 1M -e 256M -f 4 -d float
-step kernel_perf_bf16 90 1 "$BUILD/cuda/kernel_perf" -b 1M -e 256M -f 16 -d bfloat16
-step kernel_perf_half 90 1 "$BUILD/cuda/kernel_perf" -b 16M -e 256M -f 16 -d half
-step kernel_perf_f8e4m3 90 1 "$BUILD/cuda/kernel_perf" -b 16M -e 256M -f 16 -d f8e4m3
+for path in direct ipc; do
+  for coll in broadcast sendrecv allgather reduce_scatter alltoall reduce gather scatter; do
+    step "${coll}_D1_np3_$path" 60 1 env BRAID_CUDA_PATH=$path "$BR" -np 3 "$PERF/${coll}_perf" \
+      -b 8 -e 16M -f 64 -n 5 -w 1 -c 1 -D 1
+  done
+done
+for path in staged direct ipc; do
+  step "allreduce_D1_np4_$path" 120 1 env BRAID_CUDA_PATH=$path "$BR" -np 4 $AR
+done
+step allreduce_D1_np2_all_direct 120 1 env BRAID_CUDA_PATH=direct "$BR" -np 2 "$PERF/allreduce_perf" \
+  -b 4K -e 1M -f 16 -n 3 -w 1 -c 1 -o all -d all -D 1
+# The direct path on the slots of the network transports (tcp's, and UCX's through the plugin
+# ABI), as it runs across hosts: here on one host, with the transport forced.
+for tp in tcp ucx; do
+  step "allreduce_D1_np2_direct_$tp" 120 1 env BRAID_CUDA_PATH=direct BRAID_TRANSPORT=$tp UCX_TLS=tcp,self "$BR" \
+    -np 2 "$PERF/allreduce_perf" -b 8 -e 64M -f 8 -n 10 -w 2 -c 1 -D 1
+done
 # Fixed grid caps (512-thread blocks): the old 64 and one and two per SM of an H200, against
 # the default (what the SMs hold of each kernel, from CUDA's occupancy calculator).
 for blocks in 64 132 264; do

@@ -71,7 +71,7 @@ PERF_DIR=${PERF_DIR:-$(dirname "$(find_exe allreduce_perf)")}
 mkdir -p "$CACHE" "$RESULTS"
 MPI_EXE=$CACHE/mpi_coll_perf; GLOO_EXE=$CACHE/gloo_coll_perf
 MPI_SRC=$ROOT/bench/peers/mpi_coll_perf.c; GLOO_SRC=$ROOT/bench/peers/gloo_coll_perf.cc
-if [[ $PEERS == *" mpi "* ]] && ! [ "$MPI_EXE" -nt "$MPI_SRC" ]; then
+if [[ $PEERS == *" mpi "* ]] && ! { [ "$MPI_EXE" -nt "$MPI_SRC" ] && [ "$MPI_EXE" -nt "${MPI_SRC%/*}/coll_data.h" ]; }; then
   echo "== building $MPI_EXE"
   mpicc -O3 -march=native -o "$MPI_EXE" "$MPI_SRC" || { echo "cannot build the MPI harness" >&2; exit 2; }
 fi

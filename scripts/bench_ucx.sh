@@ -64,7 +64,7 @@ command -v ucx_perftest >/dev/null || { echo "ucx_perftest not found (Debian: uc
 
 mkdir -p "$CACHE" "$RESULTS"
 MPI_EXE=$CACHE/mpi_coll_perf; MPI_SRC=$ROOT/bench/peers/mpi_coll_perf.c
-if ! [ "$MPI_EXE" -nt "$MPI_SRC" ]; then
+if ! { [ "$MPI_EXE" -nt "$MPI_SRC" ] && [ "$MPI_EXE" -nt "${MPI_SRC%/*}/coll_data.h" ]; }; then
   echo "== building $MPI_EXE"
   mpicc -O3 -march=native -o "$MPI_EXE" "$MPI_SRC" || { echo "cannot build the MPI harness" >&2; exit 2; }
 fi

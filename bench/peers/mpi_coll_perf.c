@@ -28,10 +28,9 @@
  *
  * Check (-c 1, default): after the timed loop the buffers are refilled (receive buffers with
  * a sentinel), the call is made once more and every element each rank should hold is
- * compared with a reference computed here; #wrong is summed over ranks. The data are small
- * integers, exact in float, so any order of reduction gives bit-exact results:
- *   reductions: rank r contributes (r+1)*((i%7)+1) at element i;
- *   data movement: element i of rank r's block for rank d is ((r*31 + d*7 + i) % 1021).
+ * compared with a reference; #wrong is summed over ranks. Sizes, data and references are
+ * coll_data.h's, shared with nccl_coll_perf.cc: small integers, exact in float, so any
+ * order of reduction gives bit-exact results.
  *
  * Options: -b min bytes (1M), -e max bytes (256M), -f factor (2), -w warmup (5),
  *   -n iters (20), -S B: above B scale iterations by B/size (0 = never, default),
@@ -45,120 +44,9 @@
 #include <string.h>
 #include <unistd.h>
 
-enum { ALLREDUCE, BROADCAST, REDUCE, ALLGATHER, REDUCE_SCATTER, ALLTOALL, GATHER, SCATTER, SENDRECV, NCOLL };
-static const char *kNames[NCOLL] = {"allreduce", "broadcast", "reduce", "allgather", "reduce_scatter",
-                                    "alltoall", "gather", "scatter", "sendrecv"};
-static const char *kBusText[NCOLL] = {"2(n-1)/n", "1", "1", "(n-1)/n", "(n-1)/n", "(n-1)/n", "(n-1)/n",
-                                      "(n-1)/n", "1"};
+#include "coll_data.h"
 
 static int rank, nranks;
-
-static size_t parse_size(const char *s) {
-  char *end;
-  double v = strtod(s, &end);
-  switch (*end) {
-    case 'k': case 'K': v *= 1024.0; break;
-    case 'm': case 'M': v *= 1024.0 * 1024.0; break;
-    case 'g': case 'G': v *= 1024.0 * 1024.0 * 1024.0; break;
-    default: break;
-  }
-  return (size_t)v;
-}
-
-static double bus_factor(int c, int n) {
-  if (n <= 1) return c == BROADCAST || c == REDUCE || c == SENDRECV ? 1.0 : 0.0;
-  switch (c) {
-    case ALLREDUCE: return 2.0 * (n - 1) / n;
-    case BROADCAST: case REDUCE: case SENDRECV: return 1.0;
-    default: return (double)(n - 1) / n;
-  }
-}
-
-/* Element counts of one call, as nccl-tests' getCollByteCount defines them. */
-typedef struct {
-  size_t send, recv, param; /* elements in this rank's send / receive buffer, the count argument */
-} Counts;
-
-static Counts counts_for(int c, size_t count) {
-  Counts k;
-  size_t per = count / (size_t)nranks;
-  switch (c) {
-    case ALLGATHER: case GATHER: k.send = per; k.recv = per * nranks; k.param = per; break;
-    case REDUCE_SCATTER: case SCATTER: k.send = per * nranks; k.recv = per; k.param = per; break;
-    case ALLTOALL: k.send = k.recv = per * nranks; k.param = per; break;
-    default: k.send = k.recv = k.param = count; break;
-  }
-  return k;
-}
-
-static float red_in(int r, size_t i) { return (float)((r + 1) * (int)((i % 7) + 1)); }
-static float red_out(size_t i) { return (float)(nranks * (nranks + 1) / 2) * (float)((i % 7) + 1); }
-/* Element i of the block rank `src` provides for rank `dst` (dst = -1: the whole message). */
-static float mv(int src, int dst, size_t i) { return (float)((src * 31 + (dst + 1) * 7 + i) % 1021); }
-
-/* Fills this rank's send buffer for collective c. */
-static void fill_input(int c, float *s, Counts k, int root) {
-  size_t per = k.param;
-  switch (c) {
-    case ALLREDUCE: case REDUCE: case REDUCE_SCATTER:
-      for (size_t i = 0; i < k.send; i++) s[i] = red_in(rank, i);
-      break;
-    case ALLGATHER: case GATHER:
-      for (size_t i = 0; i < k.send; i++) s[i] = mv(rank, -1, i);
-      break;
-    case ALLTOALL: case SCATTER: /* block d goes to rank d */
-      for (int d = 0; d < nranks; d++)
-        for (size_t i = 0; i < per; i++) s[d * per + i] = mv(rank, d, i);
-      break;
-    default: /* broadcast, sendrecv */
-      for (size_t i = 0; i < k.send; i++) s[i] = mv(rank, -1, i);
-      break;
-  }
-  (void)root;
-}
-
-/* Mismatching elements in this rank's receive buffer. */
-static long long check_output(int c, const float *r, Counts k, int root) {
-  long long wrong = 0;
-  size_t per = k.param;
-  int left = (rank - 1 + nranks) % nranks;
-  switch (c) {
-    case ALLREDUCE:
-      for (size_t i = 0; i < k.recv; i++) wrong += r[i] != red_out(i);
-      break;
-    case REDUCE:
-      if (rank == root)
-        for (size_t i = 0; i < k.recv; i++) wrong += r[i] != red_out(i);
-      break;
-    case REDUCE_SCATTER: /* this rank's block of the sum: elements rank*per .. */
-      for (size_t i = 0; i < per; i++) wrong += r[i] != red_out(rank * per + i);
-      break;
-    case BROADCAST: /* the root's data stay in its send buffer */
-      if (rank != root)
-        for (size_t i = 0; i < k.recv; i++) wrong += r[i] != mv(root, -1, i);
-      break;
-    case SENDRECV:
-      for (size_t i = 0; i < k.recv; i++) wrong += r[i] != mv(left, -1, i);
-      break;
-    case ALLGATHER:
-      for (int s = 0; s < nranks; s++)
-        for (size_t i = 0; i < per; i++) wrong += r[s * per + i] != mv(s, -1, i);
-      break;
-    case GATHER:
-      if (rank == root)
-        for (int s = 0; s < nranks; s++)
-          for (size_t i = 0; i < per; i++) wrong += r[s * per + i] != mv(s, -1, i);
-      break;
-    case ALLTOALL:
-      for (int s = 0; s < nranks; s++)
-        for (size_t i = 0; i < per; i++) wrong += r[s * per + i] != mv(s, rank, i);
-      break;
-    case SCATTER:
-      for (size_t i = 0; i < per; i++) wrong += r[i] != mv(root, rank, i);
-      break;
-  }
-  return wrong;
-}
 
 static void run_once(int c, const float *s, float *r, Counts k, int root) {
   int cnt = (int)k.param;
@@ -212,12 +100,12 @@ int main(int argc, char **argv) {
 
   while ((opt = getopt(argc, argv, "b:e:f:w:n:S:m:c:a:r:C:h")) != -1) {
     switch (opt) {
-      case 'b': minb = parse_size(optarg); break;
-      case 'e': maxb = parse_size(optarg); break;
+      case 'b': minb = coll_parse_size(optarg); break;
+      case 'e': maxb = coll_parse_size(optarg); break;
       case 'f': factor = atoi(optarg); break;
       case 'w': warmup = atoi(optarg); break;
       case 'n': iters = atoi(optarg); break;
-      case 'S': scale_above = parse_size(optarg); break;
+      case 'S': scale_above = coll_parse_size(optarg); break;
       case 'm': min_iters = atoi(optarg); break;
       case 'c': check = atoi(optarg); break;
       case 'a': average = atoi(optarg); break;
@@ -246,7 +134,7 @@ int main(int argc, char **argv) {
     for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
       int found = 0;
       for (int c = 0; c < NCOLL; c++)
-        if (!strcmp(t, "all") || !strcmp(t, kNames[c])) want[c] = found = 1;
+        if (!strcmp(t, "all") || !strcmp(t, kCollNames[c])) want[c] = found = 1;
       if (!found) {
         if (rank == 0) fprintf(stderr, "%s: unknown collective '%s'\n", argv[0], t);
         MPI_Finalize();
@@ -284,7 +172,7 @@ int main(int argc, char **argv) {
     int has_root = c == BROADCAST || c == REDUCE || c == GATHER || c == SCATTER;
     int has_op = c == ALLREDUCE || c == REDUCE || c == REDUCE_SCATTER;
     if (rank == 0) {
-      printf("#\n# collective: %s (MPI), busbw = algbw * %s\n", kNames[c], kBusText[c]);
+      printf("#\n# collective: %s (MPI), busbw = algbw * %s\n", kCollNames[c], kBusText[c]);
       printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s %6s\n", "size", "count", "type", "redop", "root",
              "time", "algbw", "busbw", "#wrong", "iters");
       printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s %6s\n", "(B)", "(elements)", "", "", "", "(us)",
@@ -295,7 +183,7 @@ int main(int argc, char **argv) {
     int nsizes = 0;
     size_t last_param = (size_t)-1;
     for (size_t bytes = minb; bytes <= maxb; bytes *= (size_t)factor) {
-      Counts k = counts_for(c, bytes / sizeof(float));
+      Counts k = coll_counts(c, bytes / sizeof(float), nranks);
       if (k.param == 0 || k.param == last_param) continue;
       last_param = k.param;
       size_t size = (k.send > k.recv ? k.send : k.recv) * sizeof(float);
@@ -307,7 +195,7 @@ int main(int argc, char **argv) {
         if (n_wu < 1) n_wu = 1;
       }
 
-      fill_input(c, sbuf, k, root);
+      coll_fill_input(c, sbuf, k, rank, nranks);
       for (int w = 0; w < n_wu; w++) run_once(c, sbuf, rbuf, k, root);
       MPI_Barrier(MPI_COMM_WORLD);
       double t0 = MPI_Wtime();
@@ -317,15 +205,15 @@ int main(int argc, char **argv) {
       long long wrong = -1;
       if (check) {
         long long mine;
-        fill_input(c, sbuf, k, root);
+        coll_fill_input(c, sbuf, k, rank, nranks);
         for (size_t i = 0; i < k.recv; i++) rbuf[i] = -12345.0f;
         run_once(c, sbuf, rbuf, k, root);
-        mine = check_output(c, rbuf, k, root);
+        mine = coll_check_output(c, rbuf, k, root, rank, nranks, 0);
         MPI_Allreduce(&mine, &wrong, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
         if (wrong) failed = 1;
       }
       if (rank == 0) {
-        double algbw = (double)size / dt / 1e9, busbw = algbw * bus_factor(c, nranks);
+        double algbw = (double)size / dt / 1e9, busbw = algbw * coll_bus_factor(c, nranks);
         char w[32];
         if (wrong < 0) snprintf(w, sizeof w, "N/A"); else snprintf(w, sizeof w, "%lld", wrong);
         bus_sum += busbw;
@@ -336,7 +224,7 @@ int main(int argc, char **argv) {
         fflush(stdout);
       }
     }
-    if (rank == 0) printf("# Avg bus bandwidth (%s): %g over %d sizes\n", kNames[c], nsizes ? bus_sum / nsizes : 0.0, nsizes);
+    if (rank == 0) printf("# Avg bus bandwidth (%s): %g over %d sizes\n", kCollNames[c], nsizes ? bus_sum / nsizes : 0.0, nsizes);
   }
   if (rank == 0) {
     printf("# Out of bounds values : %s\n", failed ? "FAILED" : "OK");

@@ -14,10 +14,10 @@
 // as hosts of their own and runs them through its network path (sockets here): the same
 // configuration as braid's ranks sharing a GPU across emulated hosts (BRAID_TRANSPORT=tcp).
 //
-// Collectives (-C, a comma list or "all"), sizes, bus-bandwidth factors, data and the table
-// are those of bench/peers/mpi_coll_perf.c (nccl-tests' definitions): columns 1 size (B),
-// 2 count, 3 type, 4 redop, 5 root, 6 time (us), 7 algbw (GB/s), 8 busbw (GB/s), 9 #wrong,
-// 10 iters. Only out of place, float, sum. alltoall, gather and scatter are NCCL's own calls
+// Collectives (-C, a comma list or "all"), sizes, bus-bandwidth factors, data and checks are
+// coll_data.h's, shared with mpi_coll_perf.c (nccl-tests' definitions), and so is the table:
+// columns 1 size (B), 2 count, 3 type, 4 redop, 5 root, 6 time (us), 7 algbw (GB/s), 8 busbw
+// (GB/s), 9 #wrong, 10 iters. Only out of place, float, sum. alltoall, gather and scatter are NCCL's own calls
 // from NCCL 2.28 and grouped ncclSend/ncclRecv before it (or with -DNCCL_COLL_PERF_GROUPED).
 //
 // time: the timed loop's calls are enqueued on one stream, which is then synchronized; each
@@ -40,16 +40,11 @@
 #include <vector>
 
 #include "braid/braid.h"
+#include "coll_data.h"
 
 namespace {
 
 constexpr int kExitSkip = 77;
-
-enum Coll { ALLREDUCE, BROADCAST, REDUCE, ALLGATHER, REDUCE_SCATTER, ALLTOALL, GATHER, SCATTER, SENDRECV, NCOLL };
-const char* const kNames[NCOLL] = {"allreduce", "broadcast", "reduce", "allgather", "reduce_scatter",
-                                   "alltoall", "gather", "scatter", "sendrecv"};
-const char* const kBusText[NCOLL] = {"2(n-1)/n", "1", "1", "(n-1)/n", "(n-1)/n", "(n-1)/n", "(n-1)/n", "(n-1)/n",
-                                     "1"};
 
 int rank = 0, nranks = 1;
 braidComm_t comm = nullptr;
@@ -78,108 +73,6 @@ void ncclCheck(ncclResult_t r, const char* what) {
 }
 void braidCheck(braidResult_t r, const char* what) {
   if (r != braidSuccess) die(1, true, "%s: %s", what, braidGetErrorString(r));
-}
-
-size_t parseSize(const char* s) {
-  char* end = nullptr;
-  double v = std::strtod(s, &end);
-  switch (*end) {
-    case 'k': case 'K': v *= 1024.0; break;
-    case 'm': case 'M': v *= 1024.0 * 1024.0; break;
-    case 'g': case 'G': v *= 1024.0 * 1024.0 * 1024.0; break;
-    default: break;
-  }
-  return v > 0 ? static_cast<size_t>(v) : 0;
-}
-
-double busFactor(int c, int n) {
-  if (n <= 1) return c == BROADCAST || c == REDUCE || c == SENDRECV ? 1.0 : 0.0;
-  switch (c) {
-    case ALLREDUCE: return 2.0 * (n - 1) / n;
-    case BROADCAST: case REDUCE: case SENDRECV: return 1.0;
-    default: return static_cast<double>(n - 1) / n;
-  }
-}
-
-// Element counts of one call, as nccl-tests' getCollByteCount defines them.
-struct Counts {
-  size_t send = 0, recv = 0, param = 0;  // this rank's send / receive elements, the count argument
-};
-
-Counts countsFor(int c, size_t count) {
-  Counts k;
-  const size_t per = count / static_cast<size_t>(nranks);
-  switch (c) {
-    case ALLGATHER: case GATHER: k.send = per; k.recv = per * nranks; k.param = per; break;
-    case REDUCE_SCATTER: case SCATTER: k.send = per * nranks; k.recv = per; k.param = per; break;
-    case ALLTOALL: k.send = k.recv = per * nranks; k.param = per; break;
-    default: k.send = k.recv = k.param = count; break;
-  }
-  return k;
-}
-
-// The data of mpi_coll_perf.c: small integers, exact in float, so any order of reduction
-// gives bit-exact sums.
-float redIn(int r, size_t i) { return static_cast<float>((r + 1) * static_cast<int>((i % 7) + 1)); }
-float redOut(size_t i) { return static_cast<float>(nranks * (nranks + 1) / 2) * static_cast<float>((i % 7) + 1); }
-// Element i of the block rank `src` provides for rank `dst` (dst = -1: the whole message).
-float mv(int src, int dst, size_t i) { return static_cast<float>((src * 31 + (dst + 1) * 7 + i) % 1021); }
-
-void fillInput(int c, std::vector<float>& s, const Counts& k) {
-  const size_t per = k.param;
-  switch (c) {
-    case ALLREDUCE: case REDUCE: case REDUCE_SCATTER:
-      for (size_t i = 0; i < k.send; i++) s[i] = redIn(rank, i);
-      break;
-    case ALLTOALL: case SCATTER:  // block d goes to rank d
-      for (int d = 0; d < nranks; d++)
-        for (size_t i = 0; i < per; i++) s[d * per + i] = mv(rank, d, i);
-      break;
-    default:  // allgather, gather, broadcast, sendrecv
-      for (size_t i = 0; i < k.send; i++) s[i] = mv(rank, -1, i);
-      break;
-  }
-}
-
-long long checkOutput(int c, const std::vector<float>& r, const Counts& k, int root) {
-  long long wrong = 0;
-  const size_t per = k.param;
-  const int left = (rank - 1 + nranks) % nranks;
-  switch (c) {
-    case ALLREDUCE:
-      for (size_t i = 0; i < k.recv; i++) wrong += r[i] != redOut(i);
-      break;
-    case REDUCE:
-      if (rank == root)
-        for (size_t i = 0; i < k.recv; i++) wrong += r[i] != redOut(i);
-      break;
-    case REDUCE_SCATTER:
-      for (size_t i = 0; i < per; i++) wrong += r[i] != redOut(rank * per + i);
-      break;
-    case BROADCAST:  // the root's data arrive in every rank's receive buffer, the root's too
-      for (size_t i = 0; i < k.recv; i++) wrong += r[i] != mv(root, -1, i);
-      break;
-    case SENDRECV:
-      for (size_t i = 0; i < k.recv; i++) wrong += r[i] != mv(left, -1, i);
-      break;
-    case ALLGATHER:
-      for (int s = 0; s < nranks; s++)
-        for (size_t i = 0; i < per; i++) wrong += r[s * per + i] != mv(s, -1, i);
-      break;
-    case GATHER:
-      if (rank == root)
-        for (int s = 0; s < nranks; s++)
-          for (size_t i = 0; i < per; i++) wrong += r[s * per + i] != mv(s, -1, i);
-      break;
-    case ALLTOALL:
-      for (int s = 0; s < nranks; s++)
-        for (size_t i = 0; i < per; i++) wrong += r[s * per + i] != mv(s, rank, i);
-      break;
-    case SCATTER:
-      for (size_t i = 0; i < per; i++) wrong += r[i] != mv(root, rank, i);
-      break;
-  }
-  return wrong;
 }
 
 // Enqueues one call on `stream`.
@@ -285,8 +178,8 @@ int main(int argc, char** argv) {
     const char* v = argv[++i];
     switch (a[1]) {
       case 'C': colls = v; break;
-      case 'b': minb = parseSize(v); break;
-      case 'e': maxb = parseSize(v); break;
+      case 'b': minb = coll_parse_size(v); break;
+      case 'e': maxb = coll_parse_size(v); break;
       case 'f': factor = std::atoi(v); break;
       case 'w': warmup = std::atoi(v); break;
       case 'n': iters = std::atoi(v); break;
@@ -320,7 +213,7 @@ int main(int argc, char** argv) {
       const std::string name = list.substr(at, end - at);
       bool found = false;
       for (int c = 0; c < NCOLL; c++)
-        if (name == "all" || name == kNames[c]) want[c] = found = true;
+        if (name == "all" || name == kCollNames[c]) want[c] = found = true;
       if (!found) die(2, false, "unknown collective '%s' (-C)", name.c_str());
       at = end + 1;
     }
@@ -384,7 +277,7 @@ int main(int argc, char** argv) {
     const bool hasRoot = c == BROADCAST || c == REDUCE || c == GATHER || c == SCATTER;
     const bool hasOp = c == ALLREDUCE || c == REDUCE || c == REDUCE_SCATTER;
     if (rank == 0) {
-      std::printf("#\n# collective: %s (NCCL), busbw = algbw * %s\n", kNames[c], kBusText[c]);
+      std::printf("#\n# collective: %s (NCCL), busbw = algbw * %s\n", kCollNames[c], kBusText[c]);
       std::printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s %6s\n", "size", "count", "type", "redop", "root",
                   "time", "algbw", "busbw", "#wrong", "iters");
       std::printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s %6s\n", "(B)", "(elements)", "", "", "", "(us)",
@@ -395,37 +288,37 @@ int main(int argc, char** argv) {
     int nsizes = 0;
     size_t lastParam = static_cast<size_t>(-1);
     for (size_t bytes = minb; bytes <= maxb; bytes *= static_cast<size_t>(factor)) {
-      const Counts k = countsFor(c, bytes / sizeof(float));
+      const Counts k = coll_counts(c, bytes / sizeof(float), nranks);
       if (k.param == 0 || k.param == lastParam) continue;
       lastParam = k.param;
       const size_t size = std::max(k.send, k.recv) * sizeof(float);
 
-      fillInput(c, hs, k);
+      coll_fill_input(c, hs.data(), k, rank, nranks);
       cudaCheck(cudaMemcpy(sbuf, hs.data(), k.send * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy");
-      for (int w = 0; w < warmup; w++) ncclCheck(enqueue(c, sbuf, rbuf, k, root, nc, stream), kNames[c]);
+      for (int w = 0; w < warmup; w++) ncclCheck(enqueue(c, sbuf, rbuf, k, root, nc, stream), kCollNames[c]);
       cudaCheck(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
       braidCheck(braidBarrier(comm), "braidBarrier");
       const auto t0 = std::chrono::steady_clock::now();
-      for (int it = 0; it < iters; it++) ncclCheck(enqueue(c, sbuf, rbuf, k, root, nc, stream), kNames[c]);
+      for (int it = 0; it < iters; it++) ncclCheck(enqueue(c, sbuf, rbuf, k, root, nc, stream), kCollNames[c]);
       cudaCheck(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
       const double mine = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
       const double dt = combine(mine, average);
 
       long long wrong = -1;
       if (check) {
-        fillInput(c, hs, k);
+        coll_fill_input(c, hs.data(), k, rank, nranks);
         cudaCheck(cudaMemcpy(sbuf, hs.data(), k.send * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy");
         std::fill(hr.begin(), hr.begin() + k.recv, -12345.0f);
         cudaCheck(cudaMemcpy(rbuf, hr.data(), k.recv * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy");
-        ncclCheck(enqueue(c, sbuf, rbuf, k, root, nc, stream), kNames[c]);
+        ncclCheck(enqueue(c, sbuf, rbuf, k, root, nc, stream), kCollNames[c]);
         cudaCheck(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
         cudaCheck(cudaMemcpy(hr.data(), rbuf, k.recv * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy");
-        long long bad = checkOutput(c, hr, k, root);
+        long long bad = coll_check_output(c, hr.data(), k, root, rank, nranks, 1);
         braidCheck(braidAllReduce(&bad, &wrong, 1, braidInt64, braidSum, comm, nullptr), "braidAllReduce");
         if (wrong) failed = true;
       }
       if (rank == 0) {
-        const double algbw = static_cast<double>(size) / dt / 1e9, busbw = algbw * busFactor(c, nranks);
+        const double algbw = static_cast<double>(size) / dt / 1e9, busbw = algbw * coll_bus_factor(c, nranks);
         char w[32];
         if (wrong < 0) std::snprintf(w, sizeof w, "N/A");
         else std::snprintf(w, sizeof w, "%lld", wrong);
@@ -439,7 +332,7 @@ int main(int argc, char** argv) {
       }
     }
     if (rank == 0)
-      std::printf("# Avg bus bandwidth (%s): %g over %d sizes\n", kNames[c], nsizes ? busSum / nsizes : 0.0, nsizes);
+      std::printf("# Avg bus bandwidth (%s): %g over %d sizes\n", kCollNames[c], nsizes ? busSum / nsizes : 0.0, nsizes);
   }
   if (rank == 0) {
     std::printf("# Out of bounds values : %s\n", failed ? "FAILED" : "OK");

@@ -17,8 +17,9 @@
 // Collectives (-C, a comma list or "all"), sizes, bus-bandwidth factors, data and checks are
 // coll_data.h's, shared with mpi_coll_perf.c (nccl-tests' definitions), and so is the table:
 // columns 1 size (B), 2 count, 3 type, 4 redop, 5 root, 6 time (us), 7 algbw (GB/s), 8 busbw
-// (GB/s), 9 #wrong, 10 iters. Only out of place, float, sum. alltoall, gather and scatter are NCCL's own calls
-// from NCCL 2.28 and grouped ncclSend/ncclRecv before it (or with -DNCCL_COLL_PERF_GROUPED).
+// (GB/s), 9 #wrong, 10 iters. Only out of place, float, sum. alltoall, gather and scatter are
+// NCCL's own calls from NCCL 2.28 and grouped ncclSend/ncclRecv before it (or with
+// -DNCCL_COLL_PERF_GROUPED).
 //
 // time: the timed loop's calls are enqueued on one stream, which is then synchronized; each
 // rank's mean per call, combined over ranks as -a says (0 rank 0's, 1 mean, 2 min, 3 max).
@@ -52,7 +53,9 @@ braidComm_t comm = nullptr;
 // Rank 0 says it once for everybody; the others say it only when it is theirs alone.
 [[noreturn]] void die(int code, bool everyRank, const char* fmt, ...) {
   if (everyRank || rank == 0) {
-    std::fprintf(stderr, "nccl_coll_perf: rank %d: ", rank);
+    // Before the ranks have met, none knows its rank.
+    if (comm) std::fprintf(stderr, "nccl_coll_perf: rank %d: ", rank);
+    else std::fprintf(stderr, "nccl_coll_perf: ");
     va_list ap;
     va_start(ap, fmt);
     std::vfprintf(stderr, fmt, ap);
@@ -190,7 +193,9 @@ int main(int argc, char** argv) {
     }
   }
 
-  braidCheck(braidCommInitFromEnv(&comm), "braidCommInitFromEnv (start the ranks with braidrun)");
+  braidComm_t joined = nullptr;
+  braidCheck(braidCommInitFromEnv(&joined), "braidCommInitFromEnv (start the ranks with braidrun)");
+  comm = joined;
   braidCheck(braidCommUserRank(comm, &rank), "braidCommUserRank");
   braidCheck(braidCommCount(comm, &nranks), "braidCommCount");
   if (!argError.empty()) {

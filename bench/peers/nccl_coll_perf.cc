@@ -75,7 +75,7 @@ void ncclCheck(ncclResult_t r, const char* what) {
   if (r != ncclSuccess) die(1, true, "%s: %s (NCCL_DEBUG=WARN says more)", what, ncclGetErrorString(r));
 }
 void braidCheck(braidResult_t r, const char* what) {
-  if (r != braidSuccess) die(1, true, "%s: %s", what, braidGetErrorString(r));
+  if (r != braidSuccess) die(1, true, "%s: %s: %s", what, braidGetErrorString(r), braidGetLastError(comm));
 }
 
 // Enqueues one call on `stream`.

@@ -157,7 +157,7 @@ if [ -n "$pybuild_pid" ]; then
       "$ROOT/tests/python/test_cuda.py"
     for path in staged ipc; do
       step "bench_torch_np2_$path" 150 0 env BRAID_CUDA_PATH=$path PYTHONPATH="$LOGS/py" "$PY" \
-        "$ROOT/python/bench/cuda_allreduce_bench.py" --nprocs 2 --max-bytes $((128 << 20)) \
+        "$ROOT/python/bench/cuda_allreduce_bench.py" --nprocs 2 --max-bytes $((128 << 20)) --nccl-host-per-rank \
         --json "$LOGS/bench_torch_np2_$path.json"
     done
   else

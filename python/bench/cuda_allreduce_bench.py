@@ -4,7 +4,10 @@ has a GPU of its own), in the same processes, alternating between the backends.
     python python/bench/cuda_allreduce_bench.py --nprocs 2 --json out.json
 
 Each of --nprocs local ranks (torchrun-style environment) uses GPU rank % device_count, so
-several ranks may share one GPU; NCCL refuses ranks that share a GPU and is then left out.
+several ranks may share one GPU; NCCL refuses ranks that share a GPU and is then left out,
+unless --nccl-host-per-rank gives each rank a host id of its own (NCCL_HOSTID): NCCL then
+runs them as hosts of their own, through its network path (sockets), and is shown as
+"nccl-net".
 Per size (float32, SUM) it reports the median time of --iters calls, each timed from the
 call to torch.cuda.synchronize() of the calling stream (what a training step waits for),
 and busbw = algbw * 2 (n-1) / n as nccl-tests report it. Rank 0 prints a table whose last
@@ -44,7 +47,11 @@ def worker(args):
         groups["braid"] = dist.new_group(backend="braid", timeout=timeout)
     if ngpu >= n:
         groups["nccl"] = dist.new_group(backend="nccl", timeout=timeout)
-    names = [b for b in ("braid", "gloo", "nccl") if b in groups]
+    elif args.nccl_host_per_rank:
+        # Read when NCCL's communicator starts, at the group's first collective.
+        os.environ["NCCL_HOSTID"] = f"cuda-allreduce-bench-{os.getppid()}-{rank}"
+        groups["nccl-net"] = dist.new_group(backend="nccl", timeout=timeout)
+    names = [b for b in ("braid", "gloo", "nccl", "nccl-net") if b in groups]
     res = {"nprocs": n, "device": torch.cuda.get_device_name(dev), "gpus": ngpu, "sizes": {}}
     size = args.min_bytes
     while size <= args.max_bytes:
@@ -68,16 +75,16 @@ def worker(args):
     dist.barrier()
     if rank == 0:
         print(f"{n} ranks on {ngpu} GPU(s): {res['device']}; all_reduce float32 SUM, median of {args.iters}")
-        head = f"{'bytes':>11}" + "".join(f"{name + ' us':>12}{name + ' GB/s':>12}" for name in names)
-        head += "".join(f"{other + '/braid':>13}" for other in names if other != "braid" and "braid" in names)
+        head = f"{'bytes':>11}" + "".join(f"{name + ' us':>14}{name + ' GB/s':>14}" for name in names)
+        head += "".join(f"{other + '/braid':>15}" for other in names if other != "braid" and "braid" in names)
         print(head)
         for size, row in res["sizes"].items():
             line = f"{size:>11}"
             for name in names:
                 sec = row[name]
-                line += f"{sec * 1e6:>12.1f}{size / sec * 2 * (n - 1) / n / 1e9:>12.2f}"
+                line += f"{sec * 1e6:>14.1f}{size / sec * 2 * (n - 1) / n / 1e9:>14.2f}"
             if "braid" in row:
-                line += "".join(f"{row[o] / row['braid']:>13.2f}" for o in names if o != "braid")
+                line += "".join(f"{row[o] / row['braid']:>15.2f}" for o in names if o != "braid")
             print(line, flush=True)
         if args.json:
             with open(args.json, "w") as f:
@@ -100,6 +107,8 @@ def main():
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--json", help="also write the results here")
+    p.add_argument("--nccl-host-per-rank", action="store_true",
+                   help="where ranks share a GPU, run NCCL with a host id per rank (its network path)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:

@@ -1660,6 +1660,13 @@ TEST_CASE("UCX_TLS naming nothing usable fails init quoting UCX's reason", "[mul
   INFO(r.out);
   CHECK(r.status != 0);
   CHECK(r.out.find("ucx: ucp_init: No such device (UCX_TLS=bogus)") != std::string::npos);
+  // UCX's own reason, from its log, and what it offers instead.
+  CHECK(r.out.find("UCX said: transport 'bogus' is not available, please use one or more of: ") != std::string::npos);
+  // A device that does not exist the same way, naming the devices that do.
+  Run d = run(braidrun(2, "BRAID_TRANSPORT=ucx UCX_TLS=tcp UCX_NET_DEVICES=nosuchdev0") + MP_DIR "/mp_collectives");
+  INFO(d.out);
+  CHECK(d.status != 0);
+  CHECK(d.out.find("UCX said: network device 'nosuchdev0' is not available") != std::string::npos);
 }
 // UCX on one host takes 256 KiB x 16 slots through shared memory and 1 MiB x 4 over tcp
 // alone (each message above UCX's eager limit then goes by rendezvous); a user's

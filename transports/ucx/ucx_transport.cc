@@ -78,27 +78,63 @@ Inventory inventory() {
   return inv;
 }
 
-// UCX 1.13 logs an ERROR ("no active messages transport to ...: posix/memory - no peer
-// failure handler ...") when an endpoint asks for peer error handling that none of the
-// transports to that peer offers; braid asks on purpose and then connects without it, so
-// that message is noise in every job over UCX's shared memory. While a thread makes that
-// attempt, the handler below drops the ERRORs UCX's endpoint selection logs from that
-// thread; everything else goes on to UCX's own logger. Installed once per process: the
-// plugin stays loaded for the life of the process, as the handler must.
+// braid's handler of UCX's log, installed once per process (the plugin stays loaded for the
+// life of the process, as the handler must); it acts only on the thread that asks it to:
+// - UCX 1.13 logs an ERROR ("no active messages transport to ...: posix/memory - no peer
+//   failure handler ...") when an endpoint asks for peer error handling that none of the
+//   transports to that peer offers; braid asks on purpose and then connects without it, so
+//   that message is noise in every job over UCX's shared memory. While a thread makes that
+//   attempt (tQuietSelection), the ERRORs UCX's endpoint selection logs from it are dropped.
+// - While a thread starts UCX (tCapture), the warnings and errors UCX logs from it are kept
+//   as well, for braid's error should the start fail: UCX says there why (a transport in
+//   UCX_TLS that does not exist, and those that do), where its status alone says "No such
+//   device".
+// Everything else goes on to UCX's own logger.
 thread_local bool tQuietSelection = false;
+thread_local std::string* tCapture = nullptr;
 
-ucs_log_func_rc_t quietSelection(const char* file, unsigned, const char*, ucs_log_level_t level,
-                                 const ucs_log_component_config_t*, const char*, va_list) {
+ucs_log_func_rc_t logHandler(const char* file, unsigned, const char*, ucs_log_level_t level,
+                             const ucs_log_component_config_t*, const char* format, va_list ap) {
   if (tQuietSelection && level == UCS_LOG_LEVEL_ERROR && file && std::strstr(file, "select.c")) {
     return UCS_LOG_FUNC_RC_STOP;
+  }
+  if (tCapture && level <= UCS_LOG_LEVEL_WARN && format && tCapture->size() < 1024) {
+    char line[512];
+    va_list copy;
+    va_copy(copy, ap);
+    const int n = std::vsnprintf(line, sizeof(line), format, copy);
+    va_end(copy);
+    if (n > 0) *tCapture += (tCapture->empty() ? "" : "; ") + std::string(line);
   }
   return UCS_LOG_FUNC_RC_CONTINUE;
 }
 
-void installQuietSelection() {
+void installLogHandler() {
   static std::once_flag once;
-  std::call_once(once, [] { ucs_log_push_handler(&quietSelection); });
+  std::call_once(once, [] { ucs_log_push_handler(&logHandler); });
 }
+
+// What UCX logs on this thread while one lives (see logHandler), and an error that quotes it.
+class LogCapture {
+ public:
+  LogCapture() {
+    installLogHandler();
+    outer_ = tCapture;
+    tCapture = &said_;
+  }
+  ~LogCapture() { tCapture = outer_; }
+  LogCapture(const LogCapture&) = delete;
+  LogCapture& operator=(const LogCapture&) = delete;
+
+  Status error(const std::string& what, ucs_status_t st) const {
+    Status s = ucxError(what, st);
+    return said_.empty() ? s : Status(s.code(), s.message() + "; UCX said: " + said_);
+  }
+
+ private:
+  std::string said_;
+  std::string* outer_ = nullptr;
+};
 
 // After a round of progress that found nothing to do, a brief pause, so that a teardown
 // waiting on its own thread leaves the cores to the communicators still running.
@@ -453,9 +489,10 @@ Status UcxTransport::init() {
 
 Status UcxTransport::startContext() {
   if (context_) return Status::ok();
+  LogCapture log;
   ucp_config_t* config = nullptr;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
-  if (st != UCS_OK) return ucxError("reading its configuration", st);
+  if (st != UCS_OK) return log.error("reading its configuration", st);
   std::vector<std::pair<const char*, std::string>> settings;
   if (!rndvThresh_.empty()) settings.emplace_back("RNDV_THRESH", rndvThresh_);
   // A setting UCP does not know is handed to every transport's configuration that has a
@@ -465,7 +502,7 @@ Status UcxTransport::startContext() {
     st = ucp_config_modify(config, name, value.c_str());
     if (st != UCS_OK) {
       ucp_config_release(config);
-      return ucxError(std::string("setting ") + name + "=" + value, st);
+      return log.error(std::string("setting ") + name + "=" + value, st);
     }
   }
   ucp_params_t params;
@@ -477,7 +514,7 @@ Status UcxTransport::startContext() {
   ucp_config_release(config);
   if (st != UCS_OK) {
     context_ = nullptr;
-    return ucxError("ucp_init", st);
+    return log.error("ucp_init", st);
   }
   return Status::ok();
 }
@@ -494,8 +531,12 @@ StatusOr<Worker*> UcxTransport::worker(int channel) {
   ucp_worker_params_t wp;
   wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
   wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;
-  ucs_status_t st = ucp_worker_create(context_, &wp, &w->worker);
-  if (st != UCS_OK) return ucxError("creating a worker", st);
+  ucs_status_t st;
+  {
+    LogCapture log;
+    st = ucp_worker_create(context_, &wp, &w->worker);
+    if (st != UCS_OK) return log.error("creating a worker", st);
+  }
   if (ucp_worker_get_efd(w->worker, &w->efd) != UCS_OK) w->efd = -1;  // then waiters yield
   w->ready = eventfd(1, EFD_CLOEXEC);
   ucp_address_t* addr = nullptr;
@@ -538,7 +579,7 @@ StatusOr<Endpoint*> UcxTransport::endpoint(Worker* w, int peer, const std::strin
   ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
   ep.err_handler.cb = &UcxTransport::onError;
   ep.err_handler.arg = e.get();
-  installQuietSelection();
+  installLogHandler();
   tQuietSelection = true;
   ucs_status_t st = ucp_ep_create(w->worker, &ep, &e->ep);
   tQuietSelection = false;

@@ -426,7 +426,7 @@ class UcxTransport final : public Transport {
   // tcp opens its own and sets no congestion control (unpaceUcxSockets).
   bool watchSockets_ = false;
   std::set<uint64_t> socketsBefore_;
-  void unpaceUcxSockets();
+  void unpaceUcxSockets(const std::set<uint64_t>& before);
 };
 
 UcxTransport::~UcxTransport() {
@@ -523,9 +523,12 @@ StatusOr<Worker*> UcxTransport::worker(int channel) {
   auto it = workers_.find(channel);
   if (it != workers_.end()) return it->second.get();
   BRAID_RETURN_IF_ERROR(startContext());
-  if (workers_.empty() && congestionControlPaces(tcpCongestionControl())) {
+  const bool paced = congestionControlPaces(tcpCongestionControl());
+  std::set<uint64_t> before;
+  if (paced) before = openSocketInodes();
+  if (workers_.empty() && paced) {
     watchSockets_ = true;
-    socketsBefore_ = openSocketInodes();
+    socketsBefore_ = before;
   }
   auto w = std::make_unique<Worker>();
   ucp_worker_params_t wp;
@@ -537,6 +540,9 @@ StatusOr<Worker*> UcxTransport::worker(int channel) {
     st = ucp_worker_create(context_, &wp, &w->worker);
     if (st != UCS_OK) return log.error("creating a worker", st);
   }
+  // Its listeners leave the pacing before its address leaves this process, so that every
+  // connection they accept starts off it (unpaceUcxSockets).
+  if (paced) unpaceUcxSockets(before);
   if (ucp_worker_get_efd(w->worker, &w->efd) != UCS_OK) w->efd = -1;  // then waiters yield
   w->ready = eventfd(1, EFD_CLOEXEC);
   ucp_address_t* addr = nullptr;
@@ -691,7 +697,11 @@ Status UcxTransport::establish(Deadline deadline) {
     }
     for (auto& [channel, w] : workers_) w->progress();
   }
-  unpaceUcxSockets();
+  if (watchSockets_) {
+    watchSockets_ = false;
+    unpaceUcxSockets(socketsBefore_);
+    socketsBefore_.clear();
+  }
   return Status::ok();
 }
 
@@ -699,18 +709,18 @@ Status UcxTransport::establish(Deadline deadline) {
 // congestion control that paces, which held a stream over loopback below what the kernel
 // could copy and, with more data queued, had it resend and reorder segments
 // (docs/performance.md, "UCX over tcp and the kernel's pacing"). UCX gives no hold of its
-// sockets, so they are found as the ones opened since its first worker: by now every
-// connection to a sender and every one this side opened. Its listeners are taken off too
-// when every peer shares this host, so that a connection accepted later starts off it;
-// otherwise they keep the kernel's choice for the peers on other hosts.
-void UcxTransport::unpaceUcxSockets() {
-  if (!watchSockets_) return;
-  watchSockets_ = false;
+// sockets, so they are found as the ones opened since `before`. That is done twice. A new
+// worker's listeners are taken off as soon as UCX has opened them, when every peer shares
+// this host, so that every connection they accept starts off it: one accepted from a
+// listener still pacing keeps the pacing, even when accept() comes after the switch.
+// Otherwise they keep the kernel's choice for the peers on other hosts. Then at the end of
+// establish the connections opened since the first worker, to a sender and by this side,
+// are taken off one by one.
+void UcxTransport::unpaceUcxSockets(const std::set<uint64_t>& before) {
   bool oneHost = true;
   for (const auto& [rank, id] : peers_->ids) oneHost = oneHost && id.first == peers_->localHost;
   std::string had, now;
-  const int n = unpaceNewLocalSockets(socketsBefore_, oneHost, &had, &now);
-  socketsBefore_.clear();
+  const int n = unpaceNewLocalSockets(before, oneHost, &had, &now);
   static std::atomic<bool> logged{false};  // once per process: every communicator does the same
   if (n > 0 && !logged.exchange(true))
     BRAID_INFO("ucx: rank %d: UCX's tcp connections within this host use %s, not the kernel's %s, which paces them",

@@ -2,6 +2,7 @@
 // and the adapter's checks on what a plugin hands back (a plugin may be wrong; braid must
 // not crash for it).
 
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -742,9 +743,23 @@ TEST_CASE("ucx plugin: its tcp connections within one host leave a pacing conges
                                                          << ") does not pace, or this process may not leave it");
     return;
   }
-  // The congestion control of each tcp socket this process opened since `before`.
-  auto tcpSocketsSince = [](const std::set<uint64_t>& before) {
-    std::vector<std::pair<std::string, bool>> found;  // (congestion control, listening)
+  // Each tcp socket this process opened since `before`: its congestion control, whether it
+  // listens, and its ports (this end's, the peer's) for the message of a failure.
+  struct Found {
+    std::string cc;
+    bool listening;
+    std::string ports;
+  };
+  auto port = [](int fd, bool peer) {
+    sockaddr_storage a{};
+    socklen_t len = sizeof(a);
+    if ((peer ? getpeername : getsockname)(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) return std::string("-");
+    if (a.ss_family == AF_INET) return std::to_string(ntohs(reinterpret_cast<sockaddr_in*>(&a)->sin_port));
+    if (a.ss_family == AF_INET6) return std::to_string(ntohs(reinterpret_cast<sockaddr_in6*>(&a)->sin6_port));
+    return std::string("?");
+  };
+  auto tcpSocketsSince = [&port](const std::set<uint64_t>& before) {
+    std::vector<Found> found;
     DIR* dir = opendir("/proc/self/fd");
     REQUIRE(dir != nullptr);
     while (dirent* e = readdir(dir)) {
@@ -758,7 +773,8 @@ TEST_CASE("ucx plugin: its tcp connections within one host leave a pacing conges
       if (getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &protocol, &len) != 0 || protocol != IPPROTO_TCP) continue;
       len = sizeof(listening);
       getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len);
-      found.emplace_back(congestionControlOf(fd), listening != 0);
+      found.push_back(Found{congestionControlOf(fd), listening != 0,
+                            "port " + port(fd, false) + (listening ? "" : ", peer's port " + port(fd, true))});
     }
     closedir(dir);
     return found;
@@ -766,7 +782,7 @@ TEST_CASE("ucx plugin: its tcp connections within one host leave a pacing conges
   RestoreEnv restore({"UCX_TLS"});
   setenv("UCX_TLS", "tcp", 1);
   const std::set<uint64_t> before = openSocketInodes();
-  std::vector<std::pair<std::string, bool>> seen;
+  std::vector<Found> seen;
   TransportConfig cfg = loopbackPairConfig(0, freshNonce());
   const std::string result = runPair(*ucx, Mode::kThreads, cfg, [&](Endpoint& ep) -> std::string {
     std::string err = setupPair(ep, 1);
@@ -779,10 +795,10 @@ TEST_CASE("ucx plugin: its tcp connections within one host leave a pacing conges
   });
   REQUIRE(result == "");
   int connected = 0, listeners = 0;
-  for (const auto& [cc, listening] : seen) {
-    INFO((listening ? "listener" : "connection") << " under " << cc);
-    CHECK_FALSE(congestionControlPaces(cc));
-    (listening ? listeners : connected) += 1;
+  for (const Found& f : seen) {
+    INFO((f.listening ? "listener" : "connection") << " under " << f.cc << " (" << f.ports << ")");
+    CHECK_FALSE(congestionControlPaces(f.cc));
+    (f.listening ? listeners : connected) += 1;
   }
   CHECK(connected >= 2);  // both ends of at least one connection
   CHECK(listeners >= 1);

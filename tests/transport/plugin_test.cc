@@ -729,6 +729,89 @@ TEST_CASE("ucx plugin: the rendezvous threshold and tcp segment follow UCX_TLS a
   CHECK(user.find("UCX_RNDV_THRESH") == std::string::npos);
 }
 
+// A tcp socket of this process: its congestion control, whether it listens, and its ports
+// (this end's, the peer's) for the message of a failure.
+struct TcpSocket {
+  std::string cc;
+  bool listening;
+  std::string ports;
+};
+
+std::string portOf(int fd, bool peer) {
+  sockaddr_storage a{};
+  socklen_t len = sizeof(a);
+  if ((peer ? getpeername : getsockname)(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) return "-";
+  if (a.ss_family == AF_INET) return std::to_string(ntohs(reinterpret_cast<sockaddr_in*>(&a)->sin_port));
+  if (a.ss_family == AF_INET6) return std::to_string(ntohs(reinterpret_cast<sockaddr_in6*>(&a)->sin6_port));
+  return "?";
+}
+
+// Each tcp socket this process opened since `before` (openSocketInodes).
+std::vector<TcpSocket> tcpSocketsSince(const std::set<uint64_t>& before) {
+  std::vector<TcpSocket> found;
+  DIR* dir = opendir("/proc/self/fd");
+  REQUIRE(dir != nullptr);
+  while (dirent* e = readdir(dir)) {
+    const int fd = std::atoi(e->d_name);
+    struct stat st;
+    if (e->d_name[0] < '0' || e->d_name[0] > '9' || fd == dirfd(dir) || fstat(fd, &st) != 0 ||
+        !S_ISSOCK(st.st_mode) || before.count(static_cast<uint64_t>(st.st_ino)))
+      continue;
+    int protocol = 0, listening = 0;
+    socklen_t len = sizeof(protocol);
+    if (getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &protocol, &len) != 0 || protocol != IPPROTO_TCP) continue;
+    len = sizeof(listening);
+    getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len);
+    found.push_back(TcpSocket{congestionControlOf(fd), listening != 0,
+                              "port " + portOf(fd, false) + (listening ? "" : ", peer's port " + portOf(fd, true))});
+  }
+  closedir(dir);
+  return found;
+}
+
+// Whether the test can see the plugin leave a pacing congestion control; says why not.
+bool canSeeUnpacing() {
+  if (canUnpaceSockets()) return true;
+  WARN("skipped: the kernel's tcp congestion control (" << tcpCongestionControl()
+                                                       << ") does not pace, or this process may not leave it");
+  return false;
+}
+
+// A connection takes the congestion control its listener had when its handshake ended,
+// even one accepted later, and UCX accepts some only after establish: a worker's listeners
+// leave the pacing as UCX opens them, before the worker's address is handed out
+// (docs/transports.md, "UCX").
+TEST_CASE("ucx plugin: a worker's tcp listeners leave a pacing congestion control before its address goes out",
+          "[plugin][ucx]") {
+  const TransportFactory* ucx = ucxFactory();
+  if (!ucx) {
+    WARN("skipped: no ucx plugin in this build");
+    return;
+  }
+  if (!canSeeUnpacing()) return;
+  RestoreEnv restore({"UCX_TLS"});
+  setenv("UCX_TLS", "tcp", 1);
+  const std::set<uint64_t> before = openSocketInodes();
+  TransportConfig cfg = loopbackPairConfig(0, freshNonce());
+  cfg.nranks = 2;
+  auto t = ucx->create(cfg);
+  INFO(t.status().toString());
+  REQUIRE(t.isOk());
+  std::string blob;
+  auto recv = t.value()->createRecv(1, 0, &blob);  // the worker of channel 0, and its address
+  INFO(recv.status().toString());
+  REQUIRE(recv.isOk());
+  CHECK(!blob.empty());
+  int listeners = 0;
+  for (const TcpSocket& s : tcpSocketsSince(before)) {
+    INFO((s.listening ? "listener" : "connection") << " under " << s.cc << " (" << s.ports << ")");
+    CHECK(s.listening);  // no peer has its address yet
+    CHECK_FALSE(congestionControlPaces(s.cc));
+    listeners += s.listening ? 1 : 0;
+  }
+  CHECK(listeners >= 1);
+}
+
 // UCX's tcp opens sockets of its own and sets no congestion control on them; where the kernel
 // paces tcp (BBR), the plugin takes those within one host off it as braid's tcp does with
 // its own (docs/transports.md, "UCX").
@@ -738,51 +821,11 @@ TEST_CASE("ucx plugin: its tcp connections within one host leave a pacing conges
     WARN("skipped: no ucx plugin in this build");
     return;
   }
-  if (!canUnpaceSockets()) {
-    WARN("skipped: the kernel's tcp congestion control (" << tcpCongestionControl()
-                                                         << ") does not pace, or this process may not leave it");
-    return;
-  }
-  // Each tcp socket this process opened since `before`: its congestion control, whether it
-  // listens, and its ports (this end's, the peer's) for the message of a failure.
-  struct Found {
-    std::string cc;
-    bool listening;
-    std::string ports;
-  };
-  auto port = [](int fd, bool peer) {
-    sockaddr_storage a{};
-    socklen_t len = sizeof(a);
-    if ((peer ? getpeername : getsockname)(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) return std::string("-");
-    if (a.ss_family == AF_INET) return std::to_string(ntohs(reinterpret_cast<sockaddr_in*>(&a)->sin_port));
-    if (a.ss_family == AF_INET6) return std::to_string(ntohs(reinterpret_cast<sockaddr_in6*>(&a)->sin6_port));
-    return std::string("?");
-  };
-  auto tcpSocketsSince = [&port](const std::set<uint64_t>& before) {
-    std::vector<Found> found;
-    DIR* dir = opendir("/proc/self/fd");
-    REQUIRE(dir != nullptr);
-    while (dirent* e = readdir(dir)) {
-      const int fd = std::atoi(e->d_name);
-      struct stat st;
-      if (e->d_name[0] < '0' || e->d_name[0] > '9' || fd == dirfd(dir) || fstat(fd, &st) != 0 ||
-          !S_ISSOCK(st.st_mode) || before.count(static_cast<uint64_t>(st.st_ino)))
-        continue;
-      int protocol = 0, listening = 0;
-      socklen_t len = sizeof(protocol);
-      if (getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &protocol, &len) != 0 || protocol != IPPROTO_TCP) continue;
-      len = sizeof(listening);
-      getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len);
-      found.push_back(Found{congestionControlOf(fd), listening != 0,
-                            "port " + port(fd, false) + (listening ? "" : ", peer's port " + port(fd, true))});
-    }
-    closedir(dir);
-    return found;
-  };
+  if (!canSeeUnpacing()) return;
   RestoreEnv restore({"UCX_TLS"});
   setenv("UCX_TLS", "tcp", 1);
   const std::set<uint64_t> before = openSocketInodes();
-  std::vector<Found> seen;
+  std::vector<TcpSocket> seen;
   TransportConfig cfg = loopbackPairConfig(0, freshNonce());
   const std::string result = runPair(*ucx, Mode::kThreads, cfg, [&](Endpoint& ep) -> std::string {
     std::string err = setupPair(ep, 1);
@@ -795,10 +838,10 @@ TEST_CASE("ucx plugin: its tcp connections within one host leave a pacing conges
   });
   REQUIRE(result == "");
   int connected = 0, listeners = 0;
-  for (const Found& f : seen) {
-    INFO((f.listening ? "listener" : "connection") << " under " << f.cc << " (" << f.ports << ")");
-    CHECK_FALSE(congestionControlPaces(f.cc));
-    (f.listening ? listeners : connected) += 1;
+  for (const TcpSocket& s : seen) {
+    INFO((s.listening ? "listener" : "connection") << " under " << s.cc << " (" << s.ports << ")");
+    CHECK_FALSE(congestionControlPaces(s.cc));
+    (s.listening ? listeners : connected) += 1;
   }
   CHECK(connected >= 2);  // both ends of at least one connection
   CHECK(listeners >= 1);

@@ -75,7 +75,24 @@ bool ucxMemoryTwoShot(const algorithms::Layout& layout, size_t bytes) {
   return layout.nranks == 4 && layout.rendezvousInMemory && bytes >= (64u << 10) && bytes <= (256u << 10);
 }
 
+// An allgather of at most 64 KiB in all (the small-message size, layout.smallMaxBytes) at 4
+// or more ranks, a power of two: recursive doubling's log2(n) exchanges on the mesh beat the
+// ring's n-1 steps where hops cost more than bytes. Against the ring, alternated run by run
+// on 2 cores, median busbw ratios of 9-15 paired rounds at 16 and 64 KiB: 4 ranks 1.07-1.10
+// over shm, 1.31-1.34 over tcp and 1.07-1.17 over UCX's shared memory; 8 ranks 1.42-1.56
+// over shm and 1.37-1.53 over UCX. At 128-256 KiB the ring was ahead over tcp and UCX
+// (0.75-0.88), and at 3 ranks, where recursive doubling folds the extra rank in and out, at
+// 16 and 64 KiB too (0.71, 0.83). docs/performance.md, "Small allgathers".
+bool smallAllgather(const algorithms::Layout& layout, size_t bytes) {
+  const int n = layout.nranks;
+  return n >= 4 && (n & (n - 1)) == 0 && bytes <= layout.smallMaxBytes;
+}
+
 bool isDefault(const algorithms::AlgorithmInfo& a, const algorithms::Request& req, const algorithms::Layout& layout) {
+  if (req.coll == algorithms::Collective::kAllGather &&
+      smallAllgather(layout, algorithms::requestBytes(req, layout.nranks))) {
+    return std::string(a.name) == "recursive_doubling";
+  }
   if (req.coll == algorithms::Collective::kAllReduce) {
     // Small messages are latency-bound: log2(n) hops beat the ring's 2(n-1).
     const size_t bytes = req.count * dataTypeSize(req.dtype);

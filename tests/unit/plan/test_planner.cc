@@ -68,6 +68,30 @@ TEST_CASE("planner: one host keeps recursive doubling up to 64 KiB, then ring", 
   }
 }
 
+TEST_CASE("planner: one host's allgathers of up to 64 KiB at 4 and 8 ranks double recursively", "[unit]") {
+  auto pick = [](int n, size_t bytes) {
+    plan::Machine m = plan::uniformMachine(1, n);
+    return chosen(request(Collective::kAllGather, bytes, n), m, nullptr);
+  };
+  for (int n : {4, 8}) {
+    for (size_t b : {size_t{1} << 10, size_t{16} << 10, size_t{64} << 10}) {
+      INFO("n=" << n << " bytes=" << b);
+      CHECK(pick(n, b) == "recursive_doubling");
+    }
+    // Above the small-message size, the ring.
+    for (size_t b : {size_t{128} << 10, size_t{1} << 20, size_t{64} << 20}) {
+      INFO("n=" << n << " bytes=" << b);
+      CHECK(pick(n, b) == "ring");
+    }
+  }
+  // Not a power of two (the extra ranks fold in and out): the ring.
+  for (int n : {3, 6}) {
+    INFO("n=" << n);
+    CHECK(pick(n, static_cast<size_t>(n) << 10) == "ring");
+    CHECK(pick(n, static_cast<size_t>(n) << 13) == "ring");
+  }
+}
+
 // The allreduce the planner picks on one host of n ranks for connections that carry whole
 // blocks of `wholeBlockBytes` (0: slots only), in the rings too or not, by rendezvous
 // through memory (UCX's shared memory) or not.

@@ -769,12 +769,20 @@ std::vector<TcpSocket> tcpSocketsSince(const std::set<uint64_t>& before) {
   return found;
 }
 
-// Whether the test can see the plugin leave a pacing congestion control; says why not.
-bool canSeeUnpacing() {
-  if (canUnpaceSockets()) return true;
-  WARN("skipped: the kernel's tcp congestion control (" << tcpCongestionControl()
-                                                       << ") does not pace, or this process may not leave it");
-  return false;
+// The UCX plugin, where a test can see it take tcp sockets off a pacing congestion control;
+// otherwise nullptr, saying why.
+const TransportFactory* ucxOverPacedTcp() {
+  const TransportFactory* ucx = ucxFactory();
+  if (!ucx) {
+    WARN("skipped: no ucx plugin in this build");
+    return nullptr;
+  }
+  if (!canUnpaceSockets()) {
+    WARN("skipped: the kernel's tcp congestion control (" << tcpCongestionControl()
+                                                         << ") does not pace, or this process may not leave it");
+    return nullptr;
+  }
+  return ucx;
 }
 
 // A connection takes the congestion control its listener had when its handshake ended,
@@ -783,12 +791,8 @@ bool canSeeUnpacing() {
 // (docs/transports.md, "UCX").
 TEST_CASE("ucx plugin: a worker's tcp listeners leave a pacing congestion control before its address goes out",
           "[plugin][ucx]") {
-  const TransportFactory* ucx = ucxFactory();
-  if (!ucx) {
-    WARN("skipped: no ucx plugin in this build");
-    return;
-  }
-  if (!canSeeUnpacing()) return;
+  const TransportFactory* ucx = ucxOverPacedTcp();
+  if (!ucx) return;
   RestoreEnv restore({"UCX_TLS"});
   setenv("UCX_TLS", "tcp", 1);
   const std::set<uint64_t> before = openSocketInodes();
@@ -816,12 +820,8 @@ TEST_CASE("ucx plugin: a worker's tcp listeners leave a pacing congestion contro
 // paces tcp (BBR), the plugin takes those within one host off it as braid's tcp does with
 // its own (docs/transports.md, "UCX").
 TEST_CASE("ucx plugin: its tcp connections within one host leave a pacing congestion control", "[plugin][ucx]") {
-  const TransportFactory* ucx = ucxFactory();
-  if (!ucx) {
-    WARN("skipped: no ucx plugin in this build");
-    return;
-  }
-  if (!canSeeUnpacing()) return;
+  const TransportFactory* ucx = ucxOverPacedTcp();
+  if (!ucx) return;
   RestoreEnv restore({"UCX_TLS"});
   setenv("UCX_TLS", "tcp", 1);
   const std::set<uint64_t> before = openSocketInodes();

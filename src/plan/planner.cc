@@ -78,11 +78,12 @@ bool ucxMemoryTwoShot(const algorithms::Layout& layout, size_t bytes) {
 // An allgather of at most 64 KiB in all (the small-message size, layout.smallMaxBytes) at 4
 // or more ranks, a power of two: recursive doubling's log2(n) exchanges on the mesh beat the
 // ring's n-1 steps where hops cost more than bytes. Against the ring, alternated run by run
-// on 2 cores, median busbw ratios of 9-15 paired rounds at 16 and 64 KiB: 4 ranks 1.07-1.10
-// over shm, 1.31-1.34 over tcp and 1.07-1.17 over UCX's shared memory; 8 ranks 1.42-1.56
-// over shm and 1.37-1.53 over UCX. At 128-256 KiB the ring was ahead over tcp and UCX
-// (0.75-0.88), and at 3 ranks, where recursive doubling folds the extra rank in and out, at
-// 16 and 64 KiB too (0.71, 0.83). docs/performance.md, "Small allgathers".
+// on 2 cores, median busbw ratios of 9-15 paired rounds at 16-64 KiB: 4 ranks 1.07-1.10
+// over shm, 1.31-1.34 over tcp and 0.95-1.32 over UCX's shared memory (six runs of eight
+// above 1.05); 8 ranks 1.42-1.56 over shm and 1.37-1.53 over UCX. At 128-256 KiB the ring
+// was ahead over tcp and UCX (0.75-0.88), and at 3 ranks, where recursive doubling folds the
+// extra rank in and out, at 16 and 64 KiB too (0.71, 0.83). docs/performance.md, "Small
+// allgathers".
 bool smallAllgather(const algorithms::Layout& layout, size_t bytes) {
   const int n = layout.nranks;
   return n >= 4 && (n & (n - 1)) == 0 && bytes <= layout.smallMaxBytes;

@@ -236,9 +236,13 @@ braidResult_t collective(braidComm_t comm, const CallArgs& a) {
   if (!comm) return report(nullptr, nullComm(a.fn));
   return guarded(comm, [&]() -> Status {
     BRAID_RETURN_IF_ERROR(ready(comm, a.fn));
+    const bool grouped = tlsGroup.depth > 0;
+    // A loop repeating one call skips its checks and preparation, done the first time.
+    Status repeated;
+    if (!grouped && comm->blocking && comm->session->runRepeated(a, &repeated)) return repeated;
     Call call;
     Status s = comm->session->prepare(a, &call);
-    if (tlsGroup.depth > 0) {
+    if (grouped) {
       if (!s.isOk()) return noteInGroup(comm, s);
       groupEntry(comm).collectives.push_back(std::move(call));
       return Status::ok();

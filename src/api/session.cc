@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <type_traits>
 #include <vector>
 
 #include "bootstrap/etcd_store.h"
@@ -899,7 +900,76 @@ device::DeviceQueue::PieceRun piecesOf(const algorithms::Request& req, core::Com
   };
 }
 
+// The last blocking host collective a thread prepared (Session::runRepeated): its arguments
+// and what prepare() built from them, which follows from the arguments alone when they name
+// host memory, no stream, no count arrays and no pre-multiplied sum's handle. Such a request
+// has no vectors, so its scalars are all there is to keep; and a record of plain fields is
+// set up with the thread, where one with a destructor would be checked for at every access.
+struct RepeatedCall {
+  uint64_t session = 0;  // Session::repeatId_; 0: none
+  CallArgs args;
+  algorithms::Collective coll = algorithms::Collective::kAllReduce;
+  size_t count = 0;
+  DataType dtype = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  int root = 0;
+  bool inPlace = false;
+  bool preMul = false;
+  double preMulScalar = 1.0;
+  const void* input = nullptr;
+  void* output = nullptr;
+  bool readsSend = false;   // sendbuff holds elements to read: its memory kind was checked
+  bool writesRecv = false;  // recvbuff likewise
+};
+static_assert(std::is_trivially_destructible_v<RepeatedCall>);
+thread_local RepeatedCall tlsRepeated;
+
+// This thread's record. The compiler looks a thread_local's address up again at almost every
+// use in a shared library (a call to __tls_get_addr each time); hiding the pointer from it
+// makes the one lookup serve the whole call.
+RepeatedCall* repeatedCall() {
+  RepeatedCall* r = &tlsRepeated;
+  asm("" : "+r"(r));
+  return r;
+}
+
+bool sameArgs(const CallArgs& x, const CallArgs& y) {
+  return x.coll == y.coll && x.fn == y.fn && x.send == y.send && x.recv == y.recv && x.count == y.count &&
+         x.dtype == y.dtype && x.op == y.op && x.cxxPreMul == y.cxxPreMul && x.cxxScalar == y.cxxScalar &&
+         x.root == y.root && x.countName == y.countName && x.recvCounts == y.recvCounts &&
+         x.recvDispls == y.recvDispls && x.sendCounts == y.sendCounts && x.sendDispls == y.sendDispls &&
+         x.stream == y.stream;
+}
+
 }  // namespace
+
+uint64_t Session::nextRepeatId() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+
+bool Session::runRepeated(const CallArgs& a, Status* result) {
+  const RepeatedCall& r = *repeatedCall();
+  if (r.session != repeatId_ || !sameArgs(r.args, a)) return false;
+  // Device calls may still wait for their streams: Session::run orders this one after them.
+  if (deviceQueueMade_.load(std::memory_order_acquire)) return false;
+  // Host memory then; the same addresses may have become device memory since.
+  device::Runtime& rt = device::runtime();
+  if ((r.readsSend && rt.pointerInfo(a.send).kind == device::MemoryKind::kDevice) ||
+      (r.writesRecv && rt.pointerInfo(a.recv).kind == device::MemoryKind::kDevice))
+    return false;
+  algorithms::Request req;
+  req.coll = r.coll;
+  req.count = r.count;
+  req.dtype = r.dtype;
+  req.op = r.op;
+  req.root = r.root;
+  req.inPlace = r.inPlace;
+  req.preMul = r.preMul;
+  req.preMulScalar = r.preMulScalar;
+  *result = comm_->run(req, r.input, r.output, {});
+  return true;
+}
 
 Status Session::resolveOp(const CallArgs& a, algorithms::Request* req, const CallSite& site) const {
   const auto where = [&site] { return site.str(); };
@@ -1186,6 +1256,25 @@ Status Session::prepare(const CallArgs& a, Call* out) const {
   if (c == Collective::kBroadcast && !isRoot) {
     call.input = a.recv;
     req.inPlace = true;
+  }
+  // Kept for runRepeated where the request follows from the arguments alone.
+  if (!call.onDevice && !vVariant && !a.stream && !(hasOp && a.op >= kNumReduceOps) && req.counts.empty() &&
+      req.displs.empty() && req.sendCounts.empty() && req.sendDispls.empty() && req.p2p.empty()) {
+    RepeatedCall& rep = *repeatedCall();
+    rep.session = repeatId_;
+    rep.args = a;
+    rep.coll = req.coll;
+    rep.count = req.count;
+    rep.dtype = req.dtype;
+    rep.op = req.op;
+    rep.root = req.root;
+    rep.inPlace = req.inPlace;
+    rep.preMul = req.preMul;
+    rep.preMulScalar = req.preMulScalar;
+    rep.input = call.input;
+    rep.output = call.output;
+    rep.readsSend = sendElems > 0;
+    rep.writesRecv = recvElems > 0;
   }
   return Status::ok();
 }

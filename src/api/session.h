@@ -97,6 +97,14 @@ class Session {
   // Call; built in place, as every call passes through here). kInvalidArgument names the
   // function, the offending argument and this rank. Thread-safe.
   Status prepare(const CallArgs& a, Call* call) const;
+  // A blocking collective on host buffers made again with the same arguments, by the same
+  // thread (a training loop's allreduce of one gradient buffer): runs it with the request
+  // prepare() built the last time, and returns true with its result in `*result`. Returns
+  // false, having done nothing, when the call differs from this thread's last one here or
+  // may not take this path (device memory now at those addresses, a stream, a v-variant
+  // whose count arrays may have changed, a pre-multiplied sum's handle, device calls in
+  // flight); the caller then prepares and runs it as usual.
+  bool runRepeated(const CallArgs& a, Status* result);
 
   // Checks one send or receive (`fn` names the API function) and converts it to bytes.
   StatusOr<P2PMessage> prepareP2P(const char* fn, bool isSend, const void* buf, size_t count, int datatype,
@@ -163,6 +171,10 @@ class Session {
   };
 
   Session() = default;
+  // Names this session in the thread's record of its last call (runRepeated): never reused,
+  // so a record left by a destroyed session matches no other.
+  const uint64_t repeatId_ = nextRepeatId();
+  static uint64_t nextRepeatId();
   // `trackLive`: a rank of this job serves braid's store and must keep it up until every
   // session has left (see ~Session); only then do sessions count themselves in it.
   static StatusOr<std::unique_ptr<Session>> join(std::shared_ptr<bootstrap::Store> store, int rank, int nranks,

@@ -116,6 +116,16 @@ class FakeRuntime final : public Runtime {
     device_[reinterpret_cast<uintptr_t>(p)] = bytes ? bytes : 1;
     return p;
   }
+  // Memory the caller allocated, device memory from now on (an address a host buffer had
+  // that the GPU's memory now takes); given back with forgetDevice, not freed here.
+  void adoptAsDevice(void* p, size_t bytes) {
+    std::lock_guard<std::mutex> l(mu_);
+    device_[reinterpret_cast<uintptr_t>(p)] = bytes ? bytes : 1;
+  }
+  void forgetDevice(void* p) {
+    std::lock_guard<std::mutex> l(mu_);
+    device_.erase(reinterpret_cast<uintptr_t>(p));
+  }
   void deviceFree(void* p) {
     {
       std::lock_guard<std::mutex> l(mu_);

@@ -593,6 +593,73 @@ TEST_CASE("C API: without a GPU a stream is refused with the reason, and host ca
   for (int r = 0; r < n; ++r) CHECK(errors[r] == "");
 }
 
+TEST_CASE("C API: a call repeated on addresses that have become device memory takes the device path",
+          "[device][cuda]") {
+  // A blocking host call made again with the same arguments skips its checks (the call's
+  // preparation is kept from the time before); the memory kind of its buffers is asked again.
+  // One rank: the identical call has no stream, so it goes on the default stream, which
+  // ranks that are threads of one process would share.
+  FakeRuntime rt;
+  InstallRuntime install(&rt);
+  const size_t count = 1000;
+  std::vector<float> in(count), out(count);
+  std::string failure;
+  onRanks(1, [&](braidComm_t comm, int) {
+    for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>(i);
+    for (int k = 0; k < 2; ++k) {
+      std::fill(out.begin(), out.end(), -1.0f);
+      if (braidAllReduce(in.data(), out.data(), count, braidFloat32, braidSum, comm, nullptr) != braidSuccess)
+        failure = std::string("host call: ") + braidGetLastError(comm);
+      else if (out[count - 1] != static_cast<float>(count - 1))
+        failure = "host call: last element " + std::to_string(out[count - 1]);
+    }
+    if (rt.copiesDone.load() != 0) failure = "a host call was staged";
+    // The same addresses, device memory now: the identical call is staged on the default
+    // stream (copied in and out) and returns at once.
+    rt.adoptAsDevice(in.data(), count * sizeof(float));
+    rt.adoptAsDevice(out.data(), count * sizeof(float));
+    std::fill(out.begin(), out.end(), -1.0f);
+    if (braidAllReduce(in.data(), out.data(), count, braidFloat32, braidSum, comm, nullptr) != braidSuccess)
+      failure = std::string("device call: ") + braidGetLastError(comm);
+    rt.defaultStream().synchronize();
+    if (failure.empty()) failure = asyncFailure(comm);
+  });
+  rt.forgetDevice(in.data());
+  rt.forgetDevice(out.data());
+  CHECK(failure == "");
+  CHECK(rt.copiesDone.load() >= 2);  // staged in and out
+  CHECK(out[count - 1] == static_cast<float>(count - 1));
+  CHECK(out[0] == 0.0f);
+}
+
+TEST_CASE("C API: a call repeated with a pre-multiplied sum destroyed since fails, naming the op", "[device][cuda]") {
+  // The other side of the kept preparation: what may change between identical calls is
+  // checked again (here the op handle, on host buffers).
+  const int n = 2;
+  Failures fail(n);
+  onRanks(n, [&](braidComm_t comm, int r) {
+    float scalar = 0.5f;
+    braidRedOp_t op;
+    if (braidRedOpCreatePreMulSum(&op, &scalar, braidFloat32, comm) != braidSuccess) {
+      fail(r, std::string("create: ") + braidGetLastError(comm));
+      return;
+    }
+    std::vector<float> v(16, 2.0f);
+    for (float expect : {2.0f, 2.0f}) {  // (2 + 2) / 2, twice
+      if (braidAllReduce(v.data(), v.data(), v.size(), braidFloat32, op, comm, nullptr) != braidSuccess)
+        fail(r, std::string("call: ") + braidGetLastError(comm));
+      else if (v[15] != expect)
+        fail(r, "element is " + std::to_string(v[15]));
+    }
+    braidRedOpDestroy(op, comm);
+    if (braidAllReduce(v.data(), v.data(), v.size(), braidFloat32, op, comm, nullptr) != braidInvalidArgument)
+      fail(r, "a destroyed op was accepted");
+    else if (std::string(braidGetLastError(comm)).find("was destroyed by braidRedOpDestroy") == std::string::npos)
+      fail(r, std::string("message: ") + braidGetLastError(comm));
+  });
+  for (int r = 0; r < n; ++r) CHECK(fail.of[r] == "");
+}
+
 TEST_CASE("C++ API: calls under a StreamGuard are enqueued on its stream, and a Work on device buffers is done "
           "once the stream is past its call",
           "[device][cuda]") {

@@ -632,6 +632,38 @@ TEST_CASE("C API: a call repeated on addresses that have become device memory ta
   CHECK(out[0] == 0.0f);
 }
 
+TEST_CASE("C++ API: a call repeated on addresses that have become device memory takes the device path",
+          "[device][cuda]") {
+  // The C++ API keeps a repeated call's preparation as the C API does (one rank, as above).
+  FakeRuntime rt;
+  InstallRuntime install(&rt);
+  const size_t count = 1000;
+  std::vector<float> in(count), out(count);
+  std::vector<std::string> errors(1);
+  int copiesOnHost = -1;
+  onCxxRanks(1, errors, [&](braid::Communicator& comm, int) {
+    for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>(i);
+    for (int k = 0; k < 2; ++k) {
+      std::fill(out.begin(), out.end(), -1.0f);
+      comm.allreduce(in.data(), out.data(), count, braid::DataType::kFloat32, braid::ReduceOp::kSum);
+      if (out[count - 1] != static_cast<float>(count - 1))
+        throw std::runtime_error("host call: last element " + std::to_string(out[count - 1]));
+    }
+    copiesOnHost = rt.copiesDone.load();
+    rt.adoptAsDevice(in.data(), count * sizeof(float));
+    rt.adoptAsDevice(out.data(), count * sizeof(float));
+    std::fill(out.begin(), out.end(), -1.0f);
+    comm.allreduce(in.data(), out.data(), count, braid::DataType::kFloat32, braid::ReduceOp::kSum);
+    rt.defaultStream().synchronize();
+  });
+  rt.forgetDevice(in.data());
+  rt.forgetDevice(out.data());
+  CHECK(errors[0] == "");
+  CHECK(copiesOnHost == 0);
+  CHECK(rt.copiesDone.load() >= 2);  // staged in and out
+  CHECK(out[count - 1] == static_cast<float>(count - 1));
+}
+
 TEST_CASE("C API: a call repeated with a pre-multiplied sum destroyed since fails, naming the op", "[device][cuda]") {
   // The other side of the kept preparation: what may change between identical calls is
   // checked again (here the op handle, on host buffers).

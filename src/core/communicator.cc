@@ -253,9 +253,13 @@ bool sameRequest(const algorithms::Request& a, const algorithms::Request& b) {
       if (x[i].isSend != y[i].isSend || x[i].peer != y[i].peer || x[i].count != y[i].count) return false;
     return true;
   };
+  // Empty on most calls: compared by size first, where vector's == would still call memcmp.
+  auto same = [](const std::vector<size_t>& x, const std::vector<size_t>& y) {
+    return x.size() == y.size() && (x.empty() || x == y);
+  };
   return a.coll == b.coll && a.count == b.count && a.dtype == b.dtype && a.op == b.op && a.root == b.root &&
-         a.inPlace == b.inPlace && a.counts == b.counts && a.displs == b.displs && a.sendCounts == b.sendCounts &&
-         a.sendDispls == b.sendDispls && sameP2P(a.p2p, b.p2p);
+         a.inPlace == b.inPlace && same(a.counts, b.counts) && same(a.displs, b.displs) &&
+         same(a.sendCounts, b.sendCounts) && same(a.sendDispls, b.sendDispls) && sameP2P(a.p2p, b.p2p);
 }
 
 // Whether a call's schedule needs acknowledgements (exec::computeAcks) for every rank to see
@@ -1533,12 +1537,13 @@ bool Communicator::runAlone(const algorithms::Request& req, const void* input, v
             *op.schedule_, op.channels_[0], channelLinks(op, op.channels_[0]), channelContext(op, op.channels_[0])));
       }
       op.setup_ = plan.alone;
+      op.aloneContext_ = channelContext(op, op.channels_[0]);
       op.setupGen_ = op.boundGen_;
       op.directSends_.valid = false;
     }
     startOp(&op, /*startsNow=*/true);
   }
-  Status s = execChannel(op, op.channels_[0], op.setup_.get(), &op.directSends_);
+  Status s = execChannel(op, op.channels_[0], op.setup_.get(), &op.directSends_, &op.aloneContext_);
   op.completeAlone(s);
   if (!s.isOk()) s = s.withContext(op.name_);
   if (t0) traceCall(op, t0, s);
@@ -1602,10 +1607,12 @@ const exec::ChannelLinks& Communicator::channelLinks(const Op& op, int channel) 
 }
 
 Status Communicator::execChannel(const Op& op, int channel, const exec::ChannelSetup* setup,
-                                 exec::DirectSends* direct) {
+                                 exec::DirectSends* direct, const exec::RunContext* base) {
   Status s = brokenStatus();
   if (s.isOk()) {
-    exec::RunContext ctx = channelContext(op, channel);
+    exec::RunContext ctx = base ? *base : channelContext(op, channel);
+    ctx.tag = op.tag_;
+    ctx.mismatchFill = op.fillTag_;
     ctx.directSends = direct;
     const bool mesh = op.schedule_->connectionSet == 1;
     ctx.deadline = Deadline::afterCoarse(opts_.config.timeoutSec);
@@ -1699,8 +1706,7 @@ LiveState Communicator::liveState() const {
   return s;
 }
 
-Status Communicator::brokenStatus() const {
-  if (!brokenFlag_.load(std::memory_order_acquire)) return Status::ok();
+Status Communicator::brokenStatusLocked() const {
   std::lock_guard<std::mutex> lock(errorMu_);
   return broken_;
 }

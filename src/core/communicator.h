@@ -64,6 +64,9 @@ class Op {
   // for channels_[0], and the boundGen_ it was made for.
   std::shared_ptr<const exec::ChannelSetup> setup_;  // the plan's (Communicator::PlannedCall)
   uint64_t setupGen_ = 0;
+  // Communicator::channelContext for channels_[0], made with setup_: what of it follows from
+  // the schedule and the communicator, copied for each call and completed with the call's own.
+  exec::RunContext aloneContext_;
   // The executor's decisions of the last run with setup_, for the same buffers next time.
   exec::DirectSends directSends_;
   exec::Buffers buffers_;
@@ -210,7 +213,10 @@ class Communicator {
   const std::string& keyPrefix() const { return opts_.keyPrefix; }
 
   // The error that broke the communicator, or Ok.
-  Status brokenStatus() const;
+  Status brokenStatus() const {
+    if (!brokenFlag_.load(std::memory_order_acquire)) return Status::ok();  // every call: inline
+    return brokenStatusLocked();
+  }
   // When it broke (FlightRecorder::clockNanos), 0 while it has not.
   int64_t brokenAtNanos() const { return brokenAtNs_.load(std::memory_order_acquire); }
   // Whether this communicator has an operation in flight, or completed one after `ns` (same
@@ -281,8 +287,9 @@ class Communicator {
   // `setup`: exec::prepareChannel's for this channel of op's schedule, or null.
   // `direct`: with `setup`, where the executor keeps its decisions between runs
   // (exec::DirectSends).
+  // `base`: channelContext(op, channel) made before (Op::aloneContext_), or null.
   Status execChannel(const Op& op, int channel, const exec::ChannelSetup* setup = nullptr,
-                     exec::DirectSends* direct = nullptr);
+                     exec::DirectSends* direct = nullptr, const exec::RunContext* base = nullptr);
   // The run context of `op`'s channel `channel`, less what each run adds (its deadline,
   // hooks and mismatch report), and the links it runs on.
   exec::RunContext channelContext(const Op& op, int channel) const;
@@ -474,6 +481,7 @@ class Communicator {
 
   std::atomic<int> abortFlag_{0};
   std::atomic<bool> brokenFlag_{false};  // lets the hot path skip errorMu_
+  Status brokenStatusLocked() const;  // brokenStatus once the flag is set
   std::atomic<int64_t> brokenAtNs_{0};
   // The store sets "gone/<rank>" if this rank's connection to it ends (setOnClose).
   bool watchedByStore_ = false;

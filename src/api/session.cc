@@ -920,6 +920,7 @@ struct RepeatedCall {
   void* output = nullptr;
   bool readsSend = false;   // sendbuff holds elements to read: its memory kind was checked
   bool writesRecv = false;  // recvbuff likewise
+  uint64_t plan = 0;        // Communicator::runAgain's, for this request
 };
 static_assert(std::is_trivially_destructible_v<RepeatedCall>);
 thread_local RepeatedCall tlsRepeated;
@@ -949,7 +950,7 @@ uint64_t Session::nextRepeatId() {
 }
 
 bool Session::runRepeated(const CallArgs& a, Status* result) {
-  const RepeatedCall& r = *repeatedCall();
+  RepeatedCall& r = *repeatedCall();
   if (r.session != repeatId_ || !sameArgs(r.args, a)) return false;
   // Device calls may still wait for their streams: Session::run orders this one after them.
   if (deviceQueueMade_.load(std::memory_order_acquire)) return false;
@@ -967,7 +968,7 @@ bool Session::runRepeated(const CallArgs& a, Status* result) {
   req.inPlace = r.inPlace;
   req.preMul = r.preMul;
   req.preMulScalar = r.preMulScalar;
-  *result = comm_->run(req, r.input, r.output, {});
+  *result = comm_->runAgain(req, r.input, r.output, &r.plan);
   return true;
 }
 
@@ -1275,6 +1276,7 @@ Status Session::prepare(const CallArgs& a, Call* out) const {
     rep.output = call.output;
     rep.readsSend = sendElems > 0;
     rep.writesRecv = recvElems > 0;
+    rep.plan = 0;
   }
   return Status::ok();
 }

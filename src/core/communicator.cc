@@ -1508,20 +1508,34 @@ Status Communicator::run(const algorithms::Request& req, const void* input, void
   return s;
 }
 
+Status Communicator::runAgain(const algorithms::Request& req, const void* input, void* output, uint64_t* plan) {
+  if (!req.preMul) {
+    const int64_t t0 = timeline::on() ? timeline::nowUs() : 0;
+    std::vector<void*> none;
+    Status s;
+    if (runAlone(req, input, output, none, t0, &s, plan)) return s;
+  }
+  return run(req, input, output);
+}
+
 bool Communicator::runAlone(const algorithms::Request& req, const void* input, void* output,
-                            std::vector<void*>& extra, int64_t t0, Status* result) {
+                            std::vector<void*>& extra, int64_t t0, Status* result, uint64_t* plan) {
   Op& op = aloneOp_;
   {
     std::lock_guard<std::mutex> lock(submitMu_);
     // Something in flight (a non-blocking call, another thread's): this call queues behind.
     if (inflight_.load(std::memory_order_relaxed) != 0) return false;
     Status s = brokenStatus();
-    if (s.isOk()) s = useSchedule(req);
+    // Plans are numbered once (PlannedCall::gen): the current one is the one that served
+    // this very request before, so the request need not be compared with its own.
+    const bool samePlan = plan && *plan == scheduleGen_ && cachedSchedule_;
+    if (s.isOk() && !samePlan) s = useSchedule(req);
     if (!s.isOk()) {
       *result = s;
       return true;
     }
     bindSchedule(&op, req);
+    if (plan) *plan = scheduleGen_;
     // No channel with work (finishEmpty), or several: the general path.
     if (op.channels_.size() != 1) return false;
     op.mover_ = nullptr;

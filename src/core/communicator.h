@@ -146,6 +146,10 @@ class Communicator {
   // (slotMemory()).
   Status run(const algorithms::Request& req, const void* input, void* output,
              std::vector<void*> extra = {}, exec::DataMover* mover = nullptr);
+  // run() for host buffers, for a caller that made a call with this very request before:
+  // `*plan` holds what the last such call left there (0 at first), which spares comparing
+  // the request with the current plan's while that plan is the one the call used.
+  Status runAgain(const algorithms::Request& req, const void* input, void* output, uint64_t* plan);
   // Queues a collective; the buffers must stay valid until the Op completes.
   StatusOr<std::shared_ptr<Op>> submit(const algorithms::Request& req, const void* input, void* output,
                                        std::vector<void*> extra = {});
@@ -278,7 +282,7 @@ class Communicator {
   // done then); otherwise *result is the call's outcome. `t0`: BRAID_TIMELINE's start, or 0.
   // `extra` (a point-to-point group's buffers) is taken only when it runs.
   bool runAlone(const algorithms::Request& req, const void* input, void* output, std::vector<void*>& extra, int64_t t0,
-                Status* result);
+                Status* result, uint64_t* plan = nullptr);
   // Hands op->channels_[first...] to their progress threads.
   void enqueue(const std::shared_ptr<Op>& op, size_t first);
   // Runs one channel of `op` and completes it there (Op::complete).

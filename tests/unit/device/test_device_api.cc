@@ -664,6 +664,39 @@ TEST_CASE("C++ API: a call repeated on addresses that have become device memory 
   CHECK(out[count - 1] == static_cast<float>(count - 1));
 }
 
+TEST_CASE("C API: a call repeated after a send and a receive runs its own schedule again", "[device][cuda]") {
+  // The repeated call skips comparing its request with the current plan's only while that
+  // plan is the one it ran with; a send and a receive in between run a plan of their own.
+  const int n = 2;
+  const size_t count = 6;
+  Failures fail(n);
+  onRanks(n, [&](braidComm_t comm, int r) {
+    std::vector<float> in(count), out(count);
+    std::vector<int32_t> sent(3, r + 10), got(3, -1);
+    for (int round = 0; round < 3; ++round) {
+      for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>(round * 100 + r * 10) + static_cast<float>(i);
+      for (int k = 0; k < 2; ++k) {  // the second is a repeat
+        std::fill(out.begin(), out.end(), -1.0f);
+        if (braidAllReduce(in.data(), out.data(), count, braidFloat32, braidSum, comm, nullptr) != braidSuccess) {
+          fail(r, std::string("allreduce: ") + braidGetLastError(comm));
+          return;
+        }
+        for (size_t i = 0; i < count; ++i) {
+          const float expect = static_cast<float>(2 * round * 100 + 10) + 2.0f * static_cast<float>(i);
+          if (out[i] != expect) fail(r, "round " + std::to_string(round) + ": element " + std::to_string(i) + " is " +
+                                            std::to_string(out[i]) + ", expected " + std::to_string(expect));
+        }
+      }
+      braidGroupStart();
+      braidSend(sent.data(), sent.size(), braidInt32, 1 - r, comm, nullptr);
+      braidRecv(got.data(), got.size(), braidInt32, 1 - r, comm, nullptr);
+      if (braidGroupEnd() != braidSuccess) fail(r, std::string("send/recv: ") + braidGetLastError(comm));
+      else if (got[2] != 1 - r + 10) fail(r, "received " + std::to_string(got[2]));
+    }
+  });
+  for (int r = 0; r < n; ++r) CHECK(fail.of[r] == "");
+}
+
 TEST_CASE("C API: a call repeated with a pre-multiplied sum destroyed since fails, naming the op", "[device][cuda]") {
   // The other side of the kept preparation: what may change between identical calls is
   // checked again (here the op handle, on host buffers).

@@ -908,13 +908,10 @@ device::DeviceQueue::PieceRun piecesOf(const algorithms::Request& req, core::Com
 struct RepeatedCall {
   uint64_t session = 0;  // Session::repeatId_; 0: none
   CallArgs args;
-  algorithms::Collective coll = algorithms::Collective::kAllReduce;
-  size_t count = 0;
-  DataType dtype = DataType::kFloat32;
-  ReduceOp op = ReduceOp::kSum;
-  int root = 0;
+  // A request without count arrays: its scalars are all of it (the call's shape, whether
+  // it runs in place, a pre-multiplied sum's scalar).
+  core::CallShape shape;
   bool inPlace = false;
-  bool preMul = false;
   double preMulScalar = 1.0;
   const void* input = nullptr;
   void* output = nullptr;
@@ -960,13 +957,13 @@ bool Session::runRepeated(const CallArgs& a, Status* result) {
       (r.writesRecv && rt.pointerInfo(a.recv).kind == device::MemoryKind::kDevice))
     return false;
   algorithms::Request req;
-  req.coll = r.coll;
-  req.count = r.count;
-  req.dtype = r.dtype;
-  req.op = r.op;
-  req.root = r.root;
+  req.coll = r.shape.coll;
+  req.count = r.shape.count;
+  req.dtype = r.shape.dtype;
+  req.op = r.shape.op;
+  req.root = r.shape.root;
+  req.preMul = r.shape.preMul;
   req.inPlace = r.inPlace;
-  req.preMul = r.preMul;
   req.preMulScalar = r.preMulScalar;
   *result = comm_->runAgain(req, r.input, r.output, &r.plan);
   return true;
@@ -1264,13 +1261,8 @@ Status Session::prepare(const CallArgs& a, Call* out) const {
     RepeatedCall& rep = *repeatedCall();
     rep.session = repeatId_;
     rep.args = a;
-    rep.coll = req.coll;
-    rep.count = req.count;
-    rep.dtype = req.dtype;
-    rep.op = req.op;
-    rep.root = req.root;
+    rep.shape = core::CallShape::of(req);
     rep.inPlace = req.inPlace;
-    rep.preMul = req.preMul;
     rep.preMulScalar = req.preMulScalar;
     rep.input = call.input;
     rep.output = call.output;

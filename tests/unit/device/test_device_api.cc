@@ -8,6 +8,7 @@
 #include <climits>
 #include <cstdint>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -593,7 +594,7 @@ TEST_CASE("C API: without a GPU a stream is refused with the reason, and host ca
   for (int r = 0; r < n; ++r) CHECK(errors[r] == "");
 }
 
-TEST_CASE("C API: a call repeated on addresses that have become device memory takes the device path",
+TEST_CASE("C and C++ API: a call repeated on addresses that have become device memory takes the device path",
           "[device][cuda]") {
   // A blocking host call made again with the same arguments skips its checks (the call's
   // preparation is kept from the time before); the memory kind of its buffers is asked again.
@@ -603,64 +604,50 @@ TEST_CASE("C API: a call repeated on addresses that have become device memory ta
   InstallRuntime install(&rt);
   const size_t count = 1000;
   std::vector<float> in(count), out(count);
+  for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>(i);
   std::string failure;
-  onRanks(1, [&](braidComm_t comm, int) {
-    for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>(i);
-    for (int k = 0; k < 2; ++k) {
-      std::fill(out.begin(), out.end(), -1.0f);
-      if (braidAllReduce(in.data(), out.data(), count, braidFloat32, braidSum, comm, nullptr) != braidSuccess)
-        failure = std::string("host call: ") + braidGetLastError(comm);
-      else if (out[count - 1] != static_cast<float>(count - 1))
-        failure = "host call: last element " + std::to_string(out[count - 1]);
-    }
-    if (rt.copiesDone.load() != 0) failure = "a host call was staged";
-    // The same addresses, device memory now: the identical call is staged on the default
-    // stream (copied in and out) and returns at once.
-    rt.adoptAsDevice(in.data(), count * sizeof(float));
-    rt.adoptAsDevice(out.data(), count * sizeof(float));
-    std::fill(out.begin(), out.end(), -1.0f);
-    if (braidAllReduce(in.data(), out.data(), count, braidFloat32, braidSum, comm, nullptr) != braidSuccess)
-      failure = std::string("device call: ") + braidGetLastError(comm);
-    rt.defaultStream().synchronize();
-    if (failure.empty()) failure = asyncFailure(comm);
-  });
-  rt.forgetDevice(in.data());
-  rt.forgetDevice(out.data());
-  CHECK(failure == "");
-  CHECK(rt.copiesDone.load() >= 2);  // staged in and out
-  CHECK(out[count - 1] == static_cast<float>(count - 1));
-  CHECK(out[0] == 0.0f);
-}
-
-TEST_CASE("C++ API: a call repeated on addresses that have become device memory takes the device path",
-          "[device][cuda]") {
-  // The C++ API keeps a repeated call's preparation as the C API does (one rank, as above).
-  FakeRuntime rt;
-  InstallRuntime install(&rt);
-  const size_t count = 1000;
-  std::vector<float> in(count), out(count);
-  std::vector<std::string> errors(1);
   int copiesOnHost = -1;
-  onCxxRanks(1, errors, [&](braid::Communicator& comm, int) {
-    for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>(i);
-    for (int k = 0; k < 2; ++k) {
+  // Twice on host memory, then once more after the same addresses became device memory:
+  // staged on the default stream (copied in and out), returning at once.
+  auto threeCalls = [&](const std::function<std::string()>& allreduce) {
+    for (int k = 0; k < 2 && failure.empty(); ++k) {
       std::fill(out.begin(), out.end(), -1.0f);
-      comm.allreduce(in.data(), out.data(), count, braid::DataType::kFloat32, braid::ReduceOp::kSum);
-      if (out[count - 1] != static_cast<float>(count - 1))
-        throw std::runtime_error("host call: last element " + std::to_string(out[count - 1]));
+      failure = allreduce();
+      if (failure.empty() && out[count - 1] != static_cast<float>(count - 1))
+        failure = "host call " + std::to_string(k) + ": last element " + std::to_string(out[count - 1]);
     }
     copiesOnHost = rt.copiesDone.load();
     rt.adoptAsDevice(in.data(), count * sizeof(float));
     rt.adoptAsDevice(out.data(), count * sizeof(float));
     std::fill(out.begin(), out.end(), -1.0f);
-    comm.allreduce(in.data(), out.data(), count, braid::DataType::kFloat32, braid::ReduceOp::kSum);
+    if (failure.empty()) failure = allreduce();
     rt.defaultStream().synchronize();
-  });
+  };
+  SECTION("C API") {
+    onRanks(1, [&](braidComm_t comm, int) {
+      threeCalls([&]() -> std::string {
+        if (braidAllReduce(in.data(), out.data(), count, braidFloat32, braidSum, comm, nullptr) == braidSuccess) return "";
+        return std::string("braidAllReduce: ") + braidGetLastError(comm);
+      });
+      if (failure.empty()) failure = asyncFailure(comm);
+    });
+  }
+  SECTION("C++ API") {
+    std::vector<std::string> errors(1);
+    onCxxRanks(1, errors, [&](braid::Communicator& comm, int) {
+      threeCalls([&]() -> std::string {
+        comm.allreduce(in.data(), out.data(), count, braid::DataType::kFloat32, braid::ReduceOp::kSum);
+        return "";
+      });
+    });
+    if (failure.empty()) failure = errors[0];
+  }
   rt.forgetDevice(in.data());
   rt.forgetDevice(out.data());
-  CHECK(errors[0] == "");
+  CHECK(failure == "");
   CHECK(copiesOnHost == 0);
   CHECK(rt.copiesDone.load() >= 2);  // staged in and out
+  CHECK(out[0] == 0.0f);
   CHECK(out[count - 1] == static_cast<float>(count - 1));
 }
 

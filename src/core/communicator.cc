@@ -253,13 +253,9 @@ bool sameRequest(const algorithms::Request& a, const algorithms::Request& b) {
       if (x[i].isSend != y[i].isSend || x[i].peer != y[i].peer || x[i].count != y[i].count) return false;
     return true;
   };
-  // Empty on most calls: compared by size first, where vector's == would still call memcmp.
-  auto same = [](const std::vector<size_t>& x, const std::vector<size_t>& y) {
-    return x.size() == y.size() && (x.empty() || x == y);
-  };
   return a.coll == b.coll && a.count == b.count && a.dtype == b.dtype && a.op == b.op && a.root == b.root &&
-         a.inPlace == b.inPlace && same(a.counts, b.counts) && same(a.displs, b.displs) &&
-         same(a.sendCounts, b.sendCounts) && same(a.sendDispls, b.sendDispls) && sameP2P(a.p2p, b.p2p);
+         a.inPlace == b.inPlace && a.counts == b.counts && a.displs == b.displs && a.sendCounts == b.sendCounts &&
+         a.sendDispls == b.sendDispls && sameP2P(a.p2p, b.p2p);
 }
 
 // Whether a call's schedule needs acknowledgements (exec::computeAcks) for every rank to see
@@ -1625,7 +1621,7 @@ Status Communicator::execChannel(const Op& op, int channel, const exec::ChannelS
   Status s = brokenStatus();
   if (s.isOk()) {
     exec::RunContext ctx = base ? *base : channelContext(op, channel);
-    ctx.tag = op.tag_;
+    ctx.tag = op.tag_;  // a base was made for an earlier call
     ctx.mismatchFill = op.fillTag_;
     ctx.directSends = direct;
     const bool mesh = op.schedule_->connectionSet == 1;

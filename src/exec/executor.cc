@@ -142,6 +142,7 @@ class ChannelRunner {
       for (const Step& st : plan_.steps) BRAID_RETURN_IF_ERROR(checkLinks(st));
     }
     if (acks_) BRAID_RETURN_IF_ERROR(sendAcks());
+    else if (announces_ && !s_.lanes) BRAID_RETURN_IF_ERROR(announceFirst());
     if (s_.lanes) {
       BRAID_RETURN_IF_ERROR(runLanes());
     } else if (setup_ && setup_->singleSlices && !timeline::on()) {
@@ -285,6 +286,40 @@ class ChannelRunner {
       if (meets(st.src) || meets(st.dst)) return Status::ok();
     }
     return c->expectRecv(1, at, nxLen);
+  }
+
+  // The channel's first receive, announced before its first step: a peer's message that
+  // comes while this rank still copies its own block or sends (every allgather, the first
+  // exchange of every allreduce) then lands in a receive already posted, copied out of the
+  // transport piece by piece as it arrives, instead of waiting whole in UCX's unexpected
+  // queue to be copied after its post. Its landing must lie clear of every step before it,
+  // which run between now and its peek; otherwise the step announces it when it comes.
+  Status announceFirst() {
+    const size_t n = plan_.steps.size();
+    for (size_t i = 0; i < n; ++i) {
+      const Step& st = plan_.steps[i];
+      if (!receives(st.prim)) continue;
+      // Its first slice: round 0 of its phase starts at offset 0.
+      size_t rounds = static_cast<size_t>(plan_.rounds);
+      for (const Phase& ph : plan_.phases)
+        if (i >= ph.firstStep && i < ph.firstStep + ph.numSteps) rounds = static_cast<size_t>(ph.rounds);
+      size_t lo, hi;
+      roundPart(st.bytes(), 0, rounds, &lo, &hi);
+      const size_t len = std::min(sliceBytes_, hi - lo);
+      if (len == 0) return Status::ok();
+      char* at = static_cast<char*>(landingOf(st, 0));
+      if (at) {
+        auto meets = [&](const Region& r) {
+          if (r.bytes == 0) return false;
+          const char* b = addr(r, 0);
+          return b < at + len && at < b + r.bytes;
+        };
+        for (size_t j = 0; j < i; ++j)
+          if (meets(plan_.steps[j].src) || meets(plan_.steps[j].dst)) return Status::ok();
+      }
+      return links_.recvFrom[st.peerIn]->expectRecv(0, at, len);
+    }
+    return Status::ok();
   }
 
   // The region a step sends from the caller's memory when its connection can (zero copy):

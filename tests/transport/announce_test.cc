@@ -4,7 +4,8 @@
 // announced, as a transport that lands the message then may, and checks that each peek asks
 // for what was announced. A ring allreduce and allgather still come out exact, in place or
 // not, in one round or several; and a landing that the slice before it still reads is not
-// announced early, or the scribble would show in the result.
+// announced early, or the scribble would show in the result. A channel's first receive is
+// announced before its first step, unless a step before it reads or writes its landing.
 #include <cstring>
 #include <map>
 #include <string>
@@ -22,9 +23,47 @@ using namespace braid::transport::test;
 
 namespace {
 
+// A send connection that counts the messages posted on it.
+class Counted final : public Connection {
+ public:
+  explicit Counted(Connection* inner) : in_(inner) {}
+
+  size_t slotBytes() const override { return in_->slotBytes(); }
+  Status reserveSend(Slot* s) override { return in_->reserveSend(s); }
+  Status postSend(const Slot& s, size_t bytes) override {
+    ++posted;
+    return in_->postSend(s, bytes);
+  }
+  Status peekRecv(Slot* s) override { return in_->peekRecv(s); }
+  Status releaseRecv(const Slot& s) override { return in_->releaseRecv(s); }
+  uint64_t tagMask() const override { return in_->tagMask(); }
+  size_t maxMessageBytes() const override { return in_->maxMessageBytes(); }
+  Status progress() override { return in_->progress(); }
+  bool flushed() const override { return in_->flushed(); }
+  bool seesPeerFailure() const override { return in_->seesPeerFailure(); }
+  WaitHandle waitHandle(bool forSend) override { return in_->waitHandle(forSend); }
+  void disarm(bool forSend) override { in_->disarm(forSend); }
+  int peer() const override { return in_->peer(); }
+  bool inReceiverMemory() const override { return in_->inReceiverMemory(); }
+  MemoryRange slotMemory() const override { return in_->slotMemory(); }
+
+  size_t posted = 0;
+
+ private:
+  Connection* in_;
+};
+
 class Announced final : public Connection {
  public:
   explicit Announced(Connection* inner) : in_(inner) {}
+
+  // A run starts: its first message counts as announced before any send when it is
+  // announced while `sent` still reads what it reads now.
+  void markRun(const size_t* sent) {
+    sent_ = sent;
+    sentAtMark_ = sent ? *sent : 0;
+    runFirst_ = released_;
+  }
 
   size_t slotBytes() const override { return in_->slotBytes(); }
   Status reserveSend(Slot* s) override { return in_->reserveSend(s); }
@@ -46,6 +85,7 @@ class Announced final : public Connection {
     }
     words_[m] = Word{dst, bytes};
     if (ahead > 0) ++aheadCount;
+    if (m == runFirst_ && sent_ && *sent_ == sentAtMark_) ++beforeSends;
     if (dst) std::memset(dst, 0xA5, bytes);
     return in_->expectRecv(ahead, dst, bytes);
   }
@@ -62,6 +102,7 @@ class Announced final : public Connection {
   MemoryRange slotMemory() const override { return in_->slotMemory(); }
 
   size_t aheadCount = 0;  // messages first announced while another was still to be taken
+  size_t beforeSends = 0;  // runs whose first message was announced before they sent any
   std::string faults;
 
  private:
@@ -82,6 +123,9 @@ class Announced final : public Connection {
   Connection* in_;
   uint64_t released_ = 0;
   std::map<uint64_t, Word> words_;
+  const size_t* sent_ = nullptr;
+  size_t sentAtMark_ = 0;
+  uint64_t runFirst_ = ~uint64_t{0};
 };
 
 algorithms::Layout layoutOf(int rank, size_t roundBytes) {
@@ -124,14 +168,34 @@ Schedule readThenLand(int peer, size_t bytes) {
   return s;
 }
 
+// A schedule whose first receive lands where the send before it reads: the rank's output
+// is sent, then overwritten with the peer's.
+Schedule sendThenLand(int peer, size_t bytes) {
+  Schedule s;
+  s.dtype = DataType::kFloat32;
+  s.op = ReduceOp::kSum;
+  s.algorithm = "send then land";
+  s.channels.resize(1);
+  Step a, b;
+  a.prim = Prim::kSend;
+  a.peerOut = peer;
+  a.src = Region{Buf::kOutput, 0, bytes};
+  b.prim = Prim::kRecv;
+  b.peerIn = peer;
+  b.dst = Region{Buf::kOutput, 0, bytes};
+  s.channels[0].steps = {a, b};
+  return s;
+}
+
 std::string runCases(Endpoint& ep) {
   std::string err = setupPair(ep, 1);
   if (!err.empty()) return err;
   Announced in(ep.recv[0].get());
+  Counted out(ep.send[0].get());
   ChannelLinks links;
   links.sendTo.assign(2, nullptr);
   links.recvFrom.assign(2, nullptr);
-  links.sendTo[ep.peer] = ep.send[0].get();
+  links.sendTo[ep.peer] = &out;
   links.recvFrom[ep.peer] = &in;
   RunContext ctx;
   ctx.rank = ep.rank;
@@ -147,6 +211,7 @@ std::string runCases(Endpoint& ep) {
     b.output = output;
     b.scratch = scratch.data();
     const ChannelSetup setup = prepareChannel(s, 0, links, ctx);
+    in.markRun(&out.posted);
     Status st = runChannel(s, 0, b, links, rc, prepared ? &setup : nullptr);
     if (!st.isOk()) return what + ": " + st.toString();
     if (!in.faults.empty()) return what + ": " + in.faults;
@@ -187,6 +252,10 @@ std::string runCases(Endpoint& ep) {
     }
   }
   if (in.aheadCount == 0) return "the ring allreduce announced no receive ahead";
+  // Each rank sends its first slice before it receives one: 16 runs, every first receive
+  // announced before it.
+  if (in.beforeSends != 16)
+    return "the ring allreduce announced " + std::to_string(in.beforeSends) + " of 16 first receives before its sends";
 
   // Ring allgather: the peer's block lands in the output, slice by slice.
   for (bool inPlace : {false, true}) {
@@ -205,8 +274,10 @@ std::string runCases(Endpoint& ep) {
       std::memcpy(output.data() + ep.rank * count, own.data(), count * sizeof(float));
       input = output.data() + ep.rank * count;
     }
+    const size_t early = in.beforeSends;
     std::string e = run(s.value(), what, input, output.data(), false);
     if (!e.empty()) return e;
+    if (in.beforeSends != early + 1) return what + ": the first receive was not announced before the first send";
     for (int r = 0; r < 2; ++r)
       for (size_t i = 0; i < count; ++i)
         if (output[r * count + i] != valueOf(r, 5, i))
@@ -233,12 +304,26 @@ std::string runCases(Endpoint& ep) {
         return what + ": element " + std::to_string(half + i) + " is " + std::to_string(output[half + i]);
     }
   }
+
+  // The first landing a send before it reads: announced only by its own step.
+  for (bool prepared : {false, true}) {
+    std::vector<float> input(1), output(half);
+    for (size_t i = 0; i < half; ++i) output[i] = valueOf(ep.rank, 8, i);
+    const std::string what = std::string("a first landing the send before it reads") + (prepared ? ", prepared" : "");
+    const size_t early = in.beforeSends;
+    std::string e = run(sendThenLand(ep.peer, half * sizeof(float)), what, input.data(), output.data(), prepared);
+    if (!e.empty()) return e;
+    if (in.beforeSends != early) return what + ": announced before the send";
+    for (size_t i = 0; i < half; ++i)
+      if (output[i] != valueOf(ep.peer, 8, i))
+        return what + ": element " + std::to_string(i) + " is " + std::to_string(output[i]);
+  }
   return "";
 }
 
 }  // namespace
 
-TEST_CASE("receives announced ahead leave alone what the slice before them reads", "[transport][executor]") {
+TEST_CASE("receives announced ahead leave alone what the steps before them read", "[transport][executor]") {
   for (const char* name : {"shm", "ucx"}) {
     const TransportFactory* f = registeredFactory(name);
     if (!f) continue;  // ucx: a plugin that may not be built here

@@ -85,6 +85,9 @@ class Connection {
   // order, with the same dst and bytes when it repeats one, and leaves dst's bytes alone
   // until the peek. A hint: the peek still says where the message landed.
   virtual Status expectRecv(size_t ahead, void* dst, size_t bytes) { return Status::ok(); }
+  // False when expectRecv never acts on this connection: the executor then announces
+  // nothing to a channel whose connections all say so (a small call saves the calls).
+  virtual bool takesAnnouncements() const { return false; }
   // The bits of Slot::tag this connection carries; a receiver compares tags under it.
   virtual uint64_t tagMask() const { return ~uint64_t{0}; }
   // Large messages (optional). The largest message this connection carries when it goes

@@ -48,9 +48,9 @@ class ChannelRunner {
                 const RunContext& ctx, const ChannelSetup* setup = nullptr)
       : s_(s), plan_(s.channels[channel]), b_(b), links_(links), ctx_(ctx),
         es_(dataTypeSize(s.dtype)), channel_(channel), setup_(setup) {
-    announces_ = !ctx.mover;
     if (setup) {
       for (Connection* c : setup->active) active_.push_back(c);
+      announces_ = setup->announces;
       acks_ = setup->acks;
       sliceBytes_ = setup->sliceBytes;
       whole_ = setup->whole;
@@ -69,6 +69,9 @@ class ChannelRunner {
       for (int p : s.ackFrom)
         if (ctx.ackLinks->recvFrom[p]) addActive(ctx.ackLinks->recvFrom[p]);
     }
+    // Receives are announced where a connection acts on it (UCX), never through a DataMover.
+    if (!ctx.mover)
+      for (Connection* c : active_) announces_ = announces_ || c->takesAnnouncements();
     sliceBytes_ = std::max(es_, ctx.sliceBytes / es_ * es_);
     // Whole blocks over connections that carry large messages: a step's round is one message.
     whole_ = s.wholeBlocks && ctx.wholeBlockBytes > sliceBytes_ && !ctx.mover;
@@ -88,6 +91,7 @@ class ChannelRunner {
       if (!out.links.isOk()) break;
     }
     out.sliceBytes = sliceBytes_;
+    out.announces = announces_;
     out.whole = whole_;
     out.acks = acks_;
     bool oneRound = plan_.phases.empty() ? plan_.rounds == 1 : true;
@@ -99,6 +103,7 @@ class ChannelRunner {
       out.stepBytes.push_back(len);
     }
     if (!out.singleSlices) out.stepBytes.clear();
+    out.firstRecv = firstReceive(&out.firstRecvBytes);
     return out;
   }
 
@@ -295,31 +300,43 @@ class ChannelRunner {
   // queue to be copied after its post. Its landing must lie clear of every step before it,
   // which run between now and its peek; otherwise the step announces it when it comes.
   Status announceFirst() {
-    const size_t n = plan_.steps.size();
-    for (size_t i = 0; i < n; ++i) {
+    size_t i, len;
+    if (setup_) {
+      i = setup_->firstRecv;
+      len = setup_->firstRecvBytes;
+    } else {
+      i = firstReceive(&len);
+    }
+    if (len == 0) return Status::ok();
+    const Step& st = plan_.steps[i];
+    char* at = static_cast<char*>(landingOf(st, 0));
+    if (at) {
+      auto meets = [&](const Region& r) {
+        if (r.bytes == 0) return false;
+        const char* b = addr(r, 0);
+        return b < at + len && at < b + r.bytes;
+      };
+      for (size_t j = 0; j < i; ++j)
+        if (meets(plan_.steps[j].src) || meets(plan_.steps[j].dst)) return Status::ok();
+    }
+    return links_.recvFrom[st.peerIn]->expectRecv(0, at, len);
+  }
+  // The channel's first receiving step, and the length of its first slice (round 0 of its
+  // phase starts at offset 0); *len 0 when there is none or that slice is empty.
+  size_t firstReceive(size_t* len) const {
+    *len = 0;
+    for (size_t i = 0; i < plan_.steps.size(); ++i) {
       const Step& st = plan_.steps[i];
       if (!receives(st.prim)) continue;
-      // Its first slice: round 0 of its phase starts at offset 0.
       size_t rounds = static_cast<size_t>(plan_.rounds);
       for (const Phase& ph : plan_.phases)
         if (i >= ph.firstStep && i < ph.firstStep + ph.numSteps) rounds = static_cast<size_t>(ph.rounds);
       size_t lo, hi;
       roundPart(st.bytes(), 0, rounds, &lo, &hi);
-      const size_t len = std::min(sliceBytes_, hi - lo);
-      if (len == 0) return Status::ok();
-      char* at = static_cast<char*>(landingOf(st, 0));
-      if (at) {
-        auto meets = [&](const Region& r) {
-          if (r.bytes == 0) return false;
-          const char* b = addr(r, 0);
-          return b < at + len && at < b + r.bytes;
-        };
-        for (size_t j = 0; j < i; ++j)
-          if (meets(plan_.steps[j].src) || meets(plan_.steps[j].dst)) return Status::ok();
-      }
-      return links_.recvFrom[st.peerIn]->expectRecv(0, at, len);
+      *len = std::min(sliceBytes_, hi - lo);
+      return i;
     }
-    return Status::ok();
+    return 0;
   }
 
   // The region a step sends from the caller's memory when its connection can (zero copy):
@@ -1295,8 +1312,8 @@ class ChannelRunner {
   size_t es_;
   size_t sliceBytes_;
   bool whole_ = false;  // slices of a wholeBlocks schedule above a slot (RunContext::wholeBlockBytes)
-  // Receives are announced to their connections ahead (announce); not through a DataMover,
-  // whose receives never land in the caller's memory.
+  // Receives are announced to their connections ahead (announce), where one of them acts on
+  // it; not through a DataMover, whose receives never land in the caller's memory.
   bool announces_ = false;
   bool acks_ = false;   // this channel sends and receives the schedule's acknowledgements
   // Copies that large messages of non-direct steps are sent from (sendCopy).

@@ -152,11 +152,15 @@ struct ChannelSetup {
   Status links;              // why a step's connection is missing, or ok
   size_t sliceBytes = 0;
   bool whole = false;        // whole blocks above a slot (RunContext::wholeBlockBytes)
+  bool announces = false;    // a connection acts on receives announced ahead (expectRecv)
   bool acks = false;         // this channel carries the schedule's acknowledgements
   bool userSends = false;    // a connection may send from the caller's memory
   // Every step one slice of one round: stepBytes[i] is step i's length, run in step order.
   bool singleSlices = false;
   std::vector<size_t> stepBytes;
+  // The first receiving step and its first slice's length (0: none), announced up front.
+  size_t firstRecv = 0;
+  size_t firstRecvBytes = 0;
 };
 ChannelSetup prepareChannel(const Schedule& schedule, int channel, const ChannelLinks& links,
                             const RunContext& ctx);

@@ -89,6 +89,7 @@ class Announced final : public Connection {
     if (dst) std::memset(dst, 0xA5, bytes);
     return in_->expectRecv(ahead, dst, bytes);
   }
+  bool takesAnnouncements() const override { return true; }  // it scribbles on every landing
   uint64_t tagMask() const override { return in_->tagMask(); }
   size_t maxMessageBytes() const override { return in_->maxMessageBytes(); }
   Status peekTag(uint64_t* tag) override { return in_->peekTag(tag); }

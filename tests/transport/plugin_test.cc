@@ -505,6 +505,7 @@ TEST_CASE("plugin ABI v7: expect_recv reaches the plugin's connection, nothing b
   gFakeV7 = FakeV7{};
   {
     auto [t, c] = connectionAs(7);
+    CHECK(c->takesAnnouncements());  // so the executor announces to it
     REQUIRE(c->expectRecv(0, dst.data(), 24).isOk());
     REQUIRE(c->expectRecv(1, nullptr, 16).isOk());
     REQUIRE(gFakeV7.calls.size() == 2);
@@ -525,6 +526,7 @@ TEST_CASE("plugin ABI v7: expect_recv reaches the plugin's connection, nothing b
   gFakeV7 = FakeV7{};
   {
     auto [t, c] = connectionAs(6);  // the same plugin loaded as v6
+    CHECK_FALSE(c->takesAnnouncements());
     REQUIRE(c->expectRecv(0, dst.data(), 24).isOk());
     CHECK(gFakeV7.calls.empty());
   }

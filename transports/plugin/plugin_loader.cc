@@ -86,6 +86,7 @@ class PluginConnection final : public Connection {
     if (st.isOk()) *tag = t;
     return st;
   }
+  bool takesAnnouncements() const override { return v7_ != nullptr; }
   Status expectRecv(size_t ahead, void* dst, size_t bytes) override {
     if (!v7_) return Status::ok();
     return call(*name_, [&](braidPluginError_v1* e) { return v7_->expect_recv(c_, ahead, dst, bytes, e); });

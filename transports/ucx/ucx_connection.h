@@ -225,6 +225,7 @@ class UcxRecvConnection final : public Connection {
   Status peekRecvInto(Slot* s, void* dst, size_t bytes) override;
   // On demand mode only: posts the announced message's receive now, where its peek would.
   Status expectRecv(size_t ahead, void* dst, size_t bytes) override;
+  bool takesAnnouncements() const override { return onDemand_; }
   uint64_t tagMask() const override { return kExecTagMask; }
   size_t maxMessageBytes() const override { return onDemand_ ? kMaxMessageBytes : slotBytes_; }
   // The slots every message not landed at the caller's destination arrives in.

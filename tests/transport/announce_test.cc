@@ -9,6 +9,7 @@
 #include <cstring>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "algorithms/algorithm.h"
@@ -23,21 +24,22 @@ using namespace braid::transport::test;
 
 namespace {
 
-// A send connection that counts the messages posted on it.
-class Counted final : public Connection {
+// A connection that passes every call to the one it wraps.
+class Forwarding : public Connection {
  public:
-  explicit Counted(Connection* inner) : in_(inner) {}
+  explicit Forwarding(Connection* inner) : in_(inner) {}
 
   size_t slotBytes() const override { return in_->slotBytes(); }
   Status reserveSend(Slot* s) override { return in_->reserveSend(s); }
-  Status postSend(const Slot& s, size_t bytes) override {
-    ++posted;
-    return in_->postSend(s, bytes);
-  }
+  Status postSend(const Slot& s, size_t bytes) override { return in_->postSend(s, bytes); }
   Status peekRecv(Slot* s) override { return in_->peekRecv(s); }
+  Status peekRecvInto(Slot* s, void* dst, size_t bytes) override { return in_->peekRecvInto(s, dst, bytes); }
   Status releaseRecv(const Slot& s) override { return in_->releaseRecv(s); }
+  Status expectRecv(size_t ahead, void* dst, size_t bytes) override { return in_->expectRecv(ahead, dst, bytes); }
+  bool takesAnnouncements() const override { return in_->takesAnnouncements(); }
   uint64_t tagMask() const override { return in_->tagMask(); }
   size_t maxMessageBytes() const override { return in_->maxMessageBytes(); }
+  Status peekTag(uint64_t* tag) override { return in_->peekTag(tag); }
   Status progress() override { return in_->progress(); }
   bool flushed() const override { return in_->flushed(); }
   bool seesPeerFailure() const override { return in_->seesPeerFailure(); }
@@ -47,15 +49,24 @@ class Counted final : public Connection {
   bool inReceiverMemory() const override { return in_->inReceiverMemory(); }
   MemoryRange slotMemory() const override { return in_->slotMemory(); }
 
-  size_t posted = 0;
-
- private:
+ protected:
   Connection* in_;
 };
 
-class Announced final : public Connection {
+// A send connection that counts the messages posted on it.
+class Counted final : public Forwarding {
  public:
-  explicit Announced(Connection* inner) : in_(inner) {}
+  using Forwarding::Forwarding;
+  Status postSend(const Slot& s, size_t bytes) override {
+    ++posted;
+    return in_->postSend(s, bytes);
+  }
+  size_t posted = 0;
+};
+
+class Announced final : public Forwarding {
+ public:
+  using Forwarding::Forwarding;
 
   // A run starts: its first message counts as announced before any send when it is
   // announced while `sent` still reads what it reads now.
@@ -65,9 +76,6 @@ class Announced final : public Connection {
     runFirst_ = released_;
   }
 
-  size_t slotBytes() const override { return in_->slotBytes(); }
-  Status reserveSend(Slot* s) override { return in_->reserveSend(s); }
-  Status postSend(const Slot& s, size_t bytes) override { return in_->postSend(s, bytes); }
   Status peekRecv(Slot* s) override { return peek(s, nullptr, 0); }
   Status peekRecvInto(Slot* s, void* dst, size_t bytes) override { return peek(s, dst, bytes); }
   Status releaseRecv(const Slot& s) override {
@@ -90,17 +98,6 @@ class Announced final : public Connection {
     return in_->expectRecv(ahead, dst, bytes);
   }
   bool takesAnnouncements() const override { return true; }  // it scribbles on every landing
-  uint64_t tagMask() const override { return in_->tagMask(); }
-  size_t maxMessageBytes() const override { return in_->maxMessageBytes(); }
-  Status peekTag(uint64_t* tag) override { return in_->peekTag(tag); }
-  Status progress() override { return in_->progress(); }
-  bool flushed() const override { return in_->flushed(); }
-  bool seesPeerFailure() const override { return in_->seesPeerFailure(); }
-  WaitHandle waitHandle(bool forSend) override { return in_->waitHandle(forSend); }
-  void disarm(bool forSend) override { in_->disarm(forSend); }
-  int peer() const override { return in_->peer(); }
-  bool inReceiverMemory() const override { return in_->inReceiverMemory(); }
-  MemoryRange slotMemory() const override { return in_->slotMemory(); }
 
   size_t aheadCount = 0;  // messages first announced while another was still to be taken
   size_t beforeSends = 0;  // runs whose first message was announced before they sent any
@@ -121,7 +118,6 @@ class Announced final : public Connection {
   void fault(const std::string& f) {
     if (faults.empty()) faults = f;
   }
-  Connection* in_;
   uint64_t released_ = 0;
   std::map<uint64_t, Word> words_;
   const size_t* sent_ = nullptr;
@@ -142,50 +138,32 @@ algorithms::Layout layoutOf(int rank, size_t roundBytes) {
 // This rank's value of element i in run `run`.
 float valueOf(int rank, int run, size_t i) { return static_cast<float>(rank * 1000 + run * 10 + static_cast<int>(i % 13)); }
 
-// A schedule whose second receive lands where the first one's reduction reads: one slice of
-// `bytes` each, the output's second half read by step 2 and then overwritten by step 3.
-Schedule readThenLand(int peer, size_t bytes) {
+// A float sum of one channel with these steps.
+Schedule oneChannel(const char* name, std::vector<Step> steps) {
   Schedule s;
   s.dtype = DataType::kFloat32;
   s.op = ReduceOp::kSum;
-  s.algorithm = "read then land";
+  s.algorithm = name;
   s.channels.resize(1);
-  ChannelPlan& ch = s.channels[0];
-  Step a, b, c, d;
-  a.prim = Prim::kSend;
-  a.peerOut = peer;
-  a.src = Region{Buf::kInput, 0, bytes};
-  b.prim = Prim::kSend;
-  b.peerOut = peer;
-  b.src = Region{Buf::kInput, bytes, bytes};
-  c.prim = Prim::kRecvReduce;
-  c.peerIn = peer;
-  c.src = Region{Buf::kOutput, bytes, bytes};
-  c.dst = Region{Buf::kOutput, 0, bytes};
-  d.prim = Prim::kRecv;
-  d.peerIn = peer;
-  d.dst = Region{Buf::kOutput, bytes, bytes};
-  ch.steps = {a, b, c, d};
+  s.channels[0].steps = std::move(steps);
   return s;
+}
+
+// A schedule whose second receive lands where the first one's reduction reads: one slice of
+// `bytes` each, the output's second half read by step 2 and then overwritten by step 3.
+Schedule readThenLand(int peer, size_t bytes) {
+  return oneChannel("read then land",
+                    {Step{Prim::kSend, -1, peer, Region{Buf::kInput, 0, bytes}, {}},
+                     Step{Prim::kSend, -1, peer, Region{Buf::kInput, bytes, bytes}, {}},
+                     Step{Prim::kRecvReduce, peer, -1, Region{Buf::kOutput, bytes, bytes}, Region{Buf::kOutput, 0, bytes}},
+                     Step{Prim::kRecv, peer, -1, {}, Region{Buf::kOutput, bytes, bytes}}});
 }
 
 // A schedule whose first receive lands where the send before it reads: the rank's output
 // is sent, then overwritten with the peer's.
 Schedule sendThenLand(int peer, size_t bytes) {
-  Schedule s;
-  s.dtype = DataType::kFloat32;
-  s.op = ReduceOp::kSum;
-  s.algorithm = "send then land";
-  s.channels.resize(1);
-  Step a, b;
-  a.prim = Prim::kSend;
-  a.peerOut = peer;
-  a.src = Region{Buf::kOutput, 0, bytes};
-  b.prim = Prim::kRecv;
-  b.peerIn = peer;
-  b.dst = Region{Buf::kOutput, 0, bytes};
-  s.channels[0].steps = {a, b};
-  return s;
+  return oneChannel("send then land", {Step{Prim::kSend, -1, peer, Region{Buf::kOutput, 0, bytes}, {}},
+                                       Step{Prim::kRecv, peer, -1, {}, Region{Buf::kOutput, 0, bytes}}});
 }
 
 std::string runCases(Endpoint& ep) {

@@ -932,6 +932,10 @@ RepeatedCall* repeatedCall() {
 }
 
 bool sameArgs(const CallArgs& x, const CallArgs& y) {
+  // Names every field: a field added to CallArgs stops this binding from compiling until it
+  // is compared below too.
+  [[maybe_unused]] const auto& [coll, fn, send, recv, count, countName, dtype, op, cxxPreMul, cxxScalar, root,
+                                recvCounts, recvDispls, sendCounts, sendDispls, stream] = x;
   return x.coll == y.coll && x.fn == y.fn && x.send == y.send && x.recv == y.recv && x.count == y.count &&
          x.dtype == y.dtype && x.op == y.op && x.cxxPreMul == y.cxxPreMul && x.cxxScalar == y.cxxScalar &&
          x.root == y.root && x.countName == y.countName && x.recvCounts == y.recvCounts &&

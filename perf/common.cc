@@ -441,6 +441,7 @@ struct Options {
   int localRegister = 0;  // -R: accepted; nothing to register (said in the header)
   int timeoutSec = 0;     // -T: a size that takes longer aborts the run; 0 = no limit
   bool cpuTime = false;   // -C 1: the time column is the time to issue the calls
+  int threads = 1;        // -t: ranks per process, one thread and communicator each
 };
 
 void printUsage(const Tool& tool, FILE* out) {
@@ -485,9 +486,12 @@ void printUsage(const Tool& tool, FILE* out) {
                "      --misalign <bytes>     start both host buffers this many bytes past a page boundary\n"
                "                             (0-4095, default 0); malloc's large blocks start 16 bytes in\n"
                "  -D, --device <0|1>         1: buffers in GPU memory, one GPU per rank (local rank %% GPUs),\n"
-               "                             calls on CUDA's default stream (default 0: host memory)\n"
-               "  -t, --nthreads 1, -g, --ngpus 1\n"
-               "                             accepted for nccl-tests command lines; braid runs one rank per process\n"
+               "                             calls on CUDA's default stream, or with -t > 1 on a stream of\n"
+               "                             each rank's own (default 0: host memory)\n"
+               "  -t, --nthreads <n>         ranks per process, each a thread with a communicator of its own:\n"
+               "                             the job has processes x n ranks, rank = process rank x n + thread\n"
+               "                             (default 1, at most 64)\n"
+               "  -g, --ngpus 1              accepted for nccl-tests command lines; one GPU per rank\n"
                "  -h, --help                 this text\n");
   if (tool.extraHelp) std::fprintf(out, "%s", tool.extraHelp);
   std::fprintf(out,
@@ -625,10 +629,13 @@ int parseArgs(const Tool& tool, int argc, char** argv, Options* o) {
         o->jsonFile = optarg;
         break;
       case 't':
+        if (!parseInt(optarg, 1, 64, &v)) return bad(f, optarg, "a rank count per process from 1 to 64");
+        o->threads = static_cast<int>(v);
+        break;
       case 'g':
-        // One rank per process: more ranks come from the launcher, not from threads or GPUs.
+        // A rank drives one GPU: more GPUs per process come from -t, not from one thread.
         if (!parseInt(optarg, 1, 1, &v))
-          return bad(f, optarg, "1 (braid runs one rank per process; use braidrun -np N for more ranks)");
+          return bad(f, optarg, "1 (one GPU per rank; -t N runs N ranks per process, braidrun -np N more processes)");
         break;
       case 'D':
         if (!parseInt(optarg, 0, 1, &v)) return bad(f, optarg, "0 (host memory) or 1 (GPU memory)");
@@ -751,7 +758,12 @@ struct Run {
   double busBwSum = 0;
   int busBwCount = 0;
   int gpu = -1;               // -D 1: this rank's GPU
-  void* stream = nullptr;     // -D 1 -G: the stream the calls are captured on
+  int localRank = 0;          // on its host, counting every thread's rank (-t): picks the GPU
+  int processes = 1;          // processes of the job; ranks = processes x opts.threads
+  // -D 1: the stream the calls go on (nullptr: CUDA's legacy default stream). With -G the
+  // timed calls are captured on it; with -t > 1 each rank has one of its own, as ranks
+  // that shared the legacy stream would queue each other's calls behind their waits.
+  void* stream = nullptr;
   Watchdog* watchdog = nullptr;  // -T
 };
 
@@ -847,6 +859,16 @@ void writeCsv(const Run& run) {
 // A failed braid call ends the run: the message names the rank and the call, the JSON keeps
 // what was measured, and aborting the communicator makes the other ranks fail fast instead
 // of waiting for this one.
+// Ends the process after a failure. Ranks that are threads (-t) end it with the others still
+// running, so without exit()'s destructors of what they use; what was printed is flushed.
+[[noreturn]] void exitFailed(const Run& run) {
+  if (run.opts.threads > 1) {
+    std::fflush(nullptr);
+    std::_Exit(kExitFailed);
+  }
+  std::exit(kExitFailed);
+}
+
 [[noreturn]] void fail(Run& run, const char* call, braidResult_t result) {
   std::string msg = std::string(call) + " failed on rank " + std::to_string(run.rank) + ": " +
                     braidGetErrorString(result);
@@ -857,7 +879,7 @@ void writeCsv(const Run& run) {
   writeJson(run, msg);
   writeCsv(run);
   if (run.comm) (void)braidCommAbort(run.comm);
-  std::exit(kExitFailed);
+  exitFailed(run);
 }
 
 void ok(Run& run, braidResult_t result, const char* call) {
@@ -979,13 +1001,18 @@ struct Buffers {
   }
 };
 
+// -D 1: the stream a rank waits for and copies on: its own where ranks are threads (-t), so
+// that neither waits for another rank's calls (which may wait for this rank); else none (the
+// whole device, the legacy default stream), as one rank per process always has.
+void* ownStream(const Run& run) { return run.opts.threads > 1 ? run.stream : nullptr; }
+
 // -D 1: a failed CUDA call ends the run on this rank (the others then fail on their peer).
 void deviceOk(Run& run, bool good, const char* what) {
   if (good) return;
   std::fprintf(stderr, "%s: rank %d: %s failed: %s\n", run.tool->name, run.rank, what,
                device::lastError().c_str());
   (void)braidCommAbort(run.comm);
-  std::exit(kExitFailed);
+  exitFailed(run);
 }
 
 // Page-aligned and touched once, so that page faults land here and not in the first timing.
@@ -1015,8 +1042,8 @@ void prepare(const Run& run, const OpArgs& args, Buffers& buf, uint8_t** send, u
   run.tool->initInput(args, *send);
   if (buf.drecv) {
     Run& r = const_cast<Run&>(run);
-    deviceOk(r, device::toDevice(buf.dsend, buf.send, buf.sendBytes), "copying the input to the GPU");
-    deviceOk(r, device::toDevice(buf.drecv, buf.recv, buf.recvBytes), "copying the input to the GPU");
+    deviceOk(r, device::toDevice(buf.dsend, buf.send, buf.sendBytes, ownStream(r)), "copying the input to the GPU");
+    deviceOk(r, device::toDevice(buf.drecv, buf.recv, buf.recvBytes, ownStream(r)), "copying the input to the GPU");
   }
 }
 
@@ -1040,17 +1067,17 @@ Placement measure(Run& run, const OpArgs& rowArgs, Buffers& buf, size_t rowBytes
   uint8_t* send = nullptr;
   uint8_t* recv = nullptr;
   prepare(run, rowArgs, buf, &send, &recv);
-  // Device buffers: the calls are enqueued on the default stream (-G: the tool's own); the
-  // clock stops after the device is done.
+  // Device buffers: the calls are enqueued on the default stream (-G, -t > 1: the rank's own);
+  // the clock stops after the device is done.
   const bool dev = buf.drecv != nullptr;
+  const Options& o = run.opts;
   OpArgs args = rowArgs;
   if (dev) args.stream = run.stream;
-  const bool graphs = dev && run.stream != nullptr;
+  const bool graphs = dev && o.graphLaunches > 0 && run.stream != nullptr;
   uint8_t* s = buf.onDevice(send);
   uint8_t* d = buf.onDevice(recv);
-  const Options& o = run.opts;
   for (int i = 0; i < o.warmup; ++i) ok(run, tool.run(args, s, d, run.comm), tool.apiName);
-  if (dev) deviceOk(run, device::synchronize(), "cudaDeviceSynchronize");
+  if (dev) deviceOk(run, device::synchronize(ownStream(run)), "waiting for the GPU");
   // -G: the timed loop, captured once (nothing runs yet), is launched o.graphLaunches times.
   void* graph = nullptr;
   if (graphs) {
@@ -1069,13 +1096,13 @@ Placement measure(Run& run, const OpArgs& rowArgs, Buffers& buf, size_t rowBytes
       iterate(run, args, s, d);
       // -z: wait for the iteration (host buffers: the call already has), and with 1 line
       // the ranks up, so no rank runs ahead into the next one.
-      if (o.blocking > 0 && dev) deviceOk(run, device::synchronize(), "cudaDeviceSynchronize");
+      if (o.blocking > 0 && dev) deviceOk(run, device::synchronize(ownStream(run)), "waiting for the GPU");
       if (o.blocking == 1) syncRanks(run);
     }
   }
   const double calls = static_cast<double>(o.iters) * o.aggIters * (graphs ? o.graphLaunches : 1);
   const double issued = std::chrono::duration<double>(Clock::now() - t0).count() / calls;
-  if (dev) deviceOk(run, device::synchronize(), "cudaDeviceSynchronize");
+  if (dev) deviceOk(run, device::synchronize(ownStream(run)), "waiting for the GPU");
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count() / calls;
   device::destroyGraph(graph);
 
@@ -1097,14 +1124,14 @@ Placement measure(Run& run, const OpArgs& rowArgs, Buffers& buf, size_t rowBytes
           return true;
         });
         deviceOk(run, one != nullptr && device::launch(one, run.stream), "running a captured call to check it");
-        deviceOk(run, device::synchronize(), "cudaDeviceSynchronize");
+        deviceOk(run, device::synchronize(ownStream(run)), "waiting for the GPU");
         device::destroyGraph(one);
       } else {
         ok(run, tool.run(args, buf.onDevice(send), buf.onDevice(recv), run.comm), tool.apiName);
       }
       if (dev) {
-        deviceOk(run, device::synchronize(), "cudaDeviceSynchronize");
-        deviceOk(run, device::toHost(buf.recv, buf.drecv, buf.recvBytes), "copying the result from the GPU");
+        deviceOk(run, device::synchronize(ownStream(run)), "waiting for the GPU");
+        deviceOk(run, device::toHost(buf.recv, buf.drecv, buf.recvBytes, ownStream(run)), "copying the result from the GPU");
       }
       int64_t wrong = static_cast<int64_t>(tool.check(args, recv));
       ok(run, braidAllReduce(&wrong, &wrong, 1, braidInt64, braidSum, run.comm, nullptr), "braidAllReduce (#wrong)");
@@ -1140,8 +1167,11 @@ void printPlacement(const Placement& p, bool cpuTime) {
 
 void printHeader(const Run& run) {
   const Options& o = run.opts;
-  std::printf("# braid version %s, %d rank%s\n", versionString(run.version).c_str(), run.nranks,
+  std::printf("# braid version %s, %d rank%s", versionString(run.version).c_str(), run.nranks,
               run.nranks == 1 ? "" : "s");
+  if (o.threads > 1)
+    std::printf(" (%d process%s x %d threads, -t)", run.processes, run.processes == 1 ? "" : "es", o.threads);
+  std::printf("\n");
   std::printf("# %s: minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %d validation: %d average: %d\n",
               run.tool->name, o.minBytes, o.maxBytes, o.stepFactor > 1 ? o.stepFactor : o.stepBytes,
               o.stepFactor > 1 ? "factor" : "bytes", o.warmup, o.iters, o.check, o.average);
@@ -1242,25 +1272,20 @@ std::string isoDateUtc() {
   return buf;
 }
 
-}  // namespace
-
-int runTool(const Tool& tool, int argc, char** argv) {
-  Run run;
-  run.tool = &tool;
-  int status = parseArgs(tool, argc, argv, &run.opts);
-  if (status >= 0) return status;
-  const Options& o = run.opts;
-  run.commandLine = joinCommandLine(argc, argv);
-  run.date = isoDateUtc();
-  std::setvbuf(stdout, nullptr, _IOLBF, 0);
-
-  if (braidGetVersion(&run.version) != braidSuccess) run.version = BRAID_VERSION_CODE;
-  braidResult_t r = braidCommInitFromEnv(&run.comm);
-  if (r != braidSuccess) {
-    std::fprintf(stderr, "%s: braidCommInitFromEnv failed: %s: %s\n", tool.name, braidGetErrorString(r),
-                 braidGetLastError(nullptr));
-    return kExitFailed;
+// The launcher's local rank of this process (its rank without one): -D 1 picks its GPU from it.
+int launcherLocalRank(int rank) {
+  for (const char* var : {"BRAID_LOCAL_RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"}) {
+    const char* v = std::getenv(var);
+    if (v && *v) return std::atoi(v);
   }
+  return rank;
+}
+
+// One rank's run on its communicator (run.comm, joined): buffers, the sweeps, and on rank 0
+// the table and the files. Returns the exit code; a failed call ends the process (fail()).
+int runRank(Run& run) {
+  const Tool& tool = *run.tool;
+  const Options& o = run.opts;
   ok(run, braidCommUserRank(run.comm, &run.rank), "braidCommUserRank");
   ok(run, braidCommCount(run.comm, &run.nranks), "braidCommCount");
 
@@ -1310,16 +1335,8 @@ int runTool(const Tool& tool, int argc, char** argv) {
   }
 
   if (o.device) {
-    int local = run.rank;
-    for (const char* var : {"BRAID_LOCAL_RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"}) {
-      const char* v = std::getenv(var);
-      if (v && *v) {
-        local = std::atoi(v);
-        break;
-      }
-    }
     int& gpu = run.gpu;
-    std::string why = device::init(local, &gpu);
+    std::string why = device::init(run.localRank, &gpu);
     if (why.empty()) {
       buf.dsend = static_cast<uint8_t*>(device::alloc(buf.sendBytes));
       buf.drecv = static_cast<uint8_t*>(device::alloc(buf.recvBytes));
@@ -1330,9 +1347,9 @@ int runTool(const Tool& tool, int argc, char** argv) {
       (void)braidCommAbort(run.comm);
       return kExitFailed;
     }
-    if (o.graphLaunches > 0 && !(run.stream = device::createStream())) {
-      std::fprintf(stderr, "%s: rank %d: -G %d: cudaStreamCreate: %s\n", tool.name, run.rank, o.graphLaunches,
-                   device::lastError().c_str());
+    if ((o.graphLaunches > 0 || o.threads > 1) && !(run.stream = device::createStream())) {
+      std::fprintf(stderr, "%s: rank %d: %s: cudaStreamCreate: %s\n", tool.name, run.rank,
+                   o.graphLaunches > 0 ? "-G" : "-t", device::lastError().c_str());
       (void)braidCommAbort(run.comm);
       return kExitFailed;
     }
@@ -1368,13 +1385,104 @@ int runTool(const Tool& tool, int argc, char** argv) {
   device::release(buf.dsend);
   device::release(buf.drecv);
   device::destroyStream(run.stream);
-  r = braidCommDestroy(run.comm);
+  const braidResult_t r = braidCommDestroy(run.comm);
   if (r != braidSuccess) {
     std::fprintf(stderr, "%s: braidCommDestroy failed on rank %d: %s: %s\n", tool.name, run.rank,
                  braidGetErrorString(r), braidGetLastError(nullptr));
     return kExitFailed;
   }
   return run.failedChecks ? kExitFailed : kExitOk;
+}
+
+// -t N: the launcher's communicator (one rank per process) carries a unique id from its rank
+// 0 to the others; each process then runs N threads, thread t joining the job's communicator
+// of processes x N ranks as rank (process rank x N + t), as nccl-tests' threads do.
+int runThreads(const Run& base, braidComm_t launcher) {
+  const Tool& tool = *base.tool;
+  const int threads = base.opts.threads;
+  int prank = 0, nprocs = 1;
+  if (braidCommUserRank(launcher, &prank) != braidSuccess || braidCommCount(launcher, &nprocs) != braidSuccess) {
+    std::fprintf(stderr, "%s: the launcher's communicator: %s\n", tool.name, braidGetLastError(launcher));
+    (void)braidCommAbort(launcher);
+    return kExitFailed;
+  }
+  if (static_cast<long long>(nprocs) * threads > INT32_MAX / 2) {
+    if (prank == 0) std::fprintf(stderr, "%s: -t %d: %d processes x %d threads is too many ranks\n", tool.name, threads, nprocs, threads);
+    (void)braidCommDestroy(launcher);
+    return kExitUsage;
+  }
+  braidUniqueId id{};
+  if (prank == 0) {
+    const braidResult_t r = braidGetUniqueId(&id);
+    if (r != braidSuccess) {
+      // The others learn it from their broadcast, which the abort fails.
+      std::fprintf(stderr, "%s: rank 0: braidGetUniqueId failed: %s: %s\n", tool.name, braidGetErrorString(r),
+                   braidGetLastError(nullptr));
+      (void)braidCommAbort(launcher);
+      return kExitFailed;
+    }
+  }
+  braidResult_t r = braidBroadcast(&id, &id, sizeof(id), braidUint8, 0, launcher, nullptr);
+  if (r != braidSuccess) {
+    std::fprintf(stderr, "%s: process %d: broadcasting the job's id (-t %d) failed: %s: %s\n", tool.name, prank,
+                 threads, braidGetErrorString(r), braidGetLastError(launcher));
+    (void)braidCommAbort(launcher);
+    return kExitFailed;
+  }
+  const int localProcess = launcherLocalRank(prank);
+  std::vector<int> codes(static_cast<size_t>(threads), kExitFailed);
+  std::vector<std::thread> ranks;
+  ranks.reserve(static_cast<size_t>(threads));
+  for (int t = 0; t < threads; ++t) {
+    ranks.emplace_back([&, t] {
+      Run run = base;
+      run.processes = nprocs;
+      run.localRank = localProcess * threads + t;
+      const int rank = prank * threads + t;
+      const braidResult_t j = braidCommInitRank(&run.comm, nprocs * threads, id, rank);
+      if (j != braidSuccess) {
+        std::fprintf(stderr, "%s: rank %d (process %d, thread %d): braidCommInitRank failed: %s: %s\n", tool.name,
+                     rank, prank, t, braidGetErrorString(j), braidGetLastError(nullptr));
+        exitFailed(run);
+      }
+      codes[static_cast<size_t>(t)] = runRank(run);
+    });
+  }
+  for (auto& th : ranks) th.join();
+  r = braidCommDestroy(launcher);
+  if (r != braidSuccess)
+    std::fprintf(stderr, "%s: braidCommDestroy of the launcher's communicator failed on process %d: %s\n",
+                 tool.name, prank, braidGetErrorString(r));
+  int code = r == braidSuccess ? kExitOk : kExitFailed;
+  for (int c : codes) code = std::max(code, c);
+  return code;
+}
+
+}  // namespace
+
+int runTool(const Tool& tool, int argc, char** argv) {
+  Run run;
+  run.tool = &tool;
+  int status = parseArgs(tool, argc, argv, &run.opts);
+  if (status >= 0) return status;
+  run.commandLine = joinCommandLine(argc, argv);
+  run.date = isoDateUtc();
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+
+  if (braidGetVersion(&run.version) != braidSuccess) run.version = BRAID_VERSION_CODE;
+  braidComm_t comm = nullptr;
+  braidResult_t r = braidCommInitFromEnv(&comm);
+  if (r != braidSuccess) {
+    std::fprintf(stderr, "%s: braidCommInitFromEnv failed: %s: %s\n", tool.name, braidGetErrorString(r),
+                 braidGetLastError(nullptr));
+    return kExitFailed;
+  }
+  if (run.opts.threads > 1) return runThreads(run, comm);
+  run.comm = comm;
+  ok(run, braidCommUserRank(run.comm, &run.rank), "braidCommUserRank");
+  ok(run, braidCommCount(run.comm, &run.processes), "braidCommCount");
+  run.localRank = launcherLocalRank(run.rank);
+  return runRank(run);
 }
 
 }  // namespace braid::perf

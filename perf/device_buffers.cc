@@ -9,7 +9,7 @@ namespace braid::perf::device {
 #ifdef BRAID_PERF_CUDA
 
 namespace {
-cudaError_t gLast = cudaSuccess;
+thread_local cudaError_t gLast = cudaSuccess;  // each rank's own (-t: ranks are threads)
 bool okay(cudaError_t e) {
   if (e != cudaSuccess) gLast = e;
   return e == cudaSuccess;
@@ -32,13 +32,23 @@ void* alloc(size_t bytes) {
 void release(void* p) {
   if (p) cudaFree(p);
 }
-bool toDevice(void* dst, const void* src, size_t bytes) {
-  return bytes == 0 || okay(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+namespace {
+bool copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, void* stream) {
+  if (bytes == 0) return true;
+  if (!stream) return okay(cudaMemcpy(dst, src, bytes, kind));
+  auto s = static_cast<cudaStream_t>(stream);
+  return okay(cudaMemcpyAsync(dst, src, bytes, kind, s)) && okay(cudaStreamSynchronize(s));
 }
-bool toHost(void* dst, const void* src, size_t bytes) {
-  return bytes == 0 || okay(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+}  // namespace
+bool toDevice(void* dst, const void* src, size_t bytes, void* stream) {
+  return copy(dst, src, bytes, cudaMemcpyHostToDevice, stream);
 }
-bool synchronize() { return okay(cudaDeviceSynchronize()); }
+bool toHost(void* dst, const void* src, size_t bytes, void* stream) {
+  return copy(dst, src, bytes, cudaMemcpyDeviceToHost, stream);
+}
+bool synchronize(void* stream) {
+  return okay(stream ? cudaStreamSynchronize(static_cast<cudaStream_t>(stream)) : cudaDeviceSynchronize());
+}
 std::string lastError() { return std::string(cudaGetErrorName(gLast)) + " (" + cudaGetErrorString(gLast) + ")"; }
 
 void* createStream() {
@@ -75,9 +85,9 @@ void destroyGraph(void* graph) {
 std::string init(int, int*) { return "this build has no CUDA toolkit (no nvcc at configure)"; }
 void* alloc(size_t) { return nullptr; }
 void release(void*) {}
-bool toDevice(void*, const void*, size_t) { return false; }
-bool toHost(void*, const void*, size_t) { return false; }
-bool synchronize() { return false; }
+bool toDevice(void*, const void*, size_t, void*) { return false; }
+bool toHost(void*, const void*, size_t, void*) { return false; }
+bool synchronize(void*) { return false; }
 std::string lastError() { return "no CUDA"; }
 void* createStream() { return nullptr; }
 void destroyStream(void*) {}

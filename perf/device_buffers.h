@@ -12,14 +12,17 @@
 
 namespace braid::perf::device {
 
-// Selects GPU (local rank % visible GPUs); "" on success, else why not. `gpu` gets its index.
+// Selects GPU (local rank % visible GPUs) for the calling thread; "" on success, else why not.
+// `gpu` gets its index.
 std::string init(int localRank, int* gpu);
 void* alloc(size_t bytes);  // nullptr on failure
 void release(void* p);
-bool toDevice(void* dst, const void* src, size_t bytes);
-bool toHost(void* dst, const void* src, size_t bytes);
-// Waits for everything queued on the device.
-bool synchronize();
+// Copies that have finished when they return. With a stream (-t > 1: the rank's own) they
+// run on it, in order with the calls queued there; without one, on the legacy default stream.
+bool toDevice(void* dst, const void* src, size_t bytes, void* stream);
+bool toHost(void* dst, const void* src, size_t bytes, void* stream);
+// Waits for everything queued on `stream`, or with nullptr on the whole device.
+bool synchronize(void* stream);
 // -G: a stream of the tool's own (the legacy default stream cannot be captured), and the
 // calls `body` enqueues on it captured into an executable graph (nullptr on failure), which
 // launch() runs on it.

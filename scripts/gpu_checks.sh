@@ -75,6 +75,12 @@ step allreduce_D1_np2 120 1 "$BR" -np 2 $AR
 for path in direct ipc; do
   step "allreduce_D1_np2_$path" 120 1 env BRAID_CUDA_PATH=$path BRAID_DEBUG=INFO "$BR" -np 2 $AR
 done
+# The same 2 ranks as threads of one process (-t 2), sharing one CUDA context: ranks in
+# processes of their own each have a context, and without MPS the GPU runs contexts of
+# different processes by turns (time slices), not side by side.
+for path in staged direct ipc; do
+  step "allreduce_D1_t2_$path" 120 1 env BRAID_CUDA_PATH=$path "$BR" -np 1 $AR -t 2
+done
 # The kernels alone against the GPU's device-to-device memcpy (the target: 0.85x for the sum).
 step kernel_perf_float 90 1 "$BUILD/cuda/kernel_perf" -b 1M -e 256M -f 4 -d float
 step kernel_perf_bf16 90 1 "$BUILD/cuda/kernel_perf" -b 1M -e 256M -f 16 -d bfloat16

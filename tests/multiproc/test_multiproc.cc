@@ -223,6 +223,71 @@ TEST_CASE("the perf tools take nccl-tests' flags with their meaning, and write C
   }
 }
 
+// nccl-tests' -t: N ranks per process, each a thread with its communicator, rank = process
+// rank x N + thread. Threads of one process reach each other over loopback, processes over
+// shared memory or tcp.
+TEST_CASE("perf tools: -t N runs N ranks in each process", "[multiproc]") {
+  char dir[] = "/tmp/braid-perf-threads-XXXXXX";
+  REQUIRE(mkdtemp(dir));
+  const std::string json = std::string(dir) + "/r.json";
+  Run r = run(braidrun(2) + ALLREDUCE_PERF " -t 2 -b 8 -e 1M -f 32 -n 2 -w 1 -c 1 -d all -J " + json);
+  INFO(r.out);
+  CHECK(r.status == 0);
+  CHECK(r.out.find(", 4 ranks (2 processes x 2 threads, -t)") != std::string::npos);
+  CHECK(r.out.find("Out of bounds values : 0 OK") != std::string::npos);
+  // Ranks 0 and 1 are threads of one process, 2 and 3 of another.
+  std::regex line(R"(#  Rank +(\d+) Pid +(\d+))");
+  std::map<int, std::string> pid;
+  for (auto it = std::sregex_iterator(r.out.begin(), r.out.end(), line); it != std::sregex_iterator(); ++it)
+    pid[std::stoi((*it)[1])] = (*it)[2];
+  REQUIRE(pid.size() == 4);
+  CHECK(pid[0] == pid[1]);
+  CHECK(pid[2] == pid[3]);
+  CHECK(pid[0] != pid[2]);
+  std::ifstream js(json);
+  std::string all((std::istreambuf_iterator<char>(js)), std::istreambuf_iterator<char>());
+  CHECK(all.find("\"nranks\": 4") != std::string::npos);
+  std::remove(json.c_str());
+  rmdir(dir);
+
+  // Every tool, over shared memory and tcp between the processes, and threads alone.
+  const std::pair<std::string, std::string> runs[] = {
+      {braidrun(2), "allgather_perf -t 2"},
+      {braidrun(2, "BRAID_TRANSPORT=tcp"), "reduce_scatter_perf -t 2"},
+      {braidrun(2), "alltoall_perf -t 2"},
+      {braidrun(2), "broadcast_perf -t 2 -r all"},
+      {braidrun(2), "reduce_perf -t 2 -r 3"},
+      {braidrun(2), "gather_perf -t 2 -r 1"},
+      {braidrun(2), "scatter_perf -t 2 -r 2"},
+      {braidrun(2), "sendrecv_perf -t 2"},
+      {braidrun(1), "allreduce_perf -t 3"},
+  };
+  for (const auto& [launch, cmd] : runs) {
+    Run t = run(launch + PERF_DIR "/" + cmd + " -b 8 -e 256K -f 64 -n 2 -w 1 -c 1");
+    INFO(cmd << ": " << t.out);
+    CHECK(t.status == 0);
+    CHECK(t.out.find("Out of bounds values : 0 OK") != std::string::npos);
+  }
+
+  // A process killed mid-run: both threads of the other fail, naming a rank it held.
+  const auto start = std::chrono::steady_clock::now();
+  Run k = run(braidrun(2) + "sh -c 'if [ \"$BRAID_RANK\" = 1 ]; then (sleep 2; kill -9 $$) & fi; exec " ALLREDUCE_PERF
+                            " -t 2 -b 64K -e 64K -n 100000000 -w 0 -c 0'");
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  INFO(k.out);
+  CHECK(k.status != 0);
+  CHECK(std::regex_search(k.out, std::regex(R"(braidAllReduce failed on rank 0: remote error.*rank [23] )")));
+  CHECK(std::regex_search(k.out, std::regex(R"(braidAllReduce failed on rank 1: remote error.*rank [23] )")));
+  CHECK(secs < 60);
+
+  for (const char* bad : {"-t 0", "-t 65", "-g 2"}) {
+    Run b = run(braidrun(1) + ALLREDUCE_PERF " " + bad);
+    INFO(bad << ": " << b.out);
+    CHECK(b.status != 0);
+    CHECK(b.out.find(std::string("for ") + std::string(bad).substr(0, 2)) != std::string::npos);
+  }
+}
+
 // Only the launcher's own variables, as srun and mpirun set them: no BRAID_STORE_ADDR, no
 // MASTER_ADDR. (srun's environment is reproduced here by hand: one host named localhost.)
 TEST_CASE("ranks started as srun or a one-host mpirun start them need no store address", "[multiproc]") {

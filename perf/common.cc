@@ -856,9 +856,6 @@ void writeCsv(const Run& run) {
   }
 }
 
-// A failed braid call ends the run: the message names the rank and the call, the JSON keeps
-// what was measured, and aborting the communicator makes the other ranks fail fast instead
-// of waiting for this one.
 // Ends the process after a failure. Ranks that are threads (-t) end it with the others still
 // running, so without exit()'s destructors of what they use; what was printed is flushed.
 [[noreturn]] void exitFailed(const Run& run) {
@@ -869,6 +866,9 @@ void writeCsv(const Run& run) {
   std::exit(kExitFailed);
 }
 
+// A failed braid call ends the run: the message names the rank and the call, the JSON keeps
+// what was measured, and aborting the communicator makes the other ranks fail fast instead
+// of waiting for this one.
 [[noreturn]] void fail(Run& run, const char* call, braidResult_t result) {
   std::string msg = std::string(call) + " failed on rank " + std::to_string(run.rank) + ": " +
                     braidGetErrorString(result);

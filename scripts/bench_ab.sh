@@ -17,7 +17,10 @@
 #   STAT=median   the median busbw of the rounds instead of the best: steadier where runs
 #                 are bimodal (ranks sharing cores), with ROUNDS of 6 or more
 #   STAT=paired   the medians, and B/A the median of the rounds' own ratios (a round's two
-#                 runs are seconds apart): steadiest where the machine swings for minutes
+#                 runs are seconds apart): steadiest where the machine swings for minutes.
+#                 Rounds whose two runs met the machine in different states are left out, and
+#                 a last column gives B/A from the fast and the slow rounds apart
+#                 (core_latency, scripts/bench_lib.sh; STATE_NS=200 the boundary)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 if [ "${SKIP_SETUP:-0}" != 1 ]; then bash "$ROOT/scripts/setup.sh"; fi
@@ -45,7 +48,7 @@ echo "# bench_ab $(date -Iseconds): A='$A' B='$B' BASE='$BASE' ROUNDS=${ROUNDS:-
 if [ "$BUILD_A" = "$BUILD_B" ]; then echo "# braid: $(describe "$BUILD_A")"
 else echo "# braid: A $(describe "$BUILD_A"), B $(describe "$BUILD_B")"; fi
 echo "# host: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), tcp congestion control $(tcp_cc)"
-printf "%-10s %3s %6s %9s %9s %6s\n" coll np size A B "B/A"
+printf "%-10s %3s %6s %9s %9s %6s  %s\n" coll np size A B "B/A" "$([ "$STAT" = paired ] && echo "B/A by state (rounds)")"
 for coll in ${COLLS:-allreduce allgather broadcast sendrecv}; do
   EXE[A]="$(side_exe A "${coll}_perf")"; EXE[B]="$(side_exe B "${coll}_perf")"
   extra=(); [ "$coll" = sendrecv ] && extra=(--one-way)
@@ -57,14 +60,16 @@ for coll in ${COLLS:-allreduce allgather broadcast sendrecv}; do
       for _ in $(seq "${ROUNDS:-3}"); do
         for side in A B; do
           settings="$BASE ${!side}"
+          s0="$(state_now)"
           # shellcheck disable=SC2086
           v="$(env $settings timeout 300 "${RUN[$side]}" -np "$np" "${EXE[$side]}" -b "$b" -e "$b" -n "$n" -w "$w" -c 0 "${extra[@]}" 2>&1 \
               | pick_col "bw:$factor" || true)"
+          v="$v:$(state_of "$s0" "$(state_now)")"
           if [ "$side" = A ]; then runsA+=("$v"); else runsB+=("$v"); fi
         done
       done
-      printf "%-10s %3s %6s %9s %9s %6s\n" "$coll" "$np" "$size" "$(shown_of "${runsA[@]}")" "$(shown_of "${runsB[@]}")" \
-        "$(x_of runsB runsA)"
+      printf "%-10s %3s %6s %9s %9s %6s  %s\n" "$coll" "$np" "$size" "$(shown_of "${runsA[@]}")" "$(shown_of "${runsB[@]}")" \
+        "$(x_of runsB runsA)" "$([ "$STAT" = paired ] && states_of runsB runsA)"
     done
   done
 done

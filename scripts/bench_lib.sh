@@ -54,9 +54,26 @@ bus_factor() {  # collective, ranks: nccl-tests' busbw / algbw
 median_of() {
   sort -g | awk -v f="$1" '{ x[NR] = $1 } END { if (NR) printf f "\n", NR % 2 ? x[(NR + 1) / 2] : (x[NR / 2] + x[NR / 2 + 1]) / 2 }'
 }
+# The machine's state around a run. core_latency (perf/core_latency.cc) times a cache
+# line's round trip between two CPUs: under STATE_NS (default 200 ns) the state is f (fast),
+# else s (slow); ? where it cannot tell (no core_latency in the build, one CPU). The 2-core
+# VM these scripts ran on moved between 50-100 ns and 320-350 ns every few tens of seconds,
+# and every shared-memory transfer with it (a 64 KiB allgather of two ranks 6 -> 20 us), so
+# a run pair that straddles a move compares two machines. The scripts probe before and after
+# each run and give its value with its state after a colon: 5.076:f, 5.1:s, and 5.2:m (mixed:
+# the two probes differ) or 5.3:? ; the statistics below read both.
+LATENCY_EXE=${LATENCY_EXE:-$([ -n "${BUILD_DIR:-}" ] && find_exe core_latency)}
+state_now() {
+  local ns=""
+  [ -n "$LATENCY_EXE" ] && ns=$("$LATENCY_EXE" -q 2>/dev/null || true)
+  if ! [[ $ns =~ ^[0-9]+$ ]]; then echo "?"; elif [ "$ns" -lt "${STATE_NS:-200}" ]; then echo f; else echo s; fi
+}
+state_of() { [ "$1" = "$2" ] && echo "$1" || echo m; }  # a run's state from the probes before and after it
+
 # Best over rounds: max busbw / min time; WRONG wins over numbers, empty cells become "-".
 best_of() {  # mode (max, min, or median: the middle value, the mean of the two middle ones), values
   local mode=$1; shift
+  set -- "${@%%:*}"  # the values without their states
   if printf '%s\n' "$@" | grep -qx WRONG; then echo WRONG; return; fi
   local v
   if [ "$mode" = median ]; then
@@ -71,19 +88,41 @@ ratio() {  # braid value, peer value, mode (max: braid/peer; min: peer/braid)
     else printf "%.2f", m == "min" ? b / a : a / b }'
 }
 # The median over rounds of a_i / b_i, the two sides' values of the same round (STAT=paired).
-# The two runs of a round are seconds apart and meet the machine in the same state; on a
-# shared VM that swings between a fast and a slow state for minutes at a time (2-3x at
-# 64 KiB), a ratio of medians taken side by side compares one side's fast runs with the
-# other's slow ones whenever the swing splits the rounds. A round with a missing value is
-# left out; "-" when none is left or either side was WRONG.
-# usage: paired_ratio n a_1 .. a_n b_1 .. b_n
+# The two runs of a round are seconds apart; on a shared VM that swings between a fast and a
+# slow state (2-3x at 64 KiB), a ratio of medians taken side by side compares one side's
+# fast runs with the other's slow ones whenever the swing splits the rounds. A round with a
+# missing value is left out, and one whose two runs met the machine in different states (or
+# either in a mixed one); a state that is unknown (?) leaves the round in. "-" when none is
+# left or either side was WRONG. With `want` f or s, only rounds of that state on both sides.
+# usage: paired_ratio n a_1 .. a_n b_1 .. b_n [want]
 paired_ratio() {
   local n=$1 i x; shift
-  local v=("$@")
-  if printf '%s\n' "$@" | grep -qx WRONG; then echo -; return; fi
-  x=$(for ((i = 0; i < n; i++)); do echo "${v[i]:--} ${v[i + n]:--}"; done |
-    awk '$1 ~ /^[0-9.eE+-]+$/ && $2 ~ /^[0-9.eE+-]+$/ && $1 + 0 > 0 && $2 + 0 > 0 { printf "%.6f\n", $1 / $2 }' | median_of %.2f)
+  local v=("${@:1:2*n}") want=${*:2*n+1:1}
+  if printf '%s\n' "${v[@]%%:*}" | grep -qx WRONG; then echo -; return; fi
+  x=$(for ((i = 0; i < n; i++)); do echo "${v[i]:--} ${v[i + n]:--}"; done | awk -v want="${want:-all}" '
+    { na = split($1, a, ":"); nb = split($2, b, ":"); sa = na > 1 ? a[2] : "?"; sb = nb > 1 ? b[2] : "?"
+      if (a[1] !~ /^[0-9.eE+-]+$/ || b[1] !~ /^[0-9.eE+-]+$/ || a[1] + 0 <= 0 || b[1] + 0 <= 0) next
+      if (want == "all") { if (sa != "?" && sb != "?" && (sa != sb || sa == "m")) next }
+      else if (sa != want || sb != want) next
+      printf "%.6f\n", a[1] / b[1] }' | median_of %.2f)
   echo "${x:--}"
+}
+# How many rounds of arrays named by $1 and $2 met the machine in state $3 on both sides.
+pairs_in() {
+  local -n pa=$1 pb=$2
+  local i k=0
+  for ((i = 0; i < ${#pa[@]}; i++)); do [[ ${pa[i]} == *:$3 && ${pb[i]} == *:$3 ]] && k=$((k + 1)); done
+  echo "$k"
+}
+# The rounds by state for STAT=paired, arrays named by $1 and $2: "fast X (k), slow Y (m)",
+# each x from the rounds of that state alone and how many there were; "" when no run's
+# state is known.
+states_of() {
+  local -n sa_=$1 sb_=$2
+  local f s
+  f=$(pairs_in "$1" "$2" f); s=$(pairs_in "$1" "$2" s)
+  if [ "$f" = 0 ] && [ "$s" = 0 ] && ! printf '%s\n' "${sa_[@]}" "${sb_[@]}" | grep -q ':m$'; then echo ""; return; fi
+  echo "fast $(paired_ratio "${#sa_[@]}" "${sa_[@]}" "${sb_[@]}" f) ($f), slow $(paired_ratio "${#sa_[@]}" "${sa_[@]}" "${sb_[@]}" s) ($s)"
 }
 # The values shown for one side's rounds under $STAT (paired shows medians).
 shown_of() { best_of "$([ "$STAT" = paired ] && echo median || echo "$STAT")" "$@"; }

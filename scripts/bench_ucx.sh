@@ -29,7 +29,10 @@
 #                             where runs are bimodal (64 KiB calls, ranks sharing cores), with
 #                             ROUNDS of 5 or more; paired: x is the median of the rounds' own
 #                             ratios (each round's two runs are seconds apart), the columns
-#                             medians: steadiest where the machine swings for minutes
+#                             medians: steadiest where the machine swings for minutes. Rounds
+#                             whose two runs met the machine in different states are left out,
+#                             and a last column gives x from the fast and the slow rounds apart
+#                             (core_latency, scripts/bench_lib.sh; STATE_NS=200 the boundary)
 # Debian's OpenMPI leaves its UCX path off by default; this selects it with
 #   mpirun --mca pml ucx --mca pml_ucx_devices any --mca pml_ucx_tls any -x UCX_TLS=...
 set -euo pipefail
@@ -73,13 +76,15 @@ stamp=$(date +%Y%m%d-%H%M%S)
 RAW=$RESULTS/$stamp-ucx-raw; mkdir -p "$RAW"
 OUT=$RESULTS/$stamp-ucx.txt
 say() { echo "$*" | tee -a "$OUT"; }
-fmt() { printf '%-8s %10s %10s %7s  %s\n' "$@"; }
+fmt() { printf '%-8s %10s %10s %7s  %-6s %s\n' "$@"; }
 
 # One run: impl (braid-ucx, mpi-ucx, braid-tcp), UCX_TLS value, collective, bytes, ranks.
-# Prints the best busbw of this round's table; the whole output goes to a log under $RAW.
+# Prints the best busbw of this round's table with the machine's state (bench_lib.sh); the
+# whole output goes to a log under $RAW.
 # RUN_ITERS_MUL=k (in its environment) runs k times the usual iterations.
 run_one() {
-  local impl=$1 tls=$2 coll=$3 b=$4 np=$5 n w chk=0 log extra=()
+  local impl=$1 tls=$2 coll=$3 b=$4 np=$5 n w chk=0 log extra=() s0 v
+  s0=$(state_now)
   [ "$coll" = sendrecv ] && extra=(--one-way)
   n=$(( $(iters "$b") * ${RUN_ITERS_MUL:-1} )); w=$(warm "$b")
   [ "$CHECK" = all ] || { [ "$CHECK" != 0 ] && [ "$ROUND" = 1 ]; } && chk=1
@@ -100,8 +105,9 @@ run_one() {
     esac
     echo "### exit $?"
   } >>"$log" 2>&1
-  awk -v r="### round $ROUND " 'index($0, r) == 1 { keep = 1; buf = ""; next } keep { buf = buf $0 "\n" }
-    END { printf "%s", buf }' "$log" | pick_col "bw:$(bus_factor "$coll" "$np")"
+  v=$(awk -v r="### round $ROUND " 'index($0, r) == 1 { keep = 1; buf = ""; next } keep { buf = buf $0 "\n" }
+    END { printf "%s", buf }' "$log" | pick_col "bw:$(bus_factor "$coll" "$np")")
+  echo "$v:$(state_of "$s0" "$(state_now)")"
 }
 
 # Point-to-point runs (ucx_perftest and braid's sendrecv_perf beside it, parts 2 and 3) send
@@ -112,8 +118,9 @@ P2P_X=10
 # ucx_perftest -t tag_bw between two processes on this host; prints GB/s (1e9 B/s).
 # Its MB/s are 2^20 bytes.
 perftest_bw() {
-  local tls=$1 b=$2 port=$((13500 + RANDOM % 2000)) log=$RAW/perftest-$b-${1//,/_}.log n
+  local tls=$1 b=$2 port=$((13500 + RANDOM % 2000)) log=$RAW/perftest-$b-${1//,/_}.log n s0 v
   n=$(( $(iters "$b") * P2P_X ))
+  s0=$(state_now)
   {
     echo "### round $ROUND $(date -Is)"
     UCX_TLS=$tls timeout 120 ucx_perftest -p "$port" >/dev/null 2>&1 &
@@ -122,8 +129,9 @@ perftest_bw() {
     UCX_TLS=$tls timeout 120 ucx_perftest 127.0.0.1 -p "$port" -t tag_bw -s "$b" -n "$n" -w 20 -f
     wait "$srv"
   } >>"$log" 2>&1
-  awk -v r="### round $ROUND " 'index($0, r) == 1 { keep = 1; next } keep && $1 ~ /^[0-9]+$/ && NF >= 8 { v = $6 }
-    END { if (v != "") printf "%.3f\n", v * 1048576 / 1e9 }' "$log"
+  v=$(awk -v r="### round $ROUND " 'index($0, r) == 1 { keep = 1; next } keep && $1 ~ /^[0-9]+$/ && NF >= 8 { v = $6 }
+    END { if (v != "") printf "%.3f\n", v * 1048576 / 1e9 }' "$log")
+  echo "$v:$(state_of "$s0" "$(state_now)")"
 }
 
 say "# bench_ucx $(date -Is): NPS='$NPS' SIZES='${SIZES[*]}' TLS='$TLS' ROUNDS=$ROUNDS ITERS_X=${ITERS_X:-1} STAT=$STAT"
@@ -137,10 +145,13 @@ row() {
   x=$(x_of A B); v=$(verdict "$x" "$2")
   [ "$v" = n/a ] || checked=$((checked + 1))
   [ "$v" = MISS ] && misses=$((misses + 1))
-  say "$(fmt "$1" "$(shown_of "${A[@]}")" "$(shown_of "${B[@]}")" "$x" "$v")"
+  say "$(fmt "$1" "$(shown_of "${A[@]}")" "$(shown_of "${B[@]}")" "$x" "$v" "$(by_state)")"
 }
 # A row with no target, for the rounds in A and B: size.
-plain_row() { say "$(fmt "$1" "$(shown_of "${A[@]}")" "$(shown_of "${B[@]}")" "$(x_of A B)" '')"; }
+plain_row() { say "$(fmt "$1" "$(shown_of "${A[@]}")" "$(shown_of "${B[@]}")" "$(x_of A B)" '' "$(by_state)")"; }
+# STAT=paired: x from the rounds of each state of the machine alone (bench_lib.sh).
+by_state() { [ "$STAT" = paired ] && states_of A B; }
+state_head() { [ "$STAT" = paired ] && echo "x by state of the machine (rounds)"; }
 
 if [[ $PARTS == *" 1 "* ]]; then
   for fam in $TLS; do
@@ -149,7 +160,7 @@ if [[ $PARTS == *" 1 "* ]]; then
       for coll in $COLLS; do
         say ""
         say "== part 1: $coll, $np ranks, UCX_TLS=$tls (target x >= 1.0 vs OpenMPI pml ucx)"
-        say "$(fmt size braid-ucx mpi-ucx x target)"
+        say "$(fmt size braid-ucx mpi-ucx x target "$(state_head)")"
         for s in "${SIZES[@]}"; do
           b=$(bytes "$s"); A=(); B=()
           for ROUND in $(seq "$ROUNDS"); do
@@ -167,7 +178,7 @@ if [[ $PARTS == *" 2 "* ]]; then
   for np in $NPS; do
     say ""
     say "== part 2: allreduce, $np ranks, braid over ucx (UCX_TLS=tcp,self) vs braid's tcp (target x >= 0.9)"
-    say "$(fmt size braid-ucx braid-tcp x target)"
+    say "$(fmt size braid-ucx braid-tcp x target "$(state_head)")"
     for s in "${SIZES[@]}"; do
       b=$(bytes "$s"); A=(); B=()
       for ROUND in $(seq "$ROUNDS"); do
@@ -181,7 +192,7 @@ if [[ $PARTS == *" 2 "* ]]; then
   # against braid's tcp in the same direction: a bound on part 2 for anything built on UCX.
   say ""
   say "== part 2, the bound: ucx_perftest -t tag_bw (UCX_TLS=tcp,self) vs braid's tcp, sendrecv_perf --one-way (x = perftest / braid-tcp, no target)"
-  say "$(fmt size perftest braid-tcp x '')"
+  say "$(fmt size perftest braid-tcp x '' "$(state_head)")"
   for s in "${P2P_SIZES[@]}"; do
     b=$(bytes "$s"); A=(); B=()
     for ROUND in $(seq "$ROUNDS"); do
@@ -198,7 +209,7 @@ if [[ $PARTS == *" 3 "* ]]; then
     say ""
     say "== part 3: sendrecv_perf --one-way over ucx (2 ranks, rank 0 to rank 1) vs"
     say "   ucx_perftest -t tag_bw (one direction), UCX_TLS=$tls (target x >= 0.9)"
-    say "$(fmt size braid-ucx perftest x target)"
+    say "$(fmt size braid-ucx perftest x target "$(state_head)")"
     for s in "${P2P_SIZES[@]}"; do
       b=$(bytes "$s"); A=(); B=()
       for ROUND in $(seq "$ROUNDS"); do
@@ -218,7 +229,7 @@ if [[ $PARTS == *" 4 "* ]]; then
         [ "$coll" = sendrecv ] && [ "$np" != 2 ] && continue
         say ""
         say "== part 4: $coll$([ "$coll" = sendrecv ] && echo ' --one-way'), $np ranks, UCX_TLS=$tls: whole blocks vs BRAID_WHOLE_BLOCKS=0 (no target)"
-        say "$(fmt size whole slices x '')"
+        say "$(fmt size whole slices x '' "$(state_head)")"
         for s in ${SIZES4:-1M 16M 256M}; do
           b=$(bytes "$s"); A=(); B=()
           for ROUND in $(seq "$ROUNDS"); do

@@ -24,6 +24,7 @@
 #include <memory>
 #include <regex>
 #include <set>
+#include <thread>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -221,6 +222,32 @@ TEST_CASE("the perf tools take nccl-tests' flags with their meaning, and write C
     CHECK(b.status != 0);
     CHECK(b.out.find(std::string("for ") + std::string(bad).substr(0, 2)) != std::string::npos);
   }
+}
+
+// The machine's state the benchmark scripts record beside each run (scripts/bench_lib.sh).
+TEST_CASE("core_latency times a cache line's round trip between two CPUs", "[multiproc]") {
+  if (std::thread::hardware_concurrency() < 2) {
+    WARN("one CPU: core_latency needs two");
+    return;
+  }
+  Run q = run(PERF_DIR "/core_latency -q -n 500 -r 3");
+  INFO(q.out);
+  CHECK(q.status == 0);
+  CHECK(std::regex_match(q.out, std::regex(R"([1-9][0-9]*\n)")));
+  Run l = run(PERF_DIR "/core_latency -n 500 -r 3");
+  INFO(l.out);
+  CHECK(l.status == 0);
+  CHECK(std::regex_search(l.out, std::regex(R"(CPUs \d+ and \d+: \d+ ns per round trip \(median of 3 bursts of 500)")));
+  for (const char* bad : {"-c 0,0", "-n 0", "-r x", "-z"}) {
+    Run b = run(std::string(PERF_DIR "/core_latency ") + bad);
+    INFO(bad << ": " << b.out);
+    CHECK(b.status == 2);
+    CHECK(b.out.find("usage: core_latency") != std::string::npos);
+  }
+  Run one = run("taskset -c 0 " PERF_DIR "/core_latency");
+  INFO(one.out);
+  CHECK(one.status == 2);
+  CHECK(one.out.find("one CPU only: two are needed") != std::string::npos);
 }
 
 // nccl-tests' -t: N ranks per process, each a thread with its communicator, rank = process

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The arithmetic the benchmark scripts report with (scripts/bench_lib.sh): medians, ratios,
-# the round-by-round ratio of STAT=paired, and how WRONG and missing runs come through.
+# the round-by-round ratio of STAT=paired, how WRONG and missing runs come through, and the
+# machine's state beside each run.
 set -u
 source "$(dirname "$0")/../../../scripts/bench_lib.sh"
 fails=0
@@ -33,6 +34,29 @@ STAT=paired; expect "x_of paired" "$(x_of A B)" 1.00; expect "shown_of paired" "
 STAT=median; expect "x_of median" "$(x_of A B)" 1.50
 STAT=max; expect "x_of max" "$(x_of A B)" 0.25
 expect "verdict" "$(verdict 0.99 1.0) $(verdict 1.00 1.0) $(verdict - 1.0)" "MISS ok n/a"
+
+# Values with the machine's state after a colon (f fast, s slow, m mixed, ? unknown): the
+# shown values drop it; a round whose runs met different states, or a mixed one, is left
+# out of x; an unknown state leaves the round in; each state's x from its rounds alone.
+expect "best_of with states" "$(best_of median 3:f 1:s 2:m)" 2.000
+expect "WRONG with a state" "$(best_of max 1:f WRONG:s)" WRONG
+A=(2:f 3:s 1:m 4:f 5:s); B=(1:f 2:s 1:m 2:f 1:f)
+STAT=paired
+expect "x_of, states" "$(x_of A B)" 2.00
+expect "paired, fast rounds" "$(paired_ratio 5 "${A[@]}" "${B[@]}" f)" 2.00
+expect "paired, slow rounds" "$(paired_ratio 5 "${A[@]}" "${B[@]}" s)" 1.50
+expect "states_of" "$(states_of A B)" "fast 2.00 (2), slow 1.50 (1)"
+A=(2:? 3:f); B=(1:f 2:f)
+expect "unknown state kept" "$(x_of A B)" 1.75
+A=(1 2); B=(1 1)
+expect "states_of without states" "$(states_of A B)" ""
+expect "state_of" "$(state_of f f) $(state_of s s) $(state_of f s) $(state_of "?" f)" "f s m m"
+dir=$(mktemp -d)
+printf '#!/bin/sh\necho 350\n' > "$dir/slow"; printf '#!/bin/sh\necho 80\n' > "$dir/fast"; printf '#!/bin/sh\nexit 2\n' > "$dir/broken"
+chmod +x "$dir"/*
+expect "state_now" "$(LATENCY_EXE=$dir/slow state_now) $(LATENCY_EXE=$dir/fast state_now) $(LATENCY_EXE=$dir/broken state_now) $(LATENCY_EXE= state_now)" "s f ? ?"
+expect "STATE_NS" "$(STATE_NS=400 LATENCY_EXE=$dir/slow state_now)" f
+rm -rf "$dir"
 
 [ "$fails" = 0 ] && echo "bench_lib: every check passed"
 exit $((fails > 0))

@@ -296,15 +296,15 @@ TEST_CASE("perf tools: -t N runs N ranks in each process", "[multiproc]") {
     CHECK(t.out.find("Out of bounds values : 0 OK") != std::string::npos);
   }
 
-  // A process killed mid-run: both threads of the other fail, naming a rank it held.
+  // A process killed mid-run: the other fails, a thread of it naming a rank the killed one
+  // held (the first thread to fail ends its process).
   const auto start = std::chrono::steady_clock::now();
   Run k = run(braidrun(2) + "sh -c 'if [ \"$BRAID_RANK\" = 1 ]; then (sleep 2; kill -9 $$) & fi; exec " ALLREDUCE_PERF
                             " -t 2 -b 64K -e 64K -n 100000000 -w 0 -c 0'");
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   INFO(k.out);
   CHECK(k.status != 0);
-  CHECK(std::regex_search(k.out, std::regex(R"(braidAllReduce failed on rank 0: remote error.*rank [23] )")));
-  CHECK(std::regex_search(k.out, std::regex(R"(braidAllReduce failed on rank 1: remote error.*rank [23] )")));
+  CHECK(std::regex_search(k.out, std::regex(R"(braidAllReduce failed on rank [01]: remote error.*rank [23] )")));
   CHECK(secs < 60);
 
   for (const char* bad : {"-t 0", "-t 65", "-g 2"}) {

@@ -1406,7 +1406,7 @@ int runThreads(const Run& base, braidComm_t launcher) {
     (void)braidCommAbort(launcher);
     return kExitFailed;
   }
-  if (static_cast<long long>(nprocs) * threads > INT32_MAX / 2) {
+  if (static_cast<long long>(nprocs) * threads > INT32_MAX) {
     if (prank == 0) std::fprintf(stderr, "%s: -t %d: %d processes x %d threads is too many ranks\n", tool.name, threads, nprocs, threads);
     (void)braidCommDestroy(launcher);
     return kExitUsage;

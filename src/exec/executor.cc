@@ -282,15 +282,14 @@ class ChannelRunner {
     BRAID_RETURN_IF_ERROR(c->expectRecv(0, landingOf(st, off), len));
     if (!nx || nxLen == 0 || !receives(nx->prim) || nx->peerIn != st.peerIn) return Status::ok();
     char* at = static_cast<char*>(landingOf(*nx, nxOff));
-    if (at) {
-      auto meets = [&](const Region& r) {
-        if (r.bytes == 0) return false;
-        const char* b = addr(r, off);
-        return b < at + nxLen && at < b + len;
-      };
-      if (meets(st.src) || meets(st.dst)) return Status::ok();
-    }
+    if (at && (meets(st.src, off, len, at, nxLen) || meets(st.dst, off, len, at, nxLen))) return Status::ok();
     return c->expectRecv(1, at, nxLen);
+  }
+  // Whether `len` bytes of `r` from `off` meet [at, at + atLen); an empty region meets nothing.
+  bool meets(const Region& r, size_t off, size_t len, const char* at, size_t atLen) const {
+    if (r.bytes == 0) return false;
+    const char* b = addr(r, off);
+    return b < at + atLen && at < b + len;
   }
 
   // The channel's first receive, announced before its first step: a peer's message that
@@ -311,13 +310,11 @@ class ChannelRunner {
     const Step& st = plan_.steps[i];
     char* at = static_cast<char*>(landingOf(st, 0));
     if (at) {
-      auto meets = [&](const Region& r) {
-        if (r.bytes == 0) return false;
-        const char* b = addr(r, 0);
-        return b < at + len && at < b + r.bytes;
-      };
-      for (size_t j = 0; j < i; ++j)
-        if (meets(plan_.steps[j].src) || meets(plan_.steps[j].dst)) return Status::ok();
+      for (size_t j = 0; j < i; ++j) {
+        const Step& before = plan_.steps[j];
+        if (meets(before.src, 0, before.src.bytes, at, len) || meets(before.dst, 0, before.dst.bytes, at, len))
+          return Status::ok();
+      }
     }
     return links_.recvFrom[st.peerIn]->expectRecv(0, at, len);
   }

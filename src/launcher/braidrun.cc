@@ -41,7 +41,12 @@
 //     than one busy thread (its caller, its progress thread, and on the GPU path a proxy
 //     thread and CUDA's own), and on a single core each hand-off between them waits for a
 //     time slice too (3-4 ms per staged GPU call, measured on an H200 host with 16 cores).
-//     --bind-to core keeps one core per rank.
+//     --bind-to core keeps one core per rank. Ranks that outnumber the cores and share
+//     them evenly (4 or 8 ranks on 2 cores) are bound too, round robin, k to a core:
+//     unbound, the scheduler's wake-ups stacked all four of 4 ranks on one of 2 cores for
+//     whole runs, and a 64 KiB allreduce took 46-52 us in those runs against 28-32 bound
+//     (docs/performance.md, "Ranks that outnumber the cores"). An uneven share (3 ranks on
+//     2 cores) stays unbound: the pair on one core would set the pace.
 // The main thread does all supervision in one poll loop over a signalfd and (with
 // --tag-output) the ranks' output pipes; the store runs on its own thread.
 //
@@ -1559,8 +1564,9 @@ class Launcher {
   }
 
   // The cores the rank with local rank `r` of `n` on this host is bound to, when binding
-  // applies (see the header comment): one with --bind-to core, else a block of
-  // usable / n consecutive usable cores.
+  // applies (see the header comment): one with --bind-to core or when the ranks share the
+  // cores evenly (rank r on usable core r % cores), else a block of usable / n consecutive
+  // usable cores.
   bool cpusForRank(int r, int n, cpu_set_t* out) const {
     if (opts_.bindTo == "none") return false;
     cpu_set_t allowed;
@@ -1570,9 +1576,10 @@ class Launcher {
     for (int c = 0; c < CPU_SETSIZE; ++c)
       if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
     if (cpus.empty()) return false;
-    if (opts_.bindTo == "auto" && static_cast<int>(cpus.size()) < n) return false;
+    const bool even = static_cast<size_t>(n) % cpus.size() == 0;
+    if (opts_.bindTo == "auto" && static_cast<int>(cpus.size()) < n && !even) return false;
     CPU_ZERO(out);
-    if (opts_.bindTo == "core") {
+    if (opts_.bindTo == "core" || static_cast<int>(cpus.size()) < n) {
       CPU_SET(cpus[static_cast<size_t>(r) % cpus.size()], out);
       return true;
     }

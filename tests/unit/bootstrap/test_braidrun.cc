@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -292,7 +293,8 @@ TEST_CASE("braidrun ranks die with braidrun even when it is SIGKILLed", "[bootst
 
 // Binding: ranks that fit the usable cores get equal, disjoint blocks of them (a rank runs
 // several busy threads, which one core would serialise); --bind-to core gives one core each,
-// --bind-to none and more ranks than cores leave placement to the kernel.
+// ranks that outnumber the cores evenly get one core each, round robin; --bind-to none and
+// an uneven share leave placement to the kernel.
 TEST_CASE("braidrun binds each rank to a block of cores of its own", "[bootstrap][braidrun]") {
   const std::set<int> allowed = allowedCpus();
   const int cores = static_cast<int>(allowed.size());
@@ -316,7 +318,23 @@ TEST_CASE("braidrun binds each rank to a block of cores of its own", "[bootstrap
   INFO(one.out);
   REQUIRE(one.status == 0);
   CHECK(rankCpus(one.out, 1)[0].size() == 1);
+  if (2 * cores <= 64) {
+    const int n = 2 * cores;
+    Run r = run(kBraidrun + " -np " + std::to_string(n) + show);
+    INFO(r.out);
+    REQUIRE(r.status == 0);
+    const std::vector<std::set<int>> cpus = rankCpus(r.out, n);
+    std::map<int, int> ranksOn;
+    for (int i = 0; i < n; ++i) {
+      REQUIRE(cpus[i].size() == 1);
+      CHECK(allowed.count(*cpus[i].begin()) == 1);
+      CHECK(cpus[i] == cpus[(i + cores) % n]);  // rank i and rank i + cores share a core
+      ++ranksOn[*cpus[i].begin()];
+    }
+    CHECK(static_cast<int>(ranksOn.size()) == cores);
+  }
   for (int n : {1, cores + 1}) {
+    // cores + 1 ranks share the cores unevenly, except on one core
     Run r = run(kBraidrun + " -np " + std::to_string(n) + (n == 1 ? " --bind-to none" : "") + show);
     INFO(r.out);
     REQUIRE(r.status == 0);

@@ -694,6 +694,32 @@ TEST_CASE("braidrun removes the shared-memory segments a killed rank left", "[mu
   CHECK(r.out.find("removed 1 shared-memory segment(s) rank 1 left") != std::string::npos);
 }
 
+// The shared-memory FIFOs are allocated when a connection is made, so a /dev/shm too small
+// for them (docker's 64 MiB default with many ranks) fails the communicator's init on every
+// rank, naming /dev/shm and the knobs, instead of a SIGBUS in the first call that reaches
+// an unallocated page. Run in a mount namespace of its own with a 2 MiB /dev/shm; the same
+// job fits with smaller FIFOs.
+TEST_CASE("a /dev/shm too small for the FIFOs fails init on every rank and says so", "[multiproc][chaos]") {
+  if (run("unshare -m true").status != 0) {
+    WARN("skipped: unshare -m (a mount namespace of its own) is not allowed here");
+    return;
+  }
+  const std::string inSmallShm = "unshare -m sh -c 'mount -t tmpfs -o size=2M tmpfs /dev/shm && ";
+  const std::string job = " " PERF_DIR "/allreduce_perf -b 8 -e 1M -f 4 -n 2 -w 1 -c 1'";
+  Run r = run(inSmallShm + braidrun(2, "BRAID_TRANSPORT=shm") + job);
+  INFO(r.out);
+  CHECK(r.status != 0);
+  CHECK(r.out.find("SIGBUS") == std::string::npos);
+  for (int rank : {0, 1})
+    CHECK(r.out.find("rank " + std::to_string(rank) + " could not join the communicator: receiving from rank " +
+                     std::to_string(1 - rank) + " over shm: /dev/shm has no room for the") != std::string::npos);
+  CHECK(r.out.find("BRAID_NSLOTS x BRAID_SLOT_BYTES") != std::string::npos);
+  Run small = run(inSmallShm + braidrun(2, "BRAID_TRANSPORT=shm BRAID_NSLOTS=2 BRAID_SLOT_BYTES=64K") + job);
+  INFO(small.out);
+  CHECK(small.status == 0);
+  CHECK(small.out.find("Out of bounds values : 0 OK") != std::string::npos);
+}
+
 // What a rank starts and leaves running (a wrapper's child, a background helper) does not
 // outlive braidrun, whether the rank exits cleanly or is killed: braidrun is its subreaper,
 // kills it as the job ends and says so. Before, the leftover kept running (and held the job's

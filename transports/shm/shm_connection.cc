@@ -5,12 +5,41 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 
 #include "topology/placement.h"
 #include "transports/slot_fifo.h"
 
 namespace braid::transport::shm {
+
+namespace {
+
+// Maps every page of a segment into this process now, allocating it where it is not yet
+// (with the NUMA policy bound before). Left to first touch, the pages fault in during the
+// first calls that reach them: a 1 MiB allreduce on 2 ranks took 1.1-1.2 ms for its first
+// four calls, then 85-160 us, over 4 MiB FIFOs. MADV_POPULATE_WRITE (Linux 5.14) also turns
+// a /dev/shm too small for the FIFOs into an error here instead of a SIGBUS mid-call; older
+// kernels get a read of each page, which allocates tmpfs pages as well.
+Status populate(void* mem, size_t bytes, const std::string& name) {
+#ifdef MADV_POPULATE_WRITE
+  if (madvise(mem, bytes, MADV_POPULATE_WRITE) == 0) return Status::ok();
+  const int err = errno;
+  if (err == EFAULT || err == ENOSPC)  // the tmpfs behind /dev/shm is full
+    return Status(Code::kSystemError,
+                  "/dev/shm has no room for the " + std::to_string(bytes) + " bytes of shm segment " + name +
+                      " (each shared-memory connection takes BRAID_NSLOTS x BRAID_SLOT_BYTES: give /dev/shm "
+                      "more, e.g. docker run --shm-size, or lower those)");
+  if (err != EINVAL) return systemError("madvise(MADV_POPULATE_WRITE)", err).withContext("allocating shm segment " + name);
+#endif
+  const long page = sysconf(_SC_PAGESIZE);
+  const size_t step = page > 0 ? static_cast<size_t>(page) : 4096;
+  const volatile unsigned char* p = static_cast<const unsigned char*>(mem);
+  for (size_t off = 0; off < bytes; off += step) (void)p[off];
+  return Status::ok();
+}
+
+}  // namespace
 
 Segment::~Segment() {
   if (mem) munmap(mem, bytes);
@@ -50,6 +79,11 @@ StatusOr<Segment*> createSegment(const std::function<std::string()>& nextName, i
   seg->name = name;
   seg->mem = mem;
   seg->bytes = bytes;
+  if (Status s = populate(mem, bytes, name); !s.isOk()) {
+    shm_unlink(name.c_str());
+    delete seg;
+    return s;
+  }
   SlotFifo::format(mem, nslots, slotBytes, nonce);
   return seg;
 }
@@ -75,6 +109,10 @@ StatusOr<Segment*> openSegment(const std::string& name, uint64_t nonce) {
   if (const char* why = SlotFifo::check(mem, bytes, nonce)) {
     delete seg;
     return Status(Code::kInternal, "shm segment " + name + ": " + why);
+  }
+  if (Status s = populate(mem, bytes, name); !s.isOk()) {
+    delete seg;
+    return s;
   }
   return seg;
 }

@@ -43,10 +43,10 @@
 //     time slice too (3-4 ms per staged GPU call, measured on an H200 host with 16 cores).
 //     --bind-to core keeps one core per rank. Ranks that outnumber the cores and share
 //     them evenly (4 or 8 ranks on 2 cores) are bound too, round robin, k to a core:
-//     unbound, the scheduler's wake-ups stacked all four of 4 ranks on one of 2 cores for
-//     whole runs, and a 64 KiB allreduce took 46-52 us in those runs against 28-32 bound
-//     (docs/performance.md, "Ranks that outnumber the cores"). An uneven share (3 ranks on
-//     2 cores) stays unbound: the pair on one core would set the pace.
+//     unbound, the scheduler's wake-ups kept all four of 4 ranks on one of 2 cores most
+//     of the time in some runs, and a 64 KiB allreduce took 46-52 us in those against
+//     28-32 bound (docs/performance.md, "Ranks that outnumber the cores"). An uneven share
+//     (3 ranks on 2 cores) stays unbound: the pair on one core would set the pace.
 // The main thread does all supervision in one poll loop over a signalfd and (with
 // --tag-output) the ranks' output pipes; the store runs on its own thread.
 //

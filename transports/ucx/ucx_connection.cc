@@ -23,7 +23,8 @@ constexpr size_t kHelloBytes = 64 * 1024;
 // Slot memory: one block, each slot a 64-byte-aligned stretch.
 size_t stride(size_t slotBytes) { return (slotBytes + 63) / 64 * 64; }
 
-// Allocates `n` slots of `slotBytes` into `memory` and points each slot's buf at its own.
+// Allocates the memory of `slots`, `slotBytes` each, into `memory` and points each slot's
+// buf at its own.
 // The block is zeroed here, which maps its pages now: left to the first calls that reach
 // them, a 2-rank 1 MiB allreduce over UCX's shared memory took about 680 page faults more
 // over its first few calls, each pass through the 16 slots reaching fresh ones.

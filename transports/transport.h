@@ -107,6 +107,9 @@ class Connection {
   }
 
   // Drives I/O (stream transports) and reports a failed peer as kRemoteError naming it.
+  // The executor calls it on every connection of a channel while the channel waits: by
+  // its return a receiver has told its sender of every slot released, or started to (a
+  // ring may wait to send on every rank at once, each sender counting on its whole FIFO).
   virtual Status progress() = 0;
 
   // Whether every posted send has been handed to the peer (stream transports may still

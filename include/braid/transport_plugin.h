@@ -150,6 +150,10 @@ typedef struct braidTransportPlugin_v1_s {
                                    braidPluginError_v1* error);
   braidPluginResult_t (*peek_recv)(void* connection, braidSlot_v1* slot, braidPluginError_v1* error);
   braidPluginResult_t (*release_recv)(void* connection, const braidSlot_v1* slot, braidPluginError_v1* error);
+  /* Drives the connection. braid calls it on every connection of a channel while the
+   * channel waits for one: by its return a receiving connection has told its sender of
+   * every slot released (a ring may wait to send on each rank at once, each sender
+   * counting on the whole FIFO). */
   braidPluginResult_t (*progress)(void* connection, braidPluginError_v1* error);
   /* Nonzero when every posted send has left this process's buffers. */
   int (*flushed)(void* connection);

@@ -591,9 +591,8 @@ Status UcxRecvConnection::peek(Slot* s, void* dst, size_t bytes) {
     if (!l.done) {
       // Data that arrived before a failure is still delivered; only then report it.
       BRAID_RETURN_IF_ERROR(failed());
-      // A credit that could not leave earlier (one was in flight) must leave before this
-      // side waits: the sender may be waiting for it.
-      BRAID_RETURN_IF_ERROR(maybeSendCredit());
+      // Every credit owed leaves before this side waits: the sender may be waiting for it.
+      BRAID_RETURN_IF_ERROR(maybeSendCredit(/*all=*/true));
       return Status(Code::kWouldBlock, "");
     }
   }
@@ -633,8 +632,8 @@ void UcxRecvConnection::creditSent(void* request, ucs_status_t status, void* use
 
 // A credit that cannot be sent is not this call's failure: what was received is still
 // good, and the sender's death shows through failed() once this side waits for more.
-Status UcxRecvConnection::maybeSendCredit() {
-  if (!ep_ || peekSeq_ - creditedSeq_ < creditBatch_) return Status::ok();
+Status UcxRecvConnection::maybeSendCredit(bool all) {
+  if (!ep_ || peekSeq_ == creditedSeq_ || (!all && peekSeq_ - creditedSeq_ < creditBatch_)) return Status::ok();
   CreditOut& c = *creditOut_;
   if (c.request || c.status != UCS_OK) return Status::ok();
   c.count = peekSeq_;
@@ -652,9 +651,14 @@ Status UcxRecvConnection::maybeSendCredit() {
   return Status::ok();
 }
 
+// The executor drives every connection while it waits for one (and the communicator
+// when a call ends): what this side owes then leaves whole. A sender that waits for
+// credits while its receiver waits to send elsewhere (a ring whose next round's send runs
+// ahead of the last receive, exec::stepsAhead) would otherwise wait for releases held
+// back to fill a batch.
 Status UcxRecvConnection::progress() {
   worker_->progress();
-  return maybeSendCredit();
+  return maybeSendCredit(/*all=*/true);
 }
 
 WaitHandle UcxRecvConnection::waitHandle(bool) { return armedHandle(worker_); }

@@ -275,8 +275,8 @@ class UcxRecvConnection final : public Connection {
   // Logs why the hello that arrived is not taken, and posts the hello's receive again.
   StatusOr<std::string> refuseHello(const std::string& why);
   // Tells the sender how many slots have been released once enough have been since the
-  // last credit message (and none is still in flight).
-  Status maybeSendCredit();
+  // last credit message, or (`all`) once any have, and none is still in flight.
+  Status maybeSendCredit(bool all = false);
   Status failed() const;
 
   int peer_;

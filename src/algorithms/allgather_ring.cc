@@ -42,6 +42,7 @@ StatusOr<Schedule> ringAllgather(const Request& req, const Layout& layout, const
   for (int c = 0; c < nch; ++c) {
     exec::ChannelPlan& plan = s.channels[c];
     plan.rounds = rounds;
+    plan.overlapRounds = true;
     // Channel c's share of block b, in the output.
     auto share = [&](int b) {
       b = ((b % n) + n) % n;

@@ -34,6 +34,7 @@ StatusOr<Schedule> allreduceRing(const Request& req, const Layout& layout) {
   for (int c = 0; c < nch; ++c) {
     exec::ChannelPlan& plan = s.channels[c];
     plan.rounds = rounds;
+    plan.overlapRounds = true;
     size_t cb = channelBegin(req.count, c, nch);
     size_t ce = channelBegin(req.count, c + 1, nch);
     size_t elems = ce - cb;

@@ -44,6 +44,7 @@ StatusOr<Schedule> ringReduceScatter(const Request& req, const Layout& layout, c
   for (int c = 0; c < nch; ++c) {
     exec::ChannelPlan& plan = s.channels[c];
     plan.rounds = rounds;
+    plan.overlapRounds = true;
     auto range = [&](int b) {
       size_t lo = channelBegin(counts[b], c, nch);
       size_t hi = channelBegin(counts[b], c + 1, nch);

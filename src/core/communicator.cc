@@ -1601,6 +1601,7 @@ exec::RunContext Communicator::channelContext(const Op& op, int channel) const {
   const bool mesh = op.schedule_->connectionSet == 1;
   ctx.sliceBytes = mesh ? meshSlotBytes_ : opts_.config.slotBytes;
   ctx.wholeBlockBytes = wholeBlockBytes_;
+  ctx.fifoSlots = mesh ? kMeshSlots : opts_.config.nslots;
   ctx.tag = op.tag_;
   ctx.mismatchFill = op.fillTag_;
   ctx.wait = op.channels_.size() == 1 ? waitOneChannel_ : wait_;

@@ -166,7 +166,7 @@ class ChannelRunner {
         BRAID_RETURN_IF_ERROR(runSlice(st, direct, 0, len));
       }
     } else if (plan_.phases.empty()) {
-      BRAID_RETURN_IF_ERROR(runPhase(0, plan_.steps.size(), plan_.rounds));
+      BRAID_RETURN_IF_ERROR(runPhase(0, plan_.steps.size(), plan_.rounds, plan_.overlapRounds));
     } else {
       for (const Phase& ph : plan_.phases) BRAID_RETURN_IF_ERROR(runPhase(ph.firstStep, ph.numSteps, ph.rounds));
     }
@@ -224,43 +224,79 @@ class ChannelRunner {
     }
   }
 
-  Status runPhase(size_t first, size_t count, int nrounds) {
+  Status runPhase(size_t first, size_t count, int nrounds, bool overlap = false) {
     const size_t rounds = static_cast<size_t>(nrounds);
+    const size_t end = first + count;
+    const size_t lead = overlap && !ctx_.mover ? stepsAhead(plan_, rounds, sliceBytes_, es_, ctx_.fifoSlots) : 0;
+    size_t ahead = 0;  // round r's leading steps already run, before round r-1's last
     for (size_t r = 0; r < rounds; ++r) {
-      for (size_t i = first; i < first + count; ++i) {
-        const Step& st = plan_.steps[i];
-        size_t lo, hi;
-        roundPart(st.bytes(), r, rounds, &lo, &hi);
-        const bool direct = isDirect(i);
-        const int64_t t0 = timeline::on() ? timeline::nowUs() : 0;
-        for (size_t off = lo; off < hi; off += sliceBytes_) {
-          const size_t len = std::min(sliceBytes_, hi - off);
-          if (announces_ && receives(st.prim)) {
-            // The receive after this one on the same connection, when it comes next: this
-            // step's next slice, or the next step's first.
-            const Step* nx = nullptr;
-            size_t nxOff = 0, nxLen = 0;
-            if (off + len < hi) {
-              nx = &st;
-              nxOff = off + len;
-              nxLen = std::min(sliceBytes_, hi - nxOff);
-            } else if (i + 1 < first + count) {
-              size_t nlo, nhi;
-              roundPart(plan_.steps[i + 1].bytes(), r, rounds, &nlo, &nhi);
-              if (nhi > nlo) {
-                nx = &plan_.steps[i + 1];
-                nxOff = nlo;
-                nxLen = std::min(sliceBytes_, nhi - nlo);
-              }
-            }
-            BRAID_RETURN_IF_ERROR(announce(st, off, len, nx, nxOff, nxLen));
-          }
-          BRAID_RETURN_IF_ERROR(runSlice(st, direct, off, len));
+      size_t next = 0;
+      for (size_t i = first + ahead; i < end; ++i) {
+        if (lead && i + 1 == end && r + 1 < rounds && leadClear(first, lead, end - 1, r, rounds)) {
+          for (size_t j = first; j < first + lead; ++j) BRAID_RETURN_IF_ERROR(runRoundPart(j, r + 1, rounds, end));
+          next = lead;
         }
-        if (t0) traceStep(st, r, rounds, hi - lo, t0);
+        BRAID_RETURN_IF_ERROR(runRoundPart(i, r, rounds, end));
       }
+      ahead = next;
     }
     return Status::ok();
+  }
+
+  // Round r of step i, slice by slice (`end`: the end of its phase's steps).
+  Status runRoundPart(size_t i, size_t r, size_t rounds, size_t end) {
+    const Step& st = plan_.steps[i];
+    size_t lo, hi;
+    roundPart(st.bytes(), r, rounds, &lo, &hi);
+    const bool direct = isDirect(i);
+    const int64_t t0 = timeline::on() ? timeline::nowUs() : 0;
+    for (size_t off = lo; off < hi; off += sliceBytes_) {
+      const size_t len = std::min(sliceBytes_, hi - off);
+      if (announces_ && receives(st.prim)) {
+        // The receive after this one on the same connection, when it comes next: this
+        // step's next slice, or the next step's first.
+        const Step* nx = nullptr;
+        size_t nxOff = 0, nxLen = 0;
+        if (off + len < hi) {
+          nx = &st;
+          nxOff = off + len;
+          nxLen = std::min(sliceBytes_, hi - nxOff);
+        } else if (i + 1 < end) {
+          size_t nlo, nhi;
+          roundPart(plan_.steps[i + 1].bytes(), r, rounds, &nlo, &nhi);
+          if (nhi > nlo) {
+            nx = &plan_.steps[i + 1];
+            nxOff = nlo;
+            nxLen = std::min(sliceBytes_, nhi - nlo);
+          }
+        }
+        BRAID_RETURN_IF_ERROR(announce(st, off, len, nx, nxOff, nxLen));
+      }
+      BRAID_RETURN_IF_ERROR(runSlice(st, direct, off, len));
+    }
+    if (t0) traceStep(st, r, rounds, hi - lo, t0);
+    return Status::ok();
+  }
+
+  // Whether round r+1 of the phase's `lead` leading steps touches nothing round r of its
+  // last step touches: they run before it instead of after (and a receive announced for
+  // it may land while they run).
+  bool leadClear(size_t first, size_t lead, size_t last, size_t r, size_t rounds) const {
+    const Step& tail = plan_.steps[last];
+    size_t tlo, thi;
+    roundPart(tail.bytes(), r, rounds, &tlo, &thi);
+    for (size_t j = first; j < first + lead; ++j) {
+      const Step& st = plan_.steps[j];
+      size_t lo, hi;
+      roundPart(st.bytes(), r + 1, rounds, &lo, &hi);
+      for (const Region* a : {&st.src, &st.dst}) {
+        if (a->bytes == 0 || hi <= lo) continue;
+        const char* at = addr(*a, lo);
+        for (const Region* b : {&tail.src, &tail.dst})
+          if (thi > tlo && meets(*b, tlo, thi - tlo, at, hi - lo)) return false;
+      }
+    }
+    return true;
   }
 
   static bool receives(Prim p) { return p != Prim::kSend && p != Prim::kCopy && p != Prim::kLocalReduce; }

@@ -40,6 +40,36 @@ bool usesOut(Prim p) {
 }
 }  // namespace
 
+size_t stepsAhead(const ChannelPlan& plan, size_t rounds, size_t sliceBytes, size_t elemBytes, int fifoSlots) {
+  const size_t count = plan.steps.size();
+  if (!plan.overlapRounds || !plan.phases.empty() || rounds < 2 || count < 2 || fifoSlots <= 0 || sliceBytes == 0 ||
+      elemBytes == 0)
+    return 0;
+  const Step& last = plan.steps[count - 1];
+  if (!usesIn(last.prim) || usesOut(last.prim)) return 0;
+  // The most slices any round of `st` takes.
+  auto slices = [&](const Step& st) {
+    const size_t elems = st.bytes() / elemBytes;
+    const size_t most = (elems + rounds - 1) / rounds * elemBytes;
+    return (most + sliceBytes - 1) / sliceBytes;
+  };
+  size_t lead = 0;
+  const Step* sender = nullptr;
+  for (; lead < count - 1 && !usesIn(plan.steps[lead].prim); ++lead) {
+    if (!usesOut(plan.steps[lead].prim)) continue;
+    if (sender) return 0;
+    sender = &plan.steps[lead];
+  }
+  if (lead == 0) return 0;
+  if (sender) {
+    const Step& before = plan.steps[count - 2];
+    size_t n = slices(*sender);
+    if (usesOut(before.prim) && before.peerOut == sender->peerOut) n += slices(before);
+    if (n > static_cast<size_t>(fifoSlots)) return 0;
+  }
+  return lead;
+}
+
 std::string validate(const Schedule& s, int nranks, size_t inputBytes, size_t outputBytes,
                      const std::vector<size_t>& extraBytes) {
   size_t es = dataTypeSize(s.dtype);

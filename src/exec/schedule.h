@@ -76,6 +76,12 @@ struct ChannelPlan {
   std::vector<Step> steps;
   int rounds = 1;
   std::vector<Phase> phases;  // empty: one phase of all steps with `rounds`
+  // A ring's rounds (no phases): the steps are sends and copies, then steps that receive
+  // and send, then one that only receives. The executor may then run round r+1's leading
+  // sends and copies before round r's last receive, so that the ring does not drain
+  // between rounds; the order of messages on every connection stays the same
+  // (RunContext::fifoSlots bounds when).
+  bool overlapRounds = false;
 };
 
 struct Schedule {
@@ -113,6 +119,21 @@ struct Schedule {
   std::vector<int> ackTo;    // ranks this rank receives from and never sends to
   std::vector<int> ackFrom;  // ranks this rank sends to and never receives from
 };
+
+// ChannelPlan::overlapRounds, for a plan of no phases cut into `rounds` parts and those
+// into slices of `sliceBytes` over FIFOs of `fifoSlots`: how many leading steps of each
+// round run before the last step of the round before (0: none). They are the steps before
+// the first that receives, at most one of which sends, and the last step only receives.
+// Ahead, that send finds in its FIFO what the step before the last sent in the round
+// before, which its receiver takes only in its own last step, after its own steps ahead;
+// so the most slices a round of each takes must fit in the FIFO together. Then, in a ring
+// where every rank has got that far, each still has room to finish its send, as long as
+// every receiver, while it waits, tells its sender of each slot it has released
+// (transport::Connection::progress). A ring's round part is at most half the FIFO
+// (Layout::roundBytes), so its two fit. The executor and the simulator
+// both ask this; each also keeps a round's leading steps behind when they touch what the
+// round before's last step does.
+size_t stepsAhead(const ChannelPlan& plan, size_t rounds, size_t sliceBytes, size_t elemBytes, int fifoSlots);
 
 // Fills Schedule::ackTo/ackFrom from the steps of every channel (steps that move bytes).
 // Both ends of every pair agree: a rank is in this rank's ackFrom exactly when this rank is

@@ -45,6 +45,11 @@ struct Agent {
   int round = 0;
   bool done = false;
   bool started = false;
+  // exec::stepsAhead: the phase's leading steps that run ahead of the round before; whether
+  // those of round+1 are running now; whether the current round has passed the point where
+  // they would; whether its own already ran.
+  size_t lead = 0;
+  bool ahead = false, aheadChecked = false, leadDone = false;
   double clock = 0;
 };
 
@@ -152,31 +157,98 @@ class Sim {
     return id;
   }
 
-  // Moves `a` to its next non-empty slice; false when the agent has finished.
+  // Moves `a` to its next non-empty slice; false when the agent has finished. Runs the
+  // steps in the executor's order (exec/executor.cc, runPhase).
   bool seek(Agent& a) {
     for (;;) {
       if (a.phase >= a.phases.size()) return false;
       const exec::Phase& ph = a.phases[a.phase];
+      const size_t end = ph.firstStep + ph.numSteps;
       if (a.round >= std::max(1, ph.rounds)) {
         ++a.phase;
         a.round = 0;
         a.started = false;
+        a.leadDone = false;
         continue;
       }
-      if (!a.started) {  // position on the phase's first step of this round
-        a.step = ph.firstStep;
+      if (!a.started) {  // position on the phase's first step of this round not yet run
+        if (a.round == 0) a.lead = leadFor(a, ph);
+        a.step = ph.firstStep + (a.leadDone ? a.lead : 0);
         a.started = true;
+        a.ahead = a.aheadChecked = a.leadDone = false;
         setPart(a);
       }
-      if (a.step >= ph.firstStep + ph.numSteps) {
+      if (a.ahead) {  // round+1's leading steps, before this round's last
+        if (a.off < a.hi) return true;
+        if (++a.step < ph.firstStep + a.lead) {
+          setPart(a);
+          continue;
+        }
+        a.ahead = false;
+        a.leadDone = true;
+        a.step = end - 1;
+        setPart(a);
+        continue;
+      }
+      if (a.step >= end) {
         ++a.round;
         a.started = false;
         continue;
       }
+      if (a.lead && a.step + 1 == end && !a.aheadChecked) {
+        a.aheadChecked = true;
+        if (a.round + 1 < ph.rounds && leadClear(a, ph)) {
+          a.ahead = true;
+          a.step = ph.firstStep;
+          setPart(a);
+          continue;
+        }
+      }
       if (a.off < a.hi) return true;
       ++a.step;
-      if (a.step < ph.firstStep + ph.numSteps) setPart(a);
+      if (a.step < end) setPart(a);
     }
+  }
+
+  // exec::stepsAhead for the agent's plan, with the simulated slices and rounds (scaled
+  // together, so each part takes as many slices as it would).
+  size_t leadFor(const Agent& a, const exec::Phase& ph) const {
+    if (a.phases.size() != 1 || a.inConn.empty()) return 0;
+    int fifo = 0;
+    for (size_t i = 0; i < a.outConn.size() && !fifo; ++i)
+      if (a.outConn[i] >= 0) fifo = conns_[static_cast<size_t>(a.outConn[i])].slots;
+    if (!fifo) fifo = ringSlots_;
+    return exec::stepsAhead(*a.plan, static_cast<size_t>(std::max(1, ph.rounds)), a.slice, a.es, fifo);
+  }
+
+  // The executor's check that round+1 of the leading steps touches nothing this round of
+  // the last step touches, on offsets: the input and the output count as one buffer (they
+  // are one in place), the others each as its own.
+  bool leadClear(const Agent& a, const exec::Phase& ph) const {
+    const size_t rounds = static_cast<size_t>(std::max(1, ph.rounds));
+    const Step& tail = a.plan->steps[ph.firstStep + ph.numSteps - 1];
+    size_t tlo, thi, lo, hi;
+    partOf(a, tail, static_cast<size_t>(a.round), rounds, &tlo, &thi);
+    auto space = [](exec::Buf b) { return b == exec::Buf::kInput ? exec::Buf::kOutput : b; };
+    for (size_t j = ph.firstStep; j < ph.firstStep + a.lead; ++j) {
+      const Step& st = a.plan->steps[j];
+      partOf(a, st, static_cast<size_t>(a.round) + 1, rounds, &lo, &hi);
+      for (const exec::Region* x : {&st.src, &st.dst}) {
+        if (x->bytes == 0 || hi <= lo) continue;
+        for (const exec::Region* y : {&tail.src, &tail.dst}) {
+          if (y->bytes == 0 || thi <= tlo || space(x->buf) != space(y->buf)) continue;
+          if (x->offset + lo < y->offset + thi && y->offset + tlo < x->offset + hi) return false;
+        }
+      }
+    }
+    return true;
+  }
+
+  // Part r of `rounds` of step `st`, in bytes from its start (the executor's roundPart).
+  static void partOf(const Agent& a, const Step& st, size_t r, size_t rounds, size_t* lo, size_t* hi) {
+    const size_t elems = st.bytes() / a.es;
+    *lo = elems * r / rounds * a.es;
+    *hi = elems * (r + 1) / rounds * a.es;
   }
 
   void setPart(Agent& a) {
@@ -185,10 +257,8 @@ class Sim {
       return;
     }
     const size_t rounds = static_cast<size_t>(std::max(1, a.phases[a.phase].rounds));
-    const size_t elems = a.plan->steps[a.step].bytes() / a.es;
-    const size_t r = static_cast<size_t>(a.round);
-    a.off = elems * r / rounds * a.es;
-    a.hi = elems * (r + 1) / rounds * a.es;
+    const size_t r = static_cast<size_t>(a.round) + (a.ahead ? 1 : 0);
+    partOf(a, a.plan->steps[a.step], r, rounds, &a.off, &a.hi);
   }
 
   double cpu(Prim p, size_t b) const {

@@ -357,6 +357,22 @@ TransportConfig loopbackPairConfig(int rank, uint64_t nonce) {
   return cfg;
 }
 
+std::vector<std::pair<std::string, std::string>> runOnThreadPairs(const std::vector<std::string>& names,
+                                                                  const TransportConfig& cfg,
+                                                                  const Scenario& scenario) {
+  std::vector<std::pair<std::string, std::string>> ran;
+  for (const std::string& name : names) {
+    const TransportFactory* f = registeredFactory(name);
+    if (!f || !supportsMode(*f, Mode::kThreads)) continue;
+    TransportConfig c = cfg;
+    c.nonce = freshNonce();
+    std::string result = runPair(*f, Mode::kThreads, c, scenario);
+    if (result.rfind("skip:", 0) == 0) continue;
+    ran.emplace_back(name, std::move(result));
+  }
+  return ran;
+}
+
 const TransportFactory* registeredFactory(const std::string& name) {
   for (const TransportFactory& f : registry())
     if (name == f.name) return &f;

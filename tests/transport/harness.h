@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/clock.h"
@@ -79,6 +80,13 @@ uint64_t freshNonce();
 // connect timeout, on 127.0.0.1 (off the host's real network).
 TransportConfig loopbackPairConfig(int rank, uint64_t nonce);
 
+// Runs `scenario` in threads over each transport of `names` built here that pairs threads
+// (ucx is a plugin that may not be), with `cfg` and a fresh nonce each: the transports it
+// ran on, with runPair's result for each; scenarios that skipped themselves are left out.
+std::vector<std::pair<std::string, std::string>> runOnThreadPairs(const std::vector<std::string>& names,
+                                                                  const TransportConfig& cfg,
+                                                                  const Scenario& scenario);
+
 // Sleeps until `c` may be ready (forSend: to send; else to receive), at most `capMillis`.
 // Uses the connection's WaitHandle: poll for an fd, futex for a futex word.
 void waitReady(Connection& c, bool forSend, int capMillis);
@@ -97,6 +105,46 @@ void fillPattern(void* dst, size_t bytes, uint64_t seed, uint64_t offset = 0);
 int64_t checkPattern(const void* src, size_t bytes, uint64_t seed, uint64_t offset = 0);
 
 std::string describe(const Status& s);
+
+// A connection that passes every call to the one it wraps.
+class Forwarding : public Connection {
+ public:
+  explicit Forwarding(Connection* inner) : in_(inner) {}
+
+  size_t slotBytes() const override { return in_->slotBytes(); }
+  Status reserveSend(Slot* s) override { return in_->reserveSend(s); }
+  Status postSend(const Slot& s, size_t bytes) override { return in_->postSend(s, bytes); }
+  Status peekRecv(Slot* s) override { return in_->peekRecv(s); }
+  Status peekRecvInto(Slot* s, void* dst, size_t bytes) override { return in_->peekRecvInto(s, dst, bytes); }
+  Status releaseRecv(const Slot& s) override { return in_->releaseRecv(s); }
+  Status expectRecv(size_t ahead, void* dst, size_t bytes) override { return in_->expectRecv(ahead, dst, bytes); }
+  bool takesAnnouncements() const override { return in_->takesAnnouncements(); }
+  uint64_t tagMask() const override { return in_->tagMask(); }
+  size_t maxMessageBytes() const override { return in_->maxMessageBytes(); }
+  Status peekTag(uint64_t* tag) override { return in_->peekTag(tag); }
+  Status progress() override { return in_->progress(); }
+  bool flushed() const override { return in_->flushed(); }
+  bool seesPeerFailure() const override { return in_->seesPeerFailure(); }
+  WaitHandle waitHandle(bool forSend) override { return in_->waitHandle(forSend); }
+  void disarm(bool forSend) override { in_->disarm(forSend); }
+  int peer() const override { return in_->peer(); }
+  bool inReceiverMemory() const override { return in_->inReceiverMemory(); }
+  MemoryRange slotMemory() const override { return in_->slotMemory(); }
+
+ protected:
+  Connection* in_;
+};
+
+// A send connection that counts the messages posted on it.
+class CountedSend final : public Forwarding {
+ public:
+  using Forwarding::Forwarding;
+  Status postSend(const Slot& s, size_t bytes) override {
+    ++posted;
+    return in_->postSend(s, bytes);
+  }
+  size_t posted = 0;
+};
 
 }  // namespace braid::transport::test
 

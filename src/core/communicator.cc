@@ -526,6 +526,12 @@ Status Communicator::init() {
   };
   wait_ = policy(crowded(nchannels_));
   waitOneChannel_ = policy(crowded(1));
+  // A ring's next round runs ahead of the last receive of the round before only where each
+  // rank has a core: there the rank would otherwise sit idle between rounds (tcp, 2 ranks on
+  // 2 cores: 1.14x at 1 MiB, 1.07x at 16 MiB). Where ranks share cores, the other rank on the
+  // core uses that time, and running ahead cost (UCX's shared memory, 4 ranks on 2 cores:
+  // 0.94x at 64 MiB; docs/performance.md). BRAID_RING_AHEAD decides otherwise.
+  ringsRunAhead_ = cfg.ringAhead >= 0 ? cfg.ringAhead == 1 : !crowded(1);
   if (cpuShare_.ranks > localSize_ && crowded(1) && localSize_ <= cores)
     BRAID_INFO("rank %d: %d ranks of this job share %d CPUs under this kernel, %d of them with its host id: "
                "waiting yields instead of spinning",
@@ -1601,7 +1607,7 @@ exec::RunContext Communicator::channelContext(const Op& op, int channel) const {
   const bool mesh = op.schedule_->connectionSet == 1;
   ctx.sliceBytes = mesh ? meshSlotBytes_ : opts_.config.slotBytes;
   ctx.wholeBlockBytes = wholeBlockBytes_;
-  ctx.fifoSlots = mesh ? kMeshSlots : opts_.config.nslots;
+  ctx.fifoSlots = !ringsRunAhead_ ? 0 : mesh ? kMeshSlots : opts_.config.nslots;
   ctx.tag = op.tag_;
   ctx.mismatchFill = op.fillTag_;
   ctx.wait = op.channels_.size() == 1 ? waitOneChannel_ : wait_;

@@ -418,6 +418,7 @@ class Communicator {
   int numaNode_ = -1;
   exec::WaitPolicy wait_;            // ops that run on several channels
   exec::WaitPolicy waitOneChannel_;  // ops that run on one
+  bool ringsRunAhead_ = true;  // RunContext::fifoSlots set: rings' rounds may overlap
   std::vector<transport::PeerInfo> peers_;
   std::vector<std::string> transportNames_;
   std::vector<std::unique_ptr<transport::Transport>> transports_;

@@ -46,6 +46,7 @@ const std::vector<ConfigEntry>& configTable() {
       {"BRAID_AUTH_KEY", "string", "", "the job's secret key: 64 hex digits or a passphrase of 16+ characters; store and tcp connections must prove it (braidrun sets a fresh one per job)"},
       {"BRAID_LIVE_STATUS", "bool", "1", "answer braid-info --status: a thread per process waits in braid's store (its own connection) and, when asked, says where each communicator is; 0 turns it off"},
       {"BRAID_WHOLE_BLOCKS", "bool", "1", "where every connection of every rank carries messages larger than a slot (UCX with zero copy), send each step of allgather, alltoall and point-to-point groups as one message of up to 64 MiB instead of slot-sized slices; 0 on any rank turns it off for the communicator, as BRAID_CUDA_PATH=direct or ipc does"},
+      {"BRAID_RING_AHEAD", "int", "-1", "ring allreduce, allgather and reduce-scatter run the next round's first send before the round's last receive, so the ring does not drain between rounds: 1 always, 0 never, -1 where each local rank has a core of its own (with ranks sharing cores it gained nothing)"},
       {"BRAID_SEND_ACKS", "bool", "1", "in broadcast, reduce, gather, scatter and the v-collectives, a rank that only sends to a peer waits for that peer's acknowledgement, so that a peer that issued another call fails this call too; 0: it returns once its data is sent, as with NCCL and MPI, and learns of such a mismatch at its next call (faster small rooted collectives); 0 on any rank turns it off for the communicator"},
       {"BRAID_TLS", "bool", "0", "encrypt and integrity-protect store and tcp data connections with TLS 1.3 keyed by the job key (needs BRAID_AUTH_KEY, braidrun or a unique id; OpenSSL); set it the same for every rank and braidrun"},
       {"BRAID_TLS_KERNEL", "bool", "1", "with BRAID_TLS=1, hand each connection's TLS records to the kernel after the handshake (Linux kernel TLS, where the tls module is loaded): the kernel encrypts from braid's buffers with no copy; 0 keeps them in OpenSSL"},
@@ -178,6 +179,7 @@ StatusOr<Config> Config::fromEnv(const std::function<const char*(const char*)>& 
   BRAID_RETURN_IF_ERROR(readBool(get, "BRAID_TLS", &c.tls));
   BRAID_RETURN_IF_ERROR(readBool(get, "BRAID_TLS_KERNEL", &c.tlsKernel));
   BRAID_RETURN_IF_ERROR(readBool(get, "BRAID_WHOLE_BLOCKS", &c.wholeBlocks));
+  BRAID_RETURN_IF_ERROR(readInt(get, "BRAID_RING_AHEAD", -1, 1, &c.ringAhead));
   // The direct GPU path cuts every step into slot-sized slices (its kernels fill slots), and
   // a rank that stages instead must cut its steps alike: no whole blocks where it is asked
   // for (one rank asking turns them off for the communicator).

@@ -43,6 +43,7 @@ struct Config {
   bool storeStandby = true;    // BRAID_STORE_STANDBY: rank 1 stands by for the store rank 0 serves
   bool storeStandbyOtherHost = false;  // BRAID_STORE_STANDBY=host: the first rank on another host does
   bool wholeBlocks = true;     // BRAID_WHOLE_BLOCKS: large messages where every connection carries them
+  int ringAhead = -1;         // BRAID_RING_AHEAD: a ring's next round before the last receive; -1 = where each rank has a core
   bool sendAcks = true;        // BRAID_SEND_ACKS: acknowledgements in rooted collectives (exec::computeAcks)
   std::string hostId;         // "" = hostname + boot id
   std::string topoFile;       // load the topology from this file instead of discovering it

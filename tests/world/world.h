@@ -38,6 +38,7 @@ struct WorldOptions {
   int ranksPerHost = 0;  // > 0: pretend ranks r / ranksPerHost share a host (hierarchical algorithms)
   std::string debugDump;  // BRAID_DEBUG_DUMP
   int noSendAcksRank = -1;  // this rank runs with BRAID_SEND_ACKS=0
+  int ringAhead = 1;  // BRAID_RING_AHEAD: on, so rings of more ranks than cores run ahead too
 };
 
 // Runs `body(comm)` on every rank, each in its own thread, and returns the first failure
@@ -57,6 +58,7 @@ inline Status runWorld(const WorldOptions& o, const std::function<void(core::Com
       opts.config.algo = o.algo;
       opts.config.debugDump = o.debugDump;
       opts.config.sendAcks = r != o.noSendAcksRank;
+      opts.config.ringAhead = o.ringAhead;
       if (o.ranksPerHost > 0) opts.config.hostId = "host" + std::to_string(r / o.ranksPerHost);
       opts.config.bind = false;
       opts.nonce = 0x5eed0000u + static_cast<uint64_t>(o.nranks);

@@ -652,13 +652,17 @@ Status UcxRecvConnection::maybeSendCredit(bool all) {
 }
 
 // The executor drives every connection while it waits for one (and the communicator
-// when a call ends): what this side owes then leaves whole. A sender that waits for
+// when a call ends). When this side has released nothing since the last time (its
+// executor has been waiting a while), what it owes leaves whole: a sender that waits for
 // credits while its receiver waits to send elsewhere (a ring whose next round's send runs
 // ahead of the last receive, exec::stepsAhead) would otherwise wait for releases held
-// back to fill a batch.
+// back to fill a batch. A wait that ends at once keeps the batches (4 ranks over shared
+// memory at 16 MiB lost 5% when every wait sent its credits).
 Status UcxRecvConnection::progress() {
   worker_->progress();
-  return maybeSendCredit(/*all=*/true);
+  const bool idle = progressSeq_ == peekSeq_;
+  progressSeq_ = peekSeq_;
+  return maybeSendCredit(idle);
 }
 
 WaitHandle UcxRecvConnection::waitHandle(bool) { return armedHandle(worker_); }

@@ -293,6 +293,7 @@ class UcxRecvConnection final : public Connection {
   uint64_t peekSeq_ = 0;
   uint64_t creditTag_;
   uint64_t creditedSeq_ = 0;   // the release count the sender was last told
+  uint64_t progressSeq_ = 0;   // peekSeq_ at the last progress(): no release since means idle
   uint64_t creditBatch_;       // releases per credit message
   struct CreditOut {
     uint64_t count = 0;

@@ -166,7 +166,7 @@ class ChannelRunner {
         BRAID_RETURN_IF_ERROR(runSlice(st, direct, 0, len));
       }
     } else if (plan_.phases.empty()) {
-      BRAID_RETURN_IF_ERROR(runPhase(0, plan_.steps.size(), plan_.rounds, plan_.overlapRounds));
+      BRAID_RETURN_IF_ERROR(runPhase(0, plan_.steps.size(), plan_.rounds));
     } else {
       for (const Phase& ph : plan_.phases) BRAID_RETURN_IF_ERROR(runPhase(ph.firstStep, ph.numSteps, ph.rounds));
     }
@@ -224,10 +224,11 @@ class ChannelRunner {
     }
   }
 
-  Status runPhase(size_t first, size_t count, int nrounds, bool overlap = false) {
+  Status runPhase(size_t first, size_t count, int nrounds) {
     const size_t rounds = static_cast<size_t>(nrounds);
     const size_t end = first + count;
-    const size_t lead = overlap && !ctx_.mover ? stepsAhead(plan_, rounds, sliceBytes_, es_, ctx_.fifoSlots) : 0;
+    // Only a plan of no phases has leading steps (ChannelPlan::overlapRounds).
+    const size_t lead = ctx_.mover ? 0 : stepsAhead(plan_, rounds, sliceBytes_, es_, ctx_.fifoSlots);
     size_t ahead = 0;  // round r's leading steps already run, before round r-1's last
     for (size_t r = 0; r < rounds; ++r) {
       size_t next = 0;

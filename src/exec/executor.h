@@ -104,7 +104,7 @@ struct RunContext {
   // carries messages that large (agreed at init, identical on every rank); 0 = sliceBytes.
   size_t wholeBlockBytes = 0;
   // The slots of each connection's FIFO (the same on every connection the schedule uses);
-  // 0 = unknown, which keeps ChannelPlan::overlapRounds off.
+  // 0 keeps ChannelPlan::overlapRounds off (unknown, or BRAID_RING_AHEAD says not).
   int fifoSlots = 0;
   uint64_t tag = 0;                // operation sequence number and call-shape hash
   Deadline deadline;

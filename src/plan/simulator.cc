@@ -45,7 +45,7 @@ struct Agent {
   int round = 0;
   bool done = false;
   bool started = false;
-  // exec::stepsAhead: the phase's leading steps that run ahead of the round before; whether
+  // exec::stepsAhead: the plan's leading steps that run ahead of the round before; whether
   // those of round+1 are running now; whether the current round has passed the point where
   // they would; whether its own already ran.
   size_t lead = 0;
@@ -76,6 +76,10 @@ class Sim {
         a.phases = a.plan->phases;
         if (a.phases.empty()) a.phases.push_back(exec::Phase{0, a.plan->steps.size(), a.plan->rounds});
         for (exec::Phase& ph : a.phases) ph.rounds = coarseRounds(ph.rounds);
+        // exec::stepsAhead with the simulated slices and rounds (scaled together, so each
+        // part takes as many slices as it would); 0 for a plan of phases.
+        a.lead = exec::stepsAhead(*a.plan, static_cast<size_t>(std::max(1, a.phases[0].rounds)), a.slice, a.es,
+                                  sc.connectionSet == 1 ? meshSlots_ : ringSlots_);
         for (const Step& st : a.plan->steps) {
           const int set = sc.connectionSet;
           const int ch = set == 1 ? 0 : static_cast<int>(c);
@@ -172,7 +176,6 @@ class Sim {
         continue;
       }
       if (!a.started) {  // position on the phase's first step of this round not yet run
-        if (a.round == 0) a.lead = leadFor(a, ph);
         a.step = ph.firstStep + (a.leadDone ? a.lead : 0);
         a.started = true;
         a.ahead = a.aheadChecked = a.leadDone = false;
@@ -208,17 +211,6 @@ class Sim {
       ++a.step;
       if (a.step < end) setPart(a);
     }
-  }
-
-  // exec::stepsAhead for the agent's plan, with the simulated slices and rounds (scaled
-  // together, so each part takes as many slices as it would).
-  size_t leadFor(const Agent& a, const exec::Phase& ph) const {
-    if (a.phases.size() != 1 || a.inConn.empty()) return 0;
-    int fifo = 0;
-    for (size_t i = 0; i < a.outConn.size() && !fifo; ++i)
-      if (a.outConn[i] >= 0) fifo = conns_[static_cast<size_t>(a.outConn[i])].slots;
-    if (!fifo) fifo = ringSlots_;
-    return exec::stepsAhead(*a.plan, static_cast<size_t>(std::max(1, ph.rounds)), a.slice, a.es, fifo);
   }
 
   // The executor's check that round+1 of the leading steps touches nothing this round of

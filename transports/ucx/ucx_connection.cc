@@ -656,8 +656,7 @@ Status UcxRecvConnection::maybeSendCredit(bool all) {
 // executor has been waiting a while), what it owes leaves whole: a sender that waits for
 // credits while its receiver waits to send elsewhere (a ring whose next round's send runs
 // ahead of the last receive, exec::stepsAhead) would otherwise wait for releases held
-// back to fill a batch. A wait that ends at once keeps the batches (4 ranks over shared
-// memory at 16 MiB lost 5% when every wait sent its credits).
+// back to fill a batch. A wait that ends at once keeps the batches.
 Status UcxRecvConnection::progress() {
   worker_->progress();
   const bool idle = progressSeq_ == peekSeq_;

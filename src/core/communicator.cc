@@ -431,10 +431,11 @@ Status Communicator::init() {
   BRAID_RETURN_IF_ERROR(loadTopology());
   {
     // Slot geometry. Stream transports want small slices so that transfer and reduction
-    // overlap within a step; memory transports want large ones (fewer hand-offs). Decided
-    // from facts every rank shares (the host list, the forced transport) so both ends of
-    // every connection cut the same slices. A step's round is half the FIFO: over tcp,
-    // 8 slots (256 KiB rounds, 512 KiB of slots per connection, which stay in the cache
+    // overlap within a step; memory transports want large ones (fewer hand-offs); tcp inside
+    // one host sits between (plan::kLocalTcpSlotBytes). Decided from facts every rank shares
+    // (the host list, the forced transport) so both ends of every connection cut the same
+    // slices. A step's round is half the FIFO: over tcp, 8 slots (of 64 KiB: 256 KiB
+    // rounds, 512 KiB of slots per connection, which stay in the cache
     // between the copy or reduction that fills a slot and the one that drains it) made
     // allreduce and reduce-scatter 1.2-2x faster than 32 slots, at 2 and 4 ranks from 1 to
     // 64 MiB, and cost a tenth at most on a stream of sends (docs/performance.md).
@@ -442,7 +443,7 @@ Status Communicator::init() {
     for (const auto& p : peers_) hosts.insert(p.hostId);
     const std::string& forced = opts_.config.transport;
     bool stream = hosts.size() > 1 || (!forced.empty() && forced != "shm" && forced != "loopback");
-    size_t slotBytes = stream ? 64 * 1024 : 512 * 1024;
+    size_t slotBytes = !stream ? 512 * 1024 : hosts.size() == 1 && forced == "tcp" ? plan::kLocalTcpSlotBytes : 64 * 1024;
     int nslots = 8;
     meshSlotBytes_ = kMeshSlotBytes;
     ucxPacedTcp_ = false;

@@ -17,7 +17,7 @@ const std::vector<ConfigEntry>& configTable() {
       {"BRAID_TRANSPORT", "string", "", "force one transport for every peer: loopback, shm, tcp, or a plugin's (ucx, ibverbs); braid-info lists them"},
       {"BRAID_TRANSPORT_PLUGIN", "string", "", "transport plugin libraries to load, ':'-separated paths (in addition to the plugin folder)"},
       {"BRAID_PLUGIN_DIR", "string", "", "folder of libbraid-net-*.so plugins (default: <libdir>/braid beside libbraid.so); 'none' loads no folder"},
-      {"BRAID_SLOT_BYTES", "size", "auto", "bytes per transport slot, the executor's slice size (auto: 512K on shared memory, 64K when tcp or UCX crosses hosts, 256K for UCX inside one host through shared memory, 1M for UCX inside one host over tcp alone)"},
+      {"BRAID_SLOT_BYTES", "size", "auto", "bytes per transport slot, the executor's slice size (auto: 512K on shared memory, 64K when tcp or UCX crosses hosts, 128K for tcp inside one host, 256K for UCX inside one host through shared memory, 1M for UCX inside one host over tcp alone)"},
       {"BRAID_NSLOTS", "int", "auto", "slots per connection FIFO, the pipeline depth (auto: 8; for UCX inside one host 16 through shared memory, 4 over tcp alone)"},
       {"BRAID_SPIN_US", "int", "-1", "microseconds to spin before yielding while waiting; -1 = auto (less when ranks outnumber cores)"},
       {"BRAID_YIELD_US", "int", "-1", "microseconds to yield before sleeping on a futex or socket; -1 = auto"},

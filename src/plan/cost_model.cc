@@ -51,9 +51,9 @@ Machine machineForLayout(const algorithms::Layout& layout, const std::string& fo
   if (static_cast<int>(m.hostOf.size()) != layout.nranks) m.hostOf.assign(static_cast<size_t>(layout.nranks), 0);
   m.nchannels = std::max<int>(1, static_cast<int>(layout.rings.size()));
   const bool stream = m.nhosts() > 1 || forcedTransport == "tcp";
-  // The communicator's slot geometry: stream transports use 64 KiB slots, memory ones
-  // 512 KiB; roundBytes is half the FIFO.
-  m.ringSlotBytes = stream ? 64 * 1024 : 512 * 1024;
+  // The communicator's slot geometry: stream transports use 64 KiB slots (tcp inside one
+  // host kLocalTcpSlotBytes), memory ones 512 KiB; roundBytes is half the FIFO.
+  m.ringSlotBytes = !stream ? 512 * 1024 : m.nhosts() > 1 ? 64 * 1024 : kLocalTcpSlotBytes;
   m.ringSlots = std::max<int>(2, static_cast<int>(2 * layout.roundBytes / m.ringSlotBytes));
   m.meshSlots = std::max<int>(2, static_cast<int>(2 * layout.smallRoundBytes / m.meshSlotBytes));
   if (!forcedTransport.empty()) m.intra = m.inter = transportLink(forcedTransport);

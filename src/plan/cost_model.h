@@ -57,6 +57,14 @@ struct Machine {
 // communicator's rule (stream slots when the job spans hosts).
 Machine uniformMachine(int nhosts, int ranksPerHost, int nchannels = 1);
 
+// The ring slot of tcp inside one host (BRAID_TRANSPORT=tcp, one host id), where a stream
+// transport elsewhere cuts 64 KiB: a slot moves with one system call each way and there is
+// no network to pipeline over. 128 KiB slots gave 1.10-1.21x the busbw of 64 KiB at 4-64 MiB
+// (allreduce, allgather, reduce-scatter, broadcast, reduce; 2 and 4 ranks), 0.96-1.12x at
+// 256 KiB-1 MiB, streams and alltoall unchanged (docs/performance.md, "tcp inside one host:
+// slots of 128 KiB"). Across hosts the 64 KiB slots stay, measured under the kernel's pacing.
+constexpr size_t kLocalTcpSlotBytes = 128 * 1024;
+
 // The machine a communicator's layout describes, with the communicator's slot geometry
 // (derived from roundBytes, which is half a FIFO) and the per-transport tables: every rank
 // derives the same Machine from the same Layout. `forcedTransport` (BRAID_TRANSPORT), when

@@ -1811,6 +1811,29 @@ TEST_CASE("slots over ucx on one host follow UCX_TLS", "[multiproc][ucx]") {
   }
 }
 
+// Ring slots by transport: shared memory 512 KiB, tcp inside one host 128 KiB, tcp across
+// hosts 64 KiB (a host id per rank), each x 8; a user's BRAID_SLOT_BYTES wins. The results
+// check in every case.
+TEST_CASE("ring slots follow the transport and the hosts", "[multiproc]") {
+  struct Case {
+    const char* env;
+    const char* slots;
+    const char* host;
+  };
+  for (const Case& c : {Case{"BRAID_TRANSPORT=shm", "slots 524288 x 8,", ""},
+                        Case{"BRAID_TRANSPORT=tcp", "slots 131072 x 8,", ""},
+                        Case{"BRAID_TRANSPORT=tcp BRAID_SLOT_BYTES=64K", "slots 65536 x 8,", ""},
+                        Case{"BRAID_TRANSPORT=tcp", "slots 65536 x 8,", "BRAID_HOST_ID=mp-slots-$((BRAID_RANK % 2)) "}}) {
+    INFO(c.env << " " << c.host);
+    Run r = run(braidrun(3, std::string(c.env) + " BRAID_DEBUG=INFO") + "sh -c '" + c.host + "exec " ALLREDUCE_PERF
+                " -b 8 -e 4M -f 8 -n 2 -w 1 -c 1'");
+    INFO(r.out);
+    CHECK(r.status == 0);
+    CHECK(r.out.find(c.slots) != std::string::npos);
+    CHECK(r.out.find("Out of bounds values : 0 OK") != std::string::npos);
+  }
+}
+
 // Through shared memory, over tcp and over tcp the kernel paces (BBR, where this process
 // cannot take UCX's sockets off it), UCX on one host cuts messages differently; both ends of a connection must cut the same, so ranks of one host
 // whose UCX_TLS puts them on different sides fail init, each naming a rank that differs. On

@@ -76,6 +76,13 @@ TEST_CASE("cost model: per-transport links and the communicator's geometry", "[u
   CHECK(m.nchannels == 2);
   CHECK(m.ringSlotBytes == 64 * 1024);
   CHECK(m.ringSlots == 32);
+  CHECK(plan::machineForLayout(l, "tcp").ringSlotBytes == 64 * 1024);
+  // One host: memory slots, or tcp's own when tcp is forced.
+  l.hostOf = {0, 0, 0, 0};
+  CHECK(plan::machineForLayout(l).ringSlotBytes == 512 * 1024);
+  plan::Machine tcp = plan::machineForLayout(l, "tcp");
+  CHECK(tcp.ringSlotBytes == 128 * 1024);
+  CHECK(tcp.ringSlots == 16);
 }
 
 TEST_CASE("cost model: the topology's trees price by their real depth and crossings", "[unit]") {

@@ -478,6 +478,10 @@ Status Communicator::init() {
     }
     userSlotBytes_ = opts_.config.slotBytes;
     userNslots_ = opts_.config.nslots;
+    smallCallSliceBytes_ = slotBytes == plan::kLocalTcpSlotBytes && forced == "tcp" && hosts.size() == 1 &&
+                                   userSlotBytes_ == 0
+                               ? plan::kLocalTcpSmallSliceBytes
+                               : 0;
     if (opts_.config.slotBytes == 0) opts_.config.slotBytes = slotBytes;
     if (opts_.config.nslots == 0) opts_.config.nslots = nslots;
   }
@@ -1404,7 +1408,18 @@ void Communicator::bindSchedule(Op* op, const algorithms::Request& req) {
     if (!op->schedule_->channels[c].steps.empty() || divides || acks) op->channels_.push_back(static_cast<int>(c));
   }
   op->outputBytes_ = algorithms::outputElems(req, rank_, nranks_) * dataTypeSize(req.dtype);
+  op->ringSliceBytes_ = ringSliceFor(req);
   op->comm_ = this;
+}
+
+// Both ends of a connection must cut the same slices, so the choice follows the call's
+// shape, which every rank shares: not for point-to-point groups or alltoallv, whose byte
+// counts differ from rank to rank.
+size_t Communicator::ringSliceFor(const algorithms::Request& req) const {
+  if (smallCallSliceBytes_ == 0 || req.coll == algorithms::Collective::kSendRecv ||
+      req.coll == algorithms::Collective::kAllToAllV)
+    return 0;
+  return algorithms::requestBytes(req, nranks_) <= plan::kLocalTcpSmallCallBytes ? smallCallSliceBytes_ : 0;
 }
 
 Status Communicator::bindBuffers(Op* op, const void* input, void* output, std::vector<void*> extra) {
@@ -1606,7 +1621,7 @@ exec::RunContext Communicator::channelContext(const Op& op, int channel) const {
   exec::RunContext ctx;
   ctx.rank = rank_;
   const bool mesh = op.schedule_->connectionSet == 1;
-  ctx.sliceBytes = mesh ? meshSlotBytes_ : opts_.config.slotBytes;
+  ctx.sliceBytes = mesh ? meshSlotBytes_ : op.ringSliceBytes_ ? op.ringSliceBytes_ : opts_.config.slotBytes;
   ctx.wholeBlockBytes = wholeBlockBytes_;
   ctx.fifoSlots = !ringsRunAhead_ ? 0 : mesh ? kMeshSlots : opts_.config.nslots;
   ctx.tag = op.tag_;

@@ -83,6 +83,9 @@ class Op {
   bool sequenced_ = false;  // a collective (point-to-point groups carry no sequence number)
   bool startedAtQueue_ = false;  // recorded as running when queued (run on the caller's thread)
   size_t outputBytes_ = 0;
+  // The slice the rings cut this call's steps into where it is not the slot (0: the slot;
+  // Communicator::ringSliceFor).
+  size_t ringSliceBytes_ = 0;
   const char* name_ = "";  // the collective's name (a literal): no string to build per call
   std::vector<int> channels_;  // the schedule's channels that have work
   int remaining_ = 0;  // channels still running, guarded by mu_
@@ -407,6 +410,10 @@ class Communicator {
   // a grow included, resolves it from the child's own hosts.
   size_t userSlotBytes_ = 0;
   int userNslots_ = 0;
+  // Slices smaller than the ring slot for small calls (tcp inside one host with automatic
+  // slots: plan::kLocalTcpSlotBytes): what a call of that shape is cut into, 0 = the slot.
+  size_t smallCallSliceBytes_ = 0;
+  size_t ringSliceFor(const algorithms::Request& req) const;
   // Messages of wholeBlocks schedules, when every connection of every rank carries messages
   // larger than a slot (agreed in connect()); 0 = slot-sized slices everywhere.
   size_t wholeBlockBytes_ = 0;

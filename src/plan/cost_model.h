@@ -60,10 +60,15 @@ Machine uniformMachine(int nhosts, int ranksPerHost, int nchannels = 1);
 // The ring slot of tcp inside one host (BRAID_TRANSPORT=tcp, one host id), where a stream
 // transport elsewhere cuts 64 KiB: a slot moves with one system call each way and there is
 // no network to pipeline over. 128 KiB slots gave 1.10-1.21x the busbw of 64 KiB at 4-64 MiB
-// (allreduce, allgather, reduce-scatter, broadcast, reduce; 2 and 4 ranks), 0.96-1.12x at
-// 256 KiB-1 MiB, streams and alltoall unchanged (docs/performance.md, "tcp inside one host:
-// slots of 128 KiB"). Across hosts the 64 KiB slots stay, measured under the kernel's pacing.
+// (allreduce, allgather, reduce-scatter, broadcast, reduce; 2 and 4 ranks), streams and
+// alltoall unchanged, but lost up to 0.73x at 256 KiB (docs/performance.md, "tcp inside one
+// host: slots of 128 KiB"). Across hosts the 64 KiB slots stay, measured under the kernel's pacing.
 constexpr size_t kLocalTcpSlotBytes = 128 * 1024;
+// Calls of at most this many bytes (algorithms::requestBytes) still cut their ring steps into
+// 64 KiB slices there: a step of such a call is a few slots at most, and smaller slices keep
+// it pipelined (2-rank allreduce of 256 KiB: 95 us a call in 64 KiB slices, 131 in 128 KiB).
+constexpr size_t kLocalTcpSmallCallBytes = 1024 * 1024;
+constexpr size_t kLocalTcpSmallSliceBytes = 64 * 1024;
 
 // The machine a communicator's layout describes, with the communicator's slot geometry
 // (derived from roundBytes, which is half a FIFO) and the per-transport tables: every rank

@@ -1786,52 +1786,47 @@ TEST_CASE("UCX_TLS naming nothing usable fails init quoting UCX's reason", "[mul
   CHECK(d.status != 0);
   CHECK(d.out.find("UCX said: network device 'nosuchdev0' is not available") != std::string::npos);
 }
-// UCX on one host takes 256 KiB x 16 slots through shared memory and 1 MiB x 4 over tcp
-// alone (each message above UCX's eager limit then goes by rendezvous); a user's
-// BRAID_SLOT_BYTES and BRAID_NSLOTS win, and across hosts a stream's 64 KiB x 8 apply. The
-// results check either way.
-TEST_CASE("slots over ucx on one host follow UCX_TLS", "[multiproc][ucx]") {
-  struct Case {
-    const char* env;
-    const char* slots;
-    const char* host;  // BRAID_HOST_ID by rank, or nothing: one host
-  };
-  for (const Case& c : {Case{"BRAID_TRANSPORT=ucx", "slots 262144 x 16,", ""},
-                        Case{"BRAID_TRANSPORT=ucx UCX_TLS=tcp", "slots 1048576 x 4,", ""},
-                        Case{"BRAID_TRANSPORT=ucx UCX_TLS=tcp,self", "slots 1048576 x 4,", ""},
-                        Case{"BRAID_TRANSPORT=ucx UCX_TLS=tcp BRAID_SLOT_BYTES=128K BRAID_NSLOTS=6", "slots 131072 x 6,", ""},
-                        Case{"BRAID_TRANSPORT=ucx UCX_TLS=tcp", "slots 65536 x 8,", "BRAID_HOST_ID=mp-slots-$((BRAID_RANK % 2)) "}}) {
-    INFO(c.env << " " << c.host);
-    Run r = run(braidrun(3, std::string(c.env) + " BRAID_DEBUG=INFO") + "sh -c '" + c.host + "exec " ALLREDUCE_PERF
-                " -b 8 -e 4M -f 8 -n 2 -w 1 -c 1'");
-    INFO(r.out);
-    CHECK(r.status == 0);
-    CHECK(r.out.find(c.slots) != std::string::npos);
-    CHECK(r.out.find("Out of bounds values : 0 OK") != std::string::npos);
-  }
+// One case of the slot tests below: 3 ranks run allreduces of 8 B-2 MiB with `env`, each
+// rank under `host` (BRAID_HOST_ID by rank, or nothing: one host); rank 0's INFO line must
+// name `slots` and every result must check.
+struct SlotCase {
+  const char* env;
+  const char* slots;
+  const char* host;
+};
+static void checkSlots(const SlotCase& c) {
+  INFO(c.env << " " << c.host);
+  Run r = run(braidrun(3, std::string(c.env) + " BRAID_DEBUG=INFO") + "sh -c '" + c.host + "exec " ALLREDUCE_PERF
+              " -b 8 -e 4M -f 8 -n 2 -w 1 -c 1'");
+  INFO(r.out);
+  CHECK(r.status == 0);
+  CHECK(r.out.find(c.slots) != std::string::npos);
+  CHECK(r.out.find("Out of bounds values : 0 OK") != std::string::npos);
 }
 
-// Ring slots by transport: shared memory 512 KiB, tcp inside one host 128 KiB, tcp across
-// hosts 64 KiB (a host id per rank), each x 8; a user's BRAID_SLOT_BYTES wins. The results
-// check in every case.
+// UCX on one host takes 256 KiB x 16 slots through shared memory and 1 MiB x 4 over tcp
+// alone (each message above UCX's eager limit then goes by rendezvous); a user's
+// BRAID_SLOT_BYTES and BRAID_NSLOTS win, and across hosts a stream's 64 KiB x 8 apply.
+TEST_CASE("slots over ucx on one host follow UCX_TLS", "[multiproc][ucx]") {
+  for (const SlotCase& c : {SlotCase{"BRAID_TRANSPORT=ucx", "slots 262144 x 16,", ""},
+                            SlotCase{"BRAID_TRANSPORT=ucx UCX_TLS=tcp", "slots 1048576 x 4,", ""},
+                            SlotCase{"BRAID_TRANSPORT=ucx UCX_TLS=tcp,self", "slots 1048576 x 4,", ""},
+                            SlotCase{"BRAID_TRANSPORT=ucx UCX_TLS=tcp BRAID_SLOT_BYTES=128K BRAID_NSLOTS=6",
+                                     "slots 131072 x 6,", ""},
+                            SlotCase{"BRAID_TRANSPORT=ucx UCX_TLS=tcp", "slots 65536 x 8,",
+                                     "BRAID_HOST_ID=mp-slots-$((BRAID_RANK % 2)) "}})
+    checkSlots(c);
+}
+
+// Ring slots by transport: shared memory 512 KiB, tcp inside one host 128 KiB (calls of at
+// most 1 MiB cut into 64 KiB slices in them, the rest whole: the sizes cross that line), tcp
+// across hosts 64 KiB (a host id per rank), each x 8; a user's BRAID_SLOT_BYTES wins.
 TEST_CASE("ring slots follow the transport and the hosts", "[multiproc]") {
-  struct Case {
-    const char* env;
-    const char* slots;
-    const char* host;
-  };
-  for (const Case& c : {Case{"BRAID_TRANSPORT=shm", "slots 524288 x 8,", ""},
-                        Case{"BRAID_TRANSPORT=tcp", "slots 131072 x 8,", ""},
-                        Case{"BRAID_TRANSPORT=tcp BRAID_SLOT_BYTES=64K", "slots 65536 x 8,", ""},
-                        Case{"BRAID_TRANSPORT=tcp", "slots 65536 x 8,", "BRAID_HOST_ID=mp-slots-$((BRAID_RANK % 2)) "}}) {
-    INFO(c.env << " " << c.host);
-    Run r = run(braidrun(3, std::string(c.env) + " BRAID_DEBUG=INFO") + "sh -c '" + c.host + "exec " ALLREDUCE_PERF
-                " -b 8 -e 4M -f 8 -n 2 -w 1 -c 1'");
-    INFO(r.out);
-    CHECK(r.status == 0);
-    CHECK(r.out.find(c.slots) != std::string::npos);
-    CHECK(r.out.find("Out of bounds values : 0 OK") != std::string::npos);
-  }
+  for (const SlotCase& c : {SlotCase{"BRAID_TRANSPORT=shm", "slots 524288 x 8,", ""},
+                            SlotCase{"BRAID_TRANSPORT=tcp", "slots 131072 x 8,", ""},
+                            SlotCase{"BRAID_TRANSPORT=tcp BRAID_SLOT_BYTES=64K", "slots 65536 x 8,", ""},
+                            SlotCase{"BRAID_TRANSPORT=tcp", "slots 65536 x 8,", "BRAID_HOST_ID=mp-slots-$((BRAID_RANK % 2)) "}})
+    checkSlots(c);
 }
 
 // Through shared memory, over tcp and over tcp the kernel paces (BBR, where this process

@@ -478,10 +478,8 @@ Status Communicator::init() {
     }
     userSlotBytes_ = opts_.config.slotBytes;
     userNslots_ = opts_.config.nslots;
-    smallCallSliceBytes_ = slotBytes == plan::kLocalTcpSlotBytes && forced == "tcp" && hosts.size() == 1 &&
-                                   userSlotBytes_ == 0
-                               ? plan::kLocalTcpSmallSliceBytes
-                               : 0;
+    smallCallSliceBytes_ =
+        hosts.size() == 1 && forced == "tcp" && userSlotBytes_ == 0 ? plan::kLocalTcpSmallSliceBytes : 0;
     if (opts_.config.slotBytes == 0) opts_.config.slotBytes = slotBytes;
     if (opts_.config.nslots == 0) opts_.config.nslots = nslots;
   }

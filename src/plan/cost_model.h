@@ -60,9 +60,10 @@ Machine uniformMachine(int nhosts, int ranksPerHost, int nchannels = 1);
 // The ring slot of tcp inside one host (BRAID_TRANSPORT=tcp, one host id), where a stream
 // transport elsewhere cuts 64 KiB: a slot moves with one system call each way and there is
 // no network to pipeline over. 128 KiB slots gave 1.02-1.21x the busbw of 64 KiB at 4-64 MiB
-// (allreduce, allgather, reduce-scatter 1.02-1.21x, broadcast 1.02-1.11x, reduce 0.98-1.17x;
-// 2 and 4 ranks), streams and alltoall unchanged, but lost up to 0.73x at 256 KiB (docs/performance.md, "tcp inside one
-// host: slots of 128 KiB"). Across hosts the 64 KiB slots stay, measured under the kernel's pacing.
+// (allreduce, allgather and reduce-scatter 1.02-1.21x, broadcast 1.02-1.11x, reduce
+// 0.98-1.17x; 2 and 4 ranks), streams and alltoall unchanged, but up to 0.73x at 256 KiB,
+// which the small-call slices below take back (docs/performance.md, "tcp inside one host:
+// slots of 128 KiB"). Across hosts the 64 KiB slots stay, measured under the kernel's pacing.
 constexpr size_t kLocalTcpSlotBytes = 128 * 1024;
 // Calls of at most this many bytes (algorithms::requestBytes) still cut their ring steps into
 // 64 KiB slices there: a step of such a call is a few slots at most, and smaller slices keep

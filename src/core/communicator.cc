@@ -2288,12 +2288,31 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::shrink(const std::vector<i
     survivors.push_back(r);
     keys.push_back(key(base + "/x/" + std::to_string(r)));
   }
+  // A survivor on another host has no pid to watch: the store's gone/ mark (its connection
+  // ended) tells, read at most every kStoreCheckPeriodNs. One that published its list
+  // before it died is left to the new communicator's join, which names it.
+  int64_t nextGoneCheck = 0;
   auto watch = [&]() -> Status {
     for (int r : survivors) {
       if (peerExited(r))
         return Status(Code::kRemoteError,
                       "rank " + std::to_string(r) + " (pid " + std::to_string(peers_[r].pid) + " on host " +
                           peers_[r].hostId + ") exited during shrink; shrink again without it",
+                      r);
+    }
+    if (nowNanos() < nextGoneCheck) return Status::ok();
+    nextGoneCheck = nowNanos() + kStoreCheckPeriodNs;
+    for (size_t i = 0; i < survivors.size(); ++i) {
+      const int r = survivors[i];
+      if (r == rank_) continue;
+      auto gone = store_->check({key("gone/" + std::to_string(r))}, graceDeadline());
+      if (!gone.isOk() || !gone.value()) continue;  // a lost store shows in the wait itself
+      auto listed = store_->check({keys[i]}, graceDeadline());
+      if (listed.isOk() && !listed.value())
+        return Status(Code::kRemoteError,
+                      "rank " + std::to_string(r) + " (host " + peers_[r].hostId +
+                          ") left the job's store during shrink: its process ended; agree and shrink again "
+                          "without it",
                       r);
     }
     return Status::ok();

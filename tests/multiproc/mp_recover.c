@@ -2,7 +2,9 @@
  * MP_VICTIMS="R:S[:MODE],..." makes rank R (its rank at start) kill itself (MODE kill, the
  * default) or stop itself (stop) when it reaches global step S, or kill itself after that
  * step's allreduce succeeded and before it votes (novote: no survivor's collective sees it
- * go, only the agreement), or kill itself 300 ms after it reached step S (late: after a victim
+ * go, only the agreement), or kill itself after a vote at step S that counted failed ranks,
+ * before it joins the shrink (noshrink: the survivors' shrink waits for a rank that the vote
+ * counted alive), or kill itself 300 ms after it reached step S (late: after a victim
  * stopped at the same step, when that is rank 0, serving the store, the store's standby has
  * not taken over yet). MP_HOST_PER_RANK=1 gives every rank a host of its own
  * (BRAID_HOST_ID), as if each ran on another machine: no shared memory, no pidfd to watch.
@@ -29,7 +31,9 @@
  * Each survivor prints
  *   SHRUNK rank=R step=S from=N to=M failed=F1,F2 ms=T mono_ms=M
  * per shrink (T: from the vote to the new communicator; M: when, on the host's monotonic
- * clock, which the victim's "FAULT rank=R step=S mono_ms=M" line also uses), then
+ * clock, which the victim's "FAULT rank=R step=S mono_ms=M" line also uses; a shrink that
+ * fails because a rank the vote counted alive died before joining it prints "SHRINKFAIL
+ * rank=R step=S: why", and the step is voted again), then
  *   FINAL rank=R newrank=Q size=M steps=S checksum=C match=1 same=1
  * and, once braidCommDestroy returned, "DESTROYED rank=R ms=T" (what the destroy took: the
  * rank serving the store waits there for the others to leave), and exits 0; a rank that
@@ -49,22 +53,27 @@ static double nowMs(void) {
   return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-/* The fault this rank injects at `step`, if any: 0 none, 1 kill, 2 stop, 3 kill before voting. */
+/* The fault this rank injects at `step`, if any: 0 none, 1 kill, 2 stop, 3 kill before voting,
+ * 4 late, 5 kill before shrinking. */
 static int faultAt(int rank, int step) {
   const char* v = getenv("MP_VICTIMS");
   if (!v) return 0;
   while (*v) {
     int r = -1, s = -1, n = 0;
-    char mode[8] = "kill";
+    char mode[16] = "kill";
     if (sscanf(v, "%d:%d%n", &r, &s, &n) < 2) return 0;
     v += n;
     if (*v == ':') {
       int m = 0;
-      if (sscanf(v, ":%7[a-z]%n", mode, &m) < 1) return 0;
+      if (sscanf(v, ":%15[a-z]%n", mode, &m) < 1) return 0;
       v += m;
     }
     if (r == rank && s == step)
-      return strcmp(mode, "stop") == 0 ? 2 : strcmp(mode, "novote") == 0 ? 3 : strcmp(mode, "late") == 0 ? 4 : 1;
+      return strcmp(mode, "stop") == 0       ? 2
+             : strcmp(mode, "novote") == 0   ? 3
+             : strcmp(mode, "late") == 0     ? 4
+             : strcmp(mode, "noshrink") == 0 ? 5
+                                             : 1;
     if (*v == ',') ++v;
   }
   return 0;
@@ -179,7 +188,7 @@ int main(int argc, char** argv) {
   for (int s = 0; s < steps; ++s)
     for (size_t j = 0; j < count; ++j) expect[j] -= 0.5f * grad(s, j);
 
-  int step = 0, retries = 0;
+  int step = 0, retries = 0, shrinkRetries = 0;
   const int stepMs = getenv("MP_STEP_MS") ? atoi(getenv("MP_STEP_MS")) : 0;
   double state[2] = {0, 0};
   if (joiner) {
@@ -224,6 +233,11 @@ int main(int argc, char** argv) {
     int nfailed = 0;
     braidCommGetFailedRanks(comm, failed, nranks, &nfailed);
     const int ok = vote & 1;
+    if (fault == 5 && (!ok || nfailed > 0)) {
+      printf("FAULT rank=%d step=%d mono_ms=%.3f\n", origRank, step, nowMs());
+      fflush(stdout);
+      raise(SIGKILL);
+    }
     if (ok && nfailed == 0) {
       for (size_t j = 0; j < count; ++j) params[j] -= 0.5f * buf[j];
       ++step;
@@ -294,7 +308,16 @@ int main(int argc, char** argv) {
     if (nfailed == 0 && ++retries > 3) return fail(origRank, "allreduce", rc, comm);
     braidComm_t next = NULL;
     braidResult_t src = braidCommShrink(comm, failed, nfailed, &next, BRAID_SHRINK_ABORT);
+    if (src == braidRemoteError && ++shrinkRetries <= 3) {
+      /* A rank the vote counted alive died before it joined the shrink: the step is voted
+       * again (the shrink revoked the communicator, so its allreduce fails at once), and
+       * that vote counts it too. */
+      printf("SHRINKFAIL rank=%d step=%d: %s\n", origRank, step, braidGetLastError(comm));
+      fflush(stdout);
+      continue;
+    }
     if (src != braidSuccess) return fail(origRank, "shrink", src, comm);
+    shrinkRetries = 0;
     braidCommDestroy(comm);
     comm = next;
     int newSize = 0;

@@ -1173,6 +1173,31 @@ TEST_CASE("an agreement counts a remote rank that died outside any collective as
   CHECK(std::distance(std::sregex_iterator(r.out.begin(), r.out.end(), fin), std::sregex_iterator()) == 2);
 }
 
+// Two ranks on other hosts die a moment apart: rank 3 before its step, rank 2 after the vote
+// that counted only rank 3, before it joins the shrink. The survivors' shrink waits for rank
+// 2's list; with no pidfd across hosts, the store's mark of its closed connection fails the
+// shrink at once, naming rank 2, and the survivors vote again and shrink without both. Before
+// the shrink read that mark it waited out BRAID_TIMEOUT (10 s) and failed every survivor.
+TEST_CASE("a rank that dies between the vote and the shrink fails the shrink at once, and a second vote drops it",
+          "[multiproc][recovery]") {
+  Run r = run("MP_HOST_PER_RANK=1 MP_VICTIMS=3:4,2:4:noshrink BRAID_TIMEOUT=10 BRAIDRUN_GRACE_SEC=5 " BRAIDRUN
+              " -np 4 --min-np 2 --timeout 120 " MP_DIR "/mp_recover 10 2>&1");
+  INFO(r.out);
+  CHECK(r.status == 0);
+  CHECK(r.out.find("ERROR") == std::string::npos);
+  std::regex failedShrink(R"(SHRINKFAIL rank=[01] step=4: .*rank 2 \(host mp-host-2\) left the job's store during shrink)");
+  CHECK(std::distance(std::sregex_iterator(r.out.begin(), r.out.end(), failedShrink), std::sregex_iterator()) == 2);
+  std::regex shrunk(R"(SHRUNK rank=[01] step=4 from=4 to=2 failed=2,3 ms=(\d+))");
+  int n = 0;
+  for (auto it = std::sregex_iterator(r.out.begin(), r.out.end(), shrunk); it != std::sregex_iterator(); ++it) {
+    ++n;
+    CHECK(std::stol((*it)[1]) < 5000);
+  }
+  CHECK(n == 2);
+  std::regex fin(R"(FINAL rank=[01] newrank=[01] size=2 steps=10 checksum=\S+ match=1 same=1)");
+  CHECK(std::distance(std::sregex_iterator(r.out.begin(), r.out.end(), fin), std::sregex_iterator()) == 2);
+}
+
 // braidrun --max-np starts a replacement for each lost rank; the running ranks admit it at
 // the next step (braidCommGrowJoiners) and hand it the step and the parameters, so the job
 // ends at full size, every step done once, every rank with the failure-free parameters.

@@ -236,7 +236,9 @@ braidResult_t braidGroupStart(void);
 braidResult_t braidGroupEnd(void);
 
 /* Splits `comm` as MPI_Comm_split: ranks passing the same color form *newcomm, ranked by
- * (key, rank in comm). color BRAID_SPLIT_NOCOLOR gives *newcomm = NULL. Collective over comm. */
+ * (key, rank in comm). color BRAID_SPLIT_NOCOLOR gives *newcomm = NULL. Collective over comm;
+ * a rank of comm that ended before it joined fails it with braidRemoteError naming that rank
+ * (at once on its host, within about 200 ms elsewhere): shrink comm without it first. */
 #define BRAID_SPLIT_NOCOLOR (-1)
 braidResult_t braidCommSplit(braidComm_t comm, int color, int key, braidComm_t* newcomm);
 

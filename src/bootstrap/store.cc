@@ -36,16 +36,16 @@ StatusOr<std::vector<std::string>> Store::multiGet(const std::vector<std::string
   return values;
 }
 
-namespace {
+std::string allGatherKey(const std::string& prefix, int r) { return prefix + "/" + std::to_string(r); }
 
-std::string rankKey(const std::string& prefix, int r) { return prefix + "/" + std::to_string(r); }
+namespace {
 
 // Turns a timed-out gather into a report that names who is missing: the store only knows
 // keys, but the caller (and the user reading the message) thinks in ranks.
 Status missingRanks(Store& store, const std::string& prefix, int nranks, const Status& timeout) {
   std::vector<int> missing;
   for (int r = 0; r < nranks; ++r) {
-    auto present = store.check({rankKey(prefix, r)});
+    auto present = store.check({allGatherKey(prefix, r)});
     if (!present.isOk()) return timeout;  // the store itself is gone; keep the first error
     if (!present.value()) missing.push_back(r);
   }
@@ -78,10 +78,10 @@ StatusOr<std::vector<std::string>> allGather(Store& store, const std::string& pr
   if (nranks < 1 || rank < 0 || rank >= nranks)
     return invalidArgument("allGather '" + prefix + "': rank " + std::to_string(rank) + " is outside [0, " +
                            std::to_string(nranks) + ")");
-  BRAID_RETURN_IF_ERROR(store.set(rankKey(prefix, rank), value));
+  BRAID_RETURN_IF_ERROR(store.set(allGatherKey(prefix, rank), value));
   std::vector<std::string> keys;
   keys.reserve(static_cast<size_t>(nranks));
-  for (int r = 0; r < nranks; ++r) keys.push_back(rankKey(prefix, r));
+  for (int r = 0; r < nranks; ++r) keys.push_back(allGatherKey(prefix, r));
   // Each slice asks for every key again: with many ranks, slices grow (at most 2 s) so that
   // the waiting ranks do not flood the store.
   const double sliceSec = std::min(2.0, kPollSec * std::max(1.0, nranks / 64.0));

@@ -90,6 +90,9 @@ class Store {
   virtual LiveRoot liveRoot() { return {}; }
 };
 
+// The key allGather publishes rank `r`'s value under: "<prefix>/<r>".
+std::string allGatherKey(const std::string& prefix, int r);
+
 // Every rank's `value` for `prefix`, in rank order, once all `nranks` have published.
 // Blocks until then or `deadline`; on timeout the Status is kTimeout naming the first rank
 // that has not published (Status::rank()). Each rank sets "<prefix>/<rank>".

@@ -927,6 +927,33 @@ bool Communicator::peerExited(int r) const {
   return ::poll(&p, 1, 0) > 0;
 }
 
+Status Communicator::memberEnded(const std::vector<int>& members, const std::vector<std::string>& keys,
+                                 int64_t* nextStoreCheck, const std::string& during, const std::string& advice) {
+  // A member on another host has no pid to watch: the store marks it gone when its
+  // connection ends.
+  const bool askStore = nowNanos() >= *nextStoreCheck;
+  if (askStore) *nextStoreCheck = nowNanos() + kStoreCheckPeriodNs;
+  for (size_t i = 0; i < members.size(); ++i) {
+    const int r = members[i];
+    if (r == rank_) continue;
+    const bool exited = peerExited(r);
+    if (!exited) {
+      if (!askStore) continue;
+      auto gone = store_->check({key("gone/" + std::to_string(r))}, graceDeadline());
+      if (!gone.isOk() || !gone.value()) continue;  // a lost store shows in the wait itself
+    }
+    // One that published and then ended (it failed on another member, say) is not what
+    // this wait waits for.
+    auto published = store_->check({keys[i]}, graceDeadline());
+    if (!published.isOk() || published.value()) continue;
+    const std::string who = "rank " + std::to_string(r) +
+                            (exited ? " (pid " + std::to_string(peers_[r].pid) + " on host " + peers_[r].hostId + ") exited "
+                                    : " (host " + peers_[r].hostId + ") left the job's store ");
+    return Status(Code::kRemoteError, who + during + (exited ? "; " : ": its process ended; ") + advice, r);
+  }
+  return Status::ok();
+}
+
 // A joining rank whose connection to the store ended ("init-gone", counted by the store):
 // named by its gone/ mark.
 Status Communicator::initGoneCheck(Deadline deadline) {
@@ -2204,9 +2231,23 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::split(int color, int sortK
   Deadline deadline = Deadline::after(cfg.timeoutSec);
   const std::string base = "split" + std::to_string(splitSeq_++);
   // Everyone learns everyone's (color, key) through the store: a split is rare, and this
-  // keeps it independent of the data path's state.
-  BRAID_ASSIGN_OR_RETURN(auto all, bootstrap::allGather(*store_, key(base + "/ck"), rank_, nranks_,
-                                                        std::to_string(color) + " " + std::to_string(sortKey), deadline));
+  // keeps it independent of the data path's state. A rank that ended before it published
+  // fails the split at once, not at the timeout.
+  const std::string gather = key(base + "/ck");
+  std::vector<int> everyone;
+  std::vector<std::string> keys;
+  for (int r = 0; r < nranks_; ++r) {
+    everyone.push_back(r);
+    keys.push_back(bootstrap::allGatherKey(gather, r));
+  }
+  int64_t nextGoneCheck = 0;
+  BRAID_ASSIGN_OR_RETURN(auto all, bootstrap::allGather(*store_, gather, rank_, nranks_,
+                                                        std::to_string(color) + " " + std::to_string(sortKey), deadline,
+                                                        [&] {
+                                                          return memberEnded(everyone, keys, &nextGoneCheck,
+                                                                             "before it joined the split",
+                                                                             "shrink the communicator without it first");
+                                                        }));
   if (color < 0) return std::unique_ptr<Communicator>();
   std::vector<std::pair<int, int>> members;  // (key, old rank)
   for (int r = 0; r < nranks_; ++r) {
@@ -2288,34 +2329,11 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::shrink(const std::vector<i
     survivors.push_back(r);
     keys.push_back(key(base + "/x/" + std::to_string(r)));
   }
-  // A survivor on another host has no pid to watch: the store's gone/ mark (its connection
-  // ended) tells, read at most every kStoreCheckPeriodNs. One that published its list
-  // before it died is left to the new communicator's join, which names it.
+  // One that published its list before it died is left to the new communicator's join,
+  // which names it.
   int64_t nextGoneCheck = 0;
   auto watch = [&]() -> Status {
-    for (int r : survivors) {
-      if (peerExited(r))
-        return Status(Code::kRemoteError,
-                      "rank " + std::to_string(r) + " (pid " + std::to_string(peers_[r].pid) + " on host " +
-                          peers_[r].hostId + ") exited during shrink; shrink again without it",
-                      r);
-    }
-    if (nowNanos() < nextGoneCheck) return Status::ok();
-    nextGoneCheck = nowNanos() + kStoreCheckPeriodNs;
-    for (size_t i = 0; i < survivors.size(); ++i) {
-      const int r = survivors[i];
-      if (r == rank_) continue;
-      auto gone = store_->check({key("gone/" + std::to_string(r))}, graceDeadline());
-      if (!gone.isOk() || !gone.value()) continue;  // a lost store shows in the wait itself
-      auto listed = store_->check({keys[i]}, graceDeadline());
-      if (listed.isOk() && !listed.value())
-        return Status(Code::kRemoteError,
-                      "rank " + std::to_string(r) + " (host " + peers_[r].hostId +
-                          ") left the job's store during shrink: its process ended; agree and shrink again "
-                          "without it",
-                      r);
-    }
-    return Status::ok();
+    return memberEnded(survivors, keys, &nextGoneCheck, "during shrink", "agree and shrink again without it");
   };
   Status waited = bootstrap::waitPolling(*store_, keys, deadline, watch);
   if (!waited.isOk()) {

@@ -19,7 +19,8 @@
  * wait for it inside the join when the victim dies.
  * MP_COLL picks the collective (allreduce, the default; broadcast, allgather, reduce_scatter,
  * alltoall, and reduce, gather, scatter with the root moving as broadcast's; sendrecv, a ring
- * exchange in one group: a send to the next rank and a receive from the previous); MP_CHECK=1
+ * exchange in one group: a send to the next rank and a receive from the previous; split, a
+ * braidCommSplit into even and odd ranks whose halves are destroyed at once); MP_CHECK=1
  * checks every result, reduce's and gather's at the root (a wrong one prints "WRONG rank=R
  * iter=I" and exits 2). The victim prints "FAULT rank=R mono_ms=T" just before its fault, T on the host's
  * monotonic clock, which the survivors' RESULT lines also carry (scripts/chaos.sh measures
@@ -136,7 +137,11 @@ int main(int argc, char** argv) {
     else if (!strcmp(coll, "reduce")) r = braidReduce(in, out, count, braidFloat32, braidSum, i % nranks, comm, NULL);
     else if (!strcmp(coll, "gather")) r = braidGather(in, out, count, braidFloat32, i % nranks, comm, NULL);
     else if (!strcmp(coll, "scatter")) r = braidScatter(in, out, count, braidFloat32, i % nranks, comm, NULL);
-    else if (!strcmp(coll, "sendrecv")) {
+    else if (!strcmp(coll, "split")) {
+      braidComm_t half = NULL;
+      r = braidCommSplit(comm, rank % 2, rank, &half);
+      if (half) braidCommDestroy(half);
+    } else if (!strcmp(coll, "sendrecv")) {
       braidGroupStart();
       braidSend(in, count, braidFloat32, (rank + 1) % nranks, comm, NULL);
       braidRecv(out, count, braidFloat32, (rank + nranks - 1) % nranks, comm, NULL);

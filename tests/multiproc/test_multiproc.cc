@@ -679,6 +679,24 @@ TEST_CASE("a killed rank is reported by every survivor", "[multiproc][chaos]") {
   }
 }
 
+// A rank that dies before a split: every survivor's braidCommSplit fails with
+// braidRemoteError naming it, at once, on one host (its pid) and with a host per rank (the
+// store's mark of its closed connection), not at BRAID_TIMEOUT (20 s here) as before the
+// split watched its members.
+TEST_CASE("a rank killed before a split fails every survivor's split at once", "[multiproc][chaos]") {
+  for (bool hosts : {false, true}) {
+    INFO((hosts ? "a host per rank" : "one host"));
+    const std::string prog = hosts ? "sh -c 'BRAID_HOST_ID=fakehost$BRAID_RANK exec " MP_DIR "/mp_fault kill 2 5'"
+                                   : MP_DIR "/mp_fault kill 2 5";
+    Run r = run(braidrun(4, "BRAIDRUN_GRACE_SEC=20 BRAID_TIMEOUT=20 MP_COLL=split") + prog);
+    INFO(r.out);
+    CHECK(r.status != 0);
+    checkSurvivors(r.out, 3, kRemoteError, 2, 0, 5000);
+    CHECK(r.out.find(hosts ? "rank 2 (host fakehost2) left the job's store before it joined the split"
+                           : "exited before it joined the split") != std::string::npos);
+  }
+}
+
 // A rank killed during init may leave shared-memory segments that no peer mapped yet; their
 // names carry the creator's pid, and braidrun removes them when the rank exits abnormally.
 TEST_CASE("braidrun removes the shared-memory segments a killed rank left", "[multiproc][chaos]") {

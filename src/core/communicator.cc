@@ -857,7 +857,8 @@ Status Communicator::exchangePeers() {
       }
     }
     BRAID_RETURN_IF_ERROR(initGoneCheck(deadline));  // ranks on other hosts (and, later, this one's)
-    return launcherExitCheck(deadline);              // ranks that never reached the store
+    BRAID_RETURN_IF_ERROR(launcherExitCheck(deadline));  // ranks that never reached the store
+    return opts_.joinWatch ? opts_.joinWatch() : Status::ok();
   };
   const std::string mySettings = jobSettings(cfg, nranks_);
   BRAID_ASSIGN_OR_RETURN(auto all, bootstrap::allGather(*store_, key("peer"), rank_, nranks_,
@@ -994,6 +995,7 @@ Status Communicator::initPoll(Deadline deadline) {
   }
   BRAID_RETURN_IF_ERROR(initGoneCheck(deadline));  // ranks on other hosts, no pid to watch
   BRAID_RETURN_IF_ERROR(launcherExitCheck(deadline));  // ranks that never reached the store
+  if (opts_.joinWatch) BRAID_RETURN_IF_ERROR(opts_.joinWatch());
   return abortRecord(deadline);
 }
 
@@ -2628,7 +2630,25 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::grow(uint64_t token, int n
   child.authKey = opts_.authKey;
   child.storeOwnerRank = opts_.storeOwnerRank;
   child.keyPrefix = g.prefix;
+  // An old rank that ended before it joined (after the vote that admitted the joiners, say)
+  // never publishes its record there, and the grown communicator knows nothing of it yet:
+  // this one's pid and gone/ mark fail the join at once, naming it. Old ranks keep their
+  // numbers.
+  std::vector<int> old;
+  std::vector<std::string> records;
+  for (int r = 0; r < nranks_; ++r) {
+    old.push_back(r);
+    records.push_back(bootstrap::allGatherKey(g.prefix + "/peer", r));
+  }
+  // The grown communicator keeps the watch; it stops referring to this one once joined.
+  auto joining = std::make_shared<std::atomic<bool>>(true);
+  child.joinWatch = [this, old, records, joining, next = std::make_shared<int64_t>(0)]() -> Status {
+    if (!joining->load()) return Status::ok();
+    return memberEnded(old, records, next.get(), "before it joined the grown communicator",
+                       "agree and shrink without it, then grow");
+  };
   auto made = create(store_, rank_, newSize, std::move(child));
+  joining->store(false);
   if (made.isOk()) made.value()->epoch_ = g.epoch;
   return made;
 }

@@ -119,6 +119,9 @@ struct CommOptions {
   // variable of its own, a crash before init, a wrong program) fails the others' joins at
   // once, naming it, instead of at the timeout.
   bool launcherMarksExits = false;
+  // Run at every poll while joining, besides the join's own checks (a grow's old ranks
+  // watching one another through the communicator they grow from).
+  std::function<Status()> joinWatch;
 };
 
 class Communicator {

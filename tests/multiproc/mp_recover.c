@@ -4,7 +4,8 @@
  * step's allreduce succeeded and before it votes (novote: no survivor's collective sees it
  * go, only the agreement), or kill itself after a vote at step S that counted failed ranks,
  * before it joins the shrink (noshrink: the survivors' shrink waits for a rank that the vote
- * counted alive), or kill itself 300 ms after it reached step S (late: after a victim
+ * counted alive), or kill itself before the first grow after step S (nogrow: the others
+ * wait for it in the grown communicator), or kill itself 300 ms after it reached step S (late: after a victim
  * stopped at the same step, when that is rank 0, serving the store, the store's standby has
  * not taken over yet). MP_HOST_PER_RANK=1 gives every rank a host of its own
  * (BRAID_HOST_ID), as if each ran on another machine: no shared memory, no pidfd to watch.
@@ -54,7 +55,7 @@ static double nowMs(void) {
 }
 
 /* The fault this rank injects at `step`, if any: 0 none, 1 kill, 2 stop, 3 kill before voting,
- * 4 late, 5 kill before shrinking. */
+ * 4 late, 5 kill before shrinking, 6 kill before growing. */
 static int faultAt(int rank, int step) {
   const char* v = getenv("MP_VICTIMS");
   if (!v) return 0;
@@ -73,6 +74,7 @@ static int faultAt(int rank, int step) {
              : strcmp(mode, "novote") == 0   ? 3
              : strcmp(mode, "late") == 0     ? 4
              : strcmp(mode, "noshrink") == 0 ? 5
+             : strcmp(mode, "nogrow") == 0   ? 6
                                              : 1;
     if (*v == ',') ++v;
   }
@@ -250,6 +252,13 @@ int main(int argc, char** argv) {
       if (!(vote & 2) || growNow) {
         braidComm_t grown = NULL;
         braidResult_t grc;
+        int nogrow = 0; /* the first grow at or after its step */
+        for (int s = 0; s < step && !nogrow; ++s) nogrow = faultAt(origRank, s) == 6;
+        if (nogrow) {
+          printf("FAULT rank=%d step=%d mono_ms=%.3f\n", origRank, step - 1, nowMs());
+          fflush(stdout);
+          raise(SIGKILL);
+        }
         if (growNow) {
           braidUniqueId gid;
           memset(&gid, 0, sizeof gid);

@@ -1216,6 +1216,25 @@ TEST_CASE("a rank that dies between the vote and the shrink fails the shrink at 
   CHECK(std::distance(std::sregex_iterator(r.out.begin(), r.out.end(), fin), std::sregex_iterator()) == 2);
 }
 
+// A rank on another host that dies after the vote that admits a replacement, before it joins
+// the grown communicator: the others' grow fails at once, naming it (the communicator they
+// grow from has its gone/ mark), not at BRAID_TIMEOUT (15 s here) as before; they shrink it
+// away, admit the replacements and finish every step at full size. The replacement being
+// admitted fails with them and braidrun starts another.
+TEST_CASE("a rank that dies before a grow fails the grow at once, and the job still ends at full size",
+          "[multiproc][recovery]") {
+  Run r = run("MP_HOST_PER_RANK=1 MP_STEP_MS=50 MP_VICTIMS=3:2,2:2:nogrow BRAID_TIMEOUT=15 BRAIDRUN_GRACE_SEC=5 " BRAIDRUN
+              " -np 4 --min-np 2 --max-np 4 --timeout 120 " MP_DIR "/mp_recover 40 2>&1");
+  INFO(r.out);
+  CHECK(r.status == 0);
+  std::regex growFail(
+      R"(GROWFAIL rank=[01] step=\d+: .*rank 2 \(host mp-host-2\) left the job's store before it joined the grown communicator)");
+  CHECK(std::distance(std::sregex_iterator(r.out.begin(), r.out.end(), growFail), std::sregex_iterator()) == 2);
+  CHECK(r.out.find("timed out") == std::string::npos);
+  std::regex fin(R"(FINAL rank=\d+ newrank=\d+ size=4 steps=40 checksum=\S+ match=1 same=1)");
+  CHECK(std::distance(std::sregex_iterator(r.out.begin(), r.out.end(), fin), std::sregex_iterator()) == 4);
+}
+
 // braidrun --max-np starts a replacement for each lost rank; the running ranks admit it at
 // the next step (braidCommGrowJoiners) and hand it the step and the parameters, so the job
 // ends at full size, every step done once, every rank with the failure-free parameters.

@@ -1915,6 +1915,19 @@ bool fromHex(const std::string& s, char* out, size_t n) {
 
 StatusOr<std::unique_ptr<Session>> Session::joinAsReplacement(std::shared_ptr<bootstrap::Store> store,
                                                                const core::Config& cfg) {
+  // A grow that fails on another's account (a running rank died before it joined: the
+  // running ranks shrink it away and grow again) leaves this replacement as good as before:
+  // it waits to be admitted again, with a new ticket, rather than end.
+  for (int attempt = 1;; ++attempt) {
+    auto joined = joinOnce(store, cfg);
+    if (joined.isOk() || joined.status().code() != Code::kRemoteError || attempt == kJoinAttempts) return joined;
+    BRAID_WARN("replacement: admission %d of %d failed (%s); waiting to be admitted again", attempt, kJoinAttempts,
+               joined.status().message().c_str());
+  }
+}
+
+StatusOr<std::unique_ptr<Session>> Session::joinOnce(std::shared_ptr<bootstrap::Store> store,
+                                                     const core::Config& cfg) {
   Deadline deadline = Deadline::after(cfg.timeoutSec);
   BRAID_ASSIGN_OR_RETURN(int64_t ticket, store->add(kJoiners, 1, deadline));
   const std::string admitKey = joinerKey(ticket) + "/admit";

@@ -209,8 +209,13 @@ class Session {
                                                          const core::Config& cfg, const Status& configError = Status());
   // BRAID_ELASTIC_JOIN=1 (a replacement braidrun started): waits to be admitted, then joins.
   // The admission's grow id names the store this process reached through the environment.
+  // An admission whose grow fails with a remote error (a running rank died before joining
+  // it) is waited for again, up to kJoinAttempts admissions in all.
   static StatusOr<std::unique_ptr<Session>> joinAsReplacement(std::shared_ptr<bootstrap::Store> store,
                                                               const core::Config& cfg);
+  static constexpr int kJoinAttempts = 3;
+  // One admission: draws a ticket, waits for the running ranks to admit it, joins the grow.
+  static StatusOr<std::unique_ptr<Session>> joinOnce(std::shared_ptr<bootstrap::Store> store, const core::Config& cfg);
   // Rank 0 of growJoiners: the tickets of the replacements to admit now (those found dead
   // are marked gone); every ticket walked is counted settled.
   StatusOr<std::vector<int64_t>> settleJoiners();

@@ -1220,7 +1220,7 @@ TEST_CASE("a rank that dies between the vote and the shrink fails the shrink at 
 // the grown communicator: the others' grow fails at once, naming it (the communicator they
 // grow from has its gone/ mark), not at BRAID_TIMEOUT (15 s here) as before; they shrink it
 // away, admit the replacements and finish every step at full size. The replacement being
-// admitted fails with them and braidrun starts another.
+// admitted waits to be admitted again instead of ending: two ranks lost, two replacements.
 TEST_CASE("a rank that dies before a grow fails the grow at once, and the job still ends at full size",
           "[multiproc][recovery]") {
   Run r = run("MP_HOST_PER_RANK=1 MP_STEP_MS=50 MP_VICTIMS=3:2,2:2:nogrow BRAID_TIMEOUT=15 BRAIDRUN_GRACE_SEC=5 " BRAIDRUN
@@ -1231,6 +1231,8 @@ TEST_CASE("a rank that dies before a grow fails the grow at once, and the job st
       R"(GROWFAIL rank=[01] step=\d+: .*rank 2 \(host mp-host-2\) left the job's store before it joined the grown communicator)");
   CHECK(std::distance(std::sregex_iterator(r.out.begin(), r.out.end(), growFail), std::sregex_iterator()) == 2);
   CHECK(r.out.find("timed out") == std::string::npos);
+  CHECK(r.out.find("ERROR") == std::string::npos);
+  CHECK(r.out.find("2 lost, 2 replacement(s) started") != std::string::npos);
   std::regex fin(R"(FINAL rank=\d+ newrank=\d+ size=4 steps=40 checksum=\S+ match=1 same=1)");
   CHECK(std::distance(std::sregex_iterator(r.out.begin(), r.out.end(), fin), std::sregex_iterator()) == 4);
 }

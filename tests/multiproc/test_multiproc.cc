@@ -1203,17 +1203,10 @@ TEST_CASE("a rank that dies between the vote and the shrink fails the shrink at 
   INFO(r.out);
   CHECK(r.status == 0);
   CHECK(r.out.find("ERROR") == std::string::npos);
-  std::regex failedShrink(R"(SHRINKFAIL rank=[01] step=4: .*rank 2 \(host mp-host-2\) left the job's store during shrink)");
-  CHECK(std::distance(std::sregex_iterator(r.out.begin(), r.out.end(), failedShrink), std::sregex_iterator()) == 2);
-  std::regex shrunk(R"(SHRUNK rank=[01] step=4 from=4 to=2 failed=2,3 ms=(\d+))");
-  int n = 0;
-  for (auto it = std::sregex_iterator(r.out.begin(), r.out.end(), shrunk); it != std::sregex_iterator(); ++it) {
-    ++n;
-    CHECK(std::stol((*it)[1]) < 5000);
-  }
-  CHECK(n == 2);
-  std::regex fin(R"(FINAL rank=[01] newrank=[01] size=2 steps=10 checksum=\S+ match=1 same=1)");
-  CHECK(std::distance(std::sregex_iterator(r.out.begin(), r.out.end(), fin), std::sregex_iterator()) == 2);
+  CHECK(countMatches(r.out, R"(SHRINKFAIL rank=[01] step=4: .*rank 2 \(host mp-host-2\) left the job's store during shrink)") ==
+        2);
+  CHECK(checkEachUnder(r.out, R"(SHRUNK rank=([01]) step=4 from=4 to=2 failed=2,3 ms=(\d+))", 5000) == 2);
+  CHECK(countMatches(r.out, R"(FINAL rank=[01] newrank=[01] size=2 steps=10 checksum=\S+ match=1 same=1)") == 2);
 }
 
 // A rank on another host that dies after the vote that admits a replacement, before it joins
@@ -1227,14 +1220,12 @@ TEST_CASE("a rank that dies before a grow fails the grow at once, and the job st
               " -np 4 --min-np 2 --max-np 4 --timeout 120 " MP_DIR "/mp_recover 40 2>&1");
   INFO(r.out);
   CHECK(r.status == 0);
-  std::regex growFail(
-      R"(GROWFAIL rank=[01] step=\d+: .*rank 2 \(host mp-host-2\) left the job's store before it joined the grown communicator)");
-  CHECK(std::distance(std::sregex_iterator(r.out.begin(), r.out.end(), growFail), std::sregex_iterator()) == 2);
+  CHECK(countMatches(r.out, R"(GROWFAIL rank=[01] step=\d+: .*rank 2 \(host mp-host-2\) left the job's store before it )"
+                            R"(joined the grown communicator)") == 2);
   CHECK(r.out.find("timed out") == std::string::npos);
   CHECK(r.out.find("ERROR") == std::string::npos);
   CHECK(r.out.find("2 lost, 2 replacement(s) started") != std::string::npos);
-  std::regex fin(R"(FINAL rank=\d+ newrank=\d+ size=4 steps=40 checksum=\S+ match=1 same=1)");
-  CHECK(std::distance(std::sregex_iterator(r.out.begin(), r.out.end(), fin), std::sregex_iterator()) == 4);
+  CHECK(countMatches(r.out, R"(FINAL rank=\d+ newrank=\d+ size=4 steps=40 checksum=\S+ match=1 same=1)") == 4);
 }
 
 // braidrun --max-np starts a replacement for each lost rank; the running ranks admit it at

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <numeric>
 #include <set>
 #include <sstream>
 
@@ -928,14 +929,13 @@ bool Communicator::peerExited(int r) const {
   return ::poll(&p, 1, 0) > 0;
 }
 
-Status Communicator::memberEnded(const std::vector<int>& members, const std::vector<std::string>& keys,
+Status Communicator::memberEnded(const std::vector<int>& members, const std::string& recordPrefix,
                                  int64_t* nextStoreCheck, const std::string& during, const std::string& advice) {
   // A member on another host has no pid to watch: the store marks it gone when its
   // connection ends.
   const bool askStore = nowNanos() >= *nextStoreCheck;
   if (askStore) *nextStoreCheck = nowNanos() + kStoreCheckPeriodNs;
-  for (size_t i = 0; i < members.size(); ++i) {
-    const int r = members[i];
+  for (int r : members) {
     if (r == rank_) continue;
     const bool exited = peerExited(r);
     if (!exited) {
@@ -945,7 +945,7 @@ Status Communicator::memberEnded(const std::vector<int>& members, const std::vec
     }
     // One that published and then ended (it failed on another member, say) is not what
     // this wait waits for.
-    auto published = store_->check({keys[i]}, graceDeadline());
+    auto published = store_->check({bootstrap::allGatherKey(recordPrefix, r)}, graceDeadline());
     if (!published.isOk() || published.value()) continue;
     const std::string who = "rank " + std::to_string(r) +
                             (exited ? " (pid " + std::to_string(peers_[r].pid) + " on host " + peers_[r].hostId + ") exited "
@@ -2236,17 +2236,13 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::split(int color, int sortK
   // keeps it independent of the data path's state. A rank that ended before it published
   // fails the split at once, not at the timeout.
   const std::string gather = key(base + "/ck");
-  std::vector<int> everyone;
-  std::vector<std::string> keys;
-  for (int r = 0; r < nranks_; ++r) {
-    everyone.push_back(r);
-    keys.push_back(bootstrap::allGatherKey(gather, r));
-  }
+  std::vector<int> everyone(static_cast<size_t>(nranks_));
+  std::iota(everyone.begin(), everyone.end(), 0);
   int64_t nextGoneCheck = 0;
   BRAID_ASSIGN_OR_RETURN(auto all, bootstrap::allGather(*store_, gather, rank_, nranks_,
                                                         std::to_string(color) + " " + std::to_string(sortKey), deadline,
                                                         [&] {
-                                                          return memberEnded(everyone, keys, &nextGoneCheck,
+                                                          return memberEnded(everyone, gather, &nextGoneCheck,
                                                                              "before it joined the split",
                                                                              "shrink the communicator without it first");
                                                         }));
@@ -2324,18 +2320,19 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::shrink(const std::vector<i
   if (storeLost()) return abortRecord(Deadline());
   Status put = store_->set(key(base + "/x/" + std::to_string(rank_)), rankList(sorted), deadline);
   if (!put.isOk()) return storeLoss(put);
+  const std::string listPrefix = key(base + "/x");
   std::vector<std::string> keys;
   std::vector<int> survivors;
   for (int r = 0; r < nranks_; ++r) {
     if (gone[r]) continue;
     survivors.push_back(r);
-    keys.push_back(key(base + "/x/" + std::to_string(r)));
+    keys.push_back(bootstrap::allGatherKey(listPrefix, r));
   }
   // One that published its list before it died is left to the new communicator's join,
   // which names it.
   int64_t nextGoneCheck = 0;
   auto watch = [&]() -> Status {
-    return memberEnded(survivors, keys, &nextGoneCheck, "during shrink", "agree and shrink again without it");
+    return memberEnded(survivors, listPrefix, &nextGoneCheck, "during shrink", "agree and shrink again without it");
   };
   Status waited = bootstrap::waitPolling(*store_, keys, deadline, watch);
   if (!waited.isOk()) {
@@ -2634,15 +2631,12 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::grow(uint64_t token, int n
   // never publishes its record there, and the grown communicator knows nothing of it yet:
   // this one's pid and gone/ mark fail the join at once, naming it. Old ranks keep their
   // numbers.
-  std::vector<int> old;
-  std::vector<std::string> records;
-  for (int r = 0; r < nranks_; ++r) {
-    old.push_back(r);
-    records.push_back(bootstrap::allGatherKey(g.prefix + "/peer", r));
-  }
+  std::vector<int> old(static_cast<size_t>(nranks_));
+  std::iota(old.begin(), old.end(), 0);
   // The grown communicator keeps the watch; it stops referring to this one once joined.
   auto joining = std::make_shared<std::atomic<bool>>(true);
-  child.joinWatch = [this, old, records, joining, next = std::make_shared<int64_t>(0)]() -> Status {
+  child.joinWatch = [this, old, records = g.prefix + "/peer", joining,
+                     next = std::make_shared<int64_t>(0)]() -> Status {
     if (!joining->load()) return Status::ok();
     return memberEnded(old, records, next.get(), "before it joined the grown communicator",
                        "agree and shrink without it, then grow");

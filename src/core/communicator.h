@@ -370,11 +370,12 @@ class Communicator {
   // Whether local peer `r`'s process has exited (its pidfd is readable); false for a peer
   // not watched (another host, this process).
   bool peerExited(int r) const;
-  // While shrink or split waits for `members`' records `keys` (keys[i] is members[i]'s):
-  // the first other member that ended without publishing, as a kRemoteError naming it
-  // ("rank R ... <during>; <advice>"). A local one by its pid, a remote one by its gone/
-  // mark, read at most every kStoreCheckPeriodNs (`*nextStoreCheck`). Ok otherwise.
-  Status memberEnded(const std::vector<int>& members, const std::vector<std::string>& keys, int64_t* nextStoreCheck,
+  // While shrink, split or a grow's join waits for `members`' records (member r's under
+  // bootstrap::allGatherKey(recordPrefix, r)): the first other member that ended without
+  // publishing, as a kRemoteError naming it ("rank R ... <during>; <advice>"). A local one
+  // by its pid, a remote one by its gone/ mark, read at most every kStoreCheckPeriodNs
+  // (`*nextStoreCheck`). Ok otherwise.
+  Status memberEnded(const std::vector<int>& members, const std::string& recordPrefix, int64_t* nextStoreCheck,
                      const std::string& during, const std::string& advice);
   // A rank agree() may count as failed without waiting for its vote: a local peer whose
   // process exited, or the rank a published or local error names as dead or stalled.

@@ -190,6 +190,24 @@ struct TransportConfig {
   std::function<Status()> abortCheck;
 };
 
+// Runs a TransportConfig's abortCheck at most every kPeriodNs, for setup loops that wait on
+// peers (a store round trip per turn would slow them): a peer that died or failed while the
+// others connect to it then ends their wait within the period, not at the deadline.
+class AbortCheckPacer {
+ public:
+  static constexpr int64_t kPeriodNs = 200 * 1000 * 1000;
+  explicit AbortCheckPacer(const std::function<Status()>& check) : check_(check) {}
+  Status poll() {
+    if (!check_ || nowNanos() < next_) return Status::ok();
+    next_ = nowNanos() + kPeriodNs;
+    return check_();
+  }
+
+ private:
+  const std::function<Status()>& check_;
+  int64_t next_ = nowNanos() + kPeriodNs;
+};
+
 // A transport instance belongs to one communicator. Setup runs in three phases so that
 // every transport can be wired up through the store without a per-connection round trip:
 //   1. createRecv() for every incoming connection; its blob goes to the sending peer.

@@ -773,6 +773,43 @@ void establishTimesOut(const TransportFactory& f) {
   CHECK(secs >= 0.45);
 }
 
+// The communicator's check (a peer's pid, its store mark, an abort record) ends a wait for a
+// sender that died before it connected, well before the deadline, with the check's error.
+void establishStopsAtAbortCheck(const TransportFactory& f) {
+  TransportConfig cfg;
+  cfg.rank = 0;
+  cfg.nranks = 2;
+  cfg.nonce = freshNonce();
+  cfg.slotBytes = 4096;
+  cfg.nslots = 2;
+  const int64_t start = nowNanos();
+  int checks = 0;
+  cfg.abortCheck = [&]() -> Status {
+    ++checks;
+    if (nowNanos() - start < 300 * 1000 * 1000) return Status::ok();
+    return Status(Code::kRemoteError, "rank 1 exited during init", 1);
+  };
+  auto created = f.create(cfg);
+  INFO(created.status().toString());
+  REQUIRE(created.isOk());
+  auto& t = created.value();
+  std::string blob;
+  auto r = t->createRecv(1, 0, &blob);
+  REQUIRE(r.isOk());
+  Status s = t->establish(Deadline::after(20));
+  const double secs = static_cast<double>(nowNanos() - start) / 1e9;
+  INFO(describe(s));
+  if (s.isOk()) {
+    WARN(std::string(f.name) + ": establish() does not wait for senders");
+    return;
+  }
+  CHECK(s.code() == Code::kRemoteError);
+  CHECK(s.rank() == 1);
+  CHECK(s.message().find("rank 1 exited during init") != std::string::npos);
+  CHECK(secs < 2.0);
+  CHECK(checks >= 2);
+}
+
 void refusesOtherJobs(const TransportFactory& f) {
   TransportConfig cfg;
   cfg.nranks = 2;
@@ -923,6 +960,8 @@ struct Registrar {
       }
       add(new SingleInvoker(&f, establishTimesOut),
           std::string(f.name) + ": establish with a missing sender returns by its deadline", f.name);
+      add(new SingleInvoker(&f, establishStopsAtAbortCheck),
+          std::string(f.name) + ": establish waiting for a sender stops at the communicator's abort check", f.name);
       add(new SingleInvoker(&f, refusesOtherJobs), std::string(f.name) + ": canConnect refuses another job",
           f.name);
     }

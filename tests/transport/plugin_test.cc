@@ -7,9 +7,12 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -729,6 +732,74 @@ TEST_CASE("ucx plugin: the rendezvous threshold and tcp segment follow UCX_TLS a
   CHECK(sm.find("eager up to 64 KiB (UCX_RNDV_THRESH=65537)") != std::string::npos);
   CHECK(tcp.find("eager up to 128 KiB (UCX_RNDV_THRESH=131073)") != std::string::npos);
   CHECK(user.find("UCX_RNDV_THRESH") == std::string::npos);
+}
+
+// A receiver that died after it published its address: over UCX's tcp, creating the
+// endpoint to it fails at once as "unreachable", as it would for a peer that no transport of
+// UCX_TLS reaches. With the communicator's check naming the dead rank, connecting fails with
+// that remote error, which lets the survivors recover; without one it stays the system
+// error that names UCX's settings.
+TEST_CASE("ucx plugin: connecting to a receiver that died is a remote error naming it", "[plugin][ucx]") {
+  const TransportFactory* ucx = ucxFactory();
+  if (!ucx) {
+    WARN("skipped: no ucx plugin in this build");
+    return;
+  }
+  RestoreEnv restore({"UCX_TLS"});
+  setenv("UCX_TLS", "tcp,self", 1);
+  const uint64_t nonce = freshNonce();
+  // The receiver lives in a child process, which publishes its address and exits.
+  int fds[2];
+  REQUIRE(pipe(fds) == 0);
+  pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    close(fds[0]);
+    auto t = ucx->create(loopbackPairConfig(1, nonce));
+    std::string blob;
+    if (t.isOk()) {
+      auto r = t.value()->createRecv(0, 0, &blob);
+      if (!r.isOk()) blob.clear();
+    }
+    (void)!write(fds[1], blob.data(), blob.size());
+    _exit(0);
+  }
+  close(fds[1]);
+  std::string blob;
+  char buf[4096];
+  for (ssize_t n; (n = read(fds[0], buf, sizeof(buf))) > 0;) blob.append(buf, static_cast<size_t>(n));
+  close(fds[0]);
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  REQUIRE(!blob.empty());
+
+  auto connectWith = [&](std::function<Status()> check) -> Status {
+    TransportConfig cfg = loopbackPairConfig(0, nonce);
+    cfg.abortCheck = std::move(check);
+    auto t = ucx->create(cfg);
+    if (!t.isOk()) return t.status();
+    auto s = t.value()->connectSend(1, 0, blob);
+    if (!s.isOk()) return s.status();
+    // Where UCX connects lazily, the hello is what fails.
+    return t.value()->establish(Deadline::after(5));
+  };
+  int checks = 0;
+  const int64_t start = nowNanos();
+  Status named = connectWith([&]() -> Status {
+    ++checks;
+    return Status(Code::kRemoteError, "rank 1 exited during init", 1);
+  });
+  const double secs = static_cast<double>(nowNanos() - start) / 1e9;
+  Status plain = connectWith(nullptr);
+  INFO(describe(named) << "\n" << describe(plain));
+  CHECK(named.code() == Code::kRemoteError);
+  CHECK(named.rank() == 1);
+  CHECK(named.message().find("rank 1") != std::string::npos);
+  CHECK(checks >= 1);
+  CHECK(secs < 3.0);
+  CHECK(!plain.isOk());
+  CHECK(plain.code() == Code::kSystemError);
+  CHECK(plain.message().find("cannot reach rank 1") != std::string::npos);
 }
 
 // A tcp socket of this process: its congestion control, whether it listens, and its ports

@@ -224,6 +224,8 @@ Status IbverbsTransport::takeHellos(bool* busy) {
 }
 
 Status IbverbsTransport::establish(Deadline deadline) {
+  // A peer that died before its hello (or its ready) is named by the communicator's check.
+  AbortCheckPacer aborted(cfg_.abortCheck);
   while (!pendingRecv_.empty() || !pendingSend_.empty()) {
     bool busy = false;
     if (!pendingRecv_.empty()) BRAID_RETURN_IF_ERROR(takeHellos(&busy));
@@ -258,6 +260,7 @@ Status IbverbsTransport::establish(Deadline deadline) {
                         std::to_string(p.channel) + " before the deadline",
                     p.peer);
     }
+    BRAID_RETURN_IF_ERROR(aborted.poll());
     if (!busy) usleep(50);
   }
   return Status::ok();

@@ -276,8 +276,7 @@ StatusOr<std::unique_ptr<Connection>> TcpTransport::connectSend(int peer, int ch
   };
 
   const Deadline deadline = Deadline::after(cfg_.connectTimeoutSec);
-  constexpr int64_t kAbortCheckNs = 200 * 1000 * 1000;
-  int64_t nextAbortCheck = nowNanos() + kAbortCheckNs;
+  AbortCheckPacer aborted(cfg_.abortCheck);
   int done = 0;
   std::vector<pollfd> pfds;
   std::vector<int> owner;  // index into `out` per pollfd, -1 for the listening socket
@@ -324,13 +323,9 @@ StatusOr<std::unique_ptr<Connection>> TcpTransport::connectSend(int peer, int ch
       }
     }
     if (done == nsockets) break;
-    if (cfg_.abortCheck && nowNanos() >= nextAbortCheck) {
-      nextAbortCheck = nowNanos() + kAbortCheckNs;
-      Status aborted = cfg_.abortCheck();
-      if (!aborted.isOk()) {
-        closeAll();
-        return aborted;
-      }
+    if (Status st = aborted.poll(); !st.isOk()) {
+      closeAll();
+      return st;
     }
     if (deadline.expired()) {
       int lastErr = 0;

@@ -398,6 +398,11 @@ class UcxTransport final : public Transport {
  private:
   StatusOr<Worker*> worker(int channel);
   StatusOr<Endpoint*> endpoint(Worker* w, int peer, const std::string& address);
+  // A peer that died after it published its address is as unreachable to ucp_ep_create as
+  // one that no transport of UCX_TLS leads to: the communicator's check (a pid, the store's
+  // mark of a closed connection) tells the two apart within a second, and a dead peer is
+  // reported as it says, a remote error naming that rank, so that the survivors can recover.
+  Status peerFailureOr(Status unreachable);
   static void onError(void* arg, ucp_ep_h ep, ucs_status_t status);
 
   TransportConfig cfg_;
@@ -572,6 +577,17 @@ void UcxTransport::onError(void* arg, ucp_ep_h, ucs_status_t status) {
   }
 }
 
+Status UcxTransport::peerFailureOr(Status unreachable) {
+  if (!cfg_.abortCheck) return unreachable;
+  const Deadline settle = Deadline::after(1.0);
+  for (;;) {
+    Status failed = cfg_.abortCheck();
+    if (!failed.isOk()) return failed;
+    if (settle.expired()) return unreachable;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
 StatusOr<Endpoint*> UcxTransport::endpoint(Worker* w, int peer, const std::string& address) {
   auto key = std::make_pair(w, address);
   auto it = byAddress_.find(key);
@@ -598,8 +614,8 @@ StatusOr<Endpoint*> UcxTransport::endpoint(Worker* w, int peer, const std::strin
     if (st == UCS_OK) BRAID_INFO("ucx: rank %d reached without peer error handling", peer);
   }
   if (st != UCS_OK) {
-    return Status(Code::kSystemError, "ucx: cannot reach rank " + std::to_string(peer) + ": " +
-                                          ucs_status_string(st) + ucxSettings());
+    return peerFailureOr(Status(Code::kSystemError, "ucx: cannot reach rank " + std::to_string(peer) + ": " +
+                                                        ucs_status_string(st) + ucxSettings()));
   }
   Endpoint* raw = e.get();
   w->endpoints.push_back(std::move(e));
@@ -660,7 +676,9 @@ StatusOr<std::unique_ptr<Connection>> UcxTransport::connectSend(int peer, int ch
 
 Status UcxTransport::establish(Deadline deadline) {
   // Every sender greets its receiver; a receiver opens an endpoint back to each sender so
-  // that UCX tells it when that sender fails.
+  // that UCX tells it when that sender fails. A sender that died before its hello has no
+  // endpoint to fail: the communicator's check names it (its pid, its store mark).
+  AbortCheckPacer aborted(cfg_.abortCheck);
   while (!pendingRecv_.empty() || !pendingSend_.empty()) {
     for (size_t i = 0; i < pendingSend_.size();) {
       BRAID_ASSIGN_OR_RETURN(bool sent, pendingSend_[i].conn->helloSent());
@@ -695,6 +713,7 @@ Status UcxTransport::establish(Deadline deadline) {
       return Status(Code::kTimeout, "ucx: hello to rank " + std::to_string(peer) + " not delivered before the deadline",
                     peer);
     }
+    BRAID_RETURN_IF_ERROR(aborted.poll());
     for (auto& [channel, w] : workers_) w->progress();
   }
   if (watchSockets_) {

@@ -21,8 +21,19 @@ constexpr size_t kFirstBlobBytes = 4096;
 constexpr size_t kMaxBlobBytes = 1 << 20;
 
 // The host's abort check, called by a plugin through the ABI.
+// The communicator's abort check as a plugin calls it during setup. Its failure is braid's
+// own error (a peer that died, another rank's report): kept, so that the setup call the
+// plugin fails with it returns it as it was, not as the plugin's.
+struct AbortCheck {
+  std::function<Status()> check;
+  Status failed;
+};
+
 braidPluginResult_t runAbortCheck(void* context, braidPluginError_v1* e) {
-  return report((*static_cast<std::function<Status()>*>(context))(), e);
+  auto* a = static_cast<AbortCheck*>(context);
+  Status st = a->check();
+  if (!st.isOk()) a->failed = st;
+  return report(st, e);
 }
 
 void logFromPlugin(int level, const char* message) {
@@ -162,7 +173,7 @@ class PluginTransport final : public Transport {
   PluginTransport(const braidTransportPlugin_v1_t* t, const braidTransportPlugin_v2_t* v2,
                   const braidTransportPlugin_v4_t* v4, const braidTransportPlugin_v5_t* v5,
                   const braidTransportPlugin_v6_t* v6, const braidTransportPlugin_v7_t* v7, std::string name,
-                  void* h, std::unique_ptr<std::function<Status()>> abortCheck)
+                  void* h, std::unique_ptr<AbortCheck> abortCheck)
       : t_(t), v2_(v2), v4_(v4), v5_(v5), v6_(v6), v7_(v7), name_(std::move(name)), h_(h),
         abortCheck_(std::move(abortCheck)) {}
   ~PluginTransport() override { t_->finalize(h_); }
@@ -206,13 +217,13 @@ class PluginTransport final : public Transport {
     Status st = call(name_, [&](braidPluginError_v1* e) {
       return t_->connect_send(h_, peer, channel, blob.data(), blob.size(), &c, e);
     });
-    if (!st.isOk()) return st;
+    if (!st.isOk()) return setupResult(st);
     if (!c) return internalError(name_ + ": connect_send returned no connection");
     return std::unique_ptr<Connection>(new PluginConnection(t_, v2_, v4_, v5_, v7_, &name_, c, peer));
   }
 
   Status establish(Deadline deadline) override {
-    return call(name_, [&](braidPluginError_v1* e) { return t_->establish(h_, deadline.nanos(), e); });
+    return setupResult(call(name_, [&](braidPluginError_v1* e) { return t_->establish(h_, deadline.nanos(), e); }));
   }
 
   void peerFailed(int rank) override {
@@ -228,7 +239,12 @@ class PluginTransport final : public Transport {
   const braidTransportPlugin_v7_t* v7_;  // nullptr below version 7
   std::string name_;
   void* h_;
-  std::unique_ptr<std::function<Status()>> abortCheck_;
+  std::unique_ptr<AbortCheck> abortCheck_;
+
+  // What a setup call returns: the abort check's own error when the plugin gave up on it.
+  Status setupResult(Status st) const {
+    return !st.isOk() && abortCheck_ && !abortCheck_->failed.isOk() ? abortCheck_->failed : st;
+  }
 };
 
 // Every entry the host calls must be there; a table with a hole is refused at load, not
@@ -404,8 +420,8 @@ TransportFactory factoryFromTable(const braidTransportPlugin_v1_t* table, const 
     c.log_level = static_cast<int>(logLevel());
     c.log = &logFromPlugin;
     // The check outlives this call: the transport keeps it, so it lives in the transport.
-    auto abortCheck = std::make_unique<std::function<Status()>>(cfg.abortCheck);
-    if (*abortCheck) {
+    auto abortCheck = std::make_unique<AbortCheck>(AbortCheck{cfg.abortCheck, Status()});
+    if (abortCheck->check) {
       c.abort_check = &runAbortCheck;
       c.abort_check_context = abortCheck.get();
     }

@@ -1172,7 +1172,10 @@ class Launcher {
     // Whatever the status (a rank that exits 0 without joining holds the others as well),
     // unless braidrun is ending the job itself.
     if (!termSent_) {
-      if (!WIFEXITED(status))
+      if (leaving_.count(r.rank))
+        markExit(r.rank, "was stopped (its host " +
+                             hostNames_[static_cast<size_t>(where_[static_cast<size_t>(r.rank)].host)] + " left the job)");
+      else if (!WIFEXITED(status))
         markExit(r.rank, "was killed by signal " + signalName(WTERMSIG(status)));
       else if (where_[static_cast<size_t>(r.rank)].remote && code == 255)
         markExit(r.rank, "ended: its ssh failed (status 255)");

@@ -743,22 +743,32 @@ std::string strangerRefused(Endpoint& ep) {
 
 // establish() with a receive connection nobody attaches to must return by its deadline;
 // if it fails (transports that wait for senders), the Status must name the missing rank.
-void establishTimesOut(const TransportFactory& f) {
+// Rank 0 of 2 with small slots, and abortCheck as given.
+TransportConfig loneReceiverConfig(std::function<Status()> abortCheck = nullptr) {
   TransportConfig cfg;
   cfg.rank = 0;
   cfg.nranks = 2;
   cfg.nonce = freshNonce();
   cfg.slotBytes = 4096;
   cfg.nslots = 2;
-  auto created = f.create(cfg);
+  cfg.abortCheck = std::move(abortCheck);
+  return cfg;
+}
+
+// establish() on `t` with a connection from rank 1, who never comes, created first.
+Status establishAlone(Transport& t, Deadline deadline) {
+  std::string blob;
+  auto r = t.createRecv(1, 0, &blob);
+  REQUIRE(r.isOk());
+  return t.establish(deadline);
+}
+
+void establishTimesOut(const TransportFactory& f) {
+  auto created = f.create(loneReceiverConfig());
   INFO(created.status().toString());
   REQUIRE(created.isOk());
-  auto& t = created.value();
-  std::string blob;
-  auto r = t->createRecv(1, 0, &blob);
-  REQUIRE(r.isOk());
   const int64_t start = nowNanos();
-  Status s = t->establish(Deadline::after(0.5));
+  Status s = establishAlone(*created.value(), Deadline::after(0.5));
   const double secs = static_cast<double>(nowNanos() - start) / 1e9;
   INFO(describe(s));
   CHECK(secs < 2.5);
@@ -776,27 +786,16 @@ void establishTimesOut(const TransportFactory& f) {
 // The communicator's check (a peer's pid, its store mark, an abort record) ends a wait for a
 // sender that died before it connected, well before the deadline, with the check's error.
 void establishStopsAtAbortCheck(const TransportFactory& f) {
-  TransportConfig cfg;
-  cfg.rank = 0;
-  cfg.nranks = 2;
-  cfg.nonce = freshNonce();
-  cfg.slotBytes = 4096;
-  cfg.nslots = 2;
   const int64_t start = nowNanos();
   int checks = 0;
-  cfg.abortCheck = [&]() -> Status {
+  auto created = f.create(loneReceiverConfig([&]() -> Status {
     ++checks;
     if (nowNanos() - start < 300 * 1000 * 1000) return Status::ok();
     return Status(Code::kRemoteError, "rank 1 exited during init", 1);
-  };
-  auto created = f.create(cfg);
+  }));
   INFO(created.status().toString());
   REQUIRE(created.isOk());
-  auto& t = created.value();
-  std::string blob;
-  auto r = t->createRecv(1, 0, &blob);
-  REQUIRE(r.isOk());
-  Status s = t->establish(Deadline::after(20));
+  Status s = establishAlone(*created.value(), Deadline::after(20));
   const double secs = static_cast<double>(nowNanos() - start) / 1e9;
   INFO(describe(s));
   if (s.isOk()) {

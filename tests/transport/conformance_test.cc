@@ -786,15 +786,18 @@ void establishTimesOut(const TransportFactory& f) {
 // The communicator's check (a peer's pid, its store mark, an abort record) ends a wait for a
 // sender that died before it connected, well before the deadline, with the check's error.
 void establishStopsAtAbortCheck(const TransportFactory& f) {
-  const int64_t start = nowNanos();
+  // The check passes for its first 0.3 s (counted from its first call, so that a slow
+  // machine's set-up does not count) and fails from then on.
   int checks = 0;
+  int64_t firstCheck = 0;
   auto created = f.create(loneReceiverConfig([&]() -> Status {
-    ++checks;
-    if (nowNanos() - start < 300 * 1000 * 1000) return Status::ok();
+    if (++checks == 1) firstCheck = nowNanos();
+    if (nowNanos() - firstCheck < 300 * 1000 * 1000) return Status::ok();
     return Status(Code::kRemoteError, "rank 1 exited during init", 1);
   }));
   INFO(created.status().toString());
   REQUIRE(created.isOk());
+  const int64_t start = nowNanos();
   Status s = establishAlone(*created.value(), Deadline::after(20));
   const double secs = static_cast<double>(nowNanos() - start) / 1e9;
   INFO(describe(s));
@@ -805,7 +808,7 @@ void establishStopsAtAbortCheck(const TransportFactory& f) {
   CHECK(s.code() == Code::kRemoteError);
   CHECK(s.rank() == 1);
   CHECK(s.message() == "rank 1 exited during init");
-  CHECK(secs < 2.0);
+  CHECK(secs < 5.0);
   CHECK(checks >= 2);
 }
 

@@ -89,14 +89,15 @@ Inventory inventory() {
 //   as well, for braid's error should the start fail: UCX says there why (a transport in
 //   UCX_TLS that does not exist, and those that do), where its status alone says "No such
 //   device".
-// - While a thread makes an endpoint, the ERRORs of UCX's tcp connect (sock.c, tcp_ep.c:
-//   "connect(...) failed: Connection refused", and advice to raise the kernel's backlogs)
-//   are kept instead (tEndpointSaid): a peer that died after it published its address
-//   refuses the connection, and braid reports that peer's failure itself; should the
-//   endpoint fail for another reason, braid's error quotes them.
+// - While a thread makes an endpoint (tMakingEndpoint), the ERRORs of UCX's tcp connect
+//   (sock.c, tcp_ep.c: "connect(...) failed: Connection refused", and advice to raise the
+//   kernel's backlogs) are kept instead (tEndpointSaid): a peer that died after it published
+//   its address refuses the connection, and braid reports that peer's failure itself;
+//   should the endpoint fail for another reason, braid's error quotes them.
 // Everything else goes on to UCX's own logger.
 thread_local bool tQuietSelection = false;
 thread_local std::string* tCapture = nullptr;
+thread_local bool tMakingEndpoint = false;
 thread_local std::string tEndpointSaid;
 
 void appendLine(std::string* to, const char* format, va_list ap) {
@@ -111,9 +112,9 @@ void appendLine(std::string* to, const char* format, va_list ap) {
 
 ucs_log_func_rc_t logHandler(const char* file, unsigned, const char*, ucs_log_level_t level,
                              const ucs_log_component_config_t*, const char* format, va_list ap) {
-  if (tQuietSelection && level == UCS_LOG_LEVEL_ERROR && file) {
-    if (std::strstr(file, "select.c")) return UCS_LOG_FUNC_RC_STOP;
-    if (std::strstr(file, "sock.c") || std::strstr(file, "tcp_ep.c")) {
+  if (level == UCS_LOG_LEVEL_ERROR && file) {
+    if (tQuietSelection && std::strstr(file, "select.c")) return UCS_LOG_FUNC_RC_STOP;
+    if (tMakingEndpoint && (std::strstr(file, "sock.c") || std::strstr(file, "tcp_ep.c"))) {
       appendLine(&tEndpointSaid, format, ap);
       return UCS_LOG_FUNC_RC_STOP;
     }
@@ -615,9 +616,11 @@ StatusOr<Endpoint*> UcxTransport::endpoint(Worker* w, int peer, const std::strin
   ep.err_handler.cb = &UcxTransport::onError;
   ep.err_handler.arg = e.get();
   installLogHandler();
-  tQuietSelection = true;
+  tMakingEndpoint = true;
   tEndpointSaid.clear();
+  tQuietSelection = true;
   ucs_status_t st = ucp_ep_create(w->worker, &ep, &e->ep);
+  tQuietSelection = false;
   e->watched = st == UCS_OK;
   if (st == UCS_ERR_UNREACHABLE) {
     // No transport to this peer offers peer error handling (UCX 1.13's posix, sysv and
@@ -626,7 +629,7 @@ StatusOr<Endpoint*> UcxTransport::endpoint(Worker* w, int peer, const std::strin
     st = ucp_ep_create(w->worker, &ep, &e->ep);
     if (st == UCS_OK) BRAID_INFO("ucx: rank %d reached without peer error handling", peer);
   }
-  tQuietSelection = false;
+  tMakingEndpoint = false;
   if (st != UCS_OK) {
     return peerFailureOr(Status(Code::kSystemError, "ucx: cannot reach rank " + std::to_string(peer) + ": " +
                                                         ucs_status_string(st) + ucxSettings() +

@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/auth.h"
@@ -196,7 +197,7 @@ struct TransportConfig {
 class AbortCheckPacer {
  public:
   static constexpr int64_t kPeriodNs = 200 * 1000 * 1000;
-  explicit AbortCheckPacer(const std::function<Status()>& check) : check_(check) {}
+  explicit AbortCheckPacer(std::function<Status()> check) : check_(std::move(check)) {}
   Status poll() {
     if (!check_ || nowNanos() < next_) return Status::ok();
     next_ = nowNanos() + kPeriodNs;
@@ -204,7 +205,7 @@ class AbortCheckPacer {
   }
 
  private:
-  const std::function<Status()>& check_;
+  std::function<Status()> check_;
   int64_t next_ = nowNanos() + kPeriodNs;
 };
 

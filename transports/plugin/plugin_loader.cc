@@ -20,7 +20,6 @@ constexpr const char* kPrefix = "libbraid-net-";
 constexpr size_t kFirstBlobBytes = 4096;
 constexpr size_t kMaxBlobBytes = 1 << 20;
 
-// The host's abort check, called by a plugin through the ABI.
 // The communicator's abort check as a plugin calls it during setup. Its failure is braid's
 // own error (a peer that died, another rank's report): kept, so that the setup call the
 // plugin fails with it returns it as it was, not as the plugin's.

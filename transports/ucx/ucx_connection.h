@@ -47,6 +47,17 @@ constexpr size_t kChallengeBytes = 16;
 Digest helloProof(const AuthKey& key, uint64_t nonce, int sender, int receiver, int channel,
                   std::string_view challenge, std::string_view address);
 
+// How deep this thread is in braid's own drive of a UCX worker (progress, a request awaited,
+// an endpoint closed, a worker destroyed): what UCX logs there is about braid's endpoints,
+// whose failures braid reports itself (ucx_transport.cc, logHandler).
+inline thread_local int tDrivingWorker = 0;
+struct DrivingWorker {
+  DrivingWorker() { ++tDrivingWorker; }
+  ~DrivingWorker() { --tDrivingWorker; }
+  DrivingWorker(const DrivingWorker&) = delete;
+  DrivingWorker& operator=(const DrivingWorker&) = delete;
+};
+
 // An endpoint to one remote worker, shared by the send connection to that worker and the
 // receive connection from it. UCX reports a failed peer through the error callback, which
 // runs inside ucp_worker_progress on the worker's own thread.
@@ -113,6 +124,7 @@ struct Worker {
 
   // Drives UCX until it has nothing more to do right now (bounded).
   void progress() {
+    DrivingWorker driving;
     for (int i = 0; i < 64 && ucp_worker_progress(worker) != 0; ++i) {
     }
   }

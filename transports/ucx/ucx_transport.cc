@@ -94,6 +94,10 @@ Inventory inventory() {
 //   kernel's backlogs) are kept instead (tEndpointSaid): a peer that died after it published
 //   its address refuses the connection, and braid reports that peer's failure itself;
 //   should the endpoint fail for another reason, braid's error quotes them.
+// - While a thread drives a worker of braid's (tDrivingWorker), the same tcp connect ERRORs
+//   go to braid's INFO log instead: an endpoint UCX connects in the background (to a rank
+//   that died, as survivors progress or close their old connections) fails through its
+//   error callback, and braid's error names that rank.
 // Everything else goes on to UCX's own logger.
 thread_local bool tQuietSelection = false;
 thread_local std::string* tCapture = nullptr;
@@ -114,8 +118,15 @@ ucs_log_func_rc_t logHandler(const char* file, unsigned, const char*, ucs_log_le
                              const ucs_log_component_config_t*, const char* format, va_list ap) {
   if (level == UCS_LOG_LEVEL_ERROR && file) {
     if (tQuietSelection && std::strstr(file, "select.c")) return UCS_LOG_FUNC_RC_STOP;
-    if (tMakingEndpoint && (std::strstr(file, "sock.c") || std::strstr(file, "tcp_ep.c"))) {
+    const bool tcpConnect = std::strstr(file, "sock.c") || std::strstr(file, "tcp_ep.c");
+    if (tMakingEndpoint && tcpConnect) {
       appendLine(&tEndpointSaid, format, ap);
+      return UCS_LOG_FUNC_RC_STOP;
+    }
+    if (tDrivingWorker > 0 && tcpConnect) {
+      std::string said;
+      appendLine(&said, format, ap);
+      BRAID_INFO("ucx: UCX said: %s", said.c_str());
       return UCS_LOG_FUNC_RC_STOP;
     }
   }
@@ -158,6 +169,7 @@ void pauseIfIdle(unsigned progressed) {
 
 // Drives `worker` until request `r` completes or `seconds` pass; true if it completed.
 bool awaitRequest(ucp_worker_h worker, void* r, double seconds) {
+  DrivingWorker driving;
   Deadline d = Deadline::after(seconds);
   while (ucp_request_check_status(r) == UCS_INPROGRESS && !d.expired()) pauseIfIdle(ucp_worker_progress(worker));
   return ucp_request_check_status(r) != UCS_INPROGRESS;
@@ -166,6 +178,7 @@ bool awaitRequest(ucp_worker_h worker, void* r, double seconds) {
 // Consumes messages nobody will receive any more (the last credit a peer sent as this side
 // was closing, a stranger's traffic), so the worker goes without UCX warning about them.
 void drainUnexpected(ucp_worker_h worker) {
+  DrivingWorker driving;
   std::vector<char> scratch;
   for (int i = 0; i < 4096; ++i) {
     ucp_worker_progress(worker);
@@ -225,6 +238,7 @@ std::string tcpRxSegment(bool rdma) {
 
 // Progresses every worker once (then pauseIfIdle).
 void progressAll(std::map<int, std::unique_ptr<Worker>>& workers) {
+  DrivingWorker driving;
   unsigned n = 0;
   for (auto& [channel, w] : workers) n += ucp_worker_progress(w->worker);
   pauseIfIdle(n);
@@ -288,6 +302,7 @@ bool flushed(Worker* w, ucp_ep_h ep, double seconds) {
 // forever). A forced close fails them instead.
 void closeWorkers(std::map<int, std::unique_ptr<Worker>>& workers, ucp_context_h context, PeerBook& peers) {
   settleLeftovers(workers, peers);
+  DrivingWorker driving;
   for (auto& [channel, w] : workers) {
     for (auto& e : w->endpoints) {
       bool force = e->failure != UCS_OK || e->stuck || peers.isStalled(e->peer);

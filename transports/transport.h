@@ -241,6 +241,13 @@ class Transport {
   // a communicator's teardown, before its connections close, from the thread that closes
   // them.
   virtual void peerFailed(int rank) {}
+
+  // Whether this transport has seen `rank` fail: a connection to or from it that sees peer
+  // failure (Connection::seesPeerFailure) found it gone. Drives what must be driven for the
+  // news to arrive, without waiting. The communicator asks while an agreement waits for the
+  // votes of ranks no other check has found dead, from the agreeing thread, and only while
+  // no operation is in flight (no connection is in use); false where it cannot tell.
+  virtual bool sawPeerFail(int rank) { return false; }
 };
 
 // The registry: the built-in transports, listed once in registry.cc, then the plugins found

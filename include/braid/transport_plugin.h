@@ -1,15 +1,16 @@
-/* braid transport plugin ABI, versions 1 to 7.
+/* braid transport plugin ABI, versions 1 to 8.
  *
  * A transport plugin is a shared library that exports a table of function pointers that
  * mirrors braid's transport seam one to one:
- *     const braidTransportPlugin_v7_t braidTransportPlugin_v7;   (receives ahead; current)
+ *     const braidTransportPlugin_v8_t braidTransportPlugin_v8;   (failures seen; current)
+ *     const braidTransportPlugin_v7_t braidTransportPlugin_v7;   (receives ahead)
  *     const braidTransportPlugin_v6_t braidTransportPlugin_v6;   (failed peers)
  *     const braidTransportPlugin_v5_t braidTransportPlugin_v5;   (slot memory)
  *     const braidTransportPlugin_v4_t braidTransportPlugin_v4;   (large messages)
  *     const braidTransportPlugin_v3_t braidTransportPlugin_v3;   (the job key)
  *     const braidTransportPlugin_v2_t braidTransportPlugin_v2;   (zero copy)
  *     const braidTransportPlugin_v1_t braidTransportPlugin_v1;   (the first version)
- * braid looks for v7 first, then v6, v5, v4, v3, v2, v1, and speaks all seven. braid finds plugins through
+ * braid looks for v8 first, then v7, v6, v5, v4, v3, v2, v1, and speaks all eight. braid finds plugins through
  * BRAID_TRANSPORT_PLUGIN (a ':'-separated list of files) and in the plugin folder next to
  * libbraid.so (<libdir>/braid/libbraid-net-<name>.so).
  *
@@ -41,7 +42,7 @@
 extern "C" {
 #endif
 
-#define BRAID_TRANSPORT_PLUGIN_ABI_VERSION 7
+#define BRAID_TRANSPORT_PLUGIN_ABI_VERSION 8
 #define BRAID_TRANSPORT_PLUGIN_SYMBOL_V1 "braidTransportPlugin_v1"
 #define BRAID_TRANSPORT_PLUGIN_SYMBOL_V2 "braidTransportPlugin_v2"
 #define BRAID_TRANSPORT_PLUGIN_SYMBOL_V3 "braidTransportPlugin_v3"
@@ -49,6 +50,7 @@ extern "C" {
 #define BRAID_TRANSPORT_PLUGIN_SYMBOL_V5 "braidTransportPlugin_v5"
 #define BRAID_TRANSPORT_PLUGIN_SYMBOL_V6 "braidTransportPlugin_v6"
 #define BRAID_TRANSPORT_PLUGIN_SYMBOL_V7 "braidTransportPlugin_v7"
+#define BRAID_TRANSPORT_PLUGIN_SYMBOL_V8 "braidTransportPlugin_v8"
 
 typedef enum {
   braidPluginOk = 0,
@@ -115,7 +117,7 @@ typedef struct {
 } braidWaitHandle_v1;
 
 typedef struct braidTransportPlugin_v1_s {
-  uint32_t abi_version;     /* 1 in a v1 table; 2 to 7 in the base of a later table */
+  uint32_t abi_version;     /* 1 in a v1 table; 2 to 8 in the base of a later table */
   const char* name;         /* what BRAID_TRANSPORT selects, e.g. "ucx" */
   const char* version;      /* the plugin's own version and its library's, for braid-info */
 
@@ -271,6 +273,20 @@ typedef struct braidTransportPlugin_v7_s {
   braidPluginResult_t (*expect_recv)(void* connection, size_t ahead, void* dst, size_t bytes,
                                      braidPluginError_v1* error);
 } braidTransportPlugin_v7_t;
+
+/* Version 8: version 7 (its base, with abi_version 8) and the failures a transport has seen. */
+typedef struct braidTransportPlugin_v8_s {
+  braidTransportPlugin_v7_t base;
+  /* Whether this transport has seen `rank` fail: a connection to or from it whose peer
+   * failure it reports (sees_peer_failure) found its peer gone (a socket's end, an
+   * endpoint's error). The transport first drives what it must for the network's news to be
+   * heard (UCX's workers), without waiting. braid asks while the survivors of a failure
+   * agree on who failed, for the ranks that have yet to vote, from the agreeing thread and
+   * only while no operation of the communicator is in flight: no connection of the
+   * transport is in use then. 1: seen failed; 0: not seen, or the transport cannot tell.
+   * Never called for the transport's own rank. */
+  int (*saw_peer_fail)(void* transport, int rank);
+} braidTransportPlugin_v8_t;
 
 #ifdef __cplusplus
 }

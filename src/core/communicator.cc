@@ -2438,6 +2438,14 @@ std::vector<bool> Communicator::knownFailed(bool askStore) {
   return failed;
 }
 
+bool Communicator::transportsSawFail(int rank) {
+  if (rank == rank_ || inflight_.load(std::memory_order_acquire) != 0) return false;
+  for (const auto* set : {&transports_, &meshTransports_})
+    for (const auto& t : *set)
+      if (t && t->sawPeerFail(rank)) return true;
+  return false;
+}
+
 void Communicator::reportFailedPeers() {
   std::set<int> failed;
   {
@@ -2504,9 +2512,19 @@ StatusOr<Communicator::Agreement> Communicator::agree(int flag) {
     const bool late = deadline.expired();
     if (late || nowNanos() >= nextFailureCheck) {
       failed = knownFailed();
-      // A rank whose store connection ended (a remote death no pidfd shows).
       for (int r : open) {
         if (failed[r]) continue;
+        // A rank this rank's own connections saw go. The store may not know: losing the
+        // store's host loses the store connections of the ranks on it with it, and the
+        // promoted standby marks only the old store's own process gone; a survivor whose
+        // call ended on another rank's report drove its connections no further, and over
+        // UCX an endpoint hears of its peer's end only as its worker is driven.
+        failed[r] = transportsSawFail(r);
+        if (failed[r]) {
+          BRAID_INFO("rank %d: agreement: its connections saw rank %d fail", rank_, r);
+          continue;
+        }
+        // A rank whose store connection ended (a remote death no pidfd shows).
         auto gone = store_->check({key("gone/" + std::to_string(r))}, graceDeadline());
         if (!gone.isOk()) return storeLoss(gone.status());
         failed[r] = gone.value();

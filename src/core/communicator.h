@@ -381,6 +381,10 @@ class Communicator {
   // process exited, or the rank a published or local error names as dead or stalled.
   // Without `askStore`, only what this process knows (no published error is read).
   std::vector<bool> knownFailed(bool askStore = true);
+  // Whether a transport of this communicator saw `rank` fail (Transport::sawPeerFail): a
+  // connection of its own to or from that rank found it gone. False while an operation is
+  // in flight, when the channels' threads hold the connections.
+  bool transportsSawFail(int rank);
   // Teardown: tells every transport which peers failed (Transport::peerFailed), so that none
   // waits for them: a peer of this host whose process exited or is stopped, every
   // agreement's failed ranks, and on a broken communicator the ranks knownFailed() names

@@ -676,6 +676,42 @@ std::string peerDiesWhileReceiving(Endpoint& ep) {
   return "";
 }
 
+// Rank 1 trades a slot each way with rank 0, then dies with nothing in flight. Asked while
+// rank 1 lives, the transport has not seen it fail (Transport::sawPeerFail); asked after, a
+// transport that tells (tcp and UCX; verbs does not yet) must say it did within a few
+// seconds. UCX's endpoints hear of their peer's end only as their worker is driven, which the
+// question itself must do; tcp's sockets show it to a poll.
+std::string idlePeerDeathSeen(Endpoint& ep) {
+  T_RUN(setupPair(ep, 1));
+  T_RUN(streamsOnly(ep));
+  ep.skipFinalBarrier = true;
+  const size_t n = 1000;
+  if (ep.rank == 1) {
+    T_OK(sendPattern(*ep.send[0], n, 7, 7, soon()));
+    T_RUN(expectSlot(*ep.recv[0], n, 8, 8, soon()));
+    T_OK(flush(*ep.send[0], soon()));
+    T_RUN(waitPeer(ep, "asked"));
+    std::fflush(nullptr);
+    _exit(0);
+  }
+  T_RUN(expectSlot(*ep.recv[0], n, 7, 7, soon()));
+  T_OK(sendPattern(*ep.send[0], n, 8, 8, soon()));
+  T_OK(flush(*ep.send[0], soon()));
+  T_EXPECT(!ep.transport->sawPeerFail(1), "the transport saw rank 1 fail while it lived");
+  T_RUN(signalPeer(ep, "asked"));
+  const int64_t start = nowNanos();
+  bool seen = false;
+  while (!seen && nowNanos() - start < 5'000'000'000) {
+    seen = ep.transport->sawPeerFail(1);
+    if (!seen) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const std::string name = ep.factory->name;
+  if (!seen && name != "ucx" && name != "tcp" && name != "tcp-abi")
+    return "skip: " + name + " does not tell which peers it saw fail";
+  T_EXPECT(seen, "the transport did not see rank 1 fail within 5 s of its death");
+  return "";
+}
+
 // A transport of another job (different nonce) claiming to be rank 1 attaches first. It
 // must be refused, the real rank 1 must still get through, and rank 0 must receive only
 // the real rank 1's slots.
@@ -865,6 +901,8 @@ const PairCase kPairCases[] = {
     {"several channels stay independent", channels, 16 << 10, 4, 1, true, true},
     {"peer death while sending is a remote error naming it", peerDiesWhileSending, 64 << 10, 4, 1, false, true},
     {"peer death while receiving is a remote error naming it", peerDiesWhileReceiving, 64 << 10, 4, 1, false,
+     true},
+    {"a peer that died between messages is seen failed when asked", idlePeerDeathSeen, 64 << 10, 4, 1, false,
      true},
     {"a transport of another job is refused", strangerRefused, 4096, 4, 1, true, true},
 };

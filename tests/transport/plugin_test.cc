@@ -70,7 +70,7 @@ TEST_CASE("plugin loader: a missing file, a missing symbol and a wrong version n
   INFO(badVersion.status().message());
   CHECK(badVersion.status().message().find("libbraid-net-bad-version.so") != std::string::npos);
   CHECK(badVersion.status().message().find("version 99") != std::string::npos);
-  CHECK(badVersion.status().message().find("versions 1 to 7") != std::string::npos);
+  CHECK(badVersion.status().message().find("versions 1 to 8") != std::string::npos);
 }
 
 TEST_CASE("plugin loader: tcp behind the ABI loads, names itself and scores like tcp", "[plugin]") {
@@ -412,8 +412,14 @@ class Recording final : public Transport {
   }
   Status establish(Deadline) override { return Status::ok(); }
   void peerFailed(int rank) override { failed.push_back(rank); }
+  bool sawPeerFail(int rank) override {
+    asked.push_back(rank);
+    return rank == 2;
+  }
+  static std::vector<int> asked;
 };
 std::vector<int> Recording::failed;
+std::vector<int> Recording::asked;
 StatusOr<std::unique_ptr<Transport>> createRecording(const TransportConfig&) {
   return std::unique_ptr<Transport>(new Recording);
 }
@@ -539,6 +545,68 @@ TEST_CASE("plugin ABI v7: expect_recv reaches the plugin's connection, nothing b
   static const braidTransportPlugin_v7_t exported = plugin::exportTableV7("recording", "1", &createRecording);
   CHECK(exported.base.base.base.base.base.base.abi_version == 7);
   CHECK(exported.expect_recv != nullptr);
+}
+
+// Version 8 adds saw_peer_fail: whether the plugin's transport saw a rank fail. The answer
+// comes back as the plugin gives it, for the rank asked; a plugin loaded as v7 is not asked
+// and has seen nothing.
+std::vector<std::pair<void*, int>> gAskedV8;
+int fakeSawPeerFail(void* t, int rank) {
+  gAskedV8.push_back({t, rank});
+  return rank == 3 ? 1 : 0;
+}
+
+TEST_CASE("plugin ABI v8: saw_peer_fail asks the plugin's transport about a rank, nothing before v8", "[plugin]") {
+  static const braidTransportPlugin_v8_t table = [] {
+    braidTransportPlugin_v8_t t{};
+    t.base.base.base.base = fakeTableV4();
+    t.base.base.base.base.base.base.base.abi_version = 8;
+    t.base.base.base.slot_memory = fakeSlotMemory;
+    t.base.base.peer_failed = fakePeerFailed;
+    t.base.expect_recv = fakeExpect;
+    t.saw_peer_fail = fakeSawPeerFail;
+    return t;
+  }();
+  auto transportAs = [&](int version) {
+    const braidTransportPlugin_v8_t& x = table;
+    TransportFactory f = plugin::factoryFromTable(
+        &x.base.base.base.base.base.base.base, "fake v8 table", &x.base.base.base.base.base.base,
+        &x.base.base.base.base.base, &x.base.base.base.base, &x.base.base.base, &x.base.base, &x.base,
+        version >= 8 ? &x : nullptr);
+    TransportConfig cfg;
+    auto t = f.create(cfg);
+    REQUIRE(t.isOk());
+    return std::move(t).value();
+  };
+  gAskedV8.clear();
+  {
+    auto t = transportAs(8);
+    CHECK(t->sawPeerFail(3));
+    CHECK_FALSE(t->sawPeerFail(1));
+    REQUIRE(gAskedV8.size() == 2);
+    CHECK(gAskedV8[0].first == &gFake);  // the handle fakeInit gave
+    CHECK(gAskedV8[0].second == 3);
+    CHECK(gAskedV8[1].second == 1);
+  }
+  gAskedV8.clear();
+  CHECK_FALSE(transportAs(7)->sawPeerFail(3));  // the same plugin loaded as v7
+  CHECK(gAskedV8.empty());
+
+  // The export side: braid's own table forwards the question to the C++ transport.
+  static const braidTransportPlugin_v8_t exported = plugin::exportTableV8("recording", "1", &createRecording);
+  CHECK(exported.base.base.base.base.base.base.base.abi_version == 8);
+  REQUIRE(exported.saw_peer_fail != nullptr);
+  TransportFactory f = plugin::factoryFromTable(
+      &exported.base.base.base.base.base.base.base, "exported v8 table", &exported.base.base.base.base.base.base,
+      &exported.base.base.base.base.base, &exported.base.base.base.base, &exported.base.base.base,
+      &exported.base.base, &exported.base, &exported);
+  TransportConfig cfg;
+  auto t = f.create(cfg);
+  REQUIRE(t.isOk());
+  Recording::asked.clear();
+  CHECK(t.value()->sawPeerFail(2));
+  CHECK_FALSE(t.value()->sawPeerFail(4));
+  CHECK(Recording::asked == std::vector<int>{2, 4});
 }
 
 // Plugin ABI v3 hands the job's key to the plugin; a plugin whose peers reach it directly

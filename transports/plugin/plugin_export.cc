@@ -200,6 +200,15 @@ void peerFailed(void* t, int rank) {
   }
 }
 
+int sawPeerFail(void* t, int rank) {
+  if (!t) return 0;
+  try {
+    return transport(t)->sawPeerFail(rank) ? 1 : 0;
+  } catch (...) {
+    return 0;  // cannot tell
+  }
+}
+
 }  // namespace
 
 TransportConfig configFromV1(const braidTransportConfig_v1& c) {
@@ -303,6 +312,14 @@ braidTransportPlugin_v7_t exportTableV7(const char* name, const char* version, C
   t.base = exportTableV6(name, version, create);
   t.base.base.base.base.base.base.abi_version = 7;
   t.expect_recv = &expectRecv;
+  return t;
+}
+
+braidTransportPlugin_v8_t exportTableV8(const char* name, const char* version, CreateFn create) {
+  braidTransportPlugin_v8_t t{};
+  t.base = exportTableV7(name, version, create);
+  t.base.base.base.base.base.base.base.abi_version = 8;
+  t.saw_peer_fail = &sawPeerFail;
   return t;
 }
 

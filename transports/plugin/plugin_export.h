@@ -19,11 +19,13 @@ namespace braid::transport::plugin {
 
 using CreateFn = StatusOr<std::unique_ptr<Transport>> (*)(const TransportConfig& cfg);
 
-// Builds the table for one transport; a library exports one (v7; v6 to v1 for a library
+// Builds the table for one transport; a library exports one (v8; v7 to v1 for a library
 // that must also load into an older braid). Only a v3 or later transport is given the job's
 // key, only a v4 or later one may carry messages larger than a slot, only a v5 one's slots
 // reach the direct GPU path (Connection::slotMemory), only a v6 one hears of failed peers
-// (Transport::peerFailed), and only a v7 one of receives ahead (Connection::expectRecv).
+// (Transport::peerFailed), only a v7 one of receives ahead (Connection::expectRecv), and
+// only a v8 one is asked which peers it saw fail (Transport::sawPeerFail).
+braidTransportPlugin_v8_t exportTableV8(const char* name, const char* version, CreateFn create);
 braidTransportPlugin_v7_t exportTableV7(const char* name, const char* version, CreateFn create);
 braidTransportPlugin_v6_t exportTableV6(const char* name, const char* version, CreateFn create);
 braidTransportPlugin_v5_t exportTableV5(const char* name, const char* version, CreateFn create);
@@ -38,6 +40,11 @@ TransportConfig configFromV1(const braidTransportConfig_v1& c);
 }  // namespace braid::transport::plugin
 
 #define BRAID_EXPORT_TRANSPORT_PLUGIN(NAME, VERSION, CREATE)                                 \
+  extern "C" __attribute__((visibility("default"))) const braidTransportPlugin_v8_t         \
+      braidTransportPlugin_v8 = ::braid::transport::plugin::exportTableV8(NAME, VERSION, CREATE)
+
+// The seventh ABI: receives ahead, no word of the failures a transport saw.
+#define BRAID_EXPORT_TRANSPORT_PLUGIN_V7(NAME, VERSION, CREATE)                              \
   extern "C" __attribute__((visibility("default"))) const braidTransportPlugin_v7_t         \
       braidTransportPlugin_v7 = ::braid::transport::plugin::exportTableV7(NAME, VERSION, CREATE)
 

@@ -171,9 +171,10 @@ class PluginTransport final : public Transport {
  public:
   PluginTransport(const braidTransportPlugin_v1_t* t, const braidTransportPlugin_v2_t* v2,
                   const braidTransportPlugin_v4_t* v4, const braidTransportPlugin_v5_t* v5,
-                  const braidTransportPlugin_v6_t* v6, const braidTransportPlugin_v7_t* v7, std::string name,
-                  void* h, std::unique_ptr<AbortCheck> abortCheck)
-      : t_(t), v2_(v2), v4_(v4), v5_(v5), v6_(v6), v7_(v7), name_(std::move(name)), h_(h),
+                  const braidTransportPlugin_v6_t* v6, const braidTransportPlugin_v7_t* v7,
+                  const braidTransportPlugin_v8_t* v8, std::string name, void* h,
+                  std::unique_ptr<AbortCheck> abortCheck)
+      : t_(t), v2_(v2), v4_(v4), v5_(v5), v6_(v6), v7_(v7), v8_(v8), name_(std::move(name)), h_(h),
         abortCheck_(std::move(abortCheck)) {}
   ~PluginTransport() override { t_->finalize(h_); }
 
@@ -229,6 +230,8 @@ class PluginTransport final : public Transport {
     if (v6_) v6_->peer_failed(h_, rank);
   }
 
+  bool sawPeerFail(int rank) override { return v8_ && v8_->saw_peer_fail(h_, rank) != 0; }
+
  private:
   const braidTransportPlugin_v1_t* t_;
   const braidTransportPlugin_v2_t* v2_;
@@ -236,6 +239,7 @@ class PluginTransport final : public Transport {
   const braidTransportPlugin_v5_t* v5_;  // nullptr below version 5
   const braidTransportPlugin_v6_t* v6_;  // nullptr below version 6
   const braidTransportPlugin_v7_t* v7_;  // nullptr below version 7
+  const braidTransportPlugin_v8_t* v8_;  // nullptr below version 8
   std::string name_;
   void* h_;
   std::unique_ptr<AbortCheck> abortCheck_;
@@ -304,6 +308,13 @@ std::string missingEntry(const braidTransportPlugin_v7_t* t) {
   std::string m = missingEntry(&t->base);
   if (!m.empty()) return m;
   if (!t->expect_recv) return "expect_recv";
+  return "";
+}
+
+std::string missingEntry(const braidTransportPlugin_v8_t* t) {
+  std::string m = missingEntry(&t->base);
+  if (!m.empty()) return m;
+  if (!t->saw_peer_fail) return "saw_peer_fail";
   return "";
 }
 
@@ -395,12 +406,13 @@ std::vector<std::string> pluginFiles(const char* pluginList, const char* pluginD
 TransportFactory factoryFromTable(const braidTransportPlugin_v1_t* table, const std::string& origin,
                                   const braidTransportPlugin_v2_t* v2, const braidTransportPlugin_v3_t* v3,
                                   const braidTransportPlugin_v4_t* v4, const braidTransportPlugin_v5_t* v5,
-                                  const braidTransportPlugin_v6_t* v6, const braidTransportPlugin_v7_t* v7) {
+                                  const braidTransportPlugin_v6_t* v6, const braidTransportPlugin_v7_t* v7,
+                                  const braidTransportPlugin_v8_t* v8) {
   TransportFactory f;
   f.name = table->name;
   f.origin = origin;
   f.version = table->version ? table->version : "";
-  f.create = [table, v2, v3, v4, v5, v6, v7](const TransportConfig& cfg) -> StatusOr<std::unique_ptr<Transport>> {
+  f.create = [table, v2, v3, v4, v5, v6, v7, v8](const TransportConfig& cfg) -> StatusOr<std::unique_ptr<Transport>> {
     std::vector<const char*> ifs;
     for (const std::string& s : cfg.channelNetIfs) ifs.push_back(s.c_str());
     braidTransportConfig_v1 c{};
@@ -436,7 +448,7 @@ TransportFactory factoryFromTable(const braidTransportPlugin_v1_t* table, const 
     });
     if (!st.isOk()) return st;
     if (!h) return internalError(name + ": init returned no transport");
-    return std::unique_ptr<Transport>(new PluginTransport(table, v2, v4, v5, v6, v7, name, h, std::move(abortCheck)));
+    return std::unique_ptr<Transport>(new PluginTransport(table, v2, v4, v5, v6, v7, v8, name, h, std::move(abortCheck)));
   };
   return f;
 }
@@ -450,7 +462,8 @@ StatusOr<TransportFactory> loadPlugin(const std::string& file) {
     return Status(Code::kSystemError, "cannot load transport plugin " + file + ": " + (err ? err : "unknown error"));
   }
   // The newest table the library offers; its abi_version must match the symbol's.
-  auto* v7 = static_cast<const braidTransportPlugin_v7_t*>(dlsym(lib, BRAID_TRANSPORT_PLUGIN_SYMBOL_V7));
+  auto* v8 = static_cast<const braidTransportPlugin_v8_t*>(dlsym(lib, BRAID_TRANSPORT_PLUGIN_SYMBOL_V8));
+  auto* v7 = v8 ? &v8->base : static_cast<const braidTransportPlugin_v7_t*>(dlsym(lib, BRAID_TRANSPORT_PLUGIN_SYMBOL_V7));
   auto* v6 = v7 ? &v7->base : static_cast<const braidTransportPlugin_v6_t*>(dlsym(lib, BRAID_TRANSPORT_PLUGIN_SYMBOL_V6));
   auto* v5 = v6 ? &v6->base : static_cast<const braidTransportPlugin_v5_t*>(dlsym(lib, BRAID_TRANSPORT_PLUGIN_SYMBOL_V5));
   auto* v4 = v5 ? &v5->base : static_cast<const braidTransportPlugin_v4_t*>(dlsym(lib, BRAID_TRANSPORT_PLUGIN_SYMBOL_V4));
@@ -461,21 +474,23 @@ StatusOr<TransportFactory> loadPlugin(const std::string& file) {
   if (!table) {
     dlclose(lib);
     return Status(Code::kInvalidArgument, "transport plugin " + file +
-                                              " exports none of " BRAID_TRANSPORT_PLUGIN_SYMBOL_V7
+                                              " exports none of " BRAID_TRANSPORT_PLUGIN_SYMBOL_V8
+                                              ", " BRAID_TRANSPORT_PLUGIN_SYMBOL_V7
                                               ", " BRAID_TRANSPORT_PLUGIN_SYMBOL_V6
                                               ", " BRAID_TRANSPORT_PLUGIN_SYMBOL_V5
                                               ", " BRAID_TRANSPORT_PLUGIN_SYMBOL_V4
                                               ", " BRAID_TRANSPORT_PLUGIN_SYMBOL_V3
                                               ", " BRAID_TRANSPORT_PLUGIN_SYMBOL_V2
                                               " and " BRAID_TRANSPORT_PLUGIN_SYMBOL_V1
-                                              " (this braid speaks plugin ABI versions 1 to 7)");
+                                              " (this braid speaks plugin ABI versions 1 to 8)");
   }
-  const uint32_t expected = v7 ? 7 : v6 ? 6 : v5 ? 5 : v4 ? 4 : v3 ? 3 : v2 ? 2 : 1;
+  const uint32_t expected = v8 ? 8 : v7 ? 7 : v6 ? 6 : v5 ? 5 : v4 ? 4 : v3 ? 3 : v2 ? 2 : 1;
   if (table->abi_version != expected) {
     uint32_t v = table->abi_version;
     dlclose(lib);
     return Status(Code::kInvalidArgument, "transport plugin " + file + " exports " +
-                                              (v7   ? BRAID_TRANSPORT_PLUGIN_SYMBOL_V7
+                                              (v8   ? BRAID_TRANSPORT_PLUGIN_SYMBOL_V8
+                                               : v7 ? BRAID_TRANSPORT_PLUGIN_SYMBOL_V7
                                                : v6 ? BRAID_TRANSPORT_PLUGIN_SYMBOL_V6
                                                : v5 ? BRAID_TRANSPORT_PLUGIN_SYMBOL_V5
                                                : v4 ? BRAID_TRANSPORT_PLUGIN_SYMBOL_V4
@@ -483,14 +498,14 @@ StatusOr<TransportFactory> loadPlugin(const std::string& file) {
                                                : v2 ? BRAID_TRANSPORT_PLUGIN_SYMBOL_V2
                                                     : BRAID_TRANSPORT_PLUGIN_SYMBOL_V1) +
                                               " with ABI version " + std::to_string(v) +
-                                              " but this braid speaks versions 1 to 7");
+                                              " but this braid speaks versions 1 to 8");
   }
-  std::string missing = v7 ? missingEntry(v7) : v6 ? missingEntry(v6) : v5 ? missingEntry(v5) : v4 ? missingEntry(v4) : v3 ? missingEntry(v3) : v2 ? missingEntry(v2) : missingEntry(table);
+  std::string missing = v8 ? missingEntry(v8) : v7 ? missingEntry(v7) : v6 ? missingEntry(v6) : v5 ? missingEntry(v5) : v4 ? missingEntry(v4) : v3 ? missingEntry(v3) : v2 ? missingEntry(v2) : missingEntry(table);
   if (!missing.empty()) {
     dlclose(lib);
     return Status(Code::kInvalidArgument, "transport plugin " + file + ": its table has no '" + missing + "'");
   }
-  return factoryFromTable(table, file, v2, v3, v4, v5, v6, v7);
+  return factoryFromTable(table, file, v2, v3, v4, v5, v6, v7, v8);
 }
 
 }  // namespace braid::transport::plugin

@@ -75,6 +75,12 @@ void AlignedFree::operator()(uint8_t* p) const { std::free(p); }
 // ---------------------------------------------------------------------------------------
 // Sender
 
+bool socketEnded(int fd) {
+  if (fd < 0) return false;
+  pollfd p{fd, POLLRDHUP, 0};
+  return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
+
 TcpSendConnection::TcpSendConnection(const TransportConfig& cfg, int peer, std::vector<int> fds,
                                      std::vector<std::shared_ptr<TlsStream>> tls)
     : peer_(peer),
@@ -90,11 +96,13 @@ TcpSendConnection::TcpSendConnection(const TransportConfig& cfg, int peer, std::
     if (i < tls.size()) streams_[i].tls = std::move(tls[i]);
   }
   hasTls_ = !tls.empty();
+  watch_ = std::make_shared<SocketWatch>(SocketWatch{peer, fds});
   fromUser_ = sendsFromCaller();
   if (!memory_) error_ = systemError("posix_memalign", ENOMEM);
 }
 
 TcpSendConnection::~TcpSendConnection() {
+  watch_.reset();  // before its fds close
   for (Stream& st : streams_) {
     st.tls.reset();
     closeFd(st.fd);

@@ -45,6 +45,18 @@ struct SocketSet {
   int bound = 0;
 };
 
+// The sockets of one send connection as its transport watches them for the peer's end
+// (TcpTransport::sawPeerFail). The connection owns the fds and keeps this alive while they
+// are open; the transport holds a weak reference.
+struct SocketWatch {
+  int peer = -1;
+  std::vector<int> fds;
+};
+
+// Whether the other end of connected socket `fd` is gone: it closed its side (its process
+// ended) or reset the connection. Reads nothing.
+bool socketEnded(int fd);
+
 // The TLS binding of socket `index` of the connection from `src` to `dst` on `channel`:
 // both ends derive the session's key from the job key and this.
 std::string tlsBinding(uint64_t nonce, int src, int dst, int channel, int index);
@@ -63,6 +75,9 @@ class TcpSendConnection final : public Connection {
   TcpSendConnection(const TransportConfig& cfg, int peer, std::vector<int> fds,
                     std::vector<std::shared_ptr<TlsStream>> tls = {});
   ~TcpSendConnection() override;
+
+  // Its sockets, for the transport to watch.
+  std::weak_ptr<const SocketWatch> watch() const { return watch_; }
 
   size_t slotBytes() const override { return slotBytes_; }
   // Calls progress() when the next slot is still being written, so a sender loop needs no
@@ -127,6 +142,7 @@ class TcpSendConnection final : public Connection {
   SlotMemory memory_;
   std::vector<Frame> frames_;
   std::vector<Stream> streams_;
+  std::shared_ptr<SocketWatch> watch_;
   uint64_t postSeq_ = 0;  // sequence number of the next frame to reserve and post
   uint32_t queued_ = 0;   // frames posted and not completely written, all sockets
   bool hasTls_ = false;   // BRAID_TLS: the streams write through TLS sessions

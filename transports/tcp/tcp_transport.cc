@@ -64,6 +64,20 @@ class TcpTransport final : public Transport {
   StatusOr<std::unique_ptr<Connection>> connectSend(int peer, int channel, const std::string& blob) override;
   Status establish(Deadline deadline) override;
 
+  // A peer's end shows on every socket to or from it at once (the kernel closes them with its
+  // process), whatever the connection was doing; a stalled peer's do not end.
+  bool sawPeerFail(int rank) override {
+    for (const auto& w : sendWatch_)
+      if (auto s = w.lock(); s && s->peer == rank)
+        for (int fd : s->fds)
+          if (socketEnded(fd)) return true;
+    for (const auto& w : recvSets_)
+      if (auto s = w.lock(); s && s->peer == rank)
+        for (int fd : s->fds)
+          if (socketEnded(fd)) return true;
+    return false;
+  }
+
  private:
   // An accepted socket whose handshake is still arriving.
   struct Incoming {
@@ -102,6 +116,9 @@ class TcpTransport final : public Transport {
   std::map<int, std::string> channelNetIf_;  // resolved netIfForChannel() answers
   // Receive connections still waiting for sockets, by (peer, channel).
   std::map<std::pair<int, int>, std::weak_ptr<SocketSet>> expected_;
+  // Every connection's sockets, for sawPeerFail.
+  std::vector<std::weak_ptr<SocketSet>> recvSets_;
+  std::vector<std::weak_ptr<const SocketWatch>> sendWatch_;
   std::vector<Incoming> incoming_;
   // Why the last connection that claimed to come from a rank was refused; surfaced in the
   // establish() timeout because a misconfigured peer otherwise just looks missing.
@@ -222,6 +239,7 @@ StatusOr<std::unique_ptr<Connection>> TcpTransport::createRecv(int peer, int cha
   auto set = std::make_shared<SocketSet>(peer, channel, cfg_.socketsPerPeer);
   set->challenge = randomString(kChallengeBytes);
   expected_[key] = set;
+  recvSets_.push_back(set);
   *blob = formatBlob(listener->addr, set->challenge);
   return std::unique_ptr<Connection>(new TcpRecvConnection(cfg_, std::move(set)));
 }
@@ -407,7 +425,9 @@ StatusOr<std::unique_ptr<Connection>> TcpTransport::connectSend(int peer, int ch
       handshakes_.push_back({tls.back(), fds[static_cast<size_t>(i)], peer, channel});
     }
   }
-  return std::unique_ptr<Connection>(new TcpSendConnection(cfg_, peer, std::move(fds), std::move(tls)));
+  auto conn = std::make_unique<TcpSendConnection>(cfg_, peer, std::move(fds), std::move(tls));
+  sendWatch_.push_back(conn->watch());
+  return std::unique_ptr<Connection>(std::move(conn));
 }
 
 void TcpTransport::acceptAll() {

@@ -424,6 +424,18 @@ class UcxTransport final : public Transport {
   // once, and its connections cancel what UCX holds for it without waiting for it to go.
   void peerFailed(int rank) override { peers_->markStalled(rank); }
 
+  // An endpoint with peer error handling hears of its peer's end (tcp's socket closing) only
+  // as its worker is driven: a survivor whose call ended on another rank's failure drives
+  // its workers no more, so they are driven here first.
+  bool sawPeerFail(int rank) override {
+    bool seen = false;
+    for (auto& [channel, w] : workers_) {
+      w->progress();
+      for (const auto& e : w->endpoints) seen |= e->peer == rank && e->watched && e->failure != UCS_OK;
+    }
+    return seen;
+  }
+
  private:
   StatusOr<Worker*> worker(int channel);
   StatusOr<Endpoint*> endpoint(Worker* w, int peer, const std::string& address);

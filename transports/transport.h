@@ -246,7 +246,10 @@ class Transport {
   // failure (Connection::seesPeerFailure) found it gone. Drives what must be driven for the
   // news to arrive, without waiting. The communicator asks while an agreement waits for the
   // votes of ranks no other check has found dead, from the agreeing thread, and only while
-  // no operation is in flight (no connection is in use); false where it cannot tell.
+  // no operation is in flight (no connection is in use); false where it cannot tell. A
+  // failed call may have left receives posted into its caller's memory: nothing may land
+  // there any more (the caller may have freed it), so they are cancelled before anything
+  // is driven, and what cannot be is not driven.
   virtual bool sawPeerFail(int rank) { return false; }
 };
 

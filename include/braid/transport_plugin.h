@@ -283,8 +283,12 @@ typedef struct braidTransportPlugin_v8_s {
    * heard (UCX's workers), without waiting. braid asks while the survivors of a failure
    * agree on who failed, for the ranks that have yet to vote, from the agreeing thread and
    * only while no operation of the communicator is in flight: no connection of the
-   * transport is in use then. 1: seen failed; 0: not seen, or the transport cannot tell.
-   * Never called for the transport's own rank. */
+   * transport is in use then. An operation that ended may have left receives posted into
+   * the caller's memory (announced with expect_recv, or asked for with peek_recv_into, by
+   * a call that failed): nothing may land there any more, so a transport that drives its
+   * progress here cancels those first, and does not drive what it cannot cancel.
+   * 1: seen failed; 0: not seen, or the transport cannot tell. Never called for the
+   * transport's own rank. */
   int (*saw_peer_fail)(void* transport, int rank);
 } braidTransportPlugin_v8_t;
 

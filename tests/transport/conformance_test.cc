@@ -712,6 +712,37 @@ std::string idlePeerDeathSeen(Endpoint& ep) {
   return "";
 }
 
+// What a failed call leaves: a receive announced into the caller's memory, never peeked.
+// Rank 1 then sends that message. Asking whether rank 1 failed (Transport::sawPeerFail)
+// drives the transport outside any operation; the answer is no, and nothing lands in the
+// caller's memory, which its caller may have freed. (UCX posts announced receives: it must
+// cancel them before it drives its worker.)
+std::string failedPeerQuestionLeavesCallerMemory(Endpoint& ep) {
+  T_RUN(setupPair(ep, 1));
+  const size_t n = 1000;
+  if (ep.rank == 1) {
+    T_RUN(waitPeer(ep, "announced"));
+    T_OK(sendPattern(*ep.send[0], n, 5, 5, soon()));
+    T_OK(flush(*ep.send[0], soon()));
+    T_RUN(signalPeer(ep, "sent"));
+    T_RUN(waitPeer(ep, "checked"));
+    return "";
+  }
+  std::vector<uint8_t> dst(n + 64, 0xEE);
+  T_OK(ep.recv[0]->expectRecv(0, dst.data() + 32, n));
+  T_RUN(signalPeer(ep, "announced"));
+  T_RUN(waitPeer(ep, "sent"));
+  const Deadline settle = Deadline::after(0.3);
+  while (!settle.expired()) {
+    T_EXPECT(!ep.transport->sawPeerFail(1), "the transport saw rank 1 fail while it lived");
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  for (size_t k = 0; k < dst.size(); ++k)
+    T_EXPECT(dst[k] == 0xEE, "byte " + std::to_string(k) + " of the caller's memory changed after its call ended");
+  T_RUN(signalPeer(ep, "checked"));
+  return "";
+}
+
 // A transport of another job (different nonce) claiming to be rank 1 attaches first. It
 // must be refused, the real rank 1 must still get through, and rank 0 must receive only
 // the real rank 1's slots.
@@ -904,6 +935,8 @@ const PairCase kPairCases[] = {
      true},
     {"a peer that died between messages is seen failed when asked", idlePeerDeathSeen, 64 << 10, 4, 1, false,
      true},
+    {"asking which peers failed lands nothing in a call's memory after it ended",
+     failedPeerQuestionLeavesCallerMemory, 64 << 10, 4, 1, true, true},
     {"a transport of another job is refused", strangerRefused, 4096, 4, 1, true, true},
 };
 

@@ -373,6 +373,17 @@ UcxRecvConnection::UcxRecvConnection(const TransportConfig& cfg, int peer, Worke
   allocateSlots(slots_, slotBytes_, memory_);
   helloMemory_.reset(new uint8_t[kHelloBytes]);
   hello_->buf = helloMemory_.get();
+  worker_->recvs.push_back(this);
+}
+
+bool UcxRecvConnection::dropCallerLandings() {
+  bool dropped = true;
+  for (Landing& l : slots_) {
+    if (!l.request || !l.into || l.into == l.buf) continue;
+    ucp_request_cancel(worker_->worker, l.request);  // completes it (recvDone) unless matched
+    dropped &= l.request == nullptr;
+  }
+  return dropped;
 }
 
 Connection::MemoryRange UcxRecvConnection::slotMemory() const {
@@ -381,6 +392,8 @@ Connection::MemoryRange UcxRecvConnection::slotMemory() const {
 }
 
 UcxRecvConnection::~UcxRecvConnection() {
+  auto& recvs = worker_->recvs;
+  recvs.erase(std::remove(recvs.begin(), recvs.end(), this), recvs.end());
   struct Kept {
     std::vector<Landing> slots;
     std::unique_ptr<uint8_t[]> memory;

@@ -108,6 +108,8 @@ struct Leftover {
 };
 
 // One channel's worker, its endpoints and the hellos it is waiting for.
+class UcxRecvConnection;
+
 struct Worker {
   ucp_worker_h worker = nullptr;
   int efd = -1;
@@ -118,6 +120,7 @@ struct Worker {
   std::vector<std::unique_ptr<Endpoint>> endpoints;
   PeerBook* peers = nullptr;  // the transport's, which outlives its workers
   std::vector<std::unique_ptr<Leftover>> leftovers;  // of its torn-down connections
+  std::vector<UcxRecvConnection*> recvs;  // its receive connections, while they live
   // The largest message UCX sends eagerly (below its rendezvous threshold), as the transport
   // works it out: only those are worth a receive posted ahead (UcxRecvConnection::expectRecv).
   size_t eagerMaxBytes = 0;
@@ -265,6 +268,11 @@ class UcxRecvConnection final : public Connection {
   const std::string& refusal() const { return refusal_; }
   // The endpoint back to the sender: watched for its failure, and what credits travel on.
   void watch(Endpoint* ep) { ep_ = ep; }
+  // For a worker driven outside any operation (UcxTransport::sawPeerFail): cancels the
+  // receives posted into the caller's memory, which belong to an operation that has ended
+  // and must land there no more. False when one cannot be cancelled (UCX is landing it):
+  // the worker must not be driven then.
+  bool dropCallerLandings();
 
  private:
   struct Landing {

@@ -426,11 +426,15 @@ class UcxTransport final : public Transport {
 
   // An endpoint with peer error handling hears of its peer's end (tcp's socket closing) only
   // as its worker is driven: a survivor whose call ended on another rank's failure drives
-  // its workers no more, so they are driven here first.
+  // its workers no more, so they are driven here first. Nothing may land in the caller's
+  // memory then (its call returned): the receives posted there are cancelled first, and a
+  // worker with one UCX is still landing is not driven.
   bool sawPeerFail(int rank) override {
     bool seen = false;
     for (auto& [channel, w] : workers_) {
-      w->progress();
+      bool safe = true;
+      for (UcxRecvConnection* c : w->recvs) safe &= c->dropCallerLandings();
+      if (safe) w->progress();
       for (const auto& e : w->endpoints) seen |= e->peer == rank && e->watched && e->failure != UCS_OK;
     }
     return seen;

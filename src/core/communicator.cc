@@ -2503,6 +2503,9 @@ StatusOr<Communicator::Agreement> Communicator::agree(int flag) {
   std::vector<std::string> votes(static_cast<size_t>(nranks_));
   votes[rank_] = mine;
   int64_t nextFailureCheck = 0;
+  // When each rank of this host was first seen stopped without a break, or 0.
+  std::vector<int64_t> stoppedSince(static_cast<size_t>(nranks_), 0);
+  const int64_t stallNs = static_cast<int64_t>(cfg.timeoutSec * 1e9);
   for (;;) {
     std::vector<int> open;
     for (int r = 0; r < nranks_; ++r)
@@ -2528,6 +2531,22 @@ StatusOr<Communicator::Agreement> Communicator::agree(int flag) {
         auto gone = store_->check({key("gone/" + std::to_string(r))}, graceDeadline());
         if (!gone.isOk()) return storeLoss(gone.status());
         failed[r] = gone.value();
+        // A rank of this host whose process stayed stopped (SIGSTOP, a debugger) for the
+        // timeout while this rank waited for its vote: stalled, as a call would have found
+        // it. A stalled rank an error names is counted at once (knownFailed); one nobody
+        // named (two stopped together, each survivor's call naming the first it waited for)
+        // was waited for until twice the timeout plus 3 s.
+        if (failed[r] || stallNs <= 0 || r >= static_cast<int>(peerPidFds_.size()) || peerPidFds_[r] < 0) continue;
+        const int64_t now = nowNanos();
+        if (!processStopped(peers_[r].pid)) {
+          stoppedSince[r] = 0;
+        } else if (stoppedSince[r] == 0) {
+          stoppedSince[r] = now;
+        } else if (now - stoppedSince[r] >= stallNs) {
+          failed[r] = true;
+          BRAID_INFO("rank %d: agreement: rank %d's process has been stopped for %.1f s", rank_, r,
+                     static_cast<double>(now - stoppedSince[r]) / 1e9);
+        }
       }
       nextFailureCheck = nowNanos() + kStoreCheckPeriodNs;
     }

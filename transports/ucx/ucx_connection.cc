@@ -169,6 +169,7 @@ Connection::MemoryRange UcxSendConnection::slotMemory() const {
 }
 
 UcxSendConnection::~UcxSendConnection() {
+  DrivingWorker driving;  // its teardown drives the worker
   struct Kept {
     std::vector<Staging> slots;
     std::unique_ptr<uint8_t[]> memory;
@@ -392,6 +393,7 @@ Connection::MemoryRange UcxRecvConnection::slotMemory() const {
 }
 
 UcxRecvConnection::~UcxRecvConnection() {
+  DrivingWorker driving;  // its teardown drives the worker
   auto& recvs = worker_->recvs;
   recvs.erase(std::remove(recvs.begin(), recvs.end(), this), recvs.end());
   struct Kept {

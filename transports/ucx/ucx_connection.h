@@ -47,9 +47,11 @@ constexpr size_t kChallengeBytes = 16;
 Digest helloProof(const AuthKey& key, uint64_t nonce, int sender, int receiver, int channel,
                   std::string_view challenge, std::string_view address);
 
-// How deep this thread is in braid's own drive of a UCX worker (progress, a request awaited,
-// an endpoint closed, a worker destroyed): what UCX logs there is about braid's endpoints,
-// whose failures braid reports itself (ucx_transport.cc, logHandler).
+// How deep this thread is in braid's own drive of a UCX worker outside an operation (a
+// request awaited, a connection torn down, an endpoint closed, a worker destroyed, the
+// failed peers asked about): what UCX logs there is about braid's endpoints, whose failures
+// braid reports itself (ucx_transport.cc, logHandler). Not set by Worker::progress, which
+// every wait of an operation calls: a thread-local in a plugin costs a call to reach.
 inline thread_local int tDrivingWorker = 0;
 struct DrivingWorker {
   DrivingWorker() { ++tDrivingWorker; }
@@ -127,7 +129,6 @@ struct Worker {
 
   // Drives UCX until it has nothing more to do right now (bounded).
   void progress() {
-    DrivingWorker driving;
     for (int i = 0; i < 64 && ucp_worker_progress(worker) != 0; ++i) {
     }
   }

@@ -94,10 +94,10 @@ Inventory inventory() {
 //   kernel's backlogs) are kept instead (tEndpointSaid): a peer that died after it published
 //   its address refuses the connection, and braid reports that peer's failure itself;
 //   should the endpoint fail for another reason, braid's error quotes them.
-// - While a thread drives a worker of braid's (tDrivingWorker), the same tcp connect ERRORs
-//   go to braid's INFO log instead: an endpoint UCX connects in the background (to a rank
-//   that died, as survivors progress or close their old connections) fails through its
-//   error callback, and braid's error names that rank.
+// - While a thread drives a worker of braid's outside an operation (tDrivingWorker), the
+//   same tcp connect ERRORs go to braid's INFO log instead: an endpoint UCX connects in the
+//   background (to a rank that died, as survivors close their old connections or ask which
+//   peers failed) fails through its error callback, and braid's error names that rank.
 // Everything else goes on to UCX's own logger.
 thread_local bool tQuietSelection = false;
 thread_local std::string* tCapture = nullptr;
@@ -430,6 +430,7 @@ class UcxTransport final : public Transport {
   // memory then (its call returned): the receives posted there are cancelled first, and a
   // worker with one UCX is still landing is not driven.
   bool sawPeerFail(int rank) override {
+    DrivingWorker driving;
     bool seen = false;
     for (auto& [channel, w] : workers_) {
       bool safe = true;

@@ -61,7 +61,7 @@ cmake --build "$DIR" -j "$JOBS" >/dev/null
 export ASAN_OPTIONS="${ASAN_OPTIONS:-abort_on_error=0:halt_on_error=1:detect_leaks=1:exitcode=66}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1:exitcode=67}"
 export LSAN_OPTIONS="${LSAN_OPTIONS:-suppressions=$ROOT/tests/sanitizers/lsan.supp:print_suppressions=0}"
-export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1:exitcode=68:second_deadlock_stack=1:suppressions=$ROOT/tests/sanitizers/tsan.supp}"
+export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1:exitcode=68:second_deadlock_stack=1:history_size=7:suppressions=$ROOT/tests/sanitizers/tsan.supp}"
 cd "$DIR"
 echo "== ctest ($SANITIZE)"
 status=0

@@ -58,7 +58,15 @@ fi
 echo "== building"
 cmake --build "$DIR" -j "$JOBS" >/dev/null
 # halt_on_error and a non-zero exit for every report; leaks are checked too (ASan).
-export ASAN_OPTIONS="${ASAN_OPTIONS:-abort_on_error=0:halt_on_error=1:detect_leaks=1:exitcode=66}"
+# intercept_tls_get_addr=0: the runtimes of clang up to 16 and gcc up to 13 take a dynamic TLS
+# block whose address is 16 past a page boundary for one of glibc 2.19's and read a bogus
+# range before it, where LeakSanitizer's tracer then dies at exit ("Tracer caught signal
+# 11", no report: google/sanitizers issue 1322). The thread-locals of a library loaded with
+# dlopen (the UCX plugin's) live in dynamic blocks, wherever malloc puts them: 3 of 110 runs of
+# the transport suite's UCX scenarios ended so, 0 of 40 with this option. Without the
+# interceptor the leak check does not scan dynamic TLS: a block kept only there would be
+# reported, never missed.
+export ASAN_OPTIONS="${ASAN_OPTIONS:-abort_on_error=0:halt_on_error=1:detect_leaks=1:exitcode=66:intercept_tls_get_addr=0}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1:exitcode=67}"
 export LSAN_OPTIONS="${LSAN_OPTIONS:-suppressions=$ROOT/tests/sanitizers/lsan.supp:print_suppressions=0}"
 export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1:exitcode=68:second_deadlock_stack=1:history_size=7:suppressions=$ROOT/tests/sanitizers/tsan.supp}"

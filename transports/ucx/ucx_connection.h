@@ -109,9 +109,9 @@ struct Leftover {
   Endpoint* ep = nullptr;
 };
 
-// One channel's worker, its endpoints and the hellos it is waiting for.
 class UcxRecvConnection;
 
+// One channel's worker, its endpoints and the hellos it is waiting for.
 struct Worker {
   ucp_worker_h worker = nullptr;
   int efd = -1;

@@ -481,6 +481,14 @@ Status Communicator::init() {
     userNslots_ = opts_.config.nslots;
     smallCallSliceBytes_ =
         hosts.size() == 1 && forced == "tcp" && userSlotBytes_ == 0 ? plan::kLocalTcpSmallSliceBytes : 0;
+    // The mesh inside one host over tcp: slots of kLocalTcpSlotBytes as well, for the
+    // calls that move more than plan::kLocalTcpSmallMeshCallBytes; smaller ones keep the
+    // 64 KiB slices of a network's mesh and their rounds (plan/cost_model.h).
+    meshSmallSliceBytes_ = 0;
+    if (hosts.size() == 1 && forced == "tcp") {
+      meshSmallSliceBytes_ = kMeshSlotBytes;
+      meshSlotBytes_ = plan::kLocalTcpSlotBytes;
+    }
     if (opts_.config.slotBytes == 0) opts_.config.slotBytes = slotBytes;
     if (opts_.config.nslots == 0) opts_.config.nslots = nslots;
   }
@@ -547,7 +555,10 @@ Status Communicator::init() {
   for (const auto& p : peers_) world.hostIds.push_back(p.hostId);
   world.nchannels = nchannels_;
   world.roundBytes = cfg.slotBytes * static_cast<size_t>(cfg.nslots / 2);
-  world.smallRoundBytes = meshSlotBytes_ * (kMeshSlots / 2);
+  // Half the mesh's FIFO, in the slices of its small calls where those are cut finer than
+  // its slots (the cost model's view of the mesh); the other calls' rounds are half the
+  // FIFO in slots (useSchedule).
+  world.smallRoundBytes = (meshSmallSliceBytes_ ? meshSmallSliceBytes_ : meshSlotBytes_) * (kMeshSlots / 2);
   world.smallMaxBytes = kSmallMaxBytes;
   if (!topoRing_.empty()) {
     // The topology's ring, reversed on odd channels so both directions of every link work.
@@ -1374,7 +1385,16 @@ Status Communicator::useSchedule(const algorithms::Request& req) {
       return Status::ok();
     }
   }
-  BRAID_ASSIGN_OR_RETURN(exec::Schedule sched, plan::planCollective(req, layout_, &algoRules_, machine_));
+  // A mesh cut into its slots where small calls are cut finer: rounds of half the FIFO in
+  // slots, two messages per step and round as in any other mesh.
+  const bool meshInSlots = meshSmallSliceBytes_ != 0 && meshSliceFor(req) == 0;
+  algorithms::Layout slotRounds;
+  if (meshInSlots) {
+    slotRounds = layout_;
+    slotRounds.smallRoundBytes = meshSlotBytes_ * (kMeshSlots / 2);
+  }
+  BRAID_ASSIGN_OR_RETURN(exec::Schedule sched,
+                         plan::planCollective(req, meshInSlots ? slotRounds : layout_, &algoRules_, machine_));
   if (sched.channels.empty()) return internalError("planner returned a schedule without channels");
   if (sched.connectionSet == 1 && sched.channels.size() != 1)
     return internalError(sched.algorithm + ": a mesh schedule must have one channel");
@@ -1436,17 +1456,27 @@ void Communicator::bindSchedule(Op* op, const algorithms::Request& req) {
   }
   op->outputBytes_ = algorithms::outputElems(req, rank_, nranks_) * dataTypeSize(req.dtype);
   op->ringSliceBytes_ = ringSliceFor(req);
+  op->meshSliceBytes_ = meshSliceFor(req);
   op->comm_ = this;
 }
 
 // Both ends of a connection must cut the same slices, so the choice follows the call's
 // shape, which every rank shares: not for point-to-point groups or alltoallv, whose byte
 // counts differ from rank to rank.
-size_t Communicator::ringSliceFor(const algorithms::Request& req) const {
-  if (smallCallSliceBytes_ == 0 || req.coll == algorithms::Collective::kSendRecv ||
-      req.coll == algorithms::Collective::kAllToAllV)
+namespace {
+size_t smallCallSlice(const algorithms::Request& req, int nranks, size_t slice, size_t limit) {
+  if (slice == 0 || req.coll == algorithms::Collective::kSendRecv || req.coll == algorithms::Collective::kAllToAllV)
     return 0;
-  return algorithms::requestBytes(req, nranks_) <= plan::kLocalTcpSmallCallBytes ? smallCallSliceBytes_ : 0;
+  return algorithms::requestBytes(req, nranks) <= limit ? slice : 0;
+}
+}  // namespace
+
+size_t Communicator::ringSliceFor(const algorithms::Request& req) const {
+  return smallCallSlice(req, nranks_, smallCallSliceBytes_, plan::kLocalTcpSmallCallBytes);
+}
+
+size_t Communicator::meshSliceFor(const algorithms::Request& req) const {
+  return smallCallSlice(req, nranks_, meshSmallSliceBytes_, plan::kLocalTcpSmallMeshCallBytes);
 }
 
 Status Communicator::bindBuffers(Op* op, const void* input, void* output, std::vector<void*> extra) {
@@ -1648,7 +1678,8 @@ exec::RunContext Communicator::channelContext(const Op& op, int channel) const {
   exec::RunContext ctx;
   ctx.rank = rank_;
   const bool mesh = op.schedule_->connectionSet == 1;
-  ctx.sliceBytes = mesh ? meshSlotBytes_ : op.ringSliceBytes_ ? op.ringSliceBytes_ : opts_.config.slotBytes;
+  ctx.sliceBytes = mesh ? (op.meshSliceBytes_ ? op.meshSliceBytes_ : meshSlotBytes_)
+                        : op.ringSliceBytes_ ? op.ringSliceBytes_ : opts_.config.slotBytes;
   ctx.wholeBlockBytes = wholeBlockBytes_;
   ctx.fifoSlots = !ringsRunAhead_ ? 0 : mesh ? kMeshSlots : opts_.config.nslots;
   ctx.tag = op.tag_;

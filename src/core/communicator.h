@@ -86,6 +86,8 @@ class Op {
   // The slice the rings cut this call's steps into where it is not the slot (0: the slot;
   // Communicator::ringSliceFor).
   size_t ringSliceBytes_ = 0;
+  // Likewise for the mesh (Communicator::meshSliceFor).
+  size_t meshSliceBytes_ = 0;
   const char* name_ = "";  // the collective's name (a literal): no string to build per call
   std::vector<int> channels_;  // the schedule's channels that have work
   int remaining_ = 0;  // channels still running, guarded by mu_
@@ -428,6 +430,10 @@ class Communicator {
   // slots: plan::kLocalTcpSlotBytes): what a call of that shape is cut into, 0 = the slot.
   size_t smallCallSliceBytes_ = 0;
   size_t ringSliceFor(const algorithms::Request& req) const;
+  // The mesh's counterpart: its small calls' slices where they are finer than its slots
+  // (tcp inside one host), 0 = the slot.
+  size_t meshSmallSliceBytes_ = 0;
+  size_t meshSliceFor(const algorithms::Request& req) const;
   // Messages of wholeBlocks schedules, when every connection of every rank carries messages
   // larger than a slot (agreed in connect()); 0 = slot-sized slices everywhere.
   size_t wholeBlockBytes_ = 0;

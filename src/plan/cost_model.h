@@ -69,6 +69,14 @@ constexpr size_t kLocalTcpSlotBytes = 128 * 1024;
 // 64 KiB slices there: a step of such a call is a few slots at most, and smaller slices keep
 // it pipelined (2-rank allreduce of 256 KiB: 95 us a call in 64 KiB slices, 131 in 128 KiB).
 constexpr size_t kLocalTcpSmallCallBytes = 1024 * 1024;
+// The mesh (scatter, gather, alltoall, point-to-point groups, trees) inside one host over tcp
+// has slots of kLocalTcpSlotBytes too, two to a round. Against 64 KiB slots, alternated
+// (docs/performance.md, "tcp inside one host: the mesh's slots"): sendrecv 1.06-1.20x from
+// 256 KiB, scatter and gather 1.03-1.22x from 4 MiB, 4-rank alltoall 1.07-1.29x from 1 MiB.
+// Calls of at most this many bytes keep 64 KiB slices and rounds of two of them: in 128 KiB
+// slices scatter, gather and alltoall of 256 KiB had lost (0.88-0.95x). Point-to-point
+// groups and alltoallv, whose byte counts differ by rank, take the slots at any size.
+constexpr size_t kLocalTcpSmallMeshCallBytes = 512 * 1024;
 constexpr size_t kLocalTcpSmallSliceBytes = 64 * 1024;
 
 // The machine a communicator's layout describes, with the communicator's slot geometry

@@ -606,6 +606,11 @@ TEST_CASE("every perf tool checks its results with zero wrong", "[multiproc]") {
       {"", 4, "sendrecv_perf -b 8 -e 4M -f 16 --one-way"},
       {"BRAID_TRANSPORT=tcp", 4, "sendrecv_perf -b 8 -e 4M -f 64"},
       {"BRAID_TRANSPORT=tcp", 4, "alltoall_perf -b 8 -e 1M -f 64"},
+      // The mesh over tcp inside one host: 64 KiB slices up to 512 KiB a call, its 128 KiB
+      // slots above (plan::kLocalTcpSmallMeshCallBytes), in rounds of each's own.
+      {"BRAID_TRANSPORT=tcp", 3, "alltoall_perf -b 256K -e 4M -f 4"},
+      {"BRAID_TRANSPORT=tcp", 3, "scatter_perf -b 256K -e 4M -f 4 -r all"},
+      {"BRAID_TRANSPORT=tcp", 3, "gather_perf -b 256K -e 4M -f 4 -r all"},
       // Buffers off a page boundary, as malloc's are: copies into and out of page-aligned
       // slots at short distances modulo 4 KiB (copyBytes' vector loop), and back.
       {"", 2, "sendrecv_perf -b 8 -e 4M -f 16 --misalign 16"},

@@ -607,7 +607,7 @@ TEST_CASE("every perf tool checks its results with zero wrong", "[multiproc]") {
       {"BRAID_TRANSPORT=tcp", 4, "sendrecv_perf -b 8 -e 4M -f 64"},
       {"BRAID_TRANSPORT=tcp", 4, "alltoall_perf -b 8 -e 1M -f 64"},
       // The mesh over tcp inside one host: 64 KiB slices up to 512 KiB a call, its 128 KiB
-      // slots above (plan::kLocalTcpSmallMeshCallBytes), in rounds of each's own.
+      // slots above (plan::kLocalTcpSmallMeshCallBytes), two slices to a round either way.
       {"BRAID_TRANSPORT=tcp", 3, "alltoall_perf -b 256K -e 4M -f 4"},
       {"BRAID_TRANSPORT=tcp", 3, "scatter_perf -b 256K -e 4M -f 4 -r all"},
       {"BRAID_TRANSPORT=tcp", 3, "gather_perf -b 256K -e 4M -f 4 -r all"},

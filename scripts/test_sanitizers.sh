@@ -2,7 +2,7 @@
 # The unit, world and transport tests under sanitizers, in a build of their own:
 #   bash scripts/test_sanitizers.sh            # ASan + UBSan (build-asan/)
 #   SANITIZE=thread bash scripts/test_sanitizers.sh   # TSan (build-tsan/)
-# SANITIZE_DIRS narrows the test folders (CI: "unit;world"), SANITIZE_EXCLUDE is a regex of
+# SANITIZE_DIRS narrows the test folders (CI runs all three), SANITIZE_EXCLUDE is a regex of
 # tests to leave out. FUZZ_TARGETS=1 (ASan with clang) builds the fuzz targets too, for
 # scripts/fuzz.sh to run from this build (FUZZ_PREBUILT=1) instead of a build of its own.
 # Extra arguments go to ctest (e.g. -R allreduce). Fails if any test fails or a sanitizer

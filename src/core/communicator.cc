@@ -534,6 +534,11 @@ Status Communicator::init() {
     exec::WaitPolicy w;
     w.spinMicros = cfg.spinMicros >= 0 ? cfg.spinMicros : (oversubscribed ? 0 : 50);
     w.yieldMicros = cfg.yieldMicros >= 0 ? cfg.yieldMicros : (oversubscribed ? 20 : 200);
+    // Where ranks share cores, a yield that the core's other rank keeps for a millisecond
+    // is that rank working (4 ranks on 2 cores: now and then at 64 KiB, more at 1 MiB, where
+    // pausing yields on them cost up to a third of the busbw); only where each has a core
+    // does it mean something busy beside the job (common/core_yield.h).
+    w.pauseYields = !oversubscribed;
     return w;
   };
   wait_ = policy(crowded(nchannels_));

@@ -1,6 +1,7 @@
 #include "exec/executor.h"
 
 #include "common/copy.h"
+#include "common/core_yield.h"
 #include "common/timeline.h"
 
 #include <poll.h>
@@ -648,13 +649,13 @@ class ChannelRunner {
     Status st = lanePass(lanes, &moved, &left);
     if (st.isOk() && !moved && left) {
       if (ready) {
-        sched_yield();
+        giveCore();
       } else if (word) {
         transport::futexWait(word, value, nfds || words > 1 ? 200 : kSleepMicros);
       } else if (nfds) {
         ::poll(fds, static_cast<nfds_t>(nfds), ctx_.deadline.remainingMillis(static_cast<int>(kSleepMicros / 1000)));
       } else {
-        sched_yield();
+        giveCore();
       }
     }
     for (const auto& a : armed) a.first->disarm(a.second);
@@ -1192,10 +1193,15 @@ class ChannelRunner {
   };
 
   // The phases of a wait that began at `start` (waitLoop, runLanes): it spins until
-  // `spinEnd`, yields until `yieldEnd`, then sleeps.
+  // `spinEnd`, yields until `yieldEnd`, then sleeps. Under a policy that pauses yields, while
+  // they are paused (a busy process keeps taking the core, common/core_yield.h) it goes from
+  // spinning to sleeping.
   struct Phases {
     int64_t spinEnd = 0, yieldEnd = 0;
-    int at(int64_t now) const { return now < spinEnd ? 0 : now < yieldEnd ? 1 : 2; }
+    bool pauseYields = false;
+    int at(int64_t now) const {
+      return now < spinEnd ? 0 : now < yieldEnd && !(pauseYields && yieldsPaused(now)) ? 1 : 2;
+    }
   };
   // Begins a wait at `start`: its phases, and the health check's first turn.
   Phases beginWait(int64_t start) {
@@ -1204,12 +1210,25 @@ class ChannelRunner {
     Phases p;
     p.spinEnd = start + int64_t{ctx_.wait.spinMicros} * 1000;
     p.yieldEnd = p.spinEnd + int64_t{ctx_.wait.yieldMicros} * 1000;
+    p.pauseYields = ctx_.wait.pauseYields;
     return p;
   }
+  // Gives the core up once where a wait has nothing to sleep on.
+  void giveCore() const {
+    if (ctx_.wait.pauseYields) yieldOrNap();
+    else sched_yield();
+  }
+
   // Spins or yields once in phase 0 or 1; false in phase 2, where the caller sleeps its way.
-  static bool relax(int phase) {
-    if (phase == 0) cpuRelax();
-    else if (phase == 1) sched_yield();
+  // Under a policy that pauses yields, a yield that lost the core for a slice moves the wait
+  // on to phase 2 (common/core_yield.h).
+  bool relax(int& phase) const {
+    if (phase == 0) {
+      cpuRelax();
+    } else if (phase == 1) {
+      if (!ctx_.wait.pauseYields) sched_yield();
+      else if (!yieldCore()) phase = 2;
+    }
     return phase < 2;
   }
 
@@ -1274,7 +1293,7 @@ class ChannelRunner {
       int timeoutMs = ctx_.deadline.remainingMillis(static_cast<int>(kSleepMicros / 1000));
       ::poll(fds, static_cast<nfds_t>(nfds), timeoutMs);
     } else {
-      sched_yield();
+      giveCore();
     }
     c->disarm(forSend);
     return Status(Code::kWouldBlock, "");
@@ -1333,7 +1352,7 @@ class ChannelRunner {
       } else if (nfds) {
         ::poll(fds, static_cast<nfds_t>(nfds), 1);
       } else {
-        sched_yield();
+        giveCore();
       }
     }
   }

@@ -30,10 +30,13 @@ struct ChannelLinks {
   std::vector<transport::Connection*> recvFrom;
 };
 
-// How long to spin and yield before sleeping, in microseconds.
+// How long to spin and yield before sleeping, in microseconds. `pauseYields`: yields that
+// keep losing the core for a time slice pause (common/core_yield.h); for ranks that each have
+// a core, where whatever takes it is not another rank waiting in turn.
 struct WaitPolicy {
   int spinMicros = 20;
   int yieldMicros = 100;
+  bool pauseYields = false;
 };
 
 // What a channel is waiting for right now, for a live view of a running job (braid-info

@@ -52,6 +52,12 @@ bool yieldCore() {
   return noteYield(before, nowNanos());
 }
 
+bool yieldTimed() {
+  const int64_t before = nowNanos();
+  sched_yield();
+  return nowNanos() - before < kLostSliceNs;
+}
+
 void yieldOrNap() {
   if (!yieldsPaused(nowNanos())) {
     yieldCore();

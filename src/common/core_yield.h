@@ -10,11 +10,14 @@
 // So yields are timed. One that kept the core away for kLostSliceNs or more lost a slice;
 // when kLostInWindow of the last kYieldWindow yields of this process did, something busy
 // shares its cores, and yields pause: waits spin, then sleep, and the kernel wakes a
-// sleeper as soon as its data comes. Ranks sharing a core with each other lose a slice now
-// and then too (1 to 3 ms, once in thousands of yields), never several in a row. A pause
-// ends on its own; one that starts again within its own length of the last one's end is
-// twice as long (up to kMaxYieldPauseNs), so a busy neighbour that stays costs a few slices
-// a second at most.
+// sleeper as soon as its data comes. A pause ends on its own; one that starts again within
+// its own length of the last one's end is twice as long (up to kMaxYieldPauseNs), so a busy
+// neighbour that stays costs a few slices a second at most.
+//
+// The executor does this only where each rank has a core (exec::WaitPolicy::pauseYields).
+// Ranks that share cores lose the core to each other for a millisecond or more now and then
+// (4 ranks on 2 cores: a few times a second at 64 KiB, more at 1 MiB, where a rank's step
+// copies or reduces for longer); pausing on those cost up to a third of the busbw.
 
 #include <cstdint>
 
@@ -40,6 +43,10 @@ bool noteYield(int64_t before, int64_t after);
 
 // Yields the core once and notes how long that took (noteYield).
 bool yieldCore();
+
+// Yields the core once: false if that lost it for a slice. Notes nothing, and so pauses
+// nothing: for ranks that share cores, where a long yield may be another rank working.
+bool yieldTimed();
 
 // Gives the core up once where a wait has nothing to sleep on: a yield, or while yields are
 // paused a nap of kNapNs, which the kernel ends on time whoever else is busy.

@@ -1220,14 +1220,14 @@ class ChannelRunner {
   }
 
   // Spins or yields once in phase 0 or 1; false in phase 2, where the caller sleeps its way.
-  // Under a policy that pauses yields, a yield that lost the core for a slice moves the wait
-  // on to phase 2 (common/core_yield.h).
+  // A yield that lost the core for a slice moves the wait on to phase 2 (common/core_yield.h):
+  // a busy process beside it would take the core again at each of its next yields. Under a
+  // policy that pauses yields, the loss is noted too.
   bool relax(int& phase) const {
     if (phase == 0) {
       cpuRelax();
-    } else if (phase == 1) {
-      if (!ctx_.wait.pauseYields) sched_yield();
-      else if (!yieldCore()) phase = 2;
+    } else if (phase == 1 && !(ctx_.wait.pauseYields ? yieldCore() : yieldTimed())) {
+      phase = 2;
     }
     return phase < 2;
   }

@@ -32,6 +32,10 @@
 #   BUILD_DIR=./build     braid build (setup.sh builds it); BRAIDRUN=..., PERF_DIR=... override
 #   BENCH_CACHE=~/.cache/braid-bench-peers   where the peer harnesses are built
 #   RESULTS=./bench-results                  summary and raw logs go here
+#   BUSY=0                processes that never wait, started before the first run and ended
+#                         after the last, as a data loader or another job on a shared node
+#                         would be (BUSY=$(nproc): one per core); every implementation runs
+#                         beside them
 # Cost: everything with the defaults took 22 min on the 2-core dev host while other jobs kept
 # its load at 10-20 (before round 2 dropped the checks and Gloo's losing allreduce algorithm);
 # allreduce at 256 MiB is the largest share. Aim: ~15 min on a quiet host. Narrow with COLLS,
@@ -132,8 +136,17 @@ has() { [[ " $1 " == *" $2 "* ]]; }
 gloo_has() { has "allreduce broadcast reduce allgather reduce_scatter alltoall gather scatter sendrecv" "$1"; }
 fmt() { printf '%-8s %9s %9s %6s | %9s %9s %9s %6s %6s | %s\n' "$@"; }
 
+BUSY=${BUSY:-0}
+busy_pids=()
+stop_busy() { [ "${#busy_pids[@]}" -eq 0 ] || { kill "${busy_pids[@]}" 2>/dev/null; wait "${busy_pids[@]}" 2>/dev/null; }; }
+trap stop_busy EXIT
+for ((i = 0; i < BUSY; i++)); do
+  bash -c 'while :; do :; done' &
+  busy_pids+=($!)
+done
+
 misses=0; checked=0
-say "# bench_collectives $(date -Is): NP=$NP SIZES='${SIZES[*]}' ROUNDS=$ROUNDS CHECK=$CHECK AVG=$AVG ITERS_X=${ITERS_X:-1}"
+say "# bench_collectives $(date -Is): NP=$NP SIZES='${SIZES[*]}' ROUNDS=$ROUNDS CHECK=$CHECK AVG=$AVG ITERS_X=${ITERS_X:-1}$([ "$BUSY" = 0 ] || echo " BUSY=$BUSY")"
 say "# braid: $BUILD_DIR ($(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null)$(git -C "$ROOT" diff --quiet 2>/dev/null || echo '+dirty')); peers: $CACHE; raw logs: $RAW"
 say "# host: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), tcp congestion control $(tcp_cc); busbw in GB/s (1e9 B/s); x = braid/peer, > 1: braid better"
 say "# targets: shm = braid-shm >= mpi-shm; tcp = braid-tcp >= 2 x gloo-tcp (sendrecv: Gloo point-to-point, not a Gloo collective)"

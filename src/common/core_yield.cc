@@ -20,6 +20,7 @@ std::atomic<uint32_t> recent{0};
 std::mutex pauseMu;
 int64_t pauseLen = 0;
 int64_t pauseEnd = 0;
+std::atomic<uint64_t> pausesStarted{0};
 
 constexpr uint32_t kWindowMask = (1u << kYieldWindow) - 1;
 
@@ -43,6 +44,7 @@ bool noteYield(int64_t before, int64_t after) {
   pauseEnd = after + pauseLen;
   recent.store(0, std::memory_order_relaxed);
   pausedUntil.store(pauseEnd, std::memory_order_relaxed);
+  pausesStarted.fetch_add(1, std::memory_order_relaxed);
   return false;
 }
 
@@ -66,6 +68,8 @@ void yieldOrNap() {
   timespec nap{0, kNapNs};
   nanosleep(&nap, nullptr);
 }
+
+uint64_t yieldPausesStarted() { return pausesStarted.load(std::memory_order_relaxed); }
 
 void resetYieldPause() {
   std::lock_guard<std::mutex> lock(pauseMu);

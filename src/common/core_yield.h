@@ -53,7 +53,10 @@ bool yieldTimed();
 constexpr int64_t kNapNs = 20 * 1000;
 void yieldOrNap();
 
-// Forgets every yield and pause (tests).
+// How many pauses this process has started (tests, diagnostics).
+uint64_t yieldPausesStarted();
+
+// Forgets every yield and pause (tests); the count above stays.
 void resetYieldPause();
 
 }  // namespace braid

@@ -2,6 +2,9 @@
 // several channel counts and slot sizes, counts from 0 to 1M+3, every dtype and op, in
 // place and out of place. Every element is compared with an independently computed value.
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -13,6 +16,8 @@
 #include <thread>
 #include <vector>
 
+#include "common/clock.h"
+#include "common/core_yield.h"
 #include "support/catch.h"
 #include "world/reference.h"
 #include "world/world.h"
@@ -737,4 +742,71 @@ TEST_CASE("BRAID_DEBUG_DUMP writes each rank's flight recorder on a failure", "[
     CHECK(j.str().find("\"last_completed\": \"#2 allreduce") != std::string::npos);
   }
   std::system(("rm -rf " + dir).c_str());
+}
+
+// Every rank's thread on one core beside a thread that never waits: the ranks' yields keep
+// losing the core to it, and yields pause (common/core_yield.h); the waits then sleep, and
+// the allreduces stay right. The ranks have a core each as the communicator counts them
+// (they are pinned only after it is made), so their policy pauses yields.
+TEST_CASE("ranks beside a busy thread on their core pause their yields, and their allreduces stay right",
+          "[world]") {
+  resetYieldPause();
+  const uint64_t pausesBefore = yieldPausesStarted();
+  cpu_set_t mine;
+  REQUIRE(sched_getaffinity(0, sizeof mine, &mine) == 0);
+  int cpu = 0;
+  while (cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &mine)) ++cpu;
+  REQUIRE(cpu < CPU_SETSIZE);
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  std::atomic<bool> stop{false};
+  std::thread busy([&] {
+    pthread_setaffinity_np(pthread_self(), sizeof one, &one);
+    uint64_t n = 0;
+    while (!stop.load(std::memory_order_relaxed)) ++n;
+  });
+  std::mutex mu;
+  std::vector<std::string> errors;
+  std::atomic<int> calls{0};
+  WorldOptions o;
+  o.nranks = 2;
+  Status init = braid::testing::runWorld(o, [&](core::Communicator& comm) {
+    auto fail = [&](const std::string& what) {
+      std::lock_guard<std::mutex> lock(mu);
+      errors.push_back("rank " + std::to_string(comm.rank()) + ": " + what);
+    };
+    pthread_setaffinity_np(pthread_self(), sizeof one, &one);
+    const size_t count = 16384;
+    std::vector<float> in(count + 1), out(count + 1);
+    // Until a pause has started (the last element, summed, says so on both ranks at once),
+    // at most 2,000 calls.
+    for (int i = 0; i < 2000; ++i) {
+      for (size_t k = 0; k < count; ++k) in[k] = static_cast<float>(comm.rank() + 1 + static_cast<int>(k % 32));
+      in[count] = yieldPausesStarted() > pausesBefore ? 1.0f : 0.0f;
+      algorithms::Request req;
+      req.coll = algorithms::Collective::kAllReduce;
+      req.count = count + 1;
+      req.dtype = DataType::kFloat32;
+      req.op = ReduceOp::kSum;
+      Status s = comm.run(req, in.data(), out.data());
+      if (!s.isOk()) return fail("call " + std::to_string(i) + ": " + s.toString());
+      for (size_t k = 0; k < count; ++k) {
+        const float want = static_cast<float>(3 + 2 * static_cast<int>(k % 32));
+        if (out[k] != want) {
+          return fail("call " + std::to_string(i) + ": element " + std::to_string(k) + " is " +
+                      std::to_string(out[k]) + ", expected " + std::to_string(want));
+        }
+      }
+      if (comm.rank() == 0) ++calls;
+      if (out[count] > 0) break;
+    }
+  });
+  stop = true;
+  busy.join();
+  REQUIRE(init.isOk());
+  for (const auto& e : errors) FAIL(e);
+  INFO("calls until a pause: " << calls.load());
+  CHECK(yieldPausesStarted() > pausesBefore);
+  resetYieldPause();
 }

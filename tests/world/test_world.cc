@@ -2,9 +2,6 @@
 // several channel counts and slot sizes, counts from 0 to 1M+3, every dtype and op, in
 // place and out of place. Every element is compared with an independently computed value.
 
-#include <pthread.h>
-#include <sched.h>
-
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -18,6 +15,7 @@
 
 #include "common/clock.h"
 #include "common/core_yield.h"
+#include "support/busy_core.h"
 #include "support/catch.h"
 #include "world/reference.h"
 #include "world/world.h"
@@ -752,20 +750,7 @@ TEST_CASE("ranks beside a busy thread on their core pause their yields, and thei
           "[world]") {
   resetYieldPause();
   const uint64_t pausesBefore = yieldPausesStarted();
-  cpu_set_t mine;
-  REQUIRE(sched_getaffinity(0, sizeof mine, &mine) == 0);
-  int cpu = 0;
-  while (cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &mine)) ++cpu;
-  REQUIRE(cpu < CPU_SETSIZE);
-  cpu_set_t one;
-  CPU_ZERO(&one);
-  CPU_SET(cpu, &one);
-  std::atomic<bool> stop{false};
-  std::thread busy([&] {
-    pthread_setaffinity_np(pthread_self(), sizeof one, &one);
-    uint64_t n = 0;
-    while (!stop.load(std::memory_order_relaxed)) ++n;
-  });
+  braid::testing::BusyCore busy;
   std::mutex mu;
   std::vector<std::string> errors;
   std::atomic<int> calls{0};
@@ -776,7 +761,7 @@ TEST_CASE("ranks beside a busy thread on their core pause their yields, and thei
       std::lock_guard<std::mutex> lock(mu);
       errors.push_back("rank " + std::to_string(comm.rank()) + ": " + what);
     };
-    pthread_setaffinity_np(pthread_self(), sizeof one, &one);
+    if (!busy.pinHere()) fail("could not pin the rank's thread");
     const size_t count = 16384;
     std::vector<float> in(count + 1), out(count + 1);
     // Until a pause has started (the last element, summed, says so on both ranks at once),
@@ -802,8 +787,6 @@ TEST_CASE("ranks beside a busy thread on their core pause their yields, and thei
       if (out[count] > 0) break;
     }
   });
-  stop = true;
-  busy.join();
   REQUIRE(init.isOk());
   for (const auto& e : errors) FAIL(e);
   INFO("calls until a pause: " << calls.load());

@@ -6,11 +6,10 @@
 #include <sched.h>
 
 #include <algorithm>
-#include <atomic>
-#include <thread>
 
 #include "common/clock.h"
 #include "common/core_yield.h"
+#include "support/busy_core.h"
 #include "support/catch.h"
 
 using namespace braid;
@@ -72,30 +71,17 @@ TEST_CASE("yielding beside a busy thread on the same core loses slices, and yiel
   resetYieldPause();
   cpu_set_t mine;
   REQUIRE(sched_getaffinity(0, sizeof mine, &mine) == 0);
-  int cpu = 0;
-  while (cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &mine)) ++cpu;
-  REQUIRE(cpu < CPU_SETSIZE);
-  cpu_set_t one;
-  CPU_ZERO(&one);
-  CPU_SET(cpu, &one);
-  std::atomic<bool> stop{false};
-  std::atomic<bool> pinned{false};
-  std::thread busy([&] {
-    pthread_setaffinity_np(pthread_self(), sizeof one, &one);
-    pinned = true;
-    uint64_t n = 0;
-    while (!stop.load(std::memory_order_relaxed)) ++n;  // never waits, as a data loader's loop
-  });
-  REQUIRE(pthread_setaffinity_np(pthread_self(), sizeof one, &one) == 0);
-  while (!pinned) std::this_thread::yield();
-  // A yield hands the core to the busy thread when the scheduler finds it due; it then keeps
-  // the core for its slice. Bounded by time, not a count, on a loaded machine.
   int lost = 0;
-  const int64_t end = nowNanos() + 10'000'000'000;
-  while (!yieldsPaused(nowNanos()) && nowNanos() < end) lost += yieldCore() ? 0 : 1;
-  const int64_t after = nowNanos();
-  stop = true;
-  busy.join();
+  int64_t after = 0;
+  {
+    braid::testing::BusyCore busy;
+    REQUIRE(busy.pinHere());
+    // A yield hands the core to the busy thread when the scheduler finds it due; it then
+    // keeps the core for its slice. Bounded by time, not a count, on a loaded machine.
+    const int64_t end = nowNanos() + 10'000'000'000;
+    while (!yieldsPaused(nowNanos()) && nowNanos() < end) lost += yieldCore() ? 0 : 1;
+    after = nowNanos();
+  }
   REQUIRE(pthread_setaffinity_np(pthread_self(), sizeof mine, &mine) == 0);
   CHECK(lost >= kLostInWindow);
   CHECK(yieldsPaused(after));

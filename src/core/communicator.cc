@@ -1060,7 +1060,17 @@ Status Communicator::launcherExitCheck(Deadline deadline) {
 
 Status Communicator::connect() {
   const Config& cfg = opts_.config;
+  // Each step waits at most the timeout for the others, from when this rank starts it:
+  // starting the transports here, then the wait for the peers' addresses and for all to
+  // attach, then the transports' last step (UCX's hellos, which need every peer to drive
+  // its worker). One deadline for all three had a rank whose transports were slow to start
+  // (UCX under load) fail every rank's last step, each with what was left of it.
   Deadline deadline = Deadline::after(cfg.timeoutSec);
+  auto pollDeadline = std::make_shared<Deadline>(deadline);  // what the transports' checks see
+  auto nextStep = [&] {
+    deadline = Deadline::after(cfg.timeoutSec);
+    *pollDeadline = deadline;
+  };
   transport::TransportConfig tc;
   tc.rank = rank_;
   tc.nranks = nranks_;
@@ -1075,7 +1085,7 @@ Status Communicator::connect() {
   tc.netIf = cfg.netIf;
   tc.portLo = cfg.portLo;
   tc.portHi = cfg.portHi;
-  tc.abortCheck = [this, deadline] { return initPoll(deadline); };
+  tc.abortCheck = [this, pollDeadline] { return initPoll(*pollDeadline); };
   tc.ibHca = cfg.ibHca;
   tc.ibGidIndex = cfg.ibGidIndex;
   if (topology_) {
@@ -1227,6 +1237,7 @@ Status Communicator::connect() {
     }
   }
   // Phase 2: send sides.
+  nextStep();
   for (Want& w : wants) {
     for (int to : w.to) {
       if (w.links->sendTo[to]) continue;
@@ -1262,6 +1273,7 @@ Status Communicator::connect() {
   if (!cfg.sendAcks) BRAID_RETURN_IF_ERROR(store_->add(noAcksKey, 1).status());
   // Phase 3: everyone attached; transports finish (accept, unlink).
   BRAID_RETURN_IF_ERROR(bootstrap::barrier(*store_, key("connected"), nranks_, deadline, [&] { return initPoll(deadline); }));
+  nextStep();
   for (auto& t : transports_)
     if (t) BRAID_RETURN_IF_ERROR(t->establish(deadline));
   for (auto& t : meshTransports_)

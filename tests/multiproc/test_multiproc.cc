@@ -1997,6 +1997,22 @@ TEST_CASE("a failing transport plugin fails init on every rank, naming the rank"
   }
 }
 
+// Each step of joining waits at most the timeout for the others: a rank whose transport
+// took most of it to start (rank 1 here: 0.9 s for each of its two instances, the rings'
+// and the mesh's, of 2 s) does not shorten the transports' last step on every rank, which
+// here needs 0.9 s more (as UCX's hellos do, which wait for every peer to drive its
+// worker). Before, one deadline covered the whole connection, and every rank failed at its
+// last step.
+TEST_CASE("a rank whose transport is slow to start leaves every rank a whole timeout to finish connecting",
+          "[multiproc][plugin]") {
+  Run r = run(braidrun(3, "BRAID_TIMEOUT=2 BRAID_TRANSPORT_PLUGIN=" FAILING_PLUGIN " BRAID_TRANSPORT=failing "
+                          "BRAID_TEST_FAIL_RANK=1 BRAID_TEST_FAIL_MODE=slow BRAID_TEST_SLOW_MS=900") +
+              MP_DIR "/mp_collectives");
+  INFO(r.out);
+  CHECK(r.status == 0);
+  CHECK(r.out.find("its deadline came first") == std::string::npos);
+}
+
 // Where rank 0 serves the store (torchrun's environment) and its own init fails, the store
 // stays up until the others have read why: each names rank 0's reason, not a store that
 // vanished under it.

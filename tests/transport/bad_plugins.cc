@@ -5,11 +5,16 @@
 //   BRAID_BAD_PLUGIN_FAILING    a working tcp underneath, except on the rank named by
 //                               BRAID_TEST_FAIL_RANK, where BRAID_TEST_FAIL_MODE picks the fault:
 //                               "init" (init fails), "recv" (create_recv fails) or "blob"
-//                               (create_recv hands out a malformed blob)
+//                               (create_recv hands out a malformed blob); or "slow": the
+//                               named rank takes BRAID_TEST_SLOW_MS to start its transport,
+//                               and every rank's establish needs that long before its
+//                               deadline, as a handshake that waits for its peers does
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 
 #include "transports/plugin/plugin_export.h"
 #include "transports/tcp/tcp_transport.h"
@@ -45,7 +50,17 @@ class FailingTransport final : public Transport {
   StatusOr<std::unique_ptr<Connection>> connectSend(int peer, int channel, const std::string& blob) override {
     return tcp_->connectSend(peer, channel, blob);
   }
-  braid::Status establish(braid::Deadline d) override { return tcp_->establish(d); }
+  braid::Status establish(braid::Deadline d) override {
+    if (mode_ == "slow") {
+      const int ms = slowMillis();
+      const int left = d.remainingMillis(ms);
+      std::this_thread::sleep_for(std::chrono::milliseconds(left));
+      if (left < ms)
+        return Status(Code::kTimeout, "establish needed " + std::to_string(ms) + " ms; its deadline came first");
+    }
+    return tcp_->establish(d);
+  }
+  static int slowMillis() { return std::atoi(knob("BRAID_TEST_SLOW_MS").c_str()); }
 
  private:
   std::unique_ptr<Transport> tcp_;
@@ -58,6 +73,7 @@ class FailingTransport final : public Transport {
   const bool failing = !rank.empty() && std::atoi(rank.c_str()) == cfg.rank;
   const std::string mode = knob("BRAID_TEST_FAIL_MODE");
   if (failing && mode == "init") return Status(Code::kSystemError, "init refused on purpose");
+  if (failing && mode == "slow") std::this_thread::sleep_for(std::chrono::milliseconds(FailingTransport::slowMillis()));
   return std::unique_ptr<Transport>(
       new FailingTransport(braid::transport::createTcpTransport(cfg), failing, mode));
 }

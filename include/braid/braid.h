@@ -22,7 +22,19 @@ extern "C" {
 #define BRAID_PATCH 0
 #define BRAID_VERSION_CODE (BRAID_MAJOR * 10000 + BRAID_MINOR * 100 + BRAID_PATCH)
 
-typedef enum {
+/* In C++ each enum of this header has int as its fixed underlying type, so that any int a C
+ * caller passes (a cast, a binding's integer) is a value of the enum, which braid checks and
+ * refuses by name, and not undefined behavior in the library. In C an enum is an int-sized
+ * integer either way. */
+#ifndef BRAID_ENUM_INT
+#ifdef __cplusplus
+#define BRAID_ENUM_INT : int
+#else
+#define BRAID_ENUM_INT
+#endif
+#endif
+
+typedef enum BRAID_ENUM_INT {
   braidSuccess = 0,
   braidInvalidArgument = 1,
   braidSystemError = 2,
@@ -36,7 +48,7 @@ typedef enum {
   braidRevoked = 8
 } braidResult_t;
 
-typedef enum {
+typedef enum BRAID_ENUM_INT {
   braidInt8 = 0,
   braidUint8 = 1,
   braidInt32 = 2,
@@ -58,7 +70,7 @@ typedef enum {
 
 /* Bitwise ops apply to integer types only. braidRedOpCreatePreMulSum returns further
  * values (>= braidNumOps), valid on the communicator that created them. */
-typedef enum {
+typedef enum BRAID_ENUM_INT {
   braidSum = 0,
   braidProd = 1,
   braidMax = 2,

@@ -193,6 +193,52 @@ TEST_CASE("C++ API: bad arguments throw InvalidArgument naming them", "[unit]") 
   CHECK_THROWS_AS(braid::Communicator::fromStore(nullptr, 0, 1), braid::InvalidArgument);
 }
 
+// A C caller may pass any int where the C API takes an enum (a cast, a ctypes binding). In
+// C++ a value outside an enum's range is undefined unless the enum has a fixed underlying
+// type, so braid.h gives its enums one in C++: these calls are refused by name, and UBSan
+// (the sanitizer run of this test) finds no invalid load.
+TEST_CASE("C API: a data type or op that is no value of its enum is refused, naming it", "[unit]") {
+  setenv("BRAID_TRANSPORT", "loopback", 1);
+  braidUniqueId id;
+  REQUIRE(braidGetUniqueId(&id) == braidSuccess);
+  std::vector<std::string> errs(2);
+  std::vector<std::thread> ts;
+  for (int r = 0; r < 2; ++r) {
+    ts.emplace_back([&, r] {
+      braidComm_t comm = nullptr;
+      if (braidCommInitRank(&comm, 2, id, r) != braidSuccess) {
+        errs[r] = "init failed";
+        return;
+      }
+      float x[4] = {1, 2, 3, 4};
+      auto refused = [&](braidResult_t res, const char* word, const char* what) {
+        if (res != braidInvalidArgument) {
+          errs[r] += std::string(" [") + what + ": result " + std::to_string(res) + "]";
+        } else if (std::string(braidGetLastError(comm)).find(word) == std::string::npos) {
+          errs[r] += std::string(" [") + what + ": '" + braidGetLastError(comm) + "' does not name " + word + "]";
+        }
+      };
+      for (int bad : {42, -1, 0x7fffffff}) {
+        refused(braidAllReduce(x, x, 4, static_cast<braidDataType_t>(bad), braidSum, comm, nullptr), "datatype",
+                "allreduce datatype");
+        refused(braidBroadcast(x, x, 4, static_cast<braidDataType_t>(bad), 0, comm, nullptr), "datatype",
+                "broadcast datatype");
+      }
+      for (int bad : {-1, -2147483647 - 1}) {
+        refused(braidAllReduce(x, x, 4, braidFloat32, static_cast<braidRedOp_t>(bad), comm, nullptr), "op",
+                "allreduce op");
+      }
+      // Still usable afterwards, on both ranks alike.
+      if (braidAllReduce(x, x, 4, braidFloat32, braidSum, comm, nullptr) != braidSuccess || x[3] != 8.0f)
+        errs[r] += " [the allreduce after the refusals]";
+      braidCommDestroy(comm);
+    });
+  }
+  for (auto& t : ts) t.join();
+  CHECK(errs[0] == "");
+  CHECK(errs[1] == "");
+}
+
 TEST_CASE("C++ API: an aborted peer surfaces as an exception on the others", "[unit]") {
   setenv("BRAID_TRANSPORT", "loopback", 1);
   setenv("BRAID_TIMEOUT", "30", 1);

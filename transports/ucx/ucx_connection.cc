@@ -79,11 +79,16 @@ void handOver(Worker* w, int peer, Endpoint* ep, Kept k) {
 }  // namespace
 
 namespace {
-// Peer processes ("host/pid") on this host found stopped or gone at a teardown.
-std::mutex gStalledMu;
+// Peer processes ("host/pid") on this host found stopped or gone at a teardown. Never
+// destroyed: the teardown threads read them, and the process waits for those threads at its
+// exit (ucx_transport.cc, Teardowns) after a static made later than the waiter is gone.
+std::mutex& stalledMu() {
+  static auto* m = new std::mutex;
+  return *m;
+}
 std::set<std::string>& stalledProcesses() {
-  static std::set<std::string> s;
-  return s;
+  static auto* s = new std::set<std::string>;
+  return *s;
 }
 std::string processKey(const std::pair<std::string, int64_t>& id) { return id.first + "/" + std::to_string(id.second); }
 
@@ -101,7 +106,7 @@ bool PeerBook::isStalled(int peer) const {
   }
   auto it = ids.find(peer);
   if (it == ids.end()) return false;
-  std::lock_guard<std::mutex> lock(gStalledMu);
+  std::lock_guard<std::mutex> lock(stalledMu());
   return stalledProcesses().count(processKey(it->second)) > 0;
 }
 
@@ -112,7 +117,7 @@ void PeerBook::markStalled(int peer) {
   }
   auto it = ids.find(peer);
   if (it == ids.end() || it->second.first != localHost || !stoppedOrGone(it->second.second)) return;
-  std::lock_guard<std::mutex> lock(gStalledMu);
+  std::lock_guard<std::mutex> lock(stalledMu());
   stalledProcesses().insert(processKey(it->second));
 }
 

@@ -1,6 +1,7 @@
-/* braidCommGetGrowId + braidCommGrow without a launcher: the parent creates a unique id and
- * forks N ranks; rank 0 makes a grow id for N+M ranks, shares it with the other ranks (a
- * broadcast) and with the parent (a pipe), which forks M new processes that join with it.
+/* braidCommGetGrowId + braidCommGrow without a launcher: the parent forks N ranks and M new
+ * processes, then creates a unique id for the N; rank 0 makes a grow id for N+M ranks, shares
+ * it with the other ranks (a broadcast) and with the parent (a pipe), which hands it to the M
+ * new processes, and they join with it.
  * All N+M check an allreduce on the grown communicator, its size, their rank and its epoch;
  * then a new process that reuses the id for a taken rank must be refused.
  * Usage: mp_grow N M [badsetting]. Exits 0 when every check held. With badsetting the first
@@ -39,20 +40,27 @@ static void growFailed(const char* who, int rank, braidComm_t comm) {
   _exit(3);
 }
 
+/* Reads one id from `fd` (written whole: 128 bytes is below PIPE_BUF). */
+static int readId(int fd, braidUniqueId* id) { return read(fd, id, sizeof *id) == (ssize_t)sizeof *id; }
+
 int main(int argc, char** argv) {
   int n = argc > 1 ? atoi(argv[1]) : 2;
   int m = argc > 2 ? atoi(argv[2]) : 2;
   int badSetting = argc > 3 && strcmp(argv[3], "badsetting") == 0;
-  braidUniqueId id;
-  if (braidGetUniqueId(&id) != braidSuccess) {
-    fprintf(stderr, "braidGetUniqueId: %s\n", braidGetLastError(NULL));
-    return 1;
-  }
-  int fds[2];
-  if (pipe(fds) != 0) return 1;
+  /* Every process is forked before the parent makes the unique id, whose store runs on a
+   * thread: a child forked while another thread holds an allocator's lock inherits it held
+   * (under AddressSanitizer a new rank hung so in its first allocation). The ids go through
+   * pipes: the unique id to the first N, rank 0's grow id back, and it on to the M new. */
+  int idPipe[2], growOut[2], growIn[2];
+  if (pipe(idPipe) != 0 || pipe(growOut) != 0 || pipe(growIn) != 0) return 1;
   for (int r = 0; r < n; ++r) {
     if (fork() == 0) {
-      close(fds[0]);
+      close(idPipe[1]);
+      close(growOut[0]);
+      close(growIn[0]);
+      close(growIn[1]);
+      braidUniqueId id;
+      if (!readId(idPipe[0], &id)) _exit(1);
       braidComm_t comm;
       if (braidCommInitRank(&comm, n, id, r) != braidSuccess) {
         fprintf(stderr, "rank %d init: %s\n", r, braidGetLastError(NULL));
@@ -65,9 +73,9 @@ int main(int argc, char** argv) {
           fprintf(stderr, "grow id: %s\n", braidGetLastError(comm));
           _exit(1);
         }
-        if (write(fds[1], &grow, sizeof grow) != (ssize_t)sizeof grow) _exit(1);
+        if (write(growOut[1], &grow, sizeof grow) != (ssize_t)sizeof grow) _exit(1);
       }
-      close(fds[1]);
+      close(growOut[1]);
       if (braidBroadcast(&grow, &grow, sizeof grow, braidUint8, 0, comm, NULL) != braidSuccess) _exit(1);
       braidComm_t grown;
       if (braidCommGrow(comm, n + m, &grow, -1, &grown) != braidSuccess) growFailed("rank", r, comm);
@@ -75,20 +83,41 @@ int main(int argc, char** argv) {
       _exit(checkGrown(grown, r, n + m));
     }
   }
-  close(fds[1]);
-  braidUniqueId grow;
-  if (read(fds[0], &grow, sizeof grow) != (ssize_t)sizeof grow) {
-    fprintf(stderr, "no grow id from rank 0\n");
-    return 1;
-  }
   for (int r = n; r < n + m; ++r) {
     if (fork() == 0) {
+      close(idPipe[0]);
+      close(idPipe[1]);
+      close(growOut[0]);
+      close(growOut[1]);
+      close(growIn[1]);
       if (badSetting && r == n) setenv("BRAID_NSLOTS", "abc", 1);
+      braidUniqueId grow;
+      if (!readId(growIn[0], &grow)) _exit(1);
       braidComm_t grown;
       if (braidCommGrow(NULL, n + m, &grow, r, &grown) != braidSuccess) growFailed("new rank", r, NULL);
       _exit(checkGrown(grown, r, n + m));
     }
   }
+  close(idPipe[0]);
+  close(growOut[1]);
+  close(growIn[0]);
+  braidUniqueId id;
+  if (braidGetUniqueId(&id) != braidSuccess) {
+    fprintf(stderr, "braidGetUniqueId: %s\n", braidGetLastError(NULL));
+    return 1;
+  }
+  for (int r = 0; r < n; ++r)
+    if (write(idPipe[1], &id, sizeof id) != (ssize_t)sizeof id) return 1;
+  close(idPipe[1]);
+  braidUniqueId grow;
+  if (!readId(growOut[0], &grow)) {
+    fprintf(stderr, "no grow id from rank 0\n");
+    close(growIn[1]);  /* the new ranks read an end, not an id, and exit */
+    return 1;
+  }
+  for (int r = n; r < n + m; ++r)
+    if (write(growIn[1], &grow, sizeof grow) != (ssize_t)sizeof grow) return 1;
+  close(growIn[1]);
   int failed = 0, growFailures = 0, status = 0;
   while (wait(&status) > 0) {
     failed |= !WIFEXITED(status) || WEXITSTATUS(status) != 0;

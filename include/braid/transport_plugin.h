@@ -52,19 +52,13 @@ extern "C" {
 #define BRAID_TRANSPORT_PLUGIN_SYMBOL_V7 "braidTransportPlugin_v7"
 #define BRAID_TRANSPORT_PLUGIN_SYMBOL_V8 "braidTransportPlugin_v8"
 
-/* In C++ each enum of this header has int as its fixed underlying type, so that any int a C
- * caller passes (a cast, a binding's integer) is a value of the enum, which braid checks and
- * refuses by name, and not undefined behavior in the library. In C an enum is an int-sized
- * integer either way. */
-#ifndef BRAID_ENUM_INT
+/* In C++ int is its underlying type, so that whatever int a plugin returns is a value of it,
+ * which braid checks, and not undefined behavior in braid (as braid.h's enums). */
 #ifdef __cplusplus
-#define BRAID_ENUM_INT : int
+typedef enum : int {
 #else
-#define BRAID_ENUM_INT
+typedef enum {
 #endif
-#endif
-
-typedef enum BRAID_ENUM_INT {
   braidPluginOk = 0,
   braidPluginWouldBlock = 1,      /* not now: retry after progress; no error */
   braidPluginInvalidArgument = 2, /* bad configuration or a malformed blob */

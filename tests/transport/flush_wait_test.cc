@@ -70,6 +70,8 @@ class HeldSend final : public Connection {
   size_t sent = 0;
   int handles = 0;                   // waitHandle calls: the flush's sleeps
   bool firstAfterLostSlice = false;  // the first came after a yield that lost a slice
+  // The flush never slept, or slept only from a yield that lost the core on.
+  bool sleptOnlyAfterLostSlice() const { return handles == 0 || firstAfterLostSlice; }
 
  private:
   int holdFor_;
@@ -114,19 +116,24 @@ Status runSend(HeldSend& conn, WaitPolicy wait) {
   return runChannel(s, 0, b, links, ctx);
 }
 
+// Ranks outnumber cores: no spinning, a yield phase far longer than a flush takes.
+WaitPolicy crowded() {
+  WaitPolicy w;
+  w.spinMicros = 0;
+  w.yieldMicros = 10 * 1000 * 1000;
+  return w;
+}
+
 }  // namespace
 
 TEST_CASE("a flush yields before it sleeps on a connection's wait handle", "[transport][executor]") {
-  // Ranks outnumber cores: no spinning, a yield phase far longer than the flush takes. The
-  // flush goes by yields alone, and sleeps on the handle only from a yield that lost the core
-  // for a slice on (none on an idle machine; CI's, running other tests, saw one).
+  // Ranks outnumber cores (crowded()). The flush goes by yields alone, and sleeps on the
+  // handle only from a yield that lost the core for a slice on (none on an idle machine;
+  // CI's, running other tests, saw one).
   HeldSend yielding(5000);
-  WaitPolicy crowded;
-  crowded.spinMicros = 0;
-  crowded.yieldMicros = 10 * 1000 * 1000;
-  REQUIRE(runSend(yielding, crowded).isOk());
+  REQUIRE(runSend(yielding, crowded()).isOk());
   CHECK(yielding.sent == 64);
-  CHECK((yielding.handles == 0 || yielding.firstAfterLostSlice));
+  CHECK(yielding.sleptOnlyAfterLostSlice());
 
   // The same with a spin phase as long: no sleep either.
   HeldSend spinning(5000);
@@ -158,11 +165,8 @@ TEST_CASE("beside a busy thread a flush sleeps only after a yield that lost the 
     REQUIRE(busy.pinHere());
     for (int run = 0; run < 3; ++run) {
       HeldSend held(5000);
-      WaitPolicy crowded;
-      crowded.spinMicros = 0;
-      crowded.yieldMicros = 10 * 1000 * 1000;
-      REQUIRE(runSend(held, crowded).isOk());
-      CHECK((held.handles == 0 || held.firstAfterLostSlice));
+      REQUIRE(runSend(held, crowded()).isOk());
+      CHECK(held.sleptOnlyAfterLostSlice());
       sleeps += held.handles;
     }
   }

@@ -2494,6 +2494,39 @@ bool Communicator::transportsSawFail(int rank) {
   return false;
 }
 
+Communicator::SilentAsk Communicator::beginSilentAsk(const std::string& claimKey, LiveAsk* ask) {
+  if (storeLost() || !answersLiveStatus(this)) return SilentAsk::kNotNow;
+  auto claim = store_->compareSet(claimKey, "", std::to_string(rank_), graceDeadline());
+  if (!claim.isOk()) return SilentAsk::kNotNow;
+  if (claim.value() != std::to_string(rank_)) return SilentAsk::kAnotherAsks;
+  auto live = beginLiveStatus(liveStore(), heldAskSeconds(), graceDeadline());
+  if (!live.isOk()) return SilentAsk::kNotNow;
+  *ask = live.value();
+  return SilentAsk::kBegun;
+}
+
+std::vector<int> Communicator::silentRanks(const LiveAsk& ask, const std::vector<int>& ranks) {
+  auto answered = [&](const std::vector<LiveState>& got, int r) {
+    for (const LiveState& s : got)
+      if (s.hostId == peers_[r].hostId && s.pid == peers_[r].pid) return true;
+    return false;
+  };
+  // A process on a loaded host answers late: read again until kHeldAnswerMoreSec while one
+  // of `ranks` is missing.
+  auto missing = [&](const std::vector<LiveState>& got) {
+    for (int r : ranks)
+      if (!answered(got, r)) return true;
+    return false;
+  };
+  const Deadline more = Deadline::atNanos(ask.readyNs + static_cast<int64_t>(kHeldAnswerMoreSec * 1e9));
+  auto states = collectLiveStatus(liveStore(), ask, more, missing);
+  std::vector<int> silent;
+  if (!states.isOk()) return silent;  // no verdict: the store's failure is the caller's to meet
+  for (int r : ranks)
+    if (!answered(states.value(), r)) silent.push_back(r);
+  return silent;
+}
+
 void Communicator::reportFailedPeers() {
   std::set<int> failed;
   {
@@ -2539,8 +2572,9 @@ StatusOr<Communicator::Agreement> Communicator::agree(int flag) {
   if (mine == "F")
     return Status(Code::kAborted,
                   me + " was counted as failed by the other ranks' agreement (it voted after they gave up on it: "
-                       "an error named it, its connection to the store ended, or it had not voted by twice "
-                       "BRAID_TIMEOUT plus 3 s): it must leave the communicator",
+                       "an error named it, its connection to the store ended, its process did not answer them "
+                       "after BRAID_TIMEOUT, or it had not voted by twice BRAID_TIMEOUT plus 3 s): it must leave "
+                       "the communicator",
                   rank_);
   // A live rank votes once its own failing call returns, which is bounded by the timeout
   // from when it started waiting, plus the stall search (at most 3 s); ranks notice a failure
@@ -2554,6 +2588,14 @@ StatusOr<Communicator::Agreement> Communicator::agree(int flag) {
   // When each rank of this host was first seen stopped without a break, or 0.
   std::vector<int64_t> stoppedSince(static_cast<size_t>(nranks_), 0);
   const int64_t stallNs = static_cast<int64_t>(cfg.timeoutSec * 1e9);
+  // Ranks of other hosts whose votes are still missing after the timeout are asked whether
+  // their processes run (beginSilentAsk), again every half timeout (at least every second)
+  // while any stays silent.
+  const int64_t askPeriodNs = std::max<int64_t>(stallNs / 2, 1000 * 1000 * 1000);
+  int64_t nextAskNs = nowNanos() + stallNs;
+  LiveAsk silentAsk;
+  bool asking = false;
+  bool mayAsk = true;  // until another survivor is found to hold the claim
   for (;;) {
     std::vector<int> open;
     for (int r = 0; r < nranks_; ++r)
@@ -2594,6 +2636,33 @@ StatusOr<Communicator::Agreement> Communicator::agree(int flag) {
           failed[r] = true;
           BRAID_INFO("rank %d: agreement: rank %d's process has been stopped for %.1f s", rank_, r,
                      static_cast<double>(now - stoppedSince[r]) / 1e9);
+        }
+      }
+      // A rank of another host shows no process state here. Its process answers the live
+      // view from a thread of its own, even while its caller computes or is still inside its
+      // own failing call; one that gives no answer once the agreement has waited the timeout
+      // is stopped, hung as a whole, or cut off from the store, and its vote cannot come:
+      // counted as failed then, rather than at twice the timeout plus 3 s. One survivor
+      // asks; the others read the votes it settles.
+      std::vector<int> remote;
+      for (int r : open)
+        if (!failed[r] && peers_[r].hostId != peers_[rank_].hostId) remote.push_back(r);
+      if (stallNs > 0 && !late && !remote.empty()) {
+        const int64_t now = nowNanos();
+        if (!asking && mayAsk && now >= nextAskNs) {
+          const SilentAsk begun = beginSilentAsk(base + "/ask", &silentAsk);
+          asking = begun == SilentAsk::kBegun;
+          mayAsk = begun != SilentAsk::kAnotherAsks;
+          nextAskNs = now + askPeriodNs;
+        } else if (asking && now >= silentAsk.readyNs) {
+          asking = false;
+          for (int r : silentRanks(silentAsk, remote)) {
+            failed[r] = true;
+            BRAID_INFO("rank %d: agreement: rank %d had not voted after %.1f s, and its process (pid %lld on "
+                       "host %s) did not answer",
+                       rank_, r, cfg.timeoutSec, static_cast<long long>(peers_[r].pid), peers_[r].hostId.c_str());
+          }
+          nextAskNs = nowNanos() + askPeriodNs;
         }
       }
       nextFailureCheck = nowNanos() + kStoreCheckPeriodNs;

@@ -372,6 +372,14 @@ class Communicator {
   // Whether local peer `r`'s process has exited (its pidfd is readable); false for a peer
   // not watched (another host, this process).
   bool peerExited(int r) const;
+  // The agreement's question for ranks of other hosts whose votes are missing, where no
+  // process state can be read: one survivor (the first to claim `claimKey`) asks every
+  // process at the store where it is (beginLiveStatus), and those of `ranks` whose process
+  // gave no answer within the wait are stopped, hung as a whole, or cut off from the store.
+  // Begun by beginSilentAsk; read by silentRanks once `ask.readyNs` has passed.
+  enum class SilentAsk { kBegun, kAnotherAsks, kNotNow /* no live view, or the store failed */ };
+  SilentAsk beginSilentAsk(const std::string& claimKey, LiveAsk* ask);
+  std::vector<int> silentRanks(const LiveAsk& ask, const std::vector<int>& ranks);
   // While shrink, split or a grow's join waits for `members`' records (member r's under
   // bootstrap::allGatherKey(recordPrefix, r)): the first other member that ended without
   // publishing, as a kRemoteError naming it ("rank R ... <during>; <advice>"). A local one

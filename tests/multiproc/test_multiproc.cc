@@ -1188,6 +1188,24 @@ TEST_CASE("an agreement counts a rank of this host that stays stopped for the ti
   CHECK(checksumsOf(r.out, R"(FINAL rank=(0|3) newrank=\d size=2 steps=10 checksum=(\S+) match=1 same=1)").size() == 1u);
 }
 
+// The same across hosts, where no process state can be read: the agreement asks every
+// process at the store where it is (the live view, which a thread of each process answers),
+// and counts a rank whose vote is still missing after BRAID_TIMEOUT and whose process gives
+// no answer. Before, it waited until twice BRAID_TIMEOUT plus 3 s (9.0 s here, against 5.1 s
+// now).
+TEST_CASE("an agreement counts a rank of another host that stays stopped for the timeout, named or not",
+          "[multiproc][recovery]") {
+  Run r = run(braidrun(4, "MP_HOST_PER_RANK=1 BRAID_TIMEOUT=3 BRAID_DEBUG=INFO MP_VICTIMS=1:5:stop,2:5:stop "
+                          "BRAIDRUN_GRACE_SEC=5") +
+              "--min-np 2 " MP_DIR "/mp_recover 10 2>&1");
+  INFO(r.out);
+  CHECK(r.out.find("ERROR") == std::string::npos);
+  CHECK(checkEachUnder(r.out, R"(SHRUNK rank=(\d+) step=5 from=4 to=2 failed=1,2 ms=(\d+))", 7500) == 2);
+  CHECK(countMatches(r.out, R"(agreement: rank [12] had not voted after 3.0 s, and its process \(pid \d+ on host )"
+                            R"(mp-host-[12]\) did not answer)") >= 1);
+  CHECK(checksumsOf(r.out, R"(FINAL rank=(0|3) newrank=\d size=2 steps=10 checksum=(\S+) match=1 same=1)").size() == 1u);
+}
+
 // A rank on another host that dies between two collectives, after its allreduce and before
 // its vote: no survivor's call sees it go and there is no pidfd to watch across hosts, so
 // only the store can tell. braidrun's store marks it gone when its connection ends, and the
@@ -1427,6 +1445,27 @@ TEST_CASE("survivors of a store host's loss over tcp and ucx agree at once on th
       CHECK(checksumsOf(r.out, R"(FINAL rank=(2|3) newrank=\d size=2 steps=12 checksum=(\S+) match=1 same=1)").size() ==
             1u);
     }
+  }
+}
+
+// The same loss over a transport that cannot say whether it saw a rank fail (a plugin of
+// ABI version 1, as verbs before version 8): a survivor whose call ended on another's
+// report, naming rank 0, never met rank 1's end, and the store's standby does not mark rank 1
+// gone. The agreement counts rank 1 when its vote is still missing after BRAID_TIMEOUT and
+// its process does not answer the live view: about 6 s here, where it waited 11 s (twice the
+// timeout plus 3 s) before.
+TEST_CASE("survivors of a store host's loss over a transport that cannot tell agree after the timeout",
+          "[multiproc][recovery]") {
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    INFO("run " << attempt);
+    Run r = torchrunJob(4, "BRAID_TRANSPORT_PLUGIN=" FAILING_PLUGIN " BRAID_TRANSPORT=failing "
+                           "BRAID_HOST_ID=mp-host-$((r / 2)) BRAID_TIMEOUT=4 BRAID_STORE_STANDBY=host MP_VICTIMS=0:5,1:5",
+                        "timeout 120 " MP_DIR "/mp_recover 12");
+    INFO(r.out);
+    CHECK(r.out.find("ERROR") == std::string::npos);
+    CHECK(checkEachUnder(r.out, R"(SHRUNK rank=(\d+) step=5 from=4 to=2 failed=0,1 ms=(\d+))", 9000) == 2);
+    CHECK(checksumsOf(r.out, R"(FINAL rank=(2|3) newrank=\d size=2 steps=12 checksum=(\S+) match=1 same=1)").size() ==
+          1u);
   }
 }
 

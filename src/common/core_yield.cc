@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "common/clock.h"
+#include "common/foreign_load.h"
 
 namespace braid {
 namespace {
@@ -61,6 +62,15 @@ bool yieldTimed() {
   const int64_t before = nowNanos();
   sched_yield();
   return nowNanos() - before < kLostSliceNs;
+}
+
+bool yieldShared() {
+  const int64_t before = nowNanos();
+  sched_yield();
+  const int64_t after = nowNanos();
+  if (after - before < kLostSliceNs) return true;
+  if (foreignLoadLikely(after)) (void)noteYield(before, after);
+  return false;
 }
 
 void yieldOrNap() {

@@ -14,10 +14,11 @@
 // its own length of the last one's end is twice as long (up to kMaxYieldPauseNs), so a busy
 // neighbour that stays costs a few slices a second at most.
 //
-// The executor does this only where each rank has a core (exec::WaitPolicy::pauseYields).
-// Ranks that share cores lose the core to each other for a millisecond or more now and then
+// The executor does this where each rank has a core (exec::WaitPolicy::pauseYields). Ranks
+// that share cores lose the core to each other for a millisecond or more now and then
 // (4 ranks on 2 cores: a few times a second at 64 KiB, more at 1 MiB, where a rank's step
-// copies or reduces for longer); pausing on those cost up to a third of the busbw.
+// copies or reduces for longer); pausing on those cost up to a third of the busbw. There a
+// lost slice counts only while something else keeps the CPUs busy (yieldShared).
 
 #include <cstdint>
 
@@ -47,6 +48,12 @@ bool yieldCore();
 // Yields the core once: false if that lost it for a slice. Notes nothing, and so pauses
 // nothing: for ranks that share cores, where a long yield may be another rank working.
 bool yieldTimed();
+
+// The same for ranks that share cores, where a yield that lost a slice is noted (and may
+// pause yields) only while the kernel's accounts show the CPUs busy with something other
+// than the job (common/foreign_load.h): a long yield is then as likely a busy process's
+// slice as another rank's work.
+bool yieldShared();
 
 // Gives the core up once where a wait has nothing to sleep on: a yield, or while yields are
 // paused a nap of kNapNs, which the kernel ends on time whoever else is busy.

@@ -20,6 +20,7 @@
 
 #include "bootstrap/host_id.h"
 #include "bootstrap/unique_id.h"
+#include "common/foreign_load.h"
 #include "common/log.h"
 #include "common/process_state.h"
 #include "common/tcp_pacing.h"
@@ -917,6 +918,14 @@ Status Communicator::exchangePeers() {
                                          [&](const transport::PeerInfo& p) { return p.hostId == me.hostId; }))
     return invalidArgument(ucxDiffers);
   cpuShare_ = cpuShare(cpus, rank_);
+  {
+    std::set<int64_t> pids;
+    for (int r : cpuShare_.others) pids.insert(peers_[r].pid);
+    for (const auto& p : peers_)
+      if (p.hostId == me.hostId) pids.insert(p.pid);
+    jobPids_.assign(pids.begin(), pids.end());
+    addJobProcesses(jobPids_);
+  }
   localRank_ = 0;
   localSize_ = 0;
   peerPidFds_.assign(static_cast<size_t>(nranks_), -1);
@@ -1325,6 +1334,7 @@ Communicator::~Communicator() {
   meshTransports_.clear();
   for (int fd : peerPidFds_)
     if (fd >= 0) close(fd);
+  removeJobProcesses(jobPids_);
 }
 
 // ---------------------------------------------------------------- running

@@ -475,6 +475,9 @@ class Communicator {
   topology::RankPlace place_;
   std::vector<topology::RankRecord> rankRecords_;  // by rank, from the peer records
   CpuShare cpuShare_;  // who else waits on this rank's CPUs, from the peer records
+  // Their processes, and this rank's host's (common/foreign_load.h: the job's CPU time is
+  // not something else keeping the CPUs busy); removed from the process's list when done.
+  std::vector<int64_t> jobPids_;
   std::vector<uint64_t> storeClients_;  // by rank, from the peer records: Store::clientId, 0 unknown
   std::vector<int> topoRing_;
   topology::ClusterPlan topoPlan_;  // rank 0's plan: ring, trees, bandwidths

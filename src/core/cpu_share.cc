@@ -75,6 +75,7 @@ CpuShare cpuShare(const std::vector<CpuRecord>& records, int self) {
     for (int c : records[r].cpus) overlaps = overlaps || mine.count(c) > 0;
     if (!overlaps) continue;
     ++share.ranks;
+    share.others.push_back(static_cast<int>(r));
     all.insert(records[r].cpus.begin(), records[r].cpus.end());
   }
   share.cpus = static_cast<int>(all.size());

@@ -30,6 +30,7 @@ CpuRecord decodeCpuRecord(const std::string& text);
 struct CpuShare {
   int ranks = 1;  // ranks under this kernel whose CPUs overlap this rank's, itself included
   int cpus = 0;   // CPUs of the union of their sets; 0 when this rank's own record is unknown
+  std::vector<int> others;  // those ranks but this one, ascending
 };
 
 // What `records[self]` shares with the others (`records` holds every rank's, in rank order).

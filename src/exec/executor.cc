@@ -1193,15 +1193,11 @@ class ChannelRunner {
   };
 
   // The phases of a wait that began at `start` (waitLoop, runLanes): it spins until
-  // `spinEnd`, yields until `yieldEnd`, then sleeps. Under a policy that pauses yields, while
-  // they are paused (a busy process keeps taking the core, common/core_yield.h) it goes from
-  // spinning to sleeping.
+  // `spinEnd`, yields until `yieldEnd`, then sleeps. While yields are paused (a busy process
+  // keeps taking the core, common/core_yield.h) it goes from spinning to sleeping.
   struct Phases {
     int64_t spinEnd = 0, yieldEnd = 0;
-    bool pauseYields = false;
-    int at(int64_t now) const {
-      return now < spinEnd ? 0 : now < yieldEnd && !(pauseYields && yieldsPaused(now)) ? 1 : 2;
-    }
+    int at(int64_t now) const { return now < spinEnd ? 0 : now < yieldEnd && !yieldsPaused(now) ? 1 : 2; }
   };
   // Begins a wait at `start`: its phases, and the health check's first turn.
   Phases beginWait(int64_t start) {
@@ -1210,7 +1206,6 @@ class ChannelRunner {
     Phases p;
     p.spinEnd = start + int64_t{ctx_.wait.spinMicros} * 1000;
     p.yieldEnd = p.spinEnd + int64_t{ctx_.wait.yieldMicros} * 1000;
-    p.pauseYields = ctx_.wait.pauseYields;
     return p;
   }
   // Gives the core up once where a wait has nothing to sleep on.
@@ -1221,12 +1216,13 @@ class ChannelRunner {
 
   // Spins or yields once in phase 0 or 1; false in phase 2, where the caller sleeps its way.
   // A yield that lost the core for a slice moves the wait on to phase 2 (common/core_yield.h):
-  // a busy process beside it would take the core again at each of its next yields. Under a
-  // policy that pauses yields, the loss is noted too.
+  // a busy process beside it would take the core again at each of its next yields. The loss
+  // is noted too: always under a policy that pauses yields, and where ranks share cores while
+  // the CPUs are busy with something other than the job.
   bool relax(int& phase) const {
     if (phase == 0) {
       cpuRelax();
-    } else if (phase == 1 && !(ctx_.wait.pauseYields ? yieldCore() : yieldTimed())) {
+    } else if (phase == 1 && !(ctx_.wait.pauseYields ? yieldCore() : yieldShared())) {
       phase = 2;
     }
     return phase < 2;

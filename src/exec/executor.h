@@ -32,7 +32,9 @@ struct ChannelLinks {
 
 // How long to spin and yield before sleeping, in microseconds. `pauseYields`: yields that
 // keep losing the core for a time slice pause (common/core_yield.h); for ranks that each have
-// a core, where whatever takes it is not another rank waiting in turn.
+// a core, where whatever takes it is not another rank waiting in turn. Without it (ranks
+// that share cores) a loss counts only while the CPUs are busy with something other than the
+// job (yieldShared).
 struct WaitPolicy {
   int spinMicros = 20;
   int yieldMicros = 100;

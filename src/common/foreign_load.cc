@@ -34,12 +34,25 @@ bool readWhole(const char* path, std::string* out) {
   return true;
 }
 
-std::mutex jobMu;
-std::map<int64_t, int> jobPids;  // pid -> how many adds
-
-std::mutex sampleMu;
-CpuAccounts lastReading;  // under sampleMu
-std::atomic<bool> verdict{false};
+// Never destroyed: a communicator may be destroyed, and a wait may yield, during the
+// process's exit, after the statics made before them.
+struct JobList {
+  std::mutex mu;
+  std::map<int64_t, int> pids;  // pid -> how many adds
+};
+JobList& jobs() {
+  static JobList* j = new JobList;
+  return *j;
+}
+struct Sampler {
+  std::mutex mu;
+  CpuAccounts last;  // under mu
+  std::atomic<bool> verdict{false};
+};
+Sampler& sampler() {
+  static Sampler* s = new Sampler;
+  return *s;
+}
 
 }  // namespace
 
@@ -113,8 +126,9 @@ CpuAccounts readCpuAccounts() {
   if (!readWhole("/proc/stat", &text) || !parseCpuBusy(text, cpus, &a.busyTicks)) return a;
   std::vector<int64_t> pids{static_cast<int64_t>(::getpid())};
   {
-    std::lock_guard<std::mutex> lock(jobMu);
-    for (const auto& [pid, n] : jobPids)
+    JobList& j = jobs();
+    std::lock_guard<std::mutex> lock(j.mu);
+    for (const auto& [pid, n] : j.pids)
       if (pid != pids[0]) pids.push_back(pid);
   }
   for (int64_t pid : pids) {
@@ -130,30 +144,32 @@ CpuAccounts readCpuAccounts() {
 }
 
 void addJobProcesses(const std::vector<int64_t>& pids) {
-  std::lock_guard<std::mutex> lock(jobMu);
+  JobList& j = jobs();
+  std::lock_guard<std::mutex> lock(j.mu);
   for (int64_t p : pids)
-    if (p > 0) ++jobPids[p];
+    if (p > 0) ++j.pids[p];
 }
 
 void removeJobProcesses(const std::vector<int64_t>& pids) {
-  std::lock_guard<std::mutex> lock(jobMu);
+  JobList& j = jobs();
+  std::lock_guard<std::mutex> lock(j.mu);
   for (int64_t p : pids) {
-    auto it = jobPids.find(p);
-    if (it != jobPids.end() && --it->second <= 0) jobPids.erase(it);
+    auto it = j.pids.find(p);
+    if (it != j.pids.end() && --it->second <= 0) j.pids.erase(it);
   }
 }
 
 bool foreignLoadLikely(int64_t now) {
-  std::unique_lock<std::mutex> lock(sampleMu, std::try_to_lock);
-  if (!lock.owns_lock()) return verdict.load(std::memory_order_relaxed);  // another thread reads them
-  if (lastReading.wallNs != 0 && now - lastReading.wallNs < kForeignSampleNs)
-    return verdict.load(std::memory_order_relaxed);
+  Sampler& sm = sampler();
+  std::unique_lock<std::mutex> lock(sm.mu, std::try_to_lock);
+  if (!lock.owns_lock()) return sm.verdict.load(std::memory_order_relaxed);  // another thread reads them
+  if (sm.last.wallNs != 0 && now - sm.last.wallNs < kForeignSampleNs) return sm.verdict.load(std::memory_order_relaxed);
   const CpuAccounts reading = readCpuAccounts();
-  const bool fresh = lastReading.wallNs != 0 && reading.wallNs - lastReading.wallNs <= kForeignMaxWindowNs;
+  const bool fresh = sm.last.wallNs != 0 && reading.wallNs - sm.last.wallNs <= kForeignMaxWindowNs;
   static const long ticksPerSec = sysconf(_SC_CLK_TCK);
-  const bool busy = fresh && foreignShare(lastReading, reading, ticksPerSec) >= kForeignShare;
-  verdict.store(busy, std::memory_order_relaxed);
-  lastReading = reading;
+  const bool busy = fresh && foreignShare(sm.last, reading, ticksPerSec) >= kForeignShare;
+  sm.verdict.store(busy, std::memory_order_relaxed);
+  sm.last = reading;
   return busy;
 }
 

@@ -144,10 +144,17 @@ CpuAccounts readCpuAccounts() {
 }
 
 void addJobProcesses(const std::vector<int64_t>& pids) {
-  JobList& j = jobs();
-  std::lock_guard<std::mutex> lock(j.mu);
-  for (int64_t p : pids)
-    if (p > 0) ++j.pids[p];
+  {
+    JobList& j = jobs();
+    std::lock_guard<std::mutex> lock(j.mu);
+    for (int64_t p : pids)
+      if (p > 0) ++j.pids[p];
+  }
+  // A first reading now, so that the first lost slice a kForeignSampleNs or more after the
+  // communicator is made already has a window to judge (a short job, a benchmark's run).
+  Sampler& sm = sampler();
+  std::unique_lock<std::mutex> lock(sm.mu, std::try_to_lock);
+  if (lock.owns_lock()) sm.last = readCpuAccounts();
 }
 
 void removeJobProcesses(const std::vector<int64_t>& pids) {

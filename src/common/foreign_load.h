@@ -38,7 +38,8 @@ bool parseProcessTicks(const std::string& pidStat, uint64_t* ticks);
 CpuAccounts readCpuAccounts();
 
 // The job's other processes on this kernel whose CPUs overlap this one's (the ranks a
-// communicator found sharing them), counted: each add is undone by a remove.
+// communicator found sharing them), counted: each add is undone by a remove. An add also
+// reads the accounts, to start foreignLoadLikely's first window.
 void addJobProcesses(const std::vector<int64_t>& pids);
 void removeJobProcesses(const std::vector<int64_t>& pids);
 

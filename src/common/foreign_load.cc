@@ -57,7 +57,8 @@ Sampler& sampler() {
 }  // namespace
 
 double foreignShare(const CpuAccounts& a, const CpuAccounts& b, long ticksPerSec) {
-  if (!a.complete || !b.complete || a.cpus != b.cpus || a.cpus <= 0 || ticksPerSec <= 0) return 0;
+  if (!a.complete || !b.complete || a.cpus != b.cpus || a.cpuList != b.cpuList || a.cpus <= 0 || ticksPerSec <= 0)
+    return 0;
   if (b.wallNs <= a.wallNs || b.busyTicks < a.busyTicks || b.jobTicks < a.jobTicks) return 0;
   const double busy = static_cast<double>(b.busyTicks - a.busyTicks);
   const double job = static_cast<double>(b.jobTicks - a.jobTicks);
@@ -117,13 +118,12 @@ CpuAccounts readCpuAccounts() {
   a.wallNs = nowNanos();
   cpu_set_t set;
   CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) != 0) return a;
-  std::vector<int> cpus;
+  if (sched_getaffinity(::getpid(), sizeof set, &set) != 0) return a;
   for (int c = 0; c < CPU_SETSIZE; ++c)
-    if (CPU_ISSET(c, &set)) cpus.push_back(c);
-  a.cpus = static_cast<int>(cpus.size());
+    if (CPU_ISSET(c, &set)) a.cpuList.push_back(c);
+  a.cpus = static_cast<int>(a.cpuList.size());
   std::string text;
-  if (!readWhole("/proc/stat", &text) || !parseCpuBusy(text, cpus, &a.busyTicks)) return a;
+  if (!readWhole("/proc/stat", &text) || !parseCpuBusy(text, a.cpuList, &a.busyTicks)) return a;
   std::vector<int64_t> pids{static_cast<int64_t>(::getpid())};
   {
     JobList& j = jobs();

@@ -20,6 +20,7 @@ struct CpuAccounts {
   uint64_t busyTicks = 0;  // the CPUs' busy time: user, nice, system, irq, softirq
   uint64_t jobTicks = 0;   // the job's processes' user and system time
   int cpus = 0;            // how many CPUs busyTicks covers
+  std::vector<int> cpuList;  // which (a reading over others is not comparable)
   bool complete = false;   // every CPU's line and every process's record was read
 };
 
@@ -33,8 +34,8 @@ bool parseCpuBusy(const std::string& procStat, const std::vector<int>& cpus, uin
 // utime + stime of a /proc/<pid>/stat text; false if it is not one.
 bool parseProcessTicks(const std::string& pidStat, uint64_t* ticks);
 
-// Reads the accounts now: the CPUs this process may run on, and the job's processes (this
-// one and those added below).
+// Reads the accounts now: the CPUs this process may run on (its main thread's affinity, the
+// same whichever thread reads), and the job's processes (this one and those added below).
 CpuAccounts readCpuAccounts();
 
 // The job's other processes on this kernel whose CPUs overlap this one's (the ranks a

@@ -99,6 +99,11 @@ TEST_CASE("foreign_load: the share of the CPUs' capacity that went to anything b
   b.complete = false;  // a process's record or a CPU's line missing
   CHECK(foreignShare(a, b, 100) == 0);
   b.complete = true;
+  a.cpuList = {0, 1};
+  b.cpuList = {0, 2};  // as many CPUs, but others: the counts do not compare
+  CHECK(foreignShare(a, b, 100) == 0);
+  b.cpuList = a.cpuList;
+  CHECK(foreignShare(a, b, 100) == Approx(0.7));
   b.wallNs = a.wallNs;
   CHECK(foreignShare(a, b, 100) == 0);
 }

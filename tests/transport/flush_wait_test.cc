@@ -130,6 +130,9 @@ TEST_CASE("a flush yields before it sleeps on a connection's wait handle", "[tra
   // Ranks outnumber cores (crowded()). The flush goes by yields alone, and sleeps on the
   // handle only from a yield that lost the core for a slice on (none on an idle machine;
   // CI's, running other tests, saw one).
+  // A pause of yields left by an earlier test (a busy machine: common/foreign_load.h) would
+  // have the flush sleep without one.
+  braid::resetYieldPause();
   HeldSend yielding(5000);
   REQUIRE(runSend(yielding, crowded()).isOk());
   CHECK(yielding.sent == 64);
@@ -164,6 +167,10 @@ TEST_CASE("beside a busy thread a flush sleeps only after a yield that lost the 
     braid::testing::BusyCore busy;
     REQUIRE(busy.pinHere());
     for (int run = 0; run < 3; ++run) {
+      // Each run from no pause: one a run before started (yields that lost slices while
+      // something outside this process kept the CPUs busy, as CI's other tests do) would have
+      // this one sleep at once, without a yield of its own that lost the core.
+      braid::resetYieldPause();
       HeldSend held(5000);
       REQUIRE(runSend(held, crowded()).isOk());
       CHECK(held.sleptOnlyAfterLostSlice());

@@ -58,12 +58,6 @@ bool yieldCore() {
   return noteYield(before, nowNanos());
 }
 
-bool yieldTimed() {
-  const int64_t before = nowNanos();
-  sched_yield();
-  return nowNanos() - before < kLostSliceNs;
-}
-
 bool yieldShared() {
   const int64_t before = nowNanos();
   sched_yield();

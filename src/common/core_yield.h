@@ -45,14 +45,10 @@ bool noteYield(int64_t before, int64_t after);
 // Yields the core once and notes how long that took (noteYield).
 bool yieldCore();
 
-// Yields the core once: false if that lost it for a slice. Notes nothing, and so pauses
-// nothing: for ranks that share cores, where a long yield may be another rank working.
-bool yieldTimed();
-
-// The same for ranks that share cores, where a yield that lost a slice is noted (and may
-// pause yields) only while the kernel's accounts show the CPUs busy with something other
-// than the job (common/foreign_load.h): a long yield is then as likely a busy process's
-// slice as another rank's work.
+// Yields the core once: false if that lost it for a slice. For ranks that share cores, where
+// a long yield is most often another rank working: the loss is noted (and may pause yields)
+// only while the kernel's accounts show the CPUs busy with something other than the job
+// (common/foreign_load.h), when it is as likely a busy process's slice.
 bool yieldShared();
 
 // Gives the core up once where a wait has nothing to sleep on: a yield, or while yields are

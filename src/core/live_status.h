@@ -27,6 +27,9 @@ namespace braid::core {
 
 class Communicator;
 
+// The keys of the protocol above are under this, at the root of the job's store.
+inline constexpr const char* kLiveStatusRoot = "braid-status/";
+
 // One rank of one communicator, as it answers.
 struct LiveState {
   std::string comm;  // the communicator's key prefix ("braid", "braid.s1", ...)

@@ -28,7 +28,9 @@
 //   - SIGINT/SIGTERM sent to braidrun are forwarded to the ranks;
 //   - what a rank starts and leaves running is reparented to braidrun (its subreaper) and
 //     killed when the last rank has exited;
-//   - --timeout SEC ends everything after SEC seconds;
+//   - --timeout SEC ends everything after SEC seconds, first printing where each rank is
+//     (the live view, as braid-info --status prints it), so that a job that hung says which
+//     rank held it up;
 //   - with --min-np N a rank's failure does not end the job while N ranks still run: the
 //     survivors are expected to recover (agree, shrink) and the job succeeds if they finish;
 //     --max-np starts replacements, and --host-discovery-script keeps the hosts current
@@ -92,6 +94,7 @@
 #include "common/clock.h"
 #include "common/local_address.h"
 #include "common/shm_names.h"
+#include "core/live_status.h"
 
 extern char** environ;
 
@@ -102,6 +105,9 @@ constexpr double kKillAfterTermSec = 2.0;
 constexpr double kDefaultGraceSec = 15.0;
 constexpr int kUsageExit = 2;
 constexpr int kTimeoutExit = 124;  // as timeout(1)
+// How long the live view printed at --timeout waits for the ranks' answers (braid-info
+// --status's default).
+constexpr double kTimeoutViewWaitSec = 1.0;
 // --host-discovery-script: how often it is asked, and how long it may take.
 constexpr double kDiscoveryPeriodSec = 1.0;
 constexpr double kDiscoveryTimeoutSec = 30.0;
@@ -142,7 +148,8 @@ void usage(FILE* f) {
                "                   host's address on the route to each of them)\n"
                "  -x VAR=VAL       set VAR in every rank's environment; -x VAR passes braidrun's value\n"
                "  --tag-output     prefix every output line with [rank]\n"
-               "  --timeout SEC    kill every rank after SEC seconds (exit status 124)\n"
+               "  --timeout SEC    kill every rank after SEC seconds (exit status 124), printing\n"
+               "                   first where each rank is (as braid-info --status)\n"
                "  --min-np N       a rank that fails does not end the job while at least N ranks\n"
                "                   still run: the survivors recover (braidCommAgree/Shrink) and\n"
                "                   the job succeeds if they do; a stopped rank left alone at the\n"
@@ -1277,6 +1284,21 @@ class Launcher {
                  lost, w.remote ? hostNames_[static_cast<size_t>(w.host)].c_str() : "this host");
   }
 
+  // Where each rank is, on stderr, as braid-info --status prints it: asked as the job is
+  // stopped for its timeout, the rank that held it up is named while it still runs.
+  void printLiveView() {
+    if (running() == 0) return;
+    bootstrap::Store* s = ranksStore();
+    if (!s) return;
+    auto states = core::askLiveStatus(*s, kTimeoutViewWaitSec);
+    if (!states.isOk()) {
+      std::fprintf(stderr, "braidrun: no live view of the ranks: %s\n", states.status().message().c_str());
+      return;
+    }
+    std::fprintf(stderr, "braidrun: where the ranks are (as braid-info --status prints it):\n%s",
+                 core::renderLiveStatus(states.value(), kTimeoutViewWaitSec).c_str());
+  }
+
   // braidrun's own client of the ranks' store: an etcd cluster when they were given one
   // (BRAID_STORE), else braidrun's own. Null (said once on stderr) when it cannot connect.
   bootstrap::Store* ranksStore() {
@@ -1491,6 +1513,7 @@ class Launcher {
       timedOut_ = true;
       std::fprintf(stderr, "braidrun: timeout of %g s reached; terminating %d running rank(s)\n", opts_.timeoutSec,
                    running());
+      printLiveView();
       if (firstFailure_ < 0) firstFailure_ = kTimeoutExit;
       beginShutdown(0);
     }

@@ -877,6 +877,16 @@ TEST_CASE("braid-info --status shows where every rank is and which rank holds th
     CHECK(r.out.find("=> rank 1 holds up ranks 0, 2, 3: it does not answer") != std::string::npos);
     CHECK(r.out.find("JOB FILE LEFT") == std::string::npos);
   }
+  SECTION("braidrun --timeout prints the view before it stops a job that hangs") {
+    // Rank 1 stops at step 3; the others wait for it well past braidrun's timeout.
+    Run r = run("BRAID_TIMEOUT=60 MP_VICTIMS=1:3:stop " BRAIDRUN " -np 3 --timeout 4 " MP_DIR "/mp_recover 20 2>&1");
+    INFO(r.out);
+    CHECK(r.status == 124);
+    CHECK(r.out.find("braidrun: where the ranks are") != std::string::npos);
+    CHECK(r.out.find("2 of 3 answered") != std::string::npos);
+    CHECK(std::regex_search(r.out, std::regex(R"(rank 0  pid \d+ on \S+ +in #3 allreduce count=\d+ float avg)")));
+    CHECK(r.out.find("=> rank 1 holds up ranks 0, 2: it does not answer") != std::string::npos);
+  }
 }
 
 // An etcd server of its own for a test, on free loopback ports; null, said as a warning,
@@ -922,6 +932,14 @@ TEST_CASE("with an etcd store, braid-info --status answers and a timeout follows
     CHECK(r.out.find("communicator 'braid' (3 ranks, epoch 0): 3 of 3 answered") != std::string::npos);
     CHECK(r.out.find("STATUS by pid\n  => rank 2 holds up ranks 0, 1: it is not in a collective") != std::string::npos);
     CHECK(r.out.find("JOB rc=0") != std::string::npos);
+  }
+  SECTION("braidrun --timeout asks the ranks at their etcd prefix") {
+    Run r = run(store + " BRAID_TIMEOUT=60 MP_VICTIMS=1:3:stop " BRAIDRUN " -x BRAID_STORE -np 3 --timeout 4 " MP_DIR
+                "/mp_recover 20 2>&1");
+    INFO(r.out);
+    CHECK(r.status == 124);
+    CHECK(r.out.find("2 of 3 answered") != std::string::npos);
+    CHECK(r.out.find("=> rank 1 holds up ranks 0, 2: it does not answer") != std::string::npos);
   }
   SECTION("a rank held in another communicator by a stopped one") {
     for (const bool hosts : {false, true}) {

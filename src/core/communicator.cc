@@ -1807,6 +1807,21 @@ LiveState Communicator::liveState() const {
     s.waitSeconds = waited;
     s.channel = c;
   }
+  {
+    // In a recovery call and no collective: that call, and the vote it waits for.
+    std::lock_guard<std::mutex> lock(recoveryMu_);
+    if (!recoveryCall_.empty() && !s.busy) {
+      s.busy = s.running = true;
+      s.op = recoveryCall_;
+      s.opSeconds = static_cast<double>(now - recoverySinceNs_) / 1e9;
+      if (recoveryWaitsFor_ >= 0 && s.waitingOn < 0) {
+        s.waitingOn = recoveryWaitsFor_;
+        s.waitWhat = "receive the vote of";
+        s.waitSeconds = s.opSeconds;
+        s.channel = -1;
+      }
+    }
+  }
   const Status b = brokenStatus();
   if (!b.isOk()) s.failed = b.toString();
   if (rank_ < static_cast<int>(peers_.size())) s.hostId = peers_[rank_].hostId;
@@ -1823,6 +1838,26 @@ LiveState Communicator::liveState() const {
   }
   return s;
 }
+
+void Communicator::noteRecovery(const std::string& call) {
+  std::lock_guard<std::mutex> lock(recoveryMu_);
+  recoveryCall_ = call;
+  recoveryWaitsFor_ = -1;
+  recoverySinceNs_ = nowNanos();
+}
+
+void Communicator::noteRecoveryWait(int rank) {
+  std::lock_guard<std::mutex> lock(recoveryMu_);
+  recoveryWaitsFor_ = rank;
+}
+
+namespace {
+// Ends a recovery call's note for the live view as the call returns, whichever way.
+struct RecoveryNoteEnd {
+  std::function<void()> end;
+  ~RecoveryNoteEnd() { end(); }
+};
+}  // namespace
 
 Status Communicator::brokenStatusLocked() const {
   std::lock_guard<std::mutex> lock(errorMu_);
@@ -2344,6 +2379,8 @@ std::string rankList(const std::vector<int>& ranks) {
 }  // namespace
 
 StatusOr<std::unique_ptr<Communicator>> Communicator::shrink(const std::vector<int>& exclude, bool abortPending) {
+  noteRecovery("braidCommShrink");
+  RecoveryNoteEnd noteEnd{[this] { noteRecovery(""); }};
   const std::string me = "rank " + std::to_string(rank_);
   std::vector<bool> gone(static_cast<size_t>(nranks_), false);
   for (int r : exclude) {
@@ -2563,6 +2600,8 @@ void Communicator::reportFailedPeers() {
 
 StatusOr<Communicator::Agreement> Communicator::agree(int flag) {
   const Config& cfg = opts_.config;
+  noteRecovery("braidCommAgree (agreement " + std::to_string(agreeSeq_) + ")");
+  RecoveryNoteEnd noteEnd{[this] { noteRecovery(""); }};
   const std::string base = key("agree" + std::to_string(agreeSeq_++));
   const std::string me = "rank " + std::to_string(rank_);
   auto vote = [&](int r) { return base + "/" + std::to_string(r); };
@@ -2611,6 +2650,7 @@ StatusOr<Communicator::Agreement> Communicator::agree(int flag) {
     for (int r = 0; r < nranks_; ++r)
       if (votes[r].empty()) open.push_back(r);
     if (open.empty()) break;
+    noteRecoveryWait(open.front());
     std::vector<bool> failed;
     const bool late = deadline.expired();
     if (late || nowNanos() >= nextFailureCheck) {
@@ -2777,6 +2817,8 @@ Status Communicator::openGrow(uint64_t token, int newSize) {
 
 StatusOr<std::unique_ptr<Communicator>> Communicator::grow(uint64_t token, int newSize) {
   const Config& cfg = opts_.config;
+  noteRecovery("braidCommGrow");
+  RecoveryNoteEnd noteEnd{[this] { noteRecovery(""); }};
   if (storeLost()) return abortRecord(Deadline());
   BRAID_ASSIGN_OR_RETURN(GrowRecord g, readGrow(*store_, token, growRecordDeadline(cfg.timeoutSec)));
   if (g.prefix.rfind(opts_.keyPrefix + "/", 0) != 0 || g.oldSize != nranks_)

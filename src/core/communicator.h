@@ -545,6 +545,16 @@ class Communicator {
   Status storeLost_;  // under errorMu_
   std::set<int> agreedFailed_;  // every agreement's failed ranks, under errorMu_
   std::atomic<int> failingOn_{-1};  // the peer fail() is reporting on, while it does (liveState)
+  // The recovery call this rank is in (agree, shrink, grow), for liveState(), which shows it
+  // as the operation in flight: what it is ("" when none), the rank whose vote it waits for
+  // (-1: none), and since when (nowNanos). Under recoveryMu_.
+  mutable std::mutex recoveryMu_;
+  std::string recoveryCall_;
+  int recoveryWaitsFor_ = -1;
+  int64_t recoverySinceNs_ = 0;
+  // Sets the note (a call's start; `call` "" ends it), or only the rank it waits for.
+  void noteRecovery(const std::string& call);
+  void noteRecoveryWait(int rank);
 };
 
 // FNV-1a of a call's shape; travels in every slot with the sequence number.

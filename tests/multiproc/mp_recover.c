@@ -5,7 +5,9 @@
  * go, only the agreement), or kill itself after a vote at step S that counted failed ranks,
  * before it joins the shrink (noshrink: the survivors' shrink waits for a rank that the vote
  * counted alive), or kill itself before the first grow after step S (nogrow: the others
- * wait for it in the grown communicator), or kill itself 300 ms after it reached step S (late: after a victim
+ * wait for it in the grown communicator), or stop itself (SIGSTOP) where novote kills
+ * (stopvote: the survivors wait in their agreement for a vote that does not come), or kill
+ * itself 300 ms after it reached step S (late: after a victim
  * stopped at the same step, when that is rank 0, serving the store, the store's standby has
  * not taken over yet). MP_HOST_PER_RANK=1 gives every rank a host of its own
  * (BRAID_HOST_ID), as if each ran on another machine: no shared memory, no pidfd to watch.
@@ -55,7 +57,7 @@ static double nowMs(void) {
 }
 
 /* The fault this rank injects at `step`, if any: 0 none, 1 kill, 2 stop, 3 kill before voting,
- * 4 late, 5 kill before shrinking, 6 kill before growing. */
+ * 4 late, 5 kill before shrinking, 6 kill before growing, 7 stop before voting. */
 static int faultAt(int rank, int step) {
   const char* v = getenv("MP_VICTIMS");
   if (!v) return 0;
@@ -75,6 +77,7 @@ static int faultAt(int rank, int step) {
              : strcmp(mode, "late") == 0     ? 4
              : strcmp(mode, "noshrink") == 0 ? 5
              : strcmp(mode, "nogrow") == 0   ? 6
+             : strcmp(mode, "stopvote") == 0 ? 7
                                              : 1;
     if (*v == ',') ++v;
   }
@@ -220,10 +223,10 @@ int main(int argc, char** argv) {
     }
     for (size_t j = 0; j < count; ++j) buf[j] = grad(step, j);
     rc = braidAllReduce(buf, buf, count, braidFloat32, braidAvg, comm, NULL);
-    if (fault == 3) {
+    if (fault == 3 || fault == 7) {
       printf("FAULT rank=%d step=%d mono_ms=%.3f\n", origRank, step, nowMs());
       fflush(stdout);
-      raise(SIGKILL);
+      raise(fault == 7 ? SIGSTOP : SIGKILL);
     }
     /* Bit 0: this step succeeded here; bit 1: no replacement is waiting to be admitted. */
     int waiting = 0;

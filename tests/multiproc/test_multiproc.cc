@@ -887,6 +887,16 @@ TEST_CASE("braid-info --status shows where every rank is and which rank holds th
     CHECK(std::regex_search(r.out, std::regex(R"(rank 0  pid \d+ on \S+ +in #3 allreduce count=\d+ float avg)")));
     CHECK(r.out.find("=> rank 1 holds up ranks 0, 2: it does not answer") != std::string::npos);
   }
+  SECTION("ranks in an agreement: the call, and the rank whose vote they wait for") {
+    // Rank 1 stops after step 3's allreduce, before it votes; the others wait in braidCommAgree.
+    Run r = run("BRAID_TIMEOUT=60 MP_VICTIMS=1:3:stopvote " BRAIDRUN " -np 3 --timeout 4 " MP_DIR
+                "/mp_recover 20 2>&1");
+    INFO(r.out);
+    CHECK(r.status == 124);
+    CHECK(std::regex_search(
+        r.out, std::regex(R"(rank 0  pid \d+ on \S+ +in braidCommAgree \(agreement 3\) for [\d.]+ s; waiting [\d.]+ s to receive the vote of rank 1\n)")));
+    CHECK(r.out.find("=> rank 1 holds up ranks 0, 2: it does not answer") != std::string::npos);
+  }
 }
 
 // An etcd server of its own for a test, on free loopback ports; null, said as a warning,

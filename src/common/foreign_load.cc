@@ -57,13 +57,12 @@ Sampler& sampler() {
 }  // namespace
 
 double foreignShare(const CpuAccounts& a, const CpuAccounts& b, long ticksPerSec) {
-  if (!a.complete || !b.complete || a.cpus != b.cpus || a.cpuList != b.cpuList || a.cpus <= 0 || ticksPerSec <= 0)
-    return 0;
+  if (!a.complete || !b.complete || a.cpus != b.cpus || a.cpus.empty() || ticksPerSec <= 0) return 0;
   if (b.wallNs <= a.wallNs || b.busyTicks < a.busyTicks || b.jobTicks < a.jobTicks) return 0;
   const double busy = static_cast<double>(b.busyTicks - a.busyTicks);
   const double job = static_cast<double>(b.jobTicks - a.jobTicks);
   if (job >= busy) return 0;
-  const double capacity = static_cast<double>(a.cpus) * static_cast<double>(b.wallNs - a.wallNs) / 1e9 *
+  const double capacity = static_cast<double>(a.cpus.size()) * static_cast<double>(b.wallNs - a.wallNs) / 1e9 *
                           static_cast<double>(ticksPerSec);
   return capacity > 0 ? (busy - job) / capacity : 0;
 }
@@ -120,10 +119,9 @@ CpuAccounts readCpuAccounts() {
   CPU_ZERO(&set);
   if (sched_getaffinity(::getpid(), sizeof set, &set) != 0) return a;
   for (int c = 0; c < CPU_SETSIZE; ++c)
-    if (CPU_ISSET(c, &set)) a.cpuList.push_back(c);
-  a.cpus = static_cast<int>(a.cpuList.size());
+    if (CPU_ISSET(c, &set)) a.cpus.push_back(c);
   std::string text;
-  if (!readWhole("/proc/stat", &text) || !parseCpuBusy(text, a.cpuList, &a.busyTicks)) return a;
+  if (!readWhole("/proc/stat", &text) || !parseCpuBusy(text, a.cpus, &a.busyTicks)) return a;
   std::vector<int64_t> pids{static_cast<int64_t>(::getpid())};
   {
     JobList& j = jobs();

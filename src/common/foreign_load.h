@@ -19,8 +19,7 @@ struct CpuAccounts {
   int64_t wallNs = 0;      // when it was read (nowNanos())
   uint64_t busyTicks = 0;  // the CPUs' busy time: user, nice, system, irq, softirq
   uint64_t jobTicks = 0;   // the job's processes' user and system time
-  int cpus = 0;            // how many CPUs busyTicks covers
-  std::vector<int> cpuList;  // which (a reading over others is not comparable)
+  std::vector<int> cpus;   // the CPUs busyTicks covers (a reading over others does not compare)
   bool complete = false;   // every CPU's line and every process's record was read
 };
 

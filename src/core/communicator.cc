@@ -1839,25 +1839,23 @@ LiveState Communicator::liveState() const {
   return s;
 }
 
-void Communicator::noteRecovery(const std::string& call) {
-  std::lock_guard<std::mutex> lock(recoveryMu_);
-  recoveryCall_ = call;
-  recoveryWaitsFor_ = -1;
-  recoverySinceNs_ = nowNanos();
+Communicator::RecoveryNote::RecoveryNote(Communicator* c, std::string call) : c_(c) {
+  std::lock_guard<std::mutex> lock(c_->recoveryMu_);
+  c_->recoveryCall_ = std::move(call);
+  c_->recoveryWaitsFor_ = -1;
+  c_->recoverySinceNs_ = nowNanos();
 }
 
-void Communicator::noteRecoveryWait(int rank) {
-  std::lock_guard<std::mutex> lock(recoveryMu_);
-  recoveryWaitsFor_ = rank;
+Communicator::RecoveryNote::~RecoveryNote() {
+  std::lock_guard<std::mutex> lock(c_->recoveryMu_);
+  c_->recoveryCall_.clear();
+  c_->recoveryWaitsFor_ = -1;
 }
 
-namespace {
-// Ends a recovery call's note for the live view as the call returns, whichever way.
-struct RecoveryNoteEnd {
-  std::function<void()> end;
-  ~RecoveryNoteEnd() { end(); }
-};
-}  // namespace
+void Communicator::RecoveryNote::waitsFor(int rank) {
+  std::lock_guard<std::mutex> lock(c_->recoveryMu_);
+  c_->recoveryWaitsFor_ = rank;
+}
 
 Status Communicator::brokenStatusLocked() const {
   std::lock_guard<std::mutex> lock(errorMu_);
@@ -2379,8 +2377,7 @@ std::string rankList(const std::vector<int>& ranks) {
 }  // namespace
 
 StatusOr<std::unique_ptr<Communicator>> Communicator::shrink(const std::vector<int>& exclude, bool abortPending) {
-  noteRecovery("braidCommShrink");
-  RecoveryNoteEnd noteEnd{[this] { noteRecovery(""); }};
+  RecoveryNote note(this, "braidCommShrink");
   const std::string me = "rank " + std::to_string(rank_);
   std::vector<bool> gone(static_cast<size_t>(nranks_), false);
   for (int r : exclude) {
@@ -2600,8 +2597,7 @@ void Communicator::reportFailedPeers() {
 
 StatusOr<Communicator::Agreement> Communicator::agree(int flag) {
   const Config& cfg = opts_.config;
-  noteRecovery("braidCommAgree (agreement " + std::to_string(agreeSeq_) + ")");
-  RecoveryNoteEnd noteEnd{[this] { noteRecovery(""); }};
+  RecoveryNote note(this, "braidCommAgree (agreement " + std::to_string(agreeSeq_) + ")");
   const std::string base = key("agree" + std::to_string(agreeSeq_++));
   const std::string me = "rank " + std::to_string(rank_);
   auto vote = [&](int r) { return base + "/" + std::to_string(r); };
@@ -2650,7 +2646,7 @@ StatusOr<Communicator::Agreement> Communicator::agree(int flag) {
     for (int r = 0; r < nranks_; ++r)
       if (votes[r].empty()) open.push_back(r);
     if (open.empty()) break;
-    noteRecoveryWait(open.front());
+    note.waitsFor(open.front());
     std::vector<bool> failed;
     const bool late = deadline.expired();
     if (late || nowNanos() >= nextFailureCheck) {
@@ -2817,8 +2813,7 @@ Status Communicator::openGrow(uint64_t token, int newSize) {
 
 StatusOr<std::unique_ptr<Communicator>> Communicator::grow(uint64_t token, int newSize) {
   const Config& cfg = opts_.config;
-  noteRecovery("braidCommGrow");
-  RecoveryNoteEnd noteEnd{[this] { noteRecovery(""); }};
+  RecoveryNote note(this, "braidCommGrow");
   if (storeLost()) return abortRecord(Deadline());
   BRAID_ASSIGN_OR_RETURN(GrowRecord g, readGrow(*store_, token, growRecordDeadline(cfg.timeoutSec)));
   if (g.prefix.rfind(opts_.keyPrefix + "/", 0) != 0 || g.oldSize != nranks_)

@@ -552,9 +552,16 @@ class Communicator {
   std::string recoveryCall_;
   int recoveryWaitsFor_ = -1;
   int64_t recoverySinceNs_ = 0;
-  // Sets the note (a call's start; `call` "" ends it), or only the rank it waits for.
-  void noteRecovery(const std::string& call);
-  void noteRecoveryWait(int rank);
+  // The note for the life of one recovery call (a local of that call).
+  class RecoveryNote {
+   public:
+    RecoveryNote(Communicator* c, std::string call);
+    ~RecoveryNote();
+    void waitsFor(int rank);  // the rank whose vote an agreement waits for now
+
+   private:
+    Communicator* c_;
+  };
 };
 
 // FNV-1a of a call's shape; travels in every slot with the sequence number.

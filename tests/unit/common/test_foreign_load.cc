@@ -82,7 +82,7 @@ TEST_CASE("foreign_load reads the CPUs' busy time and a process's own from the k
 
 TEST_CASE("foreign_load: the share of the CPUs' capacity that went to anything but the job", "[common]") {
   CpuAccounts a, b;
-  a.cpus = b.cpus = 2;
+  a.cpus = b.cpus = {0, 1};
   a.complete = b.complete = true;
   a.wallNs = 1'000'000'000;
   b.wallNs = 2'000'000'000;  // one second: 200 ticks of capacity at 100 a second
@@ -99,10 +99,9 @@ TEST_CASE("foreign_load: the share of the CPUs' capacity that went to anything b
   b.complete = false;  // a process's record or a CPU's line missing
   CHECK(foreignShare(a, b, 100) == 0);
   b.complete = true;
-  a.cpuList = {0, 1};
-  b.cpuList = {0, 2};  // as many CPUs, but others: the counts do not compare
+  b.cpus = {0, 2};  // as many CPUs, but others: the counts do not compare
   CHECK(foreignShare(a, b, 100) == 0);
-  b.cpuList = a.cpuList;
+  b.cpus = a.cpus;
   CHECK(foreignShare(a, b, 100) == Approx(0.7));
   b.wallNs = a.wallNs;
   CHECK(foreignShare(a, b, 100) == 0);

@@ -148,9 +148,11 @@ int main(int argc, char** argv) {
   }
   if (factor < 2 || iters < 1 || warmup < 0 || minBytes == 0 || maxBytes < minBytes)
     die("need -f >= 2, -n >= 1, -w >= 0 and 0 < -b <= -e", 2);
-  if ((threads == 0) != (blocks == 0) || threads < 0 || threads > 1024 || threads % 32 != 0 || blocks < 0 ||
+  // 512: braid launches no kernel with larger blocks, and fp16's and bf16's are built for
+  // at most that many threads (cuda/reduce_copy.cuh, kTwoBlocksPerSm).
+  if ((threads == 0) != (blocks == 0) || threads < 0 || threads > 512 || threads % 32 != 0 || blocks < 0 ||
       blocks > 65535)
-    die("-t and -B go together: whole warps up to 1024 threads per block, 1 to 65535 blocks", 2);
+    die("-t and -B go together: whole warps up to 512 threads per block, 1 to 65535 blocks", 2);
 
   auto count = bc::visibleDeviceCount();
   if (!count.isOk()) die("no usable GPU: " + count.status().message(), kExitSkip);

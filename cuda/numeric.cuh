@@ -5,11 +5,13 @@
 // fp16 and bf16 give exactly the bits of src/reduce's conversions (which match the x86 F16C
 // instructions): round to nearest even, subnormals exact, signaling NaNs made quiet with
 // their payload kept. On the host (the CPU executor) that is integer bit manipulation plus
-// one float add for the subnormal range. On the device fp16 (and fp8 from sm_89 on) use the
-// hardware conversions instead (cvt.f32.f16, cvt.rn.f16.f32, cvt.rn.satfinite.e4m3x2.f32):
-// the same bits for every value but a NaN, which comes out canonical, as GPU arithmetic
-// makes every NaN anyway. test_numeric checks the integer code against the toolkit's own
-// definitions of those conversions for every fp32 input.
+// one float add for the subnormal range. On the device fp16, bf16 (from sm_80 on) and fp8
+// (from sm_89 on) round with the hardware conversions instead (cvt.rn.f16.f32,
+// cvt.rn.bf16.f32, cvt.rn.satfinite.e4m3x2.f32; ptxas packs two of a kind into one F2FP)
+// and fp16 and fp8 widen with it (cvt.f32.f16): the same bits for every value but a NaN,
+// which comes out canonical, as GPU arithmetic makes every NaN anyway. test_numeric checks
+// the integer code against the toolkit's own definitions of those conversions for every
+// fp32 input. bf16 widens by a shift everywhere: that is all the conversion is.
 
 // fp8 follows the OCP 8-bit floating point specification (OFP8, v1.0):
 //  - E4M3 ("E4M3FN"): bias 7, no infinities, NaN is S.1111.111, largest finite 448;
@@ -33,13 +35,18 @@
 #include "cuda/cuda_compat.h"
 
 #if defined(__CUDACC__)
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #endif
 
-// Hardware conversions for fp16 on every device build, for fp8 where the ISA has them.
+// Hardware conversions for fp16 on every device build, for bf16 and fp8 where the ISA has
+// them.
 #if defined(__CUDA_ARCH__)
 #define BRAID_CUDA_HW_FP16 1
+#if __CUDA_ARCH__ >= 800
+#define BRAID_CUDA_HW_BF16 1
+#endif
 #if __CUDA_ARCH__ >= 890
 #define BRAID_CUDA_HW_FP8 1
 #endif
@@ -161,10 +168,14 @@ BRAID_HD uint16_t floatToHalf(float f) {
 BRAID_HD float bf16ToFloat(uint16_t b) { return bitsFloat(static_cast<uint32_t>(b) << 16); }
 
 BRAID_HD uint16_t floatToBf16(float f) {
+#if defined(BRAID_CUDA_HW_BF16)
+  return __bfloat16_as_ushort(__float2bfloat16_rn(f));
+#else
   const uint32_t u = floatBits(f);
   // A NaN is kept NaN (and quiet) instead of rounded, which could carry it into infinity.
   if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
   return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+#endif
 }
 
 // ---- fp8 ------------------------------------------------------------------------------

@@ -375,25 +375,68 @@ struct alignas(alignof(ReduceCopyArgs)) StagedArgs {
   unsigned char bytes[sizeof(ReduceCopyArgs)];
 };
 
-// The kernel. Thread 0 stages the arguments in shared memory for the whole block.
+// A kernel's whole work: thread 0 stages the arguments in shared memory for the block.
 template <class Tr, class Op>
-__global__ void reduceCopyKernel(ReduceCopyArgs args) {
+__device__ __forceinline__ void reduceCopyStaged(const ReduceCopyArgs& args) {
   BRAID_SHARED(StagedArgs, staged);
   if (threadIdx.x == 0) std::memcpy(staged.bytes, &args, sizeof(args));
   __syncthreads();
   reduceCopyBody<Tr, Op>(*reinterpret_cast<const ReduceCopyArgs*>(staged.bytes));
 }
 
+// The kernel.
+template <class Tr, class Op>
+__global__ void reduceCopyKernel(ReduceCopyArgs args) {
+  reduceCopyStaged<Tr, Op>(args);
+}
+
+// Two 512-thread blocks share an SM only at 64 registers a thread or fewer (65,536 of
+// them). fp16 and bf16 widen every element, and left to ptxas their kernels took 63-66
+// on sm_80 and sm_90: at 65 or 66 the SM holds 28 warps instead of 32, and for these
+// kernels the warps resident are what hides the loads (bf16 on an H200 at 256 MiB: 0.66x
+// of memcpy with one 512-thread block per SM, 0.90x with two; docs/cuda.md). So there
+// they are built for two blocks per SM, which ptxas meets at 63-64 registers with no
+// spill (the `cuda` device-code test fails on a spill, and on one of them above 64). Not
+// on sm_100, where they take 61 unbounded and the bound made bf16 spill; nor for the
+// other types, which ptxas would then let grow into the room (float from 42 to 56-60,
+// three blocks per SM to two).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 1000
+#define BRAID_TWO_BLOCKS_PER_SM __launch_bounds__(512, 2)
+#else
+#define BRAID_TWO_BLOCKS_PER_SM
+#endif
+template <class Tr>
+inline constexpr bool kTwoBlocksPerSm = false;
+template <>
+inline constexpr bool kTwoBlocksPerSm<Float16Traits> = true;
+template <>
+inline constexpr bool kTwoBlocksPerSm<BFloat16Traits> = true;
+
+// The same kernel, bounded as above.
+template <class Tr, class Op>
+__global__ void BRAID_TWO_BLOCKS_PER_SM reduceCopyKernelTwoBlocks(ReduceCopyArgs args) {
+  reduceCopyStaged<Tr, Op>(args);
+}
+
 using KernelFn = void (*)(ReduceCopyArgs);
+
+template <class Tr, class Op>
+KernelFn kernelFor() {
+  if constexpr (kTwoBlocksPerSm<Tr>) {
+    return &reduceCopyKernelTwoBlocks<Tr, Op>;
+  } else {
+    return &reduceCopyKernel<Tr, Op>;
+  }
+}
 
 // The kernel for an arithmetic op (kAvg already mapped to kSum by planReduceCopy).
 template <class Tr>
 KernelFn arithmeticKernel(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: case ReduceOp::kAvg: return &reduceCopyKernel<Tr, SumOp>;
-    case ReduceOp::kProd: return &reduceCopyKernel<Tr, ProdOp>;
-    case ReduceOp::kMax: return &reduceCopyKernel<Tr, MaxOp>;
-    case ReduceOp::kMin: return &reduceCopyKernel<Tr, MinOp>;
+    case ReduceOp::kSum: case ReduceOp::kAvg: return kernelFor<Tr, SumOp>();
+    case ReduceOp::kProd: return kernelFor<Tr, ProdOp>();
+    case ReduceOp::kMax: return kernelFor<Tr, MaxOp>();
+    case ReduceOp::kMin: return kernelFor<Tr, MinOp>();
     default: return nullptr;
   }
 }

@@ -3,6 +3,8 @@
 
   - every kernel, for every architecture, uses at most --max-registers registers per
     thread and no local memory (LOCAL:0) or stack (STACK:0): a spill would show there;
+  - the fp16 and bf16 reduce-copy kernels for sm_80 to sm_90 use at most 64, so that two
+    512-thread blocks share an SM (cuda/reduce_copy.cuh, kTwoBlocksPerSm);
   - every reduce-copy kernel's SASS contains 128-bit global loads and stores
     (LDG.E.128 / STG.E.128): the 16-byte packs really are single vector accesses.
 
@@ -59,6 +61,13 @@ def run(cmd, env=None):
     return r.stdout
 
 
+def two_blocks_per_sm(arch, fn):
+    """An fp16 or bf16 reduce-copy kernel for an architecture from sm_80 to sm_90."""
+    m = re.match(r"sm_(\d+)", arch)
+    return (m is not None and 80 <= int(m.group(1)) < 100 and "reduceCopyKernel" in fn
+            and ("halfToFloat" in fn or "bf16ToFloat" in fn))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--library", required=True)
@@ -94,6 +103,9 @@ def main():
             worst = max(worst, reg)
             if reg > args.max_registers or stack or local:
                 failures.append("%s %s: REG:%d STACK:%d LOCAL:%d" % (arch, fn, reg, stack, local))
+            if two_blocks_per_sm(arch, fn) and reg > 64:
+                failures.append("%s %s: REG:%d, above the 64 that let two 512-thread blocks share an SM"
+                                % (arch, fn, reg))
             fn = None
     if kernels == 0:
         print(out)

@@ -3,8 +3,8 @@
 // fp32 patterns covering every exponent the other way); fp8 exhaustively (all 256 codes)
 // against the OCP definitions and against known values; and one-rounding-per-step sums of
 // fp16/bf16/fp8 against the exactly rounded fp64 sum. Where the CUDA toolkit's headers are
-// found, fp16 and fp8 against the toolkit's own conversions, which the kernels use on the
-// device.
+// found, fp16, bf16 and fp8 against the toolkit's own conversions, which the kernels use on
+// the device.
 
 #include <cmath>
 #include <cstdint>
@@ -65,13 +65,14 @@ TEST_CASE("fp16 and bf16 conversions match src/reduce bit for bit", "[cuda]") {
 }
 
 #if defined(BRAID_TEST_TOOLKIT_CONVERSIONS)
-// On the device, fp16 and (from sm_89 on) fp8 are converted by the hardware, whose results
-// the toolkit's headers define in software for the host: this is what makes the kernels on a
-// GPU agree with the same kernels under the CPU executor. NaNs are left out (the hardware's
-// come out canonical; both sides keep them NaN, which test_cuda_gpu checks on a device).
-// Every 31st fp32 pattern by default (every exponent, sign and, by the odd stride, every
-// low-bit pattern); BRAID_TEST_EVERY_FLOAT=1 checks all 2^32 (about 40 s).
-TEST_CASE("fp16 and fp8 conversions give the CUDA toolkit's bits for every non-NaN value", "[cuda]") {
+// On the device, fp16, bf16 (from sm_80 on) and fp8 (from sm_89 on) are converted by the
+// hardware, whose results the toolkit's headers define in software for the host: this is
+// what makes the kernels on a GPU agree with the same kernels under the CPU executor.
+// NaNs are left out (the hardware's come out canonical; both sides keep them NaN, which
+// test_cuda_gpu checks on a device). Every 31st fp32 pattern by default (every exponent,
+// sign and, by the odd stride, every low-bit pattern); BRAID_TEST_EVERY_FLOAT=1 checks all
+// 2^32 (about 40 s).
+TEST_CASE("fp16, bf16 and fp8 conversions give the CUDA toolkit's bits for every non-NaN value", "[cuda]") {
   namespace tk = braid::cuda::test::toolkit;
   for (uint32_t c = 0; c <= 0xffff; ++c) {
     const uint16_t h = static_cast<uint16_t>(c);
@@ -100,12 +101,14 @@ TEST_CASE("fp16 and fp8 conversions give the CUDA toolkit's bits for every non-N
     const float f = fromBits(static_cast<uint32_t>(u));
     if (std::isnan(f)) continue;
     const uint16_t h = hb::floatToHalf(f);
+    const uint16_t b = hb::floatToBf16(f);
     const uint8_t e4 = hb::floatToFp8e4m3(f);
     const uint8_t e5 = hb::floatToFp8e5m2(f);
-    if (h != tk::floatToHalf(f) || e4 != tk::floatToFp8(f, true) || e5 != tk::floatToFp8(f, false)) {
-      FAIL("fp32 pattern " << u << ": half " << h << " vs " << tk::floatToHalf(f) << ", e4m3 " << int{e4} << " vs "
-                           << int{tk::floatToFp8(f, true)} << ", e5m2 " << int{e5} << " vs "
-                           << int{tk::floatToFp8(f, false)});
+    if (h != tk::floatToHalf(f) || b != tk::floatToBf16(f) || e4 != tk::floatToFp8(f, true) ||
+        e5 != tk::floatToFp8(f, false)) {
+      FAIL("fp32 pattern " << u << ": half " << h << " vs " << tk::floatToHalf(f) << ", bf16 " << b << " vs "
+                           << tk::floatToBf16(f) << ", e4m3 " << int{e4} << " vs " << int{tk::floatToFp8(f, true)}
+                           << ", e5m2 " << int{e5} << " vs " << int{tk::floatToFp8(f, false)});
     }
     ++checked;
   }

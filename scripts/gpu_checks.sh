@@ -147,10 +147,17 @@ for tp in tcp ucx; do
     -np 2 "$PERF/allreduce_perf" -b 8 -e 64M -f 8 -n 10 -w 2 -c 1 -D 1
 done
 # Fixed grid caps (512-thread blocks): the old 64 and one and two per SM of an H200, against
-# the default (what the SMs hold of each kernel, from CUDA's occupancy calculator).
+# the default (what the SMs hold of each kernel, from CUDA's occupancy calculator). fp16 and
+# bf16 at one and two per SM: their kernels are built to fit two (cuda/reduce_copy.cuh).
 for blocks in 64 132 264; do
   step "kernel_perf_float_blocks$blocks" 90 0 env BRAID_CUDA_MAX_BLOCKS=$blocks "$BUILD/cuda/kernel_perf" \
     -b 16M -e 256M -f 16 -d float
+done
+for type in bfloat16 half; do
+  for blocks in 132 264; do
+    step "kernel_perf_${type}_blocks$blocks" 90 0 env BRAID_CUDA_MAX_BLOCKS=$blocks "$BUILD/cuda/kernel_perf" \
+      -b 16M -e 256M -f 16 -d $type
+  done
 done
 
 if [ -n "$pybuild_pid" ]; then

@@ -1,8 +1,9 @@
 // The CUDA toolkit's own fp16, bf16 and fp8 conversions (cuda_fp16.h, cuda_bf16.h,
 // cuda_fp8.h), built for the host, where the headers define them in software. On the
-// device the kernels use the hardware conversions behind these functions (cuda/numeric.cuh); test_numeric checks that
-// braid's host conversions give the same bits, so the kernels run by the CPU executor and
-// the kernels on a GPU agree for every value but NaNs.
+// device the kernels use the hardware conversions behind these functions
+// (cuda/numeric.cuh); test_numeric checks that braid's host conversions give the same bits,
+// so the kernels run by the CPU executor and the kernels on a GPU agree for every value but
+// NaNs.
 //
 // A file of its own: the toolkit's headers and cuda/cuda_compat.h both define __device__
 // and friends, so they cannot share a translation unit.

@@ -81,6 +81,21 @@ Run torchrunJob(int n, const std::string& env, const std::string& program, const
              "exit $rc' 2>&1");
 }
 
+// The lines of `out` that contain `word`, joined (the first 4,000 characters): checked
+// against "" so that a failure's expansion shows those lines themselves, first, where the
+// whole output that follows it may be cut.
+std::string linesWith(const std::string& out, const std::string& word) {
+  std::string found;
+  for (size_t at = out.find(word); at != std::string::npos && found.size() < 4000; at = out.find(word, at)) {
+    const size_t nl = out.rfind('\n', at);
+    const size_t begin = nl == std::string::npos ? 0 : nl + 1;
+    const size_t end = std::min(out.find('\n', at), out.size());
+    found.append(out, begin, end - begin).push_back('\n');
+    at = end;
+  }
+  return found.substr(0, 4000);
+}
+
 // How many times `re` matches in `out`.
 long countMatches(const std::string& out, const std::string& re) {
   std::regex x(re);
@@ -1174,7 +1189,7 @@ TEST_CASE("survivors agree, shrink and finish every step after ranks are killed 
                 "/mp_recover 20 2>&1");
     INFO(r.out);
     CHECK(r.status == 0);
-    CHECK(r.out.find("ERROR") == std::string::npos);
+    CHECK(linesWith(r.out, "ERROR") == "");
     std::regex fin(R"(FINAL rank=(\d+) newrank=(\d+) size=(\d+) steps=(\d+) checksum=(\S+) match=1 same=1)");
     int finals = 0;
     std::string checksum;
@@ -1211,7 +1226,7 @@ TEST_CASE("an agreement counts a rank of this host that stays stopped for the ti
   Run r = run(braidrun(4, "BRAID_TIMEOUT=2 BRAID_DEBUG=INFO MP_VICTIMS=1:5:stop,2:5:stop BRAIDRUN_GRACE_SEC=5") +
               "--min-np 2 " MP_DIR "/mp_recover 10 2>&1");
   INFO(r.out);
-  CHECK(r.out.find("ERROR") == std::string::npos);
+  CHECK(linesWith(r.out, "ERROR") == "");
   CHECK(checkEachUnder(r.out, R"(SHRUNK rank=(\d+) step=5 from=4 to=2 failed=1,2 ms=(\d+))", 4500) == 2);
   CHECK(checksumsOf(r.out, R"(FINAL rank=(0|3) newrank=\d size=2 steps=10 checksum=(\S+) match=1 same=1)").size() == 1u);
 }
@@ -1227,7 +1242,7 @@ TEST_CASE("an agreement counts a rank of another host that stays stopped for the
                           "BRAIDRUN_GRACE_SEC=5") +
               "--min-np 2 " MP_DIR "/mp_recover 10 2>&1");
   INFO(r.out);
-  CHECK(r.out.find("ERROR") == std::string::npos);
+  CHECK(linesWith(r.out, "ERROR") == "");
   CHECK(checkEachUnder(r.out, R"(SHRUNK rank=(\d+) step=5 from=4 to=2 failed=1,2 ms=(\d+))", 7500) == 2);
   CHECK(countMatches(r.out, R"(agreement: rank [12] had not voted after 3.0 s, and its process \(pid \d+ on host )"
                             R"(mp-host-[12]\) did not answer)") >= 1);
@@ -1245,7 +1260,7 @@ TEST_CASE("an agreement counts a remote rank that died outside any collective as
               " -np 3 --min-np 2 --timeout 120 " MP_DIR "/mp_recover 10 2>&1");
   INFO(r.out);
   CHECK(r.status == 0);
-  CHECK(r.out.find("ERROR") == std::string::npos);
+  CHECK(linesWith(r.out, "ERROR") == "");
   std::regex shrunk(R"(SHRUNK rank=\d+ step=4 from=3 to=2 failed=2 ms=(\d+))");
   int n = 0;
   for (auto it = std::sregex_iterator(r.out.begin(), r.out.end(), shrunk); it != std::sregex_iterator(); ++it) {
@@ -1268,7 +1283,7 @@ TEST_CASE("a rank that dies between the vote and the shrink fails the shrink at 
               " -np 4 --min-np 2 --timeout 120 " MP_DIR "/mp_recover 10 2>&1");
   INFO(r.out);
   CHECK(r.status == 0);
-  CHECK(r.out.find("ERROR") == std::string::npos);
+  CHECK(linesWith(r.out, "ERROR") == "");
   CHECK(countMatches(r.out, R"(SHRINKFAIL rank=[01] step=4: .*rank 2 \(host mp-host-2\) left the job's store during shrink)") ==
         2);
   CHECK(checkEachUnder(r.out, R"(SHRUNK rank=([01]) step=4 from=4 to=2 failed=2,3 ms=(\d+))", 5000) == 2);
@@ -1289,7 +1304,7 @@ TEST_CASE("a rank that dies before a grow fails the grow at once, and the job st
   CHECK(countMatches(r.out, R"(GROWFAIL rank=[01] step=\d+: .*rank 2 \(host mp-host-2\) left the job's store before it )"
                             R"(joined the grown communicator)") == 2);
   CHECK(r.out.find("timed out") == std::string::npos);
-  CHECK(r.out.find("ERROR") == std::string::npos);
+  CHECK(linesWith(r.out, "ERROR") == "");
   CHECK(r.out.find("2 lost, 2 replacement(s) started") != std::string::npos);
   CHECK(countMatches(r.out, R"(FINAL rank=\d+ newrank=\d+ size=4 steps=40 checksum=\S+ match=1 same=1)") == 4);
 }
@@ -1304,7 +1319,7 @@ TEST_CASE("replacements join the survivors, who grow back and finish every step"
                 " -np 4 --min-np 2 --max-np 4 --timeout 120 " MP_DIR "/mp_recover 20 2>&1");
     INFO(r.out);
     CHECK(r.status == 0);
-    CHECK(r.out.find("ERROR") == std::string::npos);
+    CHECK(linesWith(r.out, "ERROR") == "");
     std::regex fin(R"(FINAL rank=(\d+) newrank=\d+ size=4 steps=20 checksum=(\S+) match=1 same=1)");
     std::set<std::string> checksums;
     int finals = 0;
@@ -1348,7 +1363,7 @@ TEST_CASE("with an etcd store, survivors recover from losing rank 0 and replacem
                 " RANK=$r WORLD_SIZE=4 LOCAL_RANK=$r LOCAL_WORLD_SIZE=4 TORCHELASTIC_RUN_ID=lose0 "
                 "BRAID_TIMEOUT=20 MP_VICTIMS=2:5,0:12 timeout 120 " MP_DIR "/mp_recover 20 & done; wait");
     INFO(r.out);
-    CHECK(r.out.find("ERROR") == std::string::npos);
+    CHECK(linesWith(r.out, "ERROR") == "");
     CHECK(count(r.out, "SHRUNK rank=\\d+ step=5 from=4 to=3 failed=2 ") == 3);
     CHECK(count(r.out, "SHRUNK rank=\\d+ step=12 from=3 to=2 failed=0 ") == 2);
     CHECK(count(r.out, "FINAL rank=") == 2);
@@ -1361,7 +1376,7 @@ TEST_CASE("with an etcd store, survivors recover from losing rank 0 and replacem
                 " RANK=$r WORLD_SIZE=3 TORCHELASTIC_RUN_ID=lease MP_HOST_PER_RANK=1 BRAID_ETCD_LEASE_TTL=2 "
                 "BRAID_TIMEOUT=30 MP_VICTIMS=2:4:novote timeout 120 " MP_DIR "/mp_recover 10 2>&1 & done; wait");
     INFO(r.out);
-    CHECK(r.out.find("ERROR") == std::string::npos);
+    CHECK(linesWith(r.out, "ERROR") == "");
     std::regex shrunk(R"(SHRUNK rank=\d+ step=4 from=3 to=2 failed=2 ms=(\d+))");
     int n = 0;
     for (auto it = std::sregex_iterator(r.out.begin(), r.out.end(), shrunk); it != std::sregex_iterator(); ++it) {
@@ -1412,7 +1427,7 @@ TEST_CASE("where rank 0 serves the store, survivors recover from losing rank 0 t
           "[multiproc][recovery]") {
   Run r = torchrunJob(4, "BRAID_TIMEOUT=20 MP_VICTIMS=2:5,0:12", "timeout 120 " MP_DIR "/mp_recover 20");
   INFO(r.out);
-  CHECK(r.out.find("ERROR") == std::string::npos);
+  CHECK(linesWith(r.out, "ERROR") == "");
   CHECK(countMatches(r.out, "SHRUNK rank=\\d+ step=5 from=4 to=3 failed=2 ") == 3);
   CHECK(countMatches(r.out, "SHRUNK rank=\\d+ step=12 from=3 to=2 failed=0 ") == 2);
   CHECK(countMatches(r.out, "FINAL rank=") == 2);
@@ -1434,7 +1449,7 @@ TEST_CASE("BRAID_STORE_STANDBY=host: survivors recover from losing rank 0's host
   Run r = torchrunJob(4, twoHosts + "BRAID_STORE_STANDBY=host MP_VICTIMS=0:5,1:5", "timeout 120 " MP_DIR "/mp_recover 12");
   INFO(r.out);
   CHECK(r.out.find("the store's standby is in rank 2") != std::string::npos);
-  CHECK(r.out.find("ERROR") == std::string::npos);
+  CHECK(linesWith(r.out, "ERROR") == "");
   CHECK(countMatches(r.out, "SHRUNK rank=\\d+ step=5 from=4 to=2 failed=0,1 ") == 2);
   CHECK(countMatches(r.out, "FINAL rank=") == 2);
   CHECK(checksumsOf(r.out, R"(FINAL rank=(2|3) newrank=\d size=2 steps=12 checksum=(\S+) match=1 same=1)").size() == 1u);
@@ -1457,7 +1472,7 @@ void storeHostLoss(const std::string& transport, int timeoutSec, long limitMs) {
                                " BRAID_STORE_STANDBY=host MP_VICTIMS=0:5,1:5",
                         "timeout 120 " MP_DIR "/mp_recover 12");
     INFO(r.out);
-    CHECK(r.out.find("ERROR") == std::string::npos);
+    CHECK(linesWith(r.out, "ERROR") == "");
     CHECK(checkEachUnder(r.out, R"(SHRUNK rank=(\d+) step=5 from=4 to=2 failed=0,1 ms=(\d+))", limitMs) == 2);
     CHECK(checksumsOf(r.out, R"(FINAL rank=(2|3) newrank=\d size=2 steps=12 checksum=(\S+) match=1 same=1)").size() ==
           1u);
@@ -1501,7 +1516,7 @@ TEST_CASE("after a shrink the store has a standby again: survivors outlive rank 
           "[multiproc][recovery]") {
   Run r = torchrunJob(4, "BRAID_DEBUG=INFO BRAID_TIMEOUT=20 MP_VICTIMS=0:3,1:7", "timeout 120 " MP_DIR "/mp_recover 12");
   INFO(r.out);
-  CHECK(r.out.find("ERROR") == std::string::npos);
+  CHECK(linesWith(r.out, "ERROR") == "");
   CHECK(countMatches(r.out, "\\[1\\] .* has a standby in this rank") == 1);  // at init
   CHECK(countMatches(r.out, "\\[2\\] .* has a standby in this rank") == 1);  // after the first shrink
   CHECK(countMatches(r.out, "SHRUNK rank=\\d+ step=3 from=4 to=3 failed=0 ") == 3);
@@ -1513,7 +1528,7 @@ TEST_CASE("after a shrink the store has a standby again: survivors outlive rank 
   Run stop = torchrunJob(4, "BRAID_TIMEOUT=4 MP_VICTIMS=0:3,1:7:stop",
                          "timeout -s KILL $([ $r = 1 ] && echo 15 || echo 120) " MP_DIR "/mp_recover 12");
   INFO(stop.out);
-  CHECK(stop.out.find("ERROR") == std::string::npos);
+  CHECK(linesWith(stop.out, "ERROR") == "");
   CHECK(countMatches(stop.out, "SHRUNK rank=\\d+ step=7 from=3 to=2 failed=0 ") == 2);
   CHECK(checksumsOf(stop.out, R"(FINAL rank=(2|3) newrank=\d size=2 steps=12 checksum=(\S+) match=1 same=1)").size() == 1u);
 }
@@ -1528,7 +1543,7 @@ TEST_CASE("ranks that joined through a grow id outlive the store's host and keep
   Run r = torchrunJob(2, "BRAID_DEBUG=INFO BRAID_TIMEOUT=20 MP_GROW_AT=2:2 MP_VICTIMS=0:5,1:8",
                       "timeout 120 " MP_DIR "/mp_recover 12");
   INFO(r.out);
-  CHECK(r.out.find("ERROR") == std::string::npos);
+  CHECK(linesWith(r.out, "ERROR") == "");
   CHECK(countMatches(r.out, "GROWN rank=\\d+ step=2 from=2 to=4 ") == 2);
   CHECK(countMatches(r.out, "JOINED rank=(2|3) newrank=(2|3) size=4 step=2 ") == 2);
   CHECK(countMatches(r.out, "SHRUNK rank=\\d+ step=5 from=4 to=3 failed=0 ") == 3);
@@ -1549,7 +1564,7 @@ TEST_CASE("where rank 0 serves the store, survivors recover from a stopped rank 
   Run r = torchrunJob(3, "BRAID_TIMEOUT=4 MP_VICTIMS=0:5:stop",
                       "timeout -s KILL $([ $r = 0 ] && echo 14 || echo 120) " MP_DIR "/mp_recover 12");
   INFO(r.out);
-  CHECK(r.out.find("ERROR") == std::string::npos);
+  CHECK(linesWith(r.out, "ERROR") == "");
   CHECK(countMatches(r.out, "SHRUNK rank=\\d+ step=5 from=3 to=2 failed=0 ") == 2);
   CHECK(countMatches(r.out, "FINAL rank=") == 2);
   CHECK(checksumsOf(r.out, R"(FINAL rank=(1|2) newrank=\d size=2 steps=12 checksum=(\S+) match=1 same=1)").size() == 1u);
@@ -1564,7 +1579,7 @@ TEST_CASE("where rank 0 serves the store, it leaves at once after a job that shr
   Run r = torchrunJob(3, "BRAID_DEBUG=INFO BRAID_TIMEOUT=4 MP_VICTIMS=2:5:stop",
                       "timeout -s KILL $([ $r = 2 ] && echo 20 || echo 120) " MP_DIR "/mp_recover 12");
   INFO(r.out);
-  CHECK(r.out.find("ERROR") == std::string::npos);
+  CHECK(linesWith(r.out, "ERROR") == "");
   CHECK(countMatches(r.out, "SHRUNK rank=\\d+ step=5 from=3 to=2 failed=2 ") == 2);
   CHECK(r.out.find("shut rank 2 out of the job's store, closing 1 connection") != std::string::npos);
   CHECK(checksumsOf(r.out, R"(FINAL rank=(0|1) newrank=\d size=2 steps=12 checksum=(\S+) match=1 same=1)").size() == 1u);
@@ -1577,7 +1592,7 @@ TEST_CASE("where rank 0 serves the store, it leaves at once after a job that shr
   Run lost = torchrunJob(4, "BRAID_TIMEOUT=2 MP_VICTIMS=0:3:stop,2:3:late",
                          "timeout -s KILL $([ $r = 0 ] && echo 20 || echo 120) " MP_DIR "/mp_recover 12");
   INFO(lost.out);
-  CHECK(lost.out.find("ERROR") == std::string::npos);
+  CHECK(linesWith(lost.out, "ERROR") == "");
   CHECK(countMatches(lost.out, "SHRUNK rank=\\d+ step=3 from=4 to=2 failed=0,2 ") == 2);
   REQUIRE(std::regex_search(lost.out, m, std::regex("\\[1\\] DESTROYED rank=1 ms=(\\d+)")));
   CHECK(std::stol(m[1]) < 3000);
@@ -1848,7 +1863,7 @@ TEST_CASE("over ucx destroying the communicator a grow started from keeps nobody
               MP_DIR "/mp_recover 8");
   INFO(r.out);
   CHECK(r.status == 0);
-  CHECK(r.out.find("ERROR") == std::string::npos);
+  CHECK(linesWith(r.out, "ERROR") == "");
   CHECK(checkEachUnder(r.out, R"(GROWN rank=(\d+) step=3 from=3 to=4 epoch=1 mono_ms=\S+ old_destroy_ms=(\d+))", 500) ==
         3);
   CHECK(checksumsOf(r.out, R"(FINAL rank=(\d) newrank=\d size=4 steps=8 checksum=(\S+) match=1 same=1)").size() == 1u);

@@ -209,6 +209,48 @@ case_ucx_2x2() {
   echo "ok: rank 3 (host 1) killed, every survivor names it"
 }
 
+# UCX's tcp on one host while an interface comes and goes: 4 ranks in a network namespace of
+# their own (and a sysfs of its own: UCX finds its tcp devices in /sys/class/net), with a
+# bridge holding an address that is deleted 2 s into the job, as a container's or another
+# test's bridge may be. Beside it, the namespace's "NIC": a bridge too, of MTU 1400 as this
+# VM's eth0, without ports, so that its default route leads nowhere, as the host's does for
+# the gone address. UCX ranks its tcp devices by their MTU among other things and put every
+# lane on the gone bridge: the job stalled until BRAID_TIMEOUT. The plugin gives UCX the
+# loopback interface alone for peers on one host, so the job must finish with every element
+# right. NETNS_UCX_DEVICES=all restores UCX's own choice (UCX_NET_DEVICES=all), and the check
+# fails.
+case_ucx_interface_gone() {
+  [[ -n ${NETNS_UCX_PLUGIN:-} ]] || { echo "SKIP: braid was built without UCX: no ucx plugin"; exit 77; }
+  command -v unshare >/dev/null || { echo "SKIP: no unshare"; exit 77; }
+  local out=$NETNS_TMP/out braidrun
+  braidrun=$(dirname "$BRAID_INFO")/braidrun
+  [[ -x $braidrun ]] || fail "no braidrun beside $BRAID_INFO"
+  # shellcheck disable=SC2016  # expanded by the inner shell
+  unshare --net --mount env BRAIDRUN="$braidrun" ALLREDUCE_PERF="$ALLREDUCE_PERF" bash -c '
+    { mount -t sysfs sysfs /sys && ip link set lo up &&
+      ip link add brgone type bridge && ip addr add 10.99.7.1/24 dev brgone && ip link set brgone up &&
+      ip link add nic0 type bridge && ip link set nic0 mtu 1400 &&
+      ip addr add 192.0.2.50/24 dev nic0 && ip link set nic0 up && ip route add default via 192.0.2.1 dev nic0
+    } 2>/dev/null || exit 77
+    (sleep 2; ip link del brgone; echo "bridge deleted") &
+    env BRAID_TIMEOUT=10 BRAID_TRANSPORT=ucx UCX_TLS=tcp,self ${NETNS_UCX_DEVICES:+UCX_NET_DEVICES=$NETNS_UCX_DEVICES} \
+      BRAID_DEBUG=INFO "$BRAIDRUN" -np 4 --timeout 60 "$ALLREDUCE_PERF" -b 1M -e 1M -n 5000 -w 5 -c 1
+    rc=$?
+    wait
+    exit $rc' >"$out" 2>&1
+  local rc=$?
+  ((rc != 77)) || { echo "SKIP: cannot make a network namespace with a bridge"; exit 77; }
+  grep -q "bridge deleted" "$out" || { cat "$out"; fail "the job ended before the bridge was deleted (status $rc)"; }
+  ((rc == 0)) || {
+    grep -E "ERROR|failed|timed out" "$out" | head -20
+    fail "allreduce_perf over ucx exited with status $rc after the bridge went"
+  }
+  grep -q 'Out of bounds values : 0 OK' "$out" || fail "allreduce_perf over ucx did not report 0 wrong"
+  [[ -n ${NETNS_UCX_DEVICES:-} ]] || grep -q "UCX's network devices: lo" "$out" ||
+    fail "no rank says it gave UCX the loopback interface"
+  echo "ok: 4 ranks over UCX's tcp outlived a bridge deleted under them, 0 wrong"
+}
+
 case_launcher() {
   local dir out status t0 t1
   dir=$NETNS_TMP

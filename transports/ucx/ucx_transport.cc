@@ -227,13 +227,7 @@ std::string rndvThreshold(bool rdma) {
 // there is no RDMA device (whose transports UCX's own figures suit).
 std::string tcpRxSegment(bool rdma) {
   if (std::getenv("UCX_TCP_RX_SEG_SIZE") || rdma) return "";
-  const char* tls = std::getenv("UCX_TLS");
-  if (!tls || !*tls) return "512K";
-  const bool exclude = tls[0] == '^';
-  std::string list = std::string(",") + (exclude ? tls + 1 : tls) + ",";
-  const bool named = list.find(",tcp,") != std::string::npos;
-  if (exclude) return named ? "" : "512K";
-  return named || list.find(",all,") != std::string::npos ? "512K" : "";
+  return ucxTlsMayUseTcp(std::getenv("UCX_TLS")) ? "512K" : "";
 }
 
 // Progresses every worker once (then pauseIfIdle).
@@ -404,7 +398,8 @@ class UcxTransport final : public Transport {
            (rndvThresh_.empty() ? ""
                                 : "; eager up to " + std::to_string(eagerMaxUnder(rndvThresh_.c_str(), 0) / 1024) +
                                       " KiB (UCX_RNDV_THRESH=" + rndvThresh_ + ")") +
-           (tcpRxSeg_.empty() ? "" : "; tcp receives in " + tcpRxSeg_ + " segments (UCX_TCP_RX_SEG_SIZE)");
+           (tcpRxSeg_.empty() ? "" : "; tcp receives in " + tcpRxSeg_ + " segments (UCX_TCP_RX_SEG_SIZE)") +
+           (netDevices_.empty() ? "" : "; network devices " + netDevices_ + " (UCX_NET_DEVICES)");
   }
 
   int canConnect(const PeerInfo& local, const PeerInfo& remote) const override {
@@ -478,6 +473,11 @@ class UcxTransport final : public Transport {
   bool watchSockets_ = false;
   std::set<uint64_t> socketsBefore_;
   void unpaceUcxSockets(const std::set<uint64_t>& before);
+  // Whether every peer scored so far shares this host.
+  bool allPeersOnThisHost() const;
+  // UCX_NET_DEVICES as braid sets it for this context, or "" (netDevices).
+  std::string netDevices_;
+  std::string netDevices() const;
 };
 
 UcxTransport::~UcxTransport() {
@@ -549,6 +549,14 @@ Status UcxTransport::startContext() {
   // A setting UCP does not know is handed to every transport's configuration that has a
   // field of that name: tcp's is RX_SEG_SIZE (UCX_TCP_RX_SEG_SIZE in the environment).
   if (!tcpRxSeg_.empty()) settings.emplace_back("RX_SEG_SIZE", tcpRxSeg_);
+  netDevices_ = netDevices();
+  if (!netDevices_.empty()) {
+    settings.emplace_back("NET_DEVICES", netDevices_);
+    static std::atomic<bool> logged{false};  // once per process: every communicator does the same
+    if (!logged.exchange(true))
+      BRAID_INFO("ucx: rank %d: UCX's network devices: %s (UCX_NET_DEVICES chooses others)", cfg_.rank,
+                 netDevices_.c_str());
+  }
   for (const auto& [name, value] : settings) {
     st = ucp_config_modify(config, name, value.c_str());
     if (st != UCS_OK) {
@@ -786,14 +794,33 @@ Status UcxTransport::establish(Deadline deadline) {
 // establish the connections opened since the first worker, to a sender and by this side,
 // are taken off one by one.
 void UcxTransport::unpaceUcxSockets(const std::set<uint64_t>& before) {
-  bool oneHost = true;
-  for (const auto& [rank, id] : peers_->ids) oneHost = oneHost && id.first == peers_->localHost;
   std::string had, now;
-  const int n = unpaceNewLocalSockets(before, oneHost, &had, &now);
+  const int n = unpaceNewLocalSockets(before, allPeersOnThisHost(), &had, &now);
   static std::atomic<bool> logged{false};  // once per process: every communicator does the same
   if (n > 0 && !logged.exchange(true))
     BRAID_INFO("ucx: rank %d: UCX's tcp connections within this host use %s, not the kernel's %s, which paces them",
                cfg_.rank, now.c_str(), had.c_str());
+}
+
+bool UcxTransport::allPeersOnThisHost() const {
+  for (const auto& [rank, id] : peers_->ids)
+    if (id.first != peers_->localHost) return false;
+  return true;
+}
+
+// The network devices braid gives UCX when the user did not (common/ucx_env.h,
+// ucxNetDevices): with an RDMA device UCX's own choice stands, and without tcp among its
+// transports there is nothing to choose. The context starts at the first connection, when
+// canConnect has seen every peer. Measured: 4 ranks on one host over UCX_TLS=tcp,self, a
+// bridge with an address added before the job and deleted 4 s into it; with UCX's own
+// choice the next allreduce waited until BRAID_TIMEOUT (and new communicators failed to
+// connect, "Connection refused", while bridges came and went), over the loopback
+// interface every call went on.
+std::string UcxTransport::netDevices() const {
+  if (inv_.rdma || std::getenv("UCX_NET_DEVICES") || !ucxTlsMayUseTcp(std::getenv("UCX_TLS"))) return "";
+  std::vector<std::string> wanted = cfg_.channelNetIfs;
+  wanted.push_back(cfg_.netIf);
+  return ucxNetDevices(upIpv4Interfaces(), allPeersOnThisHost(), wanted);
 }
 
 }  // namespace

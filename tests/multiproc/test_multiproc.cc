@@ -1244,8 +1244,15 @@ TEST_CASE("an agreement counts a rank of another host that stays stopped for the
   INFO(r.out);
   CHECK(linesWith(r.out, "ERROR") == "");
   CHECK(checkEachUnder(r.out, R"(SHRUNK rank=(\d+) step=5 from=4 to=2 failed=1,2 ms=(\d+))", 7500) == 2);
-  CHECK(countMatches(r.out, R"(agreement: rank [12] had not voted after 3.0 s, and its process \(pid \d+ on host )"
-                            R"(mp-host-[12]\) did not answer)") >= 1);
+  // Usually one stopped rank is named by a survivor's own timeout and the agreement asks after
+  // the other. Under load each survivor's timeout may name a different one (rank 0 rank 2,
+  // rank 3 rank 1): the agreement then knows both from the votes and asks after none.
+  const bool bothNamed = countMatches(r.out, R"(timeout: rank 1 made no progress)") >= 1 &&
+                         countMatches(r.out, R"(timeout: rank 2 made no progress)") >= 1;
+  if (!bothNamed) {
+    CHECK(countMatches(r.out, R"(agreement: rank [12] had not voted after 3.0 s, and its process \(pid \d+ on host )"
+                              R"(mp-host-[12]\) did not answer)") >= 1);
+  }
   CHECK(checksumsOf(r.out, R"(FINAL rank=(0|3) newrank=\d size=2 steps=10 checksum=(\S+) match=1 same=1)").size() == 1u);
 }
 

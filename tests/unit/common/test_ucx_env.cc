@@ -41,7 +41,8 @@ TEST_CASE("UCX_TLS may use shared memory unless it lists only other transports",
 TEST_CASE("UCX_TLS may use tcp when unset, all, naming it, or excluding others", "[unit]") {
   for (const char* tls : {(const char*)nullptr, "", "all", "tcp", "tcp,self", "sm,tcp", "^sm", "^rc,ud"})
     CHECK(ucxTlsMayUseTcp(tls));
-  for (const char* tls : {"sm,self", "self", "rc,ud,self", "^tcp", "^sm,tcp", "tcpx", "xtcp,sm"}) CHECK_FALSE(ucxTlsMayUseTcp(tls));
+  for (const char* tls : {"sm,self", "self", "rc,ud,self", "^tcp", "^sm,tcp", "tcpx", "xtcp,sm"})
+    CHECK_FALSE(ucxTlsMayUseTcp(tls));
 }
 
 TEST_CASE("the UCX plugin's network devices: loopback on one host, BRAID_NET_IF's across hosts", "[unit]") {

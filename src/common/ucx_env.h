@@ -39,7 +39,7 @@ std::vector<NetInterface> upIpv4Interfaces();
 //   NICs: an IPv4 address, an interface name, or an NCCL_SOCKET_IFNAME-style list), the
 //   interfaces other than loopback they select, as braid's tcp listens on;
 // - otherwise "": across hosts UCX picks its lanes among every interface.
-// A spec that is not well formed selects nothing (braid's tcp names it in its own error).
+// A spec that is not well formed selects nothing.
 std::string ucxNetDevices(const std::vector<NetInterface>& up, bool oneHost, const std::vector<std::string>& wanted);
 
 }  // namespace braid

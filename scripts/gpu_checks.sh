@@ -123,6 +123,11 @@ if [ -x "$NCCL_PERF" ]; then
       compare "one rank per GPU ($ngpus), braid $path against NCCL" "allreduce_D1_np${ngpus}_gpus_$path" \
         "nccl_allreduce_np$ngpus"
     done
+    # The ranks as threads of one process, one per GPU: each opens the others' device slots
+    # by their address and reaches them through peer access.
+    step "allreduce_D1_t${ngpus}_gpus_ipc" 150 1 bash -c 'out=$(BRAID_CUDA_PATH=ipc BRAID_DEBUG=INFO "$@" 2>&1); rc=$?
+      echo "$out"; [ "$rc" = 0 ] && grep -q "moves device calls through" <<< "$out"' _ \
+      "$BR" -np 1 "$PERF/allreduce_perf" $NSZ -D 1 -t "$ngpus"
   else
     note "NCCL with one rank per GPU: ${ngpus:-0} GPU here, and NCCL refuses two ranks on one (nccl_coll_perf_gpu)"
   fi

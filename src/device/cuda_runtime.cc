@@ -310,13 +310,13 @@ class CudaRuntime final : public Runtime {
     if (a == std::string::npos || b == std::string::npos || name.size() - b - 1 != 2 * sizeof h.reserved)
       return Status(Code::kInvalidArgument, "device slots: a malformed IPC name");
     if (std::strtoll(name.c_str(), nullptr, 10) == ::getpid()) {
-      // Threads of one process: the address, on the same GPU only (another would need peer
-      // access enabled, which braid does not do for them).
+      // Threads of one process: the address. On another GPU this GPU's kernels reach it
+      // through peer access, which stays on for the process once enabled.
       void* p = reinterpret_cast<void*>(static_cast<uintptr_t>(std::strtoull(name.c_str() + a + 1, nullptr, 10)));
       const PointerInfo info = pointerInfo(p);
-      if (info.kind != MemoryKind::kDevice || info.device != device)
-        return Status(Code::kInvalidArgument, "device slots: a peer thread's slots on GPU " +
-                                                  std::to_string(info.device) + ", not GPU " + std::to_string(device));
+      if (info.kind != MemoryKind::kDevice)
+        return Status(Code::kInvalidArgument, "device slots: a peer thread's slots are not device memory");
+      if (info.device != device) BRAID_RETURN_IF_ERROR(enablePeerAccess(device, info.device));
       return p;
     }
     for (size_t i = 0; i < sizeof h.reserved; ++i) {
@@ -467,6 +467,27 @@ class CudaRuntime final : public Runtime {
       if (previous >= 0 && cudaGetDevice(&now) == cudaSuccess && now != previous) cudaSetDevice(previous);
     }
   };
+
+  // Lets kernels on `from` reach memory on `to` (NVLink or PCIe P2P). Enabling is
+  // per context and cannot be undone while another thread's slots may use it, so it is
+  // never disabled; a second enable (another thread's, or this pair's again) is no error.
+  static Status enablePeerAccess(int from, int to) {
+    int can = 0;
+    cudaError_t e = cudaDeviceCanAccessPeer(&can, from, to);
+    if (e != cudaSuccess) return cudaFailure("cudaDeviceCanAccessPeer", e);
+    if (!can)
+      return Status(Code::kInvalidArgument, "device slots: GPU " + std::to_string(from) +
+                                                " has no peer access to GPU " + std::to_string(to) +
+                                                ", where a peer thread's slots are");
+    DeviceScope scope;
+    BRAID_RETURN_IF_ERROR(scope.use(from));
+    e = cudaDeviceEnablePeerAccess(to, 0);
+    if (e == cudaErrorPeerAccessAlreadyEnabled) {
+      cudaGetLastError();
+      return Status::ok();
+    }
+    return e == cudaSuccess ? Status::ok() : cudaFailure("cudaDeviceEnablePeerAccess", e);
+  }
 
   std::mutex importedMu_;
   std::vector<void*> imported_;  // opened with cudaIpcOpenMemHandle

@@ -102,9 +102,16 @@ compare() {
     "$a" "$b" | tee -a "$SUMMARY"
 }
 NCCL_PERF=$BUILD/perf/nccl_coll_perf
+NSZ="-b 8 -e 128M -f 8 -n 20 -w 5 -c 1"
+ngpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
+if [ "${ngpus:-0}" -ge 2 ]; then
+  # The ranks as threads of one process, one per GPU: each opens the others' device slots
+  # by their address and reaches them through peer access.
+  step "allreduce_D1_t${ngpus}_gpus_ipc" 150 1 bash -c 'out=$(BRAID_CUDA_PATH=ipc BRAID_DEBUG=INFO "$@" 2>&1); rc=$?
+    echo "$out"; [ "$rc" = 0 ] && grep -q "moves device calls through" <<< "$out"' _ \
+    "$BR" -np 1 "$PERF/allreduce_perf" $NSZ -D 1 -t "$ngpus"
+fi
 if [ -x "$NCCL_PERF" ]; then
-  NSZ="-b 8 -e 128M -f 8 -n 20 -w 5 -c 1"
-  ngpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
   step nccl_coll_perf_gpu 300 1 bash "$ROOT/tests/unit/cuda/nccl_coll_perf.sh" gpu "$BR" "$NCCL_PERF"
   step nccl_allreduce_np2_hosts 150 0 "$BR" -np 2 "$NCCL_PERF" --host-per-rank -C allreduce $NSZ
   step allreduce_D1_np2_tcp 150 0 env BRAID_TRANSPORT=tcp "$BR" -np 2 "$PERF/allreduce_perf" $NSZ -D 1
@@ -123,11 +130,6 @@ if [ -x "$NCCL_PERF" ]; then
       compare "one rank per GPU ($ngpus), braid $path against NCCL" "allreduce_D1_np${ngpus}_gpus_$path" \
         "nccl_allreduce_np$ngpus"
     done
-    # The ranks as threads of one process, one per GPU: each opens the others' device slots
-    # by their address and reaches them through peer access.
-    step "allreduce_D1_t${ngpus}_gpus_ipc" 150 1 bash -c 'out=$(BRAID_CUDA_PATH=ipc BRAID_DEBUG=INFO "$@" 2>&1); rc=$?
-      echo "$out"; [ "$rc" = 0 ] && grep -q "moves device calls through" <<< "$out"' _ \
-      "$BR" -np 1 "$PERF/allreduce_perf" $NSZ -D 1 -t "$ngpus"
   else
     note "NCCL with one rank per GPU: ${ngpus:-0} GPU here, and NCCL refuses two ranks on one (nccl_coll_perf_gpu)"
   fi

@@ -31,6 +31,18 @@ struct Slot {
   bool device = false;   // peekRecv: the payload is in the connection's device area
 };
 
+// A reduction a receiver hands to its transport with a receive (Connection::peekRecvReduce):
+// the payload is to be combined with `local` into the destination, element by element, as it
+// arrives, rather than landed in a slot and read again.
+struct ArrivalReduce {
+  const void* local = nullptr;  // may be the destination itself (in place)
+  // dst[0, bytes) = payload (op) local[0, bytes), `bytes` a whole number of elements; the
+  // transport passes the three pointers already advanced to the same offset.
+  void (*fn)(void* ctx, void* dst, const void* payload, const void* local, size_t bytes) = nullptr;
+  void* ctx = nullptr;
+  size_t elemBytes = 1;
+};
+
 // How a waiter can sleep until a connection may have work: a futex word in shared memory
 // (memory transports) and/or a file descriptor to poll (stream transports).
 struct WaitHandle {
@@ -86,6 +98,18 @@ class Connection {
   // order, with the same dst and bytes when it repeats one, and leaves dst's bytes alone
   // until the peek. A hint: the peek still says where the message landed.
   virtual Status expectRecv(size_t ahead, void* dst, size_t bytes) { return Status::ok(); }
+  // Reduction on arrival (optional). Receiver: peekRecv, asking that `dst` (`bytes` long)
+  // become the payload reduced with r.local (ArrivalReduce). s->data == dst says it did;
+  // otherwise the payload is in a slot, as from peekRecv, and dst is untouched. Calling it
+  // again before releaseRecv returns the same message. The payload's tag and length are
+  // checked after: a message of another call may already have been folded into dst.
+  virtual bool reducesOnArrival() const { return false; }
+  virtual Status peekRecvReduce(Slot* s, void* dst, size_t bytes, const ArrivalReduce& r) { return peekRecv(s); }
+  // expectRecv for a message that will be asked for with peekRecvReduce(dst, bytes, r): the
+  // caller then leaves dst and r.local alone until the peek. A hint, as expectRecv.
+  virtual Status expectReduce(size_t ahead, void* dst, size_t bytes, const ArrivalReduce& r) {
+    return expectRecv(ahead, nullptr, bytes);
+  }
   // False when expectRecv never acts on this connection: the executor then announces
   // nothing to a channel whose connections all say so (a small call saves the calls).
   virtual bool takesAnnouncements() const { return false; }

@@ -1,8 +1,9 @@
-/* braid transport plugin ABI, versions 1 to 8.
+/* braid transport plugin ABI, versions 1 to 9.
  *
  * A transport plugin is a shared library that exports a table of function pointers that
  * mirrors braid's transport seam one to one:
- *     const braidTransportPlugin_v8_t braidTransportPlugin_v8;   (failures seen; current)
+ *     const braidTransportPlugin_v9_t braidTransportPlugin_v9;   (reduction on arrival; current)
+ *     const braidTransportPlugin_v8_t braidTransportPlugin_v8;   (failures seen)
  *     const braidTransportPlugin_v7_t braidTransportPlugin_v7;   (receives ahead)
  *     const braidTransportPlugin_v6_t braidTransportPlugin_v6;   (failed peers)
  *     const braidTransportPlugin_v5_t braidTransportPlugin_v5;   (slot memory)
@@ -10,7 +11,7 @@
  *     const braidTransportPlugin_v3_t braidTransportPlugin_v3;   (the job key)
  *     const braidTransportPlugin_v2_t braidTransportPlugin_v2;   (zero copy)
  *     const braidTransportPlugin_v1_t braidTransportPlugin_v1;   (the first version)
- * braid looks for v8 first, then v7, v6, v5, v4, v3, v2, v1, and speaks all eight. braid finds plugins through
+ * braid looks for v9 first, then v8, v7, v6, v5, v4, v3, v2, v1, and speaks all nine. braid finds plugins through
  * BRAID_TRANSPORT_PLUGIN (a ':'-separated list of files) and in the plugin folder next to
  * libbraid.so (<libdir>/braid/libbraid-net-<name>.so).
  *
@@ -42,7 +43,7 @@
 extern "C" {
 #endif
 
-#define BRAID_TRANSPORT_PLUGIN_ABI_VERSION 8
+#define BRAID_TRANSPORT_PLUGIN_ABI_VERSION 9
 #define BRAID_TRANSPORT_PLUGIN_SYMBOL_V1 "braidTransportPlugin_v1"
 #define BRAID_TRANSPORT_PLUGIN_SYMBOL_V2 "braidTransportPlugin_v2"
 #define BRAID_TRANSPORT_PLUGIN_SYMBOL_V3 "braidTransportPlugin_v3"
@@ -51,6 +52,7 @@ extern "C" {
 #define BRAID_TRANSPORT_PLUGIN_SYMBOL_V6 "braidTransportPlugin_v6"
 #define BRAID_TRANSPORT_PLUGIN_SYMBOL_V7 "braidTransportPlugin_v7"
 #define BRAID_TRANSPORT_PLUGIN_SYMBOL_V8 "braidTransportPlugin_v8"
+#define BRAID_TRANSPORT_PLUGIN_SYMBOL_V9 "braidTransportPlugin_v9"
 
 /* In C++ int is its underlying type, so that whatever int a plugin returns is a value of it,
  * which braid checks, and not undefined behavior in braid (as braid.h's enums). */
@@ -297,6 +299,41 @@ typedef struct braidTransportPlugin_v8_s {
    * transport's own rank. */
   int (*saw_peer_fail)(void* transport, int rank);
 } braidTransportPlugin_v8_t;
+
+/* A reduction braid hands a transport with a receive (version 9): the payload is to be
+ * combined with `local` into the receive's destination, element by element, as it arrives.
+ * fn(ctx, dst, payload, local, bytes) writes dst[0, bytes) = payload (op) local[0, bytes) for
+ * a whole number of elements (bytes a multiple of elem_bytes); the transport passes the three
+ * pointers advanced to the same offset, may call it for any split of the message into whole
+ * elements, in any order, and must call it exactly once for every element. It runs on the
+ * thread that drives the connection (inside peek_recv_reduce or progress). local may be dst. */
+typedef struct {
+  const void* local;
+  void (*fn)(void* ctx, void* dst, const void* payload, const void* local, size_t bytes);
+  void* ctx;
+  size_t elem_bytes;
+} braidArrivalReduce_v1;
+
+/* Version 9: version 8 (its base, with abi_version 9) and reduction on arrival. */
+typedef struct braidTransportPlugin_v9_s {
+  braidTransportPlugin_v8_t base;
+  /* Nonzero when peek_recv_reduce may reduce on this connection; braid then reduces the
+   * payloads it receives through it. */
+  int (*reduces_on_arrival)(void* connection);
+  /* peek_recv, asking that dst (bytes long) become the payload reduced with reduce->local.
+   * slot->data == dst says it has (and slot->bytes is the payload's length); otherwise the
+   * payload is in a slot, as from peek_recv, and dst is untouched. braid checks the slot's
+   * tag and length after, so a message of another call may already have been folded into
+   * dst. Called again before release_recv, it returns the same message; the reduction is
+   * copied, not kept by pointer. */
+  braidPluginResult_t (*peek_recv_reduce)(void* connection, braidSlot_v1* slot, void* dst, size_t bytes,
+                                          const braidArrivalReduce_v1* reduce, braidPluginError_v1* error);
+  /* expect_recv for a message braid will ask for with peek_recv_reduce(dst, bytes, reduce):
+   * braid leaves dst and reduce->local alone from now until that peek. A hint, as
+   * expect_recv. */
+  braidPluginResult_t (*expect_reduce)(void* connection, size_t ahead, void* dst, size_t bytes,
+                                       const braidArrivalReduce_v1* reduce, braidPluginError_v1* error);
+} braidTransportPlugin_v9_t;
 
 #ifdef __cplusplus
 }

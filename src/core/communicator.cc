@@ -463,8 +463,9 @@ Status Communicator::init() {
         nslots = 16;
         meshSlotBytes_ = kUcxMeshSlotBytes;
       } else {
-        // Over UCX's tcp alone, slots of 1 MiB, each message above UCX's eager limit for
-        // tcp (rndvThreshold in the plugin) going by rendezvous, with the same 4 MiB per
+        // Over UCX's tcp alone, slots of 1 MiB (measured when each message above UCX's
+        // eager limit for tcp went by rendezvous; now a slot's message goes eager and is
+        // reduced as it arrives: the plugin's arrivalOverTcp), with the same 4 MiB per
         // connection: allreduce at 2 and 4 ranks from 256 KiB to 256 MiB ran 1.06-2.1x
         // faster than a stream's 64 KiB x 8 under BBR (even at 4 ranks and 1 MiB) and than
         // 256 KiB x 16 under cubic, both sent eager and copied out of UCX's receive

@@ -49,6 +49,9 @@ class ChannelRunner {
                 const RunContext& ctx, const ChannelSetup* setup = nullptr)
       : s_(s), plan_(s.channels[channel]), b_(b), links_(links), ctx_(ctx),
         es_(dataTypeSize(s.dtype)), channel_(channel), setup_(setup) {
+    arrival_.fn = &ChannelRunner::reduceArrived;
+    arrival_.ctx = this;
+    arrival_.elemBytes = es_;
     if (setup) {
       for (Connection* c : setup->active) active_.push_back(c);
       announces_ = setup->announces;
@@ -301,6 +304,9 @@ class ChannelRunner {
     return true;
   }
 
+  static bool reducing(Prim p) {
+    return p == Prim::kRecvReduce || p == Prim::kRecvReduceSend || p == Prim::kRecvReduceCopySend;
+  }
   static bool receives(Prim p) { return p != Prim::kSend && p != Prim::kCopy && p != Prim::kLocalReduce; }
   // Where runSlice asks the slice of `st` at `off` to land: the destination of a step that
   // only stores or forwards what it receives, else a slot (nullptr).
@@ -317,11 +323,43 @@ class ChannelRunner {
   // (markDirectSends), so earlier sends still in flight cannot meet it.
   Status announce(const Step& st, size_t off, size_t len, const Step* nx, size_t nxOff, size_t nxLen) {
     Connection* c = links_.recvFrom[st.peerIn];
-    BRAID_RETURN_IF_ERROR(c->expectRecv(0, landingOf(st, off), len));
+    const bool reduces = c->reducesOnArrival();
+    transport::ArrivalReduce r = arrival_;
+    if (char* rd = reduces ? reduceLandingOf(st, off, &r) : nullptr) {
+      BRAID_RETURN_IF_ERROR(c->expectReduce(0, rd, len, r));
+    } else if (reduces && reducing(st.prim)) {
+      // Its destination is the next peer's slot, reserved only at the step: announced into
+      // a slot of its own, a payload would be copied there and read again, where left to
+      // the step it is copied at most once (out of the transport's queue) and reduced as
+      // it is read.
+      return Status::ok();
+    } else {
+      BRAID_RETURN_IF_ERROR(c->expectRecv(0, landingOf(st, off), len));
+    }
     if (!nx || nxLen == 0 || !receives(nx->prim) || nx->peerIn != st.peerIn) return Status::ok();
+    if (reduces && reducing(nx->prim) && !reduceLandingOf(*nx, nxOff, &r)) return Status::ok();
+    if (char* rd = reduces ? reduceLandingOf(*nx, nxOff, &r) : nullptr) {
+      // This slice reads its source and writes its destination before the next one's
+      // peek: neither may meet where the next one lands, nor what it reduces with be
+      // written.
+      const char* lo = static_cast<const char*>(r.local);
+      if (meets(st.src, off, len, rd, nxLen) || meets(st.dst, off, len, rd, nxLen) || meets(st.dst, off, len, lo, nxLen))
+        return Status::ok();
+      return c->expectReduce(1, rd, nxLen, r);
+    }
     char* at = static_cast<char*>(landingOf(*nx, nxOff));
     if (at && (meets(st.src, off, len, at, nxLen) || meets(st.dst, off, len, at, nxLen))) return Status::ok();
     return c->expectRecv(1, at, nxLen);
+  }
+  // Where the slice of `st` at `off` is reduced when its payload is reduced on arrival
+  // (receiveReduce), with r->local set to what it is reduced with; nullptr for a step that
+  // reduces into a slot reserved only then, or does not reduce.
+  char* reduceLandingOf(const Step& st, size_t off, transport::ArrivalReduce* r) const {
+    const bool into = st.prim == Prim::kRecvReduce ||
+                      (st.prim == Prim::kRecvReduceCopySend && isDirect(static_cast<size_t>(&st - plan_.steps.data())));
+    if (!into || ctx_.mover) return nullptr;
+    r->local = addr(st.src, off);
+    return addr(st.dst, off);
   }
   // Whether `len` bytes of `r` from `off` meet [at, at + atLen); an empty region meets nothing.
   bool meets(const Region& r, size_t off, size_t len, const char* at, size_t atLen) const {
@@ -346,15 +384,20 @@ class ChannelRunner {
     }
     if (len == 0) return Status::ok();
     const Step& st = plan_.steps[i];
-    char* at = static_cast<char*>(landingOf(st, 0));
+    Connection* c = links_.recvFrom[st.peerIn];
+    transport::ArrivalReduce r = arrival_;
+    char* rd = c->reducesOnArrival() ? reduceLandingOf(st, 0, &r) : nullptr;
+    if (!rd && c->reducesOnArrival() && reducing(st.prim)) return Status::ok();  // as in announce
+    char* at = rd ? rd : static_cast<char*>(landingOf(st, 0));
     if (at) {
       for (size_t j = 0; j < i; ++j) {
         const Step& before = plan_.steps[j];
         if (meets(before.src, 0, before.src.bytes, at, len) || meets(before.dst, 0, before.dst.bytes, at, len))
           return Status::ok();
+        if (rd && meets(before.dst, 0, before.dst.bytes, static_cast<const char*>(r.local), len)) return Status::ok();
       }
     }
-    return links_.recvFrom[st.peerIn]->expectRecv(0, at, len);
+    return rd ? c->expectReduce(0, rd, len, r) : c->expectRecv(0, at, len);
   }
   // The channel's first receiving step, and the length of its first slice (round 0 of its
   // phase starts at offset 0); *len 0 when there is none or that slice is empty.
@@ -956,27 +999,41 @@ class ChannelRunner {
         return release(st.peerIn, in);
       }
       case Prim::kRecvReduce: {
-        BRAID_RETURN_IF_ERROR(receive(st.peerIn, &in, len));
-        reduceInto(addr(st.dst, off), in.data, addr(st.src, off), len);
+        char* d = addr(st.dst, off);
+        const char* sp = addr(st.src, off);
+        BRAID_RETURN_IF_ERROR(receiveReduce(st.peerIn, &in, len, d, sp));
+        if (in.data != d) reduceInto(d, in.data, sp, len);
         return release(st.peerIn, in);
       }
       case Prim::kRecvReduceSend: {
-        BRAID_RETURN_IF_ERROR(receive(st.peerIn, &in, len));
-        BRAID_RETURN_IF_ERROR(reserve(st.peerOut, &out));
-        reduceInto(out.data, in.data, addr(st.src, off), len);
+        const char* sp = addr(st.src, off);
+        if (reservedNow(st.peerIn, st.peerOut, &out)) {
+          // The next peer's slot is already free: the payload is reduced into it as it
+          // arrives, where the transport can.
+          BRAID_RETURN_IF_ERROR(receiveReduce(st.peerIn, &in, len, out.data, sp));
+          if (in.data != out.data) reduceInto(out.data, in.data, sp, len);
+        } else {
+          BRAID_RETURN_IF_ERROR(receive(st.peerIn, &in, len));
+          BRAID_RETURN_IF_ERROR(reserve(st.peerOut, &out));
+          reduceInto(out.data, in.data, sp, len);
+        }
         BRAID_RETURN_IF_ERROR(post(st.peerOut, out, len));
         return release(st.peerIn, in);
       }
       case Prim::kRecvReduceCopySend: {
-        BRAID_RETURN_IF_ERROR(receive(st.peerIn, &in, len));
-        BRAID_RETURN_IF_ERROR(reserve(st.peerOut, &out));
         if (direct) {
-          // Reduce into the output and send the result from there.
+          // Reduce into the output (as the payload arrives, where the transport can) and
+          // send the result from there.
           char* d = addr(st.dst, off);
-          reduceInto(d, in.data, addr(st.src, off), len);
+          const char* sp = addr(st.src, off);
+          BRAID_RETURN_IF_ERROR(receiveReduce(st.peerIn, &in, len, d, sp));
+          if (in.data != d) reduceInto(d, in.data, sp, len);
+          BRAID_RETURN_IF_ERROR(reserve(st.peerOut, &out));
           BRAID_RETURN_IF_ERROR(postFrom(st.peerOut, out, d, len));
           return release(st.peerIn, in);
         }
+        BRAID_RETURN_IF_ERROR(receive(st.peerIn, &in, len));
+        BRAID_RETURN_IF_ERROR(reserve(st.peerOut, &out));
         // Reduce into the peer's slot, then copy that piece to the output while it is still
         // in L1: the inputs are read once and both destinations written once.
         char* o = static_cast<char*>(out.data);
@@ -1039,6 +1096,32 @@ class ChannelRunner {
     bounce_.emplace_back(new char[len]);
     copyBytes(bounce_.back().get(), src, len);
     return postFrom(peer, out, bounce_.back().get(), len);
+  }
+
+  // A receive whose payload is to be reduced with `local` into `dst`: on a connection that
+  // reduces on arrival (UCX over tcp), handed to the transport with the receive, which then
+  // returns slot->data == dst once done; elsewhere an ordinary receive into a slot.
+  Status receiveReduce(int peer, Slot* slot, size_t len, void* dst, const void* local) {
+    Connection* c = links_.recvFrom[peer];
+    if (!c->reducesOnArrival()) return receive(peer, slot, len);
+    arrival_.local = local;
+    askReduce_ = &arrival_;
+    Status st = receive(peer, slot, len, dst);
+    askReduce_ = nullptr;
+    return st;
+  }
+  // Reserves the slot to `peerOut` when one is free right now and the receive from `peerIn`
+  // reduces on arrival (the slot is then the reduction's destination); else false, and the
+  // step reserves after its receive, as everywhere else.
+  bool reservedNow(int peerIn, int peerOut, Slot* out) {
+    if (!links_.recvFrom[peerIn]->reducesOnArrival()) return false;
+    Connection* c = links_.sendTo[peerOut];
+    return c->reserveSend(out).isOk() && !c->deviceData(*out);
+  }
+  // The executor's reduction, for a transport to apply as a payload arrives.
+  static void reduceArrived(void* ctx, void* dst, const void* payload, const void* local, size_t bytes) {
+    auto* self = static_cast<ChannelRunner*>(ctx);
+    self->reduceInto(dst, payload, local, bytes);
   }
 
   // `landing`: where the payload should go if the transport can put it there (zero copy).
@@ -1157,8 +1240,9 @@ class ChannelRunner {
     return Status::ok();
   }
 
-  static Status tryOnce(Connection* c, bool forSend, Slot* slot, void* landing, size_t bytes) {
+  Status tryOnce(Connection* c, bool forSend, Slot* slot, void* landing, size_t bytes) {
     if (forSend) return c->reserveSend(slot);
+    if (askReduce_) return c->peekRecvReduce(slot, landing, bytes, *askReduce_);
     return landing ? c->peekRecvInto(slot, landing, bytes) : c->peekRecv(slot);
   }
 
@@ -1365,6 +1449,9 @@ class ChannelRunner {
   // it; not through a DataMover, whose receives never land in the caller's memory.
   bool announces_ = false;
   bool acks_ = false;   // this channel sends and receives the schedule's acknowledgements
+  // The reduction a receive hands its transport (receiveReduce), and set only while it waits.
+  transport::ArrivalReduce arrival_;
+  const transport::ArrivalReduce* askReduce_ = nullptr;
   // Copies that large messages of non-direct steps are sent from (sendCopy).
   std::vector<std::unique_ptr<char[]>> bounce_;
   // A handful of connections in practice; a small inline array keeps a small collective

@@ -15,6 +15,7 @@
 #include "algorithms/algorithm.h"
 #include "exec/executor.h"
 #include "harness.h"
+#include "pair_channel.h"
 #include "support/catch.h"
 
 using namespace braid;
@@ -85,29 +86,9 @@ class Announced final : public Forwarding {
   uint64_t runFirst_ = ~uint64_t{0};
 };
 
-algorithms::Layout layoutOf(int rank, size_t roundBytes) {
-  algorithms::Layout l;
-  l.rank = rank;
-  l.nranks = 2;
-  l.rings = {{0, 1}};
-  l.hostOf = {0, 0};
-  l.roundBytes = roundBytes;
-  return l;
-}
-
-// This rank's value of element i in run `run`.
-float valueOf(int rank, int run, size_t i) { return static_cast<float>(rank * 1000 + run * 10 + static_cast<int>(i % 13)); }
-
-// A float sum of one channel with these steps.
-Schedule oneChannel(const char* name, std::vector<Step> steps) {
-  Schedule s;
-  s.dtype = DataType::kFloat32;
-  s.op = ReduceOp::kSum;
-  s.algorithm = name;
-  s.channels.resize(1);
-  s.channels[0].steps = std::move(steps);
-  return s;
-}
+algorithms::Layout layoutOf(int rank, size_t roundBytes) { return pairRingLayout(rank, roundBytes); }
+float valueOf(int rank, int run, size_t i) { return pairValue(rank, run, i); }
+Schedule oneChannel(const char* name, std::vector<Step> steps) { return oneChannelSum(name, std::move(steps)); }
 
 // A schedule whose second receive lands where the first one's reduction reads: one slice of
 // `bytes` each, the output's second half read by step 2 and then overwritten by step 3.
@@ -131,31 +112,11 @@ std::string runCases(Endpoint& ep) {
   if (!err.empty()) return err;
   Announced in(ep.recv[0].get());
   CountedSend out(ep.send[0].get());
-  ChannelLinks links;
-  links.sendTo.assign(2, nullptr);
-  links.recvFrom.assign(2, nullptr);
-  links.sendTo[ep.peer] = &out;
-  links.recvFrom[ep.peer] = &in;
-  RunContext ctx;
-  ctx.rank = ep.rank;
-  ctx.sliceBytes = 16 * 1024;
-  ctx.fifoSlots = ep.cfg.nslots;  // a ring's rounds overlap: the landings outlive more work
-  uint64_t seq = 0;
+  PairChannel channel(ep, &in, &out, 16 * 1024);
   auto run = [&](const Schedule& s, const std::string& what, const void* input, void* output, bool prepared) {
-    RunContext rc = ctx;
-    rc.tag = (++seq << 32) | 9;
-    rc.deadline = Deadline::after(30);
-    std::vector<char> scratch(s.scratchBytes);
-    Buffers b;
-    b.input = input;
-    b.output = output;
-    b.scratch = scratch.data();
-    const ChannelSetup setup = prepareChannel(s, 0, links, ctx);
-    in.markRun(&out.posted);
-    Status st = runChannel(s, 0, b, links, rc, prepared ? &setup : nullptr);
-    if (!st.isOk()) return what + ": " + st.toString();
-    if (!in.faults.empty()) return what + ": " + in.faults;
-    return std::string();
+    std::string e = channel.run(s, what, input, output, prepared, [&] { in.markRun(&out.posted); });
+    if (e.empty() && !in.faults.empty()) e = what + ": " + in.faults;
+    return e;
   };
 
   // Ring allreduce, 2 ranks: slices of 16 KiB, two per step in one round, or four per step
@@ -165,31 +126,8 @@ std::string runCases(Endpoint& ep) {
     size_t roundBytes;
   };
   for (const Shape& shape : {Shape{2 * 6000, 32 << 10}, Shape{3 * 8192 + 12, 16 << 10}}) {
-    const size_t count = shape.count;
-    const size_t roundBytes = shape.roundBytes;
-    for (bool inPlace : {false, true}) {
-      for (bool prepared : {false, true}) {
-        algorithms::Request req;
-        req.coll = algorithms::Collective::kAllReduce;
-        req.count = count;
-        req.inPlace = inPlace;
-        auto s = algorithms::allreduceRing(req, layoutOf(ep.rank, roundBytes));
-        if (!s.isOk()) return "allreduceRing: " + s.status().toString();
-        const std::string what = "allreduce, rounds of " + std::to_string(roundBytes) + " B" +
-                                 (inPlace ? ", in place" : "") + (prepared ? ", prepared" : "");
-        for (int r = 0; r < 2; ++r) {
-          std::vector<float> input(count), output(count, -1.0f);
-          for (size_t i = 0; i < count; ++i) input[i] = valueOf(ep.rank, r, i);
-          float* out = inPlace ? input.data() : output.data();
-          std::string e = run(s.value(), what, input.data(), out, prepared);
-          if (!e.empty()) return e;
-          for (size_t i = 0; i < count; ++i) {
-            if (out[i] != valueOf(0, r, i) + valueOf(1, r, i))
-              return what + ": element " + std::to_string(i) + " is " + std::to_string(out[i]);
-          }
-        }
-      }
-    }
+    std::string e = ringAllreduceRuns(ep.rank, shape.count, shape.roundBytes, run);
+    if (!e.empty()) return e;
   }
   if (in.aheadCount == 0) return "the ring allreduce announced no receive ahead";
   // Each rank sends its first slice before it receives one: 16 runs, every first receive

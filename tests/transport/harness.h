@@ -118,6 +118,13 @@ class Forwarding : public Connection {
   Status peekRecvInto(Slot* s, void* dst, size_t bytes) override { return in_->peekRecvInto(s, dst, bytes); }
   Status releaseRecv(const Slot& s) override { return in_->releaseRecv(s); }
   Status expectRecv(size_t ahead, void* dst, size_t bytes) override { return in_->expectRecv(ahead, dst, bytes); }
+  bool reducesOnArrival() const override { return in_->reducesOnArrival(); }
+  Status peekRecvReduce(Slot* s, void* dst, size_t bytes, const ArrivalReduce& r) override {
+    return in_->peekRecvReduce(s, dst, bytes, r);
+  }
+  Status expectReduce(size_t ahead, void* dst, size_t bytes, const ArrivalReduce& r) override {
+    return in_->expectReduce(ahead, dst, bytes, r);
+  }
   bool takesAnnouncements() const override { return in_->takesAnnouncements(); }
   uint64_t tagMask() const override { return in_->tagMask(); }
   size_t maxMessageBytes() const override { return in_->maxMessageBytes(); }

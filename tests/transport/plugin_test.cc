@@ -70,7 +70,7 @@ TEST_CASE("plugin loader: a missing file, a missing symbol and a wrong version n
   INFO(badVersion.status().message());
   CHECK(badVersion.status().message().find("libbraid-net-bad-version.so") != std::string::npos);
   CHECK(badVersion.status().message().find("version 99") != std::string::npos);
-  CHECK(badVersion.status().message().find("versions 1 to 8") != std::string::npos);
+  CHECK(badVersion.status().message().find("versions 1 to 9") != std::string::npos);
 }
 
 TEST_CASE("plugin loader: tcp behind the ABI loads, names itself and scores like tcp", "[plugin]") {
@@ -609,6 +609,141 @@ TEST_CASE("plugin ABI v8: saw_peer_fail asks the plugin's transport about a rank
   CHECK(Recording::asked == std::vector<int>{2, 4});
 }
 
+// Version 9 adds reduction on arrival. The fake reduces its 16-byte payload (4 floats, the
+// slot's bytes) with braid's function into dst, in two calls of whole elements, and returns
+// dst; or, told to, leaves the payload in its slot; a plugin loaded as v8 is never asked.
+struct FakeV9 {
+  int reduces = 1;
+  bool inSlot = false;  // the payload stays in the slot
+  bool fail = false;
+  std::vector<std::pair<size_t, void*>> expected;  // expect_reduce's ahead and dst
+  size_t peeks = 0;
+};
+FakeV9 gFakeV9;
+int fakeReducesOnArrival(void*) { return gFakeV9.reduces; }
+braidPluginResult_t fakePeekReduce(void*, braidSlot_v1* s, void* dst, size_t bytes, const braidArrivalReduce_v1* r,
+                                   braidPluginError_v1* e) {
+  ++gFakeV9.peeks;
+  if (gFakeV9.fail) {
+    e->rank = 1;
+    std::snprintf(e->message, sizeof(e->message), "the payload came apart");
+    return braidPluginRemoteError;
+  }
+  s->tag = 7;
+  s->bytes = gFake.recvBytes;
+  if (gFakeV9.inSlot) {
+    s->data = gFake.slot;
+    return braidPluginOk;
+  }
+  const size_t n = std::min(bytes, gFake.recvBytes) / r->elem_bytes * r->elem_bytes;
+  const size_t cut = r->elem_bytes;
+  const char* local = static_cast<const char*>(r->local);
+  r->fn(r->ctx, static_cast<char*>(dst) + cut, gFake.slot + cut, local + cut, n - cut);
+  r->fn(r->ctx, dst, gFake.slot, local, cut);
+  s->data = dst;
+  return braidPluginOk;
+}
+braidPluginResult_t fakeExpectReduce(void*, size_t ahead, void* dst, size_t, const braidArrivalReduce_v1* r,
+                                     braidPluginError_v1*) {
+  if (!r || !r->fn) return braidPluginInvalidArgument;
+  gFakeV9.expected.push_back({ahead, dst});
+  return braidPluginOk;
+}
+void addFloats(void*, void* dst, const void* payload, const void* local, size_t bytes) {
+  for (size_t i = 0; i < bytes / sizeof(float); ++i)
+    static_cast<float*>(dst)[i] = static_cast<const float*>(payload)[i] + static_cast<const float*>(local)[i];
+}
+
+TEST_CASE("plugin ABI v9: reductions on arrival reach the plugin's connection, nothing before v9", "[plugin]") {
+  static const braidTransportPlugin_v9_t table = [] {
+    braidTransportPlugin_v9_t t{};
+    t.base.base.base.base.base = fakeTableV4();
+    t.base.base.base.base.base.base.base.base.abi_version = 9;
+    t.base.base.base.base.slot_memory = fakeSlotMemory;
+    t.base.base.base.peer_failed = fakePeerFailed;
+    t.base.base.expect_recv = fakeExpect;
+    t.base.saw_peer_fail = fakeSawPeerFail;
+    t.reduces_on_arrival = fakeReducesOnArrival;
+    t.peek_recv_reduce = fakePeekReduce;
+    t.expect_reduce = fakeExpectReduce;
+    return t;
+  }();
+  auto connectionAs = [&](int version) {
+    const braidTransportPlugin_v9_t& x = table;
+    return recvConnection(plugin::factoryFromTable(
+        &x.base.base.base.base.base.base.base.base, "fake v9 table", &x.base.base.base.base.base.base.base,
+        &x.base.base.base.base.base.base, &x.base.base.base.base.base, &x.base.base.base.base, &x.base.base.base,
+        &x.base.base, &x.base, version >= 9 ? &x : nullptr));
+  };
+  const float payload[4] = {1, 2, 3, 4};
+  const float local[4] = {10, 20, 30, 40};
+  ArrivalReduce r;
+  r.local = local;
+  r.fn = &addFloats;
+  r.elemBytes = sizeof(float);
+  gFakeV9 = FakeV9{};
+  {
+    auto [t, c] = connectionAs(9);
+    std::memcpy(gFake.slot, payload, sizeof(payload));
+    CHECK(c->reducesOnArrival());
+    float dst[4] = {};
+    REQUIRE(c->expectReduce(0, dst, sizeof(dst), r).isOk());
+    REQUIRE(gFakeV9.expected.size() == 1);
+    CHECK(gFakeV9.expected[0].first == 0);
+    CHECK(gFakeV9.expected[0].second == dst);
+    Slot s;
+    REQUIRE(c->peekRecvReduce(&s, dst, sizeof(dst), r).isOk());
+    CHECK(s.data == dst);
+    CHECK(s.bytes == 16);
+    CHECK(s.tag == 7);
+    for (int i = 0; i < 4; ++i) CHECK(dst[i] == payload[i] + local[i]);
+    // Left in its slot: the slot comes back and dst is untouched.
+    gFakeV9.inSlot = true;
+    float untouched[4] = {-1, -1, -1, -1};
+    REQUIRE(c->peekRecvReduce(&s, untouched, sizeof(untouched), r).isOk());
+    CHECK(s.data == gFake.slot);
+    CHECK(untouched[0] == -1);
+    // A failure names the plugin and the rank.
+    gFakeV9.fail = true;
+    Status st = c->peekRecvReduce(&s, dst, sizeof(dst), r);
+    CHECK(st.code() == Code::kRemoteError);
+    CHECK(st.rank() == 1);
+    CHECK(st.message().find("fake: the payload came apart") != std::string::npos);
+  }
+  gFakeV9 = FakeV9{};
+  gFakeV9.reduces = 0;
+  {
+    auto [t, c] = connectionAs(9);  // a v9 plugin whose connection does not reduce
+    CHECK_FALSE(c->reducesOnArrival());
+    float dst[4] = {-1, -1, -1, -1};
+    Slot s;
+    REQUIRE(c->peekRecvReduce(&s, dst, sizeof(dst), r).isOk());  // a plain peek
+    CHECK(s.data == gFake.slot);
+    CHECK(gFakeV9.peeks == 0);
+    CHECK(dst[0] == -1);
+  }
+  gFakeV9 = FakeV9{};
+  {
+    auto [t, c] = connectionAs(8);  // the same plugin loaded as v8
+    CHECK_FALSE(c->reducesOnArrival());
+    float dst[4] = {-1, -1, -1, -1};
+    REQUIRE(c->expectReduce(0, dst, sizeof(dst), r).isOk());
+    CHECK(gFakeV9.expected.empty());
+    Slot s;
+    REQUIRE(c->peekRecvReduce(&s, dst, sizeof(dst), r).isOk());
+    CHECK(s.data == gFake.slot);
+    CHECK(gFakeV9.peeks == 0);
+  }
+  gFakeV9 = FakeV9{};
+
+  // The export side: braid's own table forwards to the C++ connection (tcp's does not reduce).
+  static const braidTransportPlugin_v9_t exported = plugin::exportTableV9("recording", "1", &createRecording);
+  CHECK(exported.base.base.base.base.base.base.base.base.abi_version == 9);
+  CHECK(exported.reduces_on_arrival != nullptr);
+  CHECK(exported.peek_recv_reduce != nullptr);
+  CHECK(exported.expect_reduce != nullptr);
+}
+
 // Plugin ABI v3 hands the job's key to the plugin; a plugin whose peers reach it directly
 // (tcp's sockets, UCX's hellos) then admits only a peer that proves the key. Checked for
 // every such plugin in the build, through the ABI: tcp behind it, and UCX.
@@ -765,13 +900,17 @@ TEST_CASE("ucx plugin: the rendezvous threshold and tcp segment follow UCX_TLS a
     return;
   }
   std::optional<RestoreEnv> restore(std::in_place,
-                                    std::vector<const char*>{"UCX_TLS", "UCX_RNDV_THRESH", "UCX_TCP_RX_SEG_SIZE"});
-  auto describeWith = [&](const char* tls, const char* thresh, const char* seg = nullptr) {
+                                    std::vector<const char*>{"UCX_TLS", "UCX_RNDV_THRESH", "UCX_TCP_RX_SEG_SIZE",
+                                                             "BRAID_UCX_REDUCE_ON_ARRIVAL"});
+  auto describeWith = [&](const char* tls, const char* thresh, const char* seg = nullptr, size_t slot = 512 * 1024,
+                          const char* arrival = nullptr) {
     if (tls) setenv("UCX_TLS", tls, 1); else unsetenv("UCX_TLS");
     if (thresh) setenv("UCX_RNDV_THRESH", thresh, 1); else unsetenv("UCX_RNDV_THRESH");
     if (seg) setenv("UCX_TCP_RX_SEG_SIZE", seg, 1); else unsetenv("UCX_TCP_RX_SEG_SIZE");
+    if (arrival) setenv("BRAID_UCX_REDUCE_ON_ARRIVAL", arrival, 1); else unsetenv("BRAID_UCX_REDUCE_ON_ARRIVAL");
     TransportConfig cfg;
     cfg.nranks = 2;
+    cfg.slotBytes = slot;
     auto t = ucx->create(cfg);
     INFO(t.status().toString());
     REQUIRE(t.isOk());
@@ -782,8 +921,14 @@ TEST_CASE("ucx plugin: the rendezvous threshold and tcp segment follow UCX_TLS a
   const std::string tcp = describeWith("tcp,self", nullptr);
   const std::string user = describeWith("tcp,self", "8k", "64K");
   const std::string notTcp = describeWith("^tcp", nullptr);
+  // Over tcp alone payloads are reduced on arrival, and a slot's message goes eager; not
+  // with that turned off, nor with slots too small to post their receives on demand.
+  const std::string tcpRings = describeWith("tcp,self", nullptr, nullptr, 1 << 20);
+  const std::string tcpOff = describeWith("tcp,self", nullptr, nullptr, 1 << 20, "0");
+  const std::string tcpSmall = describeWith("tcp,self", nullptr, nullptr, 32 << 10);
   restore.reset();
-  INFO(all << "\n" << sm << "\n" << tcp << "\n" << user << "\n" << notTcp);
+  INFO(all << "\n" << sm << "\n" << tcp << "\n" << user << "\n" << notTcp << "\n" << tcpRings << "\n" << tcpOff
+           << "\n" << tcpSmall);
   if (all.find("; RDMA") != std::string::npos) {
     // An RDMA device: UCX's own model of its lanes decides.
     CHECK(all.find("UCX_RNDV_THRESH") == std::string::npos);
@@ -798,7 +943,10 @@ TEST_CASE("ucx plugin: the rendezvous threshold and tcp segment follow UCX_TLS a
   CHECK(user.find("UCX_TCP_RX_SEG_SIZE") == std::string::npos);
   CHECK(all.find("eager up to 64 KiB (UCX_RNDV_THRESH=65537)") != std::string::npos);
   CHECK(sm.find("eager up to 64 KiB (UCX_RNDV_THRESH=65537)") != std::string::npos);
-  CHECK(tcp.find("eager up to 128 KiB (UCX_RNDV_THRESH=131073)") != std::string::npos);
+  CHECK(tcp.find("eager up to 512 KiB (UCX_RNDV_THRESH=524289)") != std::string::npos);
+  CHECK(tcpRings.find("eager up to 1024 KiB (UCX_RNDV_THRESH=1048577)") != std::string::npos);
+  CHECK(tcpOff.find("eager up to 128 KiB (UCX_RNDV_THRESH=131073)") != std::string::npos);
+  CHECK(tcpSmall.find("eager up to 128 KiB (UCX_RNDV_THRESH=131073)") != std::string::npos);
   CHECK(user.find("UCX_RNDV_THRESH") == std::string::npos);
 }
 

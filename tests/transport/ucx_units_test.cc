@@ -2,9 +2,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <string>
+#include <vector>
 
 #include "support/catch.h"
 #include "transports/ucx/ucx_connection.h"
@@ -72,4 +75,89 @@ TEST_CASE("ucx: the peer processes found gone outlive the process's statics at e
   REQUIRE(waitpid(child, &status, 0) == child);
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
+}
+
+namespace {
+// dst = payload + local, doubles; counts the calls and the bytes they covered.
+struct SumOf {
+  size_t calls = 0, bytes = 0;
+  static void fn(void* ctx, void* dst, const void* payload, const void* local, size_t bytes) {
+    auto* self = static_cast<SumOf*>(ctx);
+    ++self->calls;
+    self->bytes += bytes;
+    REQUIRE(bytes % sizeof(double) == 0);
+    for (size_t i = 0; i < bytes / sizeof(double); ++i) {
+      double p, l;
+      std::memcpy(&p, static_cast<const char*>(payload) + i * sizeof(double), sizeof(double));
+      std::memcpy(&l, static_cast<const char*>(local) + i * sizeof(double), sizeof(double));
+      const double d = p + l;
+      std::memcpy(static_cast<char*>(dst) + i * sizeof(double), &d, sizeof(double));
+    }
+  }
+};
+}  // namespace
+
+TEST_CASE("ucx: a payload reduced as it arrives, in pieces that split elements, in any order", "[ucx]") {
+  using braid::transport::ucx::ArrivalLanding;
+  constexpr size_t kElems = 1000;
+  std::vector<double> payload(kElems), local(kElems);
+  for (size_t i = 0; i < kElems; ++i) {
+    payload[i] = 0.5 * static_cast<double>(i);
+    local[i] = 1000.0 + static_cast<double>(i);
+  }
+  const auto* bytes = reinterpret_cast<const unsigned char*>(payload.data());
+  const size_t total = kElems * sizeof(double);
+  // Piece boundaries: none on an element's edge but the ends, some pieces inside one element.
+  const std::vector<size_t> cuts = {0, 3, 5, 13, 800, 803, 4001, 4002, 4003, total - 1, total};
+  for (bool reversed : {false, true}) {
+    for (bool inPlace : {false, true}) {
+      std::vector<double> out(kElems, -7.0), mine = local;
+      SumOf sum;
+      ArrivalLanding a;
+      a.r.local = inPlace ? static_cast<const void*>(mine.data()) : local.data();
+      a.r.fn = &SumOf::fn;
+      a.r.ctx = &sum;
+      a.r.elemBytes = sizeof(double);
+      a.dst = reinterpret_cast<char*>(inPlace ? mine.data() : out.data());
+      a.bytes = total;
+      std::vector<size_t> order;
+      for (size_t k = 0; k + 1 < cuts.size(); ++k) order.push_back(k);
+      if (reversed) std::reverse(order.begin(), order.end());
+      for (size_t k : order) CHECK(a.unpack(cuts[k], bytes + cuts[k], cuts[k + 1] - cuts[k]));
+      CHECK(a.whole());
+      CHECK(sum.bytes == total);  // every element exactly once
+      const std::vector<double>& got = inPlace ? mine : out;
+      for (size_t i = 0; i < kElems; ++i) {
+        INFO("element " << i << (reversed ? ", pieces reversed" : "") << (inPlace ? ", in place" : ""));
+        REQUIRE(got[i] == payload[i] + local[i]);
+      }
+    }
+  }
+}
+
+TEST_CASE("ucx: a payload reduced as it arrives refuses bytes past its end and writes nothing once dropped",
+          "[ucx]") {
+  using braid::transport::ucx::ArrivalLanding;
+  std::vector<double> payload(8, 1.0), local(8, 2.0), out(8, -1.0);
+  SumOf sum;
+  ArrivalLanding a;
+  a.r.local = local.data();
+  a.r.fn = &SumOf::fn;
+  a.r.ctx = &sum;
+  a.r.elemBytes = sizeof(double);
+  a.dst = reinterpret_cast<char*>(out.data());
+  a.bytes = 8 * sizeof(double);
+  CHECK_FALSE(a.unpack(60, payload.data(), 8));  // 4 bytes too many
+  CHECK_FALSE(a.unpack(65, payload.data(), 0));
+  CHECK(sum.calls == 0);
+  // Half an element, then the rest: not whole in between.
+  CHECK(a.unpack(0, payload.data(), 4));
+  CHECK_FALSE(a.whole());
+  CHECK(a.unpack(4, reinterpret_cast<const char*>(payload.data()) + 4, 4));
+  CHECK(a.whole());
+  CHECK(out[0] == 3.0);
+  // Dropped (its operation is over): bytes are taken and nothing is written.
+  a.r.fn = nullptr;
+  CHECK(a.unpack(8, payload.data() + 1, 7 * sizeof(double)));
+  for (size_t i = 1; i < 8; ++i) CHECK(out[i] == -1.0);
 }

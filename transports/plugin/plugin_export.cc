@@ -191,6 +191,32 @@ braidPluginResult_t expectRecv(void* c, size_t ahead, void* dst, size_t bytes, b
   return report(conn(c)->expectRecv(ahead, dst, bytes), e);
 }
 
+ArrivalReduce arrivalOf(const braidArrivalReduce_v1& r) {
+  ArrivalReduce a;
+  a.local = r.local;
+  a.fn = r.fn;
+  a.ctx = r.ctx;
+  a.elemBytes = r.elem_bytes;
+  return a;
+}
+
+int reducesOnArrival(void* c) { return conn(c)->reducesOnArrival() ? 1 : 0; }
+
+braidPluginResult_t peekRecvReduce(void* c, braidSlot_v1* slot, void* dst, size_t bytes,
+                                   const braidArrivalReduce_v1* r, braidPluginError_v1* e) {
+  if (!r || !r->fn || r->elem_bytes == 0) return report(Status(Code::kInvalidArgument, "peek_recv_reduce without a reduction"), e);
+  Slot s;
+  Status st = conn(c)->peekRecvReduce(&s, dst, bytes, arrivalOf(*r));
+  if (st.isOk()) *slot = braidSlot_v1{s.data, s.bytes, s.tag};
+  return report(st, e);
+}
+
+braidPluginResult_t expectReduce(void* c, size_t ahead, void* dst, size_t bytes, const braidArrivalReduce_v1* r,
+                                 braidPluginError_v1* e) {
+  if (!r || !r->fn || r->elem_bytes == 0) return report(Status(Code::kInvalidArgument, "expect_reduce without a reduction"), e);
+  return report(conn(c)->expectReduce(ahead, dst, bytes, arrivalOf(*r)), e);
+}
+
 void peerFailed(void* t, int rank) {
   if (!t) return;
   try {
@@ -320,6 +346,16 @@ braidTransportPlugin_v8_t exportTableV8(const char* name, const char* version, C
   t.base = exportTableV7(name, version, create);
   t.base.base.base.base.base.base.base.abi_version = 8;
   t.saw_peer_fail = &sawPeerFail;
+  return t;
+}
+
+braidTransportPlugin_v9_t exportTableV9(const char* name, const char* version, CreateFn create) {
+  braidTransportPlugin_v9_t t{};
+  t.base = exportTableV8(name, version, create);
+  t.base.base.base.base.base.base.base.base.abi_version = 9;
+  t.reduces_on_arrival = &reducesOnArrival;
+  t.peek_recv_reduce = &peekRecvReduce;
+  t.expect_reduce = &expectReduce;
   return t;
 }
 

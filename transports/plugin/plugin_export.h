@@ -19,12 +19,14 @@ namespace braid::transport::plugin {
 
 using CreateFn = StatusOr<std::unique_ptr<Transport>> (*)(const TransportConfig& cfg);
 
-// Builds the table for one transport; a library exports one (v8; v7 to v1 for a library
+// Builds the table for one transport; a library exports one (v9; v8 to v1 for a library
 // that must also load into an older braid). Only a v3 or later transport is given the job's
 // key, only a v4 or later one may carry messages larger than a slot, only a v5 one's slots
 // reach the direct GPU path (Connection::slotMemory), only a v6 one hears of failed peers
 // (Transport::peerFailed), only a v7 one of receives ahead (Connection::expectRecv), and
-// only a v8 one is asked which peers it saw fail (Transport::sawPeerFail).
+// only a v8 one is asked which peers it saw fail (Transport::sawPeerFail), and only a v9 one
+// reduces payloads as they arrive (Connection::peekRecvReduce).
+braidTransportPlugin_v9_t exportTableV9(const char* name, const char* version, CreateFn create);
 braidTransportPlugin_v8_t exportTableV8(const char* name, const char* version, CreateFn create);
 braidTransportPlugin_v7_t exportTableV7(const char* name, const char* version, CreateFn create);
 braidTransportPlugin_v6_t exportTableV6(const char* name, const char* version, CreateFn create);
@@ -40,6 +42,11 @@ TransportConfig configFromV1(const braidTransportConfig_v1& c);
 }  // namespace braid::transport::plugin
 
 #define BRAID_EXPORT_TRANSPORT_PLUGIN(NAME, VERSION, CREATE)                                 \
+  extern "C" __attribute__((visibility("default"))) const braidTransportPlugin_v9_t         \
+      braidTransportPlugin_v9 = ::braid::transport::plugin::exportTableV9(NAME, VERSION, CREATE)
+
+// The eighth ABI: no reduction on arrival.
+#define BRAID_EXPORT_TRANSPORT_PLUGIN_V8(NAME, VERSION, CREATE)                              \
   extern "C" __attribute__((visibility("default"))) const braidTransportPlugin_v8_t         \
       braidTransportPlugin_v8 = ::braid::transport::plugin::exportTableV8(NAME, VERSION, CREATE)
 

@@ -60,11 +60,13 @@ class PluginConnection final : public Connection {
  public:
   PluginConnection(const braidTransportPlugin_v1_t* t, const braidTransportPlugin_v2_t* v2,
                    const braidTransportPlugin_v4_t* v4, const braidTransportPlugin_v5_t* v5,
-                   const braidTransportPlugin_v7_t* v7, const std::string* name, void* c, int peer)
-      : t_(t), v2_(v2), v4_(v4), v5_(v5), v7_(v7), name_(name), c_(c), peer_(peer), slotBytes_(t->slot_bytes(c)),
+                   const braidTransportPlugin_v7_t* v7, const braidTransportPlugin_v9_t* v9, const std::string* name,
+                   void* c, int peer)
+      : t_(t), v2_(v2), v4_(v4), v5_(v5), v7_(v7), v9_(v9), name_(name), c_(c), peer_(peer), slotBytes_(t->slot_bytes(c)),
         fromUser_(v2 && v2->sends_from_user(c) != 0), tagMask_(v2 ? v2->tag_mask(c) : ~uint64_t{0}),
         // Below a slot's size means no more than a slot.
-        maxMessage_(v4 ? std::max(slotBytes_, v4->max_message_bytes(c)) : slotBytes_) {}
+        maxMessage_(v4 ? std::max(slotBytes_, v4->max_message_bytes(c)) : slotBytes_),
+        reduces_(v9 && v9->reduces_on_arrival(c) != 0) {}
   ~PluginConnection() override { t_->close(c_); }
 
   size_t slotBytes() const override { return slotBytes_; }
@@ -103,10 +105,22 @@ class PluginConnection final : public Connection {
   }
   Status peekRecv(Slot* s) override { return peek(s, nullptr, 0); }
   Status peekRecvInto(Slot* s, void* dst, size_t bytes) override { return peek(s, dst, bytes); }
+  bool reducesOnArrival() const override { return reduces_; }
+  Status peekRecvReduce(Slot* s, void* dst, size_t bytes, const ArrivalReduce& r) override {
+    if (!reduces_) return peek(s, nullptr, 0);
+    const braidArrivalReduce_v1 red{r.local, r.fn, r.ctx, r.elemBytes};
+    return peek(s, dst, bytes, &red);
+  }
+  Status expectReduce(size_t ahead, void* dst, size_t bytes, const ArrivalReduce& r) override {
+    if (!reduces_) return expectRecv(ahead, nullptr, bytes);
+    const braidArrivalReduce_v1 red{r.local, r.fn, r.ctx, r.elemBytes};
+    return call(*name_, [&](braidPluginError_v1* e) { return v9_->expect_reduce(c_, ahead, dst, bytes, &red, e); });
+  }
 
-  Status peek(Slot* s, void* dst, size_t bytes) {
+  Status peek(Slot* s, void* dst, size_t bytes, const braidArrivalReduce_v1* red = nullptr) {
     braidSlot_v1 slot{};
     Status st = call(*name_, [&](braidPluginError_v1* e) {
+      if (red) return v9_->peek_recv_reduce(c_, &slot, dst, bytes, red, e);
       return dst && v2_ ? v2_->peek_recv_into(c_, &slot, dst, bytes, e) : t_->peek_recv(c_, &slot, e);
     });
     if (!st.isOk()) return st;
@@ -158,6 +172,7 @@ class PluginConnection final : public Connection {
   const braidTransportPlugin_v4_t* v4_;  // nullptr below version 4
   const braidTransportPlugin_v5_t* v5_;  // nullptr below version 5
   const braidTransportPlugin_v7_t* v7_;  // nullptr below version 7
+  const braidTransportPlugin_v9_t* v9_;  // nullptr below version 9
   const std::string* name_;
   void* c_;
   int peer_;
@@ -165,6 +180,7 @@ class PluginConnection final : public Connection {
   bool fromUser_;
   uint64_t tagMask_;
   size_t maxMessage_;
+  bool reduces_;  // the plugin reduces payloads as they arrive (v9's reduces_on_arrival)
 };
 
 class PluginTransport final : public Transport {
@@ -172,9 +188,9 @@ class PluginTransport final : public Transport {
   PluginTransport(const braidTransportPlugin_v1_t* t, const braidTransportPlugin_v2_t* v2,
                   const braidTransportPlugin_v4_t* v4, const braidTransportPlugin_v5_t* v5,
                   const braidTransportPlugin_v6_t* v6, const braidTransportPlugin_v7_t* v7,
-                  const braidTransportPlugin_v8_t* v8, std::string name, void* h,
-                  std::unique_ptr<AbortCheck> abortCheck)
-      : t_(t), v2_(v2), v4_(v4), v5_(v5), v6_(v6), v7_(v7), v8_(v8), name_(std::move(name)), h_(h),
+                  const braidTransportPlugin_v8_t* v8, const braidTransportPlugin_v9_t* v9, std::string name,
+                  void* h, std::unique_ptr<AbortCheck> abortCheck)
+      : t_(t), v2_(v2), v4_(v4), v5_(v5), v6_(v6), v7_(v7), v8_(v8), v9_(v9), name_(std::move(name)), h_(h),
         abortCheck_(std::move(abortCheck)) {}
   ~PluginTransport() override { t_->finalize(h_); }
 
@@ -209,7 +225,7 @@ class PluginTransport final : public Transport {
       buf.assign(n, '\0');
     }
     *blob = std::move(buf);
-    return std::unique_ptr<Connection>(new PluginConnection(t_, v2_, v4_, v5_, v7_, &name_, c, peer));
+    return std::unique_ptr<Connection>(new PluginConnection(t_, v2_, v4_, v5_, v7_, v9_, &name_, c, peer));
   }
 
   StatusOr<std::unique_ptr<Connection>> connectSend(int peer, int channel, const std::string& blob) override {
@@ -219,7 +235,7 @@ class PluginTransport final : public Transport {
     });
     if (!st.isOk()) return setupResult(st);
     if (!c) return internalError(name_ + ": connect_send returned no connection");
-    return std::unique_ptr<Connection>(new PluginConnection(t_, v2_, v4_, v5_, v7_, &name_, c, peer));
+    return std::unique_ptr<Connection>(new PluginConnection(t_, v2_, v4_, v5_, v7_, v9_, &name_, c, peer));
   }
 
   Status establish(Deadline deadline) override {
@@ -240,6 +256,7 @@ class PluginTransport final : public Transport {
   const braidTransportPlugin_v6_t* v6_;  // nullptr below version 6
   const braidTransportPlugin_v7_t* v7_;  // nullptr below version 7
   const braidTransportPlugin_v8_t* v8_;  // nullptr below version 8
+  const braidTransportPlugin_v9_t* v9_;  // nullptr below version 9
   std::string name_;
   void* h_;
   std::unique_ptr<AbortCheck> abortCheck_;
@@ -315,6 +332,15 @@ std::string missingEntry(const braidTransportPlugin_v8_t* t) {
   std::string m = missingEntry(&t->base);
   if (!m.empty()) return m;
   if (!t->saw_peer_fail) return "saw_peer_fail";
+  return "";
+}
+
+std::string missingEntry(const braidTransportPlugin_v9_t* t) {
+  std::string m = missingEntry(&t->base);
+  if (!m.empty()) return m;
+  if (!t->reduces_on_arrival) return "reduces_on_arrival";
+  if (!t->peek_recv_reduce) return "peek_recv_reduce";
+  if (!t->expect_reduce) return "expect_reduce";
   return "";
 }
 
@@ -407,12 +433,12 @@ TransportFactory factoryFromTable(const braidTransportPlugin_v1_t* table, const 
                                   const braidTransportPlugin_v2_t* v2, const braidTransportPlugin_v3_t* v3,
                                   const braidTransportPlugin_v4_t* v4, const braidTransportPlugin_v5_t* v5,
                                   const braidTransportPlugin_v6_t* v6, const braidTransportPlugin_v7_t* v7,
-                                  const braidTransportPlugin_v8_t* v8) {
+                                  const braidTransportPlugin_v8_t* v8, const braidTransportPlugin_v9_t* v9) {
   TransportFactory f;
   f.name = table->name;
   f.origin = origin;
   f.version = table->version ? table->version : "";
-  f.create = [table, v2, v3, v4, v5, v6, v7, v8](const TransportConfig& cfg) -> StatusOr<std::unique_ptr<Transport>> {
+  f.create = [table, v2, v3, v4, v5, v6, v7, v8, v9](const TransportConfig& cfg) -> StatusOr<std::unique_ptr<Transport>> {
     std::vector<const char*> ifs;
     for (const std::string& s : cfg.channelNetIfs) ifs.push_back(s.c_str());
     braidTransportConfig_v1 c{};
@@ -448,7 +474,7 @@ TransportFactory factoryFromTable(const braidTransportPlugin_v1_t* table, const 
     });
     if (!st.isOk()) return st;
     if (!h) return internalError(name + ": init returned no transport");
-    return std::unique_ptr<Transport>(new PluginTransport(table, v2, v4, v5, v6, v7, v8, name, h, std::move(abortCheck)));
+    return std::unique_ptr<Transport>(new PluginTransport(table, v2, v4, v5, v6, v7, v8, v9, name, h, std::move(abortCheck)));
   };
   return f;
 }
@@ -462,7 +488,8 @@ StatusOr<TransportFactory> loadPlugin(const std::string& file) {
     return Status(Code::kSystemError, "cannot load transport plugin " + file + ": " + (err ? err : "unknown error"));
   }
   // The newest table the library offers; its abi_version must match the symbol's.
-  auto* v8 = static_cast<const braidTransportPlugin_v8_t*>(dlsym(lib, BRAID_TRANSPORT_PLUGIN_SYMBOL_V8));
+  auto* v9 = static_cast<const braidTransportPlugin_v9_t*>(dlsym(lib, BRAID_TRANSPORT_PLUGIN_SYMBOL_V9));
+  auto* v8 = v9 ? &v9->base : static_cast<const braidTransportPlugin_v8_t*>(dlsym(lib, BRAID_TRANSPORT_PLUGIN_SYMBOL_V8));
   auto* v7 = v8 ? &v8->base : static_cast<const braidTransportPlugin_v7_t*>(dlsym(lib, BRAID_TRANSPORT_PLUGIN_SYMBOL_V7));
   auto* v6 = v7 ? &v7->base : static_cast<const braidTransportPlugin_v6_t*>(dlsym(lib, BRAID_TRANSPORT_PLUGIN_SYMBOL_V6));
   auto* v5 = v6 ? &v6->base : static_cast<const braidTransportPlugin_v5_t*>(dlsym(lib, BRAID_TRANSPORT_PLUGIN_SYMBOL_V5));
@@ -474,7 +501,8 @@ StatusOr<TransportFactory> loadPlugin(const std::string& file) {
   if (!table) {
     dlclose(lib);
     return Status(Code::kInvalidArgument, "transport plugin " + file +
-                                              " exports none of " BRAID_TRANSPORT_PLUGIN_SYMBOL_V8
+                                              " exports none of " BRAID_TRANSPORT_PLUGIN_SYMBOL_V9
+                                              ", " BRAID_TRANSPORT_PLUGIN_SYMBOL_V8
                                               ", " BRAID_TRANSPORT_PLUGIN_SYMBOL_V7
                                               ", " BRAID_TRANSPORT_PLUGIN_SYMBOL_V6
                                               ", " BRAID_TRANSPORT_PLUGIN_SYMBOL_V5
@@ -482,14 +510,15 @@ StatusOr<TransportFactory> loadPlugin(const std::string& file) {
                                               ", " BRAID_TRANSPORT_PLUGIN_SYMBOL_V3
                                               ", " BRAID_TRANSPORT_PLUGIN_SYMBOL_V2
                                               " and " BRAID_TRANSPORT_PLUGIN_SYMBOL_V1
-                                              " (this braid speaks plugin ABI versions 1 to 8)");
+                                              " (this braid speaks plugin ABI versions 1 to 9)");
   }
-  const uint32_t expected = v8 ? 8 : v7 ? 7 : v6 ? 6 : v5 ? 5 : v4 ? 4 : v3 ? 3 : v2 ? 2 : 1;
+  const uint32_t expected = v9 ? 9 : v8 ? 8 : v7 ? 7 : v6 ? 6 : v5 ? 5 : v4 ? 4 : v3 ? 3 : v2 ? 2 : 1;
   if (table->abi_version != expected) {
     uint32_t v = table->abi_version;
     dlclose(lib);
     return Status(Code::kInvalidArgument, "transport plugin " + file + " exports " +
-                                              (v8   ? BRAID_TRANSPORT_PLUGIN_SYMBOL_V8
+                                              (v9   ? BRAID_TRANSPORT_PLUGIN_SYMBOL_V9
+                                               : v8 ? BRAID_TRANSPORT_PLUGIN_SYMBOL_V8
                                                : v7 ? BRAID_TRANSPORT_PLUGIN_SYMBOL_V7
                                                : v6 ? BRAID_TRANSPORT_PLUGIN_SYMBOL_V6
                                                : v5 ? BRAID_TRANSPORT_PLUGIN_SYMBOL_V5
@@ -498,14 +527,14 @@ StatusOr<TransportFactory> loadPlugin(const std::string& file) {
                                                : v2 ? BRAID_TRANSPORT_PLUGIN_SYMBOL_V2
                                                     : BRAID_TRANSPORT_PLUGIN_SYMBOL_V1) +
                                               " with ABI version " + std::to_string(v) +
-                                              " but this braid speaks versions 1 to 8");
+                                              " but this braid speaks versions 1 to 9");
   }
-  std::string missing = v8 ? missingEntry(v8) : v7 ? missingEntry(v7) : v6 ? missingEntry(v6) : v5 ? missingEntry(v5) : v4 ? missingEntry(v4) : v3 ? missingEntry(v3) : v2 ? missingEntry(v2) : missingEntry(table);
+  std::string missing = v9 ? missingEntry(v9) : v8 ? missingEntry(v8) : v7 ? missingEntry(v7) : v6 ? missingEntry(v6) : v5 ? missingEntry(v5) : v4 ? missingEntry(v4) : v3 ? missingEntry(v3) : v2 ? missingEntry(v2) : missingEntry(table);
   if (!missing.empty()) {
     dlclose(lib);
     return Status(Code::kInvalidArgument, "transport plugin " + file + ": its table has no '" + missing + "'");
   }
-  return factoryFromTable(table, file, v2, v3, v4, v5, v6, v7, v8);
+  return factoryFromTable(table, file, v2, v3, v4, v5, v6, v7, v8, v9);
 }
 
 }  // namespace braid::transport::plugin

@@ -78,6 +78,8 @@ void handOver(Worker* w, int peer, Endpoint* ep, Kept k) {
 
 }  // namespace
 
+bool receivesOnDemand(size_t slotBytes) { return onDemandFor(slotBytes); }
+
 namespace {
 // Peer processes ("host/pid") on this host found stopped or gone at a teardown. Never
 // destroyed: the teardown threads read them, and the process waits for those threads at its
@@ -361,6 +363,81 @@ StatusOr<bool> UcxSendConnection::helloSent() {
 }
 
 // ---------------------------------------------------------------------------------------
+// Reduction on arrival
+
+void ArrivalLanding::addSplit(size_t at, const unsigned char* src, size_t n) {
+  const size_t e = r.elemBytes;
+  const size_t elem = at / e;
+  Split* sp = nullptr;
+  for (Split& s : splits)
+    if (s.elem == elem) sp = &s;
+  if (!sp) {
+    splits.emplace_back();
+    sp = &splits.back();
+    sp->elem = elem;
+  }
+  std::memcpy(sp->b + at % e, src, n);
+  sp->have += n;
+  if (sp->have < e) return;
+  const size_t o = elem * e;
+  r.fn(r.ctx, dst + o, sp->b, static_cast<const char*>(r.local) + o, e);
+  *sp = splits.back();
+  splits.pop_back();
+}
+
+bool ArrivalLanding::unpack(size_t offset, const void* src, size_t length) {
+  if (offset > bytes || length > bytes - offset) return false;
+  if (!r.fn || length == 0) return true;
+  const size_t e = r.elemBytes;
+  const auto* p = static_cast<const unsigned char*>(src);
+  const size_t end = offset + length;
+  const size_t firstWhole = (offset + e - 1) / e * e;  // the first element that starts here
+  const size_t lastWhole = end / e * e;                // the end of the last one that ends here
+  if (firstWhole > offset) addSplit(offset, p, std::min(firstWhole, end) - offset);
+  if (lastWhole > firstWhole) {
+    r.fn(r.ctx, dst + firstWhole, p + (firstWhole - offset), static_cast<const char*>(r.local) + firstWhole,
+         lastWhole - firstWhole);
+  }
+  const size_t tail = std::max(lastWhole, firstWhole);
+  if (tail < end) addSplit(tail, p + (tail - offset), end - tail);
+  return true;
+}
+
+namespace {
+
+void* arrivalStart(void*, void* buffer, size_t) {
+  auto* a = static_cast<ArrivalLanding*>(buffer);
+  a->splits.clear();
+  return a;
+}
+size_t arrivalSize(void* state) { return static_cast<ArrivalLanding*>(state)->bytes; }
+size_t arrivalPack(void*, size_t, void*, size_t) { return 0; }  // never sent from
+ucs_status_t arrivalUnpack(void* state, size_t offset, const void* src, size_t length) {
+  return static_cast<ArrivalLanding*>(state)->unpack(offset, src, length) ? UCS_OK : UCS_ERR_MESSAGE_TRUNCATED;
+}
+void arrivalFinish(void*) {}
+
+}  // namespace
+
+ucp_datatype_t arrivalDatatype() {
+  static const ucp_datatype_t dt = [] {
+    ucp_generic_dt_ops_t ops{};
+    ops.start_pack = [](void*, const void* buffer, size_t) -> void* { return const_cast<void*>(buffer); };
+    ops.start_unpack = &arrivalStart;
+    ops.packed_size = &arrivalSize;
+    ops.pack = &arrivalPack;
+    ops.unpack = &arrivalUnpack;
+    ops.finish = &arrivalFinish;
+    ucp_datatype_t d = 0;
+    // Fails only without memory; a receive posted with datatype 0 would then fail, so the
+    // connections are told (arrivalFits).
+    if (ucp_dt_create_generic(&ops, nullptr, &d) != UCS_OK) return ucp_datatype_t{0};
+    return d;
+  }();
+  return dt;
+}
+
+// ---------------------------------------------------------------------------------------
 // Receiver
 
 UcxRecvConnection::UcxRecvConnection(const TransportConfig& cfg, int peer, Worker* worker)
@@ -386,6 +463,7 @@ bool UcxRecvConnection::dropCallerLandings() {
   bool dropped = true;
   for (Landing& l : slots_) {
     if (!l.request || !l.into || l.into == l.buf) continue;
+    l.red.r.fn = nullptr;  // a payload still landing is dropped, not reduced
     ucp_request_cancel(worker_->worker, l.request);  // completes it (recvDone) unless matched
     dropped &= l.request == nullptr;
   }
@@ -428,8 +506,11 @@ UcxRecvConnection::~UcxRecvConnection() {
     }
   };
   // Posted receives stay with UCX until cancelled; their callbacks point into this object.
-  for (Landing& l : slots_)
+  // One that reduces on arrival reduces no more: its operation is over.
+  for (Landing& l : slots_) {
+    l.red.r.fn = nullptr;
     if (l.request) ucp_request_cancel(worker_->worker, l.request);
+  }
   if (hello_->request) ucp_request_cancel(worker_->worker, hello_->request);
   worker_->progress();
   Kept k{std::move(slots_), std::move(memory_), std::move(hello_), std::move(helloMemory_), std::move(creditOut_)};
@@ -457,7 +538,7 @@ void UcxRecvConnection::recvDone(void* request, ucs_status_t status, const ucp_t
   ucp_request_free(request);
 }
 
-Status UcxRecvConnection::post(Landing& l, uint64_t tag, void* into, size_t capacity) {
+Status UcxRecvConnection::post(Landing& l, uint64_t tag, void* into, size_t capacity, const ArrivalReduce* red) {
   ucp_request_param_t param;
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
   param.cb.recv = &UcxRecvConnection::recvDone;
@@ -467,9 +548,22 @@ Status UcxRecvConnection::post(Landing& l, uint64_t tag, void* into, size_t capa
   l.length = 0;
   l.into = into;
   l.capacity = capacity;
+  l.reducing = red != nullptr;
+  void* buffer = into;
+  if (red) {
+    // UCX unpacks into the landing's ArrivalLanding (the datatype's state), which reduces
+    // into `into`.
+    l.red.r = *red;
+    l.red.dst = static_cast<char*>(into);
+    l.red.bytes = capacity;
+    l.red.splits.clear();
+    param.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
+    param.datatype = arrivalDatatype();
+    buffer = &l.red;
+  }
   // Data matches on kind and sender only; the low bits carry the executor's tag.
   const uint64_t mask = tag == tag_ ? kMatchMask : ~uint64_t{0};
-  ucs_status_ptr_t r = ucp_tag_recv_nbx(worker_->worker, into, capacity, tag, mask, &param);
+  ucs_status_ptr_t r = ucp_tag_recv_nbx(worker_->worker, buffer, capacity, tag, mask, &param);
   if (UCS_PTR_IS_ERR(r)) return peerFailure(peer_, "receiving from", UCS_PTR_STATUS(r));
   // With UCP_OP_ATTR_FLAG_NO_IMM_CMPL, a message already waiting in UCX's unexpected queue
   // completes inside ucp_tag_recv_nbx: the callback runs (and frees the request) before the
@@ -601,6 +695,42 @@ Status UcxRecvConnection::expectRecv(size_t ahead, void* dst, size_t bytes) {
   Landing& l = slots_[(peekSeq_ + ahead) % slots_.size()];
   if (l.posted) return Status::ok();
   return postFor(l, dst, bytes);
+}
+
+bool UcxRecvConnection::arrivalFits(size_t bytes, const ArrivalReduce& r) const {
+  return reducesOnArrival() && r.fn && r.elemBytes > 0 && r.elemBytes <= kMaxArrivalElemBytes &&
+         bytes % r.elemBytes == 0 && bytes > 0 && bytes <= kMaxMessageBytes && arrivalDatatype() != 0;
+}
+
+Status UcxRecvConnection::peekRecvReduce(Slot* s, void* dst, size_t bytes, const ArrivalReduce& r) {
+  Landing& l = slots_[peekSeq_ % slots_.size()];
+  if (!l.posted) {
+    if (arrivalFits(bytes, r)) BRAID_RETURN_IF_ERROR(post(l, tag_, dst, bytes, &r));
+    else BRAID_RETURN_IF_ERROR(postFor(l, nullptr, bytes));
+  } else if (l.into != l.buf && (!l.reducing || l.into != dst)) {
+    return internalError("ucx: a message from rank " + std::to_string(peer_) +
+                         " to be reduced was announced with another destination");
+  }
+  BRAID_RETURN_IF_ERROR(peek(s, nullptr, 0));
+  // A payload of the length asked for, a whole number of elements, ends whole unless UCX
+  // handed over pieces that overlap or miss; one of another length is the executor's to
+  // report (a collective mismatch).
+  if (l.reducing && s->data == dst && s->bytes == bytes && !l.red.whole()) {
+    return Status(Code::kRemoteError,
+                  "ucx: the payload from rank " + std::to_string(peer_) + " arrived with elements missing", peer_);
+  }
+  return Status::ok();
+}
+
+// As expectRecv: an eager message only, posted in message order.
+Status UcxRecvConnection::expectReduce(size_t ahead, void* dst, size_t bytes, const ArrivalReduce& r) {
+  if (!arrivalFits(bytes, r)) return expectRecv(ahead, nullptr, bytes);
+  if (ahead >= slots_.size() || bytes > worker_->eagerMaxBytes) return Status::ok();
+  for (size_t k = 0; k < ahead; ++k)
+    if (!slots_[(peekSeq_ + k) % slots_.size()].posted) return Status::ok();
+  Landing& l = slots_[(peekSeq_ + ahead) % slots_.size()];
+  if (l.posted) return Status::ok();
+  return post(l, tag_, dst, bytes, &r);
 }
 
 Status UcxRecvConnection::peek(Slot* s, void* dst, size_t bytes) {

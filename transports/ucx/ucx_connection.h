@@ -144,6 +144,38 @@ constexpr size_t kMaxMessageBytes = size_t{1} << 30;
 // UCX works out itself ("auto") or that does not parse.
 size_t eagerMaxUnder(const char* rndvThresh, size_t unknown);
 
+// What a receive that reduces on arrival unpacks into (UcxRecvConnection::peekRecvReduce):
+// UCX hands each piece of the payload, as it comes off the wire and still in its own
+// buffer, to a UCP generic datatype's unpack, which reduces the whole elements in it
+// straight into the destination and keeps the bytes of an element split between two
+// pieces until the element is whole. So a payload is read once, where a receive into a slot
+// copies it out of UCX's buffer and the executor reads it again to reduce it.
+constexpr size_t kMaxArrivalElemBytes = 32;
+struct ArrivalLanding {
+  ArrivalReduce r;      // r.fn null: dropped, nothing more is written (the operation is gone)
+  char* dst = nullptr;
+  size_t bytes = 0;
+  struct Split {
+    size_t elem = 0;    // element index
+    size_t have = 0;    // bytes of it received
+    unsigned char b[kMaxArrivalElemBytes];
+  };
+  std::vector<Split> splits;
+  // Folds payload bytes [offset, offset + length) into dst; false for bytes past `bytes`.
+  bool unpack(size_t offset, const void* src, size_t length);
+  // Whether every element met so far is whole (no bytes wait for the rest of one).
+  bool whole() const { return splits.empty(); }
+
+ private:
+  void addSplit(size_t at, const unsigned char* src, size_t n);
+};
+// The UCP datatype whose unpack is ArrivalLanding::unpack (created once per process).
+ucp_datatype_t arrivalDatatype();
+
+// Whether connections with slots of `slotBytes` post their receives when the executor asks
+// for a message (rather than ahead into every slot); BRAID_UCX_ZCOPY=0 says never.
+bool receivesOnDemand(size_t slotBytes);
+
 // What a failed UCX call or completion becomes: kRemoteError naming the peer.
 Status peerFailure(int peer, const char* what, ucs_status_t st);
 
@@ -242,6 +274,13 @@ class UcxRecvConnection final : public Connection {
   // On demand mode only: posts the announced message's receive now, where its peek would.
   Status expectRecv(size_t ahead, void* dst, size_t bytes) override;
   bool takesAnnouncements() const override { return onDemand_; }
+  // Over UCX's tcp (no shared memory to the peer, no RDMA device: UcxTransport::createRecv),
+  // where UCX copies every payload out of a buffer of its own, a payload to be reduced is
+  // reduced from that buffer instead (ArrivalLanding).
+  bool reducesOnArrival() const override { return arrival_ && onDemand_; }
+  Status peekRecvReduce(Slot* s, void* dst, size_t bytes, const ArrivalReduce& r) override;
+  Status expectReduce(size_t ahead, void* dst, size_t bytes, const ArrivalReduce& r) override;
+  void setReducesOnArrival(bool on) { arrival_ = on; }
   uint64_t tagMask() const override { return kExecTagMask; }
   size_t maxMessageBytes() const override { return onDemand_ ? kMaxMessageBytes : slotBytes_; }
   // The slots every message not landed at the caller's destination arrives in.
@@ -286,10 +325,14 @@ class UcxRecvConnection final : public Connection {
     uint64_t senderTag = 0;
     void* into = nullptr;   // where the payload was received (buf or the caller's memory)
     size_t capacity = 0;
+    bool reducing = false;  // posted with reduction on arrival, into red.dst
+    ArrivalLanding red;
   };
   static void recvDone(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user);
   static void creditSent(void* request, ucs_status_t status, void* user);
-  Status post(Landing& l, uint64_t tag, void* into, size_t capacity);
+  Status post(Landing& l, uint64_t tag, void* into, size_t capacity, const ArrivalReduce* r = nullptr);
+  // Whether a message of `bytes` to be reduced with `r` can be reduced on arrival.
+  bool arrivalFits(size_t bytes, const ArrivalReduce& r) const;
   // On demand: the data receive of the next message into `dst` (or its slot).
   Status postFor(Landing& l, void* dst, size_t bytes);
   Status peek(Slot* s, void* dst, size_t bytes);
@@ -307,6 +350,7 @@ class UcxRecvConnection final : public Connection {
   // Receives posted when the executor asks for a message (so large payloads land straight in
   // its buffers: UCX's rendezvous waits for the receive), rather than ahead into slots.
   bool onDemand_;
+  bool arrival_ = false;  // reduces on arrival (setReducesOnArrival)
   Worker* worker_;
   Endpoint* ep_ = nullptr;
   std::vector<Landing> slots_;

@@ -59,6 +59,9 @@ class Announced final : public Forwarding {
     return in_->expectRecv(ahead, dst, bytes);
   }
   bool takesAnnouncements() const override { return true; }  // it scribbles on every landing
+  // Receives announced as they are (expectRecv); those of reductions handed to the
+  // transport are arrival_test.cc's.
+  bool reducesOnArrival() const override { return false; }
 
   size_t aheadCount = 0;  // messages first announced while another was still to be taken
   size_t beforeSends = 0;  // runs whose first message was announced before they sent any

@@ -698,6 +698,7 @@ Status UcxRecvConnection::expectRecv(size_t ahead, void* dst, size_t bytes) {
 }
 
 bool UcxRecvConnection::arrivalFits(size_t bytes, const ArrivalReduce& r) const {
+  if (arrival_ == Arrival::kEagerOnly && bytes > worker_->eagerMaxBytes) return false;
   return reducesOnArrival() && r.fn && r.elemBytes > 0 && r.elemBytes <= kMaxArrivalElemBytes &&
          bytes % r.elemBytes == 0 && bytes > 0 && bytes <= kMaxMessageBytes && arrivalDatatype() != 0;
 }

@@ -274,13 +274,14 @@ class UcxRecvConnection final : public Connection {
   // On demand mode only: posts the announced message's receive now, where its peek would.
   Status expectRecv(size_t ahead, void* dst, size_t bytes) override;
   bool takesAnnouncements() const override { return onDemand_; }
-  // Over UCX's tcp (no shared memory to the peer, no RDMA device: UcxTransport::createRecv),
-  // where UCX copies every payload out of a buffer of its own, a payload to be reduced is
-  // reduced from that buffer instead (ArrivalLanding).
-  bool reducesOnArrival() const override { return arrival_ && onDemand_; }
+  // Where UCX copies a payload out of a buffer of its own, a payload to be reduced is
+  // reduced from that buffer instead (ArrivalLanding): over tcp every message; over shared
+  // memory an eager one only (UcxTransport::reducesOnArrival).
+  enum class Arrival { kOff, kEagerOnly, kAll };
+  bool reducesOnArrival() const override { return arrival_ != Arrival::kOff && onDemand_; }
   Status peekRecvReduce(Slot* s, void* dst, size_t bytes, const ArrivalReduce& r) override;
   Status expectReduce(size_t ahead, void* dst, size_t bytes, const ArrivalReduce& r) override;
-  void setReducesOnArrival(bool on) { arrival_ = on; }
+  void setReducesOnArrival(Arrival a) { arrival_ = a; }
   uint64_t tagMask() const override { return kExecTagMask; }
   size_t maxMessageBytes() const override { return onDemand_ ? kMaxMessageBytes : slotBytes_; }
   // The slots every message not landed at the caller's destination arrives in.
@@ -350,7 +351,7 @@ class UcxRecvConnection final : public Connection {
   // Receives posted when the executor asks for a message (so large payloads land straight in
   // its buffers: UCX's rendezvous waits for the receive), rather than ahead into slots.
   bool onDemand_;
-  bool arrival_ = false;  // reduces on arrival (setReducesOnArrival)
+  Arrival arrival_ = Arrival::kOff;  // which payloads are reduced on arrival
   Worker* worker_;
   Endpoint* ep_ = nullptr;
   std::vector<Landing> slots_;

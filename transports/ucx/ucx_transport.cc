@@ -491,7 +491,7 @@ class UcxTransport final : public Transport {
   void unpaceUcxSockets(const std::set<uint64_t>& before);
   // Whether every peer scored so far shares this host.
   bool allPeersOnThisHost() const;
-  bool reducesOnArrival(int peer) const;
+  UcxRecvConnection::Arrival reducesOnArrival(int peer) const;
   // UCX_NET_DEVICES as braid sets it for this context, or "" (netDevices).
   std::string netDevices_;
   std::string netDevices() const;
@@ -824,18 +824,22 @@ void UcxTransport::unpaceUcxSockets(const std::set<uint64_t>& before) {
                cfg_.rank, now.c_str(), had.c_str());
 }
 
-// Whether payloads from `peer` are reduced as they arrive (ArrivalLanding): where UCX moves
-// them over tcp, which copies every payload out of a receive segment of its own, the
-// reduction reads them there instead. Not where UCX may use shared memory to the peer (its
-// single-copy rendezvous lands a payload in place, which a generic datatype would forgo) nor
-// with an RDMA device (likewise). BRAID_UCX_REDUCE_ON_ARRIVAL=0 or 1 decides instead.
-bool UcxTransport::reducesOnArrival(int peer) const {
+// Which payloads from `peer` are reduced as they arrive (ArrivalLanding). Where UCX moves
+// them over tcp, which copies every payload out of a receive segment of its own, all of
+// them: the reduction reads them there instead. Where UCX may use shared memory to the peer,
+// only eager ones, which UCX copies out of its shared segment: its single-copy rendezvous
+// lands a larger payload in place, which a generic datatype would forgo (measured at 2
+// ranks: 0.70-0.87 of the busbw from 256 KiB up, docs/performance.md). None with an RDMA
+// device. BRAID_UCX_REDUCE_ON_ARRIVAL=0 says none, 1 all.
+UcxRecvConnection::Arrival UcxTransport::reducesOnArrival(int peer) const {
+  using Arrival = UcxRecvConnection::Arrival;
   if (const char* v = std::getenv("BRAID_UCX_REDUCE_ON_ARRIVAL"); v && (!std::strcmp(v, "0") || !std::strcmp(v, "1")))
-    return v[0] == '1';
-  if (inv_.rdma) return false;
-  if (!ucxTlsMayUseSharedMemory(std::getenv("UCX_TLS"))) return true;
+    return v[0] == '1' ? Arrival::kAll : Arrival::kOff;
+  if (inv_.rdma) return Arrival::kOff;
+  if (!ucxTlsMayUseSharedMemory(std::getenv("UCX_TLS"))) return Arrival::kAll;
   auto it = peers_->ids.find(peer);
-  return it != peers_->ids.end() && it->second.first != peers_->localHost;
+  const bool remote = it != peers_->ids.end() && it->second.first != peers_->localHost;
+  return remote ? Arrival::kAll : Arrival::kEagerOnly;
 }
 
 bool UcxTransport::allPeersOnThisHost() const {

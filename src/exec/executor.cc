@@ -325,20 +325,21 @@ class ChannelRunner {
     Connection* c = links_.recvFrom[st.peerIn];
     const bool reduces = c->reducesOnArrival();
     transport::ArrivalReduce r = arrival_;
-    if (char* rd = reduces ? reduceLandingOf(st, off, &r) : nullptr) {
+    if (reduces && reducing(st.prim)) {
+      // Handed to the transport with its reduction; unless its destination is the next
+      // peer's slot, reserved only at the step: announced into a slot of its own, a payload
+      // would be copied there and read again, where left to the step it is copied at most
+      // once (out of the transport's queue) and reduced as it is read.
+      char* rd = reduceLandingOf(st, off, &r);
+      if (!rd) return Status::ok();
       BRAID_RETURN_IF_ERROR(c->expectReduce(0, rd, len, r));
-    } else if (reduces && reducing(st.prim)) {
-      // Its destination is the next peer's slot, reserved only at the step: announced into
-      // a slot of its own, a payload would be copied there and read again, where left to
-      // the step it is copied at most once (out of the transport's queue) and reduced as
-      // it is read.
-      return Status::ok();
     } else {
       BRAID_RETURN_IF_ERROR(c->expectRecv(0, landingOf(st, off), len));
     }
     if (!nx || nxLen == 0 || !receives(nx->prim) || nx->peerIn != st.peerIn) return Status::ok();
-    if (reduces && reducing(nx->prim) && !reduceLandingOf(*nx, nxOff, &r)) return Status::ok();
-    if (char* rd = reduces ? reduceLandingOf(*nx, nxOff, &r) : nullptr) {
+    if (reduces && reducing(nx->prim)) {
+      char* rd = reduceLandingOf(*nx, nxOff, &r);
+      if (!rd) return Status::ok();
       // This slice reads its source and writes its destination before the next one's
       // peek: neither may meet where the next one lands, nor what it reduces with be
       // written.

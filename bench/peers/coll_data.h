@@ -1,5 +1,5 @@
 /*
- * coll_data.h - what the peer harnesses (mpi_coll_perf.c, nccl_coll_perf.cc) share, so that
+ * coll_data.h - what the peer harnesses (mpi_coll_perf.c, nccl_coll_perf.cc, ccl_coll_perf.cc) share, so that
  * every library is sized, fed and checked alike: nccl-tests' element counts and
  * bus-bandwidth factors, the input data and the expected output of every collective.
  * Plain C99, static functions only; `rank` and `nranks` are the caller's.

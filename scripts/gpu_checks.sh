@@ -188,6 +188,23 @@ if [ -n "$pybuild_pid" ]; then
 fi
 
 step allreduce_D1_np1 60 1 "$BR" -np 1 $AR
+# Processes sharing a GPU take turns on it by time slice, one context at a time, unless
+# CUDA's MPS server runs their work in one (docs/cuda.md, "Ranks sharing one GPU"): the
+# staged path on 2 ranks and the direct path on 4, as above, under a private MPS server
+# that is stopped after them.
+if command -v nvidia-cuda-mps-control > /dev/null 2>&1; then
+  MPS=(env CUDA_MPS_PIPE_DIRECTORY="$LOGS/mps/pipe" CUDA_MPS_LOG_DIRECTORY="$LOGS/mps/log")
+  mkdir -p "$LOGS/mps/pipe" "$LOGS/mps/log"
+  if "${MPS[@]}" nvidia-cuda-mps-control -d > "$LOGS/mps_start.log" 2>&1; then
+    step allreduce_D1_np2_mps 120 1 "${MPS[@]}" "$BR" -np 2 $AR
+    step allreduce_D1_np4_direct_mps 120 1 "${MPS[@]}" BRAID_CUDA_PATH=direct "$BR" -np 4 $AR
+    echo quit | "${MPS[@]}" nvidia-cuda-mps-control > /dev/null 2>&1
+  else
+    note "mps: nvidia-cuda-mps-control -d failed (mps_start.log): the MPS steps are skipped"
+  fi
+else
+  note "mps: no nvidia-cuda-mps-control: the MPS steps are skipped"
+fi
 # How a stream waits for the host (BRAID_CUDA_STREAM_WAIT), compared in the same run.
 for mode in kernel memop host; do
   step "allreduce_D1_np2_wait_$mode" 90 1 env BRAID_CUDA_STREAM_WAIT=$mode "$BR" -np 2 "$PERF/allreduce_perf" \

@@ -182,9 +182,27 @@ class Connection {
 struct PeerInfo {
   int rank = -1;
   std::string hostId;   // hostname + boot id, or BRAID_HOST_ID
+  // Its pid, meaningful on its host only within its pid namespace (pidNs): containers that
+  // share a host's name may number their processes apart, each rank as pid 1. A plugin gets
+  // 0 for a peer whose pid namespace is not its own.
   int64_t pid = 0;
   uint64_t nonce = 0;   // session nonce: connections carrying another one are refused
+  uint64_t pidNs = 0;   // common/process_state.h pidNamespace(), 0: unknown
+  // common/process_state.h processToken(): equal for ranks of one process, and only for
+  // them. 0 in a record made by hand (tests), where pid stands in for it.
+  uint64_t process = 0;
 };
+
+// Whether two ranks run in one process (threads of it).
+inline bool sameProcess(const PeerInfo& a, const PeerInfo& b) {
+  if (a.process != 0 || b.process != 0) return a.process == b.process;
+  return a.pid == b.pid;
+}
+// Whether `a`'s pid names the same process on `b`'s host as on its own: the same host and
+// the same pid namespace (or one that neither could tell).
+inline bool pidMeaningfulTo(const PeerInfo& a, const PeerInfo& b) {
+  return a.hostId == b.hostId && a.pidNs == b.pidNs;
+}
 
 // Settings every transport gets from the communicator.
 struct TransportConfig {

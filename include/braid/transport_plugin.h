@@ -104,7 +104,7 @@ typedef struct {
 typedef struct {
   int rank;
   const char* host_id;      /* hostname + boot id, or BRAID_HOST_ID */
-  int64_t pid;
+  int64_t pid;              /* 0 for a peer whose pid namespace is not this process's */
   uint64_t nonce;
 } braidPeerInfo_v1;
 

@@ -15,4 +15,15 @@ char processState(int64_t pid);
 inline bool stateStopped(char state) { return state == 'T' || state == 't'; }
 inline bool stateGone(char state) { return state == 0 || state == 'Z' || state == 'X'; }
 
+// Which pid namespace this process's pids belong to (the inode of /proc/self/ns/pid), or 0
+// where it cannot tell. Processes of one host compare pids, watch each other's (a pidfd,
+// /proc/<pid>/stat) or signal them only when these agree: containers that share a host's
+// name and /dev/shm but not its pids number their processes apart, each often as pid 1.
+uint64_t pidNamespace();
+
+// A number drawn at random once per process, and again in a forked child (one whose pid or
+// pid namespace differs from the drawer's): it tells "the same process" where a pid cannot,
+// since the same pid may be another process of another pid namespace. Never 0. Thread-safe.
+uint64_t processToken();
+
 }  // namespace braid

@@ -96,8 +96,10 @@ int pidfdOpen(int64_t pid) {
 #endif
 }
 
+// The second line carries the pid, then its pid namespace and the process token.
 std::string encodePeer(const transport::PeerInfo& p) {
-  return p.hostId + "\n" + std::to_string(p.pid) + "\n" + std::to_string(p.nonce);
+  return p.hostId + "\n" + std::to_string(p.pid) + " " + std::to_string(p.pidNs) + " " + std::to_string(p.process) +
+         "\n" + std::to_string(p.nonce);
 }
 
 // A peer record may carry a fourth line, the rank's topology record (cluster.h), a fifth,
@@ -110,7 +112,10 @@ Status decodePeer(const std::string& s, int rank, transport::PeerInfo* p, topolo
   if (!std::getline(in, p->hostId) || !std::getline(in, pid) || !std::getline(in, nonce))
     return Status(Code::kRemoteError, "malformed peer record from rank " + std::to_string(rank), rank);
   p->rank = rank;
-  p->pid = std::strtoll(pid.c_str(), nullptr, 10);
+  char* at = nullptr;
+  p->pid = std::strtoll(pid.c_str(), &at, 10);
+  p->pidNs = std::strtoull(at, &at, 10);
+  p->process = std::strtoull(at, nullptr, 10);
   p->nonce = std::strtoull(nonce.c_str(), nullptr, 10);
   *place = topology::RankRecord{};
   if (std::getline(in, placement)) {
@@ -830,6 +835,8 @@ Status Communicator::exchangePeers() {
   me.hostId = cfg.hostId.empty() ? bootstrap::hostId() : cfg.hostId;
   if (me.hostId.find('\n') != std::string::npos) return invalidArgument("BRAID_HOST_ID must not contain a newline");
   me.pid = getpid();
+  me.pidNs = pidNamespace();
+  me.process = processToken();
   me.nonce = nonce_;
   // Where this rank runs travels with its peer record, so that placing ranks on the
   // topology costs no extra round trip.
@@ -848,7 +855,9 @@ Status Communicator::exchangePeers() {
   if (nranks_ > 1) {
     BRAID_ASSIGN_OR_RETURN(int64_t entry, store_->add(roster + "/n", 1, deadline));
     BRAID_RETURN_IF_ERROR(store_->set(roster + "/" + std::to_string(entry),
-                                      std::to_string(rank_) + " " + std::to_string(me.pid), deadline));
+                                      std::to_string(rank_) + " " + std::to_string(me.pid) + " " +
+                                          std::to_string(me.pidNs),
+                                      deadline));
   }
   auto poll = [&]() -> Status {
     BRAID_RETURN_IF_ERROR(abortRecord(deadline));
@@ -864,7 +873,10 @@ Status Communicator::exchangePeers() {
       if (!v.isOk()) return storeLoss(v.status());
       int r = -1;
       long long pid = 0;
-      if (std::sscanf(v.value().c_str(), "%d %lld", &r, &pid) != 2 || pid == me.pid) continue;
+      unsigned long long ns = 0;
+      const int got = std::sscanf(v.value().c_str(), "%d %lld %llu", &r, &pid, &ns);
+      // A pid of another pid namespace names some other process here, or none.
+      if (got < 2 || (got == 3 && ns != me.pidNs) || pid == me.pid) continue;
       if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
         // It may have failed on another's account and published why just before it
         // exited, after this poll's first look at the record.
@@ -921,22 +933,30 @@ Status Communicator::exchangePeers() {
   cpuShare_ = cpuShare(cpus, rank_);
   {
     std::set<int64_t> pids;
-    for (int r : cpuShare_.others) pids.insert(peers_[r].pid);
+    for (int r : cpuShare_.others)  // on this kernel, whatever their host ids say
+      if (peers_[r].pidNs == me.pidNs) pids.insert(peers_[r].pid);
     for (const auto& p : peers_)
-      if (p.hostId == me.hostId) pids.insert(p.pid);
+      if (transport::pidMeaningfulTo(p, me)) pids.insert(p.pid);
     jobPids_.assign(pids.begin(), pids.end());
     addJobProcesses(jobPids_);
   }
   localRank_ = 0;
   localSize_ = 0;
+  unwatchedLocal_.clear();
   peerPidFds_.assign(static_cast<size_t>(nranks_), -1);
   peerBye_.reset(new std::atomic<bool>[static_cast<size_t>(nranks_)]());
   for (int r = 0; r < nranks_; ++r) {
     if (peers_[r].hostId != me.hostId) continue;
     if (r < rank_) ++localRank_;
     ++localSize_;
-    // Watch local peers in other processes; a pidfd reports exit even while a zombie.
-    if (peers_[r].pid == me.pid) continue;
+    // Watch local peers in other processes; a pidfd reports exit even while a zombie. A peer
+    // of another pid namespace cannot be watched by its pid: its deadlines and abort records
+    // stand in, as for a peer of another host.
+    if (transport::sameProcess(peers_[r], me)) continue;
+    if (!transport::pidMeaningfulTo(peers_[r], me)) {
+      unwatchedLocal_.push_back(r);
+      continue;
+    }
     peerPidFds_[r] = pidfdOpen(peers_[r].pid);
     if (peerPidFds_[r] < 0 && errno == ESRCH) {
       BRAID_RETURN_IF_ERROR(abortRecord(deadline));  // its own reason, or the one that ended it
@@ -1894,7 +1914,25 @@ Status Communicator::healthCheck(Deadline deadline) {
   int64_t now = nowNanos();
   if (now < nextStoreCheckNs_) return Status::ok();
   nextStoreCheckNs_ = now + kStoreCheckPeriodNs;
-  return abortRecord(deadline);
+  BRAID_RETURN_IF_ERROR(abortRecord(deadline));
+  // Local peers no pidfd watches: the store marks one gone when its connection ends, which
+  // its process's end does.
+  for (int r : unwatchedLocal_) {
+    if (peerBye_[r].load(std::memory_order_relaxed) || storeLost()) continue;
+    auto gone = store_->check({key("gone/" + std::to_string(r))}, storeCheckDeadline(deadline));
+    if (!gone.isOk() || !gone.value()) continue;  // a lost store shows in abortRecord
+    auto bye = store_->check({key("bye/" + std::to_string(r))}, storeCheckDeadline(deadline));
+    if (bye.isOk() && bye.value()) {
+      peerBye_[r].store(true, std::memory_order_relaxed);
+      continue;
+    }
+    BRAID_RETURN_IF_ERROR(abortRecord(deadline));  // its own reason, if it left one
+    return Status(Code::kRemoteError,
+                  "rank " + std::to_string(r) + " (host " + peers_[r].hostId +
+                      ", another pid namespace) left the job's store: its process ended",
+                  r);
+  }
+  return Status::ok();
 }
 
 Status Communicator::abortRecord(Deadline deadline) {

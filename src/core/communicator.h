@@ -466,6 +466,10 @@ class Communicator {
   std::vector<plan::AlgoRule> algoRules_;  // BRAID_ALGO
   plan::Machine machine_;                  // the cost model's view of the links
   std::vector<int> peerPidFds_;  // per rank, -1 where not watched
+  // Ranks of this host in other processes whose pids this process cannot watch (another pid
+  // namespace: a container sharing the host's name and /dev/shm): the health check asks the
+  // store whether their connection to it ended instead.
+  std::vector<int> unwatchedLocal_;
   // Per rank: exited after a clean goodbye (its "bye" record), so no longer watched. Set by
   // whichever channel thread's health check finds it first.
   std::unique_ptr<std::atomic<bool>[]> peerBye_;

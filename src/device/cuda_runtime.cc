@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/process_state.h"
 #include "cuda/device_launch.h"
 #include "cuda/stream_wait.h"
 #include "device/runtime.h"
@@ -290,13 +291,16 @@ class CudaRuntime final : public Runtime {
   void freeDevice(void* p) override {
     if (p && cudaFree(p) != cudaSuccess) cudaGetLastError();
   }
-  // "pid:address:handle" (hex): the address serves threads of the same process, which CUDA
-  // does not let open their own handles; the handle the others.
+  // "process:address:handle" (handle in hex): the address serves threads of the same
+  // process, which CUDA does not let open their own handles; the handle the others. The
+  // process is processToken(), not the pid: a rank of another pid namespace (a container on
+  // the same host) may have the same pid, and an address of its process read here as one of
+  // this process would be some other memory of this one.
   StatusOr<std::string> exportDevice(void* p) override {
     cudaIpcMemHandle_t h{};
     cudaError_t e = cudaIpcGetMemHandle(&h, p);
     if (e != cudaSuccess) return cudaFailure("cudaIpcGetMemHandle", e);
-    std::string out = std::to_string(::getpid()) + ":" + std::to_string(reinterpret_cast<uintptr_t>(p)) + ":";
+    std::string out = std::to_string(processToken()) + ":" + std::to_string(reinterpret_cast<uintptr_t>(p)) + ":";
     static const char* kHex = "0123456789abcdef";
     for (unsigned char c : std::string(h.reserved, sizeof h.reserved)) {
       out += kHex[c >> 4];
@@ -309,7 +313,7 @@ class CudaRuntime final : public Runtime {
     cudaIpcMemHandle_t h{};
     if (a == std::string::npos || b == std::string::npos || name.size() - b - 1 != 2 * sizeof h.reserved)
       return Status(Code::kInvalidArgument, "device slots: a malformed IPC name");
-    if (std::strtoll(name.c_str(), nullptr, 10) == ::getpid()) {
+    if (std::strtoull(name.c_str(), nullptr, 10) == processToken()) {
       // Threads of one process: the address. On another GPU this GPU's kernels reach it
       // through peer access, which stays on for the process once enabled.
       void* p = reinterpret_cast<void*>(static_cast<uintptr_t>(std::strtoull(name.c_str() + a + 1, nullptr, 10)));

@@ -758,6 +758,36 @@ TEST_CASE("a /dev/shm too small for the FIFOs fails init on every rank and says 
   CHECK(small.out.find("Out of bounds values : 0 OK") != std::string::npos);
 }
 
+// Containers that share a host's name and /dev/shm but not its pids (docker's --network=host
+// --ipc=host without --pid=host) number their processes apart, every rank often with the same
+// pid. Here each rank runs in a pid namespace of its own, as pid 2 under a shell as pid 1
+// (the first process of a namespace ignores a SIGKILL sent from inside it). Before, the equal
+// pids made the ranks take each other for threads of one process: they chose the loopback
+// transport, and every result was wrong, silently; a rank's pid was watched as if it meant
+// the same process here.
+TEST_CASE("ranks in pid namespaces of their own on one host: right results, a killed rank reported", "[multiproc][chaos]") {
+  if (run("unshare --pid --fork --mount-proc true").status != 0) {
+    WARN("skipped: unshare --pid --fork --mount-proc (a pid namespace of its own) is not allowed here");
+    return;
+  }
+  const std::string ns = " unshare --pid --fork --mount-proc sh -c '\"$0\" \"$@\"; exit $?' ";
+  Run r = run(braidrun(3, "BRAID_DEBUG=INFO") + ns + PERF_DIR "/allreduce_perf -b 8 -e 1M -f 32 -n 3 -w 1 -c 1");
+  INFO(r.out);
+  CHECK(r.status == 0);
+  CHECK(r.out.find("Out of bounds values : 0 OK") != std::string::npos);
+  CHECK(r.out.find("transports [self,shm,shm]") != std::string::npos);
+  CHECK(r.out.find("loopback") == std::string::npos);
+  Run c = run(braidrun(3) + ns + MP_DIR "/mp_collectives");
+  INFO(c.out);
+  CHECK(c.status == 0);
+  CHECK(countMatches(c.out, "collectives ok rank") == 3);
+  // No pidfd can watch a peer of another pid namespace: the store says its process ended.
+  Run k = run(braidrun(3, "BRAIDRUN_GRACE_SEC=20") + ns + MP_DIR "/mp_fault kill 1 5");
+  INFO(k.out);
+  checkSurvivors(k.out, 2, kRemoteError, 1, 0, 5000);
+  CHECK(countMatches(k.out, "rank 1 \\(host [^,]+, another pid namespace\\) left the job's store: its process ended") >= 2);
+}
+
 // What a rank starts and leaves running (a wrapper's child, a background helper) does not
 // outlive braidrun, whether the rank exits cleanly or is killed: braidrun is its subreaper,
 // kills it as the job ends and says so. Before, the leftover kept running (and held the job's

@@ -1092,4 +1092,32 @@ TEST_CASE("registry: scores prefer loopback in a process, then shm on a host, th
   }
 }
 
+// A process of another pid namespace on the same host (a container sharing the host's name
+// and /dev/shm) may have this process's pid: the process token tells them apart, and only
+// ranks of one process take the loopback transport.
+TEST_CASE("registry: an equal pid of another pid namespace is another process", "[transport]") {
+  PeerInfo local{0, "host-a", 2, 99, /*pidNs=*/111, /*process=*/0xabc};
+  PeerInfo thread = local;
+  thread.rank = 1;
+  PeerInfo container = thread;
+  container.pidNs = 222;
+  container.process = 0xdef;
+  CHECK(sameProcess(local, thread));
+  CHECK_FALSE(sameProcess(local, container));
+  CHECK(pidMeaningfulTo(thread, local));
+  CHECK_FALSE(pidMeaningfulTo(container, local));
+  for (const TransportFactory& f : registry()) {
+    TransportConfig cfg;
+    cfg.nranks = 2;
+    auto t = f.create(cfg);
+    if (!t.isOk()) continue;
+    INFO(f.name);
+    if (std::string(f.name) == "loopback") {
+      CHECK(t.value()->canConnect(local, thread) > 0);
+      CHECK(t.value()->canConnect(local, container) == 0);
+    }
+    if (std::string(f.name) == "shm") CHECK(t.value()->canConnect(local, container) > 0);
+  }
+}
+
 }  // namespace braid::transport::test

@@ -120,7 +120,11 @@ braidPluginResult_t fakeInit(const braidTransportConfig_v1*, void** t, braidPlug
   return braidPluginOk;
 }
 void fakeFinalize(void*) {}
-int fakeScore(void*, const braidPeerInfo_v1*, const braidPeerInfo_v1*) { return -5; }
+int64_t gSeenPid = -1;  // the remote pid the last score was given
+int fakeScore(void*, const braidPeerInfo_v1*, const braidPeerInfo_v1* remote) {
+  gSeenPid = remote->pid;
+  return -5;
+}
 braidPluginResult_t fakeCreateRecv(void*, int, int, void** c, void* blob, size_t* n, braidPluginError_v1*) {
   if (gFake.blobMode == 1) {
     *n += 100;
@@ -198,6 +202,16 @@ TEST_CASE("plugin adapter: what a wrong plugin returns becomes an error, not a c
   Transport& tr = *t.value();
   PeerInfo a{0, "h", 1, 1};
   CHECK(tr.canConnect(a, a) == 0);  // a negative score means cannot
+  CHECK(gSeenPid == 1);
+  // A peer of another pid namespace: its pid would name another process here, so the plugin
+  // gets 0 (transport_plugin.h).
+  PeerInfo local{0, "h", 7, 1, /*pidNs=*/1, /*process=*/1};
+  PeerInfo contained{1, "h", 7, 1, /*pidNs=*/2, /*process=*/2};
+  (void)tr.canConnect(local, contained);
+  CHECK(gSeenPid == 0);
+  contained.pidNs = 1;
+  (void)tr.canConnect(local, contained);
+  CHECK(gSeenPid == 7);
 
   std::string blob;
   gFake.blobMode = 1;

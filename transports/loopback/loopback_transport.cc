@@ -31,7 +31,7 @@ class LoopbackTransport : public Transport {
   int canConnect(const PeerInfo& local, const PeerInfo& remote) const override {
     // Same process and session is all a loopback FIFO needs; the host id may differ when a
     // test world pretends to span several hosts.
-    return local.pid == remote.pid && local.nonce == remote.nonce ? 1000 : 0;
+    return sameProcess(local, remote) && local.nonce == remote.nonce ? 1000 : 0;
   }
 
   StatusOr<std::unique_ptr<Connection>> createRecv(int peer, int channel, std::string* blob) override {

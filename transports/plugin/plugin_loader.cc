@@ -202,7 +202,9 @@ class PluginTransport final : public Transport {
 
   int canConnect(const PeerInfo& local, const PeerInfo& remote) const override {
     braidPeerInfo_v1 l{local.rank, local.hostId.c_str(), local.pid, local.nonce};
-    braidPeerInfo_v1 r{remote.rank, remote.hostId.c_str(), remote.pid, remote.nonce};
+    // A pid of another pid namespace names nothing the plugin could look at: it gets 0.
+    braidPeerInfo_v1 r{remote.rank, remote.hostId.c_str(), remote.pidNs == local.pidNs ? remote.pid : 0,
+                       remote.nonce};
     return std::max(0, t_->score(h_, &l, &r));
   }
 

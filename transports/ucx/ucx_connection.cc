@@ -118,7 +118,9 @@ void PeerBook::markStalled(int peer) {
     stalled.insert(peer);
   }
   auto it = ids.find(peer);
-  if (it == ids.end() || it->second.first != localHost || !stoppedOrGone(it->second.second)) return;
+  // Pid 0: a peer of another pid namespace, which this process cannot look at.
+  if (it == ids.end() || it->second.first != localHost || it->second.second <= 0 || !stoppedOrGone(it->second.second))
+    return;
   std::lock_guard<std::mutex> lock(stalledMu());
   stalledProcesses().insert(processKey(it->second));
 }

@@ -95,8 +95,7 @@ run_one() {
     esac
     echo "### exit $?"
   } >>"$log" 2>&1
-  v=$(awk -v r="### round $ROUND " 'index($0, r) == 1 { keep = 1; buf = ""; next } keep { buf = buf $0 "\n" }
-    END { printf "%s", buf }' "$log" | pick_col "$(if [ "$b" -lt 1024 ]; then echo lat; else echo "bw:$(bus_factor "$coll" "$np")"; fi)")
+  v=$(round_table "$log" | pick_col "$(if [ "$b" -lt 1024 ]; then echo lat; else echo "bw:$(bus_factor "$coll" "$np")"; fi)")
   echo "$v:$(state_of "$s0" "$(state_now)")"
 }
 

@@ -128,8 +128,7 @@ run_one() {
     echo "### exit $?"
   } >>"$log" 2>&1
   # Only this round's table counts.
-  awk -v r="### round $ROUND " 'index($0, r) == 1 { keep = 1; buf = ""; next } keep { buf = buf $0 "\n" }
-    END { printf "%s", buf }' "$log" | pick_col "$what"
+  round_table "$log" | pick_col "$what"
 }
 
 has() { [[ " $1 " == *" $2 "* ]]; }

@@ -41,6 +41,12 @@ pick_col() {
       if (!have || (what == "lat" ? v < best : v > best)) { best = v; have = 1 } }
     END { if (bad) print "WRONG"; else if (have) printf(what == "lat" ? "%.2f\n" : "%.3f\n", best) }'
 }
+# What round $ROUND wrote into a run's log ($1): the lines after the last line that starts
+# "### round $ROUND " (a log holds every round of one implementation, collective and size).
+round_table() {
+  awk -v r="### round $ROUND " 'index($0, r) == 1 { keep = 1; buf = ""; next } keep { buf = buf $0 "\n" }
+    END { printf "%s", buf }' "$1"
+}
 bus_factor() {  # collective, ranks: nccl-tests' busbw / algbw
   case $1 in
     allreduce) awk -v n="$2" 'BEGIN { print 2 * (n - 1) / n }' ;;

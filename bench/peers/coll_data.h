@@ -1,7 +1,8 @@
 /*
  * coll_data.h - what the peer harnesses (mpi_coll_perf.c, nccl_coll_perf.cc, ccl_coll_perf.cc) share, so that
- * every library is sized, fed and checked alike: nccl-tests' element counts and
- * bus-bandwidth factors, the input data and the expected output of every collective.
+ * every library is sized, fed, checked and printed alike: nccl-tests' element counts and
+ * bus-bandwidth factors, the input data and the expected output of every collective, and
+ * the table's lines.
  * Plain C99, static functions only; `rank` and `nranks` are the caller's.
  *
  * The data are small integers, exact in float, so any order of reduction gives bit-exact
@@ -14,6 +15,7 @@
 #define BRAID_BENCH_COLL_DATA_H_
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 enum { ALLREDUCE, BROADCAST, REDUCE, ALLGATHER, REDUCE_SCATTER, ALLTOALL, GATHER, SCATTER, SENDRECV, NCOLL };
@@ -127,6 +129,34 @@ static long long coll_check_output(int c, const float *r, Counts k, int root, in
       break;
   }
   return wrong;
+}
+
+/* The table of collective c as `lib` runs it: its heading (rank 0 prints it). The columns
+ * are braid's tools': 1 size (B), 2 count, 3 type, 4 redop, 5 root, 6 time (us), 7 algbw
+ * (GB/s), 8 busbw (GB/s), 9 #wrong, then 10 iters. */
+static void coll_print_head(int c, const char *lib) {
+  printf("#\n# collective: %s (%s), busbw = algbw * %s\n", kCollNames[c], lib, kBusText[c]);
+  printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s %6s\n", "size", "count", "type", "redop", "root", "time",
+         "algbw", "busbw", "#wrong", "iters");
+  printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s %6s\n", "(B)", "(elements)", "", "", "", "(us)", "(GB/s)",
+         "(GB/s)", "", "");
+  fflush(stdout);
+}
+
+/* One row of that table: `size` bytes, the call's count `param`, `seconds` a call, `wrong`
+ * elements summed over ranks (negative: not checked, N/A). Returns the row's busbw. */
+static double coll_print_row(int c, size_t size, size_t param, int root, double seconds, long long wrong, int iters,
+                             int nranks) {
+  const int has_root = c == BROADCAST || c == REDUCE || c == GATHER || c == SCATTER;
+  const int has_op = c == ALLREDUCE || c == REDUCE || c == REDUCE_SCATTER;
+  const double algbw = (double)size / seconds / 1e9, busbw = algbw * coll_bus_factor(c, nranks), us = seconds * 1e6;
+  char w[32];
+  if (wrong < 0) snprintf(w, sizeof w, "N/A");
+  else snprintf(w, sizeof w, "%lld", wrong);
+  printf("%12zu  %12zu  %8s  %6s  %6d  %7.*f  %6.2f  %6.2f  %5s %6d\n", size, param, "float", has_op ? "sum" : "none",
+         has_root ? root : -1, us >= 10000 ? 0 : us >= 100 ? 1 : 2, us, algbw, busbw, w, iters);
+  fflush(stdout);
+  return busbw;
 }
 
 #endif /* BRAID_BENCH_COLL_DATA_H_ */

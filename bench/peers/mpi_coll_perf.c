@@ -169,16 +169,7 @@ int main(int argc, char **argv) {
   int failed = 0;
   for (int c = 0; c < NCOLL; c++) {
     if (!want[c]) continue;
-    int has_root = c == BROADCAST || c == REDUCE || c == GATHER || c == SCATTER;
-    int has_op = c == ALLREDUCE || c == REDUCE || c == REDUCE_SCATTER;
-    if (rank == 0) {
-      printf("#\n# collective: %s (MPI), busbw = algbw * %s\n", kCollNames[c], kBusText[c]);
-      printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s %6s\n", "size", "count", "type", "redop", "root",
-             "time", "algbw", "busbw", "#wrong", "iters");
-      printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s %6s\n", "(B)", "(elements)", "", "", "", "(us)",
-             "(GB/s)", "(GB/s)", "", "");
-      fflush(stdout);
-    }
+    if (rank == 0) coll_print_head(c, "MPI");
     double bus_sum = 0;
     int nsizes = 0;
     size_t last_param = (size_t)-1;
@@ -213,15 +204,8 @@ int main(int argc, char **argv) {
         if (wrong) failed = 1;
       }
       if (rank == 0) {
-        double algbw = (double)size / dt / 1e9, busbw = algbw * coll_bus_factor(c, nranks);
-        char w[32];
-        if (wrong < 0) snprintf(w, sizeof w, "N/A"); else snprintf(w, sizeof w, "%lld", wrong);
-        bus_sum += busbw;
+        bus_sum += coll_print_row(c, size, k.param, root, dt, wrong, n_it, nranks);
         nsizes++;
-        printf("%12zu  %12zu  %8s  %6s  %6d  %7.*f  %6.2f  %6.2f  %5s %6d\n", size, k.param, "float",
-               has_op ? "sum" : "none", has_root ? root : -1, dt * 1e6 >= 10000 ? 0 : dt * 1e6 >= 100 ? 1 : 2,
-               dt * 1e6, algbw, busbw, w, n_it);
-        fflush(stdout);
       }
     }
     if (rank == 0) printf("# Avg bus bandwidth (%s): %g over %d sizes\n", kCollNames[c], nsizes ? bus_sum / nsizes : 0.0, nsizes);

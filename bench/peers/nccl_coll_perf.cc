@@ -279,16 +279,7 @@ int main(int argc, char** argv) {
   bool failed = false;
   for (int c = 0; c < NCOLL; c++) {
     if (!want[c]) continue;
-    const bool hasRoot = c == BROADCAST || c == REDUCE || c == GATHER || c == SCATTER;
-    const bool hasOp = c == ALLREDUCE || c == REDUCE || c == REDUCE_SCATTER;
-    if (rank == 0) {
-      std::printf("#\n# collective: %s (NCCL), busbw = algbw * %s\n", kCollNames[c], kBusText[c]);
-      std::printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s %6s\n", "size", "count", "type", "redop", "root",
-                  "time", "algbw", "busbw", "#wrong", "iters");
-      std::printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s %6s\n", "(B)", "(elements)", "", "", "", "(us)",
-                  "(GB/s)", "(GB/s)", "", "");
-      std::fflush(stdout);
-    }
+    if (rank == 0) coll_print_head(c, "NCCL");
     double busSum = 0;
     int nsizes = 0;
     size_t lastParam = static_cast<size_t>(-1);
@@ -323,17 +314,8 @@ int main(int argc, char** argv) {
         if (wrong) failed = true;
       }
       if (rank == 0) {
-        const double algbw = static_cast<double>(size) / dt / 1e9, busbw = algbw * coll_bus_factor(c, nranks);
-        char w[32];
-        if (wrong < 0) std::snprintf(w, sizeof w, "N/A");
-        else std::snprintf(w, sizeof w, "%lld", wrong);
-        busSum += busbw;
+        busSum += coll_print_row(c, size, k.param, root, dt, wrong, iters, nranks);
         nsizes++;
-        const double us = dt * 1e6;
-        std::printf("%12zu  %12zu  %8s  %6s  %6d  %7.*f  %6.2f  %6.2f  %5s %6d\n", size, k.param, "float",
-                    hasOp ? "sum" : "none", hasRoot ? root : -1, us >= 10000 ? 0 : us >= 100 ? 1 : 2, us, algbw,
-                    busbw, w, iters);
-        std::fflush(stdout);
       }
     }
     if (rank == 0)

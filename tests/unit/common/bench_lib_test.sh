@@ -56,6 +56,10 @@ printf '#!/bin/sh\necho 350\n' > "$dir/slow"; printf '#!/bin/sh\necho 80\n' > "$
 chmod +x "$dir"/*
 expect "state_now" "$(LATENCY_EXE=$dir/slow state_now) $(LATENCY_EXE=$dir/fast state_now) $(LATENCY_EXE=$dir/broken state_now) $(LATENCY_EXE= state_now)" "s f ? ?"
 expect "STATE_NS" "$(STATE_NS=400 LATENCY_EXE=$dir/slow state_now)" f
+printf '### round 1 x\n1 a\n### round 2 x\n2 a\n2 b\n### round 1 x\n1 c\n' > "$dir/log"
+expect "round_table, round 2" "$(ROUND=2 round_table "$dir/log")" "$(printf '2 a\n2 b\n### round 1 x\n1 c')"
+expect "round_table, the last round 1" "$(ROUND=1 round_table "$dir/log")" "1 c"
+expect "round_table, none" "$(ROUND=3 round_table "$dir/log")" ""
 rm -rf "$dir"
 
 [ "$fails" = 0 ] && echo "bench_lib: every check passed"

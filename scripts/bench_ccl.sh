@@ -65,11 +65,7 @@ fi
 CCL_VERSION=$("$CCL_VENV/bin/pip" list 2>/dev/null | awk '$1 == "oneccl" { v = $2 } $1 == "impi-rt" { m = $2 }
   END { printf "oneCCL %s, Intel MPI %s", v, m }')
 
-stamp=$(date +%Y%m%d-%H%M%S)
-RAW=$RESULTS/$stamp-ccl-raw; mkdir -p "$RAW"
-OUT=$RESULTS/$stamp-ccl.txt
-say() { echo "$*" | tee -a "$OUT"; }
-fmt() { printf '%-8s %10s %10s %7s  %-6s %s\n' "$@"; }
+results_init ccl  # RAW, OUT; say, fmt_pair, row, time_row: bench_lib.sh
 
 # One run: impl (braid-shm, braid-tcp, ccl-shm, ccl-tcp), collective, bytes, ranks. Prints
 # the best busbw of this round's table (below 1 KiB the lowest time in us instead: busbw has
@@ -79,7 +75,7 @@ run_one() {
   local impl=$1 coll=$2 b=$3 np=$4 n w chk=0 log s0 v
   s0=$(state_now)
   n=$(iters "$b"); w=$(warm "$b")
-  [ "$CHECK" = all ] || { [ "$CHECK" != 0 ] && [ "$ROUND" = 1 ]; } && chk=1
+  chk=$(checks_now)
   log=$RAW/$coll-$b-np$np-$impl.log
   local common=(-b "$b" -e "$b" -n "$n" -w "$w" -c "$chk")
   local hydra=(env PATH="$CCL_VENV/bin:$PATH" LD_LIBRARY_PATH="$CCL_VENV/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -102,21 +98,6 @@ run_one() {
 say "# bench_ccl $(date -Is): NPS='$NPS' SIZES='${SIZES[*]}' COLLS='$COLLS' TRANSPORTS='$TRANSPORTS' ROUNDS=$ROUNDS ITERS_X=${ITERS_X:-1} STAT=$STAT"
 say "# braid: $BUILD_DIR ($(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null)$(git -C "$ROOT" diff --quiet 2>/dev/null || echo '+dirty')); $CCL_VERSION; raw logs: $RAW"
 say "# host: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); busbw in GB/s (1e9 B/s); x = braid/oneCCL, > 1: braid better"
-misses=0; checked=0
-by_state() { [ "$STAT" = paired ] && states_of A B; }
-# A row of times (us) for the rounds in A (braid) and B (oneCCL): size.
-lat_row() {
-  local x v shownA shownB
-  if [ "$STAT" = max ]; then shownA=$(best_of min "${A[@]}"); shownB=$(best_of min "${B[@]}")
-  else shownA=$(shown_of "${A[@]}"); shownB=$(shown_of "${B[@]}"); fi
-  if [ "$STAT" = paired ]; then x=$(x_of B A); else x=$(ratio "$shownA" "$shownB" min); fi
-  v=$(verdict "$x" 1.0)
-  [ "$v" = n/a ] || checked=$((checked + 1))
-  [ "$v" = MISS ] && misses=$((misses + 1))
-  say "$(fmt "$1" "${shownA}us" "${shownB}us" "$x" "$v" "$([ "$STAT" = paired ] && states_of B A)")"
-}
-state_head() { [ "$STAT" = paired ] && echo "x by state of the machine (rounds)"; }
-
 for t in $TRANSPORTS; do
   case $t in
     shm) what="braid's shared memory vs oneCCL over Intel MPI's (I_MPI_FABRICS=shm)" ;;
@@ -127,22 +108,15 @@ for t in $TRANSPORTS; do
     for coll in $COLLS; do
       say ""
       say "== $coll, $np ranks, $what (target x >= 1.0)"
-      say "$(fmt size braid-$t ccl-$t x target "$(state_head)")"
+      say "$(fmt_pair size braid-$t ccl-$t x target "$(state_head)")"
       for s in "${SIZES[@]}"; do
         b=$(bytes "$s"); A=(); B=()
         for ROUND in $(seq "$ROUNDS"); do
           A+=("$(run_one "braid-$t" "$coll" "$b" "$np")")
           B+=("$(run_one "ccl-$t" "$coll" "$b" "$np")")
         done
-        if [ "$b" -lt 1024 ]; then
-          # Times: x = oneCCL's / braid's, and the best of rounds is the lowest.
-          lat_row "$s" "$np"
-          continue
-        fi
-        x=$(x_of A B); v=$(verdict "$x" 1.0)
-        [ "$v" = n/a ] || checked=$((checked + 1))
-        [ "$v" = MISS ] && misses=$((misses + 1))
-        say "$(fmt "$s" "$(shown_of "${A[@]}")" "$(shown_of "${B[@]}")" "$x" "$v" "$(by_state)")"
+        # Below 1 KiB times: x = oneCCL's / braid's.
+        if [ "$b" -lt 1024 ]; then time_row "$s" 1.0; else row "$s" 1.0; fi
       done
     done
   done

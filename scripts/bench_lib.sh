@@ -142,3 +142,47 @@ x_of() {
 verdict() {  # ratio, threshold
   awk -v x="$1" -v t="$2" 'BEGIN { if (x == "-") print "n/a"; else print (x + 0 >= t ? "ok" : "MISS") }'
 }
+
+# ---- a summary of braid against one peer, a row per size (bench_ucx.sh, bench_ccl.sh) ----
+
+# Where a run's results go: $RAW (every run's output) and $OUT (the summary, which say
+# appends to), under $RESULTS, named by the time and $1.
+results_init() {
+  local stamp
+  stamp=$(date +%Y%m%d-%H%M%S)
+  RAW=$RESULTS/$stamp-$1-raw; mkdir -p "$RAW"
+  OUT=$RESULTS/$stamp-$1.txt
+}
+say() { echo "$*" | tee -a "$OUT"; }
+fmt_pair() { printf '%-8s %10s %10s %7s  %-6s %s\n' "$@"; }
+# Whether this round's runs check their results (CHECK=1: round 1, all: every round, 0: none).
+checks_now() { if [ "$CHECK" = all ] || { [ "$CHECK" != 0 ] && [ "$ROUND" = 1 ]; }; then echo 1; else echo 0; fi; }
+# STAT=paired: the heading of the last column, and x from the rounds of each state of the
+# machine alone (states_of), for the rounds in arrays A and B.
+state_head() { [ "$STAT" = paired ] && echo "x by state of the machine (rounds)"; }
+by_state() { [ "$STAT" = paired ] && states_of A B; }
+misses=0; checked=0
+# Prints a row for the rounds in A (braid) and B (the peer), x = A / B, and counts its verdict
+# against the threshold (none: no target): size, threshold.
+row() {
+  local x v=""
+  x=$(x_of A B)
+  if [ -n "${2:-}" ]; then
+    v=$(verdict "$x" "$2")
+    [ "$v" = n/a ] || checked=$((checked + 1))
+    [ "$v" = MISS ] && misses=$((misses + 1))
+  fi
+  say "$(fmt_pair "$1" "$(shown_of "${A[@]}")" "$(shown_of "${B[@]}")" "$x" "$v" "$(by_state)")"
+}
+# The same for times (us) in A and B: x = B / A, the best of rounds the lowest.
+time_row() {
+  local x v a b
+  if [ "$STAT" = max ]; then a=$(best_of min "${A[@]}"); b=$(best_of min "${B[@]}")
+  else a=$(shown_of "${A[@]}"); b=$(shown_of "${B[@]}"); fi
+  if [ "$STAT" = paired ]; then x=$(x_of B A); else x=$(ratio "$a" "$b" min); fi
+  v=$(verdict "$x" "$2")
+  [ "$v" = n/a ] || checked=$((checked + 1))
+  [ "$v" = MISS ] && misses=$((misses + 1))
+  say "$(fmt_pair "$1" "${a}us" "${b}us" "$x" "$v" "$([ "$STAT" = paired ] && states_of B A)")"
+}
+

@@ -72,11 +72,7 @@ if ! { [ "$MPI_EXE" -nt "$MPI_SRC" ] && [ "$MPI_EXE" -nt "${MPI_SRC%/*}/coll_dat
   mpicc -O3 -march=native -o "$MPI_EXE" "$MPI_SRC" || { echo "cannot build the MPI harness" >&2; exit 2; }
 fi
 
-stamp=$(date +%Y%m%d-%H%M%S)
-RAW=$RESULTS/$stamp-ucx-raw; mkdir -p "$RAW"
-OUT=$RESULTS/$stamp-ucx.txt
-say() { echo "$*" | tee -a "$OUT"; }
-fmt() { printf '%-8s %10s %10s %7s  %-6s %s\n' "$@"; }
+results_init ucx  # RAW, OUT; say, fmt_pair, row: bench_lib.sh
 
 # One run: impl (braid-ucx, mpi-ucx, braid-tcp), UCX_TLS value, collective, bytes, ranks.
 # Prints the best busbw of this round's table with the machine's state (bench_lib.sh); the
@@ -87,7 +83,7 @@ run_one() {
   s0=$(state_now)
   [ "$coll" = sendrecv ] && extra=(--one-way)
   n=$(( $(iters "$b") * ${RUN_ITERS_MUL:-1} )); w=$(warm "$b")
-  [ "$CHECK" = all ] || { [ "$CHECK" != 0 ] && [ "$ROUND" = 1 ]; } && chk=1
+  chk=$(checks_now)
   log=$RAW/$coll-$b-np$np-$impl-${tls//,/_}.log
   local common=(-b "$b" -e "$b" -n "$n" -w "$w" -c "$chk")
   {
@@ -136,21 +132,6 @@ perftest_bw() {
 say "# bench_ucx $(date -Is): NPS='$NPS' SIZES='${SIZES[*]}' TLS='$TLS' ROUNDS=$ROUNDS ITERS_X=${ITERS_X:-1} STAT=$STAT"
 say "# braid: $BUILD_DIR ($(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null)$(git -C "$ROOT" diff --quiet 2>/dev/null || echo '+dirty')); $(ucx_info -v | head -1 | sed 's/# //'); raw logs: $RAW"
 say "# host: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), tcp congestion control $(tcp_cc); busbw in GB/s (1e9 B/s); x = braid/peer, > 1: braid better"
-misses=0; checked=0
-# Prints a row for the rounds in A (braid) and B (the peer) and counts its verdict: size,
-# threshold.
-row() {
-  local x v
-  x=$(x_of A B); v=$(verdict "$x" "$2")
-  [ "$v" = n/a ] || checked=$((checked + 1))
-  [ "$v" = MISS ] && misses=$((misses + 1))
-  say "$(fmt "$1" "$(shown_of "${A[@]}")" "$(shown_of "${B[@]}")" "$x" "$v" "$(by_state)")"
-}
-# A row with no target, for the rounds in A and B: size.
-plain_row() { say "$(fmt "$1" "$(shown_of "${A[@]}")" "$(shown_of "${B[@]}")" "$(x_of A B)" '' "$(by_state)")"; }
-# STAT=paired: x from the rounds of each state of the machine alone (bench_lib.sh).
-by_state() { [ "$STAT" = paired ] && states_of A B; }
-state_head() { [ "$STAT" = paired ] && echo "x by state of the machine (rounds)"; }
 
 if [[ $PARTS == *" 1 "* ]]; then
   for fam in $TLS; do
@@ -159,7 +140,7 @@ if [[ $PARTS == *" 1 "* ]]; then
       for coll in $COLLS; do
         say ""
         say "== part 1: $coll, $np ranks, UCX_TLS=$tls (target x >= 1.0 vs OpenMPI pml ucx)"
-        say "$(fmt size braid-ucx mpi-ucx x target "$(state_head)")"
+        say "$(fmt_pair size braid-ucx mpi-ucx x target "$(state_head)")"
         for s in "${SIZES[@]}"; do
           b=$(bytes "$s"); A=(); B=()
           for ROUND in $(seq "$ROUNDS"); do
@@ -177,7 +158,7 @@ if [[ $PARTS == *" 2 "* ]]; then
   for np in $NPS; do
     say ""
     say "== part 2: allreduce, $np ranks, braid over ucx (UCX_TLS=tcp,self) vs braid's tcp (target x >= 0.9)"
-    say "$(fmt size braid-ucx braid-tcp x target "$(state_head)")"
+    say "$(fmt_pair size braid-ucx braid-tcp x target "$(state_head)")"
     for s in "${SIZES[@]}"; do
       b=$(bytes "$s"); A=(); B=()
       for ROUND in $(seq "$ROUNDS"); do
@@ -191,14 +172,14 @@ if [[ $PARTS == *" 2 "* ]]; then
   # against braid's tcp in the same direction: a bound on part 2 for anything built on UCX.
   say ""
   say "== part 2, the bound: ucx_perftest -t tag_bw (UCX_TLS=tcp,self) vs braid's tcp, sendrecv_perf --one-way (x = perftest / braid-tcp, no target)"
-  say "$(fmt size perftest braid-tcp x '' "$(state_head)")"
+  say "$(fmt_pair size perftest braid-tcp x '' "$(state_head)")"
   for s in "${P2P_SIZES[@]}"; do
     b=$(bytes "$s"); A=(); B=()
     for ROUND in $(seq "$ROUNDS"); do
       A+=("$(perftest_bw tcp,self "$b")")
       B+=("$(RUN_ITERS_MUL=$P2P_X run_one braid-tcp - sendrecv "$b" 2)")
     done
-    plain_row "$s"
+    row "$s"
   done
 fi
 
@@ -208,7 +189,7 @@ if [[ $PARTS == *" 3 "* ]]; then
     say ""
     say "== part 3: sendrecv_perf --one-way over ucx (2 ranks, rank 0 to rank 1) vs"
     say "   ucx_perftest -t tag_bw (one direction), UCX_TLS=$tls (target x >= 0.9)"
-    say "$(fmt size braid-ucx perftest x target "$(state_head)")"
+    say "$(fmt_pair size braid-ucx perftest x target "$(state_head)")"
     for s in "${P2P_SIZES[@]}"; do
       b=$(bytes "$s"); A=(); B=()
       for ROUND in $(seq "$ROUNDS"); do
@@ -228,14 +209,14 @@ if [[ $PARTS == *" 4 "* ]]; then
         [ "$coll" = sendrecv ] && [ "$np" != 2 ] && continue
         say ""
         say "== part 4: $coll$([ "$coll" = sendrecv ] && echo ' --one-way'), $np ranks, UCX_TLS=$tls: whole blocks vs BRAID_WHOLE_BLOCKS=0 (no target)"
-        say "$(fmt size whole slices x '' "$(state_head)")"
+        say "$(fmt_pair size whole slices x '' "$(state_head)")"
         for s in ${SIZES4:-1M 16M 256M}; do
           b=$(bytes "$s"); A=(); B=()
           for ROUND in $(seq "$ROUNDS"); do
             A+=("$(run_one braid-ucx "$tls" "$coll" "$b" "$np")")
             B+=("$(run_one braid-slices "$tls" "$coll" "$b" "$np")")
           done
-          plain_row "$s"
+          row "$s"
         done
       done
     done

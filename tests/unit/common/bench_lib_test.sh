@@ -60,6 +60,16 @@ printf '### round 1 x\n1 a\n### round 2 x\n2 a\n2 b\n### round 1 x\n1 c\n' > "$d
 expect "round_table, round 2" "$(ROUND=2 round_table "$dir/log")" "$(printf '2 a\n2 b\n### round 1 x\n1 c')"
 expect "round_table, the last round 1" "$(ROUND=1 round_table "$dir/log")" "1 c"
 expect "round_table, none" "$(ROUND=3 round_table "$dir/log")" ""
+OUT=$dir/out
+expect "row, paired" "$(STAT=paired; A=(2.0:f 4.0:f); B=(1.0:f 2.0:f); row 64K 1.0)" \
+  "64K           3.000      1.500    2.00  ok     fast 2.00 (2), slow - (0)"
+expect "row, no target" "$(STAT=max; A=(1 2); B=(4 4); row 1M)" "1M                2          4    0.50         "
+expect "time_row: x = B / A, the lowest time the best" "$(STAT=max; A=(0.5 0.4); B=(2.0 3.0); time_row 8 1.0)" \
+  "8             0.4us      2.0us    5.00  ok     "
+A=(1 2); B=(4 4); STAT=max; checked=0; misses=0
+row 1M 1.0 > /dev/null; row 2M 0.4 > /dev/null; row 4M > /dev/null
+expect "rows counted" "$checked $misses" "2 1"
+expect "checks_now" "$(CHECK=1 ROUND=1 checks_now)$(CHECK=1 ROUND=2 checks_now)$(CHECK=all ROUND=2 checks_now)$(CHECK=0 ROUND=1 checks_now)" 1010
 rm -rf "$dir"
 
 [ "$fails" = 0 ] && echo "bench_lib: every check passed"

@@ -191,12 +191,19 @@ struct PeerInfo {
   // common/process_state.h processToken(): equal for ranks of one process, and only for
   // them. 0 in a record made by hand (tests), where pid stands in for it.
   uint64_t process = 0;
+  // common/process_state.h sharedMemoryDevice(): ranks of one host whose /dev/shm differ
+  // (containers with IPC of their own) cannot meet in shared memory. 0: unknown.
+  uint64_t shmDev = 0;
 };
 
 // Whether two ranks run in one process (threads of it).
 inline bool sameProcess(const PeerInfo& a, const PeerInfo& b) {
   if (a.process != 0 || b.process != 0) return a.process == b.process;
   return a.pid == b.pid;
+}
+// Whether two ranks of one host see the same /dev/shm (or either cannot tell).
+inline bool shareDevShm(const PeerInfo& a, const PeerInfo& b) {
+  return a.shmDev == 0 || b.shmDev == 0 || a.shmDev == b.shmDev;
 }
 // Whether `a`'s pid names the same process on `b`'s host as on its own: the same host and
 // the same pid namespace (or one that neither could tell).

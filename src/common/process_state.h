@@ -21,6 +21,11 @@ inline bool stateGone(char state) { return state == 0 || state == 'Z' || state =
 // name and /dev/shm but not its pids number their processes apart, each often as pid 1.
 uint64_t pidNamespace();
 
+// Which /dev/shm this process sees (its file system's device number), or 0 where it cannot
+// tell. Ranks of one host share POSIX shared memory only when these agree: a container
+// started with the host's network but not its IPC (docker's default) has a /dev/shm of its own.
+uint64_t sharedMemoryDevice();
+
 // A number drawn at random once per process, and again in a forked child (one whose pid or
 // pid namespace differs from the drawer's): it tells "the same process" where a pid cannot,
 // since the same pid may be another process of another pid namespace. Never 0. Thread-safe.

@@ -96,10 +96,11 @@ int pidfdOpen(int64_t pid) {
 #endif
 }
 
-// The second line carries the pid, then its pid namespace and the process token.
+// The second line carries the pid, then its pid namespace, the process token and the device
+// of /dev/shm.
 std::string encodePeer(const transport::PeerInfo& p) {
   return p.hostId + "\n" + std::to_string(p.pid) + " " + std::to_string(p.pidNs) + " " + std::to_string(p.process) +
-         "\n" + std::to_string(p.nonce);
+         " " + std::to_string(p.shmDev) + "\n" + std::to_string(p.nonce);
 }
 
 // A peer record may carry a fourth line, the rank's topology record (cluster.h), a fifth,
@@ -115,7 +116,8 @@ Status decodePeer(const std::string& s, int rank, transport::PeerInfo* p, topolo
   char* at = nullptr;
   p->pid = std::strtoll(pid.c_str(), &at, 10);
   p->pidNs = std::strtoull(at, &at, 10);
-  p->process = std::strtoull(at, nullptr, 10);
+  p->process = std::strtoull(at, &at, 10);
+  p->shmDev = std::strtoull(at, nullptr, 10);
   p->nonce = std::strtoull(nonce.c_str(), nullptr, 10);
   *place = topology::RankRecord{};
   if (std::getline(in, placement)) {
@@ -837,6 +839,7 @@ Status Communicator::exchangePeers() {
   me.pid = getpid();
   me.pidNs = pidNamespace();
   me.process = processToken();
+  me.shmDev = sharedMemoryDevice();
   me.nonce = nonce_;
   // Where this rank runs travels with its peer record, so that placing ranks on the
   // topology costs no extra round trip.
@@ -1194,8 +1197,12 @@ Status Communicator::connect() {
       }
     }
     if (choice[r] < 0) {
+      const bool otherShm = peers_[r].hostId == peers_[rank_].hostId && !transport::shareDevShm(peers_[r], peers_[rank_]);
       return invalidArgument("no transport can reach rank " + std::to_string(r) +
-                             (cfg.transport.empty() ? "" : " with BRAID_TRANSPORT=" + cfg.transport));
+                             (cfg.transport.empty() ? "" : " with BRAID_TRANSPORT=" + cfg.transport) +
+                             (otherShm ? " (it runs on this host but sees another /dev/shm: a container with IPC of "
+                                         "its own, which shared memory cannot reach)"
+                                       : ""));
     }
     transportNames_[r] = reg[choice[r]].name;
   }

@@ -788,6 +788,29 @@ TEST_CASE("ranks in pid namespaces of their own on one host: right results, a ki
   CHECK(countMatches(k.out, "rank 1 \\(host [^,]+, another pid namespace\\) left the job's store: its process ended") >= 2);
 }
 
+// A container started with the host's network but not its IPC (docker's default) has a
+// /dev/shm of its own under the host's name. Here each rank mounts one of its own. Before,
+// braid chose shared memory between them and every rank's init failed on shm_open; now they
+// meet over tcp, and BRAID_TRANSPORT=shm says why it cannot.
+TEST_CASE("ranks on one host with a /dev/shm each meet over tcp", "[multiproc][chaos]") {
+  if (run("unshare --ipc --mount true").status != 0) {
+    WARN("skipped: unshare --ipc --mount (IPC and mounts of its own) is not allowed here");
+    return;
+  }
+  const std::string own = " unshare --ipc --mount sh -c 'mount -t tmpfs -o size=64M tmpfs /dev/shm && exec \"$0\" \"$@\"' ";
+  const std::string job = PERF_DIR "/allreduce_perf -b 8 -e 1M -f 32 -n 3 -w 1 -c 1";
+  Run r = run(braidrun(2, "BRAID_DEBUG=INFO") + own + job);
+  INFO(r.out);
+  CHECK(r.status == 0);
+  CHECK(r.out.find("Out of bounds values : 0 OK") != std::string::npos);
+  CHECK(r.out.find("transports [self,tcp]") != std::string::npos);
+  Run forced = run(braidrun(2, "BRAID_TRANSPORT=shm") + own + job);
+  INFO(forced.out);
+  CHECK(forced.status != 0);
+  CHECK(countMatches(forced.out, "no transport can reach rank [01] with BRAID_TRANSPORT=shm \\(it runs on this host but "
+                                 "sees another /dev/shm") == 2);
+}
+
 // What a rank starts and leaves running (a wrapper's child, a background helper) does not
 // outlive braidrun, whether the rank exits cleanly or is killed: braidrun is its subreaper,
 // kills it as the job ends and says so. Before, the leftover kept running (and held the job's

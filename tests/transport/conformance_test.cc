@@ -1120,4 +1120,30 @@ TEST_CASE("registry: an equal pid of another pid namespace is another process", 
   }
 }
 
+// A container with the host's network but IPC of its own (docker's default /dev/shm) shares
+// the host's name but not its POSIX shared memory: shm does not offer itself between them.
+TEST_CASE("registry: shm only between ranks that see the same /dev/shm", "[transport]") {
+  PeerInfo local{0, "host-a", 2, 99, 111, 0xabc, /*shmDev=*/40};
+  PeerInfo same = local;
+  same.rank = 1;
+  same.process = 0xdef;
+  PeerInfo ownShm = same;
+  ownShm.shmDev = 41;
+  PeerInfo unknown = same;
+  unknown.shmDev = 0;
+  CHECK(shareDevShm(local, same));
+  CHECK_FALSE(shareDevShm(local, ownShm));
+  CHECK(shareDevShm(local, unknown));
+  for (const TransportFactory& f : registry()) {
+    if (std::string(f.name) != "shm") continue;
+    TransportConfig cfg;
+    cfg.nranks = 2;
+    auto t = f.create(cfg);
+    REQUIRE(t.isOk());
+    CHECK(t.value()->canConnect(local, same) > 0);
+    CHECK(t.value()->canConnect(local, ownShm) == 0);
+    CHECK(t.value()->canConnect(local, unknown) > 0);
+  }
+}
+
 }  // namespace braid::transport::test

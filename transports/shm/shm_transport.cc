@@ -25,7 +25,8 @@ class ShmTransport : public Transport {
   const char* name() const override { return "shm"; }
 
   int canConnect(const PeerInfo& local, const PeerInfo& remote) const override {
-    return local.hostId == remote.hostId && local.nonce == remote.nonce ? 100 : 0;
+    // One host is not enough: a container with IPC of its own has a /dev/shm of its own.
+    return local.hostId == remote.hostId && shareDevShm(local, remote) && local.nonce == remote.nonce ? 100 : 0;
   }
 
   StatusOr<std::unique_ptr<Connection>> createRecv(int peer, int channel, std::string* blob) override {

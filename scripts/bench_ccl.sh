@@ -58,6 +58,7 @@ fi
 CCL_EXE=$CACHE/ccl_coll_perf; CCL_SRC=$ROOT/bench/peers/ccl_coll_perf.cc
 if ! { [ "$CCL_EXE" -nt "$CCL_SRC" ] && [ "$CCL_EXE" -nt "${CCL_SRC%/*}/coll_data.h" ]; }; then
   echo "== building $CCL_EXE"
+  rm -f "$CCL_EXE"  # a failed build must not leave the old harness to be run
   g++ -std=c++17 -O3 -march=native -I"$CCL_VENV/include" -o "$CCL_EXE" "$CCL_SRC" \
     -L"$CCL_VENV/lib" -lccl -Wl,-rpath,"$CCL_VENV/lib" 2>&1 | grep -v "may conflict with" >&2
   [ -x "$CCL_EXE" ] || { echo "cannot build the oneCCL harness" >&2; exit 2; }

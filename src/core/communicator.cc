@@ -1853,6 +1853,8 @@ LiveState Communicator::liveState() const {
   const Status b = brokenStatus();
   if (!b.isOk()) s.failed = b.toString();
   if (rank_ < static_cast<int>(peers_.size())) s.hostId = peers_[rank_].hostId;
+  s.pidNs = pidNamespace();
+  s.process = processToken();
   int heldBy = s.waitingOn;
   const int failingOn = failingOn_.load(std::memory_order_acquire);
   if (b.isOk() && failingOn >= 0) {
@@ -1863,6 +1865,8 @@ LiveState Communicator::liveState() const {
   if (heldBy >= 0 && heldBy != rank_ && heldBy < static_cast<int>(peers_.size())) {
     s.heldByPid = static_cast<int>(peers_[heldBy].pid);
     s.heldByHostId = peers_[heldBy].hostId;
+    s.heldByPidNs = peers_[heldBy].pidNs;
+    s.heldByProcess = peers_[heldBy].process;
   }
   return s;
 }
@@ -2051,9 +2055,9 @@ bool Communicator::mayBeHeld(int cur) {
   if (cur < 0 || cur >= nranks_ || cur == rank_ || storeLost() || !answersLiveStatus(this)) return false;
   if (cur < static_cast<int>(peerPidFds_.size()) && peerPidFds_[cur] >= 0)
     return !peerExited(cur) && !processStopped(peers_[cur].pid);
-  // Unwatched: a peer of another host, or of this process (whose threads share its pid, which
-  // the holds are followed by: not followed).
-  return peers_[cur].hostId != peers_[rank_].hostId;
+  // Unwatched: a peer of another host or pid namespace, whose state only its answer tells, or
+  // of this process (not followed: it is this very process).
+  return !transport::sameProcess(peers_[cur], peers_[rank_]) && !transport::pidMeaningfulTo(peers_[cur], peers_[rank_]);
 }
 
 double Communicator::heldAskSeconds() const { return std::max(kHeldAskSec, liveAnswerSeconds(this)); }
@@ -2107,10 +2111,13 @@ Status Communicator::heldElsewhere(int cur, const Status& timeout, const HeldAsk
 }
 
 std::string Communicator::followHolds(int cur, const std::vector<LiveState>& states, bool* unanswered) const {
-  using Proc = std::pair<std::string, int64_t>;  // braid host id, pid
+  // Processes are told apart by their tokens, not their pids: ranks in containers that share
+  // this host's name may all be pid 1 (LiveProcess).
+  using Proc = LiveProcess;
+  auto procOf = [&](int r) { return Proc{peers_[r].hostId, peers_[r].pid, peers_[r].pidNs, peers_[r].process}; };
   auto rankOf = [&](const Proc& p) {
     for (int r = 0; r < nranks_; ++r)
-      if (peers_[r].hostId == p.first && peers_[r].pid == p.second) return r;
+      if (sameLiveProcess(procOf(r), p)) return r;
     return -1;
   };
   // A process of this communicator by its rank here; another by its rank where it answered,
@@ -2119,14 +2126,14 @@ std::string Communicator::followHolds(int cur, const std::vector<LiveState>& sta
     const int r = rankOf(p);
     if (r >= 0) return "rank " + std::to_string(r);
     for (const LiveState& s : states)
-      if (s.hostId == p.first && s.pid == p.second)
-        return "rank " + std::to_string(s.rank) + " of communicator '" + s.comm + "' (pid " + std::to_string(p.second) +
+      if (sameLiveProcess(s.self(), p))
+        return "rank " + std::to_string(s.rank) + " of communicator '" + s.comm + "' (pid " + std::to_string(p.pid) +
                ")";
-    return "pid " + std::to_string(p.second) + " on host " + p.first.substr(0, p.first.find(':'));
+    return "pid " + std::to_string(p.pid) + " on host " + p.hostId.substr(0, p.hostId.find(':'));
   };
-  const std::string& myHost = peers_[rank_].hostId;
-  Proc at{peers_[cur].hostId, peers_[cur].pid};
-  std::set<Proc> seen{at};
+  const Proc me = procOf(rank_);
+  Proc at = procOf(cur);
+  std::vector<Proc> seen{at};
   std::vector<std::pair<Proc, bool>> hops;  // each process followed, and whether it still waits
   std::string trail;
   std::string why;  // what the process at the chain's end does
@@ -2134,11 +2141,11 @@ std::string Communicator::followHolds(int cur, const std::vector<LiveState>& sta
     const LiveState* held = nullptr;
     const LiveState* any = nullptr;
     for (const LiveState& s : states) {
-      if (s.hostId != at.first || s.pid != at.second) continue;
+      if (!sameLiveProcess(s.self(), at)) continue;
       if (!any || s.busy) any = &s;
       // The first rank's record in this communicator is what led here (it recorded no
       // stall); further along, a wait here counts as one anywhere.
-      if (s.heldByPid <= 0 || (hop == 0 && s.comm == opts_.keyPrefix)) continue;
+      if (!s.heldBy().known() || (hop == 0 && s.comm == opts_.keyPrefix)) continue;
       if (!held || (s.busy && !held->busy)) held = &s;
     }
     if (!held) {
@@ -2147,9 +2154,10 @@ std::string Communicator::followHolds(int cur, const std::vector<LiveState>& sta
       // this collective (its caller is elsewhere) and is the one to name, as before.
       if (hop == 0) return "";
       if (!any) {
-        // No answer: from a process of this host that runs, nothing to go by; from one of
-        // another host, whose state cannot be read here, the sign that it is stopped.
-        if (at.first == myHost) return "";
+        // No answer: from a process of this host and pid namespace that runs, nothing to go
+        // by; from one of another host or namespace, whose state cannot be read here, the
+        // sign that it is stopped.
+        if (pidReadableBy(at, me)) return "";
         why = "does not answer (stopped, hung, or cut off from the store)";
         break;
       }
@@ -2157,8 +2165,8 @@ std::string Communicator::followHolds(int cur, const std::vector<LiveState>& sta
                       : "is not in a collective (its caller is elsewhere: compute, I/O)";
       break;
     }
-    const Proc next{held->heldByHostId, held->heldByPid};
-    if (next == Proc{myHost, peers_[rank_].pid}) {
+    const Proc next = held->heldBy();
+    if (sameLiveProcess(next, me)) {
       // Held by this rank, which waits for it here: a deadlock across communicators.
       return std::to_string(cur) + "\t" + madeNoProgress("rank " + std::to_string(cur)) + ": " +
              (trail.empty() ? "it" : trail + ", " + name(at)) + " waits in communicator '" + held->comm +
@@ -2170,14 +2178,16 @@ std::string Communicator::followHolds(int cur, const std::vector<LiveState>& sta
              (held->failed.empty() ? "waits for " : "gave up waiting for ") + name(next) + " in communicator '" +
              held->comm + "'";
     hops.emplace_back(at, held->failed.empty());
-    if (!seen.insert(next).second) {
+    const bool again = std::any_of(seen.begin(), seen.end(), [&](const Proc& p) { return sameLiveProcess(p, next); });
+    seen.push_back(next);
+    if (again) {
       // Back at a process already passed: a cycle among other processes. If every one of
       // them still waits, it is a deadlock this rank cannot end: the rank it waits for is in
       // it or held by it. (One that gave up is failing out of it; nothing more to say then.)
       bool allWait = true;
       bool inCycle = false;
       for (const auto& [proc, waits] : hops) {
-        inCycle = inCycle || proc == next;
+        inCycle = inCycle || sameLiveProcess(proc, next);
         if (inCycle) allWait = allWait && waits;
       }
       if (!allWait) return "";
@@ -2186,8 +2196,8 @@ std::string Communicator::followHolds(int cur, const std::vector<LiveState>& sta
              "collectives on several communicators must call them in the same order";
     }
     at = next;
-    if (at.first == myHost) {
-      const char state = processState(at.second);
+    if (pidReadableBy(at, me)) {
+      const char state = processState(at.pid);
       if (stateGone(state)) why = "has exited";
       else if (stateStopped(state)) why = "is stopped";
     }
@@ -2598,7 +2608,7 @@ Communicator::SilentAsk Communicator::beginSilentAsk(const std::string& claimKey
 std::vector<int> Communicator::silentRanks(const LiveAsk& ask, const std::vector<int>& ranks) {
   auto answered = [&](const std::vector<LiveState>& got, int r) {
     for (const LiveState& s : got)
-      if (s.hostId == peers_[r].hostId && s.pid == peers_[r].pid) return true;
+      if (sameLiveProcess(s.self(), {peers_[r].hostId, peers_[r].pid, peers_[r].pidNs, peers_[r].process})) return true;
     return false;
   };
   // A process on a loaded host answers late: read again until kHeldAnswerMoreSec while one

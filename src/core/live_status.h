@@ -30,6 +30,24 @@ class Communicator;
 // The keys of the protocol above are under this, at the root of the job's store.
 inline constexpr const char* kLiveStatusRoot = "braid-status/";
 
+// A process as the live view names it. Containers that share a host's name (and so its
+// braid host id) may number their processes apart, each rank as pid 1: the token
+// (common/process_state.h processToken) tells processes apart, and a pid is looked up in
+// this host's /proc only within this pid namespace. Records of an older braid carry neither:
+// 0, where the host id and pid stand in for them.
+struct LiveProcess {
+  std::string hostId;  // braid's host id (BRAID_HOST_ID or hostname + boot id)
+  int64_t pid = 0;
+  uint64_t pidNs = 0;  // common/process_state.h pidNamespace(); 0: unknown
+  uint64_t token = 0;  // common/process_state.h processToken(); 0: unknown
+  bool known() const { return pid > 0 || token != 0; }
+};
+// Whether a and b are one process: by token where both have one, else by host id and pid.
+bool sameLiveProcess(const LiveProcess& a, const LiveProcess& b);
+// Whether p's pid names that process in /proc for `me`: the same host and pid namespace (an
+// unknown namespace on either side counts as the same, as older records had none).
+bool pidReadableBy(const LiveProcess& p, const LiveProcess& me);
+
 // One rank of one communicator, as it answers.
 struct LiveState {
   std::string comm;  // the communicator's key prefix ("braid", "braid.s1", ...)
@@ -53,6 +71,14 @@ struct LiveState {
   std::string hostId;    // this process's braid host id (BRAID_HOST_ID or hostname + boot id)
   int heldByPid = 0;
   std::string heldByHostId;
+  // This process's and the holder's pid namespace and token (LiveProcess); 0 when unknown.
+  uint64_t pidNs = 0;
+  uint64_t process = 0;
+  uint64_t heldByPidNs = 0;
+  uint64_t heldByProcess = 0;
+
+  LiveProcess self() const { return {hostId, pid, pidNs, process}; }
+  LiveProcess heldBy() const { return {heldByHostId, heldByPid, heldByPidNs, heldByProcess}; }
 
   // One line, tab-separated key=value fields (tabs and newlines in values become spaces).
   std::string encode() const;

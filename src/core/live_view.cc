@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -49,6 +50,16 @@ bool parseInt(const std::string& v, int* out) {
   return true;
 }
 
+bool parseU64(const std::string& v, uint64_t* out) {
+  if (v.empty() || v[0] < '0' || v[0] > '9') return false;
+  errno = 0;
+  char* end = nullptr;
+  const unsigned long long x = std::strtoull(v.c_str(), &end, 10);
+  if (*end || errno == ERANGE) return false;
+  *out = x;
+  return true;
+}
+
 bool parseDouble(const std::string& v, double* out) {
   if (v.empty()) return false;
   char* end = nullptr;
@@ -66,6 +77,15 @@ std::string rankList(const std::vector<int>& ranks) {
 
 }  // namespace
 
+bool sameLiveProcess(const LiveProcess& a, const LiveProcess& b) {
+  if (a.token != 0 && b.token != 0) return a.token == b.token;
+  return a.hostId == b.hostId && a.pid == b.pid;
+}
+
+bool pidReadableBy(const LiveProcess& p, const LiveProcess& me) {
+  return p.pid > 0 && p.hostId == me.hostId && (p.pidNs == 0 || me.pidNs == 0 || p.pidNs == me.pidNs);
+}
+
 std::string LiveState::encode() const {
   std::string s = "v=1\tcomm=" + clean(comm) + "\trank=" + std::to_string(rank) + "\tnranks=" + std::to_string(nranks) +
                   "\tepoch=" + std::to_string(epoch) + "\tpid=" + std::to_string(pid) + "\thost=" + clean(host) +
@@ -74,7 +94,9 @@ std::string LiveState::encode() const {
                   "\twait_what=" + clean(waitWhat) + "\twait_s=" + fixed3(waitSeconds) +
                   "\tchannel=" + std::to_string(channel) + "\tfailed=" + clean(failed) +
                   "\thost_id=" + clean(hostId) + "\theld_by_pid=" + std::to_string(heldByPid) +
-                  "\theld_by_host_id=" + clean(heldByHostId);
+                  "\theld_by_host_id=" + clean(heldByHostId) + "\tpid_ns=" + std::to_string(pidNs) +
+                  "\tprocess=" + std::to_string(process) + "\theld_by_pid_ns=" + std::to_string(heldByPidNs) +
+                  "\theld_by_process=" + std::to_string(heldByProcess);
   return s;
 }
 
@@ -114,6 +136,10 @@ StatusOr<LiveState> LiveState::decode(const std::string& record) {
     else if (k == "host_id") s.hostId = v;
     else if (k == "held_by_pid") ok = parseInt(v, &s.heldByPid) && s.heldByPid >= 0;
     else if (k == "held_by_host_id") s.heldByHostId = v;
+    else if (k == "pid_ns") ok = parseU64(v, &s.pidNs);
+    else if (k == "process") ok = parseU64(v, &s.process);
+    else if (k == "held_by_pid_ns") ok = parseU64(v, &s.heldByPidNs);
+    else if (k == "held_by_process") ok = parseU64(v, &s.heldByProcess);
     // Unknown fields are a newer braid's: skipped.
     if (!ok) return bad("field '" + field + "' is not valid");
     if (tab == record.size()) break;

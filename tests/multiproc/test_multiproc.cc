@@ -921,6 +921,36 @@ TEST_CASE("a deadlock among other ranks is reported as such by a rank that waits
   }
 }
 
+// The same two diagnoses with each rank in a pid namespace of its own on one host, as
+// containers that share the host's name and IPC run: every rank is pid 2 there, and the
+// holds are followed by the processes' tokens. The stopped rank's state cannot be read
+// through /proc across namespaces, so it is named as one that does not answer. Before, the
+// survivor named the live rank held by it, and no deadlock was seen.
+TEST_CASE("ranks in pid namespaces of their own: holds across communicators followed", "[multiproc][chaos]") {
+  if (run("unshare --pid --fork --mount-proc true").status != 0) {
+    WARN("skipped: unshare --pid --fork --mount-proc (a pid namespace of its own) is not allowed here");
+    return;
+  }
+  const std::string ns = " unshare --pid --fork --mount-proc sh -c '\"$0\" \"$@\"; exit $?' ";
+  Run h = run(braidrun(3, "BRAIDRUN_GRACE_SEC=3 BRAID_TIMEOUT=3") + ns + MP_DIR "/mp_held 1");
+  INFO(h.out);
+  CHECK(h.out.find("RESULT rank=2 comm=world code=" + std::to_string(kTimeout) + " failed_rank=0") != std::string::npos);
+  CHECK(h.out.find("rank 0 made no progress for 3 s (BRAID_TIMEOUT): it does not answer (stopped, hung, or cut off "
+                   "from the store); rank 1 waits for rank 0 in communicator 'braid/split0/c0'") != std::string::npos);
+  Run c = run(braidrun(3, "BRAIDRUN_GRACE_SEC=3 BRAID_TIMEOUT=3") + ns + MP_DIR "/mp_held cycle");
+  INFO(c.out);
+  const size_t at = c.out.find("rank 0 (world): ");
+  REQUIRE(at != std::string::npos);
+  CHECK(c.out.substr(at, c.out.find('\n', at) - at).find("a deadlock across communicators among other ranks") !=
+        std::string::npos);
+  for (const char* who : {"rank 1 (A): ", "rank 2 (B): "}) {
+    INFO(who);
+    const size_t w = c.out.find(who);
+    REQUIRE(w != std::string::npos);
+    CHECK(c.out.substr(w, c.out.find('\n', w) - w).find("must call them in the same order") != std::string::npos);
+  }
+}
+
 TEST_CASE("braid-info --status shows where every rank is and which rank holds the others up", "[multiproc][status]") {
   const std::string script = "bash " STATUS_JOB " " BRAIDRUN " " BRAID_INFO " " MP_DIR "/mp_fault ";
   SECTION("a rank whose own thread is away: not in a collective, the others waiting on it") {

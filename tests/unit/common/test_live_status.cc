@@ -81,6 +81,49 @@ TEST_CASE("live status records survive the round trip, and malformed ones are re
   auto older = LiveState::decode("v=1\tcomm=x\trank=0\tnranks=1");
   REQUIRE(older.isOk());
   CHECK(older.value().heldByPid == 0);
+  CHECK(older.value().process == 0);
+  CHECK(!older.value().heldBy().known());
+
+  // The process tokens and pid namespaces, full 64-bit values, round trip too.
+  s.pidNs = 4026531836ULL;
+  s.process = 0xfedcba9876543210ULL;
+  s.heldByPidNs = 4026532999ULL;
+  s.heldByProcess = 0x8000000000000001ULL;
+  auto tokens = LiveState::decode(s.encode());
+  REQUIRE(tokens.isOk());
+  CHECK(tokens.value().pidNs == 4026531836ULL);
+  CHECK(tokens.value().process == 0xfedcba9876543210ULL);
+  CHECK(tokens.value().heldByPidNs == 4026532999ULL);
+  CHECK(tokens.value().heldByProcess == 0x8000000000000001ULL);
+  CHECK(tokens.value().heldBy().known());
+  for (const char* bad : {"process=-1", "process=x", "pid_ns=18446744073709551616", "held_by_process="})
+    CHECK(LiveState::decode(std::string("v=1\tcomm=x\trank=0\tnranks=1\t") + bad).status().code() ==
+          Code::kInvalidArgument);
+}
+
+// Containers that share a host's name may number their processes apart, each rank as pid 1:
+// the live view tells processes apart by their tokens, and reads a pid in /proc only within
+// its own pid namespace.
+TEST_CASE("the live view tells processes apart by their tokens, not their pids", "[live]") {
+  using braid::core::LiveProcess;
+  using braid::core::pidReadableBy;
+  using braid::core::sameLiveProcess;
+  const LiveProcess a{"node1:boot", 1, 11, 0xa};
+  const LiveProcess b{"node1:boot", 1, 12, 0xb};  // another container's pid 1
+  CHECK(sameLiveProcess(a, a));
+  CHECK(!sameLiveProcess(a, b));
+  CHECK(sameLiveProcess(a, LiveProcess{"node1:boot", 7, 11, 0xa}));
+  // Records without tokens (an older braid's): the host and pid decide.
+  CHECK(sameLiveProcess(LiveProcess{"node1:boot", 1, 0, 0}, a));
+  CHECK(!sameLiveProcess(LiveProcess{"node2:boot", 1, 0, 0}, a));
+  CHECK(!sameLiveProcess(LiveProcess{"node1:boot", 2, 0, 0}, a));
+  // A pid is read here only for a process of this host and pid namespace.
+  CHECK(pidReadableBy(LiveProcess{"node1:boot", 5, 11, 0xc}, a));
+  CHECK(!pidReadableBy(b, a));
+  CHECK(!pidReadableBy(LiveProcess{"node2:boot", 5, 11, 0xc}, a));
+  CHECK(pidReadableBy(LiveProcess{"node1:boot", 5, 0, 0}, a));
+  CHECK(!pidReadableBy(LiveProcess{"node1:boot", 0, 11, 0xc}, a));
+  CHECK(!LiveProcess{}.known());
 }
 
 TEST_CASE("a rank describes its operation, its wait, or that it is not in a collective", "[live]") {

@@ -1056,12 +1056,24 @@ Status Communicator::initPoll(Deadline deadline) {
 // (where rank 0 serves the store, the second cannot bind its port). A store without
 // compare-and-set skips the check.
 Status Communicator::claimRank(Deadline deadline) {
-  const std::string me = thisProcess();
+  // The claim names the process as the message will, then its pid namespace and token:
+  // containers that share a host's name may each run a rank as the same pid.
+  const std::string shown = thisProcess();
+  const std::string ns = std::to_string(pidNamespace());
+  const std::string me = shown + "\t" + ns + "\t" + std::to_string(processToken());
   const std::string claim = key("claim/" + std::to_string(nonce_) + "/" + std::to_string(rank_));
   auto holder = store_->compareSet(claim, "", me, storeCheckDeadline(deadline));
   if (!holder.isOk() || holder.value() == me) return Status::ok();  // taken, or no way to tell
-  return invalidArgument("rank " + std::to_string(rank_) + " was given to two processes, " + holder.value() + " and " +
-                         me + ": is the same rank (RANK, BRAID_RANK, the rank argument) set on two of them?");
+  std::string first = holder.value(), second = shown;
+  const size_t tab = first.find('\t');
+  const std::string firstNs = tab == std::string::npos ? "" : first.substr(tab + 1, first.find('\t', tab + 1) - tab - 1);
+  first = first.substr(0, tab);
+  if (first == second) {  // the same pid and host name: told apart by their pid namespaces
+    first += " (pid namespace " + (firstNs.empty() ? std::string("?") : firstNs) + ")";
+    second += " (pid namespace " + ns + ")";
+  }
+  return invalidArgument("rank " + std::to_string(rank_) + " was given to two processes, " + first + " and " + second +
+                         ": is the same rank (RANK, BRAID_RANK, the rank argument) set on two of them?");
 }
 
 // A rank whose process braidrun saw end and which has not published its record here: it

@@ -2276,6 +2276,24 @@ TEST_CASE("two processes given the same rank fail every rank's init at once, nam
     CHECK(countMatches(r.out, "rank 1 could not join the communicator: rank 1 reported: " + says) == 1);
     CHECK(countMatches(r.out, "rank 0 could not join the communicator: rank 1 reported: " + says) == 1);
   }
+  // Each process in a pid namespace of its own, as containers that share the host's name run:
+  // both claimants are pid 2 on the same host. Before, their claims read alike, neither was
+  // caught, and every rank waited out the timeout for rank 2.
+  if (run("unshare --pid --fork --mount-proc true").status != 0) {
+    WARN("skipped the pid namespaces: unshare --pid --fork --mount-proc is not allowed here");
+    return;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  Run r = run(braidrun(3, "BRAIDRUN_GRACE_SEC=60 BRAID_TIMEOUT=30") +
+              " unshare --pid --fork --mount-proc sh -c '\"$0\" \"$@\"; exit $?' "
+              "sh -c 'if [ $BRAID_RANK = 2 ]; then export BRAID_RANK=1; fi; exec " MP_DIR "/mp_collectives'");
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  INFO(r.out);
+  CHECK(r.status != 0);
+  CHECK(secs < 10);
+  CHECK(countMatches(r.out, "rank 1 could not join the communicator: rank 1 was given to two processes, pid 2 on host "
+                            "\\S+ \\(pid namespace [0-9]+\\) and pid 2 on host \\S+ \\(pid namespace [0-9]+\\)") == 1);
+  CHECK(countMatches(r.out, "rank 0 could not join the communicator: rank 1 reported: rank 1 was given to two") == 1);
 }
 
 // A process whose own RANK is refused (RANK=7 of 3, RANK=abc: a launch script's slip) has no

@@ -758,6 +758,16 @@ TEST_CASE("a /dev/shm too small for the FIFOs fails init on every rank and says 
   CHECK(small.out.find("Out of bounds values : 0 OK") != std::string::npos);
 }
 
+// A command prefix that runs a rank in a pid namespace of its own (as pid 2), as containers
+// that share the host's name and IPC run; "" with a warning where that is not allowed.
+std::string ownPidNamespace() {
+  if (run("unshare --pid --fork --mount-proc true").status != 0) {
+    WARN("skipped: unshare --pid --fork --mount-proc (a pid namespace of its own) is not allowed here");
+    return "";
+  }
+  return " unshare --pid --fork --mount-proc sh -c '\"$0\" \"$@\"; exit $?' ";
+}
+
 // Containers that share a host's name and /dev/shm but not its pids (docker's --network=host
 // --ipc=host without --pid=host) number their processes apart, every rank often with the same
 // pid. Here each rank runs in a pid namespace of its own, as pid 2 under a shell as pid 1
@@ -766,11 +776,8 @@ TEST_CASE("a /dev/shm too small for the FIFOs fails init on every rank and says 
 // transport, and every result was wrong, silently; a rank's pid was watched as if it meant
 // the same process here.
 TEST_CASE("ranks in pid namespaces of their own on one host: right results, a killed rank reported", "[multiproc][chaos]") {
-  if (run("unshare --pid --fork --mount-proc true").status != 0) {
-    WARN("skipped: unshare --pid --fork --mount-proc (a pid namespace of its own) is not allowed here");
-    return;
-  }
-  const std::string ns = " unshare --pid --fork --mount-proc sh -c '\"$0\" \"$@\"; exit $?' ";
+  const std::string ns = ownPidNamespace();
+  if (ns.empty()) return;
   Run r = run(braidrun(3, "BRAID_DEBUG=INFO") + ns + PERF_DIR "/allreduce_perf -b 8 -e 1M -f 32 -n 3 -w 1 -c 1");
   INFO(r.out);
   CHECK(r.status == 0);
@@ -927,11 +934,8 @@ TEST_CASE("a deadlock among other ranks is reported as such by a rank that waits
 // through /proc across namespaces, so it is named as one that does not answer. Before, the
 // survivor named the live rank held by it, and no deadlock was seen.
 TEST_CASE("ranks in pid namespaces of their own: holds across communicators followed", "[multiproc][chaos]") {
-  if (run("unshare --pid --fork --mount-proc true").status != 0) {
-    WARN("skipped: unshare --pid --fork --mount-proc (a pid namespace of its own) is not allowed here");
-    return;
-  }
-  const std::string ns = " unshare --pid --fork --mount-proc sh -c '\"$0\" \"$@\"; exit $?' ";
+  const std::string ns = ownPidNamespace();
+  if (ns.empty()) return;
   Run h = run(braidrun(3, "BRAIDRUN_GRACE_SEC=3 BRAID_TIMEOUT=3") + ns + MP_DIR "/mp_held 1");
   INFO(h.out);
   CHECK(h.out.find("RESULT rank=2 comm=world code=" + std::to_string(kTimeout) + " failed_rank=0") != std::string::npos);
@@ -2279,13 +2283,10 @@ TEST_CASE("two processes given the same rank fail every rank's init at once, nam
   // Each process in a pid namespace of its own, as containers that share the host's name run:
   // both claimants are pid 2 on the same host. Before, their claims read alike, neither was
   // caught, and every rank waited out the timeout for rank 2.
-  if (run("unshare --pid --fork --mount-proc true").status != 0) {
-    WARN("skipped the pid namespaces: unshare --pid --fork --mount-proc is not allowed here");
-    return;
-  }
+  const std::string ns = ownPidNamespace();
+  if (ns.empty()) return;
   const auto start = std::chrono::steady_clock::now();
-  Run r = run(braidrun(3, "BRAIDRUN_GRACE_SEC=60 BRAID_TIMEOUT=30") +
-              " unshare --pid --fork --mount-proc sh -c '\"$0\" \"$@\"; exit $?' "
+  Run r = run(braidrun(3, "BRAIDRUN_GRACE_SEC=60 BRAID_TIMEOUT=30") + ns +
               "sh -c 'if [ $BRAID_RANK = 2 ]; then export BRAID_RANK=1; fi; exec " MP_DIR "/mp_collectives'");
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   INFO(r.out);

@@ -194,6 +194,9 @@ struct PeerInfo {
   // common/process_state.h sharedMemoryDevice(): ranks of one host whose /dev/shm differ
   // (containers with IPC of their own) cannot meet in shared memory. 0: unknown.
   uint64_t shmDev = 0;
+  // common/process_state.h networkNamespace(): ranks of one host whose network namespaces
+  // differ do not share its loopback interface. 0: unknown.
+  uint64_t netNs = 0;
 };
 
 // Whether two ranks run in one process (threads of it).
@@ -204,6 +207,10 @@ inline bool sameProcess(const PeerInfo& a, const PeerInfo& b) {
 // Whether two ranks of one host see the same /dev/shm (or either cannot tell).
 inline bool shareDevShm(const PeerInfo& a, const PeerInfo& b) {
   return a.shmDev == 0 || b.shmDev == 0 || a.shmDev == b.shmDev;
+}
+// Whether two ranks share one network namespace (or either cannot tell).
+inline bool shareNetNs(const PeerInfo& a, const PeerInfo& b) {
+  return a.netNs == 0 || b.netNs == 0 || a.netNs == b.netNs;
 }
 // Whether `a`'s pid names the same process on `b`'s host as on its own: the same host and
 // the same pid namespace (or one that neither could tell).

@@ -103,7 +103,10 @@ typedef struct {
 
 typedef struct {
   int rank;
-  const char* host_id;      /* hostname + boot id, or BRAID_HOST_ID */
+  const char* host_id;      /* hostname + boot id, or BRAID_HOST_ID; a remote peer of this host
+                             * in another network namespace gets that id with " netns:<inode>"
+                             * added: it shares no loopback interface with the local rank.
+                             * Valid for the call only. */
   int64_t pid;              /* 0 for a peer whose pid namespace is not this process's */
   uint64_t nonce;
 } braidPeerInfo_v1;

@@ -31,6 +31,12 @@ uint64_t pidNamespace() {
   return static_cast<uint64_t>(st.st_ino);
 }
 
+uint64_t networkNamespace() {
+  struct stat st {};
+  if (::stat("/proc/self/ns/net", &st) != 0) return 0;
+  return static_cast<uint64_t>(st.st_ino);
+}
+
 uint64_t sharedMemoryDevice() {
   struct stat st {};
   if (::stat("/dev/shm", &st) != 0) return 0;

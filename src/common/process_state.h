@@ -21,6 +21,11 @@ inline bool stateGone(char state) { return state == 0 || state == 'Z' || state =
 // name and /dev/shm but not its pids number their processes apart, each often as pid 1.
 uint64_t pidNamespace();
 
+// Which network namespace this process is in (the inode of /proc/self/ns/net), or 0 where it
+// cannot tell. Ranks of one host name whose namespaces differ (ip netns, containers with
+// networks of their own under one name) do not share a loopback interface.
+uint64_t networkNamespace();
+
 // Which /dev/shm this process sees (its file system's device number), or 0 where it cannot
 // tell. Ranks of one host share POSIX shared memory only when these agree: a container
 // started with the host's network but not its IPC (docker's default) has a /dev/shm of its own.

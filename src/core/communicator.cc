@@ -96,11 +96,11 @@ int pidfdOpen(int64_t pid) {
 #endif
 }
 
-// The second line carries the pid, then its pid namespace, the process token and the device
-// of /dev/shm.
+// The second line carries the pid, then its pid namespace, the process token, the device of
+// /dev/shm and the network namespace.
 std::string encodePeer(const transport::PeerInfo& p) {
   return p.hostId + "\n" + std::to_string(p.pid) + " " + std::to_string(p.pidNs) + " " + std::to_string(p.process) +
-         " " + std::to_string(p.shmDev) + "\n" + std::to_string(p.nonce);
+         " " + std::to_string(p.shmDev) + " " + std::to_string(p.netNs) + "\n" + std::to_string(p.nonce);
 }
 
 // A peer record may carry a fourth line, the rank's topology record (cluster.h), a fifth,
@@ -117,7 +117,8 @@ Status decodePeer(const std::string& s, int rank, transport::PeerInfo* p, topolo
   p->pid = std::strtoll(pid.c_str(), &at, 10);
   p->pidNs = std::strtoull(at, &at, 10);
   p->process = std::strtoull(at, &at, 10);
-  p->shmDev = std::strtoull(at, nullptr, 10);
+  p->shmDev = std::strtoull(at, &at, 10);
+  p->netNs = std::strtoull(at, nullptr, 10);
   p->nonce = std::strtoull(nonce.c_str(), nullptr, 10);
   *place = topology::RankRecord{};
   if (std::getline(in, placement)) {
@@ -840,6 +841,7 @@ Status Communicator::exchangePeers() {
   me.pidNs = pidNamespace();
   me.process = processToken();
   me.shmDev = sharedMemoryDevice();
+  me.netNs = networkNamespace();
   me.nonce = nonce_;
   // Where this rank runs travels with its peer record, so that placing ranks on the
   // topology costs no extra round trip.

@@ -198,6 +198,15 @@ case_ucx_2x2() {
     "$ALLREDUCE_PERF" -b 8 -e 8M -f 8 -n 3 -w 1 -c 1 || fail "allreduce_perf over ucx exited with status $?"
   grep -q 'Out of bounds values : 0 OK' "$out" || fail "allreduce_perf over ucx did not report 0 wrong"
   echo "ok: allreduce_perf over ucx, 0 wrong"
+  # Namespaces under one host name, as \`ip netns exec\` or containers with networks of their
+  # own make them: without BRAID_HOST_ID every rank has the same host id, but the plugin is
+  # told the others' network namespaces differ. Before, it gave UCX the loopback interface
+  # alone, as for peers on one host, and init failed ("Destination is unreachable").
+  netns_exec "$out" --hosts 2 --ranks-per-host 2 --timeout "$kRunTimeout" -- \
+    sh -c 'unset BRAID_HOST_ID; exec "$0" "$@"' "$ALLREDUCE_PERF" -b 8 -e 1M -f 32 -n 3 -w 1 -c 1 ||
+    fail "allreduce_perf over ucx across namespaces under one host name exited with status $?"
+  grep -q 'Out of bounds values : 0 OK' "$out" || fail "allreduce_perf over ucx under one host name: not 0 wrong"
+  echo "ok: allreduce_perf over ucx across namespaces under one host name, 0 wrong"
   netns_exec "$out" --hosts 2 --ranks-per-host 2 --grace 20 --timeout "$kRunTimeout" -- \
     "$(dirname "$MP_COLLECTIVES")/mp_fault" kill 3 5
   local r line

@@ -121,8 +121,10 @@ braidPluginResult_t fakeInit(const braidTransportConfig_v1*, void** t, braidPlug
 }
 void fakeFinalize(void*) {}
 int64_t gSeenPid = -1;  // the remote pid the last score was given
+std::string gSeenHost;  // ... and its host id
 int fakeScore(void*, const braidPeerInfo_v1*, const braidPeerInfo_v1* remote) {
   gSeenPid = remote->pid;
+  gSeenHost = remote->host_id;
   return -5;
 }
 braidPluginResult_t fakeCreateRecv(void*, int, int, void** c, void* blob, size_t* n, braidPluginError_v1*) {
@@ -212,6 +214,26 @@ TEST_CASE("plugin adapter: what a wrong plugin returns becomes an error, not a c
   contained.pidNs = 1;
   (void)tr.canConnect(local, contained);
   CHECK(gSeenPid == 7);
+  CHECK(gSeenHost == "h");
+  // A peer of this host in another network namespace (ip netns, a container with a network
+  // of its own under the host's name) shares no loopback interface: the plugin is given a
+  // host id of its own for it, and the plain one where either namespace is unknown or they
+  // are on different hosts.
+  local.netNs = 10;
+  contained.netNs = 20;
+  (void)tr.canConnect(local, contained);
+  CHECK(gSeenHost == "h netns:20");
+  CHECK(gSeenPid == 7);
+  contained.netNs = 10;
+  (void)tr.canConnect(local, contained);
+  CHECK(gSeenHost == "h");
+  contained.netNs = 0;
+  (void)tr.canConnect(local, contained);
+  CHECK(gSeenHost == "h");
+  contained.netNs = 20;
+  contained.hostId = "other";
+  (void)tr.canConnect(local, contained);
+  CHECK(gSeenHost == "other");
 
   std::string blob;
   gFake.blobMode = 1;

@@ -202,9 +202,11 @@ class PluginTransport final : public Transport {
 
   int canConnect(const PeerInfo& local, const PeerInfo& remote) const override {
     braidPeerInfo_v1 l{local.rank, local.hostId.c_str(), local.pid, local.nonce};
+    // A peer of another network namespace has a host id of its own here: it shares no
+    // loopback interface with this rank, so for a plugin it is another host.
+    const std::string remoteHost = pluginHostId(local, remote);
     // A pid of another pid namespace names nothing the plugin could look at: it gets 0.
-    braidPeerInfo_v1 r{remote.rank, remote.hostId.c_str(), remote.pidNs == local.pidNs ? remote.pid : 0,
-                       remote.nonce};
+    braidPeerInfo_v1 r{remote.rank, remoteHost.c_str(), remote.pidNs == local.pidNs ? remote.pid : 0, remote.nonce};
     return std::max(0, t_->score(h_, &l, &r));
   }
 
@@ -268,6 +270,15 @@ class PluginTransport final : public Transport {
     return !st.isOk() && abortCheck_ && !abortCheck_->failed.isOk() ? abortCheck_->failed : st;
   }
 };
+
+}  // namespace
+
+std::string pluginHostId(const PeerInfo& local, const PeerInfo& remote) {
+  if (remote.hostId != local.hostId || shareNetNs(local, remote)) return remote.hostId;
+  return remote.hostId + " netns:" + std::to_string(remote.netNs);
+}
+
+namespace {
 
 // Every entry the host calls must be there; a table with a hole is refused at load, not
 // discovered as a crash mid-collective.

@@ -43,6 +43,13 @@ TransportFactory factoryFromTable(const braidTransportPlugin_v1_t* table, const 
                                   const braidTransportPlugin_v8_t* v8 = nullptr,
                                   const braidTransportPlugin_v9_t* v9 = nullptr);
 
+// The host id a plugin is given for `remote`, seen from `local`: its own, or, where the two
+// are on one host but in different network namespaces (ip netns, containers with networks
+// of their own under one host name), that id with the namespace added, so that a plugin
+// that reaches its host's peers over loopback (UCX's choice of devices) treats it as another
+// host.
+std::string pluginHostId(const PeerInfo& local, const PeerInfo& remote);
+
 // The plugin files to load, from the two settings above (nullptr = unset).
 std::vector<std::string> pluginFiles(const char* pluginList, const char* pluginDir);
 

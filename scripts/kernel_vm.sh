@@ -296,6 +296,14 @@ step "the transport conformance suite over ibverbs" "$B/tests/transport/test_tra
 check='grep -q "Out of bounds values : 0 OK" /tmp/step.log || echo "wrong results"'
 step "allreduce_perf -c 1, 2 ranks, BRAID_TRANSPORT=ibverbs" \
   "$RUN" -np 2 -x BRAID_TRANSPORT=ibverbs -x BRAID_IB_HCA "$AR" -b 8 -e 4M -f 16 -n 3 -w 1 -c 1
+# The direct device path over verbs, on the host-memory runtime (tests/unit/device): every
+# byte moved by the kernels' own source between the verbs connections' registered slots (its
+# staging slab and slot FIFO, given through the plugin ABI's slot_memory), nothing staged,
+# every element of every collective right and everything undone at the end.
+DEV="$B/tests/unit/device/device_rank"
+check='[ "$(grep -c "DEVICE rank=[01] error=none kernels=[1-9][0-9]* slotKernels=0 areas=0 registered=[1-9][0-9]* copies=0" /tmp/step.log)" = 2 ] || echo "not every rank ran the direct path right"; [ "$(grep -c "AFTER rank=[01] areas=0 imports=0 registered=0 hostLive=0" /tmp/step.log)" = 2 ] || echo "left over"'
+[ -x "$DEV" ] && step "device buffers over ibverbs, BRAID_CUDA_PATH=direct (host-memory runtime), 2 ranks" \
+  "$RUN" -np 2 -x BRAID_TRANSPORT=ibverbs -x BRAID_IB_HCA -x BRAID_CUDA_PATH=direct "$DEV"
 # (Every collective over ibverbs runs across two VMs: verbs-hosts.)
 check="$KILLED1"
 step "rank 1 killed mid-allreduce over ibverbs: ranks 0 and 2 fail naming it" \

@@ -1487,7 +1487,7 @@ StatusOr<bool> Session::takesDirectPath(int gpu) {
         if (why.isOk()) {
           mover_ = std::move(m);
           directState_ = 1;
-          BRAID_INFO("BRAID_CUDA_PATH=%s: device buffers run on GPU %d on rank %d, %zu shared-memory segments registered",
+          BRAID_INFO("BRAID_CUDA_PATH=%s: device buffers run on GPU %d on rank %d, %zu slot regions registered",
                      path.c_str(), gpu, comm_->rank(), ranges.size());
         }
       }

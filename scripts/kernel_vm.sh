@@ -308,6 +308,20 @@ check='[ "$(grep -c "DEVICE rank=[01] error=none kernels=[1-9][0-9]* slotKernels
 check="$KILLED1"
 step "rank 1 killed mid-allreduce over ibverbs: ranks 0 and 2 fail naming it" \
   sh -c "'$RUN' -np 3 -x BRAID_TRANSPORT=ibverbs -x BRAID_IB_HCA -x BRAID_TIMEOUT=20 '$MP/mp_fault' kill 1 20 262144; true"
+# The port going down under running allreduces (its interface taken down; last, as rxe0 stays
+# down): each rank fails within 5 s naming the other, one of them through the device's async
+# event ("rxe0 port 1 went down (port error)"), not the timeout of 20 s.
+port_down() {
+  timeout 60 "$RUN" -np 2 -x BRAID_TRANSPORT=ibverbs -x BRAID_IB_HCA -x BRAID_TIMEOUT=20 "$MP/mp_fault" external 0 0 262144 &
+  job=$!
+  i=0
+  while [ "$(grep -c '^RUNNING rank=' /tmp/step.log)" != 2 ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
+  ip link set vm-rxe down
+  wait $job
+  true
+}
+check='for r in 0 1; do grep -E -q "RESULT rank=$r code=3 failed_rank=$((1 - r)) elapsed_ms=[0-9]{1,4} " /tmp/step.log || echo "rank $r did not fail within 5 s naming rank $((1 - r))"; done; grep -q "rxe0 port 1 went down (port error)" /tmp/step.log || echo "no rank heard the port error"'
+step "rxe0's port down mid-allreduce: both ranks fail naming each other" port_down
 exit $failed
 EOF
 }

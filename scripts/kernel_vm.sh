@@ -349,6 +349,12 @@ BRAID_STORE_ADDR=10.78.0.1:29500 step "host $H: allreduce_perf -c 1 across two V
 grep -m1 "ibverbs: using" /tmp/step.log
 check='grep -q "collectives ok rank $H of 2" /tmp/step.log || echo "rank $H did not run every collective"'
 BRAID_STORE_ADDR=10.78.0.1:29501 step "host $H: every collective across two VMs over RoCE v2" "$MP/mp_collectives"
+# The direct device path between the hosts (host-memory runtime, docs/cuda.md): the kernels'
+# source fills and drains the verbs slots that RDMA writes carry across the wire.
+DEV="$B/tests/unit/device/device_rank"
+check='grep -E -q "DEVICE rank=$H error=none kernels=[1-9][0-9]* slotKernels=0 areas=0 registered=[1-9][0-9]* copies=0" /tmp/step.log || echo "rank $H did not run the direct path right"; grep -q "AFTER rank=$H areas=0 imports=0 registered=0 hostLive=0" /tmp/step.log || echo "left over"'
+[ -x "$DEV" ] && BRAID_STORE_ADDR=10.78.0.1:29502 BRAID_CUDA_PATH=direct \
+  step "host $H: device buffers across two VMs over RoCE v2, BRAID_CUDA_PATH=direct" "$DEV"
 exit $failed
 EOF
 }

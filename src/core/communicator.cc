@@ -204,6 +204,9 @@ std::string settingOf(const std::string& line, const std::string& name) {
   return "";
 }
 
+// A peer as the live view names its process.
+LiveProcess liveProcessOf(const transport::PeerInfo& p) { return {p.hostId, p.pid, p.pidNs, p.process}; }
+
 }  // namespace
 
 std::string thisProcess() {
@@ -2128,7 +2131,7 @@ std::string Communicator::followHolds(int cur, const std::vector<LiveState>& sta
   // Processes are told apart by their tokens, not their pids: ranks in containers that share
   // this host's name may all be pid 1 (LiveProcess).
   using Proc = LiveProcess;
-  auto procOf = [&](int r) { return Proc{peers_[r].hostId, peers_[r].pid, peers_[r].pidNs, peers_[r].process}; };
+  auto procOf = [&](int r) { return liveProcessOf(peers_[r]); };
   auto rankOf = [&](const Proc& p) {
     for (int r = 0; r < nranks_; ++r)
       if (sameLiveProcess(procOf(r), p)) return r;
@@ -2622,7 +2625,7 @@ Communicator::SilentAsk Communicator::beginSilentAsk(const std::string& claimKey
 std::vector<int> Communicator::silentRanks(const LiveAsk& ask, const std::vector<int>& ranks) {
   auto answered = [&](const std::vector<LiveState>& got, int r) {
     for (const LiveState& s : got)
-      if (sameLiveProcess(s.self(), {peers_[r].hostId, peers_[r].pid, peers_[r].pidNs, peers_[r].process})) return true;
+      if (sameLiveProcess(s.self(), liveProcessOf(peers_[r]))) return true;
     return false;
   };
   // A process on a loaded host answers late: read again until kHeldAnswerMoreSec while one

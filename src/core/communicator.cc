@@ -1869,9 +1869,11 @@ LiveState Communicator::liveState() const {
   }
   const Status b = brokenStatus();
   if (!b.isOk()) s.failed = b.toString();
-  if (rank_ < static_cast<int>(peers_.size())) s.hostId = peers_[rank_].hostId;
-  s.pidNs = pidNamespace();
-  s.process = processToken();
+  if (rank_ < static_cast<int>(peers_.size())) {
+    s.hostId = peers_[rank_].hostId;
+    s.pidNs = peers_[rank_].pidNs;
+    s.process = peers_[rank_].process;
+  }
   int heldBy = s.waitingOn;
   const int failingOn = failingOn_.load(std::memory_order_acquire);
   if (b.isOk() && failingOn >= 0) {

@@ -4,6 +4,10 @@
 #include <ifaddrs.h>
 #include <net/if.h>
 
+#include <cctype>
+#include <climits>
+#include <cstdlib>
+
 #include <algorithm>
 #include <string>
 
@@ -73,6 +77,58 @@ std::string ucxNetDevices(const std::vector<NetInterface>& up, bool oneHost, con
   std::string s;
   for (const std::string& name : chosen) s += (s.empty() ? "" : ",") + name;
   return s;
+}
+
+std::vector<std::string> softwareRdmaDevices(const std::vector<std::string>& names, const std::string& sysfs) {
+  std::vector<std::string> out;
+  const std::string virtualDevices = "/devices/virtual/";
+  for (const std::string& name : names) {
+    if (name.empty() || name.find('/') != std::string::npos) continue;
+    const std::string entry = sysfs + "/class/infiniband/" + name;
+    char real[PATH_MAX];
+    if (!realpath(entry.c_str(), real)) continue;
+    char root[PATH_MAX];
+    const std::string base = realpath(sysfs.c_str(), root) ? std::string(root) : sysfs;
+    const std::string path = real;
+    if (path.compare(0, base.size() + virtualDevices.size(), base + virtualDevices) == 0) out.push_back(name);
+  }
+  return out;
+}
+
+std::vector<std::string> ucxLaneTransports(const std::string& endpointInfo) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  while ((at = endpointInfo.find("lane[", at)) != std::string::npos) {
+    const size_t close = endpointInfo.find("]:", at);
+    at += 5;
+    if (close == std::string::npos) break;
+    // " 1:rc_verbs/rxe0:1.0 md[1] ...": the resource index, then TRANSPORT/DEVICE.
+    size_t p = close + 2;
+    while (p < endpointInfo.size() && endpointInfo[p] == ' ') ++p;
+    const size_t digits = p;
+    while (p < endpointInfo.size() && std::isdigit(static_cast<unsigned char>(endpointInfo[p]))) ++p;
+    if (p == digits || p >= endpointInfo.size() || endpointInfo[p] != ':') continue;
+    const size_t slash = endpointInfo.find('/', ++p);
+    const size_t end = endpointInfo.find_first_of(" \n", p);
+    if (slash == std::string::npos || slash == p || (end != std::string::npos && end < slash)) continue;
+    const std::string name = endpointInfo.substr(p, slash - p);
+    if (std::find(out.begin(), out.end(), name) == out.end()) out.push_back(name);
+  }
+  return out;
+}
+
+bool ucxLanesOverRdma(const std::vector<std::string>& transports) {
+  for (const std::string& t : transports)
+    for (const char* family : {"rc_", "ud_", "dc_"})
+      if (t.compare(0, 3, family) == 0) return true;
+  return false;
+}
+
+bool ucxUncheckUdDestinations(bool softRoce, unsigned ucxMajor, unsigned ucxMinor) {
+  if (!softRoce || ucxMajor > 1 || (ucxMajor == 1 && ucxMinor >= 19)) return false;
+  for (const char* name : {"UCX_UD_ETH_DGID_CHECK", "UCX_UD_VERBS_ETH_DGID_CHECK", "UCX_UD_MLX5_ETH_DGID_CHECK"})
+    if (std::getenv(name)) return false;
+  return true;
 }
 
 }  // namespace braid

@@ -62,8 +62,8 @@ size_t variedSize(uint64_t seq, size_t slotBytes) {
 std::string streamsOnly(Endpoint& ep) {
   if (ep.recv[0]->seesPeerFailure() && ep.send[0]->seesPeerFailure()) return "";
   return std::string("skip: ") + ep.factory->name +
-         " keeps its FIFOs in memory and cannot see a peer die; the communicator's liveness "
-         "check covers it";
+         " does not see a peer die while it waits (FIFOs in memory, or UCX over shared memory or "
+         "RDMA); the communicator's liveness check covers it";
 }
 
 // ---- scenarios -------------------------------------------------------------------------

@@ -70,6 +70,11 @@ struct Endpoint {
   // Created with peer error handling. UCX 1.13's shared-memory transports cannot offer it;
   // their endpoints are created without, and braid's own liveness checks watch the peer.
   bool watched = false;
+  // Watched, and over lanes that hear of the peer's end by themselves (tcp's socket), so a
+  // connection that only waits still fails soon after the peer dies
+  // (Connection::seesPeerFailure). Over RDMA lanes UCX hears of it only when it next sends
+  // there or its keepalive asks, and braid's own liveness checks cover the wait.
+  bool hearsPeerEnd = false;
   // A message to the peer never completed (a stopped peer): the endpoint is closed by force,
   // which fails what UCX still holds, instead of flushed (UCX asserts when a worker goes with
   // sends still queued on an endpoint).
@@ -206,7 +211,7 @@ class UcxSendConnection final : public Connection {
   // (ucp_ep_flush_nbx) would wait for the receiver to progress, so a collective's end would
   // hang on a peer busy elsewhere.
   bool flushed() const override { return inFlight_ == 0; }
-  bool seesPeerFailure() const override { return ep_->watched; }
+  bool seesPeerFailure() const override { return ep_->hearsPeerEnd; }
   WaitHandle waitHandle(bool forSend) override;
   int peer() const override { return peer_; }
 
@@ -292,7 +297,7 @@ class UcxRecvConnection final : public Connection {
   // Re-posts the slot's receive.
   Status releaseRecv(const Slot& s) override;
   Status progress() override;
-  bool seesPeerFailure() const override { return ep_ && ep_->watched; }
+  bool seesPeerFailure() const override { return ep_ && ep_->hearsPeerEnd; }
   WaitHandle waitHandle(bool forSend) override;
   int peer() const override { return peer_; }
 

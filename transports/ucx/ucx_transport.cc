@@ -11,6 +11,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cstdarg>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -19,6 +20,7 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <vector>
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -48,11 +50,13 @@ Status ucxError(const std::string& what, ucs_status_t st) {
   return Status(Code::kSystemError, "ucx: " + what + ": " + ucs_status_string(st) + ucxSettings());
 }
 
-// UCX's components and their memory domains, e.g. "tcp(tcp) posix(posix) ib(mlx5_0)"; and
-// whether an RDMA-capable one (InfiniBand or RoCE through the "ib" component) has a device.
+// UCX's components and their memory domains, e.g. "tcp(tcp) posix(posix) ib(mlx5_0)";
+// whether an RDMA-capable one (InfiniBand or RoCE through the "ib" component) has a device;
+// and which of those devices software provides (Soft-RoCE's rxe).
 struct Inventory {
   std::string summary;
   bool rdma = false;
+  std::vector<std::string> softRoce;
 };
 
 Inventory inventory() {
@@ -72,10 +76,28 @@ Inventory inventory() {
     for (const auto& md : mds) devs += (devs.empty() ? "" : ",") + std::string(md.md_name);
     if (mds.empty()) continue;
     inv.summary += (inv.summary.empty() ? "" : " ") + std::string(attr.name) + "(" + devs + ")";
-    if (!std::strcmp(attr.name, "ib")) inv.rdma = true;
+    if (!std::strcmp(attr.name, "ib")) {
+      inv.rdma = true;
+      std::vector<std::string> names;
+      for (const auto& md : mds) names.emplace_back(md.md_name);
+      for (std::string& d : softwareRdmaDevices(names)) inv.softRoce.push_back(std::move(d));
+    }
   }
   uct_release_component_list(comps);
   return inv;
+}
+
+// UCX's description of an endpoint (its lanes among it), as ucp_ep_print_info writes it.
+std::string endpointInfo(ucp_ep_h ep) {
+  char* text = nullptr;
+  size_t len = 0;
+  FILE* f = open_memstream(&text, &len);
+  if (!f) return "";
+  ucp_ep_print_info(ep, f);
+  std::fclose(f);
+  std::string out(text ? text : "", text ? len : 0);
+  std::free(text);
+  return out;
 }
 
 // braid's handler of UCX's log, installed once per process (the plugin stays loaded for the
@@ -415,6 +437,7 @@ class UcxTransport final : public Transport {
                                 : "; eager up to " + std::to_string(eagerMaxUnder(rndvThresh_.c_str(), 0) / 1024) +
                                       " KiB (UCX_RNDV_THRESH=" + rndvThresh_ + ")") +
            (tcpRxSeg_.empty() ? "" : "; tcp receives in " + tcpRxSeg_ + " segments (UCX_TCP_RX_SEG_SIZE)") +
+           (uncheckUd_ ? "; UD destination GIDs unchecked on Soft-RoCE (UCX_UD_ETH_DGID_CHECK)" : "") +
            (netDevices_.empty() ? "" : "; network devices " + netDevices_ + " (UCX_NET_DEVICES)");
   }
 
@@ -466,6 +489,7 @@ class UcxTransport final : public Transport {
   Inventory inv_;
   std::string rndvThresh_;  // what braid set UCX_RNDV_THRESH to, or "" (UCX's own)
   std::string tcpRxSeg_;    // what braid set UCX_TCP_RX_SEG_SIZE to, or "" (the user's)
+  bool uncheckUd_ = false;  // UD destination GIDs unchecked: a Soft-RoCE device (ucx_env.h)
   ucp_context_h context_ = nullptr;
   std::map<int, std::unique_ptr<Worker>> workers_;
   // Who each peer is, as canConnect saw it, and which stopped taking messages (Worker::peers);
@@ -552,6 +576,9 @@ Status UcxTransport::init() {
   inv_ = inventory();
   rndvThresh_ = rndvThreshold(inv_.rdma);
   tcpRxSeg_ = tcpRxSegment(inv_.rdma);
+  unsigned major = 0, minor = 0, release = 0;
+  ucp_get_version(&major, &minor, &release);
+  uncheckUd_ = ucxUncheckUdDestinations(!inv_.softRoce.empty(), major, minor);
   // Payloads reduced on arrival over tcp alone: a slot's message eager (arrivalOverTcp). The
   // user's own setting stands.
   if (arrivalOverTcp(inv_.rdma, cfg_.slotBytes) && !std::getenv("UCX_RNDV_THRESH"))
@@ -570,6 +597,17 @@ Status UcxTransport::startContext() {
   // A setting UCP does not know is handed to every transport's configuration that has a
   // field of that name: tcp's is RX_SEG_SIZE (UCX_TCP_RX_SEG_SIZE in the environment).
   if (!tcpRxSeg_.empty()) settings.emplace_back("RX_SEG_SIZE", tcpRxSeg_);
+  // Soft-RoCE: without this UCX's UD drops every packet to an IPv4-mapped GID (ucx_env.h).
+  // A setting UCP does not know goes to the transports' tables; this one is in the table
+  // that ud_verbs and ud_mlx5 share, whose names start "UD_" (UCX_UD_ETH_DGID_CHECK).
+  if (uncheckUd_) {
+    settings.emplace_back("UD_ETH_DGID_CHECK", "n");
+    static std::atomic<bool> logged{false};
+    if (!logged.exchange(true))
+      BRAID_INFO("ucx: rank %d: %s is Soft-RoCE: UCX's check of each UD packet's destination GID is off "
+                 "(UCX_UD_ETH_DGID_CHECK=y keeps it)",
+                 cfg_.rank, inv_.softRoce.front().c_str());
+  }
   netDevices_ = netDevices();
   if (!netDevices_.empty()) {
     settings.emplace_back("NET_DEVICES", netDevices_);
@@ -691,6 +729,7 @@ StatusOr<Endpoint*> UcxTransport::endpoint(Worker* w, int peer, const std::strin
     if (st == UCS_OK) BRAID_INFO("ucx: rank %d reached without peer error handling", peer);
   }
   tMakingEndpoint = false;
+  if (st == UCS_OK && e->watched) e->hearsPeerEnd = !ucxLanesOverRdma(ucxLaneTransports(endpointInfo(e->ep)));
   if (st != UCS_OK) {
     return peerFailureOr(Status(Code::kSystemError, "ucx: cannot reach rank " + std::to_string(peer) + ": " +
                                                         ucs_status_string(st) + ucxSettings() +

@@ -160,7 +160,7 @@ EOF
     -virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap \
     "${extra[@]}" > "$out" 2>&1 || rc=$?
   # The console's own escapes and carriage returns, then what the job printed.
-  tr -d '\r' < "$out" | sed -e 's/\x1b\[[0-9;?]*[a-zA-Z]//g' -e 's/\x1bc//g' | grep -v -e '^SeaBIOS' -e '^iPXE' \
+  tr -d '\r' < "$out" | sed -e 's/\x1b\[[0-9;?]*[a-zA-Z]//g' -e 's/\x1bc//g' | grep -a -v -e '^SeaBIOS' -e '^iPXE' \
     -e '^Press Ctrl-B' -e '^Booting from' -e 'reboot: Power down' -e '^c$' -e '^$' || true
   if [ "$rc" = 124 ]; then
     echo "kernel_vm: the VM did not finish within ${limit} s"
@@ -308,6 +308,27 @@ check='[ "$(grep -c "DEVICE rank=[01] error=none kernels=[1-9][0-9]* slotKernels
 check="$KILLED1"
 step "rank 1 killed mid-allreduce over ibverbs: ranks 0 and 2 fail naming it" \
   sh -c "'$RUN' -np 3 -x BRAID_TRANSPORT=ibverbs -x BRAID_IB_HCA -x BRAID_TIMEOUT=20 '$MP/mp_fault' kill 1 20 262144; true"
+# UCX over the same device: its rc_verbs, wired up over its ud_verbs (on one host UCX would
+# otherwise take shared memory). The plugin sees that rxe0 is Soft-RoCE and turns off UCX's
+# check of each UD packet's destination GID, without which nothing wires up (ucx_env.h).
+UCXRC="-x BRAID_TRANSPORT=ucx -x UCX_TLS=rc_verbs,ud_verbs,self -x UCX_NET_DEVICES=rxe0:1"
+RC_LANES='[ "$(grep -c "ep_cfg\[[0-9]*\]: tag(rc_verbs/rxe0:1)" /tmp/step.log)" -ge 2 ] || echo "UCX did not send over rc_verbs"; grep -q "rxe0 is Soft-RoCE: UCX.s check of each UD packet.s destination GID is off" /tmp/step.log || echo "the plugin did not turn the check off"'
+check='! grep -q "unavailable here" /tmp/step.log || echo "the suite was skipped"'
+UCX_TLS=rc_verbs,ud_verbs,self UCX_NET_DEVICES=rxe0:1 \
+  step "the transport conformance suite over UCX's rc_verbs on rxe0" "$B/tests/transport/test_transport" "[ucx]"
+check='grep -q "Out of bounds values : 0 OK" /tmp/step.log || echo "wrong results"; '"$RC_LANES"
+step "allreduce_perf -c 1, 2 ranks, over UCX's rc_verbs on rxe0" \
+  "$RUN" -np 2 $UCXRC -x BRAID_DEBUG=INFO -x UCX_LOG_LEVEL=info "$AR" -b 8 -e 4M -f 16 -n 3 -w 1 -c 1
+check='[ "$(grep -c "collectives ok rank [0-2] of 3" /tmp/step.log)" = 3 ] || echo "not every rank ran every collective"'
+step "every collective over UCX's rc_verbs on rxe0, 3 ranks" "$RUN" -np 3 $UCXRC "$MP/mp_collectives"
+check="$KILLED1"
+step "rank 1 killed mid-allreduce over UCX's rc_verbs: ranks 0 and 2 fail naming it" \
+  sh -c "'$RUN' -np 3 $UCXRC -x BRAID_TIMEOUT=20 '$MP/mp_fault' kill 1 20 262144; true"
+grep "^RESULT" /tmp/step.log | sed 's/^/  /'
+check="$KILLED1"
+step "rank 1 stopped (SIGSTOP) mid-allreduce over UCX's rc_verbs: ranks 0 and 2 fail naming it" \
+  sh -c "'$RUN' -np 3 $UCXRC -x BRAID_TIMEOUT=10 '$MP/mp_fault' stop 1 20 262144; true"
+grep "^RESULT" /tmp/step.log | sed 's/^/  /'
 # The port going down under running allreduces (its interface taken down; last, as rxe0 stays
 # down): both ranks fail within 5 s, not at the timeout of 20 s, through the verbs transport
 # (the device's async event, "rxe0 port 1 went down (port error)", or a write's error
@@ -357,6 +378,21 @@ DEV="$B/tests/unit/device/device_rank"
 check='grep -E -q "DEVICE rank=$H error=none kernels=[1-9][0-9]* slotKernels=0 areas=0 registered=[1-9][0-9]* copies=0" /tmp/step.log || echo "rank $H did not run the direct path right"; grep -q "AFTER rank=$H areas=0 imports=0 registered=0 hostLive=0" /tmp/step.log || echo "left over"'
 [ -x "$DEV" ] && BRAID_STORE_ADDR=10.78.0.1:29502 BRAID_CUDA_PATH=direct \
   step "host $H: device buffers across two VMs over RoCE v2, BRAID_CUDA_PATH=direct" "$DEV"
+# UCX across the wire with its own choice of transports: it sends over rc_verbs (wired up
+# over ud_verbs, whose check of UD destinations the plugin turns off on Soft-RoCE).
+RC_LANES='grep -q "ep_cfg\[[0-9]*\]: tag(rc_verbs/rxe0:1)" /tmp/step.log || echo "UCX did not send over rc_verbs"'
+check='{ grep -q "Out of bounds values : 0 OK" /tmp/step.log || [ "$H" = 1 ]; } || echo "wrong results"; '"$RC_LANES"
+BRAID_STORE_ADDR=10.78.0.1:29503 BRAID_TRANSPORT=ucx UCX_LOG_LEVEL=info \
+  step "host $H: allreduce_perf -c 1 across two VMs over UCX (rc_verbs)" "$AR" -b 8 -e 2M -f 8 -n 3 -w 1 -c 1
+# With UCX the only plugin and no BRAID_TRANSPORT, UCX's RDMA device puts it above tcp (rank
+# 0 lists the transports chosen).
+check='grep -q "collectives ok rank $H of 2" /tmp/step.log || echo "rank $H did not run every collective"; { grep -q "transports \[self,ucx\]" /tmp/step.log || [ "$H" = 1 ]; } || echo "ucx was not chosen over tcp"; '"$RC_LANES"
+BRAID_STORE_ADDR=10.78.0.1:29504 BRAID_PLUGIN_DIR=none BRAID_TRANSPORT_PLUGIN="$B/lib/braid/libbraid-net-ucx.so" \
+  UCX_LOG_LEVEL=info step "host $H: every collective across two VMs, UCX the only plugin, chosen over tcp" \
+  env -u BRAID_TRANSPORT "$MP/mp_collectives"
+check='grep -E -q "DEVICE rank=$H error=none kernels=[1-9][0-9]* slotKernels=0 areas=0 registered=[1-9][0-9]* copies=0" /tmp/step.log || echo "rank $H did not run the direct path right"; grep -q "AFTER rank=$H areas=0 imports=0 registered=0 hostLive=0" /tmp/step.log || echo "left over"'
+[ -x "$DEV" ] && BRAID_STORE_ADDR=10.78.0.1:29505 BRAID_CUDA_PATH=direct BRAID_TRANSPORT=ucx \
+  step "host $H: device buffers across two VMs over UCX (rc_verbs), BRAID_CUDA_PATH=direct" "$DEV"
 exit $failed
 EOF
 }

@@ -12,6 +12,9 @@
 #                                              OpenSSL, TLS in the kernel
 #   bash scripts/kernel_vm.sh verbs BUILD      the verbs transport over Soft-RoCE
 #   bash scripts/kernel_vm.sh verbs-hosts BUILD  the same across two VMs joined by a wire
+#   bash scripts/kernel_vm.sh ucx-bench BUILD  scripts/bench_ucx.sh over UCX's rc_verbs on
+#                                              rxe0: braid against OpenMPI's pml ucx and
+#                                              ucx_perftest, 2 ranks (emulated: ratios only)
 #   bash scripts/kernel_vm.sh job FILE         any shell script, run as root in the VM
 #
 # Exit 77 when not prepared. The VM: Debian's kernel under qemu (software emulation;
@@ -349,6 +352,31 @@ exit $failed
 EOF
 }
 
+# scripts/bench_ucx.sh in the VM over rxe0 (as the verbs job sets it up), UCX_TLS
+# rc_verbs,ud_verbs,self for braid, OpenMPI's pml ucx and ucx_perftest alike: parts 1
+# (allreduce against OpenMPI) and 3 (one-way sendrecv against ucx_perftest). Every program
+# gets UCX's UD destination check off, as the plugin sets it for braid on Soft-RoCE, and the
+# MPI harness is built in the VM for its CPU. The emulator's timings say nothing about an
+# RDMA card; the ratios compare the programs' costs on one emulated device.
+write_ucx_bench_job() {
+  job_prelude "$1"
+  cat <<'EOF'
+ip link add vm-rxe type veth peer name vm-rxe-peer
+ip addr add 10.77.0.1/24 dev vm-rxe
+ip addr add 10.77.0.2/24 dev vm-rxe-peer
+ip link set vm-rxe up
+ip link set vm-rxe-peer up
+rdma link add rxe0 type rxe netdev vm-rxe || echo "kernel-vm: rdma link add failed"
+ulimit -l unlimited
+# OpenMPI refuses the console's host name "(none)".
+hostname vm
+export HOME=/root UCX_NET_DEVICES=rxe0:1 UCX_UD_ETH_DGID_CHECK=n
+BUILD_DIR="$B" SKIP_SETUP=1 BENCH_CACHE=/tmp/peers RESULTS=/tmp/bench PARTS="1 3" TLS=rc_verbs,ud_verbs NPS=2 \
+  SIZES="64K 1M 16M" P2P_SIZES="64K 1M 4M" COLLS=allreduce ROUNDS=2 RUN_TIMEOUT=120 \
+  bash scripts/bench_ucx.sh 2>&1 | grep -v '^== building'
+EOF
+}
+
 # Two VMs, one rank each, joined by a virtual Ethernet wire (qemu's socket netdev): each puts
 # rxe0 on its eth0 (10.78.0.<h+1>), so the ranks' RDMA writes and hellos cross the wire as
 # RoCE v2 packets, as between two hosts. Rank 0 serves the store. H is 0 or 1.
@@ -454,7 +482,7 @@ case "$MODE" in
       run_pair
     fi
     ;;
-  ktls | ktls-bench | verbs | job)
+  ktls | ktls-bench | verbs | ucx-bench | job)
     make_work
     job="$WORK/job.sh"
     case "$MODE" in
@@ -466,6 +494,10 @@ case "$MODE" in
       verbs)
         need_verbs
         write_verbs_job "$BUILD" > "$job" ;;
+      ucx-bench)
+        need_verbs  # Soft-RoCE's user space (rdma-core) comes with it
+        [ -e "$BUILD/lib/braid/libbraid-net-ucx.so" ] || skip "this build has no UCX plugin"
+        write_ucx_bench_job "$BUILD" > "$job" ;;
     esac
     rc=0
     run_vm "$job" "${BRAID_VM_LIMIT:-600}" > "$WORK/vm.out" || rc=$?
@@ -475,5 +507,5 @@ case "$MODE" in
       run_vm "$job" "${BRAID_VM_LIMIT:-600}"
     fi
     ;;
-  *) echo "usage: $0 prepare | ktls BUILD | ktls-bench BUILD | verbs BUILD | verbs-hosts BUILD | job FILE" >&2; exit 2 ;;
+  *) echo "usage: $0 prepare | ktls BUILD | ktls-bench BUILD | verbs BUILD | verbs-hosts BUILD | ucx-bench BUILD | job FILE" >&2; exit 2 ;;
 esac

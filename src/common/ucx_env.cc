@@ -81,16 +81,14 @@ std::string ucxNetDevices(const std::vector<NetInterface>& up, bool oneHost, con
 
 std::vector<std::string> softwareRdmaDevices(const std::vector<std::string>& names, const std::string& sysfs) {
   std::vector<std::string> out;
-  const std::string virtualDevices = "/devices/virtual/";
+  char root[PATH_MAX];
+  const std::string virtualDevices = (realpath(sysfs.c_str(), root) ? std::string(root) : sysfs) + "/devices/virtual/";
   for (const std::string& name : names) {
     if (name.empty() || name.find('/') != std::string::npos) continue;
     const std::string entry = sysfs + "/class/infiniband/" + name;
     char real[PATH_MAX];
     if (!realpath(entry.c_str(), real)) continue;
-    char root[PATH_MAX];
-    const std::string base = realpath(sysfs.c_str(), root) ? std::string(root) : sysfs;
-    const std::string path = real;
-    if (path.compare(0, base.size() + virtualDevices.size(), base + virtualDevices) == 0) out.push_back(name);
+    if (std::string(real).compare(0, virtualDevices.size(), virtualDevices) == 0) out.push_back(name);
   }
   return out;
 }

@@ -43,9 +43,9 @@ std::vector<NetInterface> upIpv4Interfaces();
 std::string ucxNetDevices(const std::vector<NetInterface>& up, bool oneHost, const std::vector<std::string>& wanted);
 
 // The RDMA devices among `names` ("rxe0", "mlx5_0") that software provides rather than a
-// card: Soft-RoCE's rxe and siw, which the kernel registers as virtual devices, so their
-// sysfs entries (<sysfs>/class/infiniband/NAME) lead under <sysfs>/devices/virtual/ where a
-// card's lead under its bus. A name without an entry is left out.
+// card (Soft-RoCE's rxe, Soft-iWARP's siw), which the kernel registers as virtual devices:
+// their sysfs entries (<sysfs>/class/infiniband/NAME) lead under <sysfs>/devices/virtual/,
+// where a card's lead under its bus. A name without an entry is left out.
 std::vector<std::string> softwareRdmaDevices(const std::vector<std::string>& names, const std::string& sysfs = "/sys");
 
 // The transports of a UCX endpoint's lanes ("tcp", "rc_verbs"), in lane order without

@@ -100,6 +100,22 @@ std::string endpointInfo(ucp_ep_h ep) {
   return out;
 }
 
+// Says at INFO which of UCX's transports carry a peer's messages ("ucx: rank 0 reaches rank
+// 1 over rc_verbs, ud_verbs"), once per process for each set of them, so a job of many peers
+// says it a few times, not once a peer.
+void logLanes(int rank, int peer, const std::vector<std::string>& lanes) {
+  if (lanes.empty()) return;
+  std::string set;
+  for (const std::string& l : lanes) set += (set.empty() ? "" : ", ") + l;
+  static std::mutex mu;
+  static std::set<std::string> said;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!said.insert(set).second) return;
+  }
+  BRAID_INFO("ucx: rank %d reaches rank %d over %s", rank, peer, set.c_str());
+}
+
 // braid's handler of UCX's log, installed once per process (the plugin stays loaded for the
 // life of the process, as the handler must); it acts only on the thread that asks it to:
 // - UCX 1.13 logs an ERROR ("no active messages transport to ...: posix/memory - no peer
@@ -717,19 +733,33 @@ StatusOr<Endpoint*> UcxTransport::endpoint(Worker* w, int peer, const std::strin
   installLogHandler();
   tMakingEndpoint = true;
   tEndpointSaid.clear();
-  tQuietSelection = true;
-  ucs_status_t st = ucp_ep_create(w->worker, &ep, &e->ep);
-  tQuietSelection = false;
+  // A peer of this host where UCX_TLS lets UCX use shared memory: asked for peer error
+  // handling, which UCX 1.13's posix, sysv and cma do not offer, UCX takes tcp over loopback
+  // instead (2.1-2.2 GB/s where shared memory gave 5.0-6.9 for a 2-rank allreduce of 1-8
+  // MiB), so it is not asked; braid's own liveness checks watch a peer of this host.
+  const auto id = peers_->ids.find(peer);
+  const bool sharedMemory = id != peers_->ids.end() && id->second.first == peers_->localHost &&
+                            ucxTlsMayUseSharedMemory(std::getenv("UCX_TLS"));
+  ucs_status_t st = UCS_ERR_UNREACHABLE;
+  if (!sharedMemory) {
+    tQuietSelection = true;
+    st = ucp_ep_create(w->worker, &ep, &e->ep);
+    tQuietSelection = false;
+  }
   e->watched = st == UCS_OK;
   if (st == UCS_ERR_UNREACHABLE) {
     // No transport to this peer offers peer error handling (UCX 1.13's posix, sysv and
-    // cma do not): connect without it.
+    // cma do not), or shared memory is wanted: connect without it.
     ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;
     st = ucp_ep_create(w->worker, &ep, &e->ep);
-    if (st == UCS_OK) BRAID_INFO("ucx: rank %d reached without peer error handling", peer);
+    if (st == UCS_OK && !sharedMemory) BRAID_INFO("ucx: rank %d reached without peer error handling", peer);
   }
   tMakingEndpoint = false;
-  if (st == UCS_OK && e->watched) e->hearsPeerEnd = !ucxLanesOverRdma(ucxLaneTransports(endpointInfo(e->ep)));
+  if (st == UCS_OK) {
+    const std::vector<std::string> lanes = ucxLaneTransports(endpointInfo(e->ep));
+    e->hearsPeerEnd = e->watched && !ucxLanesOverRdma(lanes);
+    logLanes(cfg_.rank, peer, lanes);
+  }
   if (st != UCS_OK) {
     return peerFailureOr(Status(Code::kSystemError, "ucx: cannot reach rank " + std::to_string(peer) + ": " +
                                                         ucs_status_string(st) + ucxSettings() +

@@ -277,10 +277,9 @@ done
 EOF
 }
 
-# Soft-RoCE: rxe0 over one end of a veth pair (its own address, 10.77.0.1), which loops
-# traffic between queue pairs of the same device; the verbs transport's suite and jobs over it.
-write_verbs_job() {
-  job_prelude "$1"
+# Soft-RoCE in one VM: rxe0 over one end of a veth pair (its own address, 10.77.0.1), which
+# loops traffic between queue pairs of the same device.
+rxe_on_veth() {
   cat <<'EOF'
 ip link add vm-rxe type veth peer name vm-rxe-peer
 ip addr add 10.77.0.1/24 dev vm-rxe
@@ -288,8 +287,16 @@ ip addr add 10.77.0.2/24 dev vm-rxe-peer
 ip link set vm-rxe up
 ip link set vm-rxe-peer up
 rdma link add rxe0 type rxe netdev vm-rxe || echo "kernel-vm: rdma link add failed"
-rdma link show
 ulimit -l unlimited
+EOF
+}
+
+# The verbs transport's suite and jobs over rxe0, then UCX's.
+write_verbs_job() {
+  job_prelude "$1"
+  rxe_on_veth
+  cat <<'EOF'
+rdma link show
 export BRAID_IB_HCA=rxe0
 check='grep -q "ibverbs" /tmp/step.log || echo "braid-info does not list ibverbs"'
 step "braid-info lists the verbs transport on rxe0" "$B/src/launcher/braid-info"
@@ -360,14 +367,8 @@ EOF
 # RDMA card; the ratios compare the programs' costs on one emulated device.
 write_ucx_bench_job() {
   job_prelude "$1"
+  rxe_on_veth
   cat <<'EOF'
-ip link add vm-rxe type veth peer name vm-rxe-peer
-ip addr add 10.77.0.1/24 dev vm-rxe
-ip addr add 10.77.0.2/24 dev vm-rxe-peer
-ip link set vm-rxe up
-ip link set vm-rxe-peer up
-rdma link add rxe0 type rxe netdev vm-rxe || echo "kernel-vm: rdma link add failed"
-ulimit -l unlimited
 # OpenMPI refuses the console's host name "(none)".
 hostname vm
 export HOME=/root UCX_NET_DEVICES=rxe0:1 UCX_UD_ETH_DGID_CHECK=n

@@ -735,7 +735,7 @@ StatusOr<Endpoint*> UcxTransport::endpoint(Worker* w, int peer, const std::strin
   tEndpointSaid.clear();
   // A peer of this host where UCX_TLS lets UCX use shared memory: asked for peer error
   // handling, which UCX 1.13's posix, sysv and cma do not offer, UCX takes tcp over loopback
-  // instead (2.1-2.2 GB/s where shared memory gave 5.0-6.9 for a 2-rank allreduce of 1-8
+  // instead (2.1-2.2 GB/s where shared memory gave 4.8-5.9 for a 2-rank allreduce of 1-8
   // MiB), so it is not asked; braid's own liveness checks watch a peer of this host.
   const auto id = peers_->ids.find(peer);
   const bool sharedMemory = id != peers_->ids.end() && id->second.first == peers_->localHost &&

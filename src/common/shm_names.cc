@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -17,11 +18,29 @@ namespace {
 constexpr char kPrefix[] = "braid-";
 }  // namespace
 
+// Read each time, not kept: a child forked after its parent's unshare(CLONE_NEWPID) is in
+// another namespace than the parent that would have kept it.
+uint32_t pidNamespaceTag() {
+  struct stat st {};
+  return stat("/proc/self/ns/pid", &st) == 0 ? static_cast<uint32_t>(st.st_ino) : 0u;
+}
+
 std::string newSegmentName() {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "/%s%ld-%016" PRIx64, kPrefix, static_cast<long>(getpid()), randomU64());
+  char buf[80];
+  std::snprintf(buf, sizeof buf, "/%s%ld-%08" PRIx32 "-%016" PRIx64, kPrefix, static_cast<long>(getpid()),
+                pidNamespaceTag(), randomU64());
   return buf;
 }
+
+namespace {
+// Skips exactly `n` hex digits of `name` from `*i`.
+bool hexRun(const std::string& name, size_t* i, size_t n) {
+  if (name.size() - *i < n) return false;
+  for (size_t end = *i + n; *i < end; ++*i)
+    if (!std::isxdigit(static_cast<unsigned char>(name[*i]))) return false;
+  return true;
+}
+}  // namespace
 
 bool isSegmentName(const std::string& name) {
   size_t i = name.size() > 0 && name[0] == '/' ? 1 : 0;
@@ -31,15 +50,14 @@ bool isSegmentName(const std::string& name) {
   while (i < name.size() && name[i] >= '0' && name[i] <= '9') ++i, ++digits;
   if (digits == 0 || digits > 10 || i >= name.size() || name[i] != '-') return false;
   ++i;
-  if (name.size() - i != 16) return false;
-  for (; i < name.size(); ++i)
-    if (!std::isxdigit(static_cast<unsigned char>(name[i]))) return false;
-  return true;
+  if (!hexRun(name, &i, 8) || i >= name.size() || name[i] != '-') return false;
+  ++i;
+  return hexRun(name, &i, 16) && i == name.size();
 }
 
-int removeSegmentsOf(pid_t pid) {
-  char prefix[48];
-  std::snprintf(prefix, sizeof prefix, "%s%ld-", kPrefix, static_cast<long>(pid));
+int removeSegmentsOf(pid_t pid, uint32_t ns) {
+  char prefix[64];
+  std::snprintf(prefix, sizeof prefix, "%s%ld-%08" PRIx32 "-", kPrefix, static_cast<long>(pid), ns);
   DIR* d = opendir("/dev/shm");
   if (!d) return 0;
   int removed = 0;

@@ -718,17 +718,24 @@ TEST_CASE("a rank killed before a split fails every survivor's split at once", "
 }
 
 // A rank killed during init may leave shared-memory segments that no peer mapped yet; their
-// names carry the creator's pid, and braidrun removes them when the rank exits abnormally.
+// names carry the creator's pid and pid namespace, and braidrun removes them when the rank
+// exits abnormally. A segment with the same pid from another pid namespace (a process in a
+// container sharing /dev/shm) stays.
 TEST_CASE("braidrun removes the shared-memory segments a killed rank left", "[multiproc][chaos]") {
   const std::string dir = "/dev/shm";
   Run r = run(braidrun(2, "BRAIDRUN_GRACE_SEC=1") +
-              "sh -c 'if [ $BRAID_RANK = 1 ]; then f=" + dir + "/braid-$$-00000000feedf00d; : > $f; echo LEFT $f; "
-              "kill -9 $$; fi; sleep 30'");
+              "sh -c 'if [ $BRAID_RANK = 1 ]; then i=$(stat -L -c %i /proc/$$/ns/pid); "
+              "f=" + dir + "/braid-$$-$(printf %08x $((i & 0xffffffff)))-00000000feedf00d; "
+              "g=" + dir + "/braid-$$-$(printf %08x $(((i ^ 1) & 0xffffffff)))-00000000feedf00d; "
+              ": > $f; : > $g; echo LEFT $f; echo OTHER $g; kill -9 $$; fi; sleep 30'");
   INFO(r.out);
   CHECK(r.status != 0);
-  std::smatch m;
+  std::smatch m, o;
   REQUIRE(std::regex_search(r.out, m, std::regex(R"(LEFT (\S+))")));
+  REQUIRE(std::regex_search(r.out, o, std::regex(R"(OTHER (\S+))")));
   CHECK(access(m[1].str().c_str(), F_OK) != 0);
+  CHECK(access(o[1].str().c_str(), F_OK) == 0);
+  unlink(o[1].str().c_str());
   CHECK(r.out.find("removed 1 shared-memory segment(s) rank 1 left") != std::string::npos);
 }
 

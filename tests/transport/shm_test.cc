@@ -1,12 +1,15 @@
 // Shared-memory segment names: random, created exclusively, skipped when taken, gone from
 // /dev/shm once the sender has mapped them, and removable by their creator's pid.
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <set>
@@ -26,9 +29,15 @@ bool inDevShm(const std::string& name) { return access(("/dev/shm" + name).c_str
 
 }  // namespace
 
-TEST_CASE("shm names: the creator's pid and 64 random bits, never the same twice", "[transport][shm]") {
+TEST_CASE("shm names: the creator's pid, its pid namespace and 64 random bits, never the same twice",
+          "[transport][shm]") {
   std::set<std::string> seen;
-  const std::string prefix = "/braid-" + std::to_string(getpid()) + "-";
+  struct stat ns {};
+  REQUIRE(stat("/proc/self/ns/pid", &ns) == 0);
+  CHECK(pidNamespaceTag() == static_cast<uint32_t>(ns.st_ino));
+  char tag[16];
+  std::snprintf(tag, sizeof tag, "%08x", static_cast<unsigned>(static_cast<uint32_t>(ns.st_ino)));
+  const std::string prefix = "/braid-" + std::to_string(getpid()) + "-" + tag + "-";
   for (int i = 0; i < 1000; ++i) {
     std::string n = newSegmentName();
     CHECK(n.rfind(prefix, 0) == 0);
@@ -38,9 +47,14 @@ TEST_CASE("shm names: the creator's pid and 64 random bits, never the same twice
     seen.insert(n);
   }
   CHECK(seen.size() == 1000);
-  for (const char* bad : {"/braid-", "/braid-12-", "/braid-12-0123456789abcde", "/braid-12-0123456789abcdefg",
-                          "/braid--0123456789abcdef", "/braid-x1-0123456789abcdef", "/other-12-0123456789abcdef",
-                          "/braid-0123456789abcdef0123456789abcdef-1-2-3", "/braid-12345678901-0123456789abcdef"}) {
+  CHECK(isSegmentName("/braid-12-effffffe-0123456789abcdef"));
+  for (const char* bad : {"/braid-", "/braid-12-", "/braid-12-0123456789abcdef", "/braid-12-effffffe-0123456789abcde",
+                          "/braid-12-effffffe-0123456789abcdefg", "/braid-12-effffffe-0123456789abcdef-",
+                          "/braid-12-efffffe-0123456789abcdef", "/braid-12-efffffffe-0123456789abcdef",
+                          "/braid-12-effffffe0123456789abcdef", "/braid-12-efffffxe-0123456789abcdef",
+                          "/braid--effffffe-0123456789abcdef", "/braid-x1-effffffe-0123456789abcdef",
+                          "/other-12-effffffe-0123456789abcdef", "/braid-0123456789abcdef0123456789abcdef-1-2-3",
+                          "/braid-12345678901-effffffe-0123456789abcdef"}) {
     INFO(bad);
     CHECK_FALSE(isSegmentName(bad));
   }
@@ -118,17 +132,83 @@ TEST_CASE("shm: removeSegmentsOf removes a dead process's segments and nobody el
   REQUIRE(left.size() == 2);
   for (const auto& s : left) CHECK(inDevShm(s));
 
-  // One of ours, which must stay.
+  // One of ours, which must stay; and one of a process with the child's pid in another pid
+  // namespace (a rank in a container that shares /dev/shm), which must stay too.
   const std::string mine = newSegmentName();
-  int fd = shm_open(mine.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-  REQUIRE(fd >= 0);
-  close(fd);
+  char tag[16];
+  std::snprintf(tag, sizeof tag, "%08x", static_cast<unsigned>(pidNamespaceTag() ^ 1u));
+  const std::string other = "/braid-" + std::to_string(child) + "-" + tag + "-" + mine.substr(mine.size() - 16);
+  REQUIRE(isSegmentName(other));
+  for (const std::string& n : {mine, other}) {
+    int fd = shm_open(n.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    REQUIRE(fd >= 0);
+    close(fd);
+  }
 
   CHECK(removeSegmentsOf(child) == 2);
   for (const auto& s : left) CHECK_FALSE(inDevShm(s));
   CHECK(inDevShm(mine));
+  CHECK(inDevShm(other));
   CHECK(removeSegmentsOf(child) == 0);
+  // Asked for that namespace's process, the launcher of that container removes its segment.
+  CHECK(removeSegmentsOf(child, pidNamespaceTag() ^ 1u) == 1);
+  CHECK_FALSE(inDevShm(other));
   shm_unlink(mine.c_str());
+}
+
+TEST_CASE("shm names: a process in a pid namespace of its own names its segments with that namespace",
+          "[transport][shm]") {
+  // A child unshares its pid namespace and forks: the grandchild is pid 1 there, makes a
+  // segment and exits without unlinking it, as a rank in a container killed during init.
+  int pipefd[2];
+  REQUIRE(pipe(pipefd) == 0);
+  pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    close(pipefd[0]);
+    if (unshare(CLONE_NEWPID) != 0) _exit(7);
+    pid_t g = fork();
+    if (g < 0) _exit(8);
+    if (g == 0) {
+      std::string n = newSegmentName();
+      int fd = shm_open(n.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+      if (fd < 0) _exit(3);
+      close(fd);
+      char tag[16];
+      std::snprintf(tag, sizeof tag, " %08x\n", static_cast<unsigned>(pidNamespaceTag()));
+      n += tag;
+      _exit(write(pipefd[1], n.data(), n.size()) == static_cast<ssize_t>(n.size()) ? 0 : 4);
+    }
+    int st = 0;
+    _exit(waitpid(g, &st, 0) == g && WIFEXITED(st) ? WEXITSTATUS(st) : 5);
+  }
+  close(pipefd[1]);
+  std::string got;
+  char buf[256];
+  ssize_t n;
+  while ((n = read(pipefd[0], buf, sizeof buf)) > 0) got.append(buf, static_cast<size_t>(n));
+  close(pipefd[0]);
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  REQUIRE(WIFEXITED(status));
+  if (WEXITSTATUS(status) == 7) {
+    WARN("skipped: this process may not make a pid namespace (unshare(CLONE_NEWPID) needs CAP_SYS_ADMIN)");
+    return;
+  }
+  REQUIRE(WEXITSTATUS(status) == 0);
+  const size_t sp = got.find(' ');
+  REQUIRE(sp != std::string::npos);
+  const std::string name = got.substr(0, sp);
+  const uint32_t tag = static_cast<uint32_t>(std::stoul(got.substr(sp + 1), nullptr, 16));
+  INFO(name);
+  CHECK(name.rfind("/braid-1-", 0) == 0);
+  CHECK(tag != pidNamespaceTag());
+  CHECK(inDevShm(name));
+  // Pid 1 of this namespace is not the one that made it.
+  CHECK(removeSegmentsOf(1) == 0);
+  CHECK(inDevShm(name));
+  CHECK(removeSegmentsOf(1, tag) == 1);
+  CHECK_FALSE(inDevShm(name));
 }
 
 // ---- references to the sender's memory (FifoConnection::enableRefs) ----------------------

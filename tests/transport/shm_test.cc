@@ -27,6 +27,28 @@ namespace {
 
 bool inDevShm(const std::string& name) { return access(("/dev/shm" + name).c_str(), F_OK) == 0; }
 
+// In a forked child: makes a segment under a fresh name and writes the name and `suffix` to
+// `fd`, leaving the segment in /dev/shm. False on any failure.
+bool leaveSegment(int fd, const std::string& suffix) {
+  std::string n = newSegmentName();
+  int s = shm_open(n.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (s < 0) return false;
+  close(s);
+  n += suffix;
+  return write(fd, n.data(), n.size()) == static_cast<ssize_t>(n.size());
+}
+
+// Reads `fd` to its end, closes it and reaps `child` into `*status`.
+std::string drainAndReap(int fd, pid_t child, int* status) {
+  std::string got;
+  char buf[256];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof buf)) > 0) got.append(buf, static_cast<size_t>(n));
+  close(fd);
+  REQUIRE(waitpid(child, status, 0) == child);
+  return got;
+}
+
 }  // namespace
 
 TEST_CASE("shm names: the creator's pid, its pid namespace and 64 random bits, never the same twice",
@@ -106,26 +128,15 @@ TEST_CASE("shm: removeSegmentsOf removes a dead process's segments and nobody el
   REQUIRE(child >= 0);
   if (child == 0) {
     close(pipefd[0]);
-    for (int i = 0; i < 2; ++i) {
-      std::string n = newSegmentName();
-      int fd = shm_open(n.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-      if (fd < 0) _exit(3);
-      close(fd);
-      n += "\n";
-      if (write(pipefd[1], n.data(), n.size()) != static_cast<ssize_t>(n.size())) _exit(4);
-    }
+    for (int i = 0; i < 2; ++i)
+      if (!leaveSegment(pipefd[1], "\n")) _exit(3);
     close(pipefd[1]);
     raise(SIGKILL);
     _exit(5);
   }
   close(pipefd[1]);
-  std::string got;
-  char buf[256];
-  ssize_t n;
-  while ((n = read(pipefd[0], buf, sizeof buf)) > 0) got.append(buf, static_cast<size_t>(n));
-  close(pipefd[0]);
   int status = 0;
-  REQUIRE(waitpid(child, &status, 0) == child);
+  const std::string got = drainAndReap(pipefd[0], child, &status);
   REQUIRE(WIFSIGNALED(status));
   std::vector<std::string> left;
   for (size_t at = 0, nl; (nl = got.find('\n', at)) != std::string::npos; at = nl + 1) left.push_back(got.substr(at, nl - at));
@@ -170,26 +181,16 @@ TEST_CASE("shm names: a process in a pid namespace of its own names its segments
     pid_t g = fork();
     if (g < 0) _exit(8);
     if (g == 0) {
-      std::string n = newSegmentName();
-      int fd = shm_open(n.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-      if (fd < 0) _exit(3);
-      close(fd);
       char tag[16];
       std::snprintf(tag, sizeof tag, " %08x\n", static_cast<unsigned>(pidNamespaceTag()));
-      n += tag;
-      _exit(write(pipefd[1], n.data(), n.size()) == static_cast<ssize_t>(n.size()) ? 0 : 4);
+      _exit(leaveSegment(pipefd[1], tag) ? 0 : 3);
     }
     int st = 0;
     _exit(waitpid(g, &st, 0) == g && WIFEXITED(st) ? WEXITSTATUS(st) : 5);
   }
   close(pipefd[1]);
-  std::string got;
-  char buf[256];
-  ssize_t n;
-  while ((n = read(pipefd[0], buf, sizeof buf)) > 0) got.append(buf, static_cast<size_t>(n));
-  close(pipefd[0]);
   int status = 0;
-  REQUIRE(waitpid(child, &status, 0) == child);
+  const std::string got = drainAndReap(pipefd[0], child, &status);
   REQUIRE(WIFEXITED(status));
   if (WEXITSTATUS(status) == 7) {
     WARN("skipped: this process may not make a pid namespace (unshare(CLONE_NEWPID) needs CAP_SYS_ADMIN)");

@@ -342,8 +342,9 @@ grep "^RESULT" /tmp/step.log | sed 's/^/  /'
 # The port going down under running allreduces (its interface taken down; last, as rxe0 stays
 # down): both ranks fail within 5 s, not at the timeout of 20 s, through the verbs transport
 # (the device's async event, "rxe0 port 1 went down (port error)", or the error completion
-# of a write, a credit update or a receive, whichever comes first) or, where the other rank published its failure first,
-# through that record ("rank 1 reported: ..."), which then names the same rank on both.
+# of a write, a credit update or a receive, whichever comes first) or, where the other rank
+# published its failure first, through that record ("rank 1 reported: ..."), which then
+# names the same rank on both.
 port_down() {
   timeout 60 "$RUN" -np 2 -x BRAID_TRANSPORT=ibverbs -x BRAID_IB_HCA -x BRAID_TIMEOUT=20 "$MP/mp_fault" external 0 0 262144 &
   job=$!

@@ -2089,8 +2089,9 @@ static void checkSlots(const SlotCase& c) {
 }
 
 // UCX on one host takes 256 KiB x 16 slots through shared memory (UCX_TLS unset, whatever the
-// caller's environment says) and 1 MiB x 4 over tcp alone (each message above UCX's eager limit then goes by rendezvous); a user's
-// BRAID_SLOT_BYTES and BRAID_NSLOTS win, and across hosts a stream's 64 KiB x 8 apply.
+// caller's environment says) and 1 MiB x 4 over tcp alone (each message above UCX's eager
+// limit then goes by rendezvous); a user's BRAID_SLOT_BYTES and BRAID_NSLOTS win, and across
+// hosts a stream's 64 KiB x 8 apply.
 TEST_CASE("slots over ucx on one host follow UCX_TLS", "[multiproc][ucx]") {
   for (const SlotCase& c : {SlotCase{"env -u UCX_TLS BRAID_TRANSPORT=ucx", "slots 262144 x 16,", ""},
                             SlotCase{"BRAID_TRANSPORT=ucx UCX_TLS=tcp", "slots 1048576 x 4,", ""},

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <set>
 #include <string>
 #include <vector>
@@ -38,15 +39,30 @@ bool leaveSegment(int fd, const std::string& suffix) {
   return write(fd, n.data(), n.size()) == static_cast<ssize_t>(n.size());
 }
 
-// Reads `fd` to its end, closes it and reaps `child` into `*status`.
-std::string drainAndReap(int fd, pid_t child, int* status) {
-  std::string got;
+// A forked child that ran `body` with the write end of a pipe and exited with what it
+// returned: its pid, its wait status and what it wrote.
+struct ChildRun {
+  pid_t pid = -1;
+  int status = 0;
+  std::string out;
+};
+ChildRun runChild(const std::function<int(int fd)>& body) {
+  int pipefd[2];
+  REQUIRE(pipe(pipefd) == 0);
+  ChildRun c;
+  c.pid = fork();
+  REQUIRE(c.pid >= 0);
+  if (c.pid == 0) {
+    close(pipefd[0]);
+    _exit(body(pipefd[1]));
+  }
+  close(pipefd[1]);
   char buf[256];
   ssize_t n;
-  while ((n = read(fd, buf, sizeof buf)) > 0) got.append(buf, static_cast<size_t>(n));
-  close(fd);
-  REQUIRE(waitpid(child, status, 0) == child);
-  return got;
+  while ((n = read(pipefd[0], buf, sizeof buf)) > 0) c.out.append(buf, static_cast<size_t>(n));
+  close(pipefd[0]);
+  REQUIRE(waitpid(c.pid, &c.status, 0) == c.pid);
+  return c;
 }
 
 }  // namespace
@@ -122,22 +138,16 @@ TEST_CASE("shm: a name someone already holds is skipped, never opened", "[transp
 
 TEST_CASE("shm: removeSegmentsOf removes a dead process's segments and nobody else's", "[transport][shm]") {
   // A child creates two segments and dies by SIGKILL without unlinking them.
-  int pipefd[2];
-  REQUIRE(pipe(pipefd) == 0);
-  pid_t child = fork();
-  REQUIRE(child >= 0);
-  if (child == 0) {
-    close(pipefd[0]);
+  const ChildRun run = runChild([](int fd) {
     for (int i = 0; i < 2; ++i)
-      if (!leaveSegment(pipefd[1], "\n")) _exit(3);
-    close(pipefd[1]);
+      if (!leaveSegment(fd, "\n")) return 3;
+    close(fd);
     raise(SIGKILL);
-    _exit(5);
-  }
-  close(pipefd[1]);
-  int status = 0;
-  const std::string got = drainAndReap(pipefd[0], child, &status);
-  REQUIRE(WIFSIGNALED(status));
+    return 5;
+  });
+  REQUIRE(WIFSIGNALED(run.status));
+  const pid_t child = run.pid;
+  const std::string& got = run.out;
   std::vector<std::string> left;
   for (size_t at = 0, nl; (nl = got.find('\n', at)) != std::string::npos; at = nl + 1) left.push_back(got.substr(at, nl - at));
   REQUIRE(left.size() == 2);
@@ -171,26 +181,20 @@ TEST_CASE("shm names: a process in a pid namespace of its own names its segments
           "[transport][shm]") {
   // A child unshares its pid namespace and forks: the grandchild is pid 1 there, makes a
   // segment and exits without unlinking it, as a rank in a container killed during init.
-  int pipefd[2];
-  REQUIRE(pipe(pipefd) == 0);
-  pid_t child = fork();
-  REQUIRE(child >= 0);
-  if (child == 0) {
-    close(pipefd[0]);
-    if (unshare(CLONE_NEWPID) != 0) _exit(7);
+  const ChildRun run = runChild([](int fd) {
+    if (unshare(CLONE_NEWPID) != 0) return 7;
     pid_t g = fork();
-    if (g < 0) _exit(8);
+    if (g < 0) return 8;
     if (g == 0) {
       char tag[16];
       std::snprintf(tag, sizeof tag, " %08x\n", static_cast<unsigned>(pidNamespaceTag()));
-      _exit(leaveSegment(pipefd[1], tag) ? 0 : 3);
+      _exit(leaveSegment(fd, tag) ? 0 : 3);
     }
     int st = 0;
-    _exit(waitpid(g, &st, 0) == g && WIFEXITED(st) ? WEXITSTATUS(st) : 5);
-  }
-  close(pipefd[1]);
-  int status = 0;
-  const std::string got = drainAndReap(pipefd[0], child, &status);
+    return waitpid(g, &st, 0) == g && WIFEXITED(st) ? WEXITSTATUS(st) : 5;
+  });
+  const int status = run.status;
+  const std::string& got = run.out;
   REQUIRE(WIFEXITED(status));
   if (WEXITSTATUS(status) == 7) {
     WARN("skipped: this process may not make a pid namespace (unshare(CLONE_NEWPID) needs CAP_SYS_ADMIN)");

@@ -314,6 +314,20 @@ DEV="$B/tests/unit/device/device_rank"
 check='[ "$(grep -c "DEVICE rank=[01] error=none kernels=[1-9][0-9]* slotKernels=0 areas=0 registered=[1-9][0-9]* copies=0" /tmp/step.log)" = 2 ] || echo "not every rank ran the direct path right"; [ "$(grep -c "AFTER rank=[01] areas=0 imports=0 registered=0 hostLive=0" /tmp/step.log)" = 2 ] || echo "left over"'
 [ -x "$DEV" ] && step "device buffers over ibverbs, BRAID_CUDA_PATH=direct (host-memory runtime), 2 ranks" \
   "$RUN" -np 2 -x BRAID_TRANSPORT=ibverbs -x BRAID_IB_HCA -x BRAID_CUDA_PATH=direct "$DEV"
+# GPUDirect RDMA (BRAID_CUDA_PATH=ipc over verbs): each connection's ends have device areas
+# (the runtime's "GPU memory", here host memory) registered with rxe0; the kernels write a
+# payload into the sender's area, one RDMA write moves it into the receiver's, and the header
+# follows into the slot FIFO. Every element right, kernels on the areas, every payload read
+# after a flush, nothing staged, everything unregistered and freed at the end.
+GDR='DEVICE rank=[01] error=none kernels=[1-9][0-9]* slotKernels=[1-9][0-9]* areas=[1-9][0-9]* registered=[1-9][0-9]* copies=0 rdmaFlushes=[1-9][0-9]*'
+check='[ "$(grep -c "'"$GDR"'" /tmp/step.log)" = 2 ] || echo "not every rank moved device calls through registered areas"; [ "$(grep -c "AFTER rank=[01] areas=0 imports=0 registered=0 hostLive=0" /tmp/step.log)" = 2 ] || echo "left over"; [ "$(grep -c "registered with the NIC (GPUDirect RDMA)" /tmp/step.log)" = 2 ] || echo "no rank said it registered its areas"'
+[ -x "$DEV" ] && step "device buffers over ibverbs, BRAID_CUDA_PATH=ipc: device areas registered with rxe0 (host-memory runtime), 2 ranks" \
+  "$RUN" -np 2 -x BRAID_TRANSPORT=ibverbs -x BRAID_IB_HCA -x BRAID_CUDA_PATH=ipc -x BRAID_DEBUG=INFO "$DEV"
+# A rank whose GPU cannot take part in GPUDirect RDMA: every rank keeps the registered host
+# slots of `direct` (none makes an area), saying why, and every element is still right.
+check='[ "$(grep -c "DEVICE rank=[01] error=none kernels=[1-9][0-9]* slotKernels=0 areas=0 registered=[1-9][0-9]* copies=0 rdmaFlushes=0" /tmp/step.log)" = 2 ] || echo "not every rank kept the host slots"; [ "$(grep -c "AFTER rank=[01] areas=0 imports=0 registered=0 hostLive=0" /tmp/step.log)" = 2 ] || echo "left over"; [ "$(grep -c "keeps the shared-memory slots: .*fake: no GPUDirect RDMA, on purpose" /tmp/step.log)" = 2 ] || echo "not every rank said why"'
+[ -x "$DEV" ] && step "device buffers over ibverbs, BRAID_CUDA_PATH=ipc, rank 1 without GPUDirect RDMA: both keep the host slots" \
+  "$RUN" -np 2 -x BRAID_TRANSPORT=ibverbs -x BRAID_IB_HCA -x BRAID_CUDA_PATH=ipc -x DEVICE_NO_RDMA=1 -x BRAID_DEBUG=WARN "$DEV"
 # (Every collective over ibverbs runs across two VMs: verbs-hosts.)
 check="$KILLED1"
 step "rank 1 killed mid-allreduce over ibverbs: ranks 0 and 2 fail naming it" \
@@ -408,6 +422,11 @@ DEV="$B/tests/unit/device/device_rank"
 check='grep -E -q "DEVICE rank=$H error=none kernels=[1-9][0-9]* slotKernels=0 areas=0 registered=[1-9][0-9]* copies=0" /tmp/step.log || echo "rank $H did not run the direct path right"; grep -q "AFTER rank=$H areas=0 imports=0 registered=0 hostLive=0" /tmp/step.log || echo "left over"'
 [ -x "$DEV" ] && BRAID_STORE_ADDR=10.78.0.1:29502 BRAID_CUDA_PATH=direct \
   step "host $H: device buffers across two VMs over RoCE v2, BRAID_CUDA_PATH=direct" "$DEV"
+# GPUDirect RDMA between the hosts: each device payload crosses the wire from the sender's
+# registered area into the receiver's, its header after it.
+check='grep -E -q "DEVICE rank=$H error=none kernels=[1-9][0-9]* slotKernels=[1-9][0-9]* areas=[1-9][0-9]* registered=[1-9][0-9]* copies=0 rdmaFlushes=[1-9][0-9]*" /tmp/step.log || echo "rank $H did not move device calls through registered areas"; grep -q "AFTER rank=$H areas=0 imports=0 registered=0 hostLive=0" /tmp/step.log || echo "left over"; grep -q "registered with the NIC (GPUDirect RDMA)" /tmp/step.log || echo "rank $H did not say it registered its areas"'
+[ -x "$DEV" ] && BRAID_STORE_ADDR=10.78.0.1:29506 BRAID_CUDA_PATH=ipc \
+  step "host $H: device buffers across two VMs over RoCE v2, BRAID_CUDA_PATH=ipc (device areas registered with rxe0)" "$DEV"
 # UCX across the wire with its own choice of transports: it sends over rc_verbs (wired up
 # over ud_verbs, whose check of UD destinations the plugin turns off on Soft-RoCE).
 RC_LANES='grep -q "ep_cfg\[[0-9]*\]: tag(rc_verbs/rxe0:1)" /tmp/step.log || echo "UCX did not send over rc_verbs"'

@@ -176,6 +176,36 @@ class Connection {
   virtual Status postSendDevice(const Slot& s, size_t bytes) {
     return Status(Code::kInternal, "this transport has no device slots");
   }
+
+  // How the device area is reached. kShared: the receiver's area alone, which the sender
+  // opens (CUDA IPC) and its kernels write into; setDeviceArea gets the receiver's own area
+  // on the receiving end and the opened one on the sending end. kRegistered (GPUDirect
+  // RDMA): each end has an area of its own registered with the NIC; the sender's kernels
+  // write into the sender's, and the transport moves each payload into the receiver's;
+  // setDeviceArea gets each end's own area, after registerDeviceArea (both ends) and
+  // attachPeerDeviceArea (the sender).
+  enum class DeviceAreaKind { kNone, kShared, kRegistered };
+  virtual DeviceAreaKind deviceAreaKind() const {
+    return deviceAreaBytes() ? DeviceAreaKind::kShared : DeviceAreaKind::kNone;
+  }
+  // GPU memory given to the NIC: a dmabuf of it where the GPU gives one (fd >= 0, the
+  // area at `offset` in it), else the area's address alone.
+  struct DeviceMemory {
+    void* base = nullptr;
+    int dmabufFd = -1;
+    uint64_t dmabufOffset = 0;
+  };
+  // kRegistered: registers this end's area with the NIC and returns the name the sender
+  // needs (on a sending end, "" or anything: nobody reads it). Undone by
+  // releaseDeviceArea, which must come before the area is freed.
+  virtual StatusOr<std::string> registerDeviceArea(const DeviceMemory& area) {
+    return Status(Code::kInternal, "this transport registers no device areas");
+  }
+  // kRegistered, sending end: the receiver's area, by the name its registerDeviceArea gave.
+  virtual Status attachPeerDeviceArea(const std::string& name) {
+    return Status(Code::kInternal, "this transport registers no device areas");
+  }
+  virtual void releaseDeviceArea() {}
 };
 
 // What a rank tells the others about itself, through the bootstrap.

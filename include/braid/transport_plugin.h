@@ -1,4 +1,4 @@
-/* braid transport plugin ABI, versions 1 to 9.
+/* braid transport plugin ABI, versions 1 to 10.
  *
  * A transport plugin is a shared library that exports a table of function pointers that
  * mirrors braid's transport seam one to one:
@@ -43,7 +43,7 @@
 extern "C" {
 #endif
 
-#define BRAID_TRANSPORT_PLUGIN_ABI_VERSION 9
+#define BRAID_TRANSPORT_PLUGIN_ABI_VERSION 10
 #define BRAID_TRANSPORT_PLUGIN_SYMBOL_V1 "braidTransportPlugin_v1"
 #define BRAID_TRANSPORT_PLUGIN_SYMBOL_V2 "braidTransportPlugin_v2"
 #define BRAID_TRANSPORT_PLUGIN_SYMBOL_V3 "braidTransportPlugin_v3"
@@ -53,6 +53,7 @@ extern "C" {
 #define BRAID_TRANSPORT_PLUGIN_SYMBOL_V7 "braidTransportPlugin_v7"
 #define BRAID_TRANSPORT_PLUGIN_SYMBOL_V8 "braidTransportPlugin_v8"
 #define BRAID_TRANSPORT_PLUGIN_SYMBOL_V9 "braidTransportPlugin_v9"
+#define BRAID_TRANSPORT_PLUGIN_SYMBOL_V10 "braidTransportPlugin_v10"
 
 /* In C++ int is its underlying type, so that whatever int a plugin returns is a value of it,
  * which braid checks, and not undefined behavior in braid (as braid.h's enums). */
@@ -337,6 +338,48 @@ typedef struct braidTransportPlugin_v9_s {
   braidPluginResult_t (*expect_reduce)(void* connection, size_t ahead, void* dst, size_t bytes,
                                        const braidArrivalReduce_v1* reduce, braidPluginError_v1* error);
 } braidTransportPlugin_v9_t;
+
+/* GPU memory braid gives a connection for its device area (version 10): the area's address
+ * as the process sees it, and a dmabuf of it where the GPU gives one (dmabuf_fd >= 0, the
+ * area at dmabuf_offset in it; braid closes the fd after the call), else -1. */
+typedef struct {
+  void* base;
+  int dmabuf_fd;
+  uint64_t dmabuf_offset;
+} braidDeviceMemory_v1;
+
+/* Version 10: version 9 (its base, with abi_version 10) and device areas (GPUDirect RDMA).
+ * With BRAID_CUDA_PATH=ipc, each end of a connection that has them gets an area of GPU
+ * memory of device_area_bytes (one payload per slot) and registers it with its NIC; the
+ * receiving end names its own for the sender (through braid's store), and the sender
+ * attaches it. Once every rank has, braid calls set_device_area on both ends. The sender's
+ * kernels then write a device call's payload at device_data(slot) of a reserved slot, in
+ * the sender's own area, and post_send_device sends it into the receiver's area, the slot
+ * itself carrying the tag and length in order with the other messages. On the receiving end
+ * recv_in_device_area says whether a peeked slot's payload is in the area, at
+ * device_data(slot). release_device_area undoes registration before braid frees the area.
+ * A connection without device areas returns 0 from device_area_bytes, and braid calls none
+ * of the others on it. */
+typedef struct braidTransportPlugin_v10_s {
+  braidTransportPlugin_v9_t base;
+  size_t (*device_area_bytes)(void* connection);
+  /* Registers this end's area (device_area_bytes long). A receiving end writes its name for
+   * the sender, NUL-terminated, into name (name_capacity bytes); a sending end writes "". */
+  braidPluginResult_t (*register_device_area)(void* connection, const braidDeviceMemory_v1* area, char* name,
+                                              size_t name_capacity, braidPluginError_v1* error);
+  /* Sending end: the receiver's area by the name its register_device_area wrote. */
+  braidPluginResult_t (*attach_peer_device_area)(void* connection, const char* name, braidPluginError_v1* error);
+  /* The area is in use from now on (base, as registered), or no longer (NULL). */
+  void (*set_device_area)(void* connection, void* base);
+  void (*release_device_area)(void* connection);
+  /* Where the payload of a reserved (sending) or peeked (receiving) slot lives in this end's
+   * area; NULL while the area is not in use. */
+  void* (*device_data)(void* connection, const braidSlot_v1* slot);
+  braidPluginResult_t (*post_send_device)(void* connection, const braidSlot_v1* slot, size_t bytes,
+                                          braidPluginError_v1* error);
+  /* Nonzero when the slot peek_recv returned last has its payload in the area. */
+  int (*recv_in_device_area)(void* connection, const braidSlot_v1* slot);
+} braidTransportPlugin_v10_t;
 
 #ifdef __cplusplus
 }

@@ -1502,11 +1502,15 @@ StatusOr<bool> Session::takesDirectPath(int gpu) {
 }
 
 // BRAID_CUDA_PATH=ipc, at the first device call of every rank: each rank makes a device
-// area for each connection it receives on and names it (CUDA IPC); once every rank has
-// made its own, each opens its peers' for the connections it sends on; once every rank has
-// opened them, all connections take them. Any rank that cannot (no direct path, no memory,
-// a peer's GPU its own cannot reach) makes every rank keep the shared-memory slots.
+// area for each connection it receives on and names it (CUDA IPC), or, where the transport
+// registers areas with its NIC (GPUDirect RDMA), one for each connection it sends or
+// receives on, registered and named by the connection; once every rank has made its own,
+// each opens (or attaches) its peers' for the connections it sends on; once every rank has
+// done that, all connections take them. Any rank that cannot (no direct path, no memory, a
+// peer's GPU its own cannot reach, a NIC that cannot register GPU memory) makes every rank
+// keep the shared-memory slots.
 Status Session::setupDeviceSlots(int gpu, bool canTake) {
+  using Kind = transport::Connection::DeviceAreaKind;
   device::Runtime& rt = device::runtime();
   const int me = comm_->rank();
   struct End {
@@ -1518,34 +1522,67 @@ Status Session::setupDeviceSlots(int gpu, bool canTake) {
   comm_->forEachConnection([&](int set, int peer, bool send, transport::Connection* c) {
     (send ? sends : recvs).push_back(End{set, peer, c});
   });
-  // Round 1: "ok" and "set|from|name;" per receive connection, or "no: why".
   std::string why = canTake ? "" : "no direct path";
+  bool rdma = false;
+  for (const std::vector<End>* ends : {&recvs, &sends})
+    for (const End& e : *ends) rdma |= e.c->deviceAreaKind() == Kind::kRegistered;
+  if (why.empty() && rdma) {
+    Status st = rt.rdmaSupport(gpu);
+    if (!st.isOk()) why = st.message();
+  }
+  // An area of this rank's own, named: by CUDA IPC, or registered by its connection.
+  auto makeArea = [&](End& e, std::string* name) -> Status {
+    const Kind kind = e.c->deviceAreaKind();
+    size_t bytes = e.c->deviceAreaBytes();
+    if (kind == Kind::kNone || bytes == 0) return Status(Code::kInvalidArgument, "a connection without device slots");
+    // Whole 2 MiB pages of GPU memory: what a dmabuf of it needs, and where cudaMalloc puts
+    // allocations of that size.
+    if (kind == Kind::kRegistered) bytes = (bytes + kDeviceAreaAlign - 1) / kDeviceAreaAlign * kDeviceAreaAlign;
+    BRAID_ASSIGN_OR_RETURN(e.area, rt.allocDevice(bytes, gpu));
+    slotAreas_.push_back(e.area);
+    if (kind == Kind::kShared) {
+      BRAID_ASSIGN_OR_RETURN(*name, rt.exportDevice(e.area));
+      return Status::ok();
+    }
+    transport::Connection::DeviceMemory m;
+    m.base = e.area;
+    auto dmabuf = rt.dmabufOf(e.area, bytes);
+    if (dmabuf.isOk()) {
+      m.dmabufFd = dmabuf.value().fd;
+      m.dmabufOffset = dmabuf.value().offset;
+    } else {
+      BRAID_INFO("BRAID_CUDA_PATH=ipc: rank %d registers its device area for rank %d by address: %s", me, e.peer,
+                 dmabuf.status().message().c_str());
+    }
+    auto named = e.c->registerDeviceArea(m);
+    if (m.dmabufFd >= 0) ::close(m.dmabufFd);
+    BRAID_RETURN_IF_ERROR(named.status());
+    slotConns_.push_back(e.c);
+    *name = named.value();
+    return Status::ok();
+  };
+  // Round 1: "ok" and "set|from|name;" per receive connection, or "no: why".
   std::string mine;
   for (End& e : recvs) {
     if (!why.empty()) break;
-    const size_t bytes = e.c->deviceAreaBytes();
-    if (bytes == 0) {
-      why = "a connection without device slots";
+    std::string name;
+    Status st = makeArea(e, &name);
+    if (!st.isOk()) {
+      why = st.message();
       break;
     }
-    auto area = rt.allocDevice(bytes, gpu);
-    if (!area.isOk()) {
-      why = area.status().message();
-      break;
-    }
-    e.area = area.value();
-    slotAreas_.push_back(e.area);
-    auto name = rt.exportDevice(e.area);
-    if (!name.isOk()) {
-      why = name.status().message();
-      break;
-    }
-    mine += std::to_string(e.set) + "|" + std::to_string(e.peer) + "|" + name.value() + ";";
+    mine += std::to_string(e.set) + "|" + std::to_string(e.peer) + "|" + name + ";";
+  }
+  for (End& e : sends) {
+    if (!why.empty() || e.c->deviceAreaKind() != Kind::kRegistered) continue;
+    std::string unused;
+    Status st = makeArea(e, &unused);
+    if (!st.isOk()) why = st.message();
   }
   BRAID_ASSIGN_OR_RETURN(auto made, comm_->exchangeAll("dslots/made", why.empty() ? "ok;" + mine : "no: " + why));
   for (size_t r = 0; r < made.size() && why.empty(); ++r)
     if (made[r].compare(0, 3, "ok;") != 0) why = "rank " + std::to_string(r) + " has none (" + made[r] + ")";
-  // Round 2: open the peers' areas this rank sends into.
+  // Round 2: open (or attach) the peers' areas this rank sends into.
   for (End& e : sends) {
     if (!why.empty()) break;
     const std::string want = ";" + std::to_string(e.set) + "|" + std::to_string(me) + "|";
@@ -1556,7 +1593,13 @@ Status Session::setupDeviceSlots(int gpu, bool canTake) {
       why = "rank " + std::to_string(e.peer) + " named no device slots for rank " + std::to_string(me);
       break;
     }
-    auto area = rt.importDevice(theirs.substr(at + want.size(), end - at - want.size()), gpu);
+    const std::string name = theirs.substr(at + want.size(), end - at - want.size());
+    if (e.c->deviceAreaKind() == Kind::kRegistered) {
+      Status st = e.c->attachPeerDeviceArea(name);
+      if (!st.isOk()) why = st.message();
+      continue;
+    }
+    auto area = rt.importDevice(name, gpu);
     if (!area.isOk()) {
       why = area.status().message();
       break;
@@ -1574,15 +1617,20 @@ Status Session::setupDeviceSlots(int gpu, bool canTake) {
   }
   for (End& e : recvs) e.c->setDeviceArea(e.area);
   for (End& e : sends) e.c->setDeviceArea(e.area);
-  BRAID_INFO("BRAID_CUDA_PATH=ipc: rank %d moves device calls through %zu device slot areas of its own and %zu of its peers'",
-             me, recvs.size(), sends.size());
+  BRAID_INFO("BRAID_CUDA_PATH=ipc: rank %d moves device calls through %zu device slot areas of its own and %zu of its "
+             "peers'%s",
+             me, slotAreas_.size(), slotImports_.size(),
+             slotConns_.empty() ? "" : ", registered with the NIC (GPUDirect RDMA) where a peer is across the network");
   return Status::ok();
 }
 
+// Registrations go before the memory they cover.
 void Session::dropDeviceSlots() {
   device::Runtime& rt = device::runtime();
+  for (transport::Connection* c : slotConns_) c->releaseDeviceArea();
   for (void* p : slotImports_) rt.closeImported(p);
   for (void* p : slotAreas_) rt.freeDevice(p);
+  slotConns_.clear();
   slotImports_.clear();
   slotAreas_.clear();
 }

@@ -268,6 +268,9 @@ class Session {
   // opened (its peers', for its send connections), all in use or none.
   std::vector<void*> slotAreas_;
   std::vector<void*> slotImports_;
+  // The connections that registered an area with their NIC (GPUDirect RDMA).
+  std::vector<transport::Connection*> slotConns_;
+  static constexpr size_t kDeviceAreaAlign = size_t{2} << 20;
   Status setupDeviceSlots(int gpu, bool canTake);
   void dropDeviceSlots();
   // deviceQueue_.get() once made, for host calls to check without taking deviceMu_.

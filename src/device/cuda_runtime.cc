@@ -33,6 +33,7 @@ Status cudaFailure(const char* what, cudaError_t e) {
 // Driver entry points as CUDA 12.0 defines them (cuda.h), resolved through the runtime.
 using WaitValue32Fn = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
 using PointerGetAttributeFn = CUresult (*)(void*, CUpointer_attribute, CUdeviceptr);
+using GetHandleForAddressRangeFn = CUresult (*)(void*, CUdeviceptr, size_t, CUmemRangeHandleType, unsigned long long);
 
 template <typename Fn>
 Fn driverEntry(const char* name) {
@@ -346,6 +347,52 @@ class CudaRuntime final : public Runtime {
     if (cudaIpcCloseMemHandle(p) != cudaSuccess) cudaGetLastError();
   }
 
+  // GPUDirect RDMA. A NIC's writes into GPU memory need a flush before a kernel reads them
+  // unless the GPU orders them for its own context (cudaDevAttrGPUDirectRDMAWritesOrdering
+  // at least "owner"); the flush is the host call, so a GPU with neither cannot take part.
+  Status rdmaSupport(int device) override {
+    BRAID_RETURN_IF_ERROR(available());
+    int supported = 0, ordering = 0, options = 0;
+    cudaError_t e = cudaDeviceGetAttribute(&supported, cudaDevAttrGPUDirectRDMASupported, device);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&ordering, cudaDevAttrGPUDirectRDMAWritesOrdering, device);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&options, cudaDevAttrGPUDirectRDMAFlushWritesOptions, device);
+    if (e != cudaSuccess) return cudaFailure("cudaDeviceGetAttribute (GPUDirect RDMA)", e);
+    const std::string gpu = "CUDA: GPU " + std::to_string(device);
+    if (!supported) return Status(Code::kSystemError, gpu + " does not support GPUDirect RDMA");
+    const bool ordered = ordering >= cudaGPUDirectRDMAWritesOrderingOwner;
+    if (!ordered && !(options & cudaFlushGPUDirectRDMAWritesOptionHost))
+      return Status(Code::kSystemError, gpu + " can neither order nor flush GPUDirect RDMA writes from the host");
+    std::lock_guard<std::mutex> lock(rdmaMu_);
+    if (static_cast<size_t>(device) >= rdmaFlush_.size()) rdmaFlush_.resize(static_cast<size_t>(device) + 1, -1);
+    rdmaFlush_[static_cast<size_t>(device)] = ordered ? 0 : 1;
+    return Status::ok();
+  }
+  StatusOr<Dmabuf> dmabufOf(void* p, size_t bytes) override {
+    static const auto getHandle = driverEntry<GetHandleForAddressRangeFn>("cuMemGetHandleForAddressRange");
+    if (!getHandle) return Status(Code::kSystemError, "CUDA: the driver has no cuMemGetHandleForAddressRange");
+    const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+    if (reinterpret_cast<uintptr_t>(p) % page || bytes % page)
+      return Status(Code::kInvalidArgument, "CUDA: a dmabuf needs a page-aligned range");
+    int fd = -1;
+    const CUresult r = getHandle(&fd, reinterpret_cast<CUdeviceptr>(p), bytes, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
+    if (r != CUDA_SUCCESS || fd < 0)
+      return Status(Code::kSystemError, "CUDA: cuMemGetHandleForAddressRange (dmabuf) failed with error " +
+                                            std::to_string(static_cast<int>(r)));
+    return Dmabuf{fd, 0};
+  }
+  Status flushRemoteWrites(int device) override {
+    {
+      std::lock_guard<std::mutex> lock(rdmaMu_);
+      const size_t d = static_cast<size_t>(device);
+      if (d < rdmaFlush_.size() && rdmaFlush_[d] == 0) return Status::ok();
+    }
+    DeviceScope scope;
+    BRAID_RETURN_IF_ERROR(scope.use(device));
+    const cudaError_t e =
+        cudaDeviceFlushGPUDirectRDMAWrites(cudaFlushGPUDirectRDMAWritesTargetCurrentDevice, cudaFlushGPUDirectRDMAWritesToOwner);
+    return e == cudaSuccess ? Status::ok() : cudaFailure("cudaDeviceFlushGPUDirectRDMAWrites", e);
+  }
+
   // Each thread that runs kernels (the proxy, the communicator's channel threads) has one
   // stream per GPU, created non-blocking: a stream that synchronized with the legacy default
   // stream would wait for the caller's flag wait there, which waits for this very kernel.
@@ -495,6 +542,8 @@ class CudaRuntime final : public Runtime {
 
   std::mutex importedMu_;
   std::vector<void*> imported_;  // opened with cudaIpcOpenMemHandle
+  std::mutex rdmaMu_;
+  std::vector<int> rdmaFlush_;  // per GPU: 1 flush before kernels read NIC writes, 0 not, -1 unknown
   enum class WaitMode { kKernel, kMemOp, kHost };
   static constexpr int kUnknown = 0, kUsable = 1, kUnusable = 2;
   std::once_flag once_;

@@ -41,6 +41,7 @@ class DeviceMover final : public exec::DataMover {
   Status divide(void* buf, size_t bytes, DataType type, int divisor) override;
   Status scale(void* dst, const void* src, size_t bytes, DataType type, double scalar) override;
   StatusOr<void*> workspace(int index, size_t bytes) override;
+  Status flushRemoteWrites() override { return rt_.flushRemoteWrites(device_.load(std::memory_order_relaxed)); }
 
  private:
   Status run(const cuda::ReduceCopyArgs& args, DataType type, ReduceOp op);

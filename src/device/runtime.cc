@@ -59,6 +59,8 @@ Status Runtime::registerHost(void*, size_t) { return noDirect(*this); }
 StatusOr<void*> Runtime::allocDevice(size_t, int) { return noDirect(*this); }
 StatusOr<std::string> Runtime::exportDevice(void*) { return noDirect(*this); }
 StatusOr<void*> Runtime::importDevice(const std::string&, int) { return noDirect(*this); }
+Status Runtime::rdmaSupport(int) { return noDirect(*this); }
+StatusOr<Runtime::Dmabuf> Runtime::dmabufOf(void*, size_t) { return noDirect(*this); }
 Status Runtime::runKernel(const cuda::ReduceCopyArgs&, cuda::DeviceDataType, ReduceOp, int) { return noDirect(*this); }
 
 }  // namespace braid::device

@@ -109,6 +109,20 @@ class Runtime {
   virtual StatusOr<std::string> exportDevice(void* p);
   virtual StatusOr<void*> importDevice(const std::string& name, int device);
   virtual void closeImported(void* p) {}
+  // GPUDirect RDMA (device areas a transport registers with its NIC, docs/cuda.md): ok when
+  // `device` can take part, that is when its driver supports GPUDirect RDMA and the NIC's
+  // writes into its memory can be made visible to its kernels; otherwise why not.
+  virtual Status rdmaSupport(int device);
+  // A dmabuf of device memory [p, p + bytes) for the NIC (page-aligned; the caller closes
+  // the fd), or why the GPU gives none: the NIC may then still take the address itself.
+  struct Dmabuf {
+    int fd = -1;
+    uint64_t offset = 0;
+  };
+  virtual StatusOr<Dmabuf> dmabufOf(void* p, size_t bytes);
+  // Makes writes a NIC has completed into `device`'s memory visible to kernels launched
+  // after it returns (a no-op where the GPU orders them itself).
+  virtual Status flushRemoteWrites(int device) { return Status::ok(); }
   // Runs one reduce-copy (cuda/reduce_copy.h) on `device` and waits for it: on a stream of
   // the calling thread's own, which waits for no other stream.
   virtual Status runKernel(const cuda::ReduceCopyArgs& args, cuda::DeviceDataType type, ReduceOp op, int device);

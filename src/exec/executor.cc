@@ -976,10 +976,15 @@ class ChannelRunner {
     out.tag = ctx_.tag;
     return c->postSendDevice(out, len);
   }
+  // A payload a NIC wrote into this rank's device area (GPUDirect RDMA) is made visible to
+  // the kernel that reads it first.
   StatusOr<const void*> incoming(int peer, const Slot& in) const {
     if (!in.device) return static_cast<const void*>(in.data);
-    const void* d = links_.recvFrom[peer]->deviceData(in);
+    Connection* c = links_.recvFrom[peer];
+    const void* d = c->deviceData(in);
     if (!d) return internalError("a message from rank " + std::to_string(peer) + " in device slots this connection lacks");
+    if (c->deviceAreaKind() == Connection::DeviceAreaKind::kRegistered)
+      BRAID_RETURN_IF_ERROR(ctx_.mover->flushRemoteWrites());
     return d;
   }
 

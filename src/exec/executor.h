@@ -71,6 +71,9 @@ class DataMover {
   // Memory the mover reaches, for a run's scratch (index 0) and a scaled input (index 1):
   // at least `bytes`, kept until the next request for the same index. One run at a time.
   virtual StatusOr<void*> workspace(int index, size_t bytes) = 0;
+  // Before a kernel reads a payload a NIC wrote into device memory (GPUDirect RDMA): makes
+  // those writes visible to it.
+  virtual Status flushRemoteWrites() { return Status::ok(); }
 };
 
 // What a channel asks of its caller while a wait lasts (RunContext::hooks).

@@ -70,7 +70,7 @@ TEST_CASE("plugin loader: a missing file, a missing symbol and a wrong version n
   INFO(badVersion.status().message());
   CHECK(badVersion.status().message().find("libbraid-net-bad-version.so") != std::string::npos);
   CHECK(badVersion.status().message().find("version 99") != std::string::npos);
-  CHECK(badVersion.status().message().find("versions 1 to 9") != std::string::npos);
+  CHECK(badVersion.status().message().find("versions 1 to 10") != std::string::npos);
 }
 
 TEST_CASE("plugin loader: tcp behind the ABI loads, names itself and scores like tcp", "[plugin]") {
@@ -778,6 +778,226 @@ TEST_CASE("plugin ABI v9: reductions on arrival reach the plugin's connection, n
   CHECK(exported.reduces_on_arrival != nullptr);
   CHECK(exported.peek_recv_reduce != nullptr);
   CHECK(exported.expect_reduce != nullptr);
+}
+
+// ---- plugin ABI v10: device areas registered with a NIC (GPUDirect RDMA) -------------------
+
+// An in-process transport whose connections have registered device areas, as the verbs
+// transport's do: the sender's "NIC" copies a device payload from the sender's area into
+// the receiver's, and the slot carries its tag and length in order with host messages.
+struct AreaMsg {
+  std::vector<uint8_t> bytes;  // a host message's payload
+  size_t length = 0;
+  uint64_t tag = 0;
+  bool device = false;
+};
+struct AreaRecvEnd;
+struct AreaLog {
+  int dmabufFd = -2;  // as the receiving end's registration saw it
+  bool released = false;
+  void* peerArea = nullptr;  // as the sending end attached it
+};
+AreaLog gAreaLog;
+constexpr size_t kAreaSlot = 64;
+constexpr int kAreaSlots = 4;
+
+class AreaRecvConnection final : public Connection {
+ public:
+  size_t slotBytes() const override { return kAreaSlot; }
+  Status reserveSend(Slot*) override { return Status(Code::kInternal, "receive end"); }
+  Status postSend(const Slot&, size_t) override { return Status(Code::kInternal, "receive end"); }
+  Status peekRecv(Slot* s) override {
+    if (queue.empty()) return Status(Code::kWouldBlock, "");
+    const AreaMsg& m = queue.front();
+    std::memcpy(slot, m.bytes.data(), m.bytes.size());
+    *s = Slot{slot, m.length, m.tag};
+    s->device = m.device;
+    return Status::ok();
+  }
+  Status releaseRecv(const Slot&) override {
+    queue.erase(queue.begin());
+    return Status::ok();
+  }
+  Status progress() override { return Status::ok(); }
+  WaitHandle waitHandle(bool) override { return WaitHandle{}; }
+  int peer() const override { return 1; }
+  size_t deviceAreaBytes() const override { return kAreaSlot * kAreaSlots; }
+  DeviceAreaKind deviceAreaKind() const override { return DeviceAreaKind::kRegistered; }
+  StatusOr<std::string> registerDeviceArea(const DeviceMemory& m) override {
+    gAreaLog.dmabufFd = m.dmabufFd;
+    registered = m.base;
+    return "area:" + std::to_string(reinterpret_cast<uintptr_t>(m.base));
+  }
+  void setDeviceArea(void* base) override { area = static_cast<uint8_t*>(base); }
+  void releaseDeviceArea() override {
+    area = nullptr;
+    gAreaLog.released = true;
+  }
+  void* deviceData(const Slot& s) const override { return area && s.device ? area : nullptr; }
+
+  std::vector<AreaMsg> queue;
+  uint8_t slot[kAreaSlot] = {};
+  void* registered = nullptr;
+  uint8_t* area = nullptr;
+};
+
+class AreaSendConnection final : public Connection {
+ public:
+  explicit AreaSendConnection(AreaRecvConnection* to) : to_(to) {}
+  size_t slotBytes() const override { return kAreaSlot; }
+  Status reserveSend(Slot* s) override {
+    s->data = staging_;
+    return Status::ok();
+  }
+  Status postSend(const Slot& s, size_t bytes) override {
+    to_->queue.push_back(AreaMsg{std::vector<uint8_t>(staging_, staging_ + bytes), bytes, s.tag, false});
+    return Status::ok();
+  }
+  Status peekRecv(Slot*) override { return Status(Code::kInternal, "send end"); }
+  Status releaseRecv(const Slot&) override { return Status(Code::kInternal, "send end"); }
+  Status progress() override { return Status::ok(); }
+  WaitHandle waitHandle(bool) override { return WaitHandle{}; }
+  int peer() const override { return 0; }
+  size_t deviceAreaBytes() const override { return kAreaSlot * kAreaSlots; }
+  DeviceAreaKind deviceAreaKind() const override { return DeviceAreaKind::kRegistered; }
+  StatusOr<std::string> registerDeviceArea(const DeviceMemory&) override { return std::string(); }
+  Status attachPeerDeviceArea(const std::string& name) override {
+    if (name.compare(0, 5, "area:") != 0) return Status(Code::kInvalidArgument, "not an area: " + name);
+    peer_ = reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(std::strtoull(name.c_str() + 5, nullptr, 10)));
+    gAreaLog.peerArea = peer_;
+    return Status::ok();
+  }
+  void setDeviceArea(void* base) override { area_ = static_cast<uint8_t*>(base); }
+  void* deviceData(const Slot& s) const override { return area_ && s.data == staging_ ? area_ : nullptr; }
+  Status postSendDevice(const Slot& s, size_t bytes) override {
+    if (!area_ || !peer_) return Status(Code::kInternal, "no areas");
+    std::memcpy(peer_, area_, bytes);
+    to_->queue.push_back(AreaMsg{{}, bytes, s.tag, true});
+    return Status::ok();
+  }
+
+ private:
+  AreaRecvConnection* to_;
+  uint8_t staging_[kAreaSlot] = {};
+  uint8_t* area_ = nullptr;
+  uint8_t* peer_ = nullptr;
+};
+
+class AreaTransport final : public Transport {
+ public:
+  const char* name() const override { return "areas"; }
+  int canConnect(const PeerInfo&, const PeerInfo&) const override { return 1; }
+  StatusOr<std::unique_ptr<Connection>> createRecv(int, int, std::string* blob) override {
+    auto c = std::make_unique<AreaRecvConnection>();
+    *blob = std::to_string(reinterpret_cast<uintptr_t>(c.get()));
+    return std::unique_ptr<Connection>(std::move(c));
+  }
+  StatusOr<std::unique_ptr<Connection>> connectSend(int, int, const std::string& blob) override {
+    auto* to = reinterpret_cast<AreaRecvConnection*>(static_cast<uintptr_t>(std::strtoull(blob.c_str(), nullptr, 10)));
+    return std::unique_ptr<Connection>(new AreaSendConnection(to));
+  }
+  Status establish(Deadline) override { return Status::ok(); }
+};
+StatusOr<std::unique_ptr<Transport>> createAreas(const TransportConfig&) {
+  return std::unique_ptr<Transport>(new AreaTransport);
+}
+
+TEST_CASE("plugin ABI v10: registered device areas through the table, both ways, nothing before v10", "[plugin]") {
+  static const braidTransportPlugin_v10_t exported = plugin::exportTableV10("areas", "1", &createAreas);
+  const braidTransportPlugin_v10_t& x = exported;
+  CHECK(x.base.base.base.base.base.base.base.base.base.abi_version == 10);
+  auto factoryAs = [&](int version) {
+    return plugin::factoryFromTable(&x.base.base.base.base.base.base.base.base.base, "areas table",
+                                    &x.base.base.base.base.base.base.base.base, &x.base.base.base.base.base.base.base,
+                                    &x.base.base.base.base.base.base, &x.base.base.base.base.base,
+                                    &x.base.base.base.base, &x.base.base.base, &x.base.base, &x.base,
+                                    version >= 10 ? &x : nullptr);
+  };
+  gAreaLog = AreaLog{};
+  {
+    const TransportFactory f = factoryAs(10);
+    auto t = f.create(TransportConfig{});
+    REQUIRE(t.isOk());
+    std::string blob;
+    auto r = t.value()->createRecv(1, 0, &blob);
+    REQUIRE(r.isOk());
+    auto sd = t.value()->connectSend(0, 0, blob);
+    REQUIRE(sd.isOk());
+    std::unique_ptr<Connection> recv = std::move(r).value(), send = std::move(sd).value();
+    for (Connection* c : {recv.get(), send.get()}) {
+      CHECK(c->deviceAreaKind() == Connection::DeviceAreaKind::kRegistered);
+      CHECK(c->deviceAreaBytes() == kAreaSlot * kAreaSlots);
+    }
+    std::vector<uint8_t> sendArea(kAreaSlot * kAreaSlots), recvArea(kAreaSlot * kAreaSlots);
+    // The receiving end names its area (the dmabuf fd passes through); the sender attaches it.
+    auto name = recv->registerDeviceArea(Connection::DeviceMemory{recvArea.data(), 1234, 0});
+    REQUIRE(name.isOk());
+    CHECK(gAreaLog.dmabufFd == 1234);
+    CHECK(name.value() == "area:" + std::to_string(reinterpret_cast<uintptr_t>(recvArea.data())));
+    REQUIRE(send->registerDeviceArea(Connection::DeviceMemory{sendArea.data(), -1, 0}).isOk());
+    Status bad = send->attachPeerDeviceArea("nothing");
+    CHECK(bad.code() == Code::kInvalidArgument);
+    CHECK(bad.message().find("areas: not an area: nothing") != std::string::npos);
+    REQUIRE(send->attachPeerDeviceArea(name.value()).isOk());
+    CHECK(gAreaLog.peerArea == recvArea.data());
+    // Not in use before set_device_area.
+    Slot out;
+    REQUIRE(send->reserveSend(&out).isOk());
+    CHECK(send->deviceData(out) == nullptr);
+    recv->setDeviceArea(recvArea.data());
+    send->setDeviceArea(sendArea.data());
+    // A device message: written at deviceData of the reserved slot, read at deviceData of
+    // the received one, flagged as such.
+    REQUIRE(send->reserveSend(&out).isOk());
+    REQUIRE(send->deviceData(out) == sendArea.data());
+    for (size_t i = 0; i < 40; ++i) sendArea[i] = static_cast<uint8_t>(i * 3 + 1);
+    out.tag = 21;
+    REQUIRE(send->postSendDevice(out, 40).isOk());
+    // A host message after it, in order.
+    REQUIRE(send->reserveSend(&out).isOk());
+    std::memset(out.data, 0x5A, 8);
+    out.tag = 22;
+    REQUIRE(send->postSend(out, 8).isOk());
+    Slot in;
+    REQUIRE(recv->peekRecv(&in).isOk());
+    CHECK(in.device);
+    CHECK(in.tag == 21);
+    CHECK(in.bytes == 40);
+    REQUIRE(recv->deviceData(in) == recvArea.data());
+    bool same = true;
+    for (size_t i = 0; i < 40; ++i) same &= recvArea[i] == static_cast<uint8_t>(i * 3 + 1);
+    CHECK(same);
+    REQUIRE(recv->releaseRecv(in).isOk());
+    REQUIRE(recv->peekRecv(&in).isOk());
+    CHECK_FALSE(in.device);
+    CHECK(in.tag == 22);
+    CHECK(static_cast<const uint8_t*>(in.data)[7] == 0x5A);
+    CHECK(recv->deviceData(in) == nullptr);
+    REQUIRE(recv->releaseRecv(in).isOk());
+    recv->releaseDeviceArea();
+    CHECK(gAreaLog.released);
+  }
+  {
+    // The same plugin loaded as v9: no device areas, and asking for them is refused.
+    const TransportFactory f = factoryAs(9);
+    auto t = f.create(TransportConfig{});
+    REQUIRE(t.isOk());
+    std::string blob;
+    auto r = t.value()->createRecv(1, 0, &blob);
+    REQUIRE(r.isOk());
+    CHECK(r.value()->deviceAreaKind() == Connection::DeviceAreaKind::kNone);
+    CHECK(r.value()->deviceAreaBytes() == 0);
+    CHECK_FALSE(r.value()->registerDeviceArea(Connection::DeviceMemory{}).isOk());
+  }
+  // braid's own plugins without areas (tcp behind the ABI) say so through v10.
+  static const StatusOr<TransportFactory> tcpAbi = plugin::loadPlugin(kDir + "/libbraid-net-tcp-abi.so");
+  REQUIRE(tcpAbi.isOk());
+  auto t = tcpAbi.value().create(loopbackPairConfig(0, freshNonce()));
+  REQUIRE(t.isOk());
+  std::string blob;
+  auto r = t.value()->createRecv(1, 0, &blob);
+  REQUIRE(r.isOk());
+  CHECK(r.value()->deviceAreaKind() == Connection::DeviceAreaKind::kNone);
 }
 
 // Plugin ABI v3 hands the job's key to the plugin; a plugin whose peers reach it directly

@@ -306,6 +306,25 @@ StatusOr<MemoryKey> Device::registerRegion(void* addr, size_t bytes, int access)
   return k;
 }
 
+StatusOr<MemoryKey> Device::registerDeviceMemory(void* addr, size_t bytes, int fd, uint64_t offset, int access) {
+  if (fd < 0) {
+    ibv_mr* mr = ibv_reg_mr(pd_, addr, bytes, access);
+    if (!mr) {
+      return verbsError("registering the device area of " + std::to_string(bytes) + " bytes with " + name_ +
+                            " (ibv_reg_mr on GPU memory needs the nvidia-peermem module)",
+                        errno);
+    }
+    return MemoryKey{mr->lkey, mr->rkey, mr};
+  }
+  ibv_mr* mr = ibv_reg_dmabuf_mr(pd_, offset, bytes, reinterpret_cast<uintptr_t>(addr), fd, access);
+  if (!mr) {
+    return verbsError("registering the device area of " + std::to_string(bytes) + " bytes with " + name_ +
+                          " through its dmabuf (ibv_reg_dmabuf_mr)",
+                      errno);
+  }
+  return MemoryKey{mr->lkey, mr->rkey, mr};
+}
+
 void Device::deregisterRegion(const MemoryKey& key) {
   if (key.handle) ibv_dereg_mr(static_cast<ibv_mr*>(key.handle));
 }
@@ -531,11 +550,13 @@ Status VerbsQueue::init(size_t slotBytes, int numaNode) {
   channel_ = ibv_create_comp_channel(dev_->context());
   if (!channel_) return verbsError("ibv_create_comp_channel", errno);
   BRAID_RETURN_IF_ERROR(setNonBlocking(channel_->fd, "making the completion channel non-blocking"));
-  // Send queue: at most nslots data writes, or kMaxCreditsInFlight credit writes plus the
+  // Send queue: at most nslots messages, or kMaxCreditsInFlight credit writes plus the
   // ready message. Receive queue: the receiver gets at most nslots data writes ahead of
   // its polling; the sender can see up to two credit messages per slot between two polls
   // (one for a slot released before the poll, one after it is reused), plus the ready one.
-  const int sendWr = nslots_ + RecvProtocol::kMaxCreditsInFlight + 2;
+  // A device message takes two: its payload's write (unsignaled, its entry freed by the
+  // header's completion) and its header's.
+  const int sendWr = 2 * nslots_ + RecvProtocol::kMaxCreditsInFlight + 2;
   const int recvWr = 2 * nslots_ + 4;
   cq_ = ibv_create_cq(dev_->context(), sendWr + recvWr, this, channel_, 0);
   if (!cq_) return verbsError("ibv_create_cq of " + std::to_string(sendWr + recvWr) + " entries", errno);
@@ -578,6 +599,53 @@ VerbsQueue::~VerbsQueue() {
   if (channel_) ibv_destroy_comp_channel(channel_);
   dev_->deregisterRegion(slabKey_);
   dev_->deregisterRegion(controlKey_);
+  releaseArea();
+}
+
+Status VerbsQueue::registerArea(void* base, size_t bytes, int dmabufFd, uint64_t dmabufOffset) {
+  releaseArea();
+  const int access = role_ == Role::kReceiver ? IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE : IBV_ACCESS_LOCAL_WRITE;
+  BRAID_ASSIGN_OR_RETURN(areaKey_, dev_->registerDeviceMemory(base, bytes, dmabufFd, dmabufOffset, access));
+  area_ = static_cast<uint8_t*>(base);
+  areaBytes_ = bytes;
+  return Status::ok();
+}
+
+void VerbsQueue::releaseArea() {
+  if (area_) dev_->deregisterRegion(areaKey_);
+  area_ = nullptr;
+  areaBytes_ = 0;
+  areaKey_ = MemoryKey{};
+  peerAreaAddr_ = 0;
+  peerAreaRkey_ = 0;
+}
+
+// Unsignaled, so it frees its send queue entry when the header write after it completes.
+Status VerbsQueue::postAreaWrite(size_t offset, size_t bytes) {
+  if (!area_ || !peerAreaAddr_ || offset + bytes > areaBytes_) {
+    return internalError("ibverbs: a device payload to rank " + std::to_string(peer_) + " without device areas");
+  }
+  ibv_sge sge{};
+  sge.addr = reinterpret_cast<uintptr_t>(area_ + offset);
+  sge.length = static_cast<uint32_t>(bytes);
+  sge.lkey = areaKey_.lkey;
+  ibv_send_wr wr{};
+  wr.wr_id = kWrData;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_RDMA_WRITE;
+  wr.send_flags = 0;
+  wr.wr.rdma.remote_addr = peerAreaAddr_ + offset;
+  wr.wr.rdma.rkey = peerAreaRkey_;
+  ibv_send_wr* bad = nullptr;
+  const int rc = ibv_post_send(qp_, &wr, &bad);
+  if (rc) {
+    return Status(Code::kRemoteError,
+                  "ibverbs: posting a device payload's RDMA write to rank " + std::to_string(peer_) + " failed: " +
+                      std::strerror(rc),
+                  peer_);
+  }
+  return Status::ok();
 }
 
 Status VerbsQueue::connect(const QpAddress& remote, uint64_t remoteAddr, uint32_t rkey) {

@@ -76,6 +76,10 @@ class Device final : public Registrar {
   StatusOr<MemoryKey> registerRegion(void* addr, size_t bytes) override;
   StatusOr<MemoryKey> registerRegion(void* addr, size_t bytes, int access);
   void deregisterRegion(const MemoryKey& key) override;
+  // GPU memory (GPUDirect RDMA): `bytes` at `addr` through the dmabuf `fd` (at `offset` in
+  // it) where fd >= 0 (ibv_reg_dmabuf_mr, addresses as the process sees them), else at
+  // `addr` itself (ibv_reg_mr, which nvidia-peermem serves for GPU memory).
+  StatusOr<MemoryKey> registerDeviceMemory(void* addr, size_t bytes, int fd, uint64_t offset, int access);
   // User buffers (a later zero-copy path) are registered through this cache.
   RegistrationCache& cache() { return *cache_; }
 
@@ -159,6 +163,19 @@ class VerbsQueue final : public RdmaQueue {
   size_t slabBytes() const { return slab_.bytes(); }
   const char* asyncFailure() override;
 
+  // Device messages (GPUDirect RDMA): this end's area of `bytes`, registered (remote-writable
+  // on the receiver), and on the sender the receiver's. Unregistered by releaseArea and by
+  // the destructor.
+  Status registerArea(void* base, size_t bytes, int dmabufFd, uint64_t dmabufOffset);
+  void setPeerArea(uint64_t addr, uint32_t rkey) {
+    peerAreaAddr_ = addr;
+    peerAreaRkey_ = rkey;
+  }
+  uint64_t areaAddr() const { return reinterpret_cast<uintptr_t>(area_); }
+  uint32_t areaRkey() const { return areaKey_.rkey; }
+  void releaseArea();
+  Status postAreaWrite(size_t offset, size_t bytes) override;
+
   // Arms the completion channel: the fd to sleep on, or -1 when completions are already
   // waiting (then the caller must not sleep). disarm() consumes the channel's events.
   int arm();
@@ -191,6 +208,11 @@ class VerbsQueue final : public RdmaQueue {
   MemoryKey controlKey_;
   uint64_t remoteAddr_ = 0;
   uint32_t remoteRkey_ = 0;
+  uint8_t* area_ = nullptr;
+  size_t areaBytes_ = 0;
+  MemoryKey areaKey_;
+  uint64_t peerAreaAddr_ = 0;
+  uint32_t peerAreaRkey_ = 0;
   uint64_t creditPosts_ = 0;
   bool watched_ = false;
   std::vector<Completion> stash_;  // completions arm() found, returned by the next poll

@@ -27,7 +27,11 @@ class IbverbsTransport;
 class IbSendConnection final : public Connection {
  public:
   IbSendConnection(IbverbsTransport* owner, std::unique_ptr<VerbsQueue> q, int peer, int nslots, size_t slotBytes)
-      : owner_(owner), q_(std::move(q)), proto_(q_.get(), peer, nslots, slotBytes), peer_(peer) {}
+      : owner_(owner),
+        q_(std::move(q)),
+        proto_(q_.get(), peer, nslots, slotBytes),
+        peer_(peer),
+        areaBytes_(static_cast<size_t>(nslots) * slotBytes) {}
   ~IbSendConnection() override;
 
   size_t slotBytes() const override { return proto_.slotBytes(); }
@@ -50,6 +54,30 @@ class IbSendConnection final : public Connection {
   // The staging slots every write goes out of (the direct GPU path registers them).
   MemoryRange slotMemory() const override { return {q_->slab(), q_->slabBytes()}; }
 
+  // GPUDirect RDMA: the kernels write a device message's payload into this end's area; the
+  // payload goes from there to the receiver's area, its header into the slot FIFO.
+  size_t deviceAreaBytes() const override { return areaBytes_; }
+  DeviceAreaKind deviceAreaKind() const override { return DeviceAreaKind::kRegistered; }
+  StatusOr<std::string> registerDeviceArea(const DeviceMemory& m) override {
+    BRAID_RETURN_IF_ERROR(q_->registerArea(m.base, areaBytes_, m.dmabufFd, m.dmabufOffset));
+    return std::string();
+  }
+  Status attachPeerDeviceArea(const std::string& name) override {
+    BRAID_ASSIGN_OR_RETURN(AreaName a, decodeAreaName(name, peer_, areaBytes_));
+    q_->setPeerArea(a.addr, a.rkey);
+    return Status::ok();
+  }
+  void setDeviceArea(void* base) override {
+    area_ = static_cast<char*>(base);
+    proto_.enableDeviceArea(base != nullptr);
+  }
+  void releaseDeviceArea() override {
+    setDeviceArea(nullptr);
+    q_->releaseArea();
+  }
+  void* deviceData(const Slot& s) const override { return area_ ? area_ + proto_.areaOffset(s) : nullptr; }
+  Status postSendDevice(const Slot& s, size_t bytes) override { return proto_.postDevice(s, bytes); }
+
   bool ready() const { return proto_.ready(); }
   VerbsQueue* queue() { return q_.get(); }
 
@@ -58,12 +86,18 @@ class IbSendConnection final : public Connection {
   std::unique_ptr<VerbsQueue> q_;
   SendProtocol proto_;
   int peer_;
+  size_t areaBytes_;
+  char* area_ = nullptr;
 };
 
 class IbRecvConnection final : public Connection {
  public:
   IbRecvConnection(IbverbsTransport* owner, std::unique_ptr<VerbsQueue> q, int peer, int nslots, size_t slotBytes)
-      : owner_(owner), q_(std::move(q)), proto_(q_.get(), peer, nslots, slotBytes), peer_(peer) {}
+      : owner_(owner),
+        q_(std::move(q)),
+        proto_(q_.get(), peer, nslots, slotBytes),
+        peer_(peer),
+        areaBytes_(static_cast<size_t>(nslots) * slotBytes) {}
   ~IbRecvConnection() override;
 
   size_t slotBytes() const override { return proto_.slotBytes(); }
@@ -84,6 +118,23 @@ class IbRecvConnection final : public Connection {
   // The slot FIFO the peer writes into (the direct GPU path registers it).
   MemoryRange slotMemory() const override { return {q_->slab(), q_->slabBytes()}; }
 
+  // GPUDirect RDMA: device messages' payloads land in this end's area, whose name (address
+  // and remote key) the sender gets through the store.
+  size_t deviceAreaBytes() const override { return areaBytes_; }
+  DeviceAreaKind deviceAreaKind() const override { return DeviceAreaKind::kRegistered; }
+  StatusOr<std::string> registerDeviceArea(const DeviceMemory& m) override {
+    BRAID_RETURN_IF_ERROR(q_->registerArea(m.base, areaBytes_, m.dmabufFd, m.dmabufOffset));
+    proto_.enableDeviceArea(true);
+    return encodeAreaName(AreaName{q_->areaAddr(), q_->areaRkey(), areaBytes_});
+  }
+  void setDeviceArea(void* base) override { area_ = static_cast<char*>(base); }
+  void releaseDeviceArea() override {
+    area_ = nullptr;
+    proto_.enableDeviceArea(false);
+    q_->releaseArea();
+  }
+  void* deviceData(const Slot& s) const override { return area_ ? area_ + proto_.areaOffset(s) : nullptr; }
+
   // Connects to the sender a hello describes and tells it this side is ready.
   Status accept(const SenderHello& h) {
     BRAID_RETURN_IF_ERROR(q_->connect(h.data, h.creditAddr, h.creditRkey));
@@ -96,6 +147,8 @@ class IbRecvConnection final : public Connection {
   std::unique_ptr<VerbsQueue> q_;
   RecvProtocol proto_;
   int peer_;
+  size_t areaBytes_;
+  char* area_ = nullptr;
 };
 
 class IbverbsTransport final : public Transport {
@@ -269,7 +322,7 @@ Status IbverbsTransport::establish(Deadline deadline) {
 }  // namespace
 
 StatusOr<std::unique_ptr<Transport>> createIbverbsTransport(const TransportConfig& cfg) {
-  if (cfg.nslots < 1 || cfg.slotBytes == 0 || cfg.slotBytes > (size_t{1} << 31)) {
+  if (cfg.nslots < 1 || cfg.slotBytes == 0 || cfg.slotBytes >= (size_t{1} << 31)) {
     return invalidArgument("ibverbs: " + std::to_string(cfg.nslots) + " slots of " + std::to_string(cfg.slotBytes) +
                            " bytes cannot be carried");
   }

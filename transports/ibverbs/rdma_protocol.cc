@@ -1,6 +1,7 @@
 #include "transports/ibverbs/rdma_protocol.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 
 namespace braid::transport::ibverbs {
@@ -186,10 +187,25 @@ Status SendProtocol::reserve(Slot* s) {
   return Status::ok();
 }
 
-Status SendProtocol::post(const Slot& s, size_t bytes) {
+Status SendProtocol::post(const Slot& s, size_t bytes) { return postHeader(s, bytes, false); }
+
+size_t SendProtocol::areaOffset(const Slot& s) const {
+  const auto at = static_cast<size_t>(static_cast<const uint8_t*>(s.data) - q_->slab());
+  return (at - kSlotHeaderBytes) / stride_ * slotBytes_;
+}
+
+Status SendProtocol::postDevice(const Slot& s, size_t bytes) {
+  if (!device_) return internalError("ibverbs: a device message to " + rankName(peer_) + " without device areas");
+  return postHeader(s, bytes, true);
+}
+
+// A message: the slot's header and payload in one write with immediate, or, for a device
+// message, the payload from this end's area to the receiver's and then the header alone.
+Status SendProtocol::postHeader(const Slot& s, size_t bytes, bool device) {
   BRAID_RETURN_IF_ERROR(failure_);
   if (!canReserve()) return internalError("ibverbs: postSend to " + rankName(peer_) + " without a reserved slot");
-  uint8_t* slot = q_->slab() + (posted_ % nslots_) * stride_;
+  const size_t idx = posted_ % nslots_;
+  uint8_t* slot = q_->slab() + idx * stride_;
   if (s.data != slot + kSlotHeaderBytes) {
     return invalidArgument("ibverbs: postSend to " + rankName(peer_) + " with a slot reserveSend did not hand out");
   }
@@ -197,9 +213,12 @@ Status SendProtocol::post(const Slot& s, size_t bytes) {
     return invalidArgument("ibverbs: postSend of " + std::to_string(bytes) + " bytes to " + rankName(peer_) +
                            " exceeds the slot's " + std::to_string(slotBytes_));
   }
-  const SlotHeader h{s.tag, static_cast<uint32_t>(bytes), static_cast<uint32_t>(posted_)};
+  const uint32_t length = static_cast<uint32_t>(bytes) | (device ? kDeviceBit : 0);
+  const SlotHeader h{s.tag, length, static_cast<uint32_t>(posted_)};
   std::memcpy(slot, &h, sizeof(h));
-  Status st = q_->postWrite((posted_ % nslots_) * stride_, kSlotHeaderBytes + bytes, encodeDataImm(posted_, bytes));
+  Status st = device && bytes ? q_->postAreaWrite(idx * slotBytes_, bytes) : Status::ok();
+  if (st.isOk())
+    st = q_->postWrite(idx * stride_, kSlotHeaderBytes + (device ? 0 : bytes), encodeDataImm(posted_, bytes));
   if (!st.isOk()) {
     failure_ = st;
     return st;
@@ -249,7 +268,8 @@ RecvProtocol::RecvProtocol(RdmaQueue* q, int peer, int nslots, size_t slotBytes)
       nslots_(static_cast<uint64_t>(nslots)),
       slotBytes_(slotBytes),
       stride_(slotStride(slotBytes)),
-      lengths_(static_cast<size_t>(nslots), 0) {}
+      lengths_(static_cast<size_t>(nslots), 0),
+      inArea_(static_cast<size_t>(nslots), 0) {}
 
 Status RecvProtocol::sendCredit() {
   Status st = q_->postCredit(consumed_, encodeCreditImm(consumed_));
@@ -282,7 +302,13 @@ Status RecvProtocol::peek(Slot* s) {
   s->data = const_cast<uint8_t*>(slot) + kSlotHeaderBytes;
   s->bytes = lengths_[idx];
   s->tag = h.tag;
+  s->device = inArea_[idx] != 0;
   return Status::ok();
+}
+
+size_t RecvProtocol::areaOffset(const Slot& s) const {
+  const auto at = static_cast<size_t>(static_cast<const uint8_t*>(s.data) - q_->slab());
+  return (at - kSlotHeaderBytes) / stride_ * slotBytes_;
 }
 
 Status RecvProtocol::release(const Slot& s) {
@@ -316,21 +342,30 @@ Status RecvProtocol::arrival(const Completion& c) {
   if (h.seq != static_cast<uint32_t>(k)) {
     return protocolViolation(peer_, "slot " + std::to_string(k) + " carries sequence number " + std::to_string(h.seq));
   }
-  if (h.bytes > slotBytes_) {
-    return protocolViolation(peer_, "slot " + std::to_string(k) + " claims " + std::to_string(h.bytes) +
+  const bool device = (h.bytes & kDeviceBit) != 0;
+  const uint32_t bytes = h.bytes & ~kDeviceBit;
+  if (device && !device_) {
+    return protocolViolation(peer_, "slot " + std::to_string(k) +
+                                        " says its payload is in the device area, which this side has not set up");
+  }
+  if (bytes > slotBytes_) {
+    return protocolViolation(peer_, "slot " + std::to_string(k) + " claims " + std::to_string(bytes) +
                                         " bytes, more than a slot's " + std::to_string(slotBytes_) +
                                         "; is BRAID_SLOT_BYTES the same on every rank?");
   }
-  if (d.longForm ? h.bytes < kLongLength : h.bytes != d.length) {
-    return protocolViolation(peer_, "slot " + std::to_string(k) + ": its header says " + std::to_string(h.bytes) +
+  if (d.longForm ? bytes < kLongLength : bytes != d.length) {
+    return protocolViolation(peer_, "slot " + std::to_string(k) + ": its header says " + std::to_string(bytes) +
                                         " bytes, its immediate " +
                                         (d.longForm ? std::string("16 MiB or more") : std::to_string(d.length)));
   }
-  if (c.byteLen != kSlotHeaderBytes + h.bytes) {
+  const size_t written = kSlotHeaderBytes + (device ? 0 : bytes);
+  if (c.byteLen != written) {
     return protocolViolation(peer_, "slot " + std::to_string(k) + " was written with " + std::to_string(c.byteLen) +
-                                        " bytes for a payload of " + std::to_string(h.bytes));
+                                        " bytes for " + (device ? "the header of a device message of " : "a payload of ") +
+                                        std::to_string(bytes));
   }
-  lengths_[idx] = h.bytes;
+  inArea_[idx] = device ? 1 : 0;
+  lengths_[idx] = bytes;
   ++arrived_;
   return Status::ok();
 }
@@ -359,6 +394,43 @@ Status RecvProtocol::progress() {
 
 // ---------------------------------------------------------------------------------------
 // Blobs
+
+std::string encodeAreaName(const AreaName& a) {
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "ibarea:%llx:%x:%llx", static_cast<unsigned long long>(a.addr), a.rkey,
+                static_cast<unsigned long long>(a.bytes));
+  return buf;
+}
+
+StatusOr<AreaName> decodeAreaName(const std::string& name, int peer, uint64_t bytes) {
+  auto malformed = [&](const std::string& why) {
+    return invalidArgument("ibverbs: malformed device area name from " + rankName(peer) + " (" + name + "): " + why);
+  };
+  if (name.compare(0, 7, "ibarea:") != 0) return malformed("not an area name");
+  AreaName a;
+  uint64_t fields[3] = {};
+  size_t at = 7;
+  for (int i = 0; i < 3; ++i) {
+    const size_t end = i < 2 ? name.find(':', at) : name.size();
+    if (end == std::string::npos || end == at || end - at > 16) return malformed("expected three hexadecimal fields");
+    for (size_t j = at; j < end; ++j) {
+      const char c = name[j];
+      const int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+      if (v < 0) return malformed("expected three hexadecimal fields");
+      fields[i] = fields[i] << 4 | static_cast<uint64_t>(v);
+    }
+    at = end + 1;
+  }
+  if (fields[1] > UINT32_MAX) return malformed("the key does not fit 32 bits");
+  a.addr = fields[0];
+  a.rkey = static_cast<uint32_t>(fields[1]);
+  a.bytes = fields[2];
+  if (a.bytes != bytes) {
+    return malformed(std::to_string(a.bytes) + " bytes where this side's slots take " + std::to_string(bytes) +
+                     "; is BRAID_SLOT_BYTES the same on every rank?");
+  }
+  return a;
+}
 
 std::string encodeRecvBlob(const RecvBlob& b) {
   Writer w;

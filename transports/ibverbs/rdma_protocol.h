@@ -32,6 +32,15 @@
 //     receive buffer has to be parsed; the immediate makes the update a completion on the
 //     sender's CQ, so a sender that ran out of credits can sleep on its completion
 //     channel instead of spinning on a word the NIC writes without waking anyone.
+//   device messages (GPUDirect RDMA, BRAID_CUDA_PATH=ipc): each end may also have a device
+//     area, GPU memory registered with the NIC, of nslots payloads of slotBytes (slot i at
+//     i * slotBytes). The sender's kernels write the payload into slot i of its own area;
+//     the sender then posts two work requests: an RDMA WRITE (no immediate, unsignaled) of
+//     the payload to slot i of the receiver's area, and the RDMA WRITE WITH IMM of the slot
+//     header alone, with kDeviceBit set in its length, into the slot FIFO. RC executes
+//     them in order, so the header's arrival says the payload is in the receiver's area,
+//     and a failed payload write fails the header's too. The immediate carries the payload
+//     length as for any message; the header write carries kSlotHeaderBytes.
 //   ready: the receiver's first credit message (counter 0) is sent as soon as its queue
 //     pair is connected; before it arrives the sender's reserveSend reports kWouldBlock,
 //     so no data is ever written into a queue pair that cannot take it yet.
@@ -62,6 +71,8 @@ struct SlotHeader {
   uint32_t seq;    // low 32 bits of the connection's sequence number
 };
 static_assert(sizeof(SlotHeader) == 16, "the slot header is part of the wire format");
+// Set in SlotHeader::bytes of a device message: its payload is in the device area.
+constexpr uint32_t kDeviceBit = 1u << 31;
 constexpr size_t kSlotHeaderBytes = sizeof(SlotHeader);
 
 // Bytes between the starts of two slots: header + payload rounded up to a cache line.
@@ -114,6 +125,11 @@ class RdmaQueue {
   // of the peer's slot slab; exactly one kWrite completion follows. Does not block; the
   // protocol never has more than nslots writes outstanding, which the queue is sized for.
   virtual Status postWrite(size_t offset, size_t bytes, uint32_t imm) = 0;
+  // Sender, device messages: RDMA WRITE (no immediate, unsignaled) of `bytes` at `offset`
+  // of the local device area to the same offset of the peer's. No completion follows on
+  // success; a failure puts the queue pair in error, so the header write posted after it
+  // completes with an error. Fails when either area is missing.
+  virtual Status postAreaWrite(size_t offset, size_t bytes) = 0;
   // Receiver: writes `released` into the peer's credit word, with immediate `imm`; exactly
   // one kCredit completion follows.
   virtual Status postCredit(uint64_t released, uint32_t imm) = 0;
@@ -152,6 +168,13 @@ class SendProtocol {
   Status reserve(Slot* s);
   // Posts the reserved slot with `bytes` of payload and `s.tag`.
   Status post(const Slot& s, size_t bytes);
+  // Device messages: once both ends' areas are registered and the peer's is known
+  // (RdmaQueue::postAreaWrite works), postDevice sends the reserved slot's payload from
+  // offset areaOffset(s) of this end's area to the same offset of the receiver's.
+  void enableDeviceArea(bool on) { device_ = on; }
+  bool deviceArea() const { return device_; }
+  size_t areaOffset(const Slot& s) const;
+  Status postDevice(const Slot& s, size_t bytes);
   // Polls completions: credits, finished writes, errors (sticky once seen).
   Status progress();
   // Every posted write has completed (the RC ack came back, so the data is in the peer).
@@ -166,12 +189,14 @@ class SendProtocol {
 
  private:
   Status take(const Completion& c);
+  Status postHeader(const Slot& s, size_t bytes, bool device);
 
   RdmaQueue* q_;
   int peer_;
   uint64_t nslots_;
   size_t slotBytes_;
   size_t stride_;
+  bool device_ = false;
   uint64_t posted_ = 0;     // data writes posted
   uint64_t completed_ = 0;  // of those, completed locally
   uint64_t released_ = 0;   // the receiver's release counter as last seen
@@ -187,8 +212,13 @@ class RecvProtocol {
 
   // Sends the ready message; call once the queue pair is connected.
   Status start();
-  // The oldest unreleased slot, or kWouldBlock. Repeated calls return the same slot.
+  // The oldest unreleased slot, or kWouldBlock. Repeated calls return the same slot. A
+  // device message's slot has `device` set; its payload is at areaOffset(s) of the area.
   Status peek(Slot* s);
+  // Device messages are accepted once this end's area is registered (before its name
+  // goes to the sender); before that, one is a protocol error.
+  void enableDeviceArea(bool on) { device_ = on; }
+  size_t areaOffset(const Slot& s) const;
   // Hands the oldest slot back and returns its credit to the sender.
   Status release(const Slot& s);
   Status progress();
@@ -216,7 +246,9 @@ class RecvProtocol {
   uint64_t credited_ = 0;  // the release counter last sent
   int creditsInFlight_ = 0;
   bool started_ = false;
+  bool device_ = false;
   std::vector<uint32_t> lengths_;  // per slot, the payload length checked on arrival
+  std::vector<uint8_t> inArea_;    // per slot, whether the payload is in the device area
   Status failure_;
 };
 
@@ -269,6 +301,18 @@ std::string encodeRecvBlob(const RecvBlob& b);
 // another job (nonce), or of another slot geometry than `nslots` x `slotBytes`.
 StatusOr<RecvBlob> decodeRecvBlob(const std::string& blob, int peer, int channel, uint64_t nonce, int nslots,
                                   size_t slotBytes);
+
+// A receiver's device area as its sender needs it (GPUDirect RDMA): where it is and its
+// remote key, and its size. Text ("ibarea:<addr>:<rkey>:<bytes>", hexadecimal), since it
+// travels in a string of names ';' and '|' separate (Session::setupDeviceSlots).
+struct AreaName {
+  uint64_t addr = 0;
+  uint32_t rkey = 0;
+  uint64_t bytes = 0;
+};
+std::string encodeAreaName(const AreaName& a);
+// kInvalidArgument naming `peer` for a malformed name or one of another size than `bytes`.
+StatusOr<AreaName> decodeAreaName(const std::string& name, int peer, uint64_t bytes);
 
 // The hello travels as a datagram; kHelloBytes is its fixed size.
 std::string encodeHello(const SenderHello& h);

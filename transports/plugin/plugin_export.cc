@@ -21,6 +21,10 @@ struct ExportedTransport {
 
 struct ExportedConnection {
   std::unique_ptr<Connection> impl;
+  // The slot a peek returned last, and whether its payload is in the device area
+  // (recv_in_device_area; braidSlot_v1 has no room for it).
+  void* peeked = nullptr;
+  bool peekedDevice = false;
 };
 
 // Exceptions (bad_alloc, mostly) must not unwind into a C caller.
@@ -37,6 +41,14 @@ braidPluginResult_t guarded(braidPluginError_v1* e, F&& f) {
 }
 
 Connection* conn(void* c) { return static_cast<ExportedConnection*>(c)->impl.get(); }
+
+// What every kind of peek hands back, noting where the payload is.
+void peeked(void* c, const Slot& s, braidSlot_v1* slot) {
+  auto* x = static_cast<ExportedConnection*>(c);
+  x->peeked = s.data;
+  x->peekedDevice = s.device;
+  *slot = braidSlot_v1{s.data, s.bytes, s.tag};
+}
 Transport* transport(void* t) { return static_cast<ExportedTransport*>(t)->impl.get(); }
 
 PeerInfo peerOf(const braidPeerInfo_v1* p) {
@@ -133,7 +145,7 @@ braidPluginResult_t postSend(void* c, const braidSlot_v1* slot, size_t bytes, br
 braidPluginResult_t peekRecv(void* c, braidSlot_v1* slot, braidPluginError_v1* e) {
   Slot s;
   Status st = conn(c)->peekRecv(&s);
-  if (st.isOk()) *slot = braidSlot_v1{s.data, s.bytes, s.tag};
+  if (st.isOk()) peeked(c, s, slot);
   return report(st, e);
 }
 
@@ -166,7 +178,7 @@ braidPluginResult_t postSendFrom(void* c, const braidSlot_v1* slot, const void* 
 braidPluginResult_t peekRecvInto(void* c, braidSlot_v1* slot, void* dst, size_t bytes, braidPluginError_v1* e) {
   Slot s;
   Status st = conn(c)->peekRecvInto(&s, dst, bytes);
-  if (st.isOk()) *slot = braidSlot_v1{s.data, s.bytes, s.tag};
+  if (st.isOk()) peeked(c, s, slot);
   return report(st, e);
 }
 
@@ -207,7 +219,7 @@ braidPluginResult_t peekRecvReduce(void* c, braidSlot_v1* slot, void* dst, size_
   if (!r || !r->fn || r->elem_bytes == 0) return report(Status(Code::kInvalidArgument, "peek_recv_reduce without a reduction"), e);
   Slot s;
   Status st = conn(c)->peekRecvReduce(&s, dst, bytes, arrivalOf(*r));
-  if (st.isOk()) *slot = braidSlot_v1{s.data, s.bytes, s.tag};
+  if (st.isOk()) peeked(c, s, slot);
   return report(st, e);
 }
 
@@ -215,6 +227,54 @@ braidPluginResult_t expectReduce(void* c, size_t ahead, void* dst, size_t bytes,
                                  braidPluginError_v1* e) {
   if (!r || !r->fn || r->elem_bytes == 0) return report(Status(Code::kInvalidArgument, "expect_reduce without a reduction"), e);
   return report(conn(c)->expectReduce(ahead, dst, bytes, arrivalOf(*r)), e);
+}
+
+size_t deviceAreaBytes(void* c) {
+  return conn(c)->deviceAreaKind() == Connection::DeviceAreaKind::kRegistered ? conn(c)->deviceAreaBytes() : 0;
+}
+
+braidPluginResult_t registerDeviceArea(void* c, const braidDeviceMemory_v1* area, char* name, size_t capacity,
+                                       braidPluginError_v1* e) {
+  return guarded(e, [&] {
+    if (!area || !name || capacity == 0) return report(invalidArgument("register_device_area: null argument"), e);
+    auto n = conn(c)->registerDeviceArea(Connection::DeviceMemory{area->base, area->dmabuf_fd, area->dmabuf_offset});
+    if (!n.isOk()) return report(n.status(), e);
+    if (n.value().size() >= capacity) {
+      conn(c)->releaseDeviceArea();
+      return report(internalError("register_device_area: a name of " + std::to_string(n.value().size()) +
+                                  " bytes does not fit " + std::to_string(capacity)),
+                    e);
+    }
+    std::memcpy(name, n.value().c_str(), n.value().size() + 1);
+    return braidPluginOk;
+  });
+}
+
+braidPluginResult_t attachPeerDeviceArea(void* c, const char* name, braidPluginError_v1* e) {
+  return guarded(e, [&] {
+    if (!name) return report(invalidArgument("attach_peer_device_area: no name"), e);
+    return report(conn(c)->attachPeerDeviceArea(name), e);
+  });
+}
+
+void setDeviceArea(void* c, void* base) { conn(c)->setDeviceArea(base); }
+
+void releaseDeviceArea(void* c) { conn(c)->releaseDeviceArea(); }
+
+void* deviceData(void* c, const braidSlot_v1* slot) {
+  Slot s{slot->data, slot->bytes, slot->tag};
+  auto* x = static_cast<ExportedConnection*>(c);
+  s.device = x->peeked == slot->data && x->peekedDevice;
+  return conn(c)->deviceData(s);
+}
+
+braidPluginResult_t postSendDevice(void* c, const braidSlot_v1* slot, size_t bytes, braidPluginError_v1* e) {
+  return report(conn(c)->postSendDevice(Slot{slot->data, slot->bytes, slot->tag}, bytes), e);
+}
+
+int recvInDeviceArea(void* c, const braidSlot_v1* slot) {
+  auto* x = static_cast<ExportedConnection*>(c);
+  return slot && x->peeked == slot->data && x->peekedDevice ? 1 : 0;
 }
 
 void peerFailed(void* t, int rank) {
@@ -356,6 +416,21 @@ braidTransportPlugin_v9_t exportTableV9(const char* name, const char* version, C
   t.reduces_on_arrival = &reducesOnArrival;
   t.peek_recv_reduce = &peekRecvReduce;
   t.expect_reduce = &expectReduce;
+  return t;
+}
+
+braidTransportPlugin_v10_t exportTableV10(const char* name, const char* version, CreateFn create) {
+  braidTransportPlugin_v10_t t{};
+  t.base = exportTableV9(name, version, create);
+  t.base.base.base.base.base.base.base.base.base.abi_version = 10;
+  t.device_area_bytes = &deviceAreaBytes;
+  t.register_device_area = &registerDeviceArea;
+  t.attach_peer_device_area = &attachPeerDeviceArea;
+  t.set_device_area = &setDeviceArea;
+  t.release_device_area = &releaseDeviceArea;
+  t.device_data = &deviceData;
+  t.post_send_device = &postSendDevice;
+  t.recv_in_device_area = &recvInDeviceArea;
   return t;
 }
 

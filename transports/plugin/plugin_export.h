@@ -19,13 +19,15 @@ namespace braid::transport::plugin {
 
 using CreateFn = StatusOr<std::unique_ptr<Transport>> (*)(const TransportConfig& cfg);
 
-// Builds the table for one transport; a library exports one (v9; v8 to v1 for a library
+// Builds the table for one transport; a library exports one (v10; v9 to v1 for a library
 // that must also load into an older braid). Only a v3 or later transport is given the job's
 // key, only a v4 or later one may carry messages larger than a slot, only a v5 one's slots
 // reach the direct GPU path (Connection::slotMemory), only a v6 one hears of failed peers
 // (Transport::peerFailed), only a v7 one of receives ahead (Connection::expectRecv), and
 // only a v8 one is asked which peers it saw fail (Transport::sawPeerFail), and only a v9 one
-// reduces payloads as they arrive (Connection::peekRecvReduce).
+// reduces payloads as they arrive (Connection::peekRecvReduce), and only a v10 one's
+// registered device areas carry device calls (GPUDirect RDMA, Connection::deviceAreaKind).
+braidTransportPlugin_v10_t exportTableV10(const char* name, const char* version, CreateFn create);
 braidTransportPlugin_v9_t exportTableV9(const char* name, const char* version, CreateFn create);
 braidTransportPlugin_v8_t exportTableV8(const char* name, const char* version, CreateFn create);
 braidTransportPlugin_v7_t exportTableV7(const char* name, const char* version, CreateFn create);
@@ -42,6 +44,11 @@ TransportConfig configFromV1(const braidTransportConfig_v1& c);
 }  // namespace braid::transport::plugin
 
 #define BRAID_EXPORT_TRANSPORT_PLUGIN(NAME, VERSION, CREATE)                                 \
+  extern "C" __attribute__((visibility("default"))) const braidTransportPlugin_v10_t        \
+      braidTransportPlugin_v10 = ::braid::transport::plugin::exportTableV10(NAME, VERSION, CREATE)
+
+// The ninth ABI: no device areas.
+#define BRAID_EXPORT_TRANSPORT_PLUGIN_V9(NAME, VERSION, CREATE)                              \
   extern "C" __attribute__((visibility("default"))) const braidTransportPlugin_v9_t         \
       braidTransportPlugin_v9 = ::braid::transport::plugin::exportTableV9(NAME, VERSION, CREATE)
 

@@ -60,13 +60,15 @@ class PluginConnection final : public Connection {
  public:
   PluginConnection(const braidTransportPlugin_v1_t* t, const braidTransportPlugin_v2_t* v2,
                    const braidTransportPlugin_v4_t* v4, const braidTransportPlugin_v5_t* v5,
-                   const braidTransportPlugin_v7_t* v7, const braidTransportPlugin_v9_t* v9, const std::string* name,
-                   void* c, int peer)
-      : t_(t), v2_(v2), v4_(v4), v5_(v5), v7_(v7), v9_(v9), name_(name), c_(c), peer_(peer), slotBytes_(t->slot_bytes(c)),
+                   const braidTransportPlugin_v7_t* v7, const braidTransportPlugin_v9_t* v9,
+                   const braidTransportPlugin_v10_t* v10, const std::string* name, void* c, int peer)
+      : t_(t), v2_(v2), v4_(v4), v5_(v5), v7_(v7), v9_(v9), v10_(v10), name_(name), c_(c), peer_(peer),
+        slotBytes_(t->slot_bytes(c)),
         fromUser_(v2 && v2->sends_from_user(c) != 0), tagMask_(v2 ? v2->tag_mask(c) : ~uint64_t{0}),
         // Below a slot's size means no more than a slot.
         maxMessage_(v4 ? std::max(slotBytes_, v4->max_message_bytes(c)) : slotBytes_),
-        reduces_(v9 && v9->reduces_on_arrival(c) != 0) {}
+        reduces_(v9 && v9->reduces_on_arrival(c) != 0),
+        areaBytes_(v10 ? v10->device_area_bytes(c) : 0) {}
   ~PluginConnection() override { t_->close(c_); }
 
   size_t slotBytes() const override { return slotBytes_; }
@@ -140,6 +142,7 @@ class PluginConnection final : public Connection {
                     peer_);
     }
     *s = Slot{slot.data, slot.bytes, slot.tag};
+    s->device = areaInUse_ && v10_->recv_in_device_area(c_, &slot) != 0;
     return st;
   }
   Status releaseRecv(const Slot& s) override {
@@ -166,13 +169,61 @@ class PluginConnection final : public Connection {
     return base && bytes ? MemoryRange{base, bytes} : MemoryRange{};
   }
 
+  // Device areas (version 10): always registered with the NIC, never CUDA IPC.
+  size_t deviceAreaBytes() const override { return areaBytes_; }
+  DeviceAreaKind deviceAreaKind() const override {
+    return areaBytes_ ? DeviceAreaKind::kRegistered : DeviceAreaKind::kNone;
+  }
+  StatusOr<std::string> registerDeviceArea(const DeviceMemory& m) override {
+    if (!areaBytes_) return Connection::registerDeviceArea(m);
+    const braidDeviceMemory_v1 area{m.base, m.dmabufFd, m.dmabufOffset};
+    char name[kDeviceAreaNameBytes] = {};
+    Status st = call(*name_, [&](braidPluginError_v1* e) {
+      return v10_->register_device_area(c_, &area, name, sizeof name, e);
+    });
+    if (!st.isOk()) return st;
+    if (!std::memchr(name, '\0', sizeof name)) {
+      v10_->release_device_area(c_);
+      return internalError(*name_ + ": register_device_area wrote a name without its end");
+    }
+    return std::string(name);
+  }
+  Status attachPeerDeviceArea(const std::string& peerName) override {
+    if (!areaBytes_) return Connection::attachPeerDeviceArea(peerName);
+    return call(*name_, [&](braidPluginError_v1* e) { return v10_->attach_peer_device_area(c_, peerName.c_str(), e); });
+  }
+  void setDeviceArea(void* base) override {
+    if (!areaBytes_) return;
+    v10_->set_device_area(c_, base);
+    areaInUse_ = base != nullptr;
+  }
+  void releaseDeviceArea() override {
+    if (!areaBytes_) return;
+    areaInUse_ = false;
+    v10_->release_device_area(c_);
+  }
+  void* deviceData(const Slot& s) const override {
+    if (!areaInUse_) return nullptr;
+    braidSlot_v1 slot{s.data, s.bytes, s.tag};
+    return v10_->device_data(c_, &slot);
+  }
+  Status postSendDevice(const Slot& s, size_t bytes) override {
+    if (!areaInUse_) return Connection::postSendDevice(s, bytes);
+    braidSlot_v1 slot{s.data, bytes, s.tag};
+    return call(*name_, [&](braidPluginError_v1* e) { return v10_->post_send_device(c_, &slot, bytes, e); });
+  }
+
  private:
+  // A device area's name: an address, a key and a size fit many times over.
+  static constexpr size_t kDeviceAreaNameBytes = 256;
+
   const braidTransportPlugin_v1_t* t_;
   const braidTransportPlugin_v2_t* v2_;  // nullptr for a v1 plugin
   const braidTransportPlugin_v4_t* v4_;  // nullptr below version 4
   const braidTransportPlugin_v5_t* v5_;  // nullptr below version 5
   const braidTransportPlugin_v7_t* v7_;  // nullptr below version 7
   const braidTransportPlugin_v9_t* v9_;  // nullptr below version 9
+  const braidTransportPlugin_v10_t* v10_;  // nullptr below version 10
   const std::string* name_;
   void* c_;
   int peer_;
@@ -181,6 +232,8 @@ class PluginConnection final : public Connection {
   uint64_t tagMask_;
   size_t maxMessage_;
   bool reduces_;  // the plugin reduces payloads as they arrive (v9's reduces_on_arrival)
+  size_t areaBytes_;     // v10's device_area_bytes: 0 without device areas
+  bool areaInUse_ = false;
 };
 
 class PluginTransport final : public Transport {
@@ -188,9 +241,10 @@ class PluginTransport final : public Transport {
   PluginTransport(const braidTransportPlugin_v1_t* t, const braidTransportPlugin_v2_t* v2,
                   const braidTransportPlugin_v4_t* v4, const braidTransportPlugin_v5_t* v5,
                   const braidTransportPlugin_v6_t* v6, const braidTransportPlugin_v7_t* v7,
-                  const braidTransportPlugin_v8_t* v8, const braidTransportPlugin_v9_t* v9, std::string name,
-                  void* h, std::unique_ptr<AbortCheck> abortCheck)
-      : t_(t), v2_(v2), v4_(v4), v5_(v5), v6_(v6), v7_(v7), v8_(v8), v9_(v9), name_(std::move(name)), h_(h),
+                  const braidTransportPlugin_v8_t* v8, const braidTransportPlugin_v9_t* v9,
+                  const braidTransportPlugin_v10_t* v10, std::string name, void* h,
+                  std::unique_ptr<AbortCheck> abortCheck)
+      : t_(t), v2_(v2), v4_(v4), v5_(v5), v6_(v6), v7_(v7), v8_(v8), v9_(v9), v10_(v10), name_(std::move(name)), h_(h),
         abortCheck_(std::move(abortCheck)) {}
   ~PluginTransport() override { t_->finalize(h_); }
 
@@ -229,7 +283,7 @@ class PluginTransport final : public Transport {
       buf.assign(n, '\0');
     }
     *blob = std::move(buf);
-    return std::unique_ptr<Connection>(new PluginConnection(t_, v2_, v4_, v5_, v7_, v9_, &name_, c, peer));
+    return std::unique_ptr<Connection>(new PluginConnection(t_, v2_, v4_, v5_, v7_, v9_, v10_, &name_, c, peer));
   }
 
   StatusOr<std::unique_ptr<Connection>> connectSend(int peer, int channel, const std::string& blob) override {
@@ -239,7 +293,7 @@ class PluginTransport final : public Transport {
     });
     if (!st.isOk()) return setupResult(st);
     if (!c) return internalError(name_ + ": connect_send returned no connection");
-    return std::unique_ptr<Connection>(new PluginConnection(t_, v2_, v4_, v5_, v7_, v9_, &name_, c, peer));
+    return std::unique_ptr<Connection>(new PluginConnection(t_, v2_, v4_, v5_, v7_, v9_, v10_, &name_, c, peer));
   }
 
   Status establish(Deadline deadline) override {
@@ -261,6 +315,7 @@ class PluginTransport final : public Transport {
   const braidTransportPlugin_v7_t* v7_;  // nullptr below version 7
   const braidTransportPlugin_v8_t* v8_;  // nullptr below version 8
   const braidTransportPlugin_v9_t* v9_;  // nullptr below version 9
+  const braidTransportPlugin_v10_t* v10_;  // nullptr below version 10
   std::string name_;
   void* h_;
   std::unique_ptr<AbortCheck> abortCheck_;
@@ -357,6 +412,20 @@ std::string missingEntry(const braidTransportPlugin_v9_t* t) {
   return "";
 }
 
+std::string missingEntry(const braidTransportPlugin_v10_t* t) {
+  std::string m = missingEntry(&t->base);
+  if (!m.empty()) return m;
+  if (!t->device_area_bytes) return "device_area_bytes";
+  if (!t->register_device_area) return "register_device_area";
+  if (!t->attach_peer_device_area) return "attach_peer_device_area";
+  if (!t->set_device_area) return "set_device_area";
+  if (!t->release_device_area) return "release_device_area";
+  if (!t->device_data) return "device_data";
+  if (!t->post_send_device) return "post_send_device";
+  if (!t->recv_in_device_area) return "recv_in_device_area";
+  return "";
+}
+
 std::string folderOf(const void* addr) {
   Dl_info info{};
   if (!dladdr(addr, &info) || !info.dli_fname) return "";
@@ -446,12 +515,13 @@ TransportFactory factoryFromTable(const braidTransportPlugin_v1_t* table, const 
                                   const braidTransportPlugin_v2_t* v2, const braidTransportPlugin_v3_t* v3,
                                   const braidTransportPlugin_v4_t* v4, const braidTransportPlugin_v5_t* v5,
                                   const braidTransportPlugin_v6_t* v6, const braidTransportPlugin_v7_t* v7,
-                                  const braidTransportPlugin_v8_t* v8, const braidTransportPlugin_v9_t* v9) {
+                                  const braidTransportPlugin_v8_t* v8, const braidTransportPlugin_v9_t* v9,
+                                  const braidTransportPlugin_v10_t* v10) {
   TransportFactory f;
   f.name = table->name;
   f.origin = origin;
   f.version = table->version ? table->version : "";
-  f.create = [table, v2, v3, v4, v5, v6, v7, v8, v9](const TransportConfig& cfg) -> StatusOr<std::unique_ptr<Transport>> {
+  f.create = [table, v2, v3, v4, v5, v6, v7, v8, v9, v10](const TransportConfig& cfg) -> StatusOr<std::unique_ptr<Transport>> {
     std::vector<const char*> ifs;
     for (const std::string& s : cfg.channelNetIfs) ifs.push_back(s.c_str());
     braidTransportConfig_v1 c{};
@@ -487,7 +557,7 @@ TransportFactory factoryFromTable(const braidTransportPlugin_v1_t* table, const 
     });
     if (!st.isOk()) return st;
     if (!h) return internalError(name + ": init returned no transport");
-    return std::unique_ptr<Transport>(new PluginTransport(table, v2, v4, v5, v6, v7, v8, v9, name, h, std::move(abortCheck)));
+    return std::unique_ptr<Transport>(new PluginTransport(table, v2, v4, v5, v6, v7, v8, v9, v10, name, h, std::move(abortCheck)));
   };
   return f;
 }
@@ -501,7 +571,8 @@ StatusOr<TransportFactory> loadPlugin(const std::string& file) {
     return Status(Code::kSystemError, "cannot load transport plugin " + file + ": " + (err ? err : "unknown error"));
   }
   // The newest table the library offers; its abi_version must match the symbol's.
-  auto* v9 = static_cast<const braidTransportPlugin_v9_t*>(dlsym(lib, BRAID_TRANSPORT_PLUGIN_SYMBOL_V9));
+  auto* v10 = static_cast<const braidTransportPlugin_v10_t*>(dlsym(lib, BRAID_TRANSPORT_PLUGIN_SYMBOL_V10));
+  auto* v9 = v10 ? &v10->base : static_cast<const braidTransportPlugin_v9_t*>(dlsym(lib, BRAID_TRANSPORT_PLUGIN_SYMBOL_V9));
   auto* v8 = v9 ? &v9->base : static_cast<const braidTransportPlugin_v8_t*>(dlsym(lib, BRAID_TRANSPORT_PLUGIN_SYMBOL_V8));
   auto* v7 = v8 ? &v8->base : static_cast<const braidTransportPlugin_v7_t*>(dlsym(lib, BRAID_TRANSPORT_PLUGIN_SYMBOL_V7));
   auto* v6 = v7 ? &v7->base : static_cast<const braidTransportPlugin_v6_t*>(dlsym(lib, BRAID_TRANSPORT_PLUGIN_SYMBOL_V6));
@@ -514,7 +585,8 @@ StatusOr<TransportFactory> loadPlugin(const std::string& file) {
   if (!table) {
     dlclose(lib);
     return Status(Code::kInvalidArgument, "transport plugin " + file +
-                                              " exports none of " BRAID_TRANSPORT_PLUGIN_SYMBOL_V9
+                                              " exports none of " BRAID_TRANSPORT_PLUGIN_SYMBOL_V10
+                                              ", " BRAID_TRANSPORT_PLUGIN_SYMBOL_V9
                                               ", " BRAID_TRANSPORT_PLUGIN_SYMBOL_V8
                                               ", " BRAID_TRANSPORT_PLUGIN_SYMBOL_V7
                                               ", " BRAID_TRANSPORT_PLUGIN_SYMBOL_V6
@@ -523,14 +595,15 @@ StatusOr<TransportFactory> loadPlugin(const std::string& file) {
                                               ", " BRAID_TRANSPORT_PLUGIN_SYMBOL_V3
                                               ", " BRAID_TRANSPORT_PLUGIN_SYMBOL_V2
                                               " and " BRAID_TRANSPORT_PLUGIN_SYMBOL_V1
-                                              " (this braid speaks plugin ABI versions 1 to 9)");
+                                              " (this braid speaks plugin ABI versions 1 to 10)");
   }
-  const uint32_t expected = v9 ? 9 : v8 ? 8 : v7 ? 7 : v6 ? 6 : v5 ? 5 : v4 ? 4 : v3 ? 3 : v2 ? 2 : 1;
+  const uint32_t expected = v10 ? 10 : v9 ? 9 : v8 ? 8 : v7 ? 7 : v6 ? 6 : v5 ? 5 : v4 ? 4 : v3 ? 3 : v2 ? 2 : 1;
   if (table->abi_version != expected) {
     uint32_t v = table->abi_version;
     dlclose(lib);
     return Status(Code::kInvalidArgument, "transport plugin " + file + " exports " +
-                                              (v9   ? BRAID_TRANSPORT_PLUGIN_SYMBOL_V9
+                                              (v10  ? BRAID_TRANSPORT_PLUGIN_SYMBOL_V10
+                                               : v9 ? BRAID_TRANSPORT_PLUGIN_SYMBOL_V9
                                                : v8 ? BRAID_TRANSPORT_PLUGIN_SYMBOL_V8
                                                : v7 ? BRAID_TRANSPORT_PLUGIN_SYMBOL_V7
                                                : v6 ? BRAID_TRANSPORT_PLUGIN_SYMBOL_V6
@@ -540,14 +613,14 @@ StatusOr<TransportFactory> loadPlugin(const std::string& file) {
                                                : v2 ? BRAID_TRANSPORT_PLUGIN_SYMBOL_V2
                                                     : BRAID_TRANSPORT_PLUGIN_SYMBOL_V1) +
                                               " with ABI version " + std::to_string(v) +
-                                              " but this braid speaks versions 1 to 9");
+                                              " but this braid speaks versions 1 to 10");
   }
-  std::string missing = v9 ? missingEntry(v9) : v8 ? missingEntry(v8) : v7 ? missingEntry(v7) : v6 ? missingEntry(v6) : v5 ? missingEntry(v5) : v4 ? missingEntry(v4) : v3 ? missingEntry(v3) : v2 ? missingEntry(v2) : missingEntry(table);
+  std::string missing = v10 ? missingEntry(v10) : v9 ? missingEntry(v9) : v8 ? missingEntry(v8) : v7 ? missingEntry(v7) : v6 ? missingEntry(v6) : v5 ? missingEntry(v5) : v4 ? missingEntry(v4) : v3 ? missingEntry(v3) : v2 ? missingEntry(v2) : missingEntry(table);
   if (!missing.empty()) {
     dlclose(lib);
     return Status(Code::kInvalidArgument, "transport plugin " + file + ": its table has no '" + missing + "'");
   }
-  return factoryFromTable(table, file, v2, v3, v4, v5, v6, v7, v8, v9);
+  return factoryFromTable(table, file, v2, v3, v4, v5, v6, v7, v8, v9, v10);
 }
 
 }  // namespace braid::transport::plugin

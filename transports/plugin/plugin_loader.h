@@ -18,21 +18,22 @@
 
 namespace braid::transport::plugin {
 
-// Opens `file` and resolves its braidTransportPlugin_v9 table, else its v8, v7, v6, v5, v4, v3,
-// v2 or v1 table. Fails, naming the file, when it cannot be opened, lacks all nine symbols, or speaks
+// Opens `file` and resolves its braidTransportPlugin_v10 table, else its v9, v8, v7, v6, v5, v4,
+// v3, v2 or v1 table. Fails, naming the file, when it cannot be opened, lacks all ten symbols, or speaks
 // an ABI version braid does not.
 StatusOr<TransportFactory> loadPlugin(const std::string& file);
 
 // A factory over a table already in memory (what loadPlugin ends with; tests use it to
 // feed the adapter deliberately broken tables). `v2` is the whole table when `table` is
 // its base, nullptr for a v1 plugin; `v3` likewise, when `v2` is its base, and `v4` when `v3`
-// is, `v5` when `v4` is, `v6` when `v5` is, `v7` when `v6` is, `v8` when `v7` is, and `v9` when `v8` is. A v3 plugin is given the job's key (TransportConfig::authKey) at
+// is, `v5` when `v4` is, `v6` when `v5` is, `v7` when `v6` is, `v8` when `v7` is, `v9` when `v8` is, and `v10` when `v9` is. A v3 plugin is given the job's key (TransportConfig::authKey) at
 // init; a v4 plugin's connections may carry messages larger than a slot
 // (Connection::maxMessageBytes); a v5 plugin's tell where their slots live
 // (Connection::slotMemory); a v6 plugin hears which peers failed (Transport::peerFailed); a
 // v7 plugin hears of receives ahead (Connection::expectRecv); a v8 plugin is asked which
 // peers it saw fail (Transport::sawPeerFail); a v9 plugin's connections may reduce payloads as
-// they arrive (Connection::peekRecvReduce).
+// they arrive (Connection::peekRecvReduce); a v10 plugin's connections may carry device calls
+// through device areas registered with the NIC (Connection::deviceAreaKind).
 TransportFactory factoryFromTable(const braidTransportPlugin_v1_t* table, const std::string& origin,
                                   const braidTransportPlugin_v2_t* v2 = nullptr,
                                   const braidTransportPlugin_v3_t* v3 = nullptr,
@@ -41,7 +42,8 @@ TransportFactory factoryFromTable(const braidTransportPlugin_v1_t* table, const 
                                   const braidTransportPlugin_v6_t* v6 = nullptr,
                                   const braidTransportPlugin_v7_t* v7 = nullptr,
                                   const braidTransportPlugin_v8_t* v8 = nullptr,
-                                  const braidTransportPlugin_v9_t* v9 = nullptr);
+                                  const braidTransportPlugin_v9_t* v9 = nullptr,
+                                  const braidTransportPlugin_v10_t* v10 = nullptr);
 
 // The host id a plugin is given for `remote`, seen from `local`: its own, or, where the two
 // are on one host but in different network namespaces (ip netns, containers with networks

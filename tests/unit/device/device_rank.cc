@@ -2,10 +2,10 @@
 // across processes (device_multiproc.sh under braidrun): every collective on "device"
 // buffers, then one line with what it found and how the path ran, and one more after
 // destroy with what is left.
-//   DEVICE rank=R error=<first difference or none> kernels=K slotKernels=S areas=A registered=G copies=C
+//   DEVICE rank=R error=<first difference or none> kernels=K slotKernels=S areas=A registered=G copies=C rdmaFlushes=F
 //   AFTER rank=R areas=A imports=I registered=G hostLive=H pid=P
 // (P names the process's device slot segments, /dev/shm/braid-fake-slots-P-*.)
-// Exits 1 on any error.
+// Exits 1 on any error. DEVICE_NO_RDMA=R makes rank R's runtime refuse GPUDirect RDMA.
 //
 // With DEVICE_DIE_RANK=V instead: every rank runs one device allreduce, then rank V kills
 // itself (SIGKILL) and the others keep calling until a call or the async error query fails:
@@ -66,6 +66,11 @@ int dieOrSurvive(braid::device::test::FakeRuntime& rt, braidComm_t comm, int ran
 int main() {
   static braid::device::test::FakeRuntime rt;  // outlives the communicator
   braid::device::setRuntimeForTesting(&rt);
+  // DEVICE_NO_RDMA=R: rank R's "GPU" cannot take part in GPUDirect RDMA (Runtime::rdmaSupport).
+  if (const char* r = std::getenv("DEVICE_NO_RDMA")) {
+    const char* me = std::getenv("BRAID_RANK");
+    rt.noRdma = me && std::atoi(r) == std::atoi(me);
+  }
   braidComm_t comm = nullptr;
   if (braidCommInitFromEnv(&comm) != braidSuccess) {
     std::printf("DEVICE rank=? error=init: %s\n", braidGetLastError(nullptr));
@@ -77,9 +82,9 @@ int main() {
   if (const char* die = std::getenv("DEVICE_DIE_RANK")) return dieOrSurvive(rt, comm, rank, std::atoi(die));
   std::string error;
   braid::device::test::everyCollectiveOnDevice(rt, comm, rank, n, error);
-  std::printf("DEVICE rank=%d error=%s kernels=%d slotKernels=%d areas=%d registered=%d copies=%d\n", rank,
-              error.empty() ? "none" : error.c_str(), rt.kernels.load(), rt.slotKernels.load(), rt.slotAreas.load(),
-              rt.registered.load(), rt.copiesDone.load());
+  std::printf("DEVICE rank=%d error=%s kernels=%d slotKernels=%d areas=%d registered=%d copies=%d rdmaFlushes=%d\n",
+              rank, error.empty() ? "none" : error.c_str(), rt.kernels.load(), rt.slotKernels.load(),
+              rt.slotAreas.load(), rt.registered.load(), rt.copiesDone.load(), rt.rdmaFlushes.load());
   braidCommDestroy(comm);
   std::printf("AFTER rank=%d areas=%d imports=%d registered=%d hostLive=%d pid=%d\n", rank, rt.slotAreas.load(),
               rt.imports.load(), rt.registered.load(), rt.hostLive.load(), static_cast<int>(getpid()));

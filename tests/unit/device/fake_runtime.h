@@ -259,6 +259,20 @@ class FakeRuntime final : public Runtime {
     ::munmap(p, bytes);
     imports.fetch_sub(1);
   }
+  // GPUDirect RDMA: this runtime's "device memory" is host memory a NIC registers by address
+  // (no dmabuf, as with nvidia-peermem); every flush before a kernel reads a NIC's writes is
+  // counted.
+  Status rdmaSupport(int) override {
+    if (noRdma.load()) return Status(Code::kSystemError, "fake: no GPUDirect RDMA, on purpose");
+    return Status::ok();
+  }
+  StatusOr<Dmabuf> dmabufOf(void*, size_t) override {
+    return Status(Code::kSystemError, "fake: host memory has no dmabuf");
+  }
+  Status flushRemoteWrites(int) override {
+    rdmaFlushes.fetch_add(1);
+    return Status::ok();
+  }
   Status runKernel(const cuda::ReduceCopyArgs& args, cuda::DeviceDataType type, ReduceOp op, int device) override {
     if (device != 0) return Status(Code::kInvalidArgument, "fake: kernel on GPU " + std::to_string(device));
     const size_t bytes = args.count * cuda::deviceDataTypeSize(type);
@@ -391,6 +405,8 @@ class FakeRuntime final : public Runtime {
   std::atomic<int> slotAreas{0};           // device slot areas allocated now
   std::atomic<int> imports{0};             // opened now
   std::atomic<int> slotKernels{0};         // kernels that read or wrote a device slot area
+  std::atomic<bool> noRdma{false};         // rdmaSupport() refuses
+  std::atomic<int> rdmaFlushes{0};         // flushRemoteWrites calls
   std::atomic<int> copyDelayUs{0};  // each copy takes at least this long (a slow link)
   std::atomic<int> copiesDone{0};
   std::atomic<int> hostFuncs{0};  // launchHostFunc calls

@@ -52,21 +52,27 @@ bool FakeQueue::faulted(Completion::Op op) {
   return false;
 }
 
+// Like the NIC: a write outside the peer's region fails at the peer, the requester sees a
+// remote access error, and the queue pair is in error from then on.
+void FakeQueue::failRemoteAccess() {
+  Completion local;
+  local.op = Completion::Op::kWrite;
+  local.ok = false;
+  local.status = kRemoteAccessError;
+  local.error = "remote access error";
+  inError_ = true;
+  complete(local);
+}
+
 Status FakeQueue::postWrite(size_t offset, size_t bytes, uint32_t imm) {
   ++writes_;
   if (faulted(Completion::Op::kWrite)) return Status::ok();
-  Completion local;
-  local.op = Completion::Op::kWrite;
-  // Like the NIC: a write outside the peer's region fails at the peer, and the requester
-  // sees a remote access error.
   if (!peer_ || offset + bytes > peer_->slab_.size() || offset + bytes > slab_.size()) {
-    local.ok = false;
-    local.status = kRemoteAccessError;
-    local.error = "remote access error";
-    inError_ = true;
-    complete(local);
+    failRemoteAccess();
     return Status::ok();
   }
+  Completion local;
+  local.op = Completion::Op::kWrite;
   std::memcpy(peer_->slab_.data() + offset, slab_.data() + offset, bytes);
   Completion arrival;
   arrival.op = Completion::Op::kArrival;
@@ -74,6 +80,20 @@ Status FakeQueue::postWrite(size_t offset, size_t bytes, uint32_t imm) {
   arrival.byteLen = static_cast<uint32_t>(bytes);
   peer_->cq_.push_back(arrival);
   complete(local);
+  return Status::ok();
+}
+
+// Unsignaled: nothing completes on success. A failure (an injected one, an area missing at
+// either end or too small) puts the queue pair in error with an error completion, as the
+// NIC reports an unsignaled request that failed, and flushes what follows.
+Status FakeQueue::postAreaWrite(size_t offset, size_t bytes) {
+  ++areaWrites_;
+  if (faulted(Completion::Op::kWrite)) return Status::ok();
+  if (!peer_ || offset + bytes > peer_->area_.size() || offset + bytes > area_.size()) {
+    failRemoteAccess();
+    return Status::ok();
+  }
+  std::memcpy(peer_->area_.data() + offset, area_.data() + offset, bytes);
   return Status::ok();
 }
 

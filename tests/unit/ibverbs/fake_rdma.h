@@ -28,11 +28,17 @@ class FakeQueue final : public RdmaQueue {
   }
 
   Status postWrite(size_t offset, size_t bytes, uint32_t imm) override;
+  Status postAreaWrite(size_t offset, size_t bytes) override;
   Status postCredit(uint64_t released, uint32_t imm) override;
   StatusOr<int> poll(Completion* out, int max) override;
   uint64_t creditWord() const override { return creditWord_; }
   uint8_t* slab() override { return slab_.data(); }
   const char* asyncFailure() override { return async_.empty() ? nullptr : async_.c_str(); }
+
+  // A device area of `bytes` (GPUDirect RDMA's GPU memory, here host memory) at this end.
+  void makeArea(size_t bytes) { area_.assign(bytes, 0); }
+  uint8_t* area() { return area_.data(); }
+  uint64_t areaWritesPosted() const { return areaWrites_; }
 
   // ---- fault injection and inspection ----
   // The next operation posted here completes with `status` / `text`; nothing lands.
@@ -58,8 +64,11 @@ class FakeQueue final : public RdmaQueue {
  private:
   void complete(Completion c);  // a local completion (held or queued)
   bool faulted(Completion::Op op);
+  void failRemoteAccess();
 
   std::vector<uint8_t> slab_;
+  std::vector<uint8_t> area_;
+  uint64_t areaWrites_ = 0;
   uint64_t creditWord_ = 0;
   FakeQueue* peer_ = nullptr;
   std::deque<Completion> cq_;

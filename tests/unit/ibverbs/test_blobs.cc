@@ -250,3 +250,39 @@ TEST_CASE("ibverbs hello: short, foreign and malformed datagrams are refused", "
 }
 
 }  // namespace braid::transport::ibverbs::test
+
+namespace braid::transport::ibverbs::test {
+
+TEST_CASE("ibverbs device area name: round trip, and every malformed or mismatched name refused", "[ibverbs]") {
+  const AreaName a{0x7f00deadbeef000ull, 0x1234abcd, 8 * 65536};
+  const std::string name = encodeAreaName(a);
+  CHECK(name.find(';') == std::string::npos);
+  CHECK(name.find('|') == std::string::npos);
+  auto back = decodeAreaName(name, kPeer, a.bytes);
+  REQUIRE(back.isOk());
+  CHECK(back.value().addr == a.addr);
+  CHECK(back.value().rkey == a.rkey);
+  CHECK(back.value().bytes == a.bytes);
+  CHECK(decodeAreaName(encodeAreaName(AreaName{0, 0, 0}), kPeer, 0).isOk());
+
+  auto refused = [](const std::string& n, uint64_t bytes, const char* words) {
+    auto r = decodeAreaName(n, kPeer, bytes);
+    INFO(n);
+    REQUIRE_FALSE(r.isOk());
+    CHECK(r.status().code() == Code::kInvalidArgument);
+    CHECK(r.status().message().find("rank 3") != std::string::npos);
+    CHECK(r.status().message().find(words) != std::string::npos);
+  };
+  refused(name, a.bytes + 1, "BRAID_SLOT_BYTES");
+  refused("fake:1:/seg", a.bytes, "not an area name");
+  refused("ibarea:1:2", a.bytes, "three hexadecimal fields");
+  refused("ibarea:1:2:", a.bytes, "three hexadecimal fields");
+  refused("ibarea::2:80000", a.bytes, "three hexadecimal fields");
+  refused("ibarea:1:2:80000:", a.bytes, "three hexadecimal fields");
+  refused("ibarea:1:2g:80000", a.bytes, "three hexadecimal fields");
+  refused("ibarea:1:2:8000O", a.bytes, "three hexadecimal fields");
+  refused("ibarea:11111111111111111:2:80000", a.bytes, "three hexadecimal fields");
+  refused("ibarea:1:100000000:80000", a.bytes, "32 bits");
+}
+
+}  // namespace braid::transport::ibverbs::test

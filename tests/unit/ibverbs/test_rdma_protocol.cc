@@ -491,6 +491,129 @@ TEST_CASE("ibverbs protocol: malformed arrivals are rejected naming the peer", "
   }
 }
 
+// ---- device messages (GPUDirect RDMA) ---------------------------------------------------
+
+TEST_CASE("ibverbs protocol: device messages carry the payload area to area and the header alone", "[ibverbs]") {
+  const int n = 4;
+  const size_t bytes = 96;
+  Pair p(n, bytes);
+  p.sq.makeArea(n * bytes);
+  p.rq.makeArea(n * bytes);
+  p.send.enableDeviceArea(true);
+  p.recv.enableDeviceArea(true);
+  // Three laps of the ring, device and host messages alternating, of varied sizes.
+  uint64_t withPayload = 0;
+  for (uint64_t k = 0; k < 3 * n; ++k) {
+    const bool device = k % 2 == 0;
+    const size_t len = variedSize(k, bytes);
+    withPayload += device && len;
+    Slot s;
+    REQUIRE(p.send.reserve(&s).isOk());
+    const size_t off = p.send.areaOffset(s);
+    CHECK(off == (k % n) * bytes);
+    uint8_t* to = device ? p.sq.area() + off : static_cast<uint8_t*>(s.data);
+    for (size_t i = 0; i < len; ++i) to[i] = static_cast<uint8_t>(k * 31 + i);
+    s.tag = 100 + k;
+    REQUIRE((device ? p.send.postDevice(s, len) : p.send.post(s, len)).isOk());
+
+    Slot r;
+    REQUIRE(p.recv.peek(&r).isOk());
+    INFO("message " << k);
+    CHECK(r.device == device);
+    CHECK(r.bytes == len);
+    CHECK(r.tag == 100 + k);
+    CHECK(p.recv.areaOffset(r) == off);
+    const uint8_t* from = device ? p.rq.area() + p.recv.areaOffset(r) : static_cast<const uint8_t*>(r.data);
+    bool same = true;
+    for (size_t i = 0; i < len; ++i) same &= from[i] == static_cast<uint8_t>(k * 31 + i);
+    CHECK(same);
+    REQUIRE(p.recv.release(r).isOk());
+    REQUIRE(p.send.progress().isOk());
+  }
+  // One area write per device message with a payload (an empty one sends the header only),
+  // one header or whole-slot write per message.
+  CHECK(p.sq.writesPosted() == 3 * n);
+  CHECK(withPayload > 0);
+  CHECK(p.sq.areaWritesPosted() == withPayload);
+  CHECK(p.send.flushed());
+}
+
+TEST_CASE("ibverbs protocol: device messages are refused where areas are not set up", "[ibverbs]") {
+  SECTION("the sender has not enabled them") {
+    Pair p(4, 64);
+    Slot s;
+    REQUIRE(p.send.reserve(&s).isOk());
+    Status st = p.send.postDevice(s, 8);
+    CHECK(st.code() == Code::kInternal);
+    CHECK(st.message().find("without device areas") != std::string::npos);
+  }
+  // A receiver given one forged device header (its length 10, with `payload` bytes after
+  // it on the wire and `immLength` in the immediate), with its area set up or not.
+  auto forged = [](bool area, size_t payload, size_t immLength) {
+    FakeQueue rq(4 * slotStride(64));
+    RecvProtocol recv(&rq, kSender, 4, 64);
+    recv.enableDeviceArea(area);
+    rq.forgeArrival(0, slotBytesOf(7, 10 | kDeviceBit, 0, payload), encodeDataImm(0, immLength));
+    return peekAfterForge(recv);
+  };
+  SECTION("the receiver has not: a protocol error naming the sender") {
+    expectViolation(forged(false, 0, 10), "device area, which this side has not set up");
+  }
+  SECTION("a device header that came with its payload") {
+    expectViolation(forged(true, 10, 10), "the header of a device message of 10");
+  }
+  SECTION("a device header and its immediate disagree on the length") {
+    expectViolation(forged(true, 0, 12), "its immediate 12");
+  }
+  SECTION("a well-formed device header is accepted (the baseline)") {
+    CHECK(forged(true, 0, 10).isOk());
+  }
+}
+
+TEST_CASE("ibverbs protocol: a failed area write fails the message's header and names the peer", "[ibverbs]") {
+  const size_t bytes = 64;
+  SECTION("the receiver's area is smaller than the sender thinks") {
+    Pair p(4, bytes);
+    p.sq.makeArea(4 * bytes);
+    p.rq.makeArea(bytes);  // only slot 0
+    p.send.enableDeviceArea(true);
+    p.recv.enableDeviceArea(true);
+    for (int k = 0; k < 2; ++k) {
+      Slot s;
+      REQUIRE(p.send.reserve(&s).isOk());
+      s.tag = static_cast<uint64_t>(k);
+      REQUIRE(p.send.postDevice(s, bytes).isOk());  // accepted, as ibv_post_send would
+    }
+    Status st = p.send.progress();
+    CHECK(st.code() == Code::kRemoteError);
+    CHECK(st.rank() == kReceiver);
+    CHECK(st.message().find("remote access error") != std::string::npos);
+    // The first message arrived whole; the second's header never did.
+    Slot r;
+    REQUIRE(p.recv.peek(&r).isOk());
+    CHECK(r.device);
+    REQUIRE(p.recv.release(r).isOk());
+    CHECK(p.recv.peek(&r).code() == Code::kWouldBlock);
+  }
+  SECTION("an injected failure") {
+    Pair p(4, bytes);
+    p.sq.makeArea(4 * bytes);
+    p.rq.makeArea(4 * bytes);
+    p.send.enableDeviceArea(true);
+    p.recv.enableDeviceArea(true);
+    p.sq.failNextPost(12, "transport retry counter exceeded");
+    Slot s;
+    REQUIRE(p.send.reserve(&s).isOk());
+    REQUIRE(p.send.postDevice(s, 8).isOk());
+    Status st = p.send.progress();
+    CHECK(st.code() == Code::kRemoteError);
+    CHECK(st.message().find("transport retry counter exceeded") != std::string::npos);
+    CHECK(p.sq.writesPosted() == 1);  // the header was posted and flushed behind it
+    Slot r;
+    CHECK(p.recv.peek(&r).code() == Code::kWouldBlock);
+  }
+}
+
 TEST_CASE("ibverbs protocol: credits for slots never sent are rejected", "[ibverbs]") {
   FakeQueue sq(2 * slotStride(64)), rq(2 * slotStride(64));
   FakeQueue::pair(sq, rq);

@@ -153,6 +153,18 @@ for tp in tcp ucx; do
   step "allreduce_D1_np2_direct_$tp" 120 1 env BRAID_CUDA_PATH=direct BRAID_TRANSPORT=$tp UCX_TLS=tcp,self "$BR" \
     -np 2 "$PERF/allreduce_perf" -b 8 -e 64M -f 8 -n 10 -w 2 -c 1 -D 1
 done
+# GPUDirect RDMA (ipc over verbs, docs/cuda.md): where an RDMA port is active, 2 ranks through
+# it with the device areas registered with the NIC (dmabuf, else nvidia-peermem), or, where
+# neither registers GPU memory, every rank on the host slots, saying why; -c 1 either way.
+# The log's INFO and WARN lines say which ran.
+if command -v ibv_devinfo > /dev/null 2>&1 && ibv_devinfo 2>/dev/null | grep -q PORT_ACTIVE; then
+  step allreduce_D1_np2_gdr 120 1 env BRAID_CUDA_PATH=ipc BRAID_TRANSPORT=ibverbs BRAID_DEBUG=INFO "$BR" -np 2 \
+    "$PERF/allreduce_perf" -b 8 -e 64M -f 8 -n 10 -w 2 -c 1 -D 1
+  grep -h -o -e "registered with the NIC (GPUDirect RDMA)" -e "keeps the shared-memory slots: .*" \
+    "$LOGS/allreduce_D1_np2_gdr.log" | head -2 | sed 's/^/  gdr: /' | tee -a "$SUMMARY"
+else
+  note "allreduce_D1_np2_gdr   skipped: no active RDMA port (ibv_devinfo), so GPUDirect RDMA did not run"
+fi
 # Fixed grid caps (512-thread blocks): the old 64 and one and two per SM of an H200, against
 # the default (what the SMs hold of each kernel, from CUDA's occupancy calculator). fp16 and
 # bf16 at one and two per SM: their kernels are built to fit two (cuda/reduce_copy.cuh).

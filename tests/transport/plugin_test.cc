@@ -809,7 +809,7 @@ class AreaRecvConnection final : public Connection {
   Status peekRecv(Slot* s) override {
     if (queue.empty()) return Status(Code::kWouldBlock, "");
     const AreaMsg& m = queue.front();
-    std::memcpy(slot, m.bytes.data(), m.bytes.size());
+    if (!m.bytes.empty()) std::memcpy(slot, m.bytes.data(), m.bytes.size());
     *s = Slot{slot, m.length, m.tag};
     s->device = m.device;
     return Status::ok();

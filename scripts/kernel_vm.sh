@@ -326,15 +326,26 @@ check='[ "$(grep -c "'"$GDR"'" /tmp/step.log)" = 2 ] || echo "not every rank mov
 # Two emulated hosts of two ranks each (a host id per pair, one store): within a host the
 # shared-memory FIFOs with CUDA IPC areas (the receiver's, opened by its sender), between
 # hosts verbs with registered areas at both ends, set up together at the first device call.
+# (Waits for its ranks alone: the job's heartbeat is a child of this shell too.)
 two_by_two() {
+  pids=""
   for r in 0 1 2 3; do
     BRAID_RANK=$r BRAID_WORLD_SIZE=4 BRAID_LOCAL_RANK=$((r % 2)) BRAID_LOCAL_SIZE=2 BRAID_HOST_ID=emulated$((r / 2)) \
-      BRAID_STORE_ADDR=127.0.0.1:29611 BRAID_CUDA_PATH=ipc BRAID_DEBUG=INFO BRAID_TIMEOUT=60 timeout 120 "$DEV" &
+      BRAID_STORE_ADDR=127.0.0.1:29611 BRAID_CUDA_PATH=ipc BRAID_DEBUG=INFO BRAID_TIMEOUT=60 timeout -k 5 120 "$DEV" &
+    pids="$pids $!"
   done
-  wait
+  rc=0
+  for p in $pids; do wait "$p" || rc=1; done
+  return $rc
 }
 check='[ "$(grep -c "DEVICE rank=[0-3] error=none kernels=[1-9][0-9]* slotKernels=[1-9][0-9]* areas=[1-9][0-9]* registered=[1-9][0-9]* copies=0 rdmaFlushes=[1-9][0-9]*" /tmp/step.log)" = 4 ] || echo "not every rank moved device calls through device areas"; [ "$(grep -c "AFTER rank=[0-3] areas=0 imports=0 registered=0 hostLive=0" /tmp/step.log)" = 4 ] || echo "left over"; [ "$(grep -c "device slot areas of its own and [1-9][0-9]* of its peers., registered with the NIC" /tmp/step.log)" = 4 ] || echo "not every rank had both kinds of area"; grep -q "transports \[self,shm,ibverbs,ibverbs\]" /tmp/step.log || echo "rank 0 did not reach its host peer by shm and the others by verbs"'
 [ -x "$DEV" ] && step "device buffers, BRAID_CUDA_PATH=ipc, 2 emulated hosts x 2 ranks: CUDA IPC areas within a host, areas registered with rxe0 between" two_by_two
+# A rank killed (SIGKILL) while the others run device allreduces through registered areas:
+# both survivors' calls fail with a remote error naming it, within 5 s (the timeout is 20 s).
+check='n=$(grep -E -c "SURVIVOR rank=[01] result=3 calls=[0-9]+ ms=[0-9]{1,4} error=.*rank 2.*\(failed rank 2\)" /tmp/step.log); [ "$n" = 2 ] || echo "$n of 2 survivors failed within 5 s naming rank 2"'
+[ -x "$DEV" ] && step "rank 2 killed mid device allreduce over ibverbs, BRAID_CUDA_PATH=ipc: ranks 0 and 1 fail naming it" \
+  sh -c "'$RUN' -np 3 -x BRAID_TRANSPORT=ibverbs -x BRAID_IB_HCA -x BRAID_CUDA_PATH=ipc -x DEVICE_DIE_RANK=2 -x BRAID_TIMEOUT=20 '$DEV'; true"
+grep "^SURVIVOR" /tmp/step.log | cut -c1-200 | sed 's/^/  /'
 # A rank whose GPU cannot take part in GPUDirect RDMA: every rank keeps the registered host
 # slots of `direct` (none makes an area), saying why, and every element is still right.
 check='[ "$(grep -c "DEVICE rank=[01] error=none kernels=[1-9][0-9]* slotKernels=0 areas=0 registered=[1-9][0-9]* copies=0 rdmaFlushes=0" /tmp/step.log)" = 2 ] || echo "not every rank kept the host slots"; [ "$(grep -c "AFTER rank=[01] areas=0 imports=0 registered=0 hostLive=0" /tmp/step.log)" = 2 ] || echo "left over"; [ "$(grep -c "keeps the shared-memory slots: .*fake: no GPUDirect RDMA, on purpose" /tmp/step.log)" = 2 ] || echo "not every rank said why"'

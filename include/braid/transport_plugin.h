@@ -2,7 +2,8 @@
  *
  * A transport plugin is a shared library that exports a table of function pointers that
  * mirrors braid's transport seam one to one:
- *     const braidTransportPlugin_v9_t braidTransportPlugin_v9;   (reduction on arrival; current)
+ *     const braidTransportPlugin_v10_t braidTransportPlugin_v10; (device areas; current)
+ *     const braidTransportPlugin_v9_t braidTransportPlugin_v9;   (reduction on arrival)
  *     const braidTransportPlugin_v8_t braidTransportPlugin_v8;   (failures seen)
  *     const braidTransportPlugin_v7_t braidTransportPlugin_v7;   (receives ahead)
  *     const braidTransportPlugin_v6_t braidTransportPlugin_v6;   (failed peers)
@@ -11,7 +12,7 @@
  *     const braidTransportPlugin_v3_t braidTransportPlugin_v3;   (the job key)
  *     const braidTransportPlugin_v2_t braidTransportPlugin_v2;   (zero copy)
  *     const braidTransportPlugin_v1_t braidTransportPlugin_v1;   (the first version)
- * braid looks for v9 first, then v8, v7, v6, v5, v4, v3, v2, v1, and speaks all nine. braid finds plugins through
+ * braid looks for v10 first, then v9, v8, v7, v6, v5, v4, v3, v2, v1, and speaks all ten. braid finds plugins through
  * BRAID_TRANSPORT_PLUGIN (a ':'-separated list of files) and in the plugin folder next to
  * libbraid.so (<libdir>/braid/libbraid-net-<name>.so).
  *

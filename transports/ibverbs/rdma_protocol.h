@@ -172,7 +172,6 @@ class SendProtocol {
   // (RdmaQueue::postAreaWrite works), postDevice sends the reserved slot's payload from
   // offset areaOffset(s) of this end's area to the same offset of the receiver's.
   void enableDeviceArea(bool on) { device_ = on; }
-  bool deviceArea() const { return device_; }
   size_t areaOffset(const Slot& s) const;
   Status postDevice(const Slot& s, size_t bytes);
   // Polls completions: credits, finished writes, errors (sticky once seen).

@@ -9,6 +9,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -362,9 +363,8 @@ class CudaRuntime final : public Runtime {
     const bool ordered = ordering >= cudaGPUDirectRDMAWritesOrderingOwner;
     if (!ordered && !(options & cudaFlushGPUDirectRDMAWritesOptionHost))
       return Status(Code::kSystemError, gpu + " can neither order nor flush GPUDirect RDMA writes from the host");
-    std::lock_guard<std::mutex> lock(rdmaMu_);
-    if (static_cast<size_t>(device) >= rdmaFlush_.size()) rdmaFlush_.resize(static_cast<size_t>(device) + 1, -1);
-    rdmaFlush_[static_cast<size_t>(device)] = ordered ? 0 : 1;
+    if (device >= 0 && static_cast<size_t>(device) < rdmaOrdered_.size())
+      rdmaOrdered_[static_cast<size_t>(device)].store(ordered, std::memory_order_relaxed);
     return Status::ok();
   }
   StatusOr<Dmabuf> dmabufOf(void* p, size_t bytes) override {
@@ -380,12 +380,11 @@ class CudaRuntime final : public Runtime {
                                             std::to_string(static_cast<int>(r)));
     return Dmabuf{fd, 0};
   }
+  // Called before every kernel that reads a received device payload: a flag read, no lock.
   Status flushRemoteWrites(int device) override {
-    {
-      std::lock_guard<std::mutex> lock(rdmaMu_);
-      const size_t d = static_cast<size_t>(device);
-      if (d < rdmaFlush_.size() && rdmaFlush_[d] == 0) return Status::ok();
-    }
+    if (device >= 0 && static_cast<size_t>(device) < rdmaOrdered_.size() &&
+        rdmaOrdered_[static_cast<size_t>(device)].load(std::memory_order_relaxed))
+      return Status::ok();
     DeviceScope scope;
     BRAID_RETURN_IF_ERROR(scope.use(device));
     const cudaError_t e =
@@ -542,8 +541,9 @@ class CudaRuntime final : public Runtime {
 
   std::mutex importedMu_;
   std::vector<void*> imported_;  // opened with cudaIpcOpenMemHandle
-  std::mutex rdmaMu_;
-  std::vector<int> rdmaFlush_;  // per GPU: 1 flush before kernels read NIC writes, 0 not, -1 unknown
+  // Per GPU (the first 64; others always flush): its NIC writes need no flush, as
+  // rdmaSupport found. Unknown counts as needing one.
+  std::array<std::atomic<bool>, 64> rdmaOrdered_{};
   enum class WaitMode { kKernel, kMemOp, kHost };
   static constexpr int kUnknown = 0, kUsable = 1, kUnusable = 2;
   std::once_flag once_;

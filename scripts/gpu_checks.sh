@@ -75,6 +75,20 @@ step allreduce_D1_np2 120 1 "$BR" -np 2 $AR
 for path in direct ipc; do
   step "allreduce_D1_np2_$path" 120 1 env BRAID_CUDA_PATH=$path BRAID_DEBUG=INFO "$BR" -np 2 $AR
 done
+# The ipc path with its slots made by cuMemCreate and shared as file descriptors (fetched over
+# each rank's Unix socket) instead of CUDA IPC handles, as processes and as threads; then as
+# fabric handles, which need a GPU and driver that export them (IMEX): a refusal makes every
+# rank keep the host slots, and the step says so without failing the run.
+for t in 1 2; do
+  np=$((3 - t))
+  step "allreduce_D1_np${np}_t${t}_ipc_cumem_fd" 120 1 bash -c 'out=$(env BRAID_CUDA_PATH=ipc BRAID_CUDA_MEM_HANDLE=fd \
+    BRAID_DEBUG=INFO "$@" 2>&1); rc=$?; echo "$out"; [ "$rc" = 0 ] && grep -q "moves device calls through" <<< "$out"' _ \
+    "$BR" -np "$np" $AR -t "$t"
+done
+step allreduce_D1_np2_ipc_cumem_fabric 120 0 env BRAID_CUDA_PATH=ipc BRAID_CUDA_MEM_HANDLE=fabric BRAID_DEBUG=INFO \
+  "$BR" -np 2 $AR
+grep -h -o -e "moves device calls through [0-9]* device slot areas" -e "keeps the shared-memory slots: .*" \
+  "$LOGS/allreduce_D1_np2_ipc_cumem_fabric.log" 2>/dev/null | head -1 | sed 's/^/  fabric handles: /' | tee -a "$SUMMARY"
 # The same 2 ranks as threads of one process (-t 2), sharing one CUDA context: ranks in
 # processes of their own each have a context, and without MPS the GPU runs contexts of
 # different processes by turns (time slices), not side by side.

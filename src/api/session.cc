@@ -1601,7 +1601,7 @@ Status Session::setupDeviceSlots(int gpu, bool canTake) {
     }
     auto area = rt.importDevice(name, gpu);
     if (!area.isOk()) {
-      why = area.status().message();
+      why = "rank " + std::to_string(e.peer) + "'s device slots: " + area.status().message();
       break;
     }
     e.area = area.value();
@@ -1615,6 +1615,9 @@ Status Session::setupDeviceSlots(int gpu, bool canTake) {
     dropDeviceSlots();
     return Status::ok();
   }
+  // Every peer has opened what this rank exported.
+  for (const End& e : recvs)
+    if (e.c->deviceAreaKind() == Kind::kShared) rt.exportsTaken(e.area);
   for (End& e : recvs) e.c->setDeviceArea(e.area);
   for (End& e : sends) e.c->setDeviceArea(e.area);
   BRAID_INFO("BRAID_CUDA_PATH=ipc: rank %d moves device calls through %zu device slot areas of its own and %zu of its "

@@ -13,11 +13,14 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "common/fd_share.h"
+#include "common/hex.h"
 #include "common/process_state.h"
 #include "cuda/device_launch.h"
 #include "cuda/stream_wait.h"
@@ -36,6 +39,41 @@ using WaitValue32Fn = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned i
 using PointerGetAttributeFn = CUresult (*)(void*, CUpointer_attribute, CUdeviceptr);
 using GetHandleForAddressRangeFn = CUresult (*)(void*, CUdeviceptr, size_t, CUmemRangeHandleType, unsigned long long);
 
+// How device slots travel to other processes (BRAID_CUDA_MEM_HANDLE): a CUDA IPC handle of
+// cudaMalloc'd memory (ipc, the default), or an allocation of CUDA's virtual memory
+// management (cuMemCreate) exported as a POSIX file descriptor, handed over a Unix socket
+// (fd), or as a fabric handle, which travels as bytes (fabric).
+enum class HandleKind { kIpc, kFd, kFabric };
+
+// The driver's virtual memory management (cuda.h; CUDA 10.2 and later, fabric handles 12.3),
+// resolved through the runtime once.
+struct Vmm {
+  decltype(&cuDeviceGet) deviceGet = nullptr;
+  decltype(&cuDeviceGetAttribute) attribute = nullptr;
+  decltype(&cuMemGetAllocationGranularity) granularity = nullptr;
+  decltype(&cuMemCreate) create = nullptr;
+  decltype(&cuMemRelease) release = nullptr;
+  decltype(&cuMemAddressReserve) reserve = nullptr;
+  decltype(&cuMemAddressFree) addressFree = nullptr;
+  decltype(&cuMemMap) map = nullptr;
+  decltype(&cuMemUnmap) unmap = nullptr;
+  decltype(&cuMemSetAccess) setAccess = nullptr;
+  decltype(&cuMemExportToShareableHandle) exportHandle = nullptr;
+  decltype(&cuMemImportFromShareableHandle) importHandle = nullptr;
+  bool complete() const {
+    return deviceGet && attribute && granularity && create && release && reserve && addressFree && map && unmap &&
+           setAccess && exportHandle && importHandle;
+  }
+};
+
+Status driverFailure(const char* what, CUresult r) {
+  return Status(Code::kSystemError, std::string("CUDA: ") + what + " failed with error " + std::to_string(static_cast<int>(r)));
+}
+
+// How long a rank waits for a peer's process to hand over a slot area's descriptor: it is
+// answering (it has exported, and waits in the job's store for this rank) unless it died.
+constexpr int kFetchTimeoutMs = 10000;
+
 template <typename Fn>
 Fn driverEntry(const char* name) {
   void* fn = nullptr;
@@ -46,6 +84,26 @@ Fn driverEntry(const char* name) {
     return nullptr;
   }
   return reinterpret_cast<Fn>(fn);
+}
+
+const Vmm& vmm() {
+  static const Vmm api = [] {
+    Vmm v;
+    v.deviceGet = driverEntry<decltype(v.deviceGet)>("cuDeviceGet");
+    v.attribute = driverEntry<decltype(v.attribute)>("cuDeviceGetAttribute");
+    v.granularity = driverEntry<decltype(v.granularity)>("cuMemGetAllocationGranularity");
+    v.create = driverEntry<decltype(v.create)>("cuMemCreate");
+    v.release = driverEntry<decltype(v.release)>("cuMemRelease");
+    v.reserve = driverEntry<decltype(v.reserve)>("cuMemAddressReserve");
+    v.addressFree = driverEntry<decltype(v.addressFree)>("cuMemAddressFree");
+    v.map = driverEntry<decltype(v.map)>("cuMemMap");
+    v.unmap = driverEntry<decltype(v.unmap)>("cuMemUnmap");
+    v.setAccess = driverEntry<decltype(v.setAccess)>("cuMemSetAccess");
+    v.exportHandle = driverEntry<decltype(v.exportHandle)>("cuMemExportToShareableHandle");
+    v.importHandle = driverEntry<decltype(v.importHandle)>("cuMemImportFromShareableHandle");
+    return v;
+  }();
+  return api;
 }
 
 // BRAID_CUDA_STREAM_WAIT=host: the stream waits in a host function (it runs on CUDA's
@@ -283,6 +341,9 @@ class CudaRuntime final : public Runtime {
 
   // Device slots. The caller's thread keeps its current device (DeviceScope).
   StatusOr<void*> allocDevice(size_t bytes, int device) override {
+    BRAID_RETURN_IF_ERROR(available());
+    BRAID_RETURN_IF_ERROR(handleKindError_);
+    if (handleKind_ != HandleKind::kIpc) return allocShareable(bytes, device);
     DeviceScope scope;
     BRAID_RETURN_IF_ERROR(scope.use(device));
     void* p = nullptr;
@@ -291,44 +352,71 @@ class CudaRuntime final : public Runtime {
     return p;
   }
   void freeDevice(void* p) override {
-    if (p && cudaFree(p) != cudaSuccess) cudaGetLastError();
+    if (!p) return;
+    Area area;
+    if (takeArea(p, &area)) return unmapArea(p, area);
+    if (cudaFree(p) != cudaSuccess) cudaGetLastError();
   }
   // "process:address:handle" (handle in hex): the address serves threads of the same
   // process, which CUDA does not let open their own handles; the handle the others. The
   // process is processToken(), not the pid: a rank of another pid namespace (a container on
   // the same host) may have the same pid, and an address of its process read here as one of
-  // this process would be some other memory of this one.
+  // this process would be some other memory of this one. A cuMem allocation's name starts
+  // with its kind, "cumem-fd:" (then the descriptor's fd_share ticket as the handle) or
+  // "cumem-fabric:" (the fabric handle in hex), and carries its size before the handle.
   StatusOr<std::string> exportDevice(void* p) override {
+    const std::string process = std::to_string(processToken()) + ":" + std::to_string(reinterpret_cast<uintptr_t>(p));
+    {
+      std::lock_guard<std::mutex> lock(areasMu_);
+      auto it = areas_.find(reinterpret_cast<uintptr_t>(p));
+      if (it != areas_.end()) return exportShareable(it->second, process);
+    }
     cudaIpcMemHandle_t h{};
     cudaError_t e = cudaIpcGetMemHandle(&h, p);
     if (e != cudaSuccess) return cudaFailure("cudaIpcGetMemHandle", e);
-    std::string out = std::to_string(processToken()) + ":" + std::to_string(reinterpret_cast<uintptr_t>(p)) + ":";
-    static const char* kHex = "0123456789abcdef";
-    for (unsigned char c : std::string(h.reserved, sizeof h.reserved)) {
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
+    return process + ":" + hex(h.reserved, sizeof h.reserved);
+  }
+  void exportsTaken(void* p) override {
+    std::string ticket;
+    {
+      std::lock_guard<std::mutex> lock(areasMu_);
+      auto it = areas_.find(reinterpret_cast<uintptr_t>(p));
+      if (it == areas_.end()) return;
+      ticket.swap(it->second.ticket);
     }
-    return out;
+    if (!ticket.empty()) withdrawFd(ticket);
   }
   StatusOr<void*> importDevice(const std::string& name, int device) override {
-    const size_t a = name.find(':'), b = name.find(':', a == std::string::npos ? a : a + 1);
-    cudaIpcMemHandle_t h{};
-    if (a == std::string::npos || b == std::string::npos || name.size() - b - 1 != 2 * sizeof h.reserved)
-      return Status(Code::kInvalidArgument, "device slots: a malformed IPC name");
-    if (std::strtoull(name.c_str(), nullptr, 10) == processToken()) {
+    HandleKind kind = HandleKind::kIpc;
+    size_t at = 0;
+    if (name.compare(0, 9, "cumem-fd:") == 0) kind = HandleKind::kFd, at = 9;
+    else if (name.compare(0, 13, "cumem-fabric:") == 0) kind = HandleKind::kFabric, at = 13;
+    // process:address[:bytes]:handle
+    std::vector<std::string> f;
+    for (size_t i = at;;) {
+      const size_t c = name.find(':', i);
+      f.push_back(name.substr(i, c == std::string::npos ? c : c - i));
+      if (c == std::string::npos) break;
+      i = c + 1;
+    }
+    const size_t want = kind == HandleKind::kIpc ? 3 : 4;
+    if (f.size() != want || f[0].empty() || f[1].empty() || f[0].find_first_not_of("0123456789") != std::string::npos ||
+        f[1].find_first_not_of("0123456789") != std::string::npos)
+      return Status(Code::kInvalidArgument, "device slots: a malformed name '" + name + "'");
+    if (std::strtoull(f[0].c_str(), nullptr, 10) == processToken()) {
       // Threads of one process: the address. On another GPU this GPU's kernels reach it
       // through peer access, which stays on for the process once enabled.
-      void* p = reinterpret_cast<void*>(static_cast<uintptr_t>(std::strtoull(name.c_str() + a + 1, nullptr, 10)));
+      void* p = reinterpret_cast<void*>(static_cast<uintptr_t>(std::strtoull(f[1].c_str(), nullptr, 10)));
       const PointerInfo info = pointerInfo(p);
       if (info.kind != MemoryKind::kDevice)
         return Status(Code::kInvalidArgument, "device slots: a peer thread's slots are not device memory");
-      if (info.device != device) BRAID_RETURN_IF_ERROR(enablePeerAccess(device, info.device));
+      if (info.device != device) BRAID_RETURN_IF_ERROR(reachFrom(device, info.device, p));
       return p;
     }
-    for (size_t i = 0; i < sizeof h.reserved; ++i) {
-      const auto nib = [](char c) { return c <= '9' ? c - '0' : c - 'a' + 10; };
-      h.reserved[i] = static_cast<char>(nib(name[b + 1 + 2 * i]) << 4 | nib(name[b + 2 + 2 * i]));
-    }
+    if (kind != HandleKind::kIpc) return importShareable(kind, f[2], f[3], device);
+    cudaIpcMemHandle_t h{};
+    if (!unhex(f[2], h.reserved, sizeof h.reserved))
+      return Status(Code::kInvalidArgument, "device slots: a malformed IPC name '" + name + "'");
     DeviceScope scope;
     BRAID_RETURN_IF_ERROR(scope.use(device));
     void* p = nullptr;
@@ -339,6 +427,8 @@ class CudaRuntime final : public Runtime {
     return p;
   }
   void closeImported(void* p) override {
+    Area area;
+    if (takeArea(p, &area)) return unmapArea(p, area);
     {
       std::lock_guard<std::mutex> lock(importedMu_);
       auto it = std::find(imported_.begin(), imported_.end(), p);
@@ -449,6 +539,10 @@ class CudaRuntime final : public Runtime {
       case WaitMode::kKernel: out += "kernel"; break;
       case WaitMode::kHost: out += "host function"; break;
     }
+    out += !handleKindError_.isOk()           ? "; device slots: " + handleKindError_.message()
+           : handleKind_ == HandleKind::kIpc  ? std::string("; device slots shared by CUDA IPC")
+           : handleKind_ == HandleKind::kFd   ? std::string("; device slots shared as cuMem file descriptors")
+                                              : std::string("; device slots shared as cuMem fabric handles");
     // Which path device calls take (BRAID_CUDA_PATH), and whether GPU 0 could take the
     // direct one.
     const char* path = std::getenv("BRAID_CUDA_PATH");
@@ -487,6 +581,16 @@ class CudaRuntime final : public Runtime {
         waitModeError_ = Status(Code::kInvalidArgument, std::string("BRAID_CUDA_STREAM_WAIT=") + v +
                                                             ": expected kernel, memop or host");
     }
+    // How device slots are shared between processes (BRAID_CUDA_MEM_HANDLE): a value braid
+    // does not know is the reason every rank keeps the shared-memory slots.
+    if (const char* v = std::getenv("BRAID_CUDA_MEM_HANDLE"); v && *v) {
+      if (!std::strcmp(v, "ipc")) handleKind_ = HandleKind::kIpc;
+      else if (!std::strcmp(v, "fd")) handleKind_ = HandleKind::kFd;
+      else if (!std::strcmp(v, "fabric")) handleKind_ = HandleKind::kFabric;
+      else
+        handleKindError_ =
+            Status(Code::kInvalidArgument, std::string("BRAID_CUDA_MEM_HANDLE=") + v + ": expected ipc, fd or fabric");
+    }
     if (why_.isOk()) {
       waitValue32_ = driverEntry<WaitValue32Fn>("cuStreamWaitValue32");
       pointerAttribute_ = driverEntry<PointerGetAttributeFn>("cuPointerGetAttribute");
@@ -518,10 +622,188 @@ class CudaRuntime final : public Runtime {
     }
   };
 
-  // Lets kernels on `from` reach memory on `to` (NVLink or PCIe P2P). Enabling is
-  // per context and cannot be undone while another thread's slots may use it, so it is
-  // never disabled; a second enable (another thread's, or this pair's again) is no error.
-  static Status enablePeerAccess(int from, int to) {
+  // A cuMem allocation behind a device slot area: made here (own) and exported, or imported
+  // from a peer's process and mapped here.
+  struct Area {
+    CUmemGenericAllocationHandle handle = 0;
+    size_t bytes = 0;  // whole granules
+    HandleKind kind = HandleKind::kFd;
+    std::string ticket;  // an own kFd area's descriptor while it is offered (fd_share)
+  };
+
+  static CUmemAllocationHandleType handleType(HandleKind k) {
+    return k == HandleKind::kFd ? CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR : CU_MEM_HANDLE_TYPE_FABRIC;
+  }
+  static const char* handleName(HandleKind k) { return k == HandleKind::kFd ? "fd" : "fabric"; }
+
+  // BRAID_CUDA_MEM_HANDLE=fd or fabric: memory of `device` made shareable as that kind,
+  // mapped here for `device`'s kernels.
+  StatusOr<void*> allocShareable(size_t bytes, int device) {
+    const Vmm& api = vmm();
+    const std::string asked = std::string("BRAID_CUDA_MEM_HANDLE=") + handleName(handleKind_);
+    if (!api.complete())
+      return Status(Code::kSystemError, "CUDA: the driver has no virtual memory management (cuMemCreate), which " +
+                                            asked + " needs");
+    const std::string gpu = "CUDA: GPU " + std::to_string(device);
+    CUdevice dev = 0;
+    CUresult r = api.deviceGet(&dev, device);
+    if (r != CUDA_SUCCESS) return driverFailure("cuDeviceGet", r);
+    int vmmOk = 0, typeOk = 0, rdmaOk = 0;
+    api.attribute(&vmmOk, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev);
+    api.attribute(&typeOk,
+                  handleKind_ == HandleKind::kFd ? CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED
+                                                 : CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED,
+                  dev);
+    api.attribute(&rdmaOk, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED, dev);
+    if (!vmmOk) return Status(Code::kSystemError, gpu + " has no virtual memory management (cuMemCreate)");
+    if (!typeOk)
+      return Status(Code::kSystemError, gpu + " cannot export its memory as " +
+                                            (handleKind_ == HandleKind::kFd ? "a POSIX file descriptor" : "a fabric handle") +
+                                            ", which " + asked + " asks for");
+    CUmemAllocationProp prop{};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = device;
+    prop.requestedHandleTypes = handleType(handleKind_);
+    // A NIC may register these areas too (GPUDirect RDMA), where the GPU lets it.
+    prop.allocFlags.gpuDirectRDMACapable = rdmaOk ? 1 : 0;
+    size_t granule = 0;
+    r = api.granularity(&granule, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
+    if (r != CUDA_SUCCESS || granule == 0) return driverFailure("cuMemGetAllocationGranularity", r);
+    Area area;
+    area.kind = handleKind_;
+    area.bytes = (std::max<size_t>(bytes, 1) + granule - 1) / granule * granule;
+    DeviceScope scope;
+    BRAID_RETURN_IF_ERROR(scope.use(device));
+    r = api.create(&area.handle, area.bytes, &prop, 0);
+    if (r != CUDA_SUCCESS) return driverFailure("cuMemCreate (device slots)", r);
+    return keepMapped(area, granule, device);
+  }
+
+  // Maps `area` at an address of its own, for `device`'s kernels, and keeps it; releases its
+  // handle when it cannot.
+  StatusOr<void*> keepMapped(Area& area, size_t alignment, int device) {
+    const Vmm& api = vmm();
+    CUdeviceptr va = 0;
+    CUresult r = api.reserve(&va, area.bytes, alignment, 0, 0);
+    const char* failed = r != CUDA_SUCCESS ? "cuMemAddressReserve" : nullptr;
+    if (!failed && (r = api.map(va, area.bytes, 0, area.handle, 0)) != CUDA_SUCCESS) {
+      failed = "cuMemMap";
+      api.addressFree(va, area.bytes);
+    }
+    if (!failed && (r = grantAccess(va, area.bytes, device)) != CUDA_SUCCESS) {
+      failed = "cuMemSetAccess";
+      api.unmap(va, area.bytes);
+      api.addressFree(va, area.bytes);
+    }
+    if (failed) {
+      api.release(area.handle);
+      return driverFailure(failed, r);
+    }
+    std::lock_guard<std::mutex> lock(areasMu_);
+    areas_[static_cast<uintptr_t>(va)] = area;
+    return reinterpret_cast<void*>(static_cast<uintptr_t>(va));
+  }
+
+  // The name of an own cuMem area (areasMu_ held): its descriptor offered through fd_share
+  // (once; exportsTaken withdraws it), or its fabric handle.
+  StatusOr<std::string> exportShareable(Area& area, const std::string& process) {
+    const Vmm& api = vmm();
+    const std::string head = std::string("cumem-") + handleName(area.kind) + ":" + process + ":" +
+                             std::to_string(area.bytes) + ":";
+    if (area.kind == HandleKind::kFabric) {
+      CUmemFabricHandle fabric{};
+      const CUresult r = api.exportHandle(&fabric, area.handle, CU_MEM_HANDLE_TYPE_FABRIC, 0);
+      if (r != CUDA_SUCCESS) return driverFailure("cuMemExportToShareableHandle (fabric)", r);
+      return head + hex(fabric.data, sizeof fabric.data);
+    }
+    if (area.ticket.empty()) {
+      int fd = -1;
+      const CUresult r = api.exportHandle(&fd, area.handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+      if (r != CUDA_SUCCESS || fd < 0) return driverFailure("cuMemExportToShareableHandle (file descriptor)", r);
+      auto ticket = publishFd(fd);
+      ::close(fd);
+      BRAID_RETURN_IF_ERROR(ticket.status());
+      area.ticket = ticket.value();
+    }
+    return head + area.ticket;
+  }
+
+  // A peer's cuMem area, from the size and handle of its name.
+  StatusOr<void*> importShareable(HandleKind kind, const std::string& bytes, const std::string& handle, int device) {
+    const Vmm& api = vmm();
+    if (!api.complete())
+      return Status(Code::kSystemError,
+                    "CUDA: the driver has no virtual memory management (cuMemCreate), which a peer's slots need");
+    Area area;
+    area.kind = kind;
+    area.bytes = std::strtoull(bytes.c_str(), nullptr, 10);
+    if (area.bytes == 0 || bytes.find_first_not_of("0123456789") != std::string::npos)
+      return Status(Code::kInvalidArgument, "device slots: a peer's cuMem area has a malformed size '" + bytes + "'");
+    CUresult r;
+    if (kind == HandleKind::kFd) {
+      BRAID_ASSIGN_OR_RETURN(const int fd, fetchFd(handle, kFetchTimeoutMs));
+      r = api.importHandle(&area.handle, reinterpret_cast<void*>(static_cast<uintptr_t>(fd)),
+                           CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+      ::close(fd);
+    } else {
+      CUmemFabricHandle fabric{};
+      if (!unhex(handle, fabric.data, sizeof fabric.data))
+        return Status(Code::kInvalidArgument, "device slots: a malformed fabric handle");
+      r = api.importHandle(&area.handle, &fabric, CU_MEM_HANDLE_TYPE_FABRIC);
+    }
+    if (r != CUDA_SUCCESS) return driverFailure("cuMemImportFromShareableHandle", r);
+    DeviceScope scope;
+    BRAID_RETURN_IF_ERROR(scope.use(device));
+    return keepMapped(area, 0, device);
+  }
+
+  // The cuMem area at `p`, no longer kept, if there is one.
+  bool takeArea(void* p, Area* out) {
+    std::lock_guard<std::mutex> lock(areasMu_);
+    auto it = areas_.find(reinterpret_cast<uintptr_t>(p));
+    if (it == areas_.end()) return false;
+    *out = std::move(it->second);
+    areas_.erase(it);
+    return true;
+  }
+  static void unmapArea(void* p, const Area& area) {
+    const Vmm& api = vmm();
+    if (!area.ticket.empty()) withdrawFd(area.ticket);
+    const auto va = static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(p));
+    api.unmap(va, area.bytes);
+    api.addressFree(va, area.bytes);
+    api.release(area.handle);
+  }
+
+  // Lets kernels on `from` reach the slots at `p`, memory of `to`, made by another thread of
+  // this process: peer access for cudaMalloc'd memory; for a cuMem area, which peer access
+  // does not open, access to its mapping for `from` as well (the GPUs must still reach each
+  // other).
+  Status reachFrom(int from, int to, void* p) {
+    size_t bytes = 0;
+    {
+      std::lock_guard<std::mutex> lock(areasMu_);
+      auto it = areas_.find(reinterpret_cast<uintptr_t>(p));
+      if (it != areas_.end()) bytes = it->second.bytes;
+    }
+    if (bytes == 0) return enablePeerAccess(from, to);
+    BRAID_RETURN_IF_ERROR(peerReachable(from, to));
+    const CUresult r = grantAccess(static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(p)), bytes, from);
+    return r == CUDA_SUCCESS ? Status::ok() : driverFailure("cuMemSetAccess (a peer thread's slots)", r);
+  }
+
+  // Lets `device`'s kernels read and write the mapping [va, va + bytes).
+  static CUresult grantAccess(CUdeviceptr va, size_t bytes, int device) {
+    CUmemAccessDesc access{};
+    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access.location.id = device;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    return vmm().setAccess(va, bytes, &access, 1);
+  }
+
+  // Whether kernels on `from` can reach memory on `to` at all (NVLink or PCIe P2P).
+  static Status peerReachable(int from, int to) {
     int can = 0;
     cudaError_t e = cudaDeviceCanAccessPeer(&can, from, to);
     if (e != cudaSuccess) return cudaFailure("cudaDeviceCanAccessPeer", e);
@@ -529,9 +811,17 @@ class CudaRuntime final : public Runtime {
       return Status(Code::kInvalidArgument, "device slots: GPU " + std::to_string(from) +
                                                 " has no peer access to GPU " + std::to_string(to) +
                                                 ", where a peer thread's slots are");
+    return Status::ok();
+  }
+
+  // Lets kernels on `from` reach memory on `to` (NVLink or PCIe P2P). Enabling is
+  // per context and cannot be undone while another thread's slots may use it, so it is
+  // never disabled; a second enable (another thread's, or this pair's again) is no error.
+  static Status enablePeerAccess(int from, int to) {
+    BRAID_RETURN_IF_ERROR(peerReachable(from, to));
     DeviceScope scope;
     BRAID_RETURN_IF_ERROR(scope.use(from));
-    e = cudaDeviceEnablePeerAccess(to, 0);
+    const cudaError_t e = cudaDeviceEnablePeerAccess(to, 0);
     if (e == cudaErrorPeerAccessAlreadyEnabled) {
       cudaGetLastError();
       return Status::ok();
@@ -541,6 +831,10 @@ class CudaRuntime final : public Runtime {
 
   std::mutex importedMu_;
   std::vector<void*> imported_;  // opened with cudaIpcOpenMemHandle
+  std::mutex areasMu_;
+  std::map<uintptr_t, Area> areas_;  // cuMem areas, own and imported, by address
+  HandleKind handleKind_ = HandleKind::kIpc;  // written once, in probe()
+  Status handleKindError_;                    // written once, in probe()
   // Per GPU (the first 64; others always flush): its NIC writes need no flush, as
   // rdmaSupport found. Unknown counts as needing one.
   std::array<std::atomic<bool>, 64> rdmaOrdered_{};

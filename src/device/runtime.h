@@ -102,11 +102,16 @@ class Runtime {
   virtual Status registerHost(void* p, size_t bytes);
   virtual void unregisterHost(void* p) {}
   // Device slots (BRAID_CUDA_PATH=ipc): memory on `device`, and a name for it another
-  // process (or thread) of the job opens: CUDA IPC between processes, the address itself
-  // within one. importDevice gives the address this process reaches it at.
+  // process (or thread) of the job opens: between processes a CUDA IPC handle, or a cuMem
+  // allocation's shareable handle (BRAID_CUDA_MEM_HANDLE, docs/cuda.md), the address itself
+  // within one. importDevice gives the address this process reaches it at, whatever kind
+  // of name the exporter chose. Once every peer has opened it, exportsTaken(p) stops
+  // offering it: a handle that travels as a file descriptor (common/fd_share.h) is handed
+  // out only until then.
   virtual StatusOr<void*> allocDevice(size_t bytes, int device);
   virtual void freeDevice(void* p) {}
   virtual StatusOr<std::string> exportDevice(void* p);
+  virtual void exportsTaken(void* p) {}
   virtual StatusOr<void*> importDevice(const std::string& name, int device);
   virtual void closeImported(void* p) {}
   // GPUDirect RDMA (device areas a transport registers with its NIC, docs/cuda.md): ok when

@@ -18,10 +18,11 @@
 set -uo pipefail
 fail=0
 pids=()
+out=""  # the last case's output
 
 # run CASE NP PATH KIND [VAR=VALUE...]: KIND is direct, ipc or staged.
 run() {
-  local name=$1 np=$2 path=$3 kind=$4 out rc
+  local name=$1 np=$2 path=$3 kind=$4 rc
   shift 4
   out=$(env BRAID_CUDA_PATH="$path" BRAID_DEBUG=WARN "$@" timeout 120 "$BRAIDRUN" -np "$np" "$DEVICE_RANK" 2>&1)
   rc=$?
@@ -48,6 +49,11 @@ run() {
 
 run "direct over shm" 3 direct direct BRAID_TRANSPORT=shm
 run "ipc over shm" 3 ipc ipc BRAID_TRANSPORT=shm
+# The same with the slots' memory passed as file descriptors (cuMem's POSIX handles), fetched
+# from each exporter over its Unix socket, and offered no longer once every peer has them.
+run "ipc over shm, handles as file descriptors" 3 ipc ipc BRAID_TRANSPORT=shm BRAID_CUDA_MEM_HANDLE=fd
+[ "$(grep -c 'DEVICE rank=[0-9] error=none .* fdImports=[1-9][0-9]* offered=0$' <<<"$out")" = 3 ] ||
+  { echo "FAIL: ipc with descriptors: not every rank fetched its peers' descriptors and stopped offering its own"; fail=1; }
 run "direct over tcp" 3 direct direct BRAID_TRANSPORT=tcp
 if [ -f "${TCP_ABI_PLUGIN:-}" ]; then
   run "direct through tcp behind the plugin ABI" 2 direct direct BRAID_TRANSPORT_PLUGIN="$TCP_ABI_PLUGIN" \
@@ -69,8 +75,9 @@ fi
 # A rank killed (SIGKILL) while the others run device calls, on each path: every survivor's
 # call fails with a remote error naming it, within 5 s (the timeout is 20 s).
 killed() {
-  local name=$1 path=$2 transport=$3 out n
-  out=$(env BRAID_CUDA_PATH="$path" BRAID_TRANSPORT="$transport" DEVICE_DIE_RANK=2 BRAIDRUN_GRACE_SEC=20 \
+  local name=$1 path=$2 transport=$3 n
+  shift 3
+  out=$(env "$@" BRAID_CUDA_PATH="$path" BRAID_TRANSPORT="$transport" DEVICE_DIE_RANK=2 BRAIDRUN_GRACE_SEC=20 \
     BRAID_TIMEOUT=20 timeout 120 "$BRAIDRUN" -np 3 "$DEVICE_RANK" 2>&1)
   echo "== rank 2 killed: $name"
   echo "$out"
@@ -84,6 +91,7 @@ killed() {
 }
 killed "direct over shm" direct shm
 killed "ipc over shm" ipc shm
+killed "ipc over shm, handles as file descriptors" ipc shm BRAID_CUDA_MEM_HANDLE=fd
 killed "direct over tcp" direct tcp
 killed "staged" staged shm
 # The segments of these ranks only (other tests may run beside this one).

@@ -3,6 +3,7 @@
 // buffers, then one line with what it found and how the path ran, and one more after
 // destroy with what is left.
 //   DEVICE rank=R error=<first difference or none> kernels=K slotKernels=S areas=A registered=G copies=C rdmaFlushes=F
+//     fdImports=I offered=O
 //   AFTER rank=R areas=A imports=I registered=G hostLive=H pid=P
 // (P names the process's device slot segments, /dev/shm/braid-fake-slots-P-*.)
 // Exits 1 on any error. DEVICE_NO_RDMA=R makes rank R's runtime refuse GPUDirect RDMA.
@@ -82,9 +83,11 @@ int main() {
   if (const char* die = std::getenv("DEVICE_DIE_RANK")) return dieOrSurvive(rt, comm, rank, std::atoi(die));
   std::string error;
   braid::device::test::everyCollectiveOnDevice(rt, comm, rank, n, error);
-  std::printf("DEVICE rank=%d error=%s kernels=%d slotKernels=%d areas=%d registered=%d copies=%d rdmaFlushes=%d\n",
+  std::printf("DEVICE rank=%d error=%s kernels=%d slotKernels=%d areas=%d registered=%d copies=%d rdmaFlushes=%d "
+              "fdImports=%d offered=%zu\n",
               rank, error.empty() ? "none" : error.c_str(), rt.kernels.load(), rt.slotKernels.load(),
-              rt.slotAreas.load(), rt.registered.load(), rt.copiesDone.load(), rt.rdmaFlushes.load());
+              rt.slotAreas.load(), rt.registered.load(), rt.copiesDone.load(), rt.rdmaFlushes.load(),
+              rt.fdImports.load(), braid::publishedFds());
   braidCommDestroy(comm);
   std::printf("AFTER rank=%d areas=%d imports=%d registered=%d hostLive=%d pid=%d\n", rank, rt.slotAreas.load(),
               rt.imports.load(), rt.registered.load(), rt.hostLive.load(), static_cast<int>(getpid()));

@@ -24,6 +24,7 @@
 #include <string>
 #include <thread>
 
+#include "common/fd_share.h"
 #include "cuda/host_kernels.h"
 #include "device/runtime.h"
 
@@ -188,32 +189,44 @@ class FakeRuntime final : public Runtime {
   }
   // Device slots: "device memory" in a shared-memory segment of its own, named by the
   // segment, so that ranks in other processes (or threads) map the same pages as CUDA IPC
-  // would give them the same GPU memory.
+  // would give them the same GPU memory. With BRAID_CUDA_MEM_HANDLE=fd, as braid's CUDA
+  // runtime exports cuMem allocations: a memory file, whose descriptor the others fetch
+  // through common/fd_share.h while it is offered (exportDevice to exportsTaken).
   StatusOr<void*> allocDevice(size_t bytes, int) override {
     if (noDeviceSlots.load()) return Status(Code::kSystemError, "fake: no device slots, on purpose");
     static std::atomic<int> serial{0};
+    const char* handles = std::getenv("BRAID_CUDA_MEM_HANDLE");
+    const bool byFd = handles && !std::strcmp(handles, "fd");
     const std::string name = "/braid-fake-slots-" + std::to_string(::getpid()) + "-" + std::to_string(serial++);
-    const int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    const int fd = byFd ? ::memfd_create(name.c_str() + 1, MFD_CLOEXEC)
+                        : ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
     if (fd < 0) return Status(Code::kSystemError, "fake: shm_open " + name);
     void* p = ::ftruncate(fd, static_cast<off_t>(bytes)) == 0
                   ? ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
                   : MAP_FAILED;
-    ::close(fd);
+    if (byFd && p != MAP_FAILED) {
+      std::lock_guard<std::mutex> l(mu_);
+      memoryFiles_[reinterpret_cast<uintptr_t>(p)] = fd;
+    } else {
+      ::close(fd);
+    }
     if (p == MAP_FAILED) {
-      ::shm_unlink(name.c_str());
+      if (!byFd) ::shm_unlink(name.c_str());
       return Status(Code::kSystemError, "fake: mapping " + name);
     }
     slotAreas.fetch_add(1);
     std::lock_guard<std::mutex> l(mu_);
     device_[reinterpret_cast<uintptr_t>(p)] = bytes;
     areas_[reinterpret_cast<uintptr_t>(p)] = bytes;
-    areaNames_[reinterpret_cast<uintptr_t>(p)] = name;
+    areaNames_[reinterpret_cast<uintptr_t>(p)] = byFd ? "" : name;
     return p;
   }
   void freeDevice(void* p) override {
+    exportsTaken(p);
     const auto a = reinterpret_cast<uintptr_t>(p);
     std::string name;
     size_t bytes = 0;
+    int fd = -1;
     {
       std::lock_guard<std::mutex> l(mu_);
       bytes = areas_[a];
@@ -221,24 +234,53 @@ class FakeRuntime final : public Runtime {
       device_.erase(a);
       areas_.erase(a);
       areaNames_.erase(a);
+      if (auto it = memoryFiles_.find(a); it != memoryFiles_.end()) {
+        fd = it->second;
+        memoryFiles_.erase(it);
+      }
     }
     ::munmap(p, bytes);
-    ::shm_unlink(name.c_str());
+    if (fd >= 0) ::close(fd);
+    if (!name.empty()) ::shm_unlink(name.c_str());
     slotAreas.fetch_sub(1);
   }
   StatusOr<std::string> exportDevice(void* p) override {
     std::lock_guard<std::mutex> l(mu_);
     const auto a = reinterpret_cast<uintptr_t>(p);
+    if (auto it = memoryFiles_.find(a); it != memoryFiles_.end()) {
+      BRAID_ASSIGN_OR_RETURN(std::string ticket, publishFd(it->second));
+      if (withdrawAtOnce.load()) withdrawFd(ticket);
+      else tickets_[a] = ticket;
+      return "fakefd:" + std::to_string(areas_[a]) + ":" + ticket;
+    }
     return "fake:" + std::to_string(areas_[a]) + ":" + areaNames_[a];
   }
+  void exportsTaken(void* p) override {
+    std::string ticket;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      auto it = tickets_.find(reinterpret_cast<uintptr_t>(p));
+      if (it == tickets_.end()) return;
+      ticket = it->second;
+      tickets_.erase(it);
+    }
+    withdrawFd(ticket);
+  }
   StatusOr<void*> importDevice(const std::string& name, int) override {
-    const size_t colon = name.find(':', 5);
-    if (name.compare(0, 5, "fake:") != 0 || colon == std::string::npos)
+    const bool byFd = name.compare(0, 7, "fakefd:") == 0;
+    const size_t start = byFd ? 7 : 5, colon = name.find(':', start);
+    if ((!byFd && name.compare(0, 5, "fake:") != 0) || colon == std::string::npos)
       return Status(Code::kInvalidArgument, "fake: not a fake name: " + name);
-    const size_t bytes = std::strtoull(name.c_str() + 5, nullptr, 10);
+    const size_t bytes = std::strtoull(name.c_str() + start, nullptr, 10);
     const std::string seg = name.substr(colon + 1);
-    const int fd = ::shm_open(seg.c_str(), O_RDWR, 0);
-    if (fd < 0) return Status(Code::kSystemError, "fake: shm_open " + seg);
+    int fd = -1;
+    if (byFd) {
+      BRAID_ASSIGN_OR_RETURN(fd, fetchFd(seg, 10000));
+      fdImports.fetch_add(1);
+    } else {
+      fd = ::shm_open(seg.c_str(), O_RDWR, 0);
+      if (fd < 0) return Status(Code::kSystemError, "fake: shm_open " + seg);
+    }
     void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     ::close(fd);
     if (p == MAP_FAILED) return Status(Code::kSystemError, "fake: mapping " + seg);
@@ -404,6 +446,8 @@ class FakeRuntime final : public Runtime {
   std::atomic<bool> noDeviceSlots{false};  // allocDevice() refuses
   std::atomic<int> slotAreas{0};           // device slot areas allocated now
   std::atomic<int> imports{0};             // opened now
+  std::atomic<int> fdImports{0};           // opened through a fetched descriptor, ever
+  std::atomic<bool> withdrawAtOnce{false};  // BRAID_CUDA_MEM_HANDLE=fd: names a descriptor no longer offered
   std::atomic<int> slotKernels{0};         // kernels that read or wrote a device slot area
   std::atomic<bool> noRdma{false};         // rdmaSupport() refuses
   std::atomic<int> rdmaFlushes{0};         // flushRemoteWrites calls
@@ -454,6 +498,8 @@ class FakeRuntime final : public Runtime {
   std::map<uintptr_t, size_t> reachable_;  // pinned (allocHost) and registered host memory
   std::map<uintptr_t, size_t> areas_;      // device slot areas, made (allocDevice) or mapped (importDevice)
   std::map<uintptr_t, std::string> areaNames_;  // the segments of those made here
+  std::map<uintptr_t, int> memoryFiles_;        // BRAID_CUDA_MEM_HANDLE=fd: their memory files
+  std::map<uintptr_t, std::string> tickets_;    // and the tickets of those offered now
   std::set<Stream> capturing_;
   std::map<Stream, std::shared_ptr<Graph>> graphs_;
   FakeStream default_;

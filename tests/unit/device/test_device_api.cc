@@ -16,6 +16,7 @@
 
 #include "braid/braid.h"
 #include "braid/braid.hpp"
+#include "common/fd_share.h"
 #include "device/runtime.h"
 #include "device_checks.h"
 #include "fake_runtime.h"
@@ -86,6 +87,11 @@ std::string asyncFailure(braidComm_t comm) {
 struct CudaPath {
   explicit CudaPath(const char* v) { setenv("BRAID_CUDA_PATH", v, 1); }
   ~CudaPath() { unsetenv("BRAID_CUDA_PATH"); }
+};
+
+struct MemHandle {
+  explicit MemHandle(const char* v) { setenv("BRAID_CUDA_MEM_HANDLE", v, 1); }
+  ~MemHandle() { unsetenv("BRAID_CUDA_MEM_HANDLE"); }
 };
 
 struct InstallRuntime {
@@ -1278,6 +1284,45 @@ TEST_CASE("C API: BRAID_CUDA_PATH=ipc where a rank cannot make device slots keep
   CHECK(rt.slotKernels.load() == 0);
   CHECK(rt.copiesDone.load() == 0);
   CHECK(rt.slotAreas.load() == 0);
+}
+
+TEST_CASE("C API: BRAID_CUDA_PATH=ipc with its areas shared as file descriptors (BRAID_CUDA_MEM_HANDLE=fd)",
+          "[device][cuda]") {
+  FakeRuntime rt;
+  InstallRuntime installed(&rt);
+  CudaPath path("ipc");
+  MemHandle handles("fd");
+  // Ranks as threads: each fetches its peers' descriptors from the process's own socket, as
+  // ranks in processes of their own do from each other's (device_multiproc.sh).
+  const bool withdrawn = GENERATE(false, true);
+  rt.withdrawAtOnce = withdrawn;
+  INFO((withdrawn ? "each descriptor withdrawn as soon as it is named" : "offered until every peer has it"));
+  const int n = 3;
+  std::vector<std::string> errors(n);
+  std::vector<size_t> offered(n);
+  onRanks(
+      n,
+      [&](braidComm_t comm, int r) {
+        everyCollectiveOnDevice(rt, comm, r, n, errors[r]);
+        offered[r] = braid::publishedFds();
+      },
+      "shm");
+  for (int r = 0; r < n; ++r) CHECK(errors[r] == "");
+  for (int r = 0; r < n; ++r) CHECK(offered[r] == 0);
+  CHECK(rt.kernels.load() > 0);
+  CHECK(rt.copiesDone.load() == 0);
+  if (withdrawn) {
+    // No peer could fetch one: every rank keeps the shared-memory slots.
+    CHECK(rt.fdImports.load() == 0);
+    CHECK(rt.slotKernels.load() == 0);
+  } else {
+    // Every rank opened each peer's area it sends to: 3 ranks in a ring of shm FIFOs.
+    CHECK(rt.fdImports.load() >= n);
+    CHECK(rt.slotKernels.load() > 0);
+  }
+  CHECK(rt.slotAreas.load() == 0);
+  CHECK(rt.imports.load() == 0);
+  CHECK(braid::publishedFds() == 0);
 }
 
 TEST_CASE("C API: with device slots, a rank that passes host buffers where its peer passes device buffers fails",

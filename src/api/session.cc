@@ -1502,13 +1502,14 @@ StatusOr<bool> Session::takesDirectPath(int gpu) {
 }
 
 // BRAID_CUDA_PATH=ipc, at the first device call of every rank: each rank makes a device
-// area for each connection it receives on and names it (CUDA IPC), or, where the transport
-// registers areas with its NIC (GPUDirect RDMA), one for each connection it sends or
-// receives on, registered and named by the connection; once every rank has made its own,
-// each opens (or attaches) its peers' for the connections it sends on; once every rank has
-// done that, all connections take them. Any rank that cannot (no direct path, no memory, a
-// peer's GPU its own cannot reach, a NIC that cannot register GPU memory) makes every rank
-// keep the shared-memory slots.
+// area for each shared-memory connection it receives on and names it (CUDA IPC or a cuMem
+// handle), or, where the transport registers areas with its NIC (GPUDirect RDMA), one for
+// each connection it sends or receives on, registered and named by the connection; once
+// every rank has made its own, each opens (or attaches) its peers' for the connections it
+// sends on; once every rank has done that, all those connections take them. Connections of
+// transports without areas (tcp, UCX) keep their registered host slots. Any rank that
+// cannot (no direct path, no memory, a peer's GPU its own cannot reach, a NIC that cannot
+// register GPU memory) makes every rank keep the shared-memory slots.
 Status Session::setupDeviceSlots(int gpu, bool canTake) {
   using Kind = transport::Connection::DeviceAreaKind;
   device::Runtime& rt = device::runtime();
@@ -1519,8 +1520,10 @@ Status Session::setupDeviceSlots(int gpu, bool canTake) {
     void* area = nullptr;
   };
   std::vector<End> recvs, sends;
+  // Connections without device areas (tcp, UCX) keep their registered host slots, as on the
+  // direct path; the executor picks per connection (Connection::deviceData).
   comm_->forEachConnection([&](int set, int peer, bool send, transport::Connection* c) {
-    (send ? sends : recvs).push_back(End{set, peer, c});
+    if (c->deviceAreaKind() != Kind::kNone) (send ? sends : recvs).push_back(End{set, peer, c});
   });
   std::string why = canTake ? "" : "no direct path";
   bool rdma = false;
@@ -1534,7 +1537,7 @@ Status Session::setupDeviceSlots(int gpu, bool canTake) {
   auto makeArea = [&](End& e, std::string* name) -> Status {
     const Kind kind = e.c->deviceAreaKind();
     size_t bytes = e.c->deviceAreaBytes();
-    if (kind == Kind::kNone || bytes == 0) return Status(Code::kInvalidArgument, "a connection without device slots");
+    if (bytes == 0) return Status(Code::kInvalidArgument, "a connection without device slots");
     // Whole 2 MiB pages of GPU memory: what a dmabuf of it needs, and where cudaMalloc puts
     // allocations of that size.
     if (kind == Kind::kRegistered) bytes = (bytes + kDeviceAreaAlign - 1) / kDeviceAreaAlign * kDeviceAreaAlign;
@@ -1620,10 +1623,15 @@ Status Session::setupDeviceSlots(int gpu, bool canTake) {
     if (e.c->deviceAreaKind() == Kind::kShared) rt.exportsTaken(e.area);
   for (End& e : recvs) e.c->setDeviceArea(e.area);
   for (End& e : sends) e.c->setDeviceArea(e.area);
-  BRAID_INFO("BRAID_CUDA_PATH=ipc: rank %d moves device calls through %zu device slot areas of its own and %zu of its "
-             "peers'%s",
-             me, slotAreas_.size(), slotImports_.size(),
-             slotConns_.empty() ? "" : ", registered with the NIC (GPUDirect RDMA) where a peer is across the network");
+  if (recvs.empty() && sends.empty())
+    BRAID_INFO("BRAID_CUDA_PATH=ipc: rank %d has no connection with device slots (its transports give none): its "
+               "device calls run on the registered host slots, as with direct",
+               me);
+  else
+    BRAID_INFO("BRAID_CUDA_PATH=ipc: rank %d moves device calls through %zu device slot areas of its own and %zu of "
+               "its peers'%s",
+               me, slotAreas_.size(), slotImports_.size(),
+               slotConns_.empty() ? "" : ", registered with the NIC (GPUDirect RDMA) where a peer is across the network");
   return Status::ok();
 }
 

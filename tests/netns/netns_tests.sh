@@ -170,6 +170,16 @@ case_device_direct_2x2() {
   ((n == 4)) || fail "$n of 4 ranks undid everything at destroy"
   check_summary "$out" 4 2 2
   echo "ok: every collective on device buffers across 2 hosts on the direct path, nothing staged"
+  # BRAID_CUDA_PATH=ipc with the device areas shared as file descriptors: each host's ranks
+  # fetch each other's over the Unix socket of their own network namespace; tcp between the
+  # hosts has no areas.
+  BRAID_CUDA_PATH=ipc BRAID_CUDA_MEM_HANDLE=fd BRAID_DEBUG=INFO netns_exec "$out" --hosts 2 --ranks-per-host 2 \
+    --timeout "$kRunTimeout" -- "$DEVICE_RANK" || fail "device_rank with ipc and descriptors exited with status $?"
+  n=$(grep -c 'DEVICE rank=[0-9] error=none kernels=[1-9][0-9]* slotKernels=[1-9][0-9]* areas=[1-9][0-9]* .* fdImports=[1-9][0-9]* offered=0$' "$out")
+  ((n == 4)) || fail "ipc with descriptors: $n of 4 ranks fetched their host peer's areas and ran on them"
+  n=$(grep -c 'AFTER rank=[0-9] areas=0 imports=0 registered=0 hostLive=0 pid=' "$out")
+  ((n == 4)) || fail "ipc with descriptors: $n of 4 ranks undid everything at destroy"
+  echo "ok: ipc across 2 hosts, device areas shared by descriptor within each"
   # The same over UCX's tcp, whose slots come through the plugin ABI (version 5).
   [[ -n ${NETNS_UCX_PLUGIN:-} ]] || { echo "skipped the UCX run: braid was built without UCX"; return 0; }
   BRAID_TRANSPORT=ucx UCX_TLS=tcp BRAID_CUDA_PATH=direct BRAID_DEBUG=INFO netns_exec "$out" --hosts 2 \

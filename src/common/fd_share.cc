@@ -172,15 +172,21 @@ class Publisher {
     setTimeouts(c, kServeTimeoutMs);
     ucred cred{};
     socklen_t credLen = sizeof cred;
+    if (::getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &credLen) != 0) return;
+    // Another user (anyone may connect to an abstract socket) is answered at once, without
+    // waiting for what it sends.
+    if (cred.uid != ::geteuid()) {
+      const unsigned char refused = kOtherUser;
+      (void)::send(c, &refused, 1, MSG_NOSIGNAL);
+      return;
+    }
     Request req{};
-    if (::getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &credLen) != 0 || !readAll(c, &req, sizeof req)) return;
+    if (!readAll(c, &req, sizeof req)) return;
     std::lock_guard<std::mutex> lock(mu_);
     unsigned char status = kOk;
     int fd = -1;
     auto it = entries_.find(req.id);
-    if (cred.uid != ::geteuid()) {
-      status = kOtherUser;
-    } else if (it == entries_.end()) {
+    if (it == entries_.end()) {
       status = kUnknown;
     } else {
       unsigned char diff = 0;  // the whole secret compared, whatever differs first

@@ -2,9 +2,13 @@
 // and every way a fetch is refused.
 
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cstddef>
 #include <cstring>
 #include <string>
 
@@ -147,5 +151,32 @@ TEST_CASE("fd_share: a process of another user is refused", "[fd_share]") {
   REQUIRE(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
   withdrawFd(ticket.value());
+  ::close(fd);
+}
+
+TEST_CASE("fd_share: a caller that connects and says nothing holds the others up for a second at most",
+          "[fd_share]") {
+  const int fd = memoryFile("patient");
+  auto ticket = publishFd(fd);
+  REQUIRE(ticket.isOk());
+  // "fd.<socket>.<id>.<secret>": connect to the socket and send nothing.
+  const std::string& t = ticket.value();
+  const std::string name = t.substr(3, t.find('.', 3) - 3);
+  const int silent = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(silent >= 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::memcpy(a.sun_path + 1, name.data(), name.size());
+  REQUIRE(::connect(silent, reinterpret_cast<sockaddr*>(&a),
+                    static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size())) == 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto got = fetchFd(t, 5000);
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  REQUIRE(got.isOk());
+  CHECK(readText(got.value()) == "patient");
+  CHECK(waited < std::chrono::milliseconds(3000));
+  ::close(got.value());
+  ::close(silent);
+  withdrawFd(t);
   ::close(fd);
 }

@@ -258,8 +258,10 @@ StatusOr<int> fetchFd(const std::string& ticket, int timeoutMs) {
   if (::connect(s, reinterpret_cast<sockaddr*>(&addr), len) != 0)
     return fail("no process answers for " + name + " on this host (" + std::strerror(errno) +
                 "; it exited, or runs in another network namespace)");
-  if (::send(s, &req, sizeof req, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof req))
-    return fail(std::string("sending the request: ") + std::strerror(errno));
+  // A publisher that refuses this process's user answers before reading, and may have
+  // closed before the request goes out: its answer is still there to read.
+  const int sendError =
+      ::send(s, &req, sizeof req, MSG_NOSIGNAL) == static_cast<ssize_t>(sizeof req) ? 0 : (errno ? errno : EIO);
   unsigned char status = 0xff;
   iovec iov{&status, 1};
   msghdr m{};
@@ -277,6 +279,7 @@ StatusOr<int> fetchFd(const std::string& ticket, int timeoutMs) {
       std::memcpy(&fd, CMSG_DATA(h), sizeof fd);
   if (r != 1) {
     if (fd >= 0) ::close(fd);
+    if (sendError) return fail(std::string("sending the request: ") + std::strerror(sendError));
     return fail(r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)
                     ? "no answer from " + name + " within " + std::to_string(timeoutMs) + " ms"
                     : "the publisher closed the connection without an answer");

@@ -60,6 +60,40 @@ std::string freeLoopbackPort() {
   return "";
 }
 
+// A free port kept bound on every interface, never listened on, until it goes out of scope:
+// a connection to it is refused, and no other test's server can take it meanwhile (a port
+// that is merely free may become another test's store or key-value server).
+class RefusingPort {
+ public:
+  RefusingPort() {
+    for (int attempt = 0; attempt < 200 && fd_ < 0; ++attempt) {
+      const std::string p = freeLoopbackPort();
+      const int s = socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in sa{};
+      sa.sin_family = AF_INET;
+      sa.sin_addr.s_addr = htonl(INADDR_ANY);
+      sa.sin_port = htons(static_cast<uint16_t>(std::stoi(p)));
+      if (s >= 0 && bind(s, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0) {
+        fd_ = s;
+        port_ = p;
+      } else if (s >= 0) {
+        close(s);
+      }
+    }
+    REQUIRE(fd_ >= 0);
+  }
+  ~RefusingPort() {
+    if (fd_ >= 0) close(fd_);
+  }
+  RefusingPort(const RefusingPort&) = delete;
+  RefusingPort& operator=(const RefusingPort&) = delete;
+  const std::string& port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  std::string port_;
+};
+
 std::string braidrun(int np, const std::string& env = "") {
   return env + " " BRAIDRUN " -np " + std::to_string(np) + " --timeout 120 ";
 }
@@ -2495,7 +2529,8 @@ TEST_CASE("under horovodrun, a communicator made again in the same processes mee
 // A rank whose key-value server is not there fails within BRAID_TIMEOUT, naming the
 // server's address and the variables it came from.
 TEST_CASE("under horovodrun, an unreachable key-value server fails init naming it", "[multiproc][horovod]") {
-  const std::string port = freeLoopbackPort();  // nothing listens on it now
+  const RefusingPort refusing;  // nothing listens on it, and nothing can while this runs
+  const std::string& port = refusing.port();
   for (const char* rank : {"0", "1"}) {
     INFO("HOROVOD_RANK " << rank);
     Run r = run(std::string("env -u BRAID_RANK -u BRAID_WORLD_SIZE BRAID_TIMEOUT=2 HOROVOD_RANK=") + rank +

@@ -31,6 +31,7 @@
 #include "bootstrap/pmix_kv.h"
 #include "bootstrap/tcp_store.h"
 #include "bootstrap/unique_id.h"
+#include "common/hex.h"
 #include "common/log.h"
 #include "common/tls.h"
 #include "reduce/reduce.h"
@@ -1950,16 +1951,6 @@ constexpr const char* kJoiners = "braid-elastic/joiners";    // tickets drawn by
 constexpr const char* kSettled = "braid-elastic/settled";  // tickets admitted or found gone so far
 std::string joinerKey(int64_t ticket) { return "braid-elastic/joiner/" + std::to_string(ticket); }
 
-std::string toHex(const char* p, size_t n) {
-  static const char* d = "0123456789abcdef";
-  std::string s;
-  for (size_t i = 0; i < n; ++i) {
-    s += d[(static_cast<unsigned char>(p[i]) >> 4) & 15];
-    s += d[static_cast<unsigned char>(p[i]) & 15];
-  }
-  return s;
-}
-
 bool fromHex(const std::string& s, char* out, size_t n) {
   if (s.size() != 2 * n) return false;
   auto v = [](char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1; };
@@ -2082,11 +2073,11 @@ StatusOr<std::unique_ptr<Session>> Session::growJoiners(const char* fn) {
     if (k > 0) {
       failed = growId(c.size() + k, &id);
       for (int i = 0; i < k && failed.isOk(); ++i) {
-        const std::string record = toHex(id.internal, sizeof id.internal) + "\n" + std::to_string(c.size() + i) +
+        const std::string record = braid::hex(id.internal, sizeof id.internal) + "\n" + std::to_string(c.size() + i) +
                                    "\n" + std::to_string(c.size() + k);
         failed = store_->compareSet(joinerKey(live.value()[i]) + "/admit", "", record, Deadline::after(5)).status();
       }
-      if (failed.isOk()) text = std::to_string(k) + "\n" + toHex(id.internal, sizeof id.internal);
+      if (failed.isOk()) text = std::to_string(k) + "\n" + braid::hex(id.internal, sizeof id.internal);
       else k = 0;
     }
     Status told = store_->set(decision, text, Deadline::after(5));

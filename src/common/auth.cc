@@ -11,6 +11,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/hex.h"
 #include "common/log.h"
 #include "common/random.h"
 
@@ -23,17 +24,6 @@ int hexValue(char c) {
   if (c >= 'a' && c <= 'f') return c - 'a' + 10;
   if (c >= 'A' && c <= 'F') return c - 'A' + 10;
   return -1;
-}
-
-std::string toHex(const uint8_t* p, size_t n) {
-  static const char kDigits[] = "0123456789abcdef";
-  std::string s;
-  s.reserve(2 * n);
-  for (size_t i = 0; i < n; ++i) {
-    s += kDigits[p[i] >> 4];
-    s += kDigits[p[i] & 15];
-  }
-  return s;
 }
 
 std::string_view trim(std::string_view s) {
@@ -55,11 +45,11 @@ bool hexToBytes(std::string_view hex, std::string* out) {
   return true;
 }
 
-std::string AuthKey::hex() const { return toHex(bytes.data(), bytes.size()); }
+std::string AuthKey::hex() const { return braid::hex(bytes.data(), bytes.size()); }
 
 std::string AuthKey::fingerprint() const {
   const Digest d = sha256(std::string("braid key fingerprint\n") + std::string(view()));
-  return toHex(d.data(), 4);
+  return braid::hex(d.data(), 4);
 }
 
 AuthKey randomAuthKey() {

@@ -25,6 +25,8 @@ const std::vector<ConfigEntry>& configTable() {
       {"BRAID_NET_IF", "string", "", "tcp: IPv4 address, interface name, or NCCL_SOCKET_IFNAME-style list (prefixes, '=' exact, '^' exclude) of interfaces to listen on"},
       {"BRAID_IB_HCA", "string", "", "RDMA NICs a job may use, NCCL_IB_HCA syntax (prefixes, '=' exact, '^' exclude, ':port'); also steers the NIC per channel"},
       {"BRAID_IB_GID_INDEX", "int", "-1", "ibverbs: RoCE GID index; -1 picks a RoCE v2 IPv4 GID from sysfs"},
+      {"BRAID_IB_ZCOPY", "bool", "1", "ibverbs: send payloads from the caller's memory, registered through a cache that UCX's memory hooks keep in step with unmapped memory; 0 copies every payload into the slots (off by itself without the hooks or on kernels older than 5.13)"},
+      {"BRAID_IB_ZCOPY_MIN", "int", "65536", "ibverbs: the smallest payload (bytes) sent from the caller's memory; smaller ones are copied into a slot"},
       {"BRAID_BIND", "bool", "1", "bind progress threads and receive buffers to the caller's NUMA node"},
       {"BRAID_PROBE", "bool", "1", "on a job spanning hosts, time round trips and a transfer between two hosts at init and give the planner the measured latency (and bandwidth where the topology does not know it)"},
       {"BRAID_HOST_ID", "string", "", "host identity used to group ranks (default hostname + boot id)"},

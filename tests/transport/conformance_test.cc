@@ -5,9 +5,11 @@
 //
 // Scenarios are written for two ranks; most have rank 0 send and rank 1 receive.
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -288,6 +290,59 @@ Status postPatterned(Connection& c, uint64_t seq, size_t n, uint64_t tag, bool f
   keep->resize(n + 1);
   fillPattern(keep->data() + 1, n, seq);  // odd address on purpose
   return c.postSendFrom(s, keep->data() + 1, n);
+}
+
+// Zero copy and memory that changes under an address: a buffer sent from, then given new
+// pages at the same address (mapped over, or dropped with MADV_DONTNEED) and refilled,
+// sends the new contents. A
+// transport that caches registrations of user memory (verbs) must hear of the unmap; one
+// that pinned the old pages would send them again. Full-slot messages, so that a transport
+// sending only large ones from user memory does so here.
+std::string remappedBuffer(Endpoint& ep) {
+  T_RUN(setupPair(ep, 1));
+  const size_t n = ep.cfg.slotBytes;
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t len = (n + page - 1) / page * page;
+  constexpr int kRounds = 3;
+  if (ep.rank == 0) {
+    Connection& c = *ep.send[0];
+    void* at = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    T_EXPECT(at != MAP_FAILED, std::string("mmap: ") + std::strerror(errno));
+    for (int r = 0; r < kRounds; ++r) {
+      // New pages under the same address, without a moment where the address is free (the
+      // other rank may be a thread of this process, mapping memory of its own): new
+      // mappings over the old, then the pages dropped (as free() gives memory back).
+      if (r == 1) {
+        void* again = mmap(at, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+        T_EXPECT(again == at, std::string("mmap over the buffer: ") + std::strerror(errno));
+      } else if (r == 2) {
+        T_EXPECT(madvise(at, len, MADV_DONTNEED) == 0, std::string("madvise: ") + std::strerror(errno));
+      }
+      for (int k = 0; k < 2; ++k) {  // twice per mapping: the second may hit a cache
+        const uint64_t seed = static_cast<uint64_t>(10 * r + k);
+        fillPattern(at, n, seed);
+        Slot s;
+        T_OK(reserveSlot(c, &s, soon()));
+        s.tag = seed;
+        if (c.sendsFromUser()) {
+          T_OK(c.postSendFrom(s, at, n));
+        } else {
+          std::memcpy(s.data, at, n);
+          T_OK(c.postSend(s, n));
+        }
+        T_OK(flush(c, soon()));
+      }
+    }
+    munmap(at, len);
+  } else {
+    Connection& c = *ep.recv[0];
+    for (int r = 0; r < kRounds; ++r)
+      for (int k = 0; k < 2; ++k) {
+        const uint64_t seed = static_cast<uint64_t>(10 * r + k);
+        T_RUN(expectSlot(c, n, seed, seed, soon()));
+      }
+  }
+  return "";
 }
 
 // Zero copy: the sender alternates slots and its own buffers (where the connection sends
@@ -922,6 +977,8 @@ const PairCase kPairCases[] = {
     {"zero copy: sends from user memory and receives into it, mixed with slots", zeroCopy, 64 << 10, 4, 1, true,
      true},
     {"zero copy with small slots", zeroCopy, 4096, 3, 1, true, true},
+    {"a buffer unmapped and mapped again at its address sends its new contents", remappedBuffer, 128 << 10, 4, 1,
+     true, true},
     {"large messages from user memory into user memory, among slot-sized ones", largeMessages, 64 << 10, 4, 1, true,
      true},
     {"receives announced ahead land whole, in order and where announced", announcedReceives, 64 << 10, 4, 1, true,

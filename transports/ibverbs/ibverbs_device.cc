@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 
@@ -229,10 +230,45 @@ Status Device::init(const TransportConfig& cfg, ibv_device* dev, int port, const
   BRAID_RETURN_IF_ERROR(initHelloQp());
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   cache_ = std::make_unique<RegistrationCache>(this, 1024, size_t{16} << 30, page);
+  initZeroCopy();
   return Status::ok();
 }
 
+// Sends from user memory (user_sends.h) need two things besides the cache: to hear when
+// memory under a cached registration is unmapped (memory_hooks.h), and a kernel that keeps
+// registered pages in place across fork (copy-on-fork for pinned pages, 5.13+). Where
+// ibv_fork_init had to mark registered memory MADV_DONTFORK instead, registering a user's
+// buffer would take it away from the user's own children.
+void Device::initZeroCopy() {
+  zeroCopyMin_ = kZeroCopyMinBytes;
+  if (const char* v = std::getenv("BRAID_IB_ZCOPY_MIN")) {
+    char* end = nullptr;
+    const unsigned long long n = std::strtoull(v, &end, 10);
+    if (end != v && *end == '\0') {
+      zeroCopyMin_ = static_cast<size_t>(n);
+    } else {
+      BRAID_WARN("ibverbs: BRAID_IB_ZCOPY_MIN=%s is not a number of bytes; using %zu", v, zeroCopyMin_);
+    }
+  }
+  const char* env = std::getenv("BRAID_IB_ZCOPY");
+  if (env && std::strcmp(env, "0") == 0) {
+    zeroCopyWhy_ = "BRAID_IB_ZCOPY=0";
+    return;
+  }
+  if (ibv_is_fork_initialized() != IBV_FORK_UNNEEDED) {
+    zeroCopyWhy_ = "the kernel does not keep registered pages across fork";
+    return;
+  }
+  StatusOr<std::unique_ptr<UnmapWatch>> w = UnmapWatch::start(cache_.get());
+  if (!w.isOk()) {
+    zeroCopyWhy_ = w.status().message();
+    return;
+  }
+  watch_ = std::move(w.value());
+}
+
 Device::~Device() {
+  watch_.reset();
   cache_.reset();
   for (auto& [key, ah] : ahs_) ibv_destroy_ah(ah);
   if (udQp_) ibv_destroy_qp(udQp_);
@@ -251,6 +287,11 @@ std::string Device::describe() const {
   s += ")";
   const ibv_fork_status fork = ibv_is_fork_initialized();
   s += fork == IBV_FORK_ENABLED ? "; fork-safe" : fork == IBV_FORK_UNNEEDED ? "; fork-safe (kernel)" : "; NOT fork-safe";
+  if (watch_) {
+    s += "; sends from user memory from " + std::to_string(zeroCopyMin_ / 1024) + " KiB";
+  } else {
+    s += "; sends through slots only (" + zeroCopyWhy_ + ")";
+  }
   return s;
 }
 
@@ -567,7 +608,7 @@ Status VerbsQueue::init(size_t slotBytes, int numaNode) {
   init.recv_cq = cq_;
   init.cap.max_send_wr = static_cast<uint32_t>(sendWr);
   init.cap.max_recv_wr = static_cast<uint32_t>(recvWr);
-  init.cap.max_send_sge = 1;
+  init.cap.max_send_sge = 2;  // a zero-copy message: the slot's header and the caller's payload
   init.cap.max_recv_sge = 1;
   init.qp_type = IBV_QPT_RC;
   init.sq_sig_all = 0;
@@ -693,17 +734,22 @@ Status VerbsQueue::postRecv(int count) {
 }
 
 // One signaled RDMA WRITE WITH IMM of local registered bytes to the peer's memory; what
-// the two kinds of write below have in common. `what` names it in the error.
+// the kinds of write below have in common. `what` names it in the error.
 Status VerbsQueue::postWriteImm(uint64_t wrId, const void* local, size_t bytes, uint32_t lkey, uint64_t remote,
                                 uint32_t imm, const char* what) {
   ibv_sge sge{};
   sge.addr = reinterpret_cast<uintptr_t>(local);
   sge.length = static_cast<uint32_t>(bytes);
   sge.lkey = lkey;
+  return postWriteSges(wrId, &sge, 1, remote, imm, what);
+}
+
+Status VerbsQueue::postWriteSges(uint64_t wrId, ibv_sge* sges, int nsge, uint64_t remote, uint32_t imm,
+                                 const char* what) {
   ibv_send_wr wr{};
   wr.wr_id = wrId;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
+  wr.sg_list = sges;
+  wr.num_sge = nsge;
   wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
   wr.send_flags = IBV_SEND_SIGNALED;
   wr.imm_data = htonl(imm);
@@ -723,6 +769,20 @@ Status VerbsQueue::postWriteImm(uint64_t wrId, const void* local, size_t bytes, 
 Status VerbsQueue::postWrite(size_t offset, size_t bytes, uint32_t imm) {
   return postWriteImm(kWrData, slab_.data() + offset, bytes, slabKey_.lkey, remoteAddr_ + offset, imm,
                       "an RDMA write");
+}
+
+// The slot's header from the staging slab and the payload from the caller's registered
+// memory, gathered into one write that lands as header and payload side by side.
+Status VerbsQueue::postWriteFrom(size_t offset, size_t headerBytes, const void* user, size_t bytes, uint32_t lkey,
+                                 uint32_t imm) {
+  ibv_sge sges[2]{};
+  sges[0].addr = reinterpret_cast<uintptr_t>(slab_.data() + offset);
+  sges[0].length = static_cast<uint32_t>(headerBytes);
+  sges[0].lkey = slabKey_.lkey;
+  sges[1].addr = reinterpret_cast<uintptr_t>(user);
+  sges[1].length = static_cast<uint32_t>(bytes);
+  sges[1].lkey = lkey;
+  return postWriteSges(kWrData, sges, 2, remoteAddr_ + offset, imm, "an RDMA write from user memory");
 }
 
 Status VerbsQueue::postCredit(uint64_t released, uint32_t imm) {

@@ -17,6 +17,7 @@
 
 #include "common/status.h"
 #include "transports/ibverbs/rdma_protocol.h"
+#include "transports/ibverbs/memory_hooks.h"
 #include "transports/ibverbs/registration_cache.h"
 #include "transports/transport.h"
 
@@ -80,8 +81,13 @@ class Device final : public Registrar {
   // it) where fd >= 0 (ibv_reg_dmabuf_mr, addresses as the process sees them), else at
   // `addr` itself (ibv_reg_mr, which nvidia-peermem serves for GPU memory).
   StatusOr<MemoryKey> registerDeviceMemory(void* addr, size_t bytes, int fd, uint64_t offset, int access);
-  // User buffers (a later zero-copy path) are registered through this cache.
+  // User buffers are registered through this cache.
   RegistrationCache& cache() { return *cache_; }
+  // The cache sends from user memory go through (zero copy, user_sends.h), or null where
+  // they are copied into the slots (describe() says why); payloads of at least
+  // zeroCopyMinBytes() go from user memory.
+  RegistrationCache* userCache() { return watch_ ? cache_.get() : nullptr; }
+  size_t zeroCopyMinBytes() const { return zeroCopyMin_; }
 
   // Hellos: a datagram of kHelloBytes to the UD queue pair `to` (with `qkey`), and the
   // ones that arrived here since the last call. Neither blocks.
@@ -100,6 +106,11 @@ class Device final : public Registrar {
   Device() = default;
   Status init(const TransportConfig& cfg, ibv_device* dev, int port, const ibv_port_attr& attr);
   Status initHelloQp();
+  void initZeroCopy();
+  // Payloads from this size up go from user memory (BRAID_IB_ZCOPY_MIN): below it a copy
+  // into the slot costs less than a lookup in the cache, and a program's many small
+  // buffers would each take a registration.
+  static constexpr size_t kZeroCopyMinBytes = 64 * 1024;
   Status postHelloRecv(int slot);
   Status reapHelloSends(bool wait);
   void dispatch(const ibv_async_event& ev);
@@ -126,6 +137,10 @@ class Device final : public Registrar {
   std::map<std::string, ibv_ah*> ahs_;  // by destination (LID + GID)
 
   std::unique_ptr<RegistrationCache> cache_;
+  // Set when sends may go from user memory: the cache hears of every unmap through it.
+  std::unique_ptr<UnmapWatch> watch_;
+  std::string zeroCopyWhy_;  // why not, when watch_ is null
+  size_t zeroCopyMin_ = 0;
 
   std::mutex asyncMu_;
   std::set<VerbsQueue*> watched_;
@@ -156,6 +171,8 @@ class VerbsQueue final : public RdmaQueue {
 
   // RdmaQueue
   Status postWrite(size_t offset, size_t bytes, uint32_t imm) override;
+  Status postWriteFrom(size_t offset, size_t headerBytes, const void* user, size_t bytes, uint32_t lkey,
+                       uint32_t imm) override;
   Status postCredit(uint64_t released, uint32_t imm) override;
   StatusOr<int> poll(Completion* out, int max) override;
   uint64_t creditWord() const override;
@@ -192,6 +209,7 @@ class VerbsQueue final : public RdmaQueue {
   Status postRecv(int count);
   Status postWriteImm(uint64_t wrId, const void* local, size_t bytes, uint32_t lkey, uint64_t remote, uint32_t imm,
                       const char* what);
+  Status postWriteSges(uint64_t wrId, ibv_sge* sges, int nsge, uint64_t remote, uint32_t imm, const char* what);
   Completion translate(const ibv_wc& wc);
 
   Device* dev_;

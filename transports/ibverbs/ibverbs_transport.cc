@@ -14,6 +14,7 @@
 #include "common/random.h"
 #include "transports/ibverbs/ibverbs_device.h"
 #include "transports/ibverbs/rdma_protocol.h"
+#include "transports/ibverbs/user_sends.h"
 
 namespace braid::transport::ibverbs {
 namespace {
@@ -26,20 +27,35 @@ class IbverbsTransport;
 
 class IbSendConnection final : public Connection {
  public:
-  IbSendConnection(IbverbsTransport* owner, std::unique_ptr<VerbsQueue> q, int peer, int nslots, size_t slotBytes)
+  // `userCache`: where sends from user memory are registered (null: copied into the slots).
+  IbSendConnection(IbverbsTransport* owner, std::unique_ptr<VerbsQueue> q, int peer, int nslots, size_t slotBytes,
+                   RegistrationCache* userCache, size_t zeroCopyMin)
       : owner_(owner),
         q_(std::move(q)),
         proto_(q_.get(), peer, nslots, slotBytes),
+        user_(&proto_, userCache, zeroCopyMin),
         peer_(peer),
         areaBytes_(static_cast<size_t>(nslots) * slotBytes) {}
   ~IbSendConnection() override;
 
   size_t slotBytes() const override { return proto_.slotBytes(); }
-  Status reserveSend(Slot* s) override { return proto_.reserve(s); }
+  Status reserveSend(Slot* s) override {
+    Status st = proto_.reserve(s);
+    user_.reap();
+    return st;
+  }
   Status postSend(const Slot& s, size_t bytes) override { return proto_.post(s, bytes); }
+  // Zero copy (user_sends.h): the payload goes from `src` itself, registered, from
+  // Device::zeroCopyMinBytes() up; smaller ones are copied into the reserved slot.
+  bool sendsFromUser() const override { return user_.zeroCopy(); }
+  Status postSendFrom(const Slot& s, const void* src, size_t bytes) override { return user_.post(s, src, bytes); }
   Status peekRecv(Slot*) override { return internalError("ibverbs: peekRecv on a send connection"); }
   Status releaseRecv(const Slot&) override { return internalError("ibverbs: releaseRecv on a send connection"); }
-  Status progress() override { return proto_.progress(); }
+  Status progress() override {
+    Status st = proto_.progress();
+    user_.reap();
+    return st;
+  }
   bool flushed() const override { return proto_.flushed(); }
   // Sleeps on the completion channel while a credit or a write completion is awaited.
   WaitHandle waitHandle(bool) override {
@@ -85,6 +101,7 @@ class IbSendConnection final : public Connection {
   IbverbsTransport* owner_;
   std::unique_ptr<VerbsQueue> q_;
   SendProtocol proto_;
+  UserSends user_;  // before q_ and proto_ go: lets go of what the queue's writes held
   int peer_;
   size_t areaBytes_;
   char* area_ = nullptr;
@@ -242,7 +259,8 @@ StatusOr<std::unique_ptr<Connection>> IbverbsTransport::connectSend(int peer, in
   if (cfg_.authKey.present) h.proof = helloProof(cfg_.authKey, h, peer, b.challenge);
   std::string hello = encodeHello(h);
   BRAID_RETURN_IF_ERROR(dev_->sendHello(b.hello, b.helloQkey, hello));
-  auto conn = std::make_unique<IbSendConnection>(this, std::move(q), peer, cfg_.nslots, cfg_.slotBytes);
+  auto conn = std::make_unique<IbSendConnection>(this, std::move(q), peer, cfg_.nslots, cfg_.slotBytes,
+                                                 dev_->userCache(), dev_->zeroCopyMinBytes());
   pendingSend_.push_back(PendingSend{conn.get(), peer, channel, b.hello, b.helloQkey, std::move(hello), nowNanos()});
   return std::unique_ptr<Connection>(std::move(conn));
 }

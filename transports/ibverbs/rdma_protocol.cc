@@ -189,6 +189,11 @@ Status SendProtocol::reserve(Slot* s) {
 
 Status SendProtocol::post(const Slot& s, size_t bytes) { return postHeader(s, bytes, false); }
 
+Status SendProtocol::postFrom(const Slot& s, const void* src, size_t bytes, uint32_t lkey) {
+  if (!src || !bytes) return postHeader(s, bytes, false);
+  return postHeader(s, bytes, false, src, lkey);
+}
+
 size_t SendProtocol::areaOffset(const Slot& s) const {
   const auto at = static_cast<size_t>(static_cast<const uint8_t*>(s.data) - q_->slab());
   return (at - kSlotHeaderBytes) / stride_ * slotBytes_;
@@ -199,9 +204,10 @@ Status SendProtocol::postDevice(const Slot& s, size_t bytes) {
   return postHeader(s, bytes, true);
 }
 
-// A message: the slot's header and payload in one write with immediate, or, for a device
-// message, the payload from this end's area to the receiver's and then the header alone.
-Status SendProtocol::postHeader(const Slot& s, size_t bytes, bool device) {
+// A message: the slot's header and payload in one write with immediate (the payload from
+// the caller's memory for a zero-copy one), or, for a device message, the payload from this
+// end's area to the receiver's and then the header alone.
+Status SendProtocol::postHeader(const Slot& s, size_t bytes, bool device, const void* user, uint32_t lkey) {
   BRAID_RETURN_IF_ERROR(failure_);
   if (!canReserve()) return internalError("ibverbs: postSend to " + rankName(peer_) + " without a reserved slot");
   const size_t idx = posted_ % nslots_;
@@ -217,7 +223,9 @@ Status SendProtocol::postHeader(const Slot& s, size_t bytes, bool device) {
   const SlotHeader h{s.tag, length, static_cast<uint32_t>(posted_)};
   std::memcpy(slot, &h, sizeof(h));
   Status st = device && bytes ? q_->postAreaWrite(idx * slotBytes_, bytes) : Status::ok();
-  if (st.isOk())
+  if (st.isOk() && user)
+    st = q_->postWriteFrom(idx * stride_, kSlotHeaderBytes, user, bytes, lkey, encodeDataImm(posted_, bytes));
+  else if (st.isOk())
     st = q_->postWrite(idx * stride_, kSlotHeaderBytes + (device ? 0 : bytes), encodeDataImm(posted_, bytes));
   if (!st.isOk()) {
     failure_ = st;

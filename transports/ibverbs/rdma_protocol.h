@@ -125,6 +125,12 @@ class RdmaQueue {
   // of the peer's slot slab; exactly one kWrite completion follows. Does not block; the
   // protocol never has more than nslots writes outstanding, which the queue is sized for.
   virtual Status postWrite(size_t offset, size_t bytes, uint32_t imm) = 0;
+  // Sender, zero copy: as postWrite, one write with immediate to the same offset of the
+  // peer's slab, gathering `headerBytes` at `offset` of the local slab and then `bytes` read
+  // from `user` (registered memory, local key `lkey`). The NIC reads `user` until the
+  // write's kWrite completion.
+  virtual Status postWriteFrom(size_t offset, size_t headerBytes, const void* user, size_t bytes, uint32_t lkey,
+                               uint32_t imm) = 0;
   // Sender, device messages: RDMA WRITE (no immediate, unsignaled) of `bytes` at `offset`
   // of the local device area to the same offset of the peer's. No completion follows on
   // success; a failure puts the queue pair in error, so the header write posted after it
@@ -168,6 +174,10 @@ class SendProtocol {
   Status reserve(Slot* s);
   // Posts the reserved slot with `bytes` of payload and `s.tag`.
   Status post(const Slot& s, size_t bytes);
+  // Zero copy: posts the reserved slot's header with `bytes` of payload read from `src`
+  // (registered, local key `lkey`) instead of the slot's. The message is number posted()
+  // before the call; `src` is read until completed() exceeds that number.
+  Status postFrom(const Slot& s, const void* src, size_t bytes, uint32_t lkey);
   // Device messages: once both ends' areas are registered and the peer's is known
   // (RdmaQueue::postAreaWrite works), postDevice sends the reserved slot's payload from
   // offset areaOffset(s) of this end's area to the same offset of the receiver's.
@@ -183,12 +193,14 @@ class SendProtocol {
   // A slot is free right now (after the last progress).
   bool canReserve() const;
   uint64_t posted() const { return posted_; }
+  uint64_t completed() const { return completed_; }
   uint64_t released() const { return released_; }
   size_t slotBytes() const { return slotBytes_; }
 
  private:
   Status take(const Completion& c);
-  Status postHeader(const Slot& s, size_t bytes, bool device);
+  // `user`: the payload's memory for a zero-copy message (its key `lkey`), else null.
+  Status postHeader(const Slot& s, size_t bytes, bool device, const void* user = nullptr, uint32_t lkey = 0);
 
   RdmaQueue* q_;
   int peer_;

@@ -39,6 +39,7 @@ StatusOr<const RegistrationCache::Region*> RegistrationCache::acquire(const void
   uintptr_t end = (a + bytes + pageMask_) & ~pageMask_;
 
   std::lock_guard<std::mutex> lock(mu_);
+  drainPendingLocked();
   if (Region* r = findCovering(start, end)) {
     ++stats_.hits;
     if (r->refs++ == 0) unreferenced_.erase(r->lru);
@@ -72,6 +73,8 @@ StatusOr<const RegistrationCache::Region*> RegistrationCache::acquire(const void
   r->key = key.value();
   r->refs = 1;
   byStart_.emplace(start, r);
+  if (start < lowest_.load(std::memory_order_relaxed)) lowest_.store(start, std::memory_order_relaxed);
+  if (end > highest_.load(std::memory_order_relaxed)) highest_.store(end, std::memory_order_relaxed);
   ++entries_;
   bytes_ += end - start;
   largest_ = std::max<size_t>(largest_, end - start);
@@ -97,6 +100,10 @@ void RegistrationCache::invalidate(const void* addr, size_t bytes) {
   const uintptr_t start = a & ~pageMask_;
   const uintptr_t end = bytes > ~uintptr_t{0} - a - pageMask_ ? ~uintptr_t{0} : (a + bytes + pageMask_) & ~pageMask_;
   std::lock_guard<std::mutex> lock(mu_);
+  invalidateLocked(start, end);
+}
+
+void RegistrationCache::invalidateLocked(uintptr_t start, uintptr_t end) {
   const uintptr_t lo = start > largest_ ? start - largest_ : 0;
   for (auto it = byStart_.lower_bound(lo); it != byStart_.end() && it->first < end;) {
     Region* r = it->second;
@@ -111,6 +118,48 @@ void RegistrationCache::invalidate(const void* addr, size_t bytes) {
     } else {
       r->stale = true;
     }
+  }
+}
+
+void RegistrationCache::noteUnmapped(const void* addr, size_t bytes) noexcept {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
+  const uintptr_t end = bytes > ~uintptr_t{0} - a ? ~uintptr_t{0} : a + bytes;
+  if (bytes == 0 || end <= lowest_.load(std::memory_order_relaxed) || a >= highest_.load(std::memory_order_relaxed))
+    return;
+  while (pendingBusy_.test_and_set(std::memory_order_acquire)) {
+  }
+  if (npending_ < kPendingMax) {
+    pending_[npending_][0] = a;
+    pending_[npending_][1] = end;
+    ++npending_;
+  } else {
+    pendingOverflow_ = true;
+  }
+  anyPending_.store(true, std::memory_order_relaxed);
+  pendingBusy_.clear(std::memory_order_release);
+}
+
+void RegistrationCache::drainPendingLocked() {
+  if (!anyPending_.load(std::memory_order_acquire)) return;
+  uintptr_t ranges[kPendingMax][2];
+  while (pendingBusy_.test_and_set(std::memory_order_acquire)) {
+  }
+  const int n = npending_;
+  const bool overflow = pendingOverflow_;
+  std::copy(&pending_[0][0], &pending_[0][0] + 2 * n, &ranges[0][0]);
+  npending_ = 0;
+  pendingOverflow_ = false;
+  anyPending_.store(false, std::memory_order_relaxed);
+  pendingBusy_.clear(std::memory_order_release);
+  if (overflow) {
+    invalidateLocked(0, ~uintptr_t{0});
+    return;
+  }
+  for (int i = 0; i < n; ++i) {
+    const uintptr_t start = ranges[i][0] & ~pageMask_;
+    const uintptr_t e = ranges[i][1];
+    const uintptr_t end = e > ~uintptr_t{0} - pageMask_ ? ~uintptr_t{0} : (e + pageMask_) & ~pageMask_;
+    invalidateLocked(start, end);
   }
 }
 

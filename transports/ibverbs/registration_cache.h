@@ -13,9 +13,13 @@
 // entry or byte budget; held regions are never evicted (the budget may then be exceeded
 // until they are released). invalidate() is for memory the caller frees or remaps: its
 // regions leave the lookup at once and are deregistered when their last holder lets go.
+// noteUnmapped() is the same for a memory hook (memory_hooks.h), which runs inside munmap,
+// madvise or mremap on whatever thread calls them: it only queues the range, and the next
+// acquire() invalidates it before it looks anything up.
 //
 // Thread-safe: the connections of one transport run on different threads and share it.
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <list>
@@ -75,6 +79,12 @@ class RegistrationCache {
   void release(const Region* region);
   // The caller freed or remapped [addr, addr + bytes): its regions are never returned again.
   void invalidate(const void* addr, size_t bytes);
+  // [addr, addr + bytes) is about to be unmapped (a memory hook, any thread). Takes no lock
+  // that a caller of acquire() holds and allocates nothing: the range waits in a queue of
+  // kPendingMax, and acquire() invalidates it first thing. A range outside every region
+  // ever registered is ignored; when the queue is full, acquire() invalidates everything.
+  void noteUnmapped(const void* addr, size_t bytes) noexcept;
+  static constexpr int kPendingMax = 64;
 
   size_t entries() const;   // regions registered now (stale held ones included)
   size_t bytes() const;     // bytes registered now
@@ -84,6 +94,8 @@ class RegistrationCache {
   Region* findCovering(uintptr_t start, uintptr_t end);
   void evictLocked();
   void dropLocked(Region* r);  // deregisters and frees an unreferenced region
+  void invalidateLocked(uintptr_t start, uintptr_t end);  // page-aligned, end exclusive
+  void drainPendingLocked();   // applies what noteUnmapped queued
 
   Registrar* registrar_;
   const size_t maxEntries_;
@@ -97,6 +109,18 @@ class RegistrationCache {
   size_t bytes_ = 0;
   size_t largest_ = 0;  // the longest region ever cached: bounds the backward search
   Stats stats_;
+
+  // noteUnmapped's queue, under a spin flag of its own (a hook may run while mu_ is held by
+  // the same thread: ibv_dereg_mr or a free inside the cache can unmap memory).
+  std::atomic_flag pendingBusy_ = ATOMIC_FLAG_INIT;
+  std::atomic<bool> anyPending_{false};
+  uintptr_t pending_[kPendingMax][2] = {};
+  int npending_ = 0;
+  bool pendingOverflow_ = false;
+  // The lowest start and highest end of any region ever registered: a hook ignores the
+  // (many) unmaps of memory no region covers without touching the queue.
+  std::atomic<uintptr_t> lowest_{~uintptr_t{0}};
+  std::atomic<uintptr_t> highest_{0};
 };
 
 }  // namespace braid::transport::ibverbs

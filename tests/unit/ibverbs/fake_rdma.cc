@@ -83,6 +83,33 @@ Status FakeQueue::postWrite(size_t offset, size_t bytes, uint32_t imm) {
   return Status::ok();
 }
 
+// As the NIC gathers the two pieces: the header from the slab, the payload from `user`,
+// landing side by side at `offset` of the peer's slab. The payload is read at once here,
+// while the NIC reads it until the completion; a completion held back stands for that.
+Status FakeQueue::postWriteFrom(size_t offset, size_t headerBytes, const void* user, size_t bytes, uint32_t lkey,
+                                uint32_t imm) {
+  ++writes_;
+  ++userWrites_;
+  lastUserKey_ = lkey;
+  if (faulted(Completion::Op::kWrite)) return Status::ok();
+  const size_t total = headerBytes + bytes;
+  if (!peer_ || offset + total > peer_->slab_.size() || offset + headerBytes > slab_.size()) {
+    failRemoteAccess();
+    return Status::ok();
+  }
+  std::memcpy(peer_->slab_.data() + offset, slab_.data() + offset, headerBytes);
+  if (bytes) std::memcpy(peer_->slab_.data() + offset + headerBytes, user, bytes);
+  Completion arrival;
+  arrival.op = Completion::Op::kArrival;
+  arrival.imm = imm;
+  arrival.byteLen = static_cast<uint32_t>(total);
+  peer_->cq_.push_back(arrival);
+  Completion local;
+  local.op = Completion::Op::kWrite;
+  complete(local);
+  return Status::ok();
+}
+
 // Unsignaled: nothing completes on success. A failure (an injected one, an area missing at
 // either end or too small) puts the queue pair in error with an error completion, as the
 // NIC reports an unsignaled request that failed, and flushes what follows.

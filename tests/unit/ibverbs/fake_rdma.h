@@ -28,6 +28,8 @@ class FakeQueue final : public RdmaQueue {
   }
 
   Status postWrite(size_t offset, size_t bytes, uint32_t imm) override;
+  Status postWriteFrom(size_t offset, size_t headerBytes, const void* user, size_t bytes, uint32_t lkey,
+                       uint32_t imm) override;
   Status postAreaWrite(size_t offset, size_t bytes) override;
   Status postCredit(uint64_t released, uint32_t imm) override;
   StatusOr<int> poll(Completion* out, int max) override;
@@ -57,6 +59,8 @@ class FakeQueue final : public RdmaQueue {
   void forgeCredit(uint64_t value, uint32_t imm);
 
   uint64_t writesPosted() const { return writes_; }
+  uint64_t writesFromUser() const { return userWrites_; }
+  uint32_t lastUserKey() const { return lastUserKey_; }
   uint64_t creditsPosted() const { return credits_; }
   uint64_t lastCreditPosted() const { return lastCredit_; }
   size_t pendingCompletions() const { return cq_.size(); }
@@ -79,6 +83,8 @@ class FakeQueue final : public RdmaQueue {
   const char* failText_ = nullptr;
   std::string async_;
   uint64_t writes_ = 0;
+  uint64_t userWrites_ = 0;
+  uint32_t lastUserKey_ = 0;
   uint64_t credits_ = 0;
   uint64_t lastCredit_ = 0;
 };

@@ -544,9 +544,8 @@ case "$MODE" in
         write_ucx_bench_job "$BUILD" > "$job" ;;
     esac
     rc=0
-    # The verbs job runs braid's suite and UCX's over rxe0: about 250-360 s alone, and once
-    # over 600 s beside another emulator on 2 cores (every step passed, each about twice as
-    # slow as alone).
+    # The verbs job runs braid's suite and UCX's over rxe0: about 250-360 s alone (CTest runs
+    # it alone), and over 600 s beside another emulator on 2 cores, every step passing.
     limit=600
     [ "$MODE" = verbs ] && limit=900
     run_vm "$job" "${BRAID_VM_LIMIT:-$limit}" > "$WORK/vm.out" || rc=$?

@@ -96,14 +96,13 @@ void RegistrationCache::release(const Region* region) {
 }
 
 void RegistrationCache::invalidate(const void* addr, size_t bytes) {
-  const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
-  const uintptr_t start = a & ~pageMask_;
-  const uintptr_t end = bytes > ~uintptr_t{0} - a - pageMask_ ? ~uintptr_t{0} : (a + bytes + pageMask_) & ~pageMask_;
   std::lock_guard<std::mutex> lock(mu_);
-  invalidateLocked(start, end);
+  invalidateLocked(reinterpret_cast<uintptr_t>(addr), bytes);
 }
 
-void RegistrationCache::invalidateLocked(uintptr_t start, uintptr_t end) {
+void RegistrationCache::invalidateLocked(uintptr_t a, size_t bytes) {
+  const uintptr_t start = a & ~pageMask_;
+  const uintptr_t end = bytes > ~uintptr_t{0} - a - pageMask_ ? ~uintptr_t{0} : (a + bytes + pageMask_) & ~pageMask_;
   const uintptr_t lo = start > largest_ ? start - largest_ : 0;
   for (auto it = byStart_.lower_bound(lo); it != byStart_.end() && it->first < end;) {
     Region* r = it->second;
@@ -130,7 +129,7 @@ void RegistrationCache::noteUnmapped(const void* addr, size_t bytes) noexcept {
   }
   if (npending_ < kPendingMax) {
     pending_[npending_][0] = a;
-    pending_[npending_][1] = end;
+    pending_[npending_][1] = bytes;
     ++npending_;
   } else {
     pendingOverflow_ = true;
@@ -155,12 +154,7 @@ void RegistrationCache::drainPendingLocked() {
     invalidateLocked(0, ~uintptr_t{0});
     return;
   }
-  for (int i = 0; i < n; ++i) {
-    const uintptr_t start = ranges[i][0] & ~pageMask_;
-    const uintptr_t e = ranges[i][1];
-    const uintptr_t end = e > ~uintptr_t{0} - pageMask_ ? ~uintptr_t{0} : (e + pageMask_) & ~pageMask_;
-    invalidateLocked(start, end);
-  }
+  for (int i = 0; i < n; ++i) invalidateLocked(ranges[i][0], ranges[i][1]);
 }
 
 void RegistrationCache::evictLocked() {

@@ -94,7 +94,7 @@ class RegistrationCache {
   Region* findCovering(uintptr_t start, uintptr_t end);
   void evictLocked();
   void dropLocked(Region* r);  // deregisters and frees an unreferenced region
-  void invalidateLocked(uintptr_t start, uintptr_t end);  // page-aligned, end exclusive
+  void invalidateLocked(uintptr_t addr, size_t bytes);  // invalidate() under mu_
   void drainPendingLocked();   // applies what noteUnmapped queued
 
   Registrar* registrar_;
@@ -114,7 +114,7 @@ class RegistrationCache {
   // the same thread: ibv_dereg_mr or a free inside the cache can unmap memory).
   std::atomic_flag pendingBusy_ = ATOMIC_FLAG_INIT;
   std::atomic<bool> anyPending_{false};
-  uintptr_t pending_[kPendingMax][2] = {};
+  uintptr_t pending_[kPendingMax][2] = {};  // address, bytes
   int npending_ = 0;
   bool pendingOverflow_ = false;
   // The lowest start and highest end of any region ever registered: a hook ignores the

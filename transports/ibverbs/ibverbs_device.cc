@@ -15,6 +15,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "transports/ibverbs/device_select.h"
+#include "transports/ibverbs/user_sends.h"
 
 namespace braid::transport::ibverbs {
 namespace {
@@ -240,18 +241,10 @@ Status Device::init(const TransportConfig& cfg, ibv_device* dev, int port, const
 // ibv_fork_init had to mark registered memory MADV_DONTFORK instead, registering a user's
 // buffer would take it away from the user's own children.
 void Device::initZeroCopy() {
-  zeroCopyMin_ = kZeroCopyMinBytes;
-  if (const char* v = std::getenv("BRAID_IB_ZCOPY_MIN")) {
-    char* end = nullptr;
-    const unsigned long long n = std::strtoull(v, &end, 10);
-    if (end != v && *end == '\0') {
-      zeroCopyMin_ = static_cast<size_t>(n);
-    } else {
-      BRAID_WARN("ibverbs: BRAID_IB_ZCOPY_MIN=%s is not a number of bytes; using %zu", v, zeroCopyMin_);
-    }
-  }
-  const char* env = std::getenv("BRAID_IB_ZCOPY");
-  if (env && std::strcmp(env, "0") == 0) {
+  const ZeroCopySettings z = zeroCopySettings(std::getenv("BRAID_IB_ZCOPY"), std::getenv("BRAID_IB_ZCOPY_MIN"));
+  if (!z.warning.empty()) BRAID_WARN("ibverbs: %s", z.warning.c_str());
+  zeroCopyMin_ = z.minBytes;
+  if (!z.on) {
     zeroCopyWhy_ = "BRAID_IB_ZCOPY=0";
     return;
   }

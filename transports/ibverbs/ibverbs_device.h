@@ -107,10 +107,6 @@ class Device final : public Registrar {
   Status init(const TransportConfig& cfg, ibv_device* dev, int port, const ibv_port_attr& attr);
   Status initHelloQp();
   void initZeroCopy();
-  // Payloads from this size up go from user memory (BRAID_IB_ZCOPY_MIN): below it a copy
-  // into the slot costs less than a lookup in the cache, and a program's many small
-  // buffers would each take a registration.
-  static constexpr size_t kZeroCopyMinBytes = 64 * 1024;
   Status postHelloRecv(int slot);
   Status reapHelloSends(bool wait);
   void dispatch(const ibv_async_event& ev);

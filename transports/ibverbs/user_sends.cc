@@ -1,10 +1,34 @@
 #include "transports/ibverbs/user_sends.h"
 
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include "common/log.h"
 
 namespace braid::transport::ibverbs {
+
+ZeroCopySettings zeroCopySettings(const char* zcopy, const char* minBytes) {
+  ZeroCopySettings z;
+  auto warn = [&](const std::string& w) { z.warning += (z.warning.empty() ? "" : "; ") + w; };
+  if (zcopy && std::strcmp(zcopy, "0") == 0) {
+    z.on = false;
+  } else if (zcopy && std::strcmp(zcopy, "1") != 0) {
+    warn(std::string("BRAID_IB_ZCOPY='") + zcopy + "' is not 0 or 1; sending from user memory where it can");
+  }
+  if (minBytes) {
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long n = std::strtoull(minBytes, &end, 10);
+    if (minBytes[0] >= '0' && minBytes[0] <= '9' && *end == '\0' && errno == 0) {
+      z.minBytes = static_cast<size_t>(n);
+    } else {
+      warn(std::string("BRAID_IB_ZCOPY_MIN='") + minBytes + "' is not a number of bytes; using " +
+           std::to_string(z.minBytes));
+    }
+  }
+  return z;
+}
 
 UserSends::~UserSends() {
   for (const auto& h : held_) cache_->release(h.second);

@@ -9,12 +9,28 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <string>
 #include <utility>
 
 #include "transports/ibverbs/rdma_protocol.h"
 #include "transports/ibverbs/registration_cache.h"
 
 namespace braid::transport::ibverbs {
+
+// Whether payloads may go from user memory, and from what size, as the environment says:
+// BRAID_IB_ZCOPY ("0" off, "1" on) and BRAID_IB_ZCOPY_MIN (bytes), either possibly unset
+// (null). A value that reads as neither keeps the default, and `warning` says so, naming the
+// variable (the transport logs it once).
+struct ZeroCopySettings {
+  // Payloads from this size up go from user memory by default: below it a copy into the
+  // slot costs less than a lookup in the cache, and a program's many small buffers would
+  // each take a registration.
+  static constexpr size_t kDefaultMinBytes = 64 * 1024;
+  bool on = true;
+  size_t minBytes = kDefaultMinBytes;
+  std::string warning;
+};
+ZeroCopySettings zeroCopySettings(const char* zcopy, const char* minBytes);
 
 class UserSends {
  public:

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <map>
+#include <string>
 #include <vector>
 
 #include "fake_rdma.h"
@@ -169,6 +170,37 @@ TEST_CASE("ibverbs user sends: a connection going away lets go of what its write
     CHECK(reg.live.size() == 1);
   }
   CHECK(reg.live.empty());
+}
+
+TEST_CASE("ibverbs user sends: BRAID_IB_ZCOPY and BRAID_IB_ZCOPY_MIN are read, and bad values named", "[ibverbs]") {
+  ZeroCopySettings z = zeroCopySettings(nullptr, nullptr);
+  CHECK(z.on);
+  CHECK(z.minBytes == ZeroCopySettings::kDefaultMinBytes);
+  CHECK(z.warning.empty());
+
+  z = zeroCopySettings("0", "131072");
+  CHECK_FALSE(z.on);
+  CHECK(z.minBytes == 131072);
+  CHECK(z.warning.empty());
+  z = zeroCopySettings("1", "0");
+  CHECK(z.on);
+  CHECK(z.minBytes == 0);
+  CHECK(z.warning.empty());
+
+  // Unreadable values keep the defaults, and the warning names each variable and value.
+  z = zeroCopySettings("maybe", "64K");
+  CHECK(z.on);
+  CHECK(z.minBytes == ZeroCopySettings::kDefaultMinBytes);
+  CHECK(z.warning.find("BRAID_IB_ZCOPY='maybe' is not 0 or 1") != std::string::npos);
+  CHECK(z.warning.find("BRAID_IB_ZCOPY_MIN='64K' is not a number of bytes; using 65536") != std::string::npos);
+  for (const char* bad : {"", "-1", " -1", "+5", "12x", "99999999999999999999999"}) {
+    z = zeroCopySettings(nullptr, bad);
+    CHECK(z.minBytes == ZeroCopySettings::kDefaultMinBytes);
+    CHECK(z.warning.find("BRAID_IB_ZCOPY_MIN='" + std::string(bad) + "'") != std::string::npos);
+  }
+  z = zeroCopySettings("", nullptr);
+  CHECK(z.on);
+  CHECK(z.warning.find("BRAID_IB_ZCOPY='' is not 0 or 1") != std::string::npos);
 }
 
 TEST_CASE("registration cache: unmaps noted from a hook apply at the next lookup", "[ibverbs]") {

@@ -177,6 +177,16 @@ StatusOr<Config> Config::fromEnv(const std::function<const char*(const char*)>& 
   }
   if (const char* v = get("BRAID_IB_HCA")) c.ibHca = v;
   BRAID_RETURN_IF_ERROR(readInt(get, "BRAID_IB_GID_INDEX", -1, 1023, &c.ibGidIndex));
+  // Read by the verbs plugin (transports/ibverbs/user_sends.h), checked here so that a bad
+  // value fails every rank's init naming it rather than leaving the plugin at its default.
+  bool ibZeroCopy = true;
+  BRAID_RETURN_IF_ERROR(readBool(get, "BRAID_IB_ZCOPY", &ibZeroCopy));
+  if (const char* v = get("BRAID_IB_ZCOPY_MIN"); v && *v) {
+    errno = 0;
+    char* end = nullptr;
+    (void)std::strtoull(v, &end, 10);
+    if (*v < '0' || *v > '9' || *end || errno) return badValue("BRAID_IB_ZCOPY_MIN", v, "a number of bytes");
+  }
   BRAID_RETURN_IF_ERROR(readBool(get, "BRAID_PROBE", &c.probe));
   BRAID_RETURN_IF_ERROR(readBool(get, "BRAID_TLS", &c.tls));
   BRAID_RETURN_IF_ERROR(readBool(get, "BRAID_TLS_KERNEL", &c.tlsKernel));

@@ -11,12 +11,13 @@ namespace braid::transport::ibverbs {
 ZeroCopySettings zeroCopySettings(const char* zcopy, const char* minBytes) {
   ZeroCopySettings z;
   auto warn = [&](const std::string& w) { z.warning += (z.warning.empty() ? "" : "; ") + w; };
-  if (zcopy && std::strcmp(zcopy, "0") == 0) {
+  // As libbraid reads its own switches: 1/true, 0/false, empty for unset.
+  if (zcopy && (std::strcmp(zcopy, "0") == 0 || std::strcmp(zcopy, "false") == 0)) {
     z.on = false;
-  } else if (zcopy && std::strcmp(zcopy, "1") != 0) {
+  } else if (zcopy && *zcopy && std::strcmp(zcopy, "1") != 0 && std::strcmp(zcopy, "true") != 0) {
     warn(std::string("BRAID_IB_ZCOPY='") + zcopy + "' is not 0 or 1; sending from user memory where it can");
   }
-  if (minBytes) {
+  if (minBytes && *minBytes) {
     char* end = nullptr;
     errno = 0;
     const unsigned long long n = std::strtoull(minBytes, &end, 10);

@@ -18,9 +18,10 @@
 namespace braid::transport::ibverbs {
 
 // Whether payloads may go from user memory, and from what size, as the environment says:
-// BRAID_IB_ZCOPY ("0" off, "1" on) and BRAID_IB_ZCOPY_MIN (bytes), either possibly unset
-// (null). A value that reads as neither keeps the default, and `warning` says so, naming the
-// variable (the transport logs it once).
+// BRAID_IB_ZCOPY (0 or false off, 1 or true on) and BRAID_IB_ZCOPY_MIN (bytes), either unset
+// (null or empty). A value that reads as neither keeps the default, and `warning` says so,
+// naming the variable (the transport logs it). libbraid refuses such values at init
+// (core::Config::fromEnv), so this is for the plugin used on its own.
 struct ZeroCopySettings {
   // Payloads from this size up go from user memory by default: below it a copy into the
   // slot costs less than a lookup in the cache, and a program's many small buffers would

@@ -35,7 +35,8 @@ TEST_CASE("config parses every knob", "[unit]") {
   auto c = parse({{"BRAID_TIMEOUT", "2.5"}, {"BRAID_NCHANNELS", "3"}, {"BRAID_TRANSPORT", "tcp"},
                   {"BRAID_SLOT_BYTES", "128K"}, {"BRAID_NSLOTS", "16"}, {"BRAID_SPIN_US", "0"},
                   {"BRAID_YIELD_US", "7"}, {"BRAID_SOCKETS_PER_PEER", "2"}, {"BRAID_NET_IF", "eth0"},
-                  {"BRAID_BIND", "0"}, {"BRAID_HOST_ID", "nodeA"}, {"BRAID_PORT_RANGE", "40000-40099"}});
+                  {"BRAID_BIND", "0"}, {"BRAID_HOST_ID", "nodeA"}, {"BRAID_PORT_RANGE", "40000-40099"},
+                  {"BRAID_IB_ZCOPY", "0"}, {"BRAID_IB_ZCOPY_MIN", "131072"}});
   REQUIRE(c.isOk());
   CHECK(c->timeoutSec == 2.5);
   CHECK(c->nchannels == 3);
@@ -88,7 +89,8 @@ TEST_CASE("malformed knobs are rejected naming the variable and value", "[unit]"
       {{"BRAID_SLOT_BYTES", "1"}}, {{"BRAID_NSLOTS", "1"}},            {{"BRAID_BIND", "maybe"}},
       {{"BRAID_SOCKETS_PER_PEER", "0"}}, {{"BRAID_PORT_RANGE", "40000"}}, {{"BRAID_PORT_RANGE", "9-8"}},
       {{"BRAID_PORT_RANGE", "0-10"}},     {{"BRAID_PORT_RANGE", "1-70000"}}, {{"BRAID_PORT_RANGE", "1-2x"}},
-      {{"BRAID_STORE_STANDBY", "elsewhere"}}, {{"BRAID_TLS_KERNEL", "off"}}};
+      {{"BRAID_STORE_STANDBY", "elsewhere"}}, {{"BRAID_TLS_KERNEL", "off"}}, {{"BRAID_IB_ZCOPY", "yes"}},
+      {{"BRAID_IB_ZCOPY_MIN", "64K"}},        {{"BRAID_IB_ZCOPY_MIN", "-1"}}};
   for (const auto& env : bad) {
     auto c = parse(env);
     const auto& [name, value] = *env.begin();

@@ -193,14 +193,22 @@ TEST_CASE("ibverbs user sends: BRAID_IB_ZCOPY and BRAID_IB_ZCOPY_MIN are read, a
   CHECK(z.minBytes == ZeroCopySettings::kDefaultMinBytes);
   CHECK(z.warning.find("BRAID_IB_ZCOPY='maybe' is not 0 or 1") != std::string::npos);
   CHECK(z.warning.find("BRAID_IB_ZCOPY_MIN='64K' is not a number of bytes; using 65536") != std::string::npos);
-  for (const char* bad : {"", "-1", " -1", "+5", "12x", "99999999999999999999999"}) {
+  for (const char* bad : {"-1", " -1", "+5", "12x", "99999999999999999999999"}) {
     z = zeroCopySettings(nullptr, bad);
     CHECK(z.minBytes == ZeroCopySettings::kDefaultMinBytes);
     CHECK(z.warning.find("BRAID_IB_ZCOPY_MIN='" + std::string(bad) + "'") != std::string::npos);
   }
+  // As libbraid's switches: true and false, and empty for unset.
+  z = zeroCopySettings("false", "");
+  CHECK_FALSE(z.on);
+  CHECK(z.minBytes == ZeroCopySettings::kDefaultMinBytes);
+  CHECK(z.warning.empty());
+  z = zeroCopySettings("true", nullptr);
+  CHECK(z.on);
+  CHECK(z.warning.empty());
   z = zeroCopySettings("", nullptr);
   CHECK(z.on);
-  CHECK(z.warning.find("BRAID_IB_ZCOPY='' is not 0 or 1") != std::string::npos);
+  CHECK(z.warning.empty());
 }
 
 TEST_CASE("registration cache: unmaps noted from a hook apply at the next lookup", "[ibverbs]") {

@@ -13,6 +13,7 @@
 // [--bandwidth B] [--simulate]; without one, a running job's WORLD_SIZE / LOCAL_WORLD_SIZE
 // (torchrun, braidrun) describe it, else one host of 8 ranks.
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -38,10 +39,12 @@
 namespace {
 
 void printConfig() {
-  std::printf("%-24s %-8s %-8s %-16s %s\n", "variable", "type", "default", "current", "help");
+  int width = 24;  // the longest name's, so that the columns line up
+  for (const auto& e : braid::core::configTable()) width = std::max(width, static_cast<int>(std::strlen(e.name)));
+  std::printf("%-*s %-8s %-8s %-16s %s\n", width, "variable", "type", "default", "current", "help");
   for (const auto& e : braid::core::configTable()) {
     const char* cur = std::getenv(e.name);
-    std::printf("%-24s %-8s %-8s %-16s %s\n", e.name, e.type, *e.defaultValue ? e.defaultValue : "-",
+    std::printf("%-*s %-8s %-8s %-16s %s\n", width, e.name, e.type, *e.defaultValue ? e.defaultValue : "-",
                 cur ? cur : "-", e.help);
   }
   auto cfg = braid::core::Config::fromEnv();

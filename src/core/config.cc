@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <set>
 
 namespace braid::core {
@@ -131,6 +132,17 @@ Status readBool(const std::function<const char*(const char*)>& get, const char* 
   return Status::ok();
 }
 
+// A switch a transport reads for itself, taking exactly the values in `choices` (unset or
+// empty: its default); checked here so that a typo fails init naming it.
+Status readChoice(const std::function<const char*(const char*)>& get, const char* name,
+                  std::initializer_list<const char*> choices, const char* want) {
+  const char* v = get(name);
+  if (!v || !*v) return Status::ok();
+  for (const char* c : choices)
+    if (!std::strcmp(v, c)) return Status::ok();
+  return badValue(name, v, want);
+}
+
 }  // namespace
 
 Config Config::fromEnvLenient(const std::function<const char*(const char*)>& getter) {
@@ -188,6 +200,10 @@ StatusOr<Config> Config::fromEnv(const std::function<const char*(const char*)>& 
   }
   if (const char* v = get("BRAID_IB_HCA")) c.ibHca = v;
   BRAID_RETURN_IF_ERROR(readInt(get, "BRAID_IB_GID_INDEX", -1, 1023, &c.ibGidIndex));
+  BRAID_RETURN_IF_ERROR(readChoice(get, "BRAID_TCP_ZCOPY", {"0", "1", "send"}, "0, 1 or send"));
+  BRAID_RETURN_IF_ERROR(readChoice(get, "BRAID_SHM_CMA", {"0", "1"}, "0 or 1"));
+  BRAID_RETURN_IF_ERROR(readChoice(get, "BRAID_UCX_ZCOPY", {"0", "1"}, "0 or 1"));
+  BRAID_RETURN_IF_ERROR(readChoice(get, "BRAID_UCX_REDUCE_ON_ARRIVAL", {"0", "1", "auto"}, "0, 1 or auto"));
   // Read by the verbs plugin (transports/ibverbs/user_sends.h), checked here so that a bad
   // value fails every rank's init naming it rather than leaving the plugin at its default.
   bool ibZeroCopy = true;

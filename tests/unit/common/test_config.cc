@@ -36,7 +36,8 @@ TEST_CASE("config parses every knob", "[unit]") {
                   {"BRAID_SLOT_BYTES", "128K"}, {"BRAID_NSLOTS", "16"}, {"BRAID_SPIN_US", "0"},
                   {"BRAID_YIELD_US", "7"}, {"BRAID_SOCKETS_PER_PEER", "2"}, {"BRAID_NET_IF", "eth0"},
                   {"BRAID_BIND", "0"}, {"BRAID_HOST_ID", "nodeA"}, {"BRAID_PORT_RANGE", "40000-40099"},
-                  {"BRAID_IB_ZCOPY", "0"}, {"BRAID_IB_ZCOPY_MIN", "131072"}});
+                  {"BRAID_IB_ZCOPY", "0"}, {"BRAID_IB_ZCOPY_MIN", "131072"}, {"BRAID_TCP_ZCOPY", "send"},
+                  {"BRAID_SHM_CMA", "0"}, {"BRAID_UCX_ZCOPY", "1"}, {"BRAID_UCX_REDUCE_ON_ARRIVAL", "auto"}});
   REQUIRE(c.isOk());
   CHECK(c->timeoutSec == 2.5);
   CHECK(c->nchannels == 3);
@@ -90,7 +91,8 @@ TEST_CASE("malformed knobs are rejected naming the variable and value", "[unit]"
       {{"BRAID_SOCKETS_PER_PEER", "0"}}, {{"BRAID_PORT_RANGE", "40000"}}, {{"BRAID_PORT_RANGE", "9-8"}},
       {{"BRAID_PORT_RANGE", "0-10"}},     {{"BRAID_PORT_RANGE", "1-70000"}}, {{"BRAID_PORT_RANGE", "1-2x"}},
       {{"BRAID_STORE_STANDBY", "elsewhere"}}, {{"BRAID_TLS_KERNEL", "off"}}, {{"BRAID_IB_ZCOPY", "yes"}},
-      {{"BRAID_IB_ZCOPY_MIN", "64K"}},        {{"BRAID_IB_ZCOPY_MIN", "-1"}}};
+      {{"BRAID_IB_ZCOPY_MIN", "64K"}},        {{"BRAID_IB_ZCOPY_MIN", "-1"}},   {{"BRAID_TCP_ZCOPY", "recv"}},
+      {{"BRAID_SHM_CMA", "false"}},           {{"BRAID_UCX_ZCOPY", "no"}},      {{"BRAID_UCX_REDUCE_ON_ARRIVAL", "always"}}};
   for (const auto& env : bad) {
     auto c = parse(env);
     const auto& [name, value] = *env.begin();

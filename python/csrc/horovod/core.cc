@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -65,30 +67,6 @@ const char* opName(int32_t op) {
     case kOpProduct: return "Product";
   }
   return "unknown";
-}
-
-int envInt(const char* name, int64_t dflt) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return static_cast<int>(dflt);
-  char* end = nullptr;
-  long long x = std::strtoll(v, &end, 10);
-  if (*end != '\0' || x < 0) {
-    std::fprintf(stderr, "braid horovod: ignoring %s=%s (not a non-negative integer)\n", name, v);
-    return static_cast<int>(dflt);
-  }
-  return static_cast<int>(x);
-}
-
-double envDouble(const char* name, double dflt) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return dflt;
-  char* end = nullptr;
-  double x = std::strtod(v, &end);
-  if (*end != '\0' || x < 0) {
-    std::fprintf(stderr, "braid horovod: ignoring %s=%s (not a non-negative number)\n", name, v);
-    return dflt;
-  }
-  return x;
 }
 
 braid::DataType braidType(at::ScalarType t) {

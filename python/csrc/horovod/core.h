@@ -27,6 +27,7 @@
 
 #include <braid/braid.hpp>
 
+#include "env.h"
 #include "timeline.h"
 
 #include <atomic>

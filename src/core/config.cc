@@ -1,5 +1,6 @@
 #include "core/config.h"
 
+#include "common/env_value.h"
 #include "transports/transport.h"
 
 #include <cerrno>
@@ -131,11 +132,7 @@ Status readInt(const std::function<const char*(const char*)>& get, const char* n
 Status readBool(const std::function<const char*(const char*)>& get, const char* name, bool* out) {
   const char* v = get(name);
   if (!v || !*v) return Status::ok();
-  const std::string b = v;
-  if (b == "1" || b == "true") *out = true;
-  else if (b == "0" || b == "false") *out = false;
-  else return badValue(name, v, "0 or 1");
-  return Status::ok();
+  return parseSwitch(v, out) ? Status::ok() : badValue(name, v, "0 or 1");
 }
 
 // A switch a transport reads for itself, taking exactly the values in `choices` (unset or
@@ -214,12 +211,9 @@ StatusOr<Config> Config::fromEnv(const std::function<const char*(const char*)>& 
   // value fails every rank's init naming it rather than leaving the plugin at its default.
   bool ibZeroCopy = true;
   BRAID_RETURN_IF_ERROR(readBool(get, "BRAID_IB_ZCOPY", &ibZeroCopy));
-  if (const char* v = get("BRAID_IB_ZCOPY_MIN"); v && *v) {
-    errno = 0;
-    char* end = nullptr;
-    (void)std::strtoull(v, &end, 10);
-    if (*v < '0' || *v > '9' || *end || errno) return badValue("BRAID_IB_ZCOPY_MIN", v, "a number of bytes");
-  }
+  uint64_t ibZeroCopyMin = 0;
+  if (const char* v = get("BRAID_IB_ZCOPY_MIN"); v && *v && !parseCount(v, &ibZeroCopyMin))
+    return badValue("BRAID_IB_ZCOPY_MIN", v, "a number of bytes");
   BRAID_RETURN_IF_ERROR(readBool(get, "BRAID_PROBE", &c.probe));
   BRAID_RETURN_IF_ERROR(readBool(get, "BRAID_TLS", &c.tls));
   BRAID_RETURN_IF_ERROR(readBool(get, "BRAID_TLS_KERNEL", &c.tlsKernel));

@@ -1,9 +1,8 @@
 #include "transports/ibverbs/user_sends.h"
 
-#include <cerrno>
-#include <cstdlib>
 #include <cstring>
 
+#include "common/env_value.h"
 #include "common/log.h"
 
 namespace braid::transport::ibverbs {
@@ -11,17 +10,11 @@ namespace braid::transport::ibverbs {
 ZeroCopySettings zeroCopySettings(const char* zcopy, const char* minBytes) {
   ZeroCopySettings z;
   auto warn = [&](const std::string& w) { z.warning += (z.warning.empty() ? "" : "; ") + w; };
-  // As libbraid reads its own switches: 1/true, 0/false, empty for unset.
-  if (zcopy && (std::strcmp(zcopy, "0") == 0 || std::strcmp(zcopy, "false") == 0)) {
-    z.on = false;
-  } else if (zcopy && *zcopy && std::strcmp(zcopy, "1") != 0 && std::strcmp(zcopy, "true") != 0) {
+  if (zcopy && *zcopy && !parseSwitch(zcopy, &z.on))
     warn(std::string("BRAID_IB_ZCOPY='") + zcopy + "' is not 0 or 1; sending from user memory where it can");
-  }
+  uint64_t n = 0;
   if (minBytes && *minBytes) {
-    char* end = nullptr;
-    errno = 0;
-    const unsigned long long n = std::strtoull(minBytes, &end, 10);
-    if (minBytes[0] >= '0' && minBytes[0] <= '9' && *end == '\0' && errno == 0) {
+    if (parseCount(minBytes, &n)) {
       z.minBytes = static_cast<size_t>(n);
     } else {
       warn(std::string("BRAID_IB_ZCOPY_MIN='") + minBytes + "' is not a number of bytes; using " +
